@@ -1,0 +1,727 @@
+//! A connection to a DCGM host engine (embedded in this process or remote) and the safe
+//! calls the exporter makes over it.
+
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::handles::{FieldGroup, Group};
+use crate::loader::{sym, Library};
+use crate::types::*;
+use crate::value::{c_buf_to_string, decode, FieldReading, Reading};
+use crate::versions;
+use std::ffi::{c_int, c_void, CString};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Where a remote host engine listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConnectTarget {
+    /// `host`, `host:port` or `[v6]:port` (port 5555 when omitted).
+    Tcp(String),
+    /// A unix domain socket path (`nv-hostengine -d PATH`).
+    Unix(PathBuf),
+}
+
+impl ConnectTarget {
+    /// Parses what users pass to `-r`: `host:port`, `[v6]:port`, `tcp://host:port`,
+    /// `unix:///path` or an absolute socket path.
+    pub fn parse(s: &str) -> std::result::Result<ConnectTarget, String> {
+        let s = s.trim();
+        if s.is_empty() {
+            return Err("empty host engine address".into());
+        }
+        if let Some(path) = s.strip_prefix("unix://") {
+            if path.is_empty() {
+                return Err(format!("'{s}': unix:// needs a socket path"));
+            }
+            return Ok(ConnectTarget::Unix(PathBuf::from(path)));
+        }
+        if s.starts_with('/') {
+            return Ok(ConnectTarget::Unix(PathBuf::from(s)));
+        }
+        if s.starts_with("vsock://") {
+            return Err(format!("'{s}': vsock host engines are not supported"));
+        }
+        let hostport = s.strip_prefix("tcp://").unwrap_or(s);
+        if hostport.contains("://") {
+            return Err(format!("'{s}': unknown scheme (use host:port, tcp://, or unix://)"));
+        }
+        // Validate the port now so a typo fails with our message, not a connect timeout.
+        let port = if let Some(rest) = hostport.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((_, "")) => None,
+                Some((_, p)) => match p.strip_prefix(':') {
+                    Some(p) => Some(p),
+                    None => return Err(format!("'{s}': expected [ipv6]:port")),
+                },
+                None => return Err(format!("'{s}': unclosed '[' in IPv6 address")),
+            }
+        } else {
+            match hostport.matches(':').count() {
+                0 => None,
+                1 => hostport.split_once(':').map(|(_, p)| p),
+                _ => {
+                    return Err(format!(
+                        "'{s}': IPv6 addresses must be written in brackets, e.g. [::1]:5555"
+                    ))
+                }
+            }
+        };
+        if let Some(p) = port {
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => {}
+                _ => return Err(format!("'{s}': invalid port '{p}'")),
+            }
+        }
+        Ok(ConnectTarget::Tcp(hostport.to_string()))
+    }
+
+    /// The host part, for the exporter's hostname label in remote mode.
+    pub fn host(&self) -> Option<String> {
+        match self {
+            ConnectTarget::Unix(_) => None,
+            ConnectTarget::Tcp(hp) => {
+                if let Some(rest) = hp.strip_prefix('[') {
+                    rest.split_once(']').map(|(h, _)| h.to_string())
+                } else {
+                    Some(hp.split(':').next().unwrap_or(hp).to_string())
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConnectTarget::Tcp(hp) => write!(f, "{hp}"),
+            ConnectTarget::Unix(p) => write!(f, "unix://{}", p.display()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SessionKind {
+    Embedded,
+    Remote(ConnectTarget),
+}
+
+pub(crate) struct Inner {
+    lib: Arc<Library>,
+    handle: ffi::dcgmHandle_t,
+    kind: SessionKind,
+    /// Reused output buffer for dcgmEntitiesGetLatestValues (4128 B per value; megabytes
+    /// on a large node), so a collection does not allocate it each time.
+    scratch: Mutex<Vec<ffi::dcgmFieldValue_v2>>,
+}
+
+impl Inner {
+    fn check(&self, function: &'static str, code: i32) -> Result<()> {
+        self.lib.check(function, code)
+    }
+
+    pub(crate) fn destroy_group(&self, id: u64) -> Result<()> {
+        let f = sym!(self.lib, dcgmGroupDestroy);
+        // SAFETY: plain integer arguments; the handle is live while `self` exists.
+        let rc = unsafe { f(self.handle, id as ffi::dcgmGpuGrp_t) };
+        self.check("dcgmGroupDestroy", rc)
+    }
+
+    pub(crate) fn destroy_field_group(&self, id: u64) -> Result<()> {
+        let f = sym!(self.lib, dcgmFieldGroupDestroy);
+        // SAFETY: plain integer arguments.
+        let rc = unsafe { f(self.handle, id as ffi::dcgmFieldGrp_t) };
+        self.check("dcgmFieldGroupDestroy", rc)
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        match self.kind {
+            SessionKind::Embedded => {
+                if let Ok(f) = &self.lib.raw().dcgmStopEmbedded {
+                    // SAFETY: the handle came from dcgmStartEmbedded and is stopped once.
+                    unsafe { f(self.handle) };
+                }
+            }
+            SessionKind::Remote(_) => {
+                if let Ok(f) = &self.lib.raw().dcgmDisconnect {
+                    // SAFETY: the handle came from dcgmConnect_v2 and is closed once;
+                    // dcgmDisconnect tolerates connections the engine already dropped.
+                    unsafe { f(self.handle) };
+                }
+            }
+        }
+    }
+}
+
+/// A live host-engine handle. Cheap to clone; the engine is stopped (embedded) or the
+/// connection closed (remote) when the last clone and every group made from it are gone.
+#[derive(Clone)]
+pub struct Session {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Session({:?}, handle {})", self.inner.kind, self.inner.handle)
+    }
+}
+
+/// Allocates a zeroed DCGM struct on the heap (several are far too large for a stack).
+fn boxed_zeroed<T>() -> Box<T> {
+    // SAFETY: every DCGM struct we use is plain data (integers, floats, char arrays and
+    // unions of them) for which all-zero bytes are a valid value.
+    unsafe { Box::<T>::new_zeroed().assume_init() }
+}
+
+fn cstring(what: &str, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::InvalidArgument(format!("{what} contains a NUL byte: {s:?}")))
+}
+
+/// Field ids per dcgmEntitiesGetLatestValues call (the library rejects more than 128).
+const MAX_FIELDS_PER_CALL: usize = 128;
+/// Entities per call (the library rejects more than 1024).
+const MAX_ENTITIES_PER_CALL: usize = 1024;
+
+impl Session {
+    fn init(lib: &Library) -> Result<()> {
+        let f = sym!(lib, dcgmInit);
+        // SAFETY: dcgmInit takes no arguments and is idempotent.
+        let rc = unsafe { f() };
+        lib.check("dcgmInit", rc)
+    }
+
+    /// Starts an embedded host engine in this process (`DCGM_OPERATION_MODE_AUTO`: DCGM
+    /// samples watched fields on its own threads).
+    pub fn embedded(lib: Arc<Library>) -> Result<Session> {
+        Self::init(&lib)?;
+        let f = sym!(lib, dcgmStartEmbedded);
+        let mut handle: ffi::dcgmHandle_t = 0;
+        // SAFETY: `handle` is a valid out-pointer for the duration of the call.
+        let rc = unsafe { f(ffi::DCGM_OPERATION_MODE_AUTO, &mut handle) };
+        lib.check("dcgmStartEmbedded", rc)?;
+        Ok(Self::wrap(lib, handle, SessionKind::Embedded))
+    }
+
+    /// Connects to a remote host engine. `timeout_ms` 0 means DCGM's default (5 s).
+    pub fn connect(lib: Arc<Library>, target: &ConnectTarget, timeout_ms: u32) -> Result<Session> {
+        Self::init(&lib)?;
+        let f = sym!(lib, dcgmConnect_v2);
+        let (addr, unix) = match target {
+            ConnectTarget::Tcp(hp) => (cstring("host engine address", hp)?, 0),
+            ConnectTarget::Unix(p) => (cstring("socket path", &p.to_string_lossy())?, 1),
+        };
+        let mut params = ffi::dcgmConnectV2Params_v2 {
+            version: versions::CONNECT_V2_PARAMS_V2,
+            persistAfterDisconnect: 0,
+            timeoutMs: timeout_ms,
+            addressIsUnixSocket: unix,
+        };
+        let mut handle: ffi::dcgmHandle_t = 0;
+        // SAFETY: `addr` is NUL-terminated and outlives the call; params and handle are
+        // valid for reads/writes of their own types.
+        let rc = unsafe { f(addr.as_ptr(), &mut params, &mut handle) };
+        lib.check("dcgmConnect_v2", rc)?;
+        Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
+    }
+
+    fn wrap(lib: Arc<Library>, handle: ffi::dcgmHandle_t, kind: SessionKind) -> Session {
+        Session {
+            inner: Arc::new(Inner { lib, handle, kind, scratch: Mutex::new(Vec::new()) }),
+        }
+    }
+
+    pub fn kind(&self) -> &SessionKind {
+        &self.inner.kind
+    }
+
+    pub fn library(&self) -> &Arc<Library> {
+        &self.inner.lib
+    }
+
+    fn lib(&self) -> &Library {
+        &self.inner.lib
+    }
+
+    fn h(&self) -> ffi::dcgmHandle_t {
+        self.inner.handle
+    }
+
+    /// GPU ids known to DCGM (`only_supported`: those DCGM can fully manage).
+    pub fn gpus(&self, only_supported: bool) -> Result<Vec<u32>> {
+        let mut ids = [0u32; ffi::DCGM_MAX_NUM_DEVICES as usize];
+        let mut count: c_int = 0;
+        let (name, rc) = if only_supported {
+            let f = sym!(self.lib(), dcgmGetAllSupportedDevices);
+            // SAFETY: `ids` has the DCGM_MAX_NUM_DEVICES elements the API writes at most.
+            ("dcgmGetAllSupportedDevices", unsafe { f(self.h(), ids.as_mut_ptr(), &mut count) })
+        } else {
+            let f = sym!(self.lib(), dcgmGetAllDevices);
+            // SAFETY: as above.
+            ("dcgmGetAllDevices", unsafe { f(self.h(), ids.as_mut_ptr(), &mut count) })
+        };
+        self.lib().check(name, rc)?;
+        let n = (count.max(0) as usize).min(ids.len());
+        Ok(ids[..n].to_vec())
+    }
+
+    pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes> {
+        let f = sym!(self.lib(), dcgmGetDeviceAttributes);
+        let mut a = boxed_zeroed::<ffi::dcgmDeviceAttributes_v3>();
+        a.version = versions::DEVICE_ATTRIBUTES_V3;
+        // SAFETY: `a` is a properly sized, versioned, heap-allocated struct.
+        let rc = unsafe { f(self.h(), gpu, &mut *a) };
+        self.lib().check("dcgmGetDeviceAttributes", rc)?;
+        let id = &a.identifiers;
+        Ok(DeviceAttributes {
+            brand: c_buf_to_string(&id.brandName),
+            name: c_buf_to_string(&id.deviceName),
+            pci_bus_id: c_buf_to_string(&id.pciBusId),
+            serial: c_buf_to_string(&id.serial),
+            uuid: c_buf_to_string(&id.uuid),
+            vbios: c_buf_to_string(&id.vbios),
+            inforom_image_version: c_buf_to_string(&id.inforomImageVersion),
+            driver_version: c_buf_to_string(&id.driverVersion),
+            pci_device_id: id.pciDeviceId,
+            pci_subsystem_id: id.pciSubSystemId,
+            virtualization_mode: id.virtualizationMode,
+            power_limit_current_w: a.powerLimits.curPowerLimit,
+            power_limit_max_w: a.powerLimits.maxPowerLimit,
+            slowdown_temp_c: a.thermalSettings.slowdownTemp,
+            shutdown_temp_c: a.thermalSettings.shutdownTemp,
+            fb_total_mib: a.memoryUsage.fbTotal,
+            fb_used_mib: a.memoryUsage.fbUsed,
+            fb_free_mib: a.memoryUsage.fbFree,
+            bar1_total_mib: a.memoryUsage.bar1Total,
+            persistence_mode: a.settings.persistenceModeEnabled != 0,
+            mig_mode: a.settings.migModeEnabled != 0,
+        })
+    }
+
+    /// Entity ids of one group (switches, CPUs, cores, links, instances...).
+    pub fn entities(&self, group: EntityGroup, only_supported: bool) -> Result<Vec<u32>> {
+        let f = sym!(self.lib(), dcgmGetEntityGroupEntities);
+        let flags = if only_supported { ffi::DCGM_GEGE_FLAG_ONLY_SUPPORTED } else { 0 };
+        let mut buf = vec![0u32; 64];
+        loop {
+            let mut n: c_int = buf.len() as c_int;
+            // SAFETY: `buf` holds `n` writable elements; DCGM writes at most `n`.
+            let rc = unsafe { f(self.h(), group.raw(), buf.as_mut_ptr(), &mut n, flags) };
+            if rc == ffi::DCGM_ST_INSUFFICIENT_SIZE && n as usize > buf.len() {
+                buf.resize(n as usize, 0);
+                continue;
+            }
+            self.lib().check("dcgmGetEntityGroupEntities", rc)?;
+            buf.truncate((n.max(0) as usize).min(buf.len()));
+            return Ok(buf);
+        }
+    }
+
+    /// GPU and compute instances of every MIG-enabled GPU (empty when MIG is off).
+    pub fn mig_hierarchy(&self) -> Result<Vec<MigEntity>> {
+        let f = sym!(self.lib(), dcgmGetGpuInstanceHierarchy);
+        let mut h = boxed_zeroed::<ffi::dcgmMigHierarchy_v2>();
+        h.version = versions::MIG_HIERARCHY_V2;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *h) };
+        self.lib().check("dcgmGetGpuInstanceHierarchy", rc)?;
+        let n = (h.count as usize).min(h.entityList.len());
+        Ok(h.entityList[..n]
+            .iter()
+            .map(|e| {
+                let entity = Entity::new(EntityGroup::from_raw(e.entity.entityGroupId), e.entity.entityId);
+                MigEntity {
+                    entity,
+                    parent: Entity::new(EntityGroup::from_raw(e.parent.entityGroupId), e.parent.entityId),
+                    gpu_uuid: c_buf_to_string(&e.info.gpuUuid),
+                    nvml_gpu_index: e.info.nvmlGpuIndex,
+                    nvml_instance_id: e.info.nvmlInstanceId,
+                    nvml_compute_instance_id: (entity.group == EntityGroup::ComputeInstance)
+                        .then_some(e.info.nvmlComputeInstanceId),
+                    nvml_profile_id: e.info.nvmlMigProfileId,
+                    profile_slices: e.info.nvmlProfileSlices,
+                }
+            })
+            .collect())
+    }
+
+    /// NVLink state of every GPU link and switch port (the 4.6 `v5` layout, 36 links/GPU).
+    pub fn link_status(&self) -> Result<LinkStatus> {
+        let f = sym!(self.lib(), dcgmGetNvLinkLinkStatus);
+        let mut s = boxed_zeroed::<ffi::dcgmNvLinkStatus_v5>();
+        s.version = versions::NVLINK_STATUS_V5;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *s) };
+        self.lib().check("dcgmGetNvLinkLinkStatus", rc)?;
+        let gpus = s.gpus[..(s.numGpus as usize).min(s.gpus.len())]
+            .iter()
+            .map(|g| (g.entityId, g.linkState.iter().map(|&x| LinkState::from_raw(x)).collect()))
+            .collect();
+        let switches = s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())]
+            .iter()
+            .map(|w| (w.entityId, w.linkState.iter().map(|&x| LinkState::from_raw(x)).collect()))
+            .collect();
+        Ok(LinkStatus { gpus, switches })
+    }
+
+    pub fn p2p_status(&self) -> Result<P2PMatrix> {
+        let f = sym!(self.lib(), dcgmGetNvLinkP2PStatus);
+        let mut s = boxed_zeroed::<ffi::dcgmNvLinkP2PStatus_v1>();
+        s.version = versions::NVLINK_P2P_STATUS_V1;
+        // numGpus 0 asks for every GPU.
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *s) };
+        self.lib().check("dcgmGetNvLinkP2PStatus", rc)?;
+        let n = (s.numGpus as usize).min(s.gpus.len());
+        Ok(P2PMatrix {
+            gpus: s.gpus[..n]
+                .iter()
+                .map(|g| {
+                    (g.entityId, g.linkStatus[..n].iter().map(|&x| P2PStatus::from_raw(x)).collect())
+                })
+                .collect(),
+        })
+    }
+
+    pub fn cpu_hierarchy(&self) -> Result<Vec<Cpu>> {
+        let f = sym!(self.lib(), dcgmGetCpuHierarchy);
+        let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v1>();
+        h.version = versions::CPU_HIERARCHY_V1;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *h) };
+        self.lib().check("dcgmGetCpuHierarchy", rc)?;
+        let n = (h.numCpus as usize).min(h.cpus.len());
+        Ok(h.cpus[..n]
+            .iter()
+            .map(|c| {
+                let mut cores = Vec::new();
+                for (word, bits) in c.ownedCores.bitmask.iter().enumerate() {
+                    for bit in 0..64 {
+                        if bits & (1u64 << bit) != 0 {
+                            cores.push((word * 64 + bit) as u32);
+                        }
+                    }
+                }
+                Cpu { id: c.cpuId, cores }
+            })
+            .collect())
+    }
+
+    /// Profiling (DCP) metric groups a GPU supports.
+    pub fn supported_metric_groups(&self, gpu: u32) -> Result<Vec<MetricGroup>> {
+        let f = sym!(self.lib(), dcgmProfGetSupportedMetricGroups);
+        let mut m = boxed_zeroed::<ffi::dcgmProfGetMetricGroups_v3>();
+        m.version = versions::PROF_GET_METRIC_GROUPS_V3;
+        m.gpuId = gpu;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *m) };
+        self.lib().check("dcgmProfGetSupportedMetricGroups", rc)?;
+        let n = (m.numMetricGroups as usize).min(m.metricGroups.len());
+        Ok(m.metricGroups[..n]
+            .iter()
+            .map(|g| MetricGroup {
+                major_id: g.majorId,
+                minor_id: g.minorId,
+                field_ids: g.fieldIds[..(g.numFieldIds as usize).min(g.fieldIds.len())].to_vec(),
+            })
+            .collect())
+    }
+
+    /// Creates an empty group and adds `entities`. The group is destroyed when dropped.
+    pub fn create_group(&self, name: &str, entities: &[Entity]) -> Result<Group> {
+        let create = sym!(self.lib(), dcgmGroupCreate);
+        let add = sym!(self.lib(), dcgmGroupAddEntity);
+        let cname = cstring("group name", name)?;
+        let mut id: ffi::dcgmGpuGrp_t = 0;
+        // SAFETY: `cname` is NUL-terminated and outlives the call; `id` is a valid out-pointer.
+        let rc = unsafe { create(self.h(), ffi::DCGM_GROUP_EMPTY, cname.as_ptr(), &mut id) };
+        self.lib().check("dcgmGroupCreate", rc)?;
+        let group = Group { session: self.inner.clone(), id: id as u64, entities: entities.to_vec() };
+        for e in entities {
+            // SAFETY: integer arguments only.
+            let rc = unsafe { add(self.h(), id, e.group.raw(), e.id) };
+            self.lib().check("dcgmGroupAddEntity", rc)?;
+        }
+        Ok(group)
+    }
+
+    /// Name and members of a group as the engine sees it.
+    pub fn group_info(&self, group_id: u64) -> Result<(String, Vec<Entity>)> {
+        let f = sym!(self.lib(), dcgmGroupGetInfo);
+        let mut g = boxed_zeroed::<ffi::dcgmGroupInfo_v3>();
+        g.version = versions::GROUP_INFO_V3;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), group_id as ffi::dcgmGpuGrp_t, &mut *g) };
+        self.lib().check("dcgmGroupGetInfo", rc)?;
+        let n = (g.count as usize).min(g.entityList.len());
+        Ok((
+            c_buf_to_string(&g.groupName),
+            g.entityList[..n]
+                .iter()
+                .map(|p| Entity::new(EntityGroup::from_raw(p.entityGroupId), p.entityId))
+                .collect(),
+        ))
+    }
+
+    /// Creates a field group (1 to 127 fields). Destroyed when dropped.
+    pub fn create_field_group(&self, name: &str, fields: &[u16]) -> Result<FieldGroup> {
+        let f = sym!(self.lib(), dcgmFieldGroupCreate);
+        let cname = cstring("field group name", name)?;
+        let mut id: ffi::dcgmFieldGrp_t = 0;
+        // SAFETY: `fields` is a valid array of `len` u16 the library only reads; `cname`
+        // is NUL-terminated; `id` is a valid out-pointer.
+        let rc = unsafe { f(self.h(), fields.len() as c_int, fields.as_ptr(), cname.as_ptr(), &mut id) };
+        self.lib().check("dcgmFieldGroupCreate", rc)?;
+        Ok(FieldGroup { session: self.inner.clone(), id: id as u64, fields: fields.to_vec() })
+    }
+
+    /// Watches every field of `fields` on every entity of `group`.
+    pub fn watch(
+        &self,
+        group: &Group,
+        fields: &FieldGroup,
+        update_freq_us: i64,
+        max_keep_age_s: f64,
+        max_keep_samples: i32,
+    ) -> Result<()> {
+        let f = sym!(self.lib(), dcgmWatchFields);
+        // SAFETY: integer/float arguments only.
+        let rc = unsafe {
+            f(
+                self.h(),
+                group.id as ffi::dcgmGpuGrp_t,
+                fields.id as ffi::dcgmFieldGrp_t,
+                update_freq_us,
+                max_keep_age_s,
+                max_keep_samples,
+            )
+        };
+        self.lib().check("dcgmWatchFields", rc)
+    }
+
+    pub fn unwatch(&self, group: &Group, fields: &FieldGroup) -> Result<()> {
+        let f = sym!(self.lib(), dcgmUnwatchFields);
+        // SAFETY: integer arguments only.
+        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, fields.id as ffi::dcgmFieldGrp_t) };
+        self.lib().check("dcgmUnwatchFields", rc)
+    }
+
+    /// Runs one sampling cycle now (`wait`: block until it is done).
+    pub fn update_all_fields(&self, wait: bool) -> Result<()> {
+        let f = sym!(self.lib(), dcgmUpdateAllFields);
+        // SAFETY: integer arguments only.
+        let rc = unsafe { f(self.h(), c_int::from(wait)) };
+        self.lib().check("dcgmUpdateAllFields", rc)
+    }
+
+    /// Latest cached value of every field for every entity, in as few
+    /// `dcgmEntitiesGetLatestValues` calls as the API limits allow. `live` reads the driver
+    /// instead of the cache (`DCGM_FV_FLAG_LIVE_DATA`). The result is in no particular order.
+    pub fn latest_values(&self, entities: &[Entity], fields: &[u16], live: bool) -> Result<Vec<FieldReading>> {
+        let f = sym!(self.lib(), dcgmEntitiesGetLatestValues);
+        let flags = if live { ffi::DCGM_FV_FLAG_LIVE_DATA } else { 0 };
+        let mut out = Vec::with_capacity(entities.len() * fields.len());
+        let mut scratch = self.inner.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        for ents in entities.chunks(MAX_ENTITIES_PER_CALL) {
+            let mut pairs: Vec<ffi::dcgmGroupEntityPair_t> = ents
+                .iter()
+                .map(|e| ffi::dcgmGroupEntityPair_t { entityGroupId: e.group.raw(), entityId: e.id })
+                .collect();
+            for flds in fields.chunks(MAX_FIELDS_PER_CALL) {
+                let mut ids = flds.to_vec();
+                let n = pairs.len() * ids.len();
+                scratch.clear();
+                // SAFETY: all-zero is a valid dcgmFieldValue_v2 (plain data).
+                scratch.resize(n, unsafe { std::mem::zeroed() });
+                for v in scratch.iter_mut() {
+                    v.version = versions::FIELD_VALUE_V2;
+                }
+                // SAFETY: `pairs` and `ids` are valid for their lengths; `scratch` holds
+                // exactly entityCount * fieldCount writable values, as the API requires.
+                let rc = unsafe {
+                    f(
+                        self.h(),
+                        pairs.as_mut_ptr(),
+                        pairs.len() as u32,
+                        ids.as_mut_ptr(),
+                        ids.len() as u32,
+                        flags,
+                        scratch.as_mut_ptr(),
+                    )
+                };
+                self.lib().check("dcgmEntitiesGetLatestValues", rc)?;
+                out.extend(scratch.iter().map(|v| FieldReading {
+                    entity: Entity::new(EntityGroup::from_raw(v.entityGroupId), v.entityId),
+                    field_id: v.fieldId,
+                    ts_us: v.ts,
+                    reading: decode_v2(v),
+                }));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Latest values of one entity through `dcgmEntityGetLatestValues` (v1 values), in
+    /// field order. Kept for parity with go-dcgm; the exporter batches with [`Self::latest_values`].
+    pub fn entity_latest_values(&self, entity: Entity, fields: &[u16]) -> Result<Vec<FieldReading>> {
+        let f = sym!(self.lib(), dcgmEntityGetLatestValues);
+        let mut ids = fields.to_vec();
+        // SAFETY: all-zero is a valid dcgmFieldValue_v1 (plain data).
+        let mut vals: Vec<ffi::dcgmFieldValue_v1> = vec![unsafe { std::mem::zeroed() }; ids.len()];
+        for v in vals.iter_mut() {
+            v.version = versions::FIELD_VALUE_V1;
+        }
+        // SAFETY: `ids` and `vals` are valid arrays of `count` elements.
+        let rc = unsafe {
+            f(self.h(), entity.group.raw(), entity.id as c_int, ids.as_mut_ptr(), ids.len() as u32, vals.as_mut_ptr())
+        };
+        self.lib().check("dcgmEntityGetLatestValues", rc)?;
+        Ok(vals
+            .iter()
+            .map(|v| FieldReading {
+                entity,
+                field_id: v.fieldId,
+                ts_us: v.ts,
+                reading: decode(v.fieldType, v.status, &v.value),
+            })
+            .collect())
+    }
+
+    /// Every cached sample with a timestamp at or after `since_us` for the group and field
+    /// group, and the timestamp to pass next time.
+    pub fn values_since(&self, group: &Group, fields: &FieldGroup, since_us: i64) -> Result<(Vec<FieldReading>, i64)> {
+        let f = sym!(self.lib(), dcgmGetValuesSince_v2);
+        let mut sink = CallbackSink { out: Vec::new(), panicked: false };
+        let mut next: std::os::raw::c_longlong = 0;
+        // SAFETY: the callback only runs during this call and only touches `sink`, which
+        // outlives it; `next` is a valid out-pointer.
+        let rc = unsafe {
+            f(
+                self.h(),
+                group.id as ffi::dcgmGpuGrp_t,
+                fields.id as ffi::dcgmFieldGrp_t,
+                since_us,
+                &mut next,
+                Some(collect_values_cb),
+                (&mut sink as *mut CallbackSink).cast::<c_void>(),
+            )
+        };
+        self.lib().check("dcgmGetValuesSince_v2", rc)?;
+        if sink.panicked {
+            return Err(Error::InvalidArgument("value callback failed while decoding DCGM values".into()));
+        }
+        Ok((sink.out, next))
+    }
+
+    /// Enables health watches (`health_system` bits) on a group.
+    pub fn health_set(&self, group: &Group, systems: u32) -> Result<()> {
+        let f = sym!(self.lib(), dcgmHealthSet);
+        // SAFETY: integer arguments only.
+        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, systems) };
+        self.lib().check("dcgmHealthSet", rc)
+    }
+
+    pub fn health_get(&self, group: &Group) -> Result<u32> {
+        let f = sym!(self.lib(), dcgmHealthGet);
+        let mut systems: ffi::dcgmHealthSystems_t = 0;
+        // SAFETY: `systems` is a valid out-pointer.
+        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, &mut systems) };
+        self.lib().check("dcgmHealthGet", rc)?;
+        Ok(systems)
+    }
+
+    pub fn health_check(&self, group: &Group) -> Result<HealthResponse> {
+        let f = sym!(self.lib(), dcgmHealthCheck);
+        // 1 MB: must live on the heap.
+        let mut r = boxed_zeroed::<ffi::dcgmHealthResponse_v5>();
+        r.version = versions::HEALTH_RESPONSE_V5;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, &mut *r) };
+        self.lib().check("dcgmHealthCheck", rc)?;
+        let n = (r.incidentCount as usize).min(r.incidents.len());
+        Ok(HealthResponse {
+            overall: r.overallHealth,
+            incidents: r.incidents[..n]
+                .iter()
+                .map(|i| HealthIncident {
+                    system: i.system,
+                    health: i.health,
+                    code: i.error.code,
+                    message: c_buf_to_string(&i.error.msg),
+                    entity: Entity::new(EntityGroup::from_raw(i.entityInfo.entityGroupId), i.entityInfo.entityId),
+                })
+                .collect(),
+        })
+    }
+}
+
+fn decode_v2(v: &ffi::dcgmFieldValue_v2) -> Reading {
+    // SAFETY: the v1 and v2 value unions are identical (same members, size and
+    // alignment), so reinterpreting a reference to one as the other is sound.
+    let value: &ffi::dcgmFieldValue_v1__bindgen_ty_1 =
+        unsafe { &*(&v.value as *const ffi::dcgmFieldValue_v2__bindgen_ty_1).cast() };
+    decode(v.fieldType, v.status, value)
+}
+
+struct CallbackSink {
+    out: Vec<FieldReading>,
+    panicked: bool,
+}
+
+/// `dcgmFieldValueEntityEnumeration_f`: copies values out (they are only valid during the
+/// callback). A panic must not unwind into C, so it is caught and reported afterwards.
+unsafe extern "C" fn collect_values_cb(
+    entity_group: ffi::dcgm_field_entity_group_t,
+    entity_id: ffi::dcgm_field_eid_t,
+    values: *mut ffi::dcgmFieldValue_v1,
+    n: c_int,
+    user: *mut c_void,
+) -> c_int {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `user` is the `&mut CallbackSink` passed by values_since, alive for the
+        // whole enumeration and not aliased meanwhile.
+        let sink = unsafe { &mut *user.cast::<CallbackSink>() };
+        if values.is_null() || n <= 0 {
+            return;
+        }
+        // SAFETY: DCGM passes `n` valid values, readable until the callback returns.
+        let vals = unsafe { std::slice::from_raw_parts(values, n as usize) };
+        let entity = Entity::new(EntityGroup::from_raw(entity_group), entity_id);
+        sink.out.extend(vals.iter().map(|v| FieldReading {
+            entity,
+            field_id: v.fieldId,
+            ts_us: v.ts,
+            reading: decode(v.fieldType, v.status, &v.value),
+        }));
+    }));
+    match result {
+        Ok(()) => 0,
+        Err(_) => {
+            // SAFETY: as above; we only set a flag.
+            unsafe { (*user.cast::<CallbackSink>()).panicked = true };
+            -1
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_targets_parse_like_dcgm() {
+        assert_eq!(ConnectTarget::parse("localhost:5555"), Ok(ConnectTarget::Tcp("localhost:5555".into())));
+        assert_eq!(ConnectTarget::parse("tcp://10.0.0.1:5555"), Ok(ConnectTarget::Tcp("10.0.0.1:5555".into())));
+        assert_eq!(ConnectTarget::parse("[::1]:5555"), Ok(ConnectTarget::Tcp("[::1]:5555".into())));
+        assert_eq!(ConnectTarget::parse("host"), Ok(ConnectTarget::Tcp("host".into())));
+        assert_eq!(ConnectTarget::parse("unix:///tmp/he"), Ok(ConnectTarget::Unix("/tmp/he".into())));
+        assert_eq!(ConnectTarget::parse("/run/nv-hostengine"), Ok(ConnectTarget::Unix("/run/nv-hostengine".into())));
+        assert!(ConnectTarget::parse("::1:5555").unwrap_err().contains("brackets"));
+        assert!(ConnectTarget::parse("host:0").unwrap_err().contains("invalid port"));
+        assert!(ConnectTarget::parse("host:http").is_err());
+        assert!(ConnectTarget::parse("vsock://3:5555").is_err());
+        assert!(ConnectTarget::parse("").is_err());
+        assert_eq!(ConnectTarget::parse("[fe80::1]:5555").unwrap().host().as_deref(), Some("fe80::1"));
+        assert_eq!(ConnectTarget::parse("gpu-node-3:5555").unwrap().host().as_deref(), Some("gpu-node-3"));
+    }
+}

@@ -1,0 +1,192 @@
+//! The collection loop: owns the DCGM session, collects at the interval, publishes an
+//! immutable rendered page, and reconnects to a lost remote host engine with backoff.
+//! Scrapes never call DCGM; they only read the last published page.
+
+use crate::collect::{Collector, Settings, StartError};
+use crate::counters::Counters;
+use crate::render::Page;
+use crate::selfmetrics::SelfMetrics;
+use dcgm_sys::{ConnectTarget, Library, Session};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How the exporter reaches DCGM.
+#[derive(Clone, Debug)]
+pub enum Engine {
+    Embedded,
+    Remote(ConnectTarget),
+}
+
+/// State shared between the collection thread and the HTTP server.
+pub struct Shared {
+    /// The last rendered DCGM page; empty while DCGM is unreachable.
+    page: RwLock<Arc<Vec<u8>>>,
+    connected: AtomicBool,
+    last_success: Mutex<Option<Instant>>,
+    last_error: Mutex<Option<String>>,
+    pub metrics: SelfMetrics,
+    interval: Duration,
+}
+
+impl Shared {
+    pub fn new(interval: Duration) -> Shared {
+        Shared {
+            page: RwLock::new(Arc::new(Vec::new())),
+            connected: AtomicBool::new(false),
+            last_success: Mutex::new(None),
+            last_error: Mutex::new(None),
+            metrics: SelfMetrics::new(),
+            interval,
+        }
+    }
+
+    pub fn page(&self) -> Arc<Vec<u8>> {
+        self.page.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn publish(&self, bytes: Vec<u8>) {
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(bytes);
+    }
+
+    fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::SeqCst);
+        self.metrics.connected.set(i64::from(up));
+    }
+
+    fn set_error(&self, e: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// `Ok(())` while DCGM is connected and the last collection is recent; else why not.
+    pub fn health(&self) -> Result<(), String> {
+        if !self.connected.load(Ordering::SeqCst) {
+            let why = self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            return Err(format!("DCGM host engine not connected: {}", why.unwrap_or_else(|| "unknown".into())));
+        }
+        let fresh_for = (self.interval * 3).max(self.interval + Duration::from_secs(10));
+        match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(t) if t.elapsed() <= fresh_for => Ok(()),
+            Some(t) => Err(format!("last successful collection was {:.1}s ago", t.elapsed().as_secs_f64())),
+            None => Err("no successful collection yet".into()),
+        }
+    }
+}
+
+/// Everything needed to (re)build a collector.
+pub struct Runner {
+    pub library: Arc<Library>,
+    pub engine: Engine,
+    pub counters: Arc<Counters>,
+    pub settings: Settings,
+    pub shared: Arc<Shared>,
+}
+
+impl Runner {
+    /// Connects and sets up watches once. Used at startup, where failure is fatal.
+    pub fn start(&self) -> Result<Collector, StartError> {
+        let session = match &self.engine {
+            Engine::Embedded => Session::embedded(self.library.clone())?,
+            Engine::Remote(t) => Session::connect(self.library.clone(), t, 5000)?,
+        };
+        Collector::start(session, self.counters.clone(), self.settings.clone())
+    }
+
+    /// Runs until `stop` receives a message or is closed; returns the live collector so the
+    /// caller can remove its watches.
+    pub fn run(&self, mut collector: Option<Collector>, stop: Receiver<()>) -> Option<Collector> {
+        let interval = Duration::from_millis(self.settings.interval_ms);
+        let mut backoff = Duration::from_millis(500);
+        loop {
+            let started = Instant::now();
+            let wait = match collector.as_mut() {
+                Some(c) => match self.tick(c) {
+                    Ok(()) => interval,
+                    Err(e) if e.is_connection_lost() || matches!(self.engine, Engine::Remote(_)) && is_fatal(&e) => {
+                        tracing::error!("lost the DCGM host engine: {e}; reconnecting");
+                        self.outage(&e.to_string());
+                        collector = None;
+                        Duration::ZERO
+                    }
+                    Err(e) => {
+                        tracing::warn!("collection failed: {e}");
+                        self.shared.metrics.collections.with_label_values(&["error"]).inc();
+                        interval
+                    }
+                },
+                None => match self.start() {
+                    Ok(c) => {
+                        tracing::info!("reconnected to the DCGM host engine; watches recreated");
+                        self.shared.metrics.reconnects.inc();
+                        backoff = Duration::from_millis(500);
+                        collector = Some(c);
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!("reconnect failed: {e}; retrying in {:?}", backoff);
+                        self.outage(&e.to_string());
+                        let b = backoff;
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                        b
+                    }
+                },
+            };
+            let sleep = wait.saturating_sub(started.elapsed());
+            match stop.recv_timeout(sleep) {
+                Err(RecvTimeoutError::Timeout) => {}
+                _ => return collector,
+            }
+        }
+    }
+
+    /// Never serve stale values: an outage empties the page until a collection succeeds.
+    fn outage(&self, why: &str) {
+        self.shared.publish(Vec::new());
+        self.shared.set_connected(false);
+        self.shared.set_error(Some(why.to_string()));
+        self.shared.metrics.collections.with_label_values(&["error"]).inc();
+    }
+
+    fn tick(&self, c: &mut Collector) -> dcgm_sys::Result<()> {
+        let t0 = Instant::now();
+        if c.mig_changed()? {
+            tracing::info!("MIG configuration changed; rebuilding watches");
+            let session = c.session().clone();
+            match Collector::start(session, self.counters.clone(), self.settings.clone()) {
+                Ok(new) => {
+                    let old = std::mem::replace(c, new);
+                    old.stop();
+                }
+                Err(StartError::Dcgm(e)) => return Err(e),
+                Err(StartError::Config(e)) => tracing::error!("after MIG change: {e}"),
+            }
+        }
+        let mut page = Page::default();
+        c.collect(&mut page)?;
+        let bytes = page.encode();
+        let m = &self.shared.metrics;
+        for (reason, n) in &page.dropped {
+            m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
+        }
+        m.series.set(page.series_count() as i64);
+        m.collection_duration.set(t0.elapsed().as_secs_f64());
+        m.collections.with_label_values(&["success"]).inc();
+        m.last_success
+            .set(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
+        self.shared.publish(bytes);
+        *self.shared.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        self.shared.set_connected(true);
+        self.shared.set_error(None);
+        Ok(())
+    }
+
+    pub fn mark_started(&self) {
+        self.shared.set_connected(true);
+    }
+}
+
+/// Errors after which a remote session cannot be trusted any more.
+fn is_fatal(e: &dcgm_sys::Error) -> bool {
+    matches!(e.status(), Some(dcgm_sys::Status::ConnectionNotValid | dcgm_sys::Status::Timeout))
+}

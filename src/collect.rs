@@ -1,0 +1,249 @@
+//! One DCGM session's watches and the collection that turns their latest values into a page.
+
+use crate::counters::{Counter, CounterField, Counters, PromType};
+use crate::exp::ExpCollectors;
+use crate::fields;
+use crate::render::{DropReason, Page};
+use crate::targets::{self, Kind, WatchSet};
+use crate::topology::{self, Topology};
+use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Entities per DCGM group (DCGM_GROUP_MAX_ENTITIES_V2).
+const MAX_GROUP_ENTITIES: usize = 1024;
+/// Fields per field group (the library rejects 128 or more).
+const MAX_FIELD_GROUP_FIELDS: usize = 127;
+/// How long DCGM keeps samples (dcgm-exporter's value).
+pub const MAX_KEEP_AGE_S: f64 = 600.0;
+
+/// Settings that shape what is watched and how it is labelled.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub gpus: crate::selector::Selector,
+    pub switches: crate::selector::Selector,
+    pub cpus: crate::selector::Selector,
+    pub compute_instances: bool,
+    pub use_old_namespace: bool,
+    pub replace_blanks_in_model_name: bool,
+    pub hostname: Option<String>,
+    pub interval_ms: u64,
+    pub xid_window_ms: u64,
+    pub clock_events_window_ms: u64,
+}
+
+struct ActiveSet {
+    set: WatchSet,
+    entities: Vec<Entity>,
+    // Kept alive for the watches; destroyed (after unwatching) on drop.
+    watches: Vec<(Group, FieldGroup)>,
+}
+
+pub struct Collector {
+    session: Session,
+    counters: Arc<Counters>,
+    settings: Settings,
+    topology: Topology,
+    sets: Vec<ActiveSet>,
+    exp: ExpCollectors,
+    /// Fingerprint of the MIG layout the watches were built for.
+    mig_layout: Vec<topology::Instance>,
+}
+
+/// Creates groups and field groups for a set of entities and watches them.
+pub fn watch_all(
+    session: &Session,
+    name: &str,
+    entities: &[Entity],
+    fields: &[u16],
+    interval_ms: u64,
+    keep_age_s: f64,
+) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+    let mut out = Vec::new();
+    let nonce = std::process::id();
+    for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
+        for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
+            let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
+            let fg = session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
+            session.watch(&group, &fg, (interval_ms * 1000) as i64, keep_age_s, 0)?;
+            out.push((group, fg));
+        }
+    }
+    Ok(out)
+}
+
+impl Collector {
+    /// Discovers the node, applies the selectors and sets up every watch.
+    /// Selector errors (a requested id that does not exist) come back as `Err(String)`.
+    pub fn start(session: Session, counters: Arc<Counters>, settings: Settings) -> Result<Collector, StartError> {
+        let topology = Topology::discover(&session)?;
+        for w in &topology.warnings {
+            tracing::debug!("{w}");
+        }
+        let opts = targets::Options {
+            gpus: &settings.gpus,
+            switches: &settings.switches,
+            cpus: &settings.cpus,
+            compute_instances: settings.compute_instances,
+            use_old_namespace: settings.use_old_namespace,
+            replace_blanks_in_model_name: settings.replace_blanks_in_model_name,
+            hostname: settings.hostname.as_deref(),
+        };
+        let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
+        let mut sets = Vec::new();
+        for set in plan {
+            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+            let name = format!("dcgm-exporter-{}", set.kind.name().replace(' ', "-").to_lowercase());
+            let watches =
+                watch_all(&session, &name, &entities, &set.fields, settings.interval_ms, MAX_KEEP_AGE_S)?;
+            tracing::info!(
+                "watching {} {} entities x {} fields",
+                entities.len(),
+                set.kind.name(),
+                set.fields.len()
+            );
+            sets.push(ActiveSet { set, entities, watches });
+        }
+        for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
+            if !sets.iter().any(|s| s.set.kind == kind) {
+                tracing::info!("not collecting {} metrics: no such entities selected or no fields apply", kind.name());
+            }
+        }
+        let gpu_targets = sets
+            .iter()
+            .find(|s| s.set.kind == Kind::Gpu)
+            .map(|s| s.set.targets.clone())
+            .unwrap_or_default();
+        let exp = ExpCollectors::start(&session, &counters, &settings, &topology, &gpu_targets)?;
+        // Take the first samples now rather than one interval later.
+        session.update_all_fields(true)?;
+        let mig_layout = topology.instances.clone();
+        Ok(Collector { session, counters, settings, topology, sets, exp, mig_layout })
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// True when the MIG layout differs from the one the watches were built for.
+    pub fn mig_changed(&self) -> dcgm_sys::Result<bool> {
+        Ok(topology::discover_instances(&self.session)? != self.mig_layout)
+    }
+
+    /// Reads every watched value and fills `page`.
+    pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+        let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
+        for active in &self.sets {
+            let readings = self.session.latest_values(&active.entities, &active.set.fields, false)?;
+            let by_key: HashMap<(Entity, u16), &Reading> =
+                readings.iter().map(|r| ((r.entity, r.field_id), &r.reading)).collect();
+            let rows: Vec<&Counter> = active.set.counters.iter().map(|&i| &self.counters.all[i]).collect();
+            let label_rows: Vec<&Counter> = {
+                let mut v: Vec<&Counter> = rows.iter().copied().filter(|c| c.prom_type == PromType::Label).collect();
+                v.sort_by(|a, b| a.name.cmp(&b.name));
+                v
+            };
+            let mut value_rows: Vec<&Counter> =
+                rows.iter().copied().filter(|c| c.prom_type != PromType::Label).collect();
+            value_rows.sort_by_key(|c| (field_id(c), c.line));
+
+            // Label fields first: they go on every series of the entity.
+            for t in &active.set.targets {
+                let mut labels = Vec::new();
+                for c in &label_rows {
+                    if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
+                        if let Some(s) = label_text(v) {
+                            labels.push((c.name.clone(), s));
+                        }
+                    }
+                }
+                csv_labels.insert(t.entity, labels);
+            }
+
+            for c in &value_rows {
+                let fid = field_id(c);
+                for t in &active.set.targets {
+                    let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
+                        page.drop_value(DropReason::Status);
+                        continue;
+                    };
+                    let value = match reading {
+                        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => *v as f64,
+                        Reading::Value(Value::Double(v)) => *v,
+                        Reading::Value(_) => {
+                            page.drop_value(DropReason::NonNumeric);
+                            continue;
+                        }
+                        Reading::Sentinel(_) => {
+                            page.drop_value(DropReason::Sentinel);
+                            continue;
+                        }
+                        Reading::Error(_) => {
+                            page.drop_value(DropReason::Status);
+                            continue;
+                        }
+                    };
+                    let mut labels: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    let extra = csv_labels.get(&t.entity);
+                    if let Some(extra) = extra {
+                        labels.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+                    }
+                    let code;
+                    if fid == fields::XID_ERRORS {
+                        code = (value as i64).to_string();
+                        labels.push(("err_code", &code));
+                        labels.push(("err_msg", crate::xid::describe(value as i64)));
+                    }
+                    page.add(&c.name, &c.help, c.prom_type, &labels, value);
+                }
+            }
+        }
+        self.exp.collect(&self.session, &self.counters, &csv_labels, page)?;
+        Ok(())
+    }
+
+    /// Removes every watch (on shutdown); errors are logged, not fatal.
+    pub fn stop(self) {
+        for active in &self.sets {
+            for (g, fg) in &active.watches {
+                if let Err(e) = self.session.unwatch(g, fg) {
+                    tracing::debug!("unwatch: {e}");
+                }
+            }
+        }
+        self.exp.stop(&self.session);
+    }
+
+    pub fn interval_ms(&self) -> u64 {
+        self.settings.interval_ms
+    }
+}
+
+fn field_id(c: &Counter) -> u16 {
+    match &c.field {
+        CounterField::Dcgm(m) => m.id,
+        CounterField::Exp(_) => 0,
+    }
+}
+
+/// A label field's value as text (any type but blobs).
+fn label_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Int64(i) | Value::Timestamp(i) => Some(i.to_string()),
+        Value::Double(d) => Some(d.to_string()),
+        Value::Blob(_) => None,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{0}")]
+    Dcgm(#[from] dcgm_sys::Error),
+    #[error("{0}")]
+    Config(String),
+}

@@ -1,0 +1,336 @@
+//! dcgm-exporter's synthesised `DCGM_EXP_*` metrics: windowed and cumulative XID and
+//! clock-event counts, GPU health and NVLink P2P status.
+
+use crate::collect::{watch_all, Settings, MAX_KEEP_AGE_S};
+use crate::counters::{Counter, CounterField, Counters, ExpField, PromType};
+use crate::fields;
+use crate::render::Page;
+use crate::targets::Target;
+use crate::topology::Topology;
+use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// Clock-event reason bits and their `clock_event` label (dcgm_fields.h
+/// `DCGM_CLOCKS_EVENT_REASON_*`).
+pub const CLOCK_EVENTS: &[(i64, &str)] = &[
+    (0x1, "gpu_idle"),
+    (0x2, "clocks_setting"),
+    (0x4, "power_cap"),
+    (0x8, "hw_slowdown"),
+    (0x10, "sync_boost"),
+    (0x20, "sw_thermal"),
+    (0x40, "hw_thermal"),
+    (0x80, "hw_power_brake"),
+    (0x100, "display_clocks"),
+];
+
+/// The `health_watch` rows, in dcgm-exporter's order.
+const HEALTH_WATCHES: &[(&str, u32)] = &[
+    ("PCIE", health_system::PCIE),
+    ("NVLINK", health_system::NVLINK),
+    ("PMU", health_system::PMU),
+    ("MCU", health_system::MCU),
+    ("MEM", health_system::MEM),
+    ("SM", health_system::SM),
+    ("INFOROM", health_system::INFOROM),
+    ("THERMAL", health_system::THERMAL),
+    ("POWER", health_system::POWER),
+    ("DRIVER", health_system::DRIVER),
+    ("ALL", health_system::ALL),
+];
+
+/// Counts of one field's sample values over a sliding window, plus since-start totals.
+struct Windowed {
+    field: u16,
+    window_ms: u64,
+    label: &'static str,
+    count_row: Option<Counter>,
+    total_row: Option<Counter>,
+    targets: Vec<Target>,
+    watches: Vec<(Group, FieldGroup)>,
+    totals: HashMap<Entity, BTreeMap<String, u64>>,
+    /// Samples at or before this timestamp are already in `totals`.
+    last_ts: i64,
+}
+
+impl Windowed {
+    /// The values a sample stands for: the XID itself, or each clock-event bit set.
+    fn keys(&self, v: i64) -> Vec<String> {
+        if self.field == fields::XID_ERRORS {
+            if v == 0 {
+                Vec::new()
+            } else {
+                vec![v.to_string()]
+            }
+        } else {
+            CLOCK_EVENTS.iter().filter(|(bit, _)| v & bit != 0).map(|(_, n)| n.to_string()).collect()
+        }
+    }
+
+    fn collect(
+        &mut self,
+        session: &Session,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) -> dcgm_sys::Result<()> {
+        let now_us = now_us();
+        let since = now_us - (self.window_ms as i64) * 1000;
+        let mut in_window: HashMap<Entity, BTreeMap<String, u64>> = HashMap::new();
+        let mut newest = self.last_ts;
+        for (g, fg) in &self.watches {
+            let (samples, _) = session.values_since(g, fg, since.min(self.last_ts + 1).max(0))?;
+            for s in samples {
+                let v = match s.reading {
+                    Reading::Value(Value::Int64(v)) => v,
+                    _ => continue,
+                };
+                for key in self.keys(v) {
+                    if s.ts_us >= since {
+                        *in_window.entry(s.entity).or_default().entry(key.clone()).or_default() += 1;
+                    }
+                    if s.ts_us > self.last_ts {
+                        *self.totals.entry(s.entity).or_default().entry(key).or_default() += 1;
+                    }
+                }
+                newest = newest.max(s.ts_us);
+            }
+        }
+        self.last_ts = newest;
+        let window = self.window_ms.to_string();
+        for t in &self.targets {
+            let base = labels_of(t, csv_labels);
+            if let Some(row) = &self.count_row {
+                match in_window.get(&t.entity) {
+                    Some(counts) if !counts.is_empty() => {
+                        for (k, n) in counts {
+                            let mut l = base.clone();
+                            l.push((self.label, k));
+                            l.push(("window_size_in_ms", &window));
+                            page.add(&row.name, &row.help, row.prom_type, &l, *n as f64);
+                        }
+                    }
+                    _ => {
+                        let mut l = base.clone();
+                        l.push(("window_size_in_ms", &window));
+                        page.add(&row.name, &row.help, row.prom_type, &l, 0.0);
+                    }
+                }
+            }
+            if let Some(row) = &self.total_row {
+                match self.totals.get(&t.entity) {
+                    Some(counts) if !counts.is_empty() => {
+                        for (k, n) in counts {
+                            let mut l = base.clone();
+                            l.push((self.label, k));
+                            page.add(&row.name, &row.help, row.prom_type, &l, *n as f64);
+                        }
+                    }
+                    _ => page.add(&row.name, &row.help, row.prom_type, &base, 0.0),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Health {
+    row: Counter,
+    group: Group,
+    targets: Vec<Target>,
+    codes: &'static HashMap<u32, String>,
+}
+
+struct P2P {
+    row: Counter,
+    targets: Vec<Target>,
+}
+
+#[derive(Default)]
+pub struct ExpCollectors {
+    windowed: Vec<Windowed>,
+    health: Option<Health>,
+    p2p: Option<P2P>,
+}
+
+fn labels_of<'a>(t: &'a Target, csv: &'a HashMap<Entity, Vec<(String, String)>>) -> Vec<(&'a str, &'a str)> {
+    let mut l: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    if let Some(extra) = csv.get(&t.entity) {
+        l.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    l
+}
+
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+fn find_row(counters: &Counters, f: ExpField) -> Option<Counter> {
+    counters.exp().find(|c| matches!(&c.field, CounterField::Exp(e) if *e == f)).cloned()
+}
+
+impl ExpCollectors {
+    pub fn start(
+        session: &Session,
+        counters: &Counters,
+        settings: &Settings,
+        topology: &Topology,
+        gpu_targets: &[Target],
+    ) -> dcgm_sys::Result<ExpCollectors> {
+        let mut exp = ExpCollectors::default();
+        let entities: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
+        for (field, label, count, total, window_ms, name) in [
+            (
+                fields::XID_ERRORS,
+                "xid",
+                ExpField::XidErrorsCount,
+                ExpField::XidErrorsTotal,
+                settings.xid_window_ms,
+                "xid",
+            ),
+            (
+                fields::CLOCKS_EVENT_REASONS,
+                "clock_event",
+                ExpField::ClockEventsCount,
+                ExpField::ClockEventsTotal,
+                settings.clock_events_window_ms,
+                "clock-events",
+            ),
+        ] {
+            let (count_row, total_row) = (find_row(counters, count), find_row(counters, total));
+            if (count_row.is_none() && total_row.is_none()) || entities.is_empty() {
+                continue;
+            }
+            // The hidden dependency: watch the source field even when the CSV lacks it,
+            // keeping samples for at least the whole window.
+            let keep = MAX_KEEP_AGE_S.max(window_ms as f64 / 1000.0);
+            let watches = watch_all(
+                session,
+                &format!("dcgm-exporter-{name}"),
+                &entities,
+                &[field],
+                settings.interval_ms,
+                keep,
+            )?;
+            exp.windowed.push(Windowed {
+                field,
+                window_ms,
+                label,
+                count_row,
+                total_row,
+                targets: gpu_targets.to_vec(),
+                watches,
+                totals: HashMap::new(),
+                last_ts: now_us(),
+            });
+        }
+
+        // Health and P2P are per physical GPU, MIG or not.
+        let whole_gpus: Vec<Target> = {
+            let mut seen = Vec::new();
+            let mut v = Vec::new();
+            for t in gpu_targets {
+                let Some(g) = t.gpu else { continue };
+                if seen.contains(&g) {
+                    continue;
+                }
+                seen.push(g);
+                let labels = t
+                    .labels
+                    .iter()
+                    .filter(|(k, _)| !matches!(*k, "GPU_I_PROFILE" | "GPU_I_ID" | "GPU_CI_ID"))
+                    .cloned()
+                    .collect();
+                v.push(Target { entity: Entity::gpu(g), labels, gpu: Some(g) });
+            }
+            v
+        };
+        if let Some(row) = find_row(counters, ExpField::GpuHealthStatus) {
+            if !whole_gpus.is_empty() {
+                let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
+                let group = session.create_group(&format!("dcgm-exporter-health-{}", std::process::id()), &ents)?;
+                session.health_set(&group, health_system::ALL)?;
+                exp.health = Some(Health { row, group, targets: whole_gpus.clone(), codes: crate::health_codes::names() });
+            }
+        }
+        if let Some(row) = find_row(counters, ExpField::P2PStatus) {
+            if topology.gpus.len() > 1 {
+                exp.p2p = Some(P2P { row, targets: whole_gpus });
+            }
+        }
+        Ok(exp)
+    }
+
+    pub fn collect(
+        &mut self,
+        session: &Session,
+        _counters: &Counters,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) -> dcgm_sys::Result<()> {
+        if !self.windowed.is_empty() {
+            // dcgm-exporter samples before counting so the window ends now.
+            session.update_all_fields(true)?;
+        }
+        for w in &mut self.windowed {
+            w.collect(session, csv_labels, page)?;
+        }
+        if let Some(h) = &self.health {
+            let resp = session.health_check(&h.group)?;
+            for t in &h.targets {
+                for (watch, bit) in HEALTH_WATCHES {
+                    let worst = resp
+                        .incidents
+                        .iter()
+                        .filter(|i| i.entity == t.entity && (i.system & bit) != 0)
+                        .max_by_key(|i| i.health);
+                    let (value, code) = match worst {
+                        Some(i) => (i.health, h.codes.get(&i.code).cloned().unwrap_or_else(|| format!("DCGM_FR_UNKNOWN({})", i.code))),
+                        None => (0, "DCGM_FR_OK".to_string()),
+                    };
+                    let mut l = labels_of(t, csv_labels);
+                    l.push(("health_watch", watch));
+                    l.push(("health_error_code", &code));
+                    page.add(&h.row.name, &h.row.help, h.row.prom_type, &l, f64::from(value));
+                }
+            }
+        }
+        if let Some(p) = &self.p2p {
+            let m = session.p2p_status()?;
+            for t in &p.targets {
+                let Some(gpu) = t.gpu else { continue };
+                let Some((_, row)) = m.gpus.iter().find(|(id, _)| *id == gpu) else { continue };
+                for (j, status) in row.iter().enumerate() {
+                    let Some((peer, _)) = m.gpus.get(j) else { continue };
+                    if *peer == gpu {
+                        continue;
+                    }
+                    let peer_s = peer.to_string();
+                    let mut l = labels_of(t, csv_labels);
+                    l.push(("peer_gpu", &peer_s));
+                    l.push(("link_status", status.label()));
+                    page.add(&p.row.name, &p.row.help, p.row.prom_type, &l, f64::from(status.code()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn stop(self, session: &Session) {
+        for w in &self.windowed {
+            for (g, fg) in &w.watches {
+                let _ = session.unwatch(g, fg);
+            }
+        }
+    }
+}
+
+/// Whether a counters set uses any DCGM_EXP row (so tests can assert the wiring).
+pub fn uses_exp(counters: &Counters) -> bool {
+    counters.exp().next().is_some()
+}
+
+#[allow(dead_code)]
+fn _type_check(_: PromType) {}

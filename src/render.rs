@@ -1,0 +1,187 @@
+//! Builds one exposition page per collection and encodes it with the `prometheus` crate's
+//! text encoder (which escapes label values and help text). A series that would break the
+//! page (a duplicate, a type clash) is dropped and counted instead.
+
+use crate::counters::PromType;
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType, Untyped};
+use prometheus::Encoder;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+
+/// Why a value did not reach the page (the `reason` label of the drop counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// A DCGM blank / not-found / not-supported / not-permissioned sentinel.
+    Sentinel,
+    /// DCGM returned the value with an error status (no data, not watched, GPU lost...).
+    Status,
+    /// A string or blob value in a gauge/counter row.
+    NonNumeric,
+    /// The same metric name and labels twice.
+    Duplicate,
+    /// The same metric name with another type or help text.
+    Conflict,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Sentinel => "sentinel",
+            DropReason::Status => "status",
+            DropReason::NonNumeric => "non_numeric",
+            DropReason::Duplicate => "duplicate",
+            DropReason::Conflict => "conflict",
+        }
+    }
+}
+
+struct Family {
+    proto: MetricFamily,
+    help: String,
+    ty: PromType,
+    seen: HashSet<u64>,
+}
+
+#[derive(Default)]
+pub struct Page {
+    families: Vec<Family>,
+    index: HashMap<String, usize>,
+    pub dropped: BTreeMap<DropReason, u64>,
+}
+
+fn metric_type(t: PromType) -> MetricType {
+    match t {
+        PromType::Counter => MetricType::COUNTER,
+        PromType::Gauge => MetricType::GAUGE,
+        // A DCGM field is one number: it cannot be a real histogram or summary, and
+        // declaring it one makes the page invalid. Such rows are exported untyped.
+        PromType::Histogram | PromType::Summary | PromType::Label => MetricType::UNTYPED,
+    }
+}
+
+impl Page {
+    pub fn drop_value(&mut self, reason: DropReason) {
+        *self.dropped.entry(reason).or_default() += 1;
+    }
+
+    /// Adds one sample. Label order is kept as given.
+    pub fn add(&mut self, name: &str, help: &str, ty: PromType, labels: &[(&str, &str)], value: f64) {
+        let idx = match self.index.get(name) {
+            Some(&i) => i,
+            None => {
+                let mut proto = MetricFamily::default();
+                proto.set_name(name.to_string());
+                proto.set_help(help.to_string());
+                proto.set_field_type(metric_type(ty));
+                self.families.push(Family { proto, help: help.to_string(), ty, seen: HashSet::new() });
+                self.index.insert(name.to_string(), self.families.len() - 1);
+                self.families.len() - 1
+            }
+        };
+        let fam = &mut self.families[idx];
+        if fam.ty != ty || fam.help != help {
+            self.drop_value(DropReason::Conflict);
+            return;
+        }
+        let mut h = DefaultHasher::new();
+        let mut sorted: Vec<&(&str, &str)> = labels.iter().collect();
+        sorted.sort();
+        sorted.hash(&mut h);
+        if !fam.seen.insert(h.finish()) {
+            self.drop_value(DropReason::Duplicate);
+            return;
+        }
+        let mut m = Metric::default();
+        for (k, v) in labels {
+            let mut lp = LabelPair::default();
+            lp.set_name(k.to_string());
+            lp.set_value(v.to_string());
+            m.mut_label().push(lp);
+        }
+        match metric_type(ty) {
+            MetricType::COUNTER => {
+                let mut c = Counter::default();
+                c.set_value(value);
+                m.set_counter(c);
+            }
+            MetricType::GAUGE => {
+                let mut g = Gauge::default();
+                g.set_value(value);
+                m.set_gauge(g);
+            }
+            _ => {
+                let mut u = Untyped::default();
+                u.set_value(value);
+                m.set_untyped(u);
+            }
+        }
+        fam.proto.mut_metric().push(m);
+    }
+
+    pub fn series_count(&self) -> usize {
+        self.families.iter().map(|f| f.proto.get_metric().len()).sum()
+    }
+
+    /// Prometheus text format (0.0.4).
+    pub fn encode(&self) -> Vec<u8> {
+        let fams: Vec<MetricFamily> =
+            self.families.iter().filter(|f| !f.proto.get_metric().is_empty()).map(|f| f.proto.clone()).collect();
+        let mut out = Vec::with_capacity(fams.len() * 256);
+        // Encoding into a Vec only fails on an empty family, filtered out above.
+        if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
+            tracing::error!("encoding metrics failed: {e}");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(p: &Page) -> String {
+        String::from_utf8(p.encode()).unwrap()
+    }
+
+    #[test]
+    fn escapes_label_values_and_help() {
+        let mut p = Page::default();
+        p.add("X", "a \\ help\nline", PromType::Gauge, &[("modelName", "a \"quoted\" \\ name\n")], 1.5);
+        let t = text(&p);
+        assert!(t.contains("# HELP X a \\\\ help\\nline"), "{t}");
+        assert!(t.contains(r#"X{modelName="a \"quoted\" \\ name\n"} 1.5"#), "{t}");
+        assert!(t.contains("# TYPE X gauge"));
+    }
+
+    #[test]
+    fn duplicates_and_conflicts_are_dropped_not_fatal() {
+        let mut p = Page::default();
+        p.add("X", "h", PromType::Gauge, &[("gpu", "0")], 1.0);
+        p.add("X", "h", PromType::Gauge, &[("gpu", "0")], 2.0);
+        p.add("X", "other", PromType::Counter, &[("gpu", "1")], 3.0);
+        p.add("X", "h", PromType::Gauge, &[("gpu", "1")], 4.0);
+        assert_eq!(p.series_count(), 2);
+        assert_eq!(p.dropped[&DropReason::Duplicate], 1);
+        assert_eq!(p.dropped[&DropReason::Conflict], 1);
+        assert!(text(&p).contains("X{gpu=\"1\"} 4"));
+    }
+
+    #[test]
+    fn label_order_is_kept_and_histograms_become_untyped() {
+        let mut p = Page::default();
+        p.add("Y", "h", PromType::Histogram, &[("gpu", "0"), ("UUID", "u"), ("Hostname", "h")], 7.0);
+        let t = text(&p);
+        assert!(t.contains(r#"Y{gpu="0",UUID="u",Hostname="h"} 7"#), "{t}");
+        assert!(t.contains("# TYPE Y untyped"), "{t}");
+    }
+
+    #[test]
+    fn large_integers_round_trip_through_the_text() {
+        let mut p = Page::default();
+        p.add("E", "h", PromType::Counter, &[], 123456789012.0);
+        let t = text(&p);
+        let v: f64 = t.lines().last().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        assert_eq!(v, 123456789012.0);
+    }
+}

@@ -1,0 +1,320 @@
+//! Which entities are exported, with which identity labels and which fields: the device
+//! selectors (`-d`, `-s`, `-p`) applied to the discovered topology.
+
+use crate::counters::{Counter, CounterField, Counters, PromType};
+use crate::fields::level;
+use crate::selector::{check_exists, IdSet, Selector};
+use crate::topology::{Instance, Topology};
+use dcgm_sys::{Entity, EntityGroup, LinkState};
+
+/// The entity types dcgm-exporter has a collector for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Gpu,
+    Switch,
+    Link,
+    Cpu,
+    CpuCore,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Gpu => "GPU",
+            Kind::Switch => "NvSwitch",
+            Kind::Link => "NvLink",
+            Kind::Cpu => "CPU",
+            Kind::CpuCore => "CPU core",
+        }
+    }
+
+    /// Whether a field of entity level `lvl` is watched on this kind (as dcgm-exporter
+    /// decides: global fields everywhere, MIG and vGPU fields on GPUs).
+    pub fn accepts(self, lvl: u32) -> bool {
+        lvl == level::NONE
+            || match self {
+                Kind::Gpu => matches!(lvl, level::GPU | level::GPU_I | level::GPU_CI | level::VGPU),
+                Kind::Switch => lvl == level::SWITCH,
+                Kind::Link => lvl == level::LINK,
+                Kind::Cpu => lvl == level::CPU,
+                Kind::CpuCore => lvl == level::CPU_CORE,
+            }
+    }
+}
+
+/// One exported entity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    pub entity: Entity,
+    /// Identity labels in exposition order, the hostname label included.
+    pub labels: Vec<(&'static str, String)>,
+    /// The physical GPU, for GPU, instance and GPU-link targets.
+    pub gpu: Option<u32>,
+}
+
+/// The targets of one kind and the CSV rows (indices into `Counters::all`) watched on them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchSet {
+    pub kind: Kind,
+    pub targets: Vec<Target>,
+    pub counters: Vec<usize>,
+    /// Distinct DCGM field ids of `counters`.
+    pub fields: Vec<u16>,
+}
+
+pub struct Options<'a> {
+    pub gpus: &'a Selector,
+    pub switches: &'a Selector,
+    pub cpus: &'a Selector,
+    pub compute_instances: bool,
+    pub use_old_namespace: bool,
+    pub replace_blanks_in_model_name: bool,
+    /// `None` with `--no-hostname`.
+    pub hostname: Option<&'a str>,
+}
+
+pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<WatchSet>, String> {
+    let (cpus, cores) = cpu_targets(topo, opts)?;
+    let sets = [
+        (Kind::Gpu, gpu_targets(topo, opts)?),
+        (Kind::Switch, switch_targets(topo, opts)?),
+        (Kind::Link, link_targets(topo, opts)?),
+        (Kind::Cpu, cpus),
+        (Kind::CpuCore, cores),
+    ];
+    let mut out = Vec::new();
+    for (kind, targets) in sets {
+        if targets.is_empty() {
+            continue;
+        }
+        let rows: Vec<usize> = counters
+            .all
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| dcgm_level(c).is_some_and(|l| kind.accepts(l)))
+            .map(|(i, _)| i)
+            .collect();
+        let mut fields: Vec<u16> = rows.iter().filter_map(|&i| dcgm_id(&counters.all[i])).collect();
+        fields.sort_unstable();
+        fields.dedup();
+        // Only label rows (e.g. the driver version) apply: nothing to export for this kind.
+        if !rows.iter().any(|&i| counters.all[i].prom_type != PromType::Label) {
+            continue;
+        }
+        out.push(WatchSet { kind, targets, counters: rows, fields });
+    }
+    Ok(out)
+}
+
+fn dcgm_level(c: &Counter) -> Option<u32> {
+    match &c.field {
+        CounterField::Dcgm(m) => Some(m.entity_level),
+        CounterField::Exp(_) => None,
+    }
+}
+
+fn dcgm_id(c: &Counter) -> Option<u16> {
+    match &c.field {
+        CounterField::Dcgm(m) => Some(m.id),
+        CounterField::Exp(_) => None,
+    }
+}
+
+fn model_name(model: &str, opts: &Options) -> String {
+    if opts.replace_blanks_in_model_name {
+        model.split_whitespace().collect::<Vec<_>>().join("-")
+    } else {
+        model.to_string()
+    }
+}
+
+fn with_hostname(mut labels: Vec<(&'static str, String)>, name: &'static str, opts: &Options) -> Vec<(&'static str, String)> {
+    if let Some(h) = opts.hostname {
+        labels.push((name, h.to_string()));
+    }
+    labels
+}
+
+fn gpu_labels(topo: &Topology, gpu: u32, inst: Option<&Instance>, opts: &Options) -> Vec<(&'static str, String)> {
+    let g = topo.gpu(gpu);
+    let uuid_label = if opts.use_old_namespace { "uuid" } else { "UUID" };
+    let mut l = vec![
+        ("gpu", gpu.to_string()),
+        (uuid_label, g.map(|g| g.uuid.clone()).unwrap_or_default()),
+        ("pci_bus_id", g.map(|g| g.pci_bus_id.clone()).unwrap_or_default()),
+        ("device", format!("nvidia{gpu}")),
+        ("modelName", g.map(|g| model_name(&g.model, opts)).unwrap_or_default()),
+    ];
+    if let Some(i) = inst {
+        l.push(("GPU_I_PROFILE", i.profile.clone()));
+        l.push(("GPU_I_ID", i.nvml_instance_id.to_string()));
+        if let Some(ci) = i.compute_instance {
+            l.push(("GPU_CI_ID", ci.to_string()));
+        }
+    }
+    with_hostname(l, "Hostname", opts)
+}
+
+fn selected(set: &IdSet, id: u32) -> bool {
+    match set {
+        IdSet::All => true,
+        IdSet::Ids(ids) => ids.contains(&id),
+    }
+}
+
+fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+    let sel = opts.gpus;
+    let gpu_ids: Vec<u32> = topo.gpus.iter().map(|g| g.id).collect();
+    let gi_ids: Vec<u32> =
+        topo.instances.iter().filter(|i| i.compute_instance.is_none()).map(|i| i.entity.id).collect();
+    if let Some(m) = &sel.major {
+        check_exists("-d", "GPU", m, &gpu_ids)?;
+    }
+    if let Some(m) = &sel.minor {
+        check_exists("-d", "GPU instance", m, &gi_ids)?;
+    }
+    let mut out = Vec::new();
+    let push_instance = |out: &mut Vec<Target>, gi: &Instance| {
+        out.push(Target { entity: gi.entity, labels: gpu_labels(topo, gi.gpu, Some(gi), opts), gpu: Some(gi.gpu) });
+        if opts.compute_instances {
+            for ci in topo.instances.iter().filter(|c| c.compute_instance.is_some() && c.gpu_instance == gi.entity.id) {
+                out.push(Target { entity: ci.entity, labels: gpu_labels(topo, ci.gpu, Some(ci), opts), gpu: Some(ci.gpu) });
+            }
+        }
+    };
+    for g in &topo.gpus {
+        let whole = Target { entity: Entity::gpu(g.id), labels: gpu_labels(topo, g.id, None, opts), gpu: Some(g.id) };
+        if sel.flex {
+            if topo.mig_enabled(g.id) {
+                for gi in topo.gpu_instances_of(g.id) {
+                    push_instance(&mut out, gi);
+                }
+            } else {
+                out.push(whole);
+            }
+            continue;
+        }
+        if sel.major.as_ref().is_some_and(|m| selected(m, g.id)) {
+            out.push(whole);
+        }
+        if let Some(minor) = &sel.minor {
+            for gi in topo.gpu_instances_of(g.id).filter(|gi| selected(minor, gi.entity.id)) {
+                push_instance(&mut out, gi);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn switch_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+    let sel = opts.switches;
+    if let Some(m) = &sel.major {
+        check_exists("-s", "NvSwitch", m, &topo.switches)?;
+    }
+    Ok(topo
+        .switches
+        .iter()
+        .filter(|&&s| sel.flex || sel.major.as_ref().is_some_and(|m| selected(m, s)))
+        .map(|&s| Target {
+            entity: Entity::new(EntityGroup::Switch, s),
+            // Each switch keeps its own id (dcgm-exporter labels every switch nvswitch0).
+            labels: with_hostname(vec![("nvswitch", format!("nvswitch{s}"))], "Hostname", opts),
+            gpu: None,
+        })
+        .collect())
+}
+
+/// UP links of the selected switches and of every exported GPU.
+fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+    let sel = opts.switches;
+    let switch_link_ids: Vec<u32> = {
+        let mut v: Vec<u32> = topo
+            .links
+            .iter()
+            .filter(|l| l.id.parent == EntityGroup::Switch)
+            .map(|l| u32::from(l.id.index))
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    };
+    if let Some(m) = &sel.minor {
+        check_exists("-s", "NvLink", m, &switch_link_ids)?;
+    }
+    let gpu_sel = gpu_targets(topo, opts)?;
+    let exported_gpus: Vec<u32> = gpu_sel.iter().filter_map(|t| t.gpu).collect();
+    let mut out = Vec::new();
+    for l in topo.links.iter().filter(|l| l.state == LinkState::Up) {
+        let parent = u32::from(l.id.parent_id);
+        let nvlink = ("nvlink", l.id.index.to_string());
+        let labels = match l.id.parent {
+            EntityGroup::Switch => {
+                let switch_ok = sel.flex
+                    || sel.minor.as_ref().is_some_and(|m| selected(m, u32::from(l.id.index)))
+                        && sel.major.as_ref().is_none_or(|m| selected(m, parent));
+                if !switch_ok {
+                    continue;
+                }
+                vec![nvlink, ("nvswitch", format!("nvswitch{parent}"))]
+            }
+            EntityGroup::Gpu => {
+                if !exported_gpus.contains(&parent) {
+                    continue;
+                }
+                let g = topo.gpu(parent);
+                vec![
+                    nvlink,
+                    ("gpu", parent.to_string()),
+                    ("gpu_uuid", g.map(|g| g.uuid.clone()).unwrap_or_default()),
+                    ("pci_bus_id", g.map(|g| g.pci_bus_id.clone()).unwrap_or_default()),
+                    ("device", format!("nvidia{parent}")),
+                    ("model_name", g.map(|g| model_name(&g.model, opts)).unwrap_or_default()),
+                ]
+            }
+            _ => continue,
+        };
+        out.push(Target {
+            entity: Entity::new(EntityGroup::Link, l.id.pack()),
+            labels: with_hostname(labels, "hostname", opts),
+            gpu: (l.id.parent == EntityGroup::Gpu).then_some(parent),
+        });
+    }
+    Ok(out)
+}
+
+fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Target>), String> {
+    let sel = opts.cpus;
+    let cpu_ids: Vec<u32> = topo.cpus.iter().map(|c| c.id).collect();
+    let core_ids: Vec<u32> = topo.cpus.iter().flat_map(|c| c.cores.iter().copied()).collect();
+    if let Some(m) = &sel.major {
+        check_exists("-p", "CPU", m, &cpu_ids)?;
+    }
+    if let Some(m) = &sel.minor {
+        check_exists("-p", "CPU core", m, &core_ids)?;
+    }
+    let mut cpus = Vec::new();
+    let mut cores = Vec::new();
+    for c in &topo.cpus {
+        if sel.flex || sel.major.as_ref().is_some_and(|m| selected(m, c.id)) {
+            cpus.push(Target {
+                entity: Entity::new(EntityGroup::Cpu, c.id),
+                labels: with_hostname(vec![("cpu", c.id.to_string())], "Hostname", opts),
+                gpu: None,
+            });
+        }
+        for &core in &c.cores {
+            if sel.flex || sel.minor.as_ref().is_some_and(|m| selected(m, core)) {
+                cores.push(Target {
+                    entity: Entity::new(EntityGroup::CpuCore, core),
+                    labels: with_hostname(
+                        vec![("cpucore", core.to_string()), ("cpu", c.id.to_string())],
+                        "Hostname",
+                        opts,
+                    ),
+                    gpu: None,
+                });
+            }
+        }
+    }
+    Ok((cpus, cores))
+}

@@ -1,0 +1,157 @@
+//! What the node has, as DCGM reports it: GPUs with their identity, MIG instances,
+//! NvSwitches, NVLink links and CPUs. Discovered once per (re)connect and re-checked for
+//! MIG changes on every collection.
+
+use dcgm_sys::value::classify_str;
+use dcgm_sys::{Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
+
+/// Identity of one GPU, used for its labels.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gpu {
+    pub id: u32,
+    pub uuid: String,
+    pub pci_bus_id: String,
+    pub model: String,
+}
+
+/// A MIG GPU instance (or compute instance, when `compute_instance` is set).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Instance {
+    pub entity: Entity,
+    pub gpu: u32,
+    /// The GPU-instance entity this belongs to (itself for a GPU instance).
+    pub gpu_instance: u32,
+    /// NVML GPU-instance id (`GPU_I_ID`).
+    pub nvml_instance_id: u32,
+    /// NVML compute-instance id, for compute instances.
+    pub compute_instance: Option<u32>,
+    /// MIG profile name (`GPU_I_PROFILE`), e.g. "1g.10gb".
+    pub profile: String,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Link {
+    pub id: LinkId,
+    pub state: LinkState,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cpu {
+    pub id: u32,
+    pub cores: Vec<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Topology {
+    pub gpus: Vec<Gpu>,
+    /// GPU instances then their compute instances, in DCGM's order.
+    pub instances: Vec<Instance>,
+    pub switches: Vec<u32>,
+    pub links: Vec<Link>,
+    pub cpus: Vec<Cpu>,
+    /// Non-fatal discovery problems, logged once by the caller.
+    pub warnings: Vec<String>,
+}
+
+impl Topology {
+    pub fn discover(session: &Session) -> dcgm_sys::Result<Topology> {
+        let mut t = Topology::default();
+        for id in session.gpus(false)? {
+            let a = session.device_attributes(id)?;
+            let clean = |s: String| classify_str(&s).map(str::to_string).unwrap_or_default();
+            t.gpus.push(Gpu { id, uuid: clean(a.uuid), pci_bus_id: clean(a.pci_bus_id), model: clean(a.name) });
+        }
+        t.instances = discover_instances(session)?;
+        // Switches, links and CPUs are optional hardware: a failure means "none here".
+        match session.entities(EntityGroup::Switch, false) {
+            Ok(s) => t.switches = s,
+            Err(e) => t.warnings.push(format!("no NvSwitches: {e}")),
+        }
+        match session.link_status() {
+            Ok(ls) => {
+                for (gpu, states) in &ls.gpus {
+                    t.links.extend(states.iter().enumerate().filter(|(_, s)| **s != LinkState::NotSupported).map(
+                        |(i, s)| Link {
+                            id: LinkId { parent: EntityGroup::Gpu, index: i as u16, parent_id: *gpu as u8 },
+                            state: *s,
+                        },
+                    ));
+                }
+                for (sw, states) in &ls.switches {
+                    t.links.extend(states.iter().enumerate().filter(|(_, s)| **s != LinkState::NotSupported).map(
+                        |(i, s)| Link {
+                            id: LinkId { parent: EntityGroup::Switch, index: i as u16, parent_id: *sw as u8 },
+                            state: *s,
+                        },
+                    ));
+                }
+            }
+            Err(e) => t.warnings.push(format!("no NVLink status: {e}")),
+        }
+        match session.cpu_hierarchy() {
+            Ok(cpus) => t.cpus = cpus.into_iter().map(|c| Cpu { id: c.id, cores: c.cores }).collect(),
+            Err(e) => t.warnings.push(format!("no CPUs: {e}")),
+        }
+        Ok(t)
+    }
+
+    pub fn gpu(&self, id: u32) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.id == id)
+    }
+
+    /// GPU instances of a GPU (not compute instances).
+    pub fn gpu_instances_of(&self, gpu: u32) -> impl Iterator<Item = &Instance> {
+        self.instances.iter().filter(move |i| i.gpu == gpu && i.compute_instance.is_none())
+    }
+
+    pub fn mig_enabled(&self, gpu: u32) -> bool {
+        self.gpu_instances_of(gpu).next().is_some()
+    }
+}
+
+/// Reads the MIG hierarchy and the profile name of every GPU instance.
+pub fn discover_instances(session: &Session) -> dcgm_sys::Result<Vec<Instance>> {
+    let rows = match session.mig_hierarchy() {
+        Ok(r) => r,
+        // No NVML MIG support on this node: no instances.
+        Err(e) if e.status() == Some(dcgm_sys::Status::NotSupported) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let gis: Vec<&MigEntity> = rows.iter().filter(|r| r.entity.group == EntityGroup::GpuInstance).collect();
+    // Profile names are field 50 of each GI, read live as dcgm-exporter does.
+    let mut names = std::collections::HashMap::new();
+    if !gis.is_empty() {
+        let ents: Vec<Entity> = gis.iter().map(|g| g.entity).collect();
+        for r in session.latest_values(&ents, &[crate::fields::DEV_NAME], true)? {
+            if let Some(dcgm_sys::Value::String(s)) = r.reading.value() {
+                names.insert(r.entity.id, s.clone());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for r in &rows {
+        match r.entity.group {
+            EntityGroup::GpuInstance => out.push(Instance {
+                entity: r.entity,
+                gpu: r.parent.id,
+                gpu_instance: r.entity.id,
+                nvml_instance_id: r.nvml_instance_id,
+                compute_instance: None,
+                profile: names.get(&r.entity.id).cloned().unwrap_or_default(),
+            }),
+            EntityGroup::ComputeInstance => {
+                let Some(gi) = gis.iter().find(|g| g.entity.id == r.parent.id) else { continue };
+                out.push(Instance {
+                    entity: r.entity,
+                    gpu: gi.parent.id,
+                    gpu_instance: gi.entity.id,
+                    nvml_instance_id: gi.nvml_instance_id,
+                    compute_instance: r.nvml_compute_instance_id,
+                    profile: names.get(&gi.entity.id).cloned().unwrap_or_default(),
+                })
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
