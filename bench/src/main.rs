@@ -1,1 +1,173 @@
-fn main() {}
+//! Benchmark: runs the release exporter against the simulated large node and reports
+//! ratios measured in this one run (never asserted in tests):
+//!
+//! * peak RSS against the 30 MiB target for an 8-GPU node and against dcgm-exporter's
+//!   measured median working set on 8 GPUs (479 MiB, pytorch/ci-infra#1011);
+//! * scrape latency with 16 concurrent scrapers against one scraper (collection is off the
+//!   scrape path, so this should stay near 1);
+//! * scrape latency against the collection duration;
+//! * CPU time per collection.
+//!
+//! Usage: `cargo run --release -p bench [-- --seconds 20 --profile etc/sim/large-bench.toml]`
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DE_MEDIAN_RSS_8GPU_MIB: f64 = 479.0;
+const TARGET_RSS_MIB: f64 = 30.0;
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn arg(name: &str, default: &str) -> String {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
+}
+
+fn run() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("no repo root")?.to_path_buf();
+    let seconds: u64 = arg("--seconds", "20").parse().map_err(|_| "--seconds: not a number")?;
+    let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
+    let csv = root.join(arg("--collectors", "etc/dcp-metrics-included.csv"));
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "--release", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("release build failed".into());
+    }
+    let bin: PathBuf = root.join("target/release");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let interval_ms = 1000u64;
+    let child = Command::new(bin.join("dcgm-exporter"))
+        .args(["-f", csv.to_str().ok_or("path")?, "-a", &format!("127.0.0.1:{port}"), "-c", &interval_ms.to_string()])
+        .args(["--dcgm-library", bin.join("libdcgm.so.4").to_str().ok_or("path")?])
+        .env("DCGM_SIM_PROFILE", &profile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("start exporter: {e}"))?;
+    let child = Killed(child);
+    let pid = child.0.id();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let t0 = Instant::now();
+    let first = loop {
+        if let Ok(body) = get(&url) {
+            if body.contains("DCGM_FI_") {
+                break t0.elapsed();
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            return Err("exporter did not serve metrics within 60 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let cpu_start = cpu_seconds(pid)?;
+    let collections_start = self_metric(&get(&url)?, "dcgm_exporter_collections_total{result=\"success\"}");
+
+    // One scraper, then sixteen at once, for half the run each.
+    let half = Duration::from_secs(seconds / 2);
+    let single = scrape_for(&url, 1, half);
+    let mut peak_rss = rss_kib(pid)?;
+    let many = scrape_for(&url, 16, half);
+    peak_rss = peak_rss.max(rss_kib(pid)?);
+
+    let page = get(&url)?;
+    let collections = self_metric(&page, "dcgm_exporter_collections_total{result=\"success\"}") - collections_start;
+    let cpu = cpu_seconds(pid)? - cpu_start;
+    let collect_s = self_metric(&page, "dcgm_exporter_collection_duration_seconds");
+    let series = page.lines().filter(|l| !l.starts_with('#') && !l.starts_with("dcgm_exporter_") && !l.starts_with("process_")).count();
+    let rss_mib = peak_rss as f64 / 1024.0;
+    let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
+
+    println!("profile              {}", profile.display());
+    println!("series exported      {series}  (/metrics {} bytes)", page.len());
+    println!("first page after     {:.3} s", first.as_secs_f64());
+    println!("collections          {collections:.0} in {seconds} s (last took {:.2} ms)", collect_s * 1000.0);
+    println!("scrapes              {} single, {} with 16 concurrent", single.len(), many.len());
+    println!("scrape p50/p99       {:.2}/{:.2} ms single, {:.2}/{:.2} ms concurrent", p(&single, 0.5) * 1e3, p(&single, 0.99) * 1e3, p(&many, 0.5) * 1e3, p(&many, 0.99) * 1e3);
+    println!("peak RSS             {rss_mib:.1} MiB");
+    println!();
+    println!("ratios (this run)");
+    println!("  RSS / 30 MiB target                      {:.3}", rss_mib / TARGET_RSS_MIB);
+    println!("  RSS / dcgm-exporter 8-GPU median 479 MiB {:.3}", rss_mib / DE_MEDIAN_RSS_8GPU_MIB);
+    println!("  scrape p50, 16 concurrent / single       {:.3}", p(&many, 0.5) / p(&single, 0.5));
+    println!("  scrape p50 / collection duration         {:.3}", p(&single, 0.5) / collect_s.max(1e-9));
+    println!("  CPU seconds per collection               {:.5}", cpu / collections.max(1.0));
+    println!("  CPU share of one core                    {:.4}", cpu / seconds as f64);
+    Ok(())
+}
+
+fn get(url: &str) -> Result<String, String> {
+    let r = ureq::get(url).timeout(Duration::from_secs(10)).call().map_err(|e| e.to_string())?;
+    let mut s = String::new();
+    r.into_reader().read_to_string(&mut s).map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// Scrape latencies (seconds), sorted, from `n` scrapers running for `d`.
+fn scrape_for(url: &str, n: usize, d: Duration) -> Vec<f64> {
+    let end = Instant::now() + d;
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let url = url.to_string();
+            std::thread::spawn(move || {
+                let mut v = Vec::new();
+                while Instant::now() < end {
+                    let t = Instant::now();
+                    if get(&url).is_ok() {
+                        v.push(t.elapsed().as_secs_f64());
+                    }
+                }
+                v
+            })
+        })
+        .collect();
+    let mut all: Vec<f64> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+    all.sort_by(|a, b| a.total_cmp(b));
+    if all.is_empty() {
+        all.push(f64::NAN);
+    }
+    all
+}
+
+fn rss_kib(pid: u32) -> Result<u64, String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| "no VmHWM in /proc status".into())
+}
+
+fn cpu_seconds(pid: u32) -> Result<f64, String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    let rest = s.rsplit_once(") ").map(|(_, r)| r).ok_or("bad stat")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0);
+    Ok(ticks / 100.0)
+}
+
+fn self_metric(page: &str, key: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
