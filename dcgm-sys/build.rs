@@ -21,7 +21,12 @@ fn rows(path: &Path, columns: usize) -> Result<Vec<Vec<String>>, String> {
         }
         let cols: Vec<String> = line.split(',').map(str::to_string).collect();
         if cols.len() != columns {
-            return Err(format!("{}:{}: expected {columns} columns, found {}", path.display(), n + 1, cols.len()));
+            return Err(format!(
+                "{}:{}: expected {columns} columns, found {}",
+                path.display(),
+                n + 1,
+                cols.len()
+            ));
         }
         out.push(cols);
     }
@@ -53,6 +58,7 @@ fn generate_field_table() -> Result<(), String> {
         writeln!(s, "    ({:?}, {:?}),", a[0], a[1]).map_err(|e| e.to_string())?;
     }
     s.push_str("];\n");
-    let out = Path::new(&std::env::var("OUT_DIR").map_err(|e| e.to_string())?).join("fields_table.rs");
+    let out =
+        Path::new(&std::env::var("OUT_DIR").map_err(|e| e.to_string())?).join("fields_table.rs");
     std::fs::write(&out, s).map_err(|e| format!("{}: {e}", out.display()))
 }

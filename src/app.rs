@@ -62,13 +62,23 @@ impl Shared {
     /// `Ok(())` while DCGM is connected and the last collection is recent; else why not.
     pub fn health(&self) -> Result<(), String> {
         if !self.connected.load(Ordering::SeqCst) {
-            let why = self.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            return Err(format!("DCGM host engine not connected: {}", why.unwrap_or_else(|| "unknown".into())));
+            let why = self
+                .last_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            return Err(format!(
+                "DCGM host engine not connected: {}",
+                why.unwrap_or_else(|| "unknown".into())
+            ));
         }
         let fresh_for = (self.interval * 3).max(self.interval + Duration::from_secs(10));
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(t) if t.elapsed() <= fresh_for => Ok(()),
-            Some(t) => Err(format!("last successful collection was {:.1}s ago", t.elapsed().as_secs_f64())),
+            Some(t) => Err(format!(
+                "last successful collection was {:.1}s ago",
+                t.elapsed().as_secs_f64()
+            )),
             None => Err("no successful collection yet".into()),
         }
     }
@@ -103,7 +113,10 @@ impl Runner {
             let wait = match collector.as_mut() {
                 Some(c) => match self.tick(c) {
                     Ok(()) => interval,
-                    Err(e) if e.is_connection_lost() || matches!(self.engine, Engine::Remote(_)) && is_fatal(&e) => {
+                    Err(e)
+                        if e.is_connection_lost()
+                            || matches!(self.engine, Engine::Remote(_)) && is_fatal(&e) =>
+                    {
                         tracing::error!("lost the DCGM host engine: {e}; reconnecting");
                         self.outage(&e.to_string());
                         collector = None;
@@ -111,7 +124,11 @@ impl Runner {
                     }
                     Err(e) => {
                         tracing::warn!("collection failed: {e}");
-                        self.shared.metrics.collections.with_label_values(&["error"]).inc();
+                        self.shared
+                            .metrics
+                            .collections
+                            .with_label_values(&["error"])
+                            .inc();
                         interval
                     }
                 },
@@ -145,7 +162,11 @@ impl Runner {
         self.shared.publish(Vec::new());
         self.shared.set_connected(false);
         self.shared.set_error(Some(why.to_string()));
-        self.shared.metrics.collections.with_label_values(&["error"]).inc();
+        self.shared
+            .metrics
+            .collections
+            .with_label_values(&["error"])
+            .inc();
     }
 
     fn tick(&self, c: &mut Collector) -> dcgm_sys::Result<()> {
@@ -172,10 +193,18 @@ impl Runner {
         m.series.set(page.series_count() as i64);
         m.collection_duration.set(t0.elapsed().as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
-        m.last_success
-            .set(SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0));
+        m.last_success.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        );
         self.shared.publish(bytes);
-        *self.shared.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self
+            .shared
+            .last_success
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);
         Ok(())
@@ -188,5 +217,8 @@ impl Runner {
 
 /// Errors after which a remote session cannot be trusted any more.
 fn is_fatal(e: &dcgm_sys::Error) -> bool {
-    matches!(e.status(), Some(dcgm_sys::Status::ConnectionNotValid | dcgm_sys::Status::Timeout))
+    matches!(
+        e.status(),
+        Some(dcgm_sys::Status::ConnectionNotValid | dcgm_sys::Status::Timeout)
+    )
 }

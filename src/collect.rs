@@ -42,8 +42,6 @@ struct ActiveSet {
 pub struct Collector {
     session: Session,
     counters: Arc<Counters>,
-    settings: Settings,
-    topology: Topology,
     sets: Vec<ActiveSet>,
     exp: ExpCollectors,
     /// Fingerprint of the MIG layout the watches were built for.
@@ -64,7 +62,8 @@ pub fn watch_all(
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
-            let fg = session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
+            let fg =
+                session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
             session.watch(&group, &fg, (interval_ms * 1000) as i64, keep_age_s, 0)?;
             out.push((group, fg));
         }
@@ -75,7 +74,11 @@ pub fn watch_all(
 impl Collector {
     /// Discovers the node, applies the selectors and sets up every watch.
     /// Selector errors (a requested id that does not exist) come back as `Err(String)`.
-    pub fn start(session: Session, counters: Arc<Counters>, settings: Settings) -> Result<Collector, StartError> {
+    pub fn start(
+        session: Session,
+        counters: Arc<Counters>,
+        settings: Settings,
+    ) -> Result<Collector, StartError> {
         let topology = Topology::discover(&session)?;
         for w in &topology.warnings {
             tracing::debug!("{w}");
@@ -93,20 +96,36 @@ impl Collector {
         let mut sets = Vec::new();
         for set in plan {
             let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
-            let name = format!("dcgm-exporter-{}", set.kind.name().replace(' ', "-").to_lowercase());
-            let watches =
-                watch_all(&session, &name, &entities, &set.fields, settings.interval_ms, MAX_KEEP_AGE_S)?;
+            let name = format!(
+                "dcgm-exporter-{}",
+                set.kind.name().replace(' ', "-").to_lowercase()
+            );
+            let watches = watch_all(
+                &session,
+                &name,
+                &entities,
+                &set.fields,
+                settings.interval_ms,
+                MAX_KEEP_AGE_S,
+            )?;
             tracing::info!(
                 "watching {} {} entities x {} fields",
                 entities.len(),
                 set.kind.name(),
                 set.fields.len()
             );
-            sets.push(ActiveSet { set, entities, watches });
+            sets.push(ActiveSet {
+                set,
+                entities,
+                watches,
+            });
         }
         for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
             if !sets.iter().any(|s| s.set.kind == kind) {
-                tracing::info!("not collecting {} metrics: no such entities selected or no fields apply", kind.name());
+                tracing::info!(
+                    "not collecting {} metrics: no such entities selected or no fields apply",
+                    kind.name()
+                );
             }
         }
         let gpu_targets = sets
@@ -118,15 +137,17 @@ impl Collector {
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
         let mig_layout = topology.instances.clone();
-        Ok(Collector { session, counters, settings, topology, sets, exp, mig_layout })
+        Ok(Collector {
+            session,
+            counters,
+            sets,
+            exp,
+            mig_layout,
+        })
     }
 
     pub fn session(&self) -> &Session {
         &self.session
-    }
-
-    pub fn topology(&self) -> &Topology {
-        &self.topology
     }
 
     /// True when the MIG layout differs from the one the watches were built for.
@@ -138,17 +159,33 @@ impl Collector {
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
-            let readings = self.session.latest_values(&active.entities, &active.set.fields, false)?;
-            let by_key: HashMap<(Entity, u16), &Reading> =
-                readings.iter().map(|r| ((r.entity, r.field_id), &r.reading)).collect();
-            let rows: Vec<&Counter> = active.set.counters.iter().map(|&i| &self.counters.all[i]).collect();
+            let readings =
+                self.session
+                    .latest_values(&active.entities, &active.set.fields, false)?;
+            let by_key: HashMap<(Entity, u16), &Reading> = readings
+                .iter()
+                .map(|r| ((r.entity, r.field_id), &r.reading))
+                .collect();
+            let rows: Vec<&Counter> = active
+                .set
+                .counters
+                .iter()
+                .map(|&i| &self.counters.all[i])
+                .collect();
             let label_rows: Vec<&Counter> = {
-                let mut v: Vec<&Counter> = rows.iter().copied().filter(|c| c.prom_type == PromType::Label).collect();
+                let mut v: Vec<&Counter> = rows
+                    .iter()
+                    .copied()
+                    .filter(|c| c.prom_type == PromType::Label)
+                    .collect();
                 v.sort_by(|a, b| a.name.cmp(&b.name));
                 v
             };
-            let mut value_rows: Vec<&Counter> =
-                rows.iter().copied().filter(|c| c.prom_type != PromType::Label).collect();
+            let mut value_rows: Vec<&Counter> = rows
+                .iter()
+                .copied()
+                .filter(|c| c.prom_type != PromType::Label)
+                .collect();
             value_rows.sort_by_key(|c| (field_id(c), c.line));
 
             // Label fields first: they go on every series of the entity.
@@ -172,7 +209,9 @@ impl Collector {
                         continue;
                     };
                     let value = match reading {
-                        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => *v as f64,
+                        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
+                            *v as f64
+                        }
                         Reading::Value(Value::Double(v)) => *v,
                         Reading::Value(_) => {
                             page.drop_value(DropReason::NonNumeric);
@@ -187,7 +226,8 @@ impl Collector {
                             continue;
                         }
                     };
-                    let mut labels: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                    let mut labels: Vec<(&str, &str)> =
+                        t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
                     let extra = csv_labels.get(&t.entity);
                     if let Some(extra) = extra {
                         labels.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -202,7 +242,8 @@ impl Collector {
                 }
             }
         }
-        self.exp.collect(&self.session, &self.counters, &csv_labels, page)?;
+        self.exp
+            .collect(&self.session, &self.counters, &csv_labels, page)?;
         Ok(())
     }
 
@@ -216,10 +257,6 @@ impl Collector {
             }
         }
         self.exp.stop(&self.session);
-    }
-
-    pub fn interval_ms(&self) -> u64 {
-        self.settings.interval_ms
     }
 }
 

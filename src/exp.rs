@@ -2,7 +2,7 @@
 //! clock-event counts, GPU health and NVLink P2P status.
 
 use crate::collect::{watch_all, Settings, MAX_KEEP_AGE_S};
-use crate::counters::{Counter, CounterField, Counters, ExpField, PromType};
+use crate::counters::{Counter, CounterField, Counters, ExpField};
 use crate::fields;
 use crate::render::Page;
 use crate::targets::Target;
@@ -63,7 +63,11 @@ impl Windowed {
                 vec![v.to_string()]
             }
         } else {
-            CLOCK_EVENTS.iter().filter(|(bit, _)| v & bit != 0).map(|(_, n)| n.to_string()).collect()
+            CLOCK_EVENTS
+                .iter()
+                .filter(|(bit, _)| v & bit != 0)
+                .map(|(_, n)| n.to_string())
+                .collect()
         }
     }
 
@@ -86,10 +90,19 @@ impl Windowed {
                 };
                 for key in self.keys(v) {
                     if s.ts_us >= since {
-                        *in_window.entry(s.entity).or_default().entry(key.clone()).or_default() += 1;
+                        *in_window
+                            .entry(s.entity)
+                            .or_default()
+                            .entry(key.clone())
+                            .or_default() += 1;
                     }
                     if s.ts_us > self.last_ts {
-                        *self.totals.entry(s.entity).or_default().entry(key).or_default() += 1;
+                        *self
+                            .totals
+                            .entry(s.entity)
+                            .or_default()
+                            .entry(key)
+                            .or_default() += 1;
                     }
                 }
                 newest = newest.max(s.ts_us);
@@ -152,7 +165,10 @@ pub struct ExpCollectors {
     p2p: Option<P2P>,
 }
 
-fn labels_of<'a>(t: &'a Target, csv: &'a HashMap<Entity, Vec<(String, String)>>) -> Vec<(&'a str, &'a str)> {
+fn labels_of<'a>(
+    t: &'a Target,
+    csv: &'a HashMap<Entity, Vec<(String, String)>>,
+) -> Vec<(&'a str, &'a str)> {
     let mut l: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
     if let Some(extra) = csv.get(&t.entity) {
         l.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -168,7 +184,10 @@ fn now_us() -> i64 {
 }
 
 fn find_row(counters: &Counters, f: ExpField) -> Option<Counter> {
-    counters.exp().find(|c| matches!(&c.field, CounterField::Exp(e) if *e == f)).cloned()
+    counters
+        .exp()
+        .find(|c| matches!(&c.field, CounterField::Exp(e) if *e == f))
+        .cloned()
 }
 
 impl ExpCollectors {
@@ -243,21 +262,36 @@ impl ExpCollectors {
                     .filter(|(k, _)| !matches!(*k, "GPU_I_PROFILE" | "GPU_I_ID" | "GPU_CI_ID"))
                     .cloned()
                     .collect();
-                v.push(Target { entity: Entity::gpu(g), labels, gpu: Some(g) });
+                v.push(Target {
+                    entity: Entity::gpu(g),
+                    labels,
+                    gpu: Some(g),
+                });
             }
             v
         };
         if let Some(row) = find_row(counters, ExpField::GpuHealthStatus) {
             if !whole_gpus.is_empty() {
                 let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
-                let group = session.create_group(&format!("dcgm-exporter-health-{}", std::process::id()), &ents)?;
+                let group = session.create_group(
+                    &format!("dcgm-exporter-health-{}", std::process::id()),
+                    &ents,
+                )?;
                 session.health_set(&group, health_system::ALL)?;
-                exp.health = Some(Health { row, group, targets: whole_gpus.clone(), codes: crate::health_codes::names() });
+                exp.health = Some(Health {
+                    row,
+                    group,
+                    targets: whole_gpus.clone(),
+                    codes: crate::health_codes::names(),
+                });
             }
         }
         if let Some(row) = find_row(counters, ExpField::P2PStatus) {
             if topology.gpus.len() > 1 {
-                exp.p2p = Some(P2P { row, targets: whole_gpus });
+                exp.p2p = Some(P2P {
+                    row,
+                    targets: whole_gpus,
+                });
             }
         }
         Ok(exp)
@@ -287,13 +321,25 @@ impl ExpCollectors {
                         .filter(|i| i.entity == t.entity && (i.system & bit) != 0)
                         .max_by_key(|i| i.health);
                     let (value, code) = match worst {
-                        Some(i) => (i.health, h.codes.get(&i.code).cloned().unwrap_or_else(|| format!("DCGM_FR_UNKNOWN({})", i.code))),
+                        Some(i) => (
+                            i.health,
+                            h.codes
+                                .get(&i.code)
+                                .cloned()
+                                .unwrap_or_else(|| format!("DCGM_FR_UNKNOWN({})", i.code)),
+                        ),
                         None => (0, "DCGM_FR_OK".to_string()),
                     };
                     let mut l = labels_of(t, csv_labels);
                     l.push(("health_watch", watch));
                     l.push(("health_error_code", &code));
-                    page.add(&h.row.name, &h.row.help, h.row.prom_type, &l, f64::from(value));
+                    page.add(
+                        &h.row.name,
+                        &h.row.help,
+                        h.row.prom_type,
+                        &l,
+                        f64::from(value),
+                    );
                 }
             }
         }
@@ -301,9 +347,13 @@ impl ExpCollectors {
             let m = session.p2p_status()?;
             for t in &p.targets {
                 let Some(gpu) = t.gpu else { continue };
-                let Some((_, row)) = m.gpus.iter().find(|(id, _)| *id == gpu) else { continue };
+                let Some((_, row)) = m.gpus.iter().find(|(id, _)| *id == gpu) else {
+                    continue;
+                };
                 for (j, status) in row.iter().enumerate() {
-                    let Some((peer, _)) = m.gpus.get(j) else { continue };
+                    let Some((peer, _)) = m.gpus.get(j) else {
+                        continue;
+                    };
                     if *peer == gpu {
                         continue;
                     }
@@ -311,7 +361,13 @@ impl ExpCollectors {
                     let mut l = labels_of(t, csv_labels);
                     l.push(("peer_gpu", &peer_s));
                     l.push(("link_status", status.label()));
-                    page.add(&p.row.name, &p.row.help, p.row.prom_type, &l, f64::from(status.code()));
+                    page.add(
+                        &p.row.name,
+                        &p.row.help,
+                        p.row.prom_type,
+                        &l,
+                        f64::from(status.code()),
+                    );
                 }
             }
         }
@@ -326,11 +382,3 @@ impl ExpCollectors {
         }
     }
 }
-
-/// Whether a counters set uses any DCGM_EXP row (so tests can assert the wiring).
-pub fn uses_exp(counters: &Counters) -> bool {
-    counters.exp().next().is_some()
-}
-
-#[allow(dead_code)]
-fn _type_check(_: PromType) {}

@@ -26,7 +26,10 @@ mod tests {
     fn ids_match_the_generated_field_table() {
         let by = |id| dcgm_sys::fields::by_id(id).map(|f| f.name);
         assert_eq!(by(super::DEV_NAME), Some("DCGM_FI_DEV_GPU_NAME"));
-        assert_eq!(by(super::CLOCKS_EVENT_REASONS), Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS"));
+        assert_eq!(
+            by(super::CLOCKS_EVENT_REASONS),
+            Some("DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+        );
         assert_eq!(by(super::XID_ERRORS), Some("DCGM_FI_DEV_XID_ERROR"));
     }
 }

@@ -2,7 +2,12 @@
 
 /// With `-k`: `$NODE_NAME`, else the OS hostname. Else in remote mode: the host part of
 /// `-r`. Else `$NODE_NAME`, else the OS hostname. `None` with `--no-hostname`.
-pub fn resolve(no_hostname: bool, kubernetes: bool, remote_host: Option<&str>, node_name: Option<&str>) -> Option<String> {
+pub fn resolve(
+    no_hostname: bool,
+    kubernetes: bool,
+    remote_host: Option<&str>,
+    node_name: Option<&str>,
+) -> Option<String> {
     if no_hostname {
         return None;
     }
@@ -32,9 +37,18 @@ mod tests {
     #[test]
     fn follows_dcgm_exporter_rules() {
         assert_eq!(resolve(true, false, None, Some("n")), None);
-        assert_eq!(resolve(false, true, Some("he"), Some("node1")).as_deref(), Some("node1"));
-        assert_eq!(resolve(false, false, Some("he"), Some("node1")).as_deref(), Some("he"));
-        assert_eq!(resolve(false, false, None, Some("node1")).as_deref(), Some("node1"));
+        assert_eq!(
+            resolve(false, true, Some("he"), Some("node1")).as_deref(),
+            Some("node1")
+        );
+        assert_eq!(
+            resolve(false, false, Some("he"), Some("node1")).as_deref(),
+            Some("he")
+        );
+        assert_eq!(
+            resolve(false, false, None, Some("node1")).as_deref(),
+            Some("node1")
+        );
         assert!(resolve(false, false, None, None).is_some_and(|h| !h.is_empty()));
     }
 }

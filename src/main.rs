@@ -51,7 +51,9 @@ fn init_logging(config: &cli::Config) {
     let level = if config.debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if config.log_format == "json" {
         builder.json().init();
     } else {
@@ -60,7 +62,10 @@ fn init_logging(config: &cli::Config) {
 }
 
 fn print_fields() {
-    println!("{:<58} {:>5} {:<4} {:<9} {:<6} TAG", "NAME", "ID", "TYPE", "LEVEL", "UNIT");
+    println!(
+        "{:<58} {:>5} {:<4} {:<9} {:<6} TAG",
+        "NAME", "ID", "TYPE", "LEVEL", "UNIT"
+    );
     for f in dcgm_sys::fields::FIELDS {
         println!(
             "{:<58} {:>5} {:<4} {:<9} {:<6} {}",
@@ -95,16 +100,27 @@ fn run(config: cli::Config) -> Result<(), String> {
         interval_ms: u64::try_from(config.collect_interval)
             .ok()
             .filter(|&ms| ms > 0)
-            .ok_or_else(|| format!("-c {}: the collect interval must be a positive number of milliseconds", config.collect_interval))?,
+            .ok_or_else(|| {
+                format!(
+                    "-c {}: the collect interval must be a positive number of milliseconds",
+                    config.collect_interval
+                )
+            })?,
         xid_window_ms: u64::try_from(config.xid_count_window_size)
             .map_err(|_| format!("-x {}: must not be negative", config.xid_count_window_size))?,
-        clock_events_window_ms: u64::try_from(config.clock_events_count_window_size).map_err(|_| {
-            format!("--clock-events-count-window-size {}: must not be negative", config.clock_events_count_window_size)
-        })?,
+        clock_events_window_ms: u64::try_from(config.clock_events_count_window_size).map_err(
+            |_| {
+                format!(
+                    "--clock-events-count-window-size {}: must not be negative",
+                    config.clock_events_count_window_size
+                )
+            },
+        )?,
     };
     let engine = match config.remote_hostengine() {
         Some(addr) => Engine::Remote(
-            dcgm_sys::ConnectTarget::parse(addr).map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
+            dcgm_sys::ConnectTarget::parse(addr)
+                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
         ),
         None => Engine::Embedded,
     };
@@ -128,10 +144,18 @@ fn run(config: cli::Config) -> Result<(), String> {
         std::env::set_var("__DCGM_DBG_LVL", &config.dcgm_log_level);
     }
 
-    let library = Arc::new(dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?);
+    let library = Arc::new(
+        dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
+    );
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
-    let runner = Arc::new(Runner { library, engine: engine.clone(), counters, settings, shared: shared.clone() });
+    let runner = Arc::new(Runner {
+        library,
+        engine: engine.clone(),
+        counters,
+        settings,
+        shared: shared.clone(),
+    });
     let collector = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
         Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
@@ -157,9 +181,12 @@ fn run(config: cli::Config) -> Result<(), String> {
         let mut errors = Vec::new();
         for addr in addrs {
             let mut rx = rx.clone();
-            match warp::serve(server::routes(shared.clone())).try_bind_with_graceful_shutdown(addr, async move {
-                let _ = rx.changed().await;
-            }) {
+            match warp::serve(server::routes(shared.clone())).try_bind_with_graceful_shutdown(
+                addr,
+                async move {
+                    let _ = rx.changed().await;
+                },
+            ) {
                 Ok((a, fut)) => {
                     bound.push(a);
                     servers.push(tokio::spawn(fut));
@@ -169,9 +196,20 @@ fn run(config: cli::Config) -> Result<(), String> {
             }
         }
         if bound.is_empty() {
-            return Err(format!("cannot listen on {}: {}", config.address, errors.join("; ")));
+            return Err(format!(
+                "cannot listen on {}: {}",
+                config.address,
+                errors.join("; ")
+            ));
         }
-        tracing::info!("listening on {}", bound.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", "));
+        tracing::info!(
+            "listening on {}",
+            bound
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = tx.send(true);
@@ -190,7 +228,11 @@ fn run(config: cli::Config) -> Result<(), String> {
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut streams = Vec::new();
-    for kind in [SignalKind::interrupt(), SignalKind::terminate(), SignalKind::quit()] {
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::quit(),
+    ] {
         match signal(kind) {
             Ok(s) => streams.push(s),
             Err(e) => tracing::warn!("cannot handle signal {kind:?}: {e}"),

@@ -3,7 +3,7 @@
 //! page (a duplicate, a type clash) is dropped and counted instead.
 
 use crate::counters::PromType;
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType, Untyped};
+use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::Encoder;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -53,10 +53,11 @@ pub struct Page {
 fn metric_type(t: PromType) -> MetricType {
     match t {
         PromType::Counter => MetricType::COUNTER,
-        PromType::Gauge => MetricType::GAUGE,
         // A DCGM field is one number: it cannot be a real histogram or summary, and
-        // declaring it one makes the page invalid. Such rows are exported untyped.
-        PromType::Histogram | PromType::Summary | PromType::Label => MetricType::UNTYPED,
+        // declaring it one makes the page invalid. Such rows are exported as gauges.
+        PromType::Gauge | PromType::Histogram | PromType::Summary | PromType::Label => {
+            MetricType::GAUGE
+        }
     }
 }
 
@@ -66,7 +67,14 @@ impl Page {
     }
 
     /// Adds one sample. Label order is kept as given.
-    pub fn add(&mut self, name: &str, help: &str, ty: PromType, labels: &[(&str, &str)], value: f64) {
+    pub fn add(
+        &mut self,
+        name: &str,
+        help: &str,
+        ty: PromType,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
         let idx = match self.index.get(name) {
             Some(&i) => i,
             None => {
@@ -74,7 +82,12 @@ impl Page {
                 proto.set_name(name.to_string());
                 proto.set_help(help.to_string());
                 proto.set_field_type(metric_type(ty));
-                self.families.push(Family { proto, help: help.to_string(), ty, seen: HashSet::new() });
+                self.families.push(Family {
+                    proto,
+                    help: help.to_string(),
+                    ty,
+                    seen: HashSet::new(),
+                });
                 self.index.insert(name.to_string(), self.families.len() - 1);
                 self.families.len() - 1
             }
@@ -99,34 +112,33 @@ impl Page {
             lp.set_value(v.to_string());
             m.mut_label().push(lp);
         }
-        match metric_type(ty) {
-            MetricType::COUNTER => {
-                let mut c = Counter::default();
-                c.set_value(value);
-                m.set_counter(c);
-            }
-            MetricType::GAUGE => {
-                let mut g = Gauge::default();
-                g.set_value(value);
-                m.set_gauge(g);
-            }
-            _ => {
-                let mut u = Untyped::default();
-                u.set_value(value);
-                m.set_untyped(u);
-            }
+        if metric_type(ty) == MetricType::COUNTER {
+            let mut c = Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        } else {
+            let mut g = Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
         }
         fam.proto.mut_metric().push(m);
     }
 
     pub fn series_count(&self) -> usize {
-        self.families.iter().map(|f| f.proto.get_metric().len()).sum()
+        self.families
+            .iter()
+            .map(|f| f.proto.get_metric().len())
+            .sum()
     }
 
     /// Prometheus text format (0.0.4).
     pub fn encode(&self) -> Vec<u8> {
-        let fams: Vec<MetricFamily> =
-            self.families.iter().filter(|f| !f.proto.get_metric().is_empty()).map(|f| f.proto.clone()).collect();
+        let fams: Vec<MetricFamily> = self
+            .families
+            .iter()
+            .filter(|f| !f.proto.get_metric().is_empty())
+            .map(|f| f.proto.clone())
+            .collect();
         let mut out = Vec::with_capacity(fams.len() * 256);
         // Encoding into a Vec only fails on an empty family, filtered out above.
         if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
@@ -147,10 +159,19 @@ mod tests {
     #[test]
     fn escapes_label_values_and_help() {
         let mut p = Page::default();
-        p.add("X", "a \\ help\nline", PromType::Gauge, &[("modelName", "a \"quoted\" \\ name\n")], 1.5);
+        p.add(
+            "X",
+            "a \\ help\nline",
+            PromType::Gauge,
+            &[("modelName", "a \"quoted\" \\ name\n")],
+            1.5,
+        );
         let t = text(&p);
         assert!(t.contains("# HELP X a \\\\ help\\nline"), "{t}");
-        assert!(t.contains(r#"X{modelName="a \"quoted\" \\ name\n"} 1.5"#), "{t}");
+        assert!(
+            t.contains(r#"X{modelName="a \"quoted\" \\ name\n"} 1.5"#),
+            "{t}"
+        );
         assert!(t.contains("# TYPE X gauge"));
     }
 
@@ -168,12 +189,18 @@ mod tests {
     }
 
     #[test]
-    fn label_order_is_kept_and_histograms_become_untyped() {
+    fn label_order_is_kept_and_histograms_become_gauges() {
         let mut p = Page::default();
-        p.add("Y", "h", PromType::Histogram, &[("gpu", "0"), ("UUID", "u"), ("Hostname", "h")], 7.0);
+        p.add(
+            "Y",
+            "h",
+            PromType::Histogram,
+            &[("gpu", "0"), ("UUID", "u"), ("Hostname", "h")],
+            7.0,
+        );
         let t = text(&p);
         assert!(t.contains(r#"Y{gpu="0",UUID="u",Hostname="h"} 7"#), "{t}");
-        assert!(t.contains("# TYPE Y untyped"), "{t}");
+        assert!(t.contains("# TYPE Y gauge"), "{t}");
     }
 
     #[test]
@@ -181,7 +208,15 @@ mod tests {
         let mut p = Page::default();
         p.add("E", "h", PromType::Counter, &[], 123456789012.0);
         let t = text(&p);
-        let v: f64 = t.lines().last().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+        let v: f64 = t
+            .lines()
+            .last()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(v, 123456789012.0);
     }
 }

@@ -37,7 +37,10 @@ impl SelfMetrics {
         ))
         .expect("static metric options are valid");
         let collections = IntCounterVec::new(
-            Opts::new(name("collections_total"), "Collections from DCGM by result."),
+            Opts::new(
+                name("collections_total"),
+                "Collections from DCGM by result.",
+            ),
             &["result"],
         )
         .expect("static metric options are valid");
@@ -87,7 +90,16 @@ impl SelfMetrics {
                 tracing::warn!("process metrics unavailable: {e}");
             }
         }
-        SelfMetrics { registry, collection_duration, last_success, connected, collections, dropped, series, reconnects }
+        SelfMetrics {
+            registry,
+            collection_duration,
+            last_success,
+            connected,
+            collections,
+            dropped,
+            series,
+            reconnects,
+        }
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -103,7 +115,11 @@ impl SelfMetrics {
 mod tests {
     #[test]
     fn prefix_cannot_collide_with_any_field_name() {
-        assert!(dcgm_sys::fields::FIELDS.iter().all(|f| !f.name.starts_with(super::PREFIX)));
-        assert!(dcgm_sys::fields::ALIASES.iter().all(|(a, _)| !a.starts_with(super::PREFIX)));
+        assert!(dcgm_sys::fields::FIELDS
+            .iter()
+            .all(|f| !f.name.starts_with(super::PREFIX)));
+        assert!(dcgm_sys::fields::ALIASES
+            .iter()
+            .all(|(a, _)| !a.starts_with(super::PREFIX)));
     }
 }

@@ -15,9 +15,14 @@ const LANDING: &str = "<html>\n<head><title>GPU Exporter</title></head>\n<body>\
 /// Resolves dcgm-exporter's `-a` value: `:9400` (all interfaces), `host:port`, `[v6]:port`.
 pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
     if let Some(port) = addr.strip_prefix(':') {
-        let port: u16 = port.parse().map_err(|_| format!("-a {addr}: invalid port '{port}'"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("-a {addr}: invalid port '{port}'"))?;
         // Go's ":port" listens on every interface, IPv6 included.
-        return Ok(vec![SocketAddr::from(([0u16; 8], port)), SocketAddr::from(([0u8; 4], port))]);
+        return Ok(vec![
+            SocketAddr::from(([0u16; 8], port)),
+            SocketAddr::from(([0u8; 4], port)),
+        ]);
     }
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
@@ -29,29 +34,42 @@ pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
     Ok(addrs)
 }
 
-pub fn routes(shared: Arc<Shared>) -> impl Filter<Extract = (impl warp::Reply,), Error = warp::Rejection> + Clone {
+pub fn routes(
+    shared: Arc<Shared>,
+) -> impl Filter<Extract = (impl warp::Reply,), Error = warp::Rejection> + Clone {
     let s1 = shared.clone();
-    let metrics = warp::path("metrics").and(warp::path::end()).and(warp::get()).map(move || {
-        let page = s1.page();
-        let own = s1.metrics.encode();
-        let mut body = Vec::with_capacity(page.len() + own.len());
-        body.extend_from_slice(&page);
-        body.extend_from_slice(&own);
-        Response::builder()
-            .header("Content-Type", CONTENT_TYPE)
-            .header("X-Content-Type-Options", "nosniff")
-            .body(body)
-            .unwrap_or_default()
-    });
+    let metrics = warp::path("metrics")
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(move || {
+            let page = s1.page();
+            let own = s1.metrics.encode();
+            let mut body = Vec::with_capacity(page.len() + own.len());
+            body.extend_from_slice(&page);
+            body.extend_from_slice(&own);
+            Response::builder()
+                .header("Content-Type", CONTENT_TYPE)
+                .header("X-Content-Type-Options", "nosniff")
+                .body(body)
+                .unwrap_or_default()
+        });
     let s2 = shared;
-    let health = warp::path("health").and(warp::path::end()).and(warp::get()).map(move || match s2.health() {
-        Ok(()) => Response::builder().status(StatusCode::OK).body("OK".to_string()).unwrap_or_default(),
-        Err(why) => Response::builder()
-            .status(StatusCode::SERVICE_UNAVAILABLE)
-            .body(format!("unhealthy: {why}"))
-            .unwrap_or_default(),
-    });
-    let index = warp::path::end().and(warp::get()).map(|| warp::reply::html(LANDING));
+    let health = warp::path("health")
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(move || match s2.health() {
+            Ok(()) => Response::builder()
+                .status(StatusCode::OK)
+                .body("OK".to_string())
+                .unwrap_or_default(),
+            Err(why) => Response::builder()
+                .status(StatusCode::SERVICE_UNAVAILABLE)
+                .body(format!("unhealthy: {why}"))
+                .unwrap_or_default(),
+        });
+    let index = warp::path::end()
+        .and(warp::get())
+        .map(|| warp::reply::html(LANDING));
     metrics.or(health).or(index)
 }
 

@@ -94,14 +94,25 @@ pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<
             .filter(|(_, c)| dcgm_level(c).is_some_and(|l| kind.accepts(l)))
             .map(|(i, _)| i)
             .collect();
-        let mut fields: Vec<u16> = rows.iter().filter_map(|&i| dcgm_id(&counters.all[i])).collect();
+        let mut fields: Vec<u16> = rows
+            .iter()
+            .filter_map(|&i| dcgm_id(&counters.all[i]))
+            .collect();
         fields.sort_unstable();
         fields.dedup();
         // Only label rows (e.g. the driver version) apply: nothing to export for this kind.
-        if !rows.iter().any(|&i| counters.all[i].prom_type != PromType::Label) {
+        if !rows
+            .iter()
+            .any(|&i| counters.all[i].prom_type != PromType::Label)
+        {
             continue;
         }
-        out.push(WatchSet { kind, targets, counters: rows, fields });
+        out.push(WatchSet {
+            kind,
+            targets,
+            counters: rows,
+            fields,
+        });
     }
     Ok(out)
 }
@@ -128,22 +139,41 @@ fn model_name(model: &str, opts: &Options) -> String {
     }
 }
 
-fn with_hostname(mut labels: Vec<(&'static str, String)>, name: &'static str, opts: &Options) -> Vec<(&'static str, String)> {
+fn with_hostname(
+    mut labels: Vec<(&'static str, String)>,
+    name: &'static str,
+    opts: &Options,
+) -> Vec<(&'static str, String)> {
     if let Some(h) = opts.hostname {
         labels.push((name, h.to_string()));
     }
     labels
 }
 
-fn gpu_labels(topo: &Topology, gpu: u32, inst: Option<&Instance>, opts: &Options) -> Vec<(&'static str, String)> {
+fn gpu_labels(
+    topo: &Topology,
+    gpu: u32,
+    inst: Option<&Instance>,
+    opts: &Options,
+) -> Vec<(&'static str, String)> {
     let g = topo.gpu(gpu);
-    let uuid_label = if opts.use_old_namespace { "uuid" } else { "UUID" };
+    let uuid_label = if opts.use_old_namespace {
+        "uuid"
+    } else {
+        "UUID"
+    };
     let mut l = vec![
         ("gpu", gpu.to_string()),
         (uuid_label, g.map(|g| g.uuid.clone()).unwrap_or_default()),
-        ("pci_bus_id", g.map(|g| g.pci_bus_id.clone()).unwrap_or_default()),
+        (
+            "pci_bus_id",
+            g.map(|g| g.pci_bus_id.clone()).unwrap_or_default(),
+        ),
         ("device", format!("nvidia{gpu}")),
-        ("modelName", g.map(|g| model_name(&g.model, opts)).unwrap_or_default()),
+        (
+            "modelName",
+            g.map(|g| model_name(&g.model, opts)).unwrap_or_default(),
+        ),
     ];
     if let Some(i) = inst {
         l.push(("GPU_I_PROFILE", i.profile.clone()));
@@ -165,8 +195,12 @@ fn selected(set: &IdSet, id: u32) -> bool {
 fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
     let sel = opts.gpus;
     let gpu_ids: Vec<u32> = topo.gpus.iter().map(|g| g.id).collect();
-    let gi_ids: Vec<u32> =
-        topo.instances.iter().filter(|i| i.compute_instance.is_none()).map(|i| i.entity.id).collect();
+    let gi_ids: Vec<u32> = topo
+        .instances
+        .iter()
+        .filter(|i| i.compute_instance.is_none())
+        .map(|i| i.entity.id)
+        .collect();
     if let Some(m) = &sel.major {
         check_exists("-d", "GPU", m, &gpu_ids)?;
     }
@@ -175,15 +209,31 @@ fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
     }
     let mut out = Vec::new();
     let push_instance = |out: &mut Vec<Target>, gi: &Instance| {
-        out.push(Target { entity: gi.entity, labels: gpu_labels(topo, gi.gpu, Some(gi), opts), gpu: Some(gi.gpu) });
+        out.push(Target {
+            entity: gi.entity,
+            labels: gpu_labels(topo, gi.gpu, Some(gi), opts),
+            gpu: Some(gi.gpu),
+        });
         if opts.compute_instances {
-            for ci in topo.instances.iter().filter(|c| c.compute_instance.is_some() && c.gpu_instance == gi.entity.id) {
-                out.push(Target { entity: ci.entity, labels: gpu_labels(topo, ci.gpu, Some(ci), opts), gpu: Some(ci.gpu) });
+            for ci in topo
+                .instances
+                .iter()
+                .filter(|c| c.compute_instance.is_some() && c.gpu_instance == gi.entity.id)
+            {
+                out.push(Target {
+                    entity: ci.entity,
+                    labels: gpu_labels(topo, ci.gpu, Some(ci), opts),
+                    gpu: Some(ci.gpu),
+                });
             }
         }
     };
     for g in &topo.gpus {
-        let whole = Target { entity: Entity::gpu(g.id), labels: gpu_labels(topo, g.id, None, opts), gpu: Some(g.id) };
+        let whole = Target {
+            entity: Entity::gpu(g.id),
+            labels: gpu_labels(topo, g.id, None, opts),
+            gpu: Some(g.id),
+        };
         if sel.flex {
             if topo.mig_enabled(g.id) {
                 for gi in topo.gpu_instances_of(g.id) {
@@ -198,7 +248,10 @@ fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
             out.push(whole);
         }
         if let Some(minor) = &sel.minor {
-            for gi in topo.gpu_instances_of(g.id).filter(|gi| selected(minor, gi.entity.id)) {
+            for gi in topo
+                .gpu_instances_of(g.id)
+                .filter(|gi| selected(minor, gi.entity.id))
+            {
                 push_instance(&mut out, gi);
             }
         }
@@ -250,7 +303,10 @@ fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> 
         let labels = match l.id.parent {
             EntityGroup::Switch => {
                 let switch_ok = sel.flex
-                    || sel.minor.as_ref().is_some_and(|m| selected(m, u32::from(l.id.index)))
+                    || sel
+                        .minor
+                        .as_ref()
+                        .is_some_and(|m| selected(m, u32::from(l.id.index)))
                         && sel.major.as_ref().is_none_or(|m| selected(m, parent));
                 if !switch_ok {
                     continue;
@@ -266,9 +322,15 @@ fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> 
                     nvlink,
                     ("gpu", parent.to_string()),
                     ("gpu_uuid", g.map(|g| g.uuid.clone()).unwrap_or_default()),
-                    ("pci_bus_id", g.map(|g| g.pci_bus_id.clone()).unwrap_or_default()),
+                    (
+                        "pci_bus_id",
+                        g.map(|g| g.pci_bus_id.clone()).unwrap_or_default(),
+                    ),
                     ("device", format!("nvidia{parent}")),
-                    ("model_name", g.map(|g| model_name(&g.model, opts)).unwrap_or_default()),
+                    (
+                        "model_name",
+                        g.map(|g| model_name(&g.model, opts)).unwrap_or_default(),
+                    ),
                 ]
             }
             _ => continue,
@@ -285,7 +347,11 @@ fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> 
 fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Target>), String> {
     let sel = opts.cpus;
     let cpu_ids: Vec<u32> = topo.cpus.iter().map(|c| c.id).collect();
-    let core_ids: Vec<u32> = topo.cpus.iter().flat_map(|c| c.cores.iter().copied()).collect();
+    let core_ids: Vec<u32> = topo
+        .cpus
+        .iter()
+        .flat_map(|c| c.cores.iter().copied())
+        .collect();
     if let Some(m) = &sel.major {
         check_exists("-p", "CPU", m, &cpu_ids)?;
     }

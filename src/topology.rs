@@ -59,7 +59,12 @@ impl Topology {
         for id in session.gpus(false)? {
             let a = session.device_attributes(id)?;
             let clean = |s: String| classify_str(&s).map(str::to_string).unwrap_or_default();
-            t.gpus.push(Gpu { id, uuid: clean(a.uuid), pci_bus_id: clean(a.pci_bus_id), model: clean(a.name) });
+            t.gpus.push(Gpu {
+                id,
+                uuid: clean(a.uuid),
+                pci_bus_id: clean(a.pci_bus_id),
+                model: clean(a.name),
+            });
         }
         t.instances = discover_instances(session)?;
         // Switches, links and CPUs are optional hardware: a failure means "none here".
@@ -70,26 +75,50 @@ impl Topology {
         match session.link_status() {
             Ok(ls) => {
                 for (gpu, states) in &ls.gpus {
-                    t.links.extend(states.iter().enumerate().filter(|(_, s)| **s != LinkState::NotSupported).map(
-                        |(i, s)| Link {
-                            id: LinkId { parent: EntityGroup::Gpu, index: i as u16, parent_id: *gpu as u8 },
-                            state: *s,
-                        },
-                    ));
+                    t.links.extend(
+                        states
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| **s != LinkState::NotSupported)
+                            .map(|(i, s)| Link {
+                                id: LinkId {
+                                    parent: EntityGroup::Gpu,
+                                    index: i as u16,
+                                    parent_id: *gpu as u8,
+                                },
+                                state: *s,
+                            }),
+                    );
                 }
                 for (sw, states) in &ls.switches {
-                    t.links.extend(states.iter().enumerate().filter(|(_, s)| **s != LinkState::NotSupported).map(
-                        |(i, s)| Link {
-                            id: LinkId { parent: EntityGroup::Switch, index: i as u16, parent_id: *sw as u8 },
-                            state: *s,
-                        },
-                    ));
+                    t.links.extend(
+                        states
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| **s != LinkState::NotSupported)
+                            .map(|(i, s)| Link {
+                                id: LinkId {
+                                    parent: EntityGroup::Switch,
+                                    index: i as u16,
+                                    parent_id: *sw as u8,
+                                },
+                                state: *s,
+                            }),
+                    );
                 }
             }
             Err(e) => t.warnings.push(format!("no NVLink status: {e}")),
         }
         match session.cpu_hierarchy() {
-            Ok(cpus) => t.cpus = cpus.into_iter().map(|c| Cpu { id: c.id, cores: c.cores }).collect(),
+            Ok(cpus) => {
+                t.cpus = cpus
+                    .into_iter()
+                    .map(|c| Cpu {
+                        id: c.id,
+                        cores: c.cores,
+                    })
+                    .collect()
+            }
             Err(e) => t.warnings.push(format!("no CPUs: {e}")),
         }
         Ok(t)
@@ -101,7 +130,9 @@ impl Topology {
 
     /// GPU instances of a GPU (not compute instances).
     pub fn gpu_instances_of(&self, gpu: u32) -> impl Iterator<Item = &Instance> {
-        self.instances.iter().filter(move |i| i.gpu == gpu && i.compute_instance.is_none())
+        self.instances
+            .iter()
+            .filter(move |i| i.gpu == gpu && i.compute_instance.is_none())
     }
 
     pub fn mig_enabled(&self, gpu: u32) -> bool {
@@ -117,7 +148,10 @@ pub fn discover_instances(session: &Session) -> dcgm_sys::Result<Vec<Instance>> 
         Err(e) if e.status() == Some(dcgm_sys::Status::NotSupported) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let gis: Vec<&MigEntity> = rows.iter().filter(|r| r.entity.group == EntityGroup::GpuInstance).collect();
+    let gis: Vec<&MigEntity> = rows
+        .iter()
+        .filter(|r| r.entity.group == EntityGroup::GpuInstance)
+        .collect();
     // Profile names are field 50 of each GI, read live as dcgm-exporter does.
     let mut names = std::collections::HashMap::new();
     if !gis.is_empty() {
@@ -140,7 +174,9 @@ pub fn discover_instances(session: &Session) -> dcgm_sys::Result<Vec<Instance>> 
                 profile: names.get(&r.entity.id).cloned().unwrap_or_default(),
             }),
             EntityGroup::ComputeInstance => {
-                let Some(gi) = gis.iter().find(|g| g.entity.id == r.parent.id) else { continue };
+                let Some(gi) = gis.iter().find(|g| g.entity.id == r.parent.id) else {
+                    continue;
+                };
                 out.push(Instance {
                     entity: r.entity,
                     gpu: gi.parent.id,

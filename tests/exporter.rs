@@ -34,41 +34,84 @@ const DEFAULT_METRICS: &[&str] = &[
 
 #[test]
 fn every_default_counter_appears_for_every_gpu_with_dcgm_exporter_labels() {
-    let e = exporter().profile("h100-8gpu-nvswitch.toml").env("NODE_NAME", "node-a").start();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("NODE_NAME", "node-a")
+        .start();
     let page = e.scrape();
     for name in DEFAULT_METRICS {
         let s = series(&page, name);
-        let gpus: std::collections::BTreeSet<&str> = s.iter().filter_map(|x| x.label("gpu")).collect();
-        assert_eq!(gpus.len(), 8, "{name}: series for GPUs {gpus:?}\n{}", dump(&page));
+        let gpus: std::collections::BTreeSet<&str> =
+            s.iter().filter_map(|x| x.label("gpu")).collect();
+        assert_eq!(
+            gpus.len(),
+            8,
+            "{name}: series for GPUs {gpus:?}\n{}",
+            dump(&page)
+        );
         for x in &s {
             let order: Vec<&str> = x.label_order.iter().map(String::as_str).collect();
             assert_eq!(
                 &order[..6],
-                &["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname"],
+                &[
+                    "gpu",
+                    "UUID",
+                    "pci_bus_id",
+                    "device",
+                    "modelName",
+                    "Hostname"
+                ],
                 "{name} label order"
             );
             let gpu = x.label("gpu").unwrap();
             assert_eq!(x.label("device"), Some(format!("nvidia{gpu}").as_str()));
-            assert!(x.label("UUID").unwrap().starts_with("GPU-"), "{:?}", x.labels);
-            assert!(x.label("modelName").unwrap().contains("H100"), "{:?}", x.labels);
+            assert!(
+                x.label("UUID").unwrap().starts_with("GPU-"),
+                "{:?}",
+                x.labels
+            );
+            assert!(
+                x.label("modelName").unwrap().contains("H100"),
+                "{:?}",
+                x.labels
+            );
             assert_eq!(x.label("Hostname"), Some("node-a"));
-            assert!(x.label("DCGM_FI_DRIVER_VERSION").is_some_and(|v| !v.is_empty()), "driver label: {:?}", x.labels);
+            assert!(
+                x.label("DCGM_FI_DRIVER_VERSION")
+                    .is_some_and(|v| !v.is_empty()),
+                "driver label: {:?}",
+                x.labels
+            );
         }
     }
     // XID series carry err_code/err_msg; no value is ever a DCGM sentinel.
     for x in series(&page, "DCGM_FI_DEV_XID_ERRORS") {
-        assert_eq!(x.label("err_code"), Some(format!("{}", x.value as i64).as_str()));
+        assert_eq!(
+            x.label("err_code"),
+            Some(format!("{}", x.value as i64).as_str())
+        );
         assert!(x.label("err_msg").is_some());
     }
     for s in &page {
-        assert!(s.value < 9.2e18 && s.value != 140737488355328.0, "sentinel leaked: {s:?}");
+        assert!(
+            s.value < 9.2e18 && s.value != 140737488355328.0,
+            "sentinel leaked: {s:?}"
+        );
     }
 }
 
 #[test]
 fn values_move_over_time_at_the_collect_interval() {
-    let e = exporter().profile("h100-8gpu-nvswitch.toml").args(&["-c", "300"]).start();
-    let energy = |p: &[Sample]| series(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION").iter().map(|s| s.value).sum::<f64>();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["-c", "300"])
+        .start();
+    let energy = |p: &[Sample]| {
+        series(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+            .iter()
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
     let first = energy(&e.scrape());
     e.scrape_until(10, |p| energy(p) > first);
 }
@@ -111,7 +154,11 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
          DCGM_FI_DRIVER_VERSION, label, driver\n",
     )
     .unwrap();
-    let e = exporter().arg("-f").arg(csv.to_str().unwrap()).arg("-o").start();
+    let e = exporter()
+        .arg("-f")
+        .arg(csv.to_str().unwrap())
+        .arg("-o")
+        .start();
     let page = e.scrape();
     assert_eq!(series(&page, "dcgm_gpu_temp").len(), 8);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
@@ -119,38 +166,75 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
     // A numeric id exports under the canonical 4.6 name.
     assert_eq!(series(&page, "DCGM_FI_DEV_BOARD_POWER_WATTS").len(), 8);
     for s in series(&page, "dcgm_gpu_temp") {
-        assert!(s.label("uuid").is_some() && s.label("UUID").is_none(), "-o uses the 1.x uuid label");
+        assert!(
+            s.label("uuid").is_some() && s.label("UUID").is_none(),
+            "-o uses the 1.x uuid label"
+        );
         assert!(s.label("DCGM_FI_DEV_SERIAL").is_some_and(|v| !v.is_empty()));
         let order = &s.label_order;
-        let serial = order.iter().position(|k| k == "DCGM_FI_DEV_SERIAL").unwrap();
-        let driver = order.iter().position(|k| k == "DCGM_FI_DRIVER_VERSION").unwrap();
-        assert!(driver < serial, "label fields are sorted by name: {order:?}");
+        let serial = order
+            .iter()
+            .position(|k| k == "DCGM_FI_DEV_SERIAL")
+            .unwrap();
+        let driver = order
+            .iter()
+            .position(|k| k == "DCGM_FI_DRIVER_VERSION")
+            .unwrap();
+        assert!(
+            driver < serial,
+            "label fields are sorted by name: {order:?}"
+        );
     }
     let (_, text) = e.get("/metrics");
-    assert!(text.contains("# HELP DCGM_FI_DEV_BOARD_POWER_WATTS power, by numeric id"), "{text}");
+    assert!(
+        text.contains("# HELP DCGM_FI_DEV_BOARD_POWER_WATTS power, by numeric id"),
+        "{text}"
+    );
 }
 
 #[test]
 fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let bad_csv = dir.path().join("bad.csv");
-    std::fs::write(&bad_csv, "DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n").unwrap();
+    std::fs::write(
+        &bad_csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n",
+    )
+    .unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["--dcgm-library".into(), "/nonexistent/libdcgm.so.4".into()], "cannot load libdcgm"),
-        (vec!["-f".into(), bad_csv.to_str().unwrap().into()], "bad.csv:2"),
-        (vec!["-f".into(), "/nonexistent.csv".into()], "/nonexistent.csv"),
-        (vec!["-r".into(), format!("127.0.0.1:{}", free_port())], "host engine"),
+        (
+            vec!["--dcgm-library".into(), "/nonexistent/libdcgm.so.4".into()],
+            "cannot load libdcgm",
+        ),
+        (
+            vec!["-f".into(), bad_csv.to_str().unwrap().into()],
+            "bad.csv:2",
+        ),
+        (
+            vec!["-f".into(), "/nonexistent.csv".into()],
+            "/nonexistent.csv",
+        ),
+        (
+            vec!["-r".into(), format!("127.0.0.1:{}", free_port())],
+            "host engine",
+        ),
         (vec!["-d".into(), "g:42".into()], "-d"),
         (vec!["-d".into(), "x".into()], "-d"),
         (vec!["-c".into(), "abc".into()], "collect-interval"),
-        (vec!["--kubernetes".into()], "--kubernetes is not supported yet"),
+        (
+            vec!["--kubernetes".into()],
+            "--kubernetes is not supported yet",
+        ),
         (vec!["-a".into(), ":notaport".into()], "-a"),
     ];
     for (args, needle) in cases {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, stderr) = exporter().args(&argv).run_to_exit();
         assert_ne!(code, 0, "{argv:?} should fail");
-        assert!(stderr.contains(needle), "{argv:?}: expected '{needle}' in stderr:\n{stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{argv:?}: expected '{needle}' in stderr:\n{stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{argv:?} panicked:\n{stderr}");
     }
 }

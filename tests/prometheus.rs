@@ -8,7 +8,10 @@ use std::time::{Duration, Instant};
 use support::*;
 
 fn tool(name: &str) -> String {
-    let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().map(|o| o.status.success());
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .map(|o| o.status.success());
     assert!(
         found.unwrap_or(false),
         "`{name}` is required by this test and was not found: apt-get install prometheus (.ci/run does this)"
@@ -25,9 +28,18 @@ fn promtool_check(page: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run promtool");
-    child.stdin.take().unwrap().write_all(page.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]
@@ -40,8 +52,15 @@ fn promtool_finds_nothing_to_report_on_any_profile() {
         .collect();
     assert!(profiles.len() >= 4, "profiles: {profiles:?}");
     for p in profiles {
-        for csv in ["etc/default-counters.csv", "etc/dcp-metrics-included.csv", "etc/1.x-compatibility-metrics.csv"] {
-            let e = exporter().profile(&p).args(&["-f", repo(csv).to_str().unwrap()]).start();
+        for csv in [
+            "etc/default-counters.csv",
+            "etc/dcp-metrics-included.csv",
+            "etc/1.x-compatibility-metrics.csv",
+        ] {
+            let e = exporter()
+                .profile(&p)
+                .args(&["-f", repo(csv).to_str().unwrap()])
+                .start();
             let (_, page) = e.get("/metrics");
             let report = promtool_check(&page);
             // promtool flags counters without a _total suffix; that is dcgm-exporter's naming
@@ -51,7 +70,11 @@ fn promtool_finds_nothing_to_report_on_any_profile() {
                 .filter(|l| !l.trim().is_empty())
                 .filter(|l| !l.contains("counter metrics should have \"_total\" suffix"))
                 .collect();
-            assert!(problems.is_empty(), "{p} with {csv}: promtool reported:\n{}", problems.join("\n"));
+            assert!(
+                problems.is_empty(),
+                "{p} with {csv}: promtool reported:\n{}",
+                problems.join("\n")
+            );
         }
     }
 }
@@ -72,7 +95,10 @@ fn a_real_prometheus_scrapes_and_answers_promql() {
     .unwrap();
     let mut prom = Command::new(tool("prometheus"))
         .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.path().join("data").display()
+        ))
         .arg(format!("--web.listen-address=127.0.0.1:{port}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())

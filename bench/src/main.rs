@@ -35,16 +35,33 @@ fn main() {
 
 fn arg(name: &str, default: &str) -> String {
     let args: Vec<String> = std::env::args().collect();
-    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
 }
 
 fn run() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().ok_or("no repo root")?.to_path_buf();
-    let seconds: u64 = arg("--seconds", "20").parse().map_err(|_| "--seconds: not a number")?;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let seconds: u64 = arg("--seconds", "20")
+        .parse()
+        .map_err(|_| "--seconds: not a number")?;
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "etc/dcp-metrics-included.csv"));
     let status = Command::new(env!("CARGO"))
-        .args(["build", "--release", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"])
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "dcgm-exporter",
+            "-p",
+            "dcgm-sim",
+        ])
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
@@ -58,8 +75,18 @@ fn run() -> Result<(), String> {
         .port();
     let interval_ms = 1000u64;
     let child = Command::new(bin.join("dcgm-exporter"))
-        .args(["-f", csv.to_str().ok_or("path")?, "-a", &format!("127.0.0.1:{port}"), "-c", &interval_ms.to_string()])
-        .args(["--dcgm-library", bin.join("libdcgm.so.4").to_str().ok_or("path")?])
+        .args([
+            "-f",
+            csv.to_str().ok_or("path")?,
+            "-a",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            &interval_ms.to_string(),
+        ])
+        .args([
+            "--dcgm-library",
+            bin.join("libdcgm.so.4").to_str().ok_or("path")?,
+        ])
         .env("DCGM_SIM_PROFILE", &profile)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -81,7 +108,10 @@ fn run() -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     };
     let cpu_start = cpu_seconds(pid)?;
-    let collections_start = self_metric(&get(&url)?, "dcgm_exporter_collections_total{result=\"success\"}");
+    let collections_start = self_metric(
+        &get(&url)?,
+        "dcgm_exporter_collections_total{result=\"success\"}",
+    );
 
     // One scraper, then sixteen at once, for half the run each.
     let half = Duration::from_secs(seconds / 2);
@@ -91,35 +121,80 @@ fn run() -> Result<(), String> {
     peak_rss = peak_rss.max(rss_kib(pid)?);
 
     let page = get(&url)?;
-    let collections = self_metric(&page, "dcgm_exporter_collections_total{result=\"success\"}") - collections_start;
+    let collections = self_metric(&page, "dcgm_exporter_collections_total{result=\"success\"}")
+        - collections_start;
     let cpu = cpu_seconds(pid)? - cpu_start;
     let collect_s = self_metric(&page, "dcgm_exporter_collection_duration_seconds");
-    let series = page.lines().filter(|l| !l.starts_with('#') && !l.starts_with("dcgm_exporter_") && !l.starts_with("process_")).count();
+    let series = page
+        .lines()
+        .filter(|l| {
+            !l.starts_with('#') && !l.starts_with("dcgm_exporter_") && !l.starts_with("process_")
+        })
+        .count();
     let rss_mib = peak_rss as f64 / 1024.0;
     let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
 
     println!("profile              {}", profile.display());
-    println!("series exported      {series}  (/metrics {} bytes)", page.len());
+    println!(
+        "series exported      {series}  (/metrics {} bytes)",
+        page.len()
+    );
     println!("first page after     {:.3} s", first.as_secs_f64());
-    println!("collections          {collections:.0} in {seconds} s (last took {:.2} ms)", collect_s * 1000.0);
-    println!("scrapes              {} single, {} with 16 concurrent", single.len(), many.len());
-    println!("scrape p50/p99       {:.2}/{:.2} ms single, {:.2}/{:.2} ms concurrent", p(&single, 0.5) * 1e3, p(&single, 0.99) * 1e3, p(&many, 0.5) * 1e3, p(&many, 0.99) * 1e3);
+    println!(
+        "collections          {collections:.0} in {seconds} s (last took {:.2} ms)",
+        collect_s * 1000.0
+    );
+    println!(
+        "scrapes              {} single, {} with 16 concurrent",
+        single.len(),
+        many.len()
+    );
+    println!(
+        "scrape p50/p99       {:.2}/{:.2} ms single, {:.2}/{:.2} ms concurrent",
+        p(&single, 0.5) * 1e3,
+        p(&single, 0.99) * 1e3,
+        p(&many, 0.5) * 1e3,
+        p(&many, 0.99) * 1e3
+    );
     println!("peak RSS             {rss_mib:.1} MiB");
     println!();
     println!("ratios (this run)");
-    println!("  RSS / 30 MiB target                      {:.3}", rss_mib / TARGET_RSS_MIB);
-    println!("  RSS / dcgm-exporter 8-GPU median 479 MiB {:.3}", rss_mib / DE_MEDIAN_RSS_8GPU_MIB);
-    println!("  scrape p50, 16 concurrent / single       {:.3}", p(&many, 0.5) / p(&single, 0.5));
-    println!("  scrape p50 / collection duration         {:.3}", p(&single, 0.5) / collect_s.max(1e-9));
-    println!("  CPU seconds per collection               {:.5}", cpu / collections.max(1.0));
-    println!("  CPU share of one core                    {:.4}", cpu / seconds as f64);
+    println!(
+        "  RSS / 30 MiB target                      {:.3}",
+        rss_mib / TARGET_RSS_MIB
+    );
+    println!(
+        "  RSS / dcgm-exporter 8-GPU median 479 MiB {:.3}",
+        rss_mib / DE_MEDIAN_RSS_8GPU_MIB
+    );
+    println!(
+        "  scrape p50, 16 concurrent / single       {:.3}",
+        p(&many, 0.5) / p(&single, 0.5)
+    );
+    println!(
+        "  scrape p50 / collection duration         {:.3}",
+        p(&single, 0.5) / collect_s.max(1e-9)
+    );
+    println!(
+        "  CPU seconds per collection               {:.5}",
+        cpu / collections.max(1.0)
+    );
+    println!(
+        "  CPU share of one core                    {:.4}",
+        cpu / seconds as f64
+    );
     Ok(())
 }
 
 fn get(url: &str) -> Result<String, String> {
-    let r = ureq::get(url).timeout(Duration::from_secs(10)).call().map_err(|e| e.to_string())?;
+    let r = ureq::get(url)
+        .timeout(Duration::from_secs(10))
+        .call()
+        .map_err(|e| e.to_string())?;
     let mut s = String::new();
-    r.into_reader().read_to_string(&mut s).map_err(|e| e.to_string())?;
+    r.into_reader()
+        .read_to_string(&mut s)
+        .map_err(|e| e.to_string())?;
     Ok(s)
 }
 
@@ -141,7 +216,10 @@ fn scrape_for(url: &str, n: usize, d: Duration) -> Vec<f64> {
             })
         })
         .collect();
-    let mut all: Vec<f64> = handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect();
+    let mut all: Vec<f64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap_or_default())
+        .collect();
     all.sort_by(|a, b| a.total_cmp(b));
     if all.is_empty() {
         all.push(f64::NAN);

@@ -107,36 +107,107 @@ pub struct Incident {
     pub entity: (u32, u32),
 }
 
+/// One field group, as `dcgmFieldGroupInfo_v1` describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FieldGroupEntry {
+    pub id: u64,
+    pub name: String,
+    pub field_ids: Vec<u16>,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     /// Sent once by a remote client after connecting.
-    Login { persist_after_disconnect: bool },
-    GetAllDevices { only_supported: bool },
-    GetDeviceAttributes { gpu_id: u32 },
-    GetGpuStatus { gpu_id: u32 },
-    GetEntityGroupEntities { entity_group: u32, only_supported: bool },
+    Login {
+        persist_after_disconnect: bool,
+    },
+    GetAllDevices {
+        only_supported: bool,
+    },
+    GetDeviceAttributes {
+        gpu_id: u32,
+    },
+    GetGpuStatus {
+        gpu_id: u32,
+    },
+    GetEntityGroupEntities {
+        entity_group: u32,
+        only_supported: bool,
+    },
     GetGpuInstanceHierarchy,
     GetNvLinkLinkStatus,
     GetNvLinkP2PStatus,
     GetCpuHierarchy,
-    ProfGetSupportedMetricGroups { gpu_id: u32 },
-    GroupCreate { group_type: u32, name: String },
-    GroupDestroy { group_id: u64 },
-    GroupAddEntity { group_id: u64, entity_group: u32, entity_id: u32 },
-    GroupGetInfo { group_id: u64 },
-    FieldGroupCreate { field_ids: Vec<u16>, name: String },
-    FieldGroupDestroy { field_group_id: u64 },
-    WatchFields { group_id: u64, field_group_id: u64, update_freq_us: i64, max_keep_age_s: f64, max_keep_samples: i32 },
-    UnwatchFields { group_id: u64, field_group_id: u64 },
-    UpdateAllFields { wait: bool },
+    ProfGetSupportedMetricGroups {
+        gpu_id: u32,
+    },
+    GroupCreate {
+        group_type: u32,
+        name: String,
+    },
+    GroupDestroy {
+        group_id: u64,
+    },
+    GroupAddEntity {
+        group_id: u64,
+        entity_group: u32,
+        entity_id: u32,
+    },
+    GroupGetInfo {
+        group_id: u64,
+    },
+    FieldGroupCreate {
+        field_ids: Vec<u16>,
+        name: String,
+    },
+    FieldGroupDestroy {
+        field_group_id: u64,
+    },
+    WatchFields {
+        group_id: u64,
+        field_group_id: u64,
+        update_freq_us: i64,
+        max_keep_age_s: f64,
+        max_keep_samples: i32,
+    },
+    UnwatchFields {
+        group_id: u64,
+        field_group_id: u64,
+    },
+    UpdateAllFields {
+        wait: bool,
+    },
     /// dcgmEntitiesGetLatestValues / dcgmEntityGetLatestValues: one sample per (entity, field),
     /// entity-major order.
-    EntitiesGetLatestValues { entities: Vec<(u32, u32)>, field_ids: Vec<u16>, live: bool },
+    EntitiesGetLatestValues {
+        entities: Vec<(u32, u32)>,
+        field_ids: Vec<u16>,
+        live: bool,
+    },
     /// dcgmGetValuesSince_v2: every cached sample with ts >= since, per entity and field.
-    GetValuesSince { group_id: u64, field_group_id: u64, since_us: i64 },
-    HealthSet { group_id: u64, systems: u32 },
-    HealthGet { group_id: u64 },
-    HealthCheck { group_id: u64 },
+    GetValuesSince {
+        group_id: u64,
+        field_group_id: u64,
+        since_us: i64,
+    },
+    HealthSet {
+        group_id: u64,
+        systems: u32,
+    },
+    HealthGet {
+        group_id: u64,
+    },
+    HealthCheck {
+        group_id: u64,
+    },
+    /// dcgmFieldGroupGetInfo, and the field list behind dcgmGetLatestValues* and
+    /// dcgmGetValuesSince (v1): answered with `Reply::FieldGroups` holding one entry, or
+    /// `Error(DCGM_ST_NO_DATA)` for an unknown id (the real engine's code).
+    FieldGroupGetInfo {
+        field_group_id: u64,
+    },
+    /// dcgmFieldGroupGetAll: every field group the engine knows, as `Reply::FieldGroups`.
+    FieldGroupGetAll,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,9 +226,19 @@ pub enum Reply {
     /// (cpuId, owned core ids).
     CpuHierarchy(Vec<(u32, Vec<u32>)>),
     MetricGroups(Vec<MetricGroup>),
-    GroupInfo { name: String, entities: Vec<(u32, u32)> },
+    GroupInfo {
+        name: String,
+        entities: Vec<(u32, u32)>,
+    },
     Samples(Vec<Sample>),
-    ValuesSince { samples: Vec<Sample>, next_since_us: i64 },
+    ValuesSince {
+        samples: Vec<Sample>,
+        next_since_us: i64,
+    },
     HealthSystems(u32),
-    Health { overall: u32, incidents: Vec<Incident> },
+    Health {
+        overall: u32,
+        incidents: Vec<Incident>,
+    },
+    FieldGroups(Vec<FieldGroupEntry>),
 }

@@ -25,7 +25,10 @@ pub struct FieldMeta {
 include!(concat!(env!("OUT_DIR"), "/fields_table.rs"));
 
 pub fn by_id(id: u16) -> Option<&'static FieldMeta> {
-    FIELDS.binary_search_by_key(&id, |f| f.id).ok().map(|i| &FIELDS[i])
+    FIELDS
+        .binary_search_by_key(&id, |f| f.id)
+        .ok()
+        .map(|i| &FIELDS[i])
 }
 
 /// Exact, case-sensitive: a 4.6 name, then a deprecated alias or 1.x name.
@@ -60,7 +63,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1; b.len() + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
         }
         prev = cur;
     }
@@ -93,9 +98,18 @@ mod tests {
         assert_eq!(FIELDS.len(), 638);
         assert!(FIELDS.windows(2).all(|w| w[0].id < w[1].id));
         let t = by_id(150).unwrap();
-        assert_eq!((t.name, t.tag, t.field_type, t.entity_level), ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gpu_temp", b'i', 1));
+        assert_eq!(
+            (t.name, t.tag, t.field_type, t.entity_level),
+            ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gpu_temp", b'i', 1)
+        );
         assert_eq!(by_id(155).unwrap().field_type, b'd');
-        assert_eq!((by_id(1001).unwrap().field_type, by_id(1001).unwrap().entity_level), (b'd', 5));
+        assert_eq!(
+            (
+                by_id(1001).unwrap().field_type,
+                by_id(1001).unwrap().entity_level
+            ),
+            (b'd', 5)
+        );
         assert_eq!(by_id(54).unwrap().field_type, b's');
         assert_eq!(by_id(1040).unwrap().tag, "nvlink_l0_tx_bytes");
         assert_eq!(by_id(1075).unwrap().tag, "nvlink_l17_rx_bytes");
@@ -109,12 +123,21 @@ mod tests {
     #[test]
     fn aliases_and_legacy_names_resolve() {
         assert_eq!(by_name("DCGM_FI_DEV_GPU_TEMP").unwrap().id, 150);
-        assert_eq!(by_name("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").unwrap().id, 449);
+        assert_eq!(
+            by_name("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").unwrap().id,
+            449
+        );
         assert_eq!(by_name("DCGM_FI_DRIVER_VERSION").unwrap().id, 1);
-        assert_eq!(by_name("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").unwrap().id, 112);
+        assert_eq!(
+            by_name("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").unwrap().id,
+            112
+        );
         assert_eq!(by_name("dcgm_gpu_temp").unwrap().id, 150);
         assert_eq!(by_name("dcgm_fi_prof_pcie_rx_bytes").unwrap().id, 1010);
-        assert!(by_name("dcgm_GPU_TEMP").is_none(), "lookups are case-sensitive");
+        assert!(
+            by_name("dcgm_GPU_TEMP").is_none(),
+            "lookups are case-sensitive"
+        );
     }
 
     #[test]

@@ -8,7 +8,13 @@
 //! * [`Session`] and friends: the safe API used by the exporter. All `unsafe` code of the
 //!   project lives in this crate.
 
-#[allow(non_camel_case_types, non_snake_case, non_upper_case_globals, dead_code, clippy::all)]
+#[allow(
+    non_camel_case_types,
+    non_snake_case,
+    non_upper_case_globals,
+    dead_code,
+    clippy::all
+)]
 pub mod ffi {
     include!("bindings.rs");
 }

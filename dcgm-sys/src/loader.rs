@@ -42,7 +42,12 @@ impl Library {
             // simulator) has no initialiser with preconditions on the caller; we load it
             // once, from one thread, before any DCGM call.
             match unsafe { DcgmLib::new(&candidate) } {
-                Ok(lib) => return Ok(Library { lib, path: candidate }),
+                Ok(lib) => {
+                    return Ok(Library {
+                        lib,
+                        path: candidate,
+                    })
+                }
                 Err(e) => tried.push(format!("{}: {e}", candidate.display())),
             }
         }

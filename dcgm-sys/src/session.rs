@@ -43,7 +43,9 @@ impl ConnectTarget {
         }
         let hostport = s.strip_prefix("tcp://").unwrap_or(s);
         if hostport.contains("://") {
-            return Err(format!("'{s}': unknown scheme (use host:port, tcp://, or unix://)"));
+            return Err(format!(
+                "'{s}': unknown scheme (use host:port, tcp://, or unix://)"
+            ));
         }
         // Validate the port now so a typo fails with our message, not a connect timeout.
         let port = if let Some(rest) = hostport.strip_prefix('[') {
@@ -163,7 +165,11 @@ pub struct Session {
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Session({:?}, handle {})", self.inner.kind, self.inner.handle)
+        write!(
+            f,
+            "Session({:?}, handle {})",
+            self.inner.kind, self.inner.handle
+        )
     }
 }
 
@@ -175,7 +181,8 @@ fn boxed_zeroed<T>() -> Box<T> {
 }
 
 fn cstring(what: &str, s: &str) -> Result<CString> {
-    CString::new(s).map_err(|_| Error::InvalidArgument(format!("{what} contains a NUL byte: {s:?}")))
+    CString::new(s)
+        .map_err(|_| Error::InvalidArgument(format!("{what} contains a NUL byte: {s:?}")))
 }
 
 /// Field ids per dcgmEntitiesGetLatestValues call (the library rejects more than 128).
@@ -227,7 +234,12 @@ impl Session {
 
     fn wrap(lib: Arc<Library>, handle: ffi::dcgmHandle_t, kind: SessionKind) -> Session {
         Session {
-            inner: Arc::new(Inner { lib, handle, kind, scratch: Mutex::new(Vec::new()) }),
+            inner: Arc::new(Inner {
+                lib,
+                handle,
+                kind,
+                scratch: Mutex::new(Vec::new()),
+            }),
         }
     }
 
@@ -254,11 +266,15 @@ impl Session {
         let (name, rc) = if only_supported {
             let f = sym!(self.lib(), dcgmGetAllSupportedDevices);
             // SAFETY: `ids` has the DCGM_MAX_NUM_DEVICES elements the API writes at most.
-            ("dcgmGetAllSupportedDevices", unsafe { f(self.h(), ids.as_mut_ptr(), &mut count) })
+            ("dcgmGetAllSupportedDevices", unsafe {
+                f(self.h(), ids.as_mut_ptr(), &mut count)
+            })
         } else {
             let f = sym!(self.lib(), dcgmGetAllDevices);
             // SAFETY: as above.
-            ("dcgmGetAllDevices", unsafe { f(self.h(), ids.as_mut_ptr(), &mut count) })
+            ("dcgmGetAllDevices", unsafe {
+                f(self.h(), ids.as_mut_ptr(), &mut count)
+            })
         };
         self.lib().check(name, rc)?;
         let n = (count.max(0) as usize).min(ids.len());
@@ -301,7 +317,11 @@ impl Session {
     /// Entity ids of one group (switches, CPUs, cores, links, instances...).
     pub fn entities(&self, group: EntityGroup, only_supported: bool) -> Result<Vec<u32>> {
         let f = sym!(self.lib(), dcgmGetEntityGroupEntities);
-        let flags = if only_supported { ffi::DCGM_GEGE_FLAG_ONLY_SUPPORTED } else { 0 };
+        let flags = if only_supported {
+            ffi::DCGM_GEGE_FLAG_ONLY_SUPPORTED
+        } else {
+            0
+        };
         let mut buf = vec![0u32; 64];
         loop {
             let mut n: c_int = buf.len() as c_int;
@@ -329,10 +349,16 @@ impl Session {
         Ok(h.entityList[..n]
             .iter()
             .map(|e| {
-                let entity = Entity::new(EntityGroup::from_raw(e.entity.entityGroupId), e.entity.entityId);
+                let entity = Entity::new(
+                    EntityGroup::from_raw(e.entity.entityGroupId),
+                    e.entity.entityId,
+                );
                 MigEntity {
                     entity,
-                    parent: Entity::new(EntityGroup::from_raw(e.parent.entityGroupId), e.parent.entityId),
+                    parent: Entity::new(
+                        EntityGroup::from_raw(e.parent.entityGroupId),
+                        e.parent.entityId,
+                    ),
                     gpu_uuid: c_buf_to_string(&e.info.gpuUuid),
                     nvml_gpu_index: e.info.nvmlGpuIndex,
                     nvml_instance_id: e.info.nvmlInstanceId,
@@ -355,11 +381,27 @@ impl Session {
         self.lib().check("dcgmGetNvLinkLinkStatus", rc)?;
         let gpus = s.gpus[..(s.numGpus as usize).min(s.gpus.len())]
             .iter()
-            .map(|g| (g.entityId, g.linkState.iter().map(|&x| LinkState::from_raw(x)).collect()))
+            .map(|g| {
+                (
+                    g.entityId,
+                    g.linkState
+                        .iter()
+                        .map(|&x| LinkState::from_raw(x))
+                        .collect(),
+                )
+            })
             .collect();
         let switches = s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())]
             .iter()
-            .map(|w| (w.entityId, w.linkState.iter().map(|&x| LinkState::from_raw(x)).collect()))
+            .map(|w| {
+                (
+                    w.entityId,
+                    w.linkState
+                        .iter()
+                        .map(|&x| LinkState::from_raw(x))
+                        .collect(),
+                )
+            })
             .collect();
         Ok(LinkStatus { gpus, switches })
     }
@@ -377,7 +419,13 @@ impl Session {
             gpus: s.gpus[..n]
                 .iter()
                 .map(|g| {
-                    (g.entityId, g.linkStatus[..n].iter().map(|&x| P2PStatus::from_raw(x)).collect())
+                    (
+                        g.entityId,
+                        g.linkStatus[..n]
+                            .iter()
+                            .map(|&x| P2PStatus::from_raw(x))
+                            .collect(),
+                    )
                 })
                 .collect(),
         })
@@ -436,7 +484,11 @@ impl Session {
         // SAFETY: `cname` is NUL-terminated and outlives the call; `id` is a valid out-pointer.
         let rc = unsafe { create(self.h(), ffi::DCGM_GROUP_EMPTY, cname.as_ptr(), &mut id) };
         self.lib().check("dcgmGroupCreate", rc)?;
-        let group = Group { session: self.inner.clone(), id: id as u64, entities: entities.to_vec() };
+        let group = Group {
+            session: self.inner.clone(),
+            id: id as u64,
+            entities: entities.to_vec(),
+        };
         for e in entities {
             // SAFETY: integer arguments only.
             let rc = unsafe { add(self.h(), id, e.group.raw(), e.id) };
@@ -470,9 +522,21 @@ impl Session {
         let mut id: ffi::dcgmFieldGrp_t = 0;
         // SAFETY: `fields` is a valid array of `len` u16 the library only reads; `cname`
         // is NUL-terminated; `id` is a valid out-pointer.
-        let rc = unsafe { f(self.h(), fields.len() as c_int, fields.as_ptr(), cname.as_ptr(), &mut id) };
+        let rc = unsafe {
+            f(
+                self.h(),
+                fields.len() as c_int,
+                fields.as_ptr(),
+                cname.as_ptr(),
+                &mut id,
+            )
+        };
         self.lib().check("dcgmFieldGroupCreate", rc)?;
-        Ok(FieldGroup { session: self.inner.clone(), id: id as u64, fields: fields.to_vec() })
+        Ok(FieldGroup {
+            session: self.inner.clone(),
+            id: id as u64,
+            fields: fields.to_vec(),
+        })
     }
 
     /// Watches every field of `fields` on every entity of `group`.
@@ -502,7 +566,13 @@ impl Session {
     pub fn unwatch(&self, group: &Group, fields: &FieldGroup) -> Result<()> {
         let f = sym!(self.lib(), dcgmUnwatchFields);
         // SAFETY: integer arguments only.
-        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, fields.id as ffi::dcgmFieldGrp_t) };
+        let rc = unsafe {
+            f(
+                self.h(),
+                group.id as ffi::dcgmGpuGrp_t,
+                fields.id as ffi::dcgmFieldGrp_t,
+            )
+        };
         self.lib().check("dcgmUnwatchFields", rc)
     }
 
@@ -517,7 +587,12 @@ impl Session {
     /// Latest cached value of every field for every entity, in as few
     /// `dcgmEntitiesGetLatestValues` calls as the API limits allow. `live` reads the driver
     /// instead of the cache (`DCGM_FV_FLAG_LIVE_DATA`). The result is in no particular order.
-    pub fn latest_values(&self, entities: &[Entity], fields: &[u16], live: bool) -> Result<Vec<FieldReading>> {
+    pub fn latest_values(
+        &self,
+        entities: &[Entity],
+        fields: &[u16],
+        live: bool,
+    ) -> Result<Vec<FieldReading>> {
         let f = sym!(self.lib(), dcgmEntitiesGetLatestValues);
         let flags = if live { ffi::DCGM_FV_FLAG_LIVE_DATA } else { 0 };
         let mut out = Vec::with_capacity(entities.len() * fields.len());
@@ -525,7 +600,10 @@ impl Session {
         for ents in entities.chunks(MAX_ENTITIES_PER_CALL) {
             let mut pairs: Vec<ffi::dcgmGroupEntityPair_t> = ents
                 .iter()
-                .map(|e| ffi::dcgmGroupEntityPair_t { entityGroupId: e.group.raw(), entityId: e.id })
+                .map(|e| ffi::dcgmGroupEntityPair_t {
+                    entityGroupId: e.group.raw(),
+                    entityId: e.id,
+                })
                 .collect();
             for flds in fields.chunks(MAX_FIELDS_PER_CALL) {
                 let mut ids = flds.to_vec();
@@ -563,7 +641,11 @@ impl Session {
 
     /// Latest values of one entity through `dcgmEntityGetLatestValues` (v1 values), in
     /// field order. Kept for parity with go-dcgm; the exporter batches with [`Self::latest_values`].
-    pub fn entity_latest_values(&self, entity: Entity, fields: &[u16]) -> Result<Vec<FieldReading>> {
+    pub fn entity_latest_values(
+        &self,
+        entity: Entity,
+        fields: &[u16],
+    ) -> Result<Vec<FieldReading>> {
         let f = sym!(self.lib(), dcgmEntityGetLatestValues);
         let mut ids = fields.to_vec();
         // SAFETY: all-zero is a valid dcgmFieldValue_v1 (plain data).
@@ -573,7 +655,14 @@ impl Session {
         }
         // SAFETY: `ids` and `vals` are valid arrays of `count` elements.
         let rc = unsafe {
-            f(self.h(), entity.group.raw(), entity.id as c_int, ids.as_mut_ptr(), ids.len() as u32, vals.as_mut_ptr())
+            f(
+                self.h(),
+                entity.group.raw(),
+                entity.id as c_int,
+                ids.as_mut_ptr(),
+                ids.len() as u32,
+                vals.as_mut_ptr(),
+            )
         };
         self.lib().check("dcgmEntityGetLatestValues", rc)?;
         Ok(vals
@@ -589,9 +678,17 @@ impl Session {
 
     /// Every cached sample with a timestamp at or after `since_us` for the group and field
     /// group, and the timestamp to pass next time.
-    pub fn values_since(&self, group: &Group, fields: &FieldGroup, since_us: i64) -> Result<(Vec<FieldReading>, i64)> {
+    pub fn values_since(
+        &self,
+        group: &Group,
+        fields: &FieldGroup,
+        since_us: i64,
+    ) -> Result<(Vec<FieldReading>, i64)> {
         let f = sym!(self.lib(), dcgmGetValuesSince_v2);
-        let mut sink = CallbackSink { out: Vec::new(), panicked: false };
+        let mut sink = CallbackSink {
+            out: Vec::new(),
+            panicked: false,
+        };
         let mut next: std::os::raw::c_longlong = 0;
         // SAFETY: the callback only runs during this call and only touches `sink`, which
         // outlives it; `next` is a valid out-pointer.
@@ -608,7 +705,9 @@ impl Session {
         };
         self.lib().check("dcgmGetValuesSince_v2", rc)?;
         if sink.panicked {
-            return Err(Error::InvalidArgument("value callback failed while decoding DCGM values".into()));
+            return Err(Error::InvalidArgument(
+                "value callback failed while decoding DCGM values".into(),
+            ));
         }
         Ok((sink.out, next))
     }
@@ -648,7 +747,10 @@ impl Session {
                     health: i.health,
                     code: i.error.code,
                     message: c_buf_to_string(&i.error.msg),
-                    entity: Entity::new(EntityGroup::from_raw(i.entityInfo.entityGroupId), i.entityInfo.entityId),
+                    entity: Entity::new(
+                        EntityGroup::from_raw(i.entityInfo.entityGroupId),
+                        i.entityInfo.entityId,
+                    ),
                 })
                 .collect(),
         })
@@ -710,18 +812,52 @@ mod tests {
 
     #[test]
     fn connect_targets_parse_like_dcgm() {
-        assert_eq!(ConnectTarget::parse("localhost:5555"), Ok(ConnectTarget::Tcp("localhost:5555".into())));
-        assert_eq!(ConnectTarget::parse("tcp://10.0.0.1:5555"), Ok(ConnectTarget::Tcp("10.0.0.1:5555".into())));
-        assert_eq!(ConnectTarget::parse("[::1]:5555"), Ok(ConnectTarget::Tcp("[::1]:5555".into())));
-        assert_eq!(ConnectTarget::parse("host"), Ok(ConnectTarget::Tcp("host".into())));
-        assert_eq!(ConnectTarget::parse("unix:///tmp/he"), Ok(ConnectTarget::Unix("/tmp/he".into())));
-        assert_eq!(ConnectTarget::parse("/run/nv-hostengine"), Ok(ConnectTarget::Unix("/run/nv-hostengine".into())));
-        assert!(ConnectTarget::parse("::1:5555").unwrap_err().contains("brackets"));
-        assert!(ConnectTarget::parse("host:0").unwrap_err().contains("invalid port"));
+        assert_eq!(
+            ConnectTarget::parse("localhost:5555"),
+            Ok(ConnectTarget::Tcp("localhost:5555".into()))
+        );
+        assert_eq!(
+            ConnectTarget::parse("tcp://10.0.0.1:5555"),
+            Ok(ConnectTarget::Tcp("10.0.0.1:5555".into()))
+        );
+        assert_eq!(
+            ConnectTarget::parse("[::1]:5555"),
+            Ok(ConnectTarget::Tcp("[::1]:5555".into()))
+        );
+        assert_eq!(
+            ConnectTarget::parse("host"),
+            Ok(ConnectTarget::Tcp("host".into()))
+        );
+        assert_eq!(
+            ConnectTarget::parse("unix:///tmp/he"),
+            Ok(ConnectTarget::Unix("/tmp/he".into()))
+        );
+        assert_eq!(
+            ConnectTarget::parse("/run/nv-hostengine"),
+            Ok(ConnectTarget::Unix("/run/nv-hostengine".into()))
+        );
+        assert!(ConnectTarget::parse("::1:5555")
+            .unwrap_err()
+            .contains("brackets"));
+        assert!(ConnectTarget::parse("host:0")
+            .unwrap_err()
+            .contains("invalid port"));
         assert!(ConnectTarget::parse("host:http").is_err());
         assert!(ConnectTarget::parse("vsock://3:5555").is_err());
         assert!(ConnectTarget::parse("").is_err());
-        assert_eq!(ConnectTarget::parse("[fe80::1]:5555").unwrap().host().as_deref(), Some("fe80::1"));
-        assert_eq!(ConnectTarget::parse("gpu-node-3:5555").unwrap().host().as_deref(), Some("gpu-node-3"));
+        assert_eq!(
+            ConnectTarget::parse("[fe80::1]:5555")
+                .unwrap()
+                .host()
+                .as_deref(),
+            Some("fe80::1")
+        );
+        assert_eq!(
+            ConnectTarget::parse("gpu-node-3:5555")
+                .unwrap()
+                .host()
+                .as_deref(),
+            Some("gpu-node-3")
+        );
     }
 }

@@ -86,7 +86,9 @@ pub struct LinkId {
 
 impl LinkId {
     pub fn pack(self) -> u32 {
-        (self.parent.raw() & 0xff) | (u32::from(self.index) << 8) | (u32::from(self.parent_id) << 24)
+        (self.parent.raw() & 0xff)
+            | (u32::from(self.index) << 8)
+            | (u32::from(self.parent_id) << 24)
     }
     pub fn unpack(raw: u32) -> LinkId {
         LinkId {
@@ -277,10 +279,18 @@ mod tests {
     #[test]
     fn link_ids_pack_like_go_dcgm() {
         // go-dcgm packs bytes [group, index_lo, index_hi, parent].
-        let l = LinkId { parent: EntityGroup::Gpu, index: 17, parent_id: 3 };
+        let l = LinkId {
+            parent: EntityGroup::Gpu,
+            index: 17,
+            parent_id: 3,
+        };
         assert_eq!(l.pack().to_le_bytes(), [1, 17, 0, 3]);
         assert_eq!(LinkId::unpack(l.pack()), l);
-        let s = LinkId { parent: EntityGroup::Switch, index: 300, parent_id: 2 };
+        let s = LinkId {
+            parent: EntityGroup::Switch,
+            index: 300,
+            parent_id: 2,
+        };
         assert_eq!(s.pack().to_le_bytes(), [3, 44, 1, 2]);
     }
 }

@@ -178,8 +178,14 @@ mod tests {
         assert_eq!(classify_i64(42), Ok(42));
         assert_eq!(classify_i64(9223372036854775792), Err(Sentinel::Blank));
         assert_eq!(classify_i64(9223372036854775793), Err(Sentinel::NotFound));
-        assert_eq!(classify_i64(9223372036854775794), Err(Sentinel::NotSupported));
-        assert_eq!(classify_i64(9223372036854775795), Err(Sentinel::NotPermissioned));
+        assert_eq!(
+            classify_i64(9223372036854775794),
+            Err(Sentinel::NotSupported)
+        );
+        assert_eq!(
+            classify_i64(9223372036854775795),
+            Err(Sentinel::NotPermissioned)
+        );
         assert_eq!(classify_i64(i64::MAX), Err(Sentinel::Blank));
         assert_eq!(classify_i64(2147483634), Err(Sentinel::NotSupported));
         assert_eq!(classify_i64(2147483631), Ok(2147483631));
@@ -192,8 +198,14 @@ mod tests {
         assert_eq!(classify_f64(140737488355328.0), Err(Sentinel::Blank));
         assert_eq!(classify_f64(140737488355330.0), Err(Sentinel::NotSupported));
         assert_eq!(classify_str("<<<NULL>>>"), Err(Sentinel::Blank));
-        assert_eq!(classify_str("<<<NOT_SUPPORTED>>>"), Err(Sentinel::NotSupported));
-        assert_eq!(classify_str("<<<NOT_PERM>>>"), Err(Sentinel::NotPermissioned));
+        assert_eq!(
+            classify_str("<<<NOT_SUPPORTED>>>"),
+            Err(Sentinel::NotSupported)
+        );
+        assert_eq!(
+            classify_str("<<<NOT_PERM>>>"),
+            Err(Sentinel::NotPermissioned)
+        );
         assert_eq!(classify_str("550.54.15"), Ok("550.54.15"));
     }
 }

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 /// Directory holding the exporter binary, the sim library and the sim host engine.
 pub fn bin_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_dcgm-exporter")).parent().expect("binary has a parent dir").to_path_buf()
+    PathBuf::from(env!("CARGO_BIN_EXE_dcgm-exporter"))
+        .parent()
+        .expect("binary has a parent dir")
+        .to_path_buf()
 }
 
 /// Builds dcgm-sim (library and host engine) once per test binary; `cargo test` on a
@@ -26,7 +29,10 @@ pub fn sim_built() -> &'static Path {
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build -p dcgm-sim");
+        let status = cmd
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("run cargo build -p dcgm-sim");
         assert!(status.success(), "building dcgm-sim failed");
         dir
     })
@@ -45,7 +51,11 @@ pub fn repo(path: &str) -> PathBuf {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port").local_addr().expect("local addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .expect("local addr")
+        .port()
 }
 
 /// A running exporter, killed on drop.
@@ -62,7 +72,11 @@ pub struct ExporterBuilder {
 }
 
 pub fn exporter() -> ExporterBuilder {
-    ExporterBuilder { args: Vec::new(), env: Vec::new(), profile: None }
+    ExporterBuilder {
+        args: Vec::new(),
+        env: Vec::new(),
+        profile: None,
+    }
 }
 
 impl ExporterBuilder {
@@ -86,9 +100,18 @@ impl ExporterBuilder {
 
     fn command(&self, port: u16) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
-        let has = |f: &str| self.args.iter().any(|a| a == f || a.starts_with(&format!("{f}=")));
+        let has = |f: &str| {
+            self.args
+                .iter()
+                .any(|a| a == f || a.starts_with(&format!("{f}=")))
+        };
         if !has("-f") && !has("--collectors") {
-            cmd.args(["-f", repo("etc/default-counters.csv").to_str().expect("utf-8 path")]);
+            cmd.args([
+                "-f",
+                repo("etc/default-counters.csv")
+                    .to_str()
+                    .expect("utf-8 path"),
+            ]);
         }
         if !has("-a") && !has("--address") {
             cmd.args(["-a", &format!("127.0.0.1:{port}")]);
@@ -97,10 +120,18 @@ impl ExporterBuilder {
             cmd.args(["-c", "500"]);
         }
         if !has("--dcgm-library") {
-            cmd.args(["--dcgm-library", sim_library().to_str().expect("utf-8 path")]);
+            cmd.args([
+                "--dcgm-library",
+                sim_library().to_str().expect("utf-8 path"),
+            ]);
         }
         cmd.args(&self.args);
-        for k in ["DCGM_SIM_PROFILE", "DCGM_SIM_CONTROL", "NODE_NAME", "DCGM_REMOTE_HOSTENGINE_INFO"] {
+        for k in [
+            "DCGM_SIM_PROFILE",
+            "DCGM_SIM_CONTROL",
+            "NODE_NAME",
+            "DCGM_REMOTE_HOSTENGINE_INFO",
+        ] {
             cmd.env_remove(k);
         }
         if let Some(p) = &self.profile {
@@ -115,8 +146,15 @@ impl ExporterBuilder {
     /// Runs to completion (for startup errors): (exit code, stderr).
     pub fn run_to_exit(self) -> (i32, String) {
         sim_built();
-        let out = self.command(free_port()).stdout(Stdio::null()).output().expect("run dcgm-exporter");
-        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+        let out = self
+            .command(free_port())
+            .stdout(Stdio::null())
+            .output()
+            .expect("run dcgm-exporter");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
     }
 
     /// Starts the exporter and waits until /metrics has DCGM series (or 30 s pass).
@@ -140,18 +178,29 @@ impl ExporterBuilder {
                 }
             }
         });
-        let e = Exporter { child, port, stderr };
+        let e = Exporter {
+            child,
+            port,
+            stderr,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(st)) = e.child_status() {
                 panic!("dcgm-exporter exited early ({st}): {}", e.stderr());
             }
             if let Ok(body) = e.try_get("/metrics") {
-                if body.lines().any(|l| l.starts_with("DCGM_") || l.starts_with("dcgm_") && !l.starts_with("dcgm_exporter_")) {
+                if body.lines().any(|l| {
+                    l.starts_with("DCGM_")
+                        || l.starts_with("dcgm_") && !l.starts_with("dcgm_exporter_")
+                }) {
                     return e;
                 }
             }
-            assert!(Instant::now() < deadline, "exporter did not serve DCGM metrics in 30 s: {}", e.stderr());
+            assert!(
+                Instant::now() < deadline,
+                "exporter did not serve DCGM metrics in 30 s: {}",
+                e.stderr()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -183,7 +232,8 @@ impl Exporter {
     }
 
     pub fn get(&self, path: &str) -> (u16, String) {
-        http_get(&self.url(path)).unwrap_or_else(|e| panic!("GET {path}: {e}; stderr: {}", self.stderr()))
+        http_get(&self.url(path))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}; stderr: {}", self.stderr()))
     }
 
     pub fn scrape(&self) -> Vec<Sample> {
@@ -198,20 +248,29 @@ impl Exporter {
             if pred(&s) {
                 return s;
             }
-            assert!(Instant::now() < deadline, "condition not met within {secs}s; last page:\n{}", dump(&s));
+            assert!(
+                Instant::now() < deadline,
+                "condition not met within {secs}s; last page:\n{}",
+                dump(&s)
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
     }
 
     /// Sends a signal and waits for the exit code.
     pub fn signal_and_wait(&mut self, sig: &str) -> std::process::ExitStatus {
-        let _ = Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             if let Ok(Some(st)) = self.child.try_wait() {
                 return st;
             }
-            assert!(Instant::now() < deadline, "exporter did not exit after SIG{sig}");
+            assert!(
+                Instant::now() < deadline,
+                "exporter did not exit after SIG{sig}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -231,7 +290,9 @@ pub fn http_get(url: &str) -> Result<(u16, String), String> {
         Ok(r) => {
             let status = r.status();
             let mut body = String::new();
-            r.into_reader().read_to_string(&mut body).map_err(|e| e.to_string())?;
+            r.into_reader()
+                .read_to_string(&mut body)
+                .map_err(|e| e.to_string())?;
             Ok((status, body))
         }
         Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
@@ -256,7 +317,10 @@ impl Sample {
 }
 
 pub fn dump(s: &[Sample]) -> String {
-    s.iter().take(400).map(|x| format!("{} {:?} {}\n", x.name, x.labels, x.value)).collect()
+    s.iter()
+        .take(400)
+        .map(|x| format!("{} {:?} {}\n", x.name, x.labels, x.value))
+        .collect()
 }
 
 /// Parses the text format (enough for our own output: escaped label values, no timestamps).
@@ -320,10 +384,17 @@ pub fn parse(text: &str) -> Vec<Sample> {
             Some("+Inf") => f64::INFINITY,
             Some("-Inf") => f64::NEG_INFINITY,
             Some("NaN") => f64::NAN,
-            Some(v) => v.parse().unwrap_or_else(|_| panic!("bad value in line: {line}")),
+            Some(v) => v
+                .parse()
+                .unwrap_or_else(|_| panic!("bad value in line: {line}")),
             None => continue,
         };
-        out.push(Sample { name: name.to_string(), labels, label_order: order, value });
+        out.push(Sample {
+            name: name.to_string(),
+            labels,
+            label_order: order,
+            value,
+        });
     }
     out
 }
@@ -341,7 +412,9 @@ pub struct HostEngine {
 impl HostEngine {
     pub fn start(port: u16, profile: Option<&str>) -> HostEngine {
         let mut cmd = Command::new(hostengine_binary());
-        cmd.args(["-n", "-p", &port.to_string()]).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        cmd.args(["-n", "-p", &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
         cmd.env_remove("DCGM_SIM_PROFILE");
         if let Some(p) = profile {
             cmd.env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{p}")));
@@ -372,6 +445,10 @@ impl Drop for HostEngine {
 /// Appends a line to a simulator control file (faults at run time).
 pub fn control(path: &Path, line: &str) {
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open control file");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open control file");
     writeln!(f, "{line}").expect("write control file");
 }
