@@ -1,0 +1,315 @@
+//! Init/shutdown, embedded engine start/stop, remote connect/disconnect, version info.
+
+use super::layouts::{HostengineHealthV1, VersionInfoV2, HOSTENGINE_HEALTH_V1, VERSION_INFO_V2};
+use super::{api, call, globals, guard, put_str, read_str, version_of, zero_keep_version, EMBEDDED_HANDLE};
+use crate::engine::Engine;
+use crate::proto::{Reply, Request};
+use crate::transport::{Address, Client, DEFAULT_CONNECT_TIMEOUT};
+use dcgm_sys::ffi::*;
+use dcgm_sys::versions::{
+    CONNECT_V2_PARAMS_V1, CONNECT_V2_PARAMS_V2, CONNECT_V3_PARAMS_V1, START_EMBEDDED_V2_PARAMS_V1,
+    START_EMBEDDED_V2_PARAMS_V2, START_EMBEDDED_V2_PARAMS_V3,
+};
+use std::ffi::{c_char, c_void};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What `dcgmVersionInfo` reports: the DCGM release whose ABI is simulated.
+const BUILD_INFO: &str = "version:4.6.0;arch:x86_64;buildtype:Release;buildplatform:dcgm-sim;commit:dcgm-sim;branch:dcgm-sim";
+
+/// `dcgmReturn_t dcgmInit(void)`: idempotent; also initialises the field table.
+#[no_mangle]
+pub extern "C" fn dcgmInit() -> dcgmReturn_t {
+    guard(|| {
+        super::fields::init();
+        globals().initialized = true;
+        Ok(())
+    })
+}
+
+/// `dcgmReturn_t dcgmShutdown(void)`: closes remote connections, stops the embedded
+/// engine, terminates the field table. OK when not initialised.
+#[no_mangle]
+pub extern "C" fn dcgmShutdown() -> dcgmReturn_t {
+    guard(|| {
+        let (engine, remotes) = {
+            let mut g = globals();
+            if !g.initialized {
+                return Ok(());
+            }
+            g.initialized = false;
+            (g.embedded.take(), std::mem::take(&mut g.remotes))
+        };
+        // Dropped outside the state lock: closing sockets and engines may take a moment.
+        drop(remotes);
+        drop(engine);
+        super::fields::term();
+        Ok(())
+    })
+}
+
+/// Starts (or finds) the embedded engine; the common part of every StartEmbedded version.
+fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
+    if op_mode != DCGM_OPERATION_MODE_AUTO && op_mode != DCGM_OPERATION_MODE_MANUAL {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    let mut g = globals();
+    if !g.initialized {
+        return Err(DCGM_ST_UNINITIALIZED);
+    }
+    if g.embedded.is_none() {
+        let engine = Engine::from_env().map_err(|e| {
+            // The C API has no channel for the reason; stderr is where nv-hostengine's
+            // start-up failures go too.
+            eprintln!("dcgm-sim: cannot start the embedded engine: {e}");
+            DCGM_ST_INIT_ERROR
+        })?;
+        g.embedded = Some(Arc::new(Mutex::new(engine)));
+    }
+    Ok(())
+}
+
+/// `dcgmReturn_t dcgmStartEmbedded_v2(dcgmStartEmbeddedV2Params_v1 *params)`: params
+/// version 1, 2 or 3; the handle is written to `params->dcgmHandle`.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmStartEmbedded_v2(params: *mut dcgmStartEmbeddedV2Params_v1) -> dcgmReturn_t {
+    guard(|| {
+        if params.is_null() {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        // SAFETY: non-NULL; every version starts with `version`.
+        let version = unsafe { version_of(params) };
+        if ![START_EMBEDDED_V2_PARAMS_V1, START_EMBEDDED_V2_PARAMS_V2, START_EMBEDDED_V2_PARAMS_V3].contains(&version) {
+            return Err(DCGM_ST_VER_MISMATCH);
+        }
+        // SAFETY: `opMode` (offset 4) and `dcgmHandle` (offset 8) sit at the same place in
+        // all three versions (checked in layouts.rs), and the caller's struct is at least
+        // as large as the v1 view.
+        let op_mode = unsafe { (*params).opMode };
+        start_embedded(op_mode)?;
+        // SAFETY: as above.
+        unsafe { (*params).dcgmHandle = EMBEDDED_HANDLE };
+        Ok(())
+    })
+}
+
+/// `dcgmReturn_t dcgmStartEmbedded(dcgmOperationMode_t, dcgmHandle_t *)`.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmStartEmbedded(op_mode: dcgmOperationMode_t, handle: *mut dcgmHandle_t) -> dcgmReturn_t {
+    guard(|| {
+        if handle.is_null() {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        let result = start_embedded(op_mode);
+        // The real library writes the handle whatever happened (0 on failure).
+        // SAFETY: non-NULL and, per the API, points to a writable handle.
+        unsafe { *handle = if result.is_ok() { EMBEDDED_HANDLE } else { 0 } };
+        result
+    })
+}
+
+/// `dcgmStartEmbedded_v3`: listed in DCGM's export map but never defined by it.
+#[no_mangle]
+pub extern "C" fn dcgmStartEmbedded_v3(_params: *mut c_void) -> dcgmReturn_t {
+    guard(|| Err(DCGM_ST_NOT_SUPPORTED))
+}
+
+/// `dcgmReturn_t dcgmStopEmbedded(dcgmHandle_t)`: only the embedded handle is accepted.
+#[no_mangle]
+pub extern "C" fn dcgmStopEmbedded(handle: dcgmHandle_t) -> dcgmReturn_t {
+    guard(|| {
+        let engine = {
+            let mut g = globals();
+            if !g.initialized {
+                return Err(DCGM_ST_UNINITIALIZED);
+            }
+            if handle != EMBEDDED_HANDLE {
+                return Err(DCGM_ST_BADPARAM);
+            }
+            g.embedded.take()
+        };
+        drop(engine);
+        Ok(())
+    })
+}
+
+/// Connects, logs in, and registers a new remote handle.
+fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t, dcgmReturn_t> {
+    let timeout = if timeout_ms == 0 { DEFAULT_CONNECT_TIMEOUT } else { Duration::from_millis(timeout_ms.into()) };
+    // No state lock while connecting: this may take the whole timeout.
+    let client = Client::connect(&addr, timeout)?;
+    match client.request(&Request::Login { persist_after_disconnect: persist })? {
+        Reply::Ok => {}
+        Reply::Error(code) => return Err(code),
+        _ => return Err(DCGM_ST_GENERIC_ERROR),
+    }
+    let mut g = globals();
+    if !g.initialized {
+        // dcgmShutdown ran meanwhile.
+        return Err(DCGM_ST_UNINITIALIZED);
+    }
+    let mut handle = g.next_handle;
+    if handle == EMBEDDED_HANDLE || handle == 0 {
+        handle = 1;
+    }
+    g.next_handle = handle + 1;
+    g.remotes.insert(handle, Arc::new(client));
+    Ok(handle)
+}
+
+/// Argument checks shared by the connect exports, in the real library's order: NULL and
+/// empty arguments first, then initialisation.
+///
+/// # Safety
+/// `address` is NULL or a NUL-terminated string.
+unsafe fn connect_args(address: *const c_char, params_null: bool, handle_null: bool) -> Result<String, dcgmReturn_t> {
+    if params_null || handle_null {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    // SAFETY: per this function's contract.
+    let address = unsafe { read_str(address) }?;
+    if address.is_empty() {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    super::require_init()?;
+    Ok(address)
+}
+
+/// `dcgmReturn_t dcgmConnect_v2(const char *ipAddress, dcgmConnectV2Params_t *, dcgmHandle_t *)`:
+/// params version 1 (8 bytes) or 2.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmConnect_v2(
+    ip_address: *const c_char,
+    params: *mut dcgmConnectV2Params_v2,
+    handle: *mut dcgmHandle_t,
+) -> dcgmReturn_t {
+    guard(|| {
+        // SAFETY: the API requires a NUL-terminated address.
+        let address = unsafe { connect_args(ip_address, params.is_null(), handle.is_null()) }?;
+        // SAFETY: non-NULL; both versions start with `version`.
+        let version = unsafe { version_of(params) };
+        let (persist, timeout_ms, unix) = if version == CONNECT_V2_PARAMS_V1 {
+            // Only the 8 bytes of the v1 struct may be read.
+            // SAFETY: a v1 caller provides at least a `dcgmConnectV2Params_v1`.
+            let p = unsafe { &*params.cast::<dcgmConnectV2Params_v1>() };
+            (p.persistAfterDisconnect, 0, 0)
+        } else if version == CONNECT_V2_PARAMS_V2 {
+            // SAFETY: a v2 caller provides the full struct.
+            let p = unsafe { &*params };
+            (p.persistAfterDisconnect, p.timeoutMs, p.addressIsUnixSocket)
+        } else {
+            return Err(DCGM_ST_VER_MISMATCH);
+        };
+        let addr = if unix != 0 { Address::Unix(address.into()) } else { Address::parse_tcp(&address)? };
+        let h = connect(addr, timeout_ms, persist != 0)?;
+        // SAFETY: non-NULL and writable per the API.
+        unsafe { *handle = h };
+        Ok(())
+    })
+}
+
+/// `dcgmReturn_t dcgmConnect(const char *ipAddress, dcgmHandle_t *)`: v2 with defaults.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmConnect(ip_address: *const c_char, handle: *mut dcgmHandle_t) -> dcgmReturn_t {
+    let mut params =
+        dcgmConnectV2Params_v2 { version: CONNECT_V2_PARAMS_V2, persistAfterDisconnect: 0, timeoutMs: 0, addressIsUnixSocket: 0 };
+    // SAFETY: the caller's pointers are passed on unchanged; `params` lives across the call.
+    unsafe { dcgmConnect_v2(ip_address, &mut params, handle) }
+}
+
+/// `dcgmReturn_t dcgmConnect_v3(const char *connectionString, dcgmConnectV3Params_t *, dcgmHandle_t *)`:
+/// `tcp://host[:port]`, `unix:///path`, or no scheme (TCP); `vsock://` → NOT_SUPPORTED.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmConnect_v3(
+    connection_string: *const c_char,
+    params: *mut dcgmConnectV3Params_v1,
+    handle: *mut dcgmHandle_t,
+) -> dcgmReturn_t {
+    guard(|| {
+        // SAFETY: the API requires a NUL-terminated connection string.
+        let address = unsafe { connect_args(connection_string, params.is_null(), handle.is_null()) }?;
+        // SAFETY: non-NULL; starts with `version`.
+        if unsafe { version_of(params) } != CONNECT_V3_PARAMS_V1 {
+            return Err(DCGM_ST_VER_MISMATCH);
+        }
+        // SAFETY: the version says the caller provided the full struct.
+        let p = unsafe { &*params };
+        let h = connect(Address::parse_uri(&address)?, p.timeoutMs, p.persistAfterDisconnect != 0)?;
+        // SAFETY: non-NULL and writable per the API.
+        unsafe { *handle = h };
+        Ok(())
+    })
+}
+
+/// `dcgmReturn_t dcgmDisconnect(dcgmHandle_t)`: always OK, even before init (the Python
+/// bindings disconnect from garbage-collected handles after shutdown).
+#[no_mangle]
+pub extern "C" fn dcgmDisconnect(handle: dcgmHandle_t) -> dcgmReturn_t {
+    guard(|| {
+        let client = globals().remotes.remove(&handle);
+        drop(client);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `info` is NULL or points to a writable `dcgmVersionInfo_v2`-sized struct.
+unsafe fn fill_version_info(info: *mut VersionInfoV2) -> Result<(), dcgmReturn_t> {
+    if info.is_null() {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    // SAFETY: non-NULL per the check above.
+    if unsafe { version_of(info) } != VERSION_INFO_V2 {
+        return Err(DCGM_ST_VER_MISMATCH);
+    }
+    // SAFETY: the version says the caller's struct is a full `dcgmVersionInfo_v2`.
+    unsafe {
+        zero_keep_version(info);
+        put_str(&mut (*info).raw_build_info_string, BUILD_INFO);
+    }
+    Ok(())
+}
+
+/// `dcgmReturn_t dcgmVersionInfo(dcgmVersionInfo_t *)`.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmVersionInfo(info: *mut VersionInfoV2) -> dcgmReturn_t {
+    // SAFETY: the caller's pointer, checked inside.
+    api(|| unsafe { fill_version_info(info) })
+}
+
+/// Round-trips a cheap request, so that a dead connection reports -21.
+fn ping(handle: dcgmHandle_t) -> Result<(), dcgmReturn_t> {
+    call(handle, Request::GetAllDevices { only_supported: false }).map(|_| ())
+}
+
+/// `dcgmReturn_t dcgmHostengineVersionInfo(dcgmHandle_t, dcgmVersionInfo_t *)`.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmHostengineVersionInfo(handle: dcgmHandle_t, info: *mut VersionInfoV2) -> dcgmReturn_t {
+    api(|| {
+        if info.is_null() {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        ping(handle)?;
+        // SAFETY: non-NULL; checked and filled inside.
+        unsafe { fill_version_info(info) }
+    })
+}
+
+/// `dcgmReturn_t dcgmHostengineIsHealthy(dcgmHandle_t, dcgmHostengineHealth_t *)`: 0 when
+/// the engine answers.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmHostengineIsHealthy(handle: dcgmHandle_t, health: *mut HostengineHealthV1) -> dcgmReturn_t {
+    api(|| {
+        if health.is_null() {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        // SAFETY: non-NULL.
+        if unsafe { version_of(health) } != HOSTENGINE_HEALTH_V1 {
+            return Err(DCGM_ST_VER_MISMATCH);
+        }
+        ping(handle)?;
+        // SAFETY: the version says the struct is a full `dcgmHostengineHealth_v1`.
+        unsafe { (*health).overall_health = 0 };
+        Ok(())
+    })
+}

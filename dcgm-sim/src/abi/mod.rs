@@ -1,0 +1,268 @@
+//! The C face of the simulator: every function of NVIDIA's `libdcgm.so.4` export list,
+//! with the real signatures, as plain unversioned `extern "C"` symbols.
+//!
+//! Each export validates its arguments the way `dcgmlib/src/DcgmApi.cpp` does, turns them
+//! into a [`Request`], and sends it either to the in-process engine (the embedded handle
+//! `0x7fffffff`) or over the connection behind a remote handle. Replies are written into the
+//! caller's structs field by field after zeroing them.
+//!
+//! Rules every export follows:
+//! * the body runs under `catch_unwind`; a panic becomes `DCGM_ST_GENERIC_ERROR`;
+//! * before `dcgmInit` → `DCGM_ST_UNINITIALIZED` (the real `apiEnter`), NULL pointer →
+//!   `DCGM_ST_BADPARAM`, wrong struct version → `DCGM_ST_VER_MISMATCH`;
+//! * no lock is held while a user callback runs, and the engine lock only for one request.
+
+// The exports are documented by NVIDIA's dcgm_agent.h; a `# Safety` section on each would
+// only repeat "pointers must be valid as the header describes".
+#![allow(clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod discovery;
+pub mod errors;
+pub mod fields;
+pub mod groups;
+pub mod health;
+pub mod layouts;
+pub mod lifecycle;
+pub mod stubs;
+pub mod values;
+
+use crate::engine::Engine;
+use crate::proto::{Reply, Request, Sample, Value};
+use crate::transport::Client;
+use dcgm_sys::ffi::*;
+use std::collections::BTreeMap;
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// `DCGM_EMBEDDED_HANDLE`: the only handle an embedded engine ever gets.
+pub const EMBEDDED_HANDLE: dcgmHandle_t = 0x7fff_ffff;
+
+/// Process-wide library state (the real `g_dcgmGlobals` plus its client handler).
+struct Globals {
+    initialized: bool,
+    embedded: Option<Arc<Mutex<Engine>>>,
+    remotes: BTreeMap<dcgmHandle_t, Arc<Client>>,
+    next_handle: dcgmHandle_t,
+}
+
+static GLOBALS: Mutex<Globals> =
+    Mutex::new(Globals { initialized: false, embedded: None, remotes: BTreeMap::new(), next_handle: 1 });
+
+/// The state lock. A panic while it was held cannot leave it half-updated (every update is
+/// a single assignment), so a poisoned lock is simply taken over.
+fn globals() -> MutexGuard<'static, Globals> {
+    GLOBALS.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs an export body, turning `Err(code)` and panics into a `dcgmReturn_t`.
+pub(crate) fn guard(f: impl FnOnce() -> Result<(), dcgmReturn_t>) -> dcgmReturn_t {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => DCGM_ST_OK,
+        Ok(Err(code)) => code,
+        Err(_) => DCGM_ST_GENERIC_ERROR,
+    }
+}
+
+/// [`guard`] plus the real library's `apiEnter` check: nothing works before `dcgmInit`.
+pub(crate) fn api(f: impl FnOnce() -> Result<(), dcgmReturn_t>) -> dcgmReturn_t {
+    guard(|| {
+        require_init()?;
+        f()
+    })
+}
+
+pub(crate) fn require_init() -> Result<(), dcgmReturn_t> {
+    if globals().initialized {
+        Ok(())
+    } else {
+        Err(DCGM_ST_UNINITIALIZED)
+    }
+}
+
+enum Backend {
+    Embedded(Arc<Mutex<Engine>>),
+    Remote(Arc<Client>),
+}
+
+/// Sends `req` to whatever `handle` names. Engine errors come back as `Err(code)` too.
+pub(crate) fn call(handle: dcgmHandle_t, req: Request) -> Result<Reply, dcgmReturn_t> {
+    let backend = {
+        let g = globals();
+        if !g.initialized {
+            return Err(DCGM_ST_UNINITIALIZED);
+        }
+        if handle == 0 {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        if handle == EMBEDDED_HANDLE {
+            // The real library answers UNINITIALIZED when no embedded engine is running.
+            Backend::Embedded(g.embedded.clone().ok_or(DCGM_ST_UNINITIALIZED)?)
+        } else {
+            Backend::Remote(g.remotes.get(&handle).cloned().ok_or(DCGM_ST_CONNECTION_NOT_VALID)?)
+        }
+    };
+    let reply = match backend {
+        Backend::Embedded(engine) => engine.lock().unwrap_or_else(PoisonError::into_inner).handle(0, &req),
+        Backend::Remote(client) => client.request(&req)?,
+    };
+    match reply {
+        Reply::Error(DCGM_ST_OK) => Err(DCGM_ST_GENERIC_ERROR),
+        Reply::Error(code) => Err(code),
+        r => Ok(r),
+    }
+}
+
+/// For requests whose only answer is success.
+pub(crate) fn call_ok(handle: dcgmHandle_t, req: Request) -> Result<(), dcgmReturn_t> {
+    call(handle, req).map(|_| ())
+}
+
+/// The answer to a request did not have the shape its request promises.
+pub(crate) fn unexpected<T>(_: Reply) -> Result<T, dcgmReturn_t> {
+    Err(DCGM_ST_GENERIC_ERROR)
+}
+
+/// Group ids travel as `uintptr_t` but the host engine keeps only the low 32 bits.
+pub(crate) fn group_id(g: dcgmGpuGrp_t) -> u64 {
+    u64::from(g as u32)
+}
+
+/// Copies `s` into a C char array, truncating so that the terminating NUL always fits.
+pub(crate) fn put_str(dst: &mut [c_char], s: &str) {
+    let Some(room) = dst.len().checked_sub(1) else { return };
+    let n = s.len().min(room);
+    for (d, &b) in dst.iter_mut().zip(&s.as_bytes()[..n]) {
+        *d = b as c_char;
+    }
+    dst[n] = 0;
+}
+
+/// Reads a caller's C string; NULL → `DCGM_ST_BADPARAM`. Invalid UTF-8 is replaced.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that outlives the call.
+pub(crate) unsafe fn read_str(p: *const c_char) -> Result<String, dcgmReturn_t> {
+    if p.is_null() {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    // SAFETY: non-NULL and NUL-terminated per this function's contract.
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Writes a sample payload into the 4096-byte value union of a field value.
+fn put_value(dst: &mut [u8; DCGM_MAX_BLOB_LENGTH as usize], v: &Value) {
+    match v {
+        Value::Int64(i) => dst[..8].copy_from_slice(&i.to_ne_bytes()),
+        Value::Double(d) => dst[..8].copy_from_slice(&d.to_ne_bytes()),
+        Value::Str(s) => {
+            // `value.str` is char[DCGM_MAX_STR_LENGTH]: truncate there, NUL-terminated.
+            let n = s.len().min(DCGM_MAX_STR_LENGTH as usize - 1);
+            dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+            dst[n] = 0;
+        }
+        Value::Blob(b) => {
+            let n = b.len().min(dst.len());
+            dst[..n].copy_from_slice(&b[..n]);
+        }
+    }
+}
+
+/// Fills a `dcgmFieldValue_v1` from a sample (zeroing it first).
+///
+/// # Safety
+/// `dst` is valid for writes of one `dcgmFieldValue_v1` and properly aligned.
+pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
+    // SAFETY: `dst` is valid and aligned per the contract; all-zero is a valid value of this
+    // plain-data struct, and the union is then addressed as the 4096 raw bytes it is.
+    unsafe {
+        std::ptr::write_bytes(dst, 0, 1);
+        (*dst).version = dcgm_sys::versions::FIELD_VALUE_V1;
+        (*dst).fieldId = s.field_id;
+        (*dst).fieldType = u16::from(s.field_type);
+        (*dst).status = s.status;
+        (*dst).ts = s.ts_us;
+        put_value(&mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(), &s.value);
+    }
+}
+
+/// Fills a `dcgmFieldValue_v2` from a sample (zeroing it first).
+///
+/// # Safety
+/// `dst` is valid for writes of one `dcgmFieldValue_v2` and properly aligned.
+pub(crate) unsafe fn write_fv2(dst: *mut dcgmFieldValue_v2, s: &Sample) {
+    // SAFETY: as in `write_fv1`.
+    unsafe {
+        std::ptr::write_bytes(dst, 0, 1);
+        (*dst).version = dcgm_sys::versions::FIELD_VALUE_V2;
+        (*dst).entityGroupId = s.entity_group;
+        (*dst).entityId = s.entity_id;
+        (*dst).fieldId = s.field_id;
+        (*dst).fieldType = u16::from(s.field_type);
+        (*dst).status = s.status;
+        (*dst).ts = s.ts_us;
+        put_value(&mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(), &s.value);
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<dcgmFieldValue_v1__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize);
+const _: () = assert!(std::mem::size_of::<dcgmFieldValue_v2__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize);
+
+/// Zeroes a caller's versioned output struct, keeping its `version` (the real library
+/// copies the caller's struct into its request and back, so `version` survives).
+///
+/// # Safety
+/// `p` is valid for writes of one `T`, aligned, and `T` starts with a `u32` version and
+/// is plain data for which all-zero bytes are a valid value.
+pub(crate) unsafe fn zero_keep_version<T>(p: *mut T) {
+    // SAFETY: per the contract the first 4 bytes are the version and zero is valid for T.
+    unsafe {
+        let version = std::ptr::read(p.cast::<u32>());
+        std::ptr::write_bytes(p, 0, 1);
+        std::ptr::write(p.cast::<u32>(), version);
+    }
+}
+
+/// The `version` member at offset 0 of every versioned DCGM struct.
+///
+/// # Safety
+/// `p` is non-NULL, aligned, and points to at least 4 readable bytes.
+pub(crate) unsafe fn version_of<T>(p: *const T) -> u32 {
+    // SAFETY: per the contract.
+    unsafe { std::ptr::read(p.cast::<u32>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_are_truncated_and_terminated() {
+        let mut buf = [1 as c_char; 4];
+        put_str(&mut buf, "KB/s");
+        assert_eq!(buf, [b'K' as c_char, b'B' as c_char, b'/' as c_char, 0]);
+        put_str(&mut buf, "");
+        assert_eq!(buf[0], 0);
+        put_str(&mut [], "x");
+    }
+
+    #[test]
+    fn values_land_in_the_union() {
+        let mut u = [0xffu8; 4096];
+        put_value(&mut u, &Value::Int64(-2));
+        assert_eq!(i64::from_ne_bytes(u[..8].try_into().unwrap()), -2);
+        put_value(&mut u, &Value::Str("x".repeat(300)));
+        assert_eq!(u[254], b'x');
+        assert_eq!(u[255], 0);
+        put_value(&mut u, &Value::Blob(vec![7; 5000]));
+        assert!(u.iter().all(|&b| b == 7));
+    }
+
+    #[test]
+    fn only_the_low_32_bits_of_a_group_id_count() {
+        assert_eq!(group_id(0xffff_ffff_0000_0002), 2);
+        assert_eq!(group_id(0x7fff_ffff), 0x7fff_ffff);
+    }
+}
