@@ -7,7 +7,7 @@ use crate::render::{DropReason, Page};
 use crate::targets::{self, Kind, WatchSet};
 use crate::topology::{self, Topology};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// Entities per DCGM group (DCGM_GROUP_MAX_ENTITIES_V2).
@@ -35,6 +35,8 @@ pub struct Settings {
 struct ActiveSet {
     set: WatchSet,
     entities: Vec<Entity>,
+    /// (entity, profiling field) pairs the GPU does not support: never exported.
+    unsupported: HashSet<(Entity, u16)>,
     // Kept alive for the watches; destroyed (after unwatching) on drop.
     watches: Vec<(Group, FieldGroup)>,
 }
@@ -57,8 +59,15 @@ pub fn watch_all(
     interval_ms: u64,
     keep_age_s: f64,
 ) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+    // Field-group names must be unique in the engine, also while a rebuilt collector
+    // briefly coexists with the one it replaces.
+    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nonce = format!(
+        "{}-{}",
+        std::process::id(),
+        GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let mut out = Vec::new();
-    let nonce = std::process::id();
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
@@ -114,11 +123,9 @@ impl Collector {
                 set.kind.name(),
                 set.fields.len()
             );
-            sets.push(ActiveSet {
-                set,
-                entities,
-                watches,
-            });
+            let unsupported =
+                if set.kind == Kind::Gpu { unsupported_profiling(&session, &set) } else { HashSet::new() };
+            sets.push(ActiveSet { set, entities, unsupported, watches });
         }
         for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
             if !sets.iter().any(|s| s.set.kind == kind) {
@@ -204,6 +211,9 @@ impl Collector {
             for c in &value_rows {
                 let fid = field_id(c);
                 for t in &active.set.targets {
+                    if active.unsupported.contains(&(t.entity, fid)) {
+                        continue;
+                    }
                     let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
                         page.drop_value(DropReason::Status);
                         continue;
@@ -258,6 +268,41 @@ impl Collector {
         }
         self.exp.stop(&self.session);
     }
+}
+
+/// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list
+/// them; the rest are skipped with one warning per field and GPU, as dcgm-exporter does.
+fn unsupported_profiling(session: &Session, set: &WatchSet) -> HashSet<(Entity, u16)> {
+    let prof: Vec<u16> = set.fields.iter().copied().filter(|f| is_profiling(*f)).collect();
+    let mut out = HashSet::new();
+    if prof.is_empty() {
+        return out;
+    }
+    let mut supported: BTreeMap<u32, HashSet<u16>> = BTreeMap::new();
+    for gpu in set.targets.iter().filter_map(|t| t.gpu) {
+        supported.entry(gpu).or_insert_with(|| match session.supported_metric_groups(gpu) {
+            Ok(groups) => groups.into_iter().flat_map(|g| g.field_ids).collect(),
+            Err(e) => {
+                tracing::warn!("GPU {gpu}: no profiling metrics ({e})");
+                HashSet::new()
+            }
+        });
+    }
+    for (gpu, ok) in &supported {
+        for f in prof.iter().filter(|f| !ok.contains(f)) {
+            let name = dcgm_sys::fields::by_id(*f).map_or("?", |m| m.name);
+            tracing::warn!("skipping {name} ({f}) on GPU {gpu}: not in its supported profiling metric groups");
+            for t in set.targets.iter().filter(|t| t.gpu == Some(*gpu)) {
+                out.insert((t.entity, *f));
+            }
+        }
+    }
+    out
+}
+
+/// DCGM_FI_PROF_* fields (served by DCGM's profiling module).
+fn is_profiling(id: u16) -> bool {
+    dcgm_sys::fields::by_id(id).is_some_and(|m| m.name.starts_with("DCGM_FI_PROF_"))
 }
 
 fn field_id(c: &Counter) -> u16 {

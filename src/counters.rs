@@ -198,15 +198,6 @@ pub fn parse_str(file: &str, text: &str) -> Result<Counters, CountersError> {
                 ),
             ));
         }
-        if let (CounterField::Dcgm(m), Some(prev)) = (
-            &field,
-            out.all.iter().find(|c| matches!((&c.field, &field), (CounterField::Dcgm(a), CounterField::Dcgm(b)) if a.id == b.id && c.prom_type == prom_type)),
-        ) {
-            return Err(err(
-                line,
-                format!("{name} is field {} again (already exported as {} on line {})", m.id, prev.name, prev.line),
-            ));
-        }
         out.all.push(Counter {
             field,
             name: metric_name,
@@ -311,9 +302,8 @@ mod tests {
                 .unwrap_err()
                 .contains("t.csv:2: duplicate metric")
         );
-        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n150, gauge, h\n")
-            .unwrap_err()
-            .contains("field 150 again"));
+        // The same field under two names is two metrics (e.g. while migrating dashboards).
+        assert_eq!(parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n").unwrap().all.len(), 2);
         assert!(parse("DCGM_FI_DEV_MIG_GI_INFO, gauge, h\n")
             .unwrap_err()
             .contains("binary"));

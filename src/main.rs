@@ -40,7 +40,6 @@ fn main() -> ExitCode {
     match run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            tracing::error!("{msg}");
             eprintln!("dcgm-exporter: error: {msg}");
             ExitCode::FAILURE
         }

@@ -286,7 +286,7 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
 }
 
 fn control_line(path: &std::path::Path, line: &str) {
-    control(path, line)
+    support::control(path, line)
 }
 
 #[test]
@@ -315,7 +315,7 @@ fn mig_reconfiguration_is_noticed_without_a_restart() {
             )
         })
         .collect();
-    control(&control, "mig 1 3g.40gb,3g.40gb");
+    support::control(&control, "mig 1 3g.40gb,3g.40gb");
     let page = e.scrape_until(15, |p| {
         let now: BTreeSet<String> = series(p, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
             .iter()
@@ -372,4 +372,17 @@ fn cpus_and_cores_are_labelled() {
     assert!(cores
         .iter()
         .all(|s| s.label_order[..2] == ["cpucore".to_string(), "cpu".to_string()]));
+}
+
+#[test]
+fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field_and_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("nodcp.toml");
+    std::fs::write(&profile, "[gpus]\ncount = 2\nmodel = \"Tesla T4\"\ndcp = false\n").unwrap();
+    let e = exporter().env("DCGM_SIM_PROFILE", profile.to_str().unwrap()).start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
+    assert!(series(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE").is_empty(), "{}", dump(&page));
+    let log = e.stderr();
+    assert!(log.contains("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO") && log.contains("GPU 1"), "{log}");
 }

@@ -149,7 +149,7 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
          dcgm_gpu_temp, gauge, legacy 1.x name\n\
          DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n\
          DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, deprecated alias\n\
-         155, gauge, \"power, by numeric id\"\n\
+         155, gauge,\"power, by numeric id\"\n\
          DCGM_FI_DEV_SERIAL, label, serial as a label\n\
          DCGM_FI_DRIVER_VERSION, label, driver\n",
     )
@@ -181,7 +181,7 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
             .position(|k| k == "DCGM_FI_DRIVER_VERSION")
             .unwrap();
         assert!(
-            driver < serial,
+            serial < driver,
             "label fields are sorted by name: {order:?}"
         );
     }
