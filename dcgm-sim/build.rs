@@ -29,7 +29,8 @@ fn make_links() -> Result<(), String> {
         // Into deps/: `cargo test` rebuilds the cdylib there without refreshing the copy
         // that `cargo build` puts in the profile directory, so only deps/ always holds the
         // latest build. Relative, so the target directory can be moved or mounted elsewhere.
-        std::os::unix::fs::symlink("deps/libdcgm_sim.so", &link).map_err(|e| format!("{}: {e}", link.display()))?;
+        std::os::unix::fs::symlink("deps/libdcgm_sim.so", &link)
+            .map_err(|e| format!("{}: {e}", link.display()))?;
     }
     Ok(())
 }

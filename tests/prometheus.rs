@@ -63,12 +63,20 @@ fn promtool_finds_nothing_to_report_on_any_profile() {
                 .start();
             let (_, page) = e.get("/metrics");
             let report = promtool_check(&page);
-            // promtool flags counters without a _total suffix; that is dcgm-exporter's naming
-            // (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION), which users' dashboards rely on.
+            // Naming-style lints are inherent to dcgm-exporter's metric and label names, which
+            // users' dashboards rely on: counters without a _total suffix
+            // (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION), a type in the name
+            // (DCGM_FI_DEV_PCIE_REPLAY_COUNTER) and camelCase labels (modelName, UUID).
+            // Everything else promtool says counts as a failure.
+            const NAMING_LINTS: [&str; 3] = [
+                "counter metrics should have \"_total\" suffix",
+                "label names should be written in 'snake_case' not 'camelCase'",
+                "metric name should not include type 'counter'",
+            ];
             let problems: Vec<&str> = report
                 .lines()
                 .filter(|l| !l.trim().is_empty())
-                .filter(|l| !l.contains("counter metrics should have \"_total\" suffix"))
+                .filter(|l| !NAMING_LINTS.iter().any(|n| l.contains(n)))
                 .collect();
             assert!(
                 problems.is_empty(),

@@ -77,9 +77,17 @@ impl Address {
         } else {
             match s.matches(':').count() {
                 0 => (s, None),
-                1 => s.split_once(':').map(|(h, p)| (h, Some(p))).ok_or(DCGM_ST_BADPARAM)?,
+                1 => s
+                    .split_once(':')
+                    .map(|(h, p)| (h, Some(p)))
+                    .ok_or(DCGM_ST_BADPARAM)?,
                 // More than one colon without brackets can only be a bare IPv6 address.
-                _ => (s.parse::<Ipv6Addr>().map(|_| s).map_err(|_| DCGM_ST_BADPARAM)?, None),
+                _ => (
+                    s.parse::<Ipv6Addr>()
+                        .map(|_| s)
+                        .map_err(|_| DCGM_ST_BADPARAM)?,
+                    None,
+                ),
             }
         };
         if host.is_empty() || host.chars().any(char::is_whitespace) {
@@ -92,7 +100,10 @@ impl Address {
                 Ok(p) => p,
             },
         };
-        Ok(Address::Tcp { host: host.to_string(), port })
+        Ok(Address::Tcp {
+            host: host.to_string(),
+            port,
+        })
     }
 }
 
@@ -153,7 +164,14 @@ impl Stream {
         while !buf.is_empty() {
             // SAFETY: `buf` is a live slice and its length is passed with it; the fd is owned
             // by `self` and stays open for the duration of the call.
-            let n = unsafe { libc::send(self.fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+            let n = unsafe {
+                libc::send(
+                    self.fd(),
+                    buf.as_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_NOSIGNAL,
+                )
+            };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -235,7 +253,12 @@ impl Client {
         let fail = |_| DCGM_ST_CONNECTION_NOT_VALID;
         stream.set_timeouts(Some(request_timeout())).map_err(fail)?;
         let writer = stream.try_clone().map_err(fail)?;
-        Ok(Client { conn: Mutex::new(Some(Conn { reader: BufReader::new(stream), writer })) })
+        Ok(Client {
+            conn: Mutex::new(Some(Conn {
+                reader: BufReader::new(stream),
+                writer,
+            })),
+        })
     }
 
     /// Sends one request and waits for its reply. A transport failure kills the
@@ -256,7 +279,10 @@ impl Client {
         line.push(b'\n');
         conn.writer.send_all(&line).map_err(io_status)?;
         let mut buf = Vec::new();
-        let n = (&mut conn.reader).take(MAX_REPLY_LINE).read_until(b'\n', &mut buf).map_err(io_status)?;
+        let n = (&mut conn.reader)
+            .take(MAX_REPLY_LINE)
+            .read_until(b'\n', &mut buf)
+            .map_err(io_status)?;
         if n == 0 || buf.last() != Some(&b'\n') {
             // EOF (the engine went away) or a reply cut short.
             return Err(DCGM_ST_CONNECTION_NOT_VALID);
@@ -266,7 +292,10 @@ impl Client {
 
     /// True once a transport error has killed this connection.
     pub fn is_dead(&self) -> bool {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+        self.conn
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
     }
 }
 
@@ -280,7 +309,10 @@ fn io_status(e: io::Error) -> i32 {
 /// A bound, listening server socket.
 pub enum Listener {
     Tcp(TcpListener),
-    Unix { listener: UnixListener, path: PathBuf },
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
 }
 
 impl Listener {
@@ -308,7 +340,10 @@ impl Listener {
             std::fs::remove_file(path)?;
         }
         let listener = UnixListener::bind(path)?;
-        Ok(Listener::Unix { listener, path: path.to_path_buf() })
+        Ok(Listener::Unix {
+            listener,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The address clients should use, e.g. `tcp://127.0.0.1:5555` or `unix:///tmp/x`.
@@ -316,7 +351,10 @@ impl Listener {
         Ok(match self {
             Listener::Tcp(l) => {
                 let a = l.local_addr()?;
-                Address::Tcp { host: a.ip().to_string(), port: a.port() }
+                Address::Tcp {
+                    host: a.ip().to_string(),
+                    port: a.port(),
+                }
             }
             Listener::Unix { path, .. } => Address::Unix(path.clone()),
         })
@@ -355,7 +393,12 @@ pub type EventLog = Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Accepts connections until `stop` is set, serving each on its own thread. `stop` is
 /// checked every 50 ms; connection threads end with their clients (or the process).
-pub fn serve(listener: &Listener, engine: Arc<Mutex<Engine>>, stop: &AtomicBool, log: EventLog) -> io::Result<()> {
+pub fn serve(
+    listener: &Listener,
+    engine: Arc<Mutex<Engine>>,
+    stop: &AtomicBool,
+    log: EventLog,
+) -> io::Result<()> {
     // Non-blocking accept so that a stop request is noticed without a wake-up connection.
     listener.set_nonblocking(true)?;
     let next_id = AtomicU64::new(1);
@@ -372,7 +415,9 @@ pub fn serve(listener: &Listener, engine: Arc<Mutex<Engine>>, stop: &AtomicBool,
                     log(&format!("connection {id}: cannot start a thread: {e}"));
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => thread::sleep(CONNECT_RETRY_INTERVAL),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                thread::sleep(CONNECT_RETRY_INTERVAL)
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 // Typically EMFILE: keep serving the connections we have.
@@ -390,14 +435,21 @@ fn serve_connection(id: u64, stream: Stream, engine: Arc<Mutex<Engine>>, log: Ev
         Ok(()) => "closed by the client".to_string(),
         Err(e) => e,
     };
-    engine.lock().unwrap_or_else(PoisonError::into_inner).disconnect(id);
+    engine
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .disconnect(id);
     log(&format!("connection {id} {reason}"));
 }
 
 fn connection_loop(id: u64, stream: Stream, engine: &Mutex<Engine>) -> Result<(), String> {
     // The listener is non-blocking; make sure the accepted socket is not.
-    stream.set_nonblocking(false).map_err(|e| format!("setup failed: {e}"))?;
-    let writer = stream.try_clone().map_err(|e| format!("setup failed: {e}"))?;
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| format!("setup failed: {e}"))?;
+    let writer = stream
+        .try_clone()
+        .map_err(|e| format!("setup failed: {e}"))?;
     let mut reader = BufReader::new(stream);
     let mut buf = Vec::new();
     loop {
@@ -410,17 +462,25 @@ fn connection_loop(id: u64, stream: Stream, engine: &Mutex<Engine>) -> Result<()
             return Ok(());
         }
         if buf.last() != Some(&b'\n') {
-            return Err(format!("dropped: request longer than {MAX_REQUEST_LINE} bytes or cut short"));
+            return Err(format!(
+                "dropped: request longer than {MAX_REQUEST_LINE} bytes or cut short"
+            ));
         }
         let reply = match serde_json::from_slice::<Request>(&buf) {
-            Ok(req) => engine.lock().unwrap_or_else(PoisonError::into_inner).handle(id, &req),
+            Ok(req) => engine
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .handle(id, &req),
             // Answer rather than hang up so that a newer client can probe for requests
             // this engine does not know.
             Err(_) => Reply::Error(DCGM_ST_BADPARAM),
         };
-        let mut line = serde_json::to_vec(&reply).map_err(|e| format!("dropped: cannot encode a reply: {e}"))?;
+        let mut line = serde_json::to_vec(&reply)
+            .map_err(|e| format!("dropped: cannot encode a reply: {e}"))?;
         line.push(b'\n');
-        writer.send_all(&line).map_err(|e| format!("dropped: write failed: {e}"))?;
+        writer
+            .send_all(&line)
+            .map_err(|e| format!("dropped: write failed: {e}"))?;
     }
 }
 
@@ -429,17 +489,33 @@ mod tests {
     use super::*;
 
     fn tcp(host: &str, port: u16) -> Address {
-        Address::Tcp { host: host.into(), port }
+        Address::Tcp {
+            host: host.into(),
+            port,
+        }
     }
 
     #[test]
     fn tcp_addresses_parse_like_the_real_uri_parser() {
         assert_eq!(Address::parse_tcp("localhost"), Ok(tcp("localhost", 5555)));
-        assert_eq!(Address::parse_tcp("10.0.0.1:6000"), Ok(tcp("10.0.0.1", 6000)));
+        assert_eq!(
+            Address::parse_tcp("10.0.0.1:6000"),
+            Ok(tcp("10.0.0.1", 6000))
+        );
         assert_eq!(Address::parse_tcp("[::1]:7000"), Ok(tcp("::1", 7000)));
         assert_eq!(Address::parse_tcp("[::1]"), Ok(tcp("::1", 5555)));
         assert_eq!(Address::parse_tcp("fe80::1"), Ok(tcp("fe80::1", 5555)));
-        for bad in ["", ":5555", "host:0", "host:junk", "host:70000", "[::1", "[::1]x", "a b", "x:y:z"] {
+        for bad in [
+            "",
+            ":5555",
+            "host:0",
+            "host:junk",
+            "host:70000",
+            "[::1",
+            "[::1]x",
+            "a b",
+            "x:y:z",
+        ] {
             assert_eq!(Address::parse_tcp(bad), Err(DCGM_ST_BADPARAM), "{bad:?}");
         }
     }
@@ -448,8 +524,14 @@ mod tests {
     fn uris_pick_the_transport() {
         assert_eq!(Address::parse_uri("tcp://h:1"), Ok(tcp("h", 1)));
         assert_eq!(Address::parse_uri("h"), Ok(tcp("h", 5555)));
-        assert_eq!(Address::parse_uri("unix:///tmp/s"), Ok(Address::Unix("/tmp/s".into())));
-        assert_eq!(Address::parse_uri("vsock://3:5555"), Err(DCGM_ST_NOT_SUPPORTED));
+        assert_eq!(
+            Address::parse_uri("unix:///tmp/s"),
+            Ok(Address::Unix("/tmp/s".into()))
+        );
+        assert_eq!(
+            Address::parse_uri("vsock://3:5555"),
+            Err(DCGM_ST_NOT_SUPPORTED)
+        );
         assert_eq!(Address::parse_uri("unix://"), Err(DCGM_ST_BADPARAM));
         assert_eq!(Address::parse_uri("http://h"), Err(DCGM_ST_BADPARAM));
         assert_eq!(tcp("::1", 5).to_string(), "tcp://[::1]:5");
@@ -476,10 +558,24 @@ mod tests {
         });
         let client = Client::connect(&tcp("127.0.0.1", port), Duration::from_secs(2)).unwrap();
         // Shorten the request timeout of this one connection rather than the process-wide env.
-        client.conn.lock().unwrap().as_ref().unwrap().writer.set_timeouts(Some(Duration::from_millis(150))).unwrap();
-        assert_eq!(client.request(&Request::UpdateAllFields { wait: true }), Err(DCGM_ST_TIMEOUT));
+        client
+            .conn
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .writer
+            .set_timeouts(Some(Duration::from_millis(150)))
+            .unwrap();
+        assert_eq!(
+            client.request(&Request::UpdateAllFields { wait: true }),
+            Err(DCGM_ST_TIMEOUT)
+        );
         assert!(client.is_dead());
-        assert_eq!(client.request(&Request::UpdateAllFields { wait: true }), Err(DCGM_ST_CONNECTION_NOT_VALID));
+        assert_eq!(
+            client.request(&Request::UpdateAllFields { wait: true }),
+            Err(DCGM_ST_CONNECTION_NOT_VALID)
+        );
         drop(client);
         server.join().unwrap();
     }

@@ -40,7 +40,9 @@ impl HostEngine {
             let _ = BufReader::new(stdout).read_line(&mut line);
             let _ = tx.send(line);
         });
-        let line = rx.recv_timeout(Duration::from_secs(30)).expect("the engine prints its address");
+        let line = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the engine prints its address");
         let address = line
             .trim()
             .strip_prefix("dcgm-sim-hostengine listening on ")
@@ -54,7 +56,10 @@ impl HostEngine {
 
     /// `host:port` of a TCP engine.
     fn tcp(&self) -> String {
-        self.address.strip_prefix("tcp://").expect("a TCP engine").to_string()
+        self.address
+            .strip_prefix("tcp://")
+            .expect("a TCP engine")
+            .to_string()
     }
 
     fn kill(mut self) {
@@ -85,7 +90,12 @@ fn init_remote_only() {
     }
 }
 
-fn connect_v2(address: &str, unix: bool, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t, dcgmReturn_t> {
+fn connect_v2(
+    address: &str,
+    unix: bool,
+    timeout_ms: u32,
+    persist: bool,
+) -> Result<dcgmHandle_t, dcgmReturn_t> {
     let addr = CString::new(address).unwrap();
     let mut p = dcgmConnectV2Params_v2 {
         version: CONNECT_V2_PARAMS_V2,
@@ -103,7 +113,11 @@ fn connect_v2(address: &str, unix: bool, timeout_ms: u32, persist: bool) -> Resu
 
 fn connect_v3(uri: &str, version: u32) -> Result<dcgmHandle_t, dcgmReturn_t> {
     let addr = CString::new(uri).unwrap();
-    let mut p = dcgmConnectV3Params_v1 { version, persistAfterDisconnect: 0, timeoutMs: 2000 };
+    let mut p = dcgmConnectV3Params_v1 {
+        version,
+        persistAfterDisconnect: 0,
+        timeoutMs: 2000,
+    };
     let mut h = 0;
     // SAFETY: pointers to live locals.
     match unsafe { dcgmConnect_v3(addr.as_ptr(), &mut p, &mut h) } {
@@ -119,10 +133,16 @@ fn watch(h: dcgmHandle_t, tag: &str) -> (dcgmGpuGrp_t, dcgmFieldGrp_t) {
     let (mut g, mut fg) = (0, 0);
     // SAFETY: pointers to live locals.
     unsafe {
-        assert_eq!(dcgmGroupCreate(h, DCGM_GROUP_EMPTY, name.as_ptr(), &mut g), DCGM_ST_OK);
+        assert_eq!(
+            dcgmGroupCreate(h, DCGM_GROUP_EMPTY, name.as_ptr(), &mut g),
+            DCGM_ST_OK
+        );
         assert_eq!(dcgmGroupAddDevice(h, g, 0), DCGM_ST_OK);
         assert_eq!(dcgmGroupAddDevice(h, g, 1), DCGM_ST_OK);
-        assert_eq!(dcgmFieldGroupCreate(h, 2, fields.as_ptr(), name.as_ptr(), &mut fg), DCGM_ST_OK);
+        assert_eq!(
+            dcgmFieldGroupCreate(h, 2, fields.as_ptr(), name.as_ptr(), &mut fg),
+            DCGM_ST_OK
+        );
         assert_eq!(dcgmWatchFields(h, g, fg, 100_000, 60.0, 0), DCGM_ST_OK);
         assert_eq!(dcgmUpdateAllFields(h, 1), DCGM_ST_OK);
     }
@@ -132,9 +152,14 @@ fn watch(h: dcgmHandle_t, tag: &str) -> (dcgmGpuGrp_t, dcgmFieldGrp_t) {
 /// dcgm-exporter's per-scrape call: the latest value of 150 and 155 on GPU 1.
 fn latest(h: dcgmHandle_t) -> Result<[dcgmFieldValue_v1; 2], dcgmReturn_t> {
     let fields = [150u16, 155];
-    let mut vals = [*boxed::<dcgmFieldValue_v1>(0), *boxed::<dcgmFieldValue_v1>(0)];
+    let mut vals = [
+        *boxed::<dcgmFieldValue_v1>(0),
+        *boxed::<dcgmFieldValue_v1>(0),
+    ];
     // SAFETY: `vals` holds the 2 values asked for.
-    match unsafe { dcgmEntityGetLatestValues(h, DCGM_FE_GPU, 1, fields.as_ptr(), 2, vals.as_mut_ptr()) } {
+    match unsafe {
+        dcgmEntityGetLatestValues(h, DCGM_FE_GPU, 1, fields.as_ptr(), 2, vals.as_mut_ptr())
+    } {
         DCGM_ST_OK => Ok(vals),
         e => Err(e),
     }
@@ -147,7 +172,10 @@ fn tcp_engine_outage_and_restart() {
     let engine = HostEngine::start(&["-n", "-p", "0"]);
     let addr = engine.tcp();
     let h = connect_v2(&addr, false, 5000, false).expect("connect over TCP");
-    assert!(h != 0 && h != EMBEDDED, "remote handles are connection ids, got {h:#x}");
+    assert!(
+        h != 0 && h != EMBEDDED,
+        "remote handles are connection ids, got {h:#x}"
+    );
 
     let (g, _) = watch(h, "remote");
     let vals = latest(h).expect("values over TCP");
@@ -155,7 +183,10 @@ fn tcp_engine_outage_and_restart() {
     let mut ids = [0u32; 32];
     let mut n: c_int = 0;
     // SAFETY: `ids` has the 32 entries the API requires.
-    assert_eq!(unsafe { dcgmGetAllDevices(h, ids.as_mut_ptr(), &mut n) }, DCGM_ST_OK);
+    assert_eq!(
+        unsafe { dcgmGetAllDevices(h, ids.as_mut_ptr(), &mut n) },
+        DCGM_ST_OK
+    );
     assert_eq!(n, 8);
 
     // The engine dies: every call on the handle fails with CONNECTION_NOT_VALID, and keeps
@@ -164,7 +195,10 @@ fn tcp_engine_outage_and_restart() {
     assert_eq!(latest(h).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
     assert_eq!(latest(h).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
     // SAFETY: as above.
-    assert_eq!(unsafe { dcgmGetAllDevices(h, ids.as_mut_ptr(), &mut n) }, DCGM_ST_CONNECTION_NOT_VALID);
+    assert_eq!(
+        unsafe { dcgmGetAllDevices(h, ids.as_mut_ptr(), &mut n) },
+        DCGM_ST_CONNECTION_NOT_VALID
+    );
     let engine = HostEngine::start(&["-n", "-p", addr.rsplit(':').next().unwrap()]);
     assert_eq!(engine.tcp(), addr);
     assert_eq!(latest(h).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
@@ -176,9 +210,17 @@ fn tcp_engine_outage_and_restart() {
     assert_ne!(h2, h, "handles are not reused");
     let mut info: Box<dcgmGroupInfo_v3> = boxed(GROUP_INFO_V3);
     // SAFETY: heap struct of the announced version.
-    assert_eq!(unsafe { dcgmGroupGetInfo(h2, g, &mut *info) }, DCGM_ST_NOT_CONFIGURED);
+    assert_eq!(
+        unsafe { dcgmGroupGetInfo(h2, g, &mut *info) },
+        DCGM_ST_NOT_CONFIGURED
+    );
     let stale = latest(h2).expect("values can be asked for");
-    assert!(stale.iter().all(|v| v.status == DCGM_ST_NOT_WATCHED && v.ts == 0), "watches must be recreated");
+    assert!(
+        stale
+            .iter()
+            .all(|v| v.status == DCGM_ST_NOT_WATCHED && v.ts == 0),
+        "watches must be recreated"
+    );
     watch(h2, "remote-again");
     assert!(latest(h2).unwrap().iter().all(|v| v.status == DCGM_ST_OK));
     // SAFETY: no arguments.
@@ -195,18 +237,34 @@ fn unix_socket_engines_and_connection_scoped_state() {
     let engine = HostEngine::start(&["--no-daemon", "--domain-socket", sock.to_str().unwrap()]);
     assert_eq!(engine.address, format!("unix://{}", sock.display()));
 
-    let a = connect_v2(sock.to_str().unwrap(), true, 2000, false).expect("connect_v2 over a unix socket");
-    let b = connect_v3(&format!("unix://{}", sock.display()), CONNECT_V3_PARAMS_V1).expect("connect_v3 unix://");
+    let a = connect_v2(sock.to_str().unwrap(), true, 2000, false)
+        .expect("connect_v2 over a unix socket");
+    let b = connect_v3(&format!("unix://{}", sock.display()), CONNECT_V3_PARAMS_V1)
+        .expect("connect_v3 unix://");
     assert_ne!(a, b);
-    assert_eq!(connect_v3("vsock://3:5555", CONNECT_V3_PARAMS_V1).err(), Some(DCGM_ST_NOT_SUPPORTED));
-    assert_eq!(connect_v3(&format!("unix://{}", sock.display()), CONNECT_V3_PARAMS_V1 + 1).err(), Some(DCGM_ST_VER_MISMATCH));
+    assert_eq!(
+        connect_v3("vsock://3:5555", CONNECT_V3_PARAMS_V1).err(),
+        Some(DCGM_ST_NOT_SUPPORTED)
+    );
+    assert_eq!(
+        connect_v3(
+            &format!("unix://{}", sock.display()),
+            CONNECT_V3_PARAMS_V1 + 1
+        )
+        .err(),
+        Some(DCGM_ST_VER_MISMATCH)
+    );
 
     // Groups and watches belong to their connection: gone when it closes...
     let (g, _) = watch(a, "conn-a");
     let mut info: Box<dcgmGroupInfo_v3> = boxed(GROUP_INFO_V3);
     // SAFETY: heap struct of the announced version; plain handles.
     unsafe {
-        assert_eq!(dcgmGroupGetInfo(b, g, &mut *info), DCGM_ST_OK, "visible to other connections");
+        assert_eq!(
+            dcgmGroupGetInfo(b, g, &mut *info),
+            DCGM_ST_OK,
+            "visible to other connections"
+        );
         assert_eq!(dcgmDisconnect(a), DCGM_ST_OK);
     }
     assert!(wait_until(|| {
@@ -243,28 +301,58 @@ fn connecting_to_nothing_times_out() {
     let _g = lock();
     init_remote_only();
     // A port nobody listens on: bind one, then free it.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let start = Instant::now();
-    assert_eq!(connect_v2(&format!("127.0.0.1:{port}"), false, 300, false).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
+    assert_eq!(
+        connect_v2(&format!("127.0.0.1:{port}"), false, 300, false).err(),
+        Some(DCGM_ST_CONNECTION_NOT_VALID)
+    );
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(300) && took < Duration::from_secs(3), "took {took:?}");
-    assert_eq!(connect_v2("127.0.0.1:notaport", false, 300, false).err(), Some(DCGM_ST_BADPARAM));
-    assert_eq!(connect_v2("", false, 300, false).err(), Some(DCGM_ST_BADPARAM));
+    assert!(
+        took >= Duration::from_millis(300) && took < Duration::from_secs(3),
+        "took {took:?}"
+    );
+    assert_eq!(
+        connect_v2("127.0.0.1:notaport", false, 300, false).err(),
+        Some(DCGM_ST_BADPARAM)
+    );
+    assert_eq!(
+        connect_v2("", false, 300, false).err(),
+        Some(DCGM_ST_BADPARAM)
+    );
     let missing = temp_dir("missing").join("none.sock");
-    assert_eq!(connect_v2(missing.to_str().unwrap(), true, 100, false).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
+    assert_eq!(
+        connect_v2(missing.to_str().unwrap(), true, 100, false).err(),
+        Some(DCGM_ST_CONNECTION_NOT_VALID)
+    );
     // SAFETY: no arguments.
     assert_eq!(unsafe { dcgmShutdown() }, DCGM_ST_OK);
 }
 
 #[test]
 fn bad_options_are_rejected_by_name() {
-    for (args, needle) in [(&["-n", "--port", "x"][..], "--port"), (&["--frobnicate"][..], "--frobnicate"), (&["-b"][..], "-b")] {
-        let out = Command::new(BIN).args(args).output().expect("run dcgm-sim-hostengine");
+    for (args, needle) in [
+        (&["-n", "--port", "x"][..], "--port"),
+        (&["--frobnicate"][..], "--frobnicate"),
+        (&["-b"][..], "-b"),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .output()
+            .expect("run dcgm-sim-hostengine");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
-    let out = Command::new(BIN).arg("-n").env("DCGM_SIM_PROFILE", "/nonexistent/profile.toml").output().unwrap();
+    let out = Command::new(BIN)
+        .arg("-n")
+        .env("DCGM_SIM_PROFILE", "/nonexistent/profile.toml")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/profile.toml"));
 }
@@ -276,7 +364,10 @@ fn sigterm_stops_the_engine_cleanly() {
     let mut engine = HostEngine::start(&["-n", "-d", sock.to_str().unwrap()]);
     assert!(sock.exists());
     // SAFETY: signalling our own child process.
-    assert_eq!(unsafe { libc::kill(engine.child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(engine.child.id() as libc::pid_t, libc::SIGTERM) },
+        0
+    );
     let status = wait_for_exit(&mut engine.child);
     assert!(status.success(), "{status:?}");
     assert!(!sock.exists(), "socket file removed on exit");
@@ -305,13 +396,24 @@ fn daemon_mode_writes_a_pid_file_and_term_stops_it() {
     // Without -n the engine forks: the foreground process prints the line and exits.
     let mut fg = HostEngine::start(&["-d", sock.to_str().unwrap(), "--pid", pid_arg]);
     assert!(wait_for_exit(&mut fg.child).success());
-    let pid: i32 = std::fs::read_to_string(&pid_file).expect("pid file").trim().parse().expect("a pid");
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
     let _reaper = KillOnDrop(pid);
     let h = connect_v2(sock.to_str().unwrap(), true, 2000, false).expect("the daemon serves");
     assert!(latest(h).is_ok());
 
-    let out = Command::new(BIN).args(["-t", "--pid", pid_arg]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["-t", "--pid", pid_arg])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // SAFETY: signal 0 only checks whether the process exists.
     assert!(wait_until(|| !running(pid)), "daemon {pid} still running");
     assert_eq!(latest(h).err(), Some(DCGM_ST_CONNECTION_NOT_VALID));

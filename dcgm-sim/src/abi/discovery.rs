@@ -10,7 +10,12 @@ use std::ffi::c_int;
 
 /// # Safety
 /// `list` and `count` are NULL or valid: `list` for `DCGM_MAX_NUM_DEVICES` ids.
-unsafe fn all_devices(handle: dcgmHandle_t, list: *mut u32, count: *mut c_int, only_supported: bool) -> dcgmReturn_t {
+unsafe fn all_devices(
+    handle: dcgmHandle_t,
+    list: *mut u32,
+    count: *mut c_int,
+    only_supported: bool,
+) -> dcgmReturn_t {
     api(|| {
         if list.is_null() || count.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -32,7 +37,11 @@ unsafe fn all_devices(handle: dcgmHandle_t, list: *mut u32, count: *mut c_int, o
 
 /// `dcgmReturn_t dcgmGetAllDevices(dcgmHandle_t, unsigned int gpuIdList[32], int *count)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetAllDevices(handle: dcgmHandle_t, list: *mut u32, count: *mut c_int) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetAllDevices(
+    handle: dcgmHandle_t,
+    list: *mut u32,
+    count: *mut c_int,
+) -> dcgmReturn_t {
     // SAFETY: the caller's pointers, passed on under the same contract.
     unsafe { all_devices(handle, list, count, false) }
 }
@@ -124,7 +133,11 @@ pub unsafe extern "C" fn dcgmGetDeviceAttributes(
 
 /// `dcgmReturn_t dcgmGetGpuStatus(dcgmHandle_t, unsigned int gpuId, DcgmEntityStatus_t *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetGpuStatus(handle: dcgmHandle_t, gpu_id: u32, status: *mut DcgmEntityStatus_t) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetGpuStatus(
+    handle: dcgmHandle_t,
+    gpu_id: u32,
+    status: *mut DcgmEntityStatus_t,
+) -> dcgmReturn_t {
     api(|| {
         if status.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -159,7 +172,13 @@ pub unsafe extern "C" fn dcgmGetEntityGroupEntities(
         // SAFETY: non-NULL and readable per the API.
         let capacity = usize::try_from(unsafe { *num_entities }).unwrap_or(0);
         let only_supported = flags & DCGM_GEGE_FLAG_ONLY_SUPPORTED != 0;
-        let ids = match call(handle, Request::GetEntityGroupEntities { entity_group, only_supported })? {
+        let ids = match call(
+            handle,
+            Request::GetEntityGroupEntities {
+                entity_group,
+                only_supported,
+            },
+        )? {
             Reply::Ids(ids) => ids,
             r => return unexpected(r),
         };
@@ -177,7 +196,10 @@ pub unsafe extern "C" fn dcgmGetEntityGroupEntities(
 /// `dcgmReturn_t dcgmGetGpuInstanceHierarchy(dcgmHandle_t, dcgmMigHierarchy_v2 *)`:
 /// `dcgmMigHierarchy_version2` only.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(handle: dcgmHandle_t, hierarchy: *mut dcgmMigHierarchy_v2) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(
+    handle: dcgmHandle_t,
+    hierarchy: *mut dcgmMigHierarchy_v2,
+) -> dcgmReturn_t {
     api(|| {
         if hierarchy.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -199,8 +221,14 @@ pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(handle: dcgmHandle_t, hiera
         let n = rows.len().min(h.entityList.len());
         h.count = n as u32;
         for (slot, row) in h.entityList.iter_mut().zip(&rows[..n]) {
-            slot.entity = dcgmGroupEntityPair_t { entityGroupId: row.entity.0, entityId: row.entity.1 };
-            slot.parent = dcgmGroupEntityPair_t { entityGroupId: row.parent.0, entityId: row.parent.1 };
+            slot.entity = dcgmGroupEntityPair_t {
+                entityGroupId: row.entity.0,
+                entityId: row.entity.1,
+            };
+            slot.parent = dcgmGroupEntityPair_t {
+                entityGroupId: row.parent.0,
+                entityId: row.parent.1,
+            };
             put_str(&mut slot.info.gpuUuid, &row.gpu_uuid);
             slot.info.nvmlGpuIndex = row.nvml_gpu_index;
             slot.info.nvmlInstanceId = row.nvml_instance_id;
@@ -222,7 +250,10 @@ fn put_states(dst: &mut [dcgmNvLinkLinkState_t], states: &[u32]) {
 /// `dcgmReturn_t dcgmGetNvLinkLinkStatus(dcgmHandle_t, dcgmNvLinkStatus_v5 *)`: accepts
 /// the 4.6 layout (v5, 36 links per GPU) and the 4.0–4.5 one (v4, 18 links per GPU).
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(handle: dcgmHandle_t, status: *mut dcgmNvLinkStatus_v5) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
+    handle: dcgmHandle_t,
+    status: *mut dcgmNvLinkStatus_v5,
+) -> dcgmReturn_t {
     api(|| {
         if status.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -274,7 +305,10 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(handle: dcgmHandle_t, status: *
 
 /// `dcgmReturn_t dcgmGetNvLinkP2PStatus(dcgmHandle_t, dcgmNvLinkP2PStatus_v1 *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(handle: dcgmHandle_t, status: *mut dcgmNvLinkP2PStatus_v1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(
+    handle: dcgmHandle_t,
+    status: *mut dcgmNvLinkP2PStatus_v1,
+) -> dcgmReturn_t {
     api(|| {
         if status.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -305,7 +339,10 @@ pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(handle: dcgmHandle_t, status: *m
 }
 
 fn core_bitmask(cores: &[u32]) -> dcgmCpuHierarchyOwnedCores_v1 {
-    let mut owned = dcgmCpuHierarchyOwnedCores_v1 { version: CPU_HIERARCHY_OWNED_CORES_V1, bitmask: [0; 16] };
+    let mut owned = dcgmCpuHierarchyOwnedCores_v1 {
+        version: CPU_HIERARCHY_OWNED_CORES_V1,
+        bitmask: [0; 16],
+    };
     for &c in cores {
         if let Some(word) = owned.bitmask.get_mut(c as usize / 64) {
             *word |= 1u64 << (c % 64);
@@ -323,7 +360,10 @@ fn cpu_rows(handle: dcgmHandle_t) -> Result<Vec<(u32, Vec<u32>)>, dcgmReturn_t> 
 
 /// `dcgmReturn_t dcgmGetCpuHierarchy(dcgmHandle_t, dcgmCpuHierarchy_v1 *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetCpuHierarchy(handle: dcgmHandle_t, h: *mut dcgmCpuHierarchy_v1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetCpuHierarchy(
+    handle: dcgmHandle_t,
+    h: *mut dcgmCpuHierarchy_v1,
+) -> dcgmReturn_t {
     api(|| {
         if h.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -351,7 +391,10 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy(handle: dcgmHandle_t, h: *mut dcgmC
 /// `dcgmReturn_t dcgmGetCpuHierarchy_v2(dcgmHandle_t, dcgmCpuHierarchy_v2 *)`: v1 plus a
 /// serial number per CPU, which the simulator leaves empty.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(handle: dcgmHandle_t, h: *mut CpuHierarchyV2) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
+    handle: dcgmHandle_t,
+    h: *mut CpuHierarchyV2,
+) -> dcgmReturn_t {
     api(|| {
         if h.is_null() {
             return Err(DCGM_ST_BADPARAM);

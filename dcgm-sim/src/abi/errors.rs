@@ -156,7 +156,10 @@ mod tests {
 
     #[test]
     fn every_return_code_has_its_text() {
-        assert_eq!(error_text(DCGM_ST_CONNECTION_NOT_VALID).unwrap(), c"Host engine connection invalid/disconnected");
+        assert_eq!(
+            error_text(DCGM_ST_CONNECTION_NOT_VALID).unwrap(),
+            c"Host engine connection invalid/disconnected"
+        );
         assert_eq!(error_text(0).unwrap(), c"Success");
         assert!(error_text(-2).is_none());
         assert!(error_text(-68).is_none());

@@ -6,7 +6,9 @@
 //! Python bindings that keep them. `DcgmFieldsTerm` only hides the table again.
 
 use super::put_str;
-use dcgm_sys::ffi::{dcgm_field_entity_group_t, dcgm_field_meta_t, dcgm_field_output_format_t, DCGM_FI_MAX_FIELDS};
+use dcgm_sys::ffi::{
+    dcgm_field_entity_group_t, dcgm_field_meta_t, dcgm_field_output_format_t, DCGM_FI_MAX_FIELDS,
+};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::catch_unwind;
@@ -36,7 +38,11 @@ fn table() -> &'static Table {
         let formats: &'static mut [dcgm_field_output_format_t] = Box::leak(
             src.iter()
                 .map(|f| {
-                    let mut o = dcgm_field_output_format_t { shortName: [0; 10], unit: [0; 4], width: f.width };
+                    let mut o = dcgm_field_output_format_t {
+                        shortName: [0; 10],
+                        unit: [0; 4],
+                        width: f.width,
+                    };
                     put_str(&mut o.shortName, f.short_name);
                     put_str(&mut o.unit, f.unit);
                     o
@@ -74,7 +80,11 @@ fn table() -> &'static Table {
             }
             by_tag.entry(f.tag).or_insert(i as u16);
         }
-        Table { metas, by_id, by_tag }
+        Table {
+            metas,
+            by_id,
+            by_tag,
+        }
     })
 }
 
@@ -133,15 +143,21 @@ pub unsafe extern "C" fn DcgmFieldGetByTag(tag: *const c_char) -> *const dcgm_fi
     let tag = unsafe { CStr::from_ptr(tag) };
     catch_unwind(|| {
         let t = table();
-        let Ok(tag) = tag.to_str() else { return ptr::null() };
-        t.by_tag.get(tag).map_or(ptr::null(), |&i| &t.metas[usize::from(i)] as *const _)
+        let Ok(tag) = tag.to_str() else {
+            return ptr::null();
+        };
+        t.by_tag
+            .get(tag)
+            .map_or(ptr::null(), |&i| &t.metas[usize::from(i)] as *const _)
     })
     .unwrap_or(ptr::null())
 }
 
 /// `const char *DcgmFieldsGetEntityGroupString(dcgm_field_entity_group_t)`.
 #[no_mangle]
-pub extern "C" fn DcgmFieldsGetEntityGroupString(group: dcgm_field_entity_group_t) -> *const c_char {
+pub extern "C" fn DcgmFieldsGetEntityGroupString(
+    group: dcgm_field_entity_group_t,
+) -> *const c_char {
     let name: &CStr = match group {
         1 => c"GPU",
         2 => c"vGPU",

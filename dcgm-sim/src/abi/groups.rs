@@ -1,7 +1,9 @@
 //! Entity groups and field groups.
 
 use super::layouts::{AllFieldGroupV1, ALL_FIELD_GROUP_V1};
-use super::{api, call, call_ok, group_id, put_str, read_str, unexpected, version_of, zero_keep_version};
+use super::{
+    api, call, call_ok, group_id, put_str, read_str, unexpected, version_of, zero_keep_version,
+};
 use crate::proto::{FieldGroupEntry, Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::{FIELD_GROUP_INFO_V1, GROUP_INFO_V3};
@@ -48,7 +50,14 @@ pub unsafe extern "C" fn dcgmGroupCreate(
 /// `dcgmReturn_t dcgmGroupDestroy(dcgmHandle_t, dcgmGpuGrp_t)`.
 #[no_mangle]
 pub extern "C" fn dcgmGroupDestroy(handle: dcgmHandle_t, group: dcgmGpuGrp_t) -> dcgmReturn_t {
-    api(|| call_ok(handle, Request::GroupDestroy { group_id: group_id(group) }))
+    api(|| {
+        call_ok(
+            handle,
+            Request::GroupDestroy {
+                group_id: group_id(group),
+            },
+        )
+    })
 }
 
 /// `dcgmReturn_t dcgmGroupAddEntity(dcgmHandle_t, dcgmGpuGrp_t, dcgm_field_entity_group_t, dcgm_field_eid_t)`.
@@ -59,18 +68,39 @@ pub extern "C" fn dcgmGroupAddEntity(
     entity_group: dcgm_field_entity_group_t,
     entity_id: dcgm_field_eid_t,
 ) -> dcgmReturn_t {
-    api(|| call_ok(handle, Request::GroupAddEntity { group_id: group_id(group), entity_group, entity_id }))
+    api(|| {
+        call_ok(
+            handle,
+            Request::GroupAddEntity {
+                group_id: group_id(group),
+                entity_group,
+                entity_id,
+            },
+        )
+    })
 }
 
 /// `dcgmReturn_t dcgmGroupAddDevice(dcgmHandle_t, dcgmGpuGrp_t, unsigned int gpuId)`.
 #[no_mangle]
-pub extern "C" fn dcgmGroupAddDevice(handle: dcgmHandle_t, group: dcgmGpuGrp_t, gpu_id: u32) -> dcgmReturn_t {
+pub extern "C" fn dcgmGroupAddDevice(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    gpu_id: u32,
+) -> dcgmReturn_t {
     dcgmGroupAddEntity(handle, group, DCGM_FE_GPU, gpu_id)
 }
 
 /// A group's name and members.
-pub(crate) fn group_info(handle: dcgmHandle_t, group: dcgmGpuGrp_t) -> Result<(String, Vec<(u32, u32)>), dcgmReturn_t> {
-    match call(handle, Request::GroupGetInfo { group_id: group_id(group) })? {
+pub(crate) fn group_info(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+) -> Result<(String, Vec<(u32, u32)>), dcgmReturn_t> {
+    match call(
+        handle,
+        Request::GroupGetInfo {
+            group_id: group_id(group),
+        },
+    )? {
         Reply::GroupInfo { name, entities } => Ok((name, entities)),
         r => unexpected(r),
     }
@@ -79,7 +109,11 @@ pub(crate) fn group_info(handle: dcgmHandle_t, group: dcgmGpuGrp_t) -> Result<(S
 /// `dcgmReturn_t dcgmGroupGetInfo(dcgmHandle_t, dcgmGpuGrp_t, dcgmGroupInfo_t *)`:
 /// `dcgmGroupInfo_version3` only.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmGroupGetInfo(handle: dcgmHandle_t, group: dcgmGpuGrp_t, info: *mut dcgmGroupInfo_v3) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmGroupGetInfo(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    info: *mut dcgmGroupInfo_v3,
+) -> dcgmReturn_t {
     api(|| {
         if info.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -101,7 +135,10 @@ pub unsafe extern "C" fn dcgmGroupGetInfo(handle: dcgmHandle_t, group: dcgmGpuGr
         put_str(&mut out.groupName, &name);
         out.count = entities.len() as u32;
         for (slot, &(g, e)) in out.entityList.iter_mut().zip(&entities) {
-            *slot = dcgmGroupEntityPair_t { entityGroupId: g, entityId: e };
+            *slot = dcgmGroupEntityPair_t {
+                entityGroupId: g,
+                entityId: e,
+            };
         }
         Ok(())
     })
@@ -120,7 +157,10 @@ pub unsafe extern "C" fn dcgmFieldGroupCreate(
 ) -> dcgmReturn_t {
     api(|| {
         let n = usize::try_from(num_field_ids).map_err(|_| DCGM_ST_BADPARAM)?;
-        if !(1..DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP as usize).contains(&n) || field_ids.is_null() || field_group.is_null() {
+        if !(1..DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP as usize).contains(&n)
+            || field_ids.is_null()
+            || field_group.is_null()
+        {
             return Err(DCGM_ST_BADPARAM);
         }
         // SAFETY: NULL is rejected inside; otherwise the API requires a C string.
@@ -130,7 +170,13 @@ pub unsafe extern "C" fn dcgmFieldGroupCreate(
         }
         // SAFETY: the caller passes `numFieldIds` ids at `fieldIds` (non-NULL, checked).
         let ids = unsafe { std::slice::from_raw_parts(field_ids, n) }.to_vec();
-        let id = match call(handle, Request::FieldGroupCreate { field_ids: ids, name })? {
+        let id = match call(
+            handle,
+            Request::FieldGroupCreate {
+                field_ids: ids,
+                name,
+            },
+        )? {
             Reply::Id(id) => id,
             r => return unexpected(r),
         };
@@ -142,13 +188,31 @@ pub unsafe extern "C" fn dcgmFieldGroupCreate(
 
 /// `dcgmReturn_t dcgmFieldGroupDestroy(dcgmHandle_t, dcgmFieldGrp_t)`.
 #[no_mangle]
-pub extern "C" fn dcgmFieldGroupDestroy(handle: dcgmHandle_t, field_group: dcgmFieldGrp_t) -> dcgmReturn_t {
-    api(|| call_ok(handle, Request::FieldGroupDestroy { field_group_id: field_group as u64 }))
+pub extern "C" fn dcgmFieldGroupDestroy(
+    handle: dcgmHandle_t,
+    field_group: dcgmFieldGrp_t,
+) -> dcgmReturn_t {
+    api(|| {
+        call_ok(
+            handle,
+            Request::FieldGroupDestroy {
+                field_group_id: field_group as u64,
+            },
+        )
+    })
 }
 
 /// One field group by id.
-pub(crate) fn field_group_info(handle: dcgmHandle_t, field_group: dcgmFieldGrp_t) -> Result<FieldGroupEntry, dcgmReturn_t> {
-    match call(handle, Request::FieldGroupGetInfo { field_group_id: field_group as u64 })? {
+pub(crate) fn field_group_info(
+    handle: dcgmHandle_t,
+    field_group: dcgmFieldGrp_t,
+) -> Result<FieldGroupEntry, dcgmReturn_t> {
+    match call(
+        handle,
+        Request::FieldGroupGetInfo {
+            field_group_id: field_group as u64,
+        },
+    )? {
         Reply::FieldGroups(mut v) if v.len() == 1 => Ok(v.remove(0)),
         r => unexpected(r),
     }
@@ -166,7 +230,10 @@ fn fill_field_group(out: &mut dcgmFieldGroupInfo_v1, fg: &FieldGroupEntry) {
 /// `dcgmReturn_t dcgmFieldGroupGetInfo(dcgmHandle_t, dcgmFieldGroupInfo_t *)`: looks up
 /// `fieldGroupInfo->fieldGroupId`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmFieldGroupGetInfo(handle: dcgmHandle_t, info: *mut dcgmFieldGroupInfo_v1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmFieldGroupGetInfo(
+    handle: dcgmHandle_t,
+    info: *mut dcgmFieldGroupInfo_v1,
+) -> dcgmReturn_t {
     api(|| {
         if info.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -189,7 +256,10 @@ pub unsafe extern "C" fn dcgmFieldGroupGetInfo(handle: dcgmHandle_t, info: *mut 
 
 /// `dcgmReturn_t dcgmFieldGroupGetAll(dcgmHandle_t, dcgmAllFieldGroup_t *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmFieldGroupGetAll(handle: dcgmHandle_t, all: *mut AllFieldGroupV1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmFieldGroupGetAll(
+    handle: dcgmHandle_t,
+    all: *mut AllFieldGroupV1,
+) -> dcgmReturn_t {
     api(|| {
         if all.is_null() {
             return Err(DCGM_ST_BADPARAM);

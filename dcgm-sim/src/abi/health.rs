@@ -8,15 +8,30 @@ use dcgm_sys::versions::HEALTH_RESPONSE_V5;
 
 /// `dcgmReturn_t dcgmHealthSet(dcgmHandle_t, dcgmGpuGrp_t, dcgmHealthSystems_t)`.
 #[no_mangle]
-pub extern "C" fn dcgmHealthSet(handle: dcgmHandle_t, group: dcgmGpuGrp_t, systems: dcgmHealthSystems_t) -> dcgmReturn_t {
-    api(|| call_ok(handle, Request::HealthSet { group_id: group_id(group), systems }))
+pub extern "C" fn dcgmHealthSet(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    systems: dcgmHealthSystems_t,
+) -> dcgmReturn_t {
+    api(|| {
+        call_ok(
+            handle,
+            Request::HealthSet {
+                group_id: group_id(group),
+                systems,
+            },
+        )
+    })
 }
 
 /// `dcgmReturn_t dcgmHealthSet_v2(dcgmHandle_t, dcgmHealthSetParams_v2 *)`. The simulated
 /// health checks look at the engine's current state, so the sampling interval and keep
 /// age are accepted but have no effect.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmHealthSet_v2(handle: dcgmHandle_t, params: *mut HealthSetParamsV2) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmHealthSet_v2(
+    handle: dcgmHandle_t,
+    params: *mut HealthSetParamsV2,
+) -> dcgmReturn_t {
     api(|| {
         if params.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -27,18 +42,33 @@ pub unsafe extern "C" fn dcgmHealthSet_v2(handle: dcgmHandle_t, params: *mut Hea
         }
         // SAFETY: the version says the caller's struct is a full v2.
         let p = unsafe { &*params };
-        call_ok(handle, Request::HealthSet { group_id: group_id(p.group_id), systems: p.systems })
+        call_ok(
+            handle,
+            Request::HealthSet {
+                group_id: group_id(p.group_id),
+                systems: p.systems,
+            },
+        )
     })
 }
 
 /// `dcgmReturn_t dcgmHealthGet(dcgmHandle_t, dcgmGpuGrp_t, dcgmHealthSystems_t *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmHealthGet(handle: dcgmHandle_t, group: dcgmGpuGrp_t, systems: *mut dcgmHealthSystems_t) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmHealthGet(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    systems: *mut dcgmHealthSystems_t,
+) -> dcgmReturn_t {
     api(|| {
         if systems.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
-        let s = match call(handle, Request::HealthGet { group_id: group_id(group) })? {
+        let s = match call(
+            handle,
+            Request::HealthGet {
+                group_id: group_id(group),
+            },
+        )? {
             Reply::HealthSystems(s) => s,
             r => return unexpected(r),
         };
@@ -51,7 +81,11 @@ pub unsafe extern "C" fn dcgmHealthGet(handle: dcgmHandle_t, group: dcgmGpuGrp_t
 /// `dcgmReturn_t dcgmHealthCheck(dcgmHandle_t, dcgmGpuGrp_t, dcgmHealthResponse_t *)`:
 /// `dcgmHealthResponse_version5` only. The 1 MB response is filled in place.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmHealthCheck(handle: dcgmHandle_t, group: dcgmGpuGrp_t, results: *mut dcgmHealthResponse_v5) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmHealthCheck(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    results: *mut dcgmHealthResponse_v5,
+) -> dcgmReturn_t {
     api(|| {
         if results.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -60,7 +94,12 @@ pub unsafe extern "C" fn dcgmHealthCheck(handle: dcgmHandle_t, group: dcgmGpuGrp
         if unsafe { version_of(results) } != HEALTH_RESPONSE_V5 {
             return Err(DCGM_ST_VER_MISMATCH);
         }
-        let (overall, incidents) = match call(handle, Request::HealthCheck { group_id: group_id(group) })? {
+        let (overall, incidents) = match call(
+            handle,
+            Request::HealthCheck {
+                group_id: group_id(group),
+            },
+        )? {
             Reply::Health { overall, incidents } => (overall, incidents),
             r => return unexpected(r),
         };
@@ -78,7 +117,10 @@ pub unsafe extern "C" fn dcgmHealthCheck(handle: dcgmHandle_t, group: dcgmGpuGrp
             slot.health = inc.health;
             put_str(&mut slot.error.msg, &inc.msg);
             slot.error.code = inc.code;
-            slot.entityInfo = dcgmGroupEntityPair_t { entityGroupId: inc.entity.0, entityId: inc.entity.1 };
+            slot.entityInfo = dcgmGroupEntityPair_t {
+                entityGroupId: inc.entity.0,
+                entityId: inc.entity.1,
+            };
         }
         Ok(())
     })

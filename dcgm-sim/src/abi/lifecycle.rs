@@ -1,7 +1,9 @@
 //! Init/shutdown, embedded engine start/stop, remote connect/disconnect, version info.
 
 use super::layouts::{HostengineHealthV1, VersionInfoV2, HOSTENGINE_HEALTH_V1, VERSION_INFO_V2};
-use super::{api, call, globals, guard, put_str, read_str, version_of, zero_keep_version, EMBEDDED_HANDLE};
+use super::{
+    api, call, globals, guard, put_str, read_str, version_of, zero_keep_version, EMBEDDED_HANDLE,
+};
 use crate::engine::Engine;
 use crate::proto::{Reply, Request};
 use crate::transport::{Address, Client, DEFAULT_CONNECT_TIMEOUT};
@@ -72,14 +74,22 @@ fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
 /// `dcgmReturn_t dcgmStartEmbedded_v2(dcgmStartEmbeddedV2Params_v1 *params)`: params
 /// version 1, 2 or 3; the handle is written to `params->dcgmHandle`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmStartEmbedded_v2(params: *mut dcgmStartEmbeddedV2Params_v1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmStartEmbedded_v2(
+    params: *mut dcgmStartEmbeddedV2Params_v1,
+) -> dcgmReturn_t {
     guard(|| {
         if params.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
         // SAFETY: non-NULL; every version starts with `version`.
         let version = unsafe { version_of(params) };
-        if ![START_EMBEDDED_V2_PARAMS_V1, START_EMBEDDED_V2_PARAMS_V2, START_EMBEDDED_V2_PARAMS_V3].contains(&version) {
+        if ![
+            START_EMBEDDED_V2_PARAMS_V1,
+            START_EMBEDDED_V2_PARAMS_V2,
+            START_EMBEDDED_V2_PARAMS_V3,
+        ]
+        .contains(&version)
+        {
             return Err(DCGM_ST_VER_MISMATCH);
         }
         // SAFETY: `opMode` (offset 4) and `dcgmHandle` (offset 8) sit at the same place in
@@ -95,7 +105,10 @@ pub unsafe extern "C" fn dcgmStartEmbedded_v2(params: *mut dcgmStartEmbeddedV2Pa
 
 /// `dcgmReturn_t dcgmStartEmbedded(dcgmOperationMode_t, dcgmHandle_t *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmStartEmbedded(op_mode: dcgmOperationMode_t, handle: *mut dcgmHandle_t) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmStartEmbedded(
+    op_mode: dcgmOperationMode_t,
+    handle: *mut dcgmHandle_t,
+) -> dcgmReturn_t {
     guard(|| {
         if handle.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -135,10 +148,16 @@ pub extern "C" fn dcgmStopEmbedded(handle: dcgmHandle_t) -> dcgmReturn_t {
 
 /// Connects, logs in, and registers a new remote handle.
 fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t, dcgmReturn_t> {
-    let timeout = if timeout_ms == 0 { DEFAULT_CONNECT_TIMEOUT } else { Duration::from_millis(timeout_ms.into()) };
+    let timeout = if timeout_ms == 0 {
+        DEFAULT_CONNECT_TIMEOUT
+    } else {
+        Duration::from_millis(timeout_ms.into())
+    };
     // No state lock while connecting: this may take the whole timeout.
     let client = Client::connect(&addr, timeout)?;
-    match client.request(&Request::Login { persist_after_disconnect: persist })? {
+    match client.request(&Request::Login {
+        persist_after_disconnect: persist,
+    })? {
         Reply::Ok => {}
         Reply::Error(code) => return Err(code),
         _ => return Err(DCGM_ST_GENERIC_ERROR),
@@ -162,7 +181,11 @@ fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t
 ///
 /// # Safety
 /// `address` is NULL or a NUL-terminated string.
-unsafe fn connect_args(address: *const c_char, params_null: bool, handle_null: bool) -> Result<String, dcgmReturn_t> {
+unsafe fn connect_args(
+    address: *const c_char,
+    params_null: bool,
+    handle_null: bool,
+) -> Result<String, dcgmReturn_t> {
     if params_null || handle_null {
         return Err(DCGM_ST_BADPARAM);
     }
@@ -200,7 +223,11 @@ pub unsafe extern "C" fn dcgmConnect_v2(
         } else {
             return Err(DCGM_ST_VER_MISMATCH);
         };
-        let addr = if unix != 0 { Address::Unix(address.into()) } else { Address::parse_tcp(&address)? };
+        let addr = if unix != 0 {
+            Address::Unix(address.into())
+        } else {
+            Address::parse_tcp(&address)?
+        };
         let h = connect(addr, timeout_ms, persist != 0)?;
         // SAFETY: non-NULL and writable per the API.
         unsafe { *handle = h };
@@ -210,9 +237,16 @@ pub unsafe extern "C" fn dcgmConnect_v2(
 
 /// `dcgmReturn_t dcgmConnect(const char *ipAddress, dcgmHandle_t *)`: v2 with defaults.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmConnect(ip_address: *const c_char, handle: *mut dcgmHandle_t) -> dcgmReturn_t {
-    let mut params =
-        dcgmConnectV2Params_v2 { version: CONNECT_V2_PARAMS_V2, persistAfterDisconnect: 0, timeoutMs: 0, addressIsUnixSocket: 0 };
+pub unsafe extern "C" fn dcgmConnect(
+    ip_address: *const c_char,
+    handle: *mut dcgmHandle_t,
+) -> dcgmReturn_t {
+    let mut params = dcgmConnectV2Params_v2 {
+        version: CONNECT_V2_PARAMS_V2,
+        persistAfterDisconnect: 0,
+        timeoutMs: 0,
+        addressIsUnixSocket: 0,
+    };
     // SAFETY: the caller's pointers are passed on unchanged; `params` lives across the call.
     unsafe { dcgmConnect_v2(ip_address, &mut params, handle) }
 }
@@ -227,14 +261,19 @@ pub unsafe extern "C" fn dcgmConnect_v3(
 ) -> dcgmReturn_t {
     guard(|| {
         // SAFETY: the API requires a NUL-terminated connection string.
-        let address = unsafe { connect_args(connection_string, params.is_null(), handle.is_null()) }?;
+        let address =
+            unsafe { connect_args(connection_string, params.is_null(), handle.is_null()) }?;
         // SAFETY: non-NULL; starts with `version`.
         if unsafe { version_of(params) } != CONNECT_V3_PARAMS_V1 {
             return Err(DCGM_ST_VER_MISMATCH);
         }
         // SAFETY: the version says the caller provided the full struct.
         let p = unsafe { &*params };
-        let h = connect(Address::parse_uri(&address)?, p.timeoutMs, p.persistAfterDisconnect != 0)?;
+        let h = connect(
+            Address::parse_uri(&address)?,
+            p.timeoutMs,
+            p.persistAfterDisconnect != 0,
+        )?;
         // SAFETY: non-NULL and writable per the API.
         unsafe { *handle = h };
         Ok(())
@@ -279,12 +318,21 @@ pub unsafe extern "C" fn dcgmVersionInfo(info: *mut VersionInfoV2) -> dcgmReturn
 
 /// Round-trips a cheap request, so that a dead connection reports -21.
 fn ping(handle: dcgmHandle_t) -> Result<(), dcgmReturn_t> {
-    call(handle, Request::GetAllDevices { only_supported: false }).map(|_| ())
+    call(
+        handle,
+        Request::GetAllDevices {
+            only_supported: false,
+        },
+    )
+    .map(|_| ())
 }
 
 /// `dcgmReturn_t dcgmHostengineVersionInfo(dcgmHandle_t, dcgmVersionInfo_t *)`.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmHostengineVersionInfo(handle: dcgmHandle_t, info: *mut VersionInfoV2) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmHostengineVersionInfo(
+    handle: dcgmHandle_t,
+    info: *mut VersionInfoV2,
+) -> dcgmReturn_t {
     api(|| {
         if info.is_null() {
             return Err(DCGM_ST_BADPARAM);
@@ -298,7 +346,10 @@ pub unsafe extern "C" fn dcgmHostengineVersionInfo(handle: dcgmHandle_t, info: *
 /// `dcgmReturn_t dcgmHostengineIsHealthy(dcgmHandle_t, dcgmHostengineHealth_t *)`: 0 when
 /// the engine answers.
 #[no_mangle]
-pub unsafe extern "C" fn dcgmHostengineIsHealthy(handle: dcgmHandle_t, health: *mut HostengineHealthV1) -> dcgmReturn_t {
+pub unsafe extern "C" fn dcgmHostengineIsHealthy(
+    handle: dcgmHandle_t,
+    health: *mut HostengineHealthV1,
+) -> dcgmReturn_t {
     api(|| {
         if health.is_null() {
             return Err(DCGM_ST_BADPARAM);

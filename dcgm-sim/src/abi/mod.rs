@@ -48,8 +48,12 @@ struct Globals {
     next_handle: dcgmHandle_t,
 }
 
-static GLOBALS: Mutex<Globals> =
-    Mutex::new(Globals { initialized: false, embedded: None, remotes: BTreeMap::new(), next_handle: 1 });
+static GLOBALS: Mutex<Globals> = Mutex::new(Globals {
+    initialized: false,
+    embedded: None,
+    remotes: BTreeMap::new(),
+    next_handle: 1,
+});
 
 /// The state lock. A panic while it was held cannot leave it half-updated (every update is
 /// a single assignment), so a poisoned lock is simply taken over.
@@ -101,11 +105,19 @@ pub(crate) fn call(handle: dcgmHandle_t, req: Request) -> Result<Reply, dcgmRetu
             // The real library answers UNINITIALIZED when no embedded engine is running.
             Backend::Embedded(g.embedded.clone().ok_or(DCGM_ST_UNINITIALIZED)?)
         } else {
-            Backend::Remote(g.remotes.get(&handle).cloned().ok_or(DCGM_ST_CONNECTION_NOT_VALID)?)
+            Backend::Remote(
+                g.remotes
+                    .get(&handle)
+                    .cloned()
+                    .ok_or(DCGM_ST_CONNECTION_NOT_VALID)?,
+            )
         }
     };
     let reply = match backend {
-        Backend::Embedded(engine) => engine.lock().unwrap_or_else(PoisonError::into_inner).handle(0, &req),
+        Backend::Embedded(engine) => engine
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .handle(0, &req),
         Backend::Remote(client) => client.request(&req)?,
     };
     match reply {
@@ -132,7 +144,9 @@ pub(crate) fn group_id(g: dcgmGpuGrp_t) -> u64 {
 
 /// Copies `s` into a C char array, truncating so that the terminating NUL always fits.
 pub(crate) fn put_str(dst: &mut [c_char], s: &str) {
-    let Some(room) = dst.len().checked_sub(1) else { return };
+    let Some(room) = dst.len().checked_sub(1) else {
+        return;
+    };
     let n = s.len().min(room);
     for (d, &b) in dst.iter_mut().zip(&s.as_bytes()[..n]) {
         *d = b as c_char;
@@ -184,7 +198,10 @@ pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
         (*dst).fieldType = u16::from(s.field_type);
         (*dst).status = s.status;
         (*dst).ts = s.ts_us;
-        put_value(&mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(), &s.value);
+        put_value(
+            &mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(),
+            &s.value,
+        );
     }
 }
 
@@ -203,12 +220,19 @@ pub(crate) unsafe fn write_fv2(dst: *mut dcgmFieldValue_v2, s: &Sample) {
         (*dst).fieldType = u16::from(s.field_type);
         (*dst).status = s.status;
         (*dst).ts = s.ts_us;
-        put_value(&mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(), &s.value);
+        put_value(
+            &mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(),
+            &s.value,
+        );
     }
 }
 
-const _: () = assert!(std::mem::size_of::<dcgmFieldValue_v1__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize);
-const _: () = assert!(std::mem::size_of::<dcgmFieldValue_v2__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize);
+const _: () = assert!(
+    std::mem::size_of::<dcgmFieldValue_v1__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize
+);
+const _: () = assert!(
+    std::mem::size_of::<dcgmFieldValue_v2__bindgen_ty_1>() == DCGM_MAX_BLOB_LENGTH as usize
+);
 
 /// Zeroes a caller's versioned output struct, keeping its `version` (the real library
 /// copies the caller's struct into its request and back, so `version` survives).

@@ -36,23 +36,55 @@ pub extern "C" fn dcgmWatchFields(
 
 /// `dcgmReturn_t dcgmUnwatchFields(dcgmHandle_t, dcgmGpuGrp_t, dcgmFieldGrp_t)`.
 #[no_mangle]
-pub extern "C" fn dcgmUnwatchFields(handle: dcgmHandle_t, group: dcgmGpuGrp_t, field_group: dcgmFieldGrp_t) -> dcgmReturn_t {
+pub extern "C" fn dcgmUnwatchFields(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    field_group: dcgmFieldGrp_t,
+) -> dcgmReturn_t {
     api(|| {
         if group == 0 {
             return Err(DCGM_ST_BADPARAM);
         }
-        call_ok(handle, Request::UnwatchFields { group_id: group_id(group), field_group_id: field_group as u64 })
+        call_ok(
+            handle,
+            Request::UnwatchFields {
+                group_id: group_id(group),
+                field_group_id: field_group as u64,
+            },
+        )
     })
 }
 
 /// `dcgmReturn_t dcgmUpdateAllFields(dcgmHandle_t, int waitForUpdate)`.
 #[no_mangle]
-pub extern "C" fn dcgmUpdateAllFields(handle: dcgmHandle_t, wait_for_update: c_int) -> dcgmReturn_t {
-    api(|| call_ok(handle, Request::UpdateAllFields { wait: wait_for_update != 0 }))
+pub extern "C" fn dcgmUpdateAllFields(
+    handle: dcgmHandle_t,
+    wait_for_update: c_int,
+) -> dcgmReturn_t {
+    api(|| {
+        call_ok(
+            handle,
+            Request::UpdateAllFields {
+                wait: wait_for_update != 0,
+            },
+        )
+    })
 }
 
-fn latest(handle: dcgmHandle_t, entities: Vec<(u32, u32)>, field_ids: Vec<u16>, live: bool) -> Result<Vec<Sample>, dcgmReturn_t> {
-    match call(handle, Request::EntitiesGetLatestValues { entities, field_ids, live })? {
+fn latest(
+    handle: dcgmHandle_t,
+    entities: Vec<(u32, u32)>,
+    field_ids: Vec<u16>,
+    live: bool,
+) -> Result<Vec<Sample>, dcgmReturn_t> {
+    match call(
+        handle,
+        Request::EntitiesGetLatestValues {
+            entities,
+            field_ids,
+            live,
+        },
+    )? {
         Reply::Samples(s) => Ok(s),
         r => unexpected(r),
     }
@@ -70,7 +102,11 @@ unsafe fn entity_latest_v1(
     values: *mut dcgmFieldValue_v1,
 ) -> dcgmReturn_t {
     api(|| {
-        if fields.is_null() || values.is_null() || count == 0 || count > DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP {
+        if fields.is_null()
+            || values.is_null()
+            || count == 0
+            || count > DCGM_MAX_FIELD_IDS_PER_FIELD_GROUP
+        {
             return Err(DCGM_ST_BADPARAM);
         }
         // SAFETY: the caller passes `count` field ids (non-NULL, checked).
@@ -100,7 +136,15 @@ pub unsafe extern "C" fn dcgmEntityGetLatestValues(
     values: *mut dcgmFieldValue_v1,
 ) -> dcgmReturn_t {
     // SAFETY: the caller's pointers, passed on under the same contract.
-    unsafe { entity_latest_v1(handle, (entity_group, entity_id as u32), fields, count, values) }
+    unsafe {
+        entity_latest_v1(
+            handle,
+            (entity_group, entity_id as u32),
+            fields,
+            count,
+            values,
+        )
+    }
 }
 
 /// `dcgmReturn_t dcgmGetLatestValuesForFields(dcgmHandle_t, int gpuId, unsigned short fields[],
@@ -148,8 +192,16 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
                 std::slice::from_raw_parts(fields, field_count as usize),
             )
         };
-        let pairs = pairs.iter().map(|p| (p.entityGroupId, p.entityId)).collect();
-        let samples = latest(handle, pairs, ids.to_vec(), flags & DCGM_FV_FLAG_LIVE_DATA != 0)?;
+        let pairs = pairs
+            .iter()
+            .map(|p| (p.entityGroupId, p.entityId))
+            .collect();
+        let samples = latest(
+            handle,
+            pairs,
+            ids.to_vec(),
+            flags & DCGM_FV_FLAG_LIVE_DATA != 0,
+        )?;
         let expected = entity_count as usize * field_count as usize;
         if samples.len() != expected {
             return Err(DCGM_ST_GENERIC_ERROR);
@@ -167,7 +219,15 @@ pub unsafe extern "C" fn dcgmEntitiesGetLatestValues(
 #[derive(Clone, Copy)]
 enum Callback {
     V1(unsafe extern "C" fn(u32, *mut dcgmFieldValue_v1, c_int, *mut c_void) -> c_int),
-    V2(unsafe extern "C" fn(dcgm_field_entity_group_t, dcgm_field_eid_t, *mut dcgmFieldValue_v1, c_int, *mut c_void) -> c_int),
+    V2(
+        unsafe extern "C" fn(
+            dcgm_field_entity_group_t,
+            dcgm_field_eid_t,
+            *mut dcgmFieldValue_v1,
+            c_int,
+            *mut c_void,
+        ) -> c_int,
+    ),
 }
 
 /// Calls the callback once per sample (`numValues = 1`, like the real library) until it
@@ -180,7 +240,10 @@ unsafe fn enumerate(samples: &[Sample], cb: Callback, user_data: *mut c_void) ->
     // 4 KB: keep it off small foreign thread stacks.
     let mut fv = Box::new(std::mem::MaybeUninit::<dcgmFieldValue_v1>::uninit());
     for s in samples {
-        if matches!(cb, Callback::V1(_)) && s.entity_group != DCGM_FE_GPU && s.entity_group != DCGM_FE_NONE {
+        if matches!(cb, Callback::V1(_))
+            && s.entity_group != DCGM_FE_GPU
+            && s.entity_group != DCGM_FE_NONE
+        {
             continue;
         }
         let p = fv.as_mut_ptr();
@@ -213,7 +276,9 @@ unsafe fn values_since(
     user_data: *mut c_void,
 ) -> dcgmReturn_t {
     api(|| {
-        let Some(cb) = cb else { return Err(DCGM_ST_BADPARAM) };
+        let Some(cb) = cb else {
+            return Err(DCGM_ST_BADPARAM);
+        };
         if next.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
@@ -222,13 +287,23 @@ unsafe fn values_since(
         if let Callback::V1(_) = cb {
             // The v1 API cannot name non-GPU entities, so it refuses such groups outright.
             let (_, entities) = group_info(handle, group)?;
-            if entities.iter().any(|&(g, _)| g != DCGM_FE_GPU && g != DCGM_FE_NONE) {
+            if entities
+                .iter()
+                .any(|&(g, _)| g != DCGM_FE_GPU && g != DCGM_FE_NONE)
+            {
                 return Err(DCGM_ST_NOT_SUPPORTED);
             }
         }
-        let req = Request::GetValuesSince { group_id: group_id(group), field_group_id: field_group as u64, since_us: since };
+        let req = Request::GetValuesSince {
+            group_id: group_id(group),
+            field_group_id: field_group as u64,
+            since_us: since,
+        };
         let (samples, next_since) = match call(handle, req)? {
-            Reply::ValuesSince { samples, next_since_us } => (samples, next_since_us),
+            Reply::ValuesSince {
+                samples,
+                next_since_us,
+            } => (samples, next_since_us),
             r => return unexpected(r),
         };
         // SAFETY: the caller's callback and user data.
@@ -253,7 +328,17 @@ pub unsafe extern "C" fn dcgmGetValuesSince_v2(
     user_data: *mut c_void,
 ) -> dcgmReturn_t {
     // SAFETY: the caller's pointers and callback, passed on under the same contract.
-    unsafe { values_since(handle, group, field_group, since, next, cb.map(Callback::V2), user_data) }
+    unsafe {
+        values_since(
+            handle,
+            group,
+            field_group,
+            since,
+            next,
+            cb.map(Callback::V2),
+            user_data,
+        )
+    }
 }
 
 /// `dcgmReturn_t dcgmGetValuesSince(...)`: v1 callback; NOT_SUPPORTED for groups holding
@@ -269,7 +354,17 @@ pub unsafe extern "C" fn dcgmGetValuesSince(
     user_data: *mut c_void,
 ) -> dcgmReturn_t {
     // SAFETY: the caller's pointers and callback, passed on under the same contract.
-    unsafe { values_since(handle, group, field_group, since, next, cb.map(Callback::V1), user_data) }
+    unsafe {
+        values_since(
+            handle,
+            group,
+            field_group,
+            since,
+            next,
+            cb.map(Callback::V1),
+            user_data,
+        )
+    }
 }
 
 /// # Safety
@@ -282,7 +377,9 @@ unsafe fn latest_values(
     user_data: *mut c_void,
 ) -> dcgmReturn_t {
     api(|| {
-        let Some(cb) = cb else { return Err(DCGM_ST_BADPARAM) };
+        let Some(cb) = cb else {
+            return Err(DCGM_ST_BADPARAM);
+        };
         // The real engine resolves both ids itself; asking for the members and fields and
         // then for their values gives the same answer with the requests we have.
         let (_, entities) = group_info(handle, group)?;

@@ -79,21 +79,26 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
             if let Some(v) = inline.clone() {
                 return Ok(v);
             }
-            let v = args.get(i).ok_or_else(|| format!("option {flag} needs a value"))?;
+            let v = args
+                .get(i)
+                .ok_or_else(|| format!("option {flag} needs a value"))?;
             i += 1;
             Ok(v.clone())
         };
         match flag {
             "-p" | "--port" => {
                 let v = value()?;
-                o.port = v.parse().map_err(|_| format!("option {flag}: '{v}' is not a port number (0-65535)"))?;
+                o.port = v
+                    .parse()
+                    .map_err(|_| format!("option {flag}: '{v}' is not a port number (0-65535)"))?;
             }
             "-b" | "--bind-interface" => {
                 let v = value()?;
                 o.bind = if v.eq_ignore_ascii_case("ALL") {
                     IpAddr::V4(Ipv4Addr::UNSPECIFIED)
                 } else {
-                    v.parse().map_err(|_| format!("option {flag}: '{v}' is not an IP address or ALL"))?
+                    v.parse()
+                        .map_err(|_| format!("option {flag}: '{v}' is not an IP address or ALL"))?
                 };
             }
             "-d" | "--domain-socket" => {
@@ -122,7 +127,12 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
                 o.log_level = LOG_LEVELS
                     .iter()
                     .position(|l| l.eq_ignore_ascii_case(&v))
-                    .ok_or_else(|| format!("option {flag}: '{v}' is not one of {}", LOG_LEVELS.join(", ")))?;
+                    .ok_or_else(|| {
+                        format!(
+                            "option {flag}: '{v}' is not one of {}",
+                            LOG_LEVELS.join(", ")
+                        )
+                    })?;
             }
             "-h" | "--help" => return Ok(Parsed::Help),
             _ => return Err(format!("unknown option '{arg}'")),
@@ -144,7 +154,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = if opts.term { terminate(&opts) } else { run(&opts) };
+    let result = if opts.term {
+        terminate(&opts)
+    } else {
+        run(&opts)
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -172,7 +186,10 @@ fn install_signal_handlers() -> Result<(), String> {
             libc::sigaction(sig, &sa, std::ptr::null_mut())
         };
         if rc != 0 {
-            return Err(format!("cannot install a signal handler: {}", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot install a signal handler: {}",
+                std::io::Error::last_os_error()
+            ));
         }
     }
     Ok(())
@@ -181,18 +198,35 @@ fn install_signal_handlers() -> Result<(), String> {
 /// The pid file to use: the requested (or default) one if it can be written, else a file
 /// of the same name in /tmp (the default /var/run is root-only).
 fn writable_pid_file(o: &Options) -> PathBuf {
-    let wanted = o.pid_file.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_PID_FILE));
-    if OpenOptions::new().create(true).append(true).open(&wanted).is_ok() {
+    let wanted = o
+        .pid_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_PID_FILE));
+    if OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&wanted)
+        .is_ok()
+    {
         return wanted;
     }
-    let name = wanted.file_name().map_or_else(|| "nvhostengine.pid".into(), |n| n.to_os_string());
+    let name = wanted
+        .file_name()
+        .map_or_else(|| "nvhostengine.pid".into(), |n| n.to_os_string());
     std::env::temp_dir().join(name)
 }
 
 /// Where `--term` looks: the requested (or default) file, then its /tmp fallback.
 fn existing_pid_file(o: &Options) -> Option<PathBuf> {
-    let wanted = o.pid_file.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_PID_FILE));
-    let fallback = std::env::temp_dir().join(wanted.file_name().unwrap_or_else(|| "nvhostengine.pid".as_ref()));
+    let wanted = o
+        .pid_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_PID_FILE));
+    let fallback = std::env::temp_dir().join(
+        wanted
+            .file_name()
+            .unwrap_or_else(|| "nvhostengine.pid".as_ref()),
+    );
     [wanted, fallback].into_iter().find(|p| p.is_file())
 }
 
@@ -214,12 +248,15 @@ fn process_alive(pid: libc::pid_t) -> bool {
     }
     // /proc/<pid>/stat is "pid (comm) state ..."; comm may contain spaces but not ") ".
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()) != Some('Z')
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        != Some('Z')
 }
 
 /// `-t/--term`: SIGTERM to the daemon named by the pid file, then wait for it to exit.
 fn terminate(o: &Options) -> Result<(), String> {
-    let path = existing_pid_file(o).ok_or("no pid file found: is the host engine running as a daemon?")?;
+    let path =
+        existing_pid_file(o).ok_or("no pid file found: is the host engine running as a daemon?")?;
     let pid = read_pid(&path)?;
     // SAFETY: sending SIGTERM to a pid has no memory-safety implications.
     if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
@@ -251,8 +288,12 @@ fn event_log(o: &Options) -> Result<EventLog, String> {
         .map_err(|e| format!("log file {}: {e}", path.display()))?;
     let file = Mutex::new(file);
     Ok(Arc::new(move |msg: &str| {
-        let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let mut f = file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut f = file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Logging must never take the engine down.
         let _ = writeln!(f, "{secs} INFO [{}] {msg}", std::process::id());
     }))
@@ -268,7 +309,11 @@ fn daemonize(pid_file: &Path, listening: &str) -> Result<(), String> {
         0 => {
             // SAFETY: setsid has no preconditions; it detaches from the controlling terminal.
             unsafe { libc::setsid() };
-            let null = OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| e.to_string())?;
+            let null = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(|e| e.to_string())?;
             use std::os::fd::AsRawFd;
             for fd in 0..=2 {
                 // SAFETY: duplicating an open fd onto the standard descriptors; both are valid.
@@ -280,7 +325,10 @@ fn daemonize(pid_file: &Path, listening: &str) -> Result<(), String> {
             if let Err(e) = std::fs::write(pid_file, format!("{child}\n")) {
                 eprintln!("{NAME}: cannot write {}: {e}", pid_file.display());
             }
-            println!("{NAME} listening on {listening} (daemon pid {child}, pid file {})", pid_file.display());
+            println!(
+                "{NAME} listening on {listening} (daemon pid {child}, pid file {})",
+                pid_file.display()
+            );
             let _ = std::io::stdout().flush();
             std::process::exit(0);
         }
@@ -295,7 +343,8 @@ fn run(o: &Options) -> Result<(), String> {
     let engine = Engine::from_env()?;
     let log = event_log(o)?;
     let listener = match &o.socket {
-        Some(path) => Listener::bind_unix(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?,
+        Some(path) => Listener::bind_unix(path)
+            .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?,
         None => {
             let addr = SocketAddr::new(o.bind, o.port);
             Listener::bind_tcp(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?
@@ -309,14 +358,20 @@ fn run(o: &Options) -> Result<(), String> {
         own_pid_file = Some(pid_file);
     } else {
         if let Some(p) = &o.pid_file {
-            std::fs::write(p, format!("{}\n", std::process::id())).map_err(|e| format!("{}: {e}", p.display()))?;
+            std::fs::write(p, format!("{}\n", std::process::id()))
+                .map_err(|e| format!("{}: {e}", p.display()))?;
             own_pid_file = Some(p.clone());
         }
         println!("{NAME} listening on {listening}");
         let _ = std::io::stdout().flush();
     }
     log(&format!("listening on {listening}"));
-    let result = serve(&listener, Arc::new(Mutex::new(engine)), &STOP, Arc::clone(&log));
+    let result = serve(
+        &listener,
+        Arc::new(Mutex::new(engine)),
+        &STOP,
+        Arc::clone(&log),
+    );
     log("stopping");
     drop(listener);
     if let Some(p) = own_pid_file {
@@ -342,15 +397,44 @@ mod tests {
     #[test]
     fn options_follow_nv_hostengine() {
         let o = parse(&[]).unwrap();
-        assert_eq!((o.port, o.bind, o.daemon, o.socket), (5555, IpAddr::V4(Ipv4Addr::LOCALHOST), true, None));
-        let o = parse(&["-n", "-p", "6000", "-b", "ALL", "--log-level", "debug", "-f", "/tmp/x.log"]).unwrap();
-        assert_eq!((o.port, o.bind, o.daemon, o.log_level), (6000, IpAddr::V4(Ipv4Addr::UNSPECIFIED), false, 5));
-        assert_eq!(parse(&["-d"]).unwrap().socket, Some(PathBuf::from("/tmp/nv-hostengine")));
+        assert_eq!(
+            (o.port, o.bind, o.daemon, o.socket),
+            (5555, IpAddr::V4(Ipv4Addr::LOCALHOST), true, None)
+        );
+        let o = parse(&[
+            "-n",
+            "-p",
+            "6000",
+            "-b",
+            "ALL",
+            "--log-level",
+            "debug",
+            "-f",
+            "/tmp/x.log",
+        ])
+        .unwrap();
+        assert_eq!(
+            (o.port, o.bind, o.daemon, o.log_level),
+            (6000, IpAddr::V4(Ipv4Addr::UNSPECIFIED), false, 5)
+        );
+        assert_eq!(
+            parse(&["-d"]).unwrap().socket,
+            Some(PathBuf::from("/tmp/nv-hostengine"))
+        );
         let o = parse(&["-d", "-n"]).unwrap();
-        assert_eq!((o.socket, o.daemon), (Some(PathBuf::from("/tmp/nv-hostengine")), false));
-        assert_eq!(parse(&["--domain-socket", "/tmp/s"]).unwrap().socket, Some(PathBuf::from("/tmp/s")));
+        assert_eq!(
+            (o.socket, o.daemon),
+            (Some(PathBuf::from("/tmp/nv-hostengine")), false)
+        );
+        assert_eq!(
+            parse(&["--domain-socket", "/tmp/s"]).unwrap().socket,
+            Some(PathBuf::from("/tmp/s"))
+        );
         assert_eq!(parse(&["--port=7000"]).unwrap().port, 7000);
-        assert_eq!(parse(&["-b", "::1"]).unwrap().bind, "::1".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            parse(&["-b", "::1"]).unwrap().bind,
+            "::1".parse::<IpAddr>().unwrap()
+        );
         assert!(parse(&["-t", "--pid", "/tmp/p"]).unwrap().term);
     }
 
@@ -359,8 +443,12 @@ mod tests {
         assert!(parse(&["-p", "x"]).unwrap_err().contains("-p"));
         assert!(parse(&["--port"]).unwrap_err().contains("--port"));
         assert!(parse(&["-b", "nowhere"]).unwrap_err().contains("-b"));
-        assert!(parse(&["--log-level", "LOUD"]).unwrap_err().contains("--log-level"));
-        assert!(parse(&["--frobnicate"]).unwrap_err().contains("--frobnicate"));
+        assert!(parse(&["--log-level", "LOUD"])
+            .unwrap_err()
+            .contains("--log-level"));
+        assert!(parse(&["--frobnicate"])
+            .unwrap_err()
+            .contains("--frobnicate"));
         assert!(parse(&["-p", "70000"]).unwrap_err().contains("-p"));
     }
 }

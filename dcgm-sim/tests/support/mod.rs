@@ -42,7 +42,12 @@ fn profile_dir() -> PathBuf {
 pub fn library_path() -> PathBuf {
     let dir = profile_dir();
     // libdcgm.so.4 points into deps/, where `cargo test` puts the freshly built cdylib.
-    let find = || ["libdcgm.so.4", "deps/libdcgm_sim.so"].iter().map(|n| dir.join(n)).find(|p| p.exists());
+    let find = || {
+        ["libdcgm.so.4", "deps/libdcgm_sim.so"]
+            .iter()
+            .map(|n| dir.join(n))
+            .find(|p| p.exists())
+    };
     if let Some(p) = find() {
         return p;
     }
@@ -52,9 +57,17 @@ pub fn library_path() -> PathBuf {
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
-    let status = cmd.current_dir(env!("CARGO_MANIFEST_DIR")).status().expect("run cargo build -p dcgm-sim");
+    let status = cmd
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo build -p dcgm-sim");
     assert!(status.success(), "cargo build -p dcgm-sim failed");
-    find().unwrap_or_else(|| panic!("no libdcgm.so.4 or deps/libdcgm_sim.so in {} after building", dir.display()))
+    find().unwrap_or_else(|| {
+        panic!(
+            "no libdcgm.so.4 or deps/libdcgm_sim.so in {} after building",
+            dir.display()
+        )
+    })
 }
 
 pub fn lib() -> &'static Library {
@@ -166,7 +179,11 @@ pub fn boxed<T>(version: u32) -> Box<T> {
 
 /// A NUL-terminated C char array as a Rust string.
 pub fn text(chars: &[c_char]) -> String {
-    let bytes: Vec<u8> = chars.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = chars
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -176,7 +193,11 @@ pub fn text(chars: &[c_char]) -> String {
 /// `p` is NULL or a NUL-terminated string.
 pub unsafe fn c_text(p: *const c_char) -> Option<String> {
     // SAFETY: per the contract.
-    (!p.is_null()).then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    (!p.is_null()).then(|| {
+        unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_string_lossy()
+            .into_owned()
+    })
 }
 
 /// Resets the library and starts an embedded engine on the built-in node.
@@ -188,7 +209,10 @@ pub fn fresh_embedded() -> dcgmHandle_t {
     unsafe {
         assert_eq!(dcgmShutdown(), DCGM_ST_OK);
         assert_eq!(dcgmInit(), DCGM_ST_OK);
-        assert_eq!(dcgmStartEmbedded(DCGM_OPERATION_MODE_AUTO, &mut h), DCGM_ST_OK);
+        assert_eq!(
+            dcgmStartEmbedded(DCGM_OPERATION_MODE_AUTO, &mut h),
+            DCGM_ST_OK
+        );
     }
     assert_eq!(h, EMBEDDED);
     h
