@@ -123,9 +123,17 @@ impl Collector {
                 set.kind.name(),
                 set.fields.len()
             );
-            let unsupported =
-                if set.kind == Kind::Gpu { unsupported_profiling(&session, &set) } else { HashSet::new() };
-            sets.push(ActiveSet { set, entities, unsupported, watches });
+            let unsupported = if set.kind == Kind::Gpu {
+                unsupported_profiling(&session, &set)
+            } else {
+                HashSet::new()
+            };
+            sets.push(ActiveSet {
+                set,
+                entities,
+                unsupported,
+                watches,
+            });
         }
         for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
             if !sets.iter().any(|s| s.set.kind == kind) {
@@ -273,25 +281,34 @@ impl Collector {
 /// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list
 /// them; the rest are skipped with one warning per field and GPU, as dcgm-exporter does.
 fn unsupported_profiling(session: &Session, set: &WatchSet) -> HashSet<(Entity, u16)> {
-    let prof: Vec<u16> = set.fields.iter().copied().filter(|f| is_profiling(*f)).collect();
+    let prof: Vec<u16> = set
+        .fields
+        .iter()
+        .copied()
+        .filter(|f| is_profiling(*f))
+        .collect();
     let mut out = HashSet::new();
     if prof.is_empty() {
         return out;
     }
     let mut supported: BTreeMap<u32, HashSet<u16>> = BTreeMap::new();
     for gpu in set.targets.iter().filter_map(|t| t.gpu) {
-        supported.entry(gpu).or_insert_with(|| match session.supported_metric_groups(gpu) {
-            Ok(groups) => groups.into_iter().flat_map(|g| g.field_ids).collect(),
-            Err(e) => {
-                tracing::warn!("GPU {gpu}: no profiling metrics ({e})");
-                HashSet::new()
-            }
-        });
+        supported
+            .entry(gpu)
+            .or_insert_with(|| match session.supported_metric_groups(gpu) {
+                Ok(groups) => groups.into_iter().flat_map(|g| g.field_ids).collect(),
+                Err(e) => {
+                    tracing::warn!("GPU {gpu}: no profiling metrics ({e})");
+                    HashSet::new()
+                }
+            });
     }
     for (gpu, ok) in &supported {
         for f in prof.iter().filter(|f| !ok.contains(f)) {
             let name = dcgm_sys::fields::by_id(*f).map_or("?", |m| m.name);
-            tracing::warn!("skipping {name} ({f}) on GPU {gpu}: not in its supported profiling metric groups");
+            tracing::warn!(
+                "skipping {name} ({f}) on GPU {gpu}: not in its supported profiling metric groups"
+            );
             for t in set.targets.iter().filter(|t| t.gpu == Some(*gpu)) {
                 out.insert((t.entity, *f));
             }

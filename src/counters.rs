@@ -303,7 +303,13 @@ mod tests {
                 .contains("t.csv:2: duplicate metric")
         );
         // The same field under two names is two metrics (e.g. while migrating dashboards).
-        assert_eq!(parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n").unwrap().all.len(), 2);
+        assert_eq!(
+            parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n")
+                .unwrap()
+                .all
+                .len(),
+            2
+        );
         assert!(parse("DCGM_FI_DEV_MIG_GI_INFO, gauge, h\n")
             .unwrap_err()
             .contains("binary"));

@@ -342,10 +342,7 @@ fn cpus_and_cores_are_labelled() {
     let dir = tempfile::tempdir().unwrap();
     let cpu_field = dcgm_sys::fields::FIELDS
         .iter()
-        .find(|f| {
-            f.entity_level == 7 && f.field_type == b'd'
-                || f.entity_level == 7 && f.field_type == b'i'
-        })
+        .find(|f| f.entity_level == 7 && (f.field_type == b'd' || f.field_type == b'i'))
         .unwrap();
     let core_field = dcgm_sys::fields::FIELDS
         .iter()
@@ -378,11 +375,24 @@ fn cpus_and_cores_are_labelled() {
 fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field_and_gpu() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("nodcp.toml");
-    std::fs::write(&profile, "[gpus]\ncount = 2\nmodel = \"Tesla T4\"\ndcp = false\n").unwrap();
-    let e = exporter().env("DCGM_SIM_PROFILE", profile.to_str().unwrap()).start();
+    std::fs::write(
+        &profile,
+        "[gpus]\ncount = 2\nmodel = \"Tesla T4\"\ndcp = false\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
-    assert!(series(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE").is_empty(), "{}", dump(&page));
+    assert!(
+        series(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE").is_empty(),
+        "{}",
+        dump(&page)
+    );
     let log = e.stderr();
-    assert!(log.contains("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO") && log.contains("GPU 1"), "{log}");
+    assert!(
+        log.contains("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO") && log.contains("GPU 1"),
+        "{log}"
+    );
 }

@@ -19,7 +19,9 @@ fn sim_dir() -> &'static PathBuf {
             .status()
             .expect("run cargo build -p dcgm-sim");
         assert!(st.success(), "building dcgm-sim failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join("target"));
         target.join("debug")
     })
 }
@@ -35,7 +37,10 @@ fn library() -> Arc<Library> {
 fn embedded() -> (std::sync::MutexGuard<'static, ()>, Session) {
     let g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
     std::env::remove_var("DCGM_SIM_PROFILE");
-    (g, Session::embedded(library()).expect("start the embedded engine"))
+    (
+        g,
+        Session::embedded(library()).expect("start the embedded engine"),
+    )
 }
 
 fn profile(name: &str) -> String {
@@ -44,8 +49,13 @@ fn profile(name: &str) -> String {
 
 #[test]
 fn a_missing_library_lists_what_was_tried_and_how_to_install() {
-    let e = Library::load(Some(std::path::Path::new("/nonexistent/libdcgm.so.4"))).unwrap_err().to_string();
-    assert!(e.contains("/nonexistent/libdcgm.so.4") && e.contains("datacenter-gpu-manager-4-core"), "{e}");
+    let e = Library::load(Some(std::path::Path::new("/nonexistent/libdcgm.so.4")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/libdcgm.so.4") && e.contains("datacenter-gpu-manager-4-core"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -56,13 +66,27 @@ fn discovery_on_the_default_node() {
     assert_eq!(gpus, (0..8).collect::<Vec<_>>());
     assert_eq!(s.gpus(true).unwrap(), gpus);
     let a = s.device_attributes(3).unwrap();
-    assert!(a.uuid.starts_with("GPU-") && a.name.contains("H100") && a.pci_bus_id.starts_with("00000000:"));
+    assert!(
+        a.uuid.starts_with("GPU-")
+            && a.name.contains("H100")
+            && a.pci_bus_id.starts_with("00000000:")
+    );
     assert!(a.fb_total_mib > 0);
-    assert_eq!(s.device_attributes(99).unwrap_err().status(), Some(Status::BadParam));
+    assert_eq!(
+        s.device_attributes(99).unwrap_err().status(),
+        Some(Status::BadParam)
+    );
     assert_eq!(s.entities(EntityGroup::Switch, false).unwrap().len(), 4);
     let links = s.link_status().unwrap();
     assert_eq!(links.gpus.len(), 8);
-    assert_eq!(links.gpus[0].1.iter().filter(|l| **l == LinkState::Up).count(), 18);
+    assert_eq!(
+        links.gpus[0]
+            .1
+            .iter()
+            .filter(|l| **l == LinkState::Up)
+            .count(),
+        18
+    );
     assert_eq!(links.gpus[7].1[17], LinkState::Down);
     assert!(s.mig_hierarchy().unwrap().is_empty(), "no MIG on this node");
     let p2p = s.p2p_status().unwrap();
@@ -75,23 +99,37 @@ fn discovery_on_the_default_node() {
 #[test]
 fn groups_watches_values_and_sentinels() {
     let (_g, s) = embedded();
-    let group = s.create_group("t", &[Entity::gpu(0), Entity::gpu(1)]).unwrap();
+    let group = s
+        .create_group("t", &[Entity::gpu(0), Entity::gpu(1)])
+        .unwrap();
     let (name, members) = s.group_info(group.id()).unwrap();
     assert_eq!((name.as_str(), members.len()), ("t", 2));
     // 150 gpu temp (int), 155 power (double), 54 uuid (string), 526 vGPU license (not supported on a GPU).
-    let fg = s.create_field_group("t-fields", &[150, 155, 54, 526]).unwrap();
+    let fg = s
+        .create_field_group("t-fields", &[150, 155, 54, 526])
+        .unwrap();
     // Not watched yet: status NOT_WATCHED, never a number.
     let r = s.latest_values(&[Entity::gpu(0)], &[150], false).unwrap();
     assert_eq!(r[0].reading, Reading::Error(Status::NotWatched));
     s.watch(&group, &fg, 100_000, 600.0, 0).unwrap();
     s.update_all_fields(true).unwrap();
-    let r = s.latest_values(&[Entity::gpu(0), Entity::gpu(1)], &[150, 155, 54, 526], false).unwrap();
+    let r = s
+        .latest_values(
+            &[Entity::gpu(0), Entity::gpu(1)],
+            &[150, 155, 54, 526],
+            false,
+        )
+        .unwrap();
     assert_eq!(r.len(), 8);
     for v in &r {
         match v.field_id {
-            150 => assert!(matches!(v.reading, Reading::Value(Value::Int64(t)) if (0..120).contains(&t))),
+            150 => assert!(
+                matches!(v.reading, Reading::Value(Value::Int64(t)) if (0..120).contains(&t))
+            ),
             155 => assert!(matches!(v.reading, Reading::Value(Value::Double(_)))),
-            54 => assert!(matches!(&v.reading, Reading::Value(Value::String(u)) if u.starts_with("GPU-"))),
+            54 => assert!(
+                matches!(&v.reading, Reading::Value(Value::String(u)) if u.starts_with("GPU-"))
+            ),
             526 => assert_eq!(v.reading, Reading::Sentinel(Sentinel::NotSupported)),
             _ => unreachable!(),
         }
@@ -105,13 +143,28 @@ fn groups_watches_values_and_sentinels() {
     assert!(matches!(r[0].reading, Reading::Error(_)));
     s.unwatch(&group, &fg).unwrap();
     // Error paths.
-    assert_eq!(s.group_info(4242).unwrap_err().status(), Some(Status::NotConfigured));
-    assert_eq!(s.create_field_group("t-fields", &[150]).unwrap_err().status(), Some(Status::DuplicateKey));
-    assert_eq!(s.create_field_group("bad", &[9999]).unwrap_err().status(), Some(Status::BadParam));
+    assert_eq!(
+        s.group_info(4242).unwrap_err().status(),
+        Some(Status::NotConfigured)
+    );
+    assert_eq!(
+        s.create_field_group("t-fields", &[150])
+            .unwrap_err()
+            .status(),
+        Some(Status::DuplicateKey)
+    );
+    assert_eq!(
+        s.create_field_group("bad", &[9999]).unwrap_err().status(),
+        Some(Status::BadParam)
+    );
     assert!(s.create_group("bad", &[Entity::gpu(77)]).is_err());
     let id = group.id();
     drop(group);
-    assert_eq!(s.group_info(id).unwrap_err().status(), Some(Status::NotConfigured), "dropping destroys");
+    assert_eq!(
+        s.group_info(id).unwrap_err().status(),
+        Some(Status::NotConfigured),
+        "dropping destroys"
+    );
 }
 
 #[test]
@@ -121,14 +174,29 @@ fn values_change_only_at_the_watch_frequency() {
     let fg = s.create_field_group("freq-fields", &[156]).unwrap();
     s.watch(&group, &fg, 400_000, 600.0, 0).unwrap();
     s.update_all_fields(true).unwrap();
-    let read = || s.latest_values(&[Entity::gpu(0)], &[156], false).unwrap().remove(0);
+    let read = || {
+        s.latest_values(&[Entity::gpu(0)], &[156], false)
+            .unwrap()
+            .remove(0)
+    };
     let a = read();
     let b = read();
-    assert_eq!((a.ts_us, &a.reading), (b.ts_us, &b.reading), "same sample within one interval");
+    assert_eq!(
+        (a.ts_us, &a.reading),
+        (b.ts_us, &b.reading),
+        "same sample within one interval"
+    );
     std::thread::sleep(Duration::from_millis(900));
     let c = read();
-    assert!(c.ts_us >= a.ts_us + 400_000, "a new sample after the interval");
-    let (Reading::Value(Value::Int64(x)), Reading::Value(Value::Int64(y))) = (&a.reading, &c.reading) else { panic!() };
+    assert!(
+        c.ts_us >= a.ts_us + 400_000,
+        "a new sample after the interval"
+    );
+    let (Reading::Value(Value::Int64(x)), Reading::Value(Value::Int64(y))) =
+        (&a.reading, &c.reading)
+    else {
+        panic!()
+    };
     assert!(y > x, "the energy counter grows");
     // History is kept: values since the first sample include it and the newer ones.
     let (since, next) = s.values_since(&group, &fg, a.ts_us).unwrap();
@@ -142,17 +210,31 @@ fn mig_hierarchy_and_health_on_the_mixed_node() {
     let s = Session::embedded(library()).unwrap();
     std::env::remove_var("DCGM_SIM_PROFILE");
     let h = s.mig_hierarchy().unwrap();
-    let gis: Vec<&MigEntity> = h.iter().filter(|e| e.entity.group == EntityGroup::GpuInstance).collect();
-    let cis: Vec<&MigEntity> = h.iter().filter(|e| e.entity.group == EntityGroup::ComputeInstance).collect();
+    let gis: Vec<&MigEntity> = h
+        .iter()
+        .filter(|e| e.entity.group == EntityGroup::GpuInstance)
+        .collect();
+    let cis: Vec<&MigEntity> = h
+        .iter()
+        .filter(|e| e.entity.group == EntityGroup::ComputeInstance)
+        .collect();
     assert_eq!(gis.len(), 7 + 4 + 1 + 2);
     assert_eq!(cis.len(), 7 + 4 + 2 + 2);
-    assert!(gis.iter().all(|g| g.parent.group == EntityGroup::Gpu && g.nvml_compute_instance_id.is_none()));
+    assert!(gis
+        .iter()
+        .all(|g| g.parent.group == EntityGroup::Gpu && g.nvml_compute_instance_id.is_none()));
     for ci in &cis {
-        assert!(gis.iter().any(|g| g.entity == ci.parent), "CI parent is a GI");
+        assert!(
+            gis.iter().any(|g| g.entity == ci.parent),
+            "CI parent is a GI"
+        );
     }
     // Profile names of instances come from field 50, read live.
     let names = s.latest_values(&[gis[0].entity], &[50], true).unwrap();
-    assert_eq!(names[0].reading, Reading::Value(Value::String("1g.10gb".into())));
+    assert_eq!(
+        names[0].reading,
+        Reading::Value(Value::String("1g.10gb".into()))
+    );
     // Health: all pass until a fault.
     let g = s.create_group("h", &[Entity::gpu(0)]).unwrap();
     s.health_set(&g, health_system::ALL).unwrap();
@@ -184,7 +266,11 @@ fn start_engine(port: u16) -> Engine {
 
 #[test]
 fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restart() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let target = ConnectTarget::parse(&format!("127.0.0.1:{port}")).unwrap();
     let lib = library();
     let t0 = Instant::now();
@@ -200,15 +286,27 @@ fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restar
     let fg = s.create_field_group("r-fields", &[150]).unwrap();
     s.watch(&group, &fg, 100_000, 600.0, 0).unwrap();
     s.update_all_fields(true).unwrap();
-    assert!(matches!(s.latest_values(&[Entity::gpu(0)], &[150], false).unwrap()[0].reading, Reading::Value(_)));
+    assert!(matches!(
+        s.latest_values(&[Entity::gpu(0)], &[150], false).unwrap()[0].reading,
+        Reading::Value(_)
+    ));
     let gid = group.id();
     drop(engine);
-    let err = s.latest_values(&[Entity::gpu(0)], &[150], false).unwrap_err();
+    let err = s
+        .latest_values(&[Entity::gpu(0)], &[150], false)
+        .unwrap_err();
     assert!(err.is_connection_lost(), "{err}");
-    assert!(s.gpus(false).unwrap_err().is_connection_lost(), "stays dead");
+    assert!(
+        s.gpus(false).unwrap_err().is_connection_lost(),
+        "stays dead"
+    );
 
     let _engine = start_engine(port);
     let s2 = Session::connect(lib, &target, 2000).unwrap();
-    assert_eq!(s2.group_info(gid).unwrap_err().status(), Some(Status::NotConfigured), "groups died with the engine");
+    assert_eq!(
+        s2.group_info(gid).unwrap_err().status(),
+        Some(Status::NotConfigured),
+        "groups died with the engine"
+    );
     assert_eq!(s2.gpus(false).unwrap().len(), 8);
 }

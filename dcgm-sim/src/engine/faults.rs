@@ -27,7 +27,8 @@ pub enum Fault {
 
 fn num<T: std::str::FromStr>(s: Option<&str>, what: &str) -> Result<T, String> {
     let s = s.ok_or_else(|| format!("missing {what}"))?;
-    s.parse().map_err(|_| format!("{what} '{s}' is not a number"))
+    s.parse()
+        .map_err(|_| format!("{what} '{s}' is not a number"))
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
@@ -43,13 +44,27 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
     let mut w = line.split_whitespace();
     let verb = w.next().ok_or("empty line")?;
     let f = match verb {
-        "gpu_lost" => Fault::GpuLost { gpu: num(w.next(), "gpu")? },
-        "gpu_recovered" => Fault::GpuRecovered { gpu: num(w.next(), "gpu")? },
-        "xid" => Fault::Xid { gpu: num(w.next(), "gpu")?, xid: int(w.next(), "xid")? },
-        "clock_event" => Fault::ClockEvent { gpu: num(w.next(), "gpu")?, reasons: int(w.next(), "mask")? },
+        "gpu_lost" => Fault::GpuLost {
+            gpu: num(w.next(), "gpu")?,
+        },
+        "gpu_recovered" => Fault::GpuRecovered {
+            gpu: num(w.next(), "gpu")?,
+        },
+        "xid" => Fault::Xid {
+            gpu: num(w.next(), "gpu")?,
+            xid: int(w.next(), "xid")?,
+        },
+        "clock_event" => Fault::ClockEvent {
+            gpu: num(w.next(), "gpu")?,
+            reasons: int(w.next(), "mask")?,
+        },
         "not_supported" | "restored" => {
             let g = w.next().ok_or("missing gpu")?;
-            let gpu = if g == "*" { None } else { Some(num(Some(g), "gpu")?) };
+            let gpu = if g == "*" {
+                None
+            } else {
+                Some(num(Some(g), "gpu")?)
+            };
             let field = num(w.next(), "field id")?;
             if verb == "restored" {
                 Fault::FieldRestored { gpu, field }
@@ -60,10 +75,14 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "mig" => {
             let gpu = num(w.next(), "gpu")?;
             let spec = w.next().ok_or("missing instance list")?;
-            let instances: Vec<String> =
-                if spec == "none" { Vec::new() } else { spec.split(',').map(str::to_string).collect() };
+            let instances: Vec<String> = if spec == "none" {
+                Vec::new()
+            } else {
+                spec.split(',').map(str::to_string).collect()
+            };
             for p in &instances {
-                super::profile::slices_of(p).ok_or_else(|| format!("'{p}' is not a MIG profile like 1g.10gb"))?;
+                super::profile::slices_of(p)
+                    .ok_or_else(|| format!("'{p}' is not a MIG profile like 1g.10gb"))?;
             }
             Fault::MigReconfigure { gpu, instances }
         }
@@ -94,17 +113,27 @@ pub struct ControlFile {
 
 impl ControlFile {
     pub fn new(path: PathBuf) -> ControlFile {
-        ControlFile { path, consumed: 0, lines_seen: 0 }
+        ControlFile {
+            path,
+            consumed: 0,
+            lines_seen: 0,
+        }
     }
 
     pub fn poll(&mut self) -> Vec<Fault> {
-        let len = std::fs::metadata(&self.path).map(|m| m.len() as usize).unwrap_or(0);
+        let len = std::fs::metadata(&self.path)
+            .map(|m| m.len() as usize)
+            .unwrap_or(0);
         if len <= self.consumed {
             return Vec::new();
         }
-        let Ok(text) = std::fs::read_to_string(&self.path) else { return Vec::new() };
+        let Ok(text) = std::fs::read_to_string(&self.path) else {
+            return Vec::new();
+        };
         // Only whole lines are applied; a line being written is picked up next time.
-        let Some(end) = text.rfind('\n').map(|i| i + 1) else { return Vec::new() };
+        let Some(end) = text.rfind('\n').map(|i| i + 1) else {
+            return Vec::new();
+        };
         if end <= self.consumed {
             return Vec::new();
         }
@@ -133,13 +162,34 @@ mod tests {
     #[test]
     fn control_lines() {
         assert_eq!(parse_line("xid 2 79"), Ok(Fault::Xid { gpu: 2, xid: 79 }));
-        assert_eq!(parse_line("clock_event 1 0x48"), Ok(Fault::ClockEvent { gpu: 1, reasons: 0x48 }));
-        assert_eq!(parse_line("not_supported * 150"), Ok(Fault::FieldNotSupported { gpu: None, field: 150 }));
+        assert_eq!(
+            parse_line("clock_event 1 0x48"),
+            Ok(Fault::ClockEvent {
+                gpu: 1,
+                reasons: 0x48
+            })
+        );
+        assert_eq!(
+            parse_line("not_supported * 150"),
+            Ok(Fault::FieldNotSupported {
+                gpu: None,
+                field: 150
+            })
+        );
         assert_eq!(
             parse_line("mig 1 3g.40gb,3g.40gb"),
-            Ok(Fault::MigReconfigure { gpu: 1, instances: vec!["3g.40gb".into(), "3g.40gb".into()] })
+            Ok(Fault::MigReconfigure {
+                gpu: 1,
+                instances: vec!["3g.40gb".into(), "3g.40gb".into()]
+            })
         );
-        assert_eq!(parse_line("mig 1 none"), Ok(Fault::MigReconfigure { gpu: 1, instances: vec![] }));
+        assert_eq!(
+            parse_line("mig 1 none"),
+            Ok(Fault::MigReconfigure {
+                gpu: 1,
+                instances: vec![]
+            })
+        );
         assert!(parse_line("xid two 79").is_err());
         assert!(parse_line("explode 1").is_err());
         assert!(parse_line("gpu_lost 1 2").is_err());

@@ -198,10 +198,21 @@ impl Engine {
                 id,
                 uuid: format!("GPU-{}", uuid_for(seed, "gpu", id, 0)),
                 pci_bus_id: format!("00000000:{:02X}:00.0", g.pci_bus_base + id * 0x10),
-                serial: format!("{}", 1_650_000_000_000u64 + generate::mix(seed ^ u64::from(id)) % 1_000_000_000),
+                serial: format!(
+                    "{}",
+                    1_650_000_000_000u64 + generate::mix(seed ^ u64::from(id)) % 1_000_000_000
+                ),
                 supported: !g.unsupported.contains(&id),
                 lost: false,
-                links: (0..g.nvlinks).map(|l| if g.down_links.contains(&(id, l)) { 2 } else { 3 }).collect(),
+                links: (0..g.nvlinks)
+                    .map(|l| {
+                        if g.down_links.contains(&(id, l)) {
+                            2
+                        } else {
+                            3
+                        }
+                    })
+                    .collect(),
                 instances: Vec::new(),
                 next_ci: 0,
             })
@@ -211,20 +222,47 @@ impl Engine {
             .as_ref()
             .map(|s| {
                 (0..s.count)
-                    .map(|sw| (sw, (0..s.ports).map(|p| if s.down_ports.contains(&(sw, p)) { 2 } else { 3 }).collect()))
+                    .map(|sw| {
+                        (
+                            sw,
+                            (0..s.ports)
+                                .map(|p| {
+                                    if s.down_ports.contains(&(sw, p)) {
+                                        2
+                                    } else {
+                                        3
+                                    }
+                                })
+                                .collect(),
+                        )
+                    })
                     .collect()
             })
             .unwrap_or_default();
         let cpus = profile
             .cpus
             .as_ref()
-            .map(|c| (0..c.count).map(|i| (i, (i * c.cores_per_cpu..(i + 1) * c.cores_per_cpu).collect())).collect())
+            .map(|c| {
+                (0..c.count)
+                    .map(|i| {
+                        (
+                            i,
+                            (i * c.cores_per_cpu..(i + 1) * c.cores_per_cpu).collect(),
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         let start_us = clock.now_us();
         let scheduled = profile
             .faults
             .iter()
-            .filter_map(|f| Some((start_us + (f.at_s * 1e6) as i64, faults::parse_line(&f.action).ok()?)))
+            .filter_map(|f| {
+                Some((
+                    start_us + (f.at_s * 1e6) as i64,
+                    faults::parse_line(&f.action).ok()?,
+                ))
+            })
             .collect();
         let mut e = Engine {
             clock,
@@ -257,7 +295,9 @@ impl Engine {
 
     fn set_mig(&mut self, gpu: u32, instances: &[String], cis: &[u32]) {
         let seed = self.profile.node.seed;
-        let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) else { return };
+        let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) else {
+            return;
+        };
         let mut used = HashSet::new();
         g.instances.clear();
         for (i, p) in instances.iter().enumerate() {
@@ -283,7 +323,10 @@ impl Engine {
                 nvml_id,
                 profile: p.clone(),
                 slices,
-                uuid: format!("MIG-{}", uuid_for(seed ^ u64::from(g.next_ci), "mig", gpu, nvml_id)),
+                uuid: format!(
+                    "MIG-{}",
+                    uuid_for(seed ^ u64::from(g.next_ci), "mig", gpu, nvml_id)
+                ),
                 cis: ci_list,
             });
         }
@@ -297,8 +340,14 @@ impl Engine {
     fn gpu_of(&self, (group, id): (u32, u32)) -> Option<&Gpu> {
         match group {
             FE_GPU => self.gpu(id),
-            FE_GPU_I => self.gpus.iter().find(|g| g.instances.iter().any(|i| i.entity_id == id)),
-            FE_GPU_CI => self.gpus.iter().find(|g| g.instances.iter().any(|i| i.cis.iter().any(|c| c.0 == id))),
+            FE_GPU_I => self
+                .gpus
+                .iter()
+                .find(|g| g.instances.iter().any(|i| i.entity_id == id)),
+            FE_GPU_CI => self
+                .gpus
+                .iter()
+                .find(|g| g.instances.iter().any(|i| i.cis.iter().any(|c| c.0 == id))),
             FE_LINK if id & 0xff == FE_GPU => self.gpu(id >> 24),
             _ => None,
         }
@@ -321,8 +370,13 @@ impl Engine {
             FE_LINK => {
                 let (parent, idx, pid) = (id & 0xff, (id >> 8) & 0xffff, id >> 24);
                 match parent {
-                    FE_GPU => self.gpu(pid).is_some_and(|g| (idx as usize) < g.links.len()),
-                    FE_SWITCH => self.switches.iter().any(|s| s.0 == pid && (idx as usize) < s.1.len()),
+                    FE_GPU => self
+                        .gpu(pid)
+                        .is_some_and(|g| (idx as usize) < g.links.len()),
+                    FE_SWITCH => self
+                        .switches
+                        .iter()
+                        .any(|s| s.0 == pid && (idx as usize) < s.1.len()),
                     _ => false,
                 }
             }
@@ -335,26 +389,43 @@ impl Engine {
     fn all_of(&self, group: u32) -> Vec<(u32, u32)> {
         match group {
             FE_GPU => self.gpus.iter().map(|g| (FE_GPU, g.id)).collect(),
-            FE_GPU_I => self.gpus.iter().flat_map(|g| g.instances.iter().map(|i| (FE_GPU_I, i.entity_id))).collect(),
+            FE_GPU_I => self
+                .gpus
+                .iter()
+                .flat_map(|g| g.instances.iter().map(|i| (FE_GPU_I, i.entity_id)))
+                .collect(),
             FE_GPU_CI => self
                 .gpus
                 .iter()
-                .flat_map(|g| g.instances.iter().flat_map(|i| i.cis.iter().map(|c| (FE_GPU_CI, c.0))))
+                .flat_map(|g| {
+                    g.instances
+                        .iter()
+                        .flat_map(|i| i.cis.iter().map(|c| (FE_GPU_CI, c.0)))
+                })
                 .collect(),
             FE_SWITCH => self.switches.iter().map(|s| (FE_SWITCH, s.0)).collect(),
             FE_LINK => {
                 let mut v: Vec<(u32, u32)> = self
                     .gpus
                     .iter()
-                    .flat_map(|g| (0..g.links.len() as u32).map(move |l| (FE_LINK, FE_GPU | l << 8 | g.id << 24)))
+                    .flat_map(|g| {
+                        (0..g.links.len() as u32)
+                            .map(move |l| (FE_LINK, FE_GPU | l << 8 | g.id << 24))
+                    })
                     .collect();
                 for (sw, ports) in &self.switches {
-                    v.extend((0..ports.len() as u32).map(|p| (FE_LINK, FE_SWITCH | p << 8 | sw << 24)));
+                    v.extend(
+                        (0..ports.len() as u32).map(|p| (FE_LINK, FE_SWITCH | p << 8 | sw << 24)),
+                    );
                 }
                 v
             }
             FE_CPU => self.cpus.iter().map(|c| (FE_CPU, c.0)).collect(),
-            FE_CPU_CORE => self.cpus.iter().flat_map(|c| c.1.iter().map(|&k| (FE_CPU_CORE, k))).collect(),
+            FE_CPU_CORE => self
+                .cpus
+                .iter()
+                .flat_map(|c| c.1.iter().map(|&k| (FE_CPU_CORE, k)))
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -380,11 +451,20 @@ impl Engine {
     fn generator_for(&self, ent: (u32, u32), meta: &FieldMeta) -> profile::Generator {
         let gpu = self.gpu_of(ent).map(|g| g.id);
         for o in self.profile.fields.iter().rev() {
-            if o.id == meta.id && o.gpus.as_ref().is_none_or(|gs| gpu.is_some_and(|g| gs.contains(&g))) {
+            if o.id == meta.id
+                && o.gpus
+                    .as_ref()
+                    .is_none_or(|gs| gpu.is_some_and(|g| gs.contains(&g)))
+            {
                 return o.gen.clone();
             }
         }
-        generate::default_for(meta.id, meta.field_type, self.profile.gpus.power_limit_w, self.profile.gpus.memory_mib)
+        generate::default_for(
+            meta.id,
+            meta.field_type,
+            self.profile.gpus.power_limit_w,
+            self.profile.gpus.memory_mib,
+        )
     }
 
     /// Whether the field gives real values on this entity (else NOT_SUPPORTED, as the real
@@ -393,9 +473,13 @@ impl Engine {
         let lvl = meta.entity_level;
         match ent.0 {
             _ if lvl == FE_NONE => true,
-            FE_GPU => matches!(lvl, FE_GPU | FE_GPU_I | FE_GPU_CI) && !(meta.id >= 1000 && meta.id < 1100 && !self.profile.gpus.dcp),
+            FE_GPU => {
+                matches!(lvl, FE_GPU | FE_GPU_I | FE_GPU_CI)
+                    && !(meta.id >= 1000 && meta.id < 1100 && !self.profile.gpus.dcp)
+            }
             FE_GPU_I | FE_GPU_CI => {
-                matches!(lvl, FE_GPU_I | FE_GPU_CI) && (self.profile.gpus.dcp || !(1000..1100).contains(&meta.id))
+                matches!(lvl, FE_GPU_I | FE_GPU_CI)
+                    && (self.profile.gpus.dcp || !(1000..1100).contains(&meta.id))
                     || matches!(meta.id, 50 | 54)
             }
             FE_SWITCH => lvl == FE_SWITCH,
@@ -433,7 +517,13 @@ impl Engine {
     }
 
     /// Reads a field now: the value a sample taken at `t` would hold.
-    fn read(&self, ent: (u32, u32), meta: &FieldMeta, t: i64, walk: &mut Option<f64>) -> (Value, i32) {
+    fn read(
+        &self,
+        ent: (u32, u32),
+        meta: &FieldMeta,
+        t: i64,
+        walk: &mut Option<f64>,
+    ) -> (Value, i32) {
         let ty = meta.field_type;
         if !self.entity_exists(ent) {
             return (Sentinel::Blank.value(ty), ST_NO_DATA);
@@ -443,7 +533,9 @@ impl Engine {
             return (Sentinel::Blank.value(ty), ST_OK);
         }
         let gid = gpu.map(|g| g.id);
-        if self.not_supported.contains(&(None, meta.id)) || gid.is_some_and(|g| self.not_supported.contains(&(Some(g), meta.id))) {
+        if self.not_supported.contains(&(None, meta.id))
+            || gid.is_some_and(|g| self.not_supported.contains(&(Some(g), meta.id)))
+        {
             return (Sentinel::NotSupported.value(ty), ST_OK);
         }
         if !self.applies(ent, meta) {
@@ -456,7 +548,9 @@ impl Engine {
             5 => return (Value::Int64(self.profile.node.cuda_driver_version), ST_OK),
             FI_XID => return (Value::Int64(0), ST_OK),
             FI_CLOCK_EVENTS => {
-                let v = gid.and_then(|g| self.pending_clock_events.get(&g).copied()).unwrap_or(0);
+                let v = gid
+                    .and_then(|g| self.pending_clock_events.get(&g).copied())
+                    .unwrap_or(0);
                 return (Value::Int64(v), ST_OK);
             }
             // Free = total - used - reserved, from the same time.
@@ -477,7 +571,10 @@ impl Engine {
             _ => {}
         }
         let g = self.generator_for(ent, meta);
-        let key = self.profile.node.seed ^ u64::from(ent.0) << 56 ^ u64::from(ent.1) << 20 ^ u64::from(meta.id);
+        let key = self.profile.node.seed
+            ^ u64::from(ent.0) << 56
+            ^ u64::from(ent.1) << 20
+            ^ u64::from(meta.id);
         let t_s = (t - self.start_us) as f64 / 1e6;
         // The random walk is seeded per sample so live reads stay deterministic.
         generate::eval(&g, ty, t_s, key ^ (t as u64 / 1000), walk)
@@ -490,13 +587,14 @@ impl Engine {
         let keys: Vec<(u32, u32, u16)> = self.watches.keys().copied().collect();
         let mut consumed = HashSet::new();
         for key in keys {
-            let Some(meta) = fields::by_id(key.2) else { continue };
+            let Some(meta) = fields::by_id(key.2) else {
+                continue;
+            };
             let mut w = match self.watches.remove(&key) {
                 Some(w) => w,
                 None => continue,
             };
             let mut due = Vec::new();
-            let sampled;
             match w.last_ts {
                 None => due.push(now),
                 Some(last) => {
@@ -511,7 +609,7 @@ impl Engine {
                     }
                 }
             }
-            sampled = !due.is_empty();
+            let sampled = !due.is_empty();
             for t in due {
                 // XIDs are events: the field records a sample when one happens (inject),
                 // plus the initial reading when the watch starts.
@@ -572,13 +670,16 @@ impl Engine {
                 if let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) {
                     g.lost = false;
                 }
-                self.incidents.retain(|i| !(i.entity == (FE_GPU, gpu) && i.code == FR_FALLEN_OFF_BUS));
+                self.incidents
+                    .retain(|i| !(i.entity == (FE_GPU, gpu) && i.code == FR_FALLEN_OFF_BUS));
             }
             Fault::Xid { gpu, xid } => {
                 let watched: Vec<(u32, u32, u16)> = self
                     .watches
                     .keys()
-                    .filter(|k| k.2 == FI_XID && self.gpu_of((k.0, k.1)).is_some_and(|g| g.id == gpu))
+                    .filter(|k| {
+                        k.2 == FI_XID && self.gpu_of((k.0, k.1)).is_some_and(|g| g.id == gpu)
+                    })
                     .copied()
                     .collect();
                 for k in watched {
@@ -615,7 +716,9 @@ impl Engine {
                 let gone: Vec<(u32, u32, u16)> = self
                     .watches
                     .keys()
-                    .filter(|k| matches!(k.0, FE_GPU_I | FE_GPU_CI) && !self.entity_exists((k.0, k.1)))
+                    .filter(|k| {
+                        matches!(k.0, FE_GPU_I | FE_GPU_CI) && !self.entity_exists((k.0, k.1))
+                    })
                     .copied()
                     .collect();
                 for k in gone {
@@ -623,7 +726,12 @@ impl Engine {
                 }
             }
             Fault::LinkState { gpu, link, up } => {
-                if let Some(s) = self.gpus.iter_mut().find(|g| g.id == gpu).and_then(|g| g.links.get_mut(link as usize)) {
+                if let Some(s) = self
+                    .gpus
+                    .iter_mut()
+                    .find(|g| g.id == gpu)
+                    .and_then(|g| g.links.get_mut(link as usize))
+                {
                     *s = if up { 3 } else { 2 };
                 }
             }
@@ -645,11 +753,21 @@ impl Engine {
         if self.persistent.remove(&conn) {
             return;
         }
-        let groups: Vec<u32> = self.groups.iter().filter(|(_, g)| g.owner == conn).map(|(id, _)| *id).collect();
+        let groups: Vec<u32> = self
+            .groups
+            .iter()
+            .filter(|(_, g)| g.owner == conn)
+            .map(|(id, _)| *id)
+            .collect();
         for g in groups {
             self.destroy_group(g);
         }
-        let fgs: Vec<u64> = self.field_groups.iter().filter(|(_, f)| f.owner == conn).map(|(id, _)| *id).collect();
+        let fgs: Vec<u64> = self
+            .field_groups
+            .iter()
+            .filter(|(_, f)| f.owner == conn)
+            .map(|(id, _)| *id)
+            .collect();
         for f in fgs {
             self.unwatch_refs(|r| r.1 == f);
             self.field_groups.remove(&f);
@@ -701,19 +819,33 @@ impl Engine {
 
     fn dispatch(&mut self, conn: u64, req: &Request) -> Result<Reply, i32> {
         Ok(match req {
-            Request::Login { persist_after_disconnect } => {
+            Request::Login {
+                persist_after_disconnect,
+            } => {
                 if *persist_after_disconnect {
                     self.persistent.insert(conn);
                 }
                 Reply::Ok
             }
             Request::GetAllDevices { only_supported } => Reply::Ids(
-                self.gpus.iter().filter(|g| !only_supported || g.supported).map(|g| g.id).collect(),
+                self.gpus
+                    .iter()
+                    .filter(|g| !only_supported || g.supported)
+                    .map(|g| g.id)
+                    .collect(),
             ),
             Request::GetDeviceAttributes { gpu_id } => {
                 let g = self.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
                 let p = &self.profile.gpus;
-                let used = match self.read((FE_GPU, g.id), fields::by_id(252).ok_or(ST_BADPARAM)?, self.now(), &mut None).0 {
+                let used = match self
+                    .read(
+                        (FE_GPU, g.id),
+                        fields::by_id(252).ok_or(ST_BADPARAM)?,
+                        self.now(),
+                        &mut None,
+                    )
+                    .0
+                {
                     Value::Int64(u) => u as u32,
                     _ => 0,
                 };
@@ -757,7 +889,10 @@ impl Engine {
                     2
                 })
             }
-            Request::GetEntityGroupEntities { entity_group, only_supported } => {
+            Request::GetEntityGroupEntities {
+                entity_group,
+                only_supported,
+            } => {
                 if *entity_group >= 10 {
                     return Err(ST_NOT_SUPPORTED);
                 }
@@ -811,12 +946,23 @@ impl Engine {
                 switches: self.switches.clone(),
             }),
             Request::GetNvLinkP2PStatus => {
-                let status = if self.profile.gpus.p2p == "nvlink" { 0 } else { 3 };
+                let status = if self.profile.gpus.p2p == "nvlink" {
+                    0
+                } else {
+                    3
+                };
                 let n = self.gpus.len();
                 Reply::P2PStatus(
                     self.gpus
                         .iter()
-                        .map(|g| (g.id, (0..n).map(|j| if j as u32 == g.id { 0 } else { status }).collect()))
+                        .map(|g| {
+                            (
+                                g.id,
+                                (0..n)
+                                    .map(|j| if j as u32 == g.id { 0 } else { status })
+                                    .collect(),
+                            )
+                        })
                         .collect(),
                 )
             }
@@ -826,7 +972,11 @@ impl Engine {
                 if !self.profile.gpus.dcp {
                     return Err(ST_MODULE_NOT_LOADED);
                 }
-                let group = |major: u16, ids: Vec<u16>| MetricGroup { major_id: major, minor_id: 0, field_ids: ids };
+                let group = |major: u16, ids: Vec<u16>| MetricGroup {
+                    major_id: major,
+                    minor_id: 0,
+                    field_ids: ids,
+                };
                 Reply::MetricGroups(vec![
                     group(1, (1001..=1008).collect()),
                     group(2, vec![1009, 1010, 1011, 1012, 1091, 1092]),
@@ -845,12 +995,22 @@ impl Engine {
                     2 => self.all_of(FE_SWITCH),
                     3 => self.all_of(FE_GPU_I),
                     4 => self.all_of(FE_GPU_CI),
-                    5 => self.group_entities(u64::from(GROUP_ALL_ENTITIES)).unwrap_or_default(),
+                    5 => self
+                        .group_entities(u64::from(GROUP_ALL_ENTITIES))
+                        .unwrap_or_default(),
                     _ => return Err(ST_BADPARAM),
                 };
                 let id = self.next_group;
                 self.next_group += 1;
-                self.groups.insert(id, Group { name: name.clone(), entities, owner: conn, health: 0 });
+                self.groups.insert(
+                    id,
+                    Group {
+                        name: name.clone(),
+                        entities,
+                        owner: conn,
+                        health: 0,
+                    },
+                );
                 Reply::Id(u64::from(id))
             }
             Request::GroupDestroy { group_id } => {
@@ -861,7 +1021,11 @@ impl Engine {
                 self.destroy_group(id);
                 Reply::Ok
             }
-            Request::GroupAddEntity { group_id, entity_group, entity_id } => {
+            Request::GroupAddEntity {
+                group_id,
+                entity_group,
+                entity_id,
+            } => {
                 let ent = (*entity_group, *entity_id);
                 let id = *group_id as u32;
                 if !self.groups.contains_key(&id) {
@@ -885,7 +1049,11 @@ impl Engine {
             }
             Request::GroupGetInfo { group_id } => {
                 let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let name = self.groups.get(&(*group_id as u32)).map(|g| g.name.clone()).unwrap_or_else(|| "ALL".into());
+                let name = self
+                    .groups
+                    .get(&(*group_id as u32))
+                    .map(|g| g.name.clone())
+                    .unwrap_or_else(|| "ALL".into());
                 Reply::GroupInfo { name, entities }
             }
             Request::FieldGroupCreate { field_ids, name } => {
@@ -903,7 +1071,14 @@ impl Engine {
                 }
                 let id = self.next_field_group;
                 self.next_field_group += 1;
-                self.field_groups.insert(id, FieldGroupDef { name: name.clone(), fields: field_ids.clone(), owner: conn });
+                self.field_groups.insert(
+                    id,
+                    FieldGroupDef {
+                        name: name.clone(),
+                        fields: field_ids.clone(),
+                        owner: conn,
+                    },
+                );
                 Reply::Id(id)
             }
             Request::FieldGroupDestroy { field_group_id } => {
@@ -914,12 +1089,23 @@ impl Engine {
                 self.unwatch_refs(|r| r.1 == f);
                 Reply::Ok
             }
-            Request::WatchFields { group_id, field_group_id, update_freq_us, max_keep_age_s, max_keep_samples } => {
+            Request::WatchFields {
+                group_id,
+                field_group_id,
+                update_freq_us,
+                max_keep_age_s,
+                max_keep_samples,
+            } => {
                 if *group_id == 0 || *update_freq_us <= 0 {
                     return Err(ST_BADPARAM);
                 }
                 let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self.field_groups.get(field_group_id).ok_or(ST_NOT_CONFIGURED)?.fields.clone();
+                let fg = self
+                    .field_groups
+                    .get(field_group_id)
+                    .ok_or(ST_NOT_CONFIGURED)?
+                    .fields
+                    .clone();
                 let r = (*group_id as u32, *field_group_id);
                 let keep_age = ((max_keep_age_s.max(0.0) * 1e6) as i64).max(*update_freq_us);
                 let keep_n = usize::try_from(*max_keep_samples).unwrap_or(0);
@@ -939,12 +1125,19 @@ impl Engine {
                         w.asks.insert(r, (*update_freq_us, keep_age, keep_n));
                         w.freq_us = w.freq_us.min(*update_freq_us);
                         w.keep_age_us = w.keep_age_us.max(keep_age);
-                        w.keep_samples = if w.keep_samples == 0 || keep_n == 0 { 0 } else { w.keep_samples.max(keep_n) };
+                        w.keep_samples = if w.keep_samples == 0 || keep_n == 0 {
+                            0
+                        } else {
+                            w.keep_samples.max(keep_n)
+                        };
                     }
                 }
                 Reply::Ok
             }
-            Request::UnwatchFields { group_id, field_group_id } => {
+            Request::UnwatchFields {
+                group_id,
+                field_group_id,
+            } => {
                 let r = (*group_id as u32, *field_group_id);
                 self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 self.unwatch_refs(|x| *x == r);
@@ -952,8 +1145,16 @@ impl Engine {
             }
             // Sampling already happened in `advance`; AUTO mode needs nothing more.
             Request::UpdateAllFields { .. } => Reply::Ok,
-            Request::EntitiesGetLatestValues { entities, field_ids, live } => {
-                if entities.is_empty() || field_ids.is_empty() || entities.len() > 1024 || field_ids.len() > 128 {
+            Request::EntitiesGetLatestValues {
+                entities,
+                field_ids,
+                live,
+            } => {
+                if entities.is_empty()
+                    || field_ids.is_empty()
+                    || entities.len() > 1024
+                    || field_ids.len() > 128
+                {
                     return Err(ST_BADPARAM);
                 }
                 let mut out = Vec::with_capacity(entities.len() * field_ids.len());
@@ -975,55 +1176,91 @@ impl Engine {
                 }
                 Reply::Samples(out)
             }
-            Request::GetValuesSince { group_id, field_group_id, since_us } => {
+            Request::GetValuesSince {
+                group_id,
+                field_group_id,
+                since_us,
+            } => {
                 let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self.field_groups.get(field_group_id).ok_or(ST_NOT_CONFIGURED)?.fields.clone();
+                let fg = self
+                    .field_groups
+                    .get(field_group_id)
+                    .ok_or(ST_NOT_CONFIGURED)?
+                    .fields
+                    .clone();
                 let mut out = Vec::new();
                 for e in &entities {
                     for f in &fg {
-                        let (Some(w), Some(meta)) = (self.watches.get(&(e.0, e.1, *f)), fields::by_id(*f)) else {
+                        let (Some(w), Some(meta)) =
+                            (self.watches.get(&(e.0, e.1, *f)), fields::by_id(*f))
+                        else {
                             continue;
                         };
-                        out.extend(w.samples.iter().filter(|s| s.0 >= *since_us).map(|(ts, v, st)| Sample {
-                            entity_group: e.0,
-                            entity_id: e.1,
-                            field_id: *f,
-                            field_type: meta.field_type,
-                            status: *st,
-                            ts_us: *ts,
-                            value: v.clone(),
-                        }));
+                        out.extend(w.samples.iter().filter(|s| s.0 >= *since_us).map(
+                            |(ts, v, st)| Sample {
+                                entity_group: e.0,
+                                entity_id: e.1,
+                                field_id: *f,
+                                field_type: meta.field_type,
+                                status: *st,
+                                ts_us: *ts,
+                                value: v.clone(),
+                            },
+                        ));
                     }
                 }
-                Reply::ValuesSince { samples: out, next_since_us: self.now() + 1 }
+                Reply::ValuesSince {
+                    samples: out,
+                    next_since_us: self.now() + 1,
+                }
             }
             Request::FieldGroupGetInfo { field_group_id } => {
                 let f = self.field_groups.get(field_group_id).ok_or(ST_NO_DATA)?;
-                Reply::FieldGroups(vec![FieldGroupEntry { id: *field_group_id, name: f.name.clone(), field_ids: f.fields.clone() }])
+                Reply::FieldGroups(vec![FieldGroupEntry {
+                    id: *field_group_id,
+                    name: f.name.clone(),
+                    field_ids: f.fields.clone(),
+                }])
             }
             Request::FieldGroupGetAll => Reply::FieldGroups(
                 self.field_groups
                     .iter()
-                    .map(|(id, f)| FieldGroupEntry { id: *id, name: f.name.clone(), field_ids: f.fields.clone() })
+                    .map(|(id, f)| FieldGroupEntry {
+                        id: *id,
+                        name: f.name.clone(),
+                        field_ids: f.fields.clone(),
+                    })
                     .collect(),
             ),
             Request::HealthSet { group_id, systems } => {
-                let g = self.groups.get_mut(&(*group_id as u32)).ok_or(ST_NOT_CONFIGURED)?;
+                let g = self
+                    .groups
+                    .get_mut(&(*group_id as u32))
+                    .ok_or(ST_NOT_CONFIGURED)?;
                 g.health = *systems;
                 Reply::Ok
             }
-            Request::HealthGet { group_id } => {
-                Reply::HealthSystems(self.groups.get(&(*group_id as u32)).ok_or(ST_NOT_CONFIGURED)?.health)
-            }
+            Request::HealthGet { group_id } => Reply::HealthSystems(
+                self.groups
+                    .get(&(*group_id as u32))
+                    .ok_or(ST_NOT_CONFIGURED)?
+                    .health,
+            ),
             Request::HealthCheck { group_id } => {
-                let g = self.groups.get(&(*group_id as u32)).ok_or(ST_NOT_CONFIGURED)?;
+                let g = self
+                    .groups
+                    .get(&(*group_id as u32))
+                    .ok_or(ST_NOT_CONFIGURED)?;
                 let incidents: Vec<Incident> = self
                     .incidents
                     .iter()
                     .filter(|i| g.entities.contains(&i.entity) && g.health & i.system != 0)
                     .cloned()
                     .collect();
-                Reply::Health { overall: incidents.iter().map(|i| i.health).max().unwrap_or(0), incidents }
+                Reply::Health {
+                    overall: incidents.iter().map(|i| i.health).max().unwrap_or(0),
+                    incidents,
+                }
             }
         })
     }

@@ -38,7 +38,12 @@ pub struct Node {
 
 impl Default for Node {
     fn default() -> Self {
-        Node { driver_version: d_driver(), nvml_version: d_nvml(), cuda_driver_version: d_cuda(), seed: d_seed() }
+        Node {
+            driver_version: d_driver(),
+            nvml_version: d_nvml(),
+            cuda_driver_version: d_cuda(),
+            seed: d_seed(),
+        }
     }
 }
 
@@ -147,16 +152,39 @@ pub struct FieldOverride {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Generator {
-    Constant { value: f64 },
-    Ramp { start: f64, per_s: f64, max: f64 },
-    Sine { mid: f64, amplitude: f64, period_s: f64 },
-    RandomWalk { start: f64, step: f64, min: f64, max: f64 },
-    Counter { per_s: f64 },
-    Text { value: String },
+    Constant {
+        value: f64,
+    },
+    Ramp {
+        start: f64,
+        per_s: f64,
+        max: f64,
+    },
+    Sine {
+        mid: f64,
+        amplitude: f64,
+        period_s: f64,
+    },
+    RandomWalk {
+        start: f64,
+        step: f64,
+        min: f64,
+        max: f64,
+    },
+    Counter {
+        per_s: f64,
+    },
+    Text {
+        value: String,
+    },
     /// blank, not_found, not_supported or not_permissioned, in the payload with status OK.
-    Sentinel { which: String },
+    Sentinel {
+        which: String,
+    },
     /// A dcgmReturn_t status with a blank payload.
-    Error { status: i32 },
+    Error {
+        status: i32,
+    },
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -181,7 +209,10 @@ impl Profile {
 
     fn validate(&self) -> Result<(), String> {
         if self.gpus.count == 0 || self.gpus.count > 32 {
-            return Err(format!("gpus.count must be 1..=32, not {}", self.gpus.count));
+            return Err(format!(
+                "gpus.count must be 1..=32, not {}",
+                self.gpus.count
+            ));
         }
         if self.gpus.nvlinks > 36 {
             return Err("gpus.nvlinks must be at most 36".into());
@@ -194,7 +225,8 @@ impl Profile {
                 return Err(format!("mig: GPU {} has more than 8 instances", m.gpu));
             }
             for p in &m.instances {
-                slices_of(p).ok_or_else(|| format!("mig: '{p}' is not a profile name like 1g.10gb"))?;
+                slices_of(p)
+                    .ok_or_else(|| format!("mig: '{p}' is not a profile name like 1g.10gb"))?;
             }
         }
         if let Some(s) = &self.switches {
@@ -208,7 +240,8 @@ impl Profile {
             }
         }
         for f in &self.faults {
-            crate::engine::faults::parse_line(&f.action).map_err(|e| format!("faults: '{}': {e}", f.action))?;
+            crate::engine::faults::parse_line(&f.action)
+                .map_err(|e| format!("faults: '{}': {e}", f.action))?;
         }
         Ok(())
     }

@@ -53,7 +53,11 @@ pub fn library_path() -> PathBuf {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "dcgm-sim", "--lib"]);
+    cmd.args(["build", "-p", "dcgm-sim", "--lib", "--target-dir"]);
+    cmd.arg(
+        dir.parent()
+            .expect("a target directory above the profile directory"),
+    );
     if dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
