@@ -1,64 +1,201 @@
-//! Turns the committed DCGM field table (fields/*.csv, generated from NVIDIA's
-//! dcgm_fields.h by fields/gen_fields.py) into Rust statics.
+//! Build script of dcgm-sys.
+//!
+//! `generate_field_table` turns the committed DCGM field table (`fields/*.csv`, generated
+//! from NVIDIA's sources by `fields/gen_fields.py`) into Rust statics in
+//! `$OUT_DIR/fields_table.rs`, included by `src/fields.rs`. Doing it here rather than
+//! committing a generated `.rs` keeps the CSVs the single reviewed source. Only std is used.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn main() {
     if let Err(e) = generate_field_table() {
-        eprintln!("dcgm-sys build: {e}");
+        // A panic would bury the message in a backtrace; this prints it as the build error.
+        eprintln!("error: dcgm-sys build script: {e}");
         std::process::exit(1);
     }
 }
 
-fn rows(path: &Path, columns: usize) -> Result<Vec<Vec<String>>, String> {
+const FIELDS_CSV: &str = "fields/fields-4.6.0.csv";
+const ALIASES_CSV: &str = "fields/aliases-4.6.0.csv";
+const FIELD_COLUMNS: [&str; 11] = [
+    "id",
+    "name",
+    "type",
+    "size",
+    "tag",
+    "scope",
+    "nvml_field_id",
+    "entity_level",
+    "short_name",
+    "unit",
+    "width",
+];
+const ALIAS_COLUMNS: [&str; 2] = ["alias", "name"];
+
+/// One data line of a table, with its 1-based line number for error messages.
+struct Row {
+    line: usize,
+    cols: Vec<String>,
+}
+
+/// Reads a header-plus-rows CSV whose values never contain commas or quotes (the generator
+/// refuses to write such values, so finding one here means the file was edited by hand).
+fn read_table(path: &Path, columns: &[&str]) -> Result<Vec<Row>, String> {
     println!("cargo:rerun-if-changed={}", path.display());
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
+    let mut lines = text.lines().enumerate();
+    let header = lines.next().map(|(_, l)| l.trim_end_matches('\r'));
+    if header != Some(columns.join(",").as_str()) {
+        return Err(format!(
+            "{}:1: expected the header `{}`, found `{}`",
+            path.display(),
+            columns.join(","),
+            header.unwrap_or("")
+        ));
+    }
+    let mut rows = Vec::new();
+    for (n, line) in lines {
+        let line = line.trim_end_matches('\r');
         if line.is_empty() {
             continue;
         }
-        let cols: Vec<String> = line.split(',').map(str::to_string).collect();
-        if cols.len() != columns {
+        if line.contains('"') {
             return Err(format!(
-                "{}:{}: expected {columns} columns, found {}",
+                "{}:{}: quotes are not supported in this table (values must not contain commas or quotes)",
                 path.display(),
-                n + 1,
-                cols.len()
+                n + 1
             ));
         }
-        out.push(cols);
+        let cols: Vec<String> = line.split(',').map(str::to_string).collect();
+        if cols.len() != columns.len() {
+            return Err(format!(
+                "{}:{}: expected {} comma-separated values, found {}{}",
+                path.display(),
+                n + 1,
+                columns.len(),
+                cols.len(),
+                if cols.len() > columns.len() {
+                    " (a value contains a comma, which this table does not allow)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        rows.push(Row { line: n + 1, cols });
     }
-    Ok(out)
+    Ok(rows)
+}
+
+fn parse<T: std::str::FromStr>(path: &Path, row: &Row, col: usize) -> Result<T, String> {
+    row.cols[col].parse().map_err(|_| {
+        format!(
+            "{}:{}: column `{}`: `{}` is not a valid {}",
+            path.display(),
+            row.line,
+            FIELD_COLUMNS[col],
+            row.cols[col],
+            std::any::type_name::<T>()
+        )
+    })
 }
 
 fn generate_field_table() -> Result<(), String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fields");
-    let fields = rows(&dir.join("fields-4.6.0.csv"), 11)?;
-    let aliases = rows(&dir.join("aliases-4.6.0.csv"), 2)?;
-    let mut s = String::from("pub static FIELDS: &[FieldMeta] = &[\n");
-    let mut last_id = 0u32;
-    for f in &fields {
-        let id: u32 = f[0].parse().map_err(|_| format!("bad id {}", f[0]))?;
-        if id <= last_id {
-            return Err(format!("fields-4.6.0.csv is not sorted by id at {id}"));
+    let dir = PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").map_err(|e| format!("CARGO_MANIFEST_DIR: {e}"))?,
+    );
+    let fields_path = dir.join(FIELDS_CSV);
+    let aliases_path = dir.join(ALIASES_CSV);
+    let fields = read_table(&fields_path, &FIELD_COLUMNS)?;
+    let aliases = read_table(&aliases_path, &ALIAS_COLUMNS)?;
+
+    let mut out = String::new();
+    let w = |e: std::fmt::Error| e.to_string();
+    writeln!(
+        out,
+        "// Generated by dcgm-sys/build.rs from {FIELDS_CSV} and {ALIASES_CSV}. Do not edit."
+    )
+    .map_err(w)?;
+    out.push_str("\n/// Every public DCGM 4.6.0 field, sorted by id.\npub static FIELDS: &[FieldMeta] = &[\n");
+
+    // name (canonical or alias) -> index into FIELDS, for the sorted lookup index.
+    let mut names: HashMap<String, usize> = HashMap::new();
+    let mut tags: HashMap<String, usize> = HashMap::new();
+    let mut last_id: Option<u16> = None;
+    for (index, row) in fields.iter().enumerate() {
+        let at = |what: &str| format!("{}:{}: {what}", fields_path.display(), row.line);
+        let id: u16 = parse(&fields_path, row, 0)?;
+        if last_id.is_some_and(|last| id <= last) {
+            return Err(at("ids must be unique and ascending"));
         }
-        last_id = id;
-        let ty = f[2].bytes().next().ok_or("empty type")?;
+        last_id = Some(id);
+        let c = &row.cols;
+        let field_type = match c[2].as_str() {
+            t @ ("i" | "d" | "s" | "b" | "t") => t.as_bytes()[0],
+            other => return Err(at(&format!("type `{other}` is not one of i, d, s, b, t"))),
+        };
+        let size: u8 = parse(&fields_path, row, 3)?;
+        let scope: i32 = parse(&fields_path, row, 5)?;
+        let nvml_field_id: i32 = parse(&fields_path, row, 6)?;
+        let entity_level: u32 = parse(&fields_path, row, 7)?;
+        let width: i16 = parse(&fields_path, row, 10)?;
+        if !c[1].starts_with("DCGM_FI_") {
+            return Err(at(&format!("name `{}` does not start with DCGM_FI_", c[1])));
+        }
+        if names.insert(c[1].clone(), index).is_some() {
+            return Err(at(&format!("name `{}` appears twice", c[1])));
+        }
+        if c[4].is_empty() {
+            return Err(at("empty tag"));
+        }
+        if tags.insert(c[4].clone(), index).is_some() {
+            return Err(at(&format!("tag `{}` appears twice", c[4])));
+        }
         writeln!(
-            s,
-            "    FieldMeta {{ id: {id}, name: {:?}, field_type: b'{}', size: {}, tag: {:?}, scope: {}, nvml_field_id: {}, entity_level: {}, short_name: {:?}, unit: {:?}, width: {} }},",
-            f[1], ty as char, f[3], f[4], f[5], f[6], f[7], f[8], f[9], f[10]
+            out,
+            "    FieldMeta {{ id: {id}, name: {:?}, field_type: b'{}', size: {size}, tag: {:?}, scope: {scope}, \
+             nvml_field_id: {nvml_field_id}, entity_level: {entity_level}, short_name: {:?}, unit: {:?}, width: {width} }},",
+            c[1], field_type as char, c[4], c[8], c[9]
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(w)?;
     }
-    s.push_str("];\n\npub static ALIASES: &[(&str, &str)] = &[\n");
-    for a in &aliases {
-        writeln!(s, "    ({:?}, {:?}),", a[0], a[1]).map_err(|e| e.to_string())?;
+    out.push_str("];\n\n/// Deprecated DCGM names, go-dcgm-only names and dcgm-exporter 1.x names, with the\n/// DCGM 4.6 name each stands for.\npub static ALIASES: &[(&str, &str)] = &[\n");
+
+    let canonical = names.clone();
+    for row in &aliases {
+        let at = |what: &str| format!("{}:{}: {what}", aliases_path.display(), row.line);
+        let (alias, target) = (&row.cols[0], &row.cols[1]);
+        let Some(&index) = canonical.get(target) else {
+            return Err(at(&format!(
+                "`{target}` is not a field name of {FIELDS_CSV}"
+            )));
+        };
+        if alias.is_empty() {
+            return Err(at("empty alias"));
+        }
+        if names.insert(alias.clone(), index).is_some() {
+            return Err(at(&format!("`{alias}` is already a field name or alias")));
+        }
+        writeln!(out, "    ({alias:?}, {target:?}),").map_err(w)?;
     }
-    s.push_str("];\n");
-    let out =
-        Path::new(&std::env::var("OUT_DIR").map_err(|e| e.to_string())?).join("fields_table.rs");
-    std::fs::write(&out, s).map_err(|e| format!("{}: {e}", out.display()))
+    out.push_str("];\n");
+
+    // Sorted (key, index into FIELDS) tables for binary search in by_name/by_tag.
+    let mut emit_index = |what: &str, map: HashMap<String, usize>| -> Result<(), String> {
+        let mut v: Vec<(String, usize)> = map.into_iter().collect();
+        v.sort();
+        writeln!(out, "\nstatic {what}: &[(&str, usize)] = &[").map_err(w)?;
+        for (k, i) in v {
+            writeln!(out, "    ({k:?}, {i}),").map_err(w)?;
+        }
+        out.push_str("];\n");
+        Ok(())
+    };
+    emit_index("NAME_INDEX", names)?;
+    emit_index("TAG_INDEX", tags)?;
+
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| format!("OUT_DIR: {e}"))?);
+    let dest = out_dir.join("fields_table.rs");
+    std::fs::write(&dest, out).map_err(|e| format!("{}: {e}", dest.display()))
 }

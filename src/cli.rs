@@ -1,9 +1,10 @@
 //! Command line and environment: every dcgm-exporter flag with the same long name, short
-//! alias, environment variable and default, plus Go-flag spellings normalised before clap
-//! sees them (`-collectors x`, `--f=x`, `-rbmn`, `--debug=false`).
+//! alias, environment variable and default, plus Go-flag spellings (`-collectors x`,
+//! `--f=x`, `-rbmn`, `--debug=false`) rewritten by [`normalize_args`] before clap sees them.
 
-use clap::{ArgAction, Parser};
-use std::ffi::OsString;
+use clap::parser::ValueSource;
+use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
+use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
 
 /// Go's strconv.ParseBool spellings.
@@ -11,11 +12,49 @@ fn parse_go_bool(s: &str) -> Result<bool, String> {
     match s {
         "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
-        o => Err(format!("'{o}' is not a boolean (use true or false)")),
+        o => Err(format!(
+            "'{o}' is not a boolean (use true or false, as --flag=false)"
+        )),
     }
 }
 
+/// Go's flag package parses ints with strconv.ParseInt(s, 0, 64): an optional sign, then
+/// decimal, `0x` hex, `0o` or leading-`0` octal, or `0b` binary.
+fn parse_go_int(s: &str) -> Result<i64, String> {
+    let bad = || format!("'{s}' is not an integer");
+    let (neg, rest) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let lower = rest.to_ascii_lowercase();
+    let (radix, digits) = if let Some(d) = lower.strip_prefix("0x") {
+        (16, d)
+    } else if let Some(d) = lower.strip_prefix("0o") {
+        (8, d)
+    } else if let Some(d) = lower.strip_prefix("0b") {
+        (2, d)
+    } else if lower.len() > 1 && lower.starts_with('0') {
+        (8, &lower[1..])
+    } else {
+        (10, lower.as_str())
+    };
+    // from_str_radix would accept a second sign.
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return Err(bad());
+    }
+    let magnitude = i128::from_str_radix(digits, radix).map_err(|_| bad())?;
+    i64::try_from(if neg { -magnitude } else { magnitude })
+        .map_err(|_| format!("'{s}' is out of range for a 64-bit integer"))
+}
+
 const LOG_LEVELS: [&str; 7] = ["NONE", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "VERB"];
+
+const VERSION: &str = concat!(
+    "version ",
+    env!("CARGO_PKG_VERSION"),
+    " (Rust; DCGM API 4.6)"
+);
 
 macro_rules! go_bool {
     () => {
@@ -23,298 +62,393 @@ macro_rules! go_bool {
     };
 }
 
+macro_rules! go_int {
+    () => {
+        clap::builder::ValueParser::new(parse_go_int)
+    };
+}
+
+// Bools: `--flag` is true, `--flag=<ParseBool>` sets either way. `require_equals` keeps a
+// bool from eating the next argument, as Go's flag package does (`-n false` is not
+// `--no-hostname=false` there).
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "dcgm-exporter",
+    display_name = "DCGM Exporter",
+    version = VERSION,
     about = "Exports NVIDIA DCGM GPU metrics for Prometheus (a drop-in replacement for NVIDIA's dcgm-exporter)",
-    disable_version_flag = true
+    after_help = "Flags also take Go spellings: -name or --name, -name=value or -name value; \
+                  bools are turned off with --name=false.",
+    disable_version_flag = true,
+    args_override_self = true
 )]
 pub struct Config {
-    /// Path to the counters CSV listing the DCGM fields to export.
+    /// Counters CSV: the DCGM fields to export (`<field>, <type>, <help>` per line).
     #[arg(
         short = 'f',
         long,
         env = "DCGM_EXPORTER_COLLECTORS",
+        value_name = "PATH",
         default_value = "/etc/dcgm-exporter/default-counters.csv"
     )]
     pub collectors: PathBuf,
-    /// Address to listen on (`:9400`, `host:port`, `[::1]:9400`).
+    /// Address to listen on: `:9400`, `host:port`, `[::1]:9400`.
     #[arg(
         short = 'a',
         long,
         env = "DCGM_EXPORTER_LISTEN",
+        value_name = "ADDR",
         default_value = ":9400"
     )]
     pub address: String,
-    /// Collection interval in milliseconds (also DCGM's sampling interval).
-    #[arg(
-        short = 'c',
-        long,
-        env = "DCGM_EXPORTER_INTERVAL",
-        default_value_t = 30000,
-        allow_negative_numbers = true
-    )]
+    /// DCGM sampling interval in milliseconds.
+    #[arg(short = 'c', long, env = "DCGM_EXPORTER_INTERVAL", value_name = "MS", default_value = "30000", value_parser = go_int!())]
     pub collect_interval: i64,
     /// Map GPUs to Kubernetes pods (not supported yet).
-    #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes: bool,
     /// Use the 1.x label names (`uuid`, `pod_name`, ...).
-    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub use_old_namespace: bool,
-    /// CPUs and cores to monitor: f, g[:ids], i[:ids], g[:ids]+i[:ids].
+    /// CPUs and cores to monitor: f (all), g[:ids], i[:ids], g[:ids]+i[:ids]; ids like 0,2-4.
     #[arg(
         short = 'p',
         long,
         env = "DCGM_EXPORTER_CPU_DEVICES_STR",
+        value_name = "SELECTOR",
         default_value = "f"
     )]
     pub cpu_devices: String,
-    /// ConfigMap with the counters, as <namespace>:<name> (not supported yet).
+    /// ConfigMap holding the counters, as <namespace>:<name> (not supported yet).
     #[arg(
         short = 'm',
         long,
         env = "DCGM_EXPORTER_CONFIGMAP_DATA",
+        value_name = "NS:NAME",
         default_value = "none"
     )]
     pub configmap_data: String,
-    /// Connect to a remote nv-hostengine: host:port, [v6]:port, tcp://..., unix:///path.
+    /// Use this nv-hostengine instead of an embedded one: host:port, [v6]:port, tcp://...,
+    /// unix:///path. Setting the env var alone also selects remote mode.
     #[arg(
         short = 'r',
         long,
         env = "DCGM_REMOTE_HOSTENGINE_INFO",
+        value_name = "ADDR",
         default_value = "localhost:5555"
     )]
     pub remote_hostengine_info: String,
-    /// Add pod labels to series (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Add the pod's labels to series (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_labels: bool,
     /// Add a pod_uid label (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_uid: bool,
-    /// How kubelet device ids are matched: uid or device-name.
-    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
+    /// How kubelet device ids are matched to GPUs: uid or device-name (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_name = "TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
     pub kubernetes_gpu_id_type: String,
-    /// Regexes of pod labels to keep (not supported yet).
+    /// Regexes of pod labels to keep, comma-separated (not supported yet).
     #[arg(
         long,
         env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+        value_name = "REGEX",
         value_delimiter = ','
     )]
     pub kubernetes_pod_label_allowlist_regex: Vec<String>,
-    /// GPUs to monitor: f (flex: MIG instances or whole GPUs), g[:ids], i[:ids], g[:ids]+i[:ids].
+    /// GPUs to monitor: f (flex: MIG GPUs as their instances, others whole), g[:ids] (whole
+    /// GPUs), i[:ids] (GPU instances), g[:ids]+i[:ids]; ids like 0,2-4.
     #[arg(
         short = 'd',
         long,
         env = "DCGM_EXPORTER_DEVICES_STR",
+        value_name = "SELECTOR",
         default_value = "f"
     )]
     pub devices: String,
     /// Do not add the Hostname label.
-    #[arg(short = 'n', long, env = "DCGM_EXPORTER_NO_HOSTNAME", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(short = 'n', long, env = "DCGM_EXPORTER_NO_HOSTNAME", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub no_hostname: bool,
-    /// NvSwitches and NvLinks to monitor: f, g[:ids], i[:ids], g[:ids]+i[:ids].
+    /// NvSwitches and NvLinks to monitor: f (all), g[:ids] (switches), i[:ids] (links),
+    /// g[:ids]+i[:ids].
     #[arg(
         short = 's',
         long,
         env = "DCGM_EXPORTER_OTHER_DEVICES_STR",
+        value_name = "SELECTOR",
         default_value = "f"
     )]
     pub switch_devices: String,
-    /// Use fake GPUs when device info fails (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Use stub GPUs when device info cannot be read (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub fake_gpus: bool,
     /// exporter-toolkit web config for TLS and basic auth (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_WEB_CONFIG_FILE", default_value = "")]
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_CONFIG_FILE",
+        value_name = "PATH",
+        default_value = ""
+    )]
     pub web_config_file: String,
-    /// systemd socket activation (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Listen on the systemd-activated socket (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub web_systemd_socket: bool,
-    /// Window of DCGM_EXP_XID_ERRORS_COUNT in milliseconds.
-    #[arg(
-        short = 'x',
-        long,
-        env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE",
-        default_value_t = 300000,
-        allow_negative_numbers = true
-    )]
+    /// Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds.
+    #[arg(short = 'x', long, env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", value_name = "MS", default_value = "300000", value_parser = go_int!())]
     pub xid_count_window_size: i64,
-    /// Replace runs of blanks in the model name with '-'.
-    #[arg(long, env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Replace runs of blanks in the modelName label with '-' (short: -rbmn).
+    #[arg(long, env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub replace_blanks_in_model_name: bool,
-    /// Debug logging.
-    #[arg(long, env = "DCGM_EXPORTER_DEBUG", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Log at debug level.
+    #[arg(long, env = "DCGM_EXPORTER_DEBUG", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub debug: bool,
-    /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT in milliseconds.
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE",
-        default_value_t = 300000,
-        allow_negative_numbers = true
-    )]
+    /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT, in milliseconds.
+    #[arg(long, env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", value_name = "MS", default_value = "300000", value_parser = go_int!())]
     pub clock_events_count_window_size: i64,
-    /// Send the embedded host engine's log to stdout.
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_DCGM_LOG", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Send the embedded host engine's log to stdout (embedded mode only).
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_DCGM_LOG", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_dcgm_log: bool,
-    /// Embedded host engine log level.
-    #[arg(long, env = "DCGM_EXPORTER_DCGM_LOG_LEVEL", default_value = "NONE", value_parser = LOG_LEVELS)]
+    /// Log level of the embedded host engine (with --enable-dcgm-log).
+    #[arg(long, env = "DCGM_EXPORTER_DCGM_LOG_LEVEL", value_name = "LEVEL", default_value = "NONE", value_parser = LOG_LEVELS)]
     pub dcgm_log_level: String,
-    /// Log format: text or json.
-    #[arg(long, env = "DCGM_EXPORTER_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    /// Log format on stderr.
+    #[arg(long, env = "DCGM_EXPORTER_LOG_FORMAT", value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
-    /// kubelet pod-resources socket.
+    /// kubelet PodResources socket (with --kubernetes).
     #[arg(
         long,
         env = "DCGM_POD_RESOURCES_KUBELET_SOCKET",
+        value_name = "PATH",
         default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
     )]
     pub pod_resources_kubelet_socket: PathBuf,
     /// Directory of HPC job mapping files (not supported yet).
-    #[arg(long, env = "DCGM_HPC_JOB_MAPPING_DIR", default_value = "")]
+    #[arg(
+        long,
+        env = "DCGM_HPC_JOB_MAPPING_DIR",
+        value_name = "DIR",
+        default_value = ""
+    )]
     pub hpc_job_mapping_dir: String,
-    /// Extra Kubernetes resource names that are GPUs (not supported yet).
-    #[arg(long, env = "NVIDIA_RESOURCE_NAMES", value_delimiter = ',')]
+    /// Extra Kubernetes resource names that are GPUs, comma-separated (not supported yet).
+    #[arg(
+        long,
+        env = "NVIDIA_RESOURCE_NAMES",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
     pub nvidia_resource_names: Vec<String>,
     /// Shared GPUs: one series per sharing pod (not supported yet).
-    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_virtual_gpus: bool,
-    /// Write debug dumps (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_DUMP_ENABLED", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Write debug dumps of each scrape (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_DUMP_ENABLED", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub dump_enabled: bool,
     /// Directory of debug dumps.
     #[arg(
         long,
         env = "DCGM_EXPORTER_DUMP_DIRECTORY",
+        value_name = "DIR",
         default_value = "/tmp/dcgm-exporter-debug"
     )]
     pub dump_directory: PathBuf,
     /// Hours to keep debug dumps.
-    #[arg(long, env = "DCGM_EXPORTER_DUMP_RETENTION", default_value_t = 24)]
+    #[arg(long, env = "DCGM_EXPORTER_DUMP_RETENTION", value_name = "HOURS", default_value = "24", value_parser = go_int!())]
     pub dump_retention: i64,
     /// Compress debug dumps.
-    #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", action = ArgAction::Set, num_args = 0..=1, default_value = "true", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub dump_compression: bool,
-    /// Map DRA claims (not supported yet).
-    #[arg(long, env = "KUBERNETES_ENABLE_DRA", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Map GPUs to pods through DRA ResourceSlices (not supported yet).
+    #[arg(long, env = "KUBERNETES_ENABLE_DRA", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_dra: bool,
-    /// Skip startup validation (accepted; our library lookup needs none).
-    #[arg(long, env = "DISABLE_STARTUP_VALIDATE", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Skip the startup check for libdcgm.so.4 (accepted; loading the library checks it).
+    #[arg(long, env = "DISABLE_STARTUP_VALIDATE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub disable_startup_validate: bool,
-    /// Rebuild on GPU bind/unbind events (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    /// Rebuild everything on GPU bind/unbind events (not supported yet).
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_gpu_bind_unbind_watch: bool,
-    /// Poll interval of the bind/unbind watch.
+    /// Poll interval of the bind/unbind watch (Go duration).
     #[arg(
         long,
         env = "DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL",
+        value_name = "DURATION",
         default_value = "1s"
     )]
     pub gpu_bind_unbind_poll_interval: String,
     /// Serve /debug/pprof (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_pprof: bool,
-    /// YAML configuration file (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_CONFIG_FILE", default_value = "")]
+    /// YAML file of flag values (not supported yet).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_CONFIG_FILE",
+        value_name = "PATH",
+        default_value = ""
+    )]
     pub config_file: String,
-    /// HTTP read timeout.
-    #[arg(long, env = "DCGM_EXPORTER_WEB_READ_TIMEOUT", default_value = "10s")]
+    /// HTTP read timeout (Go duration).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_READ_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "10s"
+    )]
     pub web_read_timeout: String,
-    /// HTTP write timeout.
-    #[arg(long, env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT", default_value = "10s")]
+    /// HTTP write timeout (Go duration).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
+        value_name = "DURATION",
+        default_value = "10s"
+    )]
     pub web_write_timeout: String,
-    /// Container labels to add (not supported yet).
-    #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS", default_value = "")]
+    /// Container labels to add to series (not supported yet).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_CONTAINER_LABELS",
+        value_name = "LABELS",
+        default_value = ""
+    )]
     pub container_labels: String,
-    /// Container runtime socket.
-    #[arg(long, env = "DCGM_CONTAINER_RUNTIME_SOCKET", default_value = "")]
+    /// Container runtime socket (with --container-labels).
+    #[arg(
+        long,
+        env = "DCGM_CONTAINER_RUNTIME_SOCKET",
+        value_name = "PATH",
+        default_value = ""
+    )]
     pub container_runtime_socket: String,
     /// Load this libdcgm instead of searching for libdcgm.so.4.
-    #[arg(long, env = "DCGM_EXPORTER_DCGM_LIBRARY")]
+    #[arg(long, env = "DCGM_EXPORTER_DCGM_LIBRARY", value_name = "PATH")]
     pub dcgm_library: Option<PathBuf>,
-    /// Print every DCGM field (name, id, type, unit, entity level) and exit.
-    #[arg(long)]
+    /// Print every DCGM field (name, id, type, entity level, unit) and exit.
+    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub list_fields: bool,
     /// Also export MIG compute-instance series (label GPU_CI_ID).
-    #[arg(long, env = "DCGM_EXPORTER_COMPUTE_INSTANCES", action = ArgAction::Set, num_args = 0..=1, default_value = "false", default_missing_value = "true", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_COMPUTE_INSTANCES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub compute_instances: bool,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
 
-    /// Whether -r/--remote-hostengine-info or its env var was given (IsSet semantics).
+    /// Whether -r/--remote-hostengine-info or its env var was given (Go's IsSet).
     #[arg(skip)]
     remote_set: bool,
 }
 
-/// Rewrites Go-flag spellings into what clap parses.
-pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let cmd = <Config as clap::CommandFactory>::command();
-    let longs: Vec<String> = cmd
+/// The clap command, with environment variables that are set but empty treated as unset
+/// (urfave/cli skips empty values for bools and ints; a blank string means nothing either).
+fn command() -> clap::Command {
+    let mut cmd = Config::command();
+    let empty: Vec<clap::Id> = cmd
         .get_arguments()
-        .filter_map(|a| a.get_long().map(str::to_string))
+        .filter(|a| {
+            a.get_env()
+                .and_then(std::env::var_os)
+                .is_some_and(|v| v.is_empty())
+        })
+        .map(|a| a.get_id().clone())
         .collect();
-    let mut out = Vec::new();
-    let mut rest_verbatim = false;
-    for (i, arg) in args.into_iter().enumerate() {
-        let Some(s) = arg.to_str().map(str::to_string) else {
-            out.push(arg);
-            continue;
-        };
-        if i == 0 || rest_verbatim || !s.starts_with('-') || s == "-" {
-            out.push(arg);
-            continue;
-        }
-        if s == "--" {
-            rest_verbatim = true;
-            out.push(arg);
-            continue;
-        }
-        let body = s.trim_start_matches('-');
-        let (name, value) = match body.split_once('=') {
-            Some((n, v)) => (n.to_string(), Some(v.to_string())),
-            None => (body.to_string(), None),
-        };
-        let long = if name == "rbmn" {
-            Some("replace-blanks-in-model-name".to_string())
-        } else if name.len() > 1 && longs.contains(&name) {
-            Some(name.clone())
+    for id in empty {
+        cmd = cmd.mut_arg(id, |a| a.env(None::<&'static str>));
+    }
+    cmd
+}
+
+/// Rewrites Go-flag spellings into `--long` / `--long=value`, which is all clap then sees:
+/// one or two dashes before any name, `-rbmn`, `--f=x`. A flag that takes a value takes
+/// the next argument whatever it looks like (`-a -x` listens on "-x"), and a bool never
+/// takes the next argument, both as in Go. Unknown flags are left for clap to report.
+pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut cmd = Config::command();
+    cmd.build();
+    // (long name, whether it needs a value)
+    let lookup = |name: &str| -> Option<(String, bool)> {
+        let name = if name == "rbmn" {
+            "replace-blanks-in-model-name"
         } else {
-            None
+            name
         };
-        match (long, value) {
-            (Some(l), Some(v)) => {
-                out.push(format!("--{l}").into());
-                out.push(v.into());
-            }
-            (Some(l), None) => out.push(format!("--{l}").into()),
-            (None, Some(v)) if name.len() == 1 => {
-                out.push(format!("-{name}").into());
-                out.push(v.into());
-            }
-            _ => out.push(arg),
+        let mut chars = name.chars();
+        let arg = match (chars.next(), chars.next()) {
+            (Some(c), None) => cmd.get_arguments().find(|a| a.get_short() == Some(c)),
+            _ => cmd.get_arguments().find(|a| a.get_long() == Some(name)),
+        }?;
+        let long = arg.get_long()?.to_string();
+        let optional = arg.get_num_args().is_some_and(|r| r.min_values() == 0);
+        Some((long, arg.get_action().takes_values() && !optional))
+    };
+
+    let mut out = Vec::new();
+    let mut args = args.into_iter();
+    out.extend(args.next()); // the program name
+    while let Some(arg) = args.next() {
+        let Some(s) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if s == "--" {
+            out.push(arg);
+            out.extend(args);
+            break;
         }
+        let body = s
+            .strip_prefix("--")
+            .or_else(|| s.strip_prefix('-'))
+            .filter(|b| !b.is_empty() && !b.starts_with(['-', '=']));
+        let Some(body) = body else {
+            out.push(arg);
+            continue;
+        };
+        let (name, value) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (body, None),
+        };
+        let Some((long, needs_value)) = lookup(name) else {
+            out.push(arg);
+            continue;
+        };
+        let mut flag = OsString::from(format!("--{long}"));
+        match value {
+            Some(v) => {
+                flag.push("=");
+                flag.push(v);
+            }
+            None if needs_value => {
+                if let Some(next) = args.next() {
+                    flag.push("=");
+                    flag.push(next);
+                }
+            }
+            None => {}
+        }
+        out.push(flag);
     }
     out
 }
 
-/// Normalises, then parses with clap (which also reads the environment).
+fn matches_from<I, T>(args: I) -> Result<ArgMatches, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    command().try_get_matches_from(normalize_args(args.into_iter().map(Into::into)))
+}
+
+/// Normalises, then parses with clap (which also reads the environment). `--help` and
+/// `--version` come back as errors whose `exit_code()` is 0 and whose `print()` writes
+/// to stdout.
 pub fn parse_from<I, T>(args: I) -> Result<Config, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let args = normalize_args(args.into_iter().map(Into::into));
-    let cmd = <Config as clap::CommandFactory>::command().version(version_line());
-    let matches = cmd.try_get_matches_from(args)?;
-    let mut config = <Config as clap::FromArgMatches>::from_arg_matches(&matches)?;
+    let matches = matches_from(args)?;
+    let mut config = Config::from_arg_matches(&matches)?;
     config.remote_set = matches!(
         matches.value_source("remote_hostengine_info"),
-        Some(clap::parser::ValueSource::CommandLine | clap::parser::ValueSource::EnvVariable)
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
     );
     Ok(config)
-}
-
-fn version_line() -> &'static str {
-    concat!(env!("CARGO_PKG_VERSION"), " (Rust; DCGM API 4.6)")
 }
 
 impl Config {
@@ -324,64 +458,290 @@ impl Config {
             .then_some(self.remote_hostengine_info.as_str())
     }
 
-    /// Options set to a value whose feature this exporter does not have yet.
+    /// Long names (without dashes) of the options set to a value whose feature this
+    /// exporter does not have yet; starting with any of them would silently do less than
+    /// asked, so the caller refuses to start.
     pub fn unsupported_options(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let mut check = |set: bool, name: &'static str| {
-            if set {
-                v.push(name);
-            }
-        };
-        check(self.kubernetes, "kubernetes");
-        check(
-            self.kubernetes_enable_pod_labels,
-            "kubernetes-enable-pod-labels",
-        );
-        check(self.kubernetes_enable_pod_uid, "kubernetes-enable-pod-uid");
-        check(
-            !self.kubernetes_pod_label_allowlist_regex.is_empty(),
-            "kubernetes-pod-label-allowlist-regex",
-        );
-        check(self.kubernetes_virtual_gpus, "kubernetes-virtual-gpus");
-        check(self.kubernetes_enable_dra, "kubernetes-enable-dra");
-        check(
-            !self.nvidia_resource_names.is_empty(),
-            "nvidia-resource-names",
-        );
-        check(self.configmap_data != "none", "configmap-data");
-        check(!self.web_config_file.is_empty(), "web-config-file");
-        check(self.web_systemd_socket, "web-systemd-socket");
-        check(self.dump_enabled, "dump-enabled");
-        check(!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir");
-        check(
-            self.enable_gpu_bind_unbind_watch,
-            "enable-gpu-bind-unbind-watch",
-        );
-        check(self.enable_pprof, "enable-pprof");
-        check(!self.config_file.is_empty(), "config-file");
-        check(!self.container_labels.is_empty(), "container-labels");
-        check(self.fake_gpus, "fake-gpus");
-        v
+        let default_socket = OsStr::new("/var/lib/kubelet/pod-resources/kubelet.sock");
+        [
+            (self.kubernetes, "kubernetes"),
+            (
+                self.kubernetes_enable_pod_labels,
+                "kubernetes-enable-pod-labels",
+            ),
+            (self.kubernetes_enable_pod_uid, "kubernetes-enable-pod-uid"),
+            (
+                self.kubernetes_gpu_id_type != "uid",
+                "kubernetes-gpu-id-type",
+            ),
+            (
+                !self.kubernetes_pod_label_allowlist_regex.is_empty(),
+                "kubernetes-pod-label-allowlist-regex",
+            ),
+            (self.kubernetes_virtual_gpus, "kubernetes-virtual-gpus"),
+            (self.kubernetes_enable_dra, "kubernetes-enable-dra"),
+            (
+                self.kubernetes && self.pod_resources_kubelet_socket.as_os_str() != default_socket,
+                "pod-resources-kubelet-socket",
+            ),
+            (
+                !self.nvidia_resource_names.is_empty(),
+                "nvidia-resource-names",
+            ),
+            (self.configmap_data != "none", "configmap-data"),
+            (!self.web_config_file.is_empty(), "web-config-file"),
+            (self.web_systemd_socket, "web-systemd-socket"),
+            (self.dump_enabled, "dump-enabled"),
+            (!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir"),
+            (
+                self.enable_gpu_bind_unbind_watch,
+                "enable-gpu-bind-unbind-watch",
+            ),
+            (self.enable_pprof, "enable-pprof"),
+            (!self.config_file.is_empty(), "config-file"),
+            (!self.container_labels.is_empty(), "container-labels"),
+            (self.fake_gpus, "fake-gpus"),
+        ]
+        .into_iter()
+        .filter_map(|(set, name)| set.then_some(name))
+        .collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use std::sync::{Mutex, MutexGuard};
 
-    /// Tests that read the process environment run one at a time.
+    /// Every parse reads the process environment, so the tests run one at a time.
     static ENV: Mutex<()> = Mutex::new(());
 
+    fn lock() -> MutexGuard<'static, ()> {
+        ENV.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets environment variables for the guard's lifetime (callers hold the lock).
+    struct EnvVars(Vec<&'static str>);
+
+    impl EnvVars {
+        fn set(vars: &[(&'static str, &str)]) -> EnvVars {
+            for (k, v) in vars {
+                std::env::set_var(k, v);
+            }
+            EnvVars(vars.iter().map(|(k, _)| *k).collect())
+        }
+    }
+
+    impl Drop for EnvVars {
+        fn drop(&mut self) {
+            for k in &self.0 {
+                std::env::remove_var(k);
+            }
+        }
+    }
+
+    fn argv(args: &[&str]) -> Vec<String> {
+        std::iter::once("dcgm-exporter")
+            .chain(args.iter().copied())
+            .map(str::to_string)
+            .collect()
+    }
+
     fn parse(args: &[&str]) -> Result<Config, clap::Error> {
-        let mut v = vec!["dcgm-exporter"];
-        v.extend_from_slice(args);
-        parse_from(v)
+        parse_from(argv(args))
+    }
+
+    fn raw(m: &ArgMatches, id: &str) -> Vec<String> {
+        m.get_raw(id)
+            .into_iter()
+            .flatten()
+            .map(|v| v.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// §1 of the reference, plus §7 and ours: (long, short, env, default, kind).
+    #[derive(Clone, Copy, PartialEq, Debug)]
+    enum Kind {
+        Bool,
+        Int,
+        Str,
+        List,
+    }
+    use Kind::*;
+
+    type Row = (
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+        Kind,
+    );
+
+    #[rustfmt::skip]
+    const FLAGS: &[Row] = &[
+        ("collectors", Some("f"), Some("DCGM_EXPORTER_COLLECTORS"), Some("/etc/dcgm-exporter/default-counters.csv"), Str),
+        ("address", Some("a"), Some("DCGM_EXPORTER_LISTEN"), Some(":9400"), Str),
+        ("collect-interval", Some("c"), Some("DCGM_EXPORTER_INTERVAL"), Some("30000"), Int),
+        ("kubernetes", Some("k"), Some("DCGM_EXPORTER_KUBERNETES"), Some("false"), Bool),
+        ("use-old-namespace", Some("o"), Some("DCGM_EXPORTER_USE_OLD_NAMESPACE"), Some("false"), Bool),
+        ("cpu-devices", Some("p"), Some("DCGM_EXPORTER_CPU_DEVICES_STR"), Some("f"), Str),
+        ("configmap-data", Some("m"), Some("DCGM_EXPORTER_CONFIGMAP_DATA"), Some("none"), Str),
+        ("remote-hostengine-info", Some("r"), Some("DCGM_REMOTE_HOSTENGINE_INFO"), Some("localhost:5555"), Str),
+        ("kubernetes-enable-pod-labels", None, Some("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS"), Some("false"), Bool),
+        ("kubernetes-enable-pod-uid", None, Some("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID"), Some("false"), Bool),
+        ("kubernetes-gpu-id-type", None, Some("DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE"), Some("uid"), Str),
+        ("kubernetes-pod-label-allowlist-regex", None, Some("DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX"), None, List),
+        ("devices", Some("d"), Some("DCGM_EXPORTER_DEVICES_STR"), Some("f"), Str),
+        ("no-hostname", Some("n"), Some("DCGM_EXPORTER_NO_HOSTNAME"), Some("false"), Bool),
+        ("switch-devices", Some("s"), Some("DCGM_EXPORTER_OTHER_DEVICES_STR"), Some("f"), Str),
+        ("fake-gpus", None, Some("DCGM_EXPORTER_USE_FAKE_GPUS"), Some("false"), Bool),
+        ("web-config-file", None, Some("DCGM_EXPORTER_WEB_CONFIG_FILE"), Some(""), Str),
+        ("web-systemd-socket", None, Some("DCGM_EXPORTER_SYSTEMD_SOCKET"), Some("false"), Bool),
+        ("xid-count-window-size", Some("x"), Some("DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE"), Some("300000"), Int),
+        ("replace-blanks-in-model-name", Some("rbmn"), Some("DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME"), Some("false"), Bool),
+        ("debug", None, Some("DCGM_EXPORTER_DEBUG"), Some("false"), Bool),
+        ("clock-events-count-window-size", None, Some("DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE"), Some("300000"), Int),
+        ("enable-dcgm-log", None, Some("DCGM_EXPORTER_ENABLE_DCGM_LOG"), Some("false"), Bool),
+        ("dcgm-log-level", None, Some("DCGM_EXPORTER_DCGM_LOG_LEVEL"), Some("NONE"), Str),
+        ("log-format", None, Some("DCGM_EXPORTER_LOG_FORMAT"), Some("text"), Str),
+        ("pod-resources-kubelet-socket", None, Some("DCGM_POD_RESOURCES_KUBELET_SOCKET"), Some("/var/lib/kubelet/pod-resources/kubelet.sock"), Str),
+        ("hpc-job-mapping-dir", None, Some("DCGM_HPC_JOB_MAPPING_DIR"), Some(""), Str),
+        ("nvidia-resource-names", None, Some("NVIDIA_RESOURCE_NAMES"), None, List),
+        ("kubernetes-virtual-gpus", None, Some("KUBERNETES_VIRTUAL_GPUS"), Some("false"), Bool),
+        ("dump-enabled", None, Some("DCGM_EXPORTER_DUMP_ENABLED"), Some("false"), Bool),
+        ("dump-directory", None, Some("DCGM_EXPORTER_DUMP_DIRECTORY"), Some("/tmp/dcgm-exporter-debug"), Str),
+        ("dump-retention", None, Some("DCGM_EXPORTER_DUMP_RETENTION"), Some("24"), Int),
+        ("dump-compression", None, Some("DCGM_EXPORTER_DUMP_COMPRESSION"), Some("true"), Bool),
+        ("kubernetes-enable-dra", None, Some("KUBERNETES_ENABLE_DRA"), Some("false"), Bool),
+        ("disable-startup-validate", None, Some("DISABLE_STARTUP_VALIDATE"), Some("false"), Bool),
+        ("enable-gpu-bind-unbind-watch", None, Some("DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH"), Some("false"), Bool),
+        ("gpu-bind-unbind-poll-interval", None, Some("DCGM_EXPORTER_GPU_BIND_UNBIND_POLL_INTERVAL"), Some("1s"), Str),
+        ("enable-pprof", None, Some("DCGM_EXPORTER_ENABLE_PPROF"), Some("false"), Bool),
+        // §7 (newer upstream)
+        ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
+        ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
+        ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
+        ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some(""), Str),
+        ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
+        // ours
+        ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
+        ("list-fields", None, None, Some("false"), Bool),
+        ("compute-instances", None, Some("DCGM_EXPORTER_COMPUTE_INSTANCES"), Some("false"), Bool),
+    ];
+
+    /// A value that parses and differs from the default.
+    fn sample(long: &str, kind: Kind) -> &'static str {
+        match (long, kind) {
+            ("dcgm-log-level", _) => "DEBUG",
+            ("log-format", _) => "json",
+            ("kubernetes-gpu-id-type", _) => "device-name",
+            ("dump-compression", _) => "false",
+            (_, Bool) => "true",
+            (_, Int) => "1234",
+            _ => "some-value",
+        }
+    }
+
+    #[test]
+    fn every_flag_is_declared_with_its_long_short_env_and_default() {
+        let mut cmd = Config::command();
+        cmd.build();
+        for &(long, short, env, default, kind) in FLAGS {
+            let a = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .unwrap_or_else(|| panic!("--{long} is missing"));
+            let one_letter = short.filter(|s| s.len() == 1);
+            assert_eq!(
+                a.get_short().map(String::from),
+                one_letter.map(String::from),
+                "{long}"
+            );
+            assert_eq!(a.get_env().and_then(OsStr::to_str), env, "{long}");
+            let d: Vec<&str> = a
+                .get_default_values()
+                .iter()
+                .filter_map(|v| v.to_str())
+                .collect();
+            assert_eq!(d, default.map_or(vec![], |d| vec![d]), "{long}");
+            let optional = a.get_num_args().is_some_and(|r| r.min_values() == 0);
+            assert_eq!(
+                kind == Bool,
+                optional,
+                "{long}: bools take an optional =value"
+            );
+        }
+        // ... and nothing else, apart from clap's help and our version.
+        for a in cmd.get_arguments() {
+            let long = a.get_long().unwrap_or_default();
+            assert!(
+                FLAGS.iter().any(|f| f.0 == long) || ["help", "version"].contains(&long),
+                "--{long} is not in the table"
+            );
+        }
+    }
+
+    #[test]
+    fn every_flag_parses_from_long_short_go_spelling_and_env() {
+        let _g = lock();
+        let cmd = Config::command();
+        for &(long, short, env, default, kind) in FLAGS {
+            let id = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some(long))
+                .map(|a| a.get_id().to_string())
+                .unwrap_or_default();
+            let v = sample(long, kind);
+            let mut spellings = vec![
+                argv(&[&format!("--{long}={v}")]),
+                argv(&[&format!("-{long}={v}")]),
+            ];
+            if kind != Bool {
+                spellings.push(argv(&[&format!("--{long}"), v]));
+                spellings.push(argv(&[&format!("-{long}"), v]));
+            }
+            if let Some(s) = short {
+                spellings.push(argv(&[&format!("-{s}={v}")]));
+                spellings.push(argv(&[&format!("--{s}={v}")]));
+                if kind != Bool {
+                    spellings.push(argv(&[&format!("-{s}"), v]));
+                }
+            }
+            for args in spellings {
+                let m = matches_from(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+                assert_eq!(raw(&m, &id), [v], "{args:?}");
+                assert_eq!(m.value_source(&id), Some(ValueSource::CommandLine));
+            }
+            if kind == Bool {
+                for flag in [format!("--{long}"), format!("-{}", short.unwrap_or(long))] {
+                    let m = matches_from(argv(&[&flag])).unwrap();
+                    assert_eq!(m.get_one::<bool>(&id), Some(&true), "{flag}");
+                }
+            }
+            // Absent: the default, from the default source.
+            let m = matches_from(argv(&[])).unwrap();
+            assert_eq!(
+                raw(&m, &id),
+                default.map_or(vec![], |d| vec![d.to_string()])
+            );
+            assert_ne!(m.value_source(&id), Some(ValueSource::CommandLine));
+            if let Some(env) = env {
+                let _e = EnvVars::set(&[(env, v)]);
+                let m = matches_from(argv(&[])).unwrap_or_else(|e| panic!("{env}: {e}"));
+                assert_eq!(raw(&m, &id), [v], "{env}");
+                assert_eq!(m.value_source(&id), Some(ValueSource::EnvVariable), "{env}");
+                // The command line wins over the environment.
+                if kind == Int {
+                    let m = matches_from(argv(&[&format!("--{long}=7")])).unwrap();
+                    assert_eq!(raw(&m, &id), ["7"]);
+                }
+            }
+        }
     }
 
     #[test]
     fn defaults_match_dcgm_exporter() {
-        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = lock();
         let c = parse(&[]).unwrap();
         assert_eq!(
             c.collectors,
@@ -405,107 +765,339 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock")
         );
         assert_eq!(c.remote_hostengine(), None);
-        assert!(!c.debug && !c.no_hostname && c.dump_compression);
+        assert_eq!(c.remote_hostengine_info, "localhost:5555");
+        assert_eq!(
+            (c.dcgm_log_level.as_str(), c.log_format.as_str()),
+            ("NONE", "text")
+        );
+        assert_eq!(c.dump_retention, 24);
+        assert!(!c.debug && !c.no_hostname && c.dump_compression && !c.list_fields);
+        assert!(c.nvidia_resource_names.is_empty() && c.dcgm_library.is_none());
         assert!(c.unsupported_options().is_empty());
     }
 
     #[test]
     fn go_flag_spellings() {
-        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
-        assert_eq!(
-            parse(&["-collectors", "x.csv"]).unwrap().collectors,
-            PathBuf::from("x.csv")
-        );
-        assert_eq!(
-            parse(&["--collectors=x.csv"]).unwrap().collectors,
-            PathBuf::from("x.csv")
-        );
-        assert_eq!(
-            parse(&["-f=x.csv"]).unwrap().collectors,
-            PathBuf::from("x.csv")
-        );
-        assert_eq!(
-            parse(&["--f=x.csv"]).unwrap().collectors,
-            PathBuf::from("x.csv")
-        );
-        assert_eq!(
-            parse(&["-f", "x.csv"]).unwrap().collectors,
-            PathBuf::from("x.csv")
-        );
+        let _g = lock();
+        for args in [
+            &["-collectors", "x.csv"][..],
+            &["--collectors", "x.csv"],
+            &["-collectors=x.csv"],
+            &["--collectors=x.csv"],
+            &["-f", "x.csv"],
+            &["-f=x.csv"],
+            &["--f=x.csv"],
+            &["--f", "x.csv"],
+        ] {
+            let c = parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert_eq!(c.collectors, PathBuf::from("x.csv"), "{args:?}");
+        }
         assert!(parse(&["-rbmn"]).unwrap().replace_blanks_in_model_name);
+        assert!(parse(&["--rbmn"]).unwrap().replace_blanks_in_model_name);
+        assert!(
+            !parse(&["-rbmn=false"])
+                .unwrap()
+                .replace_blanks_in_model_name
+        );
         assert!(parse(&["-debug"]).unwrap().debug);
-        assert!(!parse(&["--debug=false"]).unwrap().debug);
-        assert!(parse(&["--no-hostname=true"]).unwrap().no_hostname);
+        assert!(parse(&["--debug"]).unwrap().debug);
+        for f in ["false", "0", "f", "F", "FALSE", "False"] {
+            assert!(!parse(&[&format!("--debug={f}")]).unwrap().debug, "{f}");
+        }
+        for t in ["true", "1", "t", "T", "TRUE", "True"] {
+            assert!(
+                parse(&[&format!("--no-hostname={t}")]).unwrap().no_hostname,
+                "{t}"
+            );
+        }
         assert!(parse(&["-n"]).unwrap().no_hostname);
         assert!(
             !parse(&["--dump-compression=false"])
                 .unwrap()
                 .dump_compression
         );
+        // The last occurrence wins, as in Go.
+        assert!(!parse(&["--debug", "--debug=false"]).unwrap().debug);
+        assert_eq!(parse(&["-a", ":1", "-a", ":2"]).unwrap().address, ":2");
+        // A value flag takes the next argument whatever it is; negative numbers too.
+        assert_eq!(parse(&["-a", "-k"]).unwrap().address, "-k");
+        assert_eq!(parse(&["-c", "-5"]).unwrap().collect_interval, -5);
+        let c = parse(&["-c", "1000", "-x", "5000", "-k", "-o"]).unwrap();
+        assert_eq!((c.collect_interval, c.xid_count_window_size), (1000, 5000));
+        assert!(c.kubernetes && c.use_old_namespace);
+        // Go's base-0 integers.
+        assert_eq!(parse(&["-c=0x10"]).unwrap().collect_interval, 16);
+        assert_eq!(parse(&["-c=010"]).unwrap().collect_interval, 8);
+        assert_eq!(parse(&["-c=0b11"]).unwrap().collect_interval, 3);
+        assert_eq!(parse(&["-c=+7"]).unwrap().collect_interval, 7);
+        assert_eq!(parse(&["-p", "g:0"]).unwrap().cpu_devices, "g:0");
         assert_eq!(
-            parse(&["-c", "1000", "-x", "5000"])
-                .unwrap()
-                .collect_interval,
-            1000
-        );
-        assert_eq!(
-            parse(&["-collect-interval=2000"]).unwrap().collect_interval,
-            2000
+            parse(&[
+                "--nvidia-resource-names=a,b",
+                "--nvidia-resource-names",
+                "c"
+            ])
+            .unwrap()
+            .nvidia_resource_names,
+            ["a", "b", "c"]
         );
         let c = parse(&["-r", "10.0.0.1:5555"]).unwrap();
         assert_eq!(c.remote_hostengine(), Some("10.0.0.1:5555"));
-        assert_eq!(parse(&["-p", "g:0"]).unwrap().cpu_devices, "g:0");
+        let c = parse(&["--remote-hostengine-info=localhost:5555"]).unwrap();
+        assert_eq!(c.remote_hostengine(), Some("localhost:5555"), "given = set");
+        assert_eq!(
+            parse(&["--dcgm-library", "/x/libdcgm.so.4"])
+                .unwrap()
+                .dcgm_library,
+            Some(PathBuf::from("/x/libdcgm.so.4"))
+        );
+        assert!(parse(&["-list-fields"]).unwrap().list_fields);
+        assert!(parse(&["--compute-instances"]).unwrap().compute_instances);
+    }
+
+    #[test]
+    fn normalize_args_rewrites_only_what_it_knows() {
+        let n = |args: &[&str]| -> Vec<String> {
+            normalize_args(argv(args).into_iter().map(OsString::from))
+                .into_iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            n(&[
+                "-collectors",
+                "x",
+                "-rbmn",
+                "--f=y",
+                "-k",
+                "-debug=false",
+                "-a",
+                "-c"
+            ]),
+            argv(&[
+                "--collectors=x",
+                "--replace-blanks-in-model-name",
+                "--collectors=y",
+                "--kubernetes",
+                "--debug=false",
+                "--address=-c"
+            ])
+        );
+        assert_eq!(n(&["-v"]), argv(&["--version"]));
+        assert_eq!(n(&["-help"]), argv(&["--help"]));
+        // A missing value is left for clap to report.
+        assert_eq!(n(&["-f"]), argv(&["--collectors"]));
+        // Unknown flags, positionals, "-", "---x" and everything after "--" stay as they are.
+        assert_eq!(
+            n(&["-kn", "-nope", "x", "-", "---k", "--", "-k"]),
+            argv(&["-kn", "-nope", "x", "-", "---k", "--", "-k"])
+        );
+    }
+
+    #[test]
+    fn version_line() {
+        let _g = lock();
+        let e = parse(&["-v"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayVersion);
+        assert_eq!(e.exit_code(), 0);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "DCGM Exporter version {} (Rust; DCGM API 4.6)\n",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(
+            parse(&["--version"]).unwrap_err().kind(),
+            clap::error::ErrorKind::DisplayVersion
+        );
+        let e = parse(&["-h"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+        let help = e.to_string();
+        assert!(
+            help.contains("--collectors <PATH>") && help.contains("DCGM_EXPORTER_COLLECTORS"),
+            "{help}"
+        );
     }
 
     #[test]
     fn bad_values_name_the_flag() {
-        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
-        let e = parse(&["-c", "abc"]).unwrap_err().to_string();
-        assert!(e.contains("collect-interval"), "{e}");
-        let e = parse(&["--log-format", "xml"]).unwrap_err().to_string();
-        assert!(e.contains("log-format"), "{e}");
-        assert!(parse(&["--dcgm-log-level", "LOUD"]).is_err());
-        assert_eq!(
-            parse(&["--dcgm-log-level", "DEBUG"])
-                .unwrap()
-                .dcgm_log_level,
-            "DEBUG"
+        let _g = lock();
+        let err = |args: &[&str]| match parse(args) {
+            Ok(c) => panic!("{args:?} parsed: {c:?}"),
+            Err(e) => e.to_string(),
+        };
+        let e = err(&["-c", "abc"]);
+        assert!(
+            e.contains("--collect-interval") && e.contains("'abc' is not an integer"),
+            "{e}"
         );
-        let e = parse(&["--debug=maybe"]).unwrap_err().to_string();
-        assert!(e.contains("not a boolean"), "{e}");
-        assert!(parse(&["--no-such-flag"]).is_err());
+        let e = err(&["-x=1.5"]);
+        assert!(e.contains("--xid-count-window-size"), "{e}");
+        let e = err(&["-c=99999999999999999999"]);
+        assert!(e.contains("out of range"), "{e}");
+        let e = err(&["--log-format", "xml"]);
+        assert!(e.contains("--log-format") && e.contains("xml"), "{e}");
+        for bad in ["LOUD", "debug", ""] {
+            let e = err(&[&format!("--dcgm-log-level={bad}")]);
+            assert!(e.contains("--dcgm-log-level"), "{e}");
+        }
+        for ok in LOG_LEVELS {
+            assert_eq!(parse(&["--dcgm-log-level", ok]).unwrap().dcgm_log_level, ok);
+        }
+        let e = err(&["--kubernetes-gpu-id-type=gpu"]);
+        assert!(e.contains("--kubernetes-gpu-id-type"), "{e}");
+        let e = err(&["--debug=maybe"]);
+        assert!(e.contains("--debug") && e.contains("not a boolean"), "{e}");
+        let e = err(&["-f"]);
+        assert!(e.contains("--collectors"), "{e}");
+        assert!(err(&["--no-such-flag"]).contains("--no-such-flag"));
+        // A bool does not take the next argument; the stray one is an error, not ignored.
+        assert!(err(&["-n", "false"]).contains("'false'"));
     }
 
     #[test]
     fn environment_variables_and_remote_is_set_semantics() {
-        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
-        std::env::set_var("DCGM_REMOTE_HOSTENGINE_INFO", "he:5555");
-        std::env::set_var("DCGM_EXPORTER_DEBUG", "false");
-        std::env::set_var("DCGM_EXPORTER_INTERVAL", "1234");
-        std::env::set_var("NVIDIA_RESOURCE_NAMES", "nvidia.com/a100,nvidia.com/h100");
-        let c = parse(&[]);
-        std::env::remove_var("DCGM_REMOTE_HOSTENGINE_INFO");
-        std::env::remove_var("DCGM_EXPORTER_DEBUG");
-        std::env::remove_var("DCGM_EXPORTER_INTERVAL");
-        std::env::remove_var("NVIDIA_RESOURCE_NAMES");
-        let c = c.unwrap();
-        assert_eq!(c.remote_hostengine(), Some("he:5555"));
-        assert!(!c.debug);
-        assert_eq!(c.collect_interval, 1234);
-        assert_eq!(
-            c.nvidia_resource_names,
-            vec!["nvidia.com/a100", "nvidia.com/h100"]
-        );
-        assert_eq!(c.unsupported_options(), vec!["nvidia-resource-names"]);
+        let _g = lock();
+        {
+            let _e = EnvVars::set(&[
+                ("DCGM_REMOTE_HOSTENGINE_INFO", "he:5555"),
+                ("DCGM_EXPORTER_DEBUG", "false"),
+                ("DCGM_EXPORTER_NO_HOSTNAME", "T"),
+                ("DCGM_EXPORTER_INTERVAL", "1234"),
+                ("NVIDIA_RESOURCE_NAMES", "nvidia.com/a100,nvidia.com/h100"),
+                (
+                    "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+                    "^app$,^team",
+                ),
+            ]);
+            let c = parse(&[]).unwrap();
+            assert_eq!(c.remote_hostengine(), Some("he:5555"));
+            assert!(!c.debug && c.no_hostname);
+            assert_eq!(c.collect_interval, 1234);
+            assert_eq!(
+                c.nvidia_resource_names,
+                vec!["nvidia.com/a100", "nvidia.com/h100"]
+            );
+            assert_eq!(c.kubernetes_pod_label_allowlist_regex, ["^app$", "^team"]);
+            // The command line wins.
+            let c = parse(&["-r", "other:1", "--debug", "-c", "5"]).unwrap();
+            assert_eq!(c.remote_hostengine(), Some("other:1"));
+            assert!(c.debug);
+            assert_eq!(c.collect_interval, 5);
+        }
+        {
+            let _e = EnvVars::set(&[("DCGM_EXPORTER_DEBUG", "yes")]);
+            let e = parse(&[]).unwrap_err().to_string();
+            assert!(e.contains("--debug") && e.contains("'yes'"), "{e}");
+        }
+        {
+            // Empty values count as unset.
+            let _e = EnvVars::set(&[
+                ("DCGM_REMOTE_HOSTENGINE_INFO", ""),
+                ("DCGM_EXPORTER_DEBUG", ""),
+                ("DCGM_EXPORTER_INTERVAL", ""),
+                ("DCGM_EXPORTER_DUMP_COMPRESSION", ""),
+            ]);
+            let c = parse(&[]).unwrap();
+            assert_eq!(c.remote_hostengine(), None);
+            assert!(!c.debug && c.dump_compression);
+            assert_eq!(c.collect_interval, 30000);
+        }
+        assert_eq!(parse(&[]).unwrap().remote_hostengine(), None);
     }
 
     #[test]
     fn unsupported_features_are_reported_when_set() {
-        let _g = ENV.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
         assert_eq!(
             c.unsupported_options(),
             vec!["kubernetes", "configmap-data", "web-config-file"]
         );
+        let c = parse(&[
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-enable-pod-uid",
+            "--kubernetes-gpu-id-type=device-name",
+            "--kubernetes-pod-label-allowlist-regex=x",
+            "--kubernetes-virtual-gpus",
+            "--kubernetes-enable-dra",
+            "--nvidia-resource-names=nvidia.com/a100",
+            "--web-systemd-socket",
+            "--dump-enabled",
+            "--hpc-job-mapping-dir=/d",
+            "--enable-gpu-bind-unbind-watch",
+            "--enable-pprof",
+            "--config-file=c.yml",
+            "--container-labels=a",
+            "--fake-gpus",
+            // Only with --kubernetes:
+            "--pod-resources-kubelet-socket=/s",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.unsupported_options(),
+            vec![
+                "kubernetes-enable-pod-labels",
+                "kubernetes-enable-pod-uid",
+                "kubernetes-gpu-id-type",
+                "kubernetes-pod-label-allowlist-regex",
+                "kubernetes-virtual-gpus",
+                "kubernetes-enable-dra",
+                "nvidia-resource-names",
+                "web-systemd-socket",
+                "dump-enabled",
+                "hpc-job-mapping-dir",
+                "enable-gpu-bind-unbind-watch",
+                "enable-pprof",
+                "config-file",
+                "container-labels",
+                "fake-gpus",
+            ]
+        );
+        let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();
+        assert_eq!(
+            c.unsupported_options(),
+            vec!["kubernetes", "pod-resources-kubelet-socket"]
+        );
+        // Set, but to the default: nothing to refuse.
+        let c = parse(&[
+            "--kubernetes=false",
+            "-m",
+            "none",
+            "--kubernetes-gpu-id-type=uid",
+            "--dump-directory=/x",
+            "--web-read-timeout=5s",
+        ])
+        .unwrap();
+        assert!(c.unsupported_options().is_empty());
+    }
+
+    #[test]
+    fn go_ints() {
+        for (s, v) in [
+            ("0", 0),
+            ("42", 42),
+            ("-42", -42),
+            ("+42", 42),
+            ("0x1F", 31),
+            ("0X1f", 31),
+            ("0o17", 15),
+            ("017", 15),
+            ("0b101", 5),
+            ("-0x10", -16),
+            ("9223372036854775807", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(parse_go_int(s), Ok(v), "{s}");
+        }
+        for s in [
+            "", "-", "+", "abc", "1.5", "0x", "08", "1e3", "--1", "+-1", " 1", "1_000",
+        ] {
+            assert!(parse_go_int(s).is_err(), "{s}");
+        }
+        assert!(parse_go_int("9223372036854775808")
+            .unwrap_err()
+            .contains("out of range"));
     }
 }

@@ -1,7 +1,8 @@
-//! The counters CSV, in dcgm-exporter's format: `<field>, <type>, <help>` per line, `#`
+//! The counters CSV, in dcgm-exporter's format: `<field>, <type>, <help>` per record, `#`
 //! comments at the start of a line, RFC 4180 quotes, columns trimmed of spaces only.
 
 use dcgm_sys::fields::{self, FieldMeta};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -16,27 +17,34 @@ pub enum PromType {
 }
 
 impl PromType {
-    fn parse(s: &str) -> Option<PromType> {
-        Some(match s {
-            "gauge" => PromType::Gauge,
-            "counter" => PromType::Counter,
-            "histogram" => PromType::Histogram,
-            "summary" => PromType::Summary,
-            "label" => PromType::Label,
-            _ => return None,
-        })
-    }
-}
+    const ALL: [PromType; 5] = [
+        PromType::Gauge,
+        PromType::Counter,
+        PromType::Histogram,
+        PromType::Summary,
+        PromType::Label,
+    ];
 
-impl fmt::Display for PromType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+    fn as_str(self) -> &'static str {
+        match self {
             PromType::Gauge => "gauge",
             PromType::Counter => "counter",
             PromType::Histogram => "histogram",
             PromType::Summary => "summary",
             PromType::Label => "label",
-        })
+        }
+    }
+
+    /// Case-sensitive, as dcgm-exporter matches it.
+    fn parse(s: &str) -> Option<PromType> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+/// The CSV word, which is also what `# TYPE` shows.
+impl fmt::Display for PromType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -52,17 +60,34 @@ pub enum ExpField {
 }
 
 impl ExpField {
-    const ALL: [(&'static str, ExpField); 6] = [
-        ("DCGM_EXP_XID_ERRORS_COUNT", ExpField::XidErrorsCount),
-        ("DCGM_EXP_CLOCK_EVENTS_COUNT", ExpField::ClockEventsCount),
-        ("DCGM_EXP_GPU_HEALTH_STATUS", ExpField::GpuHealthStatus),
-        ("DCGM_EXP_P2P_STATUS", ExpField::P2PStatus),
-        ("DCGM_EXP_XID_ERRORS_TOTAL", ExpField::XidErrorsTotal),
-        ("DCGM_EXP_CLOCK_EVENTS_TOTAL", ExpField::ClockEventsTotal),
+    const ALL: [ExpField; 6] = [
+        ExpField::XidErrorsCount,
+        ExpField::ClockEventsCount,
+        ExpField::GpuHealthStatus,
+        ExpField::P2PStatus,
+        ExpField::XidErrorsTotal,
+        ExpField::ClockEventsTotal,
     ];
 
-    fn by_name(name: &str) -> Option<ExpField> {
-        Self::ALL.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+    pub fn name(self) -> &'static str {
+        match self {
+            ExpField::XidErrorsCount => "DCGM_EXP_XID_ERRORS_COUNT",
+            ExpField::ClockEventsCount => "DCGM_EXP_CLOCK_EVENTS_COUNT",
+            ExpField::GpuHealthStatus => "DCGM_EXP_GPU_HEALTH_STATUS",
+            ExpField::P2PStatus => "DCGM_EXP_P2P_STATUS",
+            ExpField::XidErrorsTotal => "DCGM_EXP_XID_ERRORS_TOTAL",
+            ExpField::ClockEventsTotal => "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        }
+    }
+
+    pub fn by_name(name: &str) -> Option<ExpField> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+}
+
+impl fmt::Display for ExpField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -72,30 +97,59 @@ pub enum CounterField {
     Exp(ExpField),
 }
 
-/// One CSV row.
+/// One CSV record.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Counter {
     pub field: CounterField,
     /// The metric name: column 1 as written, or the 4.6 name when column 1 is a field id.
     pub name: String,
     pub prom_type: PromType,
+    /// Column 3 verbatim (the renderer escapes it).
     pub help: String,
-    /// 1-based line in the CSV.
+    /// 1-based line of the CSV the record starts on.
     pub line: usize,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counters {
-    /// Rows in file order.
+    /// Records in file order.
     pub all: Vec<Counter>,
 }
 
+// `dcgm`, `labels` and `field_ids` are the views the collection side is meant to use;
+// until it does, the binary does not call them.
+#[allow(dead_code)]
 impl Counters {
-    /// Exporter-synthesised rows.
+    /// DCGM fields exported as metrics (not labels, not `DCGM_EXP_*`).
+    pub fn dcgm(&self) -> impl Iterator<Item = &Counter> {
+        self.all
+            .iter()
+            .filter(|c| matches!(c.field, CounterField::Dcgm(_)) && c.prom_type != PromType::Label)
+    }
+
+    /// DCGM fields whose value becomes a label (type `label`).
+    pub fn labels(&self) -> impl Iterator<Item = &Counter> {
+        self.all.iter().filter(|c| c.prom_type == PromType::Label)
+    }
+
+    /// Exporter-synthesised records (`DCGM_EXP_*`).
     pub fn exp(&self) -> impl Iterator<Item = &Counter> {
         self.all
             .iter()
             .filter(|c| matches!(c.field, CounterField::Exp(_)))
+    }
+
+    /// Distinct DCGM field ids, metrics and labels, ascending.
+    pub fn field_ids(&self) -> Vec<u16> {
+        self.all
+            .iter()
+            .filter_map(|c| match c.field {
+                CounterField::Dcgm(m) => Some(m.id),
+                CounterField::Exp(_) => None,
+            })
+            .collect::<BTreeSet<u16>>()
+            .into_iter()
+            .collect()
     }
 }
 
@@ -116,6 +170,7 @@ pub enum CountersError {
     Empty { file: String },
 }
 
+/// Reads and parses the CSV at `path`; every error names the path.
 pub fn load(path: &Path) -> Result<Counters, CountersError> {
     let text = std::fs::read_to_string(path).map_err(|source| CountersError::Read {
         path: path.display().to_string(),
@@ -124,71 +179,86 @@ pub fn load(path: &Path) -> Result<Counters, CountersError> {
     parse_str(&path.display().to_string(), &text)
 }
 
-pub fn parse_str(file: &str, text: &str) -> Result<Counters, CountersError> {
+const TYPES: &str = "gauge, counter, histogram, summary or label";
+
+/// Parses CSV text; `source_name` prefixes every error (`<source_name>:<line>: ...`).
+pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersError> {
     let err = |line: usize, message: String| CountersError::Line {
-        file: file.to_string(),
+        file: source_name.to_string(),
         line,
         message,
     };
+    // Go's encoding/csv with Comment='#': a comment only at the very start of a line,
+    // blank lines skipped, RFC 4180 quotes. The column count is checked below so that
+    // the error can say which line and how many.
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .comment(Some(b'#'))
+        .trim(csv::Trim::None)
+        .from_reader(text.as_bytes());
     let mut out = Counters::default();
-    for (line, record) in logical_records(text) {
-        let mut rdr = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .trim(csv::Trim::None)
-            .from_reader(record.as_bytes());
-        let rec = match rdr.records().next() {
-            Some(Ok(r)) => r,
-            Some(Err(e)) => return Err(err(line, format!("malformed CSV: {e}"))),
-            None => continue,
-        };
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| {
+            let line = e
+                .position()
+                .map_or(0, |p| record_line(text.as_bytes(), p.byte()));
+            err(line, format!("malformed CSV: {e}"))
+        })?;
+        let line = rec
+            .position()
+            .map_or(0, |p| record_line(text.as_bytes(), p.byte()));
         // Only spaces are trimmed, as dcgm-exporter does (a tab stays part of the name).
         let cols: Vec<&str> = rec.iter().map(|c| c.trim_matches(' ')).collect();
+        // A line of spaces only: Go would fail on it (1 column); nothing is lost by skipping.
         if cols.len() == 1 && cols[0].is_empty() {
             continue;
         }
         if cols.len() != 3 {
+            let hint = if rec.iter().any(|c| c.contains('"')) {
+                " (a quoted column must start right after the comma, with no space before the quote)"
+            } else if cols.len() > 3 {
+                " (quote a help text that contains commas)"
+            } else {
+                ""
+            };
             return Err(err(
                 line,
                 format!(
-                    "expected 3 columns (field, type, help), found {}",
+                    "expected 3 columns (field, type, help), found {}{hint}",
                     cols.len()
                 ),
             ));
         }
         let (name, ty, help) = (cols[0], cols[1], cols[2]);
+        // Resolve the name first, as dcgm-exporter does: an unknown name is the error shown.
+        let (field, metric_name) = resolve(name).map_err(|m| err(line, m))?;
         let prom_type = PromType::parse(ty).ok_or_else(|| {
-            err(line, format!("unknown metric type '{ty}' for {name} (use gauge, counter, histogram, summary or label)"))
+            err(
+                line,
+                format!("unknown metric type '{ty}' for {name} (allowed: {TYPES})"),
+            )
         })?;
-        let (field, metric_name) = if let Some(m) = fields::by_name(name) {
-            (CounterField::Dcgm(m), name.to_string())
-        } else if let Some(x) = ExpField::by_name(name) {
-            if !matches!(prom_type, PromType::Gauge | PromType::Counter) {
+        match field {
+            CounterField::Exp(_) if !matches!(prom_type, PromType::Gauge | PromType::Counter) => {
                 return Err(err(
                     line,
                     format!("{name} must be a gauge or a counter, not {ty}"),
                 ));
             }
-            (CounterField::Exp(x), name.to_string())
-        } else if let Ok(id) = name.parse::<u16>() {
-            let m =
-                fields::by_id(id).ok_or_else(|| err(line, format!("no DCGM field has id {id}")))?;
-            (CounterField::Dcgm(m), m.name.to_string())
-        } else {
-            let hint = fields::closest_names(name, 3).join(", ");
-            return Err(err(
-                line,
-                format!("unknown DCGM field '{name}' (did you mean {hint}?)"),
-            ));
-        };
-        if let CounterField::Dcgm(m) = &field {
-            if m.field_type == b'b' {
+            CounterField::Dcgm(m) if m.field_type == b'b' => {
                 return Err(err(
                     line,
-                    format!("{name} is a binary field and cannot be exported"),
+                    format!(
+                        "{name} (field {}) holds binary data and cannot be exported",
+                        m.id
+                    ),
                 ));
             }
+            _ => {}
         }
+        // The same field under two names is allowed: it is two metrics, e.g. a 1.x name
+        // next to the 4.x one while dashboards migrate.
         if let Some(prev) = out.all.iter().find(|c| c.name == metric_name) {
             return Err(err(
                 line,
@@ -208,35 +278,62 @@ pub fn parse_str(file: &str, text: &str) -> Result<Counters, CountersError> {
     }
     if out.all.is_empty() {
         return Err(CountersError::Empty {
-            file: file.to_string(),
+            file: source_name.to_string(),
         });
     }
     Ok(out)
 }
 
-/// Splits the text into (first line number, record text), skipping blank lines and lines
-/// that start with '#', and joining lines while a quoted field is open (RFC 4180).
-fn logical_records(text: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut open: Option<(usize, String)> = None;
-    for (i, l) in text.lines().enumerate() {
-        match open.as_mut() {
-            Some((_, buf)) => {
-                buf.push('\n');
-                buf.push_str(l);
+/// The 1-based line a record starts on. The csv crate's own `Position::line()` does not
+/// count skipped blank and comment lines nor CRLF endings, and its `byte()` is where the
+/// previous record ended; so step over line ends and comment lines from there.
+fn record_line(text: &[u8], byte: u64) -> usize {
+    let mut i = usize::try_from(byte).map_or(text.len(), |b| b.min(text.len()));
+    while i < text.len() {
+        let at_line_start = i == 0 || text[i - 1] == b'\n';
+        match text[i] {
+            b'\r' | b'\n' => i += 1,
+            b'#' if at_line_start => {
+                i = text[i..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(text.len(), |n| i + n + 1);
             }
-            None if l.is_empty() || l.starts_with('#') => continue,
-            None => open = Some((i + 1, l.to_string())),
-        }
-        if open
-            .as_ref()
-            .is_some_and(|(_, b)| b.matches('"').count() % 2 == 0)
-        {
-            out.extend(open.take());
+            _ => break,
         }
     }
-    out.extend(open);
-    out
+    1 + text[..i].iter().filter(|&&b| b == b'\n').count()
+}
+
+/// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
+/// decimal field id (our extension, exported under the 4.6 name).
+fn resolve(name: &str) -> Result<(CounterField, String), String> {
+    if let Some(m) = fields::by_name(name) {
+        return Ok((CounterField::Dcgm(m), name.to_string()));
+    }
+    if let Some(x) = ExpField::by_name(name) {
+        return Ok((CounterField::Exp(x), name.to_string()));
+    }
+    if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
+        let m = name
+            .parse::<u16>()
+            .ok()
+            .and_then(fields::by_id)
+            .ok_or_else(|| format!("no DCGM field has id {name}"))?;
+        return Ok((CounterField::Dcgm(m), m.name.to_string()));
+    }
+    if name.is_empty() {
+        return Err("empty field name".into());
+    }
+    let hint = fields::closest_names(name, 3);
+    Err(if hint.is_empty() {
+        format!("unknown DCGM field '{name}'")
+    } else {
+        format!(
+            "unknown DCGM field '{name}' (did you mean {}?)",
+            hint.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -247,30 +344,81 @@ mod tests {
         parse_str("t.csv", t).map_err(|e| e.to_string())
     }
 
-    #[test]
-    fn shipped_csvs_parse() {
-        for f in [
-            "default-counters.csv",
-            "dcp-metrics-included.csv",
-            "1.x-compatibility-metrics.csv",
-        ] {
-            let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc").join(f);
-            let c = load(&p).unwrap_or_else(|e| panic!("{e}"));
-            assert!(c.all.len() >= 18, "{f}: {}", c.all.len());
+    fn id(c: &Counter) -> Option<u16> {
+        match &c.field {
+            CounterField::Dcgm(m) => Some(m.id),
+            CounterField::Exp(_) => None,
         }
     }
 
     #[test]
-    fn comments_quotes_and_trimming() {
-        let c = parse("# comment\n\nDCGM_FI_DEV_GPU_TEMP ,  gauge ,\"temp, in C\"\n").unwrap();
-        assert_eq!(c.all[0].help, "temp, in C");
-        assert_eq!(c.all[0].line, 3);
-        // '#' only starts a comment at the start of a line.
-        assert!(parse(" # x, gauge, y\n")
+    fn shipped_csvs_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc");
+        for (f, min) in [
+            ("default-counters.csv", 26),
+            ("dcp-metrics-included.csv", 26),
+            ("1.x-compatibility-metrics.csv", 18),
+        ] {
+            let p = dir.join(f);
+            if !p.exists() {
+                continue;
+            }
+            let c = load(&p).unwrap_or_else(|e| panic!("{e}"));
+            assert!(c.all.len() >= min, "{f}: {}", c.all.len());
+        }
+    }
+
+    #[test]
+    fn load_names_the_path() {
+        let e = load(Path::new("/nonexistent/c.csv"))
             .unwrap_err()
-            .contains("t.csv:1: unknown DCGM field '# x'"));
-        let c = parse("DCGM_FI_DEV_GPU_TEMP, gauge, a # not a comment\n").unwrap();
-        assert_eq!(c.all[0].help, "a # not a comment");
+            .to_string();
+        assert!(e.starts_with("/nonexistent/c.csv: "), "{e}");
+    }
+
+    #[test]
+    fn comments_blank_lines_quotes_and_trimming() {
+        let c = parse(
+            "# comment\n\n   \nDCGM_FI_DEV_GPU_TEMP ,  gauge ,\"temp, in C\"\r\n\
+             DCGM_FI_DEV_SM_CLOCK, gauge, a # not a comment\n\
+             DCGM_FI_DEV_MEM_CLOCK, gauge,\"say \"\"hi\"\"\nover two lines\"\n\
+             DCGM_FI_DEV_POWER_USAGE, gauge,\n",
+        )
+        .unwrap();
+        let got: Vec<(&str, &str, usize)> = c
+            .all
+            .iter()
+            .map(|r| (r.name.as_str(), r.help.as_str(), r.line))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("DCGM_FI_DEV_GPU_TEMP", "temp, in C", 4),
+                ("DCGM_FI_DEV_SM_CLOCK", "a # not a comment", 5),
+                ("DCGM_FI_DEV_MEM_CLOCK", "say \"hi\"\nover two lines", 6),
+                ("DCGM_FI_DEV_POWER_USAGE", "", 8),
+            ]
+        );
+        // Line numbers count comment, blank and CRLF lines and multi-line records.
+        let e = parse(
+            "# c\r\nDCGM_FI_DEV_GPU_TEMP, gauge,\"a\r\nb\"\r\n\r\n# c, gauge, h\r\nX, gauge, h\r\n",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("t.csv:6: unknown DCGM field 'X'"), "{e}");
+        // '#' only starts a comment at the start of a line.
+        let e = parse(" # x, gauge, y\n").unwrap_err();
+        assert!(e.starts_with("t.csv:1: unknown DCGM field '# x'"), "{e}");
+        let e = parse(" # a comment?\n").unwrap_err();
+        assert!(e.starts_with("t.csv:1: expected 3 columns"), "{e}");
+        // Tabs are not trimmed.
+        let e = parse("DCGM_FI_DEV_GPU_TEMP\t, gauge, h\n").unwrap_err();
+        assert!(
+            e.starts_with("t.csv:1: unknown DCGM field 'DCGM_FI_DEV_GPU_TEMP\t'"),
+            "{e}"
+        );
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge\t, h\n")
+            .unwrap_err()
+            .contains("unknown metric type 'gauge\t'"));
     }
 
     #[test]
@@ -279,70 +427,170 @@ mod tests {
             parse("DCGM_FI_DEV_GPU_TEMP, gauge\n").unwrap_err(),
             "t.csv:1: expected 3 columns (field, type, help), found 2"
         );
-        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, h, x\n")
+        assert_eq!(
+            parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n\nDCGM_FI_DEV_SM_CLOCK, gauge, h, x\n")
+                .unwrap_err(),
+            "t.csv:3: expected 3 columns (field, type, help), found 4 \
+             (quote a help text that contains commas)"
+        );
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"a, b\"\n")
             .unwrap_err()
-            .contains("found 4"));
-        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gaugee, h\n")
+            .contains("found 4 (a quoted column must start right after the comma"));
+        assert_eq!(
+            parse("DCGM_FI_DEV_GPU_TEMP, gaugee, h\n").unwrap_err(),
+            "t.csv:1: unknown metric type 'gaugee' for DCGM_FI_DEV_GPU_TEMP \
+             (allowed: gauge, counter, histogram, summary or label)"
+        );
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, Gauge, h\n")
             .unwrap_err()
-            .contains("unknown metric type 'gaugee'"));
+            .contains("unknown metric type 'Gauge'"));
         let e = parse("\nDCGM_FI_DEV_GPU_TEMPP, gauge, h\n").unwrap_err();
         assert!(
-            e.starts_with("t.csv:2: unknown DCGM field 'DCGM_FI_DEV_GPU_TEMPP'")
-                && e.contains("DCGM_FI_DEV_GPU_TEMP"),
+            e.starts_with("t.csv:2: unknown DCGM field 'DCGM_FI_DEV_GPU_TEMPP' (did you mean ")
+                && e.contains("DCGM_FI_DEV_GPU_TEMP,")
+                && e.ends_with("?)"),
             "{e}"
         );
-        assert!(
-            parse("DCGM_FI_DEV_GPU_TEMP\t, gauge, h\n")
-                .unwrap_err()
-                .contains("unknown DCGM field"),
-            "tabs are not trimmed"
-        );
-        assert!(
-            parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n")
-                .unwrap_err()
-                .contains("t.csv:2: duplicate metric")
-        );
-        // The same field under two names is two metrics (e.g. while migrating dashboards).
+        // The name is checked before the type.
+        assert!(parse("NOPE, nope, h\n")
+            .unwrap_err()
+            .contains("unknown DCGM field 'NOPE'"));
         assert_eq!(
-            parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n")
-                .unwrap()
-                .all
-                .len(),
-            2
+            parse(" , gauge, h\n").unwrap_err(),
+            "t.csv:1: empty field name"
         );
-        assert!(parse("DCGM_FI_DEV_MIG_GI_INFO, gauge, h\n")
+        // Names are case-sensitive.
+        assert!(parse("dcgm_fi_dev_gpu_temp, gauge, h\n")
             .unwrap_err()
-            .contains("binary"));
-        assert!(parse("9999, gauge, h\n")
-            .unwrap_err()
-            .contains("no DCGM field has id 9999"));
-        assert!(parse("DCGM_EXP_XID_ERRORS_COUNT, label, h\n")
-            .unwrap_err()
-            .contains("gauge or a counter"));
-        assert!(parse("# only comments\n")
-            .unwrap_err()
-            .contains("no metrics"));
+            .contains("unknown DCGM field"));
+        assert_eq!(
+            parse("# only comments\n\n").unwrap_err(),
+            "t.csv: no metrics: every line is empty or a comment"
+        );
     }
 
     #[test]
-    fn legacy_alias_numeric_and_exp_names_resolve() {
+    fn duplicates() {
+        assert_eq!(
+            parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n# c\nDCGM_FI_DEV_GPU_TEMP, counter, h\n")
+                .unwrap_err(),
+            "t.csv:3: duplicate metric DCGM_FI_DEV_GPU_TEMP (first defined on line 1)"
+        );
+        assert!(
+            parse("DCGM_EXP_P2P_STATUS, gauge, h\nDCGM_EXP_P2P_STATUS, gauge, h\n")
+                .unwrap_err()
+                .contains("t.csv:2: duplicate metric DCGM_EXP_P2P_STATUS")
+        );
+        // A numeric id exports under the 4.6 name, so it collides with that name.
+        assert!(
+            parse("DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, h\n150, gauge, h\n")
+                .unwrap_err()
+                .contains("t.csv:2: duplicate metric DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+        );
+        // The same field under two names is two metrics.
+        let c = parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n").unwrap();
+        assert_eq!(c.all.iter().map(id).collect::<Vec<_>>(), [Some(150); 2]);
+        assert_eq!(c.field_ids(), vec![150]);
+    }
+
+    #[test]
+    fn legacy_alias_numeric_exp_and_label_rows_resolve() {
         let c = parse(
-            "dcgm_gpu_temp, gauge, a\nDCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, b\n155, gauge, c\n\
-             DCGM_EXP_XID_ERRORS_COUNT, counter, d\nDCGM_FI_DRIVER_VERSION, label, e\n",
+            "dcgm_gpu_temp, gauge, a\n\
+             DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, gauge, b\n\
+             155, gauge, c\n\
+             DCGM_EXP_XID_ERRORS_COUNT, counter, d\n\
+             DCGM_FI_DRIVER_VERSION, label, e\n\
+             DCGM_FI_DEV_GPU_TEMP, label, f\n\
+             DCGM_EXP_CLOCK_EVENTS_TOTAL, gauge, g\n\
+             DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, h\n",
         )
         .unwrap();
-        let ids: Vec<Option<u16>> = c
-            .all
-            .iter()
-            .map(|r| match &r.field {
-                CounterField::Dcgm(m) => Some(m.id),
-                CounterField::Exp(_) => None,
-            })
-            .collect();
-        assert_eq!(ids, vec![Some(150), Some(112), Some(155), None, Some(1)]);
-        assert_eq!(c.all[2].name, "DCGM_FI_DEV_BOARD_POWER_WATTS");
+        assert_eq!(
+            c.all.iter().map(id).collect::<Vec<_>>(),
+            vec![
+                Some(150),
+                Some(112),
+                Some(155),
+                None,
+                Some(1),
+                Some(150),
+                None,
+                Some(449)
+            ]
+        );
         assert_eq!(c.all[0].name, "dcgm_gpu_temp");
-        assert_eq!(c.exp().count(), 1);
+        assert_eq!(c.all[1].name, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS");
+        assert_eq!(c.all[2].name, "DCGM_FI_DEV_BOARD_POWER_WATTS");
         assert_eq!(c.all[4].prom_type, PromType::Label);
+        assert_eq!(c.all[4].prom_type.to_string(), "label");
+        let names = |it: &mut dyn Iterator<Item = &Counter>| -> Vec<String> {
+            it.map(|c| c.name.clone()).collect()
+        };
+        assert_eq!(
+            names(&mut c.dcgm()),
+            [
+                "dcgm_gpu_temp",
+                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+                "DCGM_FI_DEV_BOARD_POWER_WATTS",
+                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+            ]
+        );
+        assert_eq!(
+            names(&mut c.labels()),
+            ["DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_GPU_TEMP"]
+        );
+        assert_eq!(
+            names(&mut c.exp()),
+            ["DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL"]
+        );
+        assert_eq!(
+            c.exp().map(|c| c.field.clone()).collect::<Vec<_>>(),
+            [
+                CounterField::Exp(ExpField::XidErrorsCount),
+                CounterField::Exp(ExpField::ClockEventsTotal)
+            ]
+        );
+        assert_eq!(c.field_ids(), vec![1, 112, 150, 155, 449]);
+        for x in ExpField::ALL {
+            assert_eq!(ExpField::by_name(&x.to_string()), Some(x));
+        }
+    }
+
+    #[test]
+    fn numeric_ids_exp_types_and_binary_fields() {
+        // DCGM 4.6 renamed field 150; DCGM_FI_DEV_GPU_TEMP is now an alias.
+        assert_eq!(
+            parse("150, gauge, h\n").unwrap().all[0].name,
+            "DCGM_FI_DEV_GPU_TEMP_CELSIUS"
+        );
+        assert_eq!(
+            parse("9999, gauge, h\n").unwrap_err(),
+            "t.csv:1: no DCGM field has id 9999"
+        );
+        assert!(parse("99999999999, gauge, h\n")
+            .unwrap_err()
+            .contains("no DCGM field has id 99999999999"));
+        assert!(parse("+150, gauge, h\n")
+            .unwrap_err()
+            .contains("unknown DCGM field '+150'"));
+        for ty in ["label", "histogram", "summary"] {
+            assert!(parse(&format!("DCGM_EXP_GPU_HEALTH_STATUS, {ty}, h\n"))
+                .unwrap_err()
+                .contains("DCGM_EXP_GPU_HEALTH_STATUS must be a gauge or a counter"));
+        }
+        let binary = fields::FIELDS
+            .iter()
+            .find(|f| f.field_type == b'b')
+            .expect("the 4.6 table has binary fields");
+        for ty in ["gauge", "label"] {
+            let e = parse(&format!("{}, {ty}, h\n", binary.name)).unwrap_err();
+            assert!(
+                e.contains("holds binary data and cannot be exported"),
+                "{e}"
+            );
+            let e = parse(&format!("{}, {ty}, h\n", binary.id)).unwrap_err();
+            assert!(e.contains("holds binary data"), "{e}");
+        }
     }
 }

@@ -202,6 +202,16 @@ struct Conn {
     writer: Stream,
 }
 
+/// How one request/reply exchange ended.
+enum Exchange {
+    Reply(Reply),
+    /// A complete line that is not a reply this client understands (e.g. a non-finite
+    /// double, which JSON cannot carry): the call fails, the connection stays usable.
+    Unreadable,
+    /// The connection is unusable from now on; the status to report.
+    Broken(i32),
+}
+
 /// The client end of one host-engine connection.
 pub struct Client {
     /// `None` once the connection has failed: like the real library there is no automatic
@@ -266,28 +276,38 @@ impl Client {
     pub fn request(&self, req: &Request) -> Result<Reply, i32> {
         let mut guard = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
         let conn = guard.as_mut().ok_or(DCGM_ST_CONNECTION_NOT_VALID)?;
-        let result = Client::exchange(conn, req);
-        if result.is_err() {
-            // After a failure the byte stream may hold half a message: never reuse it.
-            *guard = None;
+        match Client::exchange(conn, req) {
+            Exchange::Reply(r) => Ok(r),
+            // A whole line arrived, so the stream is still in step; only this call fails.
+            Exchange::Unreadable => Err(DCGM_ST_GENERIC_ERROR),
+            Exchange::Broken(code) => {
+                // The byte stream may hold half a message: never reuse it.
+                *guard = None;
+                Err(code)
+            }
         }
-        result
     }
 
-    fn exchange(conn: &mut Conn, req: &Request) -> Result<Reply, i32> {
-        let mut line = serde_json::to_vec(req).map_err(|_| DCGM_ST_GENERIC_ERROR)?;
+    fn exchange(conn: &mut Conn, req: &Request) -> Exchange {
+        let mut line = match serde_json::to_vec(req) {
+            Ok(l) => l,
+            Err(_) => return Exchange::Unreadable,
+        };
         line.push(b'\n');
-        conn.writer.send_all(&line).map_err(io_status)?;
+        if let Err(e) = conn.writer.send_all(&line) {
+            return Exchange::Broken(io_status(e));
+        }
         let mut buf = Vec::new();
-        let n = (&mut conn.reader)
+        match (&mut conn.reader)
             .take(MAX_REPLY_LINE)
             .read_until(b'\n', &mut buf)
-            .map_err(io_status)?;
-        if n == 0 || buf.last() != Some(&b'\n') {
+        {
+            Err(e) => Exchange::Broken(io_status(e)),
             // EOF (the engine went away) or a reply cut short.
-            return Err(DCGM_ST_CONNECTION_NOT_VALID);
+            Ok(0) => Exchange::Broken(DCGM_ST_CONNECTION_NOT_VALID),
+            Ok(_) if buf.last() != Some(&b'\n') => Exchange::Broken(DCGM_ST_CONNECTION_NOT_VALID),
+            Ok(_) => serde_json::from_slice(&buf).map_or(Exchange::Unreadable, Exchange::Reply),
         }
-        serde_json::from_slice(&buf).map_err(|_| DCGM_ST_GENERIC_ERROR)
     }
 
     /// True once a transport error has killed this connection.
@@ -544,6 +564,27 @@ mod tests {
         let r = Client::connect(&Address::Unix(path), Duration::from_millis(120));
         assert_eq!(r.err(), Some(DCGM_ST_CONNECTION_NOT_VALID));
         assert!(start.elapsed() >= Duration::from_millis(120));
+    }
+
+    #[test]
+    fn an_unreadable_reply_fails_only_that_call() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = thread::spawn(move || {
+            let (s, _) = listener.accept().unwrap();
+            let mut lines = BufReader::new(s.try_clone().unwrap()).lines();
+            let ok = serde_json::to_string(&Reply::Ok).unwrap();
+            for answer in ["{\"Double\": null}".to_string(), ok] {
+                lines.next().unwrap().unwrap();
+                std::io::Write::write_all(&mut &s, format!("{answer}\n").as_bytes()).unwrap();
+            }
+        });
+        let client = Client::connect(&tcp("127.0.0.1", port), Duration::from_secs(2)).unwrap();
+        let req = Request::UpdateAllFields { wait: true };
+        assert_eq!(client.request(&req), Err(DCGM_ST_GENERIC_ERROR));
+        assert!(!client.is_dead());
+        assert_eq!(client.request(&req), Ok(Reply::Ok));
+        server.join().unwrap();
     }
 
     #[test]

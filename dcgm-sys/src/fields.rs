@@ -1,78 +1,103 @@
-//! The DCGM 4.6.0 field table: every public `DCGM_FI_*` field with its metadata, the
-//! deprecated aliases of dcgm_fields.h and dcgm-exporter's 1.x names. Generated at build
-//! time from `fields/*.csv` (themselves generated from NVIDIA's sources by
-//! `fields/gen_fields.py`).
+//! The DCGM 4.6.0 field table: every public `DCGM_FI_*` field with the metadata
+//! `DcgmFieldGetById` reports, the deprecated names DCGM and go-dcgm still accept, and
+//! dcgm-exporter's 1.x lowercase names.
+//!
+//! The data comes from `fields/fields-4.6.0.csv` and `fields/aliases-4.6.0.csv` (generated
+//! from NVIDIA's sources by `fields/gen_fields.py`) and is compiled in by `build.rs`.
 
-/// Metadata of one field, as `dcgm_field_meta_t` describes it.
+/// Metadata of one field, as DCGM's `dcgm_field_meta_t` describes it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct FieldMeta {
     pub id: u16,
     /// The DCGM 4.6 name, e.g. `DCGM_FI_DEV_GPU_TEMP_CELSIUS`.
     pub name: &'static str,
-    /// ASCII type: `b'i'` int64, `b'd'` double, `b's'` string, `b'b'` binary, `b't'` timestamp.
+    /// `DCGM_FT_*` as its ASCII code: `b'i'` int64, `b'd'` double, `b's'` string,
+    /// `b'b'` binary blob, `b't'` timestamp.
     pub field_type: u8,
+    /// Raw value size in bytes; 0 means variable or unspecified.
     pub size: u8,
+    /// Unique lower-case tag, e.g. `gpu_temp` (what `DcgmFieldGetByTag` takes).
     pub tag: &'static str,
+    /// `DCGM_FS_GLOBAL` (0) or `DCGM_FS_ENTITY` (1).
     pub scope: i32,
+    /// The NVML field id DCGM reads this from, 0 when it does not use NVML's field API.
     pub nvml_field_id: i32,
-    /// The `DCGM_FE_*` entity group the field belongs to.
+    /// The `DCGM_FE_*` entity group the field is read on (see [`entity_group_name`]).
     pub entity_level: u32,
+    /// dcgmi dmon column title.
     pub short_name: &'static str,
+    /// dcgmi dmon unit suffix (e.g. `" C"`, `" W"`, `"KB/s"`); often empty.
     pub unit: &'static str,
+    /// dcgmi dmon column width.
     pub width: i16,
 }
 
+// Defines FIELDS, ALIASES, NAME_INDEX and TAG_INDEX (the last two sorted by key, holding
+// indexes into FIELDS).
 include!(concat!(env!("OUT_DIR"), "/fields_table.rs"));
 
+fn lookup(index: &'static [(&'static str, usize)], key: &str) -> Option<&'static FieldMeta> {
+    let pos = index.binary_search_by(|(k, _)| (*k).cmp(key)).ok()?;
+    FIELDS.get(index[pos].1)
+}
+
+/// The field with this id, if DCGM 4.6 has one.
 pub fn by_id(id: u16) -> Option<&'static FieldMeta> {
     FIELDS
         .binary_search_by_key(&id, |f| f.id)
         .ok()
-        .map(|i| &FIELDS[i])
+        .and_then(|i| FIELDS.get(i))
 }
 
-/// Exact, case-sensitive: a 4.6 name, then a deprecated alias or 1.x name.
+/// Exact, case-sensitive lookup of a DCGM 4.6 name, a deprecated DCGM or go-dcgm name, or a
+/// dcgm-exporter 1.x name (`dcgm_gpu_temp`). Canonical names and aliases never collide (the
+/// build checks it), so one index serves both.
 pub fn by_name(name: &str) -> Option<&'static FieldMeta> {
-    FIELDS.iter().find(|f| f.name == name).or_else(|| {
-        let (_, canonical) = ALIASES.iter().find(|(a, _)| *a == name)?;
-        FIELDS.iter().find(|f| f.name == *canonical)
-    })
+    lookup(NAME_INDEX, name)
 }
 
+/// The field with this tag (`gpu_temp`, `nvlink_l0_tx_bytes`, ...).
 pub fn by_tag(tag: &str) -> Option<&'static FieldMeta> {
-    FIELDS.iter().find(|f| f.tag == tag)
+    lookup(TAG_INDEX, tag)
 }
 
-/// Names (canonical or alias) closest to `name`, for "did you mean" messages.
+/// Up to `n` canonical or alias names closest to `name` by edit distance, ignoring case;
+/// ties are broken alphabetically. Meant for "did you mean" hints.
 pub fn closest_names(name: &str, n: usize) -> Vec<&'static str> {
-    let needle = name.to_ascii_lowercase();
-    let mut scored: Vec<(usize, &'static str)> = FIELDS
+    if n == 0 {
+        return Vec::new();
+    }
+    let needle: Vec<char> = name.to_ascii_lowercase().chars().collect();
+    let mut row = Vec::new();
+    let mut scored: Vec<(usize, &'static str)> = NAME_INDEX
         .iter()
-        .map(|f| f.name)
-        .chain(ALIASES.iter().map(|(a, _)| *a))
-        .map(|cand| (edit_distance(&needle, &cand.to_ascii_lowercase()), cand))
+        .map(|(cand, _)| (edit_distance(&needle, cand, &mut row), *cand))
         .collect();
-    scored.sort();
-    scored.dedup_by_key(|(_, c)| *c);
+    scored.sort_unstable();
     scored.into_iter().take(n).map(|(_, c)| c).collect()
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != *cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
+/// Levenshtein distance between `a` (already lower-case) and `b` compared case-insensitively;
+/// `row` is scratch space reused across calls.
+fn edit_distance(a: &[char], b: &str, row: &mut Vec<usize>) -> usize {
+    row.clear();
+    row.extend(0..=a.len());
+    for (j, cb) in b.chars().enumerate() {
+        let cb = cb.to_ascii_lowercase();
+        // `diag` is the distance for the prefixes one shorter in both strings.
+        let mut diag = row[0];
+        row[0] = j + 1;
+        for (i, ca) in a.iter().enumerate() {
+            let subst = diag + usize::from(*ca != cb);
+            diag = row[i + 1];
+            row[i + 1] = subst.min(row[i + 1] + 1).min(row[i] + 1);
         }
-        prev = cur;
     }
-    prev[b.len()]
+    row[a.len()]
 }
 
-/// `DcgmFieldsGetEntityGroupString`.
+/// The name DCGM gives an entity group (`DcgmFieldsGetEntityGroupString`); "None" for
+/// `DCGM_FE_NONE` and for unknown values, as there.
 pub fn entity_group_name(level: u32) -> &'static str {
     match level {
         1 => "GPU",
@@ -92,57 +117,165 @@ pub fn entity_group_name(level: u32) -> &'static str {
 mod tests {
     use super::*;
 
+    fn field(id: u16) -> &'static FieldMeta {
+        by_id(id).unwrap_or_else(|| panic!("field {id} missing"))
+    }
+
     #[test]
-    fn the_whole_4_6_table_is_there() {
-        // 639 numeric defines minus DCGM_FI_DEV_NVLINK_GET_STATE, which has no metadata.
-        assert_eq!(FIELDS.len(), 638);
+    fn table_has_every_4_6_field_once_in_id_order() {
+        // 648 numeric DCGM_FI_* defines in dcgm_fields.h minus 9 range markers.
+        assert_eq!(FIELDS.len(), 639);
         assert!(FIELDS.windows(2).all(|w| w[0].id < w[1].id));
-        let t = by_id(150).unwrap();
+        assert_eq!(FIELDS.first().map(|f| f.id), Some(1));
+        assert_eq!(FIELDS.last().map(|f| f.id), Some(1533));
+        assert!(FIELDS.iter().all(|f| b"idsbt".contains(&f.field_type)));
+        assert!(FIELDS.iter().all(|f| f.entity_level <= 9));
+        // Range markers and DCGM-internal ids are not fields (520 and 1300 start a range and
+        // are also real fields).
+        assert_eq!(field(520).name, "DCGM_FI_DEV_VGPU_VM_ID");
+        assert_eq!(field(1300).name, "DCGM_FI_DEV_CONNECTX_HEALTH");
+        for id in [0, 210, 211, 220, 221, 570, 600, 699, 700, 899, 1399, 1534] {
+            assert!(by_id(id).is_none(), "{id}");
+        }
+        for name in [
+            "DCGM_FI_UNKNOWN",
+            "DCGM_FI_MAX_FIELDS",
+            "DCGM_FI_FIRST_VGPU_FIELD_ID",
+        ] {
+            assert!(by_name(name).is_none(), "{name}");
+        }
+    }
+
+    #[test]
+    fn spot_checks_against_dcgm_fields_cpp() {
+        let t = field(150);
         assert_eq!(
-            (t.name, t.tag, t.field_type, t.entity_level),
-            ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gpu_temp", b'i', 1)
+            (t.name, t.tag, t.field_type, t.entity_level, t.size, t.unit),
+            ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "gpu_temp", b'i', 1, 8, " C")
         );
-        assert_eq!(by_id(155).unwrap().field_type, b'd');
+        assert_eq!(entity_group_name(t.entity_level), "GPU");
+        assert_eq!(field(155).field_type, b'd');
+        assert_eq!(field(155).name, "DCGM_FI_DEV_BOARD_POWER_WATTS");
+        let g = field(1001);
+        assert_eq!((g.field_type, g.entity_level), (b'd', 5));
+        assert_eq!(entity_group_name(g.entity_level), "GPU_CI");
+        assert_eq!((field(54).field_type, field(54).tag), (b's', "uuid"));
+        assert_eq!(field(1).scope, 0);
+        assert_eq!(field(1).entity_level, 0);
+        // The NVLink profiling loop: TX at even offsets, RX at odd, INT64 on the GPU.
+        let l0 = field(1040);
         assert_eq!(
             (
-                by_id(1001).unwrap().field_type,
-                by_id(1001).unwrap().entity_level
+                l0.name,
+                l0.tag,
+                l0.field_type,
+                l0.entity_level,
+                l0.short_name
             ),
-            (b'd', 5)
+            (
+                "DCGM_FI_PROF_NVLINK_L0_TX_BYTES",
+                "nvlink_l0_tx_bytes",
+                b'i',
+                1,
+                "NVL0T"
+            )
         );
-        assert_eq!(by_id(54).unwrap().field_type, b's');
-        assert_eq!(by_id(1040).unwrap().tag, "nvlink_l0_tx_bytes");
-        assert_eq!(by_id(1075).unwrap().tag, "nvlink_l17_rx_bytes");
-        assert_eq!(by_id(1532).unwrap().entity_level, 6);
-        assert_eq!(by_id(1533).unwrap().entity_level, 6);
-        assert_eq!(by_id(1017).unwrap().tag, "nvdec0_active");
-        assert!(by_id(1508).is_none());
-        assert_eq!(by_tag("gpu_temp").unwrap().id, 150);
+        assert_eq!(field(1075).tag, "nvlink_l17_rx_bytes");
+        // The NVDEC/NVJPG loops.
+        assert_eq!(
+            (field(1017).tag, field(1017).field_type),
+            ("nvdec0_active", b'd')
+        );
+        assert_eq!(field(1032).tag, "nvjpg7_active");
+        // Per-link fields of 4.6 live on DCGM_FE_LINK.
+        assert_eq!(field(1532).entity_level, 6);
+        assert_eq!(field(1533).entity_level, 6);
+        assert_eq!(entity_group_name(field(1533).entity_level), "LINK");
+        // Its metadata call has its first argument on a line of its own.
+        assert_eq!(
+            (field(1508).tag, field(1508).entity_level),
+            ("nvlink_state", 6)
+        );
+        // NVML field ids are resolved from NVML_FI_* names (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION).
+        assert_eq!(field(156).nvml_field_id, 83);
+        assert_eq!(field(526).entity_level, 2);
+    }
+
+    #[test]
+    fn tags_resolve() {
+        assert_eq!(by_tag("gpu_temp").map(|f| f.id), Some(150));
+        assert_eq!(by_tag("nvlink_throughput_total").map(|f| f.id), Some(449));
+        assert!(by_tag("GPU_TEMP").is_none());
+        assert!(by_tag("").is_none());
+        // Every tag finds its own field.
+        assert!(FIELDS.iter().all(|f| by_tag(f.tag) == Some(f)));
+        assert!(FIELDS.iter().all(|f| by_name(f.name) == Some(f)));
     }
 
     #[test]
     fn aliases_and_legacy_names_resolve() {
-        assert_eq!(by_name("DCGM_FI_DEV_GPU_TEMP").unwrap().id, 150);
+        let id = |n: &str| by_name(n).map(|f| f.id);
+        assert_eq!(id("DCGM_FI_DEV_GPU_TEMP_CELSIUS"), Some(150));
+        assert_eq!(id("DCGM_FI_DEV_GPU_TEMP"), Some(150));
+        assert_eq!(id("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"), Some(449));
+        assert_eq!(id("DCGM_FI_DEV_NVLINK_BANDWIDTH_L0"), Some(440));
+        assert_eq!(id("DCGM_FI_DRIVER_VERSION"), Some(1));
+        assert_eq!(id("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"), Some(112));
+        assert_eq!(id("DCGM_FI_DEV_OEM_INFOROM_VER"), Some(56));
+        assert_eq!(id("dcgm_gpu_temp"), Some(150));
+        assert_eq!(id("dcgm_fi_prof_pcie_rx_bytes"), Some(1010));
+        // A go-dcgm 4.6.1 rename of a field DCGM 4.6.0 already has.
         assert_eq!(
-            by_name("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").unwrap().id,
-            449
+            id("DCGM_FI_DEV_CPU_UTIL_RATIO"),
+            by_name("DCGM_FI_DEV_CPU_UTIL_TOTAL").map(|f| f.id)
         );
-        assert_eq!(by_name("DCGM_FI_DRIVER_VERSION").unwrap().id, 1);
-        assert_eq!(
-            by_name("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS").unwrap().id,
-            112
-        );
-        assert_eq!(by_name("dcgm_gpu_temp").unwrap().id, 150);
-        assert_eq!(by_name("dcgm_fi_prof_pcie_rx_bytes").unwrap().id, 1010);
-        assert!(
-            by_name("dcgm_GPU_TEMP").is_none(),
-            "lookups are case-sensitive"
-        );
+        // Lookups are exact.
+        assert!(by_name("dcgm_GPU_TEMP").is_none());
+        assert!(by_name("DCGM_FI_DEV_GPU_TEMP ").is_none());
+        assert!(by_name("").is_none());
+        // Every alias points at a canonical name, and none shadows one.
+        for (alias, canonical) in ALIASES {
+            let f = by_name(canonical).unwrap_or_else(|| panic!("{alias} -> {canonical}"));
+            assert_eq!(f.name, *canonical);
+            assert_eq!(by_name(alias), Some(f));
+        }
     }
 
     #[test]
-    fn suggestions_find_typos() {
-        assert!(closest_names("DCGM_FI_DEV_GPU_TEMPP", 3).contains(&"DCGM_FI_DEV_GPU_TEMP"));
-        assert_eq!(entity_group_name(3), "Switch");
+    fn closest_names_suggests_near_misses() {
+        let near = closest_names("DCGM_FI_DEV_GPU_TEMPP", 3);
+        assert_eq!(near.len(), 3);
+        assert_eq!(near[0], "DCGM_FI_DEV_GPU_TEMP");
+        assert_eq!(
+            closest_names("dcgm_fi_dev_gpu_temp_celsius", 1),
+            ["DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
+        );
+        assert_eq!(closest_names("dcgm_gpu_tmp", 1), ["dcgm_gpu_temp"]);
+        assert!(closest_names("x", 0).is_empty());
+        assert_eq!(closest_names("", 5).len(), 5);
+    }
+
+    #[test]
+    fn edit_distance_is_levenshtein() {
+        let mut row = Vec::new();
+        let d = |a: &str, b: &str, row: &mut Vec<usize>| {
+            edit_distance(&a.chars().collect::<Vec<_>>(), b, row)
+        };
+        assert_eq!(d("kitten", "sitting", &mut row), 3);
+        assert_eq!(d("", "abc", &mut row), 3);
+        assert_eq!(d("abc", "", &mut row), 3);
+        assert_eq!(d("abc", "ABC", &mut row), 0);
+    }
+
+    #[test]
+    fn entity_group_names_match_dcgm() {
+        let names: Vec<_> = (0..=10).map(entity_group_name).collect();
+        assert_eq!(
+            names,
+            [
+                "None", "GPU", "vGPU", "Switch", "GPU_I", "GPU_CI", "LINK", "CPU", "CPU_CORE",
+                "ConnectX", "None"
+            ]
+        );
     }
 }

@@ -189,7 +189,11 @@ mod tests {
         // SAFETY: `tag` is NUL-terminated by `put_str`.
         assert_eq!(unsafe { CStr::from_ptr(m.tag.as_ptr()) }, c"gpu_temp");
         assert!(!m.valueFormat.is_null());
-        assert!(meta_by_id(1508).is_null());
+        let hole = (1..DCGM_FI_MAX_FIELDS as u16)
+            .find(|&i| dcgm_sys::fields::by_id(i).is_none())
+            .unwrap();
+        assert!(meta_by_id(hole).is_null(), "id {hole} has no field");
+        assert!(meta_by_id(0).is_null());
         assert!(meta_by_id(u16::MAX).is_null());
         for (i, f) in dcgm_sys::fields::FIELDS.iter().enumerate() {
             // SAFETY: as above.
