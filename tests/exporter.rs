@@ -247,3 +247,47 @@ fn sigterm_shuts_down_cleanly() {
     let mut e = exporter().start();
     assert!(e.signal_and_wait("INT").success());
 }
+
+#[test]
+fn json_logs_list_fields_and_version() {
+    let e = exporter().args(&["--log-format", "json"]).start();
+    let log = e.stderr();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for l in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}"));
+        assert!(v.get("level").is_some(), "{l}");
+    }
+    drop(e);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+        .arg("--list-fields")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().count() > 600, "every DCGM 4.6 field");
+    let temp = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP_CELSIUS "))
+        .unwrap();
+    assert!(
+        temp.contains(" 150 ") && temp.contains("GPU") && temp.contains("gpu_temp"),
+        "{temp}"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+        .arg("-v")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("DCGM Exporter version"));
+}
+
+#[test]
+fn sigquit_also_shuts_down_cleanly() {
+    let mut e = exporter().start();
+    assert!(e.signal_and_wait("QUIT").success(), "{}", e.stderr());
+    assert!(e.stderr().contains("shutting down"));
+}
