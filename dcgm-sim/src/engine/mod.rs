@@ -1132,6 +1132,9 @@ impl Engine {
                         };
                     }
                 }
+                // The first sample is taken when the watch starts, as the real engine's next
+                // update cycle does (immediately in AUTO mode).
+                self.advance();
                 Reply::Ok
             }
             Request::UnwatchFields {
