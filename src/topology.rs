@@ -74,23 +74,16 @@ impl Topology {
         }
         match session.link_status() {
             Ok(ls) => {
-                for (gpu, states) in &ls.gpus {
-                    t.links.extend(
-                        states
+                let parents = ls
+                    .gpus
+                    .iter()
+                    .map(|(id, st)| (EntityGroup::Gpu, id, st))
+                    .chain(
+                        ls.switches
                             .iter()
-                            .enumerate()
-                            .filter(|(_, s)| **s != LinkState::NotSupported)
-                            .map(|(i, s)| Link {
-                                id: LinkId {
-                                    parent: EntityGroup::Gpu,
-                                    index: i as u16,
-                                    parent_id: *gpu as u8,
-                                },
-                                state: *s,
-                            }),
+                            .map(|(id, st)| (EntityGroup::Switch, id, st)),
                     );
-                }
-                for (sw, states) in &ls.switches {
+                for (parent, id, states) in parents {
                     t.links.extend(
                         states
                             .iter()
@@ -98,9 +91,9 @@ impl Topology {
                             .filter(|(_, s)| **s != LinkState::NotSupported)
                             .map(|(i, s)| Link {
                                 id: LinkId {
-                                    parent: EntityGroup::Switch,
+                                    parent,
                                     index: i as u16,
-                                    parent_id: *sw as u8,
+                                    parent_id: *id as u8,
                                 },
                                 state: *s,
                             }),

@@ -45,6 +45,13 @@ fn mixed_mig_node_exports_gpu_instances_and_whole_gpus() {
         "{}",
         dump(&page)
     );
+    assert_eq!(mig_gpus, BTreeSet::from(["0", "1", "2", "3"]));
+    assert_eq!(whole_gpus, BTreeSet::from(["4", "5", "6", "7"]));
+    assert_eq!(
+        mig.len(),
+        7 + 4 + 1 + 2,
+        "one series per GPU instance of the profile"
+    );
     assert!(
         mig_gpus.is_disjoint(&whole_gpus),
         "a MIG GPU has no whole-GPU series: {mig_gpus:?} {whole_gpus:?}"
@@ -146,6 +153,18 @@ fn nvlink_switch_and_link_series_on_the_nvswitch_node() {
         .map(|s| (s.label("gpu").unwrap(), s.label("nvlink").unwrap()))
         .collect();
     assert_eq!(pairs.len(), gpu_links.len());
+    // 8 GPUs x 18 links, minus the one link the profile has Down.
+    assert_eq!(gpu_links.len(), 8 * 18 - 1);
+    assert!(!pairs.contains(&("7", "17")), "Down links are not exported");
+    // Switch ports: 4 x 64, one Down; they carry nvswitch and no gpu label.
+    let switch_links: Vec<&&Sample> = tx.iter().filter(|s| s.label("gpu").is_none()).collect();
+    assert_eq!(switch_links.len(), 4 * 64 - 1);
+    assert!(switch_links.iter().all(|s| s.label_order[..3]
+        == [
+            "nvlink".to_string(),
+            "nvswitch".to_string(),
+            "hostname".to_string()
+        ]));
     assert_eq!(series(&page, "DCGM_FI_PROF_PCIE_TX_BYTES").len(), 8);
     // Each switch keeps its own id.
     let temps = series(&page, "DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT");
@@ -155,7 +174,22 @@ fn nvlink_switch_and_link_series_on_the_nvswitch_node() {
         temps.len(),
         "distinct nvswitch labels: {switches:?}"
     );
-    assert!(switches.len() >= 2);
+    assert_eq!(
+        switches,
+        BTreeSet::from(["nvswitch0", "nvswitch1", "nvswitch2", "nvswitch3"])
+    );
+}
+
+#[test]
+fn blanks_in_model_names_can_be_replaced() {
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .arg("-rbmn")
+        .start();
+    let page = e.scrape();
+    assert!(series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .all(|s| s.label("modelName") == Some("NVIDIA-H100-80GB-HBM3")));
 }
 
 #[test]
