@@ -204,6 +204,18 @@ fn values_change_only_at_the_watch_frequency() {
 }
 
 #[test]
+fn cpu_hierarchy_on_the_grace_node() {
+    let _g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("DCGM_SIM_PROFILE", profile("large-bench.toml"));
+    let s = Session::embedded(library()).unwrap();
+    std::env::remove_var("DCGM_SIM_PROFILE");
+    let cpus = s.cpu_hierarchy().unwrap();
+    assert_eq!(cpus.len(), 2);
+    assert_eq!(cpus[1].cores, (72..144).collect::<Vec<u32>>());
+    assert_eq!(s.entities(EntityGroup::CpuCore, false).unwrap().len(), 144);
+}
+
+#[test]
 fn mig_hierarchy_and_health_on_the_mixed_node() {
     let _g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
     std::env::set_var("DCGM_SIM_PROFILE", profile("a100-mixed-mig.toml"));
