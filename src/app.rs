@@ -185,12 +185,12 @@ impl Runner {
         }
         let mut page = Page::default();
         c.collect(&mut page)?;
-        let bytes = page.encode();
         let m = &self.shared.metrics;
         for (reason, n) in &page.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
         m.series.set(page.series_count() as i64);
+        let bytes = page.encode();
         m.collection_duration.set(t0.elapsed().as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(

@@ -131,16 +131,12 @@ impl Page {
             .sum()
     }
 
-    /// Prometheus text format (0.0.4).
-    pub fn encode(&self) -> Vec<u8> {
-        let fams: Vec<MetricFamily> = self
-            .families
-            .iter()
-            .filter(|f| !f.proto.get_metric().is_empty())
-            .map(|f| f.proto.clone())
-            .collect();
-        let mut out = Vec::with_capacity(fams.len() * 256);
-        // Encoding into a Vec only fails on an empty family, filtered out above.
+    /// Prometheus text format (0.0.4). Consumes the page: it is rendered once per collection.
+    pub fn encode(self) -> Vec<u8> {
+        // A family exists only once a series was added to it, so none is empty (the
+        // encoder refuses empty families).
+        let fams: Vec<MetricFamily> = self.families.into_iter().map(|f| f.proto).collect();
+        let mut out = Vec::with_capacity(fams.len() * 2048);
         if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
             tracing::error!("encoding metrics failed: {e}");
         }
@@ -152,7 +148,7 @@ impl Page {
 mod tests {
     use super::*;
 
-    fn text(p: &Page) -> String {
+    fn text(p: Page) -> String {
         String::from_utf8(p.encode()).unwrap()
     }
 
@@ -166,7 +162,7 @@ mod tests {
             &[("modelName", "a \"quoted\" \\ name\n")],
             1.5,
         );
-        let t = text(&p);
+        let t = text(p);
         assert!(t.contains("# HELP X a \\\\ help\\nline"), "{t}");
         assert!(
             t.contains(r#"X{modelName="a \"quoted\" \\ name\n"} 1.5"#),
@@ -185,7 +181,7 @@ mod tests {
         assert_eq!(p.series_count(), 2);
         assert_eq!(p.dropped[&DropReason::Duplicate], 1);
         assert_eq!(p.dropped[&DropReason::Conflict], 1);
-        assert!(text(&p).contains("X{gpu=\"1\"} 4"));
+        assert!(text(p).contains("X{gpu=\"1\"} 4"));
     }
 
     #[test]
@@ -198,7 +194,7 @@ mod tests {
             &[("gpu", "0"), ("UUID", "u"), ("Hostname", "h")],
             7.0,
         );
-        let t = text(&p);
+        let t = text(p);
         assert!(t.contains(r#"Y{gpu="0",UUID="u",Hostname="h"} 7"#), "{t}");
         assert!(t.contains("# TYPE Y gauge"), "{t}");
     }
@@ -207,7 +203,7 @@ mod tests {
     fn large_integers_round_trip_through_the_text() {
         let mut p = Page::default();
         p.add("E", "h", PromType::Counter, &[], 123456789012.0);
-        let t = text(&p);
+        let t = text(p);
         let v: f64 = t
             .lines()
             .last()

@@ -6,7 +6,7 @@
 //! * scrape latency with 16 concurrent scrapers against one scraper (collection is off the
 //!   scrape path, so this should stay near 1);
 //! * scrape latency against the collection duration;
-//! * CPU time per collection.
+//! * CPU time per collection, measured while nobody scrapes.
 //!
 //! Usage: `cargo run --release -p bench [-- --seconds 20 --profile etc/sim/large-bench.toml]`
 
@@ -51,7 +51,7 @@ fn run() -> Result<(), String> {
         .parse()
         .map_err(|_| "--seconds: not a number")?;
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
-    let csv = root.join(arg("--collectors", "etc/dcp-metrics-included.csv"));
+    let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
     let status = Command::new(env!("CARGO"))
         .args([
             "build",
@@ -107,11 +107,14 @@ fn run() -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let cpu_start = cpu_seconds(pid)?;
-    let collections_start = self_metric(
-        &get(&url)?,
-        "dcgm_exporter_collections_total{result=\"success\"}",
-    );
+    // Idle phase: what collection alone costs, with one scrape before and one after.
+    let key = "dcgm_exporter_collections_total{result=\"success\"}";
+    let idle = Duration::from_secs((seconds / 4).max(2));
+    let idle_c0 = self_metric(&get(&url)?, key);
+    let idle_cpu0 = cpu_seconds(pid)?;
+    std::thread::sleep(idle);
+    let idle_cpu = cpu_seconds(pid)? - idle_cpu0;
+    let idle_collections = self_metric(&get(&url)?, key) - idle_c0;
 
     // One scraper, then sixteen at once, for half the run each.
     let half = Duration::from_secs(seconds / 2);
@@ -121,9 +124,6 @@ fn run() -> Result<(), String> {
     peak_rss = peak_rss.max(rss_kib(pid)?);
 
     let page = get(&url)?;
-    let collections = self_metric(&page, "dcgm_exporter_collections_total{result=\"success\"}")
-        - collections_start;
-    let cpu = cpu_seconds(pid)? - cpu_start;
     let collect_s = self_metric(&page, "dcgm_exporter_collection_duration_seconds");
     let series = page
         .lines()
@@ -141,11 +141,12 @@ fn run() -> Result<(), String> {
     );
     println!("first page after     {:.3} s", first.as_secs_f64());
     println!(
-        "collections          {collections:.0} in {seconds} s (last took {:.2} ms)",
+        "collections          {idle_collections:.0} in the {}s idle phase (last took {:.2} ms)",
+        idle.as_secs(),
         collect_s * 1000.0
     );
     println!(
-        "scrapes              {} single, {} with 16 concurrent",
+        "scrapes              {} single, {} with 16 concurrent (the scrapers share the cores)",
         single.len(),
         many.len()
     );
@@ -176,12 +177,12 @@ fn run() -> Result<(), String> {
         p(&single, 0.5) / collect_s.max(1e-9)
     );
     println!(
-        "  CPU seconds per collection               {:.5}",
-        cpu / collections.max(1.0)
+        "  CPU seconds per collection, no scrapes   {:.5}",
+        idle_cpu / idle_collections.max(1.0)
     );
     println!(
-        "  CPU share of one core                    {:.4}",
-        cpu / seconds as f64
+        "  CPU share of one core, no scrapes        {:.4}",
+        idle_cpu / idle.as_secs_f64()
     );
     Ok(())
 }
