@@ -424,3 +424,38 @@ fn the_control_file_injects_faults_at_run_time() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn counters_never_go_down() {
+    let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
+    let (g, f) = watch(&mut e, 0, &[156, 202], 100, 600.0);
+    for _ in 0..50 {
+        clock.advance_ms(137);
+        e.handle(0, &Request::UpdateAllFields { wait: true });
+    }
+    let Reply::ValuesSince { samples, .. } = e.handle(
+        0,
+        &Request::GetValuesSince {
+            group_id: g,
+            field_group_id: f,
+            since_us: 0,
+        },
+    ) else {
+        panic!()
+    };
+    for field in [156, 202] {
+        let v: Vec<i64> = samples
+            .iter()
+            .filter(|s| s.field_id == field)
+            .map(|s| match s.value {
+                Value::Int64(x) => x,
+                _ => panic!("int64"),
+            })
+            .collect();
+        assert!(v.len() > 50);
+        assert!(
+            v.windows(2).all(|w| w[0] <= w[1]),
+            "field {field} went down: {v:?}"
+        );
+    }
+}

@@ -576,8 +576,9 @@ impl Engine {
             ^ u64::from(ent.1) << 20
             ^ u64::from(meta.id);
         let t_s = (t - self.start_us) as f64 / 1e6;
-        // The random walk is seeded per sample so live reads stay deterministic.
-        generate::eval(&g, ty, t_s, key ^ (t as u64 / 1000), walk)
+        // Phases and offsets depend on the key only (counters stay monotonic); the random
+        // walk draws its steps from the sample time.
+        generate::eval(&g, ty, t_s, key, walk)
     }
 
     /// Takes every sample that is due by `now` (DCGM's AUTO mode, computed lazily).
