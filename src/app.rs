@@ -84,11 +84,22 @@ impl Shared {
     }
 }
 
+/// Messages to the collection thread.
+pub enum Control {
+    /// Remove the watches and return.
+    Stop,
+    /// SIGHUP: re-read the counters CSV and rebuild the watches, keeping the HTTP server
+    /// and the DCGM connection (dcgm-exporter's hot reload).
+    Reload,
+}
+
 /// Everything needed to (re)build a collector.
 pub struct Runner {
     pub library: Arc<Library>,
     pub engine: Engine,
-    pub counters: Arc<Counters>,
+    /// The counters CSV, re-read on SIGHUP.
+    pub collectors: std::path::PathBuf,
+    pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
 }
@@ -100,12 +111,45 @@ impl Runner {
             Engine::Embedded => Session::embedded(self.library.clone())?,
             Engine::Remote(t) => Session::connect(self.library.clone(), t, 5000)?,
         };
-        Collector::start(session, self.counters.clone(), self.settings.clone())
+        Collector::start(session, self.counters(), self.settings.clone())
     }
 
-    /// Runs until `stop` receives a message or is closed; returns the live collector so the
+    fn counters(&self) -> Arc<Counters> {
+        self.counters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
+    fn reload(&self, collector: &mut Option<Collector>) {
+        let new = match crate::counters::load(&self.collectors) {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                tracing::error!("reload: {e}; keeping the previous counters");
+                return;
+            }
+        };
+        if let Some(c) = collector.as_mut() {
+            match Collector::start(c.session().clone(), new.clone(), self.settings.clone()) {
+                Ok(fresh) => std::mem::replace(c, fresh).stop(),
+                Err(e) => {
+                    tracing::error!("reload: {e}; keeping the previous counters");
+                    return;
+                }
+            }
+        }
+        *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+        tracing::info!("reloaded {}", self.collectors.display());
+    }
+
+    /// Runs until told to stop (or the channel closes); returns the live collector so the
     /// caller can remove its watches.
-    pub fn run(&self, mut collector: Option<Collector>, stop: Receiver<()>) -> Option<Collector> {
+    pub fn run(
+        &self,
+        mut collector: Option<Collector>,
+        control: Receiver<Control>,
+    ) -> Option<Collector> {
         let interval = Duration::from_millis(self.settings.interval_ms);
         let mut backoff = Duration::from_millis(500);
         loop {
@@ -150,9 +194,10 @@ impl Runner {
                 },
             };
             let sleep = wait.saturating_sub(started.elapsed());
-            match stop.recv_timeout(sleep) {
+            match control.recv_timeout(sleep) {
                 Err(RecvTimeoutError::Timeout) => {}
-                _ => return collector,
+                Ok(Control::Reload) => self.reload(&mut collector),
+                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return collector,
             }
         }
     }
@@ -174,7 +219,7 @@ impl Runner {
         if c.mig_changed()? {
             tracing::info!("MIG configuration changed; rebuilding watches");
             let session = c.session().clone();
-            match Collector::start(session, self.counters.clone(), self.settings.clone()) {
+            match Collector::start(session, self.counters(), self.settings.clone()) {
                 Ok(new) => {
                     let old = std::mem::replace(c, new);
                     old.stop();

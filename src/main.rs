@@ -151,7 +151,8 @@ fn run(config: cli::Config) -> Result<(), String> {
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
-        counters,
+        collectors: config.collectors.clone(),
+        counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
     });
@@ -166,14 +167,26 @@ fn run(config: cli::Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let loop_runner = runner.clone();
     let collection = std::thread::Builder::new()
         .name("collector".into())
-        .spawn(move || loop_runner.run(Some(collector), stop_rx))
+        .spawn(move || loop_runner.run(Some(collector), control_rx))
         .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
+    let reload_tx = control_tx.clone();
     let served = rt.block_on(async move {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reloading the counters");
+                        let _ = reload_tx.send(app::Control::Reload);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
+        }
         let (tx, rx) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
         let mut bound = Vec::new();
@@ -217,7 +230,7 @@ fn run(config: cli::Config) -> Result<(), String> {
         }
         Ok(())
     });
-    let _ = stop_tx.send(());
+    let _ = control_tx.send(app::Control::Stop);
     if let Ok(Some(c)) = collection.join() {
         c.stop();
     }

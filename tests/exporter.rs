@@ -291,3 +291,40 @@ fn sigquit_also_shuts_down_cleanly() {
     assert!(e.signal_and_wait("QUIT").success(), "{}", e.stderr());
     assert!(e.stderr().contains("shutting down"));
 }
+
+#[test]
+fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("c.csv");
+    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, t\n").unwrap();
+    let e = exporter()
+        .args(&["-f", csv.to_str().unwrap(), "-n"])
+        .start();
+    let page = e.scrape();
+    assert!(
+        page.iter()
+            .filter(|s| s.name.starts_with("DCGM_"))
+            .all(|s| s.label("Hostname").is_none()),
+        "-n drops Hostname"
+    );
+    let hup = || {
+        std::process::Command::new("kill")
+            .args(["-HUP", &e.child.id().to_string()])
+            .status()
+            .unwrap();
+    };
+    std::fs::write(&csv, "DCGM_FI_DEV_POWER_USAGE, gauge, p\n").unwrap();
+    hup();
+    e.scrape_until(15, |p| {
+        !series(p, "DCGM_FI_DEV_POWER_USAGE").is_empty()
+            && series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty()
+    });
+    std::fs::write(&csv, "DCGM_FI_DEV_NOPE, gauge, p\n").unwrap();
+    hup();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !e.stderr().contains("keeping the previous counters") {
+        assert!(std::time::Instant::now() < deadline, "{}", e.stderr());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(series(&e.scrape(), "DCGM_FI_DEV_POWER_USAGE").len(), 8);
+}
