@@ -157,9 +157,11 @@ impl Runner {
             let wait = match collector.as_mut() {
                 Some(c) => match self.tick(c) {
                     Ok(()) => interval,
+                    // A remote engine that stopped answering is as gone as a closed one.
                     Err(e)
                         if e.is_connection_lost()
-                            || matches!(self.engine, Engine::Remote(_)) && is_fatal(&e) =>
+                            || matches!(self.engine, Engine::Remote(_))
+                                && e.status() == Some(dcgm_sys::Status::Timeout) =>
                     {
                         tracing::error!("lost the DCGM host engine: {e}; reconnecting");
                         self.outage(&e.to_string());
@@ -258,12 +260,4 @@ impl Runner {
     pub fn mark_started(&self) {
         self.shared.set_connected(true);
     }
-}
-
-/// Errors after which a remote session cannot be trusted any more.
-fn is_fatal(e: &dcgm_sys::Error) -> bool {
-    matches!(
-        e.status(),
-        Some(dcgm_sys::Status::ConnectionNotValid | dcgm_sys::Status::Timeout)
-    )
 }

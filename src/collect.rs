@@ -260,8 +260,7 @@ impl Collector {
                 }
             }
         }
-        self.exp
-            .collect(&self.session, &self.counters, &csv_labels, page)?;
+        self.exp.collect(&self.session, &csv_labels, page)?;
         Ok(())
     }
 

@@ -2,7 +2,6 @@
 //! comments at the start of a line, RFC 4180 quotes, columns trimmed of spaces only.
 
 use dcgm_sys::fields::{self, FieldMeta};
-use std::collections::BTreeSet;
 use std::fmt;
 use std::path::Path;
 
@@ -116,40 +115,12 @@ pub struct Counters {
     pub all: Vec<Counter>,
 }
 
-// `dcgm`, `labels` and `field_ids` are the views the collection side is meant to use;
-// until it does, the binary does not call them.
-#[allow(dead_code)]
 impl Counters {
-    /// DCGM fields exported as metrics (not labels, not `DCGM_EXP_*`).
-    pub fn dcgm(&self) -> impl Iterator<Item = &Counter> {
-        self.all
-            .iter()
-            .filter(|c| matches!(c.field, CounterField::Dcgm(_)) && c.prom_type != PromType::Label)
-    }
-
-    /// DCGM fields whose value becomes a label (type `label`).
-    pub fn labels(&self) -> impl Iterator<Item = &Counter> {
-        self.all.iter().filter(|c| c.prom_type == PromType::Label)
-    }
-
     /// Exporter-synthesised records (`DCGM_EXP_*`).
     pub fn exp(&self) -> impl Iterator<Item = &Counter> {
         self.all
             .iter()
             .filter(|c| matches!(c.field, CounterField::Exp(_)))
-    }
-
-    /// Distinct DCGM field ids, metrics and labels, ascending.
-    pub fn field_ids(&self) -> Vec<u16> {
-        self.all
-            .iter()
-            .filter_map(|c| match c.field {
-                CounterField::Dcgm(m) => Some(m.id),
-                CounterField::Exp(_) => None,
-            })
-            .collect::<BTreeSet<u16>>()
-            .into_iter()
-            .collect()
     }
 }
 
@@ -490,7 +461,6 @@ mod tests {
         // The same field under two names is two metrics.
         let c = parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n").unwrap();
         assert_eq!(c.all.iter().map(id).collect::<Vec<_>>(), [Some(150); 2]);
-        assert_eq!(c.field_ids(), vec![150]);
     }
 
     #[test]
@@ -528,19 +498,6 @@ mod tests {
             it.map(|c| c.name.clone()).collect()
         };
         assert_eq!(
-            names(&mut c.dcgm()),
-            [
-                "dcgm_gpu_temp",
-                "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-                "DCGM_FI_DEV_BOARD_POWER_WATTS",
-                "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
-            ]
-        );
-        assert_eq!(
-            names(&mut c.labels()),
-            ["DCGM_FI_DRIVER_VERSION", "DCGM_FI_DEV_GPU_TEMP"]
-        );
-        assert_eq!(
             names(&mut c.exp()),
             ["DCGM_EXP_XID_ERRORS_COUNT", "DCGM_EXP_CLOCK_EVENTS_TOTAL"]
         );
@@ -551,7 +508,6 @@ mod tests {
                 CounterField::Exp(ExpField::ClockEventsTotal)
             ]
         );
-        assert_eq!(c.field_ids(), vec![1, 112, 150, 155, 449]);
         for x in ExpField::ALL {
             assert_eq!(ExpField::by_name(&x.to_string()), Some(x));
         }

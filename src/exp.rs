@@ -300,7 +300,6 @@ impl ExpCollectors {
     pub fn collect(
         &mut self,
         session: &Session,
-        _counters: &Counters,
         csv_labels: &HashMap<Entity, Vec<(String, String)>>,
         page: &mut Page,
     ) -> dcgm_sys::Result<()> {
