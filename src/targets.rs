@@ -75,10 +75,13 @@ pub struct Options<'a> {
 
 pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<WatchSet>, String> {
     let (cpus, cores) = cpu_targets(topo, opts)?;
+    let gpus = gpu_targets(topo, opts)?;
+    let exported_gpus: Vec<u32> = gpus.iter().filter_map(|t| t.gpu).collect();
+    let links = link_targets(topo, opts, &exported_gpus)?;
     let sets = [
-        (Kind::Gpu, gpu_targets(topo, opts)?),
+        (Kind::Gpu, gpus),
         (Kind::Switch, switch_targets(topo, opts)?),
-        (Kind::Link, link_targets(topo, opts)?),
+        (Kind::Link, links),
         (Kind::Cpu, cpus),
         (Kind::CpuCore, cores),
     ];
@@ -278,7 +281,11 @@ fn switch_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String
 }
 
 /// UP links of the selected switches and of every exported GPU.
-fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+fn link_targets(
+    topo: &Topology,
+    opts: &Options,
+    exported_gpus: &[u32],
+) -> Result<Vec<Target>, String> {
     let sel = opts.switches;
     let switch_link_ids: Vec<u32> = {
         let mut v: Vec<u32> = topo
@@ -294,8 +301,6 @@ fn link_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> 
     if let Some(m) = &sel.minor {
         check_exists("-s", "NvLink", m, &switch_link_ids)?;
     }
-    let gpu_sel = gpu_targets(topo, opts)?;
-    let exported_gpus: Vec<u32> = gpu_sel.iter().filter_map(|t| t.gpu).collect();
     let mut out = Vec::new();
     for l in topo.links.iter().filter(|l| l.state == LinkState::Up) {
         let parent = u32::from(l.id.parent_id);
