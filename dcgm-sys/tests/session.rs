@@ -91,7 +91,9 @@ fn discovery_on_the_default_node() {
     assert!(s.mig_hierarchy().unwrap().is_empty(), "no MIG on this node");
     let p2p = s.p2p_status().unwrap();
     assert_eq!(p2p.gpus.len(), 8);
-    assert!(p2p.gpus[0].1.iter().all(|x| *x == P2PStatus::Ok));
+    // Toward every other GPU OK; toward itself NotSupported, as DCGM reports it.
+    assert_eq!(p2p.gpus[0].1[0], P2PStatus::NotSupported);
+    assert!(p2p.gpus[0].1[1..].iter().all(|x| *x == P2PStatus::Ok));
     assert!(!s.supported_metric_groups(0).unwrap().is_empty());
     assert!(s.cpu_hierarchy().unwrap().is_empty());
 }

@@ -1,45 +1,140 @@
-//! Faults a test can cause while a client runs: a control-file line each.
+//! Faults a test causes while a client runs. They reach the engine through
+//! [`super::Engine::inject`], a profile's `[[faults]]` schedule, or a control file (env
+//! `DCGM_SIM_CONTROL`) that tests append lines to:
 //!
 //! | line | effect |
 //! |---|---|
-//! | `gpu_lost G` | GPU G falls off the bus: its values turn blank, status Lost, a PCIe health failure |
+//! | `gpu_lost G` | GPU G falls off the bus: blank values, status Lost, a PCIe health failure |
 //! | `gpu_recovered G` | undoes `gpu_lost` |
-//! | `xid G N` | XID N on GPU G: a sample of DCGM_FI_DEV_XID_ERRORS and a health incident |
-//! | `clock_event G MASK` | the next sample of DCGM_FI_DEV_CLOCKS_EVENT_REASONS on GPU G is MASK |
-//! | `not_supported G F` | field F of GPU G reads DCGM_*_NOT_SUPPORTED (`*` for every GPU) |
-//! | `restored G F` | undoes `not_supported` |
-//! | `mig G P1,P2,...` | reconfigures GPU G's MIG instances (`mig G none` disables MIG) |
-//! | `link_state G L up|down` | changes the state of NVLink L of GPU G |
+//! | `xid G N` | XID N on GPU G: one DCGM_FI_DEV_XID_ERRORS sample, a health incident for the XIDs DCGM's health module knows |
+//! | `clock_event G MASK` | the next DCGM_FI_DEV_CLOCKS_EVENT_REASONS sample of GPU G has MASK set |
+//! | `not_supported G F` | field F of GPU G reads DCGM_*_NOT_SUPPORTED (`*`: every entity) |
+//! | `restored G F` | undoes `not_supported` (and `set`) |
+//! | `set G F VALUE` | field F of GPU G (`*`: every entity) reads VALUE from now on (a number or a string) |
+//! | `mig G P1,P2,...` | reconfigures GPU G's MIG instances (`P:N` for N compute instances; `mig G none`: MIG off) |
+//! | `link_state G L up\|down\|disabled` | changes NVLink L of GPU G |
+//! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
+//! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
+//! | `health_clear G` | forgets GPU G's incidents and XID history |
+//!
+//! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
+use super::generator::Generator;
+use super::node::{LINK_DISABLED, LINK_DOWN, LINK_UP};
 use std::path::PathBuf;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
-    GpuLost { gpu: u32 },
-    GpuRecovered { gpu: u32 },
-    Xid { gpu: u32, xid: i64 },
-    ClockEvent { gpu: u32, reasons: i64 },
-    FieldNotSupported { gpu: Option<u32>, field: u16 },
-    FieldRestored { gpu: Option<u32>, field: u16 },
-    MigReconfigure { gpu: u32, instances: Vec<String> },
-    LinkState { gpu: u32, link: u32, up: bool },
-}
-
-fn num<T: std::str::FromStr>(s: Option<&str>, what: &str) -> Result<T, String> {
-    let s = s.ok_or_else(|| format!("missing {what}"))?;
-    s.parse()
-        .map_err(|_| format!("{what} '{s}' is not a number"))
+    GpuLost {
+        gpu: u32,
+    },
+    GpuRecovered {
+        gpu: u32,
+    },
+    Xid {
+        gpu: u32,
+        xid: i64,
+    },
+    ClockEvent {
+        gpu: u32,
+        reasons: i64,
+    },
+    /// `gpu: None` applies to every entity.
+    FieldNotSupported {
+        gpu: Option<u32>,
+        field: u16,
+    },
+    FieldRestored {
+        gpu: Option<u32>,
+        field: u16,
+    },
+    /// The field reads from this generator until restored.
+    SetField {
+        gpu: Option<u32>,
+        field: u16,
+        gen: Generator,
+    },
+    /// New GPU instances by profile name, `"7g.80gb:2"` for two compute instances; an
+    /// empty list turns MIG mode off.
+    MigReconfigure {
+        gpu: u32,
+        instances: Vec<String>,
+    },
+    /// `state` is a dcgmNvLinkLinkState_t (3 Up, 2 Down, 1 Disabled).
+    LinkState {
+        gpu: u32,
+        link: u32,
+        state: u32,
+    },
+    SwitchPortState {
+        switch: u32,
+        port: u32,
+        state: u32,
+    },
+    HealthIncident {
+        gpu: u32,
+        /// dcgmHealthSystems_t bit (or 0xFFFFFFFF for all).
+        system: u32,
+        /// 10 warn, 20 fail.
+        health: u32,
+        /// DCGM_FR_* code.
+        code: u32,
+        msg: String,
+    },
+    HealthClear {
+        gpu: u32,
+    },
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
     let s = s.ok_or_else(|| format!("missing {what}"))?;
-    match s.strip_prefix("0x") {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => i64::from_str_radix(h, 16),
         None => s.parse(),
     }
     .map_err(|_| format!("{what} '{s}' is not a number"))
 }
 
+fn num<T: TryFrom<i64>>(s: Option<&str>, what: &str) -> Result<T, String> {
+    let v = int(s, what)?;
+    T::try_from(v).map_err(|_| format!("{what} {v} is out of range"))
+}
+
+fn gpu_or_all(s: Option<&str>) -> Result<Option<u32>, String> {
+    match s {
+        Some("*") => Ok(None),
+        other => num(other, "gpu").map(Some),
+    }
+}
+
+fn link_state(s: Option<&str>) -> Result<u32, String> {
+    match s {
+        Some("up") => Ok(LINK_UP),
+        Some("down") => Ok(LINK_DOWN),
+        Some("disabled") => Ok(LINK_DISABLED),
+        o => Err(format!(
+            "expected up, down or disabled, got {}",
+            o.unwrap_or("nothing")
+        )),
+    }
+}
+
+/// Checks one `mig` instance item: "3g.40gb" or "3g.40gb:2".
+pub fn split_mig_item(item: &str) -> Result<(&str, u32), String> {
+    let (name, n) = match item.split_once(':') {
+        Some((name, n)) => (
+            name,
+            n.parse::<u32>()
+                .map_err(|_| format!("'{n}' in '{item}' is not a compute-instance count"))?,
+        ),
+        None => (item, 1),
+    };
+    super::profile::slices_of(name)
+        .ok_or_else(|| format!("'{name}' is not a MIG profile like 1g.10gb"))?;
+    Ok((name, n))
+}
+
+/// Parses one control-file line.
 pub fn parse_line(line: &str) -> Result<Fault, String> {
     let mut w = line.split_whitespace();
     let verb = w.next().ok_or("empty line")?;
@@ -59,18 +154,31 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             reasons: int(w.next(), "mask")?,
         },
         "not_supported" | "restored" => {
-            let g = w.next().ok_or("missing gpu")?;
-            let gpu = if g == "*" {
-                None
-            } else {
-                Some(num(Some(g), "gpu")?)
-            };
+            let gpu = gpu_or_all(w.next())?;
             let field = num(w.next(), "field id")?;
             if verb == "restored" {
                 Fault::FieldRestored { gpu, field }
             } else {
                 Fault::FieldNotSupported { gpu, field }
             }
+        }
+        "set" => {
+            let gpu = gpu_or_all(w.next())?;
+            let field = num(w.next(), "field id")?;
+            let rest: Vec<&str> = w.by_ref().collect();
+            if rest.is_empty() {
+                return Err("missing value".into());
+            }
+            let text = rest.join(" ");
+            let number = match int(Some(&text), "value") {
+                Ok(v) => Some(v as f64),
+                Err(_) => text.parse::<f64>().ok(),
+            };
+            let gen = match number {
+                Some(value) if value.is_finite() => Generator::Constant { value },
+                _ => Generator::String { value: text },
+            };
+            Fault::SetField { gpu, field, gen }
         }
         "mig" => {
             let gpu = num(w.next(), "gpu")?;
@@ -80,22 +188,46 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             } else {
                 spec.split(',').map(str::to_string).collect()
             };
-            for p in &instances {
-                super::profile::slices_of(p)
-                    .ok_or_else(|| format!("'{p}' is not a MIG profile like 1g.10gb"))?;
+            for item in &instances {
+                split_mig_item(item)?;
             }
             Fault::MigReconfigure { gpu, instances }
         }
-        "link_state" => {
+        "link_state" => Fault::LinkState {
+            gpu: num(w.next(), "gpu")?,
+            link: num(w.next(), "link")?,
+            state: link_state(w.next())?,
+        },
+        "switch_port" => Fault::SwitchPortState {
+            switch: num(w.next(), "switch")?,
+            port: num(w.next(), "port")?,
+            state: link_state(w.next())?,
+        },
+        "health" => {
             let gpu = num(w.next(), "gpu")?;
-            let link = num(w.next(), "link")?;
-            let up = match w.next() {
-                Some("up") => true,
-                Some("down") => false,
-                o => return Err(format!("expected up or down, got {o:?}")),
-            };
-            Fault::LinkState { gpu, link, up }
+            let system = int(w.next(), "system")?;
+            let system = u32::try_from(system)
+                .or_else(|_| i32::try_from(system).map(|s| s as u32))
+                .map_err(|_| format!("system {system} is out of range"))?;
+            let health = num(w.next(), "result")?;
+            if !matches!(health, 0 | 10 | 20) {
+                return Err(format!(
+                    "result must be 0, 10 (warn) or 20 (fail), not {health}"
+                ));
+            }
+            let code = num(w.next(), "code")?;
+            let msg: Vec<&str> = w.by_ref().collect();
+            Fault::HealthIncident {
+                gpu,
+                system,
+                health,
+                code,
+                msg: msg.join(" "),
+            }
         }
+        "health_clear" => Fault::HealthClear {
+            gpu: num(w.next(), "gpu")?,
+        },
         o => return Err(format!("unknown fault '{o}'")),
     };
     if let Some(extra) = w.next() {
@@ -104,10 +236,11 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
     Ok(f)
 }
 
-/// Follows an append-only control file: returns the faults of lines added since last time.
+/// Follows an append-only control file: returns the faults of whole lines added since the
+/// last call. Checking costs one `stat` when nothing changed.
 pub struct ControlFile {
     path: PathBuf,
-    consumed: usize,
+    consumed: u64,
     lines_seen: usize,
 }
 
@@ -121,26 +254,31 @@ impl ControlFile {
     }
 
     pub fn poll(&mut self) -> Vec<Fault> {
-        let len = std::fs::metadata(&self.path)
-            .map(|m| m.len() as usize)
-            .unwrap_or(0);
-        if len <= self.consumed {
+        let len = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
+        if len < self.consumed {
+            // Truncated or replaced: start over.
+            self.consumed = 0;
+            self.lines_seen = 0;
+        }
+        if len == self.consumed {
             return Vec::new();
         }
-        let Ok(text) = std::fs::read_to_string(&self.path) else {
+        let Ok(bytes) = std::fs::read(&self.path) else {
             return Vec::new();
         };
+        let start = (self.consumed as usize).min(bytes.len());
         // Only whole lines are applied; a line being written is picked up next time.
-        let Some(end) = text.rfind('\n').map(|i| i + 1) else {
+        let Some(end) = bytes[start..]
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map(|i| start + i + 1)
+        else {
             return Vec::new();
         };
-        if end <= self.consumed {
-            return Vec::new();
-        }
-        let new = &text[self.consumed..end];
-        self.consumed = end;
+        self.consumed = end as u64;
+        let text = String::from_utf8_lossy(&bytes[start..end]);
         let mut out = Vec::new();
-        for line in new.lines() {
+        for line in text.lines() {
             self.lines_seen += 1;
             let l = line.trim();
             if l.is_empty() || l.starts_with('#') {
@@ -148,7 +286,11 @@ impl ControlFile {
             }
             match parse_line(l) {
                 Ok(f) => out.push(f),
-                Err(e) => eprintln!("dcgm-sim: {}:{}: {e}", self.path.display(), self.lines_seen),
+                Err(e) => eprintln!(
+                    "dcgm-sim: {}:{}: {e} (line ignored)",
+                    self.path.display(),
+                    self.lines_seen
+                ),
             }
         }
         out
@@ -177,10 +319,17 @@ mod tests {
             })
         );
         assert_eq!(
-            parse_line("mig 1 3g.40gb,3g.40gb"),
+            parse_line("  restored 0   150 "),
+            Ok(Fault::FieldRestored {
+                gpu: Some(0),
+                field: 150
+            })
+        );
+        assert_eq!(
+            parse_line("mig 1 3g.40gb,3g.40gb:2"),
             Ok(Fault::MigReconfigure {
                 gpu: 1,
-                instances: vec!["3g.40gb".into(), "3g.40gb".into()]
+                instances: vec!["3g.40gb".into(), "3g.40gb:2".into()]
             })
         );
         assert_eq!(
@@ -190,10 +339,68 @@ mod tests {
                 instances: vec![]
             })
         );
-        assert!(parse_line("xid two 79").is_err());
-        assert!(parse_line("explode 1").is_err());
-        assert!(parse_line("gpu_lost 1 2").is_err());
-        assert!(parse_line("mig 1 big").is_err());
+        assert_eq!(
+            parse_line("link_state 7 17 up"),
+            Ok(Fault::LinkState {
+                gpu: 7,
+                link: 17,
+                state: 3
+            })
+        );
+        assert_eq!(
+            parse_line("switch_port 3 63 disabled"),
+            Ok(Fault::SwitchPortState {
+                switch: 3,
+                port: 63,
+                state: 1
+            })
+        );
+        assert_eq!(
+            parse_line("set 0 150 91"),
+            Ok(Fault::SetField {
+                gpu: Some(0),
+                field: 150,
+                gen: Generator::Constant { value: 91.0 }
+            })
+        );
+        assert_eq!(
+            parse_line("set * 50 Tesla X"),
+            Ok(Fault::SetField {
+                gpu: None,
+                field: 50,
+                gen: Generator::String {
+                    value: "Tesla X".into()
+                }
+            })
+        );
+        assert_eq!(
+            parse_line("health 0 0x10 20 80 row remap failed"),
+            Ok(Fault::HealthIncident {
+                gpu: 0,
+                system: 0x10,
+                health: 20,
+                code: 80,
+                msg: "row remap failed".into()
+            })
+        );
+        assert_eq!(
+            parse_line("health_clear 4"),
+            Ok(Fault::HealthClear { gpu: 4 })
+        );
+        for bad in [
+            "xid two 79",
+            "explode 1",
+            "gpu_lost 1 2",
+            "gpu_lost -1",
+            "mig 1 big",
+            "mig 1 3g.40gb:x",
+            "link_state 0 1 sideways",
+            "health 0 1 15 3",
+            "set 0 150",
+            "",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
@@ -201,12 +408,24 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("dcgm-sim-ctl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c");
-        std::fs::write(&p, "xid 0 13\nbogus\n").unwrap();
+        std::fs::write(&p, "xid 0 13\nbogus\n# comment\n\n").unwrap();
         let mut c = ControlFile::new(p.clone());
         assert_eq!(c.poll(), vec![Fault::Xid { gpu: 0, xid: 13 }]);
         assert_eq!(c.poll(), vec![]);
-        std::fs::write(&p, "xid 0 13\nbogus\ngpu_lost 3\ngpu_rec").unwrap();
+        std::fs::write(&p, "xid 0 13\nbogus\n# comment\n\ngpu_lost 3\ngpu_rec").unwrap();
         assert_eq!(c.poll(), vec![Fault::GpuLost { gpu: 3 }]);
+        std::fs::write(
+            &p,
+            "xid 0 13\nbogus\n# comment\n\ngpu_lost 3\ngpu_recovered 3\n",
+        )
+        .unwrap();
+        assert_eq!(c.poll(), vec![Fault::GpuRecovered { gpu: 3 }]);
+        // Truncated and rewritten: read from the top again.
+        std::fs::write(&p, "xid 1 48\n").unwrap();
+        assert_eq!(c.poll(), vec![Fault::Xid { gpu: 1, xid: 48 }]);
+        // A missing file is simply quiet.
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(c.poll(), vec![]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,32 +1,48 @@
 //! The simulated host engine: a node from a profile, DCGM's groups, field groups, watches
-//! and sample cache, and faults. Every C call (embedded) and every remote request ends in
-//! [`Engine::handle`].
+//! and sample cache, health, and run-time faults. Every C call (embedded mode) and every
+//! remote request ends in [`Engine::handle`].
+//!
+//! Modules: [`profile`] (the TOML format), [`node`] (entities built from it), [`generator`]
+//! (values over time), `values` (what a field reads on an entity), `watch` (the sample
+//! cache), `health`, [`faults`] (run-time faults and the control file), [`clock`].
 
+pub mod clock;
 pub mod faults;
-mod generate;
+pub mod generator;
+mod health;
+pub mod node;
 pub mod profile;
+mod values;
+mod watch;
 
+pub use clock::{Clock, ManualClock, WallClock};
 pub use faults::Fault;
 pub use profile::Profile;
 
 use crate::proto::*;
-use dcgm_sys::fields::{self, FieldMeta};
-use generate::Sentinel;
+use dcgm_sys::fields;
+use generator::Sentinel;
+use health::Health;
+use node::Node;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use values::World;
+use watch::{Key, Watch, WatcherId};
 
 // dcgmReturn_t values the engine returns.
 pub const ST_OK: i32 = 0;
 pub const ST_BADPARAM: i32 = -1;
 pub const ST_NOT_CONFIGURED: i32 = -5;
 pub const ST_NOT_SUPPORTED: i32 = -6;
+pub const ST_UNKNOWN_FIELD: i32 = -13;
 pub const ST_NO_DATA: i32 = -14;
 pub const ST_NOT_WATCHED: i32 = -16;
+pub const ST_NO_PERMISSION: i32 = -17;
 pub const ST_GPU_IS_LOST: i32 = -18;
+pub const ST_GPU_NOT_SUPPORTED: i32 = -22;
 pub const ST_MAX_LIMIT: i32 = -24;
 pub const ST_DUPLICATE_KEY: i32 = -26;
 pub const ST_MODULE_NOT_LOADED: i32 = -33;
+pub const ST_PROFILING_NOT_SUPPORTED: i32 = -36;
 
 // dcgm_field_entity_group_t.
 pub const FE_NONE: u32 = 0;
@@ -38,137 +54,98 @@ pub const FE_GPU_CI: u32 = 5;
 pub const FE_LINK: u32 = 6;
 pub const FE_CPU: u32 = 7;
 pub const FE_CPU_CORE: u32 = 8;
+pub const FE_CONNECTX: u32 = 9;
+/// DCGM_FE_COUNT in 4.6: entity groups at or above it are unknown.
+const FE_COUNT: u32 = 10;
 
-const GROUP_ALL_GPUS: u32 = 0x7fff_ffff;
-const GROUP_ALL_NVSWITCHES: u32 = 0x7fff_fffe;
-const GROUP_ALL_INSTANCES: u32 = 0x7fff_fffd;
-const GROUP_ALL_COMPUTE_INSTANCES: u32 = 0x7fff_fffc;
-const GROUP_ALL_ENTITIES: u32 = 0x7fff_fffb;
+// Group ids (dcgm_structs.h:451-456). Only the low 32 bits of a group id matter.
+pub const GROUP_ALL_GPUS: u32 = 0x7fff_ffff;
+pub const GROUP_ALL_NVSWITCHES: u32 = 0x7fff_fffe;
+pub const GROUP_ALL_INSTANCES: u32 = 0x7fff_fffd;
+pub const GROUP_ALL_COMPUTE_INSTANCES: u32 = 0x7fff_fffc;
+pub const GROUP_ALL_ENTITIES: u32 = 0x7fff_fffb;
+/// The engine's own groups: all GPUs (0) and all NvSwitches (1), created first
+/// (DcgmGroupManager::CreateDefaultGroups); they count toward the limit.
+const INTERNAL_GROUPS: usize = 2;
 const MAX_GROUPS: usize = 64;
 const MAX_FIELD_GROUPS: usize = 64;
 const MAX_GROUP_ENTITIES: usize = 1024;
+const MAX_FIELDS_PER_GROUP: usize = 128;
+const MAX_NAME: usize = 256;
 
-const FI_XID: u16 = 230;
-const FI_CLOCK_EVENTS: u16 = 112;
-const FR_XID_ERROR: u32 = 101;
-const FR_FALLEN_OFF_BUS: u32 = 120;
-
-/// Where "now" comes from: the wall clock, or a hand-driven one in tests.
-pub trait Clock: Send {
-    fn now_us(&self) -> i64;
-}
-
-pub struct WallClock;
-
-impl Clock for WallClock {
-    fn now_us(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros() as i64)
-            .unwrap_or(0)
-    }
-}
-
-/// A clock tests move by hand; clones share the time.
-#[derive(Clone, Default)]
-pub struct ManualClock(Arc<AtomicI64>);
-
-impl ManualClock {
-    pub fn new(start_us: i64) -> ManualClock {
-        ManualClock(Arc::new(AtomicI64::new(start_us)))
-    }
-    pub fn advance_ms(&self, ms: i64) {
-        self.0.fetch_add(ms * 1000, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_us(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
-    }
-}
-
-#[derive(Clone, Debug)]
-struct Gi {
-    entity_id: u32,
-    nvml_id: u32,
-    profile: String,
-    slices: u32,
-    uuid: String,
-    /// (CI entity id, NVML CI id).
-    cis: Vec<(u32, u32)>,
-}
-
-#[derive(Clone, Debug)]
-struct Gpu {
-    id: u32,
-    uuid: String,
-    pci_bus_id: String,
-    serial: String,
-    supported: bool,
-    lost: bool,
-    links: Vec<u32>,
-    instances: Vec<Gi>,
-    next_ci: u32,
-}
+/// The field groups the host engine creates for itself at start-up
+/// (DcgmHostEngineHandler::WatchHostEngineFields): ids 1-3, listed by GetAll, not removable.
+const INTERNAL_FIELD_GROUPS: [(&str, &[&str]); 3] = [
+    ("DCGM_INTERNAL_30SEC", &["DCGM_FI_DEV_ECC_MODE"]),
+    (
+        "DCGM_INTERNAL_HOURLY",
+        &[
+            "DCGM_FI_DEV_VGPU_SUPPORTED_INFO",
+            "DCGM_FI_DEV_VGPU_SUPPORTED_IDS",
+            "DCGM_FI_DEV_VGPU_TYPE_INFO",
+            "DCGM_FI_DEV_VGPU_TYPE_NAME",
+            "DCGM_FI_DEV_VGPU_TYPE_CLASS",
+            "DCGM_FI_DEV_VGPU_TYPE_LICENSE",
+        ],
+    ),
+    (
+        "DCGM_INTERNAL_JOB",
+        &[
+            "DCGM_FI_DEV_PROCESS_ACCOUNTING_STATS",
+            "DCGM_FI_DEV_BOARD_POWER_WATTS",
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "DCGM_FI_DEV_PCIE_TX_THROUGHPUT",
+            "DCGM_FI_DEV_PCIE_RX_THROUGHPUT",
+            "DCGM_FI_DEV_PCIE_REPLAY_TOTAL",
+            "DCGM_FI_DEV_PCIE_CORRECTABLE_ERROR_TOTAL",
+            "DCGM_FI_DEV_GPU_UTIL_RATIO",
+            "DCGM_FI_DEV_MEM_COPY_UTIL",
+            "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+            "DCGM_FI_DEV_SM_CLOCK",
+            "DCGM_FI_DEV_MEM_CLOCK",
+            "DCGM_FI_DEV_XID_ERROR",
+            "DCGM_FI_DEV_POWER_VIOLATION",
+            "DCGM_FI_DEV_THERMAL_VIOLATION",
+            "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+            "DCGM_FI_DEV_PAGE_RETIRED_SBE_TOTAL",
+            "DCGM_FI_DEV_PAGE_RETIRED_DBE_TOTAL",
+            "DCGM_FI_DEV_PAGE_RETIRED_PENDING",
+            "DCGM_FI_DEV_INFOROM_VALID",
+            "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL",
+            "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL",
+            "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL",
+            "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL",
+        ],
+    ),
+];
 
 struct Group {
     name: String,
     entities: Vec<(u32, u32)>,
     owner: u64,
-    health: u32,
 }
 
 struct FieldGroupDef {
     name: String,
     fields: Vec<u16>,
-    owner: u64,
-}
-
-struct Watch {
-    freq_us: i64,
-    keep_age_us: i64,
-    keep_samples: usize,
-    last_ts: Option<i64>,
-    samples: VecDeque<(i64, Value, i32)>,
-    walk: Option<f64>,
-    /// (group, field group) pairs that asked for this watch.
-    refs: HashSet<(u32, u64)>,
-    /// Asked for per ref: (freq, keep age, keep samples), to recompute on unwatch.
-    asks: HashMap<(u32, u64), (i64, i64, usize)>,
+    /// `None` for the engine's internal field groups.
+    owner: Option<u64>,
 }
 
 pub struct Engine {
-    profile: Profile,
+    world: World,
     clock: Box<dyn Clock>,
-    start_us: i64,
-    gpus: Vec<Gpu>,
-    switches: Vec<(u32, Vec<u32>)>,
-    cpus: Vec<(u32, Vec<u32>)>,
     groups: BTreeMap<u32, Group>,
     next_group: u32,
+    health_masks: HashMap<u32, u32>,
     field_groups: BTreeMap<u64, FieldGroupDef>,
     next_field_group: u64,
-    watches: HashMap<(u32, u32, u16), Watch>,
-    incidents: Vec<Incident>,
-    not_supported: HashSet<(Option<u32>, u16)>,
-    pending_clock_events: HashMap<u32, i64>,
+    watches: HashMap<Key, Watch>,
+    health: Health,
     control: Option<faults::ControlFile>,
-    scheduled: Vec<(i64, Fault)>,
+    /// Profile faults not applied yet, earliest first.
+    scheduled: VecDeque<(i64, Fault)>,
     persistent: HashSet<u64>,
-}
-
-fn uuid_for(seed: u64, kind: &str, a: u32, b: u32) -> String {
-    let h1 = generate::mix(seed ^ u64::from(a) << 8 ^ u64::from(b) << 20 ^ kind.len() as u64);
-    let h2 = generate::mix(h1);
-    format!(
-        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
-        h1 >> 32,
-        (h1 >> 16) & 0xffff,
-        h1 & 0xffff,
-        h2 >> 48,
-        h2 & 0xffff_ffff_ffff
-    )
 }
 
 impl Engine {
@@ -180,7 +157,8 @@ impl Engine {
     /// names a control file for run-time faults.
     pub fn from_env() -> Result<Engine, String> {
         let profile = match std::env::var_os("DCGM_SIM_PROFILE") {
-            Some(p) if !p.is_empty() => Profile::load(std::path::Path::new(&p))?,
+            Some(p) if !p.is_empty() => Profile::load(std::path::Path::new(&p))
+                .map_err(|e| format!("DCGM_SIM_PROFILE: {e}"))?,
             _ => Profile::builtin_default(),
         };
         let mut e = Engine::new(profile);
@@ -190,73 +168,13 @@ impl Engine {
         Ok(e)
     }
 
+    /// An engine on a given clock (tests pass a [`ManualClock`]).
     pub fn with_clock(profile: Profile, clock: Box<dyn Clock>) -> Engine {
-        let seed = profile.node.seed;
-        let g = &profile.gpus;
-        let gpus = (0..g.count)
-            .map(|id| Gpu {
-                id,
-                uuid: format!("GPU-{}", uuid_for(seed, "gpu", id, 0)),
-                pci_bus_id: format!("00000000:{:02X}:00.0", g.pci_bus_base + id * 0x10),
-                serial: format!(
-                    "{}",
-                    1_650_000_000_000u64 + generate::mix(seed ^ u64::from(id)) % 1_000_000_000
-                ),
-                supported: !g.unsupported.contains(&id),
-                lost: false,
-                links: (0..g.nvlinks)
-                    .map(|l| {
-                        if g.down_links.contains(&(id, l)) {
-                            2
-                        } else {
-                            3
-                        }
-                    })
-                    .collect(),
-                instances: Vec::new(),
-                next_ci: 0,
-            })
-            .collect();
-        let switches = profile
-            .switches
-            .as_ref()
-            .map(|s| {
-                (0..s.count)
-                    .map(|sw| {
-                        (
-                            sw,
-                            (0..s.ports)
-                                .map(|p| {
-                                    if s.down_ports.contains(&(sw, p)) {
-                                        2
-                                    } else {
-                                        3
-                                    }
-                                })
-                                .collect(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let cpus = profile
-            .cpus
-            .as_ref()
-            .map(|c| {
-                (0..c.count)
-                    .map(|i| {
-                        (
-                            i,
-                            (i * c.cores_per_cpu..(i + 1) * c.cores_per_cpu).collect(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let start_us = clock.now_us();
-        let scheduled = profile
+        let mut scheduled: Vec<(i64, Fault)> = profile
             .faults
             .iter()
+            // Validated when the profile was parsed.
             .filter_map(|f| {
                 Some((
                     start_us + (f.at_s * 1e6) as i64,
@@ -264,496 +182,55 @@ impl Engine {
                 ))
             })
             .collect();
-        let mut e = Engine {
+        scheduled.sort_by_key(|f| f.0);
+        let mut field_groups = BTreeMap::new();
+        for (i, (name, names)) in INTERNAL_FIELD_GROUPS.iter().enumerate() {
+            field_groups.insert(
+                i as u64 + 1,
+                FieldGroupDef {
+                    name: (*name).to_string(),
+                    fields: names
+                        .iter()
+                        .filter_map(|n| fields::by_name(n))
+                        .map(|m| m.id)
+                        .collect(),
+                    owner: None,
+                },
+            );
+        }
+        Engine {
+            world: World::new(Node::build(&profile), start_us, &profile.fields),
             clock,
-            start_us,
-            gpus,
-            switches,
-            cpus,
             groups: BTreeMap::new(),
-            next_group: 2,
-            field_groups: BTreeMap::new(),
-            next_field_group: 1,
+            next_group: INTERNAL_GROUPS as u32,
+            health_masks: HashMap::new(),
+            next_field_group: field_groups.len() as u64 + 1,
+            field_groups,
             watches: HashMap::new(),
-            incidents: Vec::new(),
-            not_supported: HashSet::new(),
-            pending_clock_events: HashMap::new(),
+            health: Health::default(),
             control: None,
-            scheduled,
+            scheduled: scheduled.into(),
             persistent: HashSet::new(),
-            profile,
-        };
-        for m in e.profile.mig.clone() {
-            e.set_mig(m.gpu, &m.instances, &m.compute_instances);
-        }
-        e
-    }
-
-    fn now(&self) -> i64 {
-        self.clock.now_us()
-    }
-
-    fn set_mig(&mut self, gpu: u32, instances: &[String], cis: &[u32]) {
-        let seed = self.profile.node.seed;
-        let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) else {
-            return;
-        };
-        let mut used = HashSet::new();
-        g.instances.clear();
-        for (i, p) in instances.iter().enumerate() {
-            let slices = profile::slices_of(p).unwrap_or(1);
-            // NVML numbers instances by profile, not by creation order.
-            let mut nvml_id = match slices {
-                7 | 8 => 0,
-                4 | 3 => 1,
-                2 => 3,
-                _ => 7,
-            };
-            while !used.insert(nvml_id) {
-                nvml_id += 1;
-            }
-            let n_ci = cis.get(i).copied().unwrap_or(1).max(1);
-            let mut ci_list = Vec::new();
-            for c in 0..n_ci {
-                ci_list.push((gpu * 8 + g.next_ci % 8, c));
-                g.next_ci += 1;
-            }
-            g.instances.push(Gi {
-                entity_id: gpu * 8 + i as u32,
-                nvml_id,
-                profile: p.clone(),
-                slices,
-                uuid: format!(
-                    "MIG-{}",
-                    uuid_for(seed ^ u64::from(g.next_ci), "mig", gpu, nvml_id)
-                ),
-                cis: ci_list,
-            });
         }
     }
 
-    fn gpu(&self, id: u32) -> Option<&Gpu> {
-        self.gpus.iter().find(|g| g.id == id)
-    }
-
-    /// The physical GPU behind a GPU, instance, compute-instance or GPU-link entity.
-    fn gpu_of(&self, (group, id): (u32, u32)) -> Option<&Gpu> {
-        match group {
-            FE_GPU => self.gpu(id),
-            FE_GPU_I => self
-                .gpus
-                .iter()
-                .find(|g| g.instances.iter().any(|i| i.entity_id == id)),
-            FE_GPU_CI => self
-                .gpus
-                .iter()
-                .find(|g| g.instances.iter().any(|i| i.cis.iter().any(|c| c.0 == id))),
-            FE_LINK if id & 0xff == FE_GPU => self.gpu(id >> 24),
-            _ => None,
-        }
-    }
-
-    fn gi_of(&self, (group, id): (u32, u32)) -> Option<&Gi> {
-        let gpu = self.gpu_of((group, id))?;
-        gpu.instances.iter().find(|i| match group {
-            FE_GPU_I => i.entity_id == id,
-            FE_GPU_CI => i.cis.iter().any(|c| c.0 == id),
-            _ => false,
-        })
-    }
-
-    fn entity_exists(&self, (group, id): (u32, u32)) -> bool {
-        match group {
-            FE_GPU => self.gpu(id).is_some(),
-            FE_GPU_I | FE_GPU_CI => self.gi_of((group, id)).is_some(),
-            FE_SWITCH => self.switches.iter().any(|s| s.0 == id),
-            FE_LINK => {
-                let (parent, idx, pid) = (id & 0xff, (id >> 8) & 0xffff, id >> 24);
-                match parent {
-                    FE_GPU => self
-                        .gpu(pid)
-                        .is_some_and(|g| (idx as usize) < g.links.len()),
-                    FE_SWITCH => self
-                        .switches
-                        .iter()
-                        .any(|s| s.0 == pid && (idx as usize) < s.1.len()),
-                    _ => false,
-                }
-            }
-            FE_CPU => self.cpus.iter().any(|c| c.0 == id),
-            FE_CPU_CORE => self.cpus.iter().any(|c| c.1.contains(&id)),
-            _ => false,
-        }
-    }
-
-    fn all_of(&self, group: u32) -> Vec<(u32, u32)> {
-        match group {
-            FE_GPU => self.gpus.iter().map(|g| (FE_GPU, g.id)).collect(),
-            FE_GPU_I => self
-                .gpus
-                .iter()
-                .flat_map(|g| g.instances.iter().map(|i| (FE_GPU_I, i.entity_id)))
-                .collect(),
-            FE_GPU_CI => self
-                .gpus
-                .iter()
-                .flat_map(|g| {
-                    g.instances
-                        .iter()
-                        .flat_map(|i| i.cis.iter().map(|c| (FE_GPU_CI, c.0)))
-                })
-                .collect(),
-            FE_SWITCH => self.switches.iter().map(|s| (FE_SWITCH, s.0)).collect(),
-            FE_LINK => {
-                let mut v: Vec<(u32, u32)> = self
-                    .gpus
-                    .iter()
-                    .flat_map(|g| {
-                        (0..g.links.len() as u32)
-                            .map(move |l| (FE_LINK, FE_GPU | l << 8 | g.id << 24))
-                    })
-                    .collect();
-                for (sw, ports) in &self.switches {
-                    v.extend(
-                        (0..ports.len() as u32).map(|p| (FE_LINK, FE_SWITCH | p << 8 | sw << 24)),
-                    );
-                }
-                v
-            }
-            FE_CPU => self.cpus.iter().map(|c| (FE_CPU, c.0)).collect(),
-            FE_CPU_CORE => self
-                .cpus
-                .iter()
-                .flat_map(|c| c.1.iter().map(|&k| (FE_CPU_CORE, k)))
-                .collect(),
-            _ => Vec::new(),
-        }
-    }
-
-    /// Members of a group id, special ids included.
-    fn group_entities(&self, group_id: u64) -> Option<Vec<(u32, u32)>> {
-        let id = group_id as u32;
-        Some(match id {
-            GROUP_ALL_GPUS => self.all_of(FE_GPU),
-            GROUP_ALL_NVSWITCHES => self.all_of(FE_SWITCH),
-            GROUP_ALL_INSTANCES => self.all_of(FE_GPU_I),
-            GROUP_ALL_COMPUTE_INSTANCES => self.all_of(FE_GPU_CI),
-            GROUP_ALL_ENTITIES => [FE_GPU, FE_GPU_I, FE_GPU_CI, FE_SWITCH, FE_CPU, FE_CPU_CORE]
-                .iter()
-                .flat_map(|g| self.all_of(*g))
-                .collect(),
-            _ => self.groups.get(&id)?.entities.clone(),
-        })
-    }
-
-    // ------------------------------------------------------------------ values
-
-    fn generator_for(&self, ent: (u32, u32), meta: &FieldMeta) -> profile::Generator {
-        let gpu = self.gpu_of(ent).map(|g| g.id);
-        for o in self.profile.fields.iter().rev() {
-            if o.id == meta.id
-                && o.gpus
-                    .as_ref()
-                    .is_none_or(|gs| gpu.is_some_and(|g| gs.contains(&g)))
-            {
-                return o.gen.clone();
-            }
-        }
-        generate::default_for(
-            meta.id,
-            meta.field_type,
-            self.profile.gpus.power_limit_w,
-            self.profile.gpus.memory_mib,
-        )
-    }
-
-    /// Whether the field gives real values on this entity (else NOT_SUPPORTED, as the real
-    /// engine answers for e.g. a GPU-only field read on a MIG instance).
-    fn applies(&self, ent: (u32, u32), meta: &FieldMeta) -> bool {
-        let lvl = meta.entity_level;
-        match ent.0 {
-            _ if lvl == FE_NONE => true,
-            FE_GPU => {
-                matches!(lvl, FE_GPU | FE_GPU_I | FE_GPU_CI)
-                    && !(meta.id >= 1000 && meta.id < 1100 && !self.profile.gpus.dcp)
-            }
-            FE_GPU_I | FE_GPU_CI => {
-                matches!(lvl, FE_GPU_I | FE_GPU_CI)
-                    && (self.profile.gpus.dcp || !(1000..1100).contains(&meta.id))
-                    || matches!(meta.id, 50 | 54)
-            }
-            FE_SWITCH => lvl == FE_SWITCH,
-            FE_LINK => lvl == FE_LINK,
-            FE_CPU => lvl == FE_CPU,
-            FE_CPU_CORE => lvl == FE_CPU_CORE,
-            _ => false,
-        }
-    }
-
-    /// Strings that describe the node rather than move.
-    fn text_value(&self, ent: (u32, u32), id: u16) -> Option<String> {
-        let gpu = self.gpu_of(ent);
-        let p = &self.profile;
-        Some(match id {
-            1 => p.node.driver_version.clone(),
-            2 => p.node.nvml_version.clone(),
-            50 => match self.gi_of(ent) {
-                Some(gi) => gi.profile.clone(),
-                None => p.gpus.model.clone(),
-            },
-            51 => p.gpus.brand.clone(),
-            53 => gpu?.serial.clone(),
-            54 => match self.gi_of(ent) {
-                Some(gi) => gi.uuid.clone(),
-                None => gpu?.uuid.clone(),
-            },
-            57 => gpu?.pci_bus_id.clone(),
-            82 => "G520.0200.00.05".into(),
-            85 => "96.00.74.00.0E".into(),
-            1140 => "NVIDIA".into(),
-            1141 => "Grace".into(),
-            _ => return None,
-        })
-    }
-
-    /// Reads a field now: the value a sample taken at `t` would hold.
-    fn read(
-        &self,
-        ent: (u32, u32),
-        meta: &FieldMeta,
-        t: i64,
-        walk: &mut Option<f64>,
-    ) -> (Value, i32) {
-        let ty = meta.field_type;
-        if !self.entity_exists(ent) {
-            return (Sentinel::Blank.value(ty), ST_NO_DATA);
-        }
-        let gpu = self.gpu_of(ent);
-        if gpu.is_some_and(|g| g.lost) {
-            return (Sentinel::Blank.value(ty), ST_OK);
-        }
-        let gid = gpu.map(|g| g.id);
-        if self.not_supported.contains(&(None, meta.id))
-            || gid.is_some_and(|g| self.not_supported.contains(&(Some(g), meta.id)))
-        {
-            return (Sentinel::NotSupported.value(ty), ST_OK);
-        }
-        if !self.applies(ent, meta) {
-            return (Sentinel::NotSupported.value(ty), ST_OK);
-        }
-        if let Some(s) = self.text_value(ent, meta.id) {
-            return (Value::Str(s), ST_OK);
-        }
-        match meta.id {
-            5 => return (Value::Int64(self.profile.node.cuda_driver_version), ST_OK),
-            FI_XID => return (Value::Int64(0), ST_OK),
-            FI_CLOCK_EVENTS => {
-                let v = gid
-                    .and_then(|g| self.pending_clock_events.get(&g).copied())
-                    .unwrap_or(0);
-                return (Value::Int64(v), ST_OK);
-            }
-            // Free = total - used - reserved, from the same time.
-            251 | 254 => {
-                let total = self.profile.gpus.memory_mib as f64;
-                let used_meta = fields::by_id(252).expect("field 252 exists");
-                let (used, _) = self.read(ent, used_meta, t, &mut None);
-                let used = match used {
-                    Value::Int64(u) => u as f64,
-                    _ => 0.0,
-                };
-                return if meta.id == 251 {
-                    (Value::Int64((total - used - 512.0) as i64), ST_OK)
-                } else {
-                    (Value::Double(used / total), ST_OK)
-                };
-            }
-            _ => {}
-        }
-        let g = self.generator_for(ent, meta);
-        let key = self.profile.node.seed
-            ^ u64::from(ent.0) << 56
-            ^ u64::from(ent.1) << 20
-            ^ u64::from(meta.id);
-        let t_s = (t - self.start_us) as f64 / 1e6;
-        // Phases and offsets depend on the key only (counters stay monotonic); the random
-        // walk draws its steps from the sample time.
-        generate::eval(&g, ty, t_s, key, walk)
-    }
-
-    /// Takes every sample that is due by `now` (DCGM's AUTO mode, computed lazily).
-    fn advance(&mut self) {
-        let now = self.now();
-        self.apply_due_faults(now);
-        let keys: Vec<(u32, u32, u16)> = self.watches.keys().copied().collect();
-        let mut consumed = HashSet::new();
-        for key in keys {
-            let Some(meta) = fields::by_id(key.2) else {
-                continue;
-            };
-            let mut w = match self.watches.remove(&key) {
-                Some(w) => w,
-                None => continue,
-            };
-            let mut due = Vec::new();
-            match w.last_ts {
-                None => due.push(now),
-                Some(last) => {
-                    let mut t = last;
-                    // Nothing older than the keep age matters: skip ahead on the grid.
-                    if now - t > w.keep_age_us + w.freq_us {
-                        t += ((now - t - w.keep_age_us) / w.freq_us) * w.freq_us;
-                    }
-                    while t + w.freq_us <= now {
-                        t += w.freq_us;
-                        due.push(t);
-                    }
-                }
-            }
-            let sampled = !due.is_empty();
-            for t in due {
-                // XIDs are events: the field records a sample when one happens (inject),
-                // plus the initial reading when the watch starts.
-                if key.2 != FI_XID || w.last_ts.is_none() {
-                    let (v, st) = self.read((key.0, key.1), meta, t, &mut w.walk);
-                    w.samples.push_back((t, v, st));
-                }
-                w.last_ts = Some(t);
-            }
-            if key.2 == FI_CLOCK_EVENTS && sampled {
-                if let Some(g) = self.gpu_of((key.0, key.1)).map(|g| g.id) {
-                    consumed.insert(g);
-                }
-            }
-            trim(&mut w, now);
-            self.watches.insert(key, w);
-        }
-        // A clock event lasts for the one sampling cycle that saw it.
-        for g in consumed {
-            self.pending_clock_events.remove(&g);
-        }
-    }
-
-    fn apply_due_faults(&mut self, now: i64) {
-        let mut due = Vec::new();
-        self.scheduled.retain(|(at, f)| {
-            if *at <= now {
-                due.push(f.clone());
-                false
-            } else {
-                true
-            }
-        });
-        if let Some(c) = self.control.as_mut() {
-            due.extend(c.poll());
-        }
-        for f in due {
-            self.inject(f);
-        }
-    }
-
-    pub fn inject(&mut self, fault: Fault) {
-        let now = self.now();
-        match fault {
-            Fault::GpuLost { gpu } => {
-                if let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) {
-                    g.lost = true;
-                    self.incidents.push(Incident {
-                        system: 0x1,
-                        health: 20,
-                        msg: format!("GPU {gpu} has fallen off the bus"),
-                        code: FR_FALLEN_OFF_BUS,
-                        entity: (FE_GPU, gpu),
-                    });
-                }
-            }
-            Fault::GpuRecovered { gpu } => {
-                if let Some(g) = self.gpus.iter_mut().find(|g| g.id == gpu) {
-                    g.lost = false;
-                }
-                self.incidents
-                    .retain(|i| !(i.entity == (FE_GPU, gpu) && i.code == FR_FALLEN_OFF_BUS));
-            }
-            Fault::Xid { gpu, xid } => {
-                let watched: Vec<(u32, u32, u16)> = self
-                    .watches
-                    .keys()
-                    .filter(|k| {
-                        k.2 == FI_XID && self.gpu_of((k.0, k.1)).is_some_and(|g| g.id == gpu)
-                    })
-                    .copied()
-                    .collect();
-                for k in watched {
-                    if let Some(w) = self.watches.get_mut(&k) {
-                        w.samples.push_back((now, Value::Int64(xid), ST_OK));
-                    }
-                }
-                let (system, health) = match xid {
-                    79 => (0x1, 20),
-                    48 | 63 | 64 | 92 | 94 | 95 => (0x10, 20),
-                    13 | 43 => (0x20, 10),
-                    _ => (0x200, 20),
-                };
-                self.incidents.push(Incident {
-                    system,
-                    health,
-                    msg: format!("Detected XID {xid} for GPU {gpu}"),
-                    code: FR_XID_ERROR,
-                    entity: (FE_GPU, gpu),
-                });
-            }
-            Fault::ClockEvent { gpu, reasons } => {
-                self.pending_clock_events.insert(gpu, reasons);
-            }
-            Fault::FieldNotSupported { gpu, field } => {
-                self.not_supported.insert((gpu, field));
-            }
-            Fault::FieldRestored { gpu, field } => {
-                self.not_supported.remove(&(gpu, field));
-            }
-            Fault::MigReconfigure { gpu, instances } => {
-                self.set_mig(gpu, &instances, &[]);
-                // Watches on instances that no longer exist go away with them.
-                let gone: Vec<(u32, u32, u16)> = self
-                    .watches
-                    .keys()
-                    .filter(|k| {
-                        matches!(k.0, FE_GPU_I | FE_GPU_CI) && !self.entity_exists((k.0, k.1))
-                    })
-                    .copied()
-                    .collect();
-                for k in gone {
-                    self.watches.remove(&k);
-                }
-            }
-            Fault::LinkState { gpu, link, up } => {
-                if let Some(s) = self
-                    .gpus
-                    .iter_mut()
-                    .find(|g| g.id == gpu)
-                    .and_then(|g| g.links.get_mut(link as usize))
-                {
-                    *s = if up { 3 } else { 2 };
-                }
-            }
-        }
-    }
-
-    // ---------------------------------------------------------------- requests
-
+    /// Handles one request of connection `conn` (0 in embedded mode).
     pub fn handle(&mut self, conn: u64, req: &Request) -> Reply {
-        self.advance();
-        match self.dispatch(conn, req) {
+        let now = self.clock.now_us();
+        self.apply_due_faults(now);
+        match self.dispatch(conn, req, now) {
             Ok(r) => r,
             Err(code) => Reply::Error(code),
         }
     }
 
-    /// Forgets what a connection created, unless it asked to persist.
+    /// Forgets the groups, field groups and watches a connection created, unless it logged
+    /// in with persistAfterDisconnect.
     pub fn disconnect(&mut self, conn: u64) {
         if self.persistent.remove(&conn) {
             return;
         }
+        self.unwatch(|w| w.conn == conn);
         let groups: Vec<u32> = self
             .groups
             .iter()
@@ -766,122 +243,376 @@ impl Engine {
         let fgs: Vec<u64> = self
             .field_groups
             .iter()
-            .filter(|(_, f)| f.owner == conn)
+            .filter(|(_, f)| f.owner == Some(conn))
             .map(|(id, _)| *id)
             .collect();
         for f in fgs {
-            self.unwatch_refs(|r| r.1 == f);
+            self.unwatch(|w| w.field_group == f);
             self.field_groups.remove(&f);
         }
     }
 
-    fn destroy_group(&mut self, id: u32) {
-        self.unwatch_refs(|r| r.0 == id);
-        self.groups.remove(&id);
+    /// Applies a fault now.
+    pub fn inject(&mut self, fault: Fault) {
+        let now = self.clock.now_us();
+        self.inject_at(fault, now);
     }
 
-    fn unwatch_refs(&mut self, pred: impl Fn(&(u32, u64)) -> bool) {
-        self.watches.retain(|_, w| {
-            w.refs.retain(|r| !pred(r));
-            w.asks.retain(|r, _| !pred(r));
-            if w.refs.is_empty() {
-                return false;
+    fn apply_due_faults(&mut self, now: i64) {
+        while self.scheduled.front().is_some_and(|f| f.0 <= now) {
+            if let Some((at, f)) = self.scheduled.pop_front() {
+                self.inject_at(f, at);
             }
-            // The remaining watchers decide the frequency and retention.
-            w.freq_us = w.asks.values().map(|a| a.0).min().unwrap_or(w.freq_us);
-            w.keep_age_us = w.asks.values().map(|a| a.1).max().unwrap_or(w.keep_age_us);
-            true
+        }
+        let from_file = self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
+        for f in from_file {
+            self.inject_at(f, now);
+        }
+    }
+
+    /// Brings every watch up to `t`, so that samples before a change keep the old state.
+    fn catch_up_all(&mut self, t: i64) {
+        for (key, w) in self.watches.iter_mut() {
+            if let Some(meta) = fields::by_id(key.2) {
+                w.catch_up(*key, meta, &self.world, t);
+            }
+        }
+    }
+
+    fn inject_at(&mut self, fault: Fault, at: i64) {
+        self.catch_up_all(at);
+        let gpus = self.world.node.gpus.len() as u32;
+        let no_gpu = |gpu: u32| {
+            eprintln!("dcgm-sim: fault {fault:?} ignored: GPU {gpu} does not exist ({gpus} GPUs)");
+        };
+        match &fault {
+            Fault::GpuLost { gpu } | Fault::GpuRecovered { gpu } => {
+                match self.world.node.gpu_mut(*gpu) {
+                    Some(g) => g.lost = matches!(fault, Fault::GpuLost { .. }),
+                    None => no_gpu(*gpu),
+                }
+            }
+            Fault::Xid { gpu, xid } => {
+                if *gpu < gpus {
+                    self.world.faults.xids.push((*gpu, at, *xid));
+                    self.health.record_xid(*gpu, *xid);
+                } else {
+                    no_gpu(*gpu);
+                }
+            }
+            Fault::ClockEvent { gpu, reasons } => {
+                if *gpu < gpus {
+                    self.world.faults.add_clock_event(*gpu, at, *reasons);
+                } else {
+                    no_gpu(*gpu);
+                }
+            }
+            Fault::FieldNotSupported { gpu, field } => {
+                self.world.faults.not_supported.insert((*gpu, *field));
+            }
+            Fault::FieldRestored { gpu, field } => {
+                self.world.faults.not_supported.remove(&(*gpu, *field));
+                self.world.faults.set.remove(&(*gpu, *field));
+            }
+            Fault::SetField { gpu, field, gen } => {
+                self.world.faults.set.insert((*gpu, *field), gen.clone());
+            }
+            Fault::MigReconfigure { gpu, instances } => self.reconfigure_mig(*gpu, instances),
+            Fault::LinkState { gpu, link, state } => {
+                match self
+                    .world
+                    .node
+                    .gpu_mut(*gpu)
+                    .and_then(|g| g.links.get_mut(*link as usize))
+                {
+                    Some(s) => *s = *state,
+                    None => {
+                        eprintln!("dcgm-sim: fault {fault:?} ignored: no link {link} on GPU {gpu}")
+                    }
+                }
+            }
+            Fault::SwitchPortState {
+                switch,
+                port,
+                state,
+            } => {
+                match self
+                    .world
+                    .node
+                    .switches
+                    .get_mut(*switch as usize)
+                    .and_then(|s| s.ports.get_mut(*port as usize))
+                {
+                    Some(s) => *s = *state,
+                    None => eprintln!(
+                        "dcgm-sim: fault {fault:?} ignored: no port {port} on NvSwitch {switch}"
+                    ),
+                }
+            }
+            Fault::HealthIncident {
+                gpu,
+                system,
+                health,
+                code,
+                msg,
+            } => {
+                if *gpu < gpus {
+                    self.health
+                        .inject(*gpu, *system, *health, *code, msg.clone());
+                } else {
+                    no_gpu(*gpu);
+                }
+            }
+            Fault::HealthClear { gpu } => self.health.clear(*gpu),
+        }
+    }
+
+    fn reconfigure_mig(&mut self, gpu: u32, instances: &[String]) {
+        if self.world.node.gpu(gpu).is_none() {
+            eprintln!("dcgm-sim: MIG reconfiguration ignored: GPU {gpu} does not exist");
+            return;
+        }
+        let mut specs = Vec::new();
+        for item in instances {
+            match faults::split_mig_item(item) {
+                Ok((name, n)) => specs.push(profile::GiSpec {
+                    profile: name.to_string(),
+                    compute_instances: Some(n),
+                    ..profile::GiSpec::default()
+                }),
+                Err(e) => {
+                    eprintln!("dcgm-sim: MIG reconfiguration of GPU {gpu} ignored: {e}");
+                    return;
+                }
+            }
+        }
+        if let Err(e) = profile::check_layout(&specs, self.world.node.max_mig) {
+            eprintln!("dcgm-sim: MIG reconfiguration of GPU {gpu} ignored: {e}");
+            return;
+        }
+        // An empty list turns MIG mode off.
+        let layout = (!specs.is_empty()).then_some(specs.as_slice());
+        self.world.node.set_mig(gpu, layout);
+        // Watches on instances that no longer exist go away with them.
+        let node = &self.world.node;
+        self.watches.retain(|k, _| {
+            !matches!(k.0, FE_GPU_I | FE_GPU_CI) || node.resolve((k.0, k.1)).is_some()
         });
     }
 
-    fn samples_latest(&self, ent: (u32, u32), meta: &FieldMeta, live: bool) -> Sample {
-        let mk = |ts: i64, value: Value, status: i32| Sample {
-            entity_group: ent.0,
-            entity_id: ent.1,
-            field_id: meta.id,
-            field_type: meta.field_type,
-            status,
-            ts_us: ts,
-            value,
-        };
-        if live {
-            let now = self.now();
-            let (v, st) = self.read(ent, meta, now, &mut None);
-            return mk(now, v, st);
-        }
-        match self.watches.get(&(ent.0, ent.1, meta.id)) {
-            None => mk(0, Sentinel::Blank.value(meta.field_type), ST_NOT_WATCHED),
-            Some(w) => match w.samples.back() {
-                Some((ts, v, st)) => mk(*ts, v.clone(), *st),
-                None => mk(0, Sentinel::Blank.value(meta.field_type), ST_NO_DATA),
-            },
+    fn unwatch(&mut self, gone: impl Fn(&WatcherId) -> bool) {
+        self.watches.retain(|_, w| w.remove_watchers(&gone));
+    }
+
+    fn destroy_group(&mut self, id: u32) {
+        self.unwatch(|w| w.group == id);
+        self.groups.remove(&id);
+        self.health_masks.remove(&id);
+    }
+
+    /// Entities that DCGM would put in a DEFAULT* group: present and usable.
+    fn active(&self, group: u32) -> Vec<(u32, u32)> {
+        let node = &self.world.node;
+        node.all_of(group)
+            .into_iter()
+            .filter(|e| {
+                node.supported(*e)
+                    && !node
+                        .resolve(*e)
+                        .and_then(|r| r.gpu())
+                        .is_some_and(|g| g.lost)
+            })
+            .collect()
+    }
+
+    /// Name and members of a group id, special and internal ids included.
+    fn group(&self, group_id: u64) -> Option<(String, Vec<(u32, u32)>)> {
+        let node = &self.world.node;
+        let id = group_id as u32;
+        let special = |name: &str, entities: Vec<(u32, u32)>| Some((name.to_string(), entities));
+        match id {
+            0 | GROUP_ALL_GPUS => special("DCGM_ALL_SUPPORTED_GPUS", node.all_of(FE_GPU)),
+            1 | GROUP_ALL_NVSWITCHES => {
+                special("DCGM_ALL_SUPPORTED_NVSWITCHES", node.all_of(FE_SWITCH))
+            }
+            GROUP_ALL_INSTANCES => special("DCGM_ALL_INSTANCES", node.all_of(FE_GPU_I)),
+            GROUP_ALL_COMPUTE_INSTANCES => {
+                special("DCGM_ALL_COMPUTE_INSTANCES", node.all_of(FE_GPU_CI))
+            }
+            GROUP_ALL_ENTITIES => special(
+                "DCGM_ALL_ENTITIES",
+                [FE_GPU, FE_SWITCH, FE_GPU_I, FE_GPU_CI]
+                    .iter()
+                    .flat_map(|g| node.all_of(*g))
+                    .collect(),
+            ),
+            _ => self
+                .groups
+                .get(&id)
+                .map(|g| (g.name.clone(), g.entities.clone())),
         }
     }
 
-    fn dispatch(&mut self, conn: u64, req: &Request) -> Result<Reply, i32> {
+    fn field_group_fields(&self, id: u64) -> Result<Vec<u16>, i32> {
+        self.field_groups
+            .get(&id)
+            .map(|f| f.fields.clone())
+            .ok_or(ST_NO_DATA)
+    }
+
+    fn latest(&mut self, ent: (u32, u32), field: u16, live: bool, now: i64) -> Sample {
+        let Some(meta) = fields::by_id(field) else {
+            return Sample {
+                entity_group: ent.0,
+                entity_id: ent.1,
+                field_id: field,
+                field_type: b'i',
+                status: ST_UNKNOWN_FIELD,
+                ts_us: 0,
+                value: Sentinel::Blank.value(b'i'),
+            };
+        };
+        let blank = |status: i32| Sample {
+            entity_group: ent.0,
+            entity_id: ent.1,
+            field_id: field,
+            field_type: meta.field_type,
+            status,
+            ts_us: 0,
+            value: Sentinel::Blank.value(meta.field_type),
+        };
+        if live {
+            let (value, status) = self.world.read(ent, meta, now, now - 1_000_000);
+            if status == ST_NO_DATA {
+                return blank(status);
+            }
+            return Sample {
+                ts_us: now,
+                value,
+                status,
+                ..blank(status)
+            };
+        }
+        match self.watches.get_mut(&(ent.0, ent.1, field)) {
+            Some(w) => {
+                w.catch_up((ent.0, ent.1, field), meta, &self.world, now);
+                w.latest(ent, meta).unwrap_or_else(|| blank(ST_NO_DATA))
+            }
+            None if self.world.node.resolve(ent).is_none() => blank(ST_NO_DATA),
+            None => blank(ST_NOT_WATCHED),
+        }
+    }
+
+    fn device_attributes(&self, gpu_id: u32, now: i64) -> Result<DeviceAttributes, i32> {
+        let node = &self.world.node;
+        let g = node.gpu(gpu_id).ok_or(ST_BADPARAM)?;
+        if g.lost {
+            return Err(ST_GPU_IS_LOST);
+        }
+        let read_i = |field: u16| -> i64 {
+            match fields::by_id(field).map(|m| self.world.read((FE_GPU, gpu_id), m, now, now).0) {
+                Some(Value::Int64(v)) if v < generator::INT64_BLANK => v,
+                _ => 0,
+            }
+        };
+        let (total, used, free) = (read_i(250), read_i(252), read_i(251));
+        let limit = g.power_limit_w.round() as u32;
+        // Supported clocks: the memory clock with SM clocks from the maximum down in 15 MHz
+        // steps, as nvidia-smi -q -d SUPPORTED_CLOCKS lists them.
+        let clock_sets = (0..)
+            .map(|i| g.sm_clock_mhz.saturating_sub(15 * i))
+            .take_while(|sm| *sm >= 210)
+            .take(256)
+            .map(|sm| (g.mem_clock_mhz, sm))
+            .collect();
+        Ok(DeviceAttributes {
+            brand: g.brand.clone(),
+            name: g.model.clone(),
+            pci_bus_id: g.pci_bus_id.clone(),
+            serial: g.serial.clone(),
+            uuid: g.uuid.clone(),
+            vbios: g.vbios.clone(),
+            inforom_image_version: g.inforom.clone(),
+            pci_device_id: g.pci_device_id << 16 | 0x10de,
+            pci_subsystem_id: 0x16c1_10de,
+            driver_version: node.driver_version.clone(),
+            virtualization_mode: 0,
+            slowdown_temp: 87,
+            shutdown_temp: 92,
+            power_limit_cur: limit,
+            power_limit_default: limit,
+            power_limit_enforced: limit,
+            power_limit_min: (f64::from(limit) * 0.3).round() as u32,
+            power_limit_max: limit,
+            bar1_total_mb: u32::try_from(g.bar1_mib).unwrap_or(0),
+            fb_total_mb: u32::try_from(total).unwrap_or(0),
+            fb_used_mb: u32::try_from(used).unwrap_or(0),
+            fb_free_mb: u32::try_from(free).unwrap_or(0),
+            persistence_mode: 1,
+            mig_mode: u32::from(g.mig.is_some()),
+            confidential_compute_mode: 0,
+            clock_sets,
+        })
+    }
+
+    fn mig_hierarchy(&self) -> Vec<MigEntry> {
+        let mut rows = Vec::new();
+        for g in &self.world.node.gpus {
+            for gi in g.instances() {
+                rows.push(MigEntry {
+                    entity: (FE_GPU_I, gi.entity_id),
+                    parent: (FE_GPU, g.id),
+                    gpu_uuid: g.uuid.clone(),
+                    nvml_gpu_index: g.id,
+                    nvml_instance_id: gi.nvml_id,
+                    nvml_compute_instance_id: u32::MAX,
+                    nvml_mig_profile_id: gi.profile_id,
+                    nvml_profile_slices: gi.slices,
+                });
+                for ci in &gi.cis {
+                    rows.push(MigEntry {
+                        entity: (FE_GPU_CI, ci.entity_id),
+                        parent: (FE_GPU_I, gi.entity_id),
+                        gpu_uuid: g.uuid.clone(),
+                        nvml_gpu_index: g.id,
+                        nvml_instance_id: gi.nvml_id,
+                        nvml_compute_instance_id: ci.nvml_id,
+                        nvml_mig_profile_id: ci.profile_id,
+                        nvml_profile_slices: ci.slices,
+                    });
+                }
+            }
+        }
+        rows
+    }
+
+    fn dispatch(&mut self, conn: u64, req: &Request, now: i64) -> Result<Reply, i32> {
         Ok(match req {
             Request::Login {
                 persist_after_disconnect,
             } => {
                 if *persist_after_disconnect {
                     self.persistent.insert(conn);
+                } else {
+                    self.persistent.remove(&conn);
                 }
                 Reply::Ok
             }
             Request::GetAllDevices { only_supported } => Reply::Ids(
-                self.gpus
+                self.world
+                    .node
+                    .gpus
                     .iter()
                     .filter(|g| !only_supported || g.supported)
                     .map(|g| g.id)
                     .collect(),
             ),
             Request::GetDeviceAttributes { gpu_id } => {
-                let g = self.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
-                let p = &self.profile.gpus;
-                let used = match self
-                    .read(
-                        (FE_GPU, g.id),
-                        fields::by_id(252).ok_or(ST_BADPARAM)?,
-                        self.now(),
-                        &mut None,
-                    )
-                    .0
-                {
-                    Value::Int64(u) => u as u32,
-                    _ => 0,
-                };
-                let total = p.memory_mib as u32;
-                Reply::DeviceAttributes(Box::new(DeviceAttributes {
-                    brand: p.brand.clone(),
-                    name: p.model.clone(),
-                    pci_bus_id: g.pci_bus_id.clone(),
-                    serial: g.serial.clone(),
-                    uuid: g.uuid.clone(),
-                    vbios: "96.00.74.00.0E".into(),
-                    inforom_image_version: "G520.0200.00.05".into(),
-                    pci_device_id: 0x2330_10de,
-                    pci_subsystem_id: 0x16c1_10de,
-                    driver_version: self.profile.node.driver_version.clone(),
-                    virtualization_mode: 0,
-                    slowdown_temp: 87,
-                    shutdown_temp: 92,
-                    power_limit_cur: p.power_limit_w as u32,
-                    power_limit_default: p.power_limit_w as u32,
-                    power_limit_enforced: p.power_limit_w as u32,
-                    power_limit_min: 200,
-                    power_limit_max: p.power_limit_w as u32,
-                    bar1_total_mb: 131_072,
-                    fb_total_mb: total,
-                    fb_used_mb: used,
-                    fb_free_mb: total.saturating_sub(used + 512),
-                    persistence_mode: 1,
-                    mig_mode: u32::from(!g.instances.is_empty()),
-                    confidential_compute_mode: 0,
-                    clock_sets: vec![(2619, 1980), (2619, 1755), (2619, 1410)],
-                }))
+                Reply::DeviceAttributes(Box::new(self.device_attributes(*gpu_id, now)?))
             }
             Request::GetGpuStatus { gpu_id } => {
-                let g = self.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
+                let g = self.world.node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
+                // DcgmEntityStatus_t: Ok 1, Unsupported 2, Lost 4.
                 Reply::Status(if g.lost {
                     4
                 } else if g.supported {
@@ -894,111 +625,72 @@ impl Engine {
                 entity_group,
                 only_supported,
             } => {
-                if *entity_group >= 10 {
+                if *entity_group >= FE_COUNT {
                     return Err(ST_NOT_SUPPORTED);
                 }
-                let mut v = self.all_of(*entity_group);
-                if *only_supported && *entity_group == FE_GPU {
-                    v.retain(|e| self.gpu(e.1).is_some_and(|g| g.supported));
-                }
-                Reply::Ids(v.into_iter().map(|e| e.1).collect())
-            }
-            Request::GetGpuInstanceHierarchy => {
-                let mut rows = Vec::new();
-                for g in &self.gpus {
-                    for gi in &g.instances {
-                        let profile_id = match gi.slices {
-                            1 => 0,
-                            2 => 1,
-                            3 => 2,
-                            4 => 3,
-                            7 => 4,
-                            8 => 5,
-                            _ => 6,
-                        };
-                        rows.push(MigEntry {
-                            entity: (FE_GPU_I, gi.entity_id),
-                            parent: (FE_GPU, g.id),
-                            gpu_uuid: g.uuid.clone(),
-                            nvml_gpu_index: g.id,
-                            nvml_instance_id: gi.nvml_id,
-                            nvml_compute_instance_id: u32::MAX,
-                            nvml_mig_profile_id: profile_id,
-                            nvml_profile_slices: gi.slices,
-                        });
-                        for (ci, nvml_ci) in &gi.cis {
-                            rows.push(MigEntry {
-                                entity: (FE_GPU_CI, *ci),
-                                parent: (FE_GPU_I, gi.entity_id),
-                                gpu_uuid: g.uuid.clone(),
-                                nvml_gpu_index: g.id,
-                                nvml_instance_id: gi.nvml_id,
-                                nvml_compute_instance_id: *nvml_ci,
-                                nvml_mig_profile_id: profile_id,
-                                nvml_profile_slices: gi.slices,
-                            });
-                        }
-                    }
-                }
-                Reply::MigHierarchy(rows)
-            }
-            Request::GetNvLinkLinkStatus => Reply::LinkStatus(LinkStatus {
-                gpus: self.gpus.iter().map(|g| (g.id, g.links.clone())).collect(),
-                switches: self.switches.clone(),
-            }),
-            Request::GetNvLinkP2PStatus => {
-                let status = if self.profile.gpus.p2p == "nvlink" {
-                    0
-                } else {
-                    3
-                };
-                let n = self.gpus.len();
-                Reply::P2PStatus(
-                    self.gpus
-                        .iter()
-                        .map(|g| {
-                            (
-                                g.id,
-                                (0..n)
-                                    .map(|j| if j as u32 == g.id { 0 } else { status })
-                                    .collect(),
-                            )
-                        })
+                let node = &self.world.node;
+                Reply::Ids(
+                    node.all_of(*entity_group)
+                        .into_iter()
+                        .filter(|e| !only_supported || node.supported(*e))
+                        .map(|e| e.1)
                         .collect(),
                 )
             }
-            Request::GetCpuHierarchy => Reply::CpuHierarchy(self.cpus.clone()),
+            Request::GetGpuInstanceHierarchy => Reply::MigHierarchy(self.mig_hierarchy()),
+            Request::GetNvLinkLinkStatus => {
+                let node = &self.world.node;
+                Reply::LinkStatus(LinkStatus {
+                    gpus: node.gpus.iter().map(|g| (g.id, g.links.clone())).collect(),
+                    switches: node
+                        .switches
+                        .iter()
+                        .map(|s| (s.id, s.ports.clone()))
+                        .collect(),
+                })
+            }
+            Request::GetNvLinkP2PStatus => {
+                let node = &self.world.node;
+                Reply::P2PStatus(
+                    node.gpus
+                        .iter()
+                        .map(|a| (a.id, node.gpus.iter().map(|b| node.p2p(a, b)).collect()))
+                        .collect(),
+                )
+            }
+            Request::GetCpuHierarchy => Reply::CpuHierarchy(
+                self.world
+                    .node
+                    .cpus
+                    .iter()
+                    .map(|c| (c.id, c.cores.clone()))
+                    .collect(),
+            ),
             Request::ProfGetSupportedMetricGroups { gpu_id } => {
-                self.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
-                if !self.profile.gpus.dcp {
-                    return Err(ST_MODULE_NOT_LOADED);
+                let node = &self.world.node;
+                let g = node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
+                if !node.dcp {
+                    return Err(node.dcp_error);
                 }
-                let group = |major: u16, ids: Vec<u16>| MetricGroup {
-                    major_id: major,
-                    minor_id: 0,
-                    field_ids: ids,
-                };
-                Reply::MetricGroups(vec![
-                    group(1, (1001..=1008).collect()),
-                    group(2, vec![1009, 1010, 1011, 1012, 1091, 1092]),
-                    group(3, (1013..=1016).collect()),
-                    group(4, (1017..=1032).collect()),
-                    group(5, (1040..=1075).chain([1532, 1533]).collect()),
-                ])
+                if g.lost {
+                    return Err(ST_GPU_IS_LOST);
+                }
+                Reply::MetricGroups(node.metric_groups.clone())
             }
             Request::GroupCreate { group_type, name } => {
-                if self.groups.len() >= MAX_GROUPS {
+                if self.groups.len() + INTERNAL_GROUPS >= MAX_GROUPS {
                     return Err(ST_MAX_LIMIT);
                 }
                 let entities = match group_type {
-                    0 => self.all_of(FE_GPU),
+                    0 => self.active(FE_GPU),
                     1 => Vec::new(),
-                    2 => self.all_of(FE_SWITCH),
-                    3 => self.all_of(FE_GPU_I),
-                    4 => self.all_of(FE_GPU_CI),
-                    5 => self
-                        .group_entities(u64::from(GROUP_ALL_ENTITIES))
-                        .unwrap_or_default(),
+                    2 => self.active(FE_SWITCH),
+                    3 => self.active(FE_GPU_I),
+                    4 => self.active(FE_GPU_CI),
+                    5 => [FE_GPU, FE_SWITCH, FE_GPU_I, FE_GPU_CI]
+                        .iter()
+                        .flat_map(|g| self.active(*g))
+                        .collect(),
                     _ => return Err(ST_BADPARAM),
                 };
                 let id = self.next_group;
@@ -1009,7 +701,6 @@ impl Engine {
                         name: name.clone(),
                         entities,
                         owner: conn,
-                        health: 0,
                     },
                 );
                 Reply::Id(u64::from(id))
@@ -1027,16 +718,25 @@ impl Engine {
                 entity_group,
                 entity_id,
             } => {
-                let ent = (*entity_group, *entity_id);
                 let id = *group_id as u32;
                 if !self.groups.contains_key(&id) {
                     return Err(ST_NOT_CONFIGURED);
                 }
-                if !self.entity_exists(ent) {
-                    return Err(ST_BADPARAM);
-                }
-                if ent.0 == FE_GPU && self.gpu(ent.1).is_some_and(|g| g.lost) {
-                    return Err(ST_GPU_IS_LOST);
+                let ent = (*entity_group, *entity_id);
+                // DcgmGroupManager.inl:652-700: the entity's status first, then duplicates,
+                // then the size limit.
+                match self.world.node.resolve(ent) {
+                    None => return Err(ST_BADPARAM),
+                    Some(e) => {
+                        if let Some(g) = e.gpu() {
+                            if g.lost {
+                                return Err(ST_GPU_IS_LOST);
+                            }
+                            if !g.supported {
+                                return Err(ST_GPU_NOT_SUPPORTED);
+                            }
+                        }
+                    }
                 }
                 let g = self.groups.get_mut(&id).ok_or(ST_NOT_CONFIGURED)?;
                 if g.entities.contains(&ent) {
@@ -1049,26 +749,24 @@ impl Engine {
                 Reply::Ok
             }
             Request::GroupGetInfo { group_id } => {
-                let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let name = self
-                    .groups
-                    .get(&(*group_id as u32))
-                    .map(|g| g.name.clone())
-                    .unwrap_or_else(|| "ALL".into());
+                let (name, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 Reply::GroupInfo { name, entities }
             }
             Request::FieldGroupCreate { field_ids, name } => {
-                if field_ids.is_empty() || field_ids.len() >= 128 || name.is_empty() {
+                if field_ids.is_empty() || field_ids.len() >= MAX_FIELDS_PER_GROUP {
+                    return Err(ST_BADPARAM);
+                }
+                if name.is_empty() || name.len() >= MAX_NAME {
                     return Err(ST_BADPARAM);
                 }
                 if field_ids.iter().any(|f| fields::by_id(*f).is_none()) {
                     return Err(ST_BADPARAM);
                 }
-                if self.field_groups.values().any(|f| &f.name == name) {
-                    return Err(ST_DUPLICATE_KEY);
-                }
                 if self.field_groups.len() >= MAX_FIELD_GROUPS {
                     return Err(ST_MAX_LIMIT);
+                }
+                if self.field_groups.values().any(|f| &f.name == name) {
+                    return Err(ST_DUPLICATE_KEY);
                 }
                 let id = self.next_field_group;
                 self.next_field_group += 1;
@@ -1077,17 +775,20 @@ impl Engine {
                     FieldGroupDef {
                         name: name.clone(),
                         fields: field_ids.clone(),
-                        owner: conn,
+                        owner: Some(conn),
                     },
                 );
                 Reply::Id(id)
             }
             Request::FieldGroupDestroy { field_group_id } => {
-                if self.field_groups.remove(field_group_id).is_none() {
-                    return Err(ST_NO_DATA);
-                }
                 let f = *field_group_id;
-                self.unwatch_refs(|r| r.1 == f);
+                match self.field_groups.get(&f) {
+                    None => return Err(ST_NO_DATA),
+                    Some(d) if d.owner.is_none() => return Err(ST_NO_PERMISSION),
+                    Some(_) => {}
+                }
+                self.field_groups.remove(&f);
+                self.unwatch(|w| w.field_group == f);
                 Reply::Ok
             }
             Request::WatchFields {
@@ -1100,55 +801,43 @@ impl Engine {
                 if *group_id == 0 || *update_freq_us <= 0 {
                     return Err(ST_BADPARAM);
                 }
-                let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self
-                    .field_groups
-                    .get(field_group_id)
-                    .ok_or(ST_NOT_CONFIGURED)?
-                    .fields
-                    .clone();
-                let r = (*group_id as u32, *field_group_id);
-                let keep_age = ((max_keep_age_s.max(0.0) * 1e6) as i64).max(*update_freq_us);
-                let keep_n = usize::try_from(*max_keep_samples).unwrap_or(0);
+                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                let fg = self.field_group_fields(*field_group_id)?;
+                let who = WatcherId {
+                    conn,
+                    group: *group_id as u32,
+                    field_group: *field_group_id,
+                };
+                let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
                 for e in entities {
+                    if self.world.node.resolve(e).is_none() {
+                        continue;
+                    }
                     for f in &fg {
-                        let w = self.watches.entry((e.0, e.1, *f)).or_insert_with(|| Watch {
-                            freq_us: *update_freq_us,
-                            keep_age_us: keep_age,
-                            keep_samples: keep_n,
-                            last_ts: None,
-                            samples: VecDeque::new(),
-                            walk: None,
-                            refs: HashSet::new(),
-                            asks: HashMap::new(),
-                        });
-                        w.refs.insert(r);
-                        w.asks.insert(r, (*update_freq_us, keep_age, keep_n));
-                        w.freq_us = w.freq_us.min(*update_freq_us);
-                        w.keep_age_us = w.keep_age_us.max(keep_age);
-                        w.keep_samples = if w.keep_samples == 0 || keep_n == 0 {
-                            0
-                        } else {
-                            w.keep_samples.max(keep_n)
-                        };
+                        self.watches
+                            .entry((e.0, e.1, *f))
+                            .or_insert_with(|| Watch::new(*f, now))
+                            .add_watcher(who, *update_freq_us, age);
                     }
                 }
-                // The first sample is taken when the watch starts, as the real engine's next
-                // update cycle does (immediately in AUTO mode).
-                self.advance();
                 Reply::Ok
             }
             Request::UnwatchFields {
                 group_id,
                 field_group_id,
             } => {
-                let r = (*group_id as u32, *field_group_id);
-                self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                self.unwatch_refs(|x| *x == r);
+                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                self.field_group_fields(*field_group_id)?;
+                let (g, f) = (*group_id as u32, *field_group_id);
+                self.unwatch(|w| w.group == g && w.field_group == f);
                 Reply::Ok
             }
-            // Sampling already happened in `advance`; AUTO mode needs nothing more.
-            Request::UpdateAllFields { .. } => Reply::Ok,
+            // AUTO mode samples on its own (lazily); an explicit cycle brings everything due
+            // up to date.
+            Request::UpdateAllFields { .. } => {
+                self.catch_up_all(now);
+                Reply::Ok
+            }
             Request::EntitiesGetLatestValues {
                 entities,
                 field_ids,
@@ -1156,26 +845,15 @@ impl Engine {
             } => {
                 if entities.is_empty()
                     || field_ids.is_empty()
-                    || entities.len() > 1024
-                    || field_ids.len() > 128
+                    || entities.len() > MAX_GROUP_ENTITIES
+                    || field_ids.len() > MAX_FIELDS_PER_GROUP
                 {
                     return Err(ST_BADPARAM);
                 }
                 let mut out = Vec::with_capacity(entities.len() * field_ids.len());
                 for e in entities {
                     for f in field_ids {
-                        match fields::by_id(*f) {
-                            Some(meta) => out.push(self.samples_latest(*e, meta, *live)),
-                            None => out.push(Sample {
-                                entity_group: e.0,
-                                entity_id: e.1,
-                                field_id: *f,
-                                field_type: b'i',
-                                status: -13,
-                                ts_us: 0,
-                                value: Sentinel::Blank.value(b'i'),
-                            }),
-                        }
+                        out.push(self.latest(*e, *f, *live, now));
                     }
                 }
                 Reply::Samples(out)
@@ -1185,38 +863,49 @@ impl Engine {
                 field_group_id,
                 since_us,
             } => {
-                let entities = self.group_entities(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self
-                    .field_groups
-                    .get(field_group_id)
-                    .ok_or(ST_NOT_CONFIGURED)?
-                    .fields
-                    .clone();
+                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                let fg = self.field_group_fields(*field_group_id)?;
                 let mut out = Vec::new();
                 for e in &entities {
                     for f in &fg {
-                        let (Some(w), Some(meta)) =
-                            (self.watches.get(&(e.0, e.1, *f)), fields::by_id(*f))
+                        let key = (e.0, e.1, *f);
+                        let (Some(w), Some(meta)) = (self.watches.get_mut(&key), fields::by_id(*f))
                         else {
+                            // No data for this pair: skipped, as DcgmApi.cpp:2488-2655 does.
                             continue;
                         };
-                        out.extend(w.samples.iter().filter(|s| s.0 >= *since_us).map(
-                            |(ts, v, st)| Sample {
-                                entity_group: e.0,
-                                entity_id: e.1,
-                                field_id: *f,
-                                field_type: meta.field_type,
-                                status: *st,
-                                ts_us: *ts,
-                                value: v.clone(),
-                            },
-                        ));
+                        w.catch_up(key, meta, &self.world, now);
+                        w.since(*e, meta, *since_us, &mut out);
                     }
                 }
                 Reply::ValuesSince {
                     samples: out,
-                    next_since_us: self.now() + 1,
+                    next_since_us: now + 1,
                 }
+            }
+            Request::HealthSet { group_id, systems } => {
+                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                self.health_masks.insert(*group_id as u32, *systems);
+                Reply::Ok
+            }
+            Request::HealthGet { group_id } => {
+                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                Reply::HealthSystems(
+                    self.health_masks
+                        .get(&(*group_id as u32))
+                        .copied()
+                        .unwrap_or(0),
+                )
+            }
+            Request::HealthCheck { group_id } => {
+                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                let mask = self
+                    .health_masks
+                    .get(&(*group_id as u32))
+                    .copied()
+                    .unwrap_or(0);
+                let (overall, incidents) = self.health.check(&self.world.node, &entities, mask);
+                Reply::Health { overall, incidents }
             }
             Request::FieldGroupGetInfo { field_group_id } => {
                 let f = self.field_groups.get(field_group_id).ok_or(ST_NO_DATA)?;
@@ -1236,47 +925,24 @@ impl Engine {
                     })
                     .collect(),
             ),
-            Request::HealthSet { group_id, systems } => {
-                let g = self
-                    .groups
-                    .get_mut(&(*group_id as u32))
-                    .ok_or(ST_NOT_CONFIGURED)?;
-                g.health = *systems;
-                Reply::Ok
-            }
-            Request::HealthGet { group_id } => Reply::HealthSystems(
-                self.groups
-                    .get(&(*group_id as u32))
-                    .ok_or(ST_NOT_CONFIGURED)?
-                    .health,
-            ),
-            Request::HealthCheck { group_id } => {
-                let g = self
-                    .groups
-                    .get(&(*group_id as u32))
-                    .ok_or(ST_NOT_CONFIGURED)?;
-                let incidents: Vec<Incident> = self
-                    .incidents
-                    .iter()
-                    .filter(|i| g.entities.contains(&i.entity) && g.health & i.system != 0)
-                    .cloned()
-                    .collect();
-                Reply::Health {
-                    overall: incidents.iter().map(|i| i.health).max().unwrap_or(0),
-                    incidents,
-                }
-            }
         })
+    }
+
+    /// How many (entity, field) pairs are watched (for tests and diagnostics).
+    pub fn watch_count(&self) -> usize {
+        self.watches.len()
+    }
+
+    /// Samples kept for one (entity, field), 0 when unwatched (for tests and diagnostics).
+    pub fn history_len(&self, entity: (u32, u32), field: u16) -> usize {
+        self.watches
+            .get(&(entity.0, entity.1, field))
+            .map_or(0, Watch::len)
     }
 }
 
-fn trim(w: &mut Watch, now: i64) {
-    while w.samples.front().is_some_and(|s| s.0 < now - w.keep_age_us) && w.samples.len() > 1 {
-        w.samples.pop_front();
-    }
-    if w.keep_samples > 0 {
-        while w.samples.len() > w.keep_samples {
-            w.samples.pop_front();
-        }
-    }
-}
+// The engine lives in an Arc<Mutex<_>> shared between threads.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Engine>();
+};

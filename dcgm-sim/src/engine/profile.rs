@@ -1,5 +1,11 @@
-//! A simulated node, as described by a TOML profile (see etc/sim/README.md).
+//! A simulated node as a TOML profile (format: etc/sim/README.md).
+//!
+//! The profile is plain data; [`super::node`] turns it into entities. Everything is
+//! validated here so that a bad profile fails at start-up with a message naming the table,
+//! not later with a wrong answer.
 
+use super::faults;
+use super::generator::Generator;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -7,38 +13,44 @@ use std::path::Path;
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     #[serde(default)]
-    pub node: Node,
-    pub gpus: Gpus,
+    pub node: NodeSpec,
+    /// Defaults for every GPU.
+    pub gpus: GpuDefaults,
+    /// Per-GPU overrides (`[[gpu]]` tables).
     #[serde(default)]
-    pub mig: Vec<MigLayout>,
+    pub gpu: Vec<GpuSpec>,
+    /// MIG layouts (`[[mig]]` tables), one per MIG-enabled GPU.
     #[serde(default)]
-    pub switches: Option<Switches>,
+    pub mig: Vec<MigSpec>,
     #[serde(default)]
-    pub cpus: Option<Cpus>,
-    /// Generator overrides.
+    pub switches: Option<SwitchSpec>,
+    #[serde(default)]
+    pub cpus: Option<CpuSpec>,
+    /// Generator overrides (`[[fields]]` tables).
     #[serde(default)]
     pub fields: Vec<FieldOverride>,
-    /// Faults applied at `at_s` seconds after the engine starts.
+    /// Faults applied `at_s` seconds after the engine starts (`[[faults]]` tables).
     #[serde(default)]
     pub faults: Vec<ScheduledFault>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Node {
+pub struct NodeSpec {
     #[serde(default = "d_driver")]
     pub driver_version: String,
     #[serde(default = "d_nvml")]
     pub nvml_version: String,
     #[serde(default = "d_cuda")]
     pub cuda_driver_version: i64,
+    /// Every generated value, UUID and serial number is a function of this and time.
     #[serde(default = "d_seed")]
     pub seed: u64,
 }
 
-impl Default for Node {
+impl Default for NodeSpec {
     fn default() -> Self {
-        Node {
+        NodeSpec {
             driver_version: d_driver(),
             nvml_version: d_nvml(),
             cuda_driver_version: d_cuda(),
@@ -59,46 +71,8 @@ fn d_cuda() -> i64 {
 fn d_seed() -> u64 {
     42
 }
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Gpus {
-    pub count: u32,
-    pub model: String,
-    #[serde(default = "d_brand")]
-    pub brand: String,
-    #[serde(default = "d_mem")]
-    pub memory_mib: i64,
-    #[serde(default = "d_power")]
-    pub power_limit_w: f64,
-    /// NVLink links per GPU (0: none).
-    #[serde(default)]
-    pub nvlinks: u32,
-    /// (gpu, link) pairs whose state is Down.
-    #[serde(default)]
-    pub down_links: Vec<(u32, u32)>,
-    /// Whether DCP (profiling) metric groups are supported.
-    #[serde(default = "d_true")]
-    pub dcp: bool,
-    /// GPUs DCGM reports as unsupported.
-    #[serde(default)]
-    pub unsupported: Vec<u32>,
-    /// PCI bus number of GPU 0; the others follow.
-    #[serde(default = "d_bus")]
-    pub pci_bus_base: u32,
-    /// P2P status between GPUs: "nvlink" (all OK) or "pcie" (TopologyNotSupported).
-    #[serde(default = "d_p2p")]
-    pub p2p: String,
-}
-
 fn d_brand() -> String {
     "NVIDIA".into()
-}
-fn d_mem() -> i64 {
-    81559
-}
-fn d_power() -> f64 {
-    700.0
 }
 fn d_true() -> bool {
     true
@@ -107,84 +81,209 @@ fn d_bus() -> u32 {
     0x18
 }
 fn d_p2p() -> String {
-    "nvlink".into()
+    "auto".into()
+}
+fn d_dcp_error() -> i32 {
+    // DCGM_ST_MODULE_NOT_LOADED: what a node without the profiling module answers.
+    -33
+}
+fn d_max_mig() -> u32 {
+    8
+}
+fn d_pcie_gen() -> u32 {
+    5
+}
+fn d_pcie_width() -> u32 {
+    16
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct MigLayout {
+pub struct GpuDefaults {
+    pub count: u32,
+    pub model: String,
+    #[serde(default = "d_brand")]
+    pub brand: String,
+    /// Framebuffer size; default by model (see [`ModelInfo`]).
+    #[serde(default)]
+    pub memory_mib: Option<i64>,
+    #[serde(default)]
+    pub power_limit_w: Option<f64>,
+    /// Maximum SM clock and memory clock in MHz; default by model.
+    #[serde(default)]
+    pub sm_clock_mhz: Option<u32>,
+    #[serde(default)]
+    pub mem_clock_mhz: Option<u32>,
+    #[serde(default)]
+    pub vbios: Option<String>,
+    #[serde(default)]
+    pub inforom: Option<String>,
+    /// PCI device id (e.g. 0x2330 for H100 SXM); default by model.
+    #[serde(default)]
+    pub pci_device_id: Option<u32>,
+    #[serde(default = "d_pcie_gen")]
+    pub pcie_gen: u32,
+    #[serde(default = "d_pcie_width")]
+    pub pcie_width: u32,
+    /// NVLink links per GPU (0: none).
+    #[serde(default)]
+    pub nvlinks: u32,
+    /// (gpu, link) pairs whose state is Down.
+    #[serde(default)]
+    pub down_links: Vec<(u32, u32)>,
+    /// (gpu, link) pairs whose state is Disabled.
+    #[serde(default)]
+    pub disabled_links: Vec<(u32, u32)>,
+    /// Whether DCP (profiling) metric groups are supported.
+    #[serde(default = "d_true")]
+    pub dcp: bool,
+    /// What ProfGetSupportedMetricGroups answers when `dcp = false`: -33
+    /// (MODULE_NOT_LOADED) or -36 (PROFILING_NOT_SUPPORTED).
+    #[serde(default = "d_dcp_error")]
+    pub dcp_error: i32,
+    /// DCP metric groups; default: every profiling field of a Hopper GPU.
+    #[serde(default)]
+    pub metric_groups: Option<Vec<MetricGroupSpec>>,
+    /// GPU ids DCGM reports as unsupported.
+    #[serde(default)]
+    pub unsupported: Vec<u32>,
+    /// PCI bus number of GPU 0; the others follow at 0x10 steps.
+    #[serde(default = "d_bus")]
+    pub pci_bus_base: u32,
+    /// P2P status between GPUs: "auto" (OK between GPUs that both have an Up NVLink),
+    /// "nvlink" (always OK) or "pcie" (NotSupported).
+    #[serde(default = "d_p2p")]
+    pub p2p: String,
+    /// (gpu, peer, dcgmNvLinkGpuP2PStatus_t) overrides, both directions.
+    #[serde(default)]
+    pub p2p_overrides: Vec<(u32, u32, u32)>,
+    /// GPU instance entity ids are gpuId * this + index (DCGM's maxGpcs).
+    #[serde(default = "d_max_mig")]
+    pub max_mig_devices: u32,
+    /// GPU-level fields that MIG instances report with their parent GPU's values (others
+    /// read DCGM_*_NOT_SUPPORTED on an instance).
+    #[serde(default)]
+    pub mig_fields: Vec<u16>,
+}
+
+/// Per-GPU overrides of [`GpuDefaults`] and generated identities.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuSpec {
+    pub id: u32,
+    pub model: Option<String>,
+    pub brand: Option<String>,
+    pub uuid: Option<String>,
+    pub serial: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub vbios: Option<String>,
+    pub memory_mib: Option<i64>,
+    pub power_limit_w: Option<f64>,
+    pub supported: Option<bool>,
+    /// Link states by index (3 Up, 2 Down, 1 Disabled, 0 NotSupported); the length is the
+    /// link count of this GPU.
+    pub links: Option<Vec<u32>>,
+    /// The GPU starts fallen off the bus.
+    #[serde(default)]
+    pub lost: bool,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigSpec {
     pub gpu: u32,
-    /// GPU-instance profile names, e.g. "1g.10gb".
-    pub instances: Vec<String>,
-    /// Compute instances per GPU instance (default 1 each).
+    /// GPU instances: profile names ("1g.10gb") or tables with the details.
+    pub instances: Vec<GiEntry>,
+    /// Compute-instance count per instance given by name (default 1 each).
     #[serde(default)]
     pub compute_instances: Vec<u32>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum GiEntry {
+    Name(String),
+    Spec(GiSpec),
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Switches {
+pub struct GiSpec {
+    /// MIG profile name, e.g. "3g.40gb".
+    pub profile: String,
+    /// NVML GPU-instance id (default: what the driver typically assigns).
+    pub nvml_id: Option<u32>,
+    /// NVML GPU-instance profile id (default from the name: 1g 19, 2g 14, 3g 9, 4g 5, 7g 0).
+    pub profile_id: Option<u32>,
+    /// Slice count (default from the name).
+    pub slices: Option<u32>,
+    /// Number of compute instances, split evenly (default 1).
+    pub compute_instances: Option<u32>,
+    /// Explicit compute instances (overrides `compute_instances`).
+    #[serde(default)]
+    pub cis: Vec<CiSpec>,
+    pub uuid: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CiSpec {
+    pub slices: Option<u32>,
+    pub nvml_id: Option<u32>,
+    pub profile_id: Option<u32>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchSpec {
     pub count: u32,
     pub ports: u32,
     /// (switch, port) pairs whose state is Down.
     #[serde(default)]
     pub down_ports: Vec<(u32, u32)>,
+    /// (switch, port) pairs whose state is Disabled.
+    #[serde(default)]
+    pub disabled_ports: Vec<(u32, u32)>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Cpus {
+pub struct CpuSpec {
     pub count: u32,
     pub cores_per_cpu: u32,
+    #[serde(default = "d_cpu_vendor")]
+    pub vendor: String,
+    #[serde(default = "d_cpu_model")]
+    pub model: String,
+}
+
+fn d_cpu_vendor() -> String {
+    "NVIDIA".into()
+}
+fn d_cpu_model() -> String {
+    "Grace A02P".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricGroupSpec {
+    pub major: u16,
+    #[serde(default)]
+    pub minor: u16,
+    pub fields: Vec<u16>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FieldOverride {
     pub id: u16,
-    /// Limit to these GPUs (default: every entity).
+    /// Only entities of these GPUs (the GPU, its instances and links).
     #[serde(default)]
     pub gpus: Option<Vec<u32>>,
+    /// Only entities of this group: gpu, gpu_i, gpu_ci, switch, link, cpu, cpu_core.
+    #[serde(default)]
+    pub entity_group: Option<String>,
     pub gen: Generator,
-}
-
-/// How a field's value moves over time.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Generator {
-    Constant {
-        value: f64,
-    },
-    Ramp {
-        start: f64,
-        per_s: f64,
-        max: f64,
-    },
-    Sine {
-        mid: f64,
-        amplitude: f64,
-        period_s: f64,
-    },
-    RandomWalk {
-        start: f64,
-        step: f64,
-        min: f64,
-        max: f64,
-    },
-    Counter {
-        per_s: f64,
-    },
-    Text {
-        value: String,
-    },
-    /// blank, not_found, not_supported or not_permissioned, in the payload with status OK.
-    Sentinel {
-        which: String,
-    },
-    /// A dcgmReturn_t status with a blank payload.
-    Error {
-        status: i32,
-    },
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -194,6 +293,114 @@ pub struct ScheduledFault {
     /// A control-file line, e.g. "xid 2 79".
     pub action: String,
 }
+
+/// Facts about a GPU model that defaults derive from.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelInfo {
+    pub memory_mib: i64,
+    pub power_limit_w: f64,
+    pub sm_clock_mhz: u32,
+    pub mem_clock_mhz: u32,
+    pub compute_capability: i64,
+    pub pci_device_id: u32,
+    pub vbios: &'static str,
+    pub bar1_mib: i64,
+    pub mig_slices: i64,
+}
+
+/// Defaults by model name; unknown models get H100 SXM numbers.
+pub fn model_info(model: &str) -> ModelInfo {
+    let m = model.to_ascii_uppercase();
+    let h100 = ModelInfo {
+        memory_mib: 81559,
+        power_limit_w: 700.0,
+        sm_clock_mhz: 1980,
+        mem_clock_mhz: 2619,
+        compute_capability: 90,
+        pci_device_id: 0x2330,
+        vbios: "96.00.74.00.0E",
+        bar1_mib: 131_072,
+        mig_slices: 7,
+    };
+    if m.contains("A100") {
+        let pcie = m.contains("PCIE");
+        ModelInfo {
+            memory_mib: if m.contains("80GB") { 81920 } else { 40960 },
+            power_limit_w: if pcie { 250.0 } else { 400.0 },
+            sm_clock_mhz: 1410,
+            mem_clock_mhz: if pcie { 1215 } else { 1593 },
+            compute_capability: 80,
+            pci_device_id: if pcie { 0x20f1 } else { 0x20b2 },
+            vbios: "92.00.36.00.02",
+            bar1_mib: 131_072,
+            mig_slices: 7,
+        }
+    } else if m.contains("H200") {
+        ModelInfo {
+            memory_mib: 143_771,
+            mem_clock_mhz: 3201,
+            pci_device_id: 0x2335,
+            ..h100
+        }
+    } else if m.contains("GH200") {
+        ModelInfo {
+            memory_mib: 97_871,
+            power_limit_w: 900.0,
+            pci_device_id: 0x2342,
+            ..h100
+        }
+    } else if m.contains("H100") && m.contains("PCIE") {
+        ModelInfo {
+            power_limit_w: 350.0,
+            sm_clock_mhz: 1755,
+            mem_clock_mhz: 1593,
+            pci_device_id: 0x2331,
+            ..h100
+        }
+    } else if m.contains("T4") {
+        ModelInfo {
+            memory_mib: 15_360,
+            power_limit_w: 70.0,
+            sm_clock_mhz: 1590,
+            mem_clock_mhz: 5001,
+            compute_capability: 75,
+            pci_device_id: 0x1eb8,
+            vbios: "90.04.96.00.02",
+            bar1_mib: 256,
+            mig_slices: 0,
+        }
+    } else {
+        h100
+    }
+}
+
+/// The parts of a MIG profile name: "3g.40gb" → (3, 40, ""), "1g.10gb+me" → (1, 10, "+me").
+pub fn parse_mig_name(profile: &str) -> Option<(u32, u32, &str)> {
+    let (g, rest) = profile.split_once("g.")?;
+    let slices: u32 = g.parse().ok().filter(|n| (1..=8).contains(n))?;
+    let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+    let gb: u32 = rest[..digits].parse().ok().filter(|n| *n > 0)?;
+    let suffix = rest[digits..].strip_prefix("gb")?;
+    if !suffix.is_empty() && !suffix.starts_with(['+', '-']) {
+        return None;
+    }
+    Some((slices, gb, suffix))
+}
+
+/// Slices of a MIG profile name ("3g.40gb" → 3).
+pub fn slices_of(profile: &str) -> Option<u32> {
+    parse_mig_name(profile).map(|p| p.0)
+}
+
+pub const ENTITY_GROUP_NAMES: [(&str, u32); 7] = [
+    ("gpu", 1),
+    ("switch", 3),
+    ("gpu_i", 4),
+    ("gpu_ci", 5),
+    ("link", 6),
+    ("cpu", 7),
+    ("cpu_core", 8),
+];
 
 impl Profile {
     pub fn load(path: &Path) -> Result<Profile, String> {
@@ -207,56 +414,311 @@ impl Profile {
         Ok(p)
     }
 
+    /// The built-in default: 8x H100 with NVLink and NvSwitches.
+    pub fn builtin_default() -> Profile {
+        match Self::parse(BUILTIN) {
+            Ok(p) => p,
+            // The file is compiled in and parsed by a unit test, so this cannot happen in a
+            // released build; say what broke rather than unwinding with a bare unwrap.
+            Err(e) => {
+                panic!("the built-in profile etc/sim/h100-8gpu-nvswitch.toml is invalid: {e}")
+            }
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
-        if self.gpus.count == 0 || self.gpus.count > 32 {
+        let g = &self.gpus;
+        if g.count == 0 || g.count > 32 {
+            return Err(format!("gpus.count must be 1..=32, not {}", g.count));
+        }
+        if g.nvlinks > 36 {
             return Err(format!(
-                "gpus.count must be 1..=32, not {}",
-                self.gpus.count
+                "gpus.nvlinks must be at most 36, not {}",
+                g.nvlinks
             ));
         }
-        if self.gpus.nvlinks > 36 {
-            return Err("gpus.nvlinks must be at most 36".into());
+        if g.max_mig_devices == 0 || g.max_mig_devices > 8 {
+            return Err("gpus.max_mig_devices must be 1..=8".into());
         }
-        for m in &self.mig {
-            if m.gpu >= self.gpus.count {
-                return Err(format!("mig: GPU {} does not exist", m.gpu));
+        if !matches!(g.p2p.as_str(), "auto" | "nvlink" | "pcie") {
+            return Err(format!(
+                "gpus.p2p must be auto, nvlink or pcie, not '{}'",
+                g.p2p
+            ));
+        }
+        if g.dcp_error >= 0 {
+            return Err(format!(
+                "gpus.dcp_error must be a negative dcgmReturn_t, not {}",
+                g.dcp_error
+            ));
+        }
+        for (name, list) in [
+            ("down_links", &g.down_links),
+            ("disabled_links", &g.disabled_links),
+        ] {
+            for (gpu, link) in list {
+                if *gpu >= g.count || *link >= 36 {
+                    return Err(format!("gpus.{name}: no link {link} on GPU {gpu}"));
+                }
             }
-            if m.instances.len() > 8 {
-                return Err(format!("mig: GPU {} has more than 8 instances", m.gpu));
+        }
+        for u in &g.unsupported {
+            if *u >= g.count {
+                return Err(format!("gpus.unsupported: GPU {u} does not exist"));
             }
-            for p in &m.instances {
-                slices_of(p)
-                    .ok_or_else(|| format!("mig: '{p}' is not a profile name like 1g.10gb"))?;
+        }
+        for (a, b, s) in &g.p2p_overrides {
+            if *a >= g.count || *b >= g.count || *s > 6 {
+                return Err(format!(
+                    "gpus.p2p_overrides: [{a}, {b}, {s}] needs two existing GPUs and a status 0..=6"
+                ));
             }
+        }
+        for f in &g.mig_fields {
+            known_field(*f).map_err(|e| format!("gpus.mig_fields: {e}"))?;
+        }
+        if let Some(groups) = &g.metric_groups {
+            if groups.len() > 10 {
+                return Err(
+                    "gpus.metric_groups: at most 10 groups (dcgmProfGetMetricGroups_v3)".into(),
+                );
+            }
+            for (i, mg) in groups.iter().enumerate() {
+                if mg.fields.is_empty() || mg.fields.len() > 64 {
+                    return Err(format!("gpus.metric_groups[{i}]: 1 to 64 fields"));
+                }
+                for f in &mg.fields {
+                    known_field(*f).map_err(|e| format!("gpus.metric_groups[{i}]: {e}"))?;
+                }
+            }
+        }
+        let mut seen = Vec::new();
+        for (i, s) in self.gpu.iter().enumerate() {
+            if s.id >= g.count {
+                return Err(format!(
+                    "gpu[{i}]: GPU {} does not exist (gpus.count = {})",
+                    s.id, g.count
+                ));
+            }
+            if seen.contains(&s.id) {
+                return Err(format!("gpu[{i}]: GPU {} is listed twice", s.id));
+            }
+            seen.push(s.id);
+            if let Some(links) = &s.links {
+                if links.len() > 36 || links.iter().any(|l| *l > 3) {
+                    return Err(format!(
+                        "gpu[{i}].links: at most 36 states, each 0..=3 (NotSupported, Disabled, Down, Up)"
+                    ));
+                }
+            }
+            if s.memory_mib.is_some_and(|m| m <= 0) {
+                return Err(format!("gpu[{i}].memory_mib must be positive"));
+            }
+        }
+        if g.memory_mib.is_some_and(|m| m <= 0) {
+            return Err("gpus.memory_mib must be positive".into());
+        }
+        let mut mig_gpus = Vec::new();
+        for (i, m) in self.mig.iter().enumerate() {
+            if m.gpu >= g.count {
+                return Err(format!("mig[{i}]: GPU {} does not exist", m.gpu));
+            }
+            if mig_gpus.contains(&m.gpu) {
+                return Err(format!("mig[{i}]: GPU {} has two MIG layouts", m.gpu));
+            }
+            mig_gpus.push(m.gpu);
+            let specs = m.gi_specs();
+            check_layout(&specs, g.max_mig_devices)
+                .map_err(|e| format!("mig[{i}] (GPU {}): {e}", m.gpu))?;
         }
         if let Some(s) = &self.switches {
             if s.count > 12 || s.ports > 256 {
                 return Err("switches: at most 12 switches of 256 ports".into());
             }
-        }
-        if let Some(c) = &self.cpus {
-            if c.count > 8 || c.count * c.cores_per_cpu > 1024 {
-                return Err("cpus: at most 8 CPUs and 1024 cores".into());
+            for (name, list) in [
+                ("down_ports", &s.down_ports),
+                ("disabled_ports", &s.disabled_ports),
+            ] {
+                for (sw, port) in list {
+                    if *sw >= s.count || *port >= s.ports {
+                        return Err(format!("switches.{name}: no port {port} on switch {sw}"));
+                    }
+                }
             }
         }
-        for f in &self.faults {
-            crate::engine::faults::parse_line(&f.action)
-                .map_err(|e| format!("faults: '{}': {e}", f.action))?;
+        if let Some(c) = &self.cpus {
+            if c.count == 0
+                || c.count > 8
+                || c.cores_per_cpu == 0
+                || c.count * c.cores_per_cpu > 1024
+            {
+                return Err("cpus: 1 to 8 CPUs, at least one core each, at most 1024 cores".into());
+            }
+        }
+        for (i, f) in self.fields.iter().enumerate() {
+            known_field(f.id).map_err(|e| format!("fields[{i}]: {e}"))?;
+            if let Some(eg) = &f.entity_group {
+                if !ENTITY_GROUP_NAMES.iter().any(|(n, _)| n == eg) {
+                    return Err(format!(
+                        "fields[{i}].entity_group: '{eg}' is not one of gpu, gpu_i, gpu_ci, switch, link, cpu, cpu_core"
+                    ));
+                }
+            }
+            f.gen
+                .validate()
+                .map_err(|e| format!("fields[{i}] (field {}): {e}", f.id))?;
+        }
+        for (i, f) in self.faults.iter().enumerate() {
+            if !(f.at_s >= 0.0 && f.at_s.is_finite()) {
+                return Err(format!(
+                    "faults[{i}].at_s must be a non-negative number of seconds"
+                ));
+            }
+            faults::parse_line(&f.action)
+                .map_err(|e| format!("faults[{i}]: '{}': {e}", f.action))?;
         }
         Ok(())
     }
 
-    pub fn builtin_default() -> Profile {
-        Self::parse(include_str!("../../../etc/sim/h100-8gpu-nvswitch.toml"))
-            .expect("the built-in profile is valid (tested)")
+    /// The overrides of GPU `id`, if any.
+    pub fn gpu_spec(&self, id: u32) -> Option<&GpuSpec> {
+        self.gpu.iter().find(|s| s.id == id)
     }
 }
 
-/// Slices of a MIG profile name ("3g.40gb" → 3).
-pub fn slices_of(profile: &str) -> Option<u32> {
-    let (g, rest) = profile.split_once('g')?;
-    if !rest.starts_with('.') {
-        return None;
+impl MigSpec {
+    /// Every instance as a full spec (names expanded, `compute_instances` applied).
+    pub fn gi_specs(&self) -> Vec<GiSpec> {
+        self.instances
+            .iter()
+            .enumerate()
+            .map(|(i, e)| match e {
+                GiEntry::Name(n) => GiSpec {
+                    profile: n.clone(),
+                    compute_instances: self.compute_instances.get(i).copied(),
+                    ..GiSpec::default()
+                },
+                GiEntry::Spec(s) => s.clone(),
+            })
+            .collect()
     }
-    g.parse().ok().filter(|n| (1..=8).contains(n))
+}
+
+fn known_field(id: u16) -> Result<(), String> {
+    dcgm_sys::fields::by_id(id)
+        .map(|_| ())
+        .ok_or_else(|| format!("field {id} does not exist in DCGM 4.6"))
+}
+
+/// Checks that a MIG layout fits a GPU: names, slices, instance and compute-instance counts.
+pub fn check_layout(gis: &[GiSpec], max_devices: u32) -> Result<(), String> {
+    if gis.len() > max_devices as usize {
+        return Err(format!("more than {max_devices} GPU instances"));
+    }
+    let mut slices = 0;
+    let mut cis = 0;
+    for gi in gis {
+        let (s, _, _) = parse_mig_name(&gi.profile)
+            .ok_or_else(|| format!("'{}' is not a MIG profile name like 1g.10gb", gi.profile))?;
+        let s = gi.slices.unwrap_or(s);
+        if s == 0 || s > 8 {
+            return Err(format!("{}: slices must be 1..=8", gi.profile));
+        }
+        slices += s;
+        let n = if gi.cis.is_empty() {
+            gi.compute_instances.unwrap_or(1)
+        } else {
+            gi.cis.len() as u32
+        };
+        if n == 0 || n > s {
+            return Err(format!(
+                "{}: 1 to {s} compute instances (one slice each at least), not {n}",
+                gi.profile
+            ));
+        }
+        let ci_slices: u32 = gi.cis.iter().map(|c| c.slices.unwrap_or(1)).sum();
+        if ci_slices > s {
+            return Err(format!(
+                "{}: compute instances use {ci_slices} slices of {s}",
+                gi.profile
+            ));
+        }
+        cis += n;
+    }
+    if slices > 8 {
+        return Err(format!(
+            "instances use {slices} slices; a GPU has at most 8"
+        ));
+    }
+    if cis > max_devices {
+        return Err(format!(
+            "{cis} compute instances; at most {max_devices} per GPU (their entity ids are gpuId*{max_devices}+n)"
+        ));
+    }
+    Ok(())
+}
+
+pub const BUILTIN: &str = include_str!("../../../etc/sim/h100-8gpu-nvswitch.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_names() {
+        assert_eq!(parse_mig_name("3g.40gb"), Some((3, 40, "")));
+        assert_eq!(parse_mig_name("1g.10gb+me"), Some((1, 10, "+me")));
+        assert_eq!(parse_mig_name("7g.80gb"), Some((7, 80, "")));
+        for bad in [
+            "big", "3g", "3g.gb", "0g.10gb", "9g.10gb", "3g.40", "3g.40gbx", "g.10gb",
+        ] {
+            assert_eq!(parse_mig_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_builtin_profile_parses() {
+        let p = Profile::builtin_default();
+        assert_eq!(p.gpus.count, 8);
+    }
+
+    #[test]
+    fn validation_names_the_table() {
+        let base = "[gpus]\ncount = 2\nmodel = \"x\"\n";
+        let err = |extra: &str| Profile::parse(&format!("{base}{extra}")).unwrap_err();
+        assert!(err("[[mig]]\ngpu = 5\ninstances = [\"1g.10gb\"]\n").contains("mig[0]"));
+        assert!(
+            err("[[mig]]\ngpu = 1\ninstances = [\"4g.40gb\", \"4g.40gb\", \"1g.10gb\"]\n")
+                .contains("slices")
+        );
+        assert!(
+            err("[[mig]]\ngpu = 1\ninstances = [\"2g.20gb\"]\ncompute_instances = [3]\n")
+                .contains("compute instances")
+        );
+        assert!(
+            err("[[fields]]\nid = 9999\ngen = { kind = \"constant\", value = 1.0 }\n")
+                .contains("fields[0]")
+        );
+        assert!(err("[[fields]]\nid = 150\ngen = { kind = \"sine\", mid = 1.0, amplitude = 1.0, period_s = 0.0 }\n")
+            .contains("period"));
+        assert!(err("[[faults]]\nat_s = 1.0\naction = \"explode 1\"\n").contains("faults[0]"));
+        assert!(err("[[gpu]]\nid = 2\n").contains("gpu[0]"));
+        assert!(err("[[gpu]]\nid = 1\nlinks = [3, 4]\n").contains("links"));
+        assert!(
+            err("[switches]\ncount = 1\nports = 4\ndown_ports = [[0, 4]]\n").contains("down_ports")
+        );
+        assert!(Profile::parse(&format!("{base}bogus = 1\n")).is_err());
+    }
+
+    #[test]
+    fn detailed_mig_tables_parse() {
+        let p = Profile::parse(
+            "[gpus]\ncount = 1\nmodel = \"NVIDIA A100-SXM4-80GB\"\n\
+             [[mig]]\ngpu = 0\ninstances = [\"1g.10gb\", { profile = \"3g.40gb\", nvml_id = 2, cis = [{ slices = 2 }, { slices = 1 }] }]\n",
+        )
+        .unwrap();
+        let specs = p.mig[0].gi_specs();
+        assert_eq!(specs[1].nvml_id, Some(2));
+        assert_eq!(specs[1].cis.len(), 2);
+    }
 }

@@ -1,0 +1,220 @@
+//! Watches and the sample cache, the way DCGM's cache manager keeps them.
+//!
+//! One [`Watch`] per (entity, field), shared by every watcher (a group/field-group pair
+//! of one connection). It samples at the smallest frequency any watcher asked for and keeps
+//! the longest age any watcher asked for (DcgmCacheManager::UpdateWatchFromWatchers).
+//!
+//! Sampling is lazy: nothing runs between requests. When a watch is read, the samples that
+//! the real engine's update thread would have taken since the last read are generated
+//! then, on the watch's own grid (first sample at watch time, then every `freq`). So two
+//! reads within one interval see the same value and timestamp, and an idle engine costs
+//! nothing. A stretch older than the retention is skipped rather than generated.
+//!
+//! DCGM_FI_DEV_XID_ERRORS is event-driven in DCGM (NVML events, DcgmCacheManager.cpp:7535
+//! `RecordXidForGpu`; the update loop skips it): its watch gets one reading (0) when it
+//! starts and then one sample per XID, at the XID's time, and nothing in between.
+
+use super::values::{World, FI_XID};
+use super::FE_GPU;
+use crate::proto::{Sample, Value};
+use dcgm_sys::fields::FieldMeta;
+use std::collections::VecDeque;
+
+/// (entity group, entity id, field id).
+pub type Key = (u32, u32, u16);
+
+/// Who asked for a watch: removed together when the group, the field group or the
+/// connection goes away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WatcherId {
+    pub conn: u64,
+    pub group: u32,
+    pub field_group: u64,
+}
+
+/// A safety net against unbounded memory: no watch keeps more samples than this, whatever
+/// its frequency and age.
+pub const MAX_HISTORY: usize = 100_000;
+
+#[derive(Clone, Debug)]
+struct Stored {
+    ts: i64,
+    status: i32,
+    value: Value,
+}
+
+pub struct Watch {
+    /// (who, frequency µs, retention µs).
+    watchers: Vec<(WatcherId, i64, i64)>,
+    freq_us: i64,
+    age_us: i64,
+    event: bool,
+    created_us: i64,
+    /// Time of the newest periodic sample.
+    last_ts: Option<i64>,
+    /// How far into `FaultState::xids` this watch has looked.
+    xid_cursor: usize,
+    samples: VecDeque<Stored>,
+}
+
+/// How long a watch keeps samples: DCGM's `GetMaxAge` (common/DcgmUtilities.cpp:364): the
+/// larger of the age asked for and the span of `max_keep_samples` samples plus 10 %, each
+/// at least one second. (So `max_keep_samples` is a duration, not a count.)
+pub fn retention_us(freq_us: i64, max_keep_age_s: f64, max_keep_samples: i32) -> i64 {
+    let age = if max_keep_age_s.is_finite() && max_keep_age_s > 0.0 {
+        (max_keep_age_s.min(1e9) * 1e6) as i64
+    } else {
+        0
+    };
+    let span = (f64::from(max_keep_samples.max(0)) * freq_us as f64 * 1.1).min(1e15) as i64;
+    age.max(1_000_000).max(span.max(1_000_000))
+}
+
+impl Watch {
+    pub fn new(field: u16, now: i64) -> Watch {
+        Watch {
+            watchers: Vec::new(),
+            freq_us: i64::MAX,
+            age_us: 0,
+            event: field == FI_XID,
+            created_us: now,
+            last_ts: None,
+            xid_cursor: 0,
+            samples: VecDeque::new(),
+        }
+    }
+
+    /// Adds (or updates) a watcher and recomputes frequency and retention.
+    pub fn add_watcher(&mut self, who: WatcherId, freq_us: i64, age_us: i64) {
+        self.watchers.retain(|w| w.0 != who);
+        self.watchers.push((who, freq_us.max(1), age_us));
+        self.recompute();
+    }
+
+    /// Removes the watchers `gone` selects; false when none is left (drop the watch).
+    pub fn remove_watchers(&mut self, gone: impl Fn(&WatcherId) -> bool) -> bool {
+        let before = self.watchers.len();
+        self.watchers.retain(|w| !gone(&w.0));
+        if self.watchers.len() != before {
+            self.recompute();
+        }
+        !self.watchers.is_empty()
+    }
+
+    fn recompute(&mut self) {
+        self.freq_us = self.watchers.iter().map(|w| w.1).min().unwrap_or(i64::MAX);
+        self.age_us = self.watchers.iter().map(|w| w.2).max().unwrap_or(0);
+    }
+
+    /// Takes the samples due by `now`.
+    pub fn catch_up(&mut self, key: Key, meta: &FieldMeta, world: &World, now: i64) {
+        let ent = (key.0, key.1);
+        if self.event {
+            if self.last_ts.is_none() {
+                if now < self.created_us {
+                    return;
+                }
+                let t = self.created_us;
+                let (value, status) = world.read(ent, meta, t, t);
+                // The reading at watch time is 0 (no XID yet) or the last XID before it.
+                self.push(t, status, value);
+                self.last_ts = Some(t);
+                self.xid_cursor = world.faults.xids.len();
+            }
+            let new = world.faults.xids.get(self.xid_cursor..).unwrap_or(&[]);
+            let mut newest = None;
+            for &(gpu, ts, xid) in new {
+                if ent == (FE_GPU, gpu) {
+                    self.push(ts, 0, Value::Int64(xid));
+                    newest = Some(ts);
+                }
+            }
+            self.xid_cursor = world.faults.xids.len();
+            if let Some(ts) = newest {
+                self.trim(ts);
+            }
+            return;
+        }
+        let freq = self.freq_us;
+        let mut t = match self.last_ts {
+            None => self.created_us,
+            Some(last) => last.saturating_add(freq),
+        };
+        if t > now {
+            return;
+        }
+        // Samples older than the retention would be dropped at once: skip to the ones kept.
+        let due = (now - t) / freq + 1;
+        let keep = (self.age_us / freq + 2).clamp(1, MAX_HISTORY as i64);
+        if due > keep {
+            t += (due - keep) * freq;
+        }
+        while t <= now {
+            let (value, status) = world.read(ent, meta, t, t - freq);
+            self.push(t, status, value);
+            t += freq;
+        }
+        let newest = t - freq;
+        self.last_ts = Some(newest);
+        self.trim(newest);
+    }
+
+    fn push(&mut self, ts: i64, status: i32, value: Value) {
+        self.samples.push_back(Stored { ts, status, value });
+    }
+
+    /// Drops what is older than the retention before the newest sample (DCGM trims when it
+    /// inserts, so the newest sample always stays).
+    fn trim(&mut self, newest: i64) {
+        let oldest_kept = newest.saturating_sub(self.age_us);
+        while self.samples.len() > 1 && self.samples.front().is_some_and(|s| s.ts < oldest_kept) {
+            self.samples.pop_front();
+        }
+        while self.samples.len() > MAX_HISTORY {
+            self.samples.pop_front();
+        }
+    }
+
+    pub fn latest(&self, ent: (u32, u32), meta: &FieldMeta) -> Option<Sample> {
+        self.samples.back().map(|s| to_sample(ent, meta, s))
+    }
+
+    /// Every kept sample with ts >= since, oldest first.
+    pub fn since(&self, ent: (u32, u32), meta: &FieldMeta, since: i64, out: &mut Vec<Sample>) {
+        let first = self.samples.partition_point(|s| s.ts < since);
+        out.extend(self.samples.range(first..).map(|s| to_sample(ent, meta, s)));
+    }
+
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+}
+
+fn to_sample(ent: (u32, u32), meta: &FieldMeta, s: &Stored) -> Sample {
+    Sample {
+        entity_group: ent.0,
+        entity_id: ent.1,
+        field_id: meta.id,
+        field_type: meta.field_type,
+        status: s.status,
+        ts_us: s.ts,
+        value: s.value.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_follows_dcgm_get_max_age() {
+        // dcgm-exporter: 30 s, 600 s, 0 samples.
+        assert_eq!(retention_us(30_000_000, 600.0, 0), 600_000_000);
+        // go-dcgm's helper: 30 s, 0 s, 1 sample -> 33 s.
+        assert_eq!(retention_us(30_000_000, 0.0, 1), 33_000_000);
+        // Nothing asked: one second.
+        assert_eq!(retention_us(100_000, 0.0, 0), 1_000_000);
+        assert_eq!(retention_us(1_000_000, 5.0, 10), 11_000_000);
+        assert_eq!(retention_us(1_000_000, f64::NAN, -3), 1_000_000);
+    }
+}
