@@ -34,6 +34,10 @@ pub struct Settings {
 
 struct ActiveSet {
     set: WatchSet,
+    /// CSV `label` rows (indices into `Counters::all`), sorted by name.
+    label_rows: Vec<usize>,
+    /// The other rows, sorted by field id then CSV line (dcgm-exporter's order).
+    value_rows: Vec<usize>,
     entities: Vec<Entity>,
     /// (entity, profiling field) pairs the GPU does not support: never exported.
     unsupported: HashSet<(Entity, u16)>,
@@ -46,8 +50,8 @@ pub struct Collector {
     counters: Arc<Counters>,
     sets: Vec<ActiveSet>,
     exp: ExpCollectors,
-    /// Fingerprint of the MIG layout the watches were built for.
-    mig_layout: Vec<topology::Instance>,
+    /// The MIG hierarchy the watches were built for.
+    mig_layout: Vec<dcgm_sys::MigEntity>,
 }
 
 /// Creates groups and field groups for a set of entities and watches them.
@@ -128,8 +132,16 @@ impl Collector {
             } else {
                 HashSet::new()
             };
+            let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
+                .counters
+                .iter()
+                .partition(|&&i| counters.all[i].prom_type == PromType::Label);
+            label_rows.sort_by(|&a, &b| counters.all[a].name.cmp(&counters.all[b].name));
+            value_rows.sort_by_key(|&i| (field_id(&counters.all[i]), counters.all[i].line));
             sets.push(ActiveSet {
                 set,
+                label_rows,
+                value_rows,
                 entities,
                 unsupported,
                 watches,
@@ -151,7 +163,7 @@ impl Collector {
         let exp = ExpCollectors::start(&session, &counters, &settings, &topology, &gpu_targets)?;
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
-        let mig_layout = topology.instances.clone();
+        let mig_layout = topology.mig_rows;
         Ok(Collector {
             session,
             counters,
@@ -167,7 +179,7 @@ impl Collector {
 
     /// True when the MIG layout differs from the one the watches were built for.
     pub fn mig_changed(&self) -> dcgm_sys::Result<bool> {
-        Ok(topology::discover_instances(&self.session)? != self.mig_layout)
+        Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
     /// Reads every watched value and fills `page`.
@@ -181,32 +193,10 @@ impl Collector {
                 .iter()
                 .map(|r| ((r.entity, r.field_id), &r.reading))
                 .collect();
-            let rows: Vec<&Counter> = active
-                .set
-                .counters
-                .iter()
-                .map(|&i| &self.counters.all[i])
-                .collect();
-            let label_rows: Vec<&Counter> = {
-                let mut v: Vec<&Counter> = rows
-                    .iter()
-                    .copied()
-                    .filter(|c| c.prom_type == PromType::Label)
-                    .collect();
-                v.sort_by(|a, b| a.name.cmp(&b.name));
-                v
-            };
-            let mut value_rows: Vec<&Counter> = rows
-                .iter()
-                .copied()
-                .filter(|c| c.prom_type != PromType::Label)
-                .collect();
-            value_rows.sort_by_key(|c| (field_id(c), c.line));
-
             // Label fields first: they go on every series of the entity.
             for t in &active.set.targets {
                 let mut labels = Vec::new();
-                for c in &label_rows {
+                for c in active.label_rows.iter().map(|&i| &self.counters.all[i]) {
                     if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
                         if let Some(s) = label_text(v) {
                             labels.push((c.name.clone(), s));
@@ -216,7 +206,7 @@ impl Collector {
                 csv_labels.insert(t.entity, labels);
             }
 
-            for c in &value_rows {
+            for c in active.value_rows.iter().map(|&i| &self.counters.all[i]) {
                 let fid = field_id(c);
                 for t in &active.set.targets {
                     if active.unsupported.contains(&(t.entity, fid)) {
@@ -244,12 +234,7 @@ impl Collector {
                             continue;
                         }
                     };
-                    let mut labels: Vec<(&str, &str)> =
-                        t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-                    let extra = csv_labels.get(&t.entity);
-                    if let Some(extra) = extra {
-                        labels.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-                    }
+                    let mut labels = t.labels_with(&csv_labels);
                     let code;
                     if fid == fields::XID_ERRORS {
                         code = (value as i64).to_string();

@@ -111,7 +111,7 @@ impl Windowed {
         self.last_ts = newest;
         let window = self.window_ms.to_string();
         for t in &self.targets {
-            let base = labels_of(t, csv_labels);
+            let base = t.labels_with(csv_labels);
             if let Some(row) = &self.count_row {
                 match in_window.get(&t.entity) {
                     Some(counts) if !counts.is_empty() => {
@@ -163,17 +163,6 @@ pub struct ExpCollectors {
     windowed: Vec<Windowed>,
     health: Option<Health>,
     p2p: Option<P2P>,
-}
-
-fn labels_of<'a>(
-    t: &'a Target,
-    csv: &'a HashMap<Entity, Vec<(String, String)>>,
-) -> Vec<(&'a str, &'a str)> {
-    let mut l: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    if let Some(extra) = csv.get(&t.entity) {
-        l.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    }
-    l
 }
 
 fn now_us() -> i64 {
@@ -329,7 +318,7 @@ impl ExpCollectors {
                         ),
                         None => (0, "DCGM_FR_OK".to_string()),
                     };
-                    let mut l = labels_of(t, csv_labels);
+                    let mut l = t.labels_with(csv_labels);
                     l.push(("health_watch", watch));
                     l.push(("health_error_code", &code));
                     page.add(
@@ -357,7 +346,7 @@ impl ExpCollectors {
                         continue;
                     }
                     let peer_s = peer.to_string();
-                    let mut l = labels_of(t, csv_labels);
+                    let mut l = t.labels_with(csv_labels);
                     l.push(("peer_gpu", &peer_s));
                     l.push(("link_status", status.label()));
                     page.add(

@@ -52,6 +52,20 @@ pub struct Target {
     pub gpu: Option<u32>,
 }
 
+impl Target {
+    /// Identity labels followed by the entity's CSV label fields, in exposition order.
+    pub fn labels_with<'a>(
+        &'a self,
+        csv: &'a std::collections::HashMap<Entity, Vec<(String, String)>>,
+    ) -> Vec<(&'a str, &'a str)> {
+        let mut l: Vec<(&str, &str)> = self.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        if let Some(extra) = csv.get(&self.entity) {
+            l.extend(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        }
+        l
+    }
+}
+
 /// The targets of one kind and the CSV rows (indices into `Counters::all`) watched on them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct WatchSet {

@@ -46,6 +46,8 @@ pub struct Topology {
     pub gpus: Vec<Gpu>,
     /// GPU instances then their compute instances, in DCGM's order.
     pub instances: Vec<Instance>,
+    /// The MIG hierarchy as DCGM returned it (to notice reconfigurations).
+    pub mig_rows: Vec<MigEntity>,
     pub switches: Vec<u32>,
     pub links: Vec<Link>,
     pub cpus: Vec<Cpu>,
@@ -66,7 +68,8 @@ impl Topology {
                 model: clean(a.name),
             });
         }
-        t.instances = discover_instances(session)?;
+        t.mig_rows = mig_rows(session)?;
+        t.instances = instances(session, &t.mig_rows)?;
         // Switches, links and CPUs are optional hardware: a failure means "none here".
         match session.entities(EntityGroup::Switch, false) {
             Ok(s) => t.switches = s,
@@ -133,14 +136,16 @@ impl Topology {
     }
 }
 
+/// The raw MIG hierarchy; empty where the node has no MIG support.
+pub fn mig_rows(session: &Session) -> dcgm_sys::Result<Vec<MigEntity>> {
+    match session.mig_hierarchy() {
+        Err(e) if e.status() == Some(dcgm_sys::Status::NotSupported) => Ok(Vec::new()),
+        r => r,
+    }
+}
+
 /// Reads the MIG hierarchy and the profile name of every GPU instance.
-pub fn discover_instances(session: &Session) -> dcgm_sys::Result<Vec<Instance>> {
-    let rows = match session.mig_hierarchy() {
-        Ok(r) => r,
-        // No NVML MIG support on this node: no instances.
-        Err(e) if e.status() == Some(dcgm_sys::Status::NotSupported) => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
+fn instances(session: &Session, rows: &[MigEntity]) -> dcgm_sys::Result<Vec<Instance>> {
     let gis: Vec<&MigEntity> = rows
         .iter()
         .filter(|r| r.entity.group == EntityGroup::GpuInstance)
@@ -156,7 +161,7 @@ pub fn discover_instances(session: &Session) -> dcgm_sys::Result<Vec<Instance>> 
         }
     }
     let mut out = Vec::new();
-    for r in &rows {
+    for r in rows {
         match r.entity.group {
             EntityGroup::GpuInstance => out.push(Instance {
                 entity: r.entity,
