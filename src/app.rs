@@ -3,9 +3,9 @@
 //! Scrapes never call DCGM; they only read the last published page.
 
 use crate::collect::{Collector, Settings, StartError};
-use crate::counters::Counters;
-use crate::render::Page;
-use crate::selfmetrics::SelfMetrics;
+use crate::config::counters::Counters;
+use crate::output::render::Page;
+use crate::output::selfmetrics::SelfMetrics;
 use dcgm_sys::{ConnectTarget, Library, Session};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -123,7 +123,7 @@ impl Runner {
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
     fn reload(&self, collector: &mut Option<Collector>) {
-        let new = match crate::counters::load(&self.collectors) {
+        let new = match crate::config::counters::load(&self.collectors) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");

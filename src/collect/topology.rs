@@ -154,7 +154,7 @@ fn instances(session: &Session, rows: &[MigEntity]) -> dcgm_sys::Result<Vec<Inst
     let mut names = std::collections::HashMap::new();
     if !gis.is_empty() {
         let ents: Vec<Entity> = gis.iter().map(|g| g.entity).collect();
-        for r in session.latest_values(&ents, &[crate::fields::DEV_NAME], true)? {
+        for r in session.latest_values(&ents, &[crate::collect::fields::DEV_NAME], true)? {
             if let Some(dcgm_sys::Value::String(s)) = r.reading.value() {
                 names.insert(r.entity.id, s.clone());
             }

@@ -1,10 +1,10 @@
 //! Which entities are exported, with which identity labels and which fields: the device
 //! selectors (`-d`, `-s`, `-p`) applied to the discovered topology.
 
-use crate::counters::{Counter, CounterField, Counters, PromType};
-use crate::fields::level;
-use crate::selector::{check_exists, IdSet, Selector};
-use crate::topology::{Instance, Topology};
+use crate::collect::fields::level;
+use crate::collect::topology::{Instance, Topology};
+use crate::config::counters::{Counter, CounterField, Counters, PromType};
+use crate::config::selector::{check_exists, IdSet, Selector};
 use dcgm_sys::{Entity, EntityGroup, LinkState};
 
 /// The entity types dcgm-exporter has a collector for.

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-const TABLE: &str = include_str!("../etc/data/xid-descriptions.csv");
+const TABLE: &str = include_str!("../../etc/data/xid-descriptions.csv");
 
 fn table() -> &'static HashMap<i64, String> {
     static T: OnceLock<HashMap<i64, String>> = OnceLock::new();

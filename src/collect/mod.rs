@@ -1,14 +1,20 @@
 //! One DCGM session's watches and the collection that turns their latest values into a page.
 
-use crate::counters::{Counter, CounterField, Counters, PromType};
-use crate::exp::ExpCollectors;
-use crate::fields;
-use crate::render::{DropReason, Page};
-use crate::targets::{self, Kind, WatchSet};
-use crate::topology::{self, Topology};
+pub mod exp;
+pub mod fields;
+pub mod health_codes;
+pub mod targets;
+pub mod topology;
+pub mod xid;
+
+use crate::config::counters::{Counter, CounterField, Counters, PromType};
+use crate::output::render::{DropReason, Page};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
+use exp::ExpCollectors;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use targets::{Kind, WatchSet};
+use topology::Topology;
 
 /// Entities per DCGM group (DCGM_GROUP_MAX_ENTITIES_V2).
 const MAX_GROUP_ENTITIES: usize = 1024;
@@ -20,9 +26,9 @@ pub const MAX_KEEP_AGE_S: f64 = 600.0;
 /// Settings that shape what is watched and how it is labelled.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub gpus: crate::selector::Selector,
-    pub switches: crate::selector::Selector,
-    pub cpus: crate::selector::Selector,
+    pub gpus: crate::config::selector::Selector,
+    pub switches: crate::config::selector::Selector,
+    pub cpus: crate::config::selector::Selector,
     pub compute_instances: bool,
     pub use_old_namespace: bool,
     pub replace_blanks_in_model_name: bool,
@@ -239,7 +245,7 @@ impl Collector {
                     if fid == fields::XID_ERRORS {
                         code = (value as i64).to_string();
                         labels.push(("err_code", &code));
-                        labels.push(("err_msg", crate::xid::describe(value as i64)));
+                        labels.push(("err_msg", xid::describe(value as i64)));
                     }
                     page.add(&c.name, &c.help, c.prom_type, &labels, value);
                 }

@@ -1,12 +1,12 @@
 //! dcgm-exporter's synthesised `DCGM_EXP_*` metrics: windowed and cumulative XID and
 //! clock-event counts, GPU health and NVLink P2P status.
 
+use crate::collect::fields;
+use crate::collect::targets::Target;
+use crate::collect::topology::Topology;
 use crate::collect::{watch_all, Settings, MAX_KEEP_AGE_S};
-use crate::counters::{Counter, CounterField, Counters, ExpField};
-use crate::fields;
-use crate::render::Page;
-use crate::targets::Target;
-use crate::topology::Topology;
+use crate::config::counters::{Counter, CounterField, Counters, ExpField};
+use crate::output::render::Page;
 use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -271,7 +271,7 @@ impl ExpCollectors {
                     row,
                     group,
                     targets: whole_gpus.clone(),
-                    codes: crate::health_codes::names(),
+                    codes: crate::collect::health_codes::names(),
                 });
             }
         }

@@ -2,7 +2,7 @@
 //! text encoder (which escapes label values and help text). A series that would break the
 //! page (a duplicate, a type clash) is dropped and counted instead.
 
-use crate::counters::PromType;
+use crate::config::counters::PromType;
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::Encoder;
 use std::collections::hash_map::DefaultHasher;

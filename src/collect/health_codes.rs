@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-const TABLE: &str = include_str!("../dcgm-sys/fields/health-codes-4.6.0.csv");
+const TABLE: &str = include_str!("../../dcgm-sys/fields/health-codes-4.6.0.csv");
 
 pub fn names() -> &'static HashMap<u32, String> {
     static T: OnceLock<HashMap<u32, String>> = OnceLock::new();

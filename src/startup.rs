@@ -1,0 +1,204 @@
+//! From a parsed configuration to a running exporter: load DCGM, start the collection
+//! thread, serve HTTP until a signal arrives.
+
+use crate::app::{self, Engine, Runner, Shared};
+use crate::collect;
+use crate::config::{cli, counters, selector};
+use crate::hostname;
+use crate::output::server;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub fn run(config: cli::Config) -> Result<(), String> {
+    let unsupported = config.unsupported_options();
+    if !unsupported.is_empty() {
+        return Err(unsupported
+            .iter()
+            .map(|o| format!("option --{o} is not supported yet by this exporter"))
+            .collect::<Vec<_>>()
+            .join("; "));
+    }
+    let counters = Arc::new(counters::load(&config.collectors).map_err(|e| e.to_string())?);
+    let settings = collect::Settings {
+        gpus: selector::parse("-d", &config.devices)?,
+        switches: selector::parse("-s", &config.switch_devices)?,
+        cpus: selector::parse("-p", &config.cpu_devices)?,
+        compute_instances: config.compute_instances,
+        use_old_namespace: config.use_old_namespace,
+        replace_blanks_in_model_name: config.replace_blanks_in_model_name,
+        hostname: None,
+        interval_ms: u64::try_from(config.collect_interval)
+            .ok()
+            .filter(|&ms| ms > 0)
+            .ok_or_else(|| {
+                format!(
+                    "-c {}: the collect interval must be a positive number of milliseconds",
+                    config.collect_interval
+                )
+            })?,
+        xid_window_ms: u64::try_from(config.xid_count_window_size)
+            .map_err(|_| format!("-x {}: must not be negative", config.xid_count_window_size))?,
+        clock_events_window_ms: u64::try_from(config.clock_events_count_window_size).map_err(
+            |_| {
+                format!(
+                    "--clock-events-count-window-size {}: must not be negative",
+                    config.clock_events_count_window_size
+                )
+            },
+        )?,
+    };
+    let engine = match config.remote_hostengine() {
+        Some(addr) => Engine::Remote(
+            dcgm_sys::ConnectTarget::parse(addr)
+                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
+        ),
+        None => Engine::Embedded,
+    };
+    let remote_host = match &engine {
+        Engine::Remote(t) => t.host(),
+        Engine::Embedded => None,
+    };
+    let settings = collect::Settings {
+        hostname: hostname::resolve(
+            config.no_hostname,
+            config.kubernetes,
+            remote_host.as_deref(),
+            std::env::var("NODE_NAME").ok().as_deref(),
+        ),
+        ..settings
+    };
+    let addrs = server::listen_addrs(&config.address)?;
+    if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
+        // Read by the embedded host engine at dcgmInit; set before any thread exists.
+        std::env::set_var("__DCGM_DBG_FILE", "-");
+        std::env::set_var("__DCGM_DBG_LVL", &config.dcgm_log_level);
+    }
+
+    let library = Arc::new(
+        dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
+    );
+    tracing::info!("loaded {}", library.path().display());
+    let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    let runner = Arc::new(Runner {
+        library,
+        engine: engine.clone(),
+        collectors: config.collectors.clone(),
+        counters: std::sync::RwLock::new(counters),
+        settings,
+        shared: shared.clone(),
+    });
+    let collector = runner.start().map_err(|e| match &engine {
+        Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
+        Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
+    })?;
+    runner.mark_started();
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
+    let loop_runner = runner.clone();
+    let collection = std::thread::Builder::new()
+        .name("collector".into())
+        .spawn(move || loop_runner.run(Some(collector), control_rx))
+        .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+
+    let reload_tx = control_tx.clone();
+    let served = rt.block_on(async move {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(mut hup) => {
+                tokio::spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reloading the counters");
+                        let _ = reload_tx.send(app::Control::Reload);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
+        }
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let mut servers = Vec::new();
+        let mut bound = Vec::new();
+        let mut errors = Vec::new();
+        for addr in addrs {
+            let mut rx = rx.clone();
+            match warp::serve(server::routes(shared.clone())).try_bind_with_graceful_shutdown(
+                addr,
+                async move {
+                    let _ = rx.changed().await;
+                },
+            ) {
+                Ok((a, fut)) => {
+                    bound.push(a);
+                    servers.push(tokio::spawn(fut));
+                }
+                // ":port" tries [::] and 0.0.0.0; on dual-stack hosts the second is taken by the first.
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        if bound.is_empty() {
+            return Err(format!(
+                "cannot listen on {}: {}",
+                config.address,
+                errors.join("; ")
+            ));
+        }
+        tracing::info!(
+            "listening on {}",
+            bound
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = tx.send(true);
+        for s in servers {
+            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
+        }
+        Ok(())
+    });
+    let _ = control_tx.send(app::Control::Stop);
+    if let Ok(Some(c)) = collection.join() {
+        c.stop();
+    }
+    served
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut streams = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::quit(),
+    ] {
+        match signal(kind) {
+            Ok(s) => streams.push(s),
+            Err(e) => tracing::warn!("cannot handle signal {kind:?}: {e}"),
+        }
+    }
+    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
+    futures_select_all(waits).await;
+}
+
+/// Resolves when any of the futures does.
+async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<Item = F>) {
+    let futs: Vec<F> = futs.collect();
+    if futs.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    let mut futs = futs;
+    std::future::poll_fn(move |cx| {
+        for f in futs.iter_mut() {
+            if std::pin::Pin::new(f).poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
