@@ -7,6 +7,7 @@
 //! cache), `health`, [`faults`] (run-time faults and the control file), [`clock`].
 
 pub mod clock;
+mod dispatch;
 pub mod faults;
 pub mod generator;
 mod health;
@@ -31,6 +32,7 @@ use watch::{Key, Watch, WatcherId};
 // dcgmReturn_t values the engine returns.
 pub const ST_OK: i32 = 0;
 pub const ST_BADPARAM: i32 = -1;
+pub const ST_GENERIC_ERROR: i32 = -3;
 pub const ST_NOT_CONFIGURED: i32 = -5;
 pub const ST_NOT_SUPPORTED: i32 = -6;
 pub const ST_UNKNOWN_FIELD: i32 = -13;
@@ -586,346 +588,38 @@ impl Engine {
         rows
     }
 
+    /// Routes a request to the handler of its family (`dispatch/`).
     fn dispatch(&mut self, conn: u64, req: &Request, now: i64) -> Result<Reply, i32> {
-        Ok(match req {
-            Request::Login {
-                persist_after_disconnect,
-            } => {
-                if *persist_after_disconnect {
-                    self.persistent.insert(conn);
-                } else {
-                    self.persistent.remove(&conn);
-                }
-                Reply::Ok
+        match req {
+            Request::Login { .. }
+            | Request::GetAllDevices { .. }
+            | Request::GetDeviceAttributes { .. }
+            | Request::GetGpuStatus { .. }
+            | Request::GetEntityGroupEntities { .. }
+            | Request::GetGpuInstanceHierarchy
+            | Request::GetNvLinkLinkStatus
+            | Request::GetNvLinkP2PStatus
+            | Request::GetCpuHierarchy
+            | Request::ProfGetSupportedMetricGroups { .. } => {
+                self.discovery_request(conn, req, now)
             }
-            Request::GetAllDevices { only_supported } => Reply::Ids(
-                self.world
-                    .node
-                    .gpus
-                    .iter()
-                    .filter(|g| !only_supported || g.supported)
-                    .map(|g| g.id)
-                    .collect(),
-            ),
-            Request::GetDeviceAttributes { gpu_id } => {
-                Reply::DeviceAttributes(Box::new(self.device_attributes(*gpu_id, now)?))
+            Request::GroupCreate { .. }
+            | Request::GroupDestroy { .. }
+            | Request::GroupAddEntity { .. }
+            | Request::GroupGetInfo { .. }
+            | Request::FieldGroupCreate { .. }
+            | Request::FieldGroupDestroy { .. }
+            | Request::FieldGroupGetInfo { .. }
+            | Request::FieldGroupGetAll => self.group_request(conn, req, now),
+            Request::WatchFields { .. }
+            | Request::UnwatchFields { .. }
+            | Request::UpdateAllFields { .. }
+            | Request::EntitiesGetLatestValues { .. }
+            | Request::GetValuesSince { .. } => self.watch_request(conn, req, now),
+            Request::HealthSet { .. } | Request::HealthGet { .. } | Request::HealthCheck { .. } => {
+                self.health_request(conn, req, now)
             }
-            Request::GetGpuStatus { gpu_id } => {
-                let g = self.world.node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
-                // DcgmEntityStatus_t: Ok 1, Unsupported 2, Lost 4.
-                Reply::Status(if g.lost {
-                    4
-                } else if g.supported {
-                    1
-                } else {
-                    2
-                })
-            }
-            Request::GetEntityGroupEntities {
-                entity_group,
-                only_supported,
-            } => {
-                if *entity_group >= FE_COUNT {
-                    return Err(ST_NOT_SUPPORTED);
-                }
-                let node = &self.world.node;
-                Reply::Ids(
-                    node.all_of(*entity_group)
-                        .into_iter()
-                        .filter(|e| !only_supported || node.supported(*e))
-                        .map(|e| e.1)
-                        .collect(),
-                )
-            }
-            Request::GetGpuInstanceHierarchy => Reply::MigHierarchy(self.mig_hierarchy()),
-            Request::GetNvLinkLinkStatus => {
-                let node = &self.world.node;
-                Reply::LinkStatus(LinkStatus {
-                    gpus: node.gpus.iter().map(|g| (g.id, g.links.clone())).collect(),
-                    switches: node
-                        .switches
-                        .iter()
-                        .map(|s| (s.id, s.ports.clone()))
-                        .collect(),
-                })
-            }
-            Request::GetNvLinkP2PStatus => {
-                let node = &self.world.node;
-                Reply::P2PStatus(
-                    node.gpus
-                        .iter()
-                        .map(|a| (a.id, node.gpus.iter().map(|b| node.p2p(a, b)).collect()))
-                        .collect(),
-                )
-            }
-            Request::GetCpuHierarchy => Reply::CpuHierarchy(
-                self.world
-                    .node
-                    .cpus
-                    .iter()
-                    .map(|c| (c.id, c.cores.clone()))
-                    .collect(),
-            ),
-            Request::ProfGetSupportedMetricGroups { gpu_id } => {
-                let node = &self.world.node;
-                let g = node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
-                if !node.dcp {
-                    return Err(node.dcp_error);
-                }
-                if g.lost {
-                    return Err(ST_GPU_IS_LOST);
-                }
-                Reply::MetricGroups(node.metric_groups.clone())
-            }
-            Request::GroupCreate { group_type, name } => {
-                if self.groups.len() + INTERNAL_GROUPS >= MAX_GROUPS {
-                    return Err(ST_MAX_LIMIT);
-                }
-                let entities = match group_type {
-                    0 => self.active(FE_GPU),
-                    1 => Vec::new(),
-                    2 => self.active(FE_SWITCH),
-                    3 => self.active(FE_GPU_I),
-                    4 => self.active(FE_GPU_CI),
-                    5 => [FE_GPU, FE_SWITCH, FE_GPU_I, FE_GPU_CI]
-                        .iter()
-                        .flat_map(|g| self.active(*g))
-                        .collect(),
-                    _ => return Err(ST_BADPARAM),
-                };
-                let id = self.next_group;
-                self.next_group += 1;
-                self.groups.insert(
-                    id,
-                    Group {
-                        name: name.clone(),
-                        entities,
-                        owner: conn,
-                    },
-                );
-                Reply::Id(u64::from(id))
-            }
-            Request::GroupDestroy { group_id } => {
-                let id = *group_id as u32;
-                if !self.groups.contains_key(&id) {
-                    return Err(ST_NOT_CONFIGURED);
-                }
-                self.destroy_group(id);
-                Reply::Ok
-            }
-            Request::GroupAddEntity {
-                group_id,
-                entity_group,
-                entity_id,
-            } => {
-                let id = *group_id as u32;
-                if !self.groups.contains_key(&id) {
-                    return Err(ST_NOT_CONFIGURED);
-                }
-                let ent = (*entity_group, *entity_id);
-                // DcgmGroupManager.inl:652-700: the entity's status first, then duplicates,
-                // then the size limit.
-                match self.world.node.resolve(ent) {
-                    None => return Err(ST_BADPARAM),
-                    Some(e) => {
-                        if let Some(g) = e.gpu() {
-                            if g.lost {
-                                return Err(ST_GPU_IS_LOST);
-                            }
-                            if !g.supported {
-                                return Err(ST_GPU_NOT_SUPPORTED);
-                            }
-                        }
-                    }
-                }
-                let g = self.groups.get_mut(&id).ok_or(ST_NOT_CONFIGURED)?;
-                if g.entities.contains(&ent) {
-                    return Err(ST_BADPARAM);
-                }
-                if g.entities.len() >= MAX_GROUP_ENTITIES {
-                    return Err(ST_MAX_LIMIT);
-                }
-                g.entities.push(ent);
-                Reply::Ok
-            }
-            Request::GroupGetInfo { group_id } => {
-                let (name, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                Reply::GroupInfo { name, entities }
-            }
-            Request::FieldGroupCreate { field_ids, name } => {
-                if field_ids.is_empty() || field_ids.len() >= MAX_FIELDS_PER_GROUP {
-                    return Err(ST_BADPARAM);
-                }
-                if name.is_empty() || name.len() >= MAX_NAME {
-                    return Err(ST_BADPARAM);
-                }
-                if field_ids.iter().any(|f| fields::by_id(*f).is_none()) {
-                    return Err(ST_BADPARAM);
-                }
-                if self.field_groups.len() >= MAX_FIELD_GROUPS {
-                    return Err(ST_MAX_LIMIT);
-                }
-                if self.field_groups.values().any(|f| &f.name == name) {
-                    return Err(ST_DUPLICATE_KEY);
-                }
-                let id = self.next_field_group;
-                self.next_field_group += 1;
-                self.field_groups.insert(
-                    id,
-                    FieldGroupDef {
-                        name: name.clone(),
-                        fields: field_ids.clone(),
-                        owner: Some(conn),
-                    },
-                );
-                Reply::Id(id)
-            }
-            Request::FieldGroupDestroy { field_group_id } => {
-                let f = *field_group_id;
-                match self.field_groups.get(&f) {
-                    None => return Err(ST_NO_DATA),
-                    Some(d) if d.owner.is_none() => return Err(ST_NO_PERMISSION),
-                    Some(_) => {}
-                }
-                self.field_groups.remove(&f);
-                self.unwatch(|w| w.field_group == f);
-                Reply::Ok
-            }
-            Request::WatchFields {
-                group_id,
-                field_group_id,
-                update_freq_us,
-                max_keep_age_s,
-                max_keep_samples,
-            } => {
-                if *group_id == 0 || *update_freq_us <= 0 {
-                    return Err(ST_BADPARAM);
-                }
-                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self.field_group_fields(*field_group_id)?;
-                let who = WatcherId {
-                    conn,
-                    group: *group_id as u32,
-                    field_group: *field_group_id,
-                };
-                let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
-                for e in entities {
-                    if self.world.node.resolve(e).is_none() {
-                        continue;
-                    }
-                    for f in &fg {
-                        self.watches
-                            .entry((e.0, e.1, *f))
-                            .or_insert_with(|| Watch::new(*f, now))
-                            .add_watcher(who, *update_freq_us, age);
-                    }
-                }
-                Reply::Ok
-            }
-            Request::UnwatchFields {
-                group_id,
-                field_group_id,
-            } => {
-                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                self.field_group_fields(*field_group_id)?;
-                let (g, f) = (*group_id as u32, *field_group_id);
-                self.unwatch(|w| w.group == g && w.field_group == f);
-                Reply::Ok
-            }
-            // AUTO mode samples on its own (lazily); an explicit cycle brings everything due
-            // up to date.
-            Request::UpdateAllFields { .. } => {
-                self.catch_up_all(now);
-                Reply::Ok
-            }
-            Request::EntitiesGetLatestValues {
-                entities,
-                field_ids,
-                live,
-            } => {
-                if entities.is_empty()
-                    || field_ids.is_empty()
-                    || entities.len() > MAX_GROUP_ENTITIES
-                    || field_ids.len() > MAX_FIELDS_PER_GROUP
-                {
-                    return Err(ST_BADPARAM);
-                }
-                let mut out = Vec::with_capacity(entities.len() * field_ids.len());
-                for e in entities {
-                    for f in field_ids {
-                        out.push(self.latest(*e, *f, *live, now));
-                    }
-                }
-                Reply::Samples(out)
-            }
-            Request::GetValuesSince {
-                group_id,
-                field_group_id,
-                since_us,
-            } => {
-                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let fg = self.field_group_fields(*field_group_id)?;
-                let mut out = Vec::new();
-                for e in &entities {
-                    for f in &fg {
-                        let key = (e.0, e.1, *f);
-                        let (Some(w), Some(meta)) = (self.watches.get_mut(&key), fields::by_id(*f))
-                        else {
-                            // No data for this pair: skipped, as DcgmApi.cpp:2488-2655 does.
-                            continue;
-                        };
-                        w.catch_up(key, meta, &self.world, now);
-                        w.since(*e, meta, *since_us, &mut out);
-                    }
-                }
-                Reply::ValuesSince {
-                    samples: out,
-                    next_since_us: now + 1,
-                }
-            }
-            Request::HealthSet { group_id, systems } => {
-                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                self.health_masks.insert(*group_id as u32, *systems);
-                Reply::Ok
-            }
-            Request::HealthGet { group_id } => {
-                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                Reply::HealthSystems(
-                    self.health_masks
-                        .get(&(*group_id as u32))
-                        .copied()
-                        .unwrap_or(0),
-                )
-            }
-            Request::HealthCheck { group_id } => {
-                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                let mask = self
-                    .health_masks
-                    .get(&(*group_id as u32))
-                    .copied()
-                    .unwrap_or(0);
-                let (overall, incidents) = self.health.check(&self.world.node, &entities, mask);
-                Reply::Health { overall, incidents }
-            }
-            Request::FieldGroupGetInfo { field_group_id } => {
-                let f = self.field_groups.get(field_group_id).ok_or(ST_NO_DATA)?;
-                Reply::FieldGroups(vec![FieldGroupEntry {
-                    id: *field_group_id,
-                    name: f.name.clone(),
-                    field_ids: f.fields.clone(),
-                }])
-            }
-            Request::FieldGroupGetAll => Reply::FieldGroups(
-                self.field_groups
-                    .iter()
-                    .map(|(id, f)| FieldGroupEntry {
-                        id: *id,
-                        name: f.name.clone(),
-                        field_ids: f.fields.clone(),
-                    })
-                    .collect(),
-            ),
-        })
+        }
     }
 
     /// How many (entity, field) pairs are watched (for tests and diagnostics).

@@ -1,0 +1,106 @@
+//! Discovery: devices, their attributes and status, entity lists, the MIG hierarchy, NVLink, the CPU hierarchy and profiling metric groups, plus the connection's login.
+
+use crate::engine::*;
+
+impl Engine {
+    pub(in crate::engine) fn discovery_request(
+        &mut self,
+        conn: u64,
+        req: &Request,
+        now: i64,
+    ) -> Result<Reply, i32> {
+        Ok(match req {
+            Request::Login {
+                persist_after_disconnect,
+            } => {
+                if *persist_after_disconnect {
+                    self.persistent.insert(conn);
+                } else {
+                    self.persistent.remove(&conn);
+                }
+                Reply::Ok
+            }
+            Request::GetAllDevices { only_supported } => Reply::Ids(
+                self.world
+                    .node
+                    .gpus
+                    .iter()
+                    .filter(|g| !only_supported || g.supported)
+                    .map(|g| g.id)
+                    .collect(),
+            ),
+            Request::GetDeviceAttributes { gpu_id } => {
+                Reply::DeviceAttributes(Box::new(self.device_attributes(*gpu_id, now)?))
+            }
+            Request::GetGpuStatus { gpu_id } => {
+                let g = self.world.node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
+                // DcgmEntityStatus_t: Ok 1, Unsupported 2, Lost 4.
+                Reply::Status(if g.lost {
+                    4
+                } else if g.supported {
+                    1
+                } else {
+                    2
+                })
+            }
+            Request::GetEntityGroupEntities {
+                entity_group,
+                only_supported,
+            } => {
+                if *entity_group >= FE_COUNT {
+                    return Err(ST_NOT_SUPPORTED);
+                }
+                let node = &self.world.node;
+                Reply::Ids(
+                    node.all_of(*entity_group)
+                        .into_iter()
+                        .filter(|e| !only_supported || node.supported(*e))
+                        .map(|e| e.1)
+                        .collect(),
+                )
+            }
+            Request::GetGpuInstanceHierarchy => Reply::MigHierarchy(self.mig_hierarchy()),
+            Request::GetNvLinkLinkStatus => {
+                let node = &self.world.node;
+                Reply::LinkStatus(LinkStatus {
+                    gpus: node.gpus.iter().map(|g| (g.id, g.links.clone())).collect(),
+                    switches: node
+                        .switches
+                        .iter()
+                        .map(|s| (s.id, s.ports.clone()))
+                        .collect(),
+                })
+            }
+            Request::GetNvLinkP2PStatus => {
+                let node = &self.world.node;
+                Reply::P2PStatus(
+                    node.gpus
+                        .iter()
+                        .map(|a| (a.id, node.gpus.iter().map(|b| node.p2p(a, b)).collect()))
+                        .collect(),
+                )
+            }
+            Request::GetCpuHierarchy => Reply::CpuHierarchy(
+                self.world
+                    .node
+                    .cpus
+                    .iter()
+                    .map(|c| (c.id, c.cores.clone()))
+                    .collect(),
+            ),
+            Request::ProfGetSupportedMetricGroups { gpu_id } => {
+                let node = &self.world.node;
+                let g = node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
+                if !node.dcp {
+                    return Err(node.dcp_error);
+                }
+                if g.lost {
+                    return Err(ST_GPU_IS_LOST);
+                }
+                Reply::MetricGroups(node.metric_groups.clone())
+            }
+            // dispatch() routes only this family here.
+            _ => return Err(ST_GENERIC_ERROR),
+        })
+    }
+}
