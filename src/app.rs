@@ -6,8 +6,9 @@ use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
+use crate::output::sink::Sink;
 use dcgm_sys::{ConnectTarget, Library, Session};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,6 +29,10 @@ pub struct Shared {
     last_error: Mutex<Option<String>>,
     pub metrics: SelfMetrics,
     interval: Duration,
+    /// --health-require-gpus: unhealthy while `gpus` is 0.
+    pub require_gpus: AtomicBool,
+    /// GPU entities (GPUs or MIG instances) the current watches collect.
+    gpus: AtomicUsize,
 }
 
 impl Shared {
@@ -39,6 +44,8 @@ impl Shared {
             last_error: Mutex::new(None),
             metrics: SelfMetrics::new(),
             interval,
+            require_gpus: AtomicBool::new(false),
+            gpus: AtomicUsize::new(0),
         }
     }
 
@@ -72,6 +79,9 @@ impl Shared {
                 why.unwrap_or_else(|| "unknown".into())
             ));
         }
+        if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
+            return Err("no GPU is being collected (--health-require-gpus)".into());
+        }
         let fresh_for = (self.interval * 3).max(self.interval + Duration::from_secs(10));
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(t) if t.elapsed() <= fresh_for => Ok(()),
@@ -102,6 +112,8 @@ pub struct Runner {
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
+    /// Where each published page also goes (textfile, dumps); see `output::sink`.
+    pub sinks: Vec<Box<dyn Sink>>,
 }
 
 impl Runner {
@@ -123,7 +135,7 @@ impl Runner {
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
     fn reload(&self, collector: &mut Option<Collector>) {
-        let new = match crate::config::counters::load(&self.collectors) {
+        let new = match crate::config::file::load_counters(&self.collectors) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
@@ -214,6 +226,10 @@ impl Runner {
             .collections
             .with_label_values(&["error"])
             .inc();
+        // --- sinks hook ---
+        for s in &self.sinks {
+            s.outage();
+        }
     }
 
     fn tick(&self, c: &mut Collector) -> dcgm_sys::Result<()> {
@@ -237,7 +253,8 @@ impl Runner {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
         m.series.set(page.series_count() as i64);
-        let bytes = page.encode();
+        let families = page.into_families();
+        let bytes = crate::output::render::encode_families(&families);
         m.collection_duration.set(t0.elapsed().as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(
@@ -247,6 +264,14 @@ impl Runner {
                 .unwrap_or(0.0),
         );
         self.shared.publish(bytes);
+        // --- sinks hook ---
+        self.shared.gpus.store(c.gpu_count(), Ordering::SeqCst);
+        if !self.sinks.is_empty() {
+            let published = self.shared.page();
+            for s in &self.sinks {
+                s.published(c.topology(), &families, &published);
+            }
+        }
         *self
             .shared
             .last_success

@@ -1,6 +1,7 @@
 //! The `dcgm-exporter` binary: parse flags, set up logging, run. See ARCHITECTURE.md.
 
 use dcgm_exporter::config::cli;
+use dcgm_exporter::logging;
 use dcgm_exporter::startup;
 use std::process::ExitCode;
 
@@ -18,27 +19,14 @@ fn main() -> ExitCode {
         print_fields();
         return ExitCode::SUCCESS;
     }
-    init_logging(&config);
+    let format = logging::Format::from_flag(&config.log_format);
+    logging::init(format, config.debug);
     match startup::run(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("dcgm-exporter: error: {msg}");
+            logging::fatal(format, &msg);
             ExitCode::FAILURE
         }
-    }
-}
-
-fn init_logging(config: &cli::Config) {
-    let level = if config.debug { "debug" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if config.log_format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }
 

@@ -3,13 +3,15 @@
 
 use crate::app::{self, Engine, Runner, Shared};
 use crate::collect;
-use crate::config::{cli, counters, selector};
+use crate::config::{cli, selector};
 use crate::hostname;
+use crate::operations;
 use crate::output::server;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub fn run(config: cli::Config) -> Result<(), String> {
+pub fn run(mut config: cli::Config) -> Result<(), String> {
+    let file_settings = crate::config::file::apply(&mut config)?;
     let unsupported = config.unsupported_options();
     if !unsupported.is_empty() {
         return Err(unsupported
@@ -18,7 +20,8 @@ pub fn run(config: cli::Config) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join("; "));
     }
-    let counters = Arc::new(counters::load(&config.collectors).map_err(|e| e.to_string())?);
+    let counters = Arc::new(crate::config::file::load_counters(&config.collectors)?);
+    let (keep_age_s, keep_samples) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
         switches: selector::parse("-s", &config.switch_devices)?,
@@ -46,6 +49,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
                 )
             },
         )?,
+        keep_age_s,
+        keep_samples,
+        fake_gpus: config.fake_gpus,
+        watch_groups: file_settings.watch_groups,
     };
     let engine = match config.remote_hostengine() {
         Some(addr) => Engine::Remote(
@@ -67,7 +74,18 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         ),
         ..settings
     };
-    let addrs = server::listen_addrs(&config.address)?;
+    // `-a ""`: no HTTP listener (textfile mode).
+    let addrs = if config.address.is_empty() {
+        if config.textfile_directory.is_empty() {
+            return Err(
+                "-a \"\" turns the HTTP listener off; it needs --textfile-directory".into(),
+            );
+        }
+        Vec::new()
+    } else {
+        server::listen_addrs(&config.address)?
+    };
+    let sinks = operations::sinks(&config)?;
     if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
         // Read by the embedded host engine at dcgmInit; set before any thread exists.
         std::env::set_var("__DCGM_DBG_FILE", "-");
@@ -79,6 +97,13 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     );
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    shared.require_gpus.store(
+        config.health_require_gpus,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    if config.enable_exporter_metrics {
+        shared.metrics.enable_exporter_metrics();
+    }
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -86,6 +111,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
+        sinks,
     });
     let collector = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
@@ -99,6 +125,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
+    operations::start_watchers(&config, &runner, collector.session().clone(), &control_tx)?;
     let loop_runner = runner.clone();
     let collection = std::thread::Builder::new()
         .name("collector".into())
@@ -106,6 +133,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
+    let addrs_empty = addrs.is_empty();
     let served = rt.block_on(async move {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
             Ok(mut hup) => {
@@ -138,21 +166,24 @@ pub fn run(config: cli::Config) -> Result<(), String> {
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }
         }
-        if bound.is_empty() {
+        if addrs_empty {
+            tracing::info!("HTTP listener off (-a \"\")");
+        } else if bound.is_empty() {
             return Err(format!(
                 "cannot listen on {}: {}",
                 config.address,
                 errors.join("; ")
             ));
+        } else {
+            tracing::info!(
+                "listening on {}",
+                bound
+                    .iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
         }
-        tracing::info!(
-            "listening on {}",
-            bound
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = tx.send(true);

@@ -221,6 +221,7 @@ impl ExpCollectors {
                 &[field],
                 settings.interval_ms,
                 keep,
+                0,
             )?;
             exp.windowed.push(Windowed {
                 field,

@@ -36,6 +36,36 @@ pub struct Settings {
     pub interval_ms: u64,
     pub xid_window_ms: u64,
     pub clock_events_window_ms: u64,
+    /// dcgmWatchFields' maxKeepAge (s; 0: no age limit) and maxKeepSamples (0: no limit).
+    pub keep_age_s: f64,
+    pub keep_samples: i32,
+    /// --fake-gpus: a GPU whose attributes cannot be read is kept as `fake<N>`.
+    pub fake_gpus: bool,
+    /// Watch frequencies for fields matching a glob (the config file's watch groups); a
+    /// field no group matches is watched at `interval_ms`.
+    pub watch_groups: Vec<WatchGroup>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchGroup {
+    pub name: String,
+    pub interval_ms: u64,
+    /// Globs (`*`, `?`) over DCGM field names.
+    pub fields: Vec<String>,
+}
+
+impl Settings {
+    /// The watch frequency of a field: the first watch group matching its name, else -c.
+    pub fn watch_interval_ms(&self, field: u16) -> u64 {
+        self.watch_groups
+            .iter()
+            .find(|g| {
+                g.fields
+                    .iter()
+                    .any(|p| crate::config::file::field_matches(p, field))
+            })
+            .map_or(self.interval_ms, |g| g.interval_ms)
+    }
 }
 
 struct ActiveSet {
@@ -58,6 +88,7 @@ pub struct Collector {
     exp: ExpCollectors,
     /// The MIG hierarchy the watches were built for.
     mig_layout: Vec<dcgm_sys::MigEntity>,
+    topology: Topology,
 }
 
 /// Creates groups and field groups for a set of entities and watches them.
@@ -68,6 +99,7 @@ pub fn watch_all(
     fields: &[u16],
     interval_ms: u64,
     keep_age_s: f64,
+    keep_samples: i32,
 ) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
     // Field-group names must be unique in the engine, also while a rebuilt collector
     // briefly coexists with the one it replaces.
@@ -83,7 +115,13 @@ pub fn watch_all(
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
             let fg =
                 session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
-            session.watch(&group, &fg, (interval_ms * 1000) as i64, keep_age_s, 0)?;
+            session.watch(
+                &group,
+                &fg,
+                (interval_ms * 1000) as i64,
+                keep_age_s,
+                keep_samples,
+            )?;
             out.push((group, fg));
         }
     }
@@ -98,7 +136,7 @@ impl Collector {
         counters: Arc<Counters>,
         settings: Settings,
     ) -> Result<Collector, StartError> {
-        let topology = Topology::discover(&session)?;
+        let topology = Topology::discover(&session, settings.fake_gpus)?;
         for w in &topology.warnings {
             tracing::debug!("{w}");
         }
@@ -119,14 +157,27 @@ impl Collector {
                 "dcgm-exporter-{}",
                 set.kind.name().replace(' ', "-").to_lowercase()
             );
-            let watches = watch_all(
-                &session,
-                &name,
-                &entities,
-                &set.fields,
-                settings.interval_ms,
-                MAX_KEEP_AGE_S,
-            )?;
+            // One watch per frequency: fields of a config-file watch group are sampled at
+            // its interval.
+            let mut by_interval: BTreeMap<u64, Vec<u16>> = BTreeMap::new();
+            for &f in &set.fields {
+                by_interval
+                    .entry(settings.watch_interval_ms(f))
+                    .or_default()
+                    .push(f);
+            }
+            let mut watches = Vec::new();
+            for (interval_ms, fields) in &by_interval {
+                watches.extend(watch_all(
+                    &session,
+                    &name,
+                    &entities,
+                    fields,
+                    *interval_ms,
+                    settings.keep_age_s,
+                    settings.keep_samples,
+                )?);
+            }
             tracing::info!(
                 "watching {} {} entities x {} fields",
                 entities.len(),
@@ -169,18 +220,33 @@ impl Collector {
         let exp = ExpCollectors::start(&session, &counters, &settings, &topology, &gpu_targets)?;
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
-        let mig_layout = topology.mig_rows;
+        let mig_layout = topology.mig_rows.clone();
         Ok(Collector {
             session,
             counters,
             sets,
             exp,
             mig_layout,
+            topology,
         })
     }
 
     pub fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// The node as discovered when the watches were built.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// GPU entities (whole GPUs and MIG instances) being collected.
+    pub fn gpu_count(&self) -> usize {
+        self.sets
+            .iter()
+            .filter(|s| s.set.kind == Kind::Gpu)
+            .map(|s| s.entities.len())
+            .sum()
     }
 
     /// True when the MIG layout differs from the one the watches were built for.

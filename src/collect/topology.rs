@@ -56,10 +56,27 @@ pub struct Topology {
 }
 
 impl Topology {
-    pub fn discover(session: &Session) -> dcgm_sys::Result<Topology> {
+    /// `fake_gpus`: a GPU whose attributes cannot be read becomes `fake<N>` with empty
+    /// PCI bus id and model (dcgm-exporter's --fake-gpus) instead of failing the start.
+    pub fn discover(session: &Session, fake_gpus: bool) -> dcgm_sys::Result<Topology> {
         let mut t = Topology::default();
-        for id in session.gpus(false)? {
-            let a = session.device_attributes(id)?;
+        for (index, id) in session.gpus(false)?.into_iter().enumerate() {
+            let a = match session.device_attributes(id) {
+                Ok(a) => a,
+                Err(e) if fake_gpus => {
+                    t.warnings.push(format!(
+                        "GPU {id}: cannot read its attributes ({e}); using fake{index}"
+                    ));
+                    t.gpus.push(Gpu {
+                        id,
+                        uuid: format!("fake{index}"),
+                        pci_bus_id: String::new(),
+                        model: String::new(),
+                    });
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let clean = |s: String| classify_str(&s).map(str::to_string).unwrap_or_default();
             t.gpus.push(Gpu {
                 id,

@@ -178,7 +178,7 @@ pub struct Config {
         default_value = "f"
     )]
     pub switch_devices: String,
-    /// Use stub GPUs when device info cannot be read (not supported yet).
+    /// Use a stub GPU (UUID fake<N>) for a GPU whose device attributes cannot be read.
     #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub fake_gpus: bool,
     /// exporter-toolkit web config for TLS and basic auth (not supported yet).
@@ -240,7 +240,7 @@ pub struct Config {
     /// Shared GPUs: one series per sharing pod (not supported yet).
     #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_virtual_gpus: bool,
-    /// Write debug dumps of each scrape (not supported yet).
+    /// Write JSON debug dumps (series and device info) after every collection.
     #[arg(long, env = "DCGM_EXPORTER_DUMP_ENABLED", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub dump_enabled: bool,
     /// Directory of debug dumps.
@@ -251,10 +251,10 @@ pub struct Config {
         default_value = "/tmp/dcgm-exporter-debug"
     )]
     pub dump_directory: PathBuf,
-    /// Hours to keep debug dumps.
+    /// Hours to keep debug dumps (checked at start and hourly; 0 keeps them).
     #[arg(long, env = "DCGM_EXPORTER_DUMP_RETENTION", value_name = "HOURS", default_value = "24", value_parser = go_int!())]
     pub dump_retention: i64,
-    /// Compress debug dumps.
+    /// Gzip debug dumps (`.json.gz`).
     #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub dump_compression: bool,
     /// Map GPUs to pods through DRA ResourceSlices (not supported yet).
@@ -263,7 +263,7 @@ pub struct Config {
     /// Skip the startup check for libdcgm.so.4 (accepted; loading the library checks it).
     #[arg(long, env = "DISABLE_STARTUP_VALIDATE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub disable_startup_validate: bool,
-    /// Rebuild everything on GPU bind/unbind events (not supported yet).
+    /// Rebuild topology and watches on GPU bind/unbind events (DCGM_FI_BIND_UNBIND_EVENT).
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_gpu_bind_unbind_watch: bool,
     /// Poll interval of the bind/unbind watch (Go duration).
@@ -277,7 +277,8 @@ pub struct Config {
     /// Serve /debug/pprof (not supported yet).
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_pprof: bool,
-    /// YAML file of flag values (not supported yet).
+    /// YAML configuration (version 1: metrics, collection interval, watch groups); flags and
+    /// env vars given explicitly win over it.
     #[arg(
         long,
         env = "DCGM_EXPORTER_CONFIG_FILE",
@@ -326,6 +327,33 @@ pub struct Config {
     /// Also export MIG compute-instance series (label GPU_CI_ID).
     #[arg(long, env = "DCGM_EXPORTER_COMPUTE_INSTANCES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub compute_instances: bool,
+    /// Also write the page to DIR/dcgm.prom after every collection, for node-exporter's
+    /// textfile collector (`-a ""` then turns the HTTP listener off).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_TEXTFILE_DIRECTORY",
+        value_name = "DIR",
+        default_value = ""
+    )]
+    pub textfile_directory: String,
+    /// How long DCGM keeps watched samples (Go duration; 0s: no age limit, with
+    /// --watch-max-keep-samples).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WATCH_MAX_KEEP_AGE",
+        value_name = "DURATION",
+        default_value = "600s"
+    )]
+    pub watch_max_keep_age: String,
+    /// How many samples DCGM keeps per watched field (0: no limit).
+    #[arg(long, env = "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES", value_name = "N", default_value = "0", value_parser = go_int!())]
+    pub watch_max_keep_samples: i64,
+    /// Report /health as unhealthy while no GPU is being collected.
+    #[arg(long, env = "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub health_require_gpus: bool,
+    /// Also export the exporter's process and HTTP handler metrics.
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub enable_exporter_metrics: bool,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -333,6 +361,10 @@ pub struct Config {
     /// Whether -r/--remote-hostengine-info or its env var was given (Go's IsSet).
     #[arg(skip)]
     remote_set: bool,
+    /// Long names of the options given on the command line or in the environment (these
+    /// win over --config-file).
+    #[arg(skip)]
+    explicit: Vec<String>,
 }
 
 /// The clap command, with environment variables that are set but empty treated as unset
@@ -448,11 +480,26 @@ where
         matches.value_source("remote_hostengine_info"),
         Some(ValueSource::CommandLine | ValueSource::EnvVariable)
     );
+    config.explicit = Config::command()
+        .get_arguments()
+        .filter(|a| {
+            matches!(
+                matches.value_source(a.get_id().as_str()),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        })
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .collect();
     Ok(config)
 }
 
 impl Config {
     /// The remote host engine, when -r or DCGM_REMOTE_HOSTENGINE_INFO selects remote mode.
+    /// Whether `--<long>` was given on the command line or through its env var.
+    pub fn is_explicit(&self, long: &str) -> bool {
+        self.explicit.iter().any(|l| l == long)
+    }
+
     pub fn remote_hostengine(&self) -> Option<&str> {
         self.remote_set
             .then_some(self.remote_hostengine_info.as_str())
@@ -491,16 +538,9 @@ impl Config {
             (self.configmap_data != "none", "configmap-data"),
             (!self.web_config_file.is_empty(), "web-config-file"),
             (self.web_systemd_socket, "web-systemd-socket"),
-            (self.dump_enabled, "dump-enabled"),
             (!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir"),
-            (
-                self.enable_gpu_bind_unbind_watch,
-                "enable-gpu-bind-unbind-watch",
-            ),
             (self.enable_pprof, "enable-pprof"),
-            (!self.config_file.is_empty(), "config-file"),
             (!self.container_labels.is_empty(), "container-labels"),
-            (self.fake_gpus, "fake-gpus"),
         ]
         .into_iter()
         .filter_map(|(set, name)| set.then_some(name))
@@ -627,6 +667,12 @@ mod tests {
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
         ("list-fields", None, None, Some("false"), Bool),
         ("compute-instances", None, Some("DCGM_EXPORTER_COMPUTE_INSTANCES"), Some("false"), Bool),
+        ("textfile-directory", None, Some("DCGM_EXPORTER_TEXTFILE_DIRECTORY"), Some(""), Str),
+        // newer upstream (k8s-newest §1.2)
+        ("watch-max-keep-age", None, Some("DCGM_EXPORTER_WATCH_MAX_KEEP_AGE"), Some("600s"), Str),
+        ("watch-max-keep-samples", None, Some("DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES"), Some("0"), Int),
+        ("health-require-gpus", None, Some("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS"), Some("false"), Bool),
+        ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
     ];
 
     /// A value that parses and differs from the default.
@@ -1046,13 +1092,9 @@ mod tests {
                 "kubernetes-enable-dra",
                 "nvidia-resource-names",
                 "web-systemd-socket",
-                "dump-enabled",
                 "hpc-job-mapping-dir",
-                "enable-gpu-bind-unbind-watch",
                 "enable-pprof",
-                "config-file",
                 "container-labels",
-                "fake-gpus",
             ]
         );
         let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();

@@ -3,4 +3,6 @@
 
 pub mod cli;
 pub mod counters;
+pub mod duration;
+pub mod file;
 pub mod selector;

@@ -133,15 +133,24 @@ impl Page {
 
     /// Prometheus text format (0.0.4). Consumes the page: it is rendered once per collection.
     pub fn encode(self) -> Vec<u8> {
-        // A family exists only once a series was added to it, so none is empty (the
-        // encoder refuses empty families).
-        let fams: Vec<MetricFamily> = self.families.into_iter().map(|f| f.proto).collect();
-        let mut out = Vec::with_capacity(fams.len() * 2048);
-        if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
-            tracing::error!("encoding metrics failed: {e}");
-        }
-        out
+        encode_families(&self.into_families())
     }
+
+    /// The metric families, in the order their first series was added. None is empty.
+    pub fn into_families(self) -> Vec<MetricFamily> {
+        self.families.into_iter().map(|f| f.proto).collect()
+    }
+}
+
+/// Prometheus text format (0.0.4) of families from [`Page::into_families`].
+pub fn encode_families(fams: &[MetricFamily]) -> Vec<u8> {
+    // A family exists only once a series was added to it, so none is empty (the
+    // encoder refuses empty families).
+    let mut out = Vec::with_capacity(fams.len() * 2048);
+    if let Err(e) = prometheus::TextEncoder::new().encode(fams, &mut out) {
+        tracing::error!("encoding metrics failed: {e}");
+    }
+    out
 }
 
 #[cfg(test)]

@@ -15,6 +15,19 @@ pub struct SelfMetrics {
     pub dropped: IntCounterVec,
     pub series: IntGauge,
     pub reconnects: IntCounter,
+    /// --enable-exporter-metrics: promhttp's handler metrics, under the same names.
+    http_requests: IntCounterVec,
+    http_in_flight: IntGauge,
+}
+
+/// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
+pub struct ScrapeGuard<'a>(&'a SelfMetrics);
+
+impl Drop for ScrapeGuard<'_> {
+    fn drop(&mut self) {
+        self.0.http_in_flight.dec();
+        self.0.http_requests.with_label_values(&["200"]).inc();
+    }
 }
 
 impl Default for SelfMetrics {
@@ -89,13 +102,19 @@ impl SelfMetrics {
         ] {
             dropped.with_label_values(&[r.as_str()]);
         }
-        #[cfg(target_os = "linux")]
-        {
-            let pc = prometheus::process_collector::ProcessCollector::for_self();
-            if let Err(e) = registry.register(Box::new(pc)) {
-                tracing::warn!("process metrics unavailable: {e}");
-            }
-        }
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "promhttp_metric_handler_requests_total",
+                "Total number of scrapes by HTTP status code.",
+            ),
+            &["code"],
+        )
+        .expect("static metric options are valid");
+        let http_in_flight = IntGauge::with_opts(Opts::new(
+            "promhttp_metric_handler_requests_in_flight",
+            "Current number of scrapes being served.",
+        ))
+        .expect("static metric options are valid");
         SelfMetrics {
             registry,
             collection_duration,
@@ -105,7 +124,41 @@ impl SelfMetrics {
             dropped,
             series,
             reconnects,
+            http_requests,
+            http_in_flight,
         }
+    }
+
+    /// --enable-exporter-metrics: adds what Go's exporter gets from its default registry:
+    /// the process collector (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+    /// `process_open_fds`, `process_start_time_seconds`, ...) and promhttp's
+    /// `promhttp_metric_handler_requests_total{code}` / `..._requests_in_flight`. The
+    /// `go_*` runtime metrics have no Rust counterpart and are not invented.
+    pub fn enable_exporter_metrics(&self) {
+        #[cfg(target_os = "linux")]
+        {
+            let pc = prometheus::process_collector::ProcessCollector::for_self();
+            if let Err(e) = self.registry.register(Box::new(pc)) {
+                tracing::warn!("process metrics unavailable: {e}");
+            }
+        }
+        for c in [
+            Box::new(self.http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(self.http_in_flight.clone()),
+        ] {
+            if let Err(e) = self.registry.register(c) {
+                tracing::warn!("HTTP handler metrics unavailable: {e}");
+            }
+        }
+        for code in ["200", "500", "503"] {
+            self.http_requests.with_label_values(&[code]);
+        }
+    }
+
+    /// Call while serving /metrics; the request is counted when the guard drops.
+    pub fn scrape(&self) -> ScrapeGuard<'_> {
+        self.http_in_flight.inc();
+        ScrapeGuard(self)
     }
 
     pub fn encode(&self) -> Vec<u8> {

@@ -42,6 +42,7 @@ pub fn routes(
         .and(warp::path::end())
         .and(warp::get())
         .map(move || {
+            let _counted = s1.metrics.scrape();
             let page = s1.page();
             let own = s1.metrics.encode();
             let mut body = Vec::with_capacity(page.len() + own.len());

@@ -1,0 +1,275 @@
+//! Logs the way dcgm-exporter's users parse them: logrus's text shape
+//! (`time="2024-01-01T00:00:00Z" level=info msg="listening" addr=127.0.0.1:9400`) or, with
+//! `--log-format json`, one JSON object per line (`{"level":"info","msg":"…","time":"…"}`),
+//! fatal start-up errors included. Colour only when stderr is a terminal. `--debug` turns on
+//! our own debug lines; the HTTP stack (hyper, warp, h2, tonic, rustls) stays at info.
+
+use crate::utc::Utc;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// Libraries whose debug output is their internals, not ours.
+const QUIET_TARGETS: [&str; 7] = ["hyper", "warp", "h2", "tonic", "rustls", "tokio", "mio"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+impl Format {
+    pub fn from_flag(s: &str) -> Format {
+        if s == "json" {
+            Format::Json
+        } else {
+            Format::Text
+        }
+    }
+}
+
+/// logrus's level names.
+fn level_name(l: &Level) -> &'static str {
+    match *l {
+        Level::ERROR => "error",
+        Level::WARN => "warning",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "trace",
+    }
+}
+
+/// The filter `--debug` selects: ours at debug, the HTTP stack at info. `RUST_LOG`, when
+/// set, replaces it.
+pub fn filter_directives(debug: bool) -> String {
+    let mut d = String::from(if debug { "debug" } else { "info" });
+    for t in QUIET_TARGETS {
+        let _ = write!(d, ",{t}=info");
+    }
+    d
+}
+
+/// Installs the global subscriber on stderr.
+pub fn init(format: Format, debug: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_directives(debug)));
+    let color = format == Format::Text && std::io::stderr().is_terminal();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .event_format(LogrusFormat { format, color })
+        .try_init();
+}
+
+/// Writes one line for an error that ends the process, in the chosen format; works before
+/// (or without) [`init`].
+pub fn fatal(format: Format, msg: &str) {
+    let line = render(format, false, "fatal", &Utc::now(), msg, &BTreeMap::new());
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+struct LogrusFormat {
+    format: Format,
+    color: bool,
+}
+
+#[derive(Default)]
+struct Fields {
+    msg: String,
+    kv: BTreeMap<String, String>,
+}
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.msg = value.to_string();
+        } else {
+            self.kv.insert(field.name().to_string(), value.to_string());
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        let v = format!("{value:?}");
+        if field.name() == "message" {
+            self.msg = v;
+        } else {
+            self.kv.insert(field.name().to_string(), v);
+        }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for LogrusFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let mut f = Fields::default();
+        event.record(&mut f);
+        let line = render(
+            self.format,
+            self.color,
+            level_name(event.metadata().level()),
+            &Utc::now(),
+            &f.msg,
+            &f.kv,
+        );
+        writeln!(writer, "{line}")
+    }
+}
+
+/// logrus quotes a value unless it is made only of these characters (and is not empty).
+fn needs_quoting(s: &str) -> bool {
+    s.is_empty()
+        || !s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._/@^+".contains(c))
+}
+
+/// Go's `%q` for the characters log messages contain.
+fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn text_value(s: &str) -> String {
+    if needs_quoting(s) {
+        go_quote(s)
+    } else {
+        s.to_string()
+    }
+}
+
+fn render(
+    format: Format,
+    color: bool,
+    level: &str,
+    time: &Utc,
+    msg: &str,
+    kv: &BTreeMap<String, String>,
+) -> String {
+    match format {
+        Format::Json => {
+            // encoding/json of a map: keys sorted, fields beside level/msg/time.
+            let mut obj = serde_json::Map::new();
+            for (k, v) in kv {
+                obj.insert(k.clone(), serde_json::Value::String(v.clone()));
+            }
+            obj.insert("level".into(), level.into());
+            obj.insert("msg".into(), msg.into());
+            obj.insert("time".into(), time.rfc3339().into());
+            let sorted: BTreeMap<_, _> = obj.into_iter().collect();
+            serde_json::to_string(&sorted).unwrap_or_default()
+        }
+        Format::Text => {
+            let level = if color {
+                let code = match level {
+                    "error" | "fatal" => 31,
+                    "warning" => 33,
+                    "info" => 36,
+                    _ => 37,
+                };
+                format!("\x1b[{code}m{level}\x1b[0m")
+            } else {
+                level.to_string()
+            };
+            let mut line = format!(
+                "time=\"{}\" level={level} msg={}",
+                time.rfc3339(),
+                text_value(msg)
+            );
+            for (k, v) in kv {
+                let _ = write!(line, " {k}={}", text_value(v));
+            }
+            line
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t() -> Utc {
+        Utc::from_unix(1_704_067_200)
+    }
+
+    #[test]
+    fn text_lines_have_logrus_shape() {
+        let mut kv = BTreeMap::new();
+        kv.insert("file".to_string(), "/etc/x.csv".to_string());
+        kv.insert("addr".to_string(), "127.0.0.1:9400".to_string());
+        assert_eq!(
+            render(Format::Text, false, "info", &t(), "reloaded counters", &kv),
+            "time=\"2024-01-01T00:00:00Z\" level=info msg=\"reloaded counters\" addr=\"127.0.0.1:9400\" file=/etc/x.csv"
+        );
+        assert_eq!(
+            render(Format::Text, false, "warning", &t(), "ok", &BTreeMap::new()),
+            "time=\"2024-01-01T00:00:00Z\" level=warning msg=ok"
+        );
+        assert_eq!(
+            render(
+                Format::Text,
+                false,
+                "fatal",
+                &t(),
+                "say \"hi\"\n",
+                &BTreeMap::new()
+            ),
+            "time=\"2024-01-01T00:00:00Z\" level=fatal msg=\"say \\\"hi\\\"\\n\""
+        );
+        assert_eq!(
+            render(Format::Text, false, "info", &t(), "", &BTreeMap::new()),
+            "time=\"2024-01-01T00:00:00Z\" level=info msg=\"\""
+        );
+        assert!(
+            render(Format::Text, true, "info", &t(), "x", &BTreeMap::new())
+                .contains("level=\x1b[36minfo\x1b[0m")
+        );
+    }
+
+    #[test]
+    fn json_lines_sort_their_keys() {
+        let mut kv = BTreeMap::new();
+        kv.insert("error".to_string(), "boom".to_string());
+        assert_eq!(
+            render(Format::Json, false, "error", &t(), "collection failed", &kv),
+            r#"{"error":"boom","level":"error","msg":"collection failed","time":"2024-01-01T00:00:00Z"}"#
+        );
+    }
+
+    #[test]
+    fn debug_keeps_the_http_stack_at_info() {
+        let d = filter_directives(true);
+        assert!(d.starts_with("debug,"));
+        for t in ["hyper=info", "warp=info", "h2=info", "tonic=info"] {
+            assert!(d.contains(t), "{d}");
+        }
+        assert!(filter_directives(false).starts_with("info,"));
+    }
+}

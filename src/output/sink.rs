@@ -1,0 +1,12 @@
+//! Where a collected page goes besides the HTTP endpoint: the collection loop hands every
+//! published page to each sink (the node-exporter textfile, debug dumps).
+
+use crate::collect::topology::Topology;
+use prometheus::proto::MetricFamily;
+
+pub trait Sink: Send + Sync {
+    /// A collection succeeded; `bytes` is the page as just published.
+    fn published(&self, topology: &Topology, families: &[MetricFamily], bytes: &[u8]);
+    /// DCGM is unreachable and the published page is empty until it is back.
+    fn outage(&self) {}
+}
