@@ -1793,3 +1793,46 @@ fn counters_never_go_down() {
         );
     }
 }
+
+#[test]
+fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
+    let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
+    let (g, f) = watch(&mut e, 0, &[(GPU, 0)], &[6], 1000, 600.0);
+    clock.advance_ms(2500);
+    let (s, _) = since(&mut e, g, f, 0);
+    assert_eq!(
+        s.iter().map(|x| (x.ts_us, int(x))).collect::<Vec<_>>(),
+        [(T0, 0)],
+        "an event field: the reading at watch time only"
+    );
+    e.inject(Fault::GpuBind {
+        gpu: 3,
+        bound: false,
+    });
+    let listed = ids(e.handle(
+        0,
+        &Request::GetAllDevices {
+            only_supported: false,
+        },
+    ));
+    assert_eq!(listed, [0, 1, 2, 4, 5, 6, 7]);
+    clock.advance_ms(1000);
+    let (s, _) = since(&mut e, g, f, T0 + 1);
+    let at = T0 + 2_500_000;
+    assert_eq!(
+        s.iter().map(|x| (x.ts_us, int(x))).collect::<Vec<_>>(),
+        [(at, 1), (at + 1, 2)]
+    );
+    assert_eq!(int(&one(&mut e, (GPU, 0), 6)), 2);
+    e.inject(Fault::GpuBind {
+        gpu: 3,
+        bound: true,
+    });
+    let listed = ids(e.handle(
+        0,
+        &Request::GetAllDevices {
+            only_supported: false,
+        },
+    ));
+    assert_eq!(listed.len(), 8);
+}

@@ -16,6 +16,8 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
+//! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
@@ -83,6 +85,11 @@ pub enum Fault {
     },
     HealthClear {
         gpu: u32,
+    },
+    /// The driver of a GPU is unbound (`bound: false`) or bound again.
+    GpuBind {
+        gpu: u32,
+        bound: bool,
     },
 }
 
@@ -227,6 +234,10 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         }
         "health_clear" => Fault::HealthClear {
             gpu: num(w.next(), "gpu")?,
+        },
+        "gpu_unbind" | "gpu_bind" => Fault::GpuBind {
+            gpu: num(w.next(), "gpu")?,
+            bound: verb == "gpu_bind",
         },
         o => return Err(format!("unknown fault '{o}'")),
     };
@@ -387,6 +398,20 @@ mod tests {
             parse_line("health_clear 4"),
             Ok(Fault::HealthClear { gpu: 4 })
         );
+        assert_eq!(
+            parse_line("gpu_unbind 1"),
+            Ok(Fault::GpuBind {
+                gpu: 1,
+                bound: false
+            })
+        );
+        assert_eq!(
+            parse_line("gpu_bind 1"),
+            Ok(Fault::GpuBind {
+                gpu: 1,
+                bound: true
+            })
+        );
         for bad in [
             "xid two 79",
             "explode 1",
@@ -397,6 +422,7 @@ mod tests {
             "link_state 0 1 sideways",
             "health 0 1 15 3",
             "set 0 150",
+            "gpu_unbind",
             "",
         ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");

@@ -366,6 +366,15 @@ impl Engine {
                 }
             }
             Fault::HealthClear { gpu } => self.health.clear(*gpu),
+            Fault::GpuBind { gpu, bound } => match self.world.node.gpu_mut(*gpu) {
+                Some(g) => {
+                    g.unbound = !bound;
+                    // DCGM's system event thread: reinitializing, then completed.
+                    self.world.faults.bind_events.push((at, 1));
+                    self.world.faults.bind_events.push((at + 1, 2));
+                }
+                None => no_gpu(*gpu),
+            },
         }
     }
 

@@ -59,6 +59,8 @@ pub struct Gpu {
     pub pcie_width: u32,
     pub supported: bool,
     pub lost: bool,
+    /// Driver unbound (`gpu_unbind`): not listed as a device until bound again.
+    pub unbound: bool,
     /// dcgmNvLinkLinkState_t per link index.
     pub links: Vec<u32>,
     /// `Some` when MIG mode is on (possibly with no instances yet).
@@ -389,6 +391,7 @@ impl Node {
                     pcie_width: d.pcie_width,
                     supported: spec.supported.unwrap_or(!d.unsupported.contains(&id)),
                     lost: spec.lost,
+                    unbound: false,
                     links,
                     mig: None,
                     model,
@@ -532,7 +535,12 @@ impl Node {
     /// ConnectX, ...) are empty.
     pub fn all_of(&self, group: u32) -> Vec<(u32, u32)> {
         match group {
-            FE_GPU => self.gpus.iter().map(|g| (FE_GPU, g.id)).collect(),
+            FE_GPU => self
+                .gpus
+                .iter()
+                .filter(|g| !g.unbound)
+                .map(|g| (FE_GPU, g.id))
+                .collect(),
             FE_GPU_I => self
                 .gpus
                 .iter()

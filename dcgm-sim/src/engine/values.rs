@@ -15,6 +15,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 pub const FI_CLOCK_EVENTS: u16 = 112;
 pub const FI_XID: u16 = 230;
+/// DCGM_FI_SYSTEM_GPU_BIND_EVENT (alias DCGM_FI_BIND_UNBIND_EVENT), a global field.
+pub const FI_BIND_UNBIND: u16 = 6;
 const FI_FB_USED: u16 = 252;
 /// How many clock events per GPU are remembered (older ones can no longer be sampled).
 const CLOCK_EVENTS_KEPT: usize = 256;
@@ -28,6 +30,8 @@ pub struct FaultState {
     pub clock_events: HashMap<u32, VecDeque<(i64, i64)>>,
     /// (gpu, time, xid), append-only: watches of DCGM_FI_DEV_XID_ERRORS keep a cursor.
     pub xids: Vec<(u32, i64, i64)>,
+    /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.
+    pub bind_events: Vec<(i64, i64)>,
 }
 
 impl FaultState {
@@ -300,7 +304,6 @@ impl World {
             2 => s(&n.nvml_version),
             4 => i(n.gpus.len() as i64),
             5 => i(n.cuda_driver_version),
-            6 => i(0),
             50 => match e {
                 Ent::Gi(_, gi) | Ent::Ci(_, gi, _) => s(&gi.profile),
                 _ => s(&gpu?.model),
@@ -341,6 +344,13 @@ impl World {
                 });
                 i(mask)
             }
+            FI_BIND_UNBIND => i(self
+                .faults
+                .bind_events
+                .iter()
+                .rev()
+                .find(|(ts, _)| *ts <= t)
+                .map_or(0, |e| e.1)),
             FI_XID => {
                 let g = gpu?.id;
                 i(self

@@ -14,7 +14,7 @@
 //! `RecordXidForGpu`; the update loop skips it): its watch gets one reading (0) when it
 //! starts and then one sample per XID, at the XID's time, and nothing in between.
 
-use super::values::{World, FI_XID};
+use super::values::{World, FI_BIND_UNBIND, FI_XID};
 use super::FE_GPU;
 use crate::proto::{Sample, Value};
 use dcgm_sys::fields::FieldMeta;
@@ -52,7 +52,7 @@ pub struct Watch {
     created_us: i64,
     /// Time of the newest periodic sample.
     last_ts: Option<i64>,
-    /// How far into `FaultState::xids` this watch has looked.
+    /// How far into `FaultState::xids` (or `bind_events`) this watch has looked.
     xid_cursor: usize,
     samples: VecDeque<Stored>,
 }
@@ -76,7 +76,7 @@ impl Watch {
             watchers: Vec::new(),
             freq_us: i64::MAX,
             age_us: 0,
-            event: field == FI_XID,
+            event: field == FI_XID || field == FI_BIND_UNBIND,
             created_us: now,
             last_ts: None,
             xid_cursor: 0,
@@ -119,7 +119,25 @@ impl Watch {
                 // The reading at watch time is 0 (no XID yet) or the last XID before it.
                 self.push(t, status, value);
                 self.last_ts = Some(t);
-                self.xid_cursor = world.faults.xids.len();
+                self.xid_cursor = match meta.id {
+                    FI_BIND_UNBIND => world.faults.bind_events.len(),
+                    _ => world.faults.xids.len(),
+                };
+            }
+            if meta.id == FI_BIND_UNBIND {
+                let new = world
+                    .faults
+                    .bind_events
+                    .get(self.xid_cursor..)
+                    .unwrap_or(&[]);
+                for &(ts, state) in new {
+                    self.push(ts, 0, Value::Int64(state));
+                }
+                self.xid_cursor = world.faults.bind_events.len();
+                if let Some(&(ts, _)) = new.last() {
+                    self.trim(ts);
+                }
+                return;
             }
             let new = world.faults.xids.get(self.xid_cursor..).unwrap_or(&[]);
             let mut newest = None;

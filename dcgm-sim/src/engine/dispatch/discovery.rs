@@ -25,7 +25,7 @@ impl Engine {
                     .node
                     .gpus
                     .iter()
-                    .filter(|g| !only_supported || g.supported)
+                    .filter(|g| !g.unbound && (!only_supported || g.supported))
                     .map(|g| g.id)
                     .collect(),
             ),

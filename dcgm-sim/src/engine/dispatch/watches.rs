@@ -28,6 +28,7 @@ impl Engine {
                     field_group: *field_group_id,
                 };
                 let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
+                log_watch(*update_freq_us, *max_keep_age_s, *max_keep_samples, &fg);
                 for e in entities {
                     if self.world.node.resolve(e).is_none() {
                         continue;
@@ -105,5 +106,26 @@ impl Engine {
             // dispatch() routes only this family here.
             _ => return Err(ST_GENERIC_ERROR),
         })
+    }
+}
+
+/// `DCGM_SIM_WATCH_LOG=<file>`: one line per dcgmWatchFields call, so that tests can see the
+/// frequency and retention a client asked for (the real engine keeps them to itself).
+fn log_watch(freq_us: i64, max_keep_age_s: f64, max_keep_samples: i32, fields: &[u16]) {
+    use std::io::Write;
+    let Some(path) = std::env::var_os("DCGM_SIM_WATCH_LOG").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let ids: Vec<String> = fields.iter().map(u16::to_string).collect();
+    let line = format!(
+        "freq_us={freq_us} max_keep_age_s={max_keep_age_s} max_keep_samples={max_keep_samples} fields={}\n",
+        ids.join(",")
+    );
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        let _ = f.write_all(line.as_bytes());
     }
 }
