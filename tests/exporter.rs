@@ -132,7 +132,6 @@ fn health_landing_page_and_self_metrics() {
         "dcgm_exporter_last_successful_collection_timestamp_seconds",
         "dcgm_exporter_dcgm_connected",
         "dcgm_exporter_samples_dropped_total",
-        "process_resident_memory_bytes",
     ] {
         assert!(page.iter().any(|s| s.name == m), "missing self metric {m}");
     }

@@ -115,6 +115,10 @@ pub fn watch_all(
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
             let fg =
                 session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
+            tracing::debug!(
+                "{name}: watching {} entities x fields {flds:?} every {interval_ms} ms (keep {keep_age_s} s, {keep_samples} samples)",
+                ents.len()
+            );
             session.watch(
                 &group,
                 &fg,

@@ -159,30 +159,7 @@ impl ExporterBuilder {
 
     /// Starts the exporter and waits until /metrics has DCGM series (or 30 s pass).
     pub fn start(self) -> Exporter {
-        sim_built();
-        let port = free_port();
-        let mut child = self
-            .command(port)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start dcgm-exporter");
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let pipe = child.stderr.take().expect("piped stderr");
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Ok(mut s) = sink.lock() {
-                    s.push_str(&line);
-                    s.push('\n');
-                }
-            }
-        });
-        let e = Exporter {
-            child,
-            port,
-            stderr,
-        };
+        let e = self.spawn();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(Some(st)) = e.child_status() {
@@ -204,10 +181,38 @@ impl ExporterBuilder {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+
+    /// Starts the exporter without waiting for anything (`-a ""` has no HTTP to wait on).
+    pub fn spawn(self) -> Exporter {
+        sim_built();
+        let port = free_port();
+        let mut child = self
+            .command(port)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start dcgm-exporter");
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let pipe = child.stderr.take().expect("piped stderr");
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Ok(mut s) = sink.lock() {
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            }
+        });
+        Exporter {
+            child,
+            port,
+            stderr,
+        }
+    }
 }
 
 impl Exporter {
-    fn child_status(&self) -> std::io::Result<Option<std::process::ExitStatus>> {
+    pub fn child_status(&self) -> std::io::Result<Option<std::process::ExitStatus>> {
         // try_wait needs &mut; poll /proc instead to keep &self.
         let alive = Path::new(&format!("/proc/{}", self.child.id())).exists();
         let zombie = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
@@ -221,6 +226,19 @@ impl Exporter {
 
     pub fn stderr(&self) -> String {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Waits until stderr contains `needle` (or `secs` pass).
+    pub fn wait_for_log(&self, secs: u64, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !self.stderr().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "no '{needle}' in the log within {secs}s:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -18,6 +18,7 @@
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
 //! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
+//! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
@@ -90,6 +91,11 @@ pub enum Fault {
     GpuBind {
         gpu: u32,
         bound: bool,
+    },
+    /// dcgmGetDeviceAttributes of a GPU fails (`fail`) or works again.
+    AttributesFail {
+        gpu: u32,
+        fail: bool,
     },
 }
 
@@ -238,6 +244,10 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "gpu_unbind" | "gpu_bind" => Fault::GpuBind {
             gpu: num(w.next(), "gpu")?,
             bound: verb == "gpu_bind",
+        },
+        "attributes_fail" | "attributes_ok" => Fault::AttributesFail {
+            gpu: num(w.next(), "gpu")?,
+            fail: verb == "attributes_fail",
         },
         o => return Err(format!("unknown fault '{o}'")),
     };
@@ -406,6 +416,10 @@ mod tests {
             })
         );
         assert_eq!(
+            parse_line("attributes_fail 2"),
+            Ok(Fault::AttributesFail { gpu: 2, fail: true })
+        );
+        assert_eq!(
             parse_line("gpu_bind 1"),
             Ok(Fault::GpuBind {
                 gpu: 1,
@@ -423,6 +437,7 @@ mod tests {
             "health 0 1 15 3",
             "set 0 150",
             "gpu_unbind",
+            "attributes_fail x",
             "",
         ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");

@@ -366,6 +366,10 @@ impl Engine {
                 }
             }
             Fault::HealthClear { gpu } => self.health.clear(*gpu),
+            Fault::AttributesFail { gpu, fail } => match self.world.node.gpu_mut(*gpu) {
+                Some(g) => g.attributes_fail = *fail,
+                None => no_gpu(*gpu),
+            },
             Fault::GpuBind { gpu, bound } => match self.world.node.gpu_mut(*gpu) {
                 Some(g) => {
                     g.unbound = !bound;
@@ -519,6 +523,9 @@ impl Engine {
         let g = node.gpu(gpu_id).ok_or(ST_BADPARAM)?;
         if g.lost {
             return Err(ST_GPU_IS_LOST);
+        }
+        if g.attributes_fail {
+            return Err(ST_NOT_SUPPORTED);
         }
         let read_i = |field: u16| -> i64 {
             match fields::by_id(field).map(|m| self.world.read((FE_GPU, gpu_id), m, now, now).0) {

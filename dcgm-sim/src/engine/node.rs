@@ -61,6 +61,8 @@ pub struct Gpu {
     pub lost: bool,
     /// Driver unbound (`gpu_unbind`): not listed as a device until bound again.
     pub unbound: bool,
+    /// `attributes_fail`: dcgmGetDeviceAttributes answers NOT_SUPPORTED.
+    pub attributes_fail: bool,
     /// dcgmNvLinkLinkState_t per link index.
     pub links: Vec<u32>,
     /// `Some` when MIG mode is on (possibly with no instances yet).
@@ -392,6 +394,7 @@ impl Node {
                     supported: spec.supported.unwrap_or(!d.unsupported.contains(&id)),
                     lost: spec.lost,
                     unbound: false,
+                    attributes_fail: false,
                     links,
                     mig: None,
                     model,
