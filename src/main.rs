@@ -11,7 +11,17 @@ fn main() -> ExitCode {
         Err(e) => {
             // --help and --version also arrive here, with exit code 0.
             let code = e.exit_code();
-            let _ = e.print();
+            if code != 0 && requested_format() == logging::Format::Json {
+                // A bad flag is a fatal start-up error too: one JSON line, clap's first.
+                let text = e.render().to_string();
+                let first = text.lines().next().unwrap_or_default();
+                logging::fatal(
+                    logging::Format::Json,
+                    first.strip_prefix("error: ").unwrap_or(first),
+                );
+            } else {
+                let _ = e.print();
+            }
             return ExitCode::from(code as u8);
         }
     };
@@ -27,6 +37,23 @@ fn main() -> ExitCode {
             logging::fatal(format, &msg);
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The log format asked for when the flags did not parse: the last `--log-format` on the
+/// command line, else DCGM_EXPORTER_LOG_FORMAT.
+fn requested_format() -> logging::Format {
+    let args = cli::normalize_args(std::env::args_os());
+    let from_args = args
+        .iter()
+        .rev()
+        .filter_map(|a| a.to_str())
+        .find_map(|a| a.strip_prefix("--log-format="));
+    match from_args {
+        Some(f) => logging::Format::from_flag(f),
+        None => logging::Format::from_flag(
+            &std::env::var("DCGM_EXPORTER_LOG_FORMAT").unwrap_or_default(),
+        ),
     }
 }
 

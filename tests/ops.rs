@@ -240,12 +240,33 @@ fn json_logs_include_the_fatal_start_up_error() {
         .starts_with("/nonexistent/c.csv: "));
     assert!(last["time"].as_str().unwrap().ends_with('Z'));
 
-    // Clap's own errors (a bad value) are not logs: they keep clap's usage text.
-    let (code, err) = exporter()
-        .args(&["--log-format", "json", "-c", "abc"])
-        .run_to_exit();
+    // A bad flag value is a fatal start-up error too: one JSON line naming the flag.
+    for (args, env) in [
+        (&["--log-format", "json", "-c", "abc"][..], None),
+        (&["-c", "abc"], Some("json")),
+    ] {
+        let mut b = exporter().args(args);
+        if let Some(f) = env {
+            b = b.env("DCGM_EXPORTER_LOG_FORMAT", f);
+        }
+        let (code, err) = b.run_to_exit();
+        assert_eq!(code, 2, "{err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(v["level"], "fatal");
+        assert!(
+            v["msg"].as_str().unwrap().contains("--collect-interval"),
+            "{err}"
+        );
+    }
+    // In text format clap keeps its usage text.
+    let (code, err) = exporter().args(&["-c", "abc"]).run_to_exit();
     assert_eq!(code, 2);
-    assert!(err.contains("--collect-interval"), "{err}");
+    assert!(
+        err.contains("--collect-interval") && err.contains("--help"),
+        "{err}"
+    );
 }
 
 #[test]
