@@ -146,6 +146,12 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
             }
             Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
         }
+        if addrs_empty {
+            tracing::info!("HTTP listener off (-a \"\"): writing the textfile only");
+            wait_for_signal().await;
+            tracing::info!("shutting down");
+            return Ok(());
+        }
         let (tx, rx) = tokio::sync::watch::channel(false);
         let mut servers = Vec::new();
         let mut bound = Vec::new();
@@ -166,24 +172,21 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }
         }
-        if addrs_empty {
-            tracing::info!("HTTP listener off (-a \"\")");
-        } else if bound.is_empty() {
+        if bound.is_empty() {
             return Err(format!(
                 "cannot listen on {}: {}",
                 config.address,
                 errors.join("; ")
             ));
-        } else {
-            tracing::info!(
-                "listening on {}",
-                bound
-                    .iter()
-                    .map(|a| a.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
         }
+        tracing::info!(
+            "listening on {}",
+            bound
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = tx.send(true);
