@@ -69,7 +69,7 @@ pub fn init(format: Format, debug: bool) {
 /// Writes one line for an error that ends the process, in the chosen format; works before
 /// (or without) [`init`].
 pub fn fatal(format: Format, msg: &str) {
-    let line = render(format, false, "fatal", &Utc::now(), msg, &BTreeMap::new());
+    let line = render(format, false, "fatal", &Utc::now(), msg, &Kv::new());
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
@@ -78,10 +78,19 @@ struct LogrusFormat {
     color: bool,
 }
 
+/// Field values keep their type for JSON (numbers and booleans unquoted, as logrus).
+type Kv = BTreeMap<String, serde_json::Value>;
+
 #[derive(Default)]
 struct Fields {
     msg: String,
-    kv: BTreeMap<String, String>,
+    kv: Kv,
+}
+
+impl Fields {
+    fn put(&mut self, field: &Field, v: serde_json::Value) {
+        self.kv.insert(field.name().to_string(), v);
+    }
 }
 
 impl Visit for Fields {
@@ -89,8 +98,24 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.msg = value.to_string();
         } else {
-            self.kv.insert(field.name().to_string(), value.to_string());
+            self.put(field, value.into());
         }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.put(field, value.into());
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.put(field, value.into());
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.put(field, value.into());
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.put(field, value.into());
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
@@ -98,7 +123,7 @@ impl Visit for Fields {
         if field.name() == "message" {
             self.msg = v;
         } else {
-            self.kv.insert(field.name().to_string(), v);
+            self.put(field, v.into());
         }
     }
 }
@@ -165,20 +190,13 @@ fn text_value(s: &str) -> String {
     }
 }
 
-fn render(
-    format: Format,
-    color: bool,
-    level: &str,
-    time: &Utc,
-    msg: &str,
-    kv: &BTreeMap<String, String>,
-) -> String {
+fn render(format: Format, color: bool, level: &str, time: &Utc, msg: &str, kv: &Kv) -> String {
     match format {
         Format::Json => {
             // encoding/json of a map: keys sorted, fields beside level/msg/time.
             let mut obj = serde_json::Map::new();
             for (k, v) in kv {
-                obj.insert(k.clone(), serde_json::Value::String(v.clone()));
+                obj.insert(k.clone(), v.clone());
             }
             obj.insert("level".into(), level.into());
             obj.insert("msg".into(), msg.into());
@@ -204,7 +222,11 @@ fn render(
                 text_value(msg)
             );
             for (k, v) in kv {
-                let _ = write!(line, " {k}={}", text_value(v));
+                let v = match v {
+                    serde_json::Value::String(s) => text_value(s),
+                    other => text_value(&other.to_string()),
+                };
+                let _ = write!(line, " {k}={v}");
             }
             line
         }
@@ -221,15 +243,16 @@ mod tests {
 
     #[test]
     fn text_lines_have_logrus_shape() {
-        let mut kv = BTreeMap::new();
-        kv.insert("file".to_string(), "/etc/x.csv".to_string());
-        kv.insert("addr".to_string(), "127.0.0.1:9400".to_string());
+        let mut kv = Kv::new();
+        kv.insert("file".to_string(), "/etc/x.csv".into());
+        kv.insert("addr".to_string(), "127.0.0.1:9400".into());
+        kv.insert("n".to_string(), 3.into());
         assert_eq!(
             render(Format::Text, false, "info", &t(), "reloaded counters", &kv),
-            "time=\"2024-01-01T00:00:00Z\" level=info msg=\"reloaded counters\" addr=\"127.0.0.1:9400\" file=/etc/x.csv"
+            "time=\"2024-01-01T00:00:00Z\" level=info msg=\"reloaded counters\" addr=\"127.0.0.1:9400\" file=/etc/x.csv n=3"
         );
         assert_eq!(
-            render(Format::Text, false, "warning", &t(), "ok", &BTreeMap::new()),
+            render(Format::Text, false, "warning", &t(), "ok", &Kv::new()),
             "time=\"2024-01-01T00:00:00Z\" level=warning msg=ok"
         );
         assert_eq!(
@@ -239,27 +262,26 @@ mod tests {
                 "fatal",
                 &t(),
                 "say \"hi\"\n",
-                &BTreeMap::new()
+                &Kv::new()
             ),
             "time=\"2024-01-01T00:00:00Z\" level=fatal msg=\"say \\\"hi\\\"\\n\""
         );
         assert_eq!(
-            render(Format::Text, false, "info", &t(), "", &BTreeMap::new()),
+            render(Format::Text, false, "info", &t(), "", &Kv::new()),
             "time=\"2024-01-01T00:00:00Z\" level=info msg=\"\""
         );
-        assert!(
-            render(Format::Text, true, "info", &t(), "x", &BTreeMap::new())
-                .contains("level=\x1b[36minfo\x1b[0m")
-        );
+        assert!(render(Format::Text, true, "info", &t(), "x", &Kv::new())
+            .contains("level=\x1b[36minfo\x1b[0m"));
     }
 
     #[test]
     fn json_lines_sort_their_keys() {
-        let mut kv = BTreeMap::new();
-        kv.insert("error".to_string(), "boom".to_string());
+        let mut kv = Kv::new();
+        kv.insert("error".to_string(), "boom".into());
+        kv.insert("event_state".to_string(), 2.into());
         assert_eq!(
             render(Format::Json, false, "error", &t(), "collection failed", &kv),
-            r#"{"error":"boom","level":"error","msg":"collection failed","time":"2024-01-01T00:00:00Z"}"#
+            r#"{"error":"boom","event_state":2,"level":"error","msg":"collection failed","time":"2024-01-01T00:00:00Z"}"#
         );
     }
 

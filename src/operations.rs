@@ -41,7 +41,10 @@ pub fn sinks(config: &Config) -> Result<Vec<Box<dyn Sink>>, String> {
     let mut out: Vec<Box<dyn Sink>> = Vec::new();
     if !config.textfile_directory.is_empty() {
         let t = Textfile::new(Path::new(&config.textfile_directory))?;
-        tracing::info!("writing {} after every collection", t.path().display());
+        tracing::info!(
+            file = %t.path().display(),
+            "writing the textfile after every collection"
+        );
         out.push(Box::new(t));
     }
     if config.dump_enabled {

@@ -751,11 +751,12 @@ fn gpu_bind_unbind_events_rebuild_the_watches() {
         let g = gpus_with_temp(p);
         g.len() == 7 && !g.contains(&"3".to_string())
     });
-    assert!(
-        e.stderr().contains("reinitialization completed"),
-        "{}",
-        e.stderr()
-    );
+    let log = e.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("reinitialization completed"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains(" event_state=2 timestamp="), "{line}");
     control(&ctl, "gpu_bind 3");
     e.scrape_until(15, |p| gpus_with_temp(p).len() == 8);
     drop(e);
@@ -789,7 +790,14 @@ fn a_changed_counters_file_reloads_without_a_signal_and_a_broken_one_keeps_the_o
         !series(p, "DCGM_FI_DEV_POWER_USAGE").is_empty()
             && series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty()
     });
-    e.wait_for_log(5, "changed on disk");
+    // A logrus line with the file as a key=value field.
+    e.wait_for_log(
+        5,
+        &format!(
+            "level=info msg=\"counters file changed on disk: reloading\" file={}",
+            csv.display()
+        ),
+    );
     // Written in place, broken on line 2: the old set keeps running, the error says where.
     std::fs::write(
         &csv,

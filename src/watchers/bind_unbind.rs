@@ -64,13 +64,13 @@ impl Watch {
         }))
     }
 
-    /// Some(state) when a new event arrived since the last poll.
-    fn poll(&mut self) -> dcgm_sys::Result<Option<i64>> {
+    /// Some((timestamp, state)) when a new event arrived since the last poll.
+    fn poll(&mut self) -> dcgm_sys::Result<Option<(i64, i64)>> {
         self.session.update_all_fields(true)?;
         match self.read()? {
             Some((ts, state)) if ts > self.last_ts && state != 0 => {
                 self.last_ts = ts;
-                Ok(Some(state))
+                Ok(Some((ts, state)))
             }
             _ => Ok(None),
         }
@@ -104,20 +104,26 @@ pub fn spawn(
                     continue;
                 };
                 match w.poll() {
-                    Ok(Some(REINITIALIZING)) => {
-                        tracing::info!("GPU bind/unbind: the system is reinitializing")
-                    }
-                    Ok(Some(REINITIALIZED)) => {
+                    Ok(Some((ts, REINITIALIZING))) => tracing::info!(
+                        event_state = REINITIALIZING,
+                        timestamp = ts,
+                        "GPU bind/unbind: the system is reinitializing"
+                    ),
+                    Ok(Some((ts, REINITIALIZED))) => {
                         tracing::info!(
+                            event_state = REINITIALIZED,
+                            timestamp = ts,
                             "GPU bind/unbind: reinitialization completed; rediscovering GPUs and rebuilding watches"
                         );
                         if control.send(Control::Reload).is_err() {
                             return;
                         }
                     }
-                    Ok(Some(other)) => {
-                        tracing::debug!("GPU bind/unbind: unknown event state {other}")
-                    }
+                    Ok(Some((ts, other))) => tracing::debug!(
+                        event_state = other,
+                        timestamp = ts,
+                        "GPU bind/unbind: unknown event state"
+                    ),
                     Ok(None) => {}
                     Err(e) if e.is_connection_lost() => {
                         tracing::debug!("GPU bind/unbind watch: {e}");

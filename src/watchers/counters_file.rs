@@ -35,7 +35,10 @@ pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<()> {
                         // A missing file (mid-rename) is not a change to load.
                         if seen.is_some() && seen != loaded {
                             loaded = seen;
-                            tracing::info!("{} changed on disk: reloading", path.display());
+                            tracing::info!(
+                                file = %path.display(),
+                                "counters file changed on disk: reloading"
+                            );
                             if control.send(Control::Reload).is_err() {
                                 return;
                             }
