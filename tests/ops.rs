@@ -404,6 +404,11 @@ fn config_file_sets_fields_interval_and_watch_groups_and_flags_win() {
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
     assert_eq!(series(&page, "DCGM_FI_DEV_POWER_USAGE").len(), 1);
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_SM_CLOCK").len(),
+        1,
+        "-f on the command line wins over metrics.fields"
+    );
     // -c 500 from the command line wins over collection.interval; the watch group's
     // interval applies to its fields only.
     let w = watch_log(&log);
@@ -817,4 +822,34 @@ fn a_changed_counters_file_reloads_without_a_signal_and_a_broken_one_keeps_the_o
     e.scrape_until(10, |p| !series(p, "DCGM_FI_DEV_SM_CLOCK").is_empty());
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(reloads(&e) - before, 1, "{}", e.stderr());
+}
+
+#[test]
+fn the_textfile_is_emptied_while_the_host_engine_is_gone_and_refilled_after() {
+    let port = free_port();
+    let mut engine = HostEngine::start(port, Some("one-gpu.toml"));
+    let dir = tempfile::tempdir().unwrap();
+    let prom = dir.path().join("dcgm.prom");
+    let has_temp =
+        || std::fs::read_to_string(&prom).is_ok_and(|t| t.contains("DCGM_FI_DEV_GPU_TEMP"));
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "-a",
+            "",
+            "--textfile-directory",
+            dir.path().to_str().unwrap(),
+        ])
+        .spawn();
+    wait_until(20, "dcgm.prom with series", has_temp);
+    engine.kill();
+    wait_until(20, "an empty dcgm.prom during the outage", || {
+        std::fs::read_to_string(&prom).is_ok_and(|t| t.is_empty())
+    });
+    let _engine = HostEngine::start(port, Some("one-gpu.toml"));
+    wait_until(30, "dcgm.prom refilled after the reconnect", has_temp);
+    drop(e);
 }
