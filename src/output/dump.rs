@@ -131,6 +131,8 @@ impl Dumper {
         );
         name.push_str(if self.compress { ".json.gz" } else { ".json" });
         let path = self.dir.join(name);
+        // As upstream: a directory removed while running is recreated.
+        std::fs::create_dir_all(&self.dir)?;
         let mut text = serde_json::to_vec_pretty(data).map_err(std::io::Error::other)?;
         text.push(b'\n');
         let file = std::fs::File::create(&path)?;

@@ -136,3 +136,18 @@ pub fn spawn(
         .map(|_| ())
         .map_err(|e| format!("cannot start the bind/unbind watch thread: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::poll_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn a_bad_poll_interval_falls_back_to_one_second() {
+        assert_eq!(poll_interval("250ms"), Duration::from_millis(250));
+        assert_eq!(poll_interval("2s"), Duration::from_secs(2));
+        for bad in ["", "fast", "0s", "-1s", "5"] {
+            assert_eq!(poll_interval(bad), Duration::from_secs(1), "{bad}");
+        }
+    }
+}
