@@ -4,7 +4,7 @@
 use crate::collect::fields;
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
-use crate::collect::{watch_all, Settings, MAX_KEEP_AGE_S};
+use crate::collect::{watch_all, Settings};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
 use crate::output::render::Page;
 use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
@@ -213,7 +213,7 @@ impl ExpCollectors {
             }
             // The hidden dependency: watch the source field even when the CSV lacks it,
             // keeping samples for at least the whole window.
-            let keep = MAX_KEEP_AGE_S.max(window_ms as f64 / 1000.0);
+            let keep = settings.keep_age_s.max(window_ms as f64 / 1000.0);
             let watches = watch_all(
                 session,
                 &format!("dcgm-exporter-{name}"),

@@ -20,7 +20,7 @@ use topology::Topology;
 const MAX_GROUP_ENTITIES: usize = 1024;
 /// Fields per field group (the library rejects 128 or more).
 const MAX_FIELD_GROUP_FIELDS: usize = 127;
-/// How long DCGM keeps samples (dcgm-exporter's value).
+/// How long DCGM keeps samples by default (dcgm-exporter's value; --watch-max-keep-age).
 pub const MAX_KEEP_AGE_S: f64 = 600.0;
 
 /// Settings that shape what is watched and how it is labelled.

@@ -92,7 +92,8 @@ pub struct Config {
         default_value = "/etc/dcgm-exporter/default-counters.csv"
     )]
     pub collectors: PathBuf,
-    /// Address to listen on: `:9400`, `host:port`, `[::1]:9400`.
+    /// Address to listen on: `:9400`, `host:port`, `[::1]:9400`; `""` turns HTTP off (with
+    /// --textfile-directory).
     #[arg(
         short = 'a',
         long,
@@ -198,7 +199,7 @@ pub struct Config {
     /// Replace runs of blanks in the modelName label with '-' (short: -rbmn).
     #[arg(long, env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub replace_blanks_in_model_name: bool,
-    /// Log at debug level.
+    /// Log at debug level (ours; the HTTP libraries stay at info).
     #[arg(long, env = "DCGM_EXPORTER_DEBUG", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub debug: bool,
     /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT, in milliseconds.
@@ -210,7 +211,7 @@ pub struct Config {
     /// Log level of the embedded host engine (with --enable-dcgm-log).
     #[arg(long, env = "DCGM_EXPORTER_DCGM_LOG_LEVEL", value_name = "LEVEL", default_value = "NONE", value_parser = LOG_LEVELS)]
     pub dcgm_log_level: String,
-    /// Log format on stderr.
+    /// Log format on stderr: logrus-style text, or one JSON object per line.
     #[arg(long, env = "DCGM_EXPORTER_LOG_FORMAT", value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
     /// kubelet PodResources socket (with --kubernetes).
