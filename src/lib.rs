@@ -13,3 +13,4 @@ pub mod config;
 pub mod hostname;
 pub mod output;
 pub mod startup;
+pub mod worker;

@@ -87,11 +87,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         settings,
         shared: shared.clone(),
     });
-    let collector = runner.start().map_err(|e| match &engine {
+    let worker = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
         Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
     })?;
-    runner.mark_started();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -100,9 +99,15 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let loop_runner = runner.clone();
+    // Dropped when the collection thread ends, also by a panic: then the process must not
+    // stay up serving a page nobody refreshes.
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
     let collection = std::thread::Builder::new()
         .name("collector".into())
-        .spawn(move || loop_runner.run(Some(collector), control_rx))
+        .spawn(move || {
+            let _ended = ended_tx;
+            loop_runner.run(worker, control_rx)
+        })
         .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
@@ -153,17 +158,25 @@ pub fn run(config: cli::Config) -> Result<(), String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        wait_for_signal().await;
+        let result = tokio::select! {
+            _ = wait_for_signal() => Ok(()),
+            _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
+        };
         tracing::info!("shutting down");
         let _ = tx.send(true);
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
         }
-        Ok(())
+        result
     });
     let _ = control_tx.send(app::Control::Stop);
-    if let Ok(Some(c)) = collection.join() {
-        c.stop();
+    if let Err(panic) = collection.join() {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        return Err(format!("the collection thread panicked: {what}"));
     }
     served
 }

@@ -2,6 +2,7 @@
 
 pub mod exp;
 pub mod fields;
+pub mod freshness;
 pub mod health_codes;
 pub mod targets;
 pub mod topology;
@@ -58,6 +59,7 @@ pub struct Collector {
     exp: ExpCollectors,
     /// The MIG hierarchy the watches were built for.
     mig_layout: Vec<dcgm_sys::MigEntity>,
+    interval: std::time::Duration,
 }
 
 /// Creates groups and field groups for a set of entities and watches them.
@@ -176,6 +178,7 @@ impl Collector {
             sets,
             exp,
             mig_layout,
+            interval: std::time::Duration::from_millis(settings.interval_ms),
         })
     }
 
@@ -188,22 +191,26 @@ impl Collector {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
-    /// Reads every watched value and fills `page`.
+    /// Reads every watched value and fills `page`; samples too old to serve are dropped
+    /// (see `freshness`).
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+        let mut fresh = freshness::Freshness::new(now_us(), self.interval);
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
             let readings =
                 self.session
                     .latest_values(&active.entities, &active.set.fields, false)?;
-            let by_key: HashMap<(Entity, u16), &Reading> = readings
+            let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
                 .iter()
-                .map(|r| ((r.entity, r.field_id), &r.reading))
+                .map(|r| ((r.entity, r.field_id), r))
                 .collect();
             // Label fields first: they go on every series of the entity.
             for t in &active.set.targets {
                 let mut labels = Vec::new();
                 for c in active.label_rows.iter().map(|&i| &self.counters.all[i]) {
-                    if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
+                    if let Some(Reading::Value(v)) =
+                        by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
+                    {
                         if let Some(s) = label_text(v) {
                             labels.push((c.name.clone(), s));
                         }
@@ -218,10 +225,15 @@ impl Collector {
                     if active.unsupported.contains(&(t.entity, fid)) {
                         continue;
                     }
-                    let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
+                    let Some(sample) = by_key.get(&(t.entity, fid)).copied() else {
                         page.drop_value(DropReason::Status);
                         continue;
                     };
+                    let reading = &sample.reading;
+                    if matches!(reading, Reading::Value(_)) && !fresh.admit(fid, sample.ts_us) {
+                        page.drop_value(DropReason::Stale);
+                        continue;
+                    }
                     let value = match reading {
                         Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
                             *v as f64
@@ -252,6 +264,7 @@ impl Collector {
             }
         }
         self.exp.collect(&self.session, &csv_labels, page)?;
+        page.oldest_sample_us = Some(fresh.oldest_us());
         Ok(())
     }
 
@@ -266,6 +279,13 @@ impl Collector {
         }
         self.exp.stop(&self.session);
     }
+}
+
+/// Microseconds since the Unix epoch, DCGM's timestamp clock.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list
