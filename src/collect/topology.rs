@@ -3,7 +3,7 @@
 //! MIG changes on every collection.
 
 use dcgm_sys::value::classify_str;
-use dcgm_sys::{Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
+use dcgm_sys::{DeviceAttributes, Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
 
 /// Identity of one GPU, used for its labels.
 #[derive(Clone, Debug, PartialEq)]
@@ -59,7 +59,10 @@ impl Topology {
     pub fn discover(session: &Session) -> dcgm_sys::Result<Topology> {
         let mut t = Topology::default();
         for id in session.gpus(false)? {
-            let a = session.device_attributes(id)?;
+            let Some(a) = usable_gpu(session, id)? else {
+                tracing::warn!("GPU {id} is lost (fallen off the bus): not exported");
+                continue;
+            };
             let clean = |s: String| classify_str(&s).map(str::to_string).unwrap_or_default();
             t.gpus.push(Gpu {
                 id,
@@ -70,6 +73,9 @@ impl Topology {
         }
         t.mig_rows = mig_rows(session)?;
         t.instances = instances(session, &t.mig_rows)?;
+        // Nothing of a lost GPU can be watched: neither its MIG instances nor its links.
+        let usable: Vec<u32> = t.gpus.iter().map(|g| g.id).collect();
+        t.instances.retain(|i| usable.contains(&i.gpu));
         // Switches, links and CPUs are optional hardware: a failure means "none here".
         match session.entities(EntityGroup::Switch, false) {
             Ok(s) => t.switches = s,
@@ -87,6 +93,9 @@ impl Topology {
                             .map(|(id, st)| (EntityGroup::Switch, id, st)),
                     );
                 for (parent, id, states) in parents {
+                    if parent == EntityGroup::Gpu && !usable.contains(id) {
+                        continue;
+                    }
                     t.links.extend(
                         states
                             .iter()
@@ -133,6 +142,21 @@ impl Topology {
 
     pub fn mig_enabled(&self, gpu: u32) -> bool {
         self.gpu_instances_of(gpu).next().is_some()
+    }
+}
+
+/// The attributes of a GPU that can be watched; `None` for a lost GPU, which DCGM reports
+/// either as GPU_IS_LOST or as OK with blank attributes (its status then says Lost). A lost
+/// GPU cannot join a group, so watching it would fail for every GPU.
+fn usable_gpu(session: &Session, id: u32) -> dcgm_sys::Result<Option<DeviceAttributes>> {
+    // Libraries without dcgmGetGpuStatus still answer GPU_IS_LOST below.
+    if session.gpu_is_lost(id).unwrap_or(false) {
+        return Ok(None);
+    }
+    match session.device_attributes(id) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) if e.status() == Some(dcgm_sys::Status::GpuIsLost) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

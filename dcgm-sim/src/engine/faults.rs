@@ -16,6 +16,7 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
@@ -84,6 +85,7 @@ pub enum Fault {
     HealthClear {
         gpu: u32,
     },
+    LibraryGone,
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
@@ -228,6 +230,7 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "health_clear" => Fault::HealthClear {
             gpu: num(w.next(), "gpu")?,
         },
+        "library_gone" => Fault::LibraryGone,
         o => return Err(format!("unknown fault '{o}'")),
     };
     if let Some(extra) = w.next() {
@@ -386,6 +389,11 @@ mod tests {
         assert_eq!(
             parse_line("health_clear 4"),
             Ok(Fault::HealthClear { gpu: 4 })
+        );
+        assert_eq!(parse_line("library_gone"), Ok(Fault::LibraryGone));
+        assert_eq!(
+            parse_line("library_gone 1"),
+            Err("unexpected '1'".to_string())
         );
         for bad in [
             "xid two 79",
