@@ -117,7 +117,12 @@ impl Shared {
         if let Some(why) = why {
             return Err(format!("the last collection failed: {why}"));
         }
-        let expired = now_us() > self.page.read().unwrap_or_else(|p| p.into_inner()).expires_us;
+        let expired = now_us()
+            > self
+                .page
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
             None => Err("no successful collection yet".into()),
             Some(t) if expired => Err(format!(
@@ -627,12 +632,16 @@ impl Loop<'_> {
     /// Removes the watches and ends the session, within a deadline.
     fn stop_watches(&mut self) {
         if let Some(w) = self.worker.take() {
-            let done = w.call(Instant::now() + STOP_DEADLINE, || false, |d: &mut Dcgm| {
-                if let Some(c) = d.collector.take() {
-                    c.stop();
-                }
-                d.session = None;
-            });
+            let done = w.call(
+                Instant::now() + STOP_DEADLINE,
+                || false,
+                |d: &mut Dcgm| {
+                    if let Some(c) = d.collector.take() {
+                        c.stop();
+                    }
+                    d.session = None;
+                },
+            );
             if let Err(e) = done {
                 tracing::warn!("removing the watches at shutdown: {e}");
             }

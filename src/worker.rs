@@ -158,10 +158,14 @@ mod tests {
         let w = Worker::<Vec<u32>>::spawn("t").unwrap();
         w.call(soon(5000), || false, |s| s.push(1)).unwrap();
         let seen = w
-            .call(soon(5000), || false, |s| {
-                s.push(2);
-                s.clone()
-            })
+            .call(
+                soon(5000),
+                || false,
+                |s| {
+                    s.push(2);
+                    s.clone()
+                },
+            )
             .unwrap();
         assert_eq!(seen, vec![1, 2]);
     }
@@ -173,11 +177,15 @@ mod tests {
         let r = release.clone();
         let t0 = Instant::now();
         let e = w
-            .call(soon(100), || false, move |_| {
-                while !r.load(Ordering::SeqCst) {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })
+            .call(
+                soon(100),
+                || false,
+                move |_| {
+                    while !r.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                },
+            )
             .unwrap_err();
         assert!(matches!(e, JobError::Stuck(_)), "{e:?}");
         assert!(t0.elapsed() < Duration::from_secs(2));
@@ -203,9 +211,11 @@ mod tests {
         let w = Worker::<()>::spawn("t").unwrap();
         let t0 = Instant::now();
         let e = w
-            .call(soon(10_000), || true, |_| {
-                std::thread::sleep(Duration::from_millis(500))
-            })
+            .call(
+                soon(10_000),
+                || true,
+                |_| std::thread::sleep(Duration::from_millis(500)),
+            )
             .unwrap_err();
         assert_eq!(e, JobError::Interrupted);
         assert!(t0.elapsed() < Duration::from_millis(450));

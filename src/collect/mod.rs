@@ -200,6 +200,7 @@ impl Collector {
             let readings =
                 self.session
                     .latest_values(&active.entities, &active.set.fields, false)?;
+            fresh.observe(&readings);
             let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
                 .iter()
                 .map(|r| ((r.entity, r.field_id), r))
@@ -230,7 +231,9 @@ impl Collector {
                         continue;
                     };
                     let reading = &sample.reading;
-                    if matches!(reading, Reading::Value(_)) && !fresh.admit(fid, sample.ts_us) {
+                    if matches!(reading, Reading::Value(_))
+                        && !fresh.admit(t.entity, fid, sample.ts_us)
+                    {
                         page.drop_value(DropReason::Stale);
                         continue;
                     }
