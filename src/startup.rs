@@ -27,24 +27,12 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         use_old_namespace: config.use_old_namespace,
         replace_blanks_in_model_name: config.replace_blanks_in_model_name,
         hostname: None,
-        interval_ms: u64::try_from(config.collect_interval)
-            .ok()
-            .filter(|&ms| ms > 0)
-            .ok_or_else(|| {
-                format!(
-                    "-c {}: the collect interval must be a positive number of milliseconds",
-                    config.collect_interval
-                )
-            })?,
-        xid_window_ms: u64::try_from(config.xid_count_window_size)
-            .map_err(|_| format!("-x {}: must not be negative", config.xid_count_window_size))?,
-        clock_events_window_ms: u64::try_from(config.clock_events_count_window_size).map_err(
-            |_| {
-                format!(
-                    "--clock-events-count-window-size {}: must not be negative",
-                    config.clock_events_count_window_size
-                )
-            },
+        interval_ms: millis("-c", config.collect_interval, false)?,
+        xid_window_ms: millis("-x", config.xid_count_window_size, true)?,
+        clock_events_window_ms: millis(
+            "--clock-events-count-window-size",
+            config.clock_events_count_window_size,
+            true,
         )?,
     };
     let engine = match config.remote_hostengine() {
@@ -181,6 +169,22 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     served
 }
 
+/// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
+/// value that overflows that is refused here rather than wrapped.
+fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
+    const MAX_MS: i64 = i64::MAX / 1000;
+    match ms {
+        m if m <= 0 && !zero_ok => Err(format!(
+            "{flag} {ms}: the collect interval must be a positive number of milliseconds"
+        )),
+        m if m < 0 => Err(format!("{flag} {ms}: must not be negative")),
+        m if m > MAX_MS => Err(format!(
+            "{flag} {ms}: too large (at most {MAX_MS} milliseconds)"
+        )),
+        m => Ok(m as u64),
+    }
+}
+
 async fn wait_for_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut streams = Vec::new();
@@ -214,4 +218,26 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::millis;
+
+    #[test]
+    fn duration_flags_must_fit_dcgm_microseconds() {
+        assert_eq!(millis("-c", 30000, false), Ok(30000));
+        assert_eq!(millis("-x", 0, true), Ok(0));
+        assert_eq!(
+            millis("-c", i64::MAX / 1000, false),
+            Ok((i64::MAX / 1000) as u64)
+        );
+        let e = millis("-c", i64::MAX / 1000 + 1, false).unwrap_err();
+        assert!(e.starts_with("-c 9223372036854776:") && e.contains("too large"), "{e}");
+        let e = millis("--clock-events-count-window-size", i64::MAX, true).unwrap_err();
+        assert!(e.starts_with("--clock-events-count-window-size "), "{e}");
+        assert!(millis("-x", -1, true).unwrap_err().contains("negative"));
+        assert!(millis("-c", -5, false).unwrap_err().contains("positive"));
+        assert!(millis("-c", 0, false).unwrap_err().contains("positive"));
+    }
 }
