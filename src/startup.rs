@@ -233,7 +233,10 @@ mod tests {
             Ok((i64::MAX / 1000) as u64)
         );
         let e = millis("-c", i64::MAX / 1000 + 1, false).unwrap_err();
-        assert!(e.starts_with("-c 9223372036854776:") && e.contains("too large"), "{e}");
+        assert!(
+            e.starts_with("-c 9223372036854776:") && e.contains("too large"),
+            "{e}"
+        );
         let e = millis("--clock-events-count-window-size", i64::MAX, true).unwrap_err();
         assert!(e.starts_with("--clock-events-count-window-size "), "{e}");
         assert!(millis("-x", -1, true).unwrap_err().contains("negative"));
