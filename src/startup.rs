@@ -87,16 +87,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let loop_runner = runner.clone();
-    // Dropped when the collection thread ends, also by a panic: then the process must not
-    // stay up serving a page nobody refreshes.
-    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
-    let collection = std::thread::Builder::new()
-        .name("collector".into())
-        .spawn(move || {
-            let _ended = ended_tx;
-            loop_runner.run(worker, control_rx)
-        })
-        .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    let (collection, ended_rx) = spawn_watched("collector", move || {
+        loop_runner.run(worker, control_rx)
+    })
+    .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
     let served = rt.block_on(async move {
@@ -158,15 +152,38 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         result
     });
     let _ = control_tx.send(app::Control::Stop);
-    if let Err(panic) = collection.join() {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        return Err(format!("the collection thread panicked: {what}"));
-    }
+    collection.join().map_err(thread_panic)?;
     served
+}
+
+/// Spawns a thread and a receiver that resolves when the thread ends, also by a panic:
+/// the collection thread's end must end the process rather than leave the server up on a
+/// page nobody refreshes.
+fn spawn_watched(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<(
+    std::thread::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<()>,
+)> {
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // Dropped on return and on unwinding alike.
+            let _ended = ended_tx;
+            f()
+        })?;
+    Ok((handle, ended_rx))
+}
+
+fn thread_panic(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!("the collection thread panicked: {what}")
 }
 
 /// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
@@ -222,7 +239,24 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
 
 #[cfg(test)]
 mod tests {
-    use super::millis;
+    use super::{millis, spawn_watched, thread_panic};
+
+    #[test]
+    fn a_panicking_collection_thread_is_noticed_and_reported() {
+        let (handle, ended) = spawn_watched("t", || panic!("frozen")).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), ended)
+                .await
+                .expect("the end of the thread is signalled")
+                .expect_err("by dropping the sender");
+        });
+        let e = handle.join().map_err(thread_panic).unwrap_err();
+        assert_eq!(e, "the collection thread panicked: frozen");
+    }
 
     #[test]
     fn duration_flags_must_fit_dcgm_microseconds() {
