@@ -87,10 +87,9 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let loop_runner = runner.clone();
-    let (collection, ended_rx) = spawn_watched("collector", move || {
-        loop_runner.run(worker, control_rx)
-    })
-    .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    let (collection, ended_rx) =
+        spawn_watched("collector", move || loop_runner.run(worker, control_rx))
+            .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
     let served = rt.block_on(async move {

@@ -282,12 +282,11 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
         .map(|s| (s.label("gpu"), s.value))
         .collect();
     assert_eq!(hits, [(Some("2"), 1.0)]);
-    let totals: Vec<(Option<&str>, Option<&str>, f64)> =
-        series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
-            .into_iter()
-            .filter(|s| s.value != 0.0)
-            .map(|s| (s.label("gpu"), s.label("xid"), s.value))
-            .collect();
+    let totals: Vec<(Option<&str>, Option<&str>, f64)> = series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
+        .into_iter()
+        .filter(|s| s.value != 0.0)
+        .map(|s| (s.label("gpu"), s.label("xid"), s.value))
+        .collect();
     assert_eq!(totals, [(Some("2"), Some("79"), 1.0)]);
     let page = e.scrape_until(15, |p| {
         let c = series(p, "DCGM_EXP_CLOCK_EVENTS_COUNT");
@@ -321,12 +320,11 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
             .iter()
             .all(|s| s.label("xid").is_none() && s.value == 0.0)
     });
-    let totals: Vec<(Option<&str>, Option<&str>, f64)> =
-        series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
-            .into_iter()
-            .filter(|s| s.value != 0.0)
-            .map(|s| (s.label("gpu"), s.label("xid"), s.value))
-            .collect();
+    let totals: Vec<(Option<&str>, Option<&str>, f64)> = series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
+        .into_iter()
+        .filter(|s| s.value != 0.0)
+        .map(|s| (s.label("gpu"), s.label("xid"), s.value))
+        .collect();
     assert_eq!(totals, [(Some("2"), Some("79"), 1.0)]);
 }
 

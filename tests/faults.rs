@@ -283,7 +283,7 @@ fn lost_at_start(attributes: &str) {
     let profile = profile_with(
         &dir,
         "a100-mixed-mig.toml",
-        &format!("[[gpu]]\nid = 1\nlost = true\n"),
+        "[[gpu]]\nid = 1\nlost = true\n",
     );
     let text = std::fs::read_to_string(&profile).unwrap();
     let text = text.replacen(
