@@ -287,9 +287,14 @@ impl Runner {
                 return Err(Failure::Watches("no watches".into()));
             };
             let failed = |d: &mut Dcgm, e: dcgm_sys::Error| {
-                // Rebuilt next tick from a fresh discovery.
-                d.collector = None;
-                Err(classify(&e))
+                // The watches are rebuilt next tick from a fresh discovery. Removing them
+                // first is only worth it while the session still answers.
+                let failure = classify(&e);
+                match d.collector.take() {
+                    Some(c) if matches!(failure, Failure::Watches(_)) => c.stop(),
+                    _ => {}
+                }
+                Err(failure)
             };
             match c.mig_changed() {
                 Ok(true) => return Ok(TickResult::MigChanged),

@@ -346,6 +346,60 @@ fn a_gpu_lost_at_start_reported_with_blank_attributes_leaves_the_others_exported
 }
 
 #[test]
+fn a_selected_gpu_lost_at_start_is_skipped_not_a_selector_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = profile_with(
+        &dir,
+        "h100-8gpu-nvswitch.toml",
+        "[[gpu]]\nid = 2\nlost = true\n",
+    );
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-d", "g:1,2"])
+        .start();
+    assert_eq!(temps_by_gpu(&e.scrape()), ["1"]);
+    assert!(e.stderr().contains("GPU 2 is lost"), "{}", e.stderr());
+    // A GPU that does not exist at all is still an error.
+    let (code, stderr) = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-d", "g:1,9"])
+        .run_to_exit();
+    assert_ne!(code, 0);
+    assert!(stderr.contains("GPU 9 does not exist"), "{stderr}");
+}
+
+#[test]
+fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    // Selects GPU instance 0 (on GPU 0) by id; it goes when GPU 0 leaves MIG mode.
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-d", "i:0", "-c", "200"])
+        .start();
+    assert!(dcgm_series(&e.scrape()) > 0);
+    control(&ctl, "mig 0 none");
+    wait_for(&e, 10, "the page withdrawn", |p| dcgm_series(p) == 0);
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("the last collection failed") && body.contains("does not exist"),
+        "{body}"
+    );
+    // Still connected: only the watches are rebuilt, on every tick until it works again.
+    let page = e.scrape();
+    assert_eq!(gauge(&page, "dcgm_exporter_dcgm_connected"), 1.0);
+    let failures = failed_collections(&page);
+    wait_for(&e, 10, "retries", |p| failed_collections(p) > failures);
+    control(&ctl, "mig 0 1g.10gb,1g.10gb");
+    wait_for(&e, 10, "recovered", |p| dcgm_series(p) > 0);
+    assert_eq!(e.get("/health").0, 200);
+    assert_no_panic(&e);
+}
+
+#[test]
 fn the_library_vanishing_in_embedded_mode_is_a_clear_error_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = dir.path().join("control");

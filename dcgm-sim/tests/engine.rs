@@ -1346,7 +1346,10 @@ fn a_lost_gpu_can_answer_its_attributes_with_blanks() {
     else {
         panic!("attributes with blanks expected");
     };
-    assert_eq!((a.uuid.as_str(), a.fb_total_mb), ("<<<NULL>>>", 0x7fff_fff0));
+    assert_eq!(
+        (a.uuid.as_str(), a.fb_total_mb),
+        ("<<<NULL>>>", 0x7fff_fff0)
+    );
     assert_eq!(
         e.handle(0, &Request::GetGpuStatus { gpu_id: 1 }),
         Reply::Status(4)
@@ -1362,7 +1365,12 @@ fn a_lost_gpu_can_answer_its_attributes_with_blanks() {
 fn after_library_gone_every_request_answers_uninitialized() {
     let (mut e, _) = engine("one-gpu.toml");
     assert!(matches!(
-        e.handle(0, &Request::GetAllDevices { only_supported: false }),
+        e.handle(
+            0,
+            &Request::GetAllDevices {
+                only_supported: false
+            }
+        ),
         Reply::Ids(_)
     ));
     e.inject(Fault::LibraryGone);

@@ -44,6 +44,8 @@ pub struct Cpu {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     pub gpus: Vec<Gpu>,
+    /// GPUs DCGM lists but reports lost (fallen off the bus): not watched.
+    pub lost_gpus: Vec<u32>,
     /// GPU instances then their compute instances, in DCGM's order.
     pub instances: Vec<Instance>,
     /// The MIG hierarchy as DCGM returned it (to notice reconfigurations).
@@ -61,6 +63,7 @@ impl Topology {
         for id in session.gpus(false)? {
             let Some(a) = usable_gpu(session, id)? else {
                 tracing::warn!("GPU {id} is lost (fallen off the bus): not exported");
+                t.lost_gpus.push(id);
                 continue;
             };
             let clean = |s: String| classify_str(&s).map(str::to_string).unwrap_or_default();
