@@ -1,15 +1,28 @@
-//! The collection loop: owns the DCGM session, collects at the interval, publishes an
-//! immutable rendered page, and reconnects to a lost remote host engine with backoff.
-//! Scrapes never call DCGM; they only read the last published page.
+//! The collection loop. It owns no DCGM session itself: the session and its watches live
+//! in a [`Worker`] thread, and every DCGM step is a job the loop waits for with a deadline.
+//!
+//! One tick: (re)connect if there is no worker, (re)build the watches if there are none,
+//! collect, publish. A step that fails withdraws the DCGM series at once (self metrics stay)
+//! and is counted; what happens next depends on how it failed:
+//! * no answer before the deadline, a lost connection, a shut-down library, a panic:
+//!   the worker and its session are abandoned and the next tick connects afresh;
+//! * any other DCGM or configuration error: the watches are dropped and the next tick
+//!   rebuilds them from a fresh discovery on the same session.
+//!
+//! Scrapes never call DCGM; they read the last published page, which also stops being
+//! served once its oldest sample is too old (`collect::freshness`).
 
-use crate::collect::{Collector, Settings, StartError};
+use crate::collect::freshness::max_served_age;
+use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
-use crate::output::render::Page;
+use crate::output::render::{DropReason, Page};
 use crate::output::selfmetrics::SelfMetrics;
 use crate::output::sink::Sink;
-use dcgm_sys::{ConnectTarget, Library, Session};
+use crate::worker::{Abandoned, JobError, Worker};
+use dcgm_sys::{ConnectTarget, Library, Session, Status};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -20,13 +33,20 @@ pub enum Engine {
     Remote(ConnectTarget),
 }
 
+/// The rendered DCGM page and until when it may be served.
+struct Published {
+    bytes: Arc<Vec<u8>>,
+    /// Unix µs after which the page holds a sample too old to serve.
+    expires_us: i64,
+}
+
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
-    /// The last rendered DCGM page; empty while DCGM is unreachable.
-    page: RwLock<Arc<Vec<u8>>>,
+    page: RwLock<Published>,
     connected: AtomicBool,
-    last_success: Mutex<Option<Instant>>,
+    /// Why the last collection failed; `None` after a success.
     last_error: Mutex<Option<String>>,
+    last_success: Mutex<Option<Instant>>,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
@@ -38,10 +58,13 @@ pub struct Shared {
 impl Shared {
     pub fn new(interval: Duration) -> Shared {
         Shared {
-            page: RwLock::new(Arc::new(Vec::new())),
+            page: RwLock::new(Published {
+                bytes: Arc::new(Vec::new()),
+                expires_us: 0,
+            }),
             connected: AtomicBool::new(false),
-            last_success: Mutex::new(None),
             last_error: Mutex::new(None),
+            last_success: Mutex::new(None),
             metrics: SelfMetrics::new(),
             interval,
             require_gpus: AtomicBool::new(false),
@@ -49,12 +72,31 @@ impl Shared {
         }
     }
 
+    /// The DCGM series to serve: the last page while its samples are fresh enough, else
+    /// nothing.
     pub fn page(&self) -> Arc<Vec<u8>> {
-        self.page.read().unwrap_or_else(|p| p.into_inner()).clone()
+        let p = self.page.read().unwrap_or_else(|p| p.into_inner());
+        if now_us() > p.expires_us {
+            return Arc::new(Vec::new());
+        }
+        p.bytes.clone()
     }
 
-    fn publish(&self, bytes: Vec<u8>) {
-        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(bytes);
+    fn publish(&self, bytes: Vec<u8>, oldest_sample_us: i64) {
+        let expires_us =
+            oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published {
+            bytes: Arc::new(bytes),
+            expires_us,
+        };
+    }
+
+    /// Stops serving DCGM series (self metrics stay).
+    fn withdraw(&self) {
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published {
+            bytes: Arc::new(Vec::new()),
+            expires_us: 0,
+        };
     }
 
     fn set_connected(&self, up: bool) {
@@ -66,30 +108,38 @@ impl Shared {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
     }
 
-    /// `Ok(())` while DCGM is connected and the last collection is recent; else why not.
+    /// `Ok(())` while DCGM is connected and the page holds fresh values; else why not.
     pub fn health(&self) -> Result<(), String> {
+        let why = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         if !self.connected.load(Ordering::SeqCst) {
-            let why = self
-                .last_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
             return Err(format!(
                 "DCGM host engine not connected: {}",
                 why.unwrap_or_else(|| "unknown".into())
             ));
         }
+        if let Some(why) = why {
+            return Err(format!("the last collection failed: {why}"));
+        }
         if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
             return Err("no GPU is being collected (--health-require-gpus)".into());
         }
-        let fresh_for = (self.interval * 3).max(self.interval + Duration::from_secs(10));
+        let expired = now_us()
+            > self
+                .page
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
-            Some(t) if t.elapsed() <= fresh_for => Ok(()),
-            Some(t) => Err(format!(
-                "last successful collection was {:.1}s ago",
+            None => Err("no successful collection yet".into()),
+            Some(t) if expired => Err(format!(
+                "no fresh values: the last successful collection was {:.1}s ago",
                 t.elapsed().as_secs_f64()
             )),
-            None => Err("no successful collection yet".into()),
+            Some(_) => Ok(()),
         }
     }
 }
@@ -101,6 +151,50 @@ pub enum Control {
     /// SIGHUP: re-read the counters CSV and rebuild the watches, keeping the HTTP server
     /// and the DCGM connection (dcgm-exporter's hot reload).
     Reload,
+}
+
+/// What the worker thread owns: the session and the watches built on it.
+#[derive(Default)]
+pub struct Dcgm {
+    session: Option<Session>,
+    collector: Option<Collector>,
+}
+
+/// Longest wait for connecting, discovering and watching (a large node needs seconds).
+const SETUP_DEADLINE: Duration = Duration::from_secs(30);
+/// The shortest deadline of a collection, for very small intervals.
+const MIN_COLLECT_DEADLINE: Duration = Duration::from_secs(1);
+/// Abandoned workers still stuck in a DCGM call beyond which no new remote session is
+/// opened (each holds a thread and a connection until its call returns).
+const MAX_STUCK: usize = 4;
+/// How long the watches may take to be removed at shutdown.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// How one tick failed.
+enum Failure {
+    /// The session is unusable: abandon the worker and reconnect.
+    Session(String),
+    /// Rebuild the watches on the same session next tick.
+    Watches(String),
+    /// Told to stop while waiting.
+    Stopping,
+}
+
+/// A finished collection, rendered.
+struct Collected {
+    bytes: Vec<u8>,
+    /// The page before encoding and the node it describes, for the sinks (when any).
+    families: Vec<prometheus::proto::MetricFamily>,
+    topology: Option<crate::collect::topology::Topology>,
+    gpus: usize,
+    series: usize,
+    dropped: BTreeMap<DropReason, u64>,
+    oldest_sample_us: i64,
+}
+
+enum TickResult {
+    Collected(Box<Collected>),
+    MigChanged,
 }
 
 /// Everything needed to (re)build a collector.
@@ -117,13 +211,31 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// Connects and sets up watches once. Used at startup, where failure is fatal.
-    pub fn start(&self) -> Result<Collector, StartError> {
-        let session = match &self.engine {
-            Engine::Embedded => Session::embedded(self.library.clone())?,
-            Engine::Remote(t) => Session::connect(self.library.clone(), t, 5000)?,
-        };
-        Collector::start(session, self.counters(), self.settings.clone())
+    /// A handle on the worker's session, for watchers that poll DCGM on a thread of their
+    /// own (the GPU bind/unbind watch); `None` when there is none or the worker is stuck.
+    pub fn session_of(worker: &Worker<Dcgm>) -> Option<Session> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        worker
+            .call(deadline, || false, |d: &mut Dcgm| d.session.clone())
+            .ok()
+            .flatten()
+    }
+
+    /// Connects and sets up watches once, at startup, where failure is fatal.
+    pub fn start(&self) -> Result<Worker<Dcgm>, String> {
+        let worker = Worker::spawn("dcgm").map_err(|e| format!("cannot start a thread: {e}"))?;
+        match self.open(&worker, &mut || false) {
+            Ok(()) => {
+                self.shared.set_connected(true);
+                Ok(worker)
+            }
+            Err(Failure::Session(e) | Failure::Watches(e)) => Err(e),
+            Err(Failure::Stopping) => Err("interrupted".into()),
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.settings.interval_ms)
     }
 
     fn counters(&self) -> Arc<Counters> {
@@ -133,129 +245,170 @@ impl Runner {
             .clone()
     }
 
+    /// Opens a session in the worker and builds the watches on it.
+    fn open(&self, worker: &Worker<Dcgm>, stop: &mut dyn FnMut() -> bool) -> Result<(), Failure> {
+        let library = self.library.clone();
+        let engine = self.engine.clone();
+        let setup = self.setup_deadline();
+        let opened = worker.call(Instant::now() + setup, &mut *stop, move |d: &mut Dcgm| {
+            let session = match &engine {
+                Engine::Embedded => Session::embedded(library),
+                Engine::Remote(t) => Session::connect(library, t, 5000),
+            }?;
+            d.session = Some(session);
+            Ok::<(), dcgm_sys::Error>(())
+        });
+        match opened {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Failure::Session(e.to_string())),
+            Err(e) => return Err(job_failure(e)),
+        }
+        self.build(worker, self.counters(), stop)
+    }
+
+    fn setup_deadline(&self) -> Duration {
+        SETUP_DEADLINE.max(self.interval())
+    }
+
+    /// Discovers the node and (re)creates every watch with `counters`; the watches in
+    /// place stay in use if that fails.
+    fn build(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
+        let settings = self.settings.clone();
+        let built = worker.call(
+            Instant::now() + self.setup_deadline(),
+            stop,
+            move |d: &mut Dcgm| {
+                let Some(session) = d.session.clone() else {
+                    return Err(Failure::Session("no DCGM session".into()));
+                };
+                match Collector::start(session, counters, settings) {
+                    Ok(new) => {
+                        if let Some(old) = d.collector.replace(new) {
+                            old.stop();
+                        }
+                        Ok(())
+                    }
+                    Err(StartError::Dcgm(e)) => Err(classify(&e)),
+                    Err(StartError::Config(e)) => Err(Failure::Watches(e)),
+                }
+            },
+        );
+        built.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
+    /// Reads every value and renders the page.
+    fn collect(
+        &self,
+        worker: &Worker<Dcgm>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<TickResult, Failure> {
+        let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
+        let with_sinks = !self.sinks.is_empty();
+        let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
+            let Some(c) = d.collector.as_mut() else {
+                return Err(Failure::Watches("no watches".into()));
+            };
+            let failed = |d: &mut Dcgm, e: dcgm_sys::Error| {
+                // The watches are rebuilt next tick from a fresh discovery. Removing them
+                // first is only worth it while the session still answers.
+                let failure = classify(&e);
+                match d.collector.take() {
+                    Some(c) if matches!(failure, Failure::Watches(_)) => c.stop(),
+                    _ => {}
+                }
+                Err(failure)
+            };
+            match c.mig_changed() {
+                Ok(true) => return Ok(TickResult::MigChanged),
+                Ok(false) => {}
+                Err(e) => return failed(d, e),
+            }
+            let mut page = Page::default();
+            if let Err(e) = c.collect(&mut page) {
+                return failed(d, e);
+            }
+            let series = page.series_count();
+            let dropped = page.dropped.clone();
+            let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
+            let families = page.into_families();
+            Ok(TickResult::Collected(Box::new(Collected {
+                series,
+                dropped,
+                oldest_sample_us,
+                bytes: crate::output::render::encode_families(&families),
+                families: if with_sinks { families } else { Vec::new() },
+                topology: with_sinks.then(|| c.topology().clone()),
+                gpus: c.gpu_count(),
+            })))
+        });
+        done.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
+    /// Runs until told to stop (or the channel closes), then removes the watches.
+    pub fn run(&self, worker: Worker<Dcgm>, control: Receiver<Control>) {
+        Loop {
+            runner: self,
+            worker: Some(worker),
+            built: true,
+            abandoned: Vec::new(),
+            inbox: Inbox {
+                control,
+                stopping: false,
+                reload: false,
+            },
+            backoff: self.first_backoff(),
+        }
+        .run();
+    }
+
+    fn first_backoff(&self) -> Duration {
+        Duration::from_millis(500).min(self.interval())
+    }
+
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
-    fn reload(&self, collector: &mut Option<Collector>) {
+    fn reload(
+        &self,
+        worker: Option<&Worker<Dcgm>>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
         let new = match crate::config::file::load_counters(&self.collectors) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                return;
+                return Ok(());
             }
         };
-        if let Some(c) = collector.as_mut() {
-            match Collector::start(c.session().clone(), new.clone(), self.settings.clone()) {
-                Ok(fresh) => std::mem::replace(c, fresh).stop(),
-                Err(e) => {
-                    tracing::error!("reload: {e}; keeping the previous counters");
-                    return;
-                }
+        let Some(worker) = worker else {
+            // Used when the next connection builds its watches.
+            *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+            return Ok(());
+        };
+        match self.build(worker, new.clone(), stop) {
+            Ok(()) => {
+                *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+                tracing::info!("reloaded {}", self.collectors.display());
+                Ok(())
             }
-        }
-        *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
-        tracing::info!("reloaded {}", self.collectors.display());
-    }
-
-    /// Runs until told to stop (or the channel closes); returns the live collector so the
-    /// caller can remove its watches.
-    pub fn run(
-        &self,
-        mut collector: Option<Collector>,
-        control: Receiver<Control>,
-    ) -> Option<Collector> {
-        let interval = Duration::from_millis(self.settings.interval_ms);
-        let mut backoff = Duration::from_millis(500);
-        loop {
-            let started = Instant::now();
-            let wait = match collector.as_mut() {
-                Some(c) => match self.tick(c) {
-                    Ok(()) => interval,
-                    // A remote engine that stopped answering is as gone as a closed one.
-                    Err(e)
-                        if e.is_connection_lost()
-                            || matches!(self.engine, Engine::Remote(_))
-                                && e.status() == Some(dcgm_sys::Status::Timeout) =>
-                    {
-                        tracing::error!("lost the DCGM host engine: {e}; reconnecting");
-                        self.outage(&e.to_string());
-                        collector = None;
-                        Duration::ZERO
-                    }
-                    Err(e) => {
-                        tracing::warn!("collection failed: {e}");
-                        self.shared
-                            .metrics
-                            .collections
-                            .with_label_values(&["error"])
-                            .inc();
-                        interval
-                    }
-                },
-                None => match self.start() {
-                    Ok(c) => {
-                        tracing::info!("reconnected to the DCGM host engine; watches recreated");
-                        self.shared.metrics.reconnects.inc();
-                        backoff = Duration::from_millis(500);
-                        collector = Some(c);
-                        continue;
-                    }
-                    Err(e) => {
-                        tracing::warn!("reconnect failed: {e}; retrying in {:?}", backoff);
-                        self.outage(&e.to_string());
-                        let b = backoff;
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
-                        b
-                    }
-                },
-            };
-            let sleep = wait.saturating_sub(started.elapsed());
-            match control.recv_timeout(sleep) {
-                Err(RecvTimeoutError::Timeout) => {}
-                Ok(Control::Reload) => self.reload(&mut collector),
-                Ok(Control::Stop) | Err(RecvTimeoutError::Disconnected) => return collector,
+            Err(Failure::Watches(e)) => {
+                tracing::error!("reload: {e}; keeping the previous counters");
+                Ok(())
             }
+            Err(f) => Err(f),
         }
     }
 
-    /// Never serve stale values: an outage empties the page until a collection succeeds.
-    fn outage(&self, why: &str) {
-        self.shared.publish(Vec::new());
-        self.shared.set_connected(false);
-        self.shared.set_error(Some(why.to_string()));
-        self.shared
-            .metrics
-            .collections
-            .with_label_values(&["error"])
-            .inc();
-        // --- sinks hook ---
-        for s in &self.sinks {
-            s.outage();
-        }
-    }
-
-    fn tick(&self, c: &mut Collector) -> dcgm_sys::Result<()> {
-        let t0 = Instant::now();
-        if c.mig_changed()? {
-            tracing::info!("MIG configuration changed; rebuilding watches");
-            let session = c.session().clone();
-            match Collector::start(session, self.counters(), self.settings.clone()) {
-                Ok(new) => {
-                    let old = std::mem::replace(c, new);
-                    old.stop();
-                }
-                Err(StartError::Dcgm(e)) => return Err(e),
-                Err(StartError::Config(e)) => tracing::error!("after MIG change: {e}"),
-            }
-        }
-        let mut page = Page::default();
-        c.collect(&mut page)?;
+    fn succeeded(&self, c: Collected, took: Duration) {
         let m = &self.shared.metrics;
-        for (reason, n) in &page.dropped {
+        for (reason, n) in &c.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
-        m.series.set(page.series_count() as i64);
-        let families = page.into_families();
-        let bytes = crate::output::render::encode_families(&families);
-        m.collection_duration.set(t0.elapsed().as_secs_f64());
+        m.series.set(c.series as i64);
+        m.collection_duration.set(took.as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(
             SystemTime::now()
@@ -263,13 +416,12 @@ impl Runner {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
         );
-        self.shared.publish(bytes);
-        // --- sinks hook ---
-        self.shared.gpus.store(c.gpu_count(), Ordering::SeqCst);
-        if !self.sinks.is_empty() {
+        self.shared.publish(c.bytes, c.oldest_sample_us);
+        self.shared.gpus.store(c.gpus, Ordering::SeqCst);
+        if let Some(topology) = &c.topology {
             let published = self.shared.page();
             for s in &self.sinks {
-                s.published(c.topology(), &families, &published);
+                s.published(topology, &c.families, &published);
             }
         }
         *self
@@ -279,10 +431,269 @@ impl Runner {
             .unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);
+    }
+
+    /// Never serve values a collection could not refresh.
+    fn failed(&self, why: &str, connected: bool) {
+        self.shared.withdraw();
+        for s in &self.sinks {
+            s.outage();
+        }
+        self.shared.set_connected(connected);
+        self.shared.set_error(Some(why.to_string()));
+        self.shared
+            .metrics
+            .collections
+            .with_label_values(&["error"])
+            .inc();
+    }
+}
+
+/// Which failures leave the session unusable.
+fn classify(e: &dcgm_sys::Error) -> Failure {
+    match e.status() {
+        // A remote engine that stopped answering is as gone as a closed one; a library
+        // that was shut down answers nothing but UNINITIALIZED.
+        Some(Status::ConnectionNotValid | Status::Timeout | Status::Uninitialized) => {
+            Failure::Session(e.to_string())
+        }
+        _ if e.is_connection_lost() => Failure::Session(e.to_string()),
+        _ => Failure::Watches(e.to_string()),
+    }
+}
+
+fn job_failure(e: JobError) -> Failure {
+    match e {
+        JobError::Interrupted => Failure::Stopping,
+        e => Failure::Session(e.to_string()),
+    }
+}
+
+/// Control messages as they arrive during a job or between ticks.
+struct Inbox {
+    control: Receiver<Control>,
+    stopping: bool,
+    /// A SIGHUP arrived and is not handled yet.
+    reload: bool,
+}
+
+impl Inbox {
+    fn take(&mut self, m: Result<Control, ()>) {
+        match m {
+            Ok(Control::Reload) => self.reload = true,
+            Ok(Control::Stop) | Err(()) => self.stopping = true,
+        }
+    }
+
+    /// Takes what has arrived; true once told to stop.
+    fn poll(&mut self) -> bool {
+        loop {
+            match self.control.try_recv() {
+                Ok(m) => self.take(Ok(m)),
+                Err(TryRecvError::Disconnected) => self.take(Err(())),
+                Err(TryRecvError::Empty) => return self.stopping,
+            }
+        }
+    }
+
+    /// Waits until `until`, or less if a message arrives.
+    fn wait_until(&mut self, until: Instant) {
+        while !self.stopping && !self.reload {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            match self.control.recv_timeout(left) {
+                Ok(m) => self.take(Ok(m)),
+                Err(RecvTimeoutError::Disconnected) => self.take(Err(())),
+                Err(RecvTimeoutError::Timeout) => return,
+            }
+        }
+    }
+}
+
+/// The loop's state between ticks.
+struct Loop<'a> {
+    runner: &'a Runner,
+    /// The thread owning the DCGM session; `None` until (re)connected.
+    worker: Option<Worker<Dcgm>>,
+    /// Whether the worker holds watches (they are dropped when a collection fails).
+    built: bool,
+    /// Workers let go while stuck in a DCGM call.
+    abandoned: Vec<Abandoned>,
+    inbox: Inbox,
+    backoff: Duration,
+}
+
+impl Loop<'_> {
+    fn run(&mut self) {
+        let interval = self.runner.interval();
+        loop {
+            let started = Instant::now();
+            let wait = match self.tick() {
+                Ok(()) => interval,
+                Err(Failure::Stopping) => break,
+                Err(Failure::Watches(why)) => {
+                    tracing::warn!("collection failed: {why}; rebuilding the watches");
+                    self.built = false;
+                    self.runner.failed(&why, true);
+                    interval
+                }
+                Err(Failure::Session(why)) if self.worker.is_some() => {
+                    tracing::error!("lost the DCGM session: {why}; reconnecting");
+                    self.abandon();
+                    self.runner.failed(&why, false);
+                    Duration::ZERO
+                }
+                Err(Failure::Session(why)) => {
+                    tracing::warn!("reconnect failed: {why}; retrying in {:?}", self.backoff);
+                    self.runner.failed(&why, false);
+                    let b = self.backoff;
+                    self.backoff = (self.backoff * 2).min(interval);
+                    b
+                }
+            };
+            loop {
+                self.inbox.wait_until(started + wait);
+                if self.inbox.stopping {
+                    return self.stop_watches();
+                }
+                if !std::mem::take(&mut self.inbox.reload) {
+                    break;
+                }
+                self.reload();
+            }
+        }
+        self.stop_watches();
+    }
+
+    /// Connects if needed, builds the watches if needed, collects and publishes.
+    fn tick(&mut self) -> Result<(), Failure> {
+        if self.worker.is_none() {
+            self.connect()?;
+        }
+        let Loop {
+            runner,
+            worker,
+            built,
+            inbox,
+            ..
+        } = self;
+        let Some(worker) = worker.as_ref() else {
+            return Err(Failure::Session("no DCGM session".into()));
+        };
+        let mut stop = || inbox.poll();
+        let t0 = Instant::now();
+        if !*built {
+            runner.build(worker, runner.counters(), &mut stop)?;
+            *built = true;
+        }
+        let collected = match runner.collect(worker, &mut stop)? {
+            TickResult::Collected(c) => c,
+            TickResult::MigChanged => {
+                tracing::info!("MIG configuration changed; rebuilding watches");
+                *built = false;
+                runner.build(worker, runner.counters(), &mut stop)?;
+                *built = true;
+                match runner.collect(worker, &mut stop)? {
+                    TickResult::Collected(c) => c,
+                    TickResult::MigChanged => {
+                        return Err(Failure::Watches(
+                            "the MIG configuration changed again while rebuilding".into(),
+                        ))
+                    }
+                }
+            }
+        };
+        runner.succeeded(*collected, t0.elapsed());
         Ok(())
     }
 
-    pub fn mark_started(&self) {
-        self.shared.set_connected(true);
+    /// Opens a new session in a new worker, unless too many abandoned ones are still stuck.
+    fn connect(&mut self) -> Result<(), Failure> {
+        self.abandoned.retain(|a| !a.has_ended());
+        // Two embedded engines cannot coexist in one process: wait for the old one to end.
+        let limit = match self.runner.engine {
+            Engine::Embedded => 0,
+            Engine::Remote(_) => MAX_STUCK - 1,
+        };
+        if self.abandoned.len() > limit {
+            return Err(Failure::Session(format!(
+                "waiting for {} abandoned DCGM session(s) stuck in a call to return",
+                self.abandoned.len()
+            )));
+        }
+        let worker = Worker::spawn("dcgm")
+            .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
+        let Loop { runner, inbox, .. } = self;
+        match runner.open(&worker, &mut || inbox.poll()) {
+            Ok(()) => {
+                tracing::info!("connected to the DCGM host engine; watches recreated");
+                self.runner.shared.metrics.reconnects.inc();
+                self.runner.shared.set_connected(true);
+                self.backoff = self.runner.first_backoff();
+                self.worker = Some(worker);
+                self.built = true;
+                Ok(())
+            }
+            // The session is up; the watches are rebuilt next tick.
+            Err(Failure::Watches(e)) => {
+                self.worker = Some(worker);
+                self.built = false;
+                Err(Failure::Watches(e))
+            }
+            Err(f) => {
+                self.abandoned.push(worker.abandon());
+                Err(f)
+            }
+        }
+    }
+
+    /// Lets the worker go with its session; it ends when its current call returns.
+    fn abandon(&mut self) {
+        if let Some(w) = self.worker.take() {
+            self.abandoned.push(w.abandon());
+        }
+        self.built = false;
+    }
+
+    fn reload(&mut self) {
+        let Loop {
+            runner,
+            worker,
+            inbox,
+            ..
+        } = self;
+        match runner.reload(worker.as_ref(), &mut || inbox.poll()) {
+            Ok(()) => {}
+            Err(Failure::Stopping) => {}
+            Err(Failure::Watches(why)) => {
+                self.built = false;
+                self.runner.failed(&why, true);
+            }
+            Err(Failure::Session(why)) => {
+                tracing::error!("lost the DCGM session during reload: {why}; reconnecting");
+                self.abandon();
+                self.runner.failed(&why, false);
+            }
+        }
+    }
+
+    /// Removes the watches and ends the session, within a deadline.
+    fn stop_watches(&mut self) {
+        if let Some(w) = self.worker.take() {
+            let done = w.call(
+                Instant::now() + STOP_DEADLINE,
+                || false,
+                |d: &mut Dcgm| {
+                    if let Some(c) = d.collector.take() {
+                        c.stop();
+                    }
+                    d.session = None;
+                },
+            );
+            if let Err(e) = done {
+                tracing::warn!("removing the watches at shutdown: {e}");
+            }
+        }
     }
 }

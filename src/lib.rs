@@ -17,3 +17,4 @@ pub mod output;
 pub mod startup;
 pub mod utc;
 pub mod watchers;
+pub mod worker;

@@ -71,12 +71,14 @@ pub fn sinks(config: &Config) -> Result<Vec<Box<dyn Sink>>, String> {
 pub fn start_watchers(
     config: &Config,
     runner: &Runner,
-    session: dcgm_sys::Session,
+    session: Option<dcgm_sys::Session>,
     control: &Sender<Control>,
 ) -> Result<(), String> {
     watchers::counters_file::spawn(runner.collectors.clone(), control.clone())
         .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
     if config.enable_gpu_bind_unbind_watch {
+        let session = session
+            .ok_or("--enable-gpu-bind-unbind-watch: the DCGM session did not answer in time")?;
         watchers::bind_unbind::spawn(
             session,
             runner.library.clone(),

@@ -30,24 +30,12 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         use_old_namespace: config.use_old_namespace,
         replace_blanks_in_model_name: config.replace_blanks_in_model_name,
         hostname: None,
-        interval_ms: u64::try_from(config.collect_interval)
-            .ok()
-            .filter(|&ms| ms > 0)
-            .ok_or_else(|| {
-                format!(
-                    "-c {}: the collect interval must be a positive number of milliseconds",
-                    config.collect_interval
-                )
-            })?,
-        xid_window_ms: u64::try_from(config.xid_count_window_size)
-            .map_err(|_| format!("-x {}: must not be negative", config.xid_count_window_size))?,
-        clock_events_window_ms: u64::try_from(config.clock_events_count_window_size).map_err(
-            |_| {
-                format!(
-                    "--clock-events-count-window-size {}: must not be negative",
-                    config.clock_events_count_window_size
-                )
-            },
+        interval_ms: millis("-c", config.collect_interval, false)?,
+        xid_window_ms: millis("-x", config.xid_count_window_size, true)?,
+        clock_events_window_ms: millis(
+            "--clock-events-count-window-size",
+            config.clock_events_count_window_size,
+            true,
         )?,
         keep_age_s,
         keep_samples,
@@ -113,11 +101,10 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         shared: shared.clone(),
         sinks,
     });
-    let collector = runner.start().map_err(|e| match &engine {
+    let worker = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
         Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
     })?;
-    runner.mark_started();
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -125,12 +112,11 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
-    operations::start_watchers(&config, &runner, collector.session().clone(), &control_tx)?;
+    operations::start_watchers(&config, &runner, Runner::session_of(&worker), &control_tx)?;
     let loop_runner = runner.clone();
-    let collection = std::thread::Builder::new()
-        .name("collector".into())
-        .spawn(move || loop_runner.run(Some(collector), control_rx))
-        .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    let (collection, ended_rx) =
+        spawn_watched("collector", move || loop_runner.run(worker, control_rx))
+            .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
     let addrs_empty = addrs.is_empty();
@@ -187,19 +173,66 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        wait_for_signal().await;
+        let result = tokio::select! {
+            _ = wait_for_signal() => Ok(()),
+            _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
+        };
         tracing::info!("shutting down");
         let _ = tx.send(true);
         for s in servers {
             let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
         }
-        Ok(())
+        result
     });
     let _ = control_tx.send(app::Control::Stop);
-    if let Ok(Some(c)) = collection.join() {
-        c.stop();
-    }
+    collection.join().map_err(thread_panic)?;
     served
+}
+
+/// Spawns a thread and a receiver that resolves when the thread ends, also by a panic:
+/// the collection thread's end must end the process rather than leave the server up on a
+/// page nobody refreshes.
+fn spawn_watched(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> std::io::Result<(
+    std::thread::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<()>,
+)> {
+    let (ended_tx, ended_rx) = tokio::sync::oneshot::channel::<()>();
+    let handle = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            // Dropped on return and on unwinding alike.
+            let _ended = ended_tx;
+            f()
+        })?;
+    Ok((handle, ended_rx))
+}
+
+fn thread_panic(panic: Box<dyn std::any::Any + Send>) -> String {
+    let what = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!("the collection thread panicked: {what}")
+}
+
+/// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
+/// value that overflows that is refused here rather than wrapped.
+fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
+    const MAX_MS: i64 = i64::MAX / 1000;
+    match ms {
+        m if m <= 0 && !zero_ok => Err(format!(
+            "{flag} {ms}: the collect interval must be a positive number of milliseconds"
+        )),
+        m if m < 0 => Err(format!("{flag} {ms}: must not be negative")),
+        m if m > MAX_MS => Err(format!(
+            "{flag} {ms}: too large (at most {MAX_MS} milliseconds)"
+        )),
+        m => Ok(m as u64),
+    }
 }
 
 async fn wait_for_signal() {
@@ -235,4 +268,46 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
         std::task::Poll::Pending
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{millis, spawn_watched, thread_panic};
+
+    #[test]
+    fn a_panicking_collection_thread_is_noticed_and_reported() {
+        let (handle, ended) = spawn_watched("t", || panic!("frozen")).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(5), ended)
+                .await
+                .expect("the end of the thread is signalled")
+                .expect_err("by dropping the sender");
+        });
+        let e = handle.join().map_err(thread_panic).unwrap_err();
+        assert_eq!(e, "the collection thread panicked: frozen");
+    }
+
+    #[test]
+    fn duration_flags_must_fit_dcgm_microseconds() {
+        assert_eq!(millis("-c", 30000, false), Ok(30000));
+        assert_eq!(millis("-x", 0, true), Ok(0));
+        assert_eq!(
+            millis("-c", i64::MAX / 1000, false),
+            Ok((i64::MAX / 1000) as u64)
+        );
+        let e = millis("-c", i64::MAX / 1000 + 1, false).unwrap_err();
+        assert!(
+            e.starts_with("-c 9223372036854776:") && e.contains("too large"),
+            "{e}"
+        );
+        let e = millis("--clock-events-count-window-size", i64::MAX, true).unwrap_err();
+        assert!(e.starts_with("--clock-events-count-window-size "), "{e}");
+        assert!(millis("-x", -1, true).unwrap_err().contains("negative"));
+        assert!(millis("-c", -5, false).unwrap_err().contains("positive"));
+        assert!(millis("-c", 0, false).unwrap_err().contains("positive"));
+    }
 }

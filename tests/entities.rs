@@ -273,13 +273,21 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
     let page = e.scrape_until(15, |p| {
         series(p, "DCGM_EXP_XID_ERRORS_COUNT")
             .iter()
-            .any(|s| s.label("xid") == Some("79") && s.value >= 1.0)
+            .any(|s| s.label("xid") == Some("79"))
     });
-    let hit = series(&page, "DCGM_EXP_XID_ERRORS_COUNT")
+    // Exactly one XID, on exactly one GPU.
+    let hits: Vec<(Option<&str>, f64)> = series(&page, "DCGM_EXP_XID_ERRORS_COUNT")
         .into_iter()
-        .find(|s| s.label("xid") == Some("79"))
-        .unwrap();
-    assert_eq!(hit.label("gpu"), Some("2"));
+        .filter(|s| s.label("xid").is_some())
+        .map(|s| (s.label("gpu"), s.value))
+        .collect();
+    assert_eq!(hits, [(Some("2"), 1.0)]);
+    let totals: Vec<(Option<&str>, Option<&str>, f64)> = series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
+        .into_iter()
+        .filter(|s| s.value != 0.0)
+        .map(|s| (s.label("gpu"), s.label("xid"), s.value))
+        .collect();
+    assert_eq!(totals, [(Some("2"), Some("79"), 1.0)]);
     let page = e.scrape_until(15, |p| {
         let c = series(p, "DCGM_EXP_CLOCK_EVENTS_COUNT");
         c.iter()
@@ -312,11 +320,12 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
             .iter()
             .all(|s| s.label("xid").is_none() && s.value == 0.0)
     });
-    let total = series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
+    let totals: Vec<(Option<&str>, Option<&str>, f64)> = series(&page, "DCGM_EXP_XID_ERRORS_TOTAL")
         .into_iter()
-        .find(|s| s.label("xid") == Some("79"))
-        .unwrap();
-    assert!(total.value >= 1.0);
+        .filter(|s| s.value != 0.0)
+        .map(|s| (s.label("gpu"), s.label("xid"), s.value))
+        .collect();
+    assert_eq!(totals, [(Some("2"), Some("79"), 1.0)]);
 }
 
 fn control_line(path: &std::path::Path, line: &str) {

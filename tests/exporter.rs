@@ -220,6 +220,22 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
         (vec!["-d".into(), "g:42".into()], "-d"),
         (vec!["-d".into(), "x".into()], "-d"),
         (vec!["-c".into(), "abc".into()], "collect-interval"),
+        // Milliseconds that overflow DCGM's microsecond i64.
+        (
+            vec!["-c".into(), "9223372036854776".into()],
+            "-c 9223372036854776: too large",
+        ),
+        (
+            vec!["-x".into(), "9223372036854775807".into()],
+            "-x 9223372036854775807: too large",
+        ),
+        (
+            vec![
+                "--clock-events-count-window-size".into(),
+                "9223372036854776".into(),
+            ],
+            "--clock-events-count-window-size 9223372036854776: too large",
+        ),
         (
             vec!["--kubernetes".into()],
             "--kubernetes is not supported yet",

@@ -9,6 +9,11 @@
 //! * CPU time per collection, measured while nobody scrapes.
 //!
 //! Usage: `cargo run --release -p bench [-- --seconds 20 --profile etc/sim/large-bench.toml]`
+//!
+//! `cargo run --release -p bench -- faults [--cycles 100 --stops 10 --soak-seconds 3600]`
+//! runs the fault mode instead (`faults.rs`).
+
+mod faults;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,7 +32,12 @@ impl Drop for Killed {
 }
 
 fn main() {
-    if let Err(e) = run() {
+    let r = if std::env::args().nth(1).as_deref() == Some("faults") {
+        run_faults()
+    } else {
+        run()
+    };
+    if let Err(e) = r {
         eprintln!("bench: {e}");
         std::process::exit(1);
     }
@@ -185,6 +195,53 @@ fn run() -> Result<(), String> {
         idle_cpu / idle.as_secs_f64()
     );
     Ok(())
+}
+
+fn number<T: std::str::FromStr>(name: &str, default: &str) -> Result<T, String> {
+    arg(name, default)
+        .parse()
+        .map_err(|_| format!("{name}: not a number"))
+}
+
+/// The fault mode, with the binaries of the profile this bench was built with (so that a
+/// quick check can run it in a debug build).
+fn run_faults() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let bin = exe.parent().ok_or("no binary directory")?.to_path_buf();
+    let profile = match bin.file_name().and_then(|n| n.to_str()) {
+        Some("debug") => "dev".to_string(),
+        Some(p) => p.to_string(),
+        None => return Err("no build profile directory".into()),
+    };
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"])
+        .args(["--profile", &profile])
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("build failed".into());
+    }
+    let options = faults::Options {
+        cycles: number("--cycles", "100")?,
+        stops: number("--stops", "10")?,
+        soak: Duration::from_secs(number("--soak-seconds", "3600")?),
+        interval_ms: number("--interval-ms", "1000")?,
+        profile: root.join(arg("--profile", "etc/sim/h100-8gpu-nvswitch.toml")),
+        root,
+    };
+    faults::run(&bin, &options)
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
 }
 
 fn get(url: &str) -> Result<String, String> {

@@ -64,6 +64,43 @@ pub struct DeviceAttributes {
     pub clock_sets: Vec<(u32, u32)>,
 }
 
+impl DeviceAttributes {
+    /// What a GPU with no readable attributes reports: DCGM's blank string and the
+    /// 32-bit blank for every number.
+    pub fn blank() -> DeviceAttributes {
+        const S: &str = "<<<NULL>>>";
+        const N: u32 = dcgm_sys::ffi::DCGM_INT32_BLANK;
+        DeviceAttributes {
+            brand: S.into(),
+            name: S.into(),
+            pci_bus_id: S.into(),
+            serial: S.into(),
+            uuid: S.into(),
+            vbios: S.into(),
+            inforom_image_version: S.into(),
+            pci_device_id: N,
+            pci_subsystem_id: N,
+            driver_version: S.into(),
+            virtualization_mode: N,
+            slowdown_temp: N,
+            shutdown_temp: N,
+            power_limit_cur: N,
+            power_limit_default: N,
+            power_limit_enforced: N,
+            power_limit_min: N,
+            power_limit_max: N,
+            bar1_total_mb: N,
+            fb_total_mb: N,
+            fb_used_mb: N,
+            fb_free_mb: N,
+            persistence_mode: N,
+            mig_mode: N,
+            confidential_compute_mode: N,
+            clock_sets: Vec::new(),
+        }
+    }
+}
+
 /// One row of `dcgmMigHierarchy_v2`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MigEntry {

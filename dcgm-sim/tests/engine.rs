@@ -1338,6 +1338,54 @@ fn a_connection_takes_its_groups_and_watches_with_it_unless_it_persists() {
 // ------------------------------------------------------------------------------ faults
 
 #[test]
+fn a_lost_gpu_can_answer_its_attributes_with_blanks() {
+    let (mut e, _) = engine_str(
+        "[node]\nlost_gpu_attributes = \"blank\"\n[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[gpu]]\nid = 1\nlost = true\n",
+    );
+    let Reply::DeviceAttributes(a) = e.handle(0, &Request::GetDeviceAttributes { gpu_id: 1 })
+    else {
+        panic!("attributes with blanks expected");
+    };
+    assert_eq!(
+        (a.uuid.as_str(), a.fb_total_mb),
+        ("<<<NULL>>>", 0x7fff_fff0)
+    );
+    assert_eq!(
+        e.handle(0, &Request::GetGpuStatus { gpu_id: 1 }),
+        Reply::Status(4)
+    );
+    assert!(matches!(
+        e.handle(0, &Request::GetDeviceAttributes { gpu_id: 0 }),
+        Reply::DeviceAttributes(a) if a.uuid.starts_with("GPU-")
+    ));
+    assert!(Profile::parse("[node]\nlost_gpu_attributes = \"maybe\"\n").is_err());
+}
+
+#[test]
+fn after_library_gone_every_request_answers_uninitialized() {
+    let (mut e, _) = engine("one-gpu.toml");
+    assert!(matches!(
+        e.handle(
+            0,
+            &Request::GetAllDevices {
+                only_supported: false
+            }
+        ),
+        Reply::Ids(_)
+    ));
+    e.inject(Fault::LibraryGone);
+    for req in [
+        Request::GetAllDevices {
+            only_supported: false,
+        },
+        Request::GetDeviceAttributes { gpu_id: 0 },
+        Request::GetGpuInstanceHierarchy,
+    ] {
+        assert_eq!(e.handle(0, &req), Reply::Error(-10), "{req:?}");
+    }
+}
+
+#[test]
 fn a_lost_gpu_reads_blank_stays_listed_and_fails_health() {
     let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
     let (g, f) = watch(&mut e, 0, &[(GPU, 1)], &[150, 155], 1000, 60.0);

@@ -274,10 +274,20 @@ fn unix_socket_engines_and_connection_scoped_state() {
     // ...unless the client asked them to persist.
     let p = connect_v2(sock.to_str().unwrap(), true, 2000, true).expect("persistent connection");
     let (pg, _) = watch(p, "persistent");
+    let q = connect_v2(sock.to_str().unwrap(), true, 2000, false).expect("connect");
+    let (qg, _) = watch(q, "not-persistent");
     // SAFETY: as above.
     unsafe {
         assert_eq!(dcgmDisconnect(p), DCGM_ST_OK);
-        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(dcgmDisconnect(q), DCGM_ST_OK);
+    }
+    // Once the engine has cleaned up after q, closed after p, it has handled p's close too.
+    assert!(wait_until(|| {
+        // SAFETY: as above.
+        unsafe { dcgmGroupGetInfo(b, qg, &mut *info) == DCGM_ST_NOT_CONFIGURED }
+    }));
+    // SAFETY: as above.
+    unsafe {
         assert_eq!(dcgmGroupGetInfo(b, pg, &mut *info), DCGM_ST_OK);
         assert_eq!(dcgmShutdown(), DCGM_ST_OK);
     }

@@ -5,8 +5,9 @@
 //! * [`versions`]: the `MAKE_DCGM_VERSION` numbers of every struct we pass, with
 //!   compile-time checks of their sizes against the real 4.6.0 layouts.
 //! * [`Library`]: finds and loads libdcgm; a missing symbol only fails when it is used.
-//! * [`Session`] and friends: the safe API used by the exporter. All `unsafe` code of the
-//!   project lives in this crate.
+//! * [`Session`] and friends: the safe API used by the exporter. Every FFI call into
+//!   libdcgm is made here; the exporter crate forbids `unsafe`. (The simulator has its own
+//!   unsafe code: its C exports and a few libc calls of its host engine.)
 
 #[allow(
     non_camel_case_types,

@@ -281,6 +281,16 @@ impl Session {
         Ok(ids[..n].to_vec())
     }
 
+    /// Whether DCGM reports the GPU as fallen off the bus (`DcgmEntityStatusLost`).
+    pub fn gpu_is_lost(&self, gpu: u32) -> Result<bool> {
+        let f = sym!(self.lib(), dcgmGetGpuStatus);
+        let mut status: ffi::DcgmEntityStatus_t = ffi::DcgmEntityStatusUnknown;
+        // SAFETY: `status` is a valid out-pointer for the duration of the call.
+        let rc = unsafe { f(self.h(), gpu, &mut status) };
+        self.lib().check("dcgmGetGpuStatus", rc)?;
+        Ok(status == ffi::DcgmEntityStatusLost)
+    }
+
     pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes> {
         let f = sym!(self.lib(), dcgmGetDeviceAttributes);
         let mut a = boxed_zeroed::<ffi::dcgmDeviceAttributes_v3>();

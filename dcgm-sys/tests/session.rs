@@ -8,21 +8,32 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Builds dcgm-sim once (cargo test does not build another package's cdylib) and returns
-/// the directory holding libdcgm.so.4 and dcgm-sim-hostengine.
+/// the directory holding libdcgm.so.4 and dcgm-sim-hostengine: the profile directory this
+/// test binary was built into (`<target>/<profile>/deps/<binary>`), built with that same
+/// profile, so that `cargo test --release` neither loads nor rebuilds a debug simulator.
 fn sim_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+        let exe = std::env::current_exe().expect("path of the test binary");
+        let dir = exe
+            .parent()
+            .and_then(|deps| deps.parent())
+            .expect("the test binary lives in <target>/<profile>/deps")
+            .to_path_buf();
+        let profile = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => "dev".to_string(),
+            Some(other) => other.to_string(),
+        };
+        let target = dir.parent().expect("a target directory above the profile");
         let st = Command::new(env!("CARGO"))
             .args(["build", "-q", "-p", "dcgm-sim", "--lib", "--bins"])
-            .current_dir(&root)
+            .args(["--profile", &profile, "--target-dir"])
+            .arg(target)
+            .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
             .status()
             .expect("run cargo build -p dcgm-sim");
         assert!(st.success(), "building dcgm-sim failed");
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
-        target.join("debug")
+        dir
     })
 }
 
@@ -188,8 +199,16 @@ fn values_change_only_at_the_watch_frequency() {
         (b.ts_us, &b.reading),
         "same sample within one interval"
     );
-    std::thread::sleep(Duration::from_millis(900));
-    let c = read();
+    // Poll for the next sample rather than sleeping a guessed time.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let c = loop {
+        let c = read();
+        if c.ts_us != a.ts_us {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "no new sample in 5 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(
         c.ts_us >= a.ts_us + 400_000,
         "a new sample after the interval"

@@ -2,6 +2,7 @@
 
 pub mod exp;
 pub mod fields;
+pub mod freshness;
 pub mod health_codes;
 pub mod targets;
 pub mod topology;
@@ -89,6 +90,7 @@ pub struct Collector {
     /// The MIG hierarchy the watches were built for.
     mig_layout: Vec<dcgm_sys::MigEntity>,
     topology: Topology,
+    interval: std::time::Duration,
 }
 
 /// Creates groups and field groups for a set of entities and watches them.
@@ -232,6 +234,7 @@ impl Collector {
             exp,
             mig_layout,
             topology,
+            interval: std::time::Duration::from_millis(settings.interval_ms),
         })
     }
 
@@ -258,22 +261,27 @@ impl Collector {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
-    /// Reads every watched value and fills `page`.
+    /// Reads every watched value and fills `page`; samples too old to serve are dropped
+    /// (see `freshness`).
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+        let mut fresh = freshness::Freshness::new(now_us(), self.interval);
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
             let readings =
                 self.session
                     .latest_values(&active.entities, &active.set.fields, false)?;
-            let by_key: HashMap<(Entity, u16), &Reading> = readings
+            fresh.observe(&readings);
+            let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
                 .iter()
-                .map(|r| ((r.entity, r.field_id), &r.reading))
+                .map(|r| ((r.entity, r.field_id), r))
                 .collect();
             // Label fields first: they go on every series of the entity.
             for t in &active.set.targets {
                 let mut labels = Vec::new();
                 for c in active.label_rows.iter().map(|&i| &self.counters.all[i]) {
-                    if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
+                    if let Some(Reading::Value(v)) =
+                        by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
+                    {
                         if let Some(s) = label_text(v) {
                             labels.push((c.name.clone(), s));
                         }
@@ -288,10 +296,17 @@ impl Collector {
                     if active.unsupported.contains(&(t.entity, fid)) {
                         continue;
                     }
-                    let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
+                    let Some(sample) = by_key.get(&(t.entity, fid)).copied() else {
                         page.drop_value(DropReason::Status);
                         continue;
                     };
+                    let reading = &sample.reading;
+                    if matches!(reading, Reading::Value(_))
+                        && !fresh.admit(t.entity, fid, sample.ts_us)
+                    {
+                        page.drop_value(DropReason::Stale);
+                        continue;
+                    }
                     let value = match reading {
                         Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
                             *v as f64
@@ -322,6 +337,7 @@ impl Collector {
             }
         }
         self.exp.collect(&self.session, &csv_labels, page)?;
+        page.oldest_sample_us = Some(fresh.oldest_us());
         Ok(())
     }
 
@@ -336,6 +352,13 @@ impl Collector {
         }
         self.exp.stop(&self.session);
     }
+}
+
+/// Microseconds since the Unix epoch, DCGM's timestamp clock.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
 }
 
 /// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list

@@ -219,7 +219,9 @@ fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
         .map(|i| i.entity.id)
         .collect();
     if let Some(m) = &sel.major {
-        check_exists("-d", "GPU", m, &gpu_ids)?;
+        // A selected GPU that is lost exists; it is skipped, not a selector error.
+        let known: Vec<u32> = gpu_ids.iter().chain(&topo.lost_gpus).copied().collect();
+        check_exists("-d", "GPU", m, &known)?;
     }
     if let Some(m) = &sel.minor {
         check_exists("-d", "GPU instance", m, &gi_ids)?;

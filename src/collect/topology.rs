@@ -3,7 +3,7 @@
 //! MIG changes on every collection.
 
 use dcgm_sys::value::classify_str;
-use dcgm_sys::{Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
+use dcgm_sys::{DeviceAttributes, Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
 
 /// Identity of one GPU, used for its labels.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +44,8 @@ pub struct Cpu {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Topology {
     pub gpus: Vec<Gpu>,
+    /// GPUs DCGM lists but reports lost (fallen off the bus): not watched.
+    pub lost_gpus: Vec<u32>,
     /// GPU instances then their compute instances, in DCGM's order.
     pub instances: Vec<Instance>,
     /// The MIG hierarchy as DCGM returned it (to notice reconfigurations).
@@ -61,8 +63,13 @@ impl Topology {
     pub fn discover(session: &Session, fake_gpus: bool) -> dcgm_sys::Result<Topology> {
         let mut t = Topology::default();
         for (index, id) in session.gpus(false)?.into_iter().enumerate() {
-            let a = match session.device_attributes(id) {
-                Ok(a) => a,
+            let a = match usable_gpu(session, id) {
+                Ok(Some(a)) => a,
+                Ok(None) => {
+                    tracing::warn!("GPU {id} is lost (fallen off the bus): not exported");
+                    t.lost_gpus.push(id);
+                    continue;
+                }
                 Err(e) if fake_gpus => {
                     t.warnings.push(format!(
                         "GPU {id}: cannot read its attributes ({e}); using fake{index}"
@@ -87,6 +94,9 @@ impl Topology {
         }
         t.mig_rows = mig_rows(session)?;
         t.instances = instances(session, &t.mig_rows)?;
+        // Nothing of a lost GPU can be watched: neither its MIG instances nor its links.
+        let usable: Vec<u32> = t.gpus.iter().map(|g| g.id).collect();
+        t.instances.retain(|i| usable.contains(&i.gpu));
         // Switches, links and CPUs are optional hardware: a failure means "none here".
         match session.entities(EntityGroup::Switch, false) {
             Ok(s) => t.switches = s,
@@ -104,6 +114,9 @@ impl Topology {
                             .map(|(id, st)| (EntityGroup::Switch, id, st)),
                     );
                 for (parent, id, states) in parents {
+                    if parent == EntityGroup::Gpu && !usable.contains(id) {
+                        continue;
+                    }
                     t.links.extend(
                         states
                             .iter()
@@ -150,6 +163,21 @@ impl Topology {
 
     pub fn mig_enabled(&self, gpu: u32) -> bool {
         self.gpu_instances_of(gpu).next().is_some()
+    }
+}
+
+/// The attributes of a GPU that can be watched; `None` for a lost GPU, which DCGM reports
+/// either as GPU_IS_LOST or as OK with blank attributes (its status then says Lost). A lost
+/// GPU cannot join a group, so watching it would fail for every GPU.
+fn usable_gpu(session: &Session, id: u32) -> dcgm_sys::Result<Option<DeviceAttributes>> {
+    // Libraries without dcgmGetGpuStatus still answer GPU_IS_LOST below.
+    if session.gpu_is_lost(id).unwrap_or(false) {
+        return Ok(None);
+    }
+    match session.device_attributes(id) {
+        Ok(a) => Ok(Some(a)),
+        Err(e) if e.status() == Some(dcgm_sys::Status::GpuIsLost) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -22,6 +22,8 @@ pub enum DropReason {
     Duplicate,
     /// The same metric name with another type or help text.
     Conflict,
+    /// A sample too old to serve (the engine stopped sampling the field).
+    Stale,
 }
 
 impl DropReason {
@@ -32,6 +34,7 @@ impl DropReason {
             DropReason::NonNumeric => "non_numeric",
             DropReason::Duplicate => "duplicate",
             DropReason::Conflict => "conflict",
+            DropReason::Stale => "stale",
         }
     }
 }
@@ -48,6 +51,9 @@ pub struct Page {
     families: Vec<Family>,
     index: HashMap<String, usize>,
     pub dropped: BTreeMap<DropReason, u64>,
+    /// DCGM timestamp (µs) of the oldest value on the page; it must not be served once
+    /// that is too old (`collect::freshness`).
+    pub oldest_sample_us: Option<i64>,
 }
 
 fn metric_type(t: PromType) -> MetricType {

@@ -66,7 +66,7 @@ impl SelfMetrics {
         let dropped = IntCounterVec::new(
             Opts::new(
                 name("samples_dropped_total"),
-                "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict).",
+                "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict, stale).",
             ),
             &["reason"],
         )
@@ -99,6 +99,7 @@ impl SelfMetrics {
             DropReason::NonNumeric,
             DropReason::Duplicate,
             DropReason::Conflict,
+            DropReason::Stale,
         ] {
             dropped.with_label_values(&[r.as_str()]);
         }

@@ -19,6 +19,7 @@
 //! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
+//! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
@@ -97,6 +98,7 @@ pub enum Fault {
         gpu: u32,
         fail: bool,
     },
+    LibraryGone,
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
@@ -249,6 +251,7 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             gpu: num(w.next(), "gpu")?,
             fail: verb == "attributes_fail",
         },
+        "library_gone" => Fault::LibraryGone,
         o => return Err(format!("unknown fault '{o}'")),
     };
     if let Some(extra) = w.next() {
@@ -425,6 +428,11 @@ mod tests {
                 gpu: 1,
                 bound: true
             })
+        );
+        assert_eq!(parse_line("library_gone"), Ok(Fault::LibraryGone));
+        assert_eq!(
+            parse_line("library_gone 1"),
+            Err("unexpected '1'".to_string())
         );
         for bad in [
             "xid two 79",

@@ -33,6 +33,7 @@ use watch::{Key, Watch, WatcherId};
 pub const ST_OK: i32 = 0;
 pub const ST_BADPARAM: i32 = -1;
 pub const ST_GENERIC_ERROR: i32 = -3;
+pub const ST_UNINITIALIZED: i32 = -10;
 pub const ST_NOT_CONFIGURED: i32 = -5;
 pub const ST_NOT_SUPPORTED: i32 = -6;
 pub const ST_UNKNOWN_FIELD: i32 = -13;
@@ -148,6 +149,8 @@ pub struct Engine {
     /// Profile faults not applied yet, earliest first.
     scheduled: VecDeque<(i64, Fault)>,
     persistent: HashSet<u64>,
+    /// `library_gone` happened: nothing answers any more.
+    gone: bool,
 }
 
 impl Engine {
@@ -213,6 +216,7 @@ impl Engine {
             control: None,
             scheduled: scheduled.into(),
             persistent: HashSet::new(),
+            gone: false,
         }
     }
 
@@ -220,6 +224,9 @@ impl Engine {
     pub fn handle(&mut self, conn: u64, req: &Request) -> Reply {
         let now = self.clock.now_us();
         self.apply_due_faults(now);
+        if self.gone {
+            return Reply::Error(ST_UNINITIALIZED);
+        }
         match self.dispatch(conn, req, now) {
             Ok(r) => r,
             Err(code) => Reply::Error(code),
@@ -379,6 +386,7 @@ impl Engine {
                 }
                 None => no_gpu(*gpu),
             },
+            Fault::LibraryGone => self.gone = true,
         }
     }
 
@@ -522,7 +530,10 @@ impl Engine {
         let node = &self.world.node;
         let g = node.gpu(gpu_id).ok_or(ST_BADPARAM)?;
         if g.lost {
-            return Err(ST_GPU_IS_LOST);
+            return match node.lost_gpu_attributes {
+                profile::LostAttributes::Error => Err(ST_GPU_IS_LOST),
+                profile::LostAttributes::Blank => Ok(DeviceAttributes::blank()),
+            };
         }
         if g.attributes_fail {
             return Err(ST_NOT_SUPPORTED);

@@ -112,6 +112,7 @@ impl<'a> Ent<'a> {
 
 pub struct Node {
     pub driver_version: String,
+    pub lost_gpu_attributes: super::profile::LostAttributes,
     pub nvml_version: String,
     pub cuda_driver_version: i64,
     pub seed: u64,
@@ -437,6 +438,7 @@ impl Node {
             .unwrap_or_default();
         let mut node = Node {
             driver_version: p.node.driver_version.clone(),
+            lost_gpu_attributes: p.node.lost_gpu_attributes,
             nvml_version: p.node.nvml_version.clone(),
             cuda_driver_version: p.node.cuda_driver_version,
             seed,

@@ -46,6 +46,19 @@ pub struct NodeSpec {
     /// Every generated value, UUID and serial number is a function of this and time.
     #[serde(default = "d_seed")]
     pub seed: u64,
+    /// How dcgmGetDeviceAttributes answers for a lost GPU: `"error"` (GPU_IS_LOST, the
+    /// default) or `"blank"` (OK with blank strings and numbers, as a DCGM that reads the
+    /// attributes from its cache may answer).
+    #[serde(default)]
+    pub lost_gpu_attributes: LostAttributes,
+}
+
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LostAttributes {
+    #[default]
+    Error,
+    Blank,
 }
 
 impl Default for NodeSpec {
@@ -55,6 +68,7 @@ impl Default for NodeSpec {
             nvml_version: d_nvml(),
             cuda_driver_version: d_cuda(),
             seed: d_seed(),
+            lost_gpu_attributes: LostAttributes::Error,
         }
     }
 }

@@ -1,0 +1,161 @@
+//! How old a DCGM sample may be and still be served.
+//!
+//! Promise: no series is served whose DCGM timestamp is older than 2 x the collect interval
+//! + 1 s. Two checks keep it:
+//! * at collection, a sample older than 1 x interval + 1 s is dropped (a watched field is
+//!   re-sampled every interval, so an older one means the engine stopped sampling it);
+//! * the page then carries the time of its oldest sample, and the server stops serving it
+//!   once that sample is 2 x interval + 1 s old (`app::Shared::page`), whatever the
+//!   collection loop is doing.
+//!
+//! Event-driven fields are the exception: DCGM stores a sample of
+//! `DCGM_FI_DEV_XID_ERRORS` only when an XID happens (checked against DCGM 4.6: with no
+//! event the field answers NO_DATA with timestamp 0; after one, the latest sample keeps the
+//! event's time for as long as no other XID occurs). An old sample of such a field is the
+//! current truth ("the last XID was 13"), so its age is not checked; it is as fresh as the
+//! collection that read it, provided the entity is alive: DCGM keeps the last event of a
+//! GPU that fell off the bus while its polled fields turn blank, so an event field is
+//! served only for an entity with at least one fresh polled value in the same collection
+//! (or with no polled field watched at all).
+
+use super::fields;
+use dcgm_sys::{Entity, FieldReading, Reading};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Fields DCGM updates on events rather than by polling.
+pub fn event_driven(field: u16) -> bool {
+    field == fields::XID_ERRORS
+}
+
+/// The slack on top of the interval for DCGM's sampling and our collection.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// The oldest a sample may be when a collection reads it.
+pub fn max_read_age(interval: Duration) -> Duration {
+    interval + SLACK
+}
+
+/// The oldest a sample may be while it is served.
+pub fn max_served_age(interval: Duration) -> Duration {
+    interval * 2 + SLACK
+}
+
+/// Sample ages seen by one collection.
+#[derive(Clone, Debug)]
+pub struct Freshness {
+    cutoff_us: i64,
+    oldest_us: i64,
+    /// Entities with a fresh polled value in the readings seen so far.
+    live: HashSet<Entity>,
+    /// Entities with a polled field watched.
+    polled: HashSet<Entity>,
+}
+
+impl Freshness {
+    /// `now_us`: when the collection started (microseconds since the Unix epoch, DCGM's
+    /// timestamp clock). Values that are not samples (XID and clock-event window counts,
+    /// health, P2P) are as of this time.
+    pub fn new(now_us: i64, interval: Duration) -> Freshness {
+        Freshness {
+            cutoff_us: now_us.saturating_sub(max_read_age(interval).as_micros() as i64),
+            oldest_us: now_us,
+            live: HashSet::new(),
+            polled: HashSet::new(),
+        }
+    }
+
+    /// Learns which entities are alive from one batch of readings (before `admit`).
+    pub fn observe(&mut self, readings: &[FieldReading]) {
+        for r in readings.iter().filter(|r| !event_driven(r.field_id)) {
+            self.polled.insert(r.entity);
+            if matches!(r.reading, Reading::Value(_)) && r.ts_us >= self.cutoff_us {
+                self.live.insert(r.entity);
+            }
+        }
+    }
+
+    /// True when a sample of `field` of `entity` taken at `ts_us` may go on the page;
+    /// remembers the oldest one admitted.
+    pub fn admit(&mut self, entity: Entity, field: u16, ts_us: i64) -> bool {
+        if event_driven(field) {
+            return self.live.contains(&entity) || !self.polled.contains(&entity);
+        }
+        if ts_us < self.cutoff_us {
+            return false;
+        }
+        self.oldest_us = self.oldest_us.min(ts_us);
+        true
+    }
+
+    /// The timestamp of the oldest value admitted (the collection's start if none was older).
+    pub fn oldest_us(&self) -> i64 {
+        self.oldest_us
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use dcgm_sys::{EntityGroup, Sentinel, Value};
+
+    const NOW: i64 = 1_700_000_000_000_000;
+    const S: i64 = 1_000_000;
+    const TEMP: u16 = 150;
+
+    fn gpu(id: u32) -> Entity {
+        Entity::new(EntityGroup::Gpu, id)
+    }
+
+    fn reading(id: u32, field_id: u16, ts_us: i64, reading: Reading) -> FieldReading {
+        FieldReading {
+            entity: gpu(id),
+            field_id,
+            ts_us,
+            reading,
+        }
+    }
+
+    #[test]
+    fn samples_older_than_one_interval_plus_a_second_are_refused() {
+        let mut f = Freshness::new(NOW, Duration::from_secs(30));
+        assert!(f.admit(gpu(0), TEMP, NOW - 31 * S));
+        assert!(!f.admit(gpu(0), TEMP, NOW - 31 * S - 1));
+        assert_eq!(f.oldest_us(), NOW - 31 * S);
+    }
+
+    #[test]
+    fn an_old_xid_event_of_a_live_gpu_is_still_the_current_value() {
+        let mut f = Freshness::new(NOW, Duration::from_millis(500));
+        let xid = Reading::Value(Value::Int64(13));
+        f.observe(&[
+            reading(0, TEMP, NOW - S / 10, Reading::Value(Value::Int64(40))),
+            reading(0, fields::XID_ERRORS, NOW - 3600 * S, xid),
+        ]);
+        assert!(f.admit(gpu(0), fields::XID_ERRORS, NOW - 3600 * S));
+        // It does not make the page expire early either.
+        assert_eq!(f.oldest_us(), NOW);
+    }
+
+    #[test]
+    fn the_last_xid_of_a_gpu_whose_polled_fields_went_blank_is_not_served() {
+        let mut f = Freshness::new(NOW, Duration::from_millis(500));
+        f.observe(&[
+            reading(0, TEMP, NOW, Reading::Sentinel(Sentinel::Blank)),
+            reading(1, TEMP, NOW - 5 * S, Reading::Value(Value::Int64(40))),
+        ]);
+        assert!(!f.admit(gpu(0), fields::XID_ERRORS, NOW - 10 * S));
+        assert!(!f.admit(gpu(1), fields::XID_ERRORS, NOW - 10 * S));
+        // With nothing polled to tell, the event stands.
+        assert!(f.admit(gpu(2), fields::XID_ERRORS, NOW - 10 * S));
+    }
+
+    #[test]
+    fn served_age_is_two_intervals_and_a_second() {
+        assert_eq!(
+            max_served_age(Duration::from_millis(100)),
+            Duration::from_millis(1200)
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! A thread that owns the DCGM session. DCGM calls can block for a long time (a host engine
+//! stopped with SIGSTOP answers nothing until its 60 s request timeout; a hung driver holds
+//! an embedded engine), so the collection loop never makes them itself: it hands a job to
+//! the worker and waits with a deadline. Past the deadline the loop abandons the worker,
+//! and with it the session; the thread ends (dropping the session) whenever the stuck call
+//! returns.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
+
+/// Why a job gave no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobError {
+    #[error("no answer from DCGM within {0:.1?}")]
+    Stuck(Duration),
+    #[error("the DCGM worker thread panicked: {0}")]
+    Panicked(String),
+    /// The waiter was told to stop while the job ran.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// A thread owning state `S` (the DCGM session and its watches), running one job at a time.
+pub struct Worker<S> {
+    jobs: Sender<Job<S>>,
+    /// Alive while the thread runs (it holds the only strong reference).
+    running: Weak<()>,
+}
+
+impl<S: Default + 'static> Worker<S> {
+    pub fn spawn(name: &str) -> std::io::Result<Worker<S>> {
+        let (jobs, inbox) = mpsc::channel::<Job<S>>();
+        let token = Arc::new(());
+        let running = Arc::downgrade(&token);
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _alive = token;
+                let mut state = S::default();
+                // Ends when the worker is dropped or abandoned, after the current job.
+                for job in inbox {
+                    job(&mut state);
+                }
+            })?;
+        Ok(Worker { jobs, running })
+    }
+
+    /// Runs `f` on the worker's state and waits until `deadline` for its result. `interrupt`
+    /// is polled while waiting; when it returns true the wait ends with `Interrupted` (the
+    /// job still runs to its end). A panic in `f` comes back as `Panicked`; the state may
+    /// then be half-updated, so the caller should abandon the worker.
+    pub fn call<R: Send + 'static>(
+        &self,
+        deadline: Instant,
+        mut interrupt: impl FnMut() -> bool,
+        f: impl FnOnce(&mut S) -> R + Send + 'static,
+    ) -> Result<R, JobError> {
+        let started = Instant::now();
+        let (tx, rx) = mpsc::sync_channel::<Result<R, String>>(1);
+        let job: Job<S> = Box::new(move |state| {
+            let r = catch_unwind(AssertUnwindSafe(|| f(state))).map_err(panic_text);
+            // The waiter may have given up; then nobody wants the result.
+            let _ = tx.send(r);
+        });
+        if self.jobs.send(job).is_err() {
+            return Err(JobError::Panicked("the worker thread is gone".into()));
+        }
+        wait(&rx, started, deadline, &mut interrupt)
+    }
+
+    /// True while the thread has not ended (it may be stuck in a DCGM call).
+    pub fn is_running(&self) -> bool {
+        self.running.strong_count() > 0
+    }
+
+    /// Lets the thread go: it ends after its current job. Returns a handle that tells
+    /// whether it has ended yet.
+    pub fn abandon(self) -> Abandoned {
+        Abandoned(self.running)
+    }
+}
+
+/// A worker let go, possibly still stuck in a call.
+pub struct Abandoned(Weak<()>);
+
+impl Abandoned {
+    pub fn has_ended(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+/// How often a wait checks whether it was interrupted.
+const POLL: Duration = Duration::from_millis(50);
+
+fn wait<R>(
+    rx: &Receiver<Result<R, String>>,
+    started: Instant,
+    deadline: Instant,
+    interrupt: &mut impl FnMut() -> bool,
+) -> Result<R, JobError> {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return match rx.try_recv() {
+                Ok(r) => r.map_err(JobError::Panicked),
+                Err(TryRecvError::Empty) => Err(JobError::Stuck(now - started)),
+                Err(TryRecvError::Disconnected) => Err(JobError::Panicked(
+                    "the worker thread ended during the job".into(),
+                )),
+            };
+        }
+        match rx.recv_timeout((deadline - now).min(POLL)) {
+            Ok(r) => return r.map_err(JobError::Panicked),
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err(JobError::Panicked(
+                    "the worker thread ended during the job".into(),
+                ))
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if interrupt() {
+                    return Err(JobError::Interrupted);
+                }
+            }
+        }
+    }
+}
+
+fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    fn soon(ms: u64) -> Instant {
+        Instant::now() + Duration::from_millis(ms)
+    }
+
+    fn until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = soon(5000);
+        while !cond() {
+            assert!(Instant::now() < deadline, "{what} did not happen in 5 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn jobs_run_in_order_on_the_same_state() {
+        let w = Worker::<Vec<u32>>::spawn("t").unwrap();
+        w.call(soon(5000), || false, |s| s.push(1)).unwrap();
+        let seen = w
+            .call(
+                soon(5000),
+                || false,
+                |s| {
+                    s.push(2);
+                    s.clone()
+                },
+            )
+            .unwrap();
+        assert_eq!(seen, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_stuck_job_is_abandoned_at_the_deadline_and_its_thread_ends_later() {
+        let w = Worker::<()>::spawn("t").unwrap();
+        let release = Arc::new(AtomicBool::new(false));
+        let r = release.clone();
+        let t0 = Instant::now();
+        let e = w
+            .call(
+                soon(100),
+                || false,
+                move |_| {
+                    while !r.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                },
+            )
+            .unwrap_err();
+        assert!(matches!(e, JobError::Stuck(_)), "{e:?}");
+        assert!(t0.elapsed() < Duration::from_secs(2));
+        let gone = w.abandon();
+        assert!(!gone.has_ended());
+        release.store(true, Ordering::SeqCst);
+        until("the abandoned thread ending", || gone.has_ended());
+    }
+
+    #[test]
+    fn a_panic_comes_back_as_an_error_with_its_message() {
+        let w = Worker::<()>::spawn("t").unwrap();
+        let e = w
+            .call(soon(5000), || false, |_| -> u32 { panic!("boom") })
+            .unwrap_err();
+        assert_eq!(e, JobError::Panicked("boom".into()));
+        // The thread survives the job that panicked.
+        assert_eq!(w.call(soon(5000), || false, |_| 7).unwrap(), 7);
+    }
+
+    #[test]
+    fn an_interrupt_ends_the_wait_early() {
+        let w = Worker::<()>::spawn("t").unwrap();
+        let t0 = Instant::now();
+        let e = w
+            .call(
+                soon(10_000),
+                || true,
+                |_| std::thread::sleep(Duration::from_millis(500)),
+            )
+            .unwrap_err();
+        assert_eq!(e, JobError::Interrupted);
+        assert!(t0.elapsed() < Duration::from_millis(450));
+    }
+}

@@ -1,0 +1,433 @@
+//! Fault suite: the host engine killed, restarted, stopped and resumed under scrapes; a GPU
+//! lost at start or mid-run; the library gone in embedded mode. The promises checked: no
+//! panic, no DCGM series older than 2 x interval + 1 s, every outage recovered, healthy GPUs
+//! exported throughout. The long version (100 cycles, a soak with RSS) is `bench -- faults`.
+
+mod support;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+fn dcgm_series(p: &[Sample]) -> usize {
+    p.iter().filter(|s| s.name.starts_with("DCGM_")).count()
+}
+
+fn gauge(p: &[Sample], name: &str) -> f64 {
+    series(p, name)
+        .first()
+        .unwrap_or_else(|| panic!("no {name} on the page"))
+        .value
+}
+
+fn failed_collections(p: &[Sample]) -> f64 {
+    p.iter()
+        .find(|s| s.name == "dcgm_exporter_collections_total" && s.label("result") == Some("error"))
+        .map_or(0.0, |s| s.value)
+}
+
+fn temps_by_gpu(p: &[Sample]) -> Vec<String> {
+    let mut g: Vec<String> = series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .filter_map(|s| s.label("gpu").map(str::to_string))
+        .collect();
+    g.sort();
+    g
+}
+
+fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// A profile under etc/sim/ with extra TOML appended, written to a temp dir.
+fn profile_with(dir: &tempfile::TempDir, base: &str, extra: &str) -> PathBuf {
+    let text = std::fs::read_to_string(repo(&format!("etc/sim/{base}"))).expect("read profile");
+    let p = dir.path().join(base);
+    std::fs::write(&p, format!("{text}\n{extra}\n")).expect("write profile");
+    p
+}
+
+/// Scrapes every 100 ms in the background and checks every page against the outage
+/// windows the test declares: a page fetched entirely inside a window in which the engine
+/// could not have produced a sample for longer than the served-age bound must hold no DCGM
+/// series.
+struct Scraper {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(usize, Vec<String>)>>,
+    /// When the engine stopped producing samples; `None` while it runs.
+    down_since: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Scraper {
+    fn start(url: String, max_age: Duration) -> Scraper {
+        let stop = Arc::new(AtomicBool::new(false));
+        let down_since: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+        let (s, d) = (stop.clone(), down_since.clone());
+        let thread = std::thread::spawn(move || {
+            let mut pages = 0;
+            let mut stale = Vec::new();
+            while !s.load(Ordering::SeqCst) {
+                let before = *d.lock().unwrap();
+                let t = Instant::now();
+                let got = http_get(&url);
+                let after = *d.lock().unwrap();
+                if let Ok((200, body)) = got {
+                    pages += 1;
+                    let page = parse(&body);
+                    // Down for the whole request, and long enough that any sample is too old.
+                    if let (Some(b), Some(a)) = (before, after) {
+                        if a == b && t.duration_since(b) > max_age && dcgm_series(&page) > 0 {
+                            stale.push(format!(
+                                "{} DCGM series served {:.2}s after the engine went down",
+                                dcgm_series(&page),
+                                t.duration_since(b).as_secs_f64()
+                            ));
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            (pages, stale)
+        });
+        Scraper {
+            stop,
+            thread: Some(thread),
+            down_since,
+        }
+    }
+
+    fn engine_down(&self, since: Option<Instant>) {
+        *self.down_since.lock().unwrap() = since;
+    }
+
+    fn finish(mut self) -> (usize, Vec<String>) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.thread.take().unwrap().join().expect("scraper thread")
+    }
+}
+
+/// Polls until the page satisfies `pred` or `secs` pass; returns the page and the wait.
+fn wait_for(e: &Exporter, secs: u64, what: &str, pred: impl Fn(&[Sample]) -> bool) -> Duration {
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(secs);
+    loop {
+        if let Ok(body) = e.try_get("/metrics") {
+            if pred(&parse(&body)) {
+                return t0.elapsed();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {secs}s; exporter stderr:\n{}",
+            e.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_no_panic(e: &Exporter) {
+    let err = e.stderr();
+    assert!(!err.contains("panicked"), "the exporter panicked:\n{err}");
+}
+
+#[test]
+fn host_engine_killed_and_restarted_20_times_under_scrapes() {
+    const INTERVAL_MS: u64 = 100;
+    let port = free_port();
+    let mut engine = HostEngine::start(port, Some("one-gpu.toml"));
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            &INTERVAL_MS.to_string(),
+        ])
+        .start();
+    // 2 x interval + 1 s.
+    let max_age = Duration::from_millis(2 * INTERVAL_MS + 1000);
+    let scraper = Scraper::start(e.url("/metrics"), max_age);
+    for cycle in 0..20 {
+        engine.kill();
+        scraper.engine_down(Some(Instant::now()));
+        wait_for(&e, 10, "outage noticed", |p| {
+            gauge(p, "dcgm_exporter_dcgm_connected") == 0.0 && dcgm_series(p) == 0
+        });
+        if cycle % 4 == 0 {
+            // Down past the served-age bound, so that the scraper's check has pages to judge.
+            std::thread::sleep(max_age + Duration::from_millis(300));
+        }
+        engine = HostEngine::start(port, Some("one-gpu.toml"));
+        scraper.engine_down(None);
+        wait_for(&e, 20, &format!("recovery after restart {cycle}"), |p| {
+            series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1
+        });
+    }
+    let (pages, stale) = scraper.finish();
+    assert!(stale.is_empty(), "stale samples served: {stale:#?}");
+    assert!(pages >= 20, "only {pages} scrapes answered");
+    let page = e.scrape();
+    assert!(gauge(&page, "dcgm_exporter_reconnects_total") >= 20.0);
+    assert!(failed_collections(&page) >= 20.0);
+    assert_eq!(e.get("/health").0, 200);
+    assert_no_panic(&e);
+}
+
+#[test]
+fn a_stopped_host_engine_withdraws_the_gpu_series_and_they_return_on_sigcont() {
+    const INTERVAL_MS: u64 = 300;
+    let port = free_port();
+    let engine = HostEngine::start(port, Some("one-gpu.toml"));
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            &INTERVAL_MS.to_string(),
+        ])
+        .start();
+    let max_age = Duration::from_millis(2 * INTERVAL_MS + 1000);
+    let scraper = Scraper::start(e.url("/metrics"), max_age);
+
+    signal(engine.child.id(), "STOP");
+    let stopped = Instant::now();
+    scraper.engine_down(Some(stopped));
+    wait_for(&e, 10, "GPU series withdrawn while stopped", |p| {
+        dcgm_series(p) == 0 && gauge(p, "dcgm_exporter_dcgm_connected") == 0.0
+    });
+    let page = e.scrape();
+    assert!(failed_collections(&page) >= 1.0);
+    // Self metrics stay.
+    assert!(!series(&page, "dcgm_exporter_collections_total").is_empty());
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("no answer from DCGM"), "{body}");
+    // Stay stopped well past the served-age bound: nothing may come back meanwhile.
+    while stopped.elapsed() < max_age + Duration::from_millis(500) {
+        assert_eq!(dcgm_series(&e.scrape()), 0);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    signal(engine.child.id(), "CONT");
+    scraper.engine_down(None);
+    wait_for(&e, 10, "recovery after SIGCONT", |p| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1
+            && gauge(p, "dcgm_exporter_dcgm_connected") == 1.0
+    });
+    assert_eq!(e.get("/health").0, 200);
+    let (_, stale) = scraper.finish();
+    assert!(stale.is_empty(), "stale samples served: {stale:#?}");
+    assert_no_panic(&e);
+}
+
+#[test]
+fn a_gpu_falling_off_the_bus_takes_only_its_own_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let mut e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    assert_eq!(temps_by_gpu(&e.scrape()).len(), 8);
+    control(&ctl, "gpu_lost 3");
+    wait_for(&e, 10, "GPU 3's series gone", |p| {
+        !temps_by_gpu(p).contains(&"3".to_string())
+    });
+    let page = e.scrape();
+    assert_eq!(temps_by_gpu(&page), ["0", "1", "2", "4", "5", "6", "7"]);
+    let left: Vec<_> = page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_DEV_") && s.label("gpu") == Some("3"))
+        .collect();
+    assert!(left.is_empty(), "{left:#?}");
+    assert_eq!(e.get("/health").0, 200);
+
+    // Back on the bus: its watches were never removed.
+    control(&ctl, "gpu_recovered 3");
+    wait_for(&e, 10, "GPU 3 back", |p| temps_by_gpu(p).len() == 8);
+
+    // Lost again, then a reload: the rediscovery leaves it out and keeps the others.
+    control(&ctl, "gpu_lost 3");
+    wait_for(&e, 10, "GPU 3 lost again", |p| temps_by_gpu(p).len() == 7);
+    let reloads_before = e.stderr().matches("reloaded").count();
+    signal(e.child.id(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.stderr().matches("reloaded").count() == reloads_before {
+        assert!(Instant::now() < deadline, "no reload: {}", e.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        e.stderr().contains("GPU 3 is lost"),
+        "no warning: {}",
+        e.stderr()
+    );
+    wait_for(&e, 10, "collections after the reload", |p| {
+        temps_by_gpu(p) == ["0", "1", "2", "4", "5", "6", "7"]
+    });
+    assert_eq!(e.get("/health").0, 200);
+    assert_no_panic(&e);
+    assert!(e.signal_and_wait("TERM").success());
+}
+
+fn lost_at_start(attributes: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let profile = profile_with(
+        &dir,
+        "a100-mixed-mig.toml",
+        "[[gpu]]\nid = 1\nlost = true\n",
+    );
+    let text = std::fs::read_to_string(&profile).unwrap();
+    let text = text.replacen(
+        "[node]\n",
+        &format!("[node]\nlost_gpu_attributes = \"{attributes}\"\n"),
+        1,
+    );
+    std::fs::write(&profile, text).unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    let page = e.scrape();
+    // GPU 1 (a MIG GPU) is gone with its instances; the other seven stay.
+    let gpus: std::collections::BTreeSet<&str> = page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_DEV_"))
+        .filter_map(|s| s.label("gpu"))
+        .collect();
+    assert_eq!(
+        gpus.into_iter().collect::<Vec<_>>(),
+        ["0", "2", "3", "4", "5", "6", "7"]
+    );
+    assert!(page.iter().all(|s| s.label("gpu") != Some("1")));
+    assert!(
+        e.stderr().contains("GPU 1 is lost"),
+        "no warning: {}",
+        e.stderr()
+    );
+    assert_eq!(e.get("/health").0, 200);
+
+    // A MIG change on a healthy GPU rebuilds the watches without the lost one.
+    let before = series(&page, "DCGM_FI_DEV_FB_USED")
+        .iter()
+        .filter(|s| s.label("gpu") == Some("3"))
+        .count();
+    control(&ctl, "mig 3 7g.80gb");
+    wait_for(&e, 10, "MIG change on GPU 3 applied", |p| {
+        let on3 = series(p, "DCGM_FI_DEV_FB_USED")
+            .iter()
+            .filter(|s| s.label("gpu") == Some("3"))
+            .count();
+        on3 != before && on3 > 0
+    });
+    let page = e.scrape();
+    assert!(page.iter().all(|s| s.label("gpu") != Some("1")));
+    assert_eq!(e.get("/health").0, 200);
+    assert_no_panic(&e);
+}
+
+#[test]
+fn a_gpu_lost_at_start_reported_as_gpu_is_lost_leaves_the_others_exported() {
+    lost_at_start("error");
+}
+
+#[test]
+fn a_gpu_lost_at_start_reported_with_blank_attributes_leaves_the_others_exported() {
+    lost_at_start("blank");
+}
+
+#[test]
+fn a_selected_gpu_lost_at_start_is_skipped_not_a_selector_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = profile_with(
+        &dir,
+        "h100-8gpu-nvswitch.toml",
+        "[[gpu]]\nid = 2\nlost = true\n",
+    );
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-d", "g:1,2"])
+        .start();
+    assert_eq!(temps_by_gpu(&e.scrape()), ["1"]);
+    assert!(e.stderr().contains("GPU 2 is lost"), "{}", e.stderr());
+    // A GPU that does not exist at all is still an error.
+    let (code, stderr) = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-d", "g:1,9"])
+        .run_to_exit();
+    assert_ne!(code, 0);
+    assert!(stderr.contains("GPU 9 does not exist"), "{stderr}");
+}
+
+#[test]
+fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    // Selects GPU instance 0 (on GPU 0) by id; it goes when GPU 0 leaves MIG mode.
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-d", "i:0", "-c", "200"])
+        .start();
+    assert!(dcgm_series(&e.scrape()) > 0);
+    control(&ctl, "mig 0 none");
+    wait_for(&e, 10, "the page withdrawn", |p| dcgm_series(p) == 0);
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("the last collection failed") && body.contains("does not exist"),
+        "{body}"
+    );
+    // Still connected: only the watches are rebuilt, on every tick until it works again.
+    let page = e.scrape();
+    assert_eq!(gauge(&page, "dcgm_exporter_dcgm_connected"), 1.0);
+    let failures = failed_collections(&page);
+    wait_for(&e, 10, "retries", |p| failed_collections(p) > failures);
+    control(&ctl, "mig 0 1g.10gb,1g.10gb");
+    wait_for(&e, 10, "recovered", |p| dcgm_series(p) > 0);
+    assert_eq!(e.get("/health").0, 200);
+    assert_no_panic(&e);
+}
+
+#[test]
+fn the_library_vanishing_in_embedded_mode_is_a_clear_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    control(&ctl, "library_gone");
+    wait_for(&e, 10, "series withdrawn", |p| {
+        dcgm_series(p) == 0 && gauge(p, "dcgm_exporter_dcgm_connected") == 0.0
+    });
+    // It keeps trying (and failing) without crashing.
+    let failures = failed_collections(&e.scrape());
+    wait_for(&e, 10, "further attempts", |p| {
+        failed_collections(p) > failures
+    });
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("not connected"), "{body}");
+    assert!(
+        e.stderr().to_lowercase().contains("initialized")
+            || e.stderr().to_lowercase().contains("uninitialized"),
+        "no clear error in the log: {}",
+        e.stderr()
+    );
+    assert_no_panic(&e);
+    let alive = std::path::Path::new(&format!("/proc/{}", e.child.id())).exists();
+    assert!(alive);
+}
