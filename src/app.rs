@@ -236,6 +236,11 @@ impl Runner {
         for (reason, n) in &page.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
+        for ((source, reason), n) in &page.failures {
+            m.collection_errors
+                .with_label_values(&[source, reason])
+                .inc_by(*n);
+        }
         m.series.set(page.series_count() as i64);
         let bytes = page.encode();
         m.collection_duration.set(t0.elapsed().as_secs_f64());

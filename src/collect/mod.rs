@@ -1,6 +1,7 @@
 //! One DCGM session's watches and the collection that turns their latest values into a page.
 
 pub mod exp;
+pub mod failures;
 pub mod fields;
 pub mod health_codes;
 pub mod targets;
@@ -11,6 +12,7 @@ use crate::config::counters::{Counter, CounterField, Counters, PromType};
 use crate::output::render::{DropReason, Page};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use exp::ExpCollectors;
+use failures::{Failures, Outcome};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use targets::{Kind, WatchSet};
@@ -58,9 +60,20 @@ pub struct Collector {
     exp: ExpCollectors,
     /// The MIG hierarchy the watches were built for.
     mig_layout: Vec<dcgm_sys::MigEntity>,
+    failures: Failures,
 }
 
-/// Creates groups and field groups for a set of entities and watches them.
+/// What [`watch_all`] set up: the live watches and the fields DCGM refused.
+pub struct Watched {
+    pub watches: Vec<(Group, FieldGroup)>,
+    /// Fields DCGM would not watch on these entities, each with its error.
+    pub refused: Vec<(u16, dcgm_sys::Error)>,
+}
+
+/// Creates groups and field groups for a set of entities and watches them. When DCGM
+/// refuses a whole watch (it rejects all of it for one bad field, e.g. a profiling field
+/// while its module is not loaded), each field is tried alone and only the refused ones are
+/// left out. A lost connection is returned as the error.
 pub fn watch_all(
     session: &Session,
     name: &str,
@@ -68,7 +81,7 @@ pub fn watch_all(
     fields: &[u16],
     interval_ms: u64,
     keep_age_s: f64,
-) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+) -> dcgm_sys::Result<Watched> {
     // Field-group names must be unique in the engine, also while a rebuilt collector
     // briefly coexists with the one it replaces.
     static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -77,14 +90,47 @@ pub fn watch_all(
         std::process::id(),
         GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let mut out = Vec::new();
+    let freq_us = (interval_ms * 1000) as i64;
+    let mut out = Watched {
+        watches: Vec::new(),
+        refused: Vec::new(),
+    };
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
-            let fg =
-                session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
-            session.watch(&group, &fg, (interval_ms * 1000) as i64, keep_age_s, 0)?;
-            out.push((group, fg));
+            let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
+            let fg = session.create_field_group(&fg_name, flds)?;
+            let err = match session.watch(&group, &fg, freq_us, keep_age_s, 0) {
+                Ok(()) => {
+                    out.watches.push((group, fg));
+                    continue;
+                }
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                Err(e) => e,
+            };
+            drop(fg);
+            if flds.len() == 1 {
+                out.refused.push((flds[0], err));
+                continue;
+            }
+            let mut good = Vec::new();
+            for &f in flds {
+                let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
+                match session.watch(&group, &probe, freq_us, keep_age_s, 0) {
+                    Ok(()) => {
+                        session.unwatch(&group, &probe)?;
+                        good.push(f);
+                    }
+                    Err(e) if failures::is_fatal(&e) => return Err(e),
+                    Err(e) => out.refused.push((f, e)),
+                }
+            }
+            if good.is_empty() {
+                continue;
+            }
+            let fg = session.create_field_group(&fg_name, &good)?;
+            session.watch(&group, &fg, freq_us, keep_age_s, 0)?;
+            out.watches.push((group, fg));
         }
     }
     Ok(out)
@@ -113,31 +159,62 @@ impl Collector {
         };
         let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
         let mut sets = Vec::new();
-        for set in plan {
-            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+        let mut failures = Failures::default();
+        for mut set in plan {
             let name = format!(
                 "dcgm-exporter-{}",
                 set.kind.name().replace(' ', "-").to_lowercase()
             );
-            let watches = watch_all(
+            // Profiling support is checked before watching: DCGM refuses a whole watch that
+            // holds a profiling field it cannot serve.
+            let unsupported = if set.kind == Kind::Gpu {
+                let prof = unsupported_profiling(&session, &set);
+                let mut refused = HashSet::new();
+                for (field, why) in &prof.unwatched {
+                    for name in row_names(&set, &counters, *field) {
+                        tracing::warn!("skipping {name}: {why}");
+                    }
+                    refused.insert(*field);
+                }
+                drop_fields(&mut set, &counters, &refused);
+                prof.pairs
+            } else {
+                HashSet::new()
+            };
+            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+            let source = format!("{} fields", set.kind.name());
+            let watched = match watch_all(
                 &session,
                 &name,
                 &entities,
                 &set.fields,
                 settings.interval_ms,
                 MAX_KEEP_AGE_S,
-            )?;
+            ) {
+                Ok(w) => w,
+                Err(e) if failures::is_fatal(&e) => return Err(e.into()),
+                Err(e) => {
+                    failures.refused_at_start(&source, &e);
+                    continue;
+                }
+            };
+            let mut refused = HashSet::new();
+            for (field, e) in &watched.refused {
+                for name in row_names(&set, &counters, *field) {
+                    failures.refused_at_start(&name, e);
+                }
+                refused.insert(*field);
+            }
+            drop_fields(&mut set, &counters, &refused);
+            if set.fields.is_empty() {
+                continue;
+            }
             tracing::info!(
                 "watching {} {} entities x {} fields",
                 entities.len(),
                 set.kind.name(),
                 set.fields.len()
             );
-            let unsupported = if set.kind == Kind::Gpu {
-                unsupported_profiling(&session, &set)
-            } else {
-                HashSet::new()
-            };
             let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
                 .counters
                 .iter()
@@ -150,7 +227,7 @@ impl Collector {
                 value_rows,
                 entities,
                 unsupported,
-                watches,
+                watches: watched.watches,
             });
         }
         for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
@@ -166,7 +243,14 @@ impl Collector {
             .find(|s| s.set.kind == Kind::Gpu)
             .map(|s| s.set.targets.clone())
             .unwrap_or_default();
-        let exp = ExpCollectors::start(&session, &counters, &settings, &topology, &gpu_targets)?;
+        let exp = ExpCollectors::start(
+            &session,
+            &counters,
+            &settings,
+            &topology,
+            &gpu_targets,
+            &mut failures,
+        )?;
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
         let mig_layout = topology.mig_rows;
@@ -176,6 +260,7 @@ impl Collector {
             sets,
             exp,
             mig_layout,
+            failures,
         })
     }
 
@@ -188,71 +273,96 @@ impl Collector {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
-    /// Reads every watched value and fills `page`.
+    /// Reads every watched value and fills `page`. A piece DCGM refuses (one watch set's
+    /// values, one derived metric) is left out and counted on the page; the collection fails
+    /// only when the session is lost or when every piece failed.
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+        self.failures.flush_start(page);
+        let mut outcome = Outcome::default();
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
-            let readings =
-                self.session
-                    .latest_values(&active.entities, &active.set.fields, false)?;
-            let by_key: HashMap<(Entity, u16), &Reading> = readings
-                .iter()
-                .map(|r| ((r.entity, r.field_id), &r.reading))
-                .collect();
-            // Label fields first: they go on every series of the entity.
-            for t in &active.set.targets {
-                let mut labels = Vec::new();
-                for c in active.label_rows.iter().map(|&i| &self.counters.all[i]) {
-                    if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
-                        if let Some(s) = label_text(v) {
-                            labels.push((c.name.clone(), s));
-                        }
+            let source = format!("{} fields", active.set.kind.name());
+            let r = self
+                .session
+                .latest_values(&active.entities, &active.set.fields, false);
+            let Some(readings) = outcome.piece(&source, r, &mut self.failures, page)? else {
+                continue;
+            };
+            Self::fill(&self.counters, active, &readings, &mut csv_labels, page);
+        }
+        self.exp.collect(
+            &self.session,
+            &csv_labels,
+            page,
+            &mut self.failures,
+            &mut outcome,
+        )?;
+        outcome.finish()
+    }
+
+    /// Turns one watch set's readings into series.
+    fn fill(
+        counters: &Counters,
+        active: &ActiveSet,
+        readings: &[dcgm_sys::FieldReading],
+        csv_labels: &mut HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        let by_key: HashMap<(Entity, u16), &Reading> = readings
+            .iter()
+            .map(|r| ((r.entity, r.field_id), &r.reading))
+            .collect();
+        // Label fields first: they go on every series of the entity.
+        for t in &active.set.targets {
+            let mut labels = Vec::new();
+            for c in active.label_rows.iter().map(|&i| &counters.all[i]) {
+                if let Some(Reading::Value(v)) = by_key.get(&(t.entity, field_id(c))).copied() {
+                    if let Some(s) = label_text(v) {
+                        labels.push((c.name.clone(), s));
                     }
                 }
-                csv_labels.insert(t.entity, labels);
             }
+            csv_labels.insert(t.entity, labels);
+        }
 
-            for c in active.value_rows.iter().map(|&i| &self.counters.all[i]) {
-                let fid = field_id(c);
-                for t in &active.set.targets {
-                    if active.unsupported.contains(&(t.entity, fid)) {
+        for c in active.value_rows.iter().map(|&i| &counters.all[i]) {
+            let fid = field_id(c);
+            for t in &active.set.targets {
+                if active.unsupported.contains(&(t.entity, fid)) {
+                    continue;
+                }
+                let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
+                    page.drop_value(DropReason::Status);
+                    continue;
+                };
+                let value = match reading {
+                    Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
+                        *v as f64
+                    }
+                    Reading::Value(Value::Double(v)) => *v,
+                    Reading::Value(_) => {
+                        page.drop_value(DropReason::NonNumeric);
                         continue;
                     }
-                    let Some(reading) = by_key.get(&(t.entity, fid)).copied() else {
+                    Reading::Sentinel(_) => {
+                        page.drop_value(DropReason::Sentinel);
+                        continue;
+                    }
+                    Reading::Error(_) => {
                         page.drop_value(DropReason::Status);
                         continue;
-                    };
-                    let value = match reading {
-                        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
-                            *v as f64
-                        }
-                        Reading::Value(Value::Double(v)) => *v,
-                        Reading::Value(_) => {
-                            page.drop_value(DropReason::NonNumeric);
-                            continue;
-                        }
-                        Reading::Sentinel(_) => {
-                            page.drop_value(DropReason::Sentinel);
-                            continue;
-                        }
-                        Reading::Error(_) => {
-                            page.drop_value(DropReason::Status);
-                            continue;
-                        }
-                    };
-                    let mut labels = t.labels_with(&csv_labels);
-                    let code;
-                    if fid == fields::XID_ERRORS {
-                        code = (value as i64).to_string();
-                        labels.push(("err_code", &code));
-                        labels.push(("err_msg", xid::describe(value as i64)));
                     }
-                    page.add(&c.name, &c.help, c.prom_type, &labels, value);
+                };
+                let mut labels = t.labels_with(csv_labels);
+                let code;
+                if fid == fields::XID_ERRORS {
+                    code = (value as i64).to_string();
+                    labels.push(("err_code", &code));
+                    labels.push(("err_msg", xid::describe(value as i64)));
                 }
+                page.add(&c.name, &c.help, c.prom_type, &labels, value);
             }
         }
-        self.exp.collect(&self.session, &csv_labels, page)?;
-        Ok(())
     }
 
     /// Removes every watch (on shutdown); errors are logged, not fatal.
@@ -268,43 +378,103 @@ impl Collector {
     }
 }
 
-/// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list
-/// them; the rest are skipped with one warning per field and GPU, as dcgm-exporter does.
-fn unsupported_profiling(session: &Session, set: &WatchSet) -> HashSet<(Entity, u16)> {
+/// Profiling support of one GPU watch set.
+struct Profiling {
+    /// Profiling fields no GPU of the set can serve, with why: left out of the watch.
+    unwatched: Vec<(u16, String)>,
+    /// (entity, field) pairs watched for other GPUs but not supported on this one.
+    pairs: HashSet<(Entity, u16)>,
+}
+
+/// Profiling (DCP) fields are only watched and collected on GPUs whose supported metric
+/// groups list them; the rest are skipped with one warning per field, as dcgm-exporter does.
+/// A GPU whose query fails (the profiling module not loaded, profiling unsupported)
+/// supports none.
+fn unsupported_profiling(session: &Session, set: &WatchSet) -> Profiling {
     let prof: Vec<u16> = set
         .fields
         .iter()
         .copied()
         .filter(|f| is_profiling(*f))
         .collect();
-    let mut out = HashSet::new();
+    let mut out = Profiling {
+        unwatched: Vec::new(),
+        pairs: HashSet::new(),
+    };
     if prof.is_empty() {
         return out;
     }
-    let mut supported: BTreeMap<u32, HashSet<u16>> = BTreeMap::new();
+    let mut supported: BTreeMap<u32, Result<HashSet<u16>, String>> = BTreeMap::new();
     for gpu in set.targets.iter().filter_map(|t| t.gpu) {
         supported
             .entry(gpu)
             .or_insert_with(|| match session.supported_metric_groups(gpu) {
-                Ok(groups) => groups.into_iter().flat_map(|g| g.field_ids).collect(),
-                Err(e) => {
-                    tracing::warn!("GPU {gpu}: no profiling metrics ({e})");
-                    HashSet::new()
-                }
+                Ok(groups) => Ok(groups.into_iter().flat_map(|g| g.field_ids).collect()),
+                Err(e) => Err(e.to_string()),
             });
     }
-    for (gpu, ok) in &supported {
-        for f in prof.iter().filter(|f| !ok.contains(f)) {
-            let name = dcgm_sys::fields::by_id(*f).map_or("?", |m| m.name);
-            tracing::warn!(
-                "skipping {name} ({f}) on GPU {gpu}: not in its supported profiling metric groups"
-            );
+    for f in prof {
+        let lacking: Vec<(u32, &str)> = supported
+            .iter()
+            .filter_map(|(gpu, s)| match s {
+                Ok(ok) if ok.contains(&f) => None,
+                Ok(_) => Some((*gpu, "not in its supported profiling metric groups")),
+                Err(e) => Some((*gpu, e.as_str())),
+            })
+            .collect();
+        if lacking.is_empty() {
+            continue;
+        }
+        if lacking.len() == supported.len() {
+            // One reason per field: the first GPU's (they agree on a node without the module).
+            let why = lacking[0].1;
+            out.unwatched
+                .push((f, format!("profiling metrics unavailable ({why})")));
+            continue;
+        }
+        let gpus: Vec<String> = lacking.iter().map(|(g, _)| g.to_string()).collect();
+        tracing::warn!(
+            "skipping {} on GPUs {}: not in their supported profiling metric groups",
+            field_name(f),
+            gpus.join(",")
+        );
+        for (gpu, _) in &lacking {
             for t in set.targets.iter().filter(|t| t.gpu == Some(*gpu)) {
-                out.insert((t.entity, *f));
+                out.pairs.insert((t.entity, f));
             }
         }
     }
     out
+}
+
+/// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
+fn drop_fields(set: &mut WatchSet, counters: &Counters, refused: &HashSet<u16>) {
+    if refused.is_empty() {
+        return;
+    }
+    set.fields.retain(|f| !refused.contains(f));
+    set.counters
+        .retain(|&i| !refused.contains(&field_id(&counters.all[i])));
+}
+
+/// The CSV names of a watch set's rows reading `field` (what users know it as).
+fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
+    let mut names: Vec<String> = set
+        .counters
+        .iter()
+        .map(|&i| &counters.all[i])
+        .filter(|c| field_id(c) == field)
+        .map(|c| c.name.clone())
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        names.push(field_name(field).to_string());
+    }
+    names
+}
+
+fn field_name(id: u16) -> &'static str {
+    dcgm_sys::fields::by_id(id).map_or("an unknown field", |m| m.name)
 }
 
 /// DCGM_FI_PROF_* fields (served by DCGM's profiling module).

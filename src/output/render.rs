@@ -48,6 +48,8 @@ pub struct Page {
     families: Vec<Family>,
     index: HashMap<String, usize>,
     pub dropped: BTreeMap<DropReason, u64>,
+    /// Pieces of the collection that failed: (source, reason) -> count.
+    pub failures: BTreeMap<(String, String), u64>,
 }
 
 fn metric_type(t: PromType) -> MetricType {
@@ -64,6 +66,15 @@ fn metric_type(t: PromType) -> MetricType {
 impl Page {
     pub fn drop_value(&mut self, reason: DropReason) {
         *self.dropped.entry(reason).or_default() += 1;
+    }
+
+    /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
+    /// of the page is still served.
+    pub fn piece_failed(&mut self, source: &str, reason: &str) {
+        *self
+            .failures
+            .entry((source.to_string(), reason.to_string()))
+            .or_default() += 1;
     }
 
     /// Adds one sample. Label order is kept as given.
@@ -122,6 +133,32 @@ impl Page {
             m.set_gauge(g);
         }
         fam.proto.mut_metric().push(m);
+    }
+
+    /// Adds every series of another page (a piece collected on its own), with the same
+    /// duplicate and conflict checks.
+    pub fn append(&mut self, other: Page) {
+        for (r, n) in other.dropped {
+            *self.dropped.entry(r).or_default() += n;
+        }
+        for (k, n) in other.failures {
+            *self.failures.entry(k).or_default() += n;
+        }
+        for fam in other.families {
+            for m in fam.proto.get_metric() {
+                let labels: Vec<(&str, &str)> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.get_name(), l.get_value()))
+                    .collect();
+                let value = if m.has_counter() {
+                    m.get_counter().get_value()
+                } else {
+                    m.get_gauge().get_value()
+                };
+                self.add(fam.proto.get_name(), &fam.help, fam.ty, &labels, value);
+            }
+        }
     }
 
     pub fn series_count(&self) -> usize {
