@@ -158,6 +158,12 @@ impl Collector {
             hostname: settings.hostname.as_deref(),
         };
         let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
+        // The DCGM_EXP_* metrics need the GPU targets also when no DCGM field is exported
+        // for GPUs (a CSV of derived metrics only, or every field refused).
+        let gpu_targets = match plan.iter().find(|s| s.kind == Kind::Gpu) {
+            Some(s) => s.targets.clone(),
+            None => targets::gpu_targets(&topology, &opts).map_err(StartError::Config)?,
+        };
         let mut sets = Vec::new();
         let mut failures = Failures::default();
         for mut set in plan {
@@ -238,11 +244,6 @@ impl Collector {
                 );
             }
         }
-        let gpu_targets = sets
-            .iter()
-            .find(|s| s.set.kind == Kind::Gpu)
-            .map(|s| s.set.targets.clone())
-            .unwrap_or_default();
         let exp = ExpCollectors::start(
             &session,
             &counters,
