@@ -347,3 +347,34 @@ fn a_stopped_host_engine_is_not_served_as_live_and_recovers_after_sigcont() {
         resumed.elapsed()
     );
 }
+
+#[test]
+fn nvlink_states_from_nvml_decide_which_links_are_watched() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("nvlink");
+    // GPU 0: 18 links up; GPU 1: link 5 down.
+    let gpus: Vec<Gpu> = (0..2)
+        .map(|i| Gpu {
+            nvlinks: (0..18).map(|l| !(i == 1 && l == 5)).collect(),
+            ..Gpu::default()
+        })
+        .collect();
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink bandwidth\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let e = kit.embedded(&yaml).args(&["-f", csv.to_str().unwrap()]).start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").len(), 2);
+    // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link
+    // series themselves stay empty; see etc/sim/README.md, "Real DCGM and dcgm-sim".)
+    assert!(
+        e.stderr().contains("watching 35 NvLink entities"),
+        "{}",
+        e.stderr()
+    );
+}
