@@ -59,7 +59,10 @@ fn embedded_mode_serves_each_upstream_counter_file_without_the_profiling_rows() 
         "etc/dcp-metrics-included.csv",
         "etc/1.x-compatibility-metrics.csv",
     ] {
-        let e = kit.embedded(&yaml).args(&["-f", &repo(csv).display().to_string()]).start();
+        let e = kit
+            .embedded(&yaml)
+            .args(&["-f", &repo(csv).display().to_string()])
+            .start();
         let page = e.scrape_until(10, |p| {
             p.iter().any(|s| {
                 s.name == "dcgm_exporter_collections_total"
@@ -68,7 +71,12 @@ fn embedded_mode_serves_each_upstream_counter_file_without_the_profiling_rows() 
             })
         });
         let (temp, power, sm, used) = if csv.contains("1.x") {
-            ("dcgm_gpu_temp", "dcgm_power_usage", "dcgm_sm_clock", "dcgm_fb_used")
+            (
+                "dcgm_gpu_temp",
+                "dcgm_power_usage",
+                "dcgm_sm_clock",
+                "dcgm_fb_used",
+            )
         } else {
             (
                 "DCGM_FI_DEV_GPU_TEMP",
@@ -159,10 +167,7 @@ fn a_failing_p2p_query_costs_only_its_own_series() {
         ),
         0.0
     );
-    assert_eq!(
-        self_metric(&page, "dcgm_exporter_dcgm_connected", &[]),
-        1.0
-    );
+    assert_eq!(self_metric(&page, "dcgm_exporter_dcgm_connected", &[]), 1.0);
     // Logged once, not on every tick.
     assert_eq!(
         e.stderr().matches("DCGM_EXP_P2P_STATUS: ").count(),
@@ -186,7 +191,10 @@ fn p2p_status_comes_from_nvml_when_it_answers() {
     let yaml = dir.yaml(&gpus);
     let csv = dir.0.join("p2p.csv");
     std::fs::write(&csv, "DCGM_EXP_P2P_STATUS, gauge, P2P status\n").unwrap();
-    let e = kit.embedded(&yaml).args(&["-f", csv.to_str().unwrap()]).start();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
     let page = e.scrape();
     let p2p = series(&page, "DCGM_EXP_P2P_STATUS");
     assert_eq!(p2p.len(), 3 * 2, "{}", dump(&page));
@@ -215,7 +223,10 @@ fn ecc_errors_and_remapped_rows_of_one_gpu_stay_on_that_gpu() {
          DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, remapped unc\n",
     )
     .unwrap();
-    let e = kit.embedded(&yaml).args(&["-f", csv.to_str().unwrap()]).start();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
     let page = e.scrape_until(10, |p| {
         series(p, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL").len() == 3
             && series(p, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS").len() == 3
@@ -262,9 +273,7 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
         engine.restart(kit);
         let back = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
         assert_eq!(one(&back, "DCGM_FI_DEV_POWER_USAGE", "2"), 95.0);
-        assert!(
-            self_metric(&back, "dcgm_exporter_reconnects_total", &[]) >= f64::from(round + 1)
-        );
+        assert!(self_metric(&back, "dcgm_exporter_reconnects_total", &[]) >= f64::from(round + 1));
         assert_eq!(e.get("/health").0, 200);
     }
 }
@@ -303,7 +312,10 @@ fn an_xid_injected_into_the_host_engine_is_exported_on_its_gpu() {
     assert_eq!(counts[0].label("gpu"), Some("1"));
     assert_eq!(counts[0].value, 1.0);
     let last = series(&page, "DCGM_FI_DEV_XID_ERRORS");
-    let on1: Vec<&&Sample> = last.iter().filter(|s| s.label("gpu") == Some("1")).collect();
+    let on1: Vec<&&Sample> = last
+        .iter()
+        .filter(|s| s.label("gpu") == Some("1"))
+        .collect();
     assert_eq!(on1.len(), 1, "{}", dump(&page));
     assert_eq!(on1[0].value, 79.0);
     assert_eq!(on1[0].label("err_code"), Some("79"));
@@ -367,7 +379,10 @@ fn nvlink_states_from_nvml_decide_which_links_are_watched() {
          DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
     )
     .unwrap();
-    let e = kit.embedded(&yaml).args(&["-f", csv.to_str().unwrap()]).start();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").len(), 2);
     // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link

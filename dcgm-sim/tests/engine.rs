@@ -266,10 +266,7 @@ fn every_shipped_profile_parses_and_the_default_is_the_h100_node() {
     assert!(ls.switches.iter().all(|(_, p)| p.len() == 64));
     assert_eq!(ls.switches[3].1[63], 2);
     // No [cpus]: the sysmon module is not loaded, as real DCGM answers on non-Grace nodes.
-    assert_eq!(
-        e.handle(0, &Request::GetCpuHierarchy),
-        Reply::Error(-33)
-    );
+    assert_eq!(e.handle(0, &Request::GetCpuHierarchy), Reply::Error(-33));
     assert!(Profile::parse("[gpus]\ncount = 0\nmodel = \"x\"\n").is_err());
     assert!(Profile::parse("[gpus]\ncount = 1\nmodel = \"x\"\nbogus = 1\n").is_err());
     let err = Profile::load(&profile_path("no-such-profile.toml")).unwrap_err();

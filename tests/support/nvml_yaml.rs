@@ -214,14 +214,8 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
         ]),
     );
     // nvmlClockType_t: graphics 0, SM 1, memory 2, video 3.
-    let clocks = |sm: u32, mem: u32| {
-        map(&[
-            (0, ok(sm)),
-            (1, ok(sm)),
-            (2, ok(mem)),
-            (3, ok(765.min(sm))),
-        ])
-    };
+    let clocks =
+        |sm: u32, mem: u32| map(&[(0, ok(sm)), (1, ok(sm)), (2, ok(mem)), (3, ok(765.min(sm)))]);
     key("ClockInfo", clocks(g.sm_clock_mhz, g.mem_clock_mhz));
     key("MaxClockInfo", clocks(1980, 2619));
     key("ApplicationsClock", clocks(1755, 2619));
@@ -260,7 +254,10 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
         key("P2PStatus", format!("{{{}}}", peers.join(", ")));
     }
     key("SupportedVgpus", ok("[]"));
-    key("QueryDeviceSupport", ok("{version: 1, isSupportedDevice: 0}"));
+    key(
+        "QueryDeviceSupport",
+        ok("{version: 1, isSupportedDevice: 0}"),
+    );
     // nvmlDeviceGetFieldValues: NVML field id -> nvmlFieldValue_t (valueType 1 uint,
     // 3 unsigned long long).
     let fv = |id: u32, ty: u32, v: u64| {

@@ -62,7 +62,9 @@ fn unpack() -> Result<PathBuf, String> {
         .join("real-dcgm");
     let root = cache.join("dcgm-4.6.0");
     let stamp = cache.join(".unpacked");
-    let archive_len = std::fs::metadata(&archive).map_err(|e| e.to_string())?.len();
+    let archive_len = std::fs::metadata(&archive)
+        .map_err(|e| e.to_string())?
+        .len();
     if std::fs::read_to_string(&stamp).ok() == Some(archive_len.to_string()) {
         return Ok(root);
     }
@@ -131,7 +133,10 @@ impl Kit {
         vec![
             ("NVML_INJECTION_MODE".into(), "True".into()),
             ("NVML_YAML_FILE".into(), yaml.display().to_string()),
-            ("LD_LIBRARY_PATH".into(), self.lib_dir().display().to_string()),
+            (
+                "LD_LIBRARY_PATH".into(),
+                self.lib_dir().display().to_string(),
+            ),
         ]
     }
 
