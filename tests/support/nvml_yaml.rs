@@ -26,6 +26,8 @@ pub struct Gpu {
     pub fb_reserved_mib: u64,
     pub gpu_util: u32,
     pub mem_util: u32,
+    pub enc_util: u32,
+    pub dec_util: u32,
     pub pcie_replays: u64,
     /// Volatile ECC error counts: (corrected, uncorrected).
     pub ecc_volatile: (u64, u64),
@@ -56,6 +58,8 @@ impl Default for Gpu {
             fb_reserved_mib: 580,
             gpu_util: 0,
             mem_util: 0,
+            enc_util: 0,
+            dec_util: 0,
             pcie_replays: 0,
             ecc_volatile: (0, 0),
             ecc_aggregate: (0, 0),
@@ -180,6 +184,15 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
         "UtilizationRates",
         ok(format!("{{gpu: {}, memory: {}}}", g.gpu_util, g.mem_util)),
     );
+    for (k, v) in [
+        ("EncoderUtilization", g.enc_util),
+        ("DecoderUtilization", g.dec_util),
+    ] {
+        key(
+            k,
+            ok(format!("{{utilization: {v}, samplingPeriodUs: 167000}}")),
+        );
+    }
     key("MaxPcieLinkGeneration", ok(5));
     key("MaxPcieLinkWidth", ok(16));
     key("CurrPcieLinkGeneration", ok(5));
