@@ -89,11 +89,17 @@ fn run() -> Result<(), String> {
             .parse()
             .map_err(|_| "--gpus: not a number")?;
         let yaml = std::env::temp_dir().join(format!("bench-nvml-{}.yaml", std::process::id()));
-        std::fs::write(&yaml, nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]))
-            .map_err(|e| format!("{}: {e}", yaml.display()))?;
+        std::fs::write(
+            &yaml,
+            nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]),
+        )
+        .map_err(|e| format!("{}: {e}", yaml.display()))?;
         env.push(("NVML_INJECTION_MODE".into(), "True".into()));
         env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
-        env.push(("LD_LIBRARY_PATH".into(), kit.join("lib").display().to_string()));
+        env.push((
+            "LD_LIBRARY_PATH".into(),
+            kit.join("lib").display().to_string(),
+        ));
         kit.join("lib/libdcgm.so.4")
     } else {
         env.push(("DCGM_SIM_PROFILE".into(), profile.display().to_string()));
@@ -165,7 +171,10 @@ fn run() -> Result<(), String> {
     let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
 
     if real {
-        println!("library              {} ({build} exporter)", library.display());
+        println!(
+            "library              {} ({build} exporter)",
+            library.display()
+        );
     } else {
         println!("profile              {} ({build} build)", profile.display());
     }
