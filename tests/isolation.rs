@@ -143,3 +143,51 @@ fn cpu_rows_on_a_node_without_the_sysmon_module_cost_nothing_else() {
         0.0
     );
 }
+
+/// A watch DCGM refuses whole for one field (here a per-link profiling field while the
+/// profiling module is absent) is retried field by field: only the refused field is lost.
+#[test]
+fn a_field_dcgm_refuses_to_watch_costs_only_its_own_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(
+        dir.path(),
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
+         profiling_module = false\n",
+    );
+    let csv = dir.path().join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", &p)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL").len() == 2 * 4
+    });
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
+    assert!(series(&page, "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK").is_empty());
+    assert_eq!(
+        total(
+            &page,
+            "dcgm_exporter_collection_errors_total",
+            &[
+                ("source", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK"),
+                ("reason", "ModuleNotLoaded")
+            ],
+        ),
+        1.0,
+        "counted once, at start: {}",
+        dump(&page)
+    );
+    assert_eq!(
+        e.stderr()
+            .matches("not collecting DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK")
+            .count(),
+        1
+    );
+}

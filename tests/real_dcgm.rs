@@ -393,3 +393,47 @@ fn nvlink_states_from_nvml_decide_which_links_are_watched() {
         e.stderr()
     );
 }
+
+/// The real library refuses a whole watch of link fields for its one profiling field
+/// (ModuleNotLoaded); the exporter retries field by field and loses only that one.
+#[test]
+fn a_refused_per_link_profiling_field_costs_only_itself() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("link-prof");
+    let gpus = vec![
+        Gpu {
+            nvlinks: vec![true; 4],
+            ..Gpu::default()
+        };
+        2
+    ];
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
+    assert_eq!(
+        self_metric(
+            &page,
+            "dcgm_exporter_collection_errors_total",
+            &[
+                ("source", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK"),
+                ("reason", "ModuleNotLoaded")
+            ],
+        ),
+        1.0,
+        "{}",
+        dump(&page)
+    );
+    assert!(e.stderr().contains("watching 8 NvLink entities x 1 fields"));
+}
