@@ -49,86 +49,110 @@ fn csv_rows(file: &str) -> Vec<String> {
         .collect()
 }
 
+const UPSTREAM_CSVS: [&str; 3] = [
+    "etc/default-counters.csv",
+    "etc/dcp-metrics-included.csv",
+    "etc/1.x-compatibility-metrics.csv",
+];
+
 #[test]
 fn embedded_mode_serves_each_upstream_counter_file_without_the_profiling_rows() {
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("csv");
     let yaml = dir.yaml(&four_gpus());
-    for csv in [
-        "etc/default-counters.csv",
-        "etc/dcp-metrics-included.csv",
-        "etc/1.x-compatibility-metrics.csv",
-    ] {
+    for csv in UPSTREAM_CSVS {
         let e = kit
             .embedded(&yaml)
             .args(&["-f", &repo(csv).display().to_string()])
             .start();
-        let page = e.scrape_until(10, |p| {
-            p.iter().any(|s| {
-                s.name == "dcgm_exporter_collections_total"
-                    && s.label("result") == Some("success")
-                    && s.value >= 2.0
-            })
-        });
-        let (temp, power, sm, used) = if csv.contains("1.x") {
-            (
-                "dcgm_gpu_temp",
-                "dcgm_power_usage",
-                "dcgm_sm_clock",
-                "dcgm_fb_used",
-            )
-        } else {
-            (
-                "DCGM_FI_DEV_GPU_TEMP",
-                "DCGM_FI_DEV_POWER_USAGE",
-                "DCGM_FI_DEV_SM_CLOCK",
-                "DCGM_FI_DEV_FB_USED",
-            )
-        };
-        for i in 0..4u32 {
-            let g = i.to_string();
-            assert_eq!(one(&page, temp, &g), f64::from(40 + i), "{csv}");
-            assert_eq!(one(&page, power, &g), f64::from(75 + 10 * i), "{csv}");
-            assert_eq!(one(&page, sm, &g), f64::from(345 + 100 * i), "{csv}");
-            assert_eq!(one(&page, used, &g), f64::from(1000 * i), "{csv}");
-            let s = series(&page, temp)
-                .into_iter()
-                .find(|s| s.label("gpu") == Some(&g))
-                .unwrap();
-            assert_eq!(s.label("UUID"), Some(nvml_yaml::uuid(i as usize).as_str()));
-            assert_eq!(s.label("modelName"), Some(nvml_yaml::MODEL));
-            assert_eq!(
-                s.label("pci_bus_id"),
-                Some(nvml_yaml::pci_bus_id(i as usize).as_str())
-            );
-        }
-        // The kit has no profiling module: every profiling row is skipped with a warning,
-        // the rest is served.
-        let err = e.stderr();
-        for row in csv_rows(csv) {
-            let prof = dcgm_sys::fields::by_name(&row)
-                .or_else(|| dcgm_sys::fields::by_name(&row.to_uppercase()))
-                .is_some_and(|m| m.id >= 1001);
-            if prof || row.to_uppercase().starts_with("DCGM_FI_PROF_") {
-                assert!(
-                    err.contains(&format!("skipping {row}")),
-                    "{csv}: no warning for {row}: {err}"
-                );
-                assert!(series(&page, &row).is_empty(), "{csv}: {row} served");
-            }
-        }
-        assert_eq!(
-            self_metric(
-                &page,
-                "dcgm_exporter_collections_total",
-                &[("result", "error")]
-            ),
-            0.0,
-            "{csv}"
-        );
-        let (code, _) = e.get("/health");
-        assert_eq!(code, 200, "{csv}");
+        check_upstream_csv(&e, csv);
     }
+}
+
+#[test]
+fn remote_mode_serves_each_upstream_counter_file_without_the_profiling_rows() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("csv-remote");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    for csv in UPSTREAM_CSVS {
+        let e = kit
+            .remote(port)
+            .args(&["-f", &repo(csv).display().to_string()])
+            .start();
+        check_upstream_csv(&e, csv);
+    }
+}
+
+/// Every GPU with its own values and identity, the profiling rows skipped with a warning
+/// each, everything else served.
+fn check_upstream_csv(e: &Exporter, csv: &str) {
+    let page = e.scrape_until(10, |p| {
+        p.iter().any(|s| {
+            s.name == "dcgm_exporter_collections_total"
+                && s.label("result") == Some("success")
+                && s.value >= 2.0
+        })
+    });
+    let (temp, power, sm, used) = if csv.contains("1.x") {
+        (
+            "dcgm_gpu_temp",
+            "dcgm_power_usage",
+            "dcgm_sm_clock",
+            "dcgm_fb_used",
+        )
+    } else {
+        (
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_SM_CLOCK",
+            "DCGM_FI_DEV_FB_USED",
+        )
+    };
+    for i in 0..4u32 {
+        let g = i.to_string();
+        assert_eq!(one(&page, temp, &g), f64::from(40 + i), "{csv}");
+        assert_eq!(one(&page, power, &g), f64::from(75 + 10 * i), "{csv}");
+        assert_eq!(one(&page, sm, &g), f64::from(345 + 100 * i), "{csv}");
+        assert_eq!(one(&page, used, &g), f64::from(1000 * i), "{csv}");
+        let s = series(&page, temp)
+            .into_iter()
+            .find(|s| s.label("gpu") == Some(&g))
+            .unwrap();
+        assert_eq!(s.label("UUID"), Some(nvml_yaml::uuid(i as usize).as_str()));
+        assert_eq!(s.label("modelName"), Some(nvml_yaml::MODEL));
+        assert_eq!(
+            s.label("pci_bus_id"),
+            Some(nvml_yaml::pci_bus_id(i as usize).as_str())
+        );
+    }
+    // The kit has no profiling module: every profiling row is skipped with a warning,
+    // the rest is served.
+    let err = e.stderr();
+    for row in csv_rows(csv) {
+        let prof = dcgm_sys::fields::by_name(&row)
+            .or_else(|| dcgm_sys::fields::by_name(&row.to_uppercase()))
+            .is_some_and(|m| m.id >= 1001);
+        if prof || row.to_uppercase().starts_with("DCGM_FI_PROF_") {
+            assert!(
+                err.contains(&format!("skipping {row}")),
+                "{csv}: no warning for {row}: {err}"
+            );
+            assert!(series(&page, &row).is_empty(), "{csv}: {row} served");
+        }
+    }
+    assert_eq!(
+        self_metric(
+            &page,
+            "dcgm_exporter_collections_total",
+            &[("result", "error")]
+        ),
+        0.0,
+        "{csv}"
+    );
+    let (code, _) = e.get("/health");
+    assert_eq!(code, 200, "{csv}");
 }
 
 #[test]
