@@ -461,3 +461,63 @@ fn a_refused_per_link_profiling_field_costs_only_itself() {
     );
     assert!(e.stderr().contains("watching 8 NvLink entities x 1 fields"));
 }
+
+/// MIG through NVML injection: GPU 0 split into a 3g.40gb and a 1g.10gb instance. The real
+/// DCGM lists them in its hierarchy, and answers a GPU-level field asked of an instance
+/// with the parent GPU's value.
+#[test]
+fn mig_instances_are_exported_with_their_labels_and_the_parents_gpu_values() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("mig");
+    let mut gpus = four_gpus();
+    gpus.truncate(2);
+    gpus[0].mig = vec![
+        nvml_yaml::MigInstance {
+            slices: 3,
+            nvml_id: 2,
+            start: 0,
+        },
+        nvml_yaml::MigInstance {
+            slices: 1,
+            nvml_id: 9,
+            start: 6,
+        },
+    ];
+    let yaml = dir.yaml(&gpus);
+    let e = kit.embedded(&yaml).start();
+    let page = e.scrape();
+    let temp = series(&page, "DCGM_FI_DEV_GPU_TEMP");
+    let mut seen: Vec<(String, Option<String>, Option<String>, f64)> = temp
+        .iter()
+        .map(|s| {
+            (
+                s.label("gpu").unwrap_or("").to_string(),
+                s.label("GPU_I_PROFILE").map(str::to_string),
+                s.label("GPU_I_ID").map(str::to_string),
+                s.value,
+            )
+        })
+        .collect();
+    seen.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "0".to_string(),
+                Some(nvml_yaml::mig_profile_name(1)),
+                Some("9".to_string()),
+                40.0
+            ),
+            (
+                "0".to_string(),
+                Some(nvml_yaml::mig_profile_name(3)),
+                Some("2".to_string()),
+                40.0
+            ),
+            ("1".to_string(), None, None, 41.0),
+        ],
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(nvml_yaml::mig_profile_name(3), "3g.40gb");
+}

@@ -42,6 +42,39 @@ pub struct Gpu {
     pub p2p: Option<u32>,
     /// `nvmlClocksEventReasons` bit mask.
     pub clocks_event_reasons: u64,
+    /// MIG GPU instances (MIG mode on when not empty), each with one compute instance
+    /// over all its slices.
+    pub mig: Vec<MigInstance>,
+}
+
+/// A MIG GPU instance of an H100 80GB.
+#[derive(Clone, Debug)]
+pub struct MigInstance {
+    /// Slices: 1, 2, 3, 4 or 7 (profiles 1g.10gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb).
+    pub slices: u32,
+    /// NVML GPU-instance id (the `GPU_I_ID` label).
+    pub nvml_id: u32,
+    /// First slice of its placement.
+    pub start: u32,
+}
+
+/// NVML's GPU-instance profiles of an H100 80GB, by profile index: (profile id, slices,
+/// memory MiB). DCGM names a profile `{slices}g.{ceil(memory / 1024)}gb`.
+const GI_PROFILES: [(u32, u32, u32); 5] = [
+    (19, 1, 9856),
+    (14, 2, 19968),
+    (9, 3, 40192),
+    (5, 4, 40192),
+    (0, 7, 80384),
+];
+
+pub fn mig_profile_name(slices: u32) -> String {
+    let (_, s, mem) = GI_PROFILES
+        .iter()
+        .find(|p| p.1 == slices)
+        .copied()
+        .expect("a slice count of an H100 profile");
+    format!("{s}g.{}gb", mem.div_ceil(1024))
 }
 
 impl Default for Gpu {
@@ -67,6 +100,7 @@ impl Default for Gpu {
             nvlinks: Vec::new(),
             p2p: None,
             clocks_event_reasons: 1,
+            mig: Vec::new(),
         }
     }
 }
@@ -113,7 +147,116 @@ pub fn render(gpus: &[Gpu]) -> String {
     for (i, g) in gpus.iter().enumerate() {
         device(&mut y, i, g, &uuids);
     }
+    mig_sections(&mut y, gpus, &uuids);
     y
+}
+
+/// The MIG keys of one device: its mode and profiles, and which GPU instances (named
+/// `gi-{gpu}-{n}`, described in the top-level `GpuInstance` section) each profile has.
+fn mig_device_keys(y: &mut String, i: usize, g: &Gpu) {
+    let mode = u32::from(!g.mig.is_empty());
+    let _ = writeln!(
+        y,
+        "    MigMode: {}",
+        ok(format!("{{currentMode: {mode}, pendingMode: {mode}}}"))
+    );
+    if g.mig.is_empty() {
+        return;
+    }
+    let _ = writeln!(y, "    MaxMigDeviceCount: {}", ok(7));
+    y.push_str("    GpuInstanceProfileInfo:\n");
+    for (idx, (id, slices, mem)) in GI_PROFILES.iter().enumerate() {
+        let _ = writeln!(
+            y,
+            "      {idx}: {}",
+            ok(format!(
+                "{{id: {id}, isP2pSupported: 0, sliceCount: {slices}, instanceCount: {}, \
+                 multiprocessorCount: {}, copyEngineCount: 1, decoderCount: 0, encoderCount: 0, \
+                 jpegCount: 0, ofaCount: 0, memorySizeMB: {mem}}}",
+                7 / slices,
+                16 * slices
+            ))
+        );
+    }
+    // NVML_ERROR_INVALID_ARGUMENT past the last profile index ends DCGM's iteration.
+    let _ = writeln!(y, "      {}: {{FunctionReturn: 2}}", GI_PROFILES.len());
+    y.push_str("    GpuInstances:\n");
+    for (id, slices, _) in GI_PROFILES {
+        let names: Vec<String> = g
+            .mig
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.slices == slices)
+            .map(|(n, _)| quoted(&format!("gi-{i}-{n}")))
+            .collect();
+        let _ = writeln!(y, "      {id}: {}", ok(format!("[{}]", names.join(", "))));
+    }
+}
+
+/// The top-level `GpuInstance` and `ComputeInstance` sections.
+fn mig_sections(y: &mut String, gpus: &[Gpu], uuids: &[String]) {
+    if gpus.iter().all(|g| g.mig.is_empty()) {
+        return;
+    }
+    y.push_str("GpuInstance:\n");
+    for (i, g) in gpus.iter().enumerate() {
+        for (n, m) in g.mig.iter().enumerate() {
+            let profile_id = GI_PROFILES
+                .iter()
+                .find(|p| p.1 == m.slices)
+                .map_or(0, |p| p.0);
+            let _ = writeln!(y, "  {}:", quoted(&format!("gi-{i}-{n}")));
+            let _ = writeln!(
+                y,
+                "    Info: {}",
+                ok(format!(
+                    "{{device: \"{}\", id: {}, profileId: {profile_id}, \
+                     placement: {{start: {}, size: {}}}}}",
+                    uuids[i], m.nvml_id, m.start, m.slices
+                ))
+            );
+            // Compute-instance profiles by index (1..=slices slices), the last one used.
+            y.push_str("    ComputeInstanceProfileInfo:\n");
+            for idx in 0..m.slices {
+                let _ = writeln!(
+                    y,
+                    "      {idx}: {{0: {}}}",
+                    ok(format!(
+                        "{{id: {idx}, sliceCount: {}, instanceCount: 1, multiprocessorCount: {}}}",
+                        idx + 1,
+                        16 * (idx + 1)
+                    ))
+                );
+            }
+            let _ = writeln!(y, "      {}: {{0: {{FunctionReturn: 2}}}}", m.slices);
+            y.push_str("    ComputeInstances:\n");
+            for idx in 0..m.slices {
+                let list = if idx + 1 == m.slices {
+                    format!("[{}]", quoted(&format!("ci-{i}-{n}")))
+                } else {
+                    "[]".to_string()
+                };
+                let _ = writeln!(y, "      {idx}: {list}");
+            }
+        }
+    }
+    y.push_str("ComputeInstance:\n");
+    for (i, g) in gpus.iter().enumerate() {
+        for (n, m) in g.mig.iter().enumerate() {
+            let _ = writeln!(y, "  {}:", quoted(&format!("ci-{i}-{n}")));
+            let _ = writeln!(
+                y,
+                "    Info: {}",
+                ok(format!(
+                    "{{device: \"{}\", gpuInstance: \"gi-{i}-{n}\", id: 0, profileId: {}, \
+                     placement: {{start: 0, size: {}}}}}",
+                    uuids[i],
+                    m.slices - 1,
+                    m.slices
+                ))
+            );
+        }
+    }
 }
 
 fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
@@ -125,6 +268,7 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
     // NVML_STRUCT_VERSION(Memory, 2): sizeof(nvmlMemory_v2_t) | 2 << 24.
     let mem_v2 = 40 | (2 << 24);
     let _ = writeln!(y, "  {}:", quoted(&uuids[i]));
+    mig_device_keys(y, i, g);
     let mut key = |k: &str, v: String| {
         let _ = writeln!(y, "    {k}: {v}");
     };
@@ -149,7 +293,6 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
     key("VirtualizationMode", ok(0));
     key("PersistenceMode", ok(1));
     key("ComputeMode", ok(0));
-    key("MigMode", ok("{currentMode: 0, pendingMode: 0}"));
     key("EccMode", ok("{current: 1, pending: 1}"));
     key("DisplayMode", ok(0));
     key("DisplayActive", ok(0));
