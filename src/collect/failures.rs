@@ -21,6 +21,22 @@ pub fn reason(e: &Error) -> String {
     }
 }
 
+/// A copy of `e` (the error type is not `Clone`), for reporting one refusal per field.
+pub fn copy(e: &Error) -> Error {
+    match e {
+        Error::Dcgm {
+            function,
+            status,
+            message,
+        } => Error::Dcgm {
+            function,
+            status: *status,
+            message: message.clone(),
+        },
+        other => Error::InvalidArgument(other.to_string()),
+    }
+}
+
 /// An error the whole collection must stop for: the session itself is gone.
 pub fn is_fatal(e: &Error) -> bool {
     e.is_connection_lost()

@@ -129,8 +129,14 @@ pub fn watch_all(
                 continue;
             }
             let fg = session.create_field_group(&fg_name, &good)?;
-            session.watch(&group, &fg, freq_us, keep_age_s, 0)?;
-            out.watches.push((group, fg));
+            match session.watch(&group, &fg, freq_us, keep_age_s, 0) {
+                Ok(()) => out.watches.push((group, fg)),
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                // Each field alone was accepted but not together: none of them is watched.
+                Err(e) => out
+                    .refused
+                    .extend(good.iter().map(|f| (*f, failures::copy(&e)))),
+            }
         }
     }
     Ok(out)
