@@ -4,6 +4,7 @@ pub mod exp;
 pub mod failures;
 pub mod fields;
 pub mod health_codes;
+mod profiling;
 pub mod targets;
 pub mod topology;
 pub mod xid;
@@ -13,7 +14,8 @@ use crate::output::render::{DropReason, Page};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use exp::ExpCollectors;
 use failures::{Failures, Outcome};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use profiling::unsupported_profiling;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use targets::{Kind, WatchSet};
 use topology::Topology;
@@ -385,75 +387,6 @@ impl Collector {
     }
 }
 
-/// Profiling support of one GPU watch set.
-struct Profiling {
-    /// Profiling fields no GPU of the set can serve, with why: left out of the watch.
-    unwatched: Vec<(u16, String)>,
-    /// (entity, field) pairs watched for other GPUs but not supported on this one.
-    pairs: HashSet<(Entity, u16)>,
-}
-
-/// Profiling (DCP) fields are only watched and collected on GPUs whose supported metric
-/// groups list them; the rest are skipped with one warning per field, as dcgm-exporter does.
-/// A GPU whose query fails (the profiling module not loaded, profiling unsupported)
-/// supports none.
-fn unsupported_profiling(session: &Session, set: &WatchSet) -> Profiling {
-    let prof: Vec<u16> = set
-        .fields
-        .iter()
-        .copied()
-        .filter(|f| is_profiling(*f))
-        .collect();
-    let mut out = Profiling {
-        unwatched: Vec::new(),
-        pairs: HashSet::new(),
-    };
-    if prof.is_empty() {
-        return out;
-    }
-    let mut supported: BTreeMap<u32, Result<HashSet<u16>, String>> = BTreeMap::new();
-    for gpu in set.targets.iter().filter_map(|t| t.gpu) {
-        supported
-            .entry(gpu)
-            .or_insert_with(|| match session.supported_metric_groups(gpu) {
-                Ok(groups) => Ok(groups.into_iter().flat_map(|g| g.field_ids).collect()),
-                Err(e) => Err(e.to_string()),
-            });
-    }
-    for f in prof {
-        let lacking: Vec<(u32, &str)> = supported
-            .iter()
-            .filter_map(|(gpu, s)| match s {
-                Ok(ok) if ok.contains(&f) => None,
-                Ok(_) => Some((*gpu, "not in its supported profiling metric groups")),
-                Err(e) => Some((*gpu, e.as_str())),
-            })
-            .collect();
-        if lacking.is_empty() {
-            continue;
-        }
-        if lacking.len() == supported.len() {
-            // One reason per field: the first GPU's (they agree on a node without the module).
-            let why = lacking[0].1;
-            out.unwatched
-                .push((f, format!("profiling metrics unavailable ({why})")));
-            continue;
-        }
-        let gpus: Vec<String> = lacking.iter().map(|(g, _)| g.to_string()).collect();
-        tracing::warn!(
-            "skipping {} on GPUs {}: not in their supported profiling metric groups",
-            field_name(f),
-            gpus.join(",")
-        );
-        for (gpu, _) in &lacking {
-            for t in set.targets.iter().filter(|t| t.gpu == Some(*gpu)) {
-                out.pairs.insert((t.entity, f));
-            }
-        }
-    }
-    out
-}
-
 /// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
 fn drop_fields(set: &mut WatchSet, counters: &Counters, refused: &HashSet<u16>) {
     if refused.is_empty() {
@@ -482,11 +415,6 @@ fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
 
 fn field_name(id: u16) -> &'static str {
     dcgm_sys::fields::by_id(id).map_or("an unknown field", |m| m.name)
-}
-
-/// DCGM_FI_PROF_* fields (served by DCGM's profiling module).
-fn is_profiling(id: u16) -> bool {
-    dcgm_sys::fields::by_id(id).is_some_and(|m| m.name.starts_with("DCGM_FI_PROF_"))
 }
 
 fn field_id(c: &Counter) -> u16 {
