@@ -190,6 +190,36 @@ mod tests {
     }
 
     #[test]
+    fn an_appended_piece_keeps_its_series_labels_and_counts() {
+        let mut page = Page::default();
+        page.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+        let mut part = Page::default();
+        part.add(
+            "B",
+            "b",
+            PromType::Counter,
+            &[("gpu", "0"), ("xid", "79")],
+            2.0,
+        );
+        part.add("A", "a", PromType::Gauge, &[("gpu", "0")], 3.0);
+        part.piece_failed("DCGM_EXP_P2P_STATUS", "BadParam");
+        page.append(part);
+        assert_eq!(
+            page.series_count(),
+            2,
+            "the repeated A series is a duplicate"
+        );
+        assert_eq!(page.dropped[&DropReason::Duplicate], 1);
+        assert_eq!(
+            page.failures[&("DCGM_EXP_P2P_STATUS".into(), "BadParam".into())],
+            1
+        );
+        let t = text(page);
+        assert!(t.contains("B{gpu=\"0\",xid=\"79\"} 2"), "{t}");
+        assert!(t.contains("# TYPE B counter"), "{t}");
+    }
+
+    #[test]
     fn escapes_label_values_and_help() {
         let mut p = Page::default();
         p.add(
