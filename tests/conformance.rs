@@ -299,3 +299,34 @@ fn the_mig_hierarchy_agrees_with_the_real_library() {
     let real = observe_mig(&kit.embedded(&yaml).start());
     check("MIG", &sim, &real);
 }
+
+#[test]
+fn health_from_a_row_remap_failure_agrees_with_the_real_library() {
+    let dir = Scratch::new("conformance-health");
+    let csv = dir.0.join("conformance.csv");
+    std::fs::write(&csv, CSV).unwrap();
+    let csv = csv.to_str().unwrap();
+    let profile = dir.0.join("real-kit-remap.toml");
+    let base = std::fs::read_to_string(repo("etc/sim/real-kit.toml")).unwrap();
+    std::fs::write(
+        &profile,
+        format!("{base}\n[[fields]]\nid = 395\ngpus = [1]\ngen = {{ kind = \"constant\", value = 1 }}\n"),
+    )
+    .unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-f", csv])
+        .start();
+    let sim = observe(&e);
+    assert!(
+        sim["unhealthy"].contains("DCGM_FR_ROW_REMAP_FAILURE"),
+        "{}",
+        sim["unhealthy"]
+    );
+    let Some(kit) = kit() else { return };
+    let mut gpus = vec![Gpu::default(); 4];
+    gpus[1].remapped_rows = (0, 0, 0, 1);
+    let yaml = dir.yaml(&gpus);
+    let real = observe(&kit.embedded(&yaml).args(&["-f", csv]).start());
+    check("health", &sim, &real);
+}

@@ -521,3 +521,48 @@ fn mig_instances_are_exported_with_their_labels_and_the_parents_gpu_values() {
     );
     assert_eq!(nvml_yaml::mig_profile_name(3), "3g.40gb");
 }
+
+/// DCGM's health module judges the GPU's own counters: a row-remap failure on GPU 1 is a
+/// memory failure of GPU 1 only.
+#[test]
+fn a_row_remap_failure_fails_the_memory_health_of_its_gpu_only() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("health");
+    let mut gpus = vec![Gpu::default(); 2];
+    gpus[1].remapped_rows = (3, 1, 1, 1);
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("health.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_EXP_GPU_HEALTH_STATUS")
+            .iter()
+            .any(|s| s.value != 0.0)
+    });
+    let mut failing: Vec<String> = series(&page, "DCGM_EXP_GPU_HEALTH_STATUS")
+        .iter()
+        .filter(|s| s.value != 0.0)
+        .map(|s| {
+            format!(
+                "gpu {} {} {} {}",
+                s.labels["gpu"], s.labels["health_watch"], s.labels["health_error_code"], s.value
+            )
+        })
+        .collect();
+    failing.sort();
+    assert_eq!(
+        failing,
+        [
+            "gpu 1 ALL DCGM_FR_ROW_REMAP_FAILURE 20",
+            "gpu 1 MEM DCGM_FR_ROW_REMAP_FAILURE 20"
+        ]
+    );
+}

@@ -1020,6 +1020,25 @@ fn a_failing_p2p_query_answers_bad_param_and_cpus_need_the_sysmon_module() {
     ));
 }
 
+/// Real DCGM 4.6's memory health check reads the GPU's row-remap failure counter
+/// (tests/real_dcgm.rs shows it on NVIDIA's library): non-zero fails MEM for that GPU only.
+#[test]
+fn a_row_remap_failure_fails_memory_health_of_its_gpu() {
+    let (mut e, _) = engine_str(
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+         [[fields]]\nid = 395\ngpus = [1]\ngen = { kind = \"constant\", value = 1 }\n",
+    );
+    let g = group(&mut e, 0, &[(GPU, 0), (GPU, 1)]);
+    let (overall, incidents) = health(&mut e, g, 0x10);
+    assert_eq!(overall, 20);
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert_eq!(incidents[0].entity, (GPU, 1));
+    assert_eq!(incidents[0].system, 0x10);
+    assert_eq!(incidents[0].code, 80, "DCGM_FR_ROW_REMAP_FAILURE");
+    // Not watched: no incident.
+    assert_eq!(health(&mut e, g, 0x1).0, 0);
+}
+
 // ------------------------------------------------------------------------------ groups
 
 #[test]
