@@ -13,7 +13,9 @@
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
-//! (no second full build on a shared machine).
+//! (no second full build on a shared machine). `--remote HOST:PORT` connects to a running
+//! host engine instead (real `nv-hostengine` or `dcgm-sim-hostengine`), so RSS and CPU are
+//! the exporter's alone.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -83,6 +85,9 @@ fn run() -> Result<(), String> {
     // injected NVML answers.
     let real = std::env::args().any(|a| a == "--real");
     let mut env: Vec<(String, String)> = Vec::new();
+    let remote = std::env::args()
+        .any(|a| a == "--remote")
+        .then(|| arg("--remote", ""));
     let library = if real {
         let kit = PathBuf::from(arg("--real", ""));
         let gpus: usize = arg("--gpus", "4")
@@ -123,6 +128,7 @@ fn run() -> Result<(), String> {
             &interval_ms.to_string(),
         ])
         .args(["--dcgm-library", library.to_str().ok_or("path")?])
+        .args(remote.iter().flat_map(|r| ["-r", r.as_str()]))
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -170,7 +176,9 @@ fn run() -> Result<(), String> {
     let rss_mib = peak_rss as f64 / 1024.0;
     let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
 
-    if real {
+    if let Some(r) = &remote {
+        println!("remote host engine   {r} ({build} exporter)");
+    } else if real {
         println!(
             "library              {} ({build} exporter)",
             library.display()
