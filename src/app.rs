@@ -189,6 +189,8 @@ struct Collected {
     gpus: usize,
     series: usize,
     dropped: BTreeMap<DropReason, u64>,
+    /// Pieces of the collection that failed: (source, reason) -> count.
+    failures: BTreeMap<(String, String), u64>,
     oldest_sample_us: i64,
 }
 
@@ -334,11 +336,13 @@ impl Runner {
             }
             let series = page.series_count();
             let dropped = page.dropped.clone();
+            let failures = std::mem::take(&mut page.failures);
             let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
             let families = page.into_families();
             Ok(TickResult::Collected(Box::new(Collected {
                 series,
                 dropped,
+                failures,
                 oldest_sample_us,
                 bytes: crate::output::render::encode_families(&families),
                 families: if with_sinks { families } else { Vec::new() },
@@ -406,6 +410,11 @@ impl Runner {
         let m = &self.shared.metrics;
         for (reason, n) in &c.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
+        }
+        for ((source, reason), n) in &c.failures {
+            m.collection_errors
+                .with_label_values(&[source, reason])
+                .inc_by(*n);
         }
         m.series.set(c.series as i64);
         m.collection_duration.set(took.as_secs_f64());

@@ -233,6 +233,7 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
         &dir,
         "exp.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+         DCGM_FI_DEV_XID_ERRORS, gauge, last xid\n\
          DCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n\
          DCGM_EXP_XID_ERRORS_TOTAL, counter, xids since start\n\
          DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, clock events in window\n\
@@ -288,6 +289,15 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
         .map(|s| (s.label("gpu"), s.label("xid"), s.value))
         .collect();
     assert_eq!(totals, [(Some("2"), Some("79"), 1.0)]);
+    // The last XID is a series of its GPU only (DCGM has no XID sample before one), with
+    // err_code / err_msg.
+    let page = e.scrape_until(5, |p| !series(p, "DCGM_FI_DEV_XID_ERRORS").is_empty());
+    let last = series(&page, "DCGM_FI_DEV_XID_ERRORS");
+    assert_eq!(last.len(), 1, "{}", dump(&page));
+    assert_eq!(last[0].label("gpu"), Some("2"));
+    assert_eq!(last[0].value, 79.0);
+    assert_eq!(last[0].label("err_code"), Some("79"));
+    assert!(last[0].label("err_msg").is_some_and(|m| !m.is_empty()));
     let page = e.scrape_until(15, |p| {
         let c = series(p, "DCGM_EXP_CLOCK_EVENTS_COUNT");
         c.iter()
@@ -415,7 +425,7 @@ fn cpus_and_cores_are_labelled() {
 }
 
 #[test]
-fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field_and_gpu() {
+fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field() {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("nodcp.toml");
     std::fs::write(
@@ -434,8 +444,17 @@ fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field_and_gpu()
         dump(&page)
     );
     let log = e.stderr();
-    assert!(
-        log.contains("DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO") && log.contains("GPU 1"),
-        "{log}"
-    );
+    for row in [
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+    ] {
+        assert_eq!(
+            log.matches(&format!("skipping {row}:")).count(),
+            1,
+            "{row}: {log}"
+        );
+    }
 }

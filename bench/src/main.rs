@@ -12,6 +12,13 @@
 //!
 //! `cargo run --release -p bench -- faults [--cycles 100 --stops 10 --soak-seconds 3600]`
 //! runs the fault mode instead (`faults.rs`).
+//!
+//! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
+//! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
+//! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
+//! (no second full build on a shared machine). `--remote HOST:PORT` connects to a running
+//! host engine instead (real `nv-hostengine` or `dcgm-sim-hostengine`), so RSS and CPU are
+//! the exporter's alone.
 
 mod faults;
 
@@ -19,6 +26,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "../../tests/support/nvml_yaml.rs"]
+#[allow(dead_code)]
+mod nvml_yaml;
 
 const DE_MEDIAN_RSS_8GPU_MIB: f64 = 479.0;
 const TARGET_RSS_MIB: f64 = 30.0;
@@ -62,23 +73,56 @@ fn run() -> Result<(), String> {
         .map_err(|_| "--seconds: not a number")?;
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
-    let status = Command::new(env!("CARGO"))
-        .args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            "dcgm-exporter",
-            "-p",
-            "dcgm-sim",
-        ])
+    let build = arg("--build", "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"]);
+    match build.as_str() {
+        "release" => {
+            cargo.arg("--release");
+        }
+        "debug" => {}
+        other => return Err(format!("--build: debug or release, not {other}")),
+    }
+    let status = cargo
         .current_dir(&root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
     if !status.success() {
-        return Err("release build failed".into());
+        return Err(format!("{build} build failed"));
     }
-    let bin: PathBuf = root.join("target/release");
+    let bin: PathBuf = root.join("target").join(&build);
+    // The DCGM library and the environment it needs: the simulator, or the real kit over
+    // injected NVML answers.
+    let real = std::env::args().any(|a| a == "--real");
+    let mut env: Vec<(String, String)> = Vec::new();
+    let remote = std::env::args()
+        .any(|a| a == "--remote")
+        .then(|| arg("--remote", ""));
+    let library = if real {
+        let kit = PathBuf::from(arg("--real", ""));
+        let gpus: usize = arg("--gpus", "4")
+            .parse()
+            .map_err(|_| "--gpus: not a number")?;
+        let yaml = std::env::temp_dir().join(format!("bench-nvml-{}.yaml", std::process::id()));
+        std::fs::write(
+            &yaml,
+            nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]),
+        )
+        .map_err(|e| format!("{}: {e}", yaml.display()))?;
+        env.push(("NVML_INJECTION_MODE".into(), "True".into()));
+        env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
+        env.push((
+            "LD_LIBRARY_PATH".into(),
+            kit.join("lib").display().to_string(),
+        ));
+        kit.join("lib/libdcgm.so.4")
+    } else {
+        env.push(("DCGM_SIM_PROFILE".into(), profile.display().to_string()));
+        bin.join("libdcgm.so.4")
+    };
+    if !library.exists() {
+        return Err(format!("{} does not exist", library.display()));
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| e.to_string())?
@@ -93,11 +137,9 @@ fn run() -> Result<(), String> {
             "-c",
             &interval_ms.to_string(),
         ])
-        .args([
-            "--dcgm-library",
-            bin.join("libdcgm.so.4").to_str().ok_or("path")?,
-        ])
-        .env("DCGM_SIM_PROFILE", &profile)
+        .args(["--dcgm-library", library.to_str().ok_or("path")?])
+        .args(remote.iter().flat_map(|r| ["-r", r.as_str()]))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -144,7 +186,16 @@ fn run() -> Result<(), String> {
     let rss_mib = peak_rss as f64 / 1024.0;
     let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
 
-    println!("profile              {}", profile.display());
+    if let Some(r) = &remote {
+        println!("remote host engine   {r} ({build} exporter)");
+    } else if real {
+        println!(
+            "library              {} ({build} exporter)",
+            library.display()
+        );
+    } else {
+        println!("profile              {} ({build} build)", profile.display());
+    }
     println!(
         "series exported      {series}  (/metrics {} bytes)",
         page.len()

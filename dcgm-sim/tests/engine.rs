@@ -265,10 +265,8 @@ fn every_shipped_profile_parses_and_the_default_is_the_h100_node() {
     assert_eq!(ls.switches.len(), 4);
     assert!(ls.switches.iter().all(|(_, p)| p.len() == 64));
     assert_eq!(ls.switches[3].1[63], 2);
-    assert_eq!(
-        e.handle(0, &Request::GetCpuHierarchy),
-        Reply::CpuHierarchy(vec![])
-    );
+    // No [cpus]: the sysmon module is not loaded, as real DCGM answers on non-Grace nodes.
+    assert_eq!(e.handle(0, &Request::GetCpuHierarchy), Reply::Error(-33));
     assert!(Profile::parse("[gpus]\ncount = 0\nmodel = \"x\"\n").is_err());
     assert!(Profile::parse("[gpus]\ncount = 1\nmodel = \"x\"\nbogus = 1\n").is_err());
     let err = Profile::load(&profile_path("no-such-profile.toml")).unwrap_err();
@@ -473,7 +471,8 @@ fn busy_node_values_are_in_range_and_consistent() {
             (s.entity_id, s.field_id),
             ((i / fields.len()) as u32, fields[i % fields.len()])
         );
-        assert_eq!(s.status, 0);
+        // Every field has a sample but the XID, which has none until an XID happens.
+        assert_eq!(s.status, if s.field_id == 230 { -14 } else { 0 });
     }
     for gpu in v.chunks(fields.len()) {
         let get = |f: u16| &gpu[fields.iter().position(|x| *x == f).unwrap()];
@@ -488,7 +487,7 @@ fn busy_node_values_are_in_range_and_consistent() {
         assert_eq!(used + free + resv, total);
         assert!((dbl(get(254)) - used as f64 / total as f64).abs() < 1e-9);
         assert_eq!(int(get(112)), 0, "no clock events without a fault");
-        assert_eq!(int(get(230)), 0, "no XID yet");
+        assert_eq!(get(230).status, -14, "no XID yet: no sample (NO_DATA)");
         assert!((0.0..=1.0).contains(&dbl(get(1001))));
         assert!(int(get(1009)) > 0);
     }
@@ -841,13 +840,17 @@ fn entity_groups_and_supported_gpus() {
     };
     assert_eq!(ids(gege(&mut e, GPU, true)), [0, 2]);
     assert_eq!(ids(gege(&mut e, GPU, false)), [0, 1, 2]);
-    for empty in [2, SWITCH, GPU_I, LINK, 7, 9] {
+    for empty in [2, SWITCH, GPU_I, 9] {
         assert_eq!(
             gege(&mut e, empty, false),
             Reply::Ids(vec![]),
             "group {empty}"
         );
     }
+    // As real DCGM 4.6 on a node without NvSwitches or Grace CPUs: links come from the
+    // NvSwitch module (NotSupported), CPUs from the sysmon module (not loaded).
+    assert_eq!(gege(&mut e, LINK, false), Reply::Error(-6));
+    assert_eq!(gege(&mut e, 7, false), Reply::Error(-33));
     assert_eq!(gege(&mut e, 10, false), Reply::Error(-6));
     let g = id(e.handle(
         0,
@@ -962,6 +965,78 @@ fn profiling_metric_groups_or_the_error_a_node_without_dcp_gives() {
             field_ids: vec![1001, 1002]
         }])
     );
+}
+
+/// What the real DCGM 4.6 answers without its (closed-source) profiling module, as the
+/// open-source kit in ../shared/dcgm-real shows: the metric-group query and any watch that
+/// holds a profiling field fail with MODULE_NOT_LOADED; the same watch without it works.
+#[test]
+fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_whole() {
+    let (mut e, _) = engine_str(
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nprofiling_module = false\n",
+    );
+    assert_eq!(
+        e.handle(0, &Request::ProfGetSupportedMetricGroups { gpu_id: 0 }),
+        Reply::Error(-33)
+    );
+    let g = group(&mut e, 0, &[(GPU, 0), (GPU, 1)]);
+    let mixed = field_group(&mut e, 0, &[150, 1002]);
+    let watch_req = |f| Request::WatchFields {
+        group_id: g,
+        field_group_id: f,
+        update_freq_us: S,
+        max_keep_age_s: 600.0,
+        max_keep_samples: 0,
+    };
+    assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
+    // Nothing of the refused watch was set up.
+    assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, -16);
+    let plain = field_group(&mut e, 0, &[150, 155]);
+    assert_eq!(e.handle(0, &watch_req(plain)), Reply::Ok);
+    assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, 0);
+}
+
+#[test]
+fn a_failing_p2p_query_answers_bad_param_and_cpus_need_the_sysmon_module() {
+    let (mut e, _) = engine_str("[gpus]\ncount = 2\nmodel = \"x\"\np2p = \"error\"\n");
+    assert_eq!(e.handle(0, &Request::GetNvLinkP2PStatus), Reply::Error(-1));
+    for group in [7, 8] {
+        assert_eq!(
+            e.handle(
+                0,
+                &Request::GetEntityGroupEntities {
+                    entity_group: group,
+                    only_supported: false
+                }
+            ),
+            Reply::Error(-33),
+            "entity group {group}"
+        );
+    }
+    let (mut grace, _) = engine("large-bench.toml");
+    assert!(matches!(
+        grace.handle(0, &Request::GetCpuHierarchy),
+        Reply::CpuHierarchy(c) if c.len() == 2
+    ));
+}
+
+/// Real DCGM 4.6's memory health check reads the GPU's row-remap failure counter
+/// (tests/real_dcgm.rs shows it on NVIDIA's library): non-zero fails MEM for that GPU only.
+#[test]
+fn a_row_remap_failure_fails_memory_health_of_its_gpu() {
+    let (mut e, _) = engine_str(
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+         [[fields]]\nid = 395\ngpus = [1]\ngen = { kind = \"constant\", value = 1 }\n",
+    );
+    let g = group(&mut e, 0, &[(GPU, 0), (GPU, 1)]);
+    let (overall, incidents) = health(&mut e, g, 0x10);
+    assert_eq!(overall, 20);
+    assert_eq!(incidents.len(), 1, "{incidents:?}");
+    assert_eq!(incidents[0].entity, (GPU, 1));
+    assert_eq!(incidents[0].system, 0x10);
+    assert_eq!(incidents[0].code, 80, "DCGM_FR_ROW_REMAP_FAILURE");
+    // Not watched: no incident.
+    assert_eq!(health(&mut e, g, 0x1).0, 0);
 }
 
 // ------------------------------------------------------------------------------ groups
@@ -1099,8 +1174,11 @@ fn groups_follow_the_real_error_codes() {
 
 #[test]
 fn a_group_holds_at_most_1024_entities() {
-    let (mut e, _) =
-        engine_str("[gpus]\ncount = 32\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 36\n");
+    // Link ids are listed on a node with an NvSwitch (DCGM's NvSwitch module lists them).
+    let (mut e, _) = engine_str(
+        "[gpus]\ncount = 32\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 36\n\
+         [switches]\ncount = 1\nports = 1\n",
+    );
     let links = ids(e.handle(
         0,
         &Request::GetEntityGroupEntities {
@@ -1108,7 +1186,7 @@ fn a_group_holds_at_most_1024_entities() {
             only_supported: false,
         },
     ));
-    assert_eq!(links.len(), 32 * 36);
+    assert_eq!(links.len(), 32 * 36 + 1);
     let g = group(&mut e, 0, &[]);
     for (i, l) in links.iter().enumerate().take(1025) {
         let r = e.handle(
@@ -1454,13 +1532,9 @@ fn xids_are_events_that_raise_health_incidents_by_dcgms_table() {
         .filter(|x| x.entity_id == 0)
         .map(|x| (x.ts_us, int(x)))
         .collect();
-    assert_eq!(
-        gpu0,
-        [(T0, 0), (T0 + 1_500_000, 79)],
-        "the initial reading and the event only"
-    );
+    assert_eq!(gpu0, [(T0 + 1_500_000, 79)], "the event only");
     let gpu1: Vec<i64> = s.iter().filter(|x| x.entity_id == 1).map(int).collect();
-    assert_eq!(gpu1, [0]);
+    assert!(gpu1.is_empty(), "no XID, no sample: {gpu1:?}");
     assert_eq!(
         int(&one(&mut e, (GPU, 0), 230)),
         79,
@@ -1850,8 +1924,8 @@ fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
     let (s, _) = since(&mut e, g, f, 0);
     assert_eq!(
         s.iter().map(|x| (x.ts_us, int(x))).collect::<Vec<_>>(),
-        [(T0, 0)],
-        "an event field: the reading at watch time only"
+        [],
+        "an event field: no sample before the first event, as real DCGM's XID field"
     );
     e.inject(Fault::GpuBind {
         gpu: 3,

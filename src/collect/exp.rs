@@ -1,6 +1,7 @@
 //! dcgm-exporter's synthesised `DCGM_EXP_*` metrics: windowed and cumulative XID and
 //! clock-event counts, GPU health and NVLink P2P status.
 
+use crate::collect::failures::{self, Failures, Outcome};
 use crate::collect::fields;
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
@@ -54,6 +55,14 @@ struct Windowed {
 }
 
 impl Windowed {
+    /// What a failure of this piece costs (the `source` of the error counter).
+    fn source(&self) -> &str {
+        self.count_row
+            .as_ref()
+            .or(self.total_row.as_ref())
+            .map_or("windowed counts", |r| r.name.as_str())
+    }
+
     /// The values a sample stands for: the XID itself, or each clock-event bit set.
     fn keys(&self, v: i64) -> Vec<String> {
         if self.field == fields::XID_ERRORS {
@@ -153,9 +162,73 @@ struct Health {
     codes: &'static HashMap<u32, String>,
 }
 
+impl Health {
+    fn add(
+        &self,
+        resp: &dcgm_sys::HealthResponse,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        for t in &self.targets {
+            for (watch, bit) in HEALTH_WATCHES {
+                let worst = resp
+                    .incidents
+                    .iter()
+                    .filter(|i| i.entity == t.entity && (i.system & bit) != 0)
+                    .max_by_key(|i| i.health);
+                let (value, code) = match worst {
+                    Some(i) => (
+                        i.health,
+                        self.codes
+                            .get(&i.code)
+                            .cloned()
+                            .unwrap_or_else(|| format!("DCGM_FR_UNKNOWN({})", i.code)),
+                    ),
+                    None => (0, "DCGM_FR_OK".to_string()),
+                };
+                let mut l = t.labels_with(csv_labels);
+                l.push(("health_watch", watch));
+                l.push(("health_error_code", &code));
+                let row = &self.row;
+                page.add(&row.name, &row.help, row.prom_type, &l, f64::from(value));
+            }
+        }
+    }
+}
+
 struct P2P {
     row: Counter,
     targets: Vec<Target>,
+}
+
+impl P2P {
+    fn add(
+        &self,
+        m: &dcgm_sys::P2PMatrix,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        for t in &self.targets {
+            let Some(gpu) = t.gpu else { continue };
+            let Some((_, row)) = m.gpus.iter().find(|(id, _)| *id == gpu) else {
+                continue;
+            };
+            for (j, status) in row.iter().enumerate() {
+                let Some((peer, _)) = m.gpus.get(j) else {
+                    continue;
+                };
+                if *peer == gpu {
+                    continue;
+                }
+                let peer_s = peer.to_string();
+                let mut l = t.labels_with(csv_labels);
+                l.push(("peer_gpu", &peer_s));
+                l.push(("link_status", status.label()));
+                let r = &self.row;
+                page.add(&r.name, &r.help, r.prom_type, &l, f64::from(status.code()));
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -186,6 +259,7 @@ impl ExpCollectors {
         settings: &Settings,
         topology: &Topology,
         gpu_targets: &[Target],
+        failures: &mut Failures,
     ) -> dcgm_sys::Result<ExpCollectors> {
         let mut exp = ExpCollectors::default();
         let entities: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
@@ -214,7 +288,12 @@ impl ExpCollectors {
             // The hidden dependency: watch the source field even when the CSV lacks it,
             // keeping samples for at least the whole window.
             let keep = settings.keep_age_s.max(window_ms as f64 / 1000.0);
-            let watches = watch_all(
+            let source = count_row
+                .as_ref()
+                .or(total_row.as_ref())
+                .map(|r| r.name.clone());
+            let source = source.unwrap_or_default();
+            let watched = match watch_all(
                 session,
                 &format!("dcgm-exporter-{name}"),
                 &entities,
@@ -222,7 +301,19 @@ impl ExpCollectors {
                 settings.interval_ms,
                 keep,
                 0,
-            )?;
+            ) {
+                Ok(w) => w,
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                Err(e) => {
+                    failures.refused_at_start(&source, &e);
+                    continue;
+                }
+            };
+            if let Some((_, e)) = watched.refused.first() {
+                failures.refused_at_start(&source, e);
+                continue;
+            }
+            let watches = watched.watches;
             exp.windowed.push(Windowed {
                 field,
                 window_ms,
@@ -263,17 +354,24 @@ impl ExpCollectors {
         if let Some(row) = find_row(counters, ExpField::GpuHealthStatus) {
             if !whole_gpus.is_empty() {
                 let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
-                let group = session.create_group(
-                    &format!("dcgm-exporter-health-{}", std::process::id()),
-                    &ents,
-                )?;
-                session.health_set(&group, health_system::ALL)?;
-                exp.health = Some(Health {
-                    row,
-                    group,
-                    targets: whole_gpus.clone(),
-                    codes: crate::collect::health_codes::names(),
-                });
+                let group = session
+                    .create_group(
+                        &format!("dcgm-exporter-health-{}", std::process::id()),
+                        &ents,
+                    )
+                    .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
+                match group {
+                    Ok(group) => {
+                        exp.health = Some(Health {
+                            row,
+                            group,
+                            targets: whole_gpus.clone(),
+                            codes: crate::collect::health_codes::names(),
+                        })
+                    }
+                    Err(e) if failures::is_fatal(&e) => return Err(e),
+                    Err(e) => failures.refused_at_start(&row.name, &e),
+                }
             }
         }
         if let Some(row) = find_row(counters, ExpField::P2PStatus) {
@@ -287,77 +385,39 @@ impl ExpCollectors {
         Ok(exp)
     }
 
+    /// Each derived metric is one piece: a failure costs only its own series.
     pub fn collect(
         &mut self,
         session: &Session,
         csv_labels: &HashMap<Entity, Vec<(String, String)>>,
         page: &mut Page,
+        failures: &mut Failures,
+        outcome: &mut Outcome,
     ) -> dcgm_sys::Result<()> {
         if !self.windowed.is_empty() {
             // dcgm-exporter samples before counting so the window ends now.
-            session.update_all_fields(true)?;
+            let r = session.update_all_fields(true);
+            outcome.piece("field update", r, failures, page)?;
         }
         for w in &mut self.windowed {
-            w.collect(session, csv_labels, page)?;
+            let source = w.source().to_string();
+            // The page gets this piece's series only when all of it was read.
+            let mut part = Page::default();
+            let r = w.collect(session, csv_labels, &mut part);
+            if outcome.piece(&source, r, failures, page)?.is_some() {
+                page.append(part);
+            }
         }
         if let Some(h) = &self.health {
-            let resp = session.health_check(&h.group)?;
-            for t in &h.targets {
-                for (watch, bit) in HEALTH_WATCHES {
-                    let worst = resp
-                        .incidents
-                        .iter()
-                        .filter(|i| i.entity == t.entity && (i.system & bit) != 0)
-                        .max_by_key(|i| i.health);
-                    let (value, code) = match worst {
-                        Some(i) => (
-                            i.health,
-                            h.codes
-                                .get(&i.code)
-                                .cloned()
-                                .unwrap_or_else(|| format!("DCGM_FR_UNKNOWN({})", i.code)),
-                        ),
-                        None => (0, "DCGM_FR_OK".to_string()),
-                    };
-                    let mut l = t.labels_with(csv_labels);
-                    l.push(("health_watch", watch));
-                    l.push(("health_error_code", &code));
-                    page.add(
-                        &h.row.name,
-                        &h.row.help,
-                        h.row.prom_type,
-                        &l,
-                        f64::from(value),
-                    );
-                }
+            let r = session.health_check(&h.group);
+            if let Some(resp) = outcome.piece(&h.row.name, r, failures, page)? {
+                h.add(&resp, csv_labels, page);
             }
         }
         if let Some(p) = &self.p2p {
-            let m = session.p2p_status()?;
-            for t in &p.targets {
-                let Some(gpu) = t.gpu else { continue };
-                let Some((_, row)) = m.gpus.iter().find(|(id, _)| *id == gpu) else {
-                    continue;
-                };
-                for (j, status) in row.iter().enumerate() {
-                    let Some((peer, _)) = m.gpus.get(j) else {
-                        continue;
-                    };
-                    if *peer == gpu {
-                        continue;
-                    }
-                    let peer_s = peer.to_string();
-                    let mut l = t.labels_with(csv_labels);
-                    l.push(("peer_gpu", &peer_s));
-                    l.push(("link_status", status.label()));
-                    page.add(
-                        &p.row.name,
-                        &p.row.help,
-                        p.row.prom_type,
-                        &l,
-                        f64::from(status.code()),
-                    );
-                }
+            let r = session.p2p_status();
+            if let Some(m) = outcome.piece(&p.row.name, r, failures, page)? {
+                p.add(&m, csv_labels, page);
             }
         }
         Ok(())

@@ -1,9 +1,11 @@
 //! One DCGM session's watches and the collection that turns their latest values into a page.
 
 pub mod exp;
+pub mod failures;
 pub mod fields;
 pub mod freshness;
 pub mod health_codes;
+mod profiling;
 pub mod targets;
 pub mod topology;
 pub mod xid;
@@ -12,6 +14,8 @@ use crate::config::counters::{Counter, CounterField, Counters, PromType};
 use crate::output::render::{DropReason, Page};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use exp::ExpCollectors;
+use failures::{Failures, Outcome};
+use profiling::unsupported_profiling;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use targets::{Kind, WatchSet};
@@ -91,9 +95,20 @@ pub struct Collector {
     mig_layout: Vec<dcgm_sys::MigEntity>,
     topology: Topology,
     interval: std::time::Duration,
+    failures: Failures,
 }
 
-/// Creates groups and field groups for a set of entities and watches them.
+/// What [`watch_all`] set up: the live watches and the fields DCGM refused.
+pub struct Watched {
+    pub watches: Vec<(Group, FieldGroup)>,
+    /// Fields DCGM would not watch on these entities, each with its error.
+    pub refused: Vec<(u16, dcgm_sys::Error)>,
+}
+
+/// Creates groups and field groups for a set of entities and watches them. When DCGM
+/// refuses a whole watch (it rejects all of it for one bad field, e.g. a profiling field
+/// while its module is not loaded), each field is tried alone and only the refused ones are
+/// left out. A lost connection is returned as the error.
 pub fn watch_all(
     session: &Session,
     name: &str,
@@ -102,7 +117,7 @@ pub fn watch_all(
     interval_ms: u64,
     keep_age_s: f64,
     keep_samples: i32,
-) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+) -> dcgm_sys::Result<Watched> {
     // Field-group names must be unique in the engine, also while a rebuilt collector
     // briefly coexists with the one it replaces.
     static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -111,24 +126,57 @@ pub fn watch_all(
         std::process::id(),
         GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let mut out = Vec::new();
+    let freq_us = (interval_ms * 1000) as i64;
+    let mut out = Watched {
+        watches: Vec::new(),
+        refused: Vec::new(),
+    };
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
             let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
-            let fg =
-                session.create_field_group(&format!("{name}-fields-{nonce}-{gi}-{fi}"), flds)?;
+            let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
+            let fg = session.create_field_group(&fg_name, flds)?;
             tracing::debug!(
                 "{name}: watching {} entities x fields {flds:?} every {interval_ms} ms (keep {keep_age_s} s, {keep_samples} samples)",
                 ents.len()
             );
-            session.watch(
-                &group,
-                &fg,
-                (interval_ms * 1000) as i64,
-                keep_age_s,
-                keep_samples,
-            )?;
-            out.push((group, fg));
+            let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
+                Ok(()) => {
+                    out.watches.push((group, fg));
+                    continue;
+                }
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                Err(e) => e,
+            };
+            drop(fg);
+            if flds.len() == 1 {
+                out.refused.push((flds[0], err));
+                continue;
+            }
+            let mut good = Vec::new();
+            for &f in flds {
+                let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
+                match session.watch(&group, &probe, freq_us, keep_age_s, keep_samples) {
+                    Ok(()) => {
+                        session.unwatch(&group, &probe)?;
+                        good.push(f);
+                    }
+                    Err(e) if failures::is_fatal(&e) => return Err(e),
+                    Err(e) => out.refused.push((f, e)),
+                }
+            }
+            if good.is_empty() {
+                continue;
+            }
+            let fg = session.create_field_group(&fg_name, &good)?;
+            match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
+                Ok(()) => out.watches.push((group, fg)),
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                // Each field alone was accepted but not together: none of them is watched.
+                Err(e) => out
+                    .refused
+                    .extend(good.iter().map(|f| (*f, failures::copy(&e)))),
+            }
         }
     }
     Ok(out)
@@ -156,13 +204,37 @@ impl Collector {
             hostname: settings.hostname.as_deref(),
         };
         let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
+        // The DCGM_EXP_* metrics need the GPU targets also when no DCGM field is exported
+        // for GPUs (a CSV of derived metrics only, or every field refused).
+        let gpu_targets = match plan.iter().find(|s| s.kind == Kind::Gpu) {
+            Some(s) => s.targets.clone(),
+            None => targets::gpu_targets(&topology, &opts).map_err(StartError::Config)?,
+        };
         let mut sets = Vec::new();
-        for set in plan {
-            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+        let mut failures = Failures::default();
+        for mut set in plan {
             let name = format!(
                 "dcgm-exporter-{}",
                 set.kind.name().replace(' ', "-").to_lowercase()
             );
+            // Profiling support is checked before watching: DCGM refuses a whole watch that
+            // holds a profiling field it cannot serve.
+            let unsupported = if set.kind == Kind::Gpu {
+                let prof = unsupported_profiling(&session, &set);
+                let mut refused = HashSet::new();
+                for (field, why) in &prof.unwatched {
+                    for name in row_names(&set, &counters, *field) {
+                        tracing::warn!("skipping {name}: {why}");
+                    }
+                    refused.insert(*field);
+                }
+                drop_fields(&mut set, &counters, &refused);
+                prof.pairs
+            } else {
+                HashSet::new()
+            };
+            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+            let source = format!("{} fields", set.kind.name());
             // One watch per frequency: fields of a config-file watch group are sampled at
             // its interval.
             let mut by_interval: BTreeMap<u64, Vec<u16>> = BTreeMap::new();
@@ -172,9 +244,13 @@ impl Collector {
                     .or_default()
                     .push(f);
             }
-            let mut watches = Vec::new();
+            let mut watched = Watched {
+                watches: Vec::new(),
+                refused: Vec::new(),
+            };
+            let mut setup_error = None;
             for (interval_ms, fields) in &by_interval {
-                watches.extend(watch_all(
+                match watch_all(
                     &session,
                     &name,
                     &entities,
@@ -182,7 +258,32 @@ impl Collector {
                     *interval_ms,
                     settings.keep_age_s,
                     settings.keep_samples,
-                )?);
+                ) {
+                    Ok(w) => {
+                        watched.watches.extend(w.watches);
+                        watched.refused.extend(w.refused);
+                    }
+                    Err(e) if failures::is_fatal(&e) => return Err(e.into()),
+                    Err(e) => {
+                        setup_error = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = setup_error {
+                failures.refused_at_start(&source, &e);
+                continue;
+            }
+            let mut refused = HashSet::new();
+            for (field, e) in &watched.refused {
+                for name in row_names(&set, &counters, *field) {
+                    failures.refused_at_start(&name, e);
+                }
+                refused.insert(*field);
+            }
+            drop_fields(&mut set, &counters, &refused);
+            if set.fields.is_empty() {
+                continue;
             }
             tracing::info!(
                 "watching {} {} entities x {} fields",
@@ -190,11 +291,6 @@ impl Collector {
                 set.kind.name(),
                 set.fields.len()
             );
-            let unsupported = if set.kind == Kind::Gpu {
-                unsupported_profiling(&session, &set)
-            } else {
-                HashSet::new()
-            };
             let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
                 .counters
                 .iter()
@@ -207,7 +303,7 @@ impl Collector {
                 value_rows,
                 entities,
                 unsupported,
-                watches,
+                watches: watched.watches,
             });
         }
         for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
@@ -218,12 +314,14 @@ impl Collector {
                 );
             }
         }
-        let gpu_targets = sets
-            .iter()
-            .find(|s| s.set.kind == Kind::Gpu)
-            .map(|s| s.set.targets.clone())
-            .unwrap_or_default();
-        let exp = ExpCollectors::start(&session, &counters, &settings, &topology, &gpu_targets)?;
+        let exp = ExpCollectors::start(
+            &session,
+            &counters,
+            &settings,
+            &topology,
+            &gpu_targets,
+            &mut failures,
+        )?;
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
         let mig_layout = topology.mig_rows.clone();
@@ -235,6 +333,7 @@ impl Collector {
             mig_layout,
             topology,
             interval: std::time::Duration::from_millis(settings.interval_ms),
+            failures,
         })
     }
 
@@ -261,84 +360,115 @@ impl Collector {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
-    /// Reads every watched value and fills `page`; samples too old to serve are dropped
-    /// (see `freshness`).
+    /// Reads every watched value and fills `page`. A piece DCGM refuses (one watch set's
+    /// values, one derived metric) is left out and counted on the page; the collection fails
+    /// only when the session is lost or when every piece failed.
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+        self.failures.flush_start(page);
+        let mut outcome = Outcome::default();
         let mut fresh = freshness::Freshness::new(now_us(), self.interval);
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
-            let readings =
-                self.session
-                    .latest_values(&active.entities, &active.set.fields, false)?;
+            let source = format!("{} fields", active.set.kind.name());
+            let r = self
+                .session
+                .latest_values(&active.entities, &active.set.fields, false);
+            let Some(readings) = outcome.piece(&source, r, &mut self.failures, page)? else {
+                continue;
+            };
             fresh.observe(&readings);
-            let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
-                .iter()
-                .map(|r| ((r.entity, r.field_id), r))
-                .collect();
-            // Label fields first: they go on every series of the entity.
-            for t in &active.set.targets {
-                let mut labels = Vec::new();
-                for c in active.label_rows.iter().map(|&i| &self.counters.all[i]) {
-                    if let Some(Reading::Value(v)) =
-                        by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
-                    {
-                        if let Some(s) = label_text(v) {
-                            labels.push((c.name.clone(), s));
-                        }
+            Self::fill(
+                &self.counters,
+                active,
+                &readings,
+                &mut fresh,
+                &mut csv_labels,
+                page,
+            );
+        }
+        self.exp.collect(
+            &self.session,
+            &csv_labels,
+            page,
+            &mut self.failures,
+            &mut outcome,
+        )?;
+        page.oldest_sample_us = Some(fresh.oldest_us());
+        outcome.finish()
+    }
+
+    /// Turns one watch set's readings into series.
+    fn fill(
+        counters: &Counters,
+        active: &ActiveSet,
+        readings: &[dcgm_sys::FieldReading],
+        fresh: &mut freshness::Freshness,
+        csv_labels: &mut HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
+            .iter()
+            .map(|r| ((r.entity, r.field_id), r))
+            .collect();
+        // Label fields first: they go on every series of the entity.
+        for t in &active.set.targets {
+            let mut labels = Vec::new();
+            for c in active.label_rows.iter().map(|&i| &counters.all[i]) {
+                if let Some(Reading::Value(v)) =
+                    by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
+                {
+                    if let Some(s) = label_text(v) {
+                        labels.push((c.name.clone(), s));
                     }
                 }
-                csv_labels.insert(t.entity, labels);
             }
+            csv_labels.insert(t.entity, labels);
+        }
 
-            for c in active.value_rows.iter().map(|&i| &self.counters.all[i]) {
-                let fid = field_id(c);
-                for t in &active.set.targets {
-                    if active.unsupported.contains(&(t.entity, fid)) {
+        for c in active.value_rows.iter().map(|&i| &counters.all[i]) {
+            let fid = field_id(c);
+            for t in &active.set.targets {
+                if active.unsupported.contains(&(t.entity, fid)) {
+                    continue;
+                }
+                let Some(sample) = by_key.get(&(t.entity, fid)).copied() else {
+                    page.drop_value(DropReason::Status);
+                    continue;
+                };
+                let reading = &sample.reading;
+                if matches!(reading, Reading::Value(_)) && !fresh.admit(t.entity, fid, sample.ts_us)
+                {
+                    page.drop_value(DropReason::Stale);
+                    continue;
+                }
+                let value = match reading {
+                    Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
+                        *v as f64
+                    }
+                    Reading::Value(Value::Double(v)) => *v,
+                    Reading::Value(_) => {
+                        page.drop_value(DropReason::NonNumeric);
                         continue;
                     }
-                    let Some(sample) = by_key.get(&(t.entity, fid)).copied() else {
+                    Reading::Sentinel(_) => {
+                        page.drop_value(DropReason::Sentinel);
+                        continue;
+                    }
+                    Reading::Error(_) => {
                         page.drop_value(DropReason::Status);
                         continue;
-                    };
-                    let reading = &sample.reading;
-                    if matches!(reading, Reading::Value(_))
-                        && !fresh.admit(t.entity, fid, sample.ts_us)
-                    {
-                        page.drop_value(DropReason::Stale);
-                        continue;
                     }
-                    let value = match reading {
-                        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
-                            *v as f64
-                        }
-                        Reading::Value(Value::Double(v)) => *v,
-                        Reading::Value(_) => {
-                            page.drop_value(DropReason::NonNumeric);
-                            continue;
-                        }
-                        Reading::Sentinel(_) => {
-                            page.drop_value(DropReason::Sentinel);
-                            continue;
-                        }
-                        Reading::Error(_) => {
-                            page.drop_value(DropReason::Status);
-                            continue;
-                        }
-                    };
-                    let mut labels = t.labels_with(&csv_labels);
-                    let code;
-                    if fid == fields::XID_ERRORS {
-                        code = (value as i64).to_string();
-                        labels.push(("err_code", &code));
-                        labels.push(("err_msg", xid::describe(value as i64)));
-                    }
-                    page.add(&c.name, &c.help, c.prom_type, &labels, value);
+                };
+                let mut labels = t.labels_with(csv_labels);
+                let code;
+                if fid == fields::XID_ERRORS {
+                    code = (value as i64).to_string();
+                    labels.push(("err_code", &code));
+                    labels.push(("err_msg", xid::describe(value as i64)));
                 }
+                page.add(&c.name, &c.help, c.prom_type, &labels, value);
             }
         }
-        self.exp.collect(&self.session, &csv_labels, page)?;
-        page.oldest_sample_us = Some(fresh.oldest_us());
-        Ok(())
     }
 
     /// Removes every watch (on shutdown); errors are logged, not fatal.
@@ -361,48 +491,34 @@ pub fn now_us() -> i64 {
         .map_or(0, |d| d.as_micros() as i64)
 }
 
-/// Profiling (DCP) fields are only collected on GPUs whose supported metric groups list
-/// them; the rest are skipped with one warning per field and GPU, as dcgm-exporter does.
-fn unsupported_profiling(session: &Session, set: &WatchSet) -> HashSet<(Entity, u16)> {
-    let prof: Vec<u16> = set
-        .fields
-        .iter()
-        .copied()
-        .filter(|f| is_profiling(*f))
-        .collect();
-    let mut out = HashSet::new();
-    if prof.is_empty() {
-        return out;
+/// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
+fn drop_fields(set: &mut WatchSet, counters: &Counters, refused: &HashSet<u16>) {
+    if refused.is_empty() {
+        return;
     }
-    let mut supported: BTreeMap<u32, HashSet<u16>> = BTreeMap::new();
-    for gpu in set.targets.iter().filter_map(|t| t.gpu) {
-        supported
-            .entry(gpu)
-            .or_insert_with(|| match session.supported_metric_groups(gpu) {
-                Ok(groups) => groups.into_iter().flat_map(|g| g.field_ids).collect(),
-                Err(e) => {
-                    tracing::warn!("GPU {gpu}: no profiling metrics ({e})");
-                    HashSet::new()
-                }
-            });
-    }
-    for (gpu, ok) in &supported {
-        for f in prof.iter().filter(|f| !ok.contains(f)) {
-            let name = dcgm_sys::fields::by_id(*f).map_or("?", |m| m.name);
-            tracing::warn!(
-                "skipping {name} ({f}) on GPU {gpu}: not in its supported profiling metric groups"
-            );
-            for t in set.targets.iter().filter(|t| t.gpu == Some(*gpu)) {
-                out.insert((t.entity, *f));
-            }
-        }
-    }
-    out
+    set.fields.retain(|f| !refused.contains(f));
+    set.counters
+        .retain(|&i| !refused.contains(&field_id(&counters.all[i])));
 }
 
-/// DCGM_FI_PROF_* fields (served by DCGM's profiling module).
-fn is_profiling(id: u16) -> bool {
-    dcgm_sys::fields::by_id(id).is_some_and(|m| m.name.starts_with("DCGM_FI_PROF_"))
+/// The CSV names of a watch set's rows reading `field` (what users know it as).
+fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
+    let mut names: Vec<String> = set
+        .counters
+        .iter()
+        .map(|&i| &counters.all[i])
+        .filter(|c| field_id(c) == field)
+        .map(|c| c.name.clone())
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        names.push(field_name(field).to_string());
+    }
+    names
+}
+
+fn field_name(id: u16) -> &'static str {
+    dcgm_sys::fields::by_id(id).map_or("an unknown field", |m| m.name)
 }
 
 fn field_id(c: &Counter) -> u16 {

@@ -209,7 +209,7 @@ fn selected(set: &IdSet, id: u32) -> bool {
     }
 }
 
-fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+pub fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
     let sel = opts.gpus;
     let gpu_ids: Vec<u32> = topo.gpus.iter().map(|g| g.id).collect();
     let gi_ids: Vec<u32> = topo

@@ -54,6 +54,8 @@ pub struct Page {
     /// DCGM timestamp (µs) of the oldest value on the page; it must not be served once
     /// that is too old (`collect::freshness`).
     pub oldest_sample_us: Option<i64>,
+    /// Pieces of the collection that failed: (source, reason) -> count.
+    pub failures: BTreeMap<(String, String), u64>,
 }
 
 fn metric_type(t: PromType) -> MetricType {
@@ -70,6 +72,15 @@ fn metric_type(t: PromType) -> MetricType {
 impl Page {
     pub fn drop_value(&mut self, reason: DropReason) {
         *self.dropped.entry(reason).or_default() += 1;
+    }
+
+    /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
+    /// of the page is still served.
+    pub fn piece_failed(&mut self, source: &str, reason: &str) {
+        *self
+            .failures
+            .entry((source.to_string(), reason.to_string()))
+            .or_default() += 1;
     }
 
     /// Adds one sample. Label order is kept as given.
@@ -130,6 +141,32 @@ impl Page {
         fam.proto.mut_metric().push(m);
     }
 
+    /// Adds every series of another page (a piece collected on its own), with the same
+    /// duplicate and conflict checks.
+    pub fn append(&mut self, other: Page) {
+        for (r, n) in other.dropped {
+            *self.dropped.entry(r).or_default() += n;
+        }
+        for (k, n) in other.failures {
+            *self.failures.entry(k).or_default() += n;
+        }
+        for fam in other.families {
+            for m in fam.proto.get_metric() {
+                let labels: Vec<(&str, &str)> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| (l.get_name(), l.get_value()))
+                    .collect();
+                let value = if m.has_counter() {
+                    m.get_counter().get_value()
+                } else {
+                    m.get_gauge().get_value()
+                };
+                self.add(fam.proto.get_name(), &fam.help, fam.ty, &labels, value);
+            }
+        }
+    }
+
     pub fn series_count(&self) -> usize {
         self.families
             .iter()
@@ -165,6 +202,36 @@ mod tests {
 
     fn text(p: Page) -> String {
         String::from_utf8(p.encode()).unwrap()
+    }
+
+    #[test]
+    fn an_appended_piece_keeps_its_series_labels_and_counts() {
+        let mut page = Page::default();
+        page.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+        let mut part = Page::default();
+        part.add(
+            "B",
+            "b",
+            PromType::Counter,
+            &[("gpu", "0"), ("xid", "79")],
+            2.0,
+        );
+        part.add("A", "a", PromType::Gauge, &[("gpu", "0")], 3.0);
+        part.piece_failed("DCGM_EXP_P2P_STATUS", "BadParam");
+        page.append(part);
+        assert_eq!(
+            page.series_count(),
+            2,
+            "the repeated A series is a duplicate"
+        );
+        assert_eq!(page.dropped[&DropReason::Duplicate], 1);
+        assert_eq!(
+            page.failures[&("DCGM_EXP_P2P_STATUS".into(), "BadParam".into())],
+            1
+        );
+        let t = text(page);
+        assert!(t.contains("B{gpu=\"0\",xid=\"79\"} 2"), "{t}");
+        assert!(t.contains("# TYPE B counter"), "{t}");
     }
 
     #[test]

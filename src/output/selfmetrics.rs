@@ -13,6 +13,7 @@ pub struct SelfMetrics {
     pub connected: IntGauge,
     pub collections: IntCounterVec,
     pub dropped: IntCounterVec,
+    pub collection_errors: IntCounterVec,
     pub series: IntGauge,
     pub reconnects: IntCounter,
     /// --enable-exporter-metrics: promhttp's handler metrics, under the same names.
@@ -71,6 +72,15 @@ impl SelfMetrics {
             &["reason"],
         )
         .expect("static metric options are valid");
+        let collection_errors = IntCounterVec::new(
+            Opts::new(
+                name("collection_errors_total"),
+                "Pieces of a collection DCGM refused (a derived metric, a watch, a field), by \
+                 what was lost and DCGM's status; everything else is still served.",
+            ),
+            &["source", "reason"],
+        )
+        .expect("static metric options are valid");
         let series = IntGauge::with_opts(Opts::new(name("series"), "Series on the last page."))
             .expect("static metric options are valid");
         let reconnects = IntCounter::with_opts(Opts::new(
@@ -84,6 +94,7 @@ impl SelfMetrics {
             Box::new(connected.clone()),
             Box::new(collections.clone()),
             Box::new(dropped.clone()),
+            Box::new(collection_errors.clone()),
             Box::new(series.clone()),
             Box::new(reconnects.clone()),
         ] {
@@ -123,6 +134,7 @@ impl SelfMetrics {
             connected,
             collections,
             dropped,
+            collection_errors,
             series,
             reconnects,
             http_requests,

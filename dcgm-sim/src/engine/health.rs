@@ -173,6 +173,18 @@ impl Health {
     }
 
     /// (overall result, incidents) for a group's entities and watched systems.
+    /// The incident DCGM's memory check raises from a GPU's own counters: a row-remap
+    /// failure (DCGM_FI_DEV_ROW_REMAP_FAILED != 0) fails MEM, as real DCGM 4.6 reports it.
+    pub fn row_remap_incident(gpu: u32, row_remap_failed: i64) -> Option<Incident> {
+        (row_remap_failed != 0).then(|| Incident {
+            system: SYS_MEM,
+            health: FAIL,
+            msg: code_message(FR_ROW_REMAP_FAILURE, gpu, 0),
+            code: FR_ROW_REMAP_FAILURE,
+            entity: (FE_GPU, gpu),
+        })
+    }
+
     pub fn check(&self, node: &Node, entities: &[(u32, u32)], mask: u32) -> (u32, Vec<Incident>) {
         let mut out = Vec::new();
         if mask == 0 {

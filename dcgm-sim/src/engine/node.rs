@@ -124,6 +124,10 @@ pub struct Node {
     pub max_mig: u32,
     pub dcp: bool,
     pub dcp_error: i32,
+    pub profiling_module: bool,
+    /// DCGM's sysmon module loads only on supported (Grace) CPUs: without `[cpus]` the CPU
+    /// requests answer MODULE_NOT_LOADED.
+    pub sysmon_module: bool,
     pub metric_groups: Vec<MetricGroup>,
     pub p2p_mode: String,
     pub p2p_overrides: Vec<(u32, u32, u32)>,
@@ -454,6 +458,8 @@ impl Node {
             max_mig: d.max_mig_devices,
             dcp: d.dcp,
             dcp_error: d.dcp_error,
+            profiling_module: d.profiling_module,
+            sysmon_module: p.cpus.is_some(),
             metric_groups: d
                 .metric_groups
                 .as_ref()

@@ -155,6 +155,11 @@ pub struct GpuDefaults {
     /// (MODULE_NOT_LOADED) or -36 (PROFILING_NOT_SUPPORTED).
     #[serde(default = "d_dcp_error")]
     pub dcp_error: i32,
+    /// Whether DCGM's profiling module is loaded. Without it (the open-source build, some
+    /// packages, GPUs without DCP) ProfGetSupportedMetricGroups and every watch that holds a
+    /// DCGM_FI_PROF_* field answer -33 (MODULE_NOT_LOADED), as real DCGM 4.6 does.
+    #[serde(default = "d_true")]
+    pub profiling_module: bool,
     /// DCP metric groups; default: every profiling field of a Hopper GPU.
     #[serde(default)]
     pub metric_groups: Option<Vec<MetricGroupSpec>>,
@@ -165,7 +170,8 @@ pub struct GpuDefaults {
     #[serde(default = "d_bus")]
     pub pci_bus_base: u32,
     /// P2P status between GPUs: "auto" (OK between GPUs that both have an Up NVLink),
-    /// "nvlink" (always OK) or "pcie" (NotSupported).
+    /// "nvlink" (always OK), "pcie" (NotSupported) or "error" (the query fails with
+    /// BadParam, as real DCGM does when NVML's P2P query fails for any GPU pair).
     #[serde(default = "d_p2p")]
     pub p2p: String,
     /// (gpu, peer, dcgmNvLinkGpuP2PStatus_t) overrides, both directions.
@@ -454,9 +460,9 @@ impl Profile {
         if g.max_mig_devices == 0 || g.max_mig_devices > 8 {
             return Err("gpus.max_mig_devices must be 1..=8".into());
         }
-        if !matches!(g.p2p.as_str(), "auto" | "nvlink" | "pcie") {
+        if !matches!(g.p2p.as_str(), "auto" | "nvlink" | "pcie" | "error") {
             return Err(format!(
-                "gpus.p2p must be auto, nvlink or pcie, not '{}'",
+                "gpus.p2p must be auto, nvlink, pcie or error, not '{}'",
                 g.p2p
             ));
         }

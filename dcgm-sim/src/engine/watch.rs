@@ -11,8 +11,9 @@
 //! nothing. A stretch older than the retention is skipped rather than generated.
 //!
 //! DCGM_FI_DEV_XID_ERRORS is event-driven in DCGM (NVML events, DcgmCacheManager.cpp:7535
-//! `RecordXidForGpu`; the update loop skips it): its watch gets one reading (0) when it
-//! starts and then one sample per XID, at the XID's time, and nothing in between.
+//! `RecordXidForGpu`; the update loop skips it, DcgmCacheManager.cpp:13751): its watch has
+//! no sample (latest value: NO_DATA) until an XID, then one sample per XID at the XID's
+//! time, and nothing in between. Real DCGM 4.6 answers exactly so (tests/real_dcgm.rs).
 
 use super::values::{World, FI_BIND_UNBIND, FI_XID};
 use super::FE_GPU;
@@ -115,9 +116,6 @@ impl Watch {
                     return;
                 }
                 let t = self.created_us;
-                let (value, status) = world.read(ent, meta, t, t);
-                // The reading at watch time is 0 (no XID yet) or the last XID before it.
-                self.push(t, status, value);
                 self.last_ts = Some(t);
                 self.xid_cursor = match meta.id {
                     FI_BIND_UNBIND => world.faults.bind_events.len(),

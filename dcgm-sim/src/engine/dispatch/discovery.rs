@@ -51,6 +51,14 @@ impl Engine {
                     return Err(ST_NOT_SUPPORTED);
                 }
                 let node = &self.world.node;
+                if matches!(*entity_group, FE_CPU | FE_CPU_CORE) && !node.sysmon_module {
+                    return Err(ST_MODULE_NOT_LOADED);
+                }
+                // Link ids come from DCGM's NvSwitch module, which answers NotSupported
+                // on a node without NvSwitches.
+                if *entity_group == FE_LINK && node.switches.is_empty() {
+                    return Err(ST_NOT_SUPPORTED);
+                }
                 Reply::Ids(
                     node.all_of(*entity_group)
                         .into_iter()
@@ -73,12 +81,18 @@ impl Engine {
             }
             Request::GetNvLinkP2PStatus => {
                 let node = &self.world.node;
+                if node.p2p_mode == "error" && node.gpus.len() > 1 {
+                    return Err(ST_BADPARAM);
+                }
                 Reply::P2PStatus(
                     node.gpus
                         .iter()
                         .map(|a| (a.id, node.gpus.iter().map(|b| node.p2p(a, b)).collect()))
                         .collect(),
                 )
+            }
+            Request::GetCpuHierarchy if !self.world.node.sysmon_module => {
+                return Err(ST_MODULE_NOT_LOADED)
             }
             Request::GetCpuHierarchy => Reply::CpuHierarchy(
                 self.world
@@ -90,6 +104,9 @@ impl Engine {
             ),
             Request::ProfGetSupportedMetricGroups { gpu_id } => {
                 let node = &self.world.node;
+                if !node.profiling_module {
+                    return Err(ST_MODULE_NOT_LOADED);
+                }
                 let g = node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
                 if !node.dcp {
                     return Err(node.dcp_error);

@@ -2,6 +2,10 @@
 
 use crate::engine::*;
 
+fn is_profiling(id: u16) -> bool {
+    fields::by_id(id).is_some_and(|m| m.name.starts_with("DCGM_FI_PROF_"))
+}
+
 impl Engine {
     pub(in crate::engine) fn watch_request(
         &mut self,
@@ -22,6 +26,11 @@ impl Engine {
                 }
                 let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 let fg = self.field_group_fields(*field_group_id)?;
+                // The profiling module serves DCGM_FI_PROF_*; without it DCGM refuses the
+                // whole watch, the other fields included.
+                if !self.world.node.profiling_module && fg.iter().any(|f| is_profiling(*f)) {
+                    return Err(ST_MODULE_NOT_LOADED);
+                }
                 let who = WatcherId {
                     conn,
                     group: *group_id as u32,

@@ -1,0 +1,567 @@
+//! The exporter against the real DCGM 4.6 (NVIDIA's libdcgm.so.4 embedded, and the real
+//! nv-hostengine in remote mode), with NVML answers injected from YAML that these tests
+//! write (tests/support/nvml_yaml.rs). Skipped, with the reason printed, where the kit is
+//! absent or cannot run (tests/support/real_dcgm.rs).
+
+mod support;
+use support::nvml_yaml::{self, Gpu};
+use support::real_dcgm::{kit, RealHostEngine, Scratch};
+use support::*;
+
+/// Four GPUs that differ in every value the default counters read.
+fn four_gpus() -> Vec<Gpu> {
+    (0..4u32)
+        .map(|i| Gpu {
+            temp_c: 40 + i,
+            power_mw: 75_000 + 10_000 * i,
+            sm_clock_mhz: 345 + 100 * i,
+            fb_used_mib: 1000 * u64::from(i),
+            gpu_util: 10 * i,
+            ..Gpu::default()
+        })
+        .collect()
+}
+
+fn one(page: &[Sample], name: &str, gpu: &str) -> f64 {
+    let s: Vec<&Sample> = series(page, name)
+        .into_iter()
+        .filter(|s| s.label("gpu") == Some(gpu))
+        .collect();
+    assert_eq!(s.len(), 1, "{name} gpu {gpu}:\n{}", dump(page));
+    s[0].value
+}
+
+fn self_metric(page: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    page.iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// The rows of an upstream counters CSV (name, is it a profiling field).
+fn csv_rows(file: &str) -> Vec<String> {
+    std::fs::read_to_string(repo(file))
+        .expect("read CSV")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| l.split(',').next().unwrap_or("").trim().to_string())
+        .collect()
+}
+
+const UPSTREAM_CSVS: [&str; 3] = [
+    "etc/default-counters.csv",
+    "etc/dcp-metrics-included.csv",
+    "etc/1.x-compatibility-metrics.csv",
+];
+
+#[test]
+fn embedded_mode_serves_each_upstream_counter_file_without_the_profiling_rows() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("csv");
+    let yaml = dir.yaml(&four_gpus());
+    for csv in UPSTREAM_CSVS {
+        let e = kit
+            .embedded(&yaml)
+            .args(&["-f", &repo(csv).display().to_string()])
+            .start();
+        check_upstream_csv(&e, csv);
+    }
+}
+
+#[test]
+fn remote_mode_serves_each_upstream_counter_file_without_the_profiling_rows() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("csv-remote");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    for csv in UPSTREAM_CSVS {
+        let e = kit
+            .remote(port)
+            .args(&["-f", &repo(csv).display().to_string()])
+            .start();
+        check_upstream_csv(&e, csv);
+    }
+}
+
+/// Every GPU with its own values and identity, the profiling rows skipped with a warning
+/// each, everything else served.
+fn check_upstream_csv(e: &Exporter, csv: &str) {
+    let page = e.scrape_until(10, |p| {
+        p.iter().any(|s| {
+            s.name == "dcgm_exporter_collections_total"
+                && s.label("result") == Some("success")
+                && s.value >= 2.0
+        })
+    });
+    let (temp, power, sm, used) = if csv.contains("1.x") {
+        (
+            "dcgm_gpu_temp",
+            "dcgm_power_usage",
+            "dcgm_sm_clock",
+            "dcgm_fb_used",
+        )
+    } else {
+        (
+            "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "DCGM_FI_DEV_SM_CLOCK",
+            "DCGM_FI_DEV_FB_USED",
+        )
+    };
+    for i in 0..4u32 {
+        let g = i.to_string();
+        assert_eq!(one(&page, temp, &g), f64::from(40 + i), "{csv}");
+        assert_eq!(one(&page, power, &g), f64::from(75 + 10 * i), "{csv}");
+        assert_eq!(one(&page, sm, &g), f64::from(345 + 100 * i), "{csv}");
+        assert_eq!(one(&page, used, &g), f64::from(1000 * i), "{csv}");
+        let s = series(&page, temp)
+            .into_iter()
+            .find(|s| s.label("gpu") == Some(&g))
+            .unwrap();
+        assert_eq!(s.label("UUID"), Some(nvml_yaml::uuid(i as usize).as_str()));
+        assert_eq!(s.label("modelName"), Some(nvml_yaml::MODEL));
+        assert_eq!(
+            s.label("pci_bus_id"),
+            Some(nvml_yaml::pci_bus_id(i as usize).as_str())
+        );
+    }
+    // The kit has no profiling module: every profiling row is skipped with a warning,
+    // the rest is served.
+    let err = e.stderr();
+    for row in csv_rows(csv) {
+        let prof = dcgm_sys::fields::by_name(&row)
+            .or_else(|| dcgm_sys::fields::by_name(&row.to_uppercase()))
+            .is_some_and(|m| m.id >= 1001);
+        if prof || row.to_uppercase().starts_with("DCGM_FI_PROF_") {
+            assert!(
+                err.contains(&format!("skipping {row}")),
+                "{csv}: no warning for {row}: {err}"
+            );
+            assert!(series(&page, &row).is_empty(), "{csv}: {row} served");
+        }
+    }
+    assert_eq!(
+        self_metric(
+            &page,
+            "dcgm_exporter_collections_total",
+            &[("result", "error")]
+        ),
+        0.0,
+        "{csv}"
+    );
+    let (code, _) = e.get("/health");
+    assert_eq!(code, 200, "{csv}");
+}
+
+#[test]
+fn a_failing_p2p_query_costs_only_its_own_series() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("p2p");
+    // No P2PStatus in the YAML: NVML answers an error, DCGM's P2P query BadParam.
+    let yaml = dir.yaml(&four_gpus());
+    let csv = dir.0.join("p2p.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_EXP_P2P_STATUS, gauge, P2P status\n\
+         DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "200"])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        self_metric(
+            p,
+            "dcgm_exporter_collection_errors_total",
+            &[("source", "DCGM_EXP_P2P_STATUS"), ("reason", "BadParam")],
+        ) >= 3.0
+    });
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+    assert_eq!(series(&page, "DCGM_EXP_GPU_HEALTH_STATUS").len(), 4 * 11);
+    assert!(series(&page, "DCGM_EXP_P2P_STATUS").is_empty());
+    assert_eq!(
+        self_metric(
+            &page,
+            "dcgm_exporter_collections_total",
+            &[("result", "error")]
+        ),
+        0.0
+    );
+    assert_eq!(self_metric(&page, "dcgm_exporter_dcgm_connected", &[]), 1.0);
+    // Logged once, not on every tick.
+    assert_eq!(
+        e.stderr().matches("DCGM_EXP_P2P_STATUS: ").count(),
+        1,
+        "{}",
+        e.stderr()
+    );
+}
+
+#[test]
+fn p2p_status_comes_from_nvml_when_it_answers() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("p2p-ok");
+    let gpus: Vec<Gpu> = (0..3)
+        .map(|_| Gpu {
+            p2p: Some(0),
+            nvlinks: vec![true; 18],
+            ..Gpu::default()
+        })
+        .collect();
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("p2p.csv");
+    std::fs::write(&csv, "DCGM_EXP_P2P_STATUS, gauge, P2P status\n").unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape();
+    let p2p = series(&page, "DCGM_EXP_P2P_STATUS");
+    assert_eq!(p2p.len(), 3 * 2, "{}", dump(&page));
+    assert!(p2p
+        .iter()
+        .all(|s| s.value == 0.0 && s.label("link_status") == Some("OK")));
+}
+
+#[test]
+fn ecc_errors_and_remapped_rows_of_one_gpu_stay_on_that_gpu() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("ecc");
+    let mut gpus = vec![Gpu::default(); 3];
+    gpus[2].ecc_volatile = (7, 2);
+    gpus[2].ecc_aggregate = (70, 20);
+    gpus[2].remapped_rows = (3, 1, 0, 0);
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("ecc.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, sbe volatile\n\
+         DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, dbe volatile\n\
+         DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, sbe aggregate\n\
+         DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, dbe aggregate\n\
+         DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, remapped cor\n\
+         DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, remapped unc\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL").len() == 3
+            && series(p, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS").len() == 3
+    });
+    for (name, want) in [
+        ("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", 7.0),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", 2.0),
+        ("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", 70.0),
+        ("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", 20.0),
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 3.0),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1.0),
+    ] {
+        assert_eq!(one(&page, name, "2"), want, "{name}");
+        assert_eq!(one(&page, name, "0"), 0.0, "{name}");
+        assert_eq!(one(&page, name, "1"), 0.0, "{name}");
+    }
+}
+
+#[test]
+fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("remote");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let mut engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let e = kit.remote(port).args(&["-c", "300"]).start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+    assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "3"), 43.0);
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
+        Some("127.0.0.1")
+    );
+    for round in 0..2 {
+        engine.kill();
+        let outage = e.scrape_until(20, |p| {
+            self_metric(p, "dcgm_exporter_dcgm_connected", &[]) == 0.0
+        });
+        assert!(
+            outage.iter().all(|s| !s.name.starts_with("DCGM_")),
+            "round {round}: stale DCGM values served during the outage"
+        );
+        assert_eq!(e.get("/health").0, 503);
+        engine.restart(kit);
+        let back = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+        assert_eq!(one(&back, "DCGM_FI_DEV_POWER_USAGE", "2"), 95.0);
+        assert!(self_metric(&back, "dcgm_exporter_reconnects_total", &[]) >= f64::from(round + 1));
+        assert_eq!(e.get("/health").0, 200);
+    }
+}
+
+#[test]
+fn an_xid_injected_into_the_host_engine_is_exported_on_its_gpu() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("xid");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let csv = dir.0.join("xid.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_XID_ERRORS, gauge, last XID\n\
+         DCGM_EXP_XID_ERRORS_COUNT, gauge, XIDs in the window\n\
+         DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "300"])
+        .start();
+    // DCGM_FI_DEV_XID_ERRORS is 230; 79 is "GPU has fallen off the bus".
+    kit.inject(port, 1, 230, 79);
+    let page = e.scrape_until(15, |p| {
+        series(p, "DCGM_EXP_XID_ERRORS_COUNT")
+            .iter()
+            .any(|s| s.label("xid") == Some("79"))
+    });
+    let counts: Vec<&Sample> = series(&page, "DCGM_EXP_XID_ERRORS_COUNT")
+        .into_iter()
+        .filter(|s| s.label("xid") == Some("79"))
+        .collect();
+    assert_eq!(counts.len(), 1);
+    assert_eq!(counts[0].label("gpu"), Some("1"));
+    assert_eq!(counts[0].value, 1.0);
+    let last = series(&page, "DCGM_FI_DEV_XID_ERRORS");
+    let on1: Vec<&&Sample> = last
+        .iter()
+        .filter(|s| s.label("gpu") == Some("1"))
+        .collect();
+    assert_eq!(on1.len(), 1, "{}", dump(&page));
+    assert_eq!(on1[0].value, 79.0);
+    assert_eq!(on1[0].label("err_code"), Some("79"));
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+}
+
+/// Issue 9's contract for a hung engine: after one missed interval the GPU series leave
+/// /metrics and /health says 503; values come back within two intervals of SIGCONT.
+#[test]
+fn a_stopped_host_engine_is_not_served_as_live_and_recovers_after_sigcont() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("sigstop");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let interval_ms = 500u64;
+    let e = kit
+        .remote(port)
+        .args(&["-c", &interval_ms.to_string()])
+        .start();
+    assert_eq!(series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+    engine.signal("STOP");
+    let stopped = std::time::Instant::now();
+    let page = e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    // One missed interval plus the collection that notices it.
+    assert!(
+        stopped.elapsed() <= std::time::Duration::from_millis(3 * interval_ms + 1000),
+        "GPU series were served {:?} after the engine stopped",
+        stopped.elapsed()
+    );
+    assert_eq!(self_metric(&page, "dcgm_exporter_dcgm_connected", &[]), 0.0);
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    engine.signal("CONT");
+    let resumed = std::time::Instant::now();
+    e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    assert!(
+        resumed.elapsed() <= std::time::Duration::from_millis(2 * interval_ms + 1000),
+        "values came back {:?} after SIGCONT",
+        resumed.elapsed()
+    );
+}
+
+#[test]
+fn nvlink_states_from_nvml_decide_which_links_are_watched() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("nvlink");
+    // GPU 0: 18 links up; GPU 1: link 5 down.
+    let gpus: Vec<Gpu> = (0..2)
+        .map(|i| Gpu {
+            nvlinks: (0..18).map(|l| !(i == 1 && l == 5)).collect(),
+            ..Gpu::default()
+        })
+        .collect();
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink bandwidth\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").len(), 2);
+    // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link
+    // series themselves stay empty; see etc/sim/README.md, "Real DCGM and dcgm-sim".)
+    assert!(
+        e.stderr().contains("watching 35 NvLink entities"),
+        "{}",
+        e.stderr()
+    );
+}
+
+/// The real library refuses a whole watch of link fields for its one profiling field
+/// (ModuleNotLoaded); the exporter retries field by field and loses only that one.
+#[test]
+fn a_refused_per_link_profiling_field_costs_only_itself() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("link-prof");
+    let gpus = vec![
+        Gpu {
+            nvlinks: vec![true; 4],
+            ..Gpu::default()
+        };
+        2
+    ];
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 2);
+    assert_eq!(
+        self_metric(
+            &page,
+            "dcgm_exporter_collection_errors_total",
+            &[
+                ("source", "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK"),
+                ("reason", "ModuleNotLoaded")
+            ],
+        ),
+        1.0,
+        "{}",
+        dump(&page)
+    );
+    assert!(e.stderr().contains("watching 8 NvLink entities x 1 fields"));
+}
+
+/// MIG through NVML injection: GPU 0 split into a 3g.40gb and a 1g.10gb instance. The real
+/// DCGM lists them in its hierarchy, and answers a GPU-level field asked of an instance
+/// with the parent GPU's value.
+#[test]
+fn mig_instances_are_exported_with_their_labels_and_the_parents_gpu_values() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("mig");
+    let mut gpus = four_gpus();
+    gpus.truncate(2);
+    gpus[0].mig = vec![
+        nvml_yaml::MigInstance {
+            slices: 3,
+            nvml_id: 2,
+            start: 0,
+        },
+        nvml_yaml::MigInstance {
+            slices: 1,
+            nvml_id: 9,
+            start: 6,
+        },
+    ];
+    let yaml = dir.yaml(&gpus);
+    let e = kit.embedded(&yaml).start();
+    let page = e.scrape();
+    let temp = series(&page, "DCGM_FI_DEV_GPU_TEMP");
+    let mut seen: Vec<(String, Option<String>, Option<String>, f64)> = temp
+        .iter()
+        .map(|s| {
+            (
+                s.label("gpu").unwrap_or("").to_string(),
+                s.label("GPU_I_PROFILE").map(str::to_string),
+                s.label("GPU_I_ID").map(str::to_string),
+                s.value,
+            )
+        })
+        .collect();
+    seen.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "0".to_string(),
+                Some(nvml_yaml::mig_profile_name(1)),
+                Some("9".to_string()),
+                40.0
+            ),
+            (
+                "0".to_string(),
+                Some(nvml_yaml::mig_profile_name(3)),
+                Some("2".to_string()),
+                40.0
+            ),
+            ("1".to_string(), None, None, 41.0),
+        ],
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(nvml_yaml::mig_profile_name(3), "3g.40gb");
+}
+
+/// DCGM's health module judges the GPU's own counters: a row-remap failure on GPU 1 is a
+/// memory failure of GPU 1 only.
+#[test]
+fn a_row_remap_failure_fails_the_memory_health_of_its_gpu_only() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("health");
+    let mut gpus = vec![Gpu::default(); 2];
+    gpus[1].remapped_rows = (3, 1, 1, 1);
+    let yaml = dir.yaml(&gpus);
+    let csv = dir.0.join("health.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n",
+    )
+    .unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_EXP_GPU_HEALTH_STATUS")
+            .iter()
+            .any(|s| s.value != 0.0)
+    });
+    let mut failing: Vec<String> = series(&page, "DCGM_EXP_GPU_HEALTH_STATUS")
+        .iter()
+        .filter(|s| s.value != 0.0)
+        .map(|s| {
+            format!(
+                "gpu {} {} {} {}",
+                s.labels["gpu"], s.labels["health_watch"], s.labels["health_error_code"], s.value
+            )
+        })
+        .collect();
+    failing.sort();
+    assert_eq!(
+        failing,
+        [
+            "gpu 1 ALL DCGM_FR_ROW_REMAP_FAILURE 20",
+            "gpu 1 MEM DCGM_FR_ROW_REMAP_FAILURE 20"
+        ]
+    );
+}
