@@ -242,7 +242,9 @@ pub fn pod_map(
             namespace: a.namespace.clone(),
             pod: a.pod.clone(),
             container: a.container.clone(),
-            vgpu: device_ids::shared_gpu(&a.device_id).map(str::to_string),
+            vgpu: device_ids::shared_gpu(&a.device_id)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
             meta: metadata.and_then(|m| m.lookup(&a.namespace, &a.pod)),
         };
         for key in device_ids::keys(&a.device_id, mig, gpu_index) {
