@@ -2,6 +2,7 @@
 //! thread, serve HTTP until a signal arrives.
 
 use crate::app::{self, Engine, Runner, Shared};
+use crate::attribution::{self, Attribution};
 use crate::collect;
 use crate::config::{cli, counters, selector};
 use crate::hostname;
@@ -79,6 +80,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     );
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    let attribution = attribution_stage(&config, &settings)?;
+    let attribution = attribution.with_metrics(attribution::metrics::Metrics::register(
+        &shared.metrics,
+    ));
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -86,6 +91,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
+        attribution: std::sync::Mutex::new(attribution),
     });
     let collector = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
@@ -166,6 +172,63 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         c.stop();
     }
     served
+}
+
+/// The attribution options from the flags; NVML is loaded only with `-k`, as dcgm-exporter
+/// does, and its absence is not fatal.
+fn attribution_stage(
+    config: &cli::Config,
+    settings: &collect::Settings,
+) -> Result<Attribution, String> {
+    let only_with_k = [
+        (
+            config.kubernetes_gpu_id_type != "uid",
+            "--kubernetes-gpu-id-type",
+        ),
+        (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+        (
+            !config.nvidia_resource_names.is_empty(),
+            "--nvidia-resource-names",
+        ),
+        (
+            config.pod_resources_kubelet_socket.as_os_str()
+                != "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--pod-resources-kubelet-socket",
+        ),
+    ];
+    if !config.kubernetes {
+        for (_, flag) in only_with_k.iter().filter(|(set, _)| *set) {
+            tracing::warn!("{flag} has no effect without -k/--kubernetes");
+        }
+    }
+    let interval = Duration::from_millis(settings.interval_ms);
+    let opts = attribution::Options {
+        kubernetes: config.kubernetes,
+        kubelet_socket: config.pod_resources_kubelet_socket.clone(),
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
+        resource_names: config.nvidia_resource_names.clone(),
+        virtual_gpus: config.kubernetes_virtual_gpus,
+        old_names: config.use_old_namespace,
+        pod_uid: config.kubernetes_enable_pod_uid,
+        pod_labels: config.kubernetes_enable_pod_labels,
+        hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
+            .then(|| config.hpc_job_mapping_dir.clone().into()),
+        // The collection waits for the kubelet: bound it well inside one interval.
+        kubelet_deadline: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(10)),
+        proc_root: "/proc".into(),
+    };
+    let nvml = if config.kubernetes {
+        match attribution::nvml::RealNvml::load() {
+            Ok(n) => Some(Box::new(n) as Box<dyn attribution::nvml::NvmlView>),
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok(Attribution::new(opts, nvml))
 }
 
 async fn wait_for_signal() {
