@@ -81,9 +81,8 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
     let attribution = attribution_stage(&config, &settings)?;
-    let attribution = attribution.with_metrics(attribution::metrics::Metrics::register(
-        &shared.metrics,
-    ));
+    let attribution =
+        attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -217,7 +216,8 @@ fn attribution_stage(
         kubelet_deadline: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(10)),
         proc_root: "/proc".into(),
     };
-    let nvml = if config.kubernetes {
+    // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
+    let nvml = if config.kubernetes || config.container_labels {
         match attribution::nvml::RealNvml::load() {
             Ok(n) => Some(Box::new(n) as Box<dyn attribution::nvml::NvmlView>),
             Err(e) => {
@@ -228,7 +228,33 @@ fn attribution_stage(
     } else {
         None
     };
-    Ok(Attribution::new(opts, nvml))
+    let mut stage = Attribution::new(opts, nvml);
+    if config.container_labels {
+        stage = stage.with_source(Box::new(container_source(config, interval)?));
+    } else if !config.container_runtime_socket.is_empty() {
+        tracing::warn!("--container-runtime-socket has no effect without --container-labels");
+    }
+    Ok(stage)
+}
+
+/// `--container-labels`: refreshed once per collection interval on its own thread, each
+/// refresh bounded well inside the interval.
+fn container_source(
+    config: &cli::Config,
+    interval: Duration,
+) -> Result<attribution::container::ContainerSource, String> {
+    let socket = attribution::container::socket_path(&config.container_runtime_socket);
+    tracing::info!("container labels from {}", socket.display());
+    attribution::container::ContainerSource::start(
+        socket,
+        interval,
+        (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        if config.use_old_namespace {
+            "container_name"
+        } else {
+            "container"
+        },
+    )
 }
 
 async fn wait_for_signal() {

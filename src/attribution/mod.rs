@@ -4,6 +4,7 @@
 //! code, `merge`. Sources are refreshed on the collection thread (`Attribution::apply`, once
 //! per collection) and never during a scrape.
 
+pub mod container;
 pub mod device_ids;
 pub mod hpc;
 pub mod kubelet;
@@ -90,6 +91,9 @@ pub struct DeviceLabels {
 /// source that talks to something slow refreshes on its own thread and returns its cache.
 pub trait DeviceLabelSource: Send {
     fn name(&self) -> &'static str;
+    /// The GPUs on this collection's page (UUID -> GPU index), just before
+    /// `device_labels`: for sources that name GPUs by index or as "all".
+    fn observe_gpus(&mut self, _gpus: &HashMap<String, u32>) {}
     fn device_labels(&mut self) -> Result<Vec<DeviceLabels>, String>;
 }
 
@@ -622,6 +626,7 @@ impl Attribution {
         let mut extra = Vec::new();
         let mut results = Vec::new();
         for s in &mut self.sources {
+            s.observe_gpus(&gpus);
             match s.device_labels() {
                 Ok(l) => {
                     extra.extend(l);

@@ -301,15 +301,12 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_write_timeout: String,
-    /// Container labels to add to series (not supported yet).
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_CONTAINER_LABELS",
-        value_name = "LABELS",
-        default_value = ""
-    )]
-    pub container_labels: String,
-    /// Container runtime socket (with --container-labels).
+    /// Outside Kubernetes: a `container` label on GPUs explicitly assigned to a Docker or
+    /// podman container, from the runtime's API.
+    #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub container_labels: bool,
+    /// Container runtime API socket for --container-labels (default: /var/run/docker.sock,
+    /// else /run/podman/podman.sock, whichever exists).
     #[arg(
         long,
         env = "DCGM_CONTAINER_RUNTIME_SOCKET",
@@ -483,7 +480,6 @@ impl Config {
             ),
             (self.enable_pprof, "enable-pprof"),
             (!self.config_file.is_empty(), "config-file"),
-            (!self.container_labels.is_empty(), "container-labels"),
             (self.fake_gpus, "fake-gpus"),
         ]
         .into_iter()
@@ -606,7 +602,7 @@ mod tests {
         ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
         ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
-        ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some(""), Str),
+        ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some("false"), Bool),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
         // ours
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
@@ -1014,7 +1010,7 @@ mod tests {
             "--enable-gpu-bind-unbind-watch",
             "--enable-pprof",
             "--config-file=c.yml",
-            "--container-labels=a",
+            "--container-labels",
             "--fake-gpus",
             // Only with --kubernetes:
             "--pod-resources-kubelet-socket=/s",
@@ -1032,7 +1028,6 @@ mod tests {
                 "enable-gpu-bind-unbind-watch",
                 "enable-pprof",
                 "config-file",
-                "container-labels",
                 "fake-gpus",
             ]
         );
