@@ -81,9 +81,8 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
     let attribution = attribution_stage(&config, &settings)?;
-    let attribution = attribution.with_metrics(attribution::metrics::Metrics::register(
-        &shared.metrics,
-    ));
+    let attribution =
+        attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -213,21 +212,16 @@ fn attribution_stage(
         pod_labels: config.kubernetes_enable_pod_labels,
         hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
             .then(|| config.hpc_job_mapping_dir.clone().into()),
-        // The collection waits for the kubelet: bound it well inside one interval.
-        kubelet_deadline: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(10)),
+        // dcgm-exporter's per-call timeout.
+        kubelet_deadline: Duration::from_secs(10),
+        // The collection waits this long at most; a later answer serves the next one.
+        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
         proc_root: "/proc".into(),
     };
-    let nvml = if config.kubernetes {
-        match attribution::nvml::RealNvml::load() {
-            Ok(n) => Some(Box::new(n) as Box<dyn attribution::nvml::NvmlView>),
-            Err(e) => {
-                tracing::warn!("{e}");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let nvml = config.kubernetes.then(|| {
+        attribution::nvml::RealNvml::load()
+            .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
+    });
     Ok(Attribution::new(opts, nvml))
 }
 

@@ -19,6 +19,7 @@ fn opts() -> Options {
         pod_labels: false,
         hpc_dir: None,
         kubelet_deadline: Duration::from_secs(1),
+        kubelet_wait: Duration::from_secs(1),
         proc_root: "/nonexistent".into(),
     }
 }
@@ -73,7 +74,9 @@ fn series(page: Page) -> Vec<(BTreeMap<String, String>, f64)> {
         .filter(|l| !l.starts_with('#'))
         .map(|l| {
             let (head, value) = l.rsplit_once(' ').unwrap();
-            let inner = head.split_once('{').map_or("", |(_, r)| r.trim_end_matches('}'));
+            let inner = head
+                .split_once('{')
+                .map_or("", |(_, r)| r.trim_end_matches('}'));
             let labels = inner
                 .split("\",")
                 .filter(|kv| !kv.is_empty())
@@ -118,11 +121,7 @@ fn run_row(n: usize, row: &Row, virtual_gpus: bool) {
     };
     let mut page = Page::default();
     // The metric's device label is the row's (the table leaves some empty).
-    let mut l = vec![
-        ("gpu", "0"),
-        ("UUID", row.uuid),
-        ("device", row.device),
-    ];
+    let mut l = vec![("gpu", "0"), ("UUID", row.uuid), ("device", row.device)];
     if !row.profile.is_empty() {
         l.push(("GPU_I_PROFILE", row.profile));
         l.push(("GPU_I_ID", row.gi));
@@ -150,9 +149,21 @@ fn run_row(n: usize, row: &Row, virtual_gpus: bool) {
             format!("gpu-pod-{}", row.pod_ids.len() - 1)
         };
         assert_eq!(labels.get("pod"), Some(&pod), "{ctx}");
-        assert_eq!(labels.get("namespace").map(String::as_str), Some("default"), "{ctx}");
-        assert_eq!(labels.get("container").map(String::as_str), Some("default"), "{ctx}");
-        let want_vgpu = if virtual_gpus { row.vgpus.get(i).copied() } else { None };
+        assert_eq!(
+            labels.get("namespace").map(String::as_str),
+            Some("default"),
+            "{ctx}"
+        );
+        assert_eq!(
+            labels.get("container").map(String::as_str),
+            Some("default"),
+            "{ctx}"
+        );
+        let want_vgpu = if virtual_gpus {
+            row.vgpus.get(i).copied()
+        } else {
+            None
+        };
         assert_eq!(labels.get("vgpu").map(String::as_str), want_vgpu, "{ctx}");
     }
 }
@@ -200,8 +211,26 @@ fn device_id_table() {
         row(Uid, gpu, U, "", "", "0", &[u2], &[]),
         row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_u], &[]),
         row(Uid, "nvidia.com/a100", U, "", "", "0", &[U], &[]),
-        row(Name, gpu, "", "", "1g.10gb", "0", &["nvidia0/gi0/vgpu0"], &[]),
-        row(Name, gpu, "", "", "1g.10gb", "1", &["nvidia0/gi1/vgpu0"], &[]),
+        row(
+            Name,
+            gpu,
+            "",
+            "",
+            "1g.10gb",
+            "0",
+            &["nvidia0/gi0/vgpu0"],
+            &[],
+        ),
+        row(
+            Name,
+            gpu,
+            "",
+            "",
+            "1g.10gb",
+            "1",
+            &["nvidia0/gi1/vgpu0"],
+            &[],
+        ),
     ];
     for (i, r) in plain.iter().enumerate() {
         run_row(i + 1, r, false);
@@ -215,7 +244,16 @@ fn device_id_table() {
                 .map(|id| leak(device_ids::shared_gpu(id).unwrap_or("").to_string()))
                 .filter(|v| !v.is_empty())
                 .collect(),
-            ..row(r.id_type, r.resource, r.uuid, r.device, r.profile, r.gi, &[], &[])
+            ..row(
+                r.id_type,
+                r.resource,
+                r.uuid,
+                r.device,
+                r.profile,
+                r.gi,
+                &[],
+                &[],
+            )
         };
         let r = Row {
             pod_ids: plain[i].pod_ids.clone(),
@@ -228,26 +266,87 @@ fn device_id_table() {
     let mig_4 = leak(format!("{mig_u}::4"));
     let mig_5 = leak(format!("{mig_u}::5"));
     let shared = [
-        (21, row(Name, gpu, "", "", "mig", "3", &["nvidia0/gi3/vgpu0"], &["0"])),
-        (22, row(Name, gpu, "", "nvidia0", "", "0", &["nvidia0/vgpu1"], &["1"])),
+        (
+            21,
+            row(
+                Name,
+                gpu,
+                "",
+                "",
+                "mig",
+                "3",
+                &["nvidia0/gi3/vgpu0"],
+                &["0"],
+            ),
+        ),
+        (
+            22,
+            row(
+                Name,
+                gpu,
+                "",
+                "nvidia0",
+                "",
+                "0",
+                &["nvidia0/vgpu1"],
+                &["1"],
+            ),
+        ),
         (23, row(Uid, gpu, U, "", "", "0", &[u_2], &["2"])),
-        (24, row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_4], &["4"])),
+        (
+            24,
+            row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_4], &["4"]),
+        ),
         (
             25,
-            row(Name, gpu, "", "", "mig", "3", &["nvidia0/gi3/vgpu0", "nvidia0/gi3/vgpu1"], &["0", "1"]),
+            row(
+                Name,
+                gpu,
+                "",
+                "",
+                "mig",
+                "3",
+                &["nvidia0/gi3/vgpu0", "nvidia0/gi3/vgpu1"],
+                &["0", "1"],
+            ),
         ),
         (
             26,
-            row(Name, gpu, "", "nvidia0", "", "0", &["nvidia0/vgpu1", "nvidia0/vgpu2"], &["1", "2"]),
+            row(
+                Name,
+                gpu,
+                "",
+                "nvidia0",
+                "",
+                "0",
+                &["nvidia0/vgpu1", "nvidia0/vgpu2"],
+                &["1", "2"],
+            ),
         ),
         (27, row(Uid, gpu, U, "", "", "0", &[u_2, u_3], &["2", "3"])),
-        (28, row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_4, mig_5], &["4", "5"])),
+        (
+            28,
+            row(
+                Uid,
+                mig,
+                mig_u,
+                "0",
+                "1g.10gb",
+                "3",
+                &[mig_4, mig_5],
+                &["4", "5"],
+            ),
+        ),
         (29, row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[], &[])),
     ];
     for (n, r) in &shared {
         run_row(*n, r, true);
     }
-    run_row(30, &row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[], &[]), false);
+    run_row(
+        30,
+        &row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[], &[]),
+        false,
+    );
 }
 
 #[test]
@@ -372,7 +471,11 @@ fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
         ..Snapshot::default()
     };
     let mut page = Page::default();
-    for field in ["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"] {
+    for field in [
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+    ] {
         for g in 0..3 {
             let uuid = format!("GPU-{g}");
             let gs = g.to_string();
@@ -529,6 +632,9 @@ fn links_and_switches_are_never_attributed() {
     page.add("S", "h", PromType::Gauge, &[("nvswitch", "nvswitch0")], 1.0);
     merge(&mut page, &snap, &opts());
     for (l, _) in series(page) {
-        assert!(!l.contains_key("pod") && !l.contains_key("hpc_job"), "{l:?}");
+        assert!(
+            !l.contains_key("pod") && !l.contains_key("hpc_job"),
+            "{l:?}"
+        );
     }
 }
