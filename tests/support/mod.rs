@@ -20,14 +20,16 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds dcgm-sim (library and host engine) once per test binary; `cargo test` on a
-/// clean clone does not build another package's cdylib for us.
+/// Builds dcgm-sim (library and host engine) and nvml-sim once per test binary; `cargo
+/// test` on a clean clone does not build another package's cdylib for us.
 pub fn sim_built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = bin_dir();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "dcgm-sim", "--lib", "--bins"]);
+        cmd.args([
+            "build", "-q", "-p", "dcgm-sim", "-p", "nvml-sim", "--lib", "--bins",
+        ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -42,6 +44,11 @@ pub fn sim_built() -> &'static Path {
 
 pub fn sim_library() -> PathBuf {
     sim_built().join("libdcgm.so.4")
+}
+
+/// The simulated NVML, under the name NVML clients load (`libnvidia-ml.so.1`).
+pub fn nvml_library() -> PathBuf {
+    sim_built().join("libnvidia-ml.so.1")
 }
 
 pub fn hostengine_binary() -> PathBuf {
