@@ -303,3 +303,126 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     let stderr = e.stderr();
     assert_eq!(stderr.matches("List failed").count(), 1, "{stderr}");
 }
+
+/// The exporter with the simulated NVML on its library path.
+fn with_sim_nvml(b: support::ExporterBuilder) -> support::ExporterBuilder {
+    let dir = support::nvml_library();
+    b.env("LD_LIBRARY_PATH", dir.parent().unwrap().to_str().unwrap())
+}
+
+#[test]
+fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
+    // The MIG device's UUID and GPU-instance id, as a device plugin would see them.
+    let profile = support::repo("etc/sim/a100-mixed-mig.toml");
+    std::env::set_var("DCGM_SIM_PROFILE", &profile);
+    let (mig_uuid, gi) = {
+        let nvml = nvml_wrapper::Nvml::builder()
+            .lib_path(support::nvml_library().as_os_str())
+            .init()
+            .expect("simulated NVML");
+        let gpu1 = nvml.device_by_index(1).unwrap();
+        let mig = gpu1.mig_device_by_index(0).unwrap();
+        (
+            mig.uuid().unwrap(),
+            dcgm_sys::nvml_ext::gpu_instance_id(&mig).expect("GPU-instance id"),
+        )
+    };
+    assert!(mig_uuid.starts_with("MIG-"), "{mig_uuid}");
+
+    let kubelet = FakeKubelet::start();
+    let e = with_sim_nvml(exporter())
+        .profile("a100-mixed-mig.toml")
+        .args(&["-k", "--pod-resources-kubelet-socket"])
+        .arg(kubelet.socket().to_str().unwrap())
+        .start();
+    kubelet.set_pods(vec![pod(
+        "inference",
+        "llm-0",
+        "server",
+        &[("nvidia.com/mig-3g.40gb", &[&mig_uuid])],
+    )]);
+    let page = e.scrape_until(10, |s| s.iter().any(|s| s.label("pod") == Some("llm-0")));
+    let gi = gi.to_string();
+    let attributed: Vec<&Sample> = page.iter().filter(|s| s.label("pod").is_some()).collect();
+    for s in &attributed {
+        assert_eq!(s.label("gpu"), Some("1"), "{s:?}");
+        assert_eq!(s.label("GPU_I_ID"), Some(gi.as_str()), "{s:?}");
+        assert_eq!(s.label("namespace"), Some("inference"));
+        assert_eq!(s.label("container"), Some("server"));
+    }
+    // Every series of that instance, and no other instance's.
+    let of_instance = page
+        .iter()
+        .filter(|s| s.label("gpu") == Some("1") && s.label("GPU_I_ID") == Some(gi.as_str()))
+        .count();
+    assert_eq!(attributed.len(), of_instance);
+    assert!(
+        !e.stderr().contains("cannot map MIG device"),
+        "{}",
+        e.stderr()
+    );
+}
+
+#[test]
+fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
+    let kubelet = FakeKubelet::start();
+    let e = with_sim_nvml(exporter())
+        .profile("a100-mixed-mig.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-virtual-gpus",
+            "--pod-resources-kubelet-socket",
+        ])
+        .arg(kubelet.socket().to_str().unwrap())
+        .start();
+    // GPU 4 is a whole GPU that the profile runs two processes on.
+    let uuid = series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some("4"))
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 4")
+        .to_string();
+    kubelet.set_pods(vec![
+        pod(
+            "a",
+            "worker-a",
+            "c",
+            &[("nvidia.com/gpu", &[&format!("{uuid}::0")])],
+        ),
+        pod(
+            "a",
+            "worker-b",
+            "c",
+            &[("nvidia.com/gpu", &[&format!("{uuid}::1")])],
+        ),
+    ]);
+    let page = e.scrape_until(10, |s| with_pod(s, "DCGM_FI_DEV_GPU_TEMP").len() == 2);
+    let on_gpu4 = |name: &str| -> Vec<(Option<String>, Option<String>)> {
+        let mut v: Vec<_> = series(&page, name)
+            .into_iter()
+            .filter(|s| s.label("gpu") == Some("4"))
+            .map(|s| {
+                (
+                    s.label("pod").map(str::to_string),
+                    s.label("vgpu").map(str::to_string),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let pods = [
+        (Some("worker-a".to_string()), Some("0".to_string())),
+        (Some("worker-b".to_string()), Some("1".to_string())),
+    ];
+    // Ordinary fields: one series per pod, the device series gone.
+    assert_eq!(on_gpu4("DCGM_FI_DEV_GPU_TEMP"), pods);
+    // Per-process fields: the device series stays, plus one per pod.
+    for f in ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"] {
+        let got = on_gpu4(f);
+        assert_eq!(got.len(), 3, "{f}: {got:?}");
+        assert_eq!(got[0], (None, None), "{f}");
+        assert_eq!(got[1..], pods, "{f}");
+    }
+    assert!(!e.stderr().contains("per-process data"), "{}", e.stderr());
+}
