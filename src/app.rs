@@ -245,6 +245,10 @@ impl Runner {
                 Err(StartError::Config(e)) => tracing::error!("after MIG change: {e}"),
             }
         }
+        self.attribution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .begin();
         let mut page = Page::default();
         c.collect(&mut page)?;
         {

@@ -212,22 +212,22 @@ fn attribution_stage(
         pod_labels: config.kubernetes_enable_pod_labels,
         hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
             .then(|| config.hpc_job_mapping_dir.clone().into()),
-        // The collection waits for the kubelet: bound it well inside one interval.
-        kubelet_deadline: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(10)),
+        // dcgm-exporter's per-call timeout.
+        kubelet_deadline: Duration::from_secs(10),
+        // The collection waits this long at most; a later answer serves the next one.
+        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
         proc_root: "/proc".into(),
     };
     // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
-    let nvml = if config.kubernetes || config.container_labels {
-        match attribution::nvml::RealNvml::load() {
-            Ok(n) => Some(Box::new(n) as Box<dyn attribution::nvml::NvmlView>),
-            Err(e) => {
-                tracing::warn!("{e}");
-                None
-            }
+    let nvml = (config.kubernetes || config.container_labels).then(|| {
+        attribution::nvml::RealNvml::load()
+            .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
+    });
+    if config.container_labels && !config.kubernetes {
+        if let Some(Err(e)) = &nvml {
+            tracing::warn!("{e}: containers given MIG devices by MIG UUID get no container label");
         }
-    } else {
-        None
-    };
+    }
     let mut stage = Attribution::new(opts, nvml);
     if config.container_labels {
         stage = stage.with_source(Box::new(container_source(config, interval)?));

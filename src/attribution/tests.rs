@@ -19,6 +19,7 @@ fn opts() -> Options {
         pod_labels: false,
         hpc_dir: None,
         kubelet_deadline: Duration::from_secs(1),
+        kubelet_wait: Duration::from_secs(1),
         proc_root: "/nonexistent".into(),
     }
 }

@@ -2,6 +2,8 @@
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
 #![allow(dead_code)]
 
+pub mod kubelet;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
@@ -76,6 +78,7 @@ pub struct ExporterBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     profile: Option<PathBuf>,
+    listen_env: bool,
 }
 
 pub fn exporter() -> ExporterBuilder {
@@ -83,6 +86,7 @@ pub fn exporter() -> ExporterBuilder {
         args: Vec::new(),
         env: Vec::new(),
         profile: None,
+        listen_env: false,
     }
 }
 
@@ -97,6 +101,11 @@ impl ExporterBuilder {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
+        self
+    }
+    /// Listen through `DCGM_EXPORTER_LISTEN=:<port>` (as NVIDIA's DaemonSet does) instead of -a.
+    pub fn listen_env(mut self) -> Self {
+        self.listen_env = true;
         self
     }
     /// A simulator profile file under etc/sim/.
@@ -120,7 +129,9 @@ impl ExporterBuilder {
                     .expect("utf-8 path"),
             ]);
         }
-        if !has("-a") && !has("--address") {
+        if self.listen_env {
+            cmd.env("DCGM_EXPORTER_LISTEN", format!(":{port}"));
+        } else if !has("-a") && !has("--address") {
             cmd.args(["-a", &format!("127.0.0.1:{port}")]);
         }
         if !has("-c") && !has("--collect-interval") {
