@@ -24,6 +24,7 @@ struct FakeRuntime {
     _dir: tempfile::TempDir,
     socket: PathBuf,
     requests: Arc<AtomicUsize>,
+    paths: Arc<std::sync::Mutex<Vec<String>>>,
     _rt: tokio::runtime::Runtime,
 }
 
@@ -48,15 +49,21 @@ impl FakeRuntime {
             tokio::net::UnixListener::bind(&socket).expect("bind the fake runtime's socket")
         };
         let requests = Arc::new(AtomicUsize::new(0));
+        let paths = Arc::new(std::sync::Mutex::new(Vec::new()));
         let containers = Arc::new(containers);
         let count = requests.clone();
+        let log = paths.clone();
         rt.spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let containers = containers.clone();
                 let count = count.clone();
+                let log = log.clone();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
+                    let service = hyper::service::service_fn(move |req: Request<_>| {
                         count.fetch_add(1, Ordering::SeqCst);
+                        if let Ok(mut l) = log.lock() {
+                            l.push(req.uri().path().to_string());
+                        }
                         answer(req, containers.clone(), pace)
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
@@ -69,12 +76,21 @@ impl FakeRuntime {
             _dir: dir,
             socket,
             requests,
+            paths,
             _rt: rt,
         }
     }
 
     fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// How many times each path was asked for.
+    fn asked(&self, path: &str) -> usize {
+        self.paths
+            .lock()
+            .map(|p| p.iter().filter(|x| *x == path).count())
+            .unwrap_or(0)
     }
 }
 
@@ -319,7 +335,17 @@ fn gpus_assigned_to_containers_carry_their_names() {
         "{}",
         dump(&s)
     );
-    assert!(fake.requests() >= 6, "the exporter asked the runtime");
+    // The runtime is listed every interval; each running container is inspected once
+    // (what it was given cannot change while it runs).
+    let listed = fake.asked("/containers/json");
+    e.scrape_until(20, |_| fake.asked("/containers/json") >= listed + 3);
+    for n in 1..=5 {
+        assert_eq!(
+            fake.asked(&format!("/containers/{}/json", id(n))),
+            1,
+            "container {n}"
+        );
+    }
 }
 
 #[test]

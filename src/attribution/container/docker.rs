@@ -22,6 +22,30 @@ use serde::Deserialize;
 pub struct Listed {
     #[serde(rename = "Id")]
     pub id: String,
+    /// `["/name"]`; a rename shows here at once.
+    #[serde(rename = "Names", default)]
+    pub names: Option<Vec<String>>,
+}
+
+impl Listed {
+    pub fn label(&self) -> String {
+        let name = self
+            .names
+            .as_deref()
+            .and_then(|n| n.first())
+            .map_or("", String::as_str);
+        label_of(name, &self.id)
+    }
+}
+
+/// A container's name without its slash, or its short id (12 characters) when unnamed.
+fn label_of(name: &str, id: &str) -> String {
+    let name = name.trim_start_matches('/');
+    if name.is_empty() {
+        id.chars().take(12).collect()
+    } else {
+        name.to_string()
+    }
 }
 
 /// The parts of `GET /containers/{id}/json` that say which GPUs a container has.
@@ -127,12 +151,7 @@ impl DeviceRequest {
 impl Inspect {
     /// `name` without its slash, or the short id (12 characters) of an unnamed container.
     pub fn label(&self) -> String {
-        let name = self.name.trim_start_matches('/');
-        if name.is_empty() {
-            self.id.chars().take(12).collect()
-        } else {
-            name.to_string()
-        }
+        label_of(&self.name, &self.id)
     }
 
     fn env(&self, key: &str) -> Option<&str> {
@@ -270,5 +289,12 @@ mod tests {
         let c = inspect(r#"{"Id":"0123456789abcdef0123","Name":""}"#);
         assert_eq!(c.label(), "0123456789ab");
         assert!(c.gpus().is_empty());
+        let listed: Vec<Listed> = serde_json::from_str(
+            r#"[{"Id":"0123456789abcdef0123","Names":["/web"],"State":"running"},
+                {"Id":"fedcba9876543210fedc","Names":[],"State":"running"}]"#,
+        )
+        .unwrap();
+        assert_eq!(listed[0].label(), "web");
+        assert_eq!(listed[1].label(), "fedcba987654");
     }
 }

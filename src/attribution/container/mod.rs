@@ -73,12 +73,15 @@ impl ContainerSource {
         let sink = latest.clone();
         std::thread::Builder::new()
             .name("container-labels".into())
-            .spawn(move || loop {
-                let answer = refresh(&socket, Instant::now() + deadline);
-                *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
-                match stopped.recv_timeout(interval) {
-                    Err(RecvTimeoutError::Timeout) => continue,
-                    _ => break,
+            .spawn(move || {
+                let mut seen = Inspected::new();
+                loop {
+                    let answer = refresh(&socket, Instant::now() + deadline, &mut seen);
+                    *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+                    match stopped.recv_timeout(interval) {
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        _ => break,
+                    }
                 }
             })
             .map_err(|e| format!("cannot start the container-labels thread: {e}"))?;
@@ -91,8 +94,13 @@ impl ContainerSource {
     }
 }
 
-/// One look at the runtime: every running container and its GPUs.
-fn refresh(socket: &Path, deadline: Instant) -> Result<Assignments, String> {
+/// What was inspected, by container id: the GPUs a container was created with cannot
+/// change while it runs, so each running container is inspected once.
+type Inspected = HashMap<String, Vec<GpuRef>>;
+
+/// One look at the runtime: every running container and its GPUs (names from the listing,
+/// so renames show; new containers inspected, gone ones forgotten).
+fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Assignments, String> {
     let get_json = |path: &str| -> Result<Option<Vec<u8>>, String> {
         let (status, body) = http::get(socket, path, deadline)?;
         match status {
@@ -114,21 +122,24 @@ fn refresh(socket: &Path, deadline: Instant) -> Result<Assignments, String> {
     })?;
     let listed: Vec<Listed> = serde_json::from_slice(&list)
         .map_err(|e| format!("GET /containers/json on {}: {e}", socket.display()))?;
+    seen.retain(|id, _| listed.iter().any(|c| &c.id == id));
     let mut out = Vec::new();
-    for c in listed {
+    for c in &listed {
         // Ids are hex; anything else is not put into a URL.
         if c.id.is_empty() || !c.id.chars().all(|ch| ch.is_ascii_alphanumeric()) {
             continue;
         }
-        let path = format!("/containers/{}/json", c.id);
-        let Some(body) = get_json(&path)? else {
-            continue;
-        };
-        let inspect: Inspect = serde_json::from_slice(&body)
-            .map_err(|e| format!("GET {path} on {}: {e}", socket.display()))?;
-        let gpus = inspect.gpus();
-        if !gpus.is_empty() {
-            out.push((inspect.label(), gpus));
+        if !seen.contains_key(&c.id) {
+            let path = format!("/containers/{}/json", c.id);
+            let Some(body) = get_json(&path)? else {
+                continue;
+            };
+            let inspect: Inspect = serde_json::from_slice(&body)
+                .map_err(|e| format!("GET {path} on {}: {e}", socket.display()))?;
+            seen.insert(c.id.clone(), inspect.gpus());
+        }
+        if let Some(gpus) = seen.get(&c.id).filter(|g| !g.is_empty()) {
+            out.push((c.label(), gpus.clone()));
         }
     }
     Ok(out)
