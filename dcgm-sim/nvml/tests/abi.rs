@@ -21,6 +21,7 @@ const NOT_FOUND: c_uint = 6;
 const INSUFFICIENT_SIZE: c_uint = 7;
 const GPU_IS_LOST: c_uint = 15;
 const ARGUMENT_VERSION_MISMATCH: c_uint = 25;
+const UNKNOWN: c_uint = 999;
 
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug)]
@@ -255,4 +256,23 @@ fn control_file_faults_reach_nvml_as_they_reach_dcgm() {
     assert_eq!(mem.used, 0);
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     let _ = std::fs::remove_file(control);
+}
+
+#[test]
+fn a_bad_profile_fails_init_and_leaves_the_library_uninitialised() {
+    let _l = lock();
+    let dir = std::env::temp_dir().join(format!("nvml-sim-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[gpus]\ncount = 1\nmodel = \"x\"\n[[processes]]\npid = 1\ngpu = 3\n",
+    )
+    .unwrap();
+    std::env::set_var("DCGM_SIM_PROFILE", &bad);
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), UNKNOWN);
+    assert_eq!(nvml.count(), UNINITIALIZED);
+    assert_eq!(nvml.call0("nvmlShutdown"), UNINITIALIZED);
+    let _ = std::fs::remove_dir_all(dir);
 }
