@@ -302,6 +302,14 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     std::thread::sleep(Duration::from_millis(1500));
     let stderr = e.stderr();
     assert_eq!(stderr.matches("List failed").count(), 1, "{stderr}");
+
+    // The kubelet comes up later (node boot): pods are attributed, /health is clean again.
+    let kubelet = FakeKubelet::start_at(&dir.path().join("kubelet.sock"));
+    let gpu = temp[0].label("UUID").unwrap().to_string();
+    kubelet.set_pods(vec![pod("ml", "late", "c", &[("nvidia.com/gpu", &[&gpu])])]);
+    e.scrape_until(15, |s| !with_pod(s, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    let (code, body) = e.get("/health");
+    assert_eq!((code, body.trim()), (200, "OK"));
 }
 
 /// The exporter with the simulated NVML on its library path.
@@ -335,15 +343,44 @@ fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
         .args(&["-k", "--pod-resources-kubelet-socket"])
         .arg(kubelet.socket().to_str().unwrap())
         .start();
-    kubelet.set_pods(vec![pod(
-        "inference",
-        "llm-0",
-        "server",
-        &[("nvidia.com/mig-3g.40gb", &[&mig_uuid])],
-    )]);
-    let page = e.scrape_until(10, |s| s.iter().any(|s| s.label("pod") == Some("llm-0")));
+    // GKE names MIG devices nvidia<gpu>/gi<GPU_I_ID>: no NVML involved.
+    let gke_gi = e
+        .scrape()
+        .iter()
+        .find(|s| s.label("gpu") == Some("3"))
+        .and_then(|s| s.label("GPU_I_ID").map(str::to_string))
+        .expect("a GPU instance on GPU 3");
+    kubelet.set_pods(vec![
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[("nvidia.com/mig-3g.40gb", &[&mig_uuid])],
+        ),
+        pod(
+            "gke",
+            "gke-pod",
+            "c",
+            &[("nvidia.com/gpu", &[&format!("nvidia3/gi{gke_gi}")])],
+        ),
+    ]);
+    let page = e.scrape_until(10, |s| {
+        s.iter().any(|s| s.label("pod") == Some("llm-0"))
+            && s.iter().any(|s| s.label("pod") == Some("gke-pod"))
+    });
+    let gke: Vec<&Sample> = page
+        .iter()
+        .filter(|s| s.label("pod") == Some("gke-pod"))
+        .collect();
+    for s in &gke {
+        assert_eq!(s.label("gpu"), Some("3"), "{s:?}");
+        assert_eq!(s.label("GPU_I_ID"), Some(gke_gi.as_str()), "{s:?}");
+    }
     let gi = gi.to_string();
-    let attributed: Vec<&Sample> = page.iter().filter(|s| s.label("pod").is_some()).collect();
+    let attributed: Vec<&Sample> = page
+        .iter()
+        .filter(|s| s.label("pod") == Some("llm-0"))
+        .collect();
     for s in &attributed {
         assert_eq!(s.label("gpu"), Some("1"), "{s:?}");
         assert_eq!(s.label("GPU_I_ID"), Some(gi.as_str()), "{s:?}");
@@ -425,4 +462,40 @@ fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
         assert_eq!(got[1..], pods, "{f}");
     }
     assert!(!e.stderr().contains("per-process data"), "{}", e.stderr());
+}
+
+#[test]
+fn hpc_jobs_without_kubernetes_and_k_only_options_warn() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("0"), "job-17\njob-18\n").unwrap();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["--kubernetes-virtual-gpus", "--hpc-job-mapping-dir"])
+        .arg(dir.path().to_str().unwrap())
+        .start();
+    let page = e.scrape_until(10, |s| {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .any(|s| s.label("hpc_job").is_some())
+    });
+    let mut jobs: Vec<_> = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|s| s.label("hpc_job").unwrap_or("-").to_string())
+        .collect();
+    jobs.sort();
+    assert_eq!(jobs, ["job-17", "job-18"]);
+    // The job file changes: the next collection follows it.
+    std::fs::write(dir.path().join("0"), "job-19\n").unwrap();
+    e.scrape_until(10, |s| {
+        let t = series(s, "DCGM_FI_DEV_GPU_TEMP");
+        t.len() == 1 && t[0].label("hpc_job") == Some("job-19")
+    });
+    let stderr = e.stderr();
+    assert_eq!(
+        stderr
+            .matches("--kubernetes-virtual-gpus has no effect without -k")
+            .count(),
+        1,
+        "{stderr}"
+    );
 }

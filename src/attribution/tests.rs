@@ -168,6 +168,8 @@ fn run_row(n: usize, row: &Row, virtual_gpus: bool) {
     }
 }
 
+// One argument per column of upstream's table, so rows read like the table.
+#[allow(clippy::too_many_arguments)]
 fn row(
     id_type: IdType,
     resource: &'static str,

@@ -68,6 +68,15 @@ impl FakeKubelet {
     pub fn start() -> FakeKubelet {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("kubelet.sock");
+        Self::serve(dir, socket)
+    }
+
+    /// Serves on `socket` (e.g. a path the exporter was already told about).
+    pub fn start_at(socket: &Path) -> FakeKubelet {
+        Self::serve(tempfile::tempdir().expect("tempdir"), socket.to_path_buf())
+    }
+
+    fn serve(dir: tempfile::TempDir, socket: PathBuf) -> FakeKubelet {
         let state = Arc::new(State::default());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
