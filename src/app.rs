@@ -12,15 +12,15 @@
 //! Scrapes never call DCGM; they read the last published page, which also stops being
 //! served once its oldest sample is too old (`collect::freshness`).
 
+use crate::attribution::Attribution;
 use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
-use crate::output::render::{DropReason, Page};
+use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
 use crate::output::sink::Sink;
 use crate::worker::{Abandoned, JobError, Worker};
 use dcgm_sys::{ConnectTarget, Library, Session, Status};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, RwLock};
@@ -47,6 +47,8 @@ pub struct Shared {
     /// Why the last collection failed; `None` after a success.
     last_error: Mutex<Option<String>>,
     last_success: Mutex<Option<Instant>>,
+    /// Attribution sources that are failing: shown on /health, which stays healthy.
+    notes: Mutex<Vec<String>>,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
@@ -65,6 +67,7 @@ impl Shared {
             connected: AtomicBool::new(false),
             last_error: Mutex::new(None),
             last_success: Mutex::new(None),
+            notes: Mutex::new(Vec::new()),
             metrics: SelfMetrics::new(),
             interval,
             require_gpus: AtomicBool::new(false),
@@ -106,6 +109,15 @@ impl Shared {
 
     fn set_error(&self, e: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down).
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_notes(&self, notes: Vec<String>) {
+        *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
     }
 
     /// `Ok(())` while DCGM is connected and the page holds fresh values; else why not.
@@ -181,17 +193,13 @@ enum Failure {
 }
 
 /// A finished collection, rendered.
+/// What one collection job hands back to the loop: the page as DCGM filled it (attribution
+/// and rendering happen on the loop's thread, outside the DCGM deadline).
 struct Collected {
-    bytes: Vec<u8>,
-    /// The page before encoding and the node it describes, for the sinks (when any).
-    families: Vec<prometheus::proto::MetricFamily>,
+    page: Page,
+    /// The node the page describes, for the sinks (when any).
     topology: Option<crate::collect::topology::Topology>,
     gpus: usize,
-    series: usize,
-    dropped: BTreeMap<DropReason, u64>,
-    /// Pieces of the collection that failed: (source, reason) -> count.
-    failures: BTreeMap<(String, String), u64>,
-    oldest_sample_us: i64,
 }
 
 enum TickResult {
@@ -210,6 +218,8 @@ pub struct Runner {
     pub shared: Arc<Shared>,
     /// Where each published page also goes (textfile, dumps); see `output::sink`.
     pub sinks: Vec<Box<dyn Sink>>,
+    /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
+    pub attribution: Mutex<Attribution>,
 }
 
 impl Runner {
@@ -334,18 +344,8 @@ impl Runner {
             if let Err(e) = c.collect(&mut page) {
                 return failed(d, e);
             }
-            let series = page.series_count();
-            let dropped = page.dropped.clone();
-            let failures = std::mem::take(&mut page.failures);
-            let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
-            let families = page.into_families();
             Ok(TickResult::Collected(Box::new(Collected {
-                series,
-                dropped,
-                failures,
-                oldest_sample_us,
-                bytes: crate::output::render::encode_families(&families),
-                families: if with_sinks { families } else { Vec::new() },
+                page,
                 topology: with_sinks.then(|| c.topology().clone()),
                 gpus: c.gpu_count(),
             })))
@@ -407,16 +407,26 @@ impl Runner {
     }
 
     fn succeeded(&self, c: Collected, took: Duration) {
+        let Collected {
+            mut page,
+            topology,
+            gpus,
+        } = c;
+        {
+            let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
+            a.apply(&mut page);
+            self.shared.set_notes(a.notes());
+        }
         let m = &self.shared.metrics;
-        for (reason, n) in &c.dropped {
+        for (reason, n) in &page.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
-        for ((source, reason), n) in &c.failures {
+        for ((source, reason), n) in &page.failures {
             m.collection_errors
                 .with_label_values(&[source, reason])
                 .inc_by(*n);
         }
-        m.series.set(c.series as i64);
+        m.series.set(page.series_count() as i64);
         m.collection_duration.set(took.as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(
@@ -425,12 +435,17 @@ impl Runner {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
         );
-        self.shared.publish(c.bytes, c.oldest_sample_us);
-        self.shared.gpus.store(c.gpus, Ordering::SeqCst);
-        if let Some(topology) = &c.topology {
+        let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
+        let families = page.into_families();
+        self.shared.publish(
+            crate::output::render::encode_families(&families),
+            oldest_sample_us,
+        );
+        self.shared.gpus.store(gpus, Ordering::SeqCst);
+        if let Some(topology) = &topology {
             let published = self.shared.page();
             for s in &self.sinks {
-                s.published(topology, &c.families, &published);
+                s.published(topology, &families, &published);
             }
         }
         *self
@@ -596,6 +611,12 @@ impl Loop<'_> {
             runner.build(worker, runner.counters(), &mut stop)?;
             *built = true;
         }
+        // The kubelet is asked now, so its answer is there when the page is attributed.
+        runner
+            .attribution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .begin();
         let collected = match runner.collect(worker, &mut stop)? {
             TickResult::Collected(c) => c,
             TickResult::MigChanged => {

@@ -2,6 +2,7 @@
 //! thread, serve HTTP until a signal arrives.
 
 use crate::app::{self, Engine, Runner, Shared};
+use crate::attribution::{self, Attribution};
 use crate::collect;
 use crate::config::{cli, selector};
 use crate::hostname;
@@ -92,6 +93,9 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
     if config.enable_exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
+    let attribution = attribution_stage(&config, &settings)?;
+    let attribution =
+        attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -100,6 +104,7 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         settings,
         shared: shared.clone(),
         sinks,
+        attribution: std::sync::Mutex::new(attribution),
     });
     let worker = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
@@ -233,6 +238,90 @@ fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
         )),
         m => Ok(m as u64),
     }
+}
+
+/// The attribution options from the flags; NVML is loaded only with `-k`, as dcgm-exporter
+/// does, and its absence is not fatal.
+fn attribution_stage(
+    config: &cli::Config,
+    settings: &collect::Settings,
+) -> Result<Attribution, String> {
+    let only_with_k = [
+        (
+            config.kubernetes_gpu_id_type != "uid",
+            "--kubernetes-gpu-id-type",
+        ),
+        (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+        (
+            !config.nvidia_resource_names.is_empty(),
+            "--nvidia-resource-names",
+        ),
+        (
+            config.pod_resources_kubelet_socket.as_os_str()
+                != "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--pod-resources-kubelet-socket",
+        ),
+    ];
+    if !config.kubernetes {
+        for (_, flag) in only_with_k.iter().filter(|(set, _)| *set) {
+            tracing::warn!("{flag} has no effect without -k/--kubernetes");
+        }
+    }
+    let interval = Duration::from_millis(settings.interval_ms);
+    let opts = attribution::Options {
+        kubernetes: config.kubernetes,
+        kubelet_socket: config.pod_resources_kubelet_socket.clone(),
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
+        resource_names: config.nvidia_resource_names.clone(),
+        virtual_gpus: config.kubernetes_virtual_gpus,
+        old_names: config.use_old_namespace,
+        pod_uid: config.kubernetes_enable_pod_uid,
+        pod_labels: config.kubernetes_enable_pod_labels,
+        hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
+            .then(|| config.hpc_job_mapping_dir.clone().into()),
+        // dcgm-exporter's per-call timeout.
+        kubelet_deadline: Duration::from_secs(10),
+        // The collection waits this long at most; a later answer serves the next one.
+        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        proc_root: "/proc".into(),
+    };
+    // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
+    let nvml = (config.kubernetes || config.container_labels).then(|| {
+        attribution::nvml::RealNvml::load()
+            .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
+    });
+    if config.container_labels && !config.kubernetes {
+        if let Some(Err(e)) = &nvml {
+            tracing::warn!("{e}: containers given MIG devices by MIG UUID get no container label");
+        }
+    }
+    let mut stage = Attribution::new(opts, nvml);
+    if config.container_labels {
+        stage = stage.with_source(Box::new(container_source(config, interval)?));
+    } else if !config.container_runtime_socket.is_empty() {
+        tracing::warn!("--container-runtime-socket has no effect without --container-labels");
+    }
+    Ok(stage)
+}
+
+/// `--container-labels`: refreshed once per collection interval on its own thread, each
+/// refresh bounded well inside the interval.
+fn container_source(
+    config: &cli::Config,
+    interval: Duration,
+) -> Result<attribution::container::ContainerSource, String> {
+    let socket = attribution::container::socket_path(&config.container_runtime_socket);
+    tracing::info!("container labels from {}", socket.display());
+    attribution::container::ContainerSource::start(
+        socket,
+        interval,
+        (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        if config.use_old_namespace {
+            "container_name"
+        } else {
+            "container"
+        },
+    )
 }
 
 async fn wait_for_signal() {

@@ -4,7 +4,7 @@
 
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Go's strconv.ParseBool spellings.
@@ -105,7 +105,7 @@ pub struct Config {
     /// DCGM sampling interval in milliseconds.
     #[arg(short = 'c', long, env = "DCGM_EXPORTER_INTERVAL", value_name = "MS", default_value = "30000", value_parser = go_int!())]
     pub collect_interval: i64,
-    /// Map GPUs to Kubernetes pods (not supported yet).
+    /// Map GPUs to Kubernetes pods through the kubelet PodResources API.
     #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes: bool,
     /// Use the 1.x label names (`uuid`, `pod_name`, ...).
@@ -145,7 +145,7 @@ pub struct Config {
     /// Add a pod_uid label (not supported yet).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_uid: bool,
-    /// How kubelet device ids are matched to GPUs: uid or device-name (not supported yet).
+    /// How kubelet device ids are matched to GPUs: uid or device-name (with --kubernetes).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_name = "TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
     pub kubernetes_gpu_id_type: String,
     /// Regexes of pod labels to keep, comma-separated (not supported yet).
@@ -222,7 +222,7 @@ pub struct Config {
         default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
     )]
     pub pod_resources_kubelet_socket: PathBuf,
-    /// Directory of HPC job mapping files (not supported yet).
+    /// Directory of HPC job mapping files (`<gpu>` or `<gpu>.<gi>`, one job id a line).
     #[arg(
         long,
         env = "DCGM_HPC_JOB_MAPPING_DIR",
@@ -230,7 +230,7 @@ pub struct Config {
         default_value = ""
     )]
     pub hpc_job_mapping_dir: String,
-    /// Extra Kubernetes resource names that are GPUs, comma-separated (not supported yet).
+    /// Extra Kubernetes resource names that are GPUs, comma-separated (with --kubernetes).
     #[arg(
         long,
         env = "NVIDIA_RESOURCE_NAMES",
@@ -238,7 +238,7 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub nvidia_resource_names: Vec<String>,
-    /// Shared GPUs: one series per sharing pod (not supported yet).
+    /// Shared GPUs: one series per sharing pod, with a vgpu label (with --kubernetes).
     #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_virtual_gpus: bool,
     /// Write JSON debug dumps (series and device info) after every collection.
@@ -303,15 +303,12 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_write_timeout: String,
-    /// Container labels to add to series (not supported yet).
-    #[arg(
-        long,
-        env = "DCGM_EXPORTER_CONTAINER_LABELS",
-        value_name = "LABELS",
-        default_value = ""
-    )]
-    pub container_labels: String,
-    /// Container runtime socket (with --container-labels).
+    /// Outside Kubernetes: a `container` label on GPUs explicitly assigned to a Docker or
+    /// podman container, from the runtime's API.
+    #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub container_labels: bool,
+    /// Container runtime API socket for --container-labels (default: /var/run/docker.sock,
+    /// else /run/podman/podman.sock, whichever exists).
     #[arg(
         long,
         env = "DCGM_CONTAINER_RUNTIME_SOCKET",
@@ -510,38 +507,21 @@ impl Config {
     /// exporter does not have yet; starting with any of them would silently do less than
     /// asked, so the caller refuses to start.
     pub fn unsupported_options(&self) -> Vec<&'static str> {
-        let default_socket = OsStr::new("/var/lib/kubelet/pod-resources/kubelet.sock");
         [
-            (self.kubernetes, "kubernetes"),
             (
                 self.kubernetes_enable_pod_labels,
                 "kubernetes-enable-pod-labels",
             ),
             (self.kubernetes_enable_pod_uid, "kubernetes-enable-pod-uid"),
             (
-                self.kubernetes_gpu_id_type != "uid",
-                "kubernetes-gpu-id-type",
-            ),
-            (
                 !self.kubernetes_pod_label_allowlist_regex.is_empty(),
                 "kubernetes-pod-label-allowlist-regex",
             ),
-            (self.kubernetes_virtual_gpus, "kubernetes-virtual-gpus"),
             (self.kubernetes_enable_dra, "kubernetes-enable-dra"),
-            (
-                self.kubernetes && self.pod_resources_kubelet_socket.as_os_str() != default_socket,
-                "pod-resources-kubelet-socket",
-            ),
-            (
-                !self.nvidia_resource_names.is_empty(),
-                "nvidia-resource-names",
-            ),
             (self.configmap_data != "none", "configmap-data"),
             (!self.web_config_file.is_empty(), "web-config-file"),
             (self.web_systemd_socket, "web-systemd-socket"),
-            (!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir"),
             (self.enable_pprof, "enable-pprof"),
-            (!self.container_labels.is_empty(), "container-labels"),
         ]
         .into_iter()
         .filter_map(|(set, name)| set.then_some(name))
@@ -552,6 +532,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
     use std::sync::{Mutex, MutexGuard};
 
     /// Every parse reads the process environment, so the tests run one at a time.
@@ -662,7 +643,7 @@ mod tests {
         ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
         ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
-        ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some(""), Str),
+        ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some("false"), Bool),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
         // ours
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
@@ -1060,7 +1041,7 @@ mod tests {
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
         assert_eq!(
             c.unsupported_options(),
-            vec!["kubernetes", "configmap-data", "web-config-file"]
+            vec!["configmap-data", "web-config-file"]
         );
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
@@ -1076,7 +1057,7 @@ mod tests {
             "--enable-gpu-bind-unbind-watch",
             "--enable-pprof",
             "--config-file=c.yml",
-            "--container-labels=a",
+            "--container-labels",
             "--fake-gpus",
             // Only with --kubernetes:
             "--pod-resources-kubelet-socket=/s",
@@ -1087,22 +1068,14 @@ mod tests {
             vec![
                 "kubernetes-enable-pod-labels",
                 "kubernetes-enable-pod-uid",
-                "kubernetes-gpu-id-type",
                 "kubernetes-pod-label-allowlist-regex",
-                "kubernetes-virtual-gpus",
                 "kubernetes-enable-dra",
-                "nvidia-resource-names",
                 "web-systemd-socket",
-                "hpc-job-mapping-dir",
                 "enable-pprof",
-                "container-labels",
             ]
         );
         let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec!["kubernetes", "pod-resources-kubelet-socket"]
-        );
+        assert!(c.unsupported_options().is_empty());
         // Set, but to the default: nothing to refuse.
         let c = parse(&[
             "--kubernetes=false",
