@@ -301,7 +301,7 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     // Warned once, not on every collection.
     std::thread::sleep(Duration::from_millis(1500));
     let stderr = e.stderr();
-    assert_eq!(stderr.matches("List failed").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("does not exist").count(), 1, "{stderr}");
 
     // The kubelet comes up later (node boot): pods are attributed, /health is clean again.
     let kubelet = FakeKubelet::start_at(&dir.path().join("kubelet.sock"));

@@ -70,6 +70,11 @@ impl Kubelet {
     /// Every device allocation the kubelet knows, or why not, within `deadline`.
     pub fn list(&mut self, deadline: Duration) -> Result<Vec<Allocation>, String> {
         let socket = self.socket.display().to_string();
+        if !self.socket.exists() {
+            return Err(format!(
+                "kubelet socket {socket} does not exist (is /var/lib/kubelet/pod-resources mounted?)"
+            ));
+        }
         let call = self.client.list(proto::ListPodResourcesRequest {});
         let reply = self
             .runtime

@@ -8,6 +8,7 @@ pub mod container;
 pub mod device_ids;
 pub mod hpc;
 pub mod kubelet;
+pub mod metrics;
 pub mod nvml;
 pub mod pids;
 
@@ -435,8 +436,6 @@ pub struct Attribution {
     states: BTreeMap<&'static str, SourceState>,
     metrics: Option<metrics::Metrics>,
 }
-
-pub mod metrics;
 
 impl Attribution {
     /// Sets up the sources the options ask for. Nothing here is fatal: a source that cannot
