@@ -4,6 +4,7 @@
 
 use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
+use crate::output::exposition::Exposition;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
 use dcgm_sys::{ConnectTarget, Library, Session};
@@ -21,8 +22,10 @@ pub enum Engine {
 
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
-    /// The last rendered DCGM page; empty while DCGM is unreachable.
-    page: RwLock<Arc<Vec<u8>>>,
+    /// The last rendered DCGM page, in every format served; empty while DCGM is unreachable.
+    page: RwLock<Arc<Exposition>>,
+    /// Whether pages are also rendered as OpenMetrics (`--web-enable-openmetrics`).
+    openmetrics: bool,
     connected: AtomicBool,
     last_success: Mutex<Option<Instant>>,
     last_error: Mutex<Option<String>>,
@@ -32,8 +35,13 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(interval: Duration) -> Shared {
+        Shared::with_openmetrics(interval, false)
+    }
+
+    pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
         Shared {
-            page: RwLock::new(Arc::new(Vec::new())),
+            page: RwLock::new(Arc::new(Exposition::empty(openmetrics))),
+            openmetrics,
             connected: AtomicBool::new(false),
             last_success: Mutex::new(None),
             last_error: Mutex::new(None),
@@ -42,12 +50,19 @@ impl Shared {
         }
     }
 
-    pub fn page(&self) -> Arc<Vec<u8>> {
+    pub fn page(&self) -> Arc<Exposition> {
         self.page.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn publish(&self, bytes: Vec<u8>) {
-        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(bytes);
+    /// Renders every served format of the page, once per collection.
+    fn publish(&self, page: Page) {
+        let page = Exposition::render(&page.into_families(), self.openmetrics);
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(page);
+    }
+
+    fn publish_empty(&self) {
+        let page = Exposition::empty(self.openmetrics);
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(page);
     }
 
     fn set_connected(&self, up: bool) {
@@ -206,7 +221,7 @@ impl Runner {
 
     /// Never serve stale values: an outage empties the page until a collection succeeds.
     fn outage(&self, why: &str) {
-        self.shared.publish(Vec::new());
+        self.shared.publish_empty();
         self.shared.set_connected(false);
         self.shared.set_error(Some(why.to_string()));
         self.shared
@@ -237,7 +252,7 @@ impl Runner {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
         }
         m.series.set(page.series_count() as i64);
-        let bytes = page.encode();
+        self.shared.publish(page);
         m.collection_duration.set(t0.elapsed().as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(
@@ -246,7 +261,6 @@ impl Runner {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or(0.0),
         );
-        self.shared.publish(bytes);
         *self
             .shared
             .last_success

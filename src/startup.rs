@@ -5,7 +5,7 @@ use crate::app::{self, Engine, Runner, Shared};
 use crate::collect;
 use crate::config::{cli, counters, selector};
 use crate::hostname;
-use crate::output::server;
+use crate::output::http;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,7 +67,8 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         ),
         ..settings
     };
-    let addrs = server::listen_addrs(&config.address)?;
+    // Bound before DCGM starts: a port in use or a broken web config is reported at once.
+    let server = start_http(&config)?;
     if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
         // Read by the embedded host engine at dcgmInit; set before any thread exists.
         std::env::set_var("__DCGM_DBG_FILE", "-");
@@ -78,7 +79,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
     tracing::info!("loaded {}", library.path().display());
-    let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    let shared = Arc::new(Shared::with_openmetrics(
+        Duration::from_millis(settings.interval_ms),
+        server.options.openmetrics,
+    ));
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -93,8 +97,8 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     })?;
     runner.mark_started();
 
+    // One worker per core (tokio's default).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -119,53 +123,25 @@ pub fn run(config: cli::Config) -> Result<(), String> {
             Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
         }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let mut servers = Vec::new();
-        let mut bound = Vec::new();
-        let mut errors = Vec::new();
-        for addr in addrs {
-            let mut rx = rx.clone();
-            match warp::serve(server::routes(shared.clone())).try_bind_with_graceful_shutdown(
-                addr,
-                async move {
-                    let _ = rx.changed().await;
-                },
-            ) {
-                Ok((a, fut)) => {
-                    bound.push(a);
-                    servers.push(tokio::spawn(fut));
-                }
-                // ":port" tries [::] and 0.0.0.0; on dual-stack hosts the second is taken by the first.
-                Err(e) => errors.push(format!("{addr}: {e}")),
-            }
-        }
-        if bound.is_empty() {
-            return Err(format!(
-                "cannot listen on {}: {}",
-                config.address,
-                errors.join("; ")
-            ));
-        }
-        tracing::info!(
-            "listening on {}",
-            bound
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        tracing::info!("listening ({})", server.describe());
+        let serving = tokio::spawn(server.serve(shared.clone(), rx));
         wait_for_signal().await;
         tracing::info!("shutting down");
         let _ = tx.send(true);
-        for s in servers {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
-        Ok(())
+        serving
+            .await
+            .map_err(|e| format!("the HTTP server failed: {e}"))?
     });
     let _ = control_tx.send(app::Control::Stop);
     if let Ok(Some(c)) = collection.join() {
         c.stop();
     }
     served
+}
+
+/// The HTTP listener: options checked, web config read, sockets bound (or taken from systemd).
+fn start_http(config: &cli::Config) -> Result<http::Server, String> {
+    http::Server::bind(config)
 }
 
 async fn wait_for_signal() {

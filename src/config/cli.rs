@@ -181,7 +181,7 @@ pub struct Config {
     /// Use stub GPUs when device info cannot be read (not supported yet).
     #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub fake_gpus: bool,
-    /// exporter-toolkit web config for TLS and basic auth (not supported yet).
+    /// exporter-toolkit web config (YAML): TLS, client certificates, basic auth, headers.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_CONFIG_FILE",
@@ -189,7 +189,7 @@ pub struct Config {
         default_value = ""
     )]
     pub web_config_file: String,
-    /// Listen on the systemd-activated socket (not supported yet).
+    /// Listen on the sockets systemd passes (socket activation) instead of -a.
     #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub web_systemd_socket: bool,
     /// Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds.
@@ -274,7 +274,7 @@ pub struct Config {
         default_value = "1s"
     )]
     pub gpu_bind_unbind_poll_interval: String,
-    /// Serve /debug/pprof (not supported yet).
+    /// Serve a CPU profile at /debug/pprof/profile (needs --web-config-file).
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_pprof: bool,
     /// YAML file of flag values (not supported yet).
@@ -285,7 +285,7 @@ pub struct Config {
         default_value = ""
     )]
     pub config_file: String,
-    /// HTTP read timeout (Go duration).
+    /// HTTP read timeout (Go duration): slow requests and idle keep-alive connections.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_READ_TIMEOUT",
@@ -293,7 +293,7 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_read_timeout: String,
-    /// HTTP write timeout (Go duration).
+    /// HTTP write timeout (Go duration): a response the client does not read.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
@@ -301,6 +301,21 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_write_timeout: String,
+    /// Scrapes served at once; excess requests get 503.
+    #[arg(long, env = "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES", value_name = "N", default_value = "16", value_parser = go_int!())]
+    pub max_concurrent_scrapes: i64,
+    /// Path of the metrics endpoint (seed 001's exporter served /gpu/metrics).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_TELEMETRY_PATH",
+        value_name = "PATH",
+        default_value = "/metrics"
+    )]
+    pub web_telemetry_path: String,
+    /// Answer in OpenMetrics 1.0 when the scrape's Accept header prefers it. Counters then
+    /// carry the `_total` suffix OpenMetrics requires, which renames them in Prometheus.
+    #[arg(long, env = "DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub web_enable_openmetrics: bool,
     /// Container labels to add to series (not supported yet).
     #[arg(
         long,
@@ -489,15 +504,12 @@ impl Config {
                 "nvidia-resource-names",
             ),
             (self.configmap_data != "none", "configmap-data"),
-            (!self.web_config_file.is_empty(), "web-config-file"),
-            (self.web_systemd_socket, "web-systemd-socket"),
             (self.dump_enabled, "dump-enabled"),
             (!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir"),
             (
                 self.enable_gpu_bind_unbind_watch,
                 "enable-gpu-bind-unbind-watch",
             ),
-            (self.enable_pprof, "enable-pprof"),
             (!self.config_file.is_empty(), "config-file"),
             (!self.container_labels.is_empty(), "container-labels"),
             (self.fake_gpus, "fake-gpus"),
@@ -621,12 +633,15 @@ mod tests {
         ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
         ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
+        ("max-concurrent-scrapes", None, Some("DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES"), Some("16"), Int),
         ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some(""), Str),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
         // ours
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
         ("list-fields", None, None, Some("false"), Bool),
         ("compute-instances", None, Some("DCGM_EXPORTER_COMPUTE_INSTANCES"), Some("false"), Bool),
+        ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
+        ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
     ];
 
     /// A value that parses and differs from the default.
@@ -1011,10 +1026,7 @@ mod tests {
     fn unsupported_features_are_reported_when_set() {
         let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec!["kubernetes", "configmap-data", "web-config-file"]
-        );
+        assert_eq!(c.unsupported_options(), vec!["kubernetes", "configmap-data"]);
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
             "--kubernetes-enable-pod-uid",
@@ -1023,11 +1035,9 @@ mod tests {
             "--kubernetes-virtual-gpus",
             "--kubernetes-enable-dra",
             "--nvidia-resource-names=nvidia.com/a100",
-            "--web-systemd-socket",
             "--dump-enabled",
             "--hpc-job-mapping-dir=/d",
             "--enable-gpu-bind-unbind-watch",
-            "--enable-pprof",
             "--config-file=c.yml",
             "--container-labels=a",
             "--fake-gpus",
@@ -1045,11 +1055,9 @@ mod tests {
                 "kubernetes-virtual-gpus",
                 "kubernetes-enable-dra",
                 "nvidia-resource-names",
-                "web-systemd-socket",
                 "dump-enabled",
                 "hpc-job-mapping-dir",
                 "enable-gpu-bind-unbind-watch",
-                "enable-pprof",
                 "config-file",
                 "container-labels",
                 "fake-gpus",

@@ -3,4 +3,5 @@
 
 pub mod cli;
 pub mod counters;
+pub mod duration;
 pub mod selector;

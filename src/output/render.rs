@@ -131,11 +131,16 @@ impl Page {
             .sum()
     }
 
+    /// The families, for the encoders (`output::exposition` renders every format once).
+    pub fn into_families(self) -> Vec<MetricFamily> {
+        self.families.into_iter().map(|f| f.proto).collect()
+    }
+
     /// Prometheus text format (0.0.4). Consumes the page: it is rendered once per collection.
     pub fn encode(self) -> Vec<u8> {
         // A family exists only once a series was added to it, so none is empty (the
         // encoder refuses empty families).
-        let fams: Vec<MetricFamily> = self.families.into_iter().map(|f| f.proto).collect();
+        let fams = self.into_families();
         let mut out = Vec::with_capacity(fams.len() * 2048);
         if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
             tracing::error!("encoding metrics failed: {e}");

@@ -108,6 +108,11 @@ impl SelfMetrics {
         }
     }
 
+    /// The current values, encoded per scrape after the cached page.
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         if let Err(e) = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out) {
