@@ -98,7 +98,9 @@ impl Web {
         let c = webconfig::load(path)?;
         let mut files = vec![path.to_path_buf()];
         files.extend(c.files());
-        Ok((WebState::build(&c)?, files))
+        let state = WebState::build(&c)
+            .map_err(|e| format!("--web-config-file {}: {e}", path.display()))?;
+        Ok((state, files))
     }
 
     pub fn is_tls(&self) -> bool {
