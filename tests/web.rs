@@ -302,27 +302,42 @@ fn a_broken_web_config_is_a_clear_startup_error() {
     assert!(stderr.contains("--enable-pprof requires --web-config-file"), "{stderr}");
 }
 
+/// `Key=value` of a systemd unit file shipped under etc/systemd/.
+fn unit_value(unit: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(repo(&format!("etc/systemd/{unit}"))).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{unit} has no {key}="))
+        .to_string()
+}
+
 #[test]
-fn systemd_socket_activation() {
+fn systemd_socket_activation_with_the_shipped_units() {
     require!("systemd-socket-activate");
-    let port = free_port();
-    let mut cmd = Command::new("systemd-socket-activate");
-    cmd.args(["-l", &format!("127.0.0.1:{port}"), env!("CARGO_BIN_EXE_dcgm-exporter")]);
-    // The exporter's own flags, as its systemd unit passes them.
+    // The shipped pair: the socket listens on 9400, the service takes it.
+    assert_eq!(unit_value("dcgm-exporter.socket", "ListenStream"), "9400");
+    let exec = unit_value("dcgm-exporter.service", "ExecStart");
+    let mut args: Vec<String> = exec.split_whitespace().map(String::from).collect();
+    assert_eq!(args.remove(0), "/usr/bin/dcgm-exporter");
+    assert!(args.contains(&"--web-systemd-socket".to_string()), "{exec}");
+    // Here: a free port instead of 9400, the repository's files instead of /etc's.
+    for a in args.iter_mut() {
+        if a == "/etc/dcgm-exporter/default-counters.csv" {
+            *a = repo("etc/default-counters.csv").to_string_lossy().into_owned();
+        }
+    }
     sim_built();
-    cmd.args([
-        "--web-systemd-socket",
-        "-a",
-        "127.0.0.1:1", // ignored with a systemd socket
-        "-c",
-        "500",
-        "-f",
-        repo("etc/default-counters.csv").to_str().unwrap(),
-        "--dcgm-library",
-        sim_library().to_str().unwrap(),
-    ]);
-    cmd.env_remove("DCGM_SIM_PROFILE").stdout(Stdio::null()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("systemd-socket-activate");
+    let port = free_port();
+    let mut child = Command::new("systemd-socket-activate")
+        .args(["-l", &format!("127.0.0.1:{port}"), env!("CARGO_BIN_EXE_dcgm-exporter")])
+        .args(&args)
+        // -a is ignored with a systemd socket.
+        .args(["-a", "127.0.0.1:1", "-c", "500", "--dcgm-library", sim_library().to_str().unwrap()])
+        .env_remove("DCGM_SIM_PROFILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate");
     // systemd-socket-activate starts the exporter on the first connection.
     let deadline = Instant::now() + Duration::from_secs(30);
     let body = loop {
@@ -342,6 +357,26 @@ fn systemd_socket_activation() {
     let (code, stderr) = exporter().arg("--web-systemd-socket").run_to_exit();
     assert_eq!(code, 1);
     assert!(stderr.contains("--web-systemd-socket: no socket was passed"), "{stderr}");
+}
+
+#[test]
+fn basic_auth_with_a_hash_from_htpasswd() {
+    require!("htpasswd");
+    let out = run(Command::new("htpasswd").args(["-nbBC", "10", "bob", "s3cret"]));
+    let line = String::from_utf8(out.stdout).unwrap();
+    let (user, hash) = line.trim().split_once(':').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  {user}: '{hash}'\n")).unwrap();
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let auth = |pass: &str| {
+        let b = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("bob:{pass}"));
+        e.get_with("/health", &[("Authorization", &format!("Basic {b}"))]).0
+    };
+    e.wait_until(30, |_| auth("s3cret") == 200);
+    assert_eq!(auth("secret"), 401);
 }
 
 #[test]

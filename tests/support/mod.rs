@@ -225,7 +225,8 @@ impl Exporter {
         }
     }
 
-    /// GET with request headers: (status, body), the body decoded if compressed.
+    /// GET with request headers: (status, body), the body decoded if compressed; status 0
+    /// and the error when no response came.
     pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
         let mut req = ureq::get(&self.url(path)).timeout(Duration::from_secs(10));
         for (k, v) in headers {
@@ -234,7 +235,7 @@ impl Exporter {
         match req.call() {
             Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
             Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
-            Err(e) => panic!("GET {path}: {e}; stderr: {}", self.stderr()),
+            Err(e) => (0, e.to_string()),
         }
     }
 
