@@ -192,7 +192,10 @@ impl Prometheus {
                     return r["value"][1].as_str().unwrap_or("").to_string();
                 }
             }
-            assert!(Instant::now() < deadline, "Prometheus never answered {promql}");
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus never answered {promql}"
+            );
             std::thread::sleep(Duration::from_millis(500));
         }
     }
@@ -226,7 +229,10 @@ fn knows_scrape_protocols() -> bool {
 fn prometheus_scrapes_openmetrics_and_a_custom_metrics_path() {
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .args(&["--web-enable-openmetrics", "--web-telemetry-path=/gpu/metrics"])
+        .args(&[
+            "--web-enable-openmetrics",
+            "--web-telemetry-path=/gpu/metrics",
+        ])
         .start_at("/gpu/metrics");
     let protocols = if knows_scrape_protocols() {
         "    scrape_protocols: [OpenMetricsText1.0.0]\n"
@@ -248,10 +254,17 @@ fn prometheus_scrapes_openmetrics_and_a_custom_metrics_path() {
     // What Prometheus was sent: OpenMetrics, ending in # EOF.
     let (status, page) = e.get_with(
         "/gpu/metrics",
-        &[("Accept", "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")],
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
     );
     assert_eq!(status, 200);
-    assert!(page.ends_with("# EOF\n"), "{}", &page[page.len().saturating_sub(200)..]);
+    assert!(
+        page.ends_with("# EOF\n"),
+        "{}",
+        &page[page.len().saturating_sub(200)..]
+    );
     assert!(page.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"));
     assert!(page.contains("# TYPE dcgm_exporter_collections counter\n"));
     // The 0.0.4 page stays what promtool accepts.

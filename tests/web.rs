@@ -49,7 +49,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// A CA, a server certificate for 127.0.0.1 signed by it (`server`, CN given), a client
 /// certificate signed by it (`client`) and a self-signed client certificate (`stranger`).
 fn certificates(dir: &Path) {
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
     let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=test-ca"];
     ca.extend(ec);
     ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
@@ -57,17 +63,41 @@ fn certificates(dir: &Path) {
     server_cert(dir, "server-one");
     for (name, signed) in [("client", true), ("stranger", false)] {
         let subj = format!("/CN={name}");
-        let (key, csr, crt) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.crt"));
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
         let mut req = vec!["req", "-subj", &subj, "-keyout", &key];
         req.extend(ec);
         if signed {
             req.extend(["-out", &csr]);
             openssl(dir, &req);
             // Extensions make it an X.509 v3 certificate, which WebPKI verifiers require.
-            std::fs::write(dir.join("client.ext"), "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n").unwrap();
+            std::fs::write(
+                dir.join("client.ext"),
+                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+            )
+            .unwrap();
             openssl(
                 dir,
-                &["x509", "-req", "-days", "2", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-extfile", "client.ext", "-out", &crt],
+                &[
+                    "x509",
+                    "-req",
+                    "-days",
+                    "2",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-extfile",
+                    "client.ext",
+                    "-out",
+                    &crt,
+                ],
             );
         } else {
             req.extend(["-x509", "-days", "2", "-out", &crt]);
@@ -81,12 +111,41 @@ fn server_cert(dir: &Path, cn: &str) {
     let subj = format!("/CN={cn}");
     openssl(
         dir,
-        &["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", &subj, "-keyout", "new.key", "-out", "new.csr"],
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &subj,
+            "-keyout",
+            "new.key",
+            "-out",
+            "new.csr",
+        ],
     );
     std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
     openssl(
         dir,
-        &["x509", "-req", "-days", "2", "-in", "new.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-extfile", "san.ext", "-out", "new.crt"],
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            "new.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "new.crt",
+        ],
     );
     // Replaced by rename, as a Kubernetes secret volume (and cert-manager) does.
     std::fs::rename(dir.join("new.key"), dir.join("server.key")).unwrap();
@@ -110,7 +169,16 @@ fn curl(dir: &Path, port: u16, path: &str, args: &[&str]) -> (i32, u16, String) 
     let url = format!("https://127.0.0.1:{port}{path}");
     let out = run(Command::new("curl")
         .current_dir(dir)
-        .args(["-s", "-i", "--max-time", "10", "--cacert", "ca.crt", "-w", "\n%{http_code}"])
+        .args([
+            "-s",
+            "-i",
+            "--max-time",
+            "10",
+            "--cacert",
+            "ca.crt",
+            "-w",
+            "\n%{http_code}",
+        ])
         .args(args)
         .arg(url));
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -154,11 +222,17 @@ fn tls_client_certificates_and_basic_auth_with_curl() {
 
     let (_, status, page) = curl(d, e.port, "/metrics", &with_cert);
     assert_eq!(status, 200);
-    assert!(page.to_ascii_lowercase().contains("x-frame-options: deny"), "{page}");
+    assert!(
+        page.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{page}"
+    );
 
     // No client certificate, or one no trusted CA signed: the handshake fails.
     let (code, status, _) = curl(d, e.port, "/metrics", &AUTH);
-    assert!(code != 0 && status == 0, "curl without a client cert: exit {code}, HTTP {status}");
+    assert!(
+        code != 0 && status == 0,
+        "curl without a client cert: exit {code}, HTTP {status}"
+    );
     let (code, _, _) = curl(d, e.port, "/metrics", &[&AUTH[..], &STRANGER[..]].concat());
     assert_ne!(code, 0, "a self-signed client certificate must be refused");
 
@@ -170,8 +244,14 @@ fn tls_client_certificates_and_basic_auth_with_curl() {
     ] {
         let (_, status, resp) = curl(d, e.port, path, &[&args[..], &CERT[..]].concat());
         assert_eq!(status, 401, "{args:?} {path}: {resp}");
-        assert!(resp.contains("WWW-Authenticate: Basic") || resp.contains("www-authenticate: Basic"), "{resp}");
-        assert!(resp.to_ascii_lowercase().contains("x-frame-options: deny"), "{resp}");
+        assert!(
+            resp.contains("WWW-Authenticate: Basic") || resp.contains("www-authenticate: Basic"),
+            "{resp}"
+        );
+        assert!(
+            resp.to_ascii_lowercase().contains("x-frame-options: deny"),
+            "{resp}"
+        );
     }
     let (_, status, resp) = curl(d, e.port, "/health", &with_cert);
     assert_eq!(status, 200, "{resp}");
@@ -180,13 +260,17 @@ fn tls_client_certificates_and_basic_auth_with_curl() {
     // Plain HTTP to the TLS port: Go's answer, 400.
     let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.0 400 Bad Request"), "{answer}");
     assert!(answer.contains("Client sent an HTTP request to an HTTPS server."));
     let http = http_get(&format!("http://127.0.0.1:{}/metrics", e.port));
-    assert!(!matches!(http, Ok((200, _))), "plain HTTP must not be served: {http:?}");
+    assert!(
+        !matches!(http, Ok((200, _))),
+        "plain HTTP must not be served: {http:?}"
+    );
 }
 
 #[test]
@@ -217,7 +301,11 @@ fn every_client_auth_type_and_the_tls_version_floor() {
         // The web config is re-read when it changes: no restart between rows.
         write_web_config(d, &format!("  client_auth_type: {auth}\n{ca}"), "");
         let deadline = Instant::now() + Duration::from_secs(10);
-        for (args, expect) in [(&[][..], none), (&STRANGER[..], stranger), (&CERT[..], client)] {
+        for (args, expect) in [
+            (&[][..], none),
+            (&STRANGER[..], stranger),
+            (&CERT[..], client),
+        ] {
             loop {
                 let (_, status, _) = curl(d, e.port, "/health", args);
                 if (status == 200) == expect {
@@ -236,22 +324,37 @@ fn every_client_auth_type_and_the_tls_version_floor() {
     // min_version TLS13: a TLS 1.2-only client is refused, a TLS 1.3 one is served.
     write_web_config(d, "  min_version: TLS13\n", "");
     let s_client = |flag: &str| {
-        let out = run(Command::new("openssl")
-            .current_dir(d)
-            .args(["s_client", "-connect", &format!("127.0.0.1:{}", e.port), flag, "-CAfile", "ca.crt", "-verify_return_error"]));
+        let out = run(Command::new("openssl").current_dir(d).args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{}", e.port),
+            flag,
+            "-CAfile",
+            "ca.crt",
+            "-verify_return_error",
+        ]));
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let tls12 = s_client("-tls1_2");
-        if tls12.contains("alert protocol version") || tls12.contains("no protocols available") || tls12.contains("Cipher is (NONE)") {
+        if tls12.contains("alert protocol version")
+            || tls12.contains("no protocols available")
+            || tls12.contains("Cipher is (NONE)")
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "TLS 1.2 still accepted:\n{tls12}");
+        assert!(
+            Instant::now() < deadline,
+            "TLS 1.2 still accepted:\n{tls12}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let tls13 = s_client("-tls1_3");
-    assert!(tls13.contains("TLSv1.3") && tls13.contains("Verify return code: 0"), "{tls13}");
+    assert!(
+        tls13.contains("TLSv1.3") && tls13.contains("Verify return code: 0"),
+        "{tls13}"
+    );
 }
 
 #[test]
@@ -277,7 +380,11 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     server_cert(d, "server-two");
     e.wait_until(10, |e| subject(e).contains("CN=server-two"));
     assert_eq!(e.child.id(), pid);
-    assert!(e.stderr().contains("reloaded the web configuration"), "{}", e.stderr());
+    assert!(
+        e.stderr().contains("reloaded the web configuration"),
+        "{}",
+        e.stderr()
+    );
 }
 
 #[test]
@@ -299,7 +406,10 @@ fn a_broken_web_config_is_a_clear_startup_error() {
     }
     let (code, stderr) = exporter().arg("--enable-pprof").run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains("--enable-pprof requires --web-config-file"), "{stderr}");
+    assert!(
+        stderr.contains("--enable-pprof requires --web-config-file"),
+        "{stderr}"
+    );
 }
 
 /// `Key=value` of a systemd unit file shipped under etc/systemd/.
@@ -323,16 +433,29 @@ fn systemd_socket_activation_with_the_shipped_units() {
     // Here: a free port instead of 9400, the repository's files instead of /etc's.
     for a in args.iter_mut() {
         if a == "/etc/dcgm-exporter/default-counters.csv" {
-            *a = repo("etc/default-counters.csv").to_string_lossy().into_owned();
+            *a = repo("etc/default-counters.csv")
+                .to_string_lossy()
+                .into_owned();
         }
     }
     sim_built();
     let port = free_port();
     let mut child = Command::new("systemd-socket-activate")
-        .args(["-l", &format!("127.0.0.1:{port}"), env!("CARGO_BIN_EXE_dcgm-exporter")])
+        .args([
+            "-l",
+            &format!("127.0.0.1:{port}"),
+            env!("CARGO_BIN_EXE_dcgm-exporter"),
+        ])
         .args(&args)
         // -a is ignored with a systemd socket.
-        .args(["-a", "127.0.0.1:1", "-c", "500", "--dcgm-library", sim_library().to_str().unwrap()])
+        .args([
+            "-a",
+            "127.0.0.1:1",
+            "-c",
+            "500",
+            "--dcgm-library",
+            sim_library().to_str().unwrap(),
+        ])
         .env_remove("DCGM_SIM_PROFILE")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -346,7 +469,10 @@ fn systemd_socket_activation_with_the_shipped_units() {
                 break body;
             }
         }
-        assert!(Instant::now() < deadline, "no metrics through the systemd socket");
+        assert!(
+            Instant::now() < deadline,
+            "no metrics through the systemd socket"
+        );
         std::thread::sleep(Duration::from_millis(200));
     };
     let _ = child.kill();
@@ -356,7 +482,10 @@ fn systemd_socket_activation_with_the_shipped_units() {
     // Without a socket from systemd the flag is a clear error.
     let (code, stderr) = exporter().arg("--web-systemd-socket").run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains("--web-systemd-socket: no socket was passed"), "{stderr}");
+    assert!(
+        stderr.contains("--web-systemd-socket: no socket was passed"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -372,8 +501,12 @@ fn basic_auth_with_a_hash_from_htpasswd() {
         .args(&["--web-config-file", cfg.to_str().unwrap()])
         .spawn();
     let auth = |pass: &str| {
-        let b = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, format!("bob:{pass}"));
-        e.get_with("/health", &[("Authorization", &format!("Basic {b}"))]).0
+        let b = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("bob:{pass}"),
+        );
+        e.get_with("/health", &[("Authorization", &format!("Basic {b}"))])
+            .0
     };
     e.wait_until(30, |_| auth("s3cret") == 200);
     assert_eq!(auth("secret"), 401);
@@ -381,7 +514,9 @@ fn basic_auth_with_a_hash_from_htpasswd() {
 
 #[test]
 fn gzip_methods_paths_and_health_headers() {
-    let e = exporter().args(&["--web-telemetry-path", "/gpu/metrics"]).start_at("/gpu/metrics");
+    let e = exporter()
+        .args(&["--web-telemetry-path", "/gpu/metrics"])
+        .start_at("/gpu/metrics");
     let raw = |req: &str| -> Vec<u8> {
         let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -391,46 +526,87 @@ fn gzip_methods_paths_and_health_headers() {
         out
     };
     let split = |resp: &[u8]| -> (String, Vec<u8>) {
-        let at = resp.windows(4).position(|w| w == b"\r\n\r\n").expect("header end");
-        (String::from_utf8_lossy(&resp[..at]).into_owned(), resp[at + 4..].to_vec())
+        let at = resp
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("header end");
+        (
+            String::from_utf8_lossy(&resp[..at]).into_owned(),
+            resp[at + 4..].to_vec(),
+        )
     };
 
     // gzip: one compressed body that a single-member decoder reads, much smaller.
     let (head, gz) = split(&raw("GET /gpu/metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("content-encoding: gzip"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-encoding: gzip"),
+        "{head}"
+    );
     let mut plain = String::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut plain).expect("gzip body");
-    assert!(plain.contains("DCGM_FI_DEV_GPU_TEMP") && plain.contains("dcgm_exporter_collections_total"));
-    assert!(gz.len() * 4 < plain.len(), "{} compressed vs {} plain", gz.len(), plain.len());
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut plain)
+        .expect("gzip body");
+    assert!(
+        plain.contains("DCGM_FI_DEV_GPU_TEMP") && plain.contains("dcgm_exporter_collections_total")
+    );
+    assert!(
+        gz.len() * 4 < plain.len(),
+        "{} compressed vs {} plain",
+        gz.len(),
+        plain.len()
+    );
     if have("curl") {
         let out = run(Command::new("curl").args(["-s", "--compressed", &e.url("/gpu/metrics")]));
         let body = String::from_utf8_lossy(&out.stdout);
-        assert!(body.contains("DCGM_FI_DEV_GPU_TEMP") && body.trim_end().ends_with(|c: char| c.is_ascii_digit()));
+        assert!(
+            body.contains("DCGM_FI_DEV_GPU_TEMP")
+                && body.trim_end().ends_with(|c: char| c.is_ascii_digit())
+        );
     }
 
     // HEAD: headers, no body.
-    let (head, body) = split(&raw("HEAD /gpu/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    let (head, body) = split(&raw(
+        "HEAD /gpu/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ));
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    assert!(body.is_empty(), "HEAD returned a body of {} bytes", body.len());
+    assert!(
+        body.is_empty(),
+        "HEAD returned a body of {} bytes",
+        body.len()
+    );
 
     // Any method on a route, as upstream's router (no method filter); other paths 404.
-    let (head, body) = split(&raw("POST /gpu/metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
-    assert!(head.starts_with("HTTP/1.1 200") && !body.is_empty(), "{head}");
+    let (head, body) = split(&raw(
+        "POST /gpu/metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    assert!(
+        head.starts_with("HTTP/1.1 200") && !body.is_empty(),
+        "{head}"
+    );
     for path in ["/metrics", "/nope", "/gpu/metrics/", "/debug/pprof/"] {
         let (status, body) = e.get(path);
-        assert_eq!((status, body.as_str()), (404, "404 page not found\n"), "{path}");
+        assert_eq!(
+            (status, body.as_str()),
+            (404, "404 page not found\n"),
+            "{path}"
+        );
     }
 
     // /health: upstream's body and headers.
-    let (head, body) = split(&raw("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+    let (head, body) = split(&raw(
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ));
     let h = head.to_ascii_lowercase();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert_eq!(body, b"OK");
     assert!(h.contains("x-registry-available: true"), "{head}");
     assert!(h.contains("x-content-type-options: nosniff"), "{head}");
-    assert!(h.contains("content-type: text/plain; charset=utf-8"), "{head}");
+    assert!(
+        h.contains("content-type: text/plain; charset=utf-8"),
+        "{head}"
+    );
 }
 
 #[test]
@@ -442,9 +618,15 @@ fn a_port_in_use_is_reported_once_before_dcgm_starts() {
         .args(&["-a", &addr, "--dcgm-library", "/nonexistent/libdcgm.so.4"])
         .run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
     assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
-    assert!(!stderr.contains("libdcgm"), "DCGM was started first: {stderr}");
+    assert!(
+        !stderr.contains("libdcgm"),
+        "DCGM was started first: {stderr}"
+    );
 }
 
 #[test]
@@ -457,13 +639,26 @@ fn a_silent_connection_is_closed_after_the_read_timeout() {
     let mut buf = Vec::new();
     let _ = s.read_to_end(&mut buf);
     let waited = t0.elapsed();
-    assert!(waited < Duration::from_secs(10), "the connection stayed open {waited:?}");
-    let (code, stderr) = exporter().args(&["--web-read-timeout", "soon"]).run_to_exit();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the connection stayed open {waited:?}"
+    );
+    let (code, stderr) = exporter()
+        .args(&["--web-read-timeout", "soon"])
+        .run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains("--web-read-timeout 'soon' is not a duration"), "{stderr}");
-    let (code, stderr) = exporter().args(&["--max-concurrent-scrapes", "0"]).run_to_exit();
+    assert!(
+        stderr.contains("--web-read-timeout 'soon' is not a duration"),
+        "{stderr}"
+    );
+    let (code, stderr) = exporter()
+        .args(&["--max-concurrent-scrapes", "0"])
+        .run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains("--max-concurrent-scrapes 0: must be at least 1"), "{stderr}");
+    assert!(
+        stderr.contains("--max-concurrent-scrapes 0: must be at least 1"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -507,7 +702,11 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
         .map(|t| strings[t.ty as usize].as_str())
         .collect();
     assert!(sample_type.contains(&"cpu"), "{sample_type:?}");
-    assert!(profile.duration_nanos >= 900_000_000, "{}", profile.duration_nanos);
+    assert!(
+        profile.duration_nanos >= 900_000_000,
+        "{}",
+        profile.duration_nanos
+    );
     let (status, _) = get("/debug/pprof/profile?seconds=60", Some(&auth));
     assert_eq!(status, 400, "longer than the write timeout");
     let (status, index) = get("/debug/pprof/", Some(&auth));

@@ -1026,7 +1026,10 @@ mod tests {
     fn unsupported_features_are_reported_when_set() {
         let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert_eq!(c.unsupported_options(), vec!["kubernetes", "configmap-data"]);
+        assert_eq!(
+            c.unsupported_options(),
+            vec!["kubernetes", "configmap-data"]
+        );
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
             "--kubernetes-enable-pod-uid",

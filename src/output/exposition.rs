@@ -45,7 +45,12 @@ impl Variant {
     fn new(plain: Vec<u8>) -> Variant {
         // gzip header: magic, deflate, no flags, no mtime, no extra flags, OS unknown.
         let mut gzip_head = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
-        deflate(&plain, Compression::default(), FlushCompress::Full, &mut gzip_head);
+        deflate(
+            &plain,
+            Compression::default(),
+            FlushCompress::Full,
+            &mut gzip_head,
+        );
         let mut crc = Crc::new();
         crc.update(&plain);
         Variant {
@@ -211,7 +216,12 @@ mod tests {
             let (f, plain) = e.body(format, &tail, false);
             let (_, gz) = e.body(format, &tail, true);
             assert_eq!(f, format);
-            assert!(gz.len() * 5 < plain.len(), "{} vs {}", gz.len(), plain.len());
+            assert!(
+                gz.len() * 5 < plain.len(),
+                "{} vs {}",
+                gz.len(),
+                plain.len()
+            );
             assert_eq!(gunzip_single_member(&gz), plain);
         }
         let (_, om) = e.body(Format::OpenMetrics, &tail, false);

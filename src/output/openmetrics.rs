@@ -133,8 +133,16 @@ mod tests {
                     MetricType::COUNTER,
                     &[("0", 123456789012.0)],
                 ),
-                family("dcgm_exporter_collections_total", MetricType::COUNTER, &[("0", 3.0)]),
-                family("DCGM_FI_DEV_GPU_TEMP", MetricType::GAUGE, &[("0", 41.5), ("1", f64::NAN)]),
+                family(
+                    "dcgm_exporter_collections_total",
+                    MetricType::COUNTER,
+                    &[("0", 3.0)],
+                ),
+                family(
+                    "DCGM_FI_DEV_GPU_TEMP",
+                    MetricType::GAUGE,
+                    &[("0", 41.5), ("1", f64::NAN)],
+                ),
             ],
             &mut out,
         );

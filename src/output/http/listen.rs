@@ -61,7 +61,10 @@ pub fn systemd() -> Result<Vec<TcpListener>, String> {
     (0..fds.len())
         .map(|i| match fds.take_tcp_listener(i) {
             Ok(Some(l)) => Ok(l),
-            Ok(None) => Err(format!("--web-systemd-socket: socket {} was already taken", i + 3)),
+            Ok(None) => Err(format!(
+                "--web-systemd-socket: socket {} was already taken",
+                i + 3
+            )),
             Err(e) => Err(format!(
                 "--web-systemd-socket: file descriptor {} is not a TCP listening socket: {e}",
                 i + 3

@@ -118,7 +118,11 @@ impl Server {
     }
 
     /// Serves until `shutdown` turns true, then lets open connections finish (5 s at most).
-    pub async fn serve(self, shared: Arc<Shared>, shutdown: watch::Receiver<bool>) -> Result<(), String> {
+    pub async fn serve(
+        self,
+        shared: Arc<Shared>,
+        shutdown: watch::Receiver<bool>,
+    ) -> Result<(), String> {
         let routes = Arc::new(Routes::new(shared, self.options.clone()));
         let web = Arc::new(self.web);
         let live = Arc::new(());

@@ -93,9 +93,18 @@ mod tests {
         );
         // scrape_protocols: [PrometheusText0.0.4]
         assert_eq!(f("text/plain;version=0.0.4;q=1,*/*;q=0.1"), Format::Text);
-        assert_eq!(f("application/openmetrics-text; version=1.0.0; charset=utf-8"), Format::OpenMetrics);
-        assert_eq!(f("application/openmetrics-text;version=0.0.1"), Format::Text);
-        assert_eq!(f("text/plain;q=0.9, application/openmetrics-text;q=0.5"), Format::Text);
+        assert_eq!(
+            f("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            f("application/openmetrics-text;version=0.0.1"),
+            Format::Text
+        );
+        assert_eq!(
+            f("text/plain;q=0.9, application/openmetrics-text;q=0.5"),
+            Format::Text
+        );
         assert_eq!(f("application/json"), Format::Text);
         assert_eq!(f("*/*"), Format::Text);
         assert_eq!(format(None), Format::Text);

@@ -8,7 +8,8 @@ use hyper::{Body, Request, Response, StatusCode};
 use pprof::protos::Message;
 use std::time::Duration;
 
-const INDEX: &str = "<html>\n<head><title>/debug/pprof/</title></head>\n<body>\n/debug/pprof/<br>\n<br>\n\
+const INDEX: &str =
+    "<html>\n<head><title>/debug/pprof/</title></head>\n<body>\n/debug/pprof/<br>\n<br>\n\
 <a href=\"profile?seconds=30\">profile</a>: CPU profile (pprof protobuf); add ?seconds=N<br>\n\
 <a href=\"cmdline\">cmdline</a>: the command line<br>\n</body>\n</html>\n";
 

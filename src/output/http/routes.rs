@@ -7,17 +7,65 @@
 use super::state::WebState;
 use super::{negotiate, pprof, Options};
 use crate::app::Shared;
+use crate::output::exposition::Exposition;
 use crate::output::exposition::Format;
+use hyper::body::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::{Body, Request, Response, StatusCode};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+
+/// How long a built response body is reused for the same page, format and encoding. The
+/// page changes only per collection; within this time only the process self-metrics could
+/// move, and rebuilding per scrape would cost more than the rest of the scrape.
+const BODY_REUSE: Duration = Duration::from_secs(1);
+
+/// A response body built for one page, format and encoding.
+struct Built {
+    page: Arc<Exposition>,
+    at: Instant,
+    format: Format,
+    body: Bytes,
+}
+
+/// One slot per (asked format, gzip).
+#[derive(Default)]
+struct Bodies(Mutex<[Option<Built>; 4]>);
+
+impl Bodies {
+    fn get(
+        &self,
+        page: &Arc<Exposition>,
+        wanted: Format,
+        gzip: bool,
+        build: impl FnOnce() -> (Format, Vec<u8>),
+    ) -> (Format, Bytes) {
+        let slot = usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip);
+        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = &slots[slot] {
+            if Arc::ptr_eq(&b.page, page) && b.at.elapsed() < BODY_REUSE {
+                return (b.format, b.body.clone());
+            }
+        }
+        let (format, body) = build();
+        let body = Bytes::from(body);
+        slots[slot] = Some(Built {
+            page: page.clone(),
+            at: Instant::now(),
+            format,
+            body: body.clone(),
+        });
+        (format, body)
+    }
+}
 
 pub struct Routes {
     shared: Arc<Shared>,
     opts: Options,
     scrapes: Arc<Semaphore>,
     landing: String,
+    bodies: Bodies,
 }
 
 fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
@@ -52,6 +100,7 @@ impl Routes {
             scrapes: Arc::new(Semaphore::new(opts.max_concurrent_scrapes)),
             opts,
             landing,
+            bodies: Bodies::default(),
         }
     }
 
@@ -113,7 +162,9 @@ impl Routes {
         };
         let gzip = negotiate::gzip(h.get(header::ACCEPT_ENCODING));
         let page = self.shared.page();
-        let (format, body) = page.body(wanted, &self.shared.metrics.gather(), gzip);
+        let (format, body) = self.bodies.get(&page, wanted, gzip, || {
+            page.body(wanted, &self.shared.metrics.gather(), gzip)
+        });
         let mut r = Response::new(Body::from(body));
         let hs = r.headers_mut();
         hs.insert(
@@ -144,21 +195,14 @@ impl Routes {
         match self.shared.health() {
             Ok(()) => {
                 let mut r = text(StatusCode::OK, "OK");
-                r.headers_mut().insert(
-                    "X-Registry-Available",
-                    HeaderValue::from_static("true"),
-                );
+                r.headers_mut()
+                    .insert("X-Registry-Available", HeaderValue::from_static("true"));
                 r
             }
             Err(why) => {
-                let mut r = text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("unhealthy: {why}"),
-                );
-                r.headers_mut().insert(
-                    "X-Registry-Available",
-                    HeaderValue::from_static("false"),
-                );
+                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}"));
+                r.headers_mut()
+                    .insert("X-Registry-Available", HeaderValue::from_static("false"));
                 r
             }
         }

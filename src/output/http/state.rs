@@ -74,7 +74,10 @@ pub struct Loaded {
 pub enum Web {
     /// No web config file: plain HTTP, no auth.
     Plain(Arc<WebState>),
-    Watched { path: PathBuf, loaded: Mutex<Loaded> },
+    Watched {
+        path: PathBuf,
+        loaded: Mutex<Loaded>,
+    },
 }
 
 impl Web {

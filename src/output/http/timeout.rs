@@ -15,8 +15,23 @@ pub struct TimeoutIo<S> {
     inner: S,
     read_timeout: Duration,
     write_timeout: Duration,
-    read_deadline: Option<Pin<Box<Sleep>>>,
-    write_deadline: Option<Pin<Box<Sleep>>>,
+    read_deadline: Deadline,
+    write_deadline: Deadline,
+}
+
+/// A timer allocated once per connection and re-armed, not re-created, per wait.
+struct Deadline {
+    sleep: Pin<Box<Sleep>>,
+    armed: bool,
+}
+
+impl Deadline {
+    fn new() -> Deadline {
+        Deadline {
+            sleep: Box::pin(sleep(Duration::ZERO)),
+            armed: false,
+        }
+    }
 }
 
 impl<S> TimeoutIo<S> {
@@ -25,8 +40,8 @@ impl<S> TimeoutIo<S> {
             inner,
             read_timeout,
             write_timeout,
-            read_deadline: None,
-            write_deadline: None,
+            read_deadline: Deadline::new(),
+            write_deadline: Deadline::new(),
         }
     }
 
@@ -37,14 +52,12 @@ impl<S> TimeoutIo<S> {
 
 /// Arms the deadline on the first pending poll and fails once it passes; a ready poll
 /// disarms it.
-fn check(
-    deadline: &mut Option<Pin<Box<Sleep>>>,
-    timeout: Duration,
-    cx: &mut Context<'_>,
-    what: &str,
-) -> Poll<io::Error> {
-    let d = deadline.get_or_insert_with(|| Box::pin(sleep(timeout)));
-    match d.as_mut().poll(cx) {
+fn check(d: &mut Deadline, timeout: Duration, cx: &mut Context<'_>, what: &str) -> Poll<io::Error> {
+    if !d.armed {
+        d.sleep.as_mut().reset(Instant::now() + timeout);
+        d.armed = true;
+    }
+    match d.sleep.as_mut().poll(cx) {
         Poll::Ready(()) => Poll::Ready(io::Error::new(
             io::ErrorKind::TimedOut,
             format!("{what} timed out after {timeout:?}"),
@@ -62,7 +75,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for TimeoutIo<S> {
         let me = &mut *self;
         match Pin::new(&mut me.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
-                me.read_deadline = None;
+                me.read_deadline.armed = false;
                 Poll::Ready(r)
             }
             Poll::Pending => check(&mut me.read_deadline, me.read_timeout, cx, "read").map(Err),
@@ -79,12 +92,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TimeoutIo<S> {
         let me = &mut *self;
         match Pin::new(&mut me.inner).poll_write(cx, buf) {
             Poll::Ready(r) => {
-                me.write_deadline = None;
+                me.write_deadline.armed = false;
                 Poll::Ready(r)
             }
-            Poll::Pending => {
-                check(&mut me.write_deadline, me.write_timeout, cx, "write").map(Err)
-            }
+            Poll::Pending => check(&mut me.write_deadline, me.write_timeout, cx, "write").map(Err),
         }
     }
 
@@ -92,12 +103,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TimeoutIo<S> {
         let me = &mut *self;
         match Pin::new(&mut me.inner).poll_flush(cx) {
             Poll::Ready(r) => {
-                me.write_deadline = None;
+                me.write_deadline.armed = false;
                 Poll::Ready(r)
             }
-            Poll::Pending => {
-                check(&mut me.write_deadline, me.write_timeout, cx, "write").map(Err)
-            }
+            Poll::Pending => check(&mut me.write_deadline, me.write_timeout, cx, "write").map(Err),
         }
     }
 
@@ -109,7 +118,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for TimeoutIo<S> {
 impl<S> TimeoutIo<S> {
     /// When the current read deadline passes, if one is armed (for tests).
     pub fn read_deadline(&self) -> Option<Instant> {
-        self.read_deadline.as_ref().map(|d| d.deadline())
+        self.read_deadline
+            .armed
+            .then(|| self.read_deadline.sleep.deadline())
     }
 }
 

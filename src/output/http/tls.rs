@@ -10,8 +10,7 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{
-    version, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig,
-    SignatureScheme,
+    version, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
 };
 
 /// Go's curve names and the rustls groups they mean.
@@ -240,7 +239,13 @@ mod tests {
                 "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256"
             ]
         );
-        assert_eq!(p.cipher_suites.iter().filter(|s| s.tls13().is_some()).count(), 3);
+        assert_eq!(
+            p.cipher_suites
+                .iter()
+                .filter(|s| s.tls13().is_some())
+                .count(),
+            3
+        );
         assert_eq!(p.kx_groups.len(), 2);
     }
 
@@ -256,6 +261,9 @@ mod tests {
         let mut t = settings();
         t.curves = Some(vec!["CurveP521".into()]);
         let e = provider(&t).unwrap_err();
-        assert!(e.contains("tls_server_config.curve_preferences: CurveP521"), "{e}");
+        assert!(
+            e.contains("tls_server_config.curve_preferences: CurveP521"),
+            "{e}"
+        );
     }
 }

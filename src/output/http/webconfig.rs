@@ -153,9 +153,8 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
     let http = file.http_server_config.unwrap_or_default();
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default() {
-        let Some((canonical, allowed)) = HEADERS
-            .iter()
-            .find(|(h, _)| h.eq_ignore_ascii_case(&name))
+        let Some((canonical, allowed)) =
+            HEADERS.iter().find(|(h, _)| h.eq_ignore_ascii_case(&name))
         else {
             return Err(err(format!(
                 "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
@@ -194,8 +193,16 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
     })
 }
 
-fn pem(file: Option<String>, inline: Option<String>, key: &str, dir: &Path) -> Result<Option<Pem>, String> {
-    match (file.filter(|f| !f.is_empty()), inline.filter(|s| !s.is_empty())) {
+fn pem(
+    file: Option<String>,
+    inline: Option<String>,
+    key: &str,
+    dir: &Path,
+) -> Result<Option<Pem>, String> {
+    match (
+        file.filter(|f| !f.is_empty()),
+        inline.filter(|s| !s.is_empty()),
+    ) {
         (Some(_), Some(_)) => Err(format!("{key}_file: cannot set both {key} and {key}_file")),
         (Some(f), None) => Ok(Some(Pem::File(dir.join(f)))),
         (None, Some(s)) => Ok(Some(Pem::Inline(s))),
@@ -293,7 +300,10 @@ mod tests {
         assert_eq!(t.cert, Pem::File("/etc/dcgm-exporter/tls/tls.crt".into()));
         assert_eq!(t.key, Pem::File("/etc/dcgm-exporter/tls/tls.key".into()));
         assert_eq!(t.client_auth, ClientAuth::RequireAndVerifyClientCert);
-        assert_eq!((t.min_version, t.max_version), (TlsVersion::Tls12, TlsVersion::Tls13));
+        assert_eq!(
+            (t.min_version, t.max_version),
+            (TlsVersion::Tls12, TlsVersion::Tls13)
+        );
         assert_eq!(c.users["alice"], ALICE);
         assert!(c.http2);
         assert_eq!(c.files().len(), 3);
@@ -338,7 +348,10 @@ mod tests {
         assert_eq!(
             c.headers,
             vec![
-                ("Strict-Transport-Security".to_string(), "max-age=31536000".to_string()),
+                (
+                    "Strict-Transport-Security".to_string(),
+                    "max-age=31536000".to_string()
+                ),
                 ("X-Frame-Options".to_string(), "deny".to_string()),
             ]
         );
