@@ -10,12 +10,11 @@ use std::time::{Duration, Instant};
 
 pub const CONNECTIONS: usize = 64;
 
+/// Response headers as sent, and the body bytes.
+pub type Response = (Vec<(String, String)>, Vec<u8>);
+
 /// One response: (headers as sent, body bytes), read with a minimal HTTP/1.1 client.
-pub fn fetch(
-    addr: SocketAddr,
-    path: &str,
-    gzip: bool,
-) -> Result<(Vec<(String, String)>, Vec<u8>), String> {
+pub fn fetch(addr: SocketAddr, path: &str, gzip: bool) -> Result<Response, String> {
     let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| e.to_string())?;
@@ -34,7 +33,7 @@ fn request(path: &str, gzip: bool) -> String {
     format!("GET {path} HTTP/1.1\r\nHost: bench\r\n{enc}\r\n")
 }
 
-fn read_response(r: &mut impl BufRead) -> Result<(Vec<(String, String)>, Vec<u8>), String> {
+fn read_response(r: &mut impl BufRead) -> Result<Response, String> {
     let mut status = String::new();
     r.read_line(&mut status).map_err(|e| e.to_string())?;
     if !status.starts_with("HTTP/1.1 200") {
