@@ -257,6 +257,26 @@ fn tls_client_certificates_and_basic_auth_with_curl() {
     assert_eq!(status, 200, "{resp}");
     assert!(resp.ends_with("OK"), "{resp}");
 
+    // HTTP/2 over TLS (ALPN), as exporter-toolkit's default http2: true.
+    let version = |e: &Exporter| {
+        let out = run(Command::new("curl")
+            .current_dir(d)
+            .args([
+                "-s",
+                "--http2",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version}",
+                "--cacert",
+                "ca.crt",
+            ])
+            .args(with_cert.iter())
+            .arg(e.url("/metrics").replace("http:", "https:")));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(version(&e), "2");
+
     // Plain HTTP to the TLS port: Go's answer, 400.
     let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -271,6 +291,14 @@ fn tls_client_certificates_and_basic_auth_with_curl() {
         !matches!(http, Ok((200, _))),
         "plain HTTP must not be served: {http:?}"
     );
+
+    // http2: false keeps clients on HTTP/1.1 (picked up without a restart).
+    write_web_config(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        &format!("http_server_config:\n  http2: false\nbasic_auth_users:\n  alice: {ALICE}\n"),
+    );
+    e.wait_until(10, |e| version(e) == "1.1");
 }
 
 #[test]
