@@ -16,6 +16,7 @@ use crate::attribution::Attribution;
 use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
+use crate::output::exposition::Exposition;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
 use crate::output::sink::Sink;
@@ -35,7 +36,7 @@ pub enum Engine {
 
 /// The rendered DCGM page and until when it may be served.
 struct Published {
-    bytes: Arc<Vec<u8>>,
+    page: Arc<Exposition>,
     /// Unix µs after which the page holds a sample too old to serve.
     expires_us: i64,
 }
@@ -43,6 +44,10 @@ struct Published {
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
     page: RwLock<Published>,
+    /// What is served while there is no fresh page.
+    empty: Arc<Exposition>,
+    /// Whether pages are also rendered as OpenMetrics (`--web-enable-openmetrics`).
+    openmetrics: bool,
     connected: AtomicBool,
     /// Why the last collection failed; `None` after a success.
     last_error: Mutex<Option<String>>,
@@ -59,11 +64,18 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(interval: Duration) -> Shared {
+        Shared::with_openmetrics(interval, false)
+    }
+
+    pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
+        let empty = Arc::new(Exposition::empty(openmetrics));
         Shared {
             page: RwLock::new(Published {
-                bytes: Arc::new(Vec::new()),
+                page: empty.clone(),
                 expires_us: 0,
             }),
+            empty,
+            openmetrics,
             connected: AtomicBool::new(false),
             last_error: Mutex::new(None),
             last_success: Mutex::new(None),
@@ -77,27 +89,26 @@ impl Shared {
 
     /// The DCGM series to serve: the last page while its samples are fresh enough, else
     /// nothing.
-    pub fn page(&self) -> Arc<Vec<u8>> {
+    pub fn page(&self) -> Arc<Exposition> {
         let p = self.page.read().unwrap_or_else(|p| p.into_inner());
         if now_us() > p.expires_us {
-            return Arc::new(Vec::new());
+            return self.empty.clone();
         }
-        p.bytes.clone()
+        p.page.clone()
     }
 
-    fn publish(&self, bytes: Vec<u8>, oldest_sample_us: i64) {
+    /// Renders every served format of the page, once per collection.
+    fn publish(&self, families: &[prometheus::proto::MetricFamily], oldest_sample_us: i64) {
         let expires_us =
             oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
-        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published {
-            bytes: Arc::new(bytes),
-            expires_us,
-        };
+        let page = Arc::new(Exposition::render(families, self.openmetrics));
+        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published { page, expires_us };
     }
 
     /// Stops serving DCGM series (self metrics stay).
     fn withdraw(&self) {
         *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published {
-            bytes: Arc::new(Vec::new()),
+            page: self.empty.clone(),
             expires_us: 0,
         };
     }
@@ -437,15 +448,12 @@ impl Runner {
         );
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
         let families = page.into_families();
-        self.shared.publish(
-            crate::output::render::encode_families(&families),
-            oldest_sample_us,
-        );
+        self.shared.publish(&families, oldest_sample_us);
         self.shared.gpus.store(gpus, Ordering::SeqCst);
         if let Some(topology) = &topology {
             let published = self.shared.page();
             for s in &self.sinks {
-                s.published(topology, &families, &published);
+                s.published(topology, &families, published.text());
             }
         }
         *self

@@ -7,7 +7,7 @@ use crate::collect;
 use crate::config::{cli, selector};
 use crate::hostname;
 use crate::operations;
-use crate::output::server;
+use crate::output::http;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,16 +63,17 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         ),
         ..settings
     };
-    // `-a ""`: no HTTP listener (textfile mode).
-    let addrs = if config.address.is_empty() {
+    // `-a ""`: no HTTP listener (textfile mode). Otherwise bound before DCGM starts: a port
+    // in use or a broken web config is reported at once.
+    let server = if config.address.is_empty() {
         if config.textfile_directory.is_empty() {
             return Err(
                 "-a \"\" turns the HTTP listener off; it needs --textfile-directory".into(),
             );
         }
-        Vec::new()
+        None
     } else {
-        server::listen_addrs(&config.address)?
+        Some(start_http(&config)?)
     };
     let sinks = operations::sinks(&config)?;
     if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
@@ -85,7 +86,10 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
     tracing::info!("loaded {}", library.path().display());
-    let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    let shared = Arc::new(Shared::with_openmetrics(
+        Duration::from_millis(settings.interval_ms),
+        server.as_ref().is_some_and(|s| s.options.openmetrics),
+    ));
     shared.require_gpus.store(
         config.health_require_gpus,
         std::sync::atomic::Ordering::SeqCst,
@@ -111,8 +115,8 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
     })?;
 
+    // One worker per core (tokio's default).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -124,7 +128,6 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
             .map_err(|e| format!("cannot start the collection thread: {e}"))?;
 
     let reload_tx = control_tx.clone();
-    let addrs_empty = addrs.is_empty();
     let served = rt.block_on(async move {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
             Ok(mut hup) => {
@@ -137,57 +140,31 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
             }
             Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
         }
-        if addrs_empty {
-            tracing::info!("HTTP listener off (-a \"\"): writing the textfile only");
-            wait_for_signal().await;
-            tracing::info!("shutting down");
-            return Ok(());
-        }
         let (tx, rx) = tokio::sync::watch::channel(false);
-        let mut servers = Vec::new();
-        let mut bound = Vec::new();
-        let mut errors = Vec::new();
-        for addr in addrs {
-            let mut rx = rx.clone();
-            match warp::serve(server::routes(shared.clone())).try_bind_with_graceful_shutdown(
-                addr,
-                async move {
-                    let _ = rx.changed().await;
-                },
-            ) {
-                Ok((a, fut)) => {
-                    bound.push(a);
-                    servers.push(tokio::spawn(fut));
-                }
-                // ":port" tries [::] and 0.0.0.0; on dual-stack hosts the second is taken by the first.
-                Err(e) => errors.push(format!("{addr}: {e}")),
+        let serving = match server {
+            Some(server) => {
+                tracing::info!("listening on {}", server.describe());
+                Some(tokio::spawn(server.serve(shared.clone(), rx)))
             }
-        }
-        if bound.is_empty() {
-            return Err(format!(
-                "cannot listen on {}: {}",
-                config.address,
-                errors.join("; ")
-            ));
-        }
-        tracing::info!(
-            "listening on {}",
-            bound
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+            None => {
+                tracing::info!("HTTP listener off (-a \"\"): writing the textfile only");
+                None
+            }
+        };
         let result = tokio::select! {
             _ = wait_for_signal() => Ok(()),
             _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
         };
         tracing::info!("shutting down");
         let _ = tx.send(true);
-        for s in servers {
-            let _ = tokio::time::timeout(Duration::from_secs(5), s).await;
-        }
-        result
+        let served = match serving {
+            Some(s) => s
+                .await
+                .map_err(|e| format!("the HTTP server failed: {e}"))
+                .and_then(|r| r),
+            None => Ok(()),
+        };
+        result.and(served)
     });
     let _ = control_tx.send(app::Control::Stop);
     collection.join().map_err(thread_panic)?;
@@ -322,6 +299,11 @@ fn container_source(
             "container"
         },
     )
+}
+
+/// The HTTP listener: options checked, web config read, sockets bound (or taken from systemd).
+fn start_http(config: &cli::Config) -> Result<http::Server, String> {
+    http::Server::bind(config)
 }
 
 async fn wait_for_signal() {

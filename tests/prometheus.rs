@@ -134,3 +134,158 @@ fn a_real_prometheus_scrapes_and_answers_promql() {
     assert_eq!(result, "8", "one temperature series per GPU");
     assert!(body.contains("\"1\""), "target up: {body}");
 }
+
+/// A Prometheus server on a free port with `scrape_configs` as given; killed on drop.
+struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Prometheus {
+    fn start(scrape_configs: &str) -> Prometheus {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let cfg = dir.path().join("prometheus.yml");
+        std::fs::write(
+            &cfg,
+            format!("global:\n  scrape_interval: 1s\nscrape_configs:\n{scrape_configs}"),
+        )
+        .unwrap();
+        let child = Command::new(tool("prometheus"))
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Prometheus {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    /// The first value of an instant query, polled until it has one (60 s at most).
+    fn value(&self, promql: &str) -> String {
+        let url = format!(
+            "http://127.0.0.1:{}/api/v1/query?query={}",
+            self.port,
+            promql
+                .bytes()
+                .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                })
+                .collect::<String>()
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok((200, body)) = http_get(&url) {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                if let Some(r) = v["data"]["result"].as_array().and_then(|a| a.first()) {
+                    return r["value"][1].as_str().unwrap_or("").to_string();
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Prometheus never answered {promql}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether this Prometheus knows `scrape_protocols` (2.49 and later); older ones already ask
+/// for OpenMetrics 1.0 first in their default Accept header.
+fn knows_scrape_protocols() -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("p.yml");
+    std::fs::write(
+        &cfg,
+        "scrape_configs:\n  - job_name: x\n    scrape_protocols: [OpenMetricsText1.0.0]\n    static_configs:\n      - targets: ['127.0.0.1:1']\n",
+    )
+    .unwrap();
+    Command::new(tool("promtool"))
+        .args(["check", "config", cfg.to_str().unwrap()])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+#[test]
+fn prometheus_scrapes_openmetrics_and_a_custom_metrics_path() {
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&[
+            "--web-enable-openmetrics",
+            "--web-telemetry-path=/gpu/metrics",
+        ])
+        .start_at("/gpu/metrics");
+    let protocols = if knows_scrape_protocols() {
+        "    scrape_protocols: [OpenMetricsText1.0.0]\n"
+    } else {
+        eprintln!("this Prometheus predates scrape_protocols; its default Accept header prefers OpenMetrics 1.0");
+        ""
+    };
+    let p = Prometheus::start(&format!(
+        "  - job_name: dcgm\n    metrics_path: /gpu/metrics\n{protocols}    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+        e.port
+    ));
+    // Only an OpenMetrics parse gives a counter family's sample the _total suffix.
+    assert_eq!(
+        p.value("count(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION_total{job=\"dcgm\"})"),
+        "8"
+    );
+    assert_eq!(p.value("count(DCGM_FI_DEV_GPU_TEMP{job=\"dcgm\"})"), "8");
+    assert_eq!(p.value("up{job=\"dcgm\"}"), "1");
+    // What Prometheus was sent: OpenMetrics, ending in # EOF.
+    let (status, page) = e.get_with(
+        "/gpu/metrics",
+        &[(
+            "Accept",
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5",
+        )],
+    );
+    assert_eq!(status, 200);
+    assert!(
+        page.ends_with("# EOF\n"),
+        "{}",
+        &page[page.len().saturating_sub(200)..]
+    );
+    assert!(page.contains("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"));
+    assert!(page.contains("# TYPE dcgm_exporter_collections counter\n"));
+    // The 0.0.4 page stays what promtool accepts.
+    let (_, text) = e.get_with("/gpu/metrics", &[("Accept", "text/plain;version=0.0.4")]);
+    assert!(!text.contains("# EOF"));
+    let report = promtool_check(&text);
+    assert!(
+        !report.contains("error") && !report.contains("parse"),
+        "promtool: {report}"
+    );
+}
+
+#[test]
+fn without_the_flag_prometheus_gets_the_text_format_and_the_usual_names() {
+    let e = exporter().profile("h100-8gpu-nvswitch.toml").start();
+    let p = Prometheus::start(&format!(
+        "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+        e.port
+    ));
+    assert_eq!(
+        p.value("count(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{job=\"dcgm\"})"),
+        "8"
+    );
+}

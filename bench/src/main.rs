@@ -8,6 +8,9 @@
 //! * scrape latency against the collection duration;
 //! * CPU time per collection, measured while nobody scrapes.
 //!
+//! * gzip on/off: body size, and requests per second at 64 connections against a static
+//!   server serving the same bytes in the same run (`throughput.rs`).
+//!
 //! Usage: `cargo run --release -p bench [-- --seconds 20 --profile etc/sim/large-bench.toml]`
 //!
 //! `cargo run --release -p bench -- faults [--cycles 100 --stops 10 --soak-seconds 3600]`
@@ -20,7 +23,12 @@
 //! host engine instead (real `nv-hostengine` or `dcgm-sim-hostengine`), so RSS and CPU are
 //! the exporter's alone.
 
+//!
+//! Each run also measures throughput at 64 connections, gzip off and on, against a static
+//! server serving the same bytes (`throughput.rs`).
+
 mod faults;
+mod throughput;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -183,8 +191,21 @@ fn run() -> Result<(), String> {
             !l.starts_with('#') && !l.starts_with("dcgm_exporter_") && !l.starts_with("process_")
         })
         .count();
-    let rss_mib = peak_rss as f64 / 1024.0;
     let p = |v: &[f64], q: f64| v[((v.len() as f64 - 1.0) * q) as usize];
+
+    // Throughput at 64 connections, gzip off and on, ours against a static server.
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let phase = Duration::from_secs((seconds / 8).max(2));
+    let mut rows = Vec::new();
+    for gzip in [false, true] {
+        let (headers, body) = throughput::fetch(addr, "/metrics", gzip)?;
+        let fixed = throughput::static_server(headers, body.clone())?;
+        let ours = throughput::rate(addr, "/metrics", gzip, phase);
+        let stat = throughput::rate(fixed, "/metrics", gzip, phase);
+        rows.push((gzip, body.len(), ours, stat));
+    }
+    peak_rss = peak_rss.max(rss_kib(pid)?);
+    let rss_mib = peak_rss as f64 / 1024.0;
 
     if let Some(r) = &remote {
         println!("remote host engine   {r} ({build} exporter)");
@@ -219,6 +240,17 @@ fn run() -> Result<(), String> {
         p(&many, 0.99) * 1e3
     );
     println!("peak RSS             {rss_mib:.1} MiB");
+    println!(
+        "cores                {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for (gzip, size, ours, stat) in &rows {
+        println!(
+            "/metrics gzip {:<5}  {size} bytes, {ours:.0} req/s at {} connections; static server, same bytes: {stat:.0} req/s",
+            if *gzip { "on" } else { "off" },
+            throughput::CONNECTIONS
+        );
+    }
     println!();
     println!("ratios (this run)");
     println!(
@@ -245,6 +277,19 @@ fn run() -> Result<(), String> {
         "  CPU share of one core, no scrapes        {:.4}",
         idle_cpu / idle.as_secs_f64()
     );
+    for (gzip, size, ours, stat) in &rows {
+        let g = if *gzip { "on " } else { "off" };
+        println!(
+            "  req/s ours / static, gzip {g}           {:.3}",
+            ours / stat.max(1e-9)
+        );
+        if *gzip {
+            println!(
+                "  gzip body / plain body                   {:.3}",
+                *size as f64 / rows[0].1.max(1) as f64
+            );
+        }
+    }
     Ok(())
 }
 

@@ -182,7 +182,7 @@ pub struct Config {
     /// Use a stub GPU (UUID fake<N>) for a GPU whose device attributes cannot be read.
     #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub fake_gpus: bool,
-    /// exporter-toolkit web config for TLS and basic auth (not supported yet).
+    /// exporter-toolkit web config (YAML): TLS, client certificates, basic auth, headers.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_CONFIG_FILE",
@@ -190,7 +190,7 @@ pub struct Config {
         default_value = ""
     )]
     pub web_config_file: String,
-    /// Listen on the systemd-activated socket (not supported yet).
+    /// Listen on the sockets systemd passes (socket activation) instead of -a.
     #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub web_systemd_socket: bool,
     /// Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds.
@@ -275,7 +275,7 @@ pub struct Config {
         default_value = "1s"
     )]
     pub gpu_bind_unbind_poll_interval: String,
-    /// Serve /debug/pprof (not supported yet).
+    /// Serve a CPU profile at /debug/pprof/profile (needs --web-config-file).
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_pprof: bool,
     /// YAML configuration (version 1: metrics, collection interval, watch groups); flags and
@@ -287,7 +287,7 @@ pub struct Config {
         default_value = ""
     )]
     pub config_file: String,
-    /// HTTP read timeout (Go duration).
+    /// HTTP read timeout (Go duration): slow requests and idle keep-alive connections.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_READ_TIMEOUT",
@@ -295,7 +295,7 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_read_timeout: String,
-    /// HTTP write timeout (Go duration).
+    /// HTTP write timeout (Go duration): a response the client does not read.
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
@@ -303,6 +303,21 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_write_timeout: String,
+    /// Scrapes served at once; excess requests get 503.
+    #[arg(long, env = "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES", value_name = "N", default_value = "16", value_parser = go_int!())]
+    pub max_concurrent_scrapes: i64,
+    /// Path of the metrics endpoint (seed 001's exporter served /gpu/metrics).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_WEB_TELEMETRY_PATH",
+        value_name = "PATH",
+        default_value = "/metrics"
+    )]
+    pub web_telemetry_path: String,
+    /// Answer in OpenMetrics 1.0 when the scrape's Accept header prefers it. Counters then
+    /// carry the `_total` suffix OpenMetrics requires, which renames them in Prometheus.
+    #[arg(long, env = "DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub web_enable_openmetrics: bool,
     /// Outside Kubernetes: a `container` label on GPUs explicitly assigned to a Docker or
     /// podman container, from the runtime's API.
     #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
@@ -519,9 +534,6 @@ impl Config {
             ),
             (self.kubernetes_enable_dra, "kubernetes-enable-dra"),
             (self.configmap_data != "none", "configmap-data"),
-            (!self.web_config_file.is_empty(), "web-config-file"),
-            (self.web_systemd_socket, "web-systemd-socket"),
-            (self.enable_pprof, "enable-pprof"),
         ]
         .into_iter()
         .filter_map(|(set, name)| set.then_some(name))
@@ -644,6 +656,7 @@ mod tests {
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
         ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
         ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some("false"), Bool),
+        ("max-concurrent-scrapes", None, Some("DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES"), Some("16"), Int),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
         // ours
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
@@ -655,6 +668,8 @@ mod tests {
         ("watch-max-keep-samples", None, Some("DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES"), Some("0"), Int),
         ("health-require-gpus", None, Some("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS"), Some("false"), Bool),
         ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
+        ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
+        ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
     ];
 
     /// A value that parses and differs from the default.
@@ -1039,10 +1054,7 @@ mod tests {
     fn unsupported_features_are_reported_when_set() {
         let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec!["configmap-data", "web-config-file"]
-        );
+        assert_eq!(c.unsupported_options(), vec!["configmap-data"]);
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
             "--kubernetes-enable-pod-uid",
@@ -1051,11 +1063,9 @@ mod tests {
             "--kubernetes-virtual-gpus",
             "--kubernetes-enable-dra",
             "--nvidia-resource-names=nvidia.com/a100",
-            "--web-systemd-socket",
             "--dump-enabled",
             "--hpc-job-mapping-dir=/d",
             "--enable-gpu-bind-unbind-watch",
-            "--enable-pprof",
             "--config-file=c.yml",
             "--container-labels",
             "--fake-gpus",
@@ -1070,8 +1080,6 @@ mod tests {
                 "kubernetes-enable-pod-uid",
                 "kubernetes-pod-label-allowlist-regex",
                 "kubernetes-enable-dra",
-                "web-systemd-socket",
-                "enable-pprof",
             ]
         );
         let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();

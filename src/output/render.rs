@@ -204,7 +204,8 @@ impl Page {
         encode_families(&self.into_families())
     }
 
-    /// The metric families, in the order their first series was added. None is empty.
+    /// The metric families, in the order their first series was added, for the encoders
+    /// (`output::exposition` renders every format once). None is empty.
     pub fn into_families(self) -> Vec<MetricFamily> {
         // The encoder refuses empty families, and a rewrite (attribution) may leave one.
         self.families

@@ -19,6 +19,9 @@ pub struct SelfMetrics {
     /// --enable-exporter-metrics: promhttp's handler metrics, under the same names.
     http_requests: IntCounterVec,
     http_in_flight: IntGauge,
+    /// Set by `enable_exporter_metrics`: these metrics change with every request, so a
+    /// response built for one scrape must not be reused for the next.
+    live: std::sync::atomic::AtomicBool,
 }
 
 /// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
@@ -139,6 +142,7 @@ impl SelfMetrics {
             reconnects,
             http_requests,
             http_in_flight,
+            live: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -148,6 +152,7 @@ impl SelfMetrics {
     /// `promhttp_metric_handler_requests_total{code}` / `..._requests_in_flight`. The
     /// `go_*` runtime metrics have no Rust counterpart and are not invented.
     pub fn enable_exporter_metrics(&self) {
+        self.live.store(true, std::sync::atomic::Ordering::Relaxed);
         #[cfg(target_os = "linux")]
         {
             let pc = prometheus::process_collector::ProcessCollector::for_self();
@@ -179,6 +184,16 @@ impl SelfMetrics {
         if let Err(e) = self.registry.register(c) {
             tracing::warn!("self metric not registered: {e}");
         }
+    }
+
+    /// The current values, encoded per scrape after the cached page.
+    /// Whether the self metrics change per request (`--enable-exporter-metrics`).
+    pub fn live(&self) -> bool {
+        self.live.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.registry.gather()
     }
 
     pub fn encode(&self) -> Vec<u8> {

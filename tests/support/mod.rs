@@ -179,30 +179,24 @@ impl ExporterBuilder {
 
     /// Starts the exporter and waits until /metrics has DCGM series (or 30 s pass).
     pub fn start(self) -> Exporter {
-        let e = self.spawn();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(st)) = e.child_status() {
-                panic!("dcgm-exporter exited early ({st}): {}", e.stderr());
-            }
-            if let Ok(body) = e.try_get("/metrics") {
-                if body.lines().any(|l| {
-                    l.starts_with("DCGM_")
-                        || l.starts_with("dcgm_") && !l.starts_with("dcgm_exporter_")
-                }) {
-                    return e;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "exporter did not serve DCGM metrics in 30 s: {}",
-                e.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        self.start_at("/metrics")
     }
 
-    /// Starts the exporter without waiting for anything (`-a ""` has no HTTP to wait on).
+    /// Starts the exporter and waits until `path` (plain HTTP) has DCGM series.
+    pub fn start_at(self, path: &str) -> Exporter {
+        let e = self.spawn();
+        e.wait_until(30, |e| {
+            e.try_get(path).is_ok_and(|body| {
+                body.lines().any(|l| {
+                    l.starts_with("DCGM_")
+                        || l.starts_with("dcgm_") && !l.starts_with("dcgm_exporter_")
+                })
+            })
+        });
+        e
+    }
+
+    /// Starts the exporter without waiting for it (`-a ""` has no HTTP to wait on).
     pub fn spawn(self) -> Exporter {
         sim_built();
         let port = free_port();
@@ -232,6 +226,39 @@ impl ExporterBuilder {
 }
 
 impl Exporter {
+    /// Polls `ready` until it holds; panics after `secs` or when the exporter exits.
+    pub fn wait_until(&self, secs: u64, ready: impl Fn(&Exporter) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Ok(Some(st)) = self.child_status() {
+                panic!("dcgm-exporter exited early ({st}): {}", self.stderr());
+            }
+            if ready(self) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "exporter was not ready in {secs} s: {}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// GET with request headers: (status, body), the body decoded if compressed; status 0
+    /// and the error when no response came.
+    pub fn get_with(&self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let mut req = ureq::get(&self.url(path)).timeout(Duration::from_secs(10));
+        for (k, v) in headers {
+            req = req.set(k, v);
+        }
+        match req.call() {
+            Ok(r) => (r.status(), r.into_string().unwrap_or_default()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_string().unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    }
+
     pub fn child_status(&self) -> std::io::Result<Option<std::process::ExitStatus>> {
         // try_wait needs &mut; poll /proc instead to keep &self.
         let alive = Path::new(&format!("/proc/{}", self.child.id())).exists();

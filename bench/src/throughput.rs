@@ -1,0 +1,146 @@
+//! Requests per second at 64 keep-alive connections, against the exporter and against a
+//! static server (hyper, every core) answering with the very bytes the exporter sent, in the
+//! same run on the same machine: the ratio is what the exporter's own work per scrape costs.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const CONNECTIONS: usize = 64;
+
+/// Response headers as sent, and the body bytes.
+pub type Response = (Vec<(String, String)>, Vec<u8>);
+
+/// One response: (headers as sent, body bytes), read with a minimal HTTP/1.1 client.
+pub fn fetch(addr: SocketAddr, path: &str, gzip: bool) -> Result<Response, String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(request(path, gzip).as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut r = BufReader::new(s);
+    read_response(&mut r)
+}
+
+fn request(path: &str, gzip: bool) -> String {
+    let enc = if gzip {
+        "Accept-Encoding: gzip\r\n"
+    } else {
+        ""
+    };
+    format!("GET {path} HTTP/1.1\r\nHost: bench\r\n{enc}\r\n")
+}
+
+fn read_response(r: &mut impl BufRead) -> Result<Response, String> {
+    let mut status = String::new();
+    r.read_line(&mut status).map_err(|e| e.to_string())?;
+    if !status.starts_with("HTTP/1.1 200") {
+        return Err(format!("status: {status:?}"));
+    }
+    let mut headers = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let mut line = String::new();
+        r.read_line(&mut line).map_err(|e| e.to_string())?;
+        let line = line.trim_end();
+        if line.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = line.split_once(':') {
+            let (k, v) = (k.trim().to_string(), v.trim().to_string());
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.parse().map_err(|_| "bad content-length")?;
+            }
+            headers.push((k, v));
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).map_err(|e| e.to_string())?;
+    Ok((headers, body))
+}
+
+/// Requests per second over `d` with `CONNECTIONS` keep-alive clients.
+pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let end = start + d;
+    let threads: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let done = done.clone();
+            let req = request(path, gzip);
+            std::thread::spawn(move || {
+                while Instant::now() < end {
+                    let Ok(s) = TcpStream::connect(addr) else {
+                        std::thread::sleep(Duration::from_millis(10));
+                        continue;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                    let mut w = match s.try_clone() {
+                        Ok(w) => w,
+                        Err(_) => continue,
+                    };
+                    let mut r = BufReader::with_capacity(256 * 1024, s);
+                    while Instant::now() < end {
+                        if w.write_all(req.as_bytes()).is_err() || read_response(&mut r).is_err() {
+                            break;
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+}
+
+/// A static server: every request gets `body` with `headers`. Runs until the process ends.
+pub fn static_server(headers: Vec<(String, String)>, body: Vec<u8>) -> Result<SocketAddr, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let body = hyper::body::Bytes::from(body);
+    let headers: Arc<Vec<(String, String)>> = Arc::new(
+        headers
+            .into_iter()
+            .filter(|(k, _)| {
+                !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("date")
+            })
+            .collect(),
+    );
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async move {
+            let make = hyper::service::make_service_fn(move |_| {
+                let body = body.clone();
+                let headers = headers.clone();
+                async move {
+                    Ok::<_, std::convert::Infallible>(hyper::service::service_fn(move |_req| {
+                        let mut resp = hyper::Response::new(hyper::Body::from(body.clone()));
+                        for (k, v) in headers.iter() {
+                            if let (Ok(k), Ok(v)) = (
+                                hyper::header::HeaderName::from_bytes(k.as_bytes()),
+                                hyper::header::HeaderValue::from_str(v),
+                            ) {
+                                resp.headers_mut().insert(k, v);
+                            }
+                        }
+                        async move { Ok::<_, std::convert::Infallible>(resp) }
+                    }))
+                }
+            });
+            let server = hyper::Server::from_tcp(listener)
+                .expect("listener")
+                .serve(make);
+            let _ = server.await;
+        });
+    });
+    Ok(addr)
+}

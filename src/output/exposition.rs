@@ -1,0 +1,242 @@
+//! What one collection publishes: the page in every format a scrape can ask for, rendered and
+//! compressed once on the collection thread, never per scrape.
+//!
+//! The exporter's own metrics change between scrapes and are appended per request. To keep
+//! the big page compressed once, its gzip variant is cached as a gzip header plus deflate
+//! blocks ended by a full flush (byte-aligned, no back-references past that point); a scrape
+//! compresses only the small self-metrics tail as the final deflate block and writes the
+//! gzip trailer (CRC-32 of page + tail, and the length). The result is one ordinary gzip
+//! member that any decoder reads.
+
+use crate::output::openmetrics;
+use crc32fast::Hasher as Crc;
+use flate2::{Compress, Compression, FlushCompress};
+use prometheus::proto::MetricFamily;
+use prometheus::Encoder;
+
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The formats a scrape can be answered in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text 0.0.4.
+    Text,
+    /// OpenMetrics 1.0.
+    OpenMetrics,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => TEXT_CONTENT_TYPE,
+            Format::OpenMetrics => openmetrics::CONTENT_TYPE,
+        }
+    }
+}
+
+/// A page in one format, plain and as the open start of a gzip member.
+struct Variant {
+    plain: Vec<u8>,
+    gzip_head: Vec<u8>,
+    crc: Crc,
+}
+
+impl Variant {
+    fn new(plain: Vec<u8>) -> Variant {
+        // gzip header: magic, deflate, no flags, no mtime, no extra flags, OS unknown.
+        let mut gzip_head = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+        deflate(
+            &plain,
+            Compression::default(),
+            FlushCompress::Full,
+            &mut gzip_head,
+        );
+        let mut crc = Crc::new();
+        crc.update(&plain);
+        Variant {
+            plain,
+            gzip_head,
+            crc,
+        }
+    }
+
+    fn body(&self, tail: &[u8], gzip: bool) -> Vec<u8> {
+        if !gzip {
+            let mut body = Vec::with_capacity(self.plain.len() + tail.len());
+            body.extend_from_slice(&self.plain);
+            body.extend_from_slice(tail);
+            return body;
+        }
+        let mut body = Vec::with_capacity(self.gzip_head.len() + tail.len() / 2 + 64);
+        body.extend_from_slice(&self.gzip_head);
+        deflate(tail, Compression::fast(), FlushCompress::Finish, &mut body);
+        let mut crc = self.crc.clone();
+        crc.update(tail);
+        body.extend_from_slice(&crc.finalize().to_le_bytes());
+        // ISIZE is the length modulo 2^32 (RFC 1952).
+        let len = (self.plain.len() + tail.len()) as u64 as u32;
+        body.extend_from_slice(&len.to_le_bytes());
+        body
+    }
+}
+
+/// Raw deflate of `input` appended to `out`, ended by `flush` (Full or Finish).
+fn deflate(input: &[u8], level: Compression, flush: FlushCompress, out: &mut Vec<u8>) {
+    let mut c = Compress::new(level, false);
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve((input.len() / 2).max(4096));
+        }
+        let consumed = c.total_in() as usize;
+        let status = match c.compress_vec(&input[consumed..], out, flush) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!("gzip: {e}");
+                return;
+            }
+        };
+        let all_in = c.total_in() as usize == input.len();
+        // A flush is complete once every byte went in and the output did not fill the room.
+        let flushed = all_in && out.len() < out.capacity();
+        match (status, flush) {
+            (flate2::Status::StreamEnd, _) => return,
+            (_, FlushCompress::Full) if flushed => return,
+            _ => {}
+        }
+    }
+}
+
+/// One collection's page in every format asked for at startup.
+pub struct Exposition {
+    text: Variant,
+    openmetrics: Option<Variant>,
+}
+
+impl Exposition {
+    /// An empty page (before the first collection and during an outage).
+    pub fn empty(openmetrics: bool) -> Exposition {
+        Exposition {
+            text: Variant::new(Vec::new()),
+            openmetrics: openmetrics.then(|| Variant::new(Vec::new())),
+        }
+    }
+
+    /// Renders the families once per format (and compresses each once).
+    pub fn render(families: &[MetricFamily], openmetrics: bool) -> Exposition {
+        let mut text = Vec::with_capacity(families.len() * 2048);
+        // A family exists only once a series was added to it (render.rs), so none is empty,
+        // which is all the encoder refuses.
+        if let Err(e) = prometheus::TextEncoder::new().encode(families, &mut text) {
+            tracing::error!("encoding metrics failed: {e}");
+        }
+        let om = openmetrics.then(|| {
+            let mut out = Vec::with_capacity(text.len() + 1024);
+            openmetrics::encode(families, &mut out);
+            Variant::new(out)
+        });
+        Exposition {
+            text: Variant::new(text),
+            openmetrics: om,
+        }
+    }
+
+    /// The page in Prometheus text format, without self-metrics.
+    pub fn text(&self) -> &[u8] {
+        &self.text.plain
+    }
+
+    /// Whether OpenMetrics was rendered (it is when the server may negotiate it).
+    pub fn has_openmetrics(&self) -> bool {
+        self.openmetrics.is_some()
+    }
+
+    /// The response body: the cached page followed by `tail` (families encoded per scrape),
+    /// optionally gzip-compressed. OpenMetrics falls back to text when it was not rendered.
+    pub fn body(&self, format: Format, tail: &[MetricFamily], gzip: bool) -> (Format, Vec<u8>) {
+        let mut tail_bytes = Vec::with_capacity(8192);
+        match (format, &self.openmetrics) {
+            (Format::OpenMetrics, Some(v)) => {
+                openmetrics::encode(tail, &mut tail_bytes);
+                tail_bytes.extend_from_slice(openmetrics::EOF);
+                (Format::OpenMetrics, v.body(&tail_bytes, gzip))
+            }
+            _ => {
+                if let Err(e) = prometheus::TextEncoder::new().encode(tail, &mut tail_bytes) {
+                    tracing::error!("encoding self metrics failed: {e}");
+                }
+                (Format::Text, self.text.body(&tail_bytes, gzip))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::counters::PromType;
+    use crate::output::render::Page;
+    use std::io::Read;
+
+    fn page(series: usize) -> Vec<MetricFamily> {
+        let mut p = Page::default();
+        for i in 0..series {
+            let gpu = i.to_string();
+            p.add(
+                "DCGM_FI_DEV_GPU_TEMP",
+                "temp",
+                PromType::Gauge,
+                &[("gpu", &gpu)],
+                40.0 + i as f64,
+            );
+            p.add(
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                "energy",
+                PromType::Counter,
+                &[("gpu", &gpu)],
+                1e9 + i as f64,
+            );
+        }
+        p.into_families()
+    }
+
+    fn gunzip_single_member(body: &[u8]) -> Vec<u8> {
+        // GzDecoder reads exactly one member: the body must be one complete member.
+        let mut d = flate2::read::GzDecoder::new(body);
+        let mut out = Vec::new();
+        d.read_to_end(&mut out).expect("valid gzip");
+        out
+    }
+
+    #[test]
+    fn gzip_body_is_one_member_of_page_plus_tail() {
+        let fams = page(500);
+        let tail = page(3);
+        let e = Exposition::render(&fams, true);
+        for format in [Format::Text, Format::OpenMetrics] {
+            let (f, plain) = e.body(format, &tail, false);
+            let (_, gz) = e.body(format, &tail, true);
+            assert_eq!(f, format);
+            assert!(
+                gz.len() * 5 < plain.len(),
+                "{} vs {}",
+                gz.len(),
+                plain.len()
+            );
+            assert_eq!(gunzip_single_member(&gz), plain);
+        }
+        let (_, om) = e.body(Format::OpenMetrics, &tail, false);
+        assert!(String::from_utf8(om).unwrap().ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn empty_pages_and_text_fallback() {
+        let e = Exposition::empty(false);
+        let (f, body) = e.body(Format::OpenMetrics, &[], true);
+        assert_eq!(f, Format::Text);
+        assert!(gunzip_single_member(&body).is_empty());
+        let e = Exposition::empty(true);
+        let (f, body) = e.body(Format::OpenMetrics, &[], true);
+        assert_eq!(f, Format::OpenMetrics);
+        assert_eq!(gunzip_single_member(&body), b"# EOF\n");
+    }
+}

@@ -1,0 +1,97 @@
+//! Where the server listens: the `-a` address (Go's `:port` means every interface, IPv6
+//! included), or the sockets systemd passes (`--web-systemd-socket`: `LISTEN_FDS` and
+//! `LISTEN_PID`, file descriptors from 3). Binding happens before DCGM starts, so a port
+//! in use is reported at once.
+
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+
+/// Resolves dcgm-exporter's `-a` value: `:9400` (all interfaces), `host:port`, `[v6]:port`.
+pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
+    if let Some(port) = addr.strip_prefix(':') {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("-a {addr}: invalid port '{port}'"))?;
+        // Go's ":port" listens on every interface, IPv6 included.
+        return Ok(vec![
+            SocketAddr::from(([0u16; 8], port)),
+            SocketAddr::from(([0u8; 4], port)),
+        ]);
+    }
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("-a {addr}: {e} (expected :port, host:port or [ipv6]:port)"))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(format!("-a {addr}: resolves to no address"));
+    }
+    Ok(addrs)
+}
+
+/// Binds every address of `-a`. On a dual-stack host `[::]` already covers `0.0.0.0`, so
+/// only a total failure is an error; it is reported once, with each distinct reason.
+pub fn bind(address: &str) -> Result<Vec<TcpListener>, String> {
+    let mut bound = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    for addr in listen_addrs(address)? {
+        match TcpListener::bind(addr) {
+            Ok(l) => bound.push(l),
+            Err(e) => {
+                let r = e.to_string();
+                if !reasons.contains(&r) {
+                    reasons.push(r);
+                }
+            }
+        }
+    }
+    if bound.is_empty() {
+        return Err(format!(
+            "cannot listen on {address}: {}",
+            reasons.join("; ")
+        ));
+    }
+    Ok(bound)
+}
+
+/// The TCP sockets systemd passed to this process.
+pub fn systemd() -> Result<Vec<TcpListener>, String> {
+    let mut fds = listenfd::ListenFd::from_env();
+    if fds.len() == 0 {
+        return Err("--web-systemd-socket: no socket was passed (LISTEN_FDS/LISTEN_PID are unset or name another process; start the exporter from a systemd .socket unit)".into());
+    }
+    (0..fds.len())
+        .map(|i| match fds.take_tcp_listener(i) {
+            Ok(Some(l)) => Ok(l),
+            Ok(None) => Err(format!(
+                "--web-systemd-socket: socket {} was already taken",
+                i + 3
+            )),
+            Err(e) => Err(format!(
+                "--web-systemd-socket: file descriptor {} is not a TCP listening socket: {e}",
+                i + 3
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_style_listen_addresses() {
+        assert_eq!(listen_addrs(":9400").unwrap().len(), 2);
+        assert_eq!(listen_addrs("127.0.0.1:9500").unwrap()[0].port(), 9500);
+        assert!(listen_addrs("[::1]:9401").unwrap()[0].is_ipv6());
+        assert!(listen_addrs(":http").unwrap_err().contains("-a"));
+        assert!(listen_addrs("nohost").is_err());
+    }
+
+    #[test]
+    fn a_port_in_use_is_one_error() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = taken.local_addr().unwrap().to_string();
+        let e = bind(&addr).unwrap_err();
+        assert_eq!(e.matches("in use").count(), 1, "{e}");
+        assert!(e.starts_with(&format!("cannot listen on {addr}: ")), "{e}");
+    }
+}

@@ -1,0 +1,359 @@
+//! `--web-config-file`: Prometheus exporter-toolkit's web configuration (the file NVIDIA's
+//! Helm chart generates): `tls_server_config`, `http_server_config`, `basic_auth_users`.
+//! Unknown keys are errors, as in exporter-toolkit (strict YAML). Relative file names are
+//! relative to the web config file's directory, as there.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    tls_server_config: Option<TlsFile>,
+    #[serde(default)]
+    http_server_config: Option<HttpFile>,
+    #[serde(default)]
+    basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct TlsFile {
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+    client_auth_type: Option<String>,
+    client_ca_file: Option<String>,
+    client_ca: Option<String>,
+    client_allowed_sans: Option<Vec<String>>,
+    cipher_suites: Option<Vec<String>>,
+    curve_preferences: Option<Vec<String>>,
+    min_version: Option<String>,
+    max_version: Option<String>,
+    prefer_server_cipher_suites: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct HttpFile {
+    http2: Option<bool>,
+    headers: Option<BTreeMap<String, String>>,
+}
+
+/// PEM data from a file (re-read when it changes) or inline in the web config.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pem {
+    File(PathBuf),
+    Inline(String),
+}
+
+impl Pem {
+    pub fn read(&self) -> Result<Vec<u8>, String> {
+        match self {
+            Pem::File(p) => {
+                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+            }
+            Pem::Inline(s) => Ok(s.as_bytes().to_vec()),
+        }
+    }
+
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            Pem::File(p) => Some(p),
+            Pem::Inline(_) => None,
+        }
+    }
+}
+
+/// Go's `tls.ClientAuthType` names, as exporter-toolkit spells them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ClientAuth {
+    NoClientCert,
+    RequestClientCert,
+    RequireAnyClientCert,
+    VerifyClientCertIfGiven,
+    RequireAndVerifyClientCert,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+pub enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TlsSettings {
+    pub cert: Pem,
+    pub key: Pem,
+    pub client_auth: ClientAuth,
+    pub client_ca: Option<Pem>,
+    pub min_version: TlsVersion,
+    pub max_version: TlsVersion,
+    /// TLS 1.2 suites by IANA name (Go's names); `None` = the library's defaults.
+    pub cipher_suites: Option<Vec<String>>,
+    /// Go's curve names; `None` = the library's defaults.
+    pub curves: Option<Vec<String>>,
+    pub prefer_server_cipher_suites: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct WebConfig {
+    pub tls: Option<TlsSettings>,
+    pub http2: bool,
+    pub headers: Vec<(String, String)>,
+    /// user -> bcrypt hash
+    pub users: BTreeMap<String, String>,
+}
+
+impl WebConfig {
+    /// The files whose change on disk should trigger a reload.
+    pub fn files(&self) -> Vec<PathBuf> {
+        let Some(t) = &self.tls else {
+            return Vec::new();
+        };
+        [Some(&t.cert), Some(&t.key), t.client_ca.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.path().map(Path::to_path_buf))
+            .collect()
+    }
+}
+
+/// Headers exporter-toolkit lets a web config set, with the values it accepts (`None`: any).
+const HEADERS: [(&str, Option<&[&str]>); 5] = [
+    ("Strict-Transport-Security", None),
+    ("X-Content-Type-Options", Some(&["nosniff"])),
+    ("X-Frame-Options", Some(&["deny", "sameorigin"])),
+    ("X-XSS-Protection", None),
+    ("Content-Security-Policy", None),
+];
+
+/// Reads and validates the file; every error names the file and the key.
+pub fn load(path: &Path) -> Result<WebConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--web-config-file {}: {e}", path.display()))?;
+    parse(&text, path)
+}
+
+pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
+    let err = |m: String| format!("--web-config-file {}: {m}", path.display());
+    let file: File = if text.trim().is_empty() {
+        File::default()
+    } else {
+        serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tls = match file.tls_server_config {
+        Some(t) => tls_settings(t, dir).map_err(|m| err(format!("tls_server_config.{m}")))?,
+        None => None,
+    };
+    let http = file.http_server_config.unwrap_or_default();
+    let mut headers = Vec::new();
+    for (name, value) in http.headers.unwrap_or_default() {
+        let Some((canonical, allowed)) =
+            HEADERS.iter().find(|(h, _)| h.eq_ignore_ascii_case(&name))
+        else {
+            return Err(err(format!(
+                "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
+                HEADERS.map(|h| h.0).join(", ")
+            )));
+        };
+        if let Some(values) = allowed {
+            if !values.iter().any(|v| v.eq_ignore_ascii_case(&value)) {
+                return Err(err(format!(
+                    "http_server_config.headers: invalid value {value:?} for {canonical} (allowed: {})",
+                    values.join(", ")
+                )));
+            }
+        }
+        if hyper::header::HeaderValue::from_str(&value).is_err() {
+            return Err(err(format!(
+                "http_server_config.headers.{canonical}: {value:?} is not a valid header value"
+            )));
+        }
+        headers.push((canonical.to_string(), value));
+    }
+    let users = file.basic_auth_users.unwrap_or_default();
+    for (user, hash) in &users {
+        if hash.parse::<bcrypt::HashParts>().is_err() {
+            return Err(err(format!(
+                "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd -nBC 10 {user}`)"
+            )));
+        }
+    }
+    Ok(WebConfig {
+        tls,
+        // exporter-toolkit's default; it only matters with TLS (no h2c, as in Go).
+        http2: http.http2.unwrap_or(true),
+        headers,
+        users,
+    })
+}
+
+fn pem(
+    file: Option<String>,
+    inline: Option<String>,
+    key: &str,
+    dir: &Path,
+) -> Result<Option<Pem>, String> {
+    match (
+        file.filter(|f| !f.is_empty()),
+        inline.filter(|s| !s.is_empty()),
+    ) {
+        (Some(_), Some(_)) => Err(format!("{key}_file: cannot set both {key} and {key}_file")),
+        (Some(f), None) => Ok(Some(Pem::File(dir.join(f)))),
+        (None, Some(s)) => Ok(Some(Pem::Inline(s))),
+        (None, None) => Ok(None),
+    }
+}
+
+fn version(key: &str, v: Option<String>, default: TlsVersion) -> Result<TlsVersion, String> {
+    match v.as_deref() {
+        None | Some("") => Ok(default),
+        Some("TLS12") => Ok(TlsVersion::Tls12),
+        Some("TLS13") => Ok(TlsVersion::Tls13),
+        Some(o @ ("TLS10" | "TLS11")) => Err(format!(
+            "{key}: {o} is not supported (this exporter's TLS library, rustls, speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13)"
+        )),
+        Some(o) => Err(format!("{key}: unknown TLS version {o:?} (use TLS12 or TLS13)")),
+    }
+}
+
+fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
+    let cert = pem(t.cert_file, t.cert, "cert", dir)?;
+    let key = pem(t.key_file, t.key, "key", dir)?;
+    let client_ca = pem(t.client_ca_file, t.client_ca, "client_ca", dir)?;
+    let auth = t.client_auth_type.filter(|s| !s.is_empty());
+    if cert.is_none() && key.is_none() && auth.is_none() && client_ca.is_none() {
+        // exporter-toolkit: no TLS settings at all means plain HTTP.
+        return Ok(None);
+    }
+    let cert = cert.ok_or("cert_file: missing (required with any TLS setting)")?;
+    let key = key.ok_or("key_file: missing (required with any TLS setting)")?;
+    let client_auth = match auth.as_deref() {
+        None | Some("NoClientCert") => ClientAuth::NoClientCert,
+        Some("RequestClientCert") => ClientAuth::RequestClientCert,
+        Some("RequireAnyClientCert") => ClientAuth::RequireAnyClientCert,
+        Some("VerifyClientCertIfGiven") => ClientAuth::VerifyClientCertIfGiven,
+        Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerifyClientCert,
+        Some(o) => {
+            return Err(format!(
+                "client_auth_type: invalid value {o:?} (NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert)"
+            ))
+        }
+    };
+    let verifies = matches!(
+        client_auth,
+        ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
+    );
+    if verifies && client_ca.is_none() {
+        return Err(format!(
+            "client_ca_file: missing (required by client_auth_type {client_auth:?})"
+        ));
+    }
+    if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
+        return Err("client_ca_file: set without a client_auth_type that uses it".into());
+    }
+    if t.client_allowed_sans.is_some_and(|s| !s.is_empty()) {
+        return Err("client_allowed_sans: not supported by this exporter".into());
+    }
+    let min_version = version("min_version", t.min_version, TlsVersion::Tls12)?;
+    let max_version = version("max_version", t.max_version, TlsVersion::Tls13)?;
+    if min_version > max_version {
+        return Err("min_version: greater than max_version".into());
+    }
+    Ok(Some(TlsSettings {
+        cert,
+        key,
+        client_auth,
+        client_ca,
+        min_version,
+        max_version,
+        cipher_suites: t.cipher_suites.filter(|s| !s.is_empty()),
+        curves: t.curve_preferences.filter(|s| !s.is_empty()),
+        prefer_server_cipher_suites: t.prefer_server_cipher_suites.unwrap_or(true),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(yaml: &str) -> Result<WebConfig, String> {
+        parse(yaml, Path::new("/etc/dcgm-exporter/web-config.yaml"))
+    }
+
+    const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
+
+    #[test]
+    fn the_helm_charts_file() {
+        let c = p(&format!(
+            "tls_server_config:\n  cert_file: /etc/dcgm-exporter/tls/tls.crt\n  key_file: tls/tls.key\n  \
+             client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: /etc/dcgm-exporter/tls/ca.crt\n\
+             basic_auth_users:\n  alice: {ALICE}\n"
+        ))
+        .unwrap();
+        let t = c.tls.clone().unwrap();
+        assert_eq!(t.cert, Pem::File("/etc/dcgm-exporter/tls/tls.crt".into()));
+        assert_eq!(t.key, Pem::File("/etc/dcgm-exporter/tls/tls.key".into()));
+        assert_eq!(t.client_auth, ClientAuth::RequireAndVerifyClientCert);
+        assert_eq!(
+            (t.min_version, t.max_version),
+            (TlsVersion::Tls12, TlsVersion::Tls13)
+        );
+        assert_eq!(c.users["alice"], ALICE);
+        assert!(c.http2);
+        assert_eq!(c.files().len(), 3);
+    }
+
+    #[test]
+    fn empty_or_auth_only_is_plain_http() {
+        assert_eq!(p("").unwrap().tls, None);
+        assert_eq!(p("tls_server_config: {}\n").unwrap().tls, None);
+        let c = p(&format!("basic_auth_users:\n  bob: '{ALICE}'\n")).unwrap();
+        assert!(c.tls.is_none() && c.users.contains_key("bob"));
+    }
+
+    #[test]
+    fn errors_name_the_file_and_key() {
+        for (yaml, expect) in [
+            ("tls_server_config:\n  cert_file: a\n", "tls_server_config.key_file: missing"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n", "tls_server_config.min_version: TLS10"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  max_version: TLS11\n", "tls_server_config.max_version"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "client_auth_type: invalid value \"Sometimes\""),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file: missing"),
+            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n", "client_ca_file: set without"),
+            ("tls_server_config:\n  cert_file: a\n  cert: inline\n  key_file: b\n", "cannot set both cert and cert_file"),
+            ("tls_server_config:\n  certfile: a\n", "unknown field `certfile`"),
+            ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice: not a bcrypt hash"),
+            ("http_server_config:\n  headers:\n    Server: x\n", "header \"Server\" can not be configured"),
+            ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value \"allow\" for X-Frame-Options"),
+            ("nonsense: 1\n", "unknown field `nonsense`"),
+            ("tls_server_config: [1\n", "web-config.yaml"),
+        ] {
+            let e = p(yaml).unwrap_err();
+            assert!(e.contains("/etc/dcgm-exporter/web-config.yaml"), "{e}");
+            assert!(e.contains(expect), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn headers_and_http2() {
+        let c = p("http_server_config:\n  http2: false\n  headers:\n    x-frame-options: deny\n    Strict-Transport-Security: max-age=31536000\n").unwrap();
+        assert!(!c.http2);
+        assert_eq!(
+            c.headers,
+            vec![
+                (
+                    "Strict-Transport-Security".to_string(),
+                    "max-age=31536000".to_string()
+                ),
+                ("X-Frame-Options".to_string(), "deny".to_string()),
+            ]
+        );
+    }
+}

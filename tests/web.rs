@@ -1,0 +1,743 @@
+//! The HTTP surface with the clients users point at it: curl and `openssl s_client` against
+//! an exporter-toolkit web config (TLS, client certificates, basic auth, headers, certificate
+//! rotation), systemd socket activation through `systemd-socket-activate`, gzip, methods,
+//! timeouts and the pprof endpoint.
+
+mod support;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// From `htpasswd -nBC 10 alice`, password "password" (upstream's own test fixture).
+const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Skips the test (with the reason printed) when a client is not installed.
+macro_rules! require {
+    ($($tool:literal),+) => {
+        $(if !have($tool) {
+            eprintln!("SKIPPED: `{}` is not installed (apt-get install it; .ci/run does)", $tool);
+            return;
+        })+
+    };
+}
+
+fn run(cmd: &mut Command) -> Output {
+    cmd.stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = run(Command::new("openssl").current_dir(dir).args(args));
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 signed by it (`server`, CN given), a client
+/// certificate signed by it (`client`) and a self-signed client certificate (`stranger`).
+fn certificates(dir: &Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=test-ca"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
+    openssl(dir, &ca);
+    server_cert(dir, "server-one");
+    for (name, signed) in [("client", true), ("stranger", false)] {
+        let subj = format!("/CN={name}");
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
+        let mut req = vec!["req", "-subj", &subj, "-keyout", &key];
+        req.extend(ec);
+        if signed {
+            req.extend(["-out", &csr]);
+            openssl(dir, &req);
+            // Extensions make it an X.509 v3 certificate, which WebPKI verifiers require.
+            std::fs::write(
+                dir.join("client.ext"),
+                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+            )
+            .unwrap();
+            openssl(
+                dir,
+                &[
+                    "x509",
+                    "-req",
+                    "-days",
+                    "2",
+                    "-in",
+                    &csr,
+                    "-CA",
+                    "ca.crt",
+                    "-CAkey",
+                    "ca.key",
+                    "-CAcreateserial",
+                    "-extfile",
+                    "client.ext",
+                    "-out",
+                    &crt,
+                ],
+            );
+        } else {
+            req.extend(["-x509", "-days", "2", "-out", &crt]);
+            openssl(dir, &req);
+        }
+    }
+}
+
+/// (Re)writes server.crt/server.key: a certificate for 127.0.0.1 with the given CN.
+fn server_cert(dir: &Path, cn: &str) {
+    let subj = format!("/CN={cn}");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            &subj,
+            "-keyout",
+            "new.key",
+            "-out",
+            "new.csr",
+        ],
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            "new.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "new.crt",
+        ],
+    );
+    // Replaced by rename, as a Kubernetes secret volume (and cert-manager) does.
+    std::fs::rename(dir.join("new.key"), dir.join("server.key")).unwrap();
+    std::fs::rename(dir.join("new.crt"), dir.join("server.crt")).unwrap();
+}
+
+fn write_web_config(dir: &Path, tls_extra: &str, rest: &str) -> PathBuf {
+    let path = dir.join("web-config.yml");
+    let tmp = dir.join("web-config.yml.tmp");
+    std::fs::write(
+        &tmp,
+        format!("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n{tls_extra}{rest}"),
+    )
+    .unwrap();
+    std::fs::rename(tmp, &path).unwrap();
+    path
+}
+
+/// curl over HTTPS to the exporter: (exit code, HTTP status, headers+body).
+fn curl(dir: &Path, port: u16, path: &str, args: &[&str]) -> (i32, u16, String) {
+    let url = format!("https://127.0.0.1:{port}{path}");
+    let out = run(Command::new("curl")
+        .current_dir(dir)
+        .args([
+            "-s",
+            "-i",
+            "--max-time",
+            "10",
+            "--cacert",
+            "ca.crt",
+            "-w",
+            "\n%{http_code}",
+        ])
+        .args(args)
+        .arg(url));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (
+        out.status.code().unwrap_or(-1),
+        code.trim().parse().unwrap_or(0),
+        body.to_string(),
+    )
+}
+
+const AUTH: [&str; 2] = ["-u", "alice:password"];
+const CERT: [&str; 4] = ["--cert", "client.crt", "--key", "client.key"];
+const STRANGER: [&str; 4] = ["--cert", "stranger.crt", "--key", "stranger.key"];
+
+fn start_tls(dir: &Path, web_config: &Path, extra: &[&str]) -> Exporter {
+    let e = exporter()
+        .args(&["--web-config-file", web_config.to_str().unwrap()])
+        .args(extra)
+        .spawn();
+    e.wait_until(30, |e| {
+        let (_, status, body) = curl(dir, e.port, "/metrics", &[&AUTH[..], &CERT[..]].concat());
+        status == 200 && body.contains("DCGM_FI_DEV_GPU_TEMP")
+    });
+    e
+}
+
+#[test]
+fn tls_client_certificates_and_basic_auth_with_curl() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let cfg = write_web_config(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        &format!("http_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  alice: {ALICE}\n"),
+    );
+    let e = start_tls(d, &cfg, &[]);
+    let with_cert = [&AUTH[..], &CERT[..]].concat();
+
+    let (_, status, page) = curl(d, e.port, "/metrics", &with_cert);
+    assert_eq!(status, 200);
+    assert!(
+        page.to_ascii_lowercase().contains("x-frame-options: deny"),
+        "{page}"
+    );
+
+    // No client certificate, or one no trusted CA signed: the handshake fails.
+    let (code, status, _) = curl(d, e.port, "/metrics", &AUTH);
+    assert!(
+        code != 0 && status == 0,
+        "curl without a client cert: exit {code}, HTTP {status}"
+    );
+    let (code, _, _) = curl(d, e.port, "/metrics", &[&AUTH[..], &STRANGER[..]].concat());
+    assert_ne!(code, 0, "a self-signed client certificate must be refused");
+
+    // Wrong or missing password: 401 asking for basic auth, on every path.
+    for (args, path) in [
+        (vec!["-u", "alice:wrong"], "/metrics"),
+        (vec![], "/metrics"),
+        (vec!["-u", "mallory:password"], "/health"),
+    ] {
+        let (_, status, resp) = curl(d, e.port, path, &[&args[..], &CERT[..]].concat());
+        assert_eq!(status, 401, "{args:?} {path}: {resp}");
+        assert!(
+            resp.contains("WWW-Authenticate: Basic") || resp.contains("www-authenticate: Basic"),
+            "{resp}"
+        );
+        assert!(
+            resp.to_ascii_lowercase().contains("x-frame-options: deny"),
+            "{resp}"
+        );
+    }
+    let (_, status, resp) = curl(d, e.port, "/health", &with_cert);
+    assert_eq!(status, 200, "{resp}");
+    assert!(resp.ends_with("OK"), "{resp}");
+
+    // HTTP/2 over TLS (ALPN), as exporter-toolkit's default http2: true.
+    let version = |e: &Exporter| {
+        let out = run(Command::new("curl")
+            .current_dir(d)
+            .args([
+                "-s",
+                "--http2",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_version}",
+                "--cacert",
+                "ca.crt",
+            ])
+            .args(with_cert.iter())
+            .arg(e.url("/metrics").replace("http:", "https:")));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(version(&e), "2");
+
+    // Plain HTTP to the TLS port: Go's answer, 400.
+    let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.0 400 Bad Request"), "{answer}");
+    assert!(answer.contains("Client sent an HTTP request to an HTTPS server."));
+    let http = http_get(&format!("http://127.0.0.1:{}/metrics", e.port));
+    assert!(
+        !matches!(http, Ok((200, _))),
+        "plain HTTP must not be served: {http:?}"
+    );
+
+    // http2: false keeps clients on HTTP/1.1 (picked up without a restart).
+    write_web_config(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        &format!("http_server_config:\n  http2: false\nbasic_auth_users:\n  alice: {ALICE}\n"),
+    );
+    e.wait_until(10, |e| version(e) == "1.1");
+}
+
+#[test]
+fn every_client_auth_type_and_the_tls_version_floor() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let cfg = write_web_config(d, "", "");
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    e.wait_until(30, |e| curl(d, e.port, "/health", &[]).1 == 200);
+    // (client_auth_type, without a cert, with an untrusted cert, with a CA-signed cert)
+    let table = [
+        ("NoClientCert", true, true, true),
+        ("RequestClientCert", true, true, true),
+        ("RequireAnyClientCert", false, true, true),
+        ("VerifyClientCertIfGiven", true, false, true),
+        ("RequireAndVerifyClientCert", false, false, true),
+    ];
+    for (auth, none, stranger, client) in table {
+        let ca = if auth.contains("Verify") {
+            "  client_ca_file: ca.crt\n"
+        } else {
+            ""
+        };
+        // The web config is re-read when it changes: no restart between rows.
+        write_web_config(d, &format!("  client_auth_type: {auth}\n{ca}"), "");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for (args, expect) in [
+            (&[][..], none),
+            (&STRANGER[..], stranger),
+            (&CERT[..], client),
+        ] {
+            loop {
+                let (_, status, _) = curl(d, e.port, "/health", args);
+                if (status == 200) == expect {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{auth} with {args:?}: expected success={expect}, got HTTP {status}; {}",
+                    e.stderr()
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    // min_version TLS13: a TLS 1.2-only client is refused, a TLS 1.3 one is served.
+    write_web_config(d, "  min_version: TLS13\n", "");
+    let s_client = |flag: &str| {
+        let out = run(Command::new("openssl").current_dir(d).args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{}", e.port),
+            flag,
+            "-CAfile",
+            "ca.crt",
+            "-verify_return_error",
+        ]));
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tls12 = s_client("-tls1_2");
+        if tls12.contains("alert protocol version")
+            || tls12.contains("no protocols available")
+            || tls12.contains("Cipher is (NONE)")
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "TLS 1.2 still accepted:\n{tls12}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let tls13 = s_client("-tls1_3");
+    assert!(
+        tls13.contains("TLSv1.3") && tls13.contains("Verify return code: 0"),
+        "{tls13}"
+    );
+}
+
+#[test]
+fn a_rotated_certificate_is_served_without_a_restart() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let cfg = write_web_config(d, "", "");
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let subject = |e: &Exporter| {
+        let (_, _, _) = curl(d, e.port, "/health", &[]);
+        let out = run(Command::new("curl")
+            .current_dir(d)
+            .args(["-s", "-v", "-o", "/dev/null", "--cacert", "ca.crt"])
+            .arg(format!("https://127.0.0.1:{}/health", e.port)));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    e.wait_until(30, |e| subject(e).contains("CN=server-one"));
+    let pid = e.child.id();
+    server_cert(d, "server-two");
+    e.wait_until(10, |e| subject(e).contains("CN=server-two"));
+    assert_eq!(e.child.id(), pid);
+    assert!(
+        e.stderr().contains("reloaded the web configuration"),
+        "{}",
+        e.stderr()
+    );
+}
+
+#[test]
+fn a_broken_web_config_is_a_clear_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    for (text, expect) in [
+        ("tls_server_config:\n  cert_file: a.crt\n  key_file: a.key\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n", "tls_server_config.cipher_suites: TLS_RSA_WITH_RC4_128_SHA"),
+        ("tls_server_config:\n  cert_file: missing.crt\n  key_file: missing.key\n", "missing.crt"),
+        ("basic_auth_users:\n  alice: password\n", "basic_auth_users.alice: not a bcrypt hash"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let (code, stderr) = exporter()
+            .args(&["--web-config-file", cfg.to_str().unwrap()])
+            .run_to_exit();
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains(expect) && stderr.contains("web.yml"), "{stderr}");
+        assert_eq!(stderr.matches("level=fatal").count(), 1, "{stderr}");
+    }
+    let (code, stderr) = exporter().arg("--enable-pprof").run_to_exit();
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--enable-pprof requires --web-config-file"),
+        "{stderr}"
+    );
+}
+
+/// `Key=value` of a systemd unit file shipped under etc/systemd/.
+fn unit_value(unit: &str, key: &str) -> String {
+    let text = std::fs::read_to_string(repo(&format!("etc/systemd/{unit}"))).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{unit} has no {key}="))
+        .to_string()
+}
+
+#[test]
+fn systemd_socket_activation_with_the_shipped_units() {
+    require!("systemd-socket-activate");
+    // The shipped pair: the socket listens on 9400, the service takes it.
+    assert_eq!(unit_value("dcgm-exporter.socket", "ListenStream"), "9400");
+    let exec = unit_value("dcgm-exporter.service", "ExecStart");
+    let mut args: Vec<String> = exec.split_whitespace().map(String::from).collect();
+    assert_eq!(args.remove(0), "/usr/bin/dcgm-exporter");
+    assert!(args.contains(&"--web-systemd-socket".to_string()), "{exec}");
+    // Here: a free port instead of 9400, the repository's files instead of /etc's.
+    for a in args.iter_mut() {
+        if a == "/etc/dcgm-exporter/default-counters.csv" {
+            *a = repo("etc/default-counters.csv")
+                .to_string_lossy()
+                .into_owned();
+        }
+    }
+    sim_built();
+    let port = free_port();
+    let mut child = Command::new("systemd-socket-activate")
+        .args([
+            "-l",
+            &format!("127.0.0.1:{port}"),
+            env!("CARGO_BIN_EXE_dcgm-exporter"),
+        ])
+        .args(&args)
+        // -a is ignored with a systemd socket.
+        .args([
+            "-a",
+            "127.0.0.1:1",
+            "-c",
+            "500",
+            "--dcgm-library",
+            sim_library().to_str().unwrap(),
+        ])
+        .env_remove("DCGM_SIM_PROFILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("systemd-socket-activate");
+    // systemd-socket-activate starts the exporter on the first connection.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        if let Ok((200, body)) = http_get(&format!("http://127.0.0.1:{port}/metrics")) {
+            if body.contains("DCGM_FI_DEV_GPU_TEMP") {
+                break body;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no metrics through the systemd socket"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(body.contains("dcgm_exporter_collections_total"));
+
+    // Without a socket from systemd the flag is a clear error.
+    let (code, stderr) = exporter().arg("--web-systemd-socket").run_to_exit();
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--web-systemd-socket: no socket was passed"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn basic_auth_with_a_hash_from_htpasswd() {
+    require!("htpasswd");
+    let out = run(Command::new("htpasswd").args(["-nbBC", "10", "bob", "s3cret"]));
+    let line = String::from_utf8(out.stdout).unwrap();
+    let (user, hash) = line.trim().split_once(':').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  {user}: '{hash}'\n")).unwrap();
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let auth = |pass: &str| {
+        let b = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            format!("bob:{pass}"),
+        );
+        e.get_with("/health", &[("Authorization", &format!("Basic {b}"))])
+            .0
+    };
+    e.wait_until(30, |_| auth("s3cret") == 200);
+    assert_eq!(auth("secret"), 401);
+}
+
+#[test]
+fn gzip_methods_paths_and_health_headers() {
+    let e = exporter()
+        .args(&["--web-telemetry-path", "/gpu/metrics"])
+        .start_at("/gpu/metrics");
+    let raw = |req: &str| -> Vec<u8> {
+        let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        out
+    };
+    let split = |resp: &[u8]| -> (String, Vec<u8>) {
+        let at = resp
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("header end");
+        (
+            String::from_utf8_lossy(&resp[..at]).into_owned(),
+            resp[at + 4..].to_vec(),
+        )
+    };
+
+    // gzip: one compressed body that a single-member decoder reads, much smaller.
+    let (head, gz) = split(&raw("GET /gpu/metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\nConnection: close\r\n\r\n"));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("content-encoding: gzip"),
+        "{head}"
+    );
+    let mut plain = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut plain)
+        .expect("gzip body");
+    assert!(
+        plain.contains("DCGM_FI_DEV_GPU_TEMP") && plain.contains("dcgm_exporter_collections_total")
+    );
+    assert!(
+        gz.len() * 4 < plain.len(),
+        "{} compressed vs {} plain",
+        gz.len(),
+        plain.len()
+    );
+    if have("curl") {
+        let out = run(Command::new("curl").args(["-s", "--compressed", &e.url("/gpu/metrics")]));
+        let body = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            body.contains("DCGM_FI_DEV_GPU_TEMP")
+                && body.trim_end().ends_with(|c: char| c.is_ascii_digit())
+        );
+    }
+
+    // HEAD: headers, no body.
+    let (head, body) = split(&raw(
+        "HEAD /gpu/metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ));
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    assert!(
+        body.is_empty(),
+        "HEAD returned a body of {} bytes",
+        body.len()
+    );
+
+    // Any method on a route, as upstream's router (no method filter); other paths 404.
+    let (head, body) = split(&raw(
+        "POST /gpu/metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    ));
+    assert!(
+        head.starts_with("HTTP/1.1 200") && !body.is_empty(),
+        "{head}"
+    );
+    for path in ["/metrics", "/nope", "/gpu/metrics/", "/debug/pprof/"] {
+        let (status, body) = e.get(path);
+        assert_eq!(
+            (status, body.as_str()),
+            (404, "404 page not found\n"),
+            "{path}"
+        );
+    }
+
+    // /health: upstream's body and headers.
+    let (head, body) = split(&raw(
+        "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    ));
+    let h = head.to_ascii_lowercase();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert_eq!(body, b"OK");
+    assert!(h.contains("x-registry-available: true"), "{head}");
+    assert!(h.contains("x-content-type-options: nosniff"), "{head}");
+    assert!(
+        h.contains("content-type: text/plain; charset=utf-8"),
+        "{head}"
+    );
+}
+
+#[test]
+fn a_port_in_use_is_reported_once_before_dcgm_starts() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    // A library that does not exist: reaching DCGM would fail differently.
+    let (code, stderr) = exporter()
+        .args(&["-a", &addr, "--dcgm-library", "/nonexistent/libdcgm.so.4"])
+        .run_to_exit();
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("in use").count(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("libdcgm"),
+        "DCGM was started first: {stderr}"
+    );
+}
+
+#[test]
+fn a_silent_connection_is_closed_after_the_read_timeout() {
+    let e = exporter().args(&["--web-read-timeout", "1s"]).start();
+    let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap(); // never finished
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let t0 = Instant::now();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let waited = t0.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the connection stayed open {waited:?}"
+    );
+    let (code, stderr) = exporter()
+        .args(&["--web-read-timeout", "soon"])
+        .run_to_exit();
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--web-read-timeout 'soon' is not a duration"),
+        "{stderr}"
+    );
+    let (code, stderr) = exporter()
+        .args(&["--max-concurrent-scrapes", "0"])
+        .run_to_exit();
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("--max-concurrent-scrapes 0: must be at least 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn pprof_serves_a_cpu_profile_behind_the_web_config() {
+    use pprof::protos::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let e = exporter()
+        .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "alice:password")
+    );
+    let get = |path: &str, auth: Option<&str>| {
+        let mut req = ureq::get(&e.url(path)).timeout(Duration::from_secs(20));
+        if let Some(a) = auth {
+            req = req.set("Authorization", a);
+        }
+        match req.call() {
+            Ok(r) => {
+                let mut body = Vec::new();
+                let status = r.status();
+                r.into_reader().read_to_end(&mut body).unwrap();
+                (status, body)
+            }
+            Err(ureq::Error::Status(c, _)) => (c, Vec::new()),
+            Err(err) => (0, err.to_string().into_bytes()),
+        }
+    };
+    e.wait_until(30, |_| get("/health", Some(&auth)).0 == 200);
+    assert_eq!(get("/debug/pprof/profile?seconds=1", None).0, 401);
+    let (status, body) = get("/debug/pprof/profile?seconds=1", Some(&auth));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let profile = pprof::protos::Profile::decode(&body[..]).expect("a pprof protobuf");
+    let strings = &profile.string_table;
+    let sample_type: Vec<&str> = profile
+        .sample_type
+        .iter()
+        .map(|t| strings[t.ty as usize].as_str())
+        .collect();
+    assert!(sample_type.contains(&"cpu"), "{sample_type:?}");
+    assert!(
+        profile.duration_nanos >= 900_000_000,
+        "{}",
+        profile.duration_nanos
+    );
+    let (status, _) = get("/debug/pprof/profile?seconds=60", Some(&auth));
+    assert_eq!(status, 400, "longer than the write timeout");
+    let (status, index) = get("/debug/pprof/", Some(&auth));
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&index).contains("profile"));
+}
