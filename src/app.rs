@@ -99,6 +99,9 @@ pub struct Runner {
     pub engine: Engine,
     /// The counters CSV, re-read on SIGHUP.
     pub collectors: std::path::PathBuf,
+    /// Whether `collectors` was given (-f or its env var); if not and it is absent, the
+    /// built-in default set is used.
+    pub collectors_given: bool,
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
@@ -123,7 +126,10 @@ impl Runner {
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
     fn reload(&self, collector: &mut Option<Collector>) {
-        let new = match crate::config::counters::load(&self.collectors) {
+        let new = match crate::config::counters::load_or_builtin(
+            &self.collectors,
+            self.collectors_given,
+        ) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");

@@ -18,7 +18,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join("; "));
     }
-    let counters = Arc::new(counters::load(&config.collectors).map_err(|e| e.to_string())?);
+    let counters = Arc::new(
+        counters::load_or_builtin(&config.collectors, config.collectors_set)
+            .map_err(|e| e.to_string())?,
+    );
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
         switches: selector::parse("-s", &config.switch_devices)?,
@@ -83,13 +86,16 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         library,
         engine: engine.clone(),
         collectors: config.collectors.clone(),
+        collectors_given: config.collectors_set,
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
     });
-    let collector = runner.start().map_err(|e| match &engine {
-        Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
-        Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
+    let collector = runner.start().map_err(|e| match (&e, &engine) {
+        // A selector naming an entity this node lacks: the flag's error, not DCGM's.
+        (collect::StartError::Config(msg), _) => msg.clone(),
+        (_, Engine::Remote(t)) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
+        (_, Engine::Embedded) => format!("cannot start the embedded DCGM host engine: {e}"),
     })?;
     runner.mark_started();
 

@@ -333,6 +333,9 @@ pub struct Config {
     /// Whether -r/--remote-hostengine-info or its env var was given (Go's IsSet).
     #[arg(skip)]
     remote_set: bool,
+    /// Whether -f/--collectors or its env var was given (else the default path is used).
+    #[arg(skip)]
+    pub collectors_set: bool,
 }
 
 /// The clap command, with environment variables that are set but empty treated as unset
@@ -446,6 +449,10 @@ where
     let mut config = Config::from_arg_matches(&matches)?;
     config.remote_set = matches!(
         matches.value_source("remote_hostengine_info"),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    );
+    config.collectors_set = matches!(
+        matches.value_source("collectors"),
         Some(ValueSource::CommandLine | ValueSource::EnvVariable)
     );
     Ok(config)

@@ -1,6 +1,7 @@
 //! Configuration: command-line flags and environment (`cli`), the counters CSV
-//! (`counters`) and the `-d`/`-s`/`-p` device selectors (`selector`).
+//! (`counters`, read by `gocsv` as Go's encoding/csv reads it) and the `-d`/`-s`/`-p` device selectors (`selector`).
 
 pub mod cli;
 pub mod counters;
+pub mod gocsv;
 pub mod selector;
