@@ -126,16 +126,15 @@ impl Runner {
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
     fn reload(&self, collector: &mut Option<Collector>) {
-        let new = match crate::config::counters::load_or_builtin(
-            &self.collectors,
-            self.collectors_given,
-        ) {
-            Ok(c) => Arc::new(c),
-            Err(e) => {
-                tracing::error!("reload: {e}; keeping the previous counters");
-                return;
-            }
-        };
+        let new =
+            match crate::config::counters::load_or_builtin(&self.collectors, self.collectors_given)
+            {
+                Ok(c) => Arc::new(c),
+                Err(e) => {
+                    tracing::error!("reload: {e}; keeping the previous counters");
+                    return;
+                }
+            };
         if let Some(c) = collector.as_mut() {
             match Collector::start(c.session().clone(), new.clone(), self.settings.clone()) {
                 Ok(fresh) => std::mem::replace(c, fresh).stop(),

@@ -71,12 +71,18 @@ fn exp_labels_follow_upstreams_order() {
         ["DCGM_FI_DRIVER_VERSION", "xid"]
     );
     assert_eq!(
-        one("DCGM_EXP_CLOCK_EVENTS_COUNT", &|s| s.label("clock_event").is_some()),
+        one("DCGM_EXP_CLOCK_EVENTS_COUNT", &|s| s
+            .label("clock_event")
+            .is_some()),
         ["DCGM_FI_DRIVER_VERSION", "clock_event", "window_size_in_ms"]
     );
     assert_eq!(
         one("DCGM_EXP_GPU_HEALTH_STATUS", &|_| true),
-        ["DCGM_FI_DRIVER_VERSION", "health_error_code", "health_watch"]
+        [
+            "DCGM_FI_DRIVER_VERSION",
+            "health_error_code",
+            "health_watch"
+        ]
     );
     assert_eq!(
         one("DCGM_EXP_P2P_STATUS", &|_| true),

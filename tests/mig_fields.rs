@@ -40,11 +40,15 @@ fn gpu_instances_carry_every_gpu_level_field_of_the_shipped_csvs() {
             .start();
         let page = e.scrape_until(20, |p| {
             p.iter().any(|s| s.label("GPU_I_ID").is_some())
-                && p.iter().any(|s| s.label("GPU_I_ID").is_none() && s.label("gpu") == Some("0"))
+                && p.iter()
+                    .any(|s| s.label("GPU_I_ID").is_none() && s.label("gpu") == Some("0"))
         });
         let mut on_instance: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
         let mut whole: BTreeMap<(String, String), f64> = BTreeMap::new();
-        for s in page.iter().filter(|s| s.name.starts_with("DCGM_FI") || s.name.starts_with("dcgm_")) {
+        for s in page
+            .iter()
+            .filter(|s| s.name.starts_with("DCGM_FI") || s.name.starts_with("dcgm_"))
+        {
             if s.name.starts_with("dcgm_exporter_") {
                 continue;
             }
@@ -61,7 +65,11 @@ fn gpu_instances_carry_every_gpu_level_field_of_the_shipped_csvs() {
                 }
             }
         }
-        assert_eq!(on_instance.len(), 7 + 4 + 1 + 2, "{csv}: every GPU instance");
+        assert_eq!(
+            on_instance.len(),
+            7 + 4 + 1 + 2,
+            "{csv}: every GPU instance"
+        );
         for ((gpu, gi), names) in &on_instance {
             assert_eq!(
                 names, &expected,
@@ -104,7 +112,10 @@ fn the_default_flex_selector_shows_temperature_and_power_for_mig_gpus() {
                 .or_default()
                 .insert(s.value.to_bits());
         }
-        assert!(per_gpu.values().all(|v| v.len() == 1), "{name}: {per_gpu:?}");
+        assert!(
+            per_gpu.values().all(|v| v.len() == 1),
+            "{name}: {per_gpu:?}"
+        );
     }
     assert!(series(&page, "DCGM_FI_PROF_PCIE_TX_BYTES")
         .iter()

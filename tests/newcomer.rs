@@ -106,5 +106,8 @@ fn a_selector_naming_a_missing_device_is_a_selector_error() {
     // A selector that does not parse names the flag before DCGM is touched.
     let (code, stderr) = exporter().args(&["-d", "x:1"]).run_to_exit();
     assert_eq!(code, 1);
-    assert!(stderr.contains("-d") && !stderr.contains("host engine"), "{stderr}");
+    assert!(
+        stderr.contains("-d") && !stderr.contains("host engine"),
+        "{stderr}"
+    );
 }

@@ -82,10 +82,7 @@ fn read_mig_gpu(
         other => panic!("{other:?}"),
     };
     let mut entities = vec![(GPU, 1)];
-    let mine: Vec<MigEntry> = rows
-        .into_iter()
-        .filter(|r| r.nvml_gpu_index == 1)
-        .collect();
+    let mine: Vec<MigEntry> = rows.into_iter().filter(|r| r.nvml_gpu_index == 1).collect();
     entities.extend(mine.iter().map(|r| r.entity));
     assert_eq!(mine.iter().filter(|r| r.entity.0 == GPU_I).count(), 4);
     assert_eq!(mine.iter().filter(|r| r.entity.0 == GPU_CI).count(), 4);
@@ -192,7 +189,11 @@ fn every_field_of_the_shipped_csvs_reads_on_mig_instances_by_its_entity_level() 
                 );
                 inherited.push(m.id);
             } else if m.entity_level == GPU_I && r.entity.0 == GPU_CI {
-                assert_eq!(s.value, at(gi_of(r.entity)).value, "{what}: its GPU instance's");
+                assert_eq!(
+                    s.value,
+                    at(gi_of(r.entity)).value,
+                    "{what}: its GPU instance's"
+                );
             } else if matches!(m.entity_level, GPU_I | GPU_CI) {
                 assert!(!not_supported(&s.value), "{what}: per instance, {s:?}");
             } else {
@@ -203,7 +204,10 @@ fn every_field_of_the_shipped_csvs_reads_on_mig_instances_by_its_entity_level() 
     // What NVIDIA's dashboard panels read: GPU temperature, power, SM and memory clocks,
     // energy.
     for id in [150, 155, 100, 101, 156] {
-        assert!(inherited.contains(&id), "field {id} is inherited: {inherited:?}");
+        assert!(
+            inherited.contains(&id),
+            "field {id} is inherited: {inherited:?}"
+        );
     }
 }
 
@@ -224,7 +228,10 @@ fn instance_level_values_are_the_instances_own() {
             Value::Str(s) => s.clone(),
             o => panic!("{o:?}"),
         };
-        assert!(name.ends_with("gb"), "MIG profile name, not the model: {name}");
+        assert!(
+            name.ends_with("gb"),
+            "MIG profile name, not the model: {name}"
+        );
         if r.entity.0 == GPU_CI {
             assert_eq!(int(r.entity, 250), int(r.parent, 250));
         }
@@ -237,5 +244,9 @@ fn instance_level_values_are_the_instances_own() {
             ref o => panic!("{o:?}"),
         })
         .collect();
-    assert_eq!(ratios.len(), gis.len(), "each instance has its own activity");
+    assert_eq!(
+        ratios.len(),
+        gis.len(),
+        "each instance has its own activity"
+    );
 }

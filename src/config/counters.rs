@@ -343,7 +343,10 @@ mod tests {
         assert_eq!(names(&default)[0], "DCGM_FI_DEV_SM_CLOCK");
         assert_eq!(default.all[20].prom_type, PromType::Label);
         // The built-in default is the shipped file.
-        assert_eq!(builtin_default().unwrap(), default_with_source(BUILTIN_SOURCE));
+        assert_eq!(
+            builtin_default().unwrap(),
+            default_with_source(BUILTIN_SOURCE)
+        );
     }
 
     /// `etc/default-counters.csv` parsed under another source name.
@@ -450,7 +453,8 @@ mod tests {
     fn quotes_follow_go_without_lazy_quotes() {
         // An unclosed quote is an error naming the line, not a help text running to the end.
         assert_eq!(
-            parse("DCGM_FI_DEV_SM_CLOCK, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge,\"temp\n").unwrap_err(),
+            parse("DCGM_FI_DEV_SM_CLOCK, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge,\"temp\n")
+                .unwrap_err(),
             "t.csv:2: malformed CSV: extraneous or missing \" in quoted field (column 35)"
         );
         let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge,\"temp\nDCGM_FI_DEV_SM_CLOCK, gauge, h\n")
@@ -463,7 +467,9 @@ mod tests {
         // Text after a closing quote.
         assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge,\"temp\" C\n")
             .unwrap_err()
-            .starts_with("t.csv:1: malformed CSV: extraneous or missing \" in quoted field (column 34)"));
+            .starts_with(
+                "t.csv:1: malformed CSV: extraneous or missing \" in quoted field (column 34)"
+            ));
         // A quote after a space opens nothing: a bare quote, reported before the names.
         assert_eq!(
             parse("NOPE, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, \"a, b\"\n").unwrap_err(),

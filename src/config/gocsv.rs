@@ -265,7 +265,10 @@ mod tests {
             ]
         );
         // A comment marker inside a quoted field's continuation is data.
-        assert_eq!(rows("a,b,\"x\n# y\"\n"), vec![(1, v(&["a", "b", "x\n# y"]))]);
+        assert_eq!(
+            rows("a,b,\"x\n# y\"\n"),
+            vec![(1, v(&["a", "b", "x\n# y"]))]
+        );
     }
 
     #[test]
@@ -274,7 +277,10 @@ mod tests {
         assert_eq!((e.start_line, e.line, e.kind), (1, 1, ErrorKind::Quote));
         let e = read_all("a,b,c\nd, e,\"f\ng\nh", 3).unwrap_err();
         assert_eq!((e.start_line, e.line, e.kind), (2, 4, ErrorKind::Quote));
-        assert!(e.to_string().contains("opened on line 2 is not closed"), "{e}");
+        assert!(
+            e.to_string().contains("opened on line 2 is not closed"),
+            "{e}"
+        );
         let e = read_all("a,b,\"c\"d\n", 3).unwrap_err();
         assert_eq!((e.line, e.column, e.kind), (1, 7, ErrorKind::Quote));
         let e = read_all("a, b, \"c, d\"\n", 3).unwrap_err();
@@ -282,7 +288,13 @@ mod tests {
         let e = read_all("a,b,c\n   \n", 3).unwrap_err();
         assert_eq!(
             (e.line, e.kind),
-            (2, ErrorKind::FieldCount { expected: 3, found: 1 })
+            (
+                2,
+                ErrorKind::FieldCount {
+                    expected: 3,
+                    found: 1
+                }
+            )
         );
     }
 }

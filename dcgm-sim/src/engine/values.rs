@@ -149,7 +149,9 @@ impl World {
             // The profiling module answers for the instance it is asked about: instance-level
             // metrics per instance, device-level ones (PCIe, NVLink, NVDEC/NVJPG bytes and
             // ratios) N/A on MIG (github.com/NVIDIA/DCGM issue 88).
-            Ent::Gi(..) | Ent::Ci(..) if is_profiling(id) => yes(matches!(lvl, FE_GPU_I | FE_GPU_CI)),
+            Ent::Gi(..) | Ent::Ci(..) if is_profiling(id) => {
+                yes(matches!(lvl, FE_GPU_I | FE_GPU_CI))
+            }
             Ent::Gi(g, _) | Ent::Ci(g, _, _) if lvl == FE_GPU => Applies::On((FE_GPU, g.id)),
             Ent::Ci(_, gi, _) if lvl == FE_GPU_I => Applies::On((FE_GPU_I, gi.entity_id)),
             // The cache manager keeps GPU_CI-level fields (and GPU_I-level ones asked of a GPU
