@@ -8,26 +8,26 @@ use support::*;
 
 const DEFAULT_PATH: &str = "/etc/dcgm-exporter/default-counters.csv";
 
-#[test]
-fn without_f_and_without_the_default_file_the_builtin_counters_run() {
-    if std::path::Path::new(DEFAULT_PATH).exists() {
-        eprintln!("skipped: {DEFAULT_PATH} exists on this machine");
-        return;
-    }
+/// Runs the exporter with `extra` and no -f until it serves a GPU temperature; returns the
+/// page and what it logged.
+fn run_without_f(extra: &[&str], profile_env: Option<&str>) -> (String, String) {
     sim_built();
     let port = free_port();
     // The support builder always passes -f; this run must not.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
-        .args(["-a", &format!("127.0.0.1:{port}"), "-c", "500"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    cmd.args(["-a", &format!("127.0.0.1:{port}"), "-c", "500"])
+        .args(extra)
         .arg("--dcgm-library")
         .arg(sim_library())
         .env_remove("DCGM_EXPORTER_COLLECTORS")
         .env_remove("DCGM_REMOTE_HOSTENGINE_INFO")
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .env_remove("DCGM_SIM_PROFILE")
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    if let Some(p) = profile_env {
+        cmd.env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{p}")));
+    }
+    let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let page = loop {
         if let Ok((200, body)) = http_get(&format!("http://127.0.0.1:{port}/metrics")) {
@@ -43,15 +43,18 @@ fn without_f_and_without_the_default_file_the_builtin_counters_run() {
     };
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    (page, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn assert_builtin_set(page: &str, stderr: &str, gpus: usize) {
     // The default-counters.csv rows: temperatures, power, the driver-version label.
-    let samples = parse(&page);
+    let samples = parse(page);
     for name in [
         "DCGM_FI_DEV_GPU_TEMP",
         "DCGM_FI_DEV_POWER_USAGE",
         "DCGM_FI_DEV_FB_USED",
     ] {
-        assert_eq!(series(&samples, name).len(), 1, "{name}: {page}");
+        assert_eq!(series(&samples, name).len(), gpus, "{name}: {page}");
     }
     assert!(series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0]
         .label("DCGM_FI_DRIVER_VERSION")
@@ -62,6 +65,31 @@ fn without_f_and_without_the_default_file_the_builtin_counters_run() {
         .collect();
     assert_eq!(said.len(), 1, "one log line says so: {stderr}");
     assert!(said[0].contains(DEFAULT_PATH), "{}", said[0]);
+}
+
+#[test]
+fn without_f_and_without_the_default_file_the_builtin_counters_run() {
+    if std::path::Path::new(DEFAULT_PATH).exists() {
+        eprintln!("skipped: {DEFAULT_PATH} exists on this machine");
+        return;
+    }
+    let (page, stderr) = run_without_f(&[], Some("one-gpu.toml"));
+    assert_builtin_set(&page, &stderr, 1);
+}
+
+#[test]
+fn the_readmes_remote_example_runs_as_written() {
+    if std::path::Path::new(DEFAULT_PATH).exists() {
+        eprintln!("skipped: {DEFAULT_PATH} exists on this machine");
+        return;
+    }
+    sim_built();
+    let port = free_port();
+    let mut engine = HostEngine::start(port, Some("a100-mixed-mig.toml"));
+    let (page, stderr) = run_without_f(&["-r", &format!("localhost:{port}")], None);
+    engine.kill();
+    // 4 whole GPUs and 14 MIG instances.
+    assert_builtin_set(&page, &stderr, 4 + 14);
 }
 
 #[test]
@@ -110,4 +138,47 @@ fn a_selector_naming_a_missing_device_is_a_selector_error() {
         stderr.contains("-d") && !stderr.contains("host engine"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_readmes_nvlink_query_groups_by_labels_the_link_series_carry() {
+    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+    let query = readme
+        .lines()
+        .find(|l| l.contains("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK") && l.starts_with("sum by ("))
+        .expect("the README's per-link NVLink PromQL");
+    let by: Vec<&str> = query["sum by (".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, tx\n\
+         DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK, gauge, rx\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape();
+    let gpu_links: Vec<&Sample> = series(&page, "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK")
+        .into_iter()
+        .filter(|s| s.label("gpu").is_some_and(|g| !g.is_empty()))
+        .collect();
+    assert!(!gpu_links.is_empty(), "{}", dump(&page));
+    for s in &gpu_links {
+        for l in &by {
+            assert!(
+                s.label(l).is_some_and(|v| !v.is_empty()),
+                "the README groups by {l}, which {:?} lacks",
+                s.labels
+            );
+        }
+    }
 }
