@@ -66,14 +66,11 @@ fn reply_id(r: Reply) -> u64 {
 
 /// GPU 1 of the mixed-MIG node (3g.40gb + 2g.20gb + two 1g.10gb, one compute instance
 /// each), its instances and compute instances, all watched on `fields` every second, read
-/// ten seconds later. Returns the engine's samples by (entity, field).
-fn read_mig_gpu(
-    fields: &[u16],
-) -> (
-    Vec<(u32, u32)>,
-    Vec<MigEntry>,
-    std::collections::HashMap<((u32, u32), u16), Sample>,
-) {
+/// ten seconds later.
+/// Samples by (entity, field).
+type Readings = std::collections::HashMap<((u32, u32), u16), Sample>;
+
+fn read_mig_gpu(fields: &[u16]) -> (Vec<MigEntry>, Readings) {
     let p = Profile::load(&repo("etc/sim/a100-mixed-mig.toml")).unwrap();
     let clock = ManualClock::new(T0);
     let mut e = Engine::with_clock(p, Box::new(clock.clone()));
@@ -141,7 +138,7 @@ fn read_mig_gpu(
     for s in samples {
         by_key.insert(((s.entity_group, s.entity_id), s.field_id), s);
     }
-    (entities, mine, by_key)
+    (mine, by_key)
 }
 
 fn is_profiling(id: u16) -> bool {
@@ -158,7 +155,7 @@ fn every_field_of_the_shipped_csvs_reads_on_mig_instances_by_its_entity_level() 
     metas.sort_by_key(|m| m.id);
     metas.dedup_by_key(|m| m.id);
     let ids: Vec<u16> = metas.iter().map(|m| m.id).collect();
-    let (_, mig, v) = read_mig_gpu(&ids);
+    let (mig, v) = read_mig_gpu(&ids);
     let gpu = (GPU, 1);
     let gi_of = |ci: (u32, u32)| mig.iter().find(|r| r.entity == ci).unwrap().parent;
     let mut inherited: Vec<u16> = Vec::new();
@@ -215,7 +212,7 @@ fn every_field_of_the_shipped_csvs_reads_on_mig_instances_by_its_entity_level() 
 fn instance_level_values_are_the_instances_own() {
     // fb total/reserved (GPU_CI level) and the profile name differ from the parent GPU's;
     // a compute instance shares its GPU instance's memory.
-    let (_, mig, v) = read_mig_gpu(&[50, 250, 253, 1001]);
+    let (mig, v) = read_mig_gpu(&[50, 250, 253, 1001]);
     let int = |ent: (u32, u32), f: u16| match v[&(ent, f)].value {
         Value::Int64(x) => x,
         ref o => panic!("{o:?}"),
