@@ -201,9 +201,13 @@ fn read_record(lines: &mut Lines) -> Result<Option<Record>, ParseError> {
                 col += line.len();
                 match lines.next_line() {
                     Some(l) => {
+                        // A lone '\r' before the end of input reads as an empty line, which
+                        // Go does not count.
+                        if !l.is_empty() {
+                            at_line += 1;
+                            col = 1;
+                        }
                         line = l;
-                        at_line += 1;
-                        col = 1;
                     }
                     None => line = Vec::new(),
                 }
@@ -281,6 +285,8 @@ mod tests {
             e.to_string().contains("opened on line 2 is not closed"),
             "{e}"
         );
+        let e = read_all("a,b,\"c\n\r", 3).unwrap_err();
+        assert_eq!((e.line, e.column, e.kind), (1, 8, ErrorKind::Quote));
         let e = read_all("a,b,\"c\"d\n", 3).unwrap_err();
         assert_eq!((e.line, e.column, e.kind), (1, 7, ErrorKind::Quote));
         let e = read_all("a, b, \"c, d\"\n", 3).unwrap_err();
