@@ -203,7 +203,8 @@ proptest! {
         all_g in any::<bool>(),
         all_i in any::<bool>(),
     ) {
-        prop_assume!(g.is_some() || i.is_some() || all_g || all_i);
+        // An empty selector is not a selection: select all GPUs then.
+        let all_g = all_g || (g.is_none() && i.is_none() && !all_i);
         let part = |letter: &str, ids: &Option<(String, BTreeSet<u32>)>, all: bool| match ids {
             Some((t, _)) => Some(format!("{letter}:{t}")),
             None if all => Some(letter.to_string()),
