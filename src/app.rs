@@ -27,6 +27,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// Why the exporter could not start collecting.
+#[derive(Debug)]
+pub enum StartupError {
+    /// The flags do not fit the node (a selector naming a GPU it lacks).
+    Config(String),
+    /// DCGM could not be started, reached or watched.
+    Dcgm(String),
+}
+
 /// How the exporter reaches DCGM.
 #[derive(Clone, Debug)]
 pub enum Engine {
@@ -199,6 +208,9 @@ enum Failure {
     Session(String),
     /// Rebuild the watches on the same session next tick.
     Watches(String),
+    /// The configuration does not fit the node (a selector naming a missing GPU): like
+    /// `Watches`, but at start-up it is the flag's error, not DCGM's.
+    Config(String),
     /// Told to stop while waiting.
     Stopping,
 }
@@ -224,6 +236,9 @@ pub struct Runner {
     pub engine: Engine,
     /// The counters CSV, re-read on SIGHUP.
     pub collectors: std::path::PathBuf,
+    /// Whether `collectors` was given (-f or its env var); if not and it is absent, the
+    /// built-in default set is used.
+    pub collectors_given: bool,
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
@@ -245,15 +260,17 @@ impl Runner {
     }
 
     /// Connects and sets up watches once, at startup, where failure is fatal.
-    pub fn start(&self) -> Result<Worker<Dcgm>, String> {
-        let worker = Worker::spawn("dcgm").map_err(|e| format!("cannot start a thread: {e}"))?;
+    pub fn start(&self) -> Result<Worker<Dcgm>, StartupError> {
+        let worker = Worker::spawn("dcgm")
+            .map_err(|e| StartupError::Dcgm(format!("cannot start a thread: {e}")))?;
         match self.open(&worker, &mut || false) {
             Ok(()) => {
                 self.shared.set_connected(true);
                 Ok(worker)
             }
-            Err(Failure::Session(e) | Failure::Watches(e)) => Err(e),
-            Err(Failure::Stopping) => Err("interrupted".into()),
+            Err(Failure::Config(e)) => Err(StartupError::Config(e)),
+            Err(Failure::Session(e) | Failure::Watches(e)) => Err(StartupError::Dcgm(e)),
+            Err(Failure::Stopping) => Err(StartupError::Dcgm("interrupted".into())),
         }
     }
 
@@ -317,7 +334,7 @@ impl Runner {
                         Ok(())
                     }
                     Err(StartError::Dcgm(e)) => Err(classify(&e)),
-                    Err(StartError::Config(e)) => Err(Failure::Watches(e)),
+                    Err(StartError::Config(e)) => Err(Failure::Config(e)),
                 }
             },
         );
@@ -341,7 +358,9 @@ impl Runner {
                 // first is only worth it while the session still answers.
                 let failure = classify(&e);
                 match d.collector.take() {
-                    Some(c) if matches!(failure, Failure::Watches(_)) => c.stop(),
+                    Some(c) if matches!(failure, Failure::Watches(_) | Failure::Config(_)) => {
+                        c.stop()
+                    }
                     _ => {}
                 }
                 Err(failure)
@@ -391,7 +410,8 @@ impl Runner {
         worker: Option<&Worker<Dcgm>>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
-        let new = match crate::config::file::load_counters(&self.collectors) {
+        let new = match crate::config::file::load_counters(&self.collectors, self.collectors_given)
+        {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
@@ -409,7 +429,7 @@ impl Runner {
                 tracing::info!("reloaded {}", self.collectors.display());
                 Ok(())
             }
-            Err(Failure::Watches(e)) => {
+            Err(Failure::Watches(e) | Failure::Config(e)) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
                 Ok(())
             }
@@ -564,7 +584,7 @@ impl Loop<'_> {
             let wait = match self.tick() {
                 Ok(()) => interval,
                 Err(Failure::Stopping) => break,
-                Err(Failure::Watches(why)) => {
+                Err(Failure::Watches(why) | Failure::Config(why)) => {
                     tracing::warn!("collection failed: {why}; rebuilding the watches");
                     self.built = false;
                     self.runner.failed(&why, true);
@@ -674,7 +694,7 @@ impl Loop<'_> {
                 Ok(())
             }
             // The session is up; the watches are rebuilt next tick.
-            Err(Failure::Watches(e)) => {
+            Err(Failure::Watches(e) | Failure::Config(e)) => {
                 self.worker = Some(worker);
                 self.built = false;
                 Err(Failure::Watches(e))
@@ -704,7 +724,7 @@ impl Loop<'_> {
         match runner.reload(worker.as_ref(), &mut || inbox.poll()) {
             Ok(()) => {}
             Err(Failure::Stopping) => {}
-            Err(Failure::Watches(why)) => {
+            Err(Failure::Watches(why) | Failure::Config(why)) => {
                 self.built = false;
                 self.runner.failed(&why, true);
             }

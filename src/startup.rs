@@ -21,7 +21,10 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join("; "));
     }
-    let counters = Arc::new(crate::config::file::load_counters(&config.collectors)?);
+    let counters = Arc::new(crate::config::file::load_counters(
+        &config.collectors,
+        config.collectors_set,
+    )?);
     let (keep_age_s, keep_samples) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
@@ -104,15 +107,18 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         library,
         engine: engine.clone(),
         collectors: config.collectors.clone(),
+        collectors_given: config.collectors_set,
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
-    let worker = runner.start().map_err(|e| match &engine {
-        Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
-        Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
+    let worker = runner.start().map_err(|e| match (e, &engine) {
+        // A selector naming an entity this node lacks: the flag's error, not DCGM's.
+        (app::StartupError::Config(msg), _) => msg,
+        (app::StartupError::Dcgm(e), Engine::Remote(t)) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
+        (app::StartupError::Dcgm(e), Engine::Embedded) => format!("cannot start the embedded DCGM host engine: {e}"),
     })?;
 
     // One worker per core (tokio's default).

@@ -15,11 +15,7 @@ use support::*;
 
 /// (observation, why the simulator differs from the real DCGM there). What the suite
 /// cannot compare is listed in etc/sim/README.md.
-const KNOWN_DIFFERENCES: &[(&str, &str)] = &[(
-    "GPU-level fields on MIG instances",
-    "real DCGM answers them with the parent GPU's value; dcgm-sim only for `mig_fields` \
-     (issue 9 item 1, the per-field entity-level rule, is built on another branch)",
-)];
+const KNOWN_DIFFERENCES: &[(&str, &str)] = &[];
 
 const CSV: &str = "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock\n\
 DCGM_FI_DEV_MEM_CLOCK, gauge, memory clock\n\

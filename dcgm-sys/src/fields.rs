@@ -69,17 +69,31 @@ pub fn closest_names(name: &str, n: usize) -> Vec<&'static str> {
     }
     let needle: Vec<char> = name.to_ascii_lowercase().chars().collect();
     let mut row = Vec::new();
-    let mut scored: Vec<(usize, &'static str)> = NAME_INDEX
-        .iter()
-        .map(|(cand, _)| (edit_distance(&needle, cand, &mut row), *cand))
-        .collect();
-    scored.sort_unstable();
-    scored.into_iter().take(n).map(|(_, c)| c).collect()
+    // The best `n` so far, by (distance, name). NAME_INDEX is in name order, so a later
+    // candidate only enters with a strictly smaller distance than the worst kept: that
+    // bound lets most candidates stop after a few characters.
+    let mut best: Vec<(usize, &'static str)> = Vec::with_capacity(n + 1);
+    for (cand, _) in NAME_INDEX {
+        let bound = match best.get(n - 1) {
+            Some((0, _)) => break,
+            Some((worst, _)) => worst - 1,
+            None => usize::MAX,
+        };
+        if let Some(d) = edit_distance_within(&needle, cand, bound, &mut row) {
+            let at = best.partition_point(|&(bd, bn)| (bd, bn) <= (d, *cand));
+            best.insert(at, (d, *cand));
+            best.truncate(n);
+        }
+    }
+    best.into_iter().map(|(_, c)| c).collect()
 }
 
-/// Levenshtein distance between `a` (already lower-case) and `b` compared case-insensitively;
-/// `row` is scratch space reused across calls.
-fn edit_distance(a: &[char], b: &str, row: &mut Vec<usize>) -> usize {
+/// Levenshtein distance between `a` (already lower-case) and `b` compared case-insensitively,
+/// or `None` once it is sure to exceed `bound`; `row` is scratch space reused across calls.
+fn edit_distance_within(a: &[char], b: &str, bound: usize, row: &mut Vec<usize>) -> Option<usize> {
+    if a.len().abs_diff(b.chars().count()) > bound {
+        return None;
+    }
     row.clear();
     row.extend(0..=a.len());
     for (j, cb) in b.chars().enumerate() {
@@ -87,13 +101,19 @@ fn edit_distance(a: &[char], b: &str, row: &mut Vec<usize>) -> usize {
         // `diag` is the distance for the prefixes one shorter in both strings.
         let mut diag = row[0];
         row[0] = j + 1;
+        let mut row_min = row[0];
         for (i, ca) in a.iter().enumerate() {
             let subst = diag + usize::from(*ca != cb);
             diag = row[i + 1];
             row[i + 1] = subst.min(row[i + 1] + 1).min(row[i] + 1);
+            row_min = row_min.min(row[i + 1]);
+        }
+        // Distances never fall below a row's minimum further down.
+        if row_min > bound {
+            return None;
         }
     }
-    row[a.len()]
+    Some(row[a.len()]).filter(|&d| d <= bound)
 }
 
 /// The name DCGM gives an entity group (`DcgmFieldsGetEntityGroupString`); "None" for
@@ -258,13 +278,41 @@ mod tests {
     #[test]
     fn edit_distance_is_levenshtein() {
         let mut row = Vec::new();
-        let d = |a: &str, b: &str, row: &mut Vec<usize>| {
-            edit_distance(&a.chars().collect::<Vec<_>>(), b, row)
+        let d = |a: &str, b: &str, bound: usize, row: &mut Vec<usize>| {
+            edit_distance_within(&a.chars().collect::<Vec<_>>(), b, bound, row)
         };
-        assert_eq!(d("kitten", "sitting", &mut row), 3);
-        assert_eq!(d("", "abc", &mut row), 3);
-        assert_eq!(d("abc", "", &mut row), 3);
-        assert_eq!(d("abc", "ABC", &mut row), 0);
+        assert_eq!(d("kitten", "sitting", 9, &mut row), Some(3));
+        assert_eq!(d("kitten", "sitting", 3, &mut row), Some(3));
+        assert_eq!(d("kitten", "sitting", 2, &mut row), None);
+        assert_eq!(d("", "abc", 9, &mut row), Some(3));
+        assert_eq!(d("abc", "", 9, &mut row), Some(3));
+        assert_eq!(d("abc", "ABC", 0, &mut row), Some(0));
+        assert_eq!(d("a", "abcdef", 4, &mut row), None);
+    }
+
+    #[test]
+    fn the_bounded_search_ranks_like_a_full_sort() {
+        let mut row = Vec::new();
+        for name in [
+            "DCGM_FI_DEV_GPU_TEMPP",
+            "dcgm_gpu_tmp",
+            "x",
+            "",
+            "NVLINK_BW",
+            "150",
+        ] {
+            let needle: Vec<char> = name.to_ascii_lowercase().chars().collect();
+            let mut all: Vec<(usize, &str)> = NAME_INDEX
+                .iter()
+                .map(|(c, _)| {
+                    let d = edit_distance_within(&needle, c, usize::MAX, &mut row).unwrap();
+                    (d, *c)
+                })
+                .collect();
+            all.sort_unstable();
+            let want: Vec<&str> = all.iter().take(4).map(|(_, c)| *c).collect();
+            assert_eq!(closest_names(name, 4), want, "{name}");
+        }
     }
 
     #[test]

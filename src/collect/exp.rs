@@ -120,20 +120,20 @@ impl Windowed {
         self.last_ts = newest;
         let window = self.window_ms.to_string();
         for t in &self.targets {
-            let base = t.labels_with(csv_labels);
             if let Some(row) = &self.count_row {
                 match in_window.get(&t.entity) {
                     Some(counts) if !counts.is_empty() => {
                         for (k, n) in counts {
-                            let mut l = base.clone();
-                            l.push((self.label, k));
-                            l.push(("window_size_in_ms", &window));
+                            let l = exp_labels(
+                                t,
+                                csv_labels,
+                                &[(self.label, k), ("window_size_in_ms", &window)],
+                            );
                             page.add(&row.name, &row.help, row.prom_type, &l, *n as f64);
                         }
                     }
                     _ => {
-                        let mut l = base.clone();
-                        l.push(("window_size_in_ms", &window));
+                        let l = exp_labels(t, csv_labels, &[("window_size_in_ms", &window)]);
                         page.add(&row.name, &row.help, row.prom_type, &l, 0.0);
                     }
                 }
@@ -142,17 +142,41 @@ impl Windowed {
                 match self.totals.get(&t.entity) {
                     Some(counts) if !counts.is_empty() => {
                         for (k, n) in counts {
-                            let mut l = base.clone();
-                            l.push((self.label, k));
+                            let l = exp_labels(t, csv_labels, &[(self.label, k)]);
                             page.add(&row.name, &row.help, row.prom_type, &l, *n as f64);
                         }
                     }
-                    _ => page.add(&row.name, &row.help, row.prom_type, &base, 0.0),
+                    _ => {
+                        let l = exp_labels(t, csv_labels, &[]);
+                        page.add(&row.name, &row.help, row.prom_type, &l, 0.0);
+                    }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// A `DCGM_EXP_*` series' labels: the identity labels, then the CSV label fields and the
+/// metric's own labels sorted together by name, as dcgm-exporter renders them (one label
+/// map, which Go's template ranges over in key order): `window_size_in_ms` before `xid`,
+/// `health_error_code` before `health_watch`, `link_status` before `peer_gpu`.
+fn exp_labels<'a>(
+    t: &'a Target,
+    csv_labels: &'a HashMap<Entity, Vec<(String, String)>>,
+    own: &[(&'a str, &'a str)],
+) -> Vec<(&'a str, &'a str)> {
+    let mut l: Vec<(&str, &str)> = t.labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut extra: Vec<(&str, &str)> = csv_labels
+        .get(&t.entity)
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(own.iter().copied())
+        .collect();
+    extra.sort_by(|a, b| a.0.cmp(b.0));
+    l.extend(extra);
+    l
 }
 
 struct Health {
@@ -186,9 +210,11 @@ impl Health {
                     ),
                     None => (0, "DCGM_FR_OK".to_string()),
                 };
-                let mut l = t.labels_with(csv_labels);
-                l.push(("health_watch", watch));
-                l.push(("health_error_code", &code));
+                let l = exp_labels(
+                    t,
+                    csv_labels,
+                    &[("health_watch", watch), ("health_error_code", &code)],
+                );
                 let row = &self.row;
                 page.add(&row.name, &row.help, row.prom_type, &l, f64::from(value));
             }
@@ -221,9 +247,11 @@ impl P2P {
                     continue;
                 }
                 let peer_s = peer.to_string();
-                let mut l = t.labels_with(csv_labels);
-                l.push(("peer_gpu", &peer_s));
-                l.push(("link_status", status.label()));
+                let l = exp_labels(
+                    t,
+                    csv_labels,
+                    &[("peer_gpu", &peer_s), ("link_status", status.label())],
+                );
                 let r = &self.row;
                 page.add(&r.name, &r.help, r.prom_type, &l, f64::from(status.code()));
             }

@@ -378,6 +378,9 @@ pub struct Config {
     /// win over --config-file).
     #[arg(skip)]
     explicit: Vec<String>,
+    /// Whether -f/--collectors or its env var was given (else the default path is used).
+    #[arg(skip)]
+    pub collectors_set: bool,
 }
 
 /// The clap command, with environment variables that are set but empty treated as unset
@@ -404,23 +407,35 @@ fn command() -> clap::Command {
 /// the next argument whatever it looks like (`-a -x` listens on "-x"), and a bool never
 /// takes the next argument, both as in Go. Unknown flags are left for clap to report.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
-    let mut cmd = Config::command();
-    cmd.build();
-    // (long name, whether it needs a value)
+    // Long name -> (long name, whether it needs a value), also under each short letter;
+    // built once, as building the clap command is the slow part of a parse.
+    static FLAGS: std::sync::OnceLock<std::collections::HashMap<String, (String, bool)>> =
+        std::sync::OnceLock::new();
+    let flags = FLAGS.get_or_init(|| {
+        let mut cmd = Config::command();
+        cmd.build();
+        let mut m = std::collections::HashMap::new();
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            let optional = arg.get_num_args().is_some_and(|r| r.min_values() == 0);
+            let entry = (
+                long.to_string(),
+                arg.get_action().takes_values() && !optional,
+            );
+            if let Some(c) = arg.get_short() {
+                m.insert(c.to_string(), entry.clone());
+            }
+            m.insert(long.to_string(), entry);
+        }
+        m
+    });
     let lookup = |name: &str| -> Option<(String, bool)> {
         let name = if name == "rbmn" {
             "replace-blanks-in-model-name"
         } else {
             name
         };
-        let mut chars = name.chars();
-        let arg = match (chars.next(), chars.next()) {
-            (Some(c), None) => cmd.get_arguments().find(|a| a.get_short() == Some(c)),
-            _ => cmd.get_arguments().find(|a| a.get_long() == Some(name)),
-        }?;
-        let long = arg.get_long()?.to_string();
-        let optional = arg.get_num_args().is_some_and(|r| r.min_values() == 0);
-        Some((long, arg.get_action().takes_values() && !optional))
+        flags.get(name).cloned()
     };
 
     let mut out = Vec::new();
@@ -503,6 +518,7 @@ where
         })
         .filter_map(|a| a.get_long().map(str::to_string))
         .collect();
+    config.collectors_set = config.is_explicit("collectors");
     Ok(config)
 }
 

@@ -1,5 +1,5 @@
-//! The counters CSV, in dcgm-exporter's format: `<field>, <type>, <help>` per record, `#`
-//! comments at the start of a line, RFC 4180 quotes, columns trimmed of spaces only.
+//! The counters CSV, in dcgm-exporter's format: `<field>, <type>, <help>` per record, read
+//! as Go's encoding/csv reads it ([`super::gocsv`]), columns trimmed of spaces only.
 
 use dcgm_sys::fields::{self, FieldMeta};
 use std::fmt;
@@ -113,6 +113,8 @@ pub struct Counter {
 pub struct Counters {
     /// Records in file order.
     pub all: Vec<Counter>,
+    /// What was accepted but deserves a look (a metric listed twice), `file:line: ...`.
+    pub warnings: Vec<String>,
 }
 
 impl Counters {
@@ -147,7 +149,41 @@ pub fn load(path: &Path) -> Result<Counters, CountersError> {
         path: path.display().to_string(),
         source,
     })?;
-    parse_str(&path.display().to_string(), &text)
+    let counters = parse_str(&path.display().to_string(), &text)?;
+    for w in &counters.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(counters)
+}
+
+/// `etc/default-counters.csv`, compiled in: what runs when `-f` was not given and its
+/// default path does not exist (a fresh machine without the package's `/etc` files).
+const BUILTIN_CSV: &str = include_str!("../../etc/default-counters.csv");
+/// How errors and warnings name the built-in set.
+pub const BUILTIN_SOURCE: &str = "built-in default-counters.csv";
+
+/// The built-in default counter set (dcgm-exporter's `etc/default-counters.csv`).
+pub fn builtin_default() -> Result<Counters, CountersError> {
+    parse_str(BUILTIN_SOURCE, BUILTIN_CSV)
+}
+
+/// Like [`load`], except that when `path` was not given (it is `-f`'s default) and does not
+/// exist, the built-in default set is used, with one log line saying so. A path that was
+/// given must exist.
+pub fn load_or_builtin(path: &Path, given: bool) -> Result<Counters, CountersError> {
+    match load(path) {
+        Err(CountersError::Read { source, .. })
+            if !given && source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            tracing::info!(
+                "no counters file at {} (the -f default); using the built-in default counter set \
+                 (dcgm-exporter's default-counters.csv)",
+                path.display()
+            );
+            builtin_default()
+        }
+        other => other,
+    }
 }
 
 const TYPES: &str = "gauge, counter, histogram, summary or label";
@@ -159,48 +195,29 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         line,
         message,
     };
-    // Go's encoding/csv with Comment='#': a comment only at the very start of a line,
-    // blank lines skipped, RFC 4180 quotes. The column count is checked below so that
-    // the error can say which line and how many.
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .comment(Some(b'#'))
-        .trim(csv::Trim::None)
-        .from_reader(text.as_bytes());
-    let mut out = Counters::default();
-    for rec in rdr.records() {
-        let rec = rec.map_err(|e| {
-            let line = e
-                .position()
-                .map_or(0, |p| record_line(text.as_bytes(), p.byte()));
-            err(line, format!("malformed CSV: {e}"))
-        })?;
-        let line = rec
-            .position()
-            .map_or(0, |p| record_line(text.as_bytes(), p.byte()));
-        // Only spaces are trimmed, as dcgm-exporter does (a tab stays part of the name).
-        let cols: Vec<&str> = rec.iter().map(|c| c.trim_matches(' ')).collect();
-        // A line of spaces only: Go would fail on it (1 column); nothing is lost by skipping.
-        if cols.len() == 1 && cols[0].is_empty() {
-            continue;
-        }
-        if cols.len() != 3 {
-            let hint = if rec.iter().any(|c| c.contains('"')) {
-                " (a quoted column must start right after the comma, with no space before the quote)"
-            } else if cols.len() > 3 {
+    // Every record is read before any is resolved, as dcgm-exporter's ReadAll does: a
+    // syntax error anywhere is the one reported.
+    let records = super::gocsv::read_all(text, 3).map_err(|e| {
+        let line = match e.kind {
+            super::gocsv::ErrorKind::FieldCount { .. } => e.start_line,
+            _ => e.line,
+        };
+        let hint = match e.kind {
+            super::gocsv::ErrorKind::FieldCount { found, .. } if found > 3 => {
                 " (quote a help text that contains commas)"
-            } else {
-                ""
-            };
-            return Err(err(
-                line,
-                format!(
-                    "expected 3 columns (field, type, help), found {}{hint}",
-                    cols.len()
-                ),
-            ));
-        }
+            }
+            super::gocsv::ErrorKind::FieldCount { found: 1, .. } => {
+                " (a line of spaces is a record; only an empty line is skipped)"
+            }
+            _ => "",
+        };
+        err(line, format!("malformed CSV: {e}{hint}"))
+    })?;
+    let mut out = Counters::default();
+    for rec in records {
+        let line = rec.line;
+        // Only spaces are trimmed, as dcgm-exporter does (a tab stays part of the name).
+        let cols: Vec<&str> = rec.fields.iter().map(|c| c.trim_matches(' ')).collect();
         let (name, ty, help) = (cols[0], cols[1], cols[2]);
         // Resolve the name first, as dcgm-exporter does: an unknown name is the error shown.
         let (field, metric_name) = resolve(name).map_err(|m| err(line, m))?;
@@ -228,17 +245,19 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
             }
             _ => {}
         }
-        // The same field under two names is allowed: it is two metrics, e.g. a 1.x name
-        // next to the 4.x one while dashboards migrate.
+        // A metric listed twice: dcgm-exporter files its values under the first row
+        // (its collector finds the first counter of a field), so the first row wins. Its
+        // own 1.x-compatibility CSV lists the PCIe byte counters twice.
         if let Some(prev) = out.all.iter().find(|c| c.name == metric_name) {
-            return Err(err(
-                line,
-                format!(
-                    "duplicate metric {metric_name} (first defined on line {})",
-                    prev.line
-                ),
+            out.warnings.push(format!(
+                "{source_name}:{line}: {metric_name} is listed again (first on line {}); \
+                 using line {}",
+                prev.line, prev.line
             ));
+            continue;
         }
+        // The same field under two names is two metrics, e.g. a 1.x name next to the 4.x
+        // one while dashboards migrate.
         out.all.push(Counter {
             field,
             name: metric_name,
@@ -253,27 +272,6 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         });
     }
     Ok(out)
-}
-
-/// The 1-based line a record starts on. The csv crate's own `Position::line()` does not
-/// count skipped blank and comment lines nor CRLF endings, and its `byte()` is where the
-/// previous record ended; so step over line ends and comment lines from there.
-fn record_line(text: &[u8], byte: u64) -> usize {
-    let mut i = usize::try_from(byte).map_or(text.len(), |b| b.min(text.len()));
-    while i < text.len() {
-        let at_line_start = i == 0 || text[i - 1] == b'\n';
-        match text[i] {
-            b'\r' | b'\n' => i += 1,
-            b'#' if at_line_start => {
-                i = text[i..]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(text.len(), |n| i + n + 1);
-            }
-            _ => break,
-        }
-    }
-    1 + text[..i].iter().filter(|&&b| b == b'\n').count()
 }
 
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
@@ -322,21 +320,84 @@ mod tests {
         }
     }
 
+    fn names(c: &Counters) -> Vec<&str> {
+        c.all.iter().map(|r| r.name.as_str()).collect()
+    }
+
+    fn file(rel: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+    }
+
     #[test]
-    fn shipped_csvs_parse() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("etc");
-        for (f, min) in [
-            ("default-counters.csv", 26),
-            ("dcp-metrics-included.csv", 26),
-            ("1.x-compatibility-metrics.csv", 18),
-        ] {
-            let p = dir.join(f);
-            if !p.exists() {
-                continue;
-            }
-            let c = load(&p).unwrap_or_else(|e| panic!("{e}"));
-            assert!(c.all.len() >= min, "{f}: {}", c.all.len());
+    fn every_shipped_csv_loads_cleanly() {
+        let default = load(&file("etc/default-counters.csv")).unwrap();
+        let dcp = load(&file("etc/dcp-metrics-included.csv")).unwrap();
+        let compat = load(&file("etc/1.x-compatibility-metrics.csv")).unwrap();
+        for c in [&default, &dcp, &compat] {
+            assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         }
+        // Upstream's 26 active rows, the same in both; the 1.x names' 20, plus
+        // dcgm_low_util_violation, which seed 001's exporter served (commented out upstream).
+        assert_eq!(default.all.len(), 26, "{:?}", names(&default));
+        assert_eq!(names(&default), names(&dcp));
+        assert_eq!(compat.all.len(), 21, "{:?}", names(&compat));
+        assert_eq!(names(&default)[0], "DCGM_FI_DEV_SM_CLOCK");
+        assert_eq!(default.all[20].prom_type, PromType::Label);
+        // The built-in default is the shipped file.
+        assert_eq!(
+            builtin_default().unwrap(),
+            default_with_source(BUILTIN_SOURCE)
+        );
+    }
+
+    /// `etc/default-counters.csv` parsed under another source name.
+    fn default_with_source(name: &str) -> Counters {
+        let text = std::fs::read_to_string(file("etc/default-counters.csv")).unwrap();
+        parse_str(name, &text).unwrap()
+    }
+
+    #[test]
+    fn upstreams_1x_csv_loads_with_its_pcie_rows_once_and_a_warning_each() {
+        let c = load(&file("tests/fixtures/upstream-1x-compatibility.csv")).unwrap();
+        assert_eq!(c.all.len(), 20);
+        let tx: Vec<&Counter> = c
+            .all
+            .iter()
+            .filter(|r| r.name == "dcgm_fi_prof_pcie_tx_bytes")
+            .collect();
+        assert_eq!(tx.len(), 1);
+        assert_eq!((tx[0].line, tx[0].help.as_str()), (18, "PCIe TX bytes."));
+        assert_eq!(c.warnings.len(), 2, "{:?}", c.warnings);
+        assert!(c.warnings[0].ends_with(
+            "upstream-1x-compatibility.csv:42: dcgm_fi_prof_pcie_tx_bytes is listed again \
+             (first on line 18); using line 18"
+        ));
+        // The rest matches our shipped 1.x file row for row, which also enables
+        // dcgm_low_util_violation (see the README's differences table).
+        let ours = load(&file("etc/1.x-compatibility-metrics.csv")).unwrap();
+        let mut a = names(&c);
+        a.push("dcgm_low_util_violation");
+        let mut b = names(&ours);
+        a.sort_unstable();
+        b.sort_unstable();
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn the_helm_charts_default_configmap_loads() {
+        let c = load(&file("tests/fixtures/helm-default-configmap.csv")).unwrap();
+        assert!(c.warnings.is_empty());
+        let default = load(&file("etc/default-counters.csv")).unwrap();
+        let mut expected: Vec<&str> = names(&default)
+            .into_iter()
+            .filter(|n| !matches!(*n, "DCGM_FI_DEV_FB_RESERVED" | "DCGM_FI_DRIVER_VERSION"))
+            .collect();
+        expected.sort_unstable();
+        let mut got = names(&c);
+        got.sort_unstable();
+        assert_eq!(got, expected);
+        // `DCGM_FI_DEV_DEC_UTIL ,`: the space before the comma is trimmed.
+        assert!(got.contains(&"DCGM_FI_DEV_DEC_UTIL"));
     }
 
     #[test]
@@ -350,7 +411,7 @@ mod tests {
     #[test]
     fn comments_blank_lines_quotes_and_trimming() {
         let c = parse(
-            "# comment\n\n   \nDCGM_FI_DEV_GPU_TEMP ,  gauge ,\"temp, in C\"\r\n\
+            "# comment\n\nDCGM_FI_DEV_GPU_TEMP ,  gauge ,\"temp, in C\"\r\n\
              DCGM_FI_DEV_SM_CLOCK, gauge, a # not a comment\n\
              DCGM_FI_DEV_MEM_CLOCK, gauge,\"say \"\"hi\"\"\nover two lines\"\n\
              DCGM_FI_DEV_POWER_USAGE, gauge,\n",
@@ -364,12 +425,13 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                ("DCGM_FI_DEV_GPU_TEMP", "temp, in C", 4),
-                ("DCGM_FI_DEV_SM_CLOCK", "a # not a comment", 5),
-                ("DCGM_FI_DEV_MEM_CLOCK", "say \"hi\"\nover two lines", 6),
-                ("DCGM_FI_DEV_POWER_USAGE", "", 8),
+                ("DCGM_FI_DEV_GPU_TEMP", "temp, in C", 3),
+                ("DCGM_FI_DEV_SM_CLOCK", "a # not a comment", 4),
+                ("DCGM_FI_DEV_MEM_CLOCK", "say \"hi\"\nover two lines", 5),
+                ("DCGM_FI_DEV_POWER_USAGE", "", 7),
             ]
         );
+        assert!(c.warnings.is_empty());
         // Line numbers count comment, blank and CRLF lines and multi-line records.
         let e = parse(
             "# c\r\nDCGM_FI_DEV_GPU_TEMP, gauge,\"a\r\nb\"\r\n\r\n# c, gauge, h\r\nX, gauge, h\r\n",
@@ -379,8 +441,6 @@ mod tests {
         // '#' only starts a comment at the start of a line.
         let e = parse(" # x, gauge, y\n").unwrap_err();
         assert!(e.starts_with("t.csv:1: unknown DCGM field '# x'"), "{e}");
-        let e = parse(" # a comment?\n").unwrap_err();
-        assert!(e.starts_with("t.csv:1: expected 3 columns"), "{e}");
         // Tabs are not trimmed.
         let e = parse("DCGM_FI_DEV_GPU_TEMP\t, gauge, h\n").unwrap_err();
         assert!(
@@ -393,20 +453,53 @@ mod tests {
     }
 
     #[test]
+    fn quotes_follow_go_without_lazy_quotes() {
+        // An unclosed quote is an error naming the line, not a help text running to the end.
+        assert_eq!(
+            parse("DCGM_FI_DEV_SM_CLOCK, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge,\"temp\n")
+                .unwrap_err(),
+            "t.csv:2: malformed CSV: extraneous or missing \" in quoted field (column 35)"
+        );
+        let e = parse("DCGM_FI_DEV_GPU_TEMP, gauge,\"temp\nDCGM_FI_DEV_SM_CLOCK, gauge, h\n")
+            .unwrap_err();
+        assert!(
+            e.starts_with("t.csv:2: malformed CSV: extraneous or missing \"")
+                && e.contains("opened on line 1 is not closed"),
+            "{e}"
+        );
+        // Text after a closing quote.
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge,\"temp\" C\n")
+            .unwrap_err()
+            .starts_with(
+                "t.csv:1: malformed CSV: extraneous or missing \" in quoted field (column 34)"
+            ));
+        // A quote after a space opens nothing: a bare quote, reported before the names.
+        assert_eq!(
+            parse("NOPE, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, \"a, b\"\n").unwrap_err(),
+            "t.csv:2: malformed CSV: bare \" in non-quoted field (column 30); a quoted field \
+             must start right after the comma, with no space before the quote"
+        );
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, 5\" screen\n")
+            .unwrap_err()
+            .contains("bare \""));
+    }
+
+    #[test]
     fn column_count_type_and_name_errors_name_the_line() {
         assert_eq!(
             parse("DCGM_FI_DEV_GPU_TEMP, gauge\n").unwrap_err(),
-            "t.csv:1: expected 3 columns (field, type, help), found 2"
+            "t.csv:1: malformed CSV: wrong number of fields: expected 3 (field, type, help), found 2"
         );
         assert_eq!(
             parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n\nDCGM_FI_DEV_SM_CLOCK, gauge, h, x\n")
                 .unwrap_err(),
-            "t.csv:3: expected 3 columns (field, type, help), found 4 \
-             (quote a help text that contains commas)"
+            "t.csv:3: malformed CSV: wrong number of fields: expected 3 (field, type, help), \
+             found 4 (quote a help text that contains commas)"
         );
-        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, \"a, b\"\n")
+        // Only an empty line is skipped: one of spaces is a record of one field, in Go too.
+        assert!(parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n   \n")
             .unwrap_err()
-            .contains("found 4 (a quoted column must start right after the comma"));
+            .starts_with("t.csv:2: malformed CSV: wrong number of fields: expected 3 (field, type, help), found 1 (a line of spaces"));
         assert_eq!(
             parse("DCGM_FI_DEV_GPU_TEMP, gaugee, h\n").unwrap_err(),
             "t.csv:1: unknown metric type 'gaugee' for DCGM_FI_DEV_GPU_TEMP \
@@ -441,26 +534,32 @@ mod tests {
     }
 
     #[test]
-    fn duplicates() {
+    fn a_metric_listed_twice_keeps_its_first_row_with_one_warning() {
+        let c = parse(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, first\n# c\nDCGM_FI_DEV_GPU_TEMP, counter, second\n\
+             DCGM_EXP_P2P_STATUS, gauge, h\nDCGM_EXP_P2P_STATUS, counter, h2\n",
+        )
+        .unwrap();
+        assert_eq!(c.all.len(), 2);
         assert_eq!(
-            parse("DCGM_FI_DEV_GPU_TEMP, gauge, h\n# c\nDCGM_FI_DEV_GPU_TEMP, counter, h\n")
-                .unwrap_err(),
-            "t.csv:3: duplicate metric DCGM_FI_DEV_GPU_TEMP (first defined on line 1)"
+            (c.all[0].prom_type, c.all[0].help.as_str(), c.all[0].line),
+            (PromType::Gauge, "first", 1)
         );
-        assert!(
-            parse("DCGM_EXP_P2P_STATUS, gauge, h\nDCGM_EXP_P2P_STATUS, gauge, h\n")
-                .unwrap_err()
-                .contains("t.csv:2: duplicate metric DCGM_EXP_P2P_STATUS")
+        assert_eq!(c.all[1].prom_type, PromType::Gauge);
+        assert_eq!(
+            c.warnings,
+            [
+                "t.csv:3: DCGM_FI_DEV_GPU_TEMP is listed again (first on line 1); using line 1",
+                "t.csv:5: DCGM_EXP_P2P_STATUS is listed again (first on line 4); using line 4"
+            ]
         );
-        // A numeric id exports under the 4.6 name, so it collides with that name.
-        assert!(
-            parse("DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, h\n150, gauge, h\n")
-                .unwrap_err()
-                .contains("t.csv:2: duplicate metric DCGM_FI_DEV_GPU_TEMP_CELSIUS")
-        );
+        // A numeric id exports under the 4.6 name, so it is that metric again.
+        let c = parse("DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, h\n150, gauge, h\n").unwrap();
+        assert_eq!((c.all.len(), c.warnings.len()), (1, 1));
         // The same field under two names is two metrics.
         let c = parse("dcgm_gpu_temp, gauge, h\nDCGM_FI_DEV_GPU_TEMP, gauge, h\n").unwrap();
         assert_eq!(c.all.iter().map(id).collect::<Vec<_>>(), [Some(150); 2]);
+        assert!(c.warnings.is_empty());
     }
 
     #[test]

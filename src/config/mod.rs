@@ -1,8 +1,9 @@
 //! Configuration: command-line flags and environment (`cli`), the counters CSV
-//! (`counters`) and the `-d`/`-s`/`-p` device selectors (`selector`).
+//! (`counters`, read by `gocsv` as Go's encoding/csv reads it) and the `-d`/`-s`/`-p` device selectors (`selector`).
 
 pub mod cli;
 pub mod counters;
 pub mod duration;
 pub mod file;
+pub mod gocsv;
 pub mod selector;

@@ -131,7 +131,6 @@ pub struct Node {
     pub metric_groups: Vec<MetricGroup>,
     pub p2p_mode: String,
     pub p2p_overrides: Vec<(u32, u32, u32)>,
-    pub mig_fields: HashSet<u16>,
 }
 
 /// Link dcgm_link_t packing: `type | index << 8 | parent << 24` (dcgm_structs.h:537-556).
@@ -475,7 +474,6 @@ impl Node {
                 .unwrap_or_else(default_metric_groups),
             p2p_mode: d.p2p.clone(),
             p2p_overrides: d.p2p_overrides.clone(),
-            mig_fields: d.mig_fields.iter().copied().collect(),
         };
         for m in &p.mig {
             node.set_mig(m.gpu, Some(&m.gi_specs()));

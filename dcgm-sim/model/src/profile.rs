@@ -184,10 +184,6 @@ pub struct GpuDefaults {
     /// GPU instance entity ids are gpuId * this + index (DCGM's maxGpcs).
     #[serde(default = "d_max_mig")]
     pub max_mig_devices: u32,
-    /// GPU-level fields that MIG instances report with their parent GPU's values (others
-    /// read DCGM_*_NOT_SUPPORTED on an instance).
-    #[serde(default)]
-    pub mig_fields: Vec<u16>,
 }
 
 /// Per-GPU overrides of [`GpuDefaults`] and generated identities.
@@ -539,9 +535,6 @@ impl Profile {
                     "gpus.p2p_overrides: [{a}, {b}, {s}] needs two existing GPUs and a status 0..=6"
                 ));
             }
-        }
-        for f in &g.mig_fields {
-            known_field(*f).map_err(|e| format!("gpus.mig_fields: {e}"))?;
         }
         if let Some(groups) = &g.metric_groups {
             if groups.len() > 10 {

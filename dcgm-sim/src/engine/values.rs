@@ -52,13 +52,20 @@ pub struct World {
     overrides: HashMap<u16, Vec<FieldOverride>>,
 }
 
-/// Whether a field has values on an entity.
+/// Whether a field has values on an entity, and whose values they are.
+#[derive(Debug, PartialEq)]
 enum Applies {
     Yes,
     No,
-    /// A GPU-level field a MIG instance reports with its parent's values.
-    Parent,
+    /// Read on another entity, as DCGM's cache manager maps a field asked of a MIG
+    /// instance to its "practical entity" (`SetPracticalEntityInfo` in
+    /// DcgmCacheManager.cpp): a GPU-level field to the parent GPU, a GPU_I-level field
+    /// asked of a compute instance to its GPU instance.
+    On((u32, u32)),
 }
+
+/// `DCGM_FS_GLOBAL`: one value for the whole node, whatever entity it is asked of.
+const FS_GLOBAL: i32 = 0;
 
 /// The link index of a per-link NVLink field on a GPU entity (dcgm_fields.h numbering).
 fn legacy_link_index(id: u16) -> Option<u32> {
@@ -129,7 +136,7 @@ impl World {
     fn applies(&self, e: &Ent, meta: &FieldMeta) -> Applies {
         let lvl = meta.entity_level;
         let id = meta.id;
-        if lvl == FE_NONE {
+        if lvl == FE_NONE || meta.scope == FS_GLOBAL {
             return Applies::Yes;
         }
         if is_profiling(id) && !self.node.dcp {
@@ -143,15 +150,17 @@ impl World {
                 }
                 yes(legacy_link_index(id).is_none_or(|l| (l as usize) < g.links.len()))
             }
-            Ent::Gi(..) | Ent::Ci(..) => {
-                if matches!(lvl, FE_GPU_I | FE_GPU_CI) {
-                    Applies::Yes
-                } else if self.node.mig_fields.contains(&id) {
-                    Applies::Parent
-                } else {
-                    Applies::No
-                }
+            // The profiling module answers for the instance it is asked about: instance-level
+            // metrics per instance, device-level ones (PCIe, NVLink, NVDEC/NVJPG bytes and
+            // ratios) N/A on MIG (github.com/NVIDIA/DCGM issue 88).
+            Ent::Gi(..) | Ent::Ci(..) if is_profiling(id) => {
+                yes(matches!(lvl, FE_GPU_I | FE_GPU_CI))
             }
+            Ent::Gi(g, _) | Ent::Ci(g, _, _) if lvl == FE_GPU => Applies::On((FE_GPU, g.id)),
+            Ent::Ci(_, gi, _) if lvl == FE_GPU_I => Applies::On((FE_GPU_I, gi.entity_id)),
+            // The cache manager keeps GPU_CI-level fields (and GPU_I-level ones asked of a GPU
+            // instance) on the instance; it has no reader for the other levels there.
+            Ent::Gi(..) | Ent::Ci(..) => yes(matches!(lvl, FE_GPU_I | FE_GPU_CI)),
             Ent::GpuLink(..) | Ent::SwitchLink(..) => yes(lvl == FE_LINK),
             Ent::Switch(_) => yes(lvl == FE_SWITCH),
             // A CPU reports core-level fields as the aggregate over its cores.
@@ -223,18 +232,14 @@ impl World {
         }
         match self.applies(&e, meta) {
             Applies::No => return (Sentinel::NotSupported.value(ty), ST_OK),
-            Applies::Parent => {
-                if let Some(g) = gpu {
-                    return self.read((FE_GPU, g.id), meta, t, prev);
-                }
-            }
+            Applies::On(practical) => return self.read(practical, meta, t, prev),
             Applies::Yes => {}
         }
         let seed = self.node.seed;
         // Global fields read the same on every entity; a compute instance shares its GPU
         // instance's memory.
         let k = match (&e, f) {
-            _ if meta.entity_level == FE_NONE => key(seed, 0, 0, f),
+            _ if meta.scope == FS_GLOBAL => key(seed, 0, 0, f),
             (Ent::Ci(_, gi, _), 90..=93 | 250..=254) => key(seed, FE_GPU_I, gi.entity_id, f),
             _ => key(seed, ent.0, ent.1, f),
         };
