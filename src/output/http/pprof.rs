@@ -6,6 +6,7 @@
 use hyper::header::{self, HeaderValue};
 use hyper::{Body, Request, Response, StatusCode};
 use pprof::protos::Message;
+use super::routes::text;
 use std::time::Duration;
 
 const INDEX: &str =
@@ -13,36 +14,22 @@ const INDEX: &str =
 <a href=\"profile?seconds=30\">profile</a>: CPU profile (pprof protobuf); add ?seconds=N<br>\n\
 <a href=\"cmdline\">cmdline</a>: the command line<br>\n</body>\n</html>\n";
 
-fn plain(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
-    let mut r = Response::new(body.into());
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    r
-}
-
 pub async fn handle(req: &Request<Body>, write_timeout: Duration) -> Response<Body> {
     match req.uri().path() {
         "/debug/pprof/" => {
-            let mut r = plain(StatusCode::OK, INDEX);
+            let mut r = text(StatusCode::OK, INDEX);
             r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("text/html; charset=utf-8"),
             );
             r
         }
-        "/debug/pprof/cmdline" => plain(
+        "/debug/pprof/cmdline" => text(
             StatusCode::OK,
             std::env::args().collect::<Vec<_>>().join("\0"),
         ),
         "/debug/pprof/profile" => profile(req, write_timeout).await,
-        _ => plain(StatusCode::NOT_FOUND, "Unknown profile\n"),
+        _ => text(StatusCode::NOT_FOUND, "Unknown profile\n"),
     }
 }
 
@@ -65,11 +52,11 @@ fn seconds(req: &Request<Body>) -> Result<u64, String> {
 async fn profile(req: &Request<Body>, write_timeout: Duration) -> Response<Body> {
     let secs = match seconds(req) {
         Ok(s) => s,
-        Err(e) => return plain(StatusCode::BAD_REQUEST, e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
     // As Go: a profile longer than the write timeout could never be delivered.
     if Duration::from_secs(secs) >= write_timeout {
-        return plain(
+        return text(
             StatusCode::BAD_REQUEST,
             "profile duration exceeds server's WriteTimeout (--web-write-timeout)\n",
         );
@@ -106,6 +93,6 @@ async fn profile(req: &Request<Body>, write_timeout: Duration) -> Response<Body>
             );
             r
         }
-        Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
     }
 }

@@ -68,7 +68,8 @@ pub struct Routes {
     bodies: Bodies,
 }
 
-fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
+/// A plain-text response with Go's content type and `nosniff`, as upstream's handlers send.
+pub(super) fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
     let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
