@@ -3,10 +3,10 @@
 //! `/debug/pprof/` and the command line at `/debug/pprof/cmdline`. Go's other profiles (heap,
 //! goroutine, ...) have no Rust counterpart and answer 404 as Go's unknown profiles do.
 
+use super::routes::text;
 use hyper::header::{self, HeaderValue};
 use hyper::{Body, Request, Response, StatusCode};
 use pprof::protos::Message;
-use super::routes::text;
 use std::time::Duration;
 
 const INDEX: &str =
