@@ -2,6 +2,8 @@
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
 #![allow(dead_code)]
 
+pub mod prom;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
