@@ -87,7 +87,10 @@ fn the_dashboard_declares_its_variables_and_queries() {
     let dash = dashboard();
     let exprs = expressions(&dash);
     assert!(exprs.len() >= 15, "{exprs:?}");
-    let mig = exprs.iter().filter(|(_, e)| e.contains("GPU_I_ID!=")).count();
+    let mig = exprs
+        .iter()
+        .filter(|(_, e)| e.contains("GPU_I_ID!="))
+        .count();
     let pods = exprs.iter().filter(|(_, e)| needs_pods(e)).count();
     assert!(mig >= 3 && pods >= 3, "MIG {mig}, pod {pods} queries");
     let names: Vec<&str> = dash["templating"]["list"]
@@ -102,13 +105,20 @@ fn the_dashboard_declares_its_variables_and_queries() {
 #[test]
 fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
     if !have("prometheus") {
-        eprintln!("SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)");
+        eprintln!(
+            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
+        );
         return;
     }
     // The chart's metric list: the profiling fields the dashboard shows are in it.
     let e = exporter()
         .profile("a100-mixed-mig.toml")
-        .args(&["-f", repo("deployment/files/default-counters.csv").to_str().unwrap()])
+        .args(&[
+            "-f",
+            repo("deployment/files/default-counters.csv")
+                .to_str()
+                .unwrap(),
+        ])
         .start();
     let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
     prom.wait_for("DCGM_FI_DEV_GPU_TEMP", 60);

@@ -163,8 +163,15 @@ impl ExporterBuilder {
     pub fn start(self) -> Exporter {
         sim_built();
         let port = free_port();
-        let mut child = self
-            .command(port)
+        Exporter::spawn(self.command(port), port)
+    }
+}
+
+impl Exporter {
+    /// Starts the exporter from a prepared command listening on `port` and waits until
+    /// /metrics has DCGM series (or 30 s pass).
+    pub fn spawn(mut cmd: Command, port: u16) -> Exporter {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

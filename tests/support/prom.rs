@@ -72,7 +72,10 @@ impl Prometheus {
                 s
             }
             Err(ureq::Error::Status(code, r)) => {
-                return Err(format!("HTTP {code}: {}", r.into_string().unwrap_or_default()))
+                return Err(format!(
+                    "HTTP {code}: {}",
+                    r.into_string().unwrap_or_default()
+                ))
             }
             Err(e) => return Err(e.to_string()),
         };
