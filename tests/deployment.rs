@@ -491,3 +491,82 @@ fn the_binary_knows_every_variable_and_flag_the_chart_can_render() {
         }
     }
 }
+
+#[test]
+fn the_chart_lints_clean_with_helm() {
+    for values in [json!({}), everything()] {
+        let Some(text) = helper(
+            &["lint", repo("deployment").to_str().unwrap(), "-"],
+            &values.to_string(),
+        ) else {
+            eprintln!("{SKIP_PY}");
+            return;
+        };
+        let report: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(report["errors"], json!([]), "{report}");
+        assert_eq!(report["total_charts_linted"], 1);
+        // Severity 1 is informational (e.g. "icon is recommended"); warnings and errors fail.
+        for m in report["messages"].as_array().unwrap() {
+            assert!(m["severity"].as_i64() < Some(2), "helm lint: {m}");
+        }
+    }
+}
+
+/// The image is not built here (no container daemon in CI); this pins what would break
+/// it silently: a COPY of a file that does not exist or that .dockerignore leaves out.
+#[test]
+fn the_image_copies_only_files_the_build_context_has() {
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile.ubuntu")).unwrap();
+    let ignore = std::fs::read_to_string(repo(".dockerignore")).unwrap();
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .map(|l| l.trim_start_matches("**/").trim_end_matches('/'))
+        .collect();
+    let mut copies = 0;
+    for line in dockerfile.lines().filter(|l| l.starts_with("COPY ")) {
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        if words.iter().any(|w| w.starts_with("--from=")) {
+            continue;
+        }
+        let paths: Vec<&str> = words.into_iter().filter(|w| !w.starts_with("--")).collect();
+        for src in &paths[..paths.len() - 1] {
+            copies += 1;
+            if *src == "." {
+                continue;
+            }
+            assert!(repo(src).exists(), "Dockerfile.ubuntu copies missing {src}");
+            assert!(
+                !ignored
+                    .iter()
+                    .any(|i| src.starts_with(i) || src.ends_with(".md")),
+                "{src} is left out by .dockerignore"
+            );
+        }
+    }
+    assert!(copies >= 4, "{copies} COPY sources");
+    // What the build stage compiles must be in the context.
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "dcgm-sys",
+        "dcgm-sim",
+        "bench",
+        "etc/data",
+    ] {
+        assert!(
+            !ignored
+                .iter()
+                .any(|i| needed == *i || needed.starts_with(&format!("{i}/"))),
+            "{needed} is left out by .dockerignore"
+        );
+    }
+    assert!(dockerfile.contains("datacenter-gpu-manager-4-core"));
+    assert!(dockerfile.contains("cuda-keyring"));
+    assert!(
+        dockerfile.contains("\nUSER 1000:1000\n"),
+        "runs unprivileged by default"
+    );
+}
