@@ -23,6 +23,7 @@ pub mod error;
 pub mod fields;
 mod handles;
 pub mod loader;
+pub mod nvml_ext;
 mod session;
 pub mod types;
 pub mod value;

@@ -97,11 +97,7 @@ impl Page {
             self.drop_value(DropReason::Conflict);
             return;
         }
-        let mut h = DefaultHasher::new();
-        let mut sorted: Vec<&(&str, &str)> = labels.iter().collect();
-        sorted.sort();
-        sorted.hash(&mut h);
-        if !fam.seen.insert(h.finish()) {
+        if !fam.seen.insert(label_set_key(labels.iter().copied())) {
             self.drop_value(DropReason::Duplicate);
             return;
         }
@@ -124,6 +120,35 @@ impl Page {
         fam.proto.mut_metric().push(m);
     }
 
+    /// Lets a later stage (pod attribution) replace each series by what it becomes: itself
+    /// with more labels, copies of it, or itself plus extra series. `f` gets the metric's
+    /// name and the series; series that come out identical are dropped as duplicates.
+    pub fn rewrite(&mut self, mut f: impl FnMut(&str, Metric) -> Vec<Metric>) {
+        let mut dups = 0;
+        for fam in &mut self.families {
+            let name = fam.proto.get_name().to_string();
+            let old = fam.proto.take_metric();
+            fam.seen.clear();
+            for m in old {
+                for out in f(&name, m) {
+                    let key = label_set_key(
+                        out.get_label()
+                            .iter()
+                            .map(|l| (l.get_name(), l.get_value())),
+                    );
+                    if fam.seen.insert(key) {
+                        fam.proto.mut_metric().push(out);
+                    } else {
+                        dups += 1;
+                    }
+                }
+            }
+        }
+        if dups > 0 {
+            *self.dropped.entry(DropReason::Duplicate).or_default() += dups;
+        }
+    }
+
     pub fn series_count(&self) -> usize {
         self.families
             .iter()
@@ -133,15 +158,28 @@ impl Page {
 
     /// Prometheus text format (0.0.4). Consumes the page: it is rendered once per collection.
     pub fn encode(self) -> Vec<u8> {
-        // A family exists only once a series was added to it, so none is empty (the
-        // encoder refuses empty families).
-        let fams: Vec<MetricFamily> = self.families.into_iter().map(|f| f.proto).collect();
+        // The encoder refuses empty families (a rewrite may leave one).
+        let fams: Vec<MetricFamily> = self
+            .families
+            .into_iter()
+            .map(|f| f.proto)
+            .filter(|f| !f.get_metric().is_empty())
+            .collect();
         let mut out = Vec::with_capacity(fams.len() * 2048);
         if let Err(e) = prometheus::TextEncoder::new().encode(&fams, &mut out) {
             tracing::error!("encoding metrics failed: {e}");
         }
         out
     }
+}
+
+/// Identifies a series by its label set, whatever the label order.
+fn label_set_key<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
+    let mut sorted: Vec<(&str, &str)> = labels.collect();
+    sorted.sort();
+    let mut h = DefaultHasher::new();
+    sorted.hash(&mut h);
+    h.finish()
 }
 
 #[cfg(test)]

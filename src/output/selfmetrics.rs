@@ -108,6 +108,13 @@ impl SelfMetrics {
         }
     }
 
+    /// Adds a later stage's own metrics (e.g. the attribution sources') to this registry.
+    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+        if let Err(e) = self.registry.register(c) {
+            tracing::warn!("self metric not registered: {e}");
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         if let Err(e) = prometheus::TextEncoder::new().encode(&self.registry.gather(), &mut out) {

@@ -1,0 +1,654 @@
+//! The attribution stage, between collection and rendering: what the sources know about
+//! who uses each GPU (the kubelet's pod allocations, NVML's MIG devices and processes, HPC
+//! job files, and any `DeviceLabelSource`) merged into the page's GPU series by one piece of
+//! code, `merge`. Sources are refreshed on the collection thread (`Attribution::apply`, once
+//! per collection) and never during a scrape.
+
+pub mod device_ids;
+pub mod hpc;
+pub mod kubelet;
+pub mod nvml;
+pub mod pids;
+
+use crate::output::render::Page;
+use device_ids::MigLocation;
+use nvml::{NvmlView, Process};
+use prometheus::proto::{LabelPair, Metric};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How kubelet device ids are matched to whole-GPU series (`--kubernetes-gpu-id-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdType {
+    /// The GPU UUID.
+    Uid,
+    /// `nvidia<N>`.
+    DeviceName,
+}
+
+impl IdType {
+    pub fn parse(s: &str) -> Result<IdType, String> {
+        match s {
+            "uid" => Ok(IdType::Uid),
+            "device-name" => Ok(IdType::DeviceName),
+            other => Err(format!(
+                "--kubernetes-gpu-id-type {other}: expected uid or device-name"
+            )),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `-k`: map GPUs to pods through the kubelet.
+    pub kubernetes: bool,
+    pub kubelet_socket: PathBuf,
+    pub id_type: IdType,
+    /// `--nvidia-resource-names`.
+    pub resource_names: Vec<String>,
+    /// `--kubernetes-virtual-gpus`.
+    pub virtual_gpus: bool,
+    /// `-o`: `pod_name`, `pod_namespace`, `container_name`.
+    pub old_names: bool,
+    /// Add `pod_uid` (needs a `PodMetadata` source for the UID).
+    pub pod_uid: bool,
+    /// Add the pod's labels from its `PodMetadata`.
+    pub pod_labels: bool,
+    /// `--hpc-job-mapping-dir`.
+    pub hpc_dir: Option<PathBuf>,
+    /// Longest a kubelet call may take; the collection waits for it.
+    pub kubelet_deadline: Duration,
+    /// Where `/proc/<pid>/cgroup` lives (tests point it elsewhere).
+    pub proc_root: PathBuf,
+}
+
+/// A pod's UID and labels, from the Kubernetes API (the kubelet's `List` has neither).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodMeta {
+    pub uid: String,
+    /// Already sanitised to Prometheus label names and filtered by the allowlist.
+    pub labels: Vec<(String, String)>,
+}
+
+/// Pod metadata by (namespace, pod name); plugged in by a Kubernetes API pod watch.
+pub trait PodMetadata: Send + Sync {
+    fn lookup(&self, namespace: &str, pod: &str) -> Option<PodMeta>;
+}
+
+/// Labels a source attaches to one device: a GPU UUID (its series and its MIG instances'
+/// series) or a MIG device UUID (`MIG-…`, resolved through NVML to its instance's series).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceLabels {
+    pub device_uuid: String,
+    pub labels: Vec<(String, String)>,
+}
+
+/// The extension point for more attribution sources (e.g. a container runtime outside
+/// Kubernetes). `device_labels` is called once per collection on the collection thread: a
+/// source that talks to something slow refreshes on its own thread and returns its cache.
+pub trait DeviceLabelSource: Send {
+    fn name(&self) -> &'static str;
+    fn device_labels(&mut self) -> Result<Vec<DeviceLabels>, String>;
+}
+
+/// One pod's claim on a series key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodRef {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// The sharing replica (`::N`, `/vgpuN`).
+    pub vgpu: Option<String>,
+    pub meta: Option<PodMeta>,
+}
+
+/// Everything the merge needs, built once per collection from the sources.
+#[derive(Default)]
+pub struct Snapshot {
+    /// Series key (UUID, `nvidiaN`, `"<gpu>-<gi>"`, raw device id...) -> pods, in kubelet order.
+    pub pods: HashMap<String, Vec<PodRef>>,
+    /// Processes per GPU UUID, where NVML answered (virtual-GPU mode only).
+    pub processes: HashMap<String, Vec<Process>>,
+    /// Pod UID of each process seen.
+    pub pid_pods: HashMap<u32, String>,
+    /// HPC jobs by `"<gpu>"` / `"<gpu>.<gi>"`.
+    pub hpc_jobs: HashMap<String, Vec<String>>,
+    /// Extra labels by GPU UUID (whole GPU) or (GPU UUID, GPU-instance id).
+    pub gpu_labels: HashMap<String, Vec<(String, String)>>,
+    pub instance_labels: HashMap<(String, u32), Vec<(String, String)>>,
+}
+
+/// The identity of a GPU or GPU-instance series, read from its identity labels.
+struct Subject {
+    gpu: String,
+    uuid: String,
+    device: String,
+    instance: Option<String>,
+}
+
+impl Subject {
+    /// GPU and MIG-instance series start with `gpu` (links start with `nvlink`).
+    fn of(m: &Metric) -> Option<Subject> {
+        let labels = m.get_label();
+        if labels.first()?.get_name() != "gpu" {
+            return None;
+        }
+        let get = |n: &str| {
+            labels
+                .iter()
+                .find(|l| l.get_name() == n)
+                .map(|l| l.get_value().to_string())
+        };
+        let profiled = get("GPU_I_PROFILE").is_some_and(|p| !p.is_empty());
+        Some(Subject {
+            gpu: labels[0].get_value().to_string(),
+            uuid: get("UUID").or_else(|| get("uuid")).unwrap_or_default(),
+            device: get("device").unwrap_or_default(),
+            instance: if profiled { get("GPU_I_ID") } else { None },
+        })
+    }
+
+    /// dcgm-exporter's `GetIDOfType`: MIG series by `"<gpu>-<gi>"`, others by UUID or name.
+    fn pod_key(&self, id_type: IdType) -> String {
+        match (&self.instance, id_type) {
+            (Some(gi), _) => format!("{}-{gi}", self.gpu),
+            (None, IdType::Uid) => self.uuid.clone(),
+            (None, IdType::DeviceName) => self.device.clone(),
+        }
+    }
+
+    fn hpc_key(&self) -> String {
+        match &self.instance {
+            Some(gi) => format!("{}.{gi}", self.gpu),
+            None => self.gpu.clone(),
+        }
+    }
+}
+
+/// Fields whose per-pod value comes from NVML's per-process data in virtual-GPU mode.
+#[derive(Clone, Copy, PartialEq)]
+enum PerProcess {
+    SmUtil,
+    MemoryMib,
+}
+
+fn per_process_field(name: &str) -> Option<PerProcess> {
+    match name {
+        "DCGM_FI_DEV_GPU_UTIL" | "dcgm_gpu_utilization" => Some(PerProcess::SmUtil),
+        "DCGM_FI_DEV_FB_USED" | "dcgm_fb_used" => Some(PerProcess::MemoryMib),
+        _ => None,
+    }
+}
+
+struct LabelNames {
+    pod: &'static str,
+    namespace: &'static str,
+    container: &'static str,
+}
+
+fn label_names(old: bool) -> LabelNames {
+    if old {
+        LabelNames {
+            pod: "pod_name",
+            namespace: "pod_namespace",
+            container: "container_name",
+        }
+    } else {
+        LabelNames {
+            pod: "pod",
+            namespace: "namespace",
+            container: "container",
+        }
+    }
+}
+
+fn push(m: &mut Metric, name: &str, value: &str) {
+    // A label the series already has (e.g. a CSV label field) is not repeated.
+    if m.get_label().iter().any(|l| l.get_name() == name) {
+        return;
+    }
+    let mut lp = LabelPair::default();
+    lp.set_name(name.to_string());
+    lp.set_value(value.to_string());
+    m.mut_label().push(lp);
+}
+
+fn set_value(m: &mut Metric, v: f64) {
+    if m.has_counter() {
+        m.mut_counter().set_value(v);
+    } else {
+        m.mut_gauge().set_value(v);
+    }
+}
+
+/// Builds the series-key -> pods map from the kubelet's allocations. In virtual-GPU mode a
+/// key keeps every pod on it (dcgm-exporter's `toDeviceToSharingPods`); otherwise the last
+/// container listed wins (`toDeviceToPod`).
+pub fn pod_map(
+    allocations: &[kubelet::Allocation],
+    opts: &Options,
+    mig: &dyn Fn(&str) -> Option<MigLocation>,
+    gpu_index: &dyn Fn(&str) -> Option<u32>,
+    metadata: Option<&dyn PodMetadata>,
+) -> HashMap<String, Vec<PodRef>> {
+    let mut out: HashMap<String, Vec<PodRef>> = HashMap::new();
+    for a in allocations {
+        if !device_ids::is_gpu_resource(&a.resource, &opts.resource_names) {
+            continue;
+        }
+        let pod = PodRef {
+            namespace: a.namespace.clone(),
+            pod: a.pod.clone(),
+            container: a.container.clone(),
+            vgpu: device_ids::shared_gpu(&a.device_id).map(str::to_string),
+            meta: metadata.and_then(|m| m.lookup(&a.namespace, &a.pod)),
+        };
+        for key in device_ids::keys(&a.device_id, mig, gpu_index) {
+            let pods = out.entry(key).or_default();
+            if opts.virtual_gpus {
+                if !pods.contains(&pod) {
+                    pods.push(pod.clone());
+                }
+            } else {
+                *pods = vec![pod.clone()];
+            }
+        }
+    }
+    out
+}
+
+/// The one place where what the sources know is merged into the page's GPU series.
+pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
+    let names = label_names(opts.old_names);
+    let pod_labels = |m: &mut Metric, p: &PodRef, uid: bool| {
+        push(m, names.pod, &p.pod);
+        push(m, names.namespace, &p.namespace);
+        push(m, names.container, &p.container);
+        if uid {
+            if let Some(meta) = &p.meta {
+                push(m, "pod_uid", &meta.uid);
+            }
+        }
+    };
+    let metadata_labels = |m: &mut Metric, p: &PodRef| {
+        if let (true, Some(meta)) = (opts.pod_labels, &p.meta) {
+            for (k, v) in &meta.labels {
+                push(m, k, v);
+            }
+        }
+    };
+    page.rewrite(|name, m| {
+        let Some(subject) = Subject::of(&m) else {
+            return vec![m];
+        };
+        let pods = snap
+            .pods
+            .get(&subject.pod_key(opts.id_type))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let mut series = Vec::new();
+        if pods.is_empty() {
+            series.push(m);
+        } else if !opts.virtual_gpus {
+            let p = pods.last().expect("not empty");
+            let mut m = m;
+            pod_labels(&mut m, p, opts.pod_uid);
+            metadata_labels(&mut m, p);
+            series.push(m);
+        } else {
+            let procs = snap.processes.get(&subject.uuid);
+            match (per_process_field(name), procs) {
+                // The device's own value stays; each pod gets its processes' share.
+                (Some(kind), Some(procs)) => {
+                    series.push(m.clone());
+                    for p in pods {
+                        let mut copy = m.clone();
+                        pod_labels(&mut copy, p, true);
+                        if let Some(v) = &p.vgpu {
+                            push(&mut copy, "vgpu", v);
+                        }
+                        let uid = p.meta.as_ref().map(|x| x.uid.as_str());
+                        let gi = subject
+                            .instance
+                            .as_deref()
+                            .and_then(|g| g.parse::<u32>().ok());
+                        set_value(&mut copy, pod_share(procs, &snap.pid_pods, uid, gi, kind));
+                        series.push(copy);
+                    }
+                }
+                _ => {
+                    for p in pods {
+                        let mut copy = m.clone();
+                        pod_labels(&mut copy, p, opts.pod_uid);
+                        if let Some(v) = &p.vgpu {
+                            push(&mut copy, "vgpu", v);
+                        }
+                        series.push(copy);
+                    }
+                }
+            }
+        }
+        if let Some(jobs) = snap.hpc_jobs.get(&subject.hpc_key()) {
+            series = series
+                .into_iter()
+                .flat_map(|s| {
+                    jobs.iter().map(move |j| {
+                        let mut c = s.clone();
+                        push(&mut c, "hpc_job", j);
+                        c
+                    })
+                })
+                .collect();
+        }
+        let extra: Vec<&(String, String)> = snap
+            .gpu_labels
+            .get(&subject.uuid)
+            .into_iter()
+            .flatten()
+            .chain(
+                subject
+                    .instance
+                    .as_deref()
+                    .and_then(|gi| gi.parse::<u32>().ok())
+                    .and_then(|gi| snap.instance_labels.get(&(subject.uuid.clone(), gi)))
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        for s in &mut series {
+            for (k, v) in &extra {
+                push(s, k, v);
+            }
+        }
+        series
+    });
+}
+
+/// A pod's share of a per-process field: the sum over its processes on this GPU (or GPU
+/// instance); 0 for a pod with none, or whose UID is unknown.
+fn pod_share(
+    procs: &[Process],
+    pid_pods: &HashMap<u32, String>,
+    uid: Option<&str>,
+    gpu_instance: Option<u32>,
+    kind: PerProcess,
+) -> f64 {
+    let Some(uid) = uid.filter(|u| !u.is_empty()) else {
+        return 0.0;
+    };
+    procs
+        .iter()
+        .filter(|p| gpu_instance.is_none() || p.gpu_instance == gpu_instance)
+        .filter(|p| pid_pods.get(&p.pid).is_some_and(|u| u == uid))
+        .map(|p| match kind {
+            PerProcess::SmUtil => f64::from(p.sm_util.unwrap_or(0)),
+            PerProcess::MemoryMib => (p.memory_bytes.unwrap_or(0) / (1024 * 1024)) as f64,
+        })
+        .sum()
+}
+
+/// GPU UUID -> DCGM GPU index, from the identity labels of the page's GPU series.
+fn gpu_indexes(page: &mut Page) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    page.rewrite(|_, m| {
+        if let Some(s) = Subject::of(&m) {
+            if let Ok(i) = s.gpu.parse() {
+                out.entry(s.uuid).or_insert(i);
+            }
+        }
+        vec![m]
+    });
+    out
+}
+
+/// The state of one source, for logs (once per change), /health and self-metrics.
+#[derive(Default)]
+struct SourceState {
+    error: Option<String>,
+}
+
+/// The sources, their caches and their health. Owned by the collection thread.
+pub struct Attribution {
+    opts: Options,
+    kubelet: Option<kubelet::Kubelet>,
+    nvml: Option<Box<dyn NvmlView>>,
+    hpc: Option<hpc::HpcDir>,
+    metadata: Option<Arc<dyn PodMetadata>>,
+    sources: Vec<Box<dyn DeviceLabelSource>>,
+    mig_cache: HashMap<String, MigLocation>,
+    /// MIG UUIDs NVML could not resolve (warned about once each).
+    mig_unknown: HashSet<String>,
+    states: BTreeMap<&'static str, SourceState>,
+    metrics: Option<metrics::Metrics>,
+}
+
+pub mod metrics;
+
+impl Attribution {
+    /// Sets up the sources the options ask for. Nothing here is fatal: a source that cannot
+    /// start is reported (log, self-metric, /health) and the exporter runs without it.
+    pub fn new(opts: Options, nvml: Option<Box<dyn NvmlView>>) -> Attribution {
+        let mut a = Attribution {
+            kubelet: None,
+            nvml,
+            hpc: opts.hpc_dir.clone().map(hpc::HpcDir::new),
+            metadata: None,
+            sources: Vec::new(),
+            mig_cache: HashMap::new(),
+            mig_unknown: HashSet::new(),
+            states: BTreeMap::new(),
+            metrics: None,
+            opts,
+        };
+        if a.opts.kubernetes {
+            match kubelet::Kubelet::new(&a.opts.kubelet_socket) {
+                Ok(k) => a.kubelet = Some(k),
+                Err(e) => a.report("kubelet", Err(e)),
+            }
+            if a.nvml.is_none() {
+                a.report(
+                    "nvml",
+                    Err("NVML unavailable: MIG devices named by MIG UUID are not mapped to pods, and virtual GPUs get no per-pod utilisation".into()),
+                );
+            } else {
+                a.report("nvml", Ok(()));
+            }
+        }
+        a
+    }
+
+    /// Self-metrics for the sources' health, registered with the exporter's own metrics.
+    pub fn with_metrics(mut self, m: metrics::Metrics) -> Attribution {
+        for (name, st) in &self.states {
+            m.set(name, st.error.is_none());
+        }
+        self.metrics = Some(m);
+        self
+    }
+
+    /// Plugs in a Kubernetes API pod watch (UIDs and labels).
+    pub fn with_metadata(mut self, md: Arc<dyn PodMetadata>) -> Attribution {
+        self.metadata = Some(md);
+        self
+    }
+
+    /// Adds a device-label source (see `DeviceLabelSource`).
+    pub fn with_source(mut self, s: Box<dyn DeviceLabelSource>) -> Attribution {
+        self.sources.push(s);
+        self
+    }
+
+    /// Whether anything would change the page.
+    pub fn active(&self) -> bool {
+        self.opts.kubernetes || self.hpc.is_some() || !self.sources.is_empty()
+    }
+
+    /// Problems worth showing on /health (it stays 200: GPU metrics are still served).
+    pub fn notes(&self) -> Vec<String> {
+        self.states
+            .iter()
+            .filter_map(|(name, st)| st.error.as_ref().map(|e| format!("{name}: {e}")))
+            .collect()
+    }
+
+    /// Logs a source's state when it changes (so a down kubelet warns once, not per tick).
+    fn report(&mut self, source: &'static str, result: Result<(), String>) {
+        let st = self.states.entry(source).or_default();
+        match result {
+            Ok(()) => {
+                if let Some(old) = st.error.take() {
+                    tracing::info!("{source}: working again (was: {old})");
+                }
+            }
+            Err(e) => {
+                if st.error.as_deref() != Some(&e) {
+                    if st.error.is_none() {
+                        tracing::warn!("{e}; GPU metrics are served without its labels");
+                    } else {
+                        tracing::debug!("{e}");
+                    }
+                }
+                st.error = Some(e);
+                if let Some(m) = &self.metrics {
+                    m.error(source);
+                }
+            }
+        }
+        if let Some(m) = &self.metrics {
+            m.set(source, self.states[source].error.is_none());
+        }
+    }
+
+    fn resolve_mig(&mut self, uuid: &str) -> Option<MigLocation> {
+        let uuid = device_ids::strip_vgpu_suffix(uuid);
+        if let Some(l) = self.mig_cache.get(uuid) {
+            return Some(l.clone());
+        }
+        let nvml = self.nvml.as_ref()?;
+        match nvml.mig_location(uuid) {
+            Ok(l) => {
+                self.mig_cache.insert(uuid.to_string(), l.clone());
+                Some(l)
+            }
+            Err(e) => {
+                if self.mig_unknown.insert(uuid.to_string()) {
+                    tracing::warn!("cannot map MIG device {uuid} to a GPU instance: {e}");
+                }
+                None
+            }
+        }
+    }
+
+    /// Refreshes every source and merges what they know into `page`.
+    pub fn apply(&mut self, page: &mut Page) {
+        if !self.active() {
+            return;
+        }
+        let gpus = gpu_indexes(page);
+        let mut snap = Snapshot::default();
+
+        let allocations = match self.kubelet.as_mut() {
+            Some(k) => match k.list(self.opts.kubelet_deadline) {
+                Ok(a) => {
+                    self.report("kubelet", Ok(()));
+                    a
+                }
+                Err(e) => {
+                    self.report("kubelet", Err(e));
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        let mig_ids: HashSet<String> = allocations
+            .iter()
+            .map(|a| a.device_id.clone())
+            .filter(|id| id.starts_with(device_ids::MIG_UUID_PREFIX))
+            .collect();
+        for id in &mig_ids {
+            self.resolve_mig(id);
+        }
+        let cache = &self.mig_cache;
+        let mig = |id: &str| cache.get(device_ids::strip_vgpu_suffix(id)).cloned();
+        let index = |uuid: &str| gpus.get(uuid).copied();
+        snap.pods = pod_map(
+            &allocations,
+            &self.opts,
+            &mig,
+            &index,
+            self.metadata.as_deref(),
+        );
+
+        if self.opts.virtual_gpus && !snap.pods.is_empty() {
+            if let Some(nvml) = &self.nvml {
+                let mut failed = None;
+                for uuid in gpus.keys() {
+                    match nvml.processes(uuid) {
+                        Ok(p) => {
+                            for proc in &p {
+                                if let Some(uid) =
+                                    pids::pod_uid_of_pid(&self.opts.proc_root, proc.pid)
+                                {
+                                    snap.pid_pods.insert(proc.pid, uid);
+                                }
+                            }
+                            snap.processes.insert(uuid.clone(), p);
+                        }
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                self.report(
+                    "nvml",
+                    failed.map_or(Ok(()), |e| Err(format!("per-process data: {e}"))),
+                );
+            }
+        }
+
+        if let Some(h) = self.hpc.as_mut() {
+            let (jobs, errors) = h.read();
+            snap.hpc_jobs = jobs;
+            let r = if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("--hpc-job-mapping-dir: {}", errors.join("; ")))
+            };
+            self.report("hpc", r);
+        }
+
+        let mut extra = Vec::new();
+        let mut results = Vec::new();
+        for s in &mut self.sources {
+            match s.device_labels() {
+                Ok(l) => {
+                    extra.extend(l);
+                    results.push((s.name(), Ok(())));
+                }
+                Err(e) => results.push((s.name(), Err(e))),
+            }
+        }
+        for (name, r) in results {
+            self.report(name, r);
+        }
+        for d in extra {
+            if d.device_uuid.starts_with(device_ids::MIG_UUID_PREFIX) {
+                if let Some(l) = self.resolve_mig(&d.device_uuid) {
+                    snap.instance_labels
+                        .entry((l.parent_uuid, l.gpu_instance))
+                        .or_default()
+                        .extend(d.labels);
+                }
+            } else {
+                snap.gpu_labels
+                    .entry(d.device_uuid)
+                    .or_default()
+                    .extend(d.labels);
+            }
+        }
+        merge(page, &snap, &self.opts);
+    }
+}
+
+#[cfg(test)]
+mod tests;
