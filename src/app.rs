@@ -97,8 +97,8 @@ pub enum Control {
 pub struct Runner {
     pub library: Arc<Library>,
     pub engine: Engine,
-    /// The counters CSV, re-read on SIGHUP.
-    pub collectors: std::path::PathBuf,
+    /// Where the counters come from (`-f` file or `-m` ConfigMap), re-read on a reload.
+    pub collectors: crate::config::configmap::CountersSource,
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
@@ -123,7 +123,7 @@ impl Runner {
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
     fn reload(&self, collector: &mut Option<Collector>) {
-        let new = match crate::config::counters::load(&self.collectors) {
+        let new = match self.collectors.load() {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
@@ -140,7 +140,7 @@ impl Runner {
             }
         }
         *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
-        tracing::info!("reloaded {}", self.collectors.display());
+        tracing::info!("reloaded {}", self.collectors.describe());
     }
 
     /// Runs until told to stop (or the channel closes); returns the live collector so the

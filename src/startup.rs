@@ -2,8 +2,9 @@
 //! thread, serve HTTP until a signal arrives.
 
 use crate::app::{self, Engine, Runner, Shared};
+use crate::attribution::kubeapi::KubeApi;
 use crate::collect;
-use crate::config::{cli, counters, selector};
+use crate::config::{cli, configmap, selector};
 use crate::hostname;
 use crate::output::server;
 use std::sync::Arc;
@@ -18,7 +19,10 @@ pub fn run(config: cli::Config) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join("; "));
     }
-    let counters = Arc::new(counters::load(&config.collectors).map_err(|e| e.to_string())?);
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
+    let kube_api = kube_api_for(&config)?;
+    let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
+    let counters = Arc::new(collectors.load()?);
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
         switches: selector::parse("-s", &config.switch_devices)?,
@@ -82,7 +86,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
-        collectors: config.collectors.clone(),
+        collectors,
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
@@ -98,7 +102,6 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let loop_runner = runner.clone();
     let collection = std::thread::Builder::new()
         .name("collector".into())
@@ -166,6 +169,40 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         c.stop();
     }
     served
+}
+
+/// A Kubernetes API client when a feature needs one (`-m`); None when none is needed or
+/// no configuration exists (in-cluster or KUBECONFIG).
+fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
+    if config.configmap_data == "none" {
+        return Ok(None);
+    }
+    KubeApi::connect()
+}
+
+/// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
+fn counters_source(
+    config: &cli::Config,
+    api: Option<&KubeApi>,
+    control: &std::sync::mpsc::Sender<app::Control>,
+) -> Result<configmap::CountersSource, String> {
+    if config.configmap_data == "none" {
+        return Ok(configmap::CountersSource::File(config.collectors.clone()));
+    }
+    let (namespace, name) = configmap::parse_ref(&config.configmap_data)?;
+    let api = api.ok_or_else(|| {
+        format!(
+            "-m {}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)",
+            config.configmap_data
+        )
+    })?;
+    let control = std::sync::Mutex::new(control.clone());
+    configmap::open(api, &namespace, &name, move || {
+        let _ = control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(app::Control::Reload);
+    })
 }
 
 async fn wait_for_signal() {

@@ -44,16 +44,18 @@ impl Kubelet {
             .connect_timeout(Duration::from_secs(5));
         let channel = {
             let _guard = runtime.enter();
-            endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
-                let path = path.clone();
-                async move {
-                    let stream = tokio::net::UnixStream::connect(&path).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }))
+            endpoint.connect_with_connector_lazy(tower::service_fn(
+                move |_: tonic::transport::Uri| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(&path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    }
+                },
+            ))
         };
-        let client = PodResourcesListerClient::new(channel)
-            .max_decoding_message_size(MAX_REPLY_BYTES);
+        let client =
+            PodResourcesListerClient::new(channel).max_decoding_message_size(MAX_REPLY_BYTES);
         Ok(Kubelet {
             socket: socket.to_path_buf(),
             runtime,

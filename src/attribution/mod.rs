@@ -6,9 +6,11 @@
 
 pub mod device_ids;
 pub mod hpc;
+pub mod kubeapi;
 pub mod kubelet;
 pub mod nvml;
 pub mod pids;
+pub mod podmeta;
 
 use crate::output::render::Page;
 use device_ids::MigLocation;

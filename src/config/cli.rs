@@ -119,7 +119,8 @@ pub struct Config {
         default_value = "f"
     )]
     pub cpu_devices: String,
-    /// ConfigMap holding the counters, as <namespace>:<name> (not supported yet).
+    /// ConfigMap holding the counters (key `metrics`), as <namespace>:<name>; read through the
+    /// Kubernetes API instead of -f and watched: a change reloads the counters.
     #[arg(
         short = 'm',
         long,
@@ -488,7 +489,6 @@ impl Config {
                 !self.nvidia_resource_names.is_empty(),
                 "nvidia-resource-names",
             ),
-            (self.configmap_data != "none", "configmap-data"),
             (!self.web_config_file.is_empty(), "web-config-file"),
             (self.web_systemd_socket, "web-systemd-socket"),
             (self.dump_enabled, "dump-enabled"),
@@ -1013,7 +1013,7 @@ mod tests {
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
         assert_eq!(
             c.unsupported_options(),
-            vec!["kubernetes", "configmap-data", "web-config-file"]
+            vec!["kubernetes", "web-config-file"]
         );
         let c = parse(&[
             "--kubernetes-enable-pod-labels",

@@ -2,5 +2,6 @@
 //! (`counters`) and the `-d`/`-s`/`-p` device selectors (`selector`).
 
 pub mod cli;
+pub mod configmap;
 pub mod counters;
 pub mod selector;

@@ -2,6 +2,7 @@
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
 #![allow(dead_code)]
 
+pub mod fake_apiserver;
 pub mod prom;
 
 use std::collections::BTreeMap;
