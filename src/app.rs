@@ -2,6 +2,7 @@
 //! immutable rendered page, and reconnects to a lost remote host engine with backoff.
 //! Scrapes never call DCGM; they only read the last published page.
 
+use crate::attribution::Attribution;
 use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::output::render::Page;
@@ -26,6 +27,8 @@ pub struct Shared {
     connected: AtomicBool,
     last_success: Mutex<Option<Instant>>,
     last_error: Mutex<Option<String>>,
+    /// Attribution sources that are failing: shown on /health, which stays healthy.
+    notes: Mutex<Vec<String>>,
     pub metrics: SelfMetrics,
     interval: Duration,
 }
@@ -37,6 +40,7 @@ impl Shared {
             connected: AtomicBool::new(false),
             last_success: Mutex::new(None),
             last_error: Mutex::new(None),
+            notes: Mutex::new(Vec::new()),
             metrics: SelfMetrics::new(),
             interval,
         }
@@ -57,6 +61,15 @@ impl Shared {
 
     fn set_error(&self, e: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down).
+    pub fn notes(&self) -> Vec<String> {
+        self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_notes(&self, notes: Vec<String>) {
+        *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
     }
 
     /// `Ok(())` while DCGM is connected and the last collection is recent; else why not.
@@ -102,6 +115,8 @@ pub struct Runner {
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
+    /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
+    pub attribution: Mutex<Attribution>,
 }
 
 impl Runner {
@@ -230,8 +245,17 @@ impl Runner {
                 Err(StartError::Config(e)) => tracing::error!("after MIG change: {e}"),
             }
         }
+        self.attribution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .begin();
         let mut page = Page::default();
         c.collect(&mut page)?;
+        {
+            let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
+            a.apply(&mut page);
+            self.shared.set_notes(a.notes());
+        }
         let m = &self.shared.metrics;
         for (reason, n) in &page.dropped {
             m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);

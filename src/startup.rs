@@ -3,6 +3,7 @@
 
 use crate::app::{self, Engine, Runner, Shared};
 use crate::attribution::kubeapi::KubeApi;
+use crate::attribution::{self, Attribution};
 use crate::collect;
 use crate::config::{cli, configmap, selector};
 use crate::hostname;
@@ -83,6 +84,13 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     );
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::new(Duration::from_millis(settings.interval_ms)));
+    let attribution = attribution_stage(&config, &settings)?;
+    let attribution =
+        attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
+    let attribution = match pod_metadata(&config, kube_api.as_ref()) {
+        Some(cache) => attribution.with_metadata(cache),
+        None => attribution,
+    };
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
@@ -90,6 +98,7 @@ pub fn run(config: cli::Config) -> Result<(), String> {
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
+        attribution: std::sync::Mutex::new(attribution),
     });
     let collector = runner.start().map_err(|e| match &engine {
         Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
@@ -171,13 +180,52 @@ pub fn run(config: cli::Config) -> Result<(), String> {
     served
 }
 
-/// A Kubernetes API client when a feature needs one (`-m`); None when none is needed or
-/// no configuration exists (in-cluster or KUBECONFIG).
+/// Whether `-k` asks for what only the API server knows (pod UIDs and labels).
+fn wants_pod_metadata(config: &cli::Config) -> bool {
+    config.kubernetes && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid)
+}
+
+/// A Kubernetes API client when a feature needs one; None when none is needed or no
+/// configuration exists (in-cluster or KUBECONFIG). A broken configuration is fatal only
+/// for `-m`: pod metadata is then off with a warning, as dcgm-exporter does.
 fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
-    if config.configmap_data == "none" {
+    if config.configmap_data != "none" {
+        return KubeApi::connect();
+    }
+    if !wants_pod_metadata(config) {
         return Ok(None);
     }
-    KubeApi::connect()
+    KubeApi::connect().or_else(|e| {
+        tracing::warn!("{e}; pod UIDs and labels are off");
+        Ok(None)
+    })
+}
+
+/// The pod watch feeding pod UIDs and labels to the attribution stage, when asked for.
+fn pod_metadata(
+    config: &cli::Config,
+    api: Option<&KubeApi>,
+) -> Option<Arc<dyn attribution::PodMetadata>> {
+    if !wants_pod_metadata(config) {
+        return None;
+    }
+    let Some(api) = api else {
+        tracing::warn!(
+            "no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set): pod UIDs and labels are off"
+        );
+        return None;
+    };
+    let cache = attribution::podmeta::watch(
+        api,
+        std::env::var("NODE_NAME").ok().as_deref(),
+        attribution::podmeta::Options {
+            labels: config.kubernetes_enable_pod_labels,
+            allowlist: attribution::podmeta::Allowlist::new(
+                &config.kubernetes_pod_label_allowlist_regex,
+            ),
+        },
+    );
+    Some(cache)
 }
 
 /// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
@@ -203,6 +251,58 @@ fn counters_source(
             .unwrap_or_else(|p| p.into_inner())
             .send(app::Control::Reload);
     })
+}
+
+/// The attribution options from the flags; NVML is loaded only with `-k`, as dcgm-exporter
+/// does, and its absence is not fatal.
+fn attribution_stage(
+    config: &cli::Config,
+    settings: &collect::Settings,
+) -> Result<Attribution, String> {
+    let only_with_k = [
+        (
+            config.kubernetes_gpu_id_type != "uid",
+            "--kubernetes-gpu-id-type",
+        ),
+        (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+        (
+            !config.nvidia_resource_names.is_empty(),
+            "--nvidia-resource-names",
+        ),
+        (
+            config.pod_resources_kubelet_socket.as_os_str()
+                != "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--pod-resources-kubelet-socket",
+        ),
+    ];
+    if !config.kubernetes {
+        for (_, flag) in only_with_k.iter().filter(|(set, _)| *set) {
+            tracing::warn!("{flag} has no effect without -k/--kubernetes");
+        }
+    }
+    let interval = Duration::from_millis(settings.interval_ms);
+    let opts = attribution::Options {
+        kubernetes: config.kubernetes,
+        kubelet_socket: config.pod_resources_kubelet_socket.clone(),
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
+        resource_names: config.nvidia_resource_names.clone(),
+        virtual_gpus: config.kubernetes_virtual_gpus,
+        old_names: config.use_old_namespace,
+        pod_uid: config.kubernetes_enable_pod_uid,
+        pod_labels: config.kubernetes_enable_pod_labels,
+        hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
+            .then(|| config.hpc_job_mapping_dir.clone().into()),
+        // dcgm-exporter's per-call timeout.
+        kubelet_deadline: Duration::from_secs(10),
+        // The collection waits this long at most; a later answer serves the next one.
+        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        proc_root: "/proc".into(),
+    };
+    let nvml = config.kubernetes.then(|| {
+        attribution::nvml::RealNvml::load()
+            .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
+    });
+    Ok(Attribution::new(opts, nvml))
 }
 
 async fn wait_for_signal() {

@@ -9,14 +9,8 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A field value payload, as the real engine stores it (sentinels included).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum Value {
-    Int64(i64),
-    Double(f64),
-    Str(String),
-    Blob(Vec<u8>),
-}
+/// Defined with the node model, which generates them.
+pub use dcgm_sim_model::{MetricGroup, Value};
 
 /// One sample, shaped like `dcgmFieldValue_v2`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,13 +80,6 @@ pub struct LinkStatus {
     pub gpus: Vec<(u32, Vec<u32>)>,
     /// (switchId, state per port).
     pub switches: Vec<(u32, Vec<u32>)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct MetricGroup {
-    pub major_id: u16,
-    pub minor_id: u16,
-    pub field_ids: Vec<u16>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -70,6 +70,11 @@ impl Kubelet {
     /// Every device allocation the kubelet knows, or why not, within `deadline`.
     pub fn list(&mut self, deadline: Duration) -> Result<Vec<Allocation>, String> {
         let socket = self.socket.display().to_string();
+        if !self.socket.exists() {
+            return Err(format!(
+                "kubelet socket {socket} does not exist (is /var/lib/kubelet/pod-resources mounted?)"
+            ));
+        }
         let call = self.client.list(proto::ListPodResourcesRequest {});
         let reply = self
             .runtime
@@ -100,5 +105,97 @@ impl Kubelet {
             }
         }
         Ok(out)
+    }
+}
+
+/// The last `List` answer, and how many refreshes have completed.
+struct Latest {
+    done: u64,
+    result: Result<Vec<Allocation>, String>,
+}
+
+/// Runs `List` on its own thread, once per collection: the collection triggers it before
+/// reading DCGM and picks the answer up afterwards, waiting at most a bounded time. A slow
+/// kubelet (a huge node, a busy API) never holds the collection longer than that: its
+/// answer is used by the next collection instead.
+pub struct Refresher {
+    trigger: Option<std::sync::mpsc::Sender<()>>,
+    latest: std::sync::Arc<(std::sync::Mutex<Latest>, std::sync::Condvar)>,
+    requested: u64,
+    /// `done` of the last answer handed out.
+    consumed: u64,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Refresher {
+    /// `deadline` bounds each `List` call.
+    pub fn start(mut kubelet: Kubelet, deadline: Duration) -> Result<Refresher, String> {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let latest = std::sync::Arc::new((
+            std::sync::Mutex::new(Latest {
+                done: 0,
+                result: Ok(Vec::new()),
+            }),
+            std::sync::Condvar::new(),
+        ));
+        let shared = latest.clone();
+        let thread = std::thread::Builder::new()
+            .name("kubelet".into())
+            .spawn(move || {
+                let mut seen = 0u64;
+                while rx.recv().is_ok() {
+                    // Triggers that piled up while a call ran are answered by one call.
+                    seen += 1 + rx.try_iter().count() as u64;
+                    let result = kubelet.list(deadline);
+                    let (lock, cv) = &*shared;
+                    let mut l = lock.lock().unwrap_or_else(|p| p.into_inner());
+                    l.done = seen;
+                    l.result = result;
+                    cv.notify_all();
+                }
+            })
+            .map_err(|e| format!("cannot start the kubelet thread: {e}"))?;
+        Ok(Refresher {
+            trigger: Some(tx),
+            latest,
+            requested: 0,
+            consumed: 0,
+            thread: Some(thread),
+        })
+    }
+
+    /// Asks for a fresh `List`.
+    pub fn trigger(&mut self) {
+        if let Some(tx) = &self.trigger {
+            if tx.send(()).is_ok() {
+                self.requested += 1;
+            }
+        }
+    }
+
+    /// The answer to the last trigger, waiting up to `wait` for it; failing that, an answer
+    /// that arrived since the last call (to an earlier trigger); `None` when nothing new
+    /// came (the previous answer stays in use).
+    pub fn answer(&mut self, wait: Duration) -> Option<Result<Vec<Allocation>, String>> {
+        let (lock, cv) = &*self.latest;
+        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = cv
+            .wait_timeout_while(guard, wait, |l| l.done < self.requested)
+            .unwrap_or_else(|p| p.into_inner());
+        if guard.done == self.consumed {
+            return None;
+        }
+        self.consumed = guard.done;
+        Some(guard.result.clone())
+    }
+}
+
+impl Drop for Refresher {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread after its current call (bounded by the deadline).
+        self.trigger.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }

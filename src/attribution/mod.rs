@@ -8,6 +8,7 @@ pub mod device_ids;
 pub mod hpc;
 pub mod kubeapi;
 pub mod kubelet;
+pub mod metrics;
 pub mod nvml;
 pub mod pids;
 pub mod podmeta;
@@ -60,8 +61,10 @@ pub struct Options {
     pub pod_labels: bool,
     /// `--hpc-job-mapping-dir`.
     pub hpc_dir: Option<PathBuf>,
-    /// Longest a kubelet call may take; the collection waits for it.
+    /// Longest a kubelet call may take (it runs on its own thread).
     pub kubelet_deadline: Duration,
+    /// Longest a collection waits for the kubelet's answer before using the previous one.
+    pub kubelet_wait: Duration,
     /// Where `/proc/<pid>/cgroup` lives (tests point it elsewhere).
     pub proc_root: PathBuf,
 }
@@ -244,7 +247,9 @@ pub fn pod_map(
             namespace: a.namespace.clone(),
             pod: a.pod.clone(),
             container: a.container.clone(),
-            vgpu: device_ids::shared_gpu(&a.device_id).map(str::to_string),
+            vgpu: device_ids::shared_gpu(&a.device_id)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
             meta: metadata.and_then(|m| m.lookup(&a.namespace, &a.pod)),
         };
         for key in device_ids::keys(&a.device_id, mig, gpu_index) {
@@ -414,7 +419,11 @@ struct SourceState {
 /// The sources, their caches and their health. Owned by the collection thread.
 pub struct Attribution {
     opts: Options,
-    kubelet: Option<kubelet::Kubelet>,
+    kubelet: Option<kubelet::Refresher>,
+    /// The last kubelet answer, used while a newer one is on its way.
+    allocations: Vec<kubelet::Allocation>,
+    /// Whether `begin` asked the sources for this collection already.
+    begun: bool,
     nvml: Option<Box<dyn NvmlView>>,
     hpc: Option<hpc::HpcDir>,
     metadata: Option<Arc<dyn PodMetadata>>,
@@ -426,14 +435,20 @@ pub struct Attribution {
     metrics: Option<metrics::Metrics>,
 }
 
-pub mod metrics;
-
 impl Attribution {
     /// Sets up the sources the options ask for. Nothing here is fatal: a source that cannot
     /// start is reported (log, self-metric, /health) and the exporter runs without it.
-    pub fn new(opts: Options, nvml: Option<Box<dyn NvmlView>>) -> Attribution {
+    /// `nvml` is `None` when it was not asked for (no `-k`), else the library or why not.
+    pub fn new(opts: Options, nvml: Option<Result<Box<dyn NvmlView>, String>>) -> Attribution {
+        let (nvml, nvml_error) = match nvml {
+            Some(Ok(n)) => (Some(n), None),
+            Some(Err(e)) => (None, Some(e)),
+            None => (None, None),
+        };
         let mut a = Attribution {
             kubelet: None,
+            allocations: Vec::new(),
+            begun: false,
             nvml,
             hpc: opts.hpc_dir.clone().map(hpc::HpcDir::new),
             metadata: None,
@@ -445,17 +460,18 @@ impl Attribution {
             opts,
         };
         if a.opts.kubernetes {
-            match kubelet::Kubelet::new(&a.opts.kubelet_socket) {
+            match kubelet::Kubelet::new(&a.opts.kubelet_socket)
+                .and_then(|k| kubelet::Refresher::start(k, a.opts.kubelet_deadline))
+            {
                 Ok(k) => a.kubelet = Some(k),
                 Err(e) => a.report("kubelet", Err(e)),
             }
-            if a.nvml.is_none() {
-                a.report(
+            match nvml_error {
+                Some(e) => a.report(
                     "nvml",
-                    Err("NVML unavailable: MIG devices named by MIG UUID are not mapped to pods, and virtual GPUs get no per-pod utilisation".into()),
-                );
-            } else {
-                a.report("nvml", Ok(()));
+                    Err(format!("{e}: MIG devices named by MIG UUID are not mapped to pods, and shared GPUs get no per-pod utilisation or memory")),
+                ),
+                None => a.report("nvml", Ok(())),
             }
         }
         a
@@ -507,7 +523,9 @@ impl Attribution {
             Err(e) => {
                 if st.error.as_deref() != Some(&e) {
                     if st.error.is_none() {
-                        tracing::warn!("{e}; GPU metrics are served without its labels");
+                        tracing::warn!(
+                            "{e} (GPU metrics are still served, without what {source} would add)"
+                        );
                     } else {
                         tracing::debug!("{e}");
                     }
@@ -543,27 +561,42 @@ impl Attribution {
         }
     }
 
+    /// Starts refreshing the slow sources; called before DCGM is read, so that they work
+    /// while it is.
+    pub fn begin(&mut self) {
+        if let Some(k) = self.kubelet.as_mut() {
+            k.trigger();
+        }
+        self.begun = true;
+    }
+
     /// Refreshes every source and merges what they know into `page`.
     pub fn apply(&mut self, page: &mut Page) {
         if !self.active() {
             return;
         }
+        if !std::mem::take(&mut self.begun) {
+            self.begin();
+            self.begun = false;
+        }
         let gpus = gpu_indexes(page);
         let mut snap = Snapshot::default();
 
-        let allocations = match self.kubelet.as_mut() {
-            Some(k) => match k.list(self.opts.kubelet_deadline) {
+        let wait = self.opts.kubelet_wait;
+        if let Some(answer) = self.kubelet.as_mut().and_then(|k| k.answer(wait)) {
+            match answer {
                 Ok(a) => {
+                    self.allocations = a;
                     self.report("kubelet", Ok(()));
-                    a
                 }
                 Err(e) => {
+                    // Stale pods are worse than none: a failing kubelet clears the labels.
+                    self.allocations.clear();
                     self.report("kubelet", Err(e));
-                    Vec::new()
                 }
-            },
-            None => Vec::new(),
-        };
+            }
+        }
+        let allocations = std::mem::take(&mut self.allocations);
         let mig_ids: HashSet<String> = allocations
             .iter()
             .map(|a| a.device_id.clone())
@@ -582,6 +615,7 @@ impl Attribution {
             &index,
             self.metadata.as_deref(),
         );
+        self.allocations = allocations;
 
         if self.opts.virtual_gpus && !snap.pods.is_empty() {
             if let Some(nvml) = &self.nvml {

@@ -1,1 +1,642 @@
+//! The merge against dcgm-exporter's own test tables (`kubernetes_test.go`, `hpc_test.go`).
 
+use super::*;
+use crate::config::counters::PromType;
+use kubelet::Allocation;
+
+const U: &str = "b8ea3855-276c-c9cb-b366-c6fa655957c5";
+const PARENT: &str = "00000000-0000-0000-0000-000000000000";
+
+fn opts() -> Options {
+    Options {
+        kubernetes: true,
+        kubelet_socket: "/nonexistent".into(),
+        id_type: IdType::Uid,
+        resource_names: Vec::new(),
+        virtual_gpus: false,
+        old_names: false,
+        pod_uid: false,
+        pod_labels: false,
+        hpc_dir: None,
+        kubelet_deadline: Duration::from_secs(1),
+        kubelet_wait: Duration::from_secs(1),
+        proc_root: "/nonexistent".into(),
+    }
+}
+
+/// dcgm-exporter's mock kubelet: one pod per device id, `gpu-pod-<i>` / `default` / `default`.
+fn mock_kubelet(resource: &str, ids: &[&str]) -> Vec<Allocation> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, id)| Allocation {
+            namespace: "default".into(),
+            pod: format!("gpu-pod-{i}"),
+            container: "default".into(),
+            resource: resource.into(),
+            device_id: id.to_string(),
+        })
+        .collect()
+}
+
+/// dcgm-exporter's NVML mock: every MIG UUID is GPU instance 3 of the GPU `PARENT`.
+fn mock_mig(_: &str) -> Option<MigLocation> {
+    Some(MigLocation {
+        parent_uuid: PARENT.into(),
+        gpu_instance: 3,
+    })
+}
+
+fn mock_index(uuid: &str) -> Option<u32> {
+    (uuid == PARENT).then_some(0)
+}
+
+/// One GPU series labelled as the collector labels it.
+fn gpu_series(page: &mut Page, name: &str, uuid: &str, profile: &str, gi: &str, value: f64) {
+    let mut l = vec![
+        ("gpu", "0"),
+        ("UUID", uuid),
+        ("pci_bus_id", "00000000:3B:00.0"),
+        ("device", "nvidia0"),
+        ("modelName", "NVIDIA H100 80GB HBM3"),
+    ];
+    if !profile.is_empty() {
+        l.push(("GPU_I_PROFILE", profile));
+        l.push(("GPU_I_ID", gi));
+    }
+    l.push(("Hostname", "node"));
+    page.add(name, "help", PromType::Gauge, &l, value);
+}
+
+/// The page as (labels, value) per series, in order.
+fn series(page: Page) -> Vec<(BTreeMap<String, String>, f64)> {
+    let text = String::from_utf8(page.encode()).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let (head, value) = l.rsplit_once(' ').unwrap();
+            let inner = head
+                .split_once('{')
+                .map_or("", |(_, r)| r.trim_end_matches('}'));
+            let labels = inner
+                .split("\",")
+                .filter(|kv| !kv.is_empty())
+                .map(|kv| {
+                    let (k, v) = kv.split_once("=\"").unwrap();
+                    (k.to_string(), v.trim_end_matches('"').to_string())
+                })
+                .collect();
+            (labels, value.parse().unwrap())
+        })
+        .collect()
+}
+
+struct Row {
+    id_type: IdType,
+    resource: &'static str,
+    uuid: &'static str,
+    device: &'static str,
+    profile: &'static str,
+    gi: &'static str,
+    pod_ids: Vec<String>,
+    vgpus: Vec<&'static str>,
+}
+
+fn run_row(n: usize, row: &Row, virtual_gpus: bool) {
+    let mut o = opts();
+    o.id_type = row.id_type;
+    o.virtual_gpus = virtual_gpus;
+    if row.resource == "nvidia.com/a100" {
+        o.resource_names = vec!["nvidia.com/a100".into()];
+    }
+    let ids: Vec<&str> = row.pod_ids.iter().map(String::as_str).collect();
+    let snap = Snapshot {
+        pods: pod_map(
+            &mock_kubelet(row.resource, &ids),
+            &o,
+            &mock_mig,
+            &mock_index,
+            None,
+        ),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    // The metric's device label is the row's (the table leaves some empty).
+    let mut l = vec![("gpu", "0"), ("UUID", row.uuid), ("device", row.device)];
+    if !row.profile.is_empty() {
+        l.push(("GPU_I_PROFILE", row.profile));
+        l.push(("GPU_I_ID", row.gi));
+    }
+    page.add("DCGM_FI_DEV_POWER_USAGE", "h", PromType::Gauge, &l, 1.0);
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    let ctx = format!("row {n} (vGPU {virtual_gpus}): {out:?}");
+    assert!(!out.is_empty(), "{ctx}");
+    if row.pod_ids.is_empty() {
+        for (labels, _) in &out {
+            assert!(!labels.contains_key("pod"), "{ctx}");
+        }
+        return;
+    }
+    if virtual_gpus {
+        assert_eq!(out.len(), row.pod_ids.len(), "one series per pod: {ctx}");
+    } else {
+        assert_eq!(out.len(), 1, "{ctx}");
+    }
+    for (i, (labels, _)) in out.iter().enumerate() {
+        let pod = if virtual_gpus {
+            format!("gpu-pod-{i}")
+        } else {
+            format!("gpu-pod-{}", row.pod_ids.len() - 1)
+        };
+        assert_eq!(labels.get("pod"), Some(&pod), "{ctx}");
+        assert_eq!(
+            labels.get("namespace").map(String::as_str),
+            Some("default"),
+            "{ctx}"
+        );
+        assert_eq!(
+            labels.get("container").map(String::as_str),
+            Some("default"),
+            "{ctx}"
+        );
+        let want_vgpu = if virtual_gpus {
+            row.vgpus.get(i).copied()
+        } else {
+            None
+        };
+        assert_eq!(labels.get("vgpu").map(String::as_str), want_vgpu, "{ctx}");
+    }
+}
+
+// One argument per column of upstream's table, so rows read like the table.
+#[allow(clippy::too_many_arguments)]
+fn row(
+    id_type: IdType,
+    resource: &'static str,
+    uuid: &'static str,
+    device: &'static str,
+    profile: &'static str,
+    gi: &'static str,
+    pod_ids: &[&str],
+    vgpus: &[&'static str],
+) -> Row {
+    Row {
+        id_type,
+        resource,
+        uuid,
+        device,
+        profile,
+        gi,
+        pod_ids: pod_ids.iter().map(|s| s.to_string()).collect(),
+        vgpus: vgpus.to_vec(),
+    }
+}
+
+// TestProcessPodMapper_WithD_Different_Format_Of_DeviceID, rows 1-30.
+#[test]
+fn device_id_table() {
+    use IdType::{DeviceName as Name, Uid};
+    let mig_u = format!("MIG-{U}");
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let mig_u: &'static str = leak(mig_u);
+    let u2 = leak(format!("{U}::"));
+    let gpu = "nvidia.com/gpu";
+    let mig = "nvidia.com/mig-1g.10gb";
+    // Rows 1-11; 12-20 are rows 1-9 with virtual GPUs.
+    let plain = [
+        row(Uid, gpu, U, "", "", "0", &[U], &[]),
+        row(Uid, gpu, mig_u, "", "", "0", &[mig_u], &[]),
+        row(Uid, gpu, U, "", "", "3", &[mig_u], &[]),
+        row(Name, gpu, "", "", "mig", "3", &[mig_u], &[]),
+        row(Name, gpu, "", "", "mig", "0", &["nvidia0/gi0"], &[]),
+        row(Name, gpu, "", "0", "", "0", &["0/vgpu"], &[]),
+        row(Uid, gpu, U, "", "", "0", &[u2], &[]),
+        row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_u], &[]),
+        row(Uid, "nvidia.com/a100", U, "", "", "0", &[U], &[]),
+        row(
+            Name,
+            gpu,
+            "",
+            "",
+            "1g.10gb",
+            "0",
+            &["nvidia0/gi0/vgpu0"],
+            &[],
+        ),
+        row(
+            Name,
+            gpu,
+            "",
+            "",
+            "1g.10gb",
+            "1",
+            &["nvidia0/gi1/vgpu0"],
+            &[],
+        ),
+    ];
+    for (i, r) in plain.iter().enumerate() {
+        run_row(i + 1, r, false);
+    }
+    for (i, r) in plain.iter().take(9).enumerate() {
+        // Replica ids with an empty suffix (`U::`) carry no vgpu label.
+        let r = Row {
+            vgpus: r
+                .pod_ids
+                .iter()
+                .map(|id| leak(device_ids::shared_gpu(id).unwrap_or("").to_string()))
+                .filter(|v| !v.is_empty())
+                .collect(),
+            ..row(
+                r.id_type,
+                r.resource,
+                r.uuid,
+                r.device,
+                r.profile,
+                r.gi,
+                &[],
+                &[],
+            )
+        };
+        let r = Row {
+            pod_ids: plain[i].pod_ids.clone(),
+            ..r
+        };
+        run_row(i + 12, &r, true);
+    }
+    let u_2 = leak(format!("{U}::2"));
+    let u_3 = leak(format!("{U}::3"));
+    let mig_4 = leak(format!("{mig_u}::4"));
+    let mig_5 = leak(format!("{mig_u}::5"));
+    let shared = [
+        (
+            21,
+            row(
+                Name,
+                gpu,
+                "",
+                "",
+                "mig",
+                "3",
+                &["nvidia0/gi3/vgpu0"],
+                &["0"],
+            ),
+        ),
+        (
+            22,
+            row(
+                Name,
+                gpu,
+                "",
+                "nvidia0",
+                "",
+                "0",
+                &["nvidia0/vgpu1"],
+                &["1"],
+            ),
+        ),
+        (23, row(Uid, gpu, U, "", "", "0", &[u_2], &["2"])),
+        (
+            24,
+            row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[mig_4], &["4"]),
+        ),
+        (
+            25,
+            row(
+                Name,
+                gpu,
+                "",
+                "",
+                "mig",
+                "3",
+                &["nvidia0/gi3/vgpu0", "nvidia0/gi3/vgpu1"],
+                &["0", "1"],
+            ),
+        ),
+        (
+            26,
+            row(
+                Name,
+                gpu,
+                "",
+                "nvidia0",
+                "",
+                "0",
+                &["nvidia0/vgpu1", "nvidia0/vgpu2"],
+                &["1", "2"],
+            ),
+        ),
+        (27, row(Uid, gpu, U, "", "", "0", &[u_2, u_3], &["2", "3"])),
+        (
+            28,
+            row(
+                Uid,
+                mig,
+                mig_u,
+                "0",
+                "1g.10gb",
+                "3",
+                &[mig_4, mig_5],
+                &["4", "5"],
+            ),
+        ),
+        (29, row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[], &[])),
+    ];
+    for (n, r) in &shared {
+        run_row(*n, r, true);
+    }
+    run_row(
+        30,
+        &row(Uid, mig, mig_u, "0", "1g.10gb", "3", &[], &[]),
+        false,
+    );
+}
+
+#[test]
+fn unmatched_series_get_no_pod_labels_and_old_names_with_o() {
+    let mut o = opts();
+    o.old_names = true;
+    let snap = Snapshot {
+        pods: pod_map(
+            &mock_kubelet("nvidia.com/gpu", &["GPU-a"]),
+            &o,
+            &mock_mig,
+            &mock_index,
+            None,
+        ),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    gpu_series(&mut page, "X", "GPU-a", "", "", 1.0);
+    page.add(
+        "X",
+        "help",
+        PromType::Gauge,
+        &[("gpu", "1"), ("UUID", "GPU-b"), ("device", "nvidia1")],
+        2.0,
+    );
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].0["pod_name"], "gpu-pod-0");
+    assert_eq!(out[0].0["pod_namespace"], "default");
+    assert_eq!(out[0].0["container_name"], "default");
+    assert!(!out[0].0.contains_key("pod"));
+    assert!(!out[1].0.contains_key("pod_name") && !out[1].0.contains_key("pod"));
+}
+
+#[test]
+fn other_resources_are_ignored() {
+    let snap = Snapshot {
+        pods: pod_map(
+            &mock_kubelet("nvidia.com/gpu.shared", &["GPU-a"]),
+            &opts(),
+            &mock_mig,
+            &mock_index,
+            None,
+        ),
+        ..Snapshot::default()
+    };
+    assert!(snap.pods.is_empty());
+}
+
+struct Meta;
+impl PodMetadata for Meta {
+    fn lookup(&self, namespace: &str, pod: &str) -> Option<PodMeta> {
+        Some(PodMeta {
+            uid: format!("uid-of-{namespace}-{pod}"),
+            labels: vec![("app".into(), format!("{pod}-app"))],
+        })
+    }
+}
+
+#[test]
+fn pod_metadata_plugs_in_uid_and_labels() {
+    let mut o = opts();
+    o.pod_uid = true;
+    o.pod_labels = true;
+    let snap = Snapshot {
+        pods: pod_map(
+            &mock_kubelet("nvidia.com/gpu", &["GPU-a"]),
+            &o,
+            &mock_mig,
+            &mock_index,
+            Some(&Meta),
+        ),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    gpu_series(&mut page, "X", "GPU-a", "", "", 1.0);
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    assert_eq!(out[0].0["pod_uid"], "uid-of-default-gpu-pod-0");
+    assert_eq!(out[0].0["app"], "gpu-pod-0-app");
+}
+
+// Virtual-GPU preservation: 3 GPUs, one in use.
+#[test]
+fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
+    let mut o = opts();
+    o.virtual_gpus = true;
+    let uid = "12345678-1234-1234-1234-123456789012";
+    let allocs = mock_kubelet("nvidia.com/gpu", &["GPU-1::0"]);
+    let snap = Snapshot {
+        pods: pod_map(&allocs, &o, &mock_mig, &mock_index, Some(&FixedUid(uid))),
+        processes: HashMap::from([(
+            "GPU-1".to_string(),
+            vec![
+                Process {
+                    pid: 10,
+                    gpu_instance: None,
+                    sm_util: Some(30),
+                    memory_bytes: Some(512 * 1024 * 1024),
+                },
+                Process {
+                    pid: 11,
+                    gpu_instance: None,
+                    sm_util: Some(12),
+                    memory_bytes: Some(256 * 1024 * 1024),
+                },
+                // Another pod's process.
+                Process {
+                    pid: 99,
+                    gpu_instance: None,
+                    sm_util: Some(50),
+                    memory_bytes: Some(1024 * 1024 * 1024),
+                },
+            ],
+        )]),
+        pid_pods: HashMap::from([
+            (10, uid.to_string()),
+            (11, uid.to_string()),
+            (99, "other".to_string()),
+        ]),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    for field in [
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+    ] {
+        for g in 0..3 {
+            let uuid = format!("GPU-{g}");
+            let gs = g.to_string();
+            let dev = format!("nvidia{g}");
+            page.add(
+                field,
+                "h",
+                PromType::Gauge,
+                &[("gpu", &gs), ("UUID", &uuid), ("device", &dev)],
+                77.0,
+            );
+        }
+    }
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    let of = |uuid: &str, pod: bool| {
+        out.iter()
+            .filter(|(l, _)| l["UUID"] == uuid && l.contains_key("pod") == pod)
+            .count()
+    };
+    // POWER_USAGE: GPU-1's device series replaced by the pod's; GPU-0/2 untouched.
+    // GPU_UTIL and FB_USED: GPU-1's device series kept plus one per pod.
+    assert_eq!(of("GPU-0", false), 3);
+    assert_eq!(of("GPU-2", false), 3);
+    assert_eq!(of("GPU-1", false), 2);
+    assert_eq!(of("GPU-1", true), 3);
+    let pod_value = |field_value_is: fn(f64) -> bool| {
+        out.iter()
+            .filter(|(l, v)| l.contains_key("pod") && field_value_is(*v))
+            .count()
+    };
+    // Power keeps the device value; util is 30+12; memory is 512+256 MiB.
+    assert_eq!(pod_value(|v| v == 77.0), 1);
+    assert_eq!(pod_value(|v| v == 42.0), 1);
+    assert_eq!(pod_value(|v| v == 768.0), 1);
+    for (l, _) in out.iter().filter(|(l, _)| l.contains_key("pod")) {
+        assert_eq!(l["vgpu"], "0");
+    }
+    // Per-process series always carry the pod UID.
+    assert_eq!(
+        out.iter()
+            .filter(|(l, _)| l.get("pod_uid").map(String::as_str) == Some(uid))
+            .count(),
+        2
+    );
+}
+
+struct FixedUid(&'static str);
+impl PodMetadata for FixedUid {
+    fn lookup(&self, _: &str, _: &str) -> Option<PodMeta> {
+        Some(PodMeta {
+            uid: self.0.into(),
+            labels: Vec::new(),
+        })
+    }
+}
+
+// TestHPCProcess.
+#[test]
+fn hpc_jobs_duplicate_series() {
+    let snap = Snapshot {
+        hpc_jobs: HashMap::from([
+            ("0".to_string(), vec!["job1-0".to_string()]),
+            ("1".to_string(), vec!["job1-1".into(), "job2-1".into()]),
+            ("3.0".to_string(), vec!["job3.0-0".to_string()]),
+        ]),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    let add = |page: &mut Page, gpu: &str, extra: &[(&str, &str)], v: f64| {
+        let mut l = vec![("gpu", gpu), ("UUID", "u"), ("device", "d")];
+        l.extend_from_slice(extra);
+        page.add("X", "h", PromType::Gauge, &l, v);
+    };
+    add(&mut page, "0", &[], 42.0);
+    // A GPU_I_ID without a profile is a whole GPU.
+    add(&mut page, "1", &[("GPU_I_ID", "1")], 451.0);
+    add(&mut page, "2", &[], 1984.0);
+    add(
+        &mut page,
+        "3",
+        &[("GPU_I_PROFILE", "3g.70gb"), ("GPU_I_ID", "0")],
+        123.0,
+    );
+    let mut o = opts();
+    o.kubernetes = false;
+    merge(&mut page, &snap, &o);
+    let got: Vec<(String, Option<String>, f64)> = series(page)
+        .into_iter()
+        .map(|(l, v)| (l["gpu"].clone(), l.get("hpc_job").cloned(), v))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("0".into(), Some("job1-0".into()), 42.0),
+            ("1".into(), Some("job1-1".into()), 451.0),
+            ("1".into(), Some("job2-1".into()), 451.0),
+            ("2".into(), None, 1984.0),
+            ("3".into(), Some("job3.0-0".into()), 123.0),
+        ]
+    );
+}
+
+#[test]
+fn device_label_sources_reach_gpus_and_their_mig_instances() {
+    let snap = Snapshot {
+        gpu_labels: HashMap::from([(
+            "GPU-a".to_string(),
+            vec![("container".to_string(), "trainer".to_string())],
+        )]),
+        instance_labels: HashMap::from([(
+            ("GPU-b".to_string(), 3),
+            vec![("container".to_string(), "infer".to_string())],
+        )]),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    gpu_series(&mut page, "X", "GPU-a", "", "", 1.0);
+    gpu_series(&mut page, "X", "GPU-b", "1g.10gb", "3", 2.0);
+    gpu_series(&mut page, "X", "GPU-b", "1g.10gb", "5", 3.0);
+    let mut o = opts();
+    o.kubernetes = false;
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    assert_eq!(out[0].0["container"], "trainer");
+    assert_eq!(out[1].0["container"], "infer");
+    assert!(!out[2].0.contains_key("container"));
+}
+
+#[test]
+fn links_and_switches_are_never_attributed() {
+    let snap = Snapshot {
+        pods: HashMap::from([(
+            "0".to_string(),
+            vec![PodRef {
+                namespace: "n".into(),
+                pod: "p".into(),
+                container: "c".into(),
+                vgpu: None,
+                meta: None,
+            }],
+        )]),
+        hpc_jobs: HashMap::from([("0".to_string(), vec!["j".to_string()])]),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    page.add(
+        "L",
+        "h",
+        PromType::Gauge,
+        &[("nvlink", "0"), ("gpu", "0"), ("gpu_uuid", "0")],
+        1.0,
+    );
+    page.add("S", "h", PromType::Gauge, &[("nvswitch", "nvswitch0")], 1.0);
+    merge(&mut page, &snap, &opts());
+    for (l, _) in series(page) {
+        assert!(
+            !l.contains_key("pod") && !l.contains_key("hpc_job"),
+            "{l:?}"
+        );
+    }
+}

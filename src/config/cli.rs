@@ -4,7 +4,7 @@
 
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 /// Go's strconv.ParseBool spellings.
@@ -104,7 +104,7 @@ pub struct Config {
     /// DCGM sampling interval in milliseconds.
     #[arg(short = 'c', long, env = "DCGM_EXPORTER_INTERVAL", value_name = "MS", default_value = "30000", value_parser = go_int!())]
     pub collect_interval: i64,
-    /// Map GPUs to Kubernetes pods (not supported yet).
+    /// Map GPUs to Kubernetes pods through the kubelet PodResources API.
     #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes: bool,
     /// Use the 1.x label names (`uuid`, `pod_name`, ...).
@@ -139,16 +139,16 @@ pub struct Config {
         default_value = "localhost:5555"
     )]
     pub remote_hostengine_info: String,
-    /// Add the pod's labels to series (not supported yet).
+    /// With -k: add the labels of the pod using a GPU (read from the Kubernetes API).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_labels: bool,
-    /// Add a pod_uid label (not supported yet).
+    /// With -k: add a pod_uid label (read from the Kubernetes API).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_uid: bool,
-    /// How kubelet device ids are matched to GPUs: uid or device-name (not supported yet).
+    /// How kubelet device ids are matched to GPUs: uid or device-name (with --kubernetes).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_name = "TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
     pub kubernetes_gpu_id_type: String,
-    /// Regexes of pod labels to keep, comma-separated (not supported yet).
+    /// Regexes of pod label names to keep (unanchored, any may match), comma-separated.
     #[arg(
         long,
         env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
@@ -222,7 +222,7 @@ pub struct Config {
         default_value = "/var/lib/kubelet/pod-resources/kubelet.sock"
     )]
     pub pod_resources_kubelet_socket: PathBuf,
-    /// Directory of HPC job mapping files (not supported yet).
+    /// Directory of HPC job mapping files (`<gpu>` or `<gpu>.<gi>`, one job id a line).
     #[arg(
         long,
         env = "DCGM_HPC_JOB_MAPPING_DIR",
@@ -230,7 +230,7 @@ pub struct Config {
         default_value = ""
     )]
     pub hpc_job_mapping_dir: String,
-    /// Extra Kubernetes resource names that are GPUs, comma-separated (not supported yet).
+    /// Extra Kubernetes resource names that are GPUs, comma-separated (with --kubernetes).
     #[arg(
         long,
         env = "NVIDIA_RESOURCE_NAMES",
@@ -238,7 +238,7 @@ pub struct Config {
         value_delimiter = ','
     )]
     pub nvidia_resource_names: Vec<String>,
-    /// Shared GPUs: one series per sharing pod (not supported yet).
+    /// Shared GPUs: one series per sharing pod, with a vgpu label (with --kubernetes).
     #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_virtual_gpus: bool,
     /// Write debug dumps of each scrape (not supported yet).
@@ -463,36 +463,11 @@ impl Config {
     /// exporter does not have yet; starting with any of them would silently do less than
     /// asked, so the caller refuses to start.
     pub fn unsupported_options(&self) -> Vec<&'static str> {
-        let default_socket = OsStr::new("/var/lib/kubelet/pod-resources/kubelet.sock");
         [
-            (self.kubernetes, "kubernetes"),
-            (
-                self.kubernetes_enable_pod_labels,
-                "kubernetes-enable-pod-labels",
-            ),
-            (self.kubernetes_enable_pod_uid, "kubernetes-enable-pod-uid"),
-            (
-                self.kubernetes_gpu_id_type != "uid",
-                "kubernetes-gpu-id-type",
-            ),
-            (
-                !self.kubernetes_pod_label_allowlist_regex.is_empty(),
-                "kubernetes-pod-label-allowlist-regex",
-            ),
-            (self.kubernetes_virtual_gpus, "kubernetes-virtual-gpus"),
             (self.kubernetes_enable_dra, "kubernetes-enable-dra"),
-            (
-                self.kubernetes && self.pod_resources_kubelet_socket.as_os_str() != default_socket,
-                "pod-resources-kubelet-socket",
-            ),
-            (
-                !self.nvidia_resource_names.is_empty(),
-                "nvidia-resource-names",
-            ),
             (!self.web_config_file.is_empty(), "web-config-file"),
             (self.web_systemd_socket, "web-systemd-socket"),
             (self.dump_enabled, "dump-enabled"),
-            (!self.hpc_job_mapping_dir.is_empty(), "hpc-job-mapping-dir"),
             (
                 self.enable_gpu_bind_unbind_watch,
                 "enable-gpu-bind-unbind-watch",
@@ -511,6 +486,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
     use std::sync::{Mutex, MutexGuard};
 
     /// Every parse reads the process environment, so the tests run one at a time.
@@ -1011,10 +987,7 @@ mod tests {
     fn unsupported_features_are_reported_when_set() {
         let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec!["kubernetes", "web-config-file"]
-        );
+        assert_eq!(c.unsupported_options(), vec!["web-config-file"]);
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
             "--kubernetes-enable-pod-uid",
@@ -1038,16 +1011,9 @@ mod tests {
         assert_eq!(
             c.unsupported_options(),
             vec![
-                "kubernetes-enable-pod-labels",
-                "kubernetes-enable-pod-uid",
-                "kubernetes-gpu-id-type",
-                "kubernetes-pod-label-allowlist-regex",
-                "kubernetes-virtual-gpus",
                 "kubernetes-enable-dra",
-                "nvidia-resource-names",
                 "web-systemd-socket",
                 "dump-enabled",
-                "hpc-job-mapping-dir",
                 "enable-gpu-bind-unbind-watch",
                 "enable-pprof",
                 "config-file",
@@ -1056,10 +1022,7 @@ mod tests {
             ]
         );
         let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec!["kubernetes", "pod-resources-kubelet-socket"]
-        );
+        assert!(c.unsupported_options().is_empty());
         // Set, but to the default: nothing to refuse.
         let c = parse(&[
             "--kubernetes=false",

@@ -60,7 +60,12 @@ pub fn routes(
         .map(move || match s2.health() {
             Ok(()) => Response::builder()
                 .status(StatusCode::OK)
-                .body("OK".to_string())
+                .body(
+                    std::iter::once("OK".to_string())
+                        .chain(s2.notes().into_iter().map(|n| format!("degraded: {n}")))
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                )
                 .unwrap_or_default(),
             Err(why) => Response::builder()
                 .status(StatusCode::SERVICE_UNAVAILABLE)

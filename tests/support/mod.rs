@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fake_apiserver;
+pub mod kubelet;
 pub mod prom;
 
 use std::collections::BTreeMap;
@@ -21,14 +22,16 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds dcgm-sim (library and host engine) once per test binary; `cargo test` on a
-/// clean clone does not build another package's cdylib for us.
+/// Builds dcgm-sim (library and host engine) and nvml-sim once per test binary; `cargo
+/// test` on a clean clone does not build another package's cdylib for us.
 pub fn sim_built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = bin_dir();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q", "-p", "dcgm-sim", "--lib", "--bins"]);
+        cmd.args([
+            "build", "-q", "-p", "dcgm-sim", "-p", "nvml-sim", "--lib", "--bins",
+        ]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
@@ -43,6 +46,11 @@ pub fn sim_built() -> &'static Path {
 
 pub fn sim_library() -> PathBuf {
     sim_built().join("libdcgm.so.4")
+}
+
+/// The simulated NVML, under the name NVML clients load (`libnvidia-ml.so.1`).
+pub fn nvml_library() -> PathBuf {
+    sim_built().join("libnvidia-ml.so.1")
 }
 
 pub fn hostengine_binary() -> PathBuf {
@@ -72,6 +80,7 @@ pub struct ExporterBuilder {
     args: Vec<String>,
     env: Vec<(String, String)>,
     profile: Option<PathBuf>,
+    listen_env: bool,
 }
 
 pub fn exporter() -> ExporterBuilder {
@@ -79,6 +88,7 @@ pub fn exporter() -> ExporterBuilder {
         args: Vec::new(),
         env: Vec::new(),
         profile: None,
+        listen_env: false,
     }
 }
 
@@ -93,6 +103,11 @@ impl ExporterBuilder {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.into(), v.into()));
+        self
+    }
+    /// Listen through `DCGM_EXPORTER_LISTEN=:<port>` (as NVIDIA's DaemonSet does) instead of -a.
+    pub fn listen_env(mut self) -> Self {
+        self.listen_env = true;
         self
     }
     /// A simulator profile file under etc/sim/.
@@ -116,7 +131,9 @@ impl ExporterBuilder {
                     .expect("utf-8 path"),
             ]);
         }
-        if !has("-a") && !has("--address") {
+        if self.listen_env {
+            cmd.env("DCGM_EXPORTER_LISTEN", format!(":{port}"));
+        } else if !has("-a") && !has("--address") {
             cmd.args(["-a", &format!("127.0.0.1:{port}")]);
         }
         if !has("-c") && !has("--collect-interval") {

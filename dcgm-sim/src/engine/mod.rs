@@ -8,13 +8,13 @@
 
 pub mod clock;
 mod dispatch;
-pub mod faults;
-pub mod generator;
 mod health;
-pub mod node;
-pub mod profile;
 mod values;
 mod watch;
+
+/// The node model lives in its own crate (shared with nvml-sim); its modules keep their
+/// paths here.
+pub use dcgm_sim_model::{faults, generator, node, profile};
 
 pub use clock::{Clock, ManualClock, WallClock};
 pub use faults::Fault;
@@ -47,16 +47,10 @@ pub const ST_MODULE_NOT_LOADED: i32 = -33;
 pub const ST_PROFILING_NOT_SUPPORTED: i32 = -36;
 
 // dcgm_field_entity_group_t.
-pub const FE_NONE: u32 = 0;
-pub const FE_GPU: u32 = 1;
-pub const FE_VGPU: u32 = 2;
-pub const FE_SWITCH: u32 = 3;
-pub const FE_GPU_I: u32 = 4;
-pub const FE_GPU_CI: u32 = 5;
-pub const FE_LINK: u32 = 6;
-pub const FE_CPU: u32 = 7;
-pub const FE_CPU_CORE: u32 = 8;
-pub const FE_CONNECTX: u32 = 9;
+pub use dcgm_sim_model::{
+    FE_CONNECTX, FE_CPU, FE_CPU_CORE, FE_GPU, FE_GPU_CI, FE_GPU_I, FE_LINK, FE_NONE, FE_SWITCH,
+    FE_VGPU,
+};
 /// DCGM_FE_COUNT in 4.6: entity groups at or above it are unknown.
 const FE_COUNT: u32 = 10;
 

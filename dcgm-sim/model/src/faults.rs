@@ -1,5 +1,5 @@
 //! Faults a test causes while a client runs. They reach the engine through
-//! [`super::Engine::inject`], a profile's `[[faults]]` schedule, or a control file (env
+//! `dcgm_sim::engine::Engine::inject`, a profile's `[[faults]]` schedule, or a control file (env
 //! `DCGM_SIM_CONTROL`) that tests append lines to:
 //!
 //! | line | effect |
@@ -19,8 +19,8 @@
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
-use super::generator::Generator;
-use super::node::{LINK_DISABLED, LINK_DOWN, LINK_UP};
+use crate::generator::Generator;
+use crate::node::{LINK_DISABLED, LINK_DOWN, LINK_UP};
 use std::path::PathBuf;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -129,7 +129,7 @@ pub fn split_mig_item(item: &str) -> Result<(&str, u32), String> {
         ),
         None => (item, 1),
     };
-    super::profile::slices_of(name)
+    crate::profile::slices_of(name)
         .ok_or_else(|| format!("'{name}' is not a MIG profile like 1g.10gb"))?;
     Ok((name, n))
 }

@@ -5,7 +5,7 @@
 //! so a value never depends on who read what before, a skipped stretch of history costs
 //! nothing, and two engines with the same seed agree.
 
-use crate::proto::Value;
+use crate::Value;
 use serde::Deserialize;
 
 /// DCGM's blank sentinels by field type (dcgm_structs.h:41-156).

@@ -1,10 +1,10 @@
 //! The simulated node built from a profile: GPUs with their MIG instances and NVLinks,
 //! NvSwitches, CPUs; entity ids exactly as DCGM numbers them.
 
-use super::generator::mix;
-use super::profile::{self, GiSpec, Profile};
-use super::{FE_CPU, FE_CPU_CORE, FE_GPU, FE_GPU_CI, FE_GPU_I, FE_LINK, FE_SWITCH};
-use crate::proto::MetricGroup;
+use crate::generator::mix;
+use crate::profile::{self, GiSpec, Profile};
+use crate::MetricGroup;
+use crate::{FE_CPU, FE_CPU_CORE, FE_GPU, FE_GPU_CI, FE_GPU_I, FE_LINK, FE_SWITCH};
 use std::collections::HashSet;
 
 // dcgmNvLinkLinkState_t.

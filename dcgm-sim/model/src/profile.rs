@@ -1,11 +1,11 @@
 //! A simulated node as a TOML profile (format: etc/sim/README.md).
 //!
-//! The profile is plain data; [`super::node`] turns it into entities. Everything is
+//! The profile is plain data; [`crate::node`] turns it into entities. Everything is
 //! validated here so that a bad profile fails at start-up with a message naming the table,
 //! not later with a wrong answer.
 
-use super::faults;
-use super::generator::Generator;
+use crate::faults;
+use crate::generator::Generator;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -32,6 +32,10 @@ pub struct Profile {
     /// Faults applied `at_s` seconds after the engine starts (`[[faults]]` tables).
     #[serde(default)]
     pub faults: Vec<ScheduledFault>,
+    /// Processes running on the GPUs (`[[processes]]` tables), as the simulated NVML
+    /// reports them; DCGM does not see them.
+    #[serde(default)]
+    pub processes: Vec<ProcessSpec>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -292,6 +296,48 @@ pub struct ScheduledFault {
     pub at_s: f64,
     /// A control-file line, e.g. "xid 2 79".
     pub action: String,
+}
+
+/// A process holding a context on a GPU or on one MIG device.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSpec {
+    pub pid: u32,
+    pub gpu: u32,
+    /// NVML GPU-instance id; required on a GPU in MIG mode, forbidden otherwise.
+    #[serde(default)]
+    pub gpu_instance: Option<u32>,
+    /// NVML compute-instance id inside that GPU instance (default 0).
+    #[serde(default)]
+    pub compute_instance: Option<u32>,
+    #[serde(default)]
+    pub used_memory_mib: u64,
+    /// Per-process utilisation in percent (nvmlDeviceGetProcessUtilization).
+    #[serde(default)]
+    pub sm_util: u32,
+    #[serde(default)]
+    pub mem_util: u32,
+    #[serde(default = "d_process_name")]
+    pub name: String,
+    /// "compute", "graphics" or "compute+graphics".
+    #[serde(default = "d_process_kind")]
+    pub kind: String,
+}
+
+fn d_process_name() -> String {
+    "python3".into()
+}
+fn d_process_kind() -> String {
+    "compute".into()
+}
+
+impl ProcessSpec {
+    pub fn is_compute(&self) -> bool {
+        self.kind.contains("compute")
+    }
+    pub fn is_graphics(&self) -> bool {
+        self.kind.contains("graphics")
+    }
 }
 
 /// Facts about a GPU model that defaults derive from.
@@ -577,6 +623,79 @@ impl Profile {
             faults::parse_line(&f.action)
                 .map_err(|e| format!("faults[{i}]: '{}': {e}", f.action))?;
         }
+        self.validate_processes()
+    }
+
+    /// Processes must sit on a GPU, GPU instance and compute instance the node has; the
+    /// MIG ids are only known once the layouts are built, so this builds the node.
+    fn validate_processes(&self) -> Result<(), String> {
+        if self.processes.is_empty() {
+            return Ok(());
+        }
+        let node = crate::node::Node::build(self);
+        let mut seen = Vec::new();
+        for (i, p) in self.processes.iter().enumerate() {
+            let at = format!("processes[{i}] (pid {})", p.pid);
+            if p.pid == 0 {
+                return Err(format!("{at}: pid must be positive"));
+            }
+            if !matches!(p.kind.as_str(), "compute" | "graphics" | "compute+graphics") {
+                return Err(format!(
+                    "{at}: kind must be compute, graphics or compute+graphics, not '{}'",
+                    p.kind
+                ));
+            }
+            if p.sm_util > 100 || p.mem_util > 100 {
+                return Err(format!(
+                    "{at}: sm_util and mem_util are percentages (0..=100)"
+                ));
+            }
+            let gpu = node
+                .gpu(p.gpu)
+                .ok_or_else(|| format!("{at}: GPU {} does not exist", p.gpu))?;
+            match (&gpu.mig, p.gpu_instance) {
+                (None, None) => {
+                    if p.compute_instance.is_some() {
+                        return Err(format!(
+                            "{at}: compute_instance without gpu_instance (GPU {} is not in MIG mode)",
+                            p.gpu
+                        ));
+                    }
+                }
+                (None, Some(_)) => {
+                    return Err(format!(
+                        "{at}: gpu_instance on GPU {}, which has no [[mig]] layout",
+                        p.gpu
+                    ))
+                }
+                (Some(_), None) => {
+                    return Err(format!(
+                    "{at}: GPU {} is in MIG mode; say which gpu_instance (NVML GI id) it runs on",
+                    p.gpu
+                ))
+                }
+                (Some(gis), Some(gi_id)) => {
+                    let gi = gis.iter().find(|g| g.nvml_id == gi_id).ok_or_else(|| {
+                        let ids: Vec<u32> = gis.iter().map(|g| g.nvml_id).collect();
+                        format!(
+                            "{at}: GPU {} has no GPU instance {gi_id} (its NVML GI ids: {ids:?})",
+                            p.gpu
+                        )
+                    })?;
+                    let ci = p.compute_instance.unwrap_or(0);
+                    if !gi.cis.iter().any(|c| c.nvml_id == ci) {
+                        return Err(format!(
+                            "{at}: GPU instance {gi_id} of GPU {} has no compute instance {ci}",
+                            p.gpu
+                        ));
+                    }
+                }
+            }
+            if seen.contains(&(p.pid, p.gpu)) {
+                return Err(format!("{at}: listed twice on GPU {}", p.gpu));
+            }
+            seen.push((p.pid, p.gpu));
+        }
         Ok(())
     }
 
@@ -720,5 +839,35 @@ mod tests {
         let specs = p.mig[0].gi_specs();
         assert_eq!(specs[1].nvml_id, Some(2));
         assert_eq!(specs[1].cis.len(), 2);
+    }
+
+    #[test]
+    fn processes_must_sit_on_existing_gpus_and_instances() {
+        let base = "[gpus]\ncount = 2\nmodel = \"NVIDIA A100-SXM4-80GB\"\n\
+                    [[mig]]\ngpu = 1\ninstances = [\"3g.40gb\", \"1g.10gb\"]\n";
+        let parse = |extra: &str| Profile::parse(&format!("{base}{extra}"));
+        let ok = parse(
+            "[[processes]]\npid = 10\ngpu = 0\nused_memory_mib = 100\nsm_util = 30\n\
+             [[processes]]\npid = 11\ngpu = 1\ngpu_instance = 1\ncompute_instance = 0\n",
+        )
+        .unwrap();
+        assert_eq!(ok.processes.len(), 2);
+        assert!(ok.processes[0].is_compute() && !ok.processes[0].is_graphics());
+        let err = |extra: &str| parse(extra).unwrap_err();
+        assert!(err("[[processes]]\npid = 1\ngpu = 5\n").contains("processes[0] (pid 1): GPU 5"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 1\n").contains("MIG mode"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\ngpu_instance = 1\n").contains("no [[mig]]"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 1\ngpu_instance = 9\n")
+            .contains("no GPU instance 9"));
+        assert!(
+            err("[[processes]]\npid = 1\ngpu = 1\ngpu_instance = 1\ncompute_instance = 3\n")
+                .contains("no compute instance 3")
+        );
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\nsm_util = 101\n").contains("percentages"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\nkind = \"gfx\"\n").contains("kind"));
+        assert!(
+            err("[[processes]]\npid = 1\ngpu = 0\n[[processes]]\npid = 1\ngpu = 0\n")
+                .contains("twice")
+        );
     }
 }

@@ -1,0 +1,147 @@
+//! The C face of the simulated NVML: the functions NVML clients (nvml-wrapper, NVIDIA's
+//! Python bindings, go-nvml) call for identity, MIG and process queries, with the signatures,
+//! struct versions and return codes of NVIDIA's `nvml.h`, plus a NOT_SUPPORTED stub for every
+//! other function the header declares.
+//!
+//! Rules every export follows:
+//! * the body runs under `catch_unwind`; a panic becomes `NVML_ERROR_UNKNOWN`;
+//! * before `nvmlInit` → `NVML_ERROR_UNINITIALIZED`; a NULL output pointer or a handle we did
+//!   not give out → `NVML_ERROR_INVALID_ARGUMENT`; a wrong struct version →
+//!   `NVML_ERROR_ARGUMENT_VERSION_MISMATCH`; a lost GPU → `NVML_ERROR_GPU_IS_LOST` for
+//!   anything but its identity;
+//! * output is written only on success (or the required count on INSUFFICIENT_SIZE).
+
+// The exports are documented by NVIDIA's nvml.h; a `# Safety` section on each would only
+// repeat "pointers must be valid as the header describes".
+#![allow(clippy::missing_safety_doc)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod device;
+pub mod mig;
+pub mod process;
+pub mod stubs;
+pub mod system;
+
+use crate::ffi::{self, Return};
+use crate::sim::{Dev, Sim};
+use std::ffi::{c_char, c_uint, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+static STATE: Mutex<Option<Sim>> = Mutex::new(None);
+
+/// The state lock. Every update under it is a single assignment or a whole fault applied,
+/// so a lock poisoned by a caught panic is taken over as it is.
+fn state() -> MutexGuard<'static, Option<Sim>> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs an export body, turning `Err(code)` and panics into an `nvmlReturn_t`.
+pub(crate) fn guard(f: impl FnOnce() -> Result<(), Return>) -> Return {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => ffi::SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => ffi::ERROR_UNKNOWN,
+    }
+}
+
+/// [`guard`] with the initialised driver (faults that arrived since the last call applied).
+pub(crate) fn api(f: impl FnOnce(&Sim) -> Result<(), Return>) -> Return {
+    guard(|| {
+        let mut st = state();
+        let sim = st.as_mut().ok_or(ffi::ERROR_UNINITIALIZED)?;
+        sim.catch_up();
+        f(sim)
+    })
+}
+
+/// [`api`] for a device handle: unknown handles are INVALID_ARGUMENT.
+pub(crate) fn with_device(
+    device: ffi::Device,
+    f: impl FnOnce(&Sim, Dev<'_>) -> Result<(), Return>,
+) -> Return {
+    api(|sim| {
+        let dev = sim
+            .device(device as usize)
+            .ok_or(ffi::ERROR_INVALID_ARGUMENT)?;
+        f(sim, dev)
+    })
+}
+
+/// Writes one output value.
+///
+/// # Safety
+/// `p` is NULL or valid for a write of `T`, as nvml.h requires of output arguments.
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> Result<(), Return> {
+    if p.is_null() {
+        return Err(ffi::ERROR_INVALID_ARGUMENT);
+    }
+    // SAFETY: non-NULL and, by the caller's contract, valid for a write of T.
+    unsafe { p.write(v) };
+    Ok(())
+}
+
+/// Writes a NUL-terminated string into a caller's buffer of `len` bytes; too small →
+/// INSUFFICIENT_SIZE, as NVML's string getters answer.
+///
+/// # Safety
+/// `buf` is NULL or valid for `len` bytes of writes.
+pub(crate) unsafe fn put_str(buf: *mut c_char, len: c_uint, s: &str) -> Result<(), Return> {
+    if buf.is_null() {
+        return Err(ffi::ERROR_INVALID_ARGUMENT);
+    }
+    if (len as usize) < s.len() + 1 {
+        return Err(ffi::ERROR_INSUFFICIENT_SIZE);
+    }
+    // SAFETY: `buf` holds at least `len` >= s.len() + 1 writable bytes.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf, s.len() + 1) };
+    crate::sim::copy_c(out, s);
+    Ok(())
+}
+
+/// Reads a caller's NUL-terminated input string.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string.
+pub(crate) unsafe fn get_str(p: *const c_char) -> Result<String, Return> {
+    if p.is_null() {
+        return Err(ffi::ERROR_INVALID_ARGUMENT);
+    }
+    // SAFETY: non-NULL and NUL-terminated by the caller's contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map(str::to_string)
+        .map_err(|_| ffi::ERROR_INVALID_ARGUMENT)
+}
+
+/// Initialises (first call) or counts one more user of the driver.
+pub(crate) fn init() -> Return {
+    guard(|| {
+        let mut st = state();
+        if st.is_none() {
+            let sim = Sim::from_env().map_err(|e| {
+                // Where a real driver would log to the kernel: say why, once per attempt.
+                eprintln!("nvml-sim: {e}");
+                ffi::ERROR_UNKNOWN
+            })?;
+            *st = Some(sim);
+        }
+        if let Some(sim) = st.as_mut() {
+            sim.refcount += 1;
+        }
+        Ok(())
+    })
+}
+
+pub(crate) fn shutdown() -> Return {
+    guard(|| {
+        let mut st = state();
+        let sim = st.as_mut().ok_or(ffi::ERROR_UNINITIALIZED)?;
+        sim.refcount = sim.refcount.saturating_sub(1);
+        if sim.refcount == 0 {
+            *st = None;
+        }
+        Ok(())
+    })
+}
