@@ -180,3 +180,91 @@ fn the_pod_watch_gives_uids_and_labels_of_this_nodes_pods() {
         "deleted pod",
     );
 }
+
+/// `-k` end to end: the kubelet says which pod holds a GPU, the API server gives that pod's
+/// UID and labels, and both arrive on its series; a relabel follows on the page.
+#[test]
+fn pod_uids_and_labels_from_the_api_server_reach_the_page() {
+    use support::kubelet::{pod as kubelet_pod, FakeKubelet};
+    let server = FakeApiServer::start();
+    let uid = "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c01";
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        uid,
+        "node-a",
+        &[("app.kubernetes.io/name", "bert"), ("team", "nlp")],
+    ));
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-enable-pod-uid",
+            "--kubernetes-pod-label-allowlist-regex=^app\\.",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
+        .start();
+    let gpu = e
+        .scrape()
+        .iter()
+        .find_map(|s| s.label("UUID").map(str::to_string))
+        .expect("a GPU UUID");
+    kubelet.set_pods(vec![kubelet_pod(
+        "ml",
+        "trainer-0",
+        "main",
+        &[("nvidia.com/gpu", &[&gpu])],
+    )]);
+    let temp = |s: &[Sample]| -> Option<Sample> {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .into_iter()
+            .find(|x| x.label("pod") == Some("trainer-0"))
+            .cloned()
+    };
+    let page = e.scrape_until(15, |s| {
+        temp(s).is_some_and(|t| t.label("app_kubernetes_io_name").is_some())
+    });
+    let t = temp(&page).unwrap();
+    assert_eq!(t.label("pod_uid"), Some(uid));
+    assert_eq!(t.label("namespace"), Some("ml"));
+    assert_eq!(t.label("app_kubernetes_io_name"), Some("bert"));
+    assert_eq!(t.label("team"), None, "not in the allowlist");
+    server.wait_for_request(&["watch=true", "fieldSelector=spec.nodeName=node-a"], 5);
+
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        uid,
+        "node-a",
+        &[("app.kubernetes.io/name", "bert-large")],
+    ));
+    e.scrape_until(15, |s| {
+        temp(s).is_some_and(|t| t.label("app_kubernetes_io_name") == Some("bert-large"))
+    });
+}
+
+#[test]
+fn without_an_api_configuration_pod_metadata_is_off_with_one_line() {
+    use support::kubelet::FakeKubelet;
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !e.stderr().contains("pod UIDs and labels are off") {
+        assert!(Instant::now() < deadline, "{}", e.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(e.stderr().matches("pod UIDs and labels are off").count(), 1);
+}

@@ -151,6 +151,8 @@ impl ExporterBuilder {
             "DCGM_SIM_CONTROL",
             "NODE_NAME",
             "DCGM_REMOTE_HOSTENGINE_INFO",
+            "KUBECONFIG",
+            "KUBERNETES_SERVICE_HOST",
         ] {
             cmd.env_remove(k);
         }
