@@ -8,7 +8,7 @@
 
 mod support;
 use serde_json::{json, Value};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use support::*;
 
@@ -568,5 +568,182 @@ fn the_image_copies_only_files_the_build_context_has() {
     assert!(
         dockerfile.contains("\nUSER 1000:1000\n"),
         "runs unprivileged by default"
+    );
+}
+
+/// The files a pod's mounts put in place, recreated under `root`: ConfigMap keys (with
+/// items and subPath) from the rendered objects. Returns (container path, host path) pairs.
+fn materialise_mounts(objects: &[Value], root: &Path) -> Vec<(String, PathBuf)> {
+    let pod = &one(objects, "DaemonSet")["spec"]["template"]["spec"];
+    let c = container(objects);
+    let mut mapped = Vec::new();
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let vol = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .expect("mounted volume exists");
+        let Some(cm_name) = vol["configMap"]["name"].as_str() else {
+            continue; // host paths (the kubelet socket dir) stay absent on a test machine
+        };
+        let cm = find(objects, "ConfigMap")
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == cm_name)
+            .unwrap_or_else(|| panic!("ConfigMap {cm_name} is rendered"));
+        let target = m["mountPath"].as_str().unwrap();
+        let host = root.join(target.trim_start_matches('/'));
+        let files: Vec<(String, String)> = match vol["configMap"]["items"].as_array() {
+            Some(items) => items
+                .iter()
+                .map(|i| {
+                    (
+                        i["key"].as_str().unwrap().into(),
+                        i["path"].as_str().unwrap().into(),
+                    )
+                })
+                .collect(),
+            None => cm["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|k| (k.clone(), k.clone()))
+                .collect(),
+        };
+        for (key, path) in files {
+            let content = cm["data"][&key].as_str().unwrap();
+            let dest = match m["subPath"].as_str() {
+                Some(sub) if sub == path => host.clone(),
+                Some(_) => continue,
+                None => host.join(&path),
+            };
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::write(&dest, content).unwrap();
+        }
+        mapped.push((target.to_string(), host));
+    }
+    mapped
+}
+
+fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    for (target, host) in mounts {
+        if let Some(rest) = value.strip_prefix(target.as_str()) {
+            return format!("{}{rest}", host.display());
+        }
+    }
+    value.to_string()
+}
+
+/// Runs the binary with exactly the container's env and args (mounted paths mapped into a
+/// sandbox, NODE_NAME as the downward API would set it), libdcgm.so.4 found on the library
+/// path as in the image, and probes it as the kubelet would.
+fn run_as_the_pod(objects: &[Value], profile: &str) -> (Exporter, Vec<Sample>, tempfile::TempDir) {
+    sim_built();
+    let root = tempfile::tempdir().unwrap();
+    let mounts = materialise_mounts(objects, root.path());
+    let c = container(objects);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LD_LIBRARY_PATH", bin_dir())
+        .env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{profile}")));
+    for (name, value) in env_of(c) {
+        let value = match value.strip_prefix("fieldRef:") {
+            Some("spec.nodeName") => "gpu-node-7".to_string(),
+            Some(other) => panic!("unexpected fieldRef {other}"),
+            None => rewrite(&value, &mounts),
+        };
+        cmd.env(name, value);
+    }
+    cmd.args(args_of(c).iter().map(|a| rewrite(a, &mounts)));
+    let port = c["ports"][0]["containerPort"].as_u64().unwrap() as u16;
+    let e = Exporter::spawn(cmd, port);
+    let probe = c["livenessProbe"]["httpGet"]["path"].as_str().unwrap();
+    let samples = e.scrape_until(30, |s| s.iter().any(|x| x.name.starts_with("DCGM_FI_")));
+    let (status, _) = e.get(probe);
+    assert_eq!(status, 200, "{probe}: {}", e.stderr());
+    (e, samples, root)
+}
+
+/// Chart values that put the listener on a free port (as `service.port`/`address`).
+fn on_free_port(mut values: Value) -> Value {
+    let port = free_port();
+    values["service"] = json!({"port": port, "address": format!(":{port}")});
+    values
+}
+
+#[test]
+fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
+    let Some(objects) = render(&on_free_port(json!({})), None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
+    // The list in effect is the chart's ConfigMap, not the image's default-counters.csv:
+    // profiling fields on, FB_RESERVED and the driver-version label off.
+    assert!(!series(&samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").is_empty());
+    assert!(series(&samples, "DCGM_FI_DEV_FB_RESERVED").is_empty());
+    assert!(samples
+        .iter()
+        .all(|s| s.label("DCGM_FI_DRIVER_VERSION").is_none()));
+    // NODE_NAME from the downward API names the node.
+    assert_eq!(
+        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
+        Some("gpu-node-7"),
+        "{}",
+        e.stderr()
+    );
+}
+
+/// The pod-metadata values: the rendered variables switch on the node-scoped pod watch
+/// (KUBECONFIG stands in for the service-account token the chart mounts), and the
+/// arguments, extraEnv and customMetrics all take effect.
+#[test]
+fn the_binary_serves_with_the_pod_label_values_and_watches_this_nodes_pods() {
+    use support::fake_apiserver::FakeApiServer;
+    let values = on_free_port(json!({
+        "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv", "-d", "g"],
+        "extraEnv": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "1000"}],
+        "kubernetes": {"enablePodLabels": true, "enablePodUID": true,
+                       "podLabelAllowlistRegex": ["^app$", "^team"]},
+        "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
+    }));
+    let Some(objects) = render(&values, None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let api = FakeApiServer::start();
+    let mut objects = objects;
+    // The service-account token's stand-in, added to the container's environment.
+    let env = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "DaemonSet")
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap();
+    env.push(json!({"name": "KUBECONFIG", "value": api.kubeconfig().to_str().unwrap()}));
+    let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
+    let names: std::collections::BTreeSet<&str> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP"].into(),
+        "customMetrics is the list in effect"
+    );
+    assert!(
+        samples.iter().all(|s| s.label("GPU_I_ID").is_none()),
+        "-d g: whole GPUs only"
+    );
+    api.wait_for_request(
+        &["watch=true", "fieldSelector=spec.nodeName=gpu-node-7"],
+        15,
+    );
+    assert!(
+        e.stderr().contains("watching pods on node gpu-node-7"),
+        "{}",
+        e.stderr()
     );
 }
