@@ -173,3 +173,101 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
     }
     assert!(checked >= 14, "checked {checked} queries");
 }
+
+/// The pod row: pods hold a whole GPU (by UUID) and a MIG instance (GKE's
+/// `nvidia<gpu>/gi<id>` form) through a fake kubelet; every pod query, `$namespace`
+/// resolved from the data, returns those pods.
+#[test]
+fn every_pod_query_returns_the_pods_holding_gpus() {
+    use support::kubelet::{pod, FakeKubelet};
+    if !have("prometheus") {
+        eprintln!(
+            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
+        );
+        return;
+    }
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .args(&[
+            "-f",
+            repo("deployment/files/default-counters.csv")
+                .to_str()
+                .unwrap(),
+        ])
+        .start();
+    let page = e.scrape();
+    let whole = page
+        .iter()
+        .find(|s| s.label("gpu") == Some("5") && s.label("UUID").is_some())
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 5 is whole")
+        .to_string();
+    let gi = page
+        .iter()
+        .find(|s| s.label("gpu") == Some("3") && s.label("GPU_I_ID").is_some())
+        .and_then(|s| s.label("GPU_I_ID"))
+        .expect("GPU 3 has instances")
+        .to_string();
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[&whole])]),
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[("nvidia.com/mig-4g.40gb", &[&format!("nvidia3/gi{gi}")])],
+        ),
+    ]);
+    e.scrape_until(15, |s| {
+        s.iter()
+            .filter(|x| x.label("pod").is_some())
+            .map(|x| x.label("pod"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == 2
+    });
+    let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
+    prom.wait_for(
+        "count(count by (pod) (DCGM_FI_DEV_FB_USED{pod!=\"\"})) == 2",
+        60,
+    );
+    let dash = dashboard();
+    let vars = resolve_variables(&dash, &prom);
+    assert_eq!(vars["namespace"], "(inference|ml)");
+    let mut checked = 0;
+    for (title, expr) in expressions(&dash)
+        .into_iter()
+        .filter(|(_, e)| needs_pods(e))
+    {
+        let q = interpolate(&expr, &vars);
+        let result = prom.wait_for(&q, 20);
+        let found: std::collections::BTreeSet<String> = result
+            .iter()
+            .map(|r| {
+                let m = &r["metric"];
+                match m["pod"].as_str() {
+                    Some(p) => format!("{}/{p}", m["namespace"].as_str().unwrap()),
+                    None => m["namespace"].as_str().unwrap().to_string(),
+                }
+            })
+            .collect();
+        // Utilisation and power are GPU-level fields: a MIG instance has none of its own, so
+        // only the whole GPU's pod shows there; memory is per instance.
+        let gpu_level = expr.contains("GPU_UTIL") || expr.contains("POWER_USAGE");
+        let want: Vec<&str> = match (expr.contains("pod)"), gpu_level) {
+            (true, true) => vec!["ml/trainer-0"],
+            (true, false) => vec!["inference/llm-0", "ml/trainer-0"],
+            (false, true) => vec!["ml"],
+            (false, false) => vec!["inference", "ml"],
+        };
+        let want: std::collections::BTreeSet<String> = want.into_iter().map(String::from).collect();
+        assert_eq!(found, want, "{title}: {q}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
