@@ -34,7 +34,7 @@ async fn configuration() -> Result<Option<(String, kube::Config)>, String> {
 }
 
 async fn kubeconfig(path: &std::path::Path) -> Result<(String, kube::Config), String> {
-    let file = kube::config::Kubeconfig::read_from(&path)
+    let file = kube::config::Kubeconfig::read_from(path)
         .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await

@@ -13,13 +13,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// One change: (resourceVersion, resource, event type, object).
+type Change = (u64, String, &'static str, Value);
+
 #[derive(Default)]
 struct State {
     rv: u64,
     /// (resource, namespace, name) -> object.
     objects: BTreeMap<(String, String, String), Value>,
     /// Every change: (resourceVersion, resource, event type, object).
-    log: Vec<(u64, String, &'static str, Value)>,
+    log: Vec<Change>,
     requests: Vec<String>,
 }
 
@@ -245,7 +248,7 @@ fn field(obj: &Value, path: &str) -> String {
 
 /// `a.b=x,c=y` (what the exporter sends); anything else is refused as the server would.
 fn selector_matches(selector: Option<&String>, obj: &Value) -> bool {
-    selector.map_or(true, |sel| {
+    selector.is_none_or(|sel| {
         sel.split(',').filter(|t| !t.is_empty()).all(|term| {
             let (k, v) = term.split_once('=').expect("field selector term k=v");
             field(obj, k) == v.trim_start_matches('=')
@@ -290,7 +293,7 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
         let selector = req.query.get("fieldSelector");
         let in_scope = |(r, n, _): &(String, String, String), obj: &Value| {
             *r == resource
-                && ns.as_ref().map_or(true, |ns| ns == n)
+                && ns.as_ref().is_none_or(|ns| ns == n)
                 && selector_matches(selector, obj)
         };
         if let Some(name) = name {
@@ -369,7 +372,7 @@ fn watch(
     state: &Arc<(Mutex<State>, Condvar)>,
     from: u64,
     kind: &str,
-    wanted: &dyn Fn(&(u64, String, &str, Value)) -> bool,
+    wanted: &dyn Fn(&Change) -> bool,
 ) {
     let head =
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
