@@ -324,12 +324,7 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
             } else {
                 "ConfigMap"
             };
-            watch(conn, &state, from, kind, &|rv: &(
-                u64,
-                String,
-                &str,
-                Value,
-            )| {
+            watch(conn, &state, from, kind, &|rv: &Change| {
                 let key = (
                     rv.1.clone(),
                     field(&rv.3, "metadata.namespace"),
