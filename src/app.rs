@@ -234,11 +234,8 @@ enum TickResult {
 pub struct Runner {
     pub library: Arc<Library>,
     pub engine: Engine,
-    /// The counters CSV, re-read on SIGHUP.
-    pub collectors: std::path::PathBuf,
-    /// Whether `collectors` was given (-f or its env var); if not and it is absent, the
-    /// built-in default set is used.
-    pub collectors_given: bool,
+    /// Where the counters come from (`-f` file or `-m` ConfigMap), re-read on a reload.
+    pub collectors: crate::config::configmap::CountersSource,
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
@@ -410,8 +407,7 @@ impl Runner {
         worker: Option<&Worker<Dcgm>>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
-        let new = match crate::config::file::load_counters(&self.collectors, self.collectors_given)
-        {
+        let new = match self.collectors.load() {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
@@ -426,7 +422,7 @@ impl Runner {
         match self.build(worker, new.clone(), stop) {
             Ok(()) => {
                 *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
-                tracing::info!("reloaded {}", self.collectors.display());
+                tracing::info!("reloaded {}", self.collectors.describe());
                 Ok(())
             }
             Err(Failure::Watches(e) | Failure::Config(e)) => {

@@ -74,8 +74,11 @@ pub fn start_watchers(
     session: Option<dcgm_sys::Session>,
     control: &Sender<Control>,
 ) -> Result<(), String> {
-    watchers::counters_file::spawn(runner.collectors.clone(), control.clone())
-        .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
+    // A ConfigMap (-m) has a watch of its own.
+    if let Some(path) = runner.collectors.path() {
+        watchers::counters_file::spawn(path.clone(), control.clone())
+            .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
+    }
     if config.enable_gpu_bind_unbind_watch {
         let session = session
             .ok_or("--enable-gpu-bind-unbind-watch: the DCGM session did not answer in time")?;

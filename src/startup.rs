@@ -2,9 +2,10 @@
 //! thread, serve HTTP until a signal arrives.
 
 use crate::app::{self, Engine, Runner, Shared};
+use crate::attribution::kubeapi::KubeApi;
 use crate::attribution::{self, Attribution};
 use crate::collect;
-use crate::config::{cli, selector};
+use crate::config::{cli, configmap, selector};
 use crate::hostname;
 use crate::operations;
 use crate::output::http;
@@ -21,10 +22,10 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join("; "));
     }
-    let counters = Arc::new(crate::config::file::load_counters(
-        &config.collectors,
-        config.collectors_set,
-    )?);
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
+    let kube_api = kube_api_for(&config)?;
+    let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
+    let counters = Arc::new(collectors.load()?);
     let (keep_age_s, keep_samples) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
@@ -103,11 +104,14 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
     let attribution = attribution_stage(&config, &settings)?;
     let attribution =
         attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
+    let attribution = match pod_metadata(&config, kube_api.as_ref()) {
+        Some(cache) => attribution.with_metadata(cache),
+        None => attribution,
+    };
     let runner = Arc::new(Runner {
         library,
         engine: engine.clone(),
-        collectors: config.collectors.clone(),
-        collectors_given: config.collectors_set,
+        collectors,
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
@@ -126,7 +130,6 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     operations::start_watchers(&config, &runner, Runner::session_of(&worker), &control_tx)?;
     let loop_runner = runner.clone();
     let (collection, ended_rx) =
@@ -221,6 +224,82 @@ fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
         )),
         m => Ok(m as u64),
     }
+}
+
+/// Whether `-k` asks for what only the API server knows (pod UIDs and labels).
+fn wants_pod_metadata(config: &cli::Config) -> bool {
+    config.kubernetes && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid)
+}
+
+/// A Kubernetes API client when a feature needs one; None when none is needed or no
+/// configuration exists (in-cluster or KUBECONFIG). A broken configuration is fatal only
+/// for `-m`: pod metadata is then off with a warning, as dcgm-exporter does.
+fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
+    if config.configmap_data != "none" {
+        return KubeApi::connect();
+    }
+    if !wants_pod_metadata(config) {
+        return Ok(None);
+    }
+    KubeApi::connect().or_else(|e| {
+        tracing::warn!("{e}; pod UIDs and labels are off");
+        Ok(None)
+    })
+}
+
+/// The pod watch feeding pod UIDs and labels to the attribution stage, when asked for.
+fn pod_metadata(
+    config: &cli::Config,
+    api: Option<&KubeApi>,
+) -> Option<Arc<dyn attribution::PodMetadata>> {
+    if !wants_pod_metadata(config) {
+        return None;
+    }
+    let Some(api) = api else {
+        tracing::warn!(
+            "no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set): pod UIDs and labels are off"
+        );
+        return None;
+    };
+    let cache = attribution::podmeta::watch(
+        api,
+        std::env::var("NODE_NAME").ok().as_deref(),
+        attribution::podmeta::Options {
+            labels: config.kubernetes_enable_pod_labels,
+            allowlist: attribution::podmeta::Allowlist::new(
+                &config.kubernetes_pod_label_allowlist_regex,
+            ),
+        },
+    );
+    Some(cache)
+}
+
+/// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
+fn counters_source(
+    config: &cli::Config,
+    api: Option<&KubeApi>,
+    control: &std::sync::mpsc::Sender<app::Control>,
+) -> Result<configmap::CountersSource, String> {
+    if config.configmap_data == "none" {
+        return Ok(configmap::CountersSource::File {
+            path: config.collectors.clone(),
+            given: config.collectors_set,
+        });
+    }
+    let (namespace, name) = configmap::parse_ref(&config.configmap_data)?;
+    let api = api.ok_or_else(|| {
+        format!(
+            "-m {}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)",
+            config.configmap_data
+        )
+    })?;
+    let control = std::sync::Mutex::new(control.clone());
+    configmap::open(api, &namespace, &name, move || {
+        let _ = control
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(app::Control::Reload);
+    })
 }
 
 /// The attribution options from the flags; NVML is loaded only with `-k`, as dcgm-exporter

@@ -7,10 +7,12 @@
 pub mod container;
 pub mod device_ids;
 pub mod hpc;
+pub mod kubeapi;
 pub mod kubelet;
 pub mod metrics;
 pub mod nvml;
 pub mod pids;
+pub mod podmeta;
 
 use crate::output::render::Page;
 use device_ids::MigLocation;

@@ -120,7 +120,8 @@ pub struct Config {
         default_value = "f"
     )]
     pub cpu_devices: String,
-    /// ConfigMap holding the counters, as <namespace>:<name> (not supported yet).
+    /// ConfigMap holding the counters (key `metrics`), as <namespace>:<name>; read through the
+    /// Kubernetes API instead of -f and watched: a change reloads the counters.
     #[arg(
         short = 'm',
         long,
@@ -139,16 +140,16 @@ pub struct Config {
         default_value = "localhost:5555"
     )]
     pub remote_hostengine_info: String,
-    /// Add the pod's labels to series (not supported yet).
+    /// With -k: add the labels of the pod using a GPU (read from the Kubernetes API).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_labels: bool,
-    /// Add a pod_uid label (not supported yet).
+    /// With -k: add a pod_uid label (read from the Kubernetes API).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_pod_uid: bool,
     /// How kubelet device ids are matched to GPUs: uid or device-name (with --kubernetes).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_name = "TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
     pub kubernetes_gpu_id_type: String,
-    /// Regexes of pod labels to keep, comma-separated (not supported yet).
+    /// Regexes of pod label names to keep (unanchored, any may match), comma-separated.
     #[arg(
         long,
         env = "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
@@ -538,22 +539,10 @@ impl Config {
     /// exporter does not have yet; starting with any of them would silently do less than
     /// asked, so the caller refuses to start.
     pub fn unsupported_options(&self) -> Vec<&'static str> {
-        [
-            (
-                self.kubernetes_enable_pod_labels,
-                "kubernetes-enable-pod-labels",
-            ),
-            (self.kubernetes_enable_pod_uid, "kubernetes-enable-pod-uid"),
-            (
-                !self.kubernetes_pod_label_allowlist_regex.is_empty(),
-                "kubernetes-pod-label-allowlist-regex",
-            ),
-            (self.kubernetes_enable_dra, "kubernetes-enable-dra"),
-            (self.configmap_data != "none", "configmap-data"),
-        ]
-        .into_iter()
-        .filter_map(|(set, name)| set.then_some(name))
-        .collect()
+        [(self.kubernetes_enable_dra, "kubernetes-enable-dra")]
+            .into_iter()
+            .filter_map(|(set, name)| set.then_some(name))
+            .collect()
     }
 }
 
@@ -1070,7 +1059,7 @@ mod tests {
     fn unsupported_features_are_reported_when_set() {
         let _g = lock();
         let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert_eq!(c.unsupported_options(), vec!["configmap-data"]);
+        assert!(c.unsupported_options().is_empty());
         let c = parse(&[
             "--kubernetes-enable-pod-labels",
             "--kubernetes-enable-pod-uid",
@@ -1089,15 +1078,7 @@ mod tests {
             "--pod-resources-kubelet-socket=/s",
         ])
         .unwrap();
-        assert_eq!(
-            c.unsupported_options(),
-            vec![
-                "kubernetes-enable-pod-labels",
-                "kubernetes-enable-pod-uid",
-                "kubernetes-pod-label-allowlist-regex",
-                "kubernetes-enable-dra",
-            ]
-        );
+        assert_eq!(c.unsupported_options(), vec!["kubernetes-enable-dra",]);
         let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();
         assert!(c.unsupported_options().is_empty());
         // Set, but to the default: nothing to refuse.

@@ -2,6 +2,7 @@
 //! (`counters`, read by `gocsv` as Go's encoding/csv reads it) and the `-d`/`-s`/`-p` device selectors (`selector`).
 
 pub mod cli;
+pub mod configmap;
 pub mod counters;
 pub mod duration;
 pub mod file;

@@ -2,8 +2,10 @@
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
 #![allow(dead_code)]
 
+pub mod fake_apiserver;
 pub mod kubelet;
 pub mod nvml_yaml;
+pub mod prom;
 pub mod real_dcgm;
 
 use std::collections::BTreeMap;
@@ -151,6 +153,8 @@ impl ExporterBuilder {
             "DCGM_SIM_CONTROL",
             "NODE_NAME",
             "DCGM_REMOTE_HOSTENGINE_INFO",
+            "KUBECONFIG",
+            "KUBERNETES_SERVICE_HOST",
         ] {
             cmd.env_remove(k);
         }
@@ -200,8 +204,15 @@ impl ExporterBuilder {
     pub fn spawn(self) -> Exporter {
         sim_built();
         let port = free_port();
-        let mut child = self
-            .command(port)
+        Exporter::spawn(self.command(port), port)
+    }
+}
+
+impl Exporter {
+    /// Starts the exporter from a prepared command listening on `port` and waits until
+    /// /metrics has DCGM series (or 30 s pass).
+    pub fn spawn(mut cmd: Command, port: u16) -> Exporter {
+        let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

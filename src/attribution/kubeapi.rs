@@ -1,0 +1,122 @@
+//! The Kubernetes API, for what the kubelet's PodResources API does not say: pod UIDs and
+//! labels (a pod watch limited to this node) and the `-m` ConfigMap. Everything runs on one
+//! small runtime of its own, so API latency never reaches a scrape or the collection loop.
+//!
+//! Configuration: in a pod, the in-cluster service account (KUBERNETES_SERVICE_HOST and the
+//! mounted token), as dcgm-exporter; outside a cluster, the kubeconfig named by KUBECONFIG.
+//! Without either the API features are off (see `connect`).
+
+use std::future::Future;
+use std::time::Duration;
+
+/// How long the first answer of the API server may take at startup (`-m`).
+pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+
+/// A client and the runtime its requests and watches run on; lives as long as the process.
+pub struct KubeApi {
+    rt: tokio::runtime::Runtime,
+    client: kube::Client,
+    /// Where the configuration came from, for log lines.
+    pub source: String,
+}
+
+/// Which configuration applies: Some((description, config)), or None when there is none.
+async fn configuration() -> Result<Option<(String, kube::Config)>, String> {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
+        let config = kube::Config::incluster()
+            .map_err(|e| format!("in-cluster Kubernetes configuration: {e}"))?;
+        return Ok(Some(("the in-cluster service account".into(), config)));
+    }
+    let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) else {
+        return Ok(None);
+    };
+    kubeconfig(std::path::Path::new(&path)).await.map(Some)
+}
+
+async fn kubeconfig(path: &std::path::Path) -> Result<(String, kube::Config), String> {
+    let file = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
+    Ok((format!("KUBECONFIG {}", path.display()), config))
+}
+
+impl KubeApi {
+    /// Ok(None) when neither an in-cluster configuration nor KUBECONFIG exists.
+    pub fn connect() -> Result<Option<KubeApi>, String> {
+        KubeApi::with(None)
+    }
+
+    /// The client for one kubeconfig file, whatever the environment says.
+    pub fn from_kubeconfig(path: &std::path::Path) -> Result<KubeApi, String> {
+        KubeApi::with(Some(path)).map(|api| api.expect("a kubeconfig was given"))
+    }
+
+    fn with(path: Option<&std::path::Path>) -> Result<Option<KubeApi>, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("kube-api")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the Kubernetes API runtime: {e}"))?;
+        let found = rt.block_on(async {
+            let found = match path {
+                Some(p) => Some(kubeconfig(p).await?),
+                None => configuration().await?,
+            };
+            let Some((source, config)) = found else {
+                return Ok(None);
+            };
+            let client = kube::Client::try_from(config)
+                .map_err(|e| format!("Kubernetes client from {source}: {e}"))?;
+            Ok::<_, String>(Some((source, client)))
+        })?;
+        Ok(found.map(|(source, client)| KubeApi { rt, client, source }))
+    }
+
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Runs a request to completion from a plain thread, bounded by `deadline`.
+    pub fn block_on<T>(
+        &self,
+        deadline: Duration,
+        fut: impl Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        self.rt.block_on(async {
+            tokio::time::timeout(deadline, fut)
+                .await
+                .map_err(|_| format!("no answer from the Kubernetes API within {deadline:?}"))?
+        })
+    }
+
+    /// Starts a task (a watch) that runs for the life of the process.
+    pub fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.rt.spawn(fut);
+    }
+}
+
+/// Logs a watch error once per streak of errors, so a long API outage is one line (and
+/// one when it ends), not one per retry.
+#[derive(Default)]
+pub struct ErrorStreak {
+    failing: bool,
+}
+
+impl ErrorStreak {
+    pub fn error(&mut self, what: &str, e: &dyn std::fmt::Display) {
+        if !self.failing {
+            tracing::warn!("{what}: {e}; retrying with backoff");
+            self.failing = true;
+        }
+    }
+
+    pub fn ok(&mut self, what: &str) {
+        if self.failing {
+            tracing::info!("{what}: working again");
+            self.failing = false;
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Where the counters come from: the `-f` file, or with `-m <namespace>:<name>` key
+//! `metrics` of a ConfigMap read through the Kubernetes API. dcgm-exporter reads the
+//! ConfigMap at startup (any failure is fatal) and on a reload; we also watch it, so an
+//! edit reloads the counters without a signal.
+
+use super::counters::{self, Counters};
+use crate::attribution::kubeapi::{ErrorStreak, KubeApi, STARTUP_DEADLINE};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+/// The ConfigMap key holding the CSV, as upstream.
+pub const KEY: &str = "metrics";
+
+/// The counters' origin, re-read on every reload.
+#[derive(Clone, Debug)]
+pub enum CountersSource {
+    /// A CSV (or `--config-file` YAML) on disk; `given`: named by a flag, env var or the
+    /// config file, else a missing default path means the built-in default set.
+    File { path: PathBuf, given: bool },
+    /// The latest `metrics` text of the ConfigMap (kept current by its watch).
+    ConfigMap {
+        name: String,
+        text: Arc<RwLock<String>>,
+    },
+}
+
+impl CountersSource {
+    pub fn load(&self) -> Result<Counters, String> {
+        match self {
+            CountersSource::File { path, given } => {
+                crate::config::file::load_counters(path, *given)
+            }
+            CountersSource::ConfigMap { name, text } => {
+                let text = text.read().unwrap_or_else(|p| p.into_inner()).clone();
+                counters::parse_str(name, &text).map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// The file to watch for changes on disk (a ConfigMap has its own watch).
+    pub fn path(&self) -> Option<&PathBuf> {
+        match self {
+            CountersSource::File { path, .. } => Some(path),
+            CountersSource::ConfigMap { .. } => None,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            CountersSource::File { path, .. } => path.display().to_string(),
+            CountersSource::ConfigMap { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// `-m` as dcgm-exporter splits it: exactly one `:` between namespace and name.
+pub fn parse_ref(value: &str) -> Result<(String, String), String> {
+    match value.split(':').collect::<Vec<_>>()[..] {
+        [ns, name] if !ns.is_empty() && !name.is_empty() => Ok((ns.into(), name.into())),
+        _ => Err(format!(
+            "-m/--configmap-data {value:?}: expected <namespace>:<name>"
+        )),
+    }
+}
+
+fn metrics_of(cm: &ConfigMap) -> Option<String> {
+    cm.data.as_ref()?.get(KEY).cloned()
+}
+
+/// Reads the ConfigMap now, then follows it: each change of its `metrics` text is stored in
+/// the returned source and announced through `changed` (which triggers a reload).
+pub fn open(
+    api: &KubeApi,
+    namespace: &str,
+    name: &str,
+    changed: impl Fn() + Send + 'static,
+) -> Result<CountersSource, String> {
+    let label = format!("configmap {namespace}/{name} key {KEY}");
+    let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(api.client(), namespace);
+    let cm = api.block_on(STARTUP_DEADLINE, async {
+        configmaps
+            .get(name)
+            .await
+            .map_err(|e| format!("-m {namespace}:{name}: cannot read the ConfigMap: {e}"))
+    })?;
+    let text = metrics_of(&cm)
+        .ok_or_else(|| format!("-m {namespace}:{name}: the ConfigMap has no key {KEY:?}"))?;
+    // Validated now so that a bad list stops the start, as a bad -f file does.
+    counters::parse_str(&label, &text).map_err(|e| e.to_string())?;
+    let shared = Arc::new(RwLock::new(text));
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let (latest, what) = (shared.clone(), label.clone());
+    api.spawn(async move {
+        let mut events = watcher::watcher(configmaps, config)
+            .default_backoff()
+            .boxed();
+        let mut streak = ErrorStreak::default();
+        while let Some(event) = events.next().await {
+            let cm = match event {
+                Ok(Event::Apply(cm) | Event::InitApply(cm)) => cm,
+                Ok(Event::Delete(_)) => {
+                    tracing::warn!(
+                        "{what}: the ConfigMap was deleted; keeping the counters in use"
+                    );
+                    continue;
+                }
+                Ok(Event::Init) => continue,
+                Ok(Event::InitDone) => {
+                    streak.ok(&what);
+                    continue;
+                }
+                Err(e) => {
+                    streak.error(&what, &e);
+                    continue;
+                }
+            };
+            let Some(text) = metrics_of(&cm) else {
+                tracing::warn!("{what}: key {KEY:?} is gone; keeping the counters in use");
+                continue;
+            };
+            let mut current = latest.write().unwrap_or_else(|p| p.into_inner());
+            if *current != text {
+                *current = text;
+                drop(current);
+                tracing::info!("{what} changed: reloading the counters");
+                changed();
+            }
+        }
+    });
+    Ok(CountersSource::ConfigMap {
+        name: label,
+        text: shared,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reference_is_namespace_colon_name() {
+        assert_eq!(
+            parse_ref("gpu:exporter-metrics-config-map").unwrap(),
+            ("gpu".to_string(), "exporter-metrics-config-map".to_string())
+        );
+        for bad in ["gpu", "gpu:a:b", ":name", "ns:", ""] {
+            let e = parse_ref(bad).unwrap_err();
+            assert!(e.contains("-m/--configmap-data"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_configmap_source_parses_the_latest_text_and_names_itself_in_errors() {
+        let text = Arc::new(RwLock::new(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n".to_string(),
+        ));
+        let src = CountersSource::ConfigMap {
+            name: "configmap gpu/m key metrics".into(),
+            text: text.clone(),
+        };
+        assert_eq!(src.load().unwrap().all.len(), 1);
+        *text.write().unwrap() = "DCGM_FI_NOPE, gauge, x\n".into();
+        let e = src.load().unwrap_err();
+        assert!(e.starts_with("configmap gpu/m key metrics:1"), "{e}");
+    }
+}

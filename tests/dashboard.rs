@@ -1,0 +1,273 @@
+//! The Grafana dashboard in etc/dashboards/ works on our output: every PromQL expression in
+//! it, with the dashboard's variables resolved the way Grafana resolves them, returns data
+//! from a real Prometheus scraping the exporter on a simulated node (MIG panels on the mixed
+//! MIG profile).
+
+mod support;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use support::prom::{have, Prometheus};
+use support::*;
+
+fn dashboard() -> Value {
+    let path = repo("etc/dashboards/dcgm-exporter-dashboard.json");
+    let text = std::fs::read_to_string(&path).expect("read the dashboard");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// (panel title, expression) for every query target, rows' nested panels included.
+fn expressions(dash: &Value) -> Vec<(String, String)> {
+    fn walk(panels: &[Value], out: &mut Vec<(String, String)>) {
+        for p in panels {
+            for t in p["targets"].as_array().into_iter().flatten() {
+                if let Some(e) = t["expr"].as_str() {
+                    out.push((p["title"].as_str().unwrap_or("").to_string(), e.into()));
+                }
+            }
+            walk(p["panels"].as_array().map_or(&[], |v| v), out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(dash["panels"].as_array().expect("panels"), &mut out);
+    out
+}
+
+/// Grafana's interpolation of a multi-value variable in a regex matcher: `(a|b)`, or the
+/// variable's allValue (`.*`) when it has no values.
+fn interpolate(expr: &str, vars: &BTreeMap<String, String>) -> String {
+    let mut s = expr.replace("$__rate_interval", "10s");
+    // Longest names first, so `$gpu` never eats part of a longer name.
+    let mut names: Vec<_> = vars.keys().collect();
+    names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+    for n in names {
+        s = s.replace(&format!("${n}"), &vars[n]);
+    }
+    assert!(!s.contains('$'), "unresolved variable in {s}");
+    s
+}
+
+fn regex_alternation(values: &[String]) -> String {
+    if values.is_empty() {
+        ".*".into()
+    } else {
+        format!("({})", values.join("|"))
+    }
+}
+
+/// Resolves the dashboard's query variables in order, each through Prometheus's label
+/// values API as Grafana's `label_values(selector, label)` does, all values selected.
+fn resolve_variables(dash: &Value, prom: &Prometheus) -> BTreeMap<String, String> {
+    let mut vars = BTreeMap::new();
+    for v in dash["templating"]["list"].as_array().expect("templating") {
+        if v["type"] != "query" {
+            continue;
+        }
+        let name = v["name"].as_str().unwrap().to_string();
+        let def = v["definition"].as_str().unwrap();
+        let inner = def
+            .strip_prefix("label_values(")
+            .and_then(|s| s.strip_suffix(')'))
+            .unwrap_or_else(|| panic!("variable {name}: unsupported query {def}"));
+        let (selector, label) = inner.rsplit_once(',').expect("selector, label");
+        let selector = interpolate(selector.trim(), &vars);
+        let values = prom
+            .label_values(&selector, label.trim())
+            .unwrap_or_else(|e| panic!("variable {name}: {e}"));
+        vars.insert(name, regex_alternation(&values));
+    }
+    vars
+}
+
+fn needs_pods(expr: &str) -> bool {
+    expr.contains("pod!=")
+}
+
+#[test]
+fn the_dashboard_declares_its_variables_and_queries() {
+    let dash = dashboard();
+    let exprs = expressions(&dash);
+    assert!(exprs.len() >= 15, "{exprs:?}");
+    let mig = exprs
+        .iter()
+        .filter(|(_, e)| e.contains("GPU_I_ID!="))
+        .count();
+    let pods = exprs.iter().filter(|(_, e)| needs_pods(e)).count();
+    assert!(mig >= 3 && pods >= 3, "MIG {mig}, pod {pods} queries");
+    let names: Vec<&str> = dash["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["name"].as_str())
+        .collect();
+    assert_eq!(names, ["datasource", "instance", "gpu", "namespace"]);
+}
+
+#[test]
+fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
+    if !have("prometheus") {
+        eprintln!(
+            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
+        );
+        return;
+    }
+    // The chart's metric list: the profiling fields the dashboard shows are in it.
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&[
+            "-f",
+            repo("deployment/files/default-counters.csv")
+                .to_str()
+                .unwrap(),
+        ])
+        .start();
+    let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
+    prom.wait_for("DCGM_FI_DEV_GPU_TEMP", 60);
+    // rate() needs two scrapes inside its window.
+    prom.wait_for("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[10s])", 30);
+
+    let dash = dashboard();
+    let vars = resolve_variables(&dash, &prom);
+    assert_eq!(vars["instance"], format!("(127.0.0.1:{})", e.port));
+    assert_eq!(vars["gpu"], "(0|1|2|3|4|5|6|7)", "every GPU of the profile");
+    let mut checked = 0;
+    for (title, expr) in expressions(&dash) {
+        if needs_pods(&expr) {
+            continue;
+        }
+        let q = interpolate(&expr, &vars);
+        let result = prom.wait_for(&q, 20);
+        checked += 1;
+        if expr.contains("GPU_I_ID!=") {
+            // MIG panels show GPU instances only, and all of them.
+            for r in &result {
+                let m = &r["metric"];
+                if m.get("__name__").is_some() {
+                    assert_ne!(m["GPU_I_ID"], "", "{title}: {r}");
+                }
+            }
+        }
+        if title == "MIG instances by profile" {
+            let by: BTreeMap<String, String> = result
+                .iter()
+                .map(|r| {
+                    (
+                        r["metric"]["GPU_I_PROFILE"].as_str().unwrap().to_string(),
+                        r["value"][1].as_str().unwrap().to_string(),
+                    )
+                })
+                .collect();
+            // etc/sim/a100-mixed-mig.toml: 7+2 1g.10gb, one 2g.20gb, 3g.40gb on GPUs 1 and
+            // 3, one 4g.40gb and one 7g.80gb.
+            let want: BTreeMap<String, String> = [
+                ("1g.10gb", "9"),
+                ("2g.20gb", "1"),
+                ("3g.40gb", "2"),
+                ("4g.40gb", "1"),
+                ("7g.80gb", "1"),
+            ]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+            assert_eq!(by, want, "{q}");
+        }
+    }
+    assert!(checked >= 14, "checked {checked} queries");
+}
+
+/// The pod row: pods hold a whole GPU (by UUID) and a MIG instance (GKE's
+/// `nvidia<gpu>/gi<id>` form) through a fake kubelet; every pod query, `$namespace`
+/// resolved from the data, returns those pods.
+#[test]
+fn every_pod_query_returns_the_pods_holding_gpus() {
+    use support::kubelet::{pod, FakeKubelet};
+    if !have("prometheus") {
+        eprintln!(
+            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
+        );
+        return;
+    }
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .args(&[
+            "-f",
+            repo("deployment/files/default-counters.csv")
+                .to_str()
+                .unwrap(),
+        ])
+        .start();
+    let page = e.scrape();
+    let whole = page
+        .iter()
+        .find(|s| s.label("gpu") == Some("5") && s.label("UUID").is_some())
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 5 is whole")
+        .to_string();
+    let gi = page
+        .iter()
+        .find(|s| s.label("gpu") == Some("3") && s.label("GPU_I_ID").is_some())
+        .and_then(|s| s.label("GPU_I_ID"))
+        .expect("GPU 3 has instances")
+        .to_string();
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[&whole])]),
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[("nvidia.com/mig-4g.40gb", &[&format!("nvidia3/gi{gi}")])],
+        ),
+    ]);
+    e.scrape_until(15, |s| {
+        s.iter()
+            .filter(|x| x.label("pod").is_some())
+            .map(|x| x.label("pod"))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == 2
+    });
+    let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
+    prom.wait_for(
+        "count(count by (pod) (DCGM_FI_DEV_FB_USED{pod!=\"\"})) == 2",
+        60,
+    );
+    let dash = dashboard();
+    let vars = resolve_variables(&dash, &prom);
+    assert_eq!(vars["namespace"], "(inference|ml)");
+    let mut checked = 0;
+    for (title, expr) in expressions(&dash)
+        .into_iter()
+        .filter(|(_, e)| needs_pods(e))
+    {
+        let q = interpolate(&expr, &vars);
+        let result = prom.wait_for(&q, 20);
+        let found: std::collections::BTreeSet<String> = result
+            .iter()
+            .map(|r| {
+                let m = &r["metric"];
+                match m["pod"].as_str() {
+                    Some(p) => format!("{}/{p}", m["namespace"].as_str().unwrap()),
+                    None => m["namespace"].as_str().unwrap().to_string(),
+                }
+            })
+            .collect();
+        // Utilisation and power are GPU-level fields: a MIG instance has none of its own, so
+        // only the whole GPU's pod shows there; memory is per instance.
+        let gpu_level = expr.contains("GPU_UTIL") || expr.contains("POWER_USAGE");
+        let want: Vec<&str> = match (expr.contains("pod)"), gpu_level) {
+            (true, true) => vec!["ml/trainer-0"],
+            (true, false) => vec!["inference/llm-0", "ml/trainer-0"],
+            (false, true) => vec!["ml"],
+            (false, false) => vec!["inference", "ml"],
+        };
+        let want: std::collections::BTreeSet<String> = want.into_iter().map(String::from).collect();
+        assert_eq!(found, want, "{title}: {q}");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}

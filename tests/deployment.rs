@@ -1,0 +1,749 @@
+//! The Helm chart in deployment/ and the plain manifests: rendered by Helm's own template
+//! engine (Helm's Go SDK through the PyPI package helm-python-sdk), linted, validated against
+//! the Kubernetes API schemas (kubernetes-validate, schemas shipped in the package, offline),
+//! compared with the environment and arguments NVIDIA's chart gives dcgm-exporter, and the
+//! binary run with exactly what the chart renders.
+//!
+//! Tests that need a tool print why they skip when it is absent (.ci/run installs them).
+
+mod support;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use support::*;
+
+const SKIP_PY: &str = "SKIP: helm-python-sdk or PyYAML is not installed (pip install helm-python-sdk kubernetes-validate; .ci/run does this)";
+
+/// Runs deployment/tests/helm_render.py; None when its Python packages are missing.
+fn helper(args: &[&str], stdin: &str) -> Option<String> {
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .arg(repo("deployment/tests/helm_render.py"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    if out.status.code() == Some(3) {
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "helm_render.py {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+/// The chart rendered with `values` (release dcgm-exporter, namespace gpu-monitoring),
+/// optionally also written to `out` one object per file.
+fn render(values: &Value, out: Option<&Path>) -> Option<Vec<Value>> {
+    let chart = repo("deployment");
+    let mut args = vec!["render", chart.to_str().unwrap(), "-"];
+    if let Some(o) = out {
+        args.extend(["--out", o.to_str().unwrap()]);
+    }
+    let text = helper(&args, &values.to_string())?;
+    Some(serde_json::from_str(&text).unwrap())
+}
+
+fn load_manifest(path: &Path, out: Option<&Path>) -> Option<Vec<Value>> {
+    let mut args = vec!["load", path.to_str().unwrap()];
+    if let Some(o) = out {
+        args.extend(["--out", o.to_str().unwrap()]);
+    }
+    Some(serde_json::from_str(&helper(&args, "")?).unwrap())
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn one<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let found = find(objects, kind);
+    assert_eq!(found.len(), 1, "one {kind} expected: {objects:#?}");
+    found[0]
+}
+
+fn container(objects: &[Value]) -> &Value {
+    &one(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The container's environment as (name, value or fieldRef path) in order.
+fn env_of(c: &Value) -> Vec<(String, String)> {
+    c["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let v = e["value"].as_str().map(String::from).unwrap_or_else(|| {
+                format!(
+                    "fieldRef:{}",
+                    e["valueFrom"]["fieldRef"]["fieldPath"].as_str().unwrap()
+                )
+            });
+            (e["name"].as_str().unwrap().to_string(), v)
+        })
+        .collect()
+}
+
+fn args_of(c: &Value) -> Vec<String> {
+    c["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+/// Values people set in NVIDIA's chart, all at once.
+fn everything() -> Value {
+    json!({
+        "image": {"repository": "registry.example/gpu/dcgm-exporter", "tag": "9.9.9", "pullPolicy": "Always"},
+        "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv", "-d", "g+i", "-c", "10000"],
+        "extraEnv": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "5000"}],
+        "kubeletPath": "/var/lib/k0s/kubelet/pod-resources",
+        "hostNetwork": true,
+        "hostPID": true,
+        "priorityClassName": "gpu-critical",
+        "nodeSelector": {"nvidia.com/gpu.present": "true"},
+        "podAnnotations": {"prometheus.io/scrape": "true"},
+        "podLabels": {"team": "ml"},
+        "resources": {"limits": {"memory": "1Gi"}, "requests": {"cpu": "50m", "memory": "64Mi"}},
+        "tolerations": [{"operator": "Exists"}],
+        "service": {"port": 9500, "address": ":9500"},
+        "serviceMonitor": {"interval": "30s", "additionalLabels": {"release": "kube-prometheus-stack"},
+                           "relabelings": [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]},
+        "tlsServerConfig": {"enabled": true, "clientAuthType": "RequireAndVerifyClientCert"},
+        "basicAuth": {"users": {"alice": "password"}},
+        "kubernetes": {"enablePodLabels": true, "enablePodUID": true, "podLabelAllowlistRegex": ["^app$", "^team"]},
+        "kubernetesDRA": {"enabled": true},
+        "debugDump": {"enabled": true, "directory": "/var/tmp/dumps", "retention": 6},
+        "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+    })
+}
+
+#[test]
+fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
+    let Some(objects) = render(&json!({}), None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let c = container(&objects);
+    // NVIDIA's chart, default values: the same three variables in the same order.
+    assert_eq!(
+        env_of(c),
+        pairs(&[
+            ("DCGM_EXPORTER_KUBERNETES", "true"),
+            ("DCGM_EXPORTER_LISTEN", ":9400"),
+            ("NODE_NAME", "fieldRef:spec.nodeName"),
+        ])
+    );
+    assert_eq!(
+        args_of(c),
+        ["-f", "/etc/dcgm-exporter/default-counters.csv"]
+    );
+    // The metric list comes from the ConfigMap, mounted over the image's file.
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/dcgm-exporter/default-counters.csv")
+        .expect("counters mount");
+    assert_eq!(mount["subPath"], "default-counters.csv");
+    let cm = find(&objects, "ConfigMap");
+    let metrics = cm
+        .iter()
+        .find(|m| m["metadata"]["name"] == "exporter-metrics-config-map")
+        .expect("metrics ConfigMap");
+    let shipped = std::fs::read_to_string(repo("deployment/files/default-counters.csv")).unwrap();
+    assert_eq!(
+        metrics["data"]["metrics"].as_str().unwrap().trim(),
+        shipped.trim()
+    );
+    let pod = &one(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert_eq!(
+        pod["volumes"][0]["hostPath"]["path"],
+        "/var/lib/kubelet/pod-resources"
+    );
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/health");
+    assert_eq!(
+        c["securityContext"]["capabilities"]["add"],
+        json!(["SYS_ADMIN"])
+    );
+    assert!(
+        find(&objects, "ClusterRole").is_empty(),
+        "no API access asked for"
+    );
+    assert_eq!(
+        one(&objects, "Role")["metadata"]["name"],
+        "dcgm-exporter-read-cm"
+    );
+    for kind in ["Service", "ServiceMonitor", "ServiceAccount", "RoleBinding"] {
+        one(&objects, kind);
+    }
+}
+
+#[test]
+fn every_value_people_set_in_nvidias_chart_takes_effect() {
+    let Some(objects) = render(&everything(), None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let c = container(&objects);
+    // NVIDIA's order: -k, pod labels, pod UID, allowlist, listen, node name, web config,
+    // DRA, then extraEnv.
+    assert_eq!(
+        env_of(c),
+        pairs(&[
+            ("DCGM_EXPORTER_KUBERNETES", "true"),
+            ("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", "true"),
+            ("DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", "true"),
+            (
+                "DCGM_EXPORTER_KUBERNETES_POD_LABEL_ALLOWLIST_REGEX",
+                "^app$,^team"
+            ),
+            ("DCGM_EXPORTER_LISTEN", ":9500"),
+            ("NODE_NAME", "fieldRef:spec.nodeName"),
+            (
+                "DCGM_EXPORTER_WEB_CONFIG_FILE",
+                "/etc/dcgm-exporter/web-config.yaml"
+            ),
+            ("KUBERNETES_ENABLE_DRA", "true"),
+            ("DCGM_EXPORTER_INTERVAL", "5000"),
+        ])
+    );
+    assert_eq!(
+        args_of(c),
+        [
+            "-f",
+            "/etc/dcgm-exporter/default-counters.csv",
+            "-d",
+            "g+i",
+            "-c",
+            "10000",
+            "--dump-enabled",
+            "--dump-directory=/var/tmp/dumps",
+            "--dump-retention=6",
+            "--dump-compression",
+        ]
+    );
+    assert_eq!(c["image"], "registry.example/gpu/dcgm-exporter:9.9.9");
+    assert_eq!(c["imagePullPolicy"], "Always");
+    assert_eq!(c["resources"]["limits"]["memory"], "1Gi");
+    assert_eq!(c["ports"][0]["containerPort"], 9500);
+    // Basic auth would answer the kubelet's HTTP probe with 401: NVIDIA's chart probes TCP.
+    assert_eq!(c["livenessProbe"]["tcpSocket"]["port"], 9500);
+    let ds = one(&objects, "DaemonSet");
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["hostPID"], true);
+    assert_eq!(pod["automountServiceAccountToken"], true);
+    assert_eq!(pod["priorityClassName"], "gpu-critical");
+    assert_eq!(pod["tolerations"], json!([{"operator": "Exists"}]));
+    assert_eq!(pod["nodeSelector"]["nvidia.com/gpu.present"], "true");
+    assert_eq!(ds["spec"]["template"]["metadata"]["labels"]["team"], "ml");
+    assert_eq!(
+        ds["spec"]["template"]["metadata"]["annotations"]["prometheus.io/scrape"],
+        "true"
+    );
+    let volumes = pod["volumes"].as_array().unwrap();
+    let host = |name: &str| {
+        volumes
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("volume {name}"))
+    };
+    // kubeletPath is the host side; the container side stays where the binary looks.
+    assert_eq!(
+        host("pod-gpu-resources")["hostPath"]["path"],
+        "/var/lib/k0s/kubelet/pod-resources"
+    );
+    assert_eq!(host("debug-dumps")["hostPath"]["type"], "DirectoryOrCreate");
+    assert_eq!(host("tls")["secret"]["secretName"], "dcgm-exporter-tls");
+    let mounts: Vec<&str> = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for m in [
+        "/var/lib/kubelet/pod-resources",
+        "/etc/dcgm-exporter/tls",
+        "/etc/dcgm-exporter/web-config.yaml",
+        "/etc/dcgm-exporter/default-counters.csv",
+        "/var/tmp/dumps",
+    ] {
+        assert!(mounts.contains(&m), "{m} not mounted: {mounts:?}");
+    }
+
+    // The web config, in the Prometheus exporter-toolkit format our --web-config-file reads.
+    let configmaps = find(&objects, "ConfigMap");
+    let web = configmaps
+        .iter()
+        .find(|m| m["metadata"]["name"] == "dcgm-exporter-web-config.yml")
+        .expect("web config ConfigMap");
+    let text = web["data"]["web-config.yaml"].as_str().unwrap();
+    for want in [
+        "tls_server_config:",
+        "cert_file: \"/etc/dcgm-exporter/tls/tls.crt\"",
+        "key_file: \"/etc/dcgm-exporter/tls/tls.key\"",
+        "client_auth_type: RequireAndVerifyClientCert",
+        "client_ca_file: \"/etc/dcgm-exporter/tls/ca.crt\"",
+        "basic_auth_users:",
+        "alice: \"$2a$",
+    ] {
+        assert!(text.contains(want), "{want:?} not in web config:\n{text}");
+    }
+    assert!(
+        !text.contains("password"),
+        "a bcrypt hash, not the password"
+    );
+    let secret = one(&objects, "Secret");
+    for k in ["tls.crt", "tls.key", "ca.crt"] {
+        assert!(
+            secret["data"][k].as_str().is_some_and(|v| !v.is_empty()),
+            "{k}"
+        );
+    }
+    let metrics = configmaps
+        .iter()
+        .find(|m| m["metadata"]["name"] == "exporter-metrics-config-map")
+        .unwrap();
+    assert_eq!(
+        metrics["data"]["metrics"].as_str().unwrap().trim(),
+        "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C)."
+    );
+
+    // API access for pod labels/UIDs and DRA ResourceSlices, bound to the pod's account.
+    let role = one(&objects, "ClusterRole");
+    let rules = role["rules"].to_string();
+    for r in [
+        "\"pods\"",
+        "\"resourceslices\"",
+        "\"watch\"",
+        "resource.k8s.io",
+    ] {
+        assert!(rules.contains(r), "{r} missing from {rules}");
+    }
+    let binding = one(&objects, "ClusterRoleBinding");
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(
+        binding["subjects"][0]["name"],
+        one(&objects, "ServiceAccount")["metadata"]["name"]
+    );
+
+    let sm = one(&objects, "ServiceMonitor");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["interval"], "30s");
+    assert_eq!(ep["relabelings"][0]["targetLabel"], "node");
+    assert_eq!(sm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+}
+
+/// The ServiceMonitor (a CRD, so outside the built-in schemas) points at the Service.
+fn check_service_monitor(objects: &[Value]) {
+    for sm in find(objects, "ServiceMonitor") {
+        let svc = one(objects, "Service");
+        let sel = sm["spec"]["selector"]["matchLabels"].as_object().unwrap();
+        for (k, v) in sel {
+            assert_eq!(&svc["metadata"]["labels"][k], v, "Service lacks label {k}");
+        }
+        let port = sm["spec"]["endpoints"][0]["port"].as_str().unwrap();
+        assert!(
+            svc["spec"]["ports"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["name"] == port),
+            "no Service port named {port}"
+        );
+        assert_eq!(sm["spec"]["endpoints"][0]["path"], "/metrics");
+    }
+}
+
+fn kubernetes_validate(dir: &Path) -> Option<String> {
+    let out = Command::new("kubernetes-validate")
+        .args(["--strict", "--quiet"])
+        .args(
+            std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .filter(|p| !p.to_string_lossy().ends_with("ServiceMonitor.yaml")),
+        )
+        .output()
+        .ok()?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "kubernetes-validate {}: {text}",
+        dir.display()
+    );
+    Some(text)
+}
+
+#[test]
+fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
+    let have = Command::new("kubernetes-validate")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("SKIP: kubernetes-validate is not installed (pip install kubernetes-validate; .ci/run does this)");
+        return;
+    }
+    let cases = [
+        ("defaults", json!({})),
+        ("everything", everything()),
+        (
+            "own TLS, no service",
+            json!({"tlsServerConfig": {"enabled": true, "autoGenerated": false, "cert": "C", "key": "K"},
+                   "service": {"enable": false}, "serviceMonitor": {"enabled": false},
+                   "serviceAccount": {"create": false, "name": "gpu-reader"}}),
+        ),
+    ];
+    for (name, values) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(objects) = render(&values, Some(dir.path())) else {
+            eprintln!("{SKIP_PY}");
+            return;
+        };
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, objects.len(), "{name}");
+        kubernetes_validate(dir.path()).expect("kubernetes-validate ran");
+        if values["serviceMonitor"]["enabled"] != false {
+            check_service_monitor(&objects);
+        }
+    }
+    let mut plain = Vec::new();
+    for f in ["dcgm-exporter.yaml", "service-monitor.yaml"] {
+        let dir = tempfile::tempdir().unwrap();
+        let objects = load_manifest(
+            &repo(&format!("deployment/manifests/{f}")),
+            Some(dir.path()),
+        )
+        .expect("PyYAML is present when helm_render.py ran above");
+        kubernetes_validate(dir.path()).expect("kubernetes-validate ran");
+        plain.extend(objects);
+    }
+    check_service_monitor(&plain);
+    // NVIDIA's dcgm-exporter.yaml: no arguments, the same three variables.
+    let c = container(&plain);
+    assert!(args_of(c).is_empty());
+    assert_eq!(
+        env_of(c),
+        pairs(&[
+            ("DCGM_EXPORTER_LISTEN", ":9400"),
+            ("DCGM_EXPORTER_KUBERNETES", "true"),
+            ("NODE_NAME", "fieldRef:spec.nodeName"),
+        ])
+    );
+}
+
+#[test]
+fn the_binary_knows_every_variable_and_flag_the_chart_can_render() {
+    let Some(objects) = render(&everything(), None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let help = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap();
+    let c = container(&objects);
+    for (name, _) in env_of(c) {
+        if name == "NODE_NAME" {
+            continue; // read for the hostname and the pod watch, not a flag's variable
+        }
+        assert!(
+            help.contains(&format!("[env: {name}=")),
+            "{name} unknown to the binary"
+        );
+    }
+    for a in args_of(c) {
+        if let Some(flag) = a.strip_prefix("--") {
+            let flag = flag.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("--{flag}")),
+                "--{flag} unknown to the binary"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_chart_lints_clean_with_helm() {
+    for values in [json!({}), everything()] {
+        let Some(text) = helper(
+            &["lint", repo("deployment").to_str().unwrap(), "-"],
+            &values.to_string(),
+        ) else {
+            eprintln!("{SKIP_PY}");
+            return;
+        };
+        let report: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(report["errors"], json!([]), "{report}");
+        assert_eq!(report["total_charts_linted"], 1);
+        // Severity 1 is informational (e.g. "icon is recommended"); warnings and errors fail.
+        for m in report["messages"].as_array().unwrap() {
+            assert!(m["severity"].as_i64() < Some(2), "helm lint: {m}");
+        }
+    }
+}
+
+/// The image is not built here (no container daemon in CI); this pins what would break
+/// it silently: a COPY of a file that does not exist or that .dockerignore leaves out.
+#[test]
+fn the_image_copies_only_files_the_build_context_has() {
+    let dockerfile = std::fs::read_to_string(repo("Dockerfile.ubuntu")).unwrap();
+    let ignore = std::fs::read_to_string(repo(".dockerignore")).unwrap();
+    let ignored: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .map(|l| l.trim_start_matches("**/").trim_end_matches('/'))
+        .collect();
+    let mut copies = 0;
+    for line in dockerfile.lines().filter(|l| l.starts_with("COPY ")) {
+        let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+        if words.iter().any(|w| w.starts_with("--from=")) {
+            continue;
+        }
+        let paths: Vec<&str> = words.into_iter().filter(|w| !w.starts_with("--")).collect();
+        for src in &paths[..paths.len() - 1] {
+            copies += 1;
+            if *src == "." {
+                continue;
+            }
+            assert!(repo(src).exists(), "Dockerfile.ubuntu copies missing {src}");
+            assert!(
+                !ignored
+                    .iter()
+                    .any(|i| src.starts_with(i) || src.ends_with(".md")),
+                "{src} is left out by .dockerignore"
+            );
+        }
+    }
+    assert!(copies >= 4, "{copies} COPY sources");
+    // What the build stage compiles must be in the context.
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src",
+        "dcgm-sys",
+        "dcgm-sim",
+        "bench",
+        "etc/data",
+    ] {
+        assert!(
+            !ignored
+                .iter()
+                .any(|i| needed == *i || needed.starts_with(&format!("{i}/"))),
+            "{needed} is left out by .dockerignore"
+        );
+    }
+    assert!(dockerfile.contains("datacenter-gpu-manager-4-core"));
+    assert!(dockerfile.contains("cuda-keyring"));
+    assert!(
+        dockerfile.contains("\nUSER 1000:1000\n"),
+        "runs unprivileged by default"
+    );
+}
+
+/// The files a pod's mounts put in place, recreated under `root`: ConfigMap keys (with
+/// items and subPath) from the rendered objects. Returns (container path, host path) pairs.
+fn materialise_mounts(objects: &[Value], root: &Path) -> Vec<(String, PathBuf)> {
+    let pod = &one(objects, "DaemonSet")["spec"]["template"]["spec"];
+    let c = container(objects);
+    let mut mapped = Vec::new();
+    for m in c["volumeMounts"].as_array().unwrap() {
+        let vol = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == m["name"])
+            .expect("mounted volume exists");
+        let Some(cm_name) = vol["configMap"]["name"].as_str() else {
+            continue; // host paths (the kubelet socket dir) stay absent on a test machine
+        };
+        let cm = find(objects, "ConfigMap")
+            .into_iter()
+            .find(|o| o["metadata"]["name"] == cm_name)
+            .unwrap_or_else(|| panic!("ConfigMap {cm_name} is rendered"));
+        let target = m["mountPath"].as_str().unwrap();
+        let host = root.join(target.trim_start_matches('/'));
+        let files: Vec<(String, String)> = match vol["configMap"]["items"].as_array() {
+            Some(items) => items
+                .iter()
+                .map(|i| {
+                    (
+                        i["key"].as_str().unwrap().into(),
+                        i["path"].as_str().unwrap().into(),
+                    )
+                })
+                .collect(),
+            None => cm["data"]
+                .as_object()
+                .unwrap()
+                .keys()
+                .map(|k| (k.clone(), k.clone()))
+                .collect(),
+        };
+        for (key, path) in files {
+            let content = cm["data"][&key].as_str().unwrap();
+            let dest = match m["subPath"].as_str() {
+                Some(sub) if sub == path => host.clone(),
+                Some(_) => continue,
+                None => host.join(&path),
+            };
+            std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+            std::fs::write(&dest, content).unwrap();
+        }
+        mapped.push((target.to_string(), host));
+    }
+    mapped
+}
+
+fn rewrite(value: &str, mounts: &[(String, PathBuf)]) -> String {
+    for (target, host) in mounts {
+        if let Some(rest) = value.strip_prefix(target.as_str()) {
+            return format!("{}{rest}", host.display());
+        }
+    }
+    value.to_string()
+}
+
+/// Runs the binary with exactly the container's env and args (mounted paths mapped into a
+/// sandbox, NODE_NAME as the downward API would set it), libdcgm.so.4 found on the library
+/// path as in the image, and probes it as the kubelet would.
+fn run_as_the_pod(objects: &[Value], profile: &str) -> (Exporter, Vec<Sample>, tempfile::TempDir) {
+    sim_built();
+    let root = tempfile::tempdir().unwrap();
+    let mounts = materialise_mounts(objects, root.path());
+    let c = container(objects);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("LD_LIBRARY_PATH", bin_dir())
+        .env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{profile}")));
+    for (name, value) in env_of(c) {
+        let value = match value.strip_prefix("fieldRef:") {
+            Some("spec.nodeName") => "gpu-node-7".to_string(),
+            Some(other) => panic!("unexpected fieldRef {other}"),
+            None => rewrite(&value, &mounts),
+        };
+        cmd.env(name, value);
+    }
+    cmd.args(args_of(c).iter().map(|a| rewrite(a, &mounts)));
+    let port = c["ports"][0]["containerPort"].as_u64().unwrap() as u16;
+    let e = Exporter::spawn(cmd, port);
+    let probe = c["livenessProbe"]["httpGet"]["path"].as_str().unwrap();
+    let samples = e.scrape_until(30, |s| s.iter().any(|x| x.name.starts_with("DCGM_FI_")));
+    let (status, _) = e.get(probe);
+    assert_eq!(status, 200, "{probe}: {}", e.stderr());
+    (e, samples, root)
+}
+
+/// Chart values that put the listener on a free port (as `service.port`/`address`).
+fn on_free_port(mut values: Value) -> Value {
+    let port = free_port();
+    values["service"] = json!({"port": port, "address": format!(":{port}")});
+    values
+}
+
+#[test]
+fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
+    let Some(objects) = render(&on_free_port(json!({})), None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
+    // The list in effect is the chart's ConfigMap, not the image's default-counters.csv:
+    // profiling fields on, FB_RESERVED and the driver-version label off.
+    assert!(!series(&samples, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE").is_empty());
+    assert!(series(&samples, "DCGM_FI_DEV_FB_RESERVED").is_empty());
+    assert!(samples
+        .iter()
+        .all(|s| s.label("DCGM_FI_DRIVER_VERSION").is_none()));
+    // NODE_NAME from the downward API names the node.
+    assert_eq!(
+        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
+        Some("gpu-node-7"),
+        "{}",
+        e.stderr()
+    );
+}
+
+/// The pod-metadata values: the rendered variables switch on the node-scoped pod watch
+/// (KUBECONFIG stands in for the service-account token the chart mounts), and the
+/// arguments, extraEnv and customMetrics all take effect.
+#[test]
+fn the_binary_serves_with_the_pod_label_values_and_watches_this_nodes_pods() {
+    use support::fake_apiserver::FakeApiServer;
+    let values = on_free_port(json!({
+        "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv", "-d", "g"],
+        "extraEnv": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "1000"}],
+        "kubernetes": {"enablePodLabels": true, "enablePodUID": true,
+                       "podLabelAllowlistRegex": ["^app$", "^team"]},
+        "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
+    }));
+    let Some(objects) = render(&values, None) else {
+        eprintln!("{SKIP_PY}");
+        return;
+    };
+    let api = FakeApiServer::start();
+    let mut objects = objects;
+    // The service-account token's stand-in, added to the container's environment.
+    let env = objects
+        .iter_mut()
+        .find(|o| o["kind"] == "DaemonSet")
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array_mut()
+        .unwrap();
+    env.push(json!({"name": "KUBECONFIG", "value": api.kubeconfig().to_str().unwrap()}));
+    let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
+    let names: std::collections::BTreeSet<&str> = samples
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP"].into(),
+        "customMetrics is the list in effect"
+    );
+    assert!(
+        samples.iter().all(|s| s.label("GPU_I_ID").is_none()),
+        "-d g: whole GPUs only"
+    );
+    api.wait_for_request(
+        &["watch=true", "fieldSelector=spec.nodeName=gpu-node-7"],
+        15,
+    );
+    assert!(
+        e.stderr().contains("watching pods on node gpu-node-7"),
+        "{}",
+        e.stderr()
+    );
+}

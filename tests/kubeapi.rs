@@ -1,0 +1,270 @@
+//! The Kubernetes API features against a fake API server speaking the real list/watch
+//! protocol on loopback: the `-m` ConfigMap (read at start, reloaded on change, failures
+//! fatal as upstream) and the pod watch that gives UIDs and labels.
+
+mod support;
+use dcgm_exporter::attribution::kubeapi::KubeApi;
+use dcgm_exporter::attribution::podmeta::{self, Allowlist};
+use dcgm_exporter::attribution::PodMetadata;
+use std::time::{Duration, Instant};
+use support::fake_apiserver::{configmap, pod, FakeApiServer};
+use support::*;
+
+const CM: &str = "exporter-metrics-config-map";
+
+fn names(samples: &[Sample]) -> std::collections::BTreeSet<String> {
+    samples
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+#[test]
+fn counters_come_from_the_configmap_and_a_change_reloads_them() {
+    let api = FakeApiServer::start();
+    api.apply(configmap(
+        "gpu",
+        CM,
+        &[(
+            "metrics",
+            "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n",
+        )],
+    ));
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-m", &format!("gpu:{CM}")])
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .start();
+    // -m wins over the -f the test harness passes, as upstream.
+    let first = e.scrape_until(10, |s| !names(s).is_empty());
+    assert_eq!(names(&first), ["DCGM_FI_DEV_GPU_TEMP".to_string()].into());
+    api.wait_for_request(&["GET /api/v1/namespaces/gpu/configmaps/", CM], 5);
+    api.wait_for_request(
+        &["watch=true", &format!("fieldSelector=metadata.name={CM}")],
+        10,
+    );
+
+    let edited = Instant::now();
+    api.apply(configmap(
+        "gpu",
+        CM,
+        &[(
+            "metrics",
+            "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n",
+        )],
+    ));
+    let after = e.scrape_until(15, |s| names(s).contains("DCGM_FI_DEV_POWER_USAGE"));
+    assert_eq!(names(&after).len(), 2, "{}", dump(&after));
+    eprintln!("reloaded {:?} after the edit", edited.elapsed());
+    assert!(
+        e.stderr().contains("changed: reloading the counters"),
+        "{}",
+        e.stderr()
+    );
+
+    // A broken edit keeps the counters in use and says why.
+    api.apply(configmap(
+        "gpu",
+        CM,
+        &[("metrics", "DCGM_FI_NOT_A_FIELD, gauge, x\n")],
+    ));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !e.stderr().contains("keeping the previous counters") {
+        assert!(Instant::now() < deadline, "{}", e.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(names(&e.scrape()).len(), 2);
+}
+
+#[test]
+fn configmap_failures_stop_the_start_with_a_clear_error() {
+    let api = FakeApiServer::start();
+    api.apply(configmap("gpu", "no-key", &[("other", "x")]));
+    api.apply(configmap(
+        "gpu",
+        "bad",
+        &[("metrics", "DCGM_FI_NOPE, gauge, x\n")],
+    ));
+    let kc = api.kubeconfig().to_str().unwrap().to_string();
+    let cases: [(&str, Option<&str>, &str); 5] = [
+        ("gpu:missing", Some(&kc), "cannot read the ConfigMap"),
+        ("gpu:no-key", Some(&kc), "has no key \"metrics\""),
+        ("gpu:bad", Some(&kc), "configmap gpu/bad key metrics:1"),
+        ("just-a-name", Some(&kc), "expected <namespace>:<name>"),
+        ("gpu:bad", None, "no Kubernetes API configuration"),
+    ];
+    for (value, kubeconfig, want) in cases {
+        let mut b = exporter().profile("one-gpu.toml").args(&["-m", value]);
+        if let Some(k) = kubeconfig {
+            b = b.env("KUBECONFIG", k);
+        }
+        let (code, stderr) = b.run_to_exit();
+        assert_eq!(code, 1, "-m {value}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "-m {value}: want {want:?} in {stderr}"
+        );
+    }
+}
+
+#[test]
+fn the_pod_watch_gives_uids_and_labels_of_this_nodes_pods() {
+    let server = FakeApiServer::start();
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c01",
+        "node-a",
+        &[("app.kubernetes.io/name", "bert"), ("team", "nlp")],
+    ));
+    server.apply(pod("ml", "elsewhere", "uid-b", "node-b", &[("team", "x")]));
+    let api = KubeApi::from_kubeconfig(server.kubeconfig()).unwrap();
+    let cache = podmeta::watch(
+        &api,
+        Some("node-a"),
+        podmeta::Options {
+            labels: true,
+            allowlist: Allowlist::new(&["^app\\.".into()]),
+        },
+    );
+    let wait = |pred: &dyn Fn() -> bool, what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !pred() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {:#?}",
+                server.requests()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait(&|| cache.lookup("ml", "trainer-0").is_some(), "listed pod");
+    let meta = cache.lookup("ml", "trainer-0").unwrap();
+    assert_eq!(meta.uid, "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c01");
+    assert_eq!(
+        meta.labels,
+        vec![("app_kubernetes_io_name".to_string(), "bert".to_string())]
+    );
+    // Only this node's pods are asked for, on the list and on the watch.
+    assert!(cache.lookup("ml", "elsewhere").is_none());
+    server.wait_for_request(
+        &["GET /api/v1/pods?", "fieldSelector=spec.nodeName=node-a"],
+        5,
+    );
+    server.wait_for_request(&["watch=true", "fieldSelector=spec.nodeName=node-a"], 5);
+
+    // Events after the list: a new pod, a relabelled pod, a deleted pod.
+    server.apply(pod(
+        "infer",
+        "server-1",
+        "uid-s1",
+        "node-a",
+        &[("app.kubernetes.io/name", "triton")],
+    ));
+    wait(&|| cache.lookup("infer", "server-1").is_some(), "added pod");
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c01",
+        "node-a",
+        &[("app.kubernetes.io/name", "bert-large")],
+    ));
+    wait(
+        &|| cache.lookup("ml", "trainer-0").unwrap().labels[0].1 == "bert-large",
+        "relabelled pod",
+    );
+    server.delete("Pod", "infer", "server-1");
+    wait(
+        &|| cache.lookup("infer", "server-1").is_none(),
+        "deleted pod",
+    );
+}
+
+/// `-k` end to end: the kubelet says which pod holds a GPU, the API server gives that pod's
+/// UID and labels, and both arrive on its series; a relabel follows on the page.
+#[test]
+fn pod_uids_and_labels_from_the_api_server_reach_the_page() {
+    use support::kubelet::{pod as kubelet_pod, FakeKubelet};
+    let server = FakeApiServer::start();
+    let uid = "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c01";
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        uid,
+        "node-a",
+        &[("app.kubernetes.io/name", "bert"), ("team", "nlp")],
+    ));
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--kubernetes-enable-pod-uid",
+            "--kubernetes-pod-label-allowlist-regex=^app\\.",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
+        .start();
+    let gpu = e
+        .scrape()
+        .iter()
+        .find_map(|s| s.label("UUID").map(str::to_string))
+        .expect("a GPU UUID");
+    kubelet.set_pods(vec![kubelet_pod(
+        "ml",
+        "trainer-0",
+        "main",
+        &[("nvidia.com/gpu", &[&gpu])],
+    )]);
+    let temp = |s: &[Sample]| -> Option<Sample> {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .into_iter()
+            .find(|x| x.label("pod") == Some("trainer-0"))
+            .cloned()
+    };
+    let page = e.scrape_until(15, |s| {
+        temp(s).is_some_and(|t| t.label("app_kubernetes_io_name").is_some())
+    });
+    let t = temp(&page).unwrap();
+    assert_eq!(t.label("pod_uid"), Some(uid));
+    assert_eq!(t.label("namespace"), Some("ml"));
+    assert_eq!(t.label("app_kubernetes_io_name"), Some("bert"));
+    assert_eq!(t.label("team"), None, "not in the allowlist");
+    server.wait_for_request(&["watch=true", "fieldSelector=spec.nodeName=node-a"], 5);
+
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        uid,
+        "node-a",
+        &[("app.kubernetes.io/name", "bert-large")],
+    ));
+    e.scrape_until(15, |s| {
+        temp(s).is_some_and(|t| t.label("app_kubernetes_io_name") == Some("bert-large"))
+    });
+}
+
+#[test]
+fn without_an_api_configuration_pod_metadata_is_off_with_one_line() {
+    use support::kubelet::FakeKubelet;
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !e.stderr().contains("pod UIDs and labels are off") {
+        assert!(Instant::now() < deadline, "{}", e.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(e.stderr().matches("pod UIDs and labels are off").count(), 1);
+}

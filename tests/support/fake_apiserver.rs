@@ -1,0 +1,412 @@
+//! A Kubernetes API server double on loopback HTTP that speaks the real JSON and watch
+//! protocol for the core/v1 resources the exporter reads (pods, configmaps): GET of one
+//! object, LIST with `metadata.resourceVersion`, and WATCH (`?watch=true&resourceVersion=N`)
+//! as a chunked stream of `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...}` lines,
+//! replaying what happened after N. Field selectors `a.b=value` are applied as the real
+//! server does for `spec.nodeName` and `metadata.name`. Every request line is recorded.
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// One change: (resourceVersion, resource, event type, object).
+type Change = (u64, String, &'static str, Value);
+
+#[derive(Default)]
+struct State {
+    rv: u64,
+    /// (resource, namespace, name) -> object.
+    objects: BTreeMap<(String, String, String), Value>,
+    /// Every change: (resourceVersion, resource, event type, object).
+    log: Vec<Change>,
+    requests: Vec<String>,
+}
+
+pub struct FakeApiServer {
+    pub port: u16,
+    state: Arc<(Mutex<State>, Condvar)>,
+    _dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl FakeApiServer {
+    pub fn start() -> FakeApiServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the fake API server");
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new((Mutex::new(State::default()), Condvar::new()));
+        let st = state.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming().map_while(Result::ok) {
+                let st = st.clone();
+                std::thread::spawn(move || serve(conn, st));
+            }
+        });
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: exporter\n  user:\n    token: fake-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: exporter\ncurrent-context: fake\n"
+            ),
+        )
+        .unwrap();
+        FakeApiServer {
+            port,
+            state,
+            _dir: dir,
+            kubeconfig,
+        }
+    }
+
+    /// A kubeconfig file pointing at this server (for KUBECONFIG).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Creates or replaces an object (`kind` Pod or ConfigMap) and tells the watchers.
+    pub fn apply(&self, mut obj: Value) {
+        let resource = resource_of(obj["kind"].as_str().expect("kind"));
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let name = obj["metadata"]["name"].as_str().expect("name").to_string();
+        let (lock, cv) = &*self.state;
+        let mut s = lock.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let key = (resource.clone(), ns, name);
+        let kind = if s.objects.contains_key(&key) {
+            "MODIFIED"
+        } else {
+            "ADDED"
+        };
+        s.objects.insert(key, obj.clone());
+        s.log.push((rv, resource, kind, obj));
+        cv.notify_all();
+    }
+
+    pub fn delete(&self, kind: &str, ns: &str, name: &str) {
+        let resource = resource_of(kind);
+        let (lock, cv) = &*self.state;
+        let mut s = lock.lock().unwrap();
+        let Some(mut obj) = s
+            .objects
+            .remove(&(resource.clone(), ns.to_string(), name.to_string()))
+        else {
+            return;
+        };
+        s.rv += 1;
+        let rv = s.rv;
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        s.log.push((rv, resource, "DELETED", obj));
+        cv.notify_all();
+    }
+
+    pub fn requests(&self) -> Vec<String> {
+        self.state.0.lock().unwrap().requests.clone()
+    }
+
+    /// Waits until a request line containing every one of `parts` arrived.
+    pub fn wait_for_request(&self, parts: &[&str], secs: u64) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(r) = self
+                .requests()
+                .into_iter()
+                .find(|r| parts.iter().all(|p| r.contains(p)))
+            {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no request with {parts:?} within {secs}s: {:#?}",
+                self.requests()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn resource_of(kind: &str) -> String {
+    match kind {
+        "Pod" => "pods".into(),
+        "ConfigMap" => "configmaps".into(),
+        other => panic!("the fake API server does not serve {other}"),
+    }
+}
+
+/// A pod object as the API server returns it.
+pub fn pod(ns: &str, name: &str, uid: &str, node: &str, labels: &[(&str, &str)]) -> Value {
+    let labels: serde_json::Map<String, Value> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"namespace": ns, "name": name, "uid": uid, "labels": labels},
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "cuda:12"}]},
+        "status": {"phase": "Running"}
+    })
+}
+
+pub fn configmap(ns: &str, name: &str, data: &[(&str, &str)]) -> Value {
+    let data: serde_json::Map<String, Value> = data
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"namespace": ns, "name": name, "uid": format!("cm-{ns}-{name}")},
+        "data": data
+    })
+}
+
+struct Request {
+    line: String,
+    path: String,
+    query: BTreeMap<String, String>,
+}
+
+fn read_request(r: &mut BufReader<TcpStream>) -> Option<Request> {
+    let mut line = String::new();
+    if r.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let line = line.trim_end().to_string();
+    let mut length = 0;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    r.read_exact(&mut body).ok()?;
+    let target = line.split_whitespace().nth(1)?.to_string();
+    let (path, q) = target.split_once('?').unwrap_or((&target, ""));
+    let query = q
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (decode(k), decode(v))
+        })
+        .collect();
+    Some(Request {
+        line: format!("{} {}", line.split_whitespace().next()?, decode(&target)),
+        path: path.to_string(),
+        query,
+    })
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(b'?'));
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn field(obj: &Value, path: &str) -> String {
+    let mut v = obj;
+    for p in path.split('.') {
+        v = &v[p];
+    }
+    v.as_str().unwrap_or("").to_string()
+}
+
+/// `a.b=x,c=y` (what the exporter sends); anything else is refused as the server would.
+fn selector_matches(selector: Option<&String>, obj: &Value) -> bool {
+    selector.is_none_or(|sel| {
+        sel.split(',').filter(|t| !t.is_empty()).all(|term| {
+            let (k, v) = term.split_once('=').expect("field selector term k=v");
+            field(obj, k) == v.trim_start_matches('=')
+        })
+    })
+}
+
+fn respond(conn: &mut TcpStream, status: &str, body: &Value) -> std::io::Result<()> {
+    let body = body.to_string();
+    write!(
+        conn,
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn not_found(what: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": format!("{what} not found"), "reason": "NotFound", "code": 404})
+}
+
+fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
+    let mut reader = BufReader::new(conn.try_clone().unwrap());
+    let mut conn = conn;
+    while let Some(req) = read_request(&mut reader) {
+        state.0.lock().unwrap().requests.push(req.line.clone());
+        let parts: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+        // api/v1/pods | api/v1/namespaces/NS/RES | api/v1/namespaces/NS/RES/NAME
+        let (resource, ns, name) = match parts[..] {
+            ["api", "v1", res] => (res.to_string(), None, None),
+            ["api", "v1", "namespaces", ns, res] => (res.to_string(), Some(ns.to_string()), None),
+            ["api", "v1", "namespaces", ns, res, name] => (
+                res.to_string(),
+                Some(ns.to_string()),
+                Some(name.to_string()),
+            ),
+            _ => {
+                let _ = respond(&mut conn, "404 Not Found", &not_found(&req.path));
+                continue;
+            }
+        };
+        let selector = req.query.get("fieldSelector");
+        let in_scope = |(r, n, _): &(String, String, String), obj: &Value| {
+            *r == resource
+                && ns.as_ref().is_none_or(|ns| ns == n)
+                && selector_matches(selector, obj)
+        };
+        if let Some(name) = name {
+            let s = state.0.lock().unwrap();
+            let key = (resource.clone(), ns.clone().unwrap(), name.clone());
+            let r = match s.objects.get(&key) {
+                Some(o) => respond(&mut conn, "200 OK", o),
+                None => respond(&mut conn, "404 Not Found", &not_found(&name)),
+            };
+            drop(s);
+            if r.is_err() {
+                return;
+            }
+            continue;
+        }
+        if req
+            .query
+            .get("watch")
+            .is_some_and(|w| w == "true" || w == "1")
+        {
+            let from: u64 = req
+                .query
+                .get("resourceVersion")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let kind = if resource == "pods" {
+                "Pod"
+            } else {
+                "ConfigMap"
+            };
+            watch(conn, &state, from, kind, &|rv: &Change| {
+                let key = (
+                    rv.1.clone(),
+                    field(&rv.3, "metadata.namespace"),
+                    String::new(),
+                );
+                in_scope(&key, &rv.3)
+            });
+            return;
+        }
+        let s = state.0.lock().unwrap();
+        let items: Vec<Value> = s
+            .objects
+            .iter()
+            .filter(|(k, o)| in_scope(k, o))
+            .map(|(_, o)| {
+                let mut o = o.clone();
+                // Items in a list carry no kind/apiVersion, as from a real server.
+                o.as_object_mut().unwrap().remove("kind");
+                o.as_object_mut().unwrap().remove("apiVersion");
+                o
+            })
+            .collect();
+        let kind = match resource.as_str() {
+            "pods" => "PodList",
+            _ => "ConfigMapList",
+        };
+        let list = json!({"kind": kind, "apiVersion": "v1",
+                          "metadata": {"resourceVersion": s.rv.to_string()}, "items": items});
+        drop(s);
+        if respond(&mut conn, "200 OK", &list).is_err() {
+            return;
+        }
+    }
+}
+
+/// Streams the events after `from` that `wanted` selects, as chunked JSON lines, until the
+/// client goes away; a BOOKMARK every second keeps the stream's resourceVersion current.
+fn watch(
+    mut conn: TcpStream,
+    state: &Arc<(Mutex<State>, Condvar)>,
+    from: u64,
+    kind: &str,
+    wanted: &dyn Fn(&Change) -> bool,
+) {
+    let head =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    if conn.write_all(head.as_bytes()).is_err() {
+        return;
+    }
+    let mut sent = from;
+    let (lock, cv) = &**state;
+    loop {
+        let (lines, rv) = {
+            let s = lock.lock().unwrap();
+            let (s, _) = cv
+                .wait_timeout_while(s, Duration::from_secs(1), |s| s.rv <= sent)
+                .unwrap();
+            let lines: Vec<String> = s
+                .log
+                .iter()
+                .filter(|e| e.0 > sent && wanted(e))
+                .map(|e| json!({"type": e.2, "object": e.3}).to_string())
+                .collect();
+            (lines, s.rv)
+        };
+        let mut lines = lines;
+        if lines.is_empty() {
+            lines.push(
+                json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": "v1",
+                        "metadata": {"resourceVersion": rv.to_string()}}})
+                .to_string(),
+            );
+        }
+        sent = rv;
+        for l in lines {
+            let chunk = format!("{l}\n");
+            if write!(conn, "{:x}\r\n{chunk}\r\n", chunk.len()).is_err() {
+                return;
+            }
+        }
+        if conn.flush().is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! A real Prometheus server scraping given targets every second, for tests that run PromQL
+//! over what the exporter serves. Killed on drop.
+
+use super::free_port;
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Prometheus {
+    child: Child,
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// Whether a command is on PATH (tests that need it say why they skip otherwise).
+pub fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `targets` (host:port) as job `dcgm`.
+    pub fn start(targets: &[String]) -> Prometheus {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let cfg = dir.path().join("prometheus.yml");
+        let list = targets
+            .iter()
+            .map(|t| format!("'{t}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [{list}]\n"
+            ),
+        )
+        .expect("write prometheus.yml");
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start prometheus");
+        Prometheus {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+
+    fn api(&self, path: &str, params: &[(&str, &str)]) -> Result<serde_json::Value, String> {
+        let mut req = ureq::get(&format!("http://127.0.0.1:{}{path}", self.port))
+            .timeout(Duration::from_secs(10));
+        for (k, v) in params {
+            req = req.query(k, v);
+        }
+        let body = match req.call() {
+            Ok(r) => {
+                let mut s = String::new();
+                r.into_reader()
+                    .read_to_string(&mut s)
+                    .map_err(|e| e.to_string())?;
+                s
+            }
+            Err(ureq::Error::Status(code, r)) => {
+                return Err(format!(
+                    "HTTP {code}: {}",
+                    r.into_string().unwrap_or_default()
+                ))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        serde_json::from_str(&body).map_err(|e| format!("{e}: {body}"))
+    }
+
+    /// An instant query's result vector (an error for a PromQL Prometheus rejects).
+    pub fn query(&self, expr: &str) -> Result<Vec<serde_json::Value>, String> {
+        let v = self.api("/api/v1/query", &[("query", expr)])?;
+        Ok(v["data"]["result"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Grafana's `label_values(selector, label)`: the label's values over matching series.
+    pub fn label_values(&self, selector: &str, label: &str) -> Result<Vec<String>, String> {
+        let v = self.api(
+            &format!("/api/v1/label/{label}/values"),
+            &[("match[]", selector)],
+        )?;
+        Ok(v["data"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// Polls until `expr` returns at least one series, or panics after `secs`.
+    pub fn wait_for(&self, expr: &str, secs: u64) -> Vec<serde_json::Value> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            match self.query(expr) {
+                Ok(r) if !r.is_empty() => return r,
+                last => assert!(
+                    Instant::now() < deadline,
+                    "Prometheus returned no data for {expr} within {secs}s: {last:?}"
+                ),
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
