@@ -222,8 +222,8 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
         (vec!["-d".into(), "x".into()], "-d"),
         (vec!["-c".into(), "abc".into()], "collect-interval"),
         (
-            vec!["--kubernetes-enable-pod-labels".into()],
-            "--kubernetes-enable-pod-labels is not supported yet",
+            vec!["--kubernetes-enable-dra".into()],
+            "--kubernetes-enable-dra is not supported yet",
         ),
         (vec!["-a".into(), ":notaport".into()], "-a"),
     ];
