@@ -235,8 +235,8 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
             "--clock-events-count-window-size 9223372036854776: too large",
         ),
         (
-            vec!["--kubernetes-enable-pod-labels".into()],
-            "--kubernetes-enable-pod-labels is not supported yet",
+            vec!["--kubernetes-enable-dra".into()],
+            "--kubernetes-enable-dra is not supported yet",
         ),
         (vec!["-a".into(), ":notaport".into()], "-a"),
     ];
