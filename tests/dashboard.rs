@@ -110,9 +110,13 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
         );
         return;
     }
-    // The chart's metric list: the profiling fields the dashboard shows are in it.
+    // The chart's metric list: the profiling fields the dashboard shows are in it. The XID
+    // panel needs an XID: DCGM has no XID sample before one.
+    let dir = tempfile::tempdir().unwrap();
+    let faults = dir.path().join("control");
     let e = exporter()
         .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", faults.to_str().unwrap())
         .args(&[
             "-f",
             repo("deployment/files/default-counters.csv")
@@ -120,8 +124,10 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
                 .unwrap(),
         ])
         .start();
+    control(&faults, "xid 5 79");
     let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
     prom.wait_for("DCGM_FI_DEV_GPU_TEMP", 60);
+    prom.wait_for("DCGM_FI_DEV_XID_ERRORS", 30);
     // rate() needs two scrapes inside its window.
     prom.wait_for("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[10s])", 30);
 
@@ -256,14 +262,12 @@ fn every_pod_query_returns_the_pods_holding_gpus() {
                 }
             })
             .collect();
-        // Utilisation and power are GPU-level fields: a MIG instance has none of its own, so
-        // only the whole GPU's pod shows there; memory is per instance.
-        let gpu_level = expr.contains("GPU_UTIL") || expr.contains("POWER_USAGE");
-        let want: Vec<&str> = match (expr.contains("pod)"), gpu_level) {
-            (true, true) => vec!["ml/trainer-0"],
-            (true, false) => vec!["inference/llm-0", "ml/trainer-0"],
-            (false, true) => vec!["ml"],
-            (false, false) => vec!["inference", "ml"],
+        // Every pod query finds both pods: memory is per instance, and utilisation and power
+        // (GPU-level fields) are read from the parent GPU on a MIG instance, as DCGM does.
+        let want: Vec<&str> = if expr.contains("pod)") {
+            vec!["inference/llm-0", "ml/trainer-0"]
+        } else {
+            vec!["inference", "ml"]
         };
         let want: std::collections::BTreeSet<String> = want.into_iter().map(String::from).collect();
         assert_eq!(found, want, "{title}: {q}");

@@ -658,6 +658,7 @@ fn run_as_the_pod(objects: &[Value], profile: &str) -> (Exporter, Vec<Sample>, t
     cmd.args(args_of(c).iter().map(|a| rewrite(a, &mounts)));
     let port = c["ports"][0]["containerPort"].as_u64().unwrap() as u16;
     let e = Exporter::spawn(cmd, port);
+    e.wait_until(30, |e| e.try_get("/metrics").is_ok());
     let probe = c["livenessProbe"]["httpGet"]["path"].as_str().unwrap();
     let samples = e.scrape_until(30, |s| s.iter().any(|x| x.name.starts_with("DCGM_FI_")));
     let (status, _) = e.get(probe);

@@ -209,8 +209,8 @@ impl ExporterBuilder {
 }
 
 impl Exporter {
-    /// Starts the exporter from a prepared command listening on `port` and waits until
-    /// /metrics has DCGM series (or 30 s pass).
+    /// Starts the exporter from a prepared command listening on `port`, without waiting
+    /// for it (see [`Exporter::wait_until`]).
     pub fn spawn(mut cmd: Command, port: u16) -> Exporter {
         let mut child = cmd
             .stdout(Stdio::null())
