@@ -89,7 +89,8 @@ fn configmap_failures_stop_the_start_with_a_clear_error() {
     let kc = api.kubeconfig().to_str().unwrap().to_string();
     let cases: [(&str, Option<&str>, &str); 5] = [
         ("gpu:missing", Some(&kc), "cannot read the ConfigMap"),
-        ("gpu:no-key", Some(&kc), "has no key \"metrics\""),
+        // (logrus escapes the quotes inside msg="...")
+        ("gpu:no-key", Some(&kc), "has no key \\\"metrics\\\""),
         ("gpu:bad", Some(&kc), "configmap gpu/bad key metrics:1"),
         ("just-a-name", Some(&kc), "expected <namespace>:<name>"),
         ("gpu:bad", None, "no Kubernetes API configuration"),
