@@ -735,6 +735,27 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
         "{}",
         profile.duration_nanos
     );
+    // The client users point at it: Go's own `go tool pprof` reads the profile.
+    if have("go") {
+        let file = dir.path().join("cpu.pb");
+        std::fs::write(&file, &body).unwrap();
+        let out = std::process::Command::new("go")
+            .args(["tool", "pprof", "-symbolize=none", "-raw"])
+            .arg(&file)
+            .env("HOME", dir.path())
+            .env("GOFLAGS", "-mod=mod")
+            .output()
+            .expect("run go tool pprof");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "go tool pprof: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("PeriodType: cpu"), "{text}");
+    } else {
+        eprintln!("SKIP go tool pprof: `go` is not installed (apt-get install golang-go; .ci/run does this)");
+    }
     let (status, _) = get("/debug/pprof/profile?seconds=60", Some(&auth));
     assert_eq!(status, 400, "longer than the write timeout");
     let (status, index) = get("/debug/pprof/", Some(&auth));
