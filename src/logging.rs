@@ -15,7 +15,19 @@ use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
 /// Libraries whose debug output is their internals, not ours.
-const QUIET_TARGETS: [&str; 7] = ["hyper", "warp", "h2", "tonic", "rustls", "tokio", "mio"];
+const QUIET_TARGETS: [&str; 11] = [
+    "hyper",
+    "hyper_util",
+    "h2",
+    "tonic",
+    "tower",
+    "rustls",
+    "tokio",
+    "mio",
+    "kube_client",
+    "kube_runtime",
+    "pprof",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -289,7 +301,7 @@ mod tests {
     fn debug_keeps_the_http_stack_at_info() {
         let d = filter_directives(true);
         assert!(d.starts_with("debug,"));
-        for t in ["hyper=info", "warp=info", "h2=info", "tonic=info"] {
+        for t in ["hyper=info", "h2=info", "tonic=info", "kube_client=info"] {
             assert!(d.contains(t), "{d}");
         }
         assert!(filter_directives(false).starts_with("info,"));
