@@ -5,6 +5,7 @@
 mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::prom::Prometheus;
 use support::*;
 
 fn tool(name: &str) -> String {
@@ -135,79 +136,6 @@ fn a_real_prometheus_scrapes_and_answers_promql() {
     assert!(body.contains("\"1\""), "target up: {body}");
 }
 
-/// A Prometheus server on a free port with `scrape_configs` as given; killed on drop.
-struct Prometheus {
-    child: std::process::Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Prometheus {
-    fn start(scrape_configs: &str) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let cfg = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!("global:\n  scrape_interval: 1s\nscrape_configs:\n{scrape_configs}"),
-        )
-        .unwrap();
-        let child = Command::new(tool("prometheus"))
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus");
-        Prometheus {
-            child,
-            port,
-            _dir: dir,
-        }
-    }
-
-    /// The first value of an instant query, polled until it has one (60 s at most).
-    fn value(&self, promql: &str) -> String {
-        let url = format!(
-            "http://127.0.0.1:{}/api/v1/query?query={}",
-            self.port,
-            promql
-                .bytes()
-                .map(|b| if b.is_ascii_alphanumeric() || b == b'_' {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                })
-                .collect::<String>()
-        );
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok((200, body)) = http_get(&url) {
-                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-                if let Some(r) = v["data"]["result"].as_array().and_then(|a| a.first()) {
-                    return r["value"][1].as_str().unwrap_or("").to_string();
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "Prometheus never answered {promql}"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// Whether this Prometheus knows `scrape_protocols` (2.49 and later); older ones already ask
 /// for OpenMetrics 1.0 first in their default Accept header.
 fn knows_scrape_protocols() -> bool {
@@ -240,7 +168,7 @@ fn prometheus_scrapes_openmetrics_and_a_custom_metrics_path() {
         eprintln!("this Prometheus predates scrape_protocols; its default Accept header prefers OpenMetrics 1.0");
         ""
     };
-    let p = Prometheus::start(&format!(
+    let p = Prometheus::with_scrape_configs(&format!(
         "  - job_name: dcgm\n    metrics_path: /gpu/metrics\n{protocols}    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
         e.port
     ));
@@ -280,7 +208,7 @@ fn prometheus_scrapes_openmetrics_and_a_custom_metrics_path() {
 #[test]
 fn without_the_flag_prometheus_gets_the_text_format_and_the_usual_names() {
     let e = exporter().profile("h100-8gpu-nvswitch.toml").start();
-    let p = Prometheus::start(&format!(
+    let p = Prometheus::with_scrape_configs(&format!(
         "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
         e.port
     ));

@@ -24,18 +24,26 @@ pub fn have(tool: &str) -> bool {
 impl Prometheus {
     /// Starts Prometheus scraping `targets` (host:port) as job `dcgm`.
     pub fn start(targets: &[String]) -> Prometheus {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let cfg = dir.path().join("prometheus.yml");
         let list = targets
             .iter()
             .map(|t| format!("'{t}'"))
             .collect::<Vec<_>>()
             .join(", ");
+        Prometheus::with_scrape_configs(&format!(
+            "  - job_name: dcgm\n    static_configs:\n      - targets: [{list}]\n"
+        ))
+    }
+
+    /// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two),
+    /// scraping every second.
+    pub fn with_scrape_configs(scrape_configs: &str) -> Prometheus {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let cfg = dir.path().join("prometheus.yml");
         std::fs::write(
             &cfg,
             format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: [{list}]\n"
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"
             ),
         )
         .expect("write prometheus.yml");
@@ -102,6 +110,13 @@ impl Prometheus {
                     .collect()
             })
             .unwrap_or_default())
+    }
+
+    /// The value of an instant query's first series, polled until there is one (60 s at
+    /// most).
+    pub fn value(&self, expr: &str) -> String {
+        let r = self.wait_for(expr, 60);
+        r[0]["value"][1].as_str().unwrap_or("").to_string()
     }
 
     /// Polls until `expr` returns at least one series, or panics after `secs`.
