@@ -14,14 +14,6 @@ use std::time::Duration;
 
 pub fn run(mut config: cli::Config) -> Result<(), String> {
     let file_settings = crate::config::file::apply(&mut config)?;
-    let unsupported = config.unsupported_options();
-    if !unsupported.is_empty() {
-        return Err(unsupported
-            .iter()
-            .map(|o| format!("option --{o} is not supported yet by this exporter"))
-            .collect::<Vec<_>>()
-            .join("; "));
-    }
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let kube_api = kube_api_for(&config)?;
     let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
@@ -106,6 +98,10 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
     let attribution = match pod_metadata(&config, kube_api.as_ref()) {
         Some(cache) => attribution.with_metadata(cache),
+        None => attribution,
+    };
+    let attribution = match dra_devices(&config, kube_api.as_ref()) {
+        Some(slices) => attribution.with_dra(slices),
         None => attribution,
     };
     let runner = Arc::new(Runner {
@@ -231,20 +227,44 @@ fn wants_pod_metadata(config: &cli::Config) -> bool {
     config.kubernetes && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid)
 }
 
+/// Whether `-k` asks for DRA claims (the driver's ResourceSlices are in the API server).
+fn wants_dra(config: &cli::Config) -> bool {
+    config.kubernetes && config.kubernetes_enable_dra
+}
+
+/// What the API server would have given, for the line saying it is off.
+fn api_features(config: &cli::Config) -> String {
+    let mut off = Vec::new();
+    if wants_pod_metadata(config) {
+        off.push("pod UIDs and labels");
+    }
+    if wants_dra(config) {
+        off.push("DRA labels");
+    }
+    off.join(" and ")
+}
+
 /// A Kubernetes API client when a feature needs one; None when none is needed or no
 /// configuration exists (in-cluster or KUBECONFIG). A broken configuration is fatal only
-/// for `-m`: pod metadata is then off with a warning, as dcgm-exporter does.
+/// for `-m`: pod metadata and DRA are then off with a warning, as dcgm-exporter does.
 fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
     if config.configmap_data != "none" {
         return KubeApi::connect();
     }
-    if !wants_pod_metadata(config) {
+    if !wants_pod_metadata(config) && !wants_dra(config) {
         return Ok(None);
     }
-    KubeApi::connect().or_else(|e| {
-        tracing::warn!("{e}; pod UIDs and labels are off");
+    let api = KubeApi::connect().or_else(|e| {
+        tracing::warn!("{e}; {} are off", api_features(config));
         Ok(None)
-    })
+    });
+    if let Ok(None) = &api {
+        tracing::warn!(
+            "no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set): {} are off",
+            api_features(config)
+        );
+    }
+    api
 }
 
 /// The pod watch feeding pod UIDs and labels to the attribution stage, when asked for.
@@ -255,12 +275,7 @@ fn pod_metadata(
     if !wants_pod_metadata(config) {
         return None;
     }
-    let Some(api) = api else {
-        tracing::warn!(
-            "no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set): pod UIDs and labels are off"
-        );
-        return None;
-    };
+    let api = api?;
     let cache = attribution::podmeta::watch(
         api,
         std::env::var("NODE_NAME").ok().as_deref(),
@@ -272,6 +287,17 @@ fn pod_metadata(
         },
     );
     Some(cache)
+}
+
+/// The DRA driver's ResourceSlices, watched for `--kubernetes-enable-dra`.
+fn dra_devices(
+    config: &cli::Config,
+    api: Option<&KubeApi>,
+) -> Option<Arc<dyn attribution::dra::DraDevices>> {
+    if !wants_dra(config) {
+        return None;
+    }
+    Some(attribution::dra::watch(api?))
 }
 
 /// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
@@ -314,6 +340,7 @@ fn attribution_stage(
             "--kubernetes-gpu-id-type",
         ),
         (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+        (config.kubernetes_enable_dra, "--kubernetes-enable-dra"),
         (
             !config.nvidia_resource_names.is_empty(),
             "--nvidia-resource-names",
@@ -339,6 +366,7 @@ fn attribution_stage(
         old_names: config.use_old_namespace,
         pod_uid: config.kubernetes_enable_pod_uid,
         pod_labels: config.kubernetes_enable_pod_labels,
+        dra: wants_dra(config),
         hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
             .then(|| config.hpc_job_mapping_dir.clone().into()),
         // dcgm-exporter's per-call timeout.

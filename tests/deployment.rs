@@ -696,17 +696,19 @@ fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
     );
 }
 
-/// The pod-metadata values: the rendered variables switch on the node-scoped pod watch
-/// (KUBECONFIG stands in for the service-account token the chart mounts), and the
-/// arguments, extraEnv and customMetrics all take effect.
+/// The pod-metadata and DRA values: the rendered variables switch on the node-scoped pod
+/// watch and the DRA driver's ResourceSlice watch (KUBECONFIG stands in for the
+/// service-account token the chart mounts), and the arguments, extraEnv and customMetrics
+/// all take effect.
 #[test]
-fn the_binary_serves_with_the_pod_label_values_and_watches_this_nodes_pods() {
+fn the_binary_serves_with_the_pod_label_and_dra_values_and_watches_the_api() {
     use support::fake_apiserver::FakeApiServer;
     let values = on_free_port(json!({
         "arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv", "-d", "g"],
         "extraEnv": [{"name": "DCGM_EXPORTER_INTERVAL", "value": "1000"}],
         "kubernetes": {"enablePodLabels": true, "enablePodUID": true,
                        "podLabelAllowlistRegex": ["^app$", "^team"]},
+        "kubernetesDRA": {"enabled": true},
         "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
     }));
     let Some(objects) = render(&values, None) else {
@@ -714,6 +716,7 @@ fn the_binary_serves_with_the_pod_label_values_and_watches_this_nodes_pods() {
         return;
     };
     let api = FakeApiServer::start();
+    api.serve_group("resource.k8s.io", &["v1"]);
     let mut objects = objects;
     // The service-account token's stand-in, added to the container's environment.
     let env = objects
@@ -746,5 +749,13 @@ fn the_binary_serves_with_the_pod_label_values_and_watches_this_nodes_pods() {
         e.stderr().contains("watching pods on node gpu-node-7"),
         "{}",
         e.stderr()
+    );
+    api.wait_for_request(
+        &[
+            "/apis/resource.k8s.io/v1/resourceslices?",
+            "watch=true",
+            "fieldSelector=spec.driver=gpu.nvidia.com",
+        ],
+        15,
     );
 }

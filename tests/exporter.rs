@@ -234,10 +234,6 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
             ],
             "--clock-events-count-window-size 9223372036854776: too large",
         ),
-        (
-            vec!["--kubernetes-enable-dra".into()],
-            "--kubernetes-enable-dra is not supported yet",
-        ),
         (vec!["-a".into(), ":notaport".into()], "-a"),
     ];
     for (args, needle) in cases {

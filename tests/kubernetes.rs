@@ -5,7 +5,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 use support::kubelet::{pod, FakeKubelet};
-use support::{exporter, series, Sample};
+use support::{exporter, series, with_sim_nvml, Sample};
 
 /// The UUID of every GPU on the page, by gpu index.
 fn uuids(samples: &[Sample], uuid_label: &str) -> Vec<String> {
@@ -310,12 +310,6 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     e.scrape_until(15, |s| !with_pod(s, "DCGM_FI_DEV_GPU_TEMP").is_empty());
     let (code, body) = e.get("/health");
     assert_eq!((code, body.trim()), (200, "OK"));
-}
-
-/// The exporter with the simulated NVML on its library path.
-fn with_sim_nvml(b: support::ExporterBuilder) -> support::ExporterBuilder {
-    let dir = support::nvml_library();
-    b.env("LD_LIBRARY_PATH", dir.parent().unwrap().to_str().unwrap())
 }
 
 #[test]

@@ -5,43 +5,8 @@
 mod support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::prom::Prometheus;
+use support::prom::{promtool_check, promtool_problems, tool, Prometheus};
 use support::*;
-
-fn tool(name: &str) -> String {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {name}")])
-        .output()
-        .map(|o| o.status.success());
-    assert!(
-        found.unwrap_or(false),
-        "`{name}` is required by this test and was not found: apt-get install prometheus (.ci/run does this)"
-    );
-    name.to_string()
-}
-
-fn promtool_check(page: &str) -> String {
-    use std::io::Write;
-    let mut child = Command::new(tool("promtool"))
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(page.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
 
 #[test]
 fn promtool_finds_nothing_to_report_on_any_profile() {
@@ -63,22 +28,7 @@ fn promtool_finds_nothing_to_report_on_any_profile() {
                 .args(&["-f", repo(csv).to_str().unwrap()])
                 .start();
             let (_, page) = e.get("/metrics");
-            let report = promtool_check(&page);
-            // Naming-style lints are inherent to dcgm-exporter's metric and label names, which
-            // users' dashboards rely on: counters without a _total suffix
-            // (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION), a type in the name
-            // (DCGM_FI_DEV_PCIE_REPLAY_COUNTER) and camelCase labels (modelName, UUID).
-            // Everything else promtool says counts as a failure.
-            const NAMING_LINTS: [&str; 3] = [
-                "counter metrics should have \"_total\" suffix",
-                "label names should be written in 'snake_case' not 'camelCase'",
-                "metric name should not include type 'counter'",
-            ];
-            let problems: Vec<&str> = report
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .filter(|l| !NAMING_LINTS.iter().any(|n| l.contains(n)))
-                .collect();
+            let problems = promtool_problems(&page);
             assert!(
                 problems.is_empty(),
                 "{p} with {csv}: promtool reported:\n{}",

@@ -25,6 +25,27 @@ pub struct Allocation {
     pub device_id: String,
 }
 
+/// One device a container got through Dynamic Resource Allocation: the claim, and the
+/// device as its driver's ResourceSlice names it (resolved by `dra`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimDevice {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub claim_name: String,
+    pub claim_namespace: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+/// What one `List` says: device-plugin allocations and DRA claim devices.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub devices: Vec<Allocation>,
+    pub claims: Vec<ClaimDevice>,
+}
+
 pub struct Kubelet {
     socket: PathBuf,
     runtime: tokio::runtime::Runtime,
@@ -68,7 +89,7 @@ impl Kubelet {
     }
 
     /// Every device allocation the kubelet knows, or why not, within `deadline`.
-    pub fn list(&mut self, deadline: Duration) -> Result<Vec<Allocation>, String> {
+    pub fn list(&mut self, deadline: Duration) -> Result<Listing, String> {
         let socket = self.socket.display().to_string();
         if !self.socket.exists() {
             return Err(format!(
@@ -88,30 +109,49 @@ impl Kubelet {
                 )
             })?
             .into_inner();
-        let mut out = Vec::new();
-        for pod in reply.pod_resources {
-            for c in pod.containers {
-                for d in c.devices {
-                    for id in d.device_ids {
-                        out.push(Allocation {
-                            namespace: pod.namespace.clone(),
-                            pod: pod.name.clone(),
-                            container: c.name.clone(),
-                            resource: d.resource_name.clone(),
-                            device_id: id,
-                        });
-                    }
+        Ok(listing(reply))
+    }
+}
+
+/// Flattens a `List` reply to one entry per device.
+pub fn listing(reply: proto::ListPodResourcesResponse) -> Listing {
+    let mut out = Listing::default();
+    for pod in reply.pod_resources {
+        for c in pod.containers {
+            for d in c.devices {
+                for id in d.device_ids {
+                    out.devices.push(Allocation {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: c.name.clone(),
+                        resource: d.resource_name.clone(),
+                        device_id: id,
+                    });
+                }
+            }
+            for claim in c.dynamic_resources {
+                for r in claim.claim_resources {
+                    out.claims.push(ClaimDevice {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: c.name.clone(),
+                        claim_name: claim.claim_name.clone(),
+                        claim_namespace: claim.claim_namespace.clone(),
+                        driver: r.driver_name,
+                        pool: r.pool_name,
+                        device: r.device_name,
+                    });
                 }
             }
         }
-        Ok(out)
     }
+    out
 }
 
 /// The last `List` answer, and how many refreshes have completed.
 struct Latest {
     done: u64,
-    result: Result<Vec<Allocation>, String>,
+    result: Result<Listing, String>,
 }
 
 /// Runs `List` on its own thread, once per collection: the collection triggers it before
@@ -134,7 +174,7 @@ impl Refresher {
         let latest = std::sync::Arc::new((
             std::sync::Mutex::new(Latest {
                 done: 0,
-                result: Ok(Vec::new()),
+                result: Ok(Listing::default()),
             }),
             std::sync::Condvar::new(),
         ));
@@ -176,7 +216,7 @@ impl Refresher {
     /// The answer to the last trigger, waiting up to `wait` for it; failing that, an answer
     /// that arrived since the last call (to an earlier trigger); `None` when nothing new
     /// came (the previous answer stays in use).
-    pub fn answer(&mut self, wait: Duration) -> Option<Result<Vec<Allocation>, String>> {
+    pub fn answer(&mut self, wait: Duration) -> Option<Result<Listing, String>> {
         let (lock, cv) = &*self.latest;
         let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
         let (guard, _) = cv

@@ -6,6 +6,7 @@
 
 pub mod container;
 pub mod device_ids;
+pub mod dra;
 pub mod hpc;
 pub mod kubeapi;
 pub mod kubelet;
@@ -60,6 +61,8 @@ pub struct Options {
     pub pod_uid: bool,
     /// Add the pod's labels from its `PodMetadata`.
     pub pod_labels: bool,
+    /// `--kubernetes-enable-dra`: copies of a GPU's series per DRA claim on it.
+    pub dra: bool,
     /// `--hpc-job-mapping-dir`.
     pub hpc_dir: Option<PathBuf>,
     /// Longest a kubelet call may take (it runs on its own thread).
@@ -113,6 +116,92 @@ pub struct PodRef {
     pub meta: Option<PodMeta>,
 }
 
+/// One container's DRA claim on a GPU (or on a MIG device of it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimRef {
+    pub pod: PodRef,
+    pub claim_name: String,
+    pub claim_namespace: String,
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+    /// (profile, MIG UUID) when the claimed device is a MIG device.
+    pub mig: Option<(String, String)>,
+}
+
+/// Claims by GPU UUID, and by (GPU UUID, GPU-instance id) for claimed MIG devices.
+#[derive(Default)]
+pub struct ClaimMap {
+    pub gpus: HashMap<String, Vec<ClaimRef>>,
+    pub instances: HashMap<(String, u32), Vec<ClaimRef>>,
+    /// `pool/device` of the GPU driver's claims no ResourceSlice describes, sorted, once each.
+    pub unresolved: Vec<String>,
+}
+
+/// Builds the claims per GPU from the kubelet's DRA devices, as dcgm-exporter's
+/// `toDeviceToPodsDRA`: only the `gpu.nvidia.com` driver; each device looked up in the
+/// driver's ResourceSlices; a MIG device's claim lands on its parent GPU (as upstream) and,
+/// where NVML places the MIG device, on its GPU instance too; one claim per container and
+/// GPU (the first listed).
+pub fn claim_map(
+    claims: &[kubelet::ClaimDevice],
+    devices: &dyn dra::DraDevices,
+    mig: &dyn Fn(&str) -> Option<MigLocation>,
+    metadata: Option<&dyn PodMetadata>,
+) -> ClaimMap {
+    let mut out = ClaimMap::default();
+    let fresh = |list: &[ClaimRef], c: &ClaimRef| {
+        !list.iter().any(|x| {
+            (&x.pod.namespace, &x.pod.pod, &x.pod.container)
+                == (&c.pod.namespace, &c.pod.pod, &c.pod.container)
+        })
+    };
+    for c in claims.iter().filter(|c| c.driver == dra::GPU_DRIVER) {
+        let Some(device) = devices.lookup(&c.pool, &c.device) else {
+            out.unresolved.push(format!("{}/{}", c.pool, c.device));
+            continue;
+        };
+        let claim = ClaimRef {
+            pod: PodRef {
+                namespace: c.namespace.clone(),
+                pod: c.pod.clone(),
+                container: c.container.clone(),
+                vgpu: None,
+                meta: metadata.and_then(|m| m.lookup(&c.namespace, &c.pod)),
+            },
+            claim_name: c.claim_name.clone(),
+            claim_namespace: c.claim_namespace.clone(),
+            driver: c.driver.clone(),
+            pool: c.pool.clone(),
+            device: c.device.clone(),
+            mig: match &device {
+                dra::SliceDevice::Mig { uuid, profile, .. } => {
+                    Some((profile.clone(), uuid.clone()))
+                }
+                dra::SliceDevice::Gpu { .. } => None,
+            },
+        };
+        if let dra::SliceDevice::Mig { uuid, .. } = &device {
+            if let Some(loc) = (!uuid.is_empty()).then(|| mig(uuid)).flatten() {
+                let list = out
+                    .instances
+                    .entry((loc.parent_uuid, loc.gpu_instance))
+                    .or_default();
+                if fresh(list, &claim) {
+                    list.push(claim.clone());
+                }
+            }
+        }
+        let list = out.gpus.entry(device.gpu_uuid().to_string()).or_default();
+        if fresh(list, &claim) {
+            list.push(claim);
+        }
+    }
+    out.unresolved.sort();
+    out.unresolved.dedup();
+    out
+}
+
 /// Everything the merge needs, built once per collection from the sources.
 #[derive(Default)]
 pub struct Snapshot {
@@ -127,6 +216,8 @@ pub struct Snapshot {
     /// Extra labels by GPU UUID (whole GPU) or (GPU UUID, GPU-instance id).
     pub gpu_labels: HashMap<String, Vec<(String, String)>>,
     pub instance_labels: HashMap<(String, u32), Vec<(String, String)>>,
+    /// DRA claims (`--kubernetes-enable-dra`).
+    pub claims: ClaimMap,
 }
 
 /// The identity of a GPU or GPU-instance series, read from its identity labels.
@@ -222,6 +313,15 @@ fn push(m: &mut Metric, name: &str, value: &str) {
     lp.set_name(name.to_string());
     lp.set_value(value.to_string());
     m.mut_label().push(lp);
+}
+
+/// Sets a label, replacing the value it had: a DRA claim names its own pod, whatever the
+/// device-plugin path said.
+fn set(m: &mut Metric, name: &str, value: &str) {
+    match m.mut_label().iter_mut().find(|l| l.get_name() == name) {
+        Some(l) => l.set_value(value.to_string()),
+        None => push(m, name, value),
+    }
 }
 
 fn set_value(m: &mut Metric, v: f64) {
@@ -341,6 +441,20 @@ pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
                 }
             }
         }
+        let claims = match subject.instance.as_deref().map(str::parse::<u32>) {
+            Some(Ok(gi)) => snap.claims.instances.get(&(subject.uuid.clone(), gi)),
+            Some(Err(_)) => None,
+            None => snap.claims.gpus.get(&subject.uuid),
+        };
+        if let Some(claims) = claims.filter(|c| opts.dra && !c.is_empty()) {
+            series = series
+                .into_iter()
+                .flat_map(|s| {
+                    let names = &names;
+                    claims.iter().map(move |c| claim_copy(&s, c, names, opts))
+                })
+                .collect();
+        }
         if let Some(jobs) = snap.hpc_jobs.get(&subject.hpc_key()) {
             series = series
                 .into_iter()
@@ -375,6 +489,36 @@ pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
         }
         series
     });
+}
+
+/// One claim's copy of a series: the claiming container's pod labels, replacing any the
+/// series had, and the claim's `dra_*` labels.
+fn claim_copy(m: &Metric, c: &ClaimRef, names: &LabelNames, opts: &Options) -> Metric {
+    let mut m = m.clone();
+    let p = &c.pod;
+    set(&mut m, names.pod, &p.pod);
+    set(&mut m, names.namespace, &p.namespace);
+    set(&mut m, names.container, &p.container);
+    if let Some(meta) = &p.meta {
+        if opts.pod_uid {
+            set(&mut m, "pod_uid", &meta.uid);
+        }
+        if opts.pod_labels {
+            for (k, v) in &meta.labels {
+                push(&mut m, k, v);
+            }
+        }
+    }
+    set(&mut m, "dra_claim_name", &c.claim_name);
+    set(&mut m, "dra_claim_namespace", &c.claim_namespace);
+    set(&mut m, "dra_driver_name", &c.driver);
+    set(&mut m, "dra_pool_name", &c.pool);
+    set(&mut m, "dra_device_name", &c.device);
+    if let Some((profile, uuid)) = &c.mig {
+        set(&mut m, "dra_mig_profile", profile);
+        set(&mut m, "dra_mig_device_uuid", uuid);
+    }
+    m
 }
 
 /// A pod's share of a per-process field: the sum over its processes on this GPU (or GPU
@@ -425,12 +569,13 @@ pub struct Attribution {
     opts: Options,
     kubelet: Option<kubelet::Refresher>,
     /// The last kubelet answer, used while a newer one is on its way.
-    allocations: Vec<kubelet::Allocation>,
+    allocations: kubelet::Listing,
     /// Whether `begin` asked the sources for this collection already.
     begun: bool,
     nvml: Option<Box<dyn NvmlView>>,
     hpc: Option<hpc::HpcDir>,
     metadata: Option<Arc<dyn PodMetadata>>,
+    dra: Option<Arc<dyn dra::DraDevices>>,
     sources: Vec<Box<dyn DeviceLabelSource>>,
     mig_cache: HashMap<String, MigLocation>,
     /// MIG UUIDs NVML could not resolve (warned about once each).
@@ -451,11 +596,12 @@ impl Attribution {
         };
         let mut a = Attribution {
             kubelet: None,
-            allocations: Vec::new(),
+            allocations: kubelet::Listing::default(),
             begun: false,
             nvml,
             hpc: opts.hpc_dir.clone().map(hpc::HpcDir::new),
             metadata: None,
+            dra: None,
             sources: Vec::new(),
             mig_cache: HashMap::new(),
             mig_unknown: HashSet::new(),
@@ -493,6 +639,12 @@ impl Attribution {
     /// Plugs in a Kubernetes API pod watch (UIDs and labels).
     pub fn with_metadata(mut self, md: Arc<dyn PodMetadata>) -> Attribution {
         self.metadata = Some(md);
+        self
+    }
+
+    /// Plugs in the DRA driver's ResourceSlices (`--kubernetes-enable-dra`).
+    pub fn with_dra(mut self, devices: Arc<dyn dra::DraDevices>) -> Attribution {
+        self.dra = Some(devices);
         self
     }
 
@@ -595,17 +747,33 @@ impl Attribution {
                 }
                 Err(e) => {
                     // Stale pods are worse than none: a failing kubelet clears the labels.
-                    self.allocations.clear();
+                    self.allocations = kubelet::Listing::default();
                     self.report("kubelet", Err(e));
                 }
             }
         }
         let allocations = std::mem::take(&mut self.allocations);
-        let mig_ids: HashSet<String> = allocations
+        let mut mig_ids: HashSet<String> = allocations
+            .devices
             .iter()
             .map(|a| a.device_id.clone())
             .filter(|id| id.starts_with(device_ids::MIG_UUID_PREFIX))
             .collect();
+        let dra = self.dra.clone().filter(|_| self.opts.dra);
+        if let Some(dra) = &dra {
+            // MIG devices claimed through DRA are placed on their GPU instance by NVML too.
+            for c in allocations
+                .claims
+                .iter()
+                .filter(|c| c.driver == dra::GPU_DRIVER)
+            {
+                if let Some(dra::SliceDevice::Mig { uuid, .. }) = dra.lookup(&c.pool, &c.device) {
+                    if !uuid.is_empty() {
+                        mig_ids.insert(uuid);
+                    }
+                }
+            }
+        }
         for id in &mig_ids {
             self.resolve_mig(id);
         }
@@ -613,12 +781,33 @@ impl Attribution {
         let mig = |id: &str| cache.get(device_ids::strip_vgpu_suffix(id)).cloned();
         let index = |uuid: &str| gpus.get(uuid).copied();
         snap.pods = pod_map(
-            &allocations,
+            &allocations.devices,
             &self.opts,
             &mig,
             &index,
             self.metadata.as_deref(),
         );
+        if let Some(dra) = &dra {
+            snap.claims = claim_map(
+                &allocations.claims,
+                dra.as_ref(),
+                &mig,
+                self.metadata.as_deref(),
+            );
+            if let Some(p) = dra.problem() {
+                self.report("dra", Err(p));
+            } else if dra.synced() {
+                let r = match snap.claims.unresolved.as_slice() {
+                    [] => Ok(()),
+                    missing => Err(format!(
+                        "no {} ResourceSlice describes claimed device(s) {}: their claims get no dra_* labels",
+                        dra::GPU_DRIVER,
+                        missing.join(", ")
+                    )),
+                };
+                self.report("dra", r);
+            }
+        }
         self.allocations = allocations;
 
         if self.opts.virtual_gpus && !snap.pods.is_empty() {

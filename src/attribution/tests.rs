@@ -17,6 +17,7 @@ fn opts() -> Options {
         old_names: false,
         pod_uid: false,
         pod_labels: false,
+        dra: true,
         hpc_dir: None,
         kubelet_deadline: Duration::from_secs(1),
         kubelet_wait: Duration::from_secs(1),
@@ -639,4 +640,250 @@ fn links_and_switches_are_never_attributed() {
             "{l:?}"
         );
     }
+}
+
+/// The driver's ResourceSlices as a map from (pool, device).
+struct Slices(Vec<(&'static str, &'static str, dra::SliceDevice)>);
+impl dra::DraDevices for Slices {
+    fn lookup(&self, pool: &str, device: &str) -> Option<dra::SliceDevice> {
+        self.0
+            .iter()
+            .find(|(p, d, _)| *p == pool && *d == device)
+            .map(|(_, _, x)| x.clone())
+    }
+    fn synced(&self) -> bool {
+        true
+    }
+}
+
+/// `TestPodDRAInfo`'s claim: `claim1`/`ns1`, driver gpu.nvidia.com, pool `poolA`, device
+/// `gpu-x`, held by container `ctr1` of `default/pod1`.
+fn claim(pod: &str, container: &str, driver: &str, device: &str) -> kubelet::ClaimDevice {
+    kubelet::ClaimDevice {
+        namespace: "default".into(),
+        pod: pod.into(),
+        container: container.into(),
+        claim_name: "claim1".into(),
+        claim_namespace: "ns1".into(),
+        driver: driver.into(),
+        pool: "poolA".into(),
+        device: device.into(),
+    }
+}
+
+const DRA_GPU: &str = "GPU-8a748984-0fe7-297f-916c-4b998ce202d1";
+
+#[test]
+fn dra_claims_are_keyed_by_the_uuid_their_resource_slice_gives() {
+    // Upstream's three TestPodDRAInfo cases.
+    let gpu = Slices(vec![(
+        "poolA",
+        "gpu-x",
+        dra::SliceDevice::Gpu {
+            uuid: DRA_GPU.into(),
+        },
+    )]);
+    let claims = [claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x")];
+    let m = claim_map(&claims, &gpu, &|_| None, None);
+    assert_eq!(m.gpus.keys().collect::<Vec<_>>(), [DRA_GPU]);
+    let c = &m.gpus[DRA_GPU][0];
+    assert_eq!(
+        (
+            c.pod.pod.as_str(),
+            c.pod.namespace.as_str(),
+            c.pod.container.as_str()
+        ),
+        ("pod1", "default", "ctr1")
+    );
+    assert_eq!(
+        (c.claim_name.as_str(), c.claim_namespace.as_str()),
+        ("claim1", "ns1")
+    );
+    assert_eq!(c.mig, None);
+
+    let m = claim_map(&claims, &Slices(vec![]), &|_| None, None);
+    assert!(m.gpus.is_empty());
+    assert_eq!(m.unresolved, ["poolA/gpu-x"]);
+
+    let mig = Slices(vec![(
+        "poolA",
+        "gpu-x",
+        dra::SliceDevice::Mig {
+            parent_uuid: "GPU-parent-uuid".into(),
+            uuid: "MIG-12345".into(),
+            profile: "1g.12gb".into(),
+        },
+    )]);
+    let m = claim_map(&claims, &mig, &|_| None, None);
+    assert_eq!(m.gpus.keys().collect::<Vec<_>>(), ["GPU-parent-uuid"]);
+    assert_eq!(
+        m.gpus["GPU-parent-uuid"][0].mig,
+        Some(("1g.12gb".to_string(), "MIG-12345".to_string()))
+    );
+    assert!(m.instances.is_empty(), "NVML did not place the MIG device");
+}
+
+#[test]
+fn dra_claims_of_other_drivers_and_repeats_of_a_container_are_dropped() {
+    let gpu = Slices(vec![(
+        "poolA",
+        "gpu-x",
+        dra::SliceDevice::Gpu {
+            uuid: DRA_GPU.into(),
+        },
+    )]);
+    let claims = [
+        claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
+        claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
+        claim("pod1", "ctr2", dra::GPU_DRIVER, "gpu-x"),
+        claim("pod2", "ctr1", "compute-domain.nvidia.com", "gpu-x"),
+    ];
+    let m = claim_map(&claims, &gpu, &|_| None, None);
+    let held: Vec<&str> = m.gpus[DRA_GPU]
+        .iter()
+        .map(|c| c.pod.container.as_str())
+        .collect();
+    assert_eq!(held, ["ctr1", "ctr2"]);
+    assert!(m.unresolved.is_empty());
+}
+
+#[test]
+fn a_dra_claim_copies_its_gpus_series_with_dra_labels() {
+    let gpu = Slices(vec![(
+        "poolA",
+        "gpu-x",
+        dra::SliceDevice::Gpu {
+            uuid: DRA_GPU.into(),
+        },
+    )]);
+    let claims = [
+        claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
+        claim("pod2", "main", dra::GPU_DRIVER, "gpu-x"),
+    ];
+    let mut o = opts();
+    o.pod_uid = true;
+    o.pod_labels = true;
+    let snap = Snapshot {
+        claims: claim_map(&claims, &gpu, &|_| None, Some(&Meta)),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    gpu_series(&mut page, "X", DRA_GPU, "", "", 7.0);
+    gpu_series(&mut page, "X", "GPU-unclaimed", "", "", 8.0);
+    merge(&mut page, &snap, &o);
+    let out = series(page);
+    assert_eq!(out.len(), 3, "{out:?}");
+    for (i, (pod, container)) in [("pod1", "ctr1"), ("pod2", "main")].into_iter().enumerate() {
+        let (l, v) = &out[i];
+        assert_eq!(*v, 7.0);
+        assert_eq!(l["pod"], pod);
+        assert_eq!(l["namespace"], "default");
+        assert_eq!(l["container"], container);
+        assert_eq!(l["dra_claim_name"], "claim1");
+        assert_eq!(l["dra_claim_namespace"], "ns1");
+        assert_eq!(l["dra_driver_name"], "gpu.nvidia.com");
+        assert_eq!(l["dra_pool_name"], "poolA");
+        assert_eq!(l["dra_device_name"], "gpu-x");
+        assert!(!l.contains_key("dra_mig_profile"));
+        // Upstream leaves these off DRA series (its issue #718); the flags ask for them.
+        assert_eq!(l["pod_uid"], format!("uid-of-default-{pod}"));
+        assert_eq!(l["app"], format!("{pod}-app"));
+    }
+    assert_eq!(out[2].1, 8.0);
+    assert!(!out[2].0.contains_key("pod") && !out[2].0.contains_key("dra_claim_name"));
+
+    // Off unless asked for; with -o the pod labels take the old names.
+    for (dra, old) in [(false, false), (true, true)] {
+        let mut o = opts();
+        o.dra = dra;
+        o.old_names = old;
+        let mut page = Page::default();
+        gpu_series(&mut page, "X", DRA_GPU, "", "", 7.0);
+        merge(&mut page, &snap, &o);
+        let out = series(page);
+        if dra {
+            assert_eq!(out.len(), 2);
+            assert_eq!(out[0].0["pod_name"], "pod1");
+            assert_eq!(out[0].0["container_name"], "ctr1");
+            assert!(!out[0].0.contains_key("pod"));
+        } else {
+            assert_eq!(out.len(), 1);
+            assert!(!out[0].0.contains_key("dra_claim_name"));
+        }
+    }
+}
+
+#[test]
+fn a_dra_mig_claim_reaches_the_parent_gpu_and_its_gpu_instance() {
+    let mig = Slices(vec![(
+        "poolA",
+        "gpu-0-mig-3",
+        dra::SliceDevice::Mig {
+            parent_uuid: PARENT.into(),
+            uuid: "MIG-5c89b9e2-8f3a-5b8e-9d2a-1a2b3c4d5e6f".into(),
+            profile: "1g.10gb".into(),
+        },
+    )]);
+    let claims = [claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-0-mig-3")];
+    let snap = Snapshot {
+        // NVML places every MIG device at GPU instance 3 of PARENT (upstream's mock).
+        claims: claim_map(&claims, &mig, &mock_mig, None),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    gpu_series(&mut page, "X", PARENT, "", "", 1.0);
+    gpu_series(&mut page, "X", PARENT, "1g.10gb", "3", 2.0);
+    gpu_series(&mut page, "X", PARENT, "1g.10gb", "5", 3.0);
+    merge(&mut page, &snap, &opts());
+    let out = series(page);
+    assert_eq!(out.len(), 3);
+    for (l, v) in &out[..2] {
+        assert_eq!(l["pod"], "pod1", "value {v}");
+        assert_eq!(l["dra_mig_profile"], "1g.10gb");
+        assert_eq!(
+            l["dra_mig_device_uuid"],
+            "MIG-5c89b9e2-8f3a-5b8e-9d2a-1a2b3c4d5e6f"
+        );
+    }
+    assert_eq!(out[1].0["GPU_I_ID"], "3");
+    assert!(!out[2].0.contains_key("pod"), "another GPU instance");
+}
+
+#[test]
+fn a_kubelet_reply_with_dynamic_resources_lists_each_claimed_device() {
+    use kubelet::proto;
+    let reply = proto::ListPodResourcesResponse {
+        pod_resources: vec![proto::PodResources {
+            name: "pod1".into(),
+            namespace: "default".into(),
+            containers: vec![proto::ContainerResources {
+                name: "ctr1".into(),
+                devices: vec![],
+                dynamic_resources: vec![proto::DynamicResource {
+                    claim_name: "claim1".into(),
+                    claim_namespace: "ns1".into(),
+                    claim_resources: vec![
+                        proto::ClaimResource {
+                            driver_name: "gpu.nvidia.com".into(),
+                            pool_name: "poolA".into(),
+                            device_name: "gpu-0".into(),
+                        },
+                        proto::ClaimResource {
+                            driver_name: "gpu.nvidia.com".into(),
+                            pool_name: "poolA".into(),
+                            device_name: "gpu-1".into(),
+                        },
+                    ],
+                }],
+            }],
+        }],
+    };
+    let l = kubelet::listing(reply);
+    assert!(l.devices.is_empty());
+    let devices: Vec<&str> = l.claims.iter().map(|c| c.device.as_str()).collect();
+    assert_eq!(devices, ["gpu-0", "gpu-1"]);
+    assert_eq!(
+        l.claims[1],
+        claim("pod1", "ctr1", "gpu.nvidia.com", "gpu-1")
+    );
 }

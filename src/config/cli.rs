@@ -259,7 +259,7 @@ pub struct Config {
     /// Gzip debug dumps (`.json.gz`).
     #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub dump_compression: bool,
-    /// Map GPUs to pods through DRA ResourceSlices (not supported yet).
+    /// With -k, copy a GPU's series per DRA claim on it (dra_* labels), through the kubelet and the gpu.nvidia.com ResourceSlices.
     #[arg(long, env = "KUBERNETES_ENABLE_DRA", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub kubernetes_enable_dra: bool,
     /// Skip the startup check for libdcgm.so.4 (accepted; loading the library checks it).
@@ -533,16 +533,6 @@ impl Config {
     pub fn remote_hostengine(&self) -> Option<&str> {
         self.remote_set
             .then_some(self.remote_hostengine_info.as_str())
-    }
-
-    /// Long names (without dashes) of the options set to a value whose feature this
-    /// exporter does not have yet; starting with any of them would silently do less than
-    /// asked, so the caller refuses to start.
-    pub fn unsupported_options(&self) -> Vec<&'static str> {
-        [(self.kubernetes_enable_dra, "kubernetes-enable-dra")]
-            .into_iter()
-            .filter_map(|(set, name)| set.then_some(name))
-            .collect()
     }
 }
 
@@ -821,7 +811,6 @@ mod tests {
         assert_eq!(c.dump_retention, 24);
         assert!(!c.debug && !c.no_hostname && c.dump_compression && !c.list_fields);
         assert!(c.nvidia_resource_names.is_empty() && c.dcgm_library.is_none());
-        assert!(c.unsupported_options().is_empty());
     }
 
     #[test]
@@ -1053,45 +1042,6 @@ mod tests {
             assert_eq!(c.collect_interval, 30000);
         }
         assert_eq!(parse(&[]).unwrap().remote_hostengine(), None);
-    }
-
-    #[test]
-    fn unsupported_features_are_reported_when_set() {
-        let _g = lock();
-        let c = parse(&["-k", "--web-config-file", "w.yml", "-m", "ns:cm"]).unwrap();
-        assert!(c.unsupported_options().is_empty());
-        let c = parse(&[
-            "--kubernetes-enable-pod-labels",
-            "--kubernetes-enable-pod-uid",
-            "--kubernetes-gpu-id-type=device-name",
-            "--kubernetes-pod-label-allowlist-regex=x",
-            "--kubernetes-virtual-gpus",
-            "--kubernetes-enable-dra",
-            "--nvidia-resource-names=nvidia.com/a100",
-            "--dump-enabled",
-            "--hpc-job-mapping-dir=/d",
-            "--enable-gpu-bind-unbind-watch",
-            "--config-file=c.yml",
-            "--container-labels",
-            "--fake-gpus",
-            // Only with --kubernetes:
-            "--pod-resources-kubelet-socket=/s",
-        ])
-        .unwrap();
-        assert_eq!(c.unsupported_options(), vec!["kubernetes-enable-dra",]);
-        let c = parse(&["-k", "--pod-resources-kubelet-socket=/s"]).unwrap();
-        assert!(c.unsupported_options().is_empty());
-        // Set, but to the default: nothing to refuse.
-        let c = parse(&[
-            "--kubernetes=false",
-            "-m",
-            "none",
-            "--kubernetes-gpu-id-type=uid",
-            "--dump-directory=/x",
-            "--web-read-timeout=5s",
-        ])
-        .unwrap();
-        assert!(c.unsupported_options().is_empty());
     }
 
     #[test]

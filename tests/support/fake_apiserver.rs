@@ -1,9 +1,12 @@
 //! A Kubernetes API server double on loopback HTTP that speaks the real JSON and watch
-//! protocol for the core/v1 resources the exporter reads (pods, configmaps): GET of one
-//! object, LIST with `metadata.resourceVersion`, and WATCH (`?watch=true&resourceVersion=N`)
-//! as a chunked stream of `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...}` lines,
-//! replaying what happened after N. Field selectors `a.b=value` are applied as the real
-//! server does for `spec.nodeName` and `metadata.name`. Every request line is recorded.
+//! protocol for the resources the exporter reads (core/v1 pods and configmaps, and DRA's
+//! cluster-scoped `resource.k8s.io` ResourceSlices in whichever versions the test says are
+//! served): GET of one object, LIST with `metadata.resourceVersion`, WATCH
+//! (`?watch=true&resourceVersion=N`) as a chunked stream of
+//! `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...}` lines replaying what happened
+//! after N, and group discovery at `/apis`. Field selectors `a.b=value` are applied as the
+//! real server does for `spec.nodeName`, `spec.driver` and `metadata.name`. Every request
+//! line is recorded.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -24,6 +27,10 @@ struct State {
     /// Every change: (resourceVersion, resource, event type, object).
     log: Vec<Change>,
     requests: Vec<String>,
+    /// API groups served under /apis: (group, versions, preferred first).
+    groups: Vec<(String, Vec<String>)>,
+    /// Resources the exporter's service account may not read (answered 403).
+    forbidden: Vec<String>,
 }
 
 pub struct FakeApiServer {
@@ -108,6 +115,25 @@ impl FakeApiServer {
         cv.notify_all();
     }
 
+    /// Serves an API group in these versions (listed at /apis; its resources answer in
+    /// each). Objects are stored once: as a real server converts, every version shows them.
+    pub fn serve_group(&self, group: &str, versions: &[&str]) {
+        self.state.0.lock().unwrap().groups.push((
+            group.to_string(),
+            versions.iter().map(|v| v.to_string()).collect(),
+        ));
+    }
+
+    /// Answers requests for `resource` (e.g. "resourceslices") with 403 Forbidden, as a
+    /// server whose RBAC lacks the rule does, or serves it again.
+    pub fn forbid(&self, resource: &str, forbidden: bool) {
+        let mut s = self.state.0.lock().unwrap();
+        s.forbidden.retain(|r| r != resource);
+        if forbidden {
+            s.forbidden.push(resource.to_string());
+        }
+    }
+
     pub fn requests(&self) -> Vec<String> {
         self.state.0.lock().unwrap().requests.clone()
     }
@@ -137,6 +163,7 @@ fn resource_of(kind: &str) -> String {
     match kind {
         "Pod" => "pods".into(),
         "ConfigMap" => "configmaps".into(),
+        "ResourceSlice" => "resourceslices".into(),
         other => panic!("the fake API server does not serve {other}"),
     }
 }
@@ -164,6 +191,19 @@ pub fn configmap(ns: &str, name: &str, data: &[(&str, &str)]) -> Value {
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"namespace": ns, "name": name, "uid": format!("cm-{ns}-{name}")},
         "data": data
+    })
+}
+
+/// A DRA ResourceSlice of NVIDIA's GPU driver for one node's pool, with `devices` as given
+/// (their shape differs between API versions: `attributes` in v1, `basic.attributes` in
+/// v1beta1).
+pub fn resource_slice(api_version: &str, name: &str, node: &str, devices: Value) -> Value {
+    json!({
+        "apiVersion": api_version, "kind": "ResourceSlice",
+        "metadata": {"name": name, "uid": format!("rs-{name}")},
+        "spec": {"driver": "gpu.nvidia.com", "nodeName": node,
+                 "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                 "devices": devices}
     })
 }
 
@@ -276,8 +316,38 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
     while let Some(req) = read_request(&mut reader) {
         state.0.lock().unwrap().requests.push(req.line.clone());
         let parts: Vec<&str> = req.path.trim_matches('/').split('/').collect();
-        // api/v1/pods | api/v1/namespaces/NS/RES | api/v1/namespaces/NS/RES/NAME
+        if parts[..] == ["apis"] {
+            let groups: Vec<Value> = state
+                .0
+                .lock()
+                .unwrap()
+                .groups
+                .iter()
+                .map(|(g, vs)| {
+                    let gv = |v: &String| json!({"groupVersion": format!("{g}/{v}"), "version": v});
+                    json!({"name": g, "versions": vs.iter().map(gv).collect::<Vec<_>>(),
+                       "preferredVersion": gv(&vs[0])})
+                })
+                .collect();
+            let list = json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups});
+            if respond(&mut conn, "200 OK", &list).is_err() {
+                return;
+            }
+            continue;
+        }
+        // api/v1/pods | api/v1/namespaces/NS/RES | api/v1/namespaces/NS/RES/NAME |
+        // apis/GROUP/VERSION/RES (cluster-scoped, in a served version)
+        let served = |g: &str, v: &str| {
+            state
+                .0
+                .lock()
+                .unwrap()
+                .groups
+                .iter()
+                .any(|(sg, vs)| sg == g && vs.iter().any(|x| x == v))
+        };
         let (resource, ns, name) = match parts[..] {
+            ["apis", g, v, res] if served(g, v) => (res.to_string(), Some(String::new()), None),
             ["api", "v1", res] => (res.to_string(), None, None),
             ["api", "v1", "namespaces", ns, res] => (res.to_string(), Some(ns.to_string()), None),
             ["api", "v1", "namespaces", ns, res, name] => (
@@ -290,6 +360,15 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
                 continue;
             }
         };
+        if state.0.lock().unwrap().forbidden.contains(&resource) {
+            let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
+                "status": "Failure", "reason": "Forbidden", "code": 403,
+                "message": format!("{resource} is forbidden: User \"system:serviceaccount:gpu:dcgm-exporter\" cannot list resource \"{resource}\"")});
+            if respond(&mut conn, "403 Forbidden", &status).is_err() {
+                return;
+            }
+            continue;
+        }
         let selector = req.query.get("fieldSelector");
         let in_scope = |(r, n, _): &(String, String, String), obj: &Value| {
             *r == resource
@@ -319,10 +398,10 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
                 .get("resourceVersion")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
-            let kind = if resource == "pods" {
-                "Pod"
-            } else {
-                "ConfigMap"
+            let kind = match resource.as_str() {
+                "pods" => "Pod",
+                "resourceslices" => "ResourceSlice",
+                _ => "ConfigMap",
             };
             watch(conn, &state, from, kind, &|rv: &Change| {
                 let key = (
@@ -349,6 +428,7 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
             .collect();
         let kind = match resource.as_str() {
             "pods" => "PodList",
+            "resourceslices" => "ResourceSliceList",
             _ => "ConfigMapList",
         };
         let list = json!({"kind": kind, "apiVersion": "v1",

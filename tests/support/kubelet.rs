@@ -60,6 +60,41 @@ pub fn pod(
                     device_ids: ids.iter().map(|s| s.to_string()).collect(),
                 })
                 .collect(),
+            dynamic_resources: Vec::new(),
+        }],
+    }
+}
+
+/// A DRA claim's devices on NVIDIA's GPU driver: (pool, device name) each.
+pub fn claim(name: &str, namespace: &str, devices: &[(&str, &str)]) -> proto::DynamicResource {
+    proto::DynamicResource {
+        claim_name: name.into(),
+        claim_namespace: namespace.into(),
+        claim_resources: devices
+            .iter()
+            .map(|(pool, device)| proto::ClaimResource {
+                driver_name: "gpu.nvidia.com".into(),
+                pool_name: pool.to_string(),
+                device_name: device.to_string(),
+            })
+            .collect(),
+    }
+}
+
+/// One pod with one container holding DRA `claims` (and no device-plugin devices).
+pub fn dra_pod(
+    ns: &str,
+    name: &str,
+    container: &str,
+    claims: Vec<proto::DynamicResource>,
+) -> proto::PodResources {
+    proto::PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![proto::ContainerResources {
+            name: container.into(),
+            devices: Vec::new(),
+            dynamic_resources: claims,
         }],
     }
 }

@@ -55,6 +55,12 @@ pub fn nvml_library() -> PathBuf {
     sim_built().join("libnvidia-ml.so.1")
 }
 
+/// The exporter with the simulated NVML (`libnvidia-ml.so.1`) on its library path.
+pub fn with_sim_nvml(b: ExporterBuilder) -> ExporterBuilder {
+    let dir = nvml_library();
+    b.env("LD_LIBRARY_PATH", dir.parent().unwrap().to_str().unwrap())
+}
+
 pub fn hostengine_binary() -> PathBuf {
     sim_built().join("dcgm-sim-hostengine")
 }

@@ -21,6 +21,61 @@ pub fn have(tool: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// A tool this test needs, by name; fails the test, saying how to install it, when absent.
+pub fn tool(name: &str) -> String {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()
+        .map(|o| o.status.success());
+    assert!(
+        found.unwrap_or(false),
+        "`{name}` is required by this test and was not found: apt-get install prometheus (.ci/run does this)"
+    );
+    name.to_string()
+}
+
+/// What `promtool check metrics` reports on a page (empty when it finds nothing).
+pub fn promtool_check(page: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new(tool("promtool"))
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// What `promtool check metrics` finds wrong with a page, less the naming-style lints that
+/// are inherent to dcgm-exporter's metric and label names, which users' dashboards rely on:
+/// counters without a _total suffix (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION), a type in the
+/// name (DCGM_FI_DEV_PCIE_REPLAY_COUNTER) and camelCase labels (modelName, UUID).
+pub fn promtool_problems(page: &str) -> Vec<String> {
+    const NAMING_LINTS: [&str; 3] = [
+        "counter metrics should have \"_total\" suffix",
+        "label names should be written in 'snake_case' not 'camelCase'",
+        "metric name should not include type 'counter'",
+    ];
+    promtool_check(page)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !NAMING_LINTS.iter().any(|n| l.contains(n)))
+        .map(str::to_string)
+        .collect()
+}
+
 impl Prometheus {
     /// Starts Prometheus scraping `targets` (host:port) as job `dcgm`.
     pub fn start(targets: &[String]) -> Prometheus {

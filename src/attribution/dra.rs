@@ -1,0 +1,427 @@
+//! Dynamic Resource Allocation (`--kubernetes-enable-dra`): GPUs that NVIDIA's DRA driver
+//! (`gpu.nvidia.com`) hands to containers. The kubelet names each device by claim, pool and
+//! device name only; the driver's ResourceSlices say which GPU (its UUID) or MIG device
+//! (parent UUID, profile, MIG UUID) that is. This module keeps those slices, from a watch,
+//! in a cache the attribution stage reads, as dcgm-exporter's ResourceSlice informer.
+//!
+//! The API version is the newest `resource.k8s.io` version the server offers (v1 since
+//! Kubernetes 1.34; v1beta2 and v1beta1 before), found by discovery: the objects are the
+//! same in every version, only where device attributes sit differs (`basic.attributes` in
+//! v1beta1, `attributes` later), and both are read.
+
+use super::kubeapi::KubeApi;
+use futures_util::StreamExt;
+use kube::api::{ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// The only DRA driver whose devices are GPUs this exporter reads.
+pub const GPU_DRIVER: &str = "gpu.nvidia.com";
+pub const GROUP: &str = "resource.k8s.io";
+/// Versions of the group that serve ResourceSlices, preferred first.
+pub const VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
+
+/// What the driver's ResourceSlice says one device is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SliceDevice {
+    Gpu {
+        uuid: String,
+    },
+    Mig {
+        parent_uuid: String,
+        /// `MIG-…`, empty when the driver did not publish it.
+        uuid: String,
+        profile: String,
+    },
+}
+
+impl SliceDevice {
+    /// The GPU whose series the device's claims are copied onto.
+    pub fn gpu_uuid(&self) -> &str {
+        match self {
+            SliceDevice::Gpu { uuid } => uuid,
+            SliceDevice::Mig { parent_uuid, .. } => parent_uuid,
+        }
+    }
+}
+
+/// Looks devices up by (pool, device name); the stage reads it once per collection.
+pub trait DraDevices: Send + Sync {
+    fn lookup(&self, pool: &str, device: &str) -> Option<SliceDevice>;
+    /// Whether the first complete list of slices has arrived (before it, a device that is
+    /// not found is not yet a problem worth reporting).
+    fn synced(&self) -> bool;
+    /// Why the slices cannot be read right now (discovery or the watch failing, or no
+    /// ResourceSlices in the cluster), for /health.
+    fn problem(&self) -> Option<String> {
+        None
+    }
+}
+
+/// One ResourceSlice of the GPU driver: its pool and its devices by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Slice {
+    pub pool: String,
+    pub devices: HashMap<String, SliceDevice>,
+}
+
+/// A device attribute's string value; a name may carry the driver's domain or not (the
+/// DRA API treats `type` and `gpu.nvidia.com/type` as the same attribute of this driver).
+fn attribute<'a>(attrs: &'a Value, name: &str) -> Option<&'a str> {
+    let v = attrs
+        .get(name)
+        .or_else(|| attrs.get(format!("{GPU_DRIVER}/{name}")))?;
+    v.get("string")?.as_str().filter(|s| !s.is_empty())
+}
+
+/// Device types that are neither `gpu` nor `mig` (warned about once each).
+#[derive(Default)]
+struct Unknown(Mutex<HashSet<String>>);
+
+impl Unknown {
+    fn note(&self, pool: &str, device: &str, kind: &str) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.insert(kind.to_string()) {
+            tracing::warn!(
+                "DRA: device {pool}/{device} of driver {GPU_DRIVER} has type {kind:?} (not gpu or mig): its claims get no dra_* labels"
+            );
+        }
+    }
+}
+
+/// The GPU driver's part of a ResourceSlice's `spec`, or None for another driver's slice.
+/// Devices without the attributes that identify them are left out, as upstream does.
+fn parse_spec(spec: &Value, unknown: &Unknown) -> Option<Slice> {
+    if spec.get("driver")?.as_str()? != GPU_DRIVER {
+        return None;
+    }
+    let pool = spec.get("pool")?.get("name")?.as_str()?.to_string();
+    let mut devices = HashMap::new();
+    for dev in spec
+        .get("devices")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(name) = dev.get("name").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(attrs) = dev
+            .get("attributes")
+            .or_else(|| dev.get("basic").and_then(|b| b.get("attributes")))
+        else {
+            continue;
+        };
+        let found = match attribute(attrs, "type").unwrap_or("") {
+            "gpu" => attribute(attrs, "uuid").map(|u| SliceDevice::Gpu {
+                uuid: u.to_string(),
+            }),
+            "mig" => attribute(attrs, "parentUUID").map(|p| SliceDevice::Mig {
+                parent_uuid: p.to_string(),
+                uuid: attribute(attrs, "uuid").unwrap_or("").to_string(),
+                profile: attribute(attrs, "profile").unwrap_or("").to_string(),
+            }),
+            other => {
+                unknown.note(&pool, name, other);
+                None
+            }
+        };
+        if let Some(d) = found {
+            devices.insert(name.to_string(), d);
+        }
+    }
+    Some(Slice { pool, devices })
+}
+
+/// ResourceSlice name -> the slice.
+type Slices = HashMap<String, Slice>;
+
+/// The cache the watch fills.
+#[derive(Default)]
+pub struct SliceCache {
+    slices: RwLock<Slices>,
+    synced: AtomicBool,
+    unknown: Unknown,
+    problem: Mutex<Option<String>>,
+}
+
+impl DraDevices for SliceCache {
+    fn lookup(&self, pool: &str, device: &str) -> Option<SliceDevice> {
+        let slices = self.slices.read().unwrap_or_else(|p| p.into_inner());
+        // A pool may span several slices; there are few, so a scan is cheap.
+        slices
+            .values()
+            .filter(|s| s.pool == pool)
+            .find_map(|s| s.devices.get(device).cloned())
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    fn problem(&self) -> Option<String> {
+        self.problem
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+impl SliceCache {
+    /// Reads one ResourceSlice object (as JSON, any served version).
+    fn parse(&self, obj: &Value) -> Option<(String, Slice)> {
+        let name = obj.get("metadata")?.get("name")?.as_str()?.to_string();
+        let slice = parse_spec(obj.get("spec")?, &self.unknown)?;
+        Some((name, slice))
+    }
+
+    fn set_problem(&self, p: Option<String>) {
+        *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Slices> {
+        self.slices.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A slice added or changed (a slice of another driver is ignored).
+    pub fn apply(&self, obj: &Value) {
+        if let Some((name, slice)) = self.parse(obj) {
+            self.write().insert(name, slice);
+        }
+    }
+
+    pub fn delete(&self, obj: &Value) {
+        if let Some(name) = obj
+            .get("metadata")
+            .and_then(|m| m.get("name"))
+            .and_then(Value::as_str)
+        {
+            self.write().remove(name);
+        }
+    }
+
+    /// A complete list, replacing whatever was known (slices deleted while the watch was
+    /// down disappear).
+    pub fn replace(&self, objects: &[Value]) {
+        let all = objects.iter().filter_map(|o| self.parse(o)).collect();
+        *self.write() = all;
+        self.synced.store(true, Ordering::Release);
+    }
+
+    /// Follows the watch: a (re)list is gathered and swapped in once complete; single
+    /// events update the cache in place.
+    async fn follow(self: Arc<Self>, api: kube::Api<DynamicObject>, config: watcher::Config) {
+        let mut events = watcher::watcher(api, config).default_backoff().boxed();
+        let mut listing: Option<Vec<Value>> = None;
+        let json = |o: DynamicObject| serde_json::to_value(o).unwrap_or(Value::Null);
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(Event::Init) => listing = Some(Vec::new()),
+                Ok(Event::InitApply(o)) => {
+                    if let Some(l) = &mut listing {
+                        l.push(json(o));
+                    }
+                }
+                Ok(Event::InitDone) => {
+                    if let Some(l) = listing.take() {
+                        self.replace(&l);
+                    }
+                    self.set_problem(None);
+                }
+                Ok(Event::Apply(o)) => self.apply(&json(o)),
+                Ok(Event::Delete(o)) => self.delete(&json(o)),
+                // The stage logs it (once per change) and shows it on /health.
+                Err(e) => self.set_problem(Some(format!("ResourceSlice watch: {e}"))),
+            }
+        }
+    }
+}
+
+/// The newest of `VERSIONS` the server offers for the group, from discovery; Ok(None) when
+/// the server has no such group (DRA is not enabled in the cluster).
+async fn served_version(client: &kube::Client) -> Result<Option<&'static str>, String> {
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| format!("API discovery (/apis): {e}"))?;
+    let Some(group) = groups.groups.iter().find(|g| g.name == GROUP) else {
+        return Ok(None);
+    };
+    Ok(VERSIONS
+        .into_iter()
+        .find(|v| group.versions.iter().any(|gv| gv.version == *v)))
+}
+
+/// The ResourceSlice resource in one version of the group.
+pub fn resource(version: &str) -> ApiResource {
+    ApiResource {
+        group: GROUP.into(),
+        version: version.into(),
+        api_version: format!("{GROUP}/{version}"),
+        kind: "ResourceSlice".into(),
+        plural: "resourceslices".into(),
+    }
+}
+
+/// Finds the served version (retrying while the server cannot be reached), then watches
+/// the GPU driver's slices of every node: a claim names its pool, which need not be this
+/// node's (a pool can span nodes), so no node filter is applied, as upstream.
+async fn discover_and_follow(cache: Arc<SliceCache>, client: kube::Client, source: String) {
+    let mut backoff = Duration::from_millis(500);
+    let version = loop {
+        match served_version(&client).await {
+            Ok(Some(v)) => {
+                cache.set_problem(None);
+                break v;
+            }
+            Ok(None) => {
+                cache.set_problem(Some(format!(
+                    "{source} serves no {GROUP} ResourceSlices (is DynamicResourceAllocation enabled?): dra_* labels are off"
+                )));
+                return;
+            }
+            Err(e) => {
+                cache.set_problem(Some(e));
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    };
+    tracing::info!("DRA: watching {GROUP}/{version} ResourceSlices of driver {GPU_DRIVER}");
+    let api = kube::Api::<DynamicObject>::all_with(client, &resource(version));
+    let config = watcher::Config::default().fields(&format!("spec.driver={GPU_DRIVER}"));
+    cache.follow(api, config).await;
+}
+
+/// Starts discovery and the watch; the cache fills as the API server answers.
+pub fn watch(api: &KubeApi) -> Arc<SliceCache> {
+    let cache = Arc::new(SliceCache::default());
+    api.spawn(discover_and_follow(
+        cache.clone(),
+        api.client(),
+        api.source.clone(),
+    ));
+    cache
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A slice as NVIDIA's DRA driver publishes it, in v1 shape (attributes on the device).
+    fn v1_slice(name: &str, pool: &str, devices: Value) -> Value {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {"driver": GPU_DRIVER, "nodeName": pool,
+                     "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+                     "devices": devices}
+        })
+    }
+
+    fn gpu(name: &str, uuid: &str) -> Value {
+        json!({"name": name, "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": uuid},
+            "productName": {"string": "NVIDIA H100 80GB HBM3"}, "index": {"int": 0}}})
+    }
+
+    fn mig(name: &str, parent: &str, uuid: &str, profile: &str) -> Value {
+        json!({"name": name, "attributes": {
+            "type": {"string": "mig"}, "parentUUID": {"string": parent},
+            "uuid": {"string": uuid}, "profile": {"string": profile}}})
+    }
+
+    #[test]
+    fn gpus_and_mig_devices_are_found_by_pool_and_name() {
+        let c = SliceCache::default();
+        assert!(!c.synced());
+        c.replace(&[v1_slice(
+            "node-a-gpu.nvidia.com-x1",
+            "node-a",
+            json!([
+                gpu("gpu-0", "GPU-aaaa"),
+                mig("gpu-1-mig-1g10gb-0", "GPU-bbbb", "MIG-cccc", "1g.10gb")
+            ]),
+        )]);
+        assert!(c.synced());
+        assert_eq!(
+            c.lookup("node-a", "gpu-0"),
+            Some(SliceDevice::Gpu {
+                uuid: "GPU-aaaa".into()
+            })
+        );
+        let m = c.lookup("node-a", "gpu-1-mig-1g10gb-0").unwrap();
+        assert_eq!(m.gpu_uuid(), "GPU-bbbb");
+        assert_eq!(
+            m,
+            SliceDevice::Mig {
+                parent_uuid: "GPU-bbbb".into(),
+                uuid: "MIG-cccc".into(),
+                profile: "1g.10gb".into()
+            }
+        );
+        assert_eq!(c.lookup("node-b", "gpu-0"), None, "another pool");
+        assert_eq!(c.lookup("node-a", "gpu-7"), None);
+    }
+
+    #[test]
+    fn v1beta1_attributes_under_basic_and_qualified_names_are_read() {
+        let c = SliceCache::default();
+        c.apply(&json!({
+            "metadata": {"name": "s"},
+            "spec": {"driver": GPU_DRIVER, "pool": {"name": "p"}, "devices": [
+                {"name": "gpu-0", "basic": {"attributes": {
+                    "type": {"string": "gpu"}, "uuid": {"string": "GPU-1"}}}},
+                {"name": "gpu-1", "attributes": {
+                    "gpu.nvidia.com/type": {"string": "gpu"},
+                    "gpu.nvidia.com/uuid": {"string": "GPU-2"}}}
+            ]}
+        }));
+        assert_eq!(c.lookup("p", "gpu-0").unwrap().gpu_uuid(), "GPU-1");
+        assert_eq!(c.lookup("p", "gpu-1").unwrap().gpu_uuid(), "GPU-2");
+    }
+
+    #[test]
+    fn other_drivers_unknown_types_and_incomplete_devices_are_left_out() {
+        let c = SliceCache::default();
+        let mut other = v1_slice("o", "p", json!([gpu("gpu-0", "GPU-x")]));
+        other["spec"]["driver"] = json!("compute-domain.nvidia.com");
+        c.apply(&other);
+        c.apply(&v1_slice(
+            "s",
+            "q",
+            json!([
+                {"name": "cd-0", "attributes": {"type": {"string": "channel"}}},
+                {"name": "gpu-9", "attributes": {"type": {"string": "gpu"}}},
+                mig("mig-0", "", "MIG-1", "1g.10gb"),
+                {"name": "bare"}
+            ]),
+        ));
+        assert_eq!(c.lookup("p", "gpu-0"), None);
+        for d in ["cd-0", "gpu-9", "mig-0", "bare"] {
+            assert_eq!(c.lookup("q", d), None, "{d}");
+        }
+    }
+
+    #[test]
+    fn a_deleted_slice_takes_its_devices_along_and_a_relist_replaces_all() {
+        let c = SliceCache::default();
+        let a = v1_slice("a", "p", json!([gpu("gpu-0", "GPU-0")]));
+        let b = v1_slice("b", "p", json!([gpu("gpu-1", "GPU-1")]));
+        c.apply(&a);
+        c.apply(&b);
+        assert!(c.lookup("p", "gpu-0").is_some() && c.lookup("p", "gpu-1").is_some());
+        c.delete(&a);
+        assert!(c.lookup("p", "gpu-0").is_none());
+        assert!(c.lookup("p", "gpu-1").is_some());
+        c.replace(&[a]);
+        assert!(c.lookup("p", "gpu-0").is_some());
+        assert!(c.lookup("p", "gpu-1").is_none(), "gone from the relist");
+    }
+}
