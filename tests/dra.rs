@@ -182,10 +182,9 @@ fn dra_claims_on_a_gpu_and_a_mig_device_get_dra_labels() {
     );
 }
 
-#[test]
-fn a_v1beta1_only_server_is_read_in_its_own_shape() {
-    let server = FakeApiServer::start();
-    server.serve_group("resource.k8s.io", &["v1beta1"]);
+/// A fake kubelet and the exporter on one simulated GPU with `-k --kubernetes-enable-dra`,
+/// reading `server`; and that GPU's UUID.
+fn one_gpu_with_dra(server: &FakeApiServer) -> (FakeKubelet, support::Exporter, String) {
     let kubelet = FakeKubelet::start();
     let e = exporter()
         .profile("one-gpu.toml")
@@ -202,6 +201,14 @@ fn a_v1beta1_only_server_is_read_in_its_own_shape() {
         .iter()
         .find_map(|s| s.label("UUID").map(str::to_string))
         .expect("a GPU UUID");
+    (kubelet, e, uuid)
+}
+
+#[test]
+fn a_v1beta1_only_server_is_read_in_its_own_shape() {
+    let server = FakeApiServer::start();
+    server.serve_group("resource.k8s.io", &["v1beta1"]);
+    let (kubelet, e, uuid) = one_gpu_with_dra(&server);
     // The slice appears after the exporter started: the watch brings it.
     server.wait_for_request(
         &[
@@ -236,22 +243,7 @@ fn a_forbidden_resource_slice_watch_shows_on_health_until_rbac_allows_it() {
     let server = FakeApiServer::start();
     server.serve_group("resource.k8s.io", &["v1"]);
     server.forbid("resourceslices", true);
-    let kubelet = FakeKubelet::start();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .args(&[
-            "-k",
-            "--kubernetes-enable-dra",
-            "--pod-resources-kubelet-socket",
-            kubelet.socket().to_str().unwrap(),
-        ])
-        .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
-        .start();
-    let uuid = e
-        .scrape()
-        .iter()
-        .find_map(|s| s.label("UUID").map(str::to_string))
-        .expect("a GPU UUID");
+    let (kubelet, e, uuid) = one_gpu_with_dra(&server);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (code, health) = e.get("/health");

@@ -673,16 +673,21 @@ fn claim(pod: &str, container: &str, driver: &str, device: &str) -> kubelet::Cla
 
 const DRA_GPU: &str = "GPU-8a748984-0fe7-297f-916c-4b998ce202d1";
 
-#[test]
-fn dra_claims_are_keyed_by_the_uuid_their_resource_slice_gives() {
-    // Upstream's three TestPodDRAInfo cases.
-    let gpu = Slices(vec![(
+/// Pool `poolA` whose device `gpu-x` is the whole GPU `DRA_GPU`.
+fn slice_with_gpu_x() -> Slices {
+    Slices(vec![(
         "poolA",
         "gpu-x",
         dra::SliceDevice::Gpu {
             uuid: DRA_GPU.into(),
         },
-    )]);
+    )])
+}
+
+#[test]
+fn dra_claims_are_keyed_by_the_uuid_their_resource_slice_gives() {
+    // Upstream's three TestPodDRAInfo cases.
+    let gpu = slice_with_gpu_x();
     let claims = [claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x")];
     let m = claim_map(&claims, &gpu, &|_| None, None);
     assert_eq!(m.gpus.keys().collect::<Vec<_>>(), [DRA_GPU]);
@@ -725,13 +730,7 @@ fn dra_claims_are_keyed_by_the_uuid_their_resource_slice_gives() {
 
 #[test]
 fn dra_claims_of_other_drivers_and_repeats_of_a_container_are_dropped() {
-    let gpu = Slices(vec![(
-        "poolA",
-        "gpu-x",
-        dra::SliceDevice::Gpu {
-            uuid: DRA_GPU.into(),
-        },
-    )]);
+    let gpu = slice_with_gpu_x();
     let claims = [
         claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
         claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
@@ -749,13 +748,7 @@ fn dra_claims_of_other_drivers_and_repeats_of_a_container_are_dropped() {
 
 #[test]
 fn a_dra_claim_copies_its_gpus_series_with_dra_labels() {
-    let gpu = Slices(vec![(
-        "poolA",
-        "gpu-x",
-        dra::SliceDevice::Gpu {
-            uuid: DRA_GPU.into(),
-        },
-    )]);
+    let gpu = slice_with_gpu_x();
     let claims = [
         claim("pod1", "ctr1", dra::GPU_DRIVER, "gpu-x"),
         claim("pod2", "main", dra::GPU_DRIVER, "gpu-x"),

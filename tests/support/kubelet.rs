@@ -88,15 +88,9 @@ pub fn dra_pod(
     container: &str,
     claims: Vec<proto::DynamicResource>,
 ) -> proto::PodResources {
-    proto::PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![proto::ContainerResources {
-            name: container.into(),
-            devices: Vec::new(),
-            dynamic_resources: claims,
-        }],
-    }
+    let mut p = pod(ns, name, container, &[]);
+    p.containers[0].dynamic_resources = claims;
+    p
 }
 
 impl FakeKubelet {
