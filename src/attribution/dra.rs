@@ -5,9 +5,9 @@
 //! in a cache the attribution stage reads, as dcgm-exporter's ResourceSlice informer.
 //!
 //! The API version is the newest `resource.k8s.io` version the server offers (v1 since
-//! Kubernetes 1.34; v1beta2 and v1beta1 before), found by discovery: the objects are the
-//! same in every version, only where device attributes sit differs (`basic.attributes` in
-//! v1beta1, `attributes` later), and both are read.
+//! Kubernetes 1.34; v1beta2, v1beta1 and, in 1.31, v1alpha3 before), found by discovery:
+//! the objects are the same in every version, only where device attributes sit differs
+//! (`basic.attributes` in v1alpha3 and v1beta1, `attributes` later), and both are read.
 
 use super::kubeapi::KubeApi;
 use futures_util::StreamExt;
@@ -24,7 +24,7 @@ use std::time::Duration;
 pub const GPU_DRIVER: &str = "gpu.nvidia.com";
 pub const GROUP: &str = "resource.k8s.io";
 /// Versions of the group that serve ResourceSlices, preferred first.
-pub const VERSIONS: [&str; 3] = ["v1", "v1beta2", "v1beta1"];
+pub const VERSIONS: [&str; 4] = ["v1", "v1beta2", "v1beta1", "v1alpha3"];
 
 /// What the driver's ResourceSlice says one device is.
 #[derive(Clone, Debug, PartialEq, Eq)]
