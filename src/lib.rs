@@ -3,20 +3,14 @@
 //!
 //! Stages, in data-flow order: `config` (flags, counters CSV, selectors), `collect`
 //! (DCGM discovery, watches, values), `attribution` (pods, MIG devices, HPC jobs added to the
-//! GPU series), `output` (render, self-metrics, HTTP), wired together by
-//! `app` (the collection thread) and `startup` (from a parsed configuration to a running
-//! process).
+//! GPU series), `output` (render, self-metrics, HTTP), wired together by `lifecycle` (the
+//! collection loop, the DCGM worker thread, start-up and the rebuild triggers); `logging`
+//! writes logrus-shaped lines.
 #![forbid(unsafe_code)]
 
-pub mod app;
 pub mod attribution;
 pub mod collect;
 pub mod config;
-pub mod hostname;
+pub mod lifecycle;
 pub mod logging;
-pub mod operations;
 pub mod output;
-pub mod startup;
-pub mod utc;
-pub mod watchers;
-pub mod worker;

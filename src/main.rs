@@ -1,8 +1,8 @@
 //! The `dcgm-exporter` binary: parse flags, set up logging, run. See ARCHITECTURE.md.
 
 use dcgm_exporter::config::cli;
+use dcgm_exporter::lifecycle::startup;
 use dcgm_exporter::logging;
-use dcgm_exporter::startup;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {

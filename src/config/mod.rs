@@ -1,5 +1,6 @@
 //! Configuration: command-line flags and environment (`cli`), the counters CSV
-//! (`counters`, read by `gocsv` as Go's encoding/csv reads it) and the `-d`/`-s`/`-p` device selectors (`selector`).
+//! (`counters`, read by `gocsv` as Go's encoding/csv reads it), the `-d`/`-s`/`-p` device
+//! selectors (`selector`) and the `Hostname` label's value (`hostname`).
 
 pub mod cli;
 pub mod configmap;
@@ -7,4 +8,5 @@ pub mod counters;
 pub mod duration;
 pub mod file;
 pub mod gocsv;
+pub mod hostname;
 pub mod selector;

@@ -7,8 +7,8 @@
 //! `--dump-retention` hours are removed at start and then hourly (0 keeps them).
 
 use crate::collect::topology::Topology;
+use crate::logging::utc::Utc;
 use crate::output::sink::Sink;
-use crate::utc::Utc;
 use prometheus::proto::{MetricFamily, MetricType};
 use serde_json::{json, Value};
 use std::io::Write;

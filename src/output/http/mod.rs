@@ -14,8 +14,8 @@ pub mod timeout;
 pub mod tls;
 pub mod webconfig;
 
-use crate::app::Shared;
 use crate::config::{cli, duration};
+use crate::lifecycle::app::Shared;
 use hyper::server::conn::Http;
 use hyper::service::service_fn;
 use routes::Routes;

@@ -6,7 +6,7 @@
 
 use super::state::WebState;
 use super::{negotiate, pprof, Options};
-use crate::app::Shared;
+use crate::lifecycle::app::Shared;
 use crate::output::exposition::Exposition;
 use crate::output::exposition::Format;
 use hyper::body::Bytes;

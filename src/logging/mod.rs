@@ -4,7 +4,8 @@
 //! fatal start-up errors included. Colour only when stderr is a terminal. `--debug` turns on
 //! our own debug lines; the HTTP stack (hyper, warp, h2, tonic, rustls) stays at info.
 
-use crate::utc::Utc;
+pub mod utc;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
@@ -13,6 +14,7 @@ use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
+use utc::Utc;
 
 /// Libraries whose debug output is their internals, not ours.
 const QUIET_TARGETS: [&str; 11] = [

@@ -1,13 +1,13 @@
 //! From a parsed configuration to a running exporter: load DCGM, start the collection
 //! thread, serve HTTP until a signal arrives.
 
-use crate::app::{self, Engine, Runner, Shared};
 use crate::attribution::kubeapi::KubeApi;
 use crate::attribution::{self, Attribution};
 use crate::collect;
+use crate::config::hostname;
 use crate::config::{cli, configmap, selector};
-use crate::hostname;
-use crate::operations;
+use crate::lifecycle::app::{self, Engine, Runner, Shared};
+use crate::lifecycle::operations;
 use crate::output::http;
 use std::sync::Arc;
 use std::time::Duration;

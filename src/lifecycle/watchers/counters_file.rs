@@ -5,7 +5,7 @@
 //! A broken new file is handled by the reload itself: the old counters stay, the error
 //! names file and line.
 
-use crate::app::Control;
+use crate::lifecycle::app::Control;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};

@@ -2,12 +2,12 @@
 //! retention, where pages go besides HTTP (textfile, dumps), and the threads that trigger
 //! rebuilds (counters file, GPU bind/unbind).
 
-use crate::app::{Control, Runner};
 use crate::config::cli::Config;
+use crate::lifecycle::app::{Control, Runner};
+use crate::lifecycle::watchers;
 use crate::output::dump::Dumper;
 use crate::output::sink::Sink;
 use crate::output::textfile::Textfile;
-use crate::watchers;
 use std::path::Path;
 use std::sync::mpsc::Sender;
 

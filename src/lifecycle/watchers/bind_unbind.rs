@@ -4,7 +4,7 @@
 //! (reinitialization completed) when it is done; on a new 2 the node is rediscovered and
 //! the watches rebuilt. The state at start is not an event: only samples newer than it count.
 
-use crate::app::{Control, Engine};
+use crate::lifecycle::app::{Control, Engine};
 use dcgm_sys::{Entity, FieldGroup, Group, Library, Reading, Session, Value};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
