@@ -147,8 +147,22 @@ pub struct SliceCache {
     slices: RwLock<Slices>,
     synced: AtomicBool,
     unknown: Unknown,
-    problem: Mutex<Option<String>>,
+    problem: Mutex<Option<Problem>>,
 }
+
+/// Why the slices cannot be read. A watch that fails and then resumes quietly (kube's
+/// watcher reports the failure, not the recovery) must not leave /health degraded for
+/// good: a failure counts while it keeps recurring, which it does at least every 30 s (the
+/// watcher's longest backoff) for as long as it lasts.
+#[derive(Clone, Debug)]
+enum Problem {
+    /// The cluster has no ResourceSlice API: nothing will change it.
+    Lasting(String),
+    Recent(std::time::Instant, String),
+}
+
+/// How long a failure of the watch or of discovery is shown after it last happened.
+const PROBLEM_SHOWN_FOR: Duration = Duration::from_secs(65);
 
 impl DraDevices for SliceCache {
     fn lookup(&self, pool: &str, device: &str) -> Option<SliceDevice> {
@@ -165,10 +179,15 @@ impl DraDevices for SliceCache {
     }
 
     fn problem(&self) -> Option<String> {
-        self.problem
+        match self
+            .problem
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .clone()?
+        {
+            Problem::Lasting(why) => Some(why),
+            Problem::Recent(at, why) => (at.elapsed() < PROBLEM_SHOWN_FOR).then_some(why),
+        }
     }
 }
 
@@ -180,8 +199,12 @@ impl SliceCache {
         Some((name, slice))
     }
 
-    fn set_problem(&self, p: Option<String>) {
+    fn set_problem(&self, p: Option<Problem>) {
         *self.problem.lock().unwrap_or_else(|p| p.into_inner()) = p;
+    }
+
+    fn failed(&self, why: String) {
+        self.set_problem(Some(Problem::Recent(std::time::Instant::now(), why)));
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Slices> {
@@ -233,10 +256,16 @@ impl SliceCache {
                     }
                     self.set_problem(None);
                 }
-                Ok(Event::Apply(o)) => self.apply(&json(o)),
-                Ok(Event::Delete(o)) => self.delete(&json(o)),
+                Ok(Event::Apply(o)) => {
+                    self.apply(&json(o));
+                    self.set_problem(None);
+                }
+                Ok(Event::Delete(o)) => {
+                    self.delete(&json(o));
+                    self.set_problem(None);
+                }
                 // The stage logs it (once per change) and shows it on /health.
-                Err(e) => self.set_problem(Some(format!("ResourceSlice watch: {e}"))),
+                Err(e) => self.failed(format!("ResourceSlice watch: {e}")),
             }
         }
     }
@@ -280,13 +309,13 @@ async fn discover_and_follow(cache: Arc<SliceCache>, client: kube::Client, sourc
                 break v;
             }
             Ok(None) => {
-                cache.set_problem(Some(format!(
+                cache.set_problem(Some(Problem::Lasting(format!(
                     "{source} serves no {GROUP} ResourceSlices (is DynamicResourceAllocation enabled?): dra_* labels are off"
-                )));
+                ))));
                 return;
             }
             Err(e) => {
-                cache.set_problem(Some(e));
+                cache.failed(e);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(30));
             }
@@ -407,6 +436,21 @@ mod tests {
         for d in ["cd-0", "gpu-9", "mig-0", "bare"] {
             assert_eq!(c.lookup("q", d), None, "{d}");
         }
+    }
+
+    #[test]
+    fn a_failure_shows_while_it_recurs_and_a_lasting_one_stays() {
+        let c = SliceCache::default();
+        assert_eq!(c.problem(), None);
+        c.failed("ResourceSlice watch: 403".into());
+        assert_eq!(c.problem().as_deref(), Some("ResourceSlice watch: 403"));
+        // Last seen longer ago than a retry takes: the watch has resumed quietly.
+        if let Some(long_ago) = std::time::Instant::now().checked_sub(PROBLEM_SHOWN_FOR) {
+            c.set_problem(Some(Problem::Recent(long_ago, "old".into())));
+            assert_eq!(c.problem(), None);
+        }
+        c.set_problem(Some(Problem::Lasting("no API".into())));
+        assert_eq!(c.problem().as_deref(), Some("no API"));
     }
 
     #[test]
