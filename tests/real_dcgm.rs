@@ -565,3 +565,66 @@ fn a_row_remap_failure_fails_the_memory_health_of_its_gpu_only() {
         ]
     );
 }
+
+/// DRA on the real library: a claim the kubelet reports by pool and device name, resolved
+/// through the driver's ResourceSlice to the UUID the real DCGM gives GPU 1, copies exactly
+/// that GPU's series with the claim's labels.
+#[test]
+fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
+    use support::fake_apiserver::{resource_slice, FakeApiServer};
+    use support::kubelet::{claim, dra_pod, FakeKubelet};
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("dra");
+    let yaml = dir.yaml(&four_gpus()[..2]);
+    let server = FakeApiServer::start();
+    server.serve_group("resource.k8s.io", &["v1"]);
+    let kubelet = FakeKubelet::start();
+    let e = kit
+        .embedded(&yaml)
+        .args(&[
+            "-k",
+            "--kubernetes-enable-dra",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
+        .start();
+    let page = e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 2);
+    let uuid = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some("1"))
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 1's UUID")
+        .to_string();
+    server.apply(resource_slice(
+        "resource.k8s.io/v1",
+        "node-r-gpu.nvidia.com-1",
+        "node-r",
+        serde_json::json!([{"name": "gpu-1", "attributes": {
+            "type": {"string": "gpu"}, "uuid": {"string": uuid}}}]),
+    ));
+    kubelet.set_pods(vec![dra_pod(
+        "ml",
+        "train-0",
+        "main",
+        vec![claim("train-gpu", "ml", &[("node-r", "gpu-1")])],
+    )]);
+    let page = e.scrape_until(15, |p| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .any(|s| s.label("pod") == Some("train-0"))
+    });
+    let temps = series(&page, "DCGM_FI_DEV_GPU_TEMP");
+    assert_eq!(temps.len(), 2, "{}", dump(&page));
+    for s in temps {
+        let claimed = s.label("gpu") == Some("1");
+        assert_eq!(s.label("pod").is_some(), claimed, "{s:?}");
+        assert_eq!(
+            s.label("dra_device_name"),
+            claimed.then_some("gpu-1"),
+            "{s:?}"
+        );
+    }
+    // The real value, not a placeholder: GPU 1 reads 41 C in the injected YAML.
+    assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 41.0);
+}
