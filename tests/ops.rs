@@ -30,7 +30,7 @@ impl NodeExporter {
             .into_iter()
             .find(|b| Command::new(b).arg("--version").output().is_ok());
         let Some(bin) = bin else {
-            eprintln!("skipping: prometheus-node-exporter is not installed (apt-get install prometheus-node-exporter)");
+            skip("prometheus-node-exporter is not installed (apt-get install prometheus-node-exporter)");
             return None;
         };
         let port = free_port();
@@ -420,7 +420,7 @@ fn config_file_sets_fields_interval_and_watch_groups_and_flags_win() {
     // Without -c on the command line, collection.interval applies; the file's fields
     // replace the default -f.
     let log = dir.path().join("w2.log");
-    let out = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+    let out = exporter_command()
         .args([
             "--config-file",
             cfg.to_str().unwrap(),
