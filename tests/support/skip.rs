@@ -34,12 +34,13 @@ fn test_name() -> String {
 /// The test cannot run here for `reason`: fails it under CI, otherwise prints the
 /// `SKIPPED:` line. The caller returns early after this.
 pub fn skip(reason: &str) {
-    let line = format!("{SKIPPED}{}: {reason}\n", test_name());
+    let what = format!("{}: {reason}", test_name());
+    // (Without the prefix: a failure is not counted as a skip.)
     assert!(
         !skips_forbidden(),
-        "this test would be skipped, which CI forbids (CI/DCGM_REAL_REQUIRED set): {}",
-        line.trim_end()
+        "this test would be skipped, which CI forbids (CI/DCGM_REAL_REQUIRED set): {what}"
     );
+    let line = format!("{SKIPPED}{what}\n");
     // Straight to the stderr handle, not `eprintln!`: libtest captures the macros' output of
     // passing tests, and the line must reach the log that `.ci/run` counts. One write, so
     // parallel tests' lines do not interleave.
