@@ -52,3 +52,30 @@ fn a_skip_prints_a_countable_line_and_fails_under_ci() {
         assert!(text.contains("probe reason"), "{text}");
     }
 }
+
+/// `.ci/run` stops, saying what, when it cannot install a tool the tests need (here: no
+/// promtool and no apt-get on PATH), rather than going on to tests that would skip.
+#[test]
+fn ci_stops_when_it_cannot_install_what_the_tests_need() {
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["bash", "dirname"] {
+        let path = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .unwrap();
+        let path = String::from_utf8(path.stdout).unwrap();
+        std::os::unix::fs::symlink(path.trim(), bin.path().join(tool)).unwrap();
+    }
+    let out = Command::new(bin.path().join("bash"))
+        .arg(support::repo(".ci/run"))
+        .env_clear()
+        .env("PATH", bin.path())
+        .output()
+        .expect("run .ci/run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "ci: cannot install prometheus (no apt-get here); install them and run again"
+    );
+}
