@@ -235,3 +235,83 @@ fn the_gpu_tier_script_says_what_it_lacks() {
         "{t}"
     );
 }
+
+/// On a machine where nvidia-smi answers, the script takes the GPU mode, runs nvidia-smi
+/// only with `--query-gpu`, and before anything starts it stops, saying how to provide it,
+/// without DCGM's recorder, or when the recorder names an NVML setter it could call.
+#[test]
+fn the_gpu_mode_only_queries_and_checks_the_recorder_before_starting() {
+    if !support::require_tool("python3", "apt-get install python3; .ci/run does") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("smi.log");
+    let smi = bin.join("nvidia-smi");
+    std::fs::write(
+        &smi,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> {}\necho {}\n",
+            log.display(),
+            nvml_yaml::uuid(0)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new("bash");
+        let o = support::hermetic(&mut cmd)
+            .env("PATH", &path)
+            .arg(support::repo("tests/gpu/run.sh"))
+            .args(args)
+            .output()
+            .unwrap();
+        (o.status.code(), text(&o))
+    };
+
+    let (code, t) = run(&[]);
+    assert_eq!(code, Some(2), "{t}");
+    assert!(t.contains("DCGM's recorder is not here"), "{t}");
+    assert!(t.contains("--recorder DIR or DCGM_TESTING_PY=DIR"), "{t}");
+    let calls = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(calls, "--query-gpu=uuid --format=csv,noheader,nounits\n");
+
+    // A recorder that could change the GPU is refused, naming what it would call; one that
+    // only lists setters as functions it never calls (as DCGM's does) is not.
+    let rec = dir.path().join("rec");
+    std::fs::create_dir(&rec).unwrap();
+    std::fs::write(rec.join("dcgm_nvml.py"), "").unwrap();
+    std::fs::write(
+        rec.join("nvml_api_recorder.py"),
+        "class R:\n    _nvml_not_captured_funcs = [\"nvmlDeviceSetMigMode\"]\n\
+         def record(h):\n    nvmlDeviceSetPersistenceMode(h, 1)\n",
+    )
+    .unwrap();
+    let (code, t) = run(&["--recorder", rec.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{t}");
+    assert!(t.contains("refusing to run the recorder"), "{t}");
+    assert!(
+        t.contains("nvml_api_recorder.py:4: nvmlDeviceSetPersistenceMode"),
+        "{t}"
+    );
+    assert!(!t.contains("nvmlDeviceSetMigMode"), "{t}");
+    let good = rec.join("good.py");
+    std::fs::write(
+        &good,
+        "key_prefixes = [\"nvmlDeviceSet\"]\nclass R:\n    _nvml_not_captured_funcs = [\"nvmlDeviceSetMigMode\", \"nvmlDeviceCreateGpuInstance\"]\n    funcs = [\"nvmlDeviceGetTemperature\"]\n",
+    )
+    .unwrap();
+    let o = Command::new("python3")
+        .arg(support::repo("tests/gpu/gpu_tier.py"))
+        .arg("check-recorder")
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+}

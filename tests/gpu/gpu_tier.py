@@ -7,6 +7,7 @@ none): exporter series, nvidia-smi --query-gpu property, DCGM field id (what `dc
 reads in kit mode), how it is compared.
 """
 
+import ast
 import csv
 import io
 import re
@@ -210,7 +211,43 @@ def cmd_compare(args):
     print(f"gpu-tier {mode}: {checked} values match")
 
 
+# NVML calls that change a GPU (DCGM's recorder lists the ones it never calls in
+# `_nvml_not_captured_funcs`; anywhere else such a name is a call it could make).
+SETTER = re.compile(
+    r"^nvml[A-Za-z]*?(Set|Reset|Clear|Create|Destroy|Modify|Freeze|Remove|Register|Discover)"
+    r"[A-Z_][A-Za-z0-9_]*$"
+)
+
+
+def cmd_check_recorder(args):
+    """FILE: refuses (exit 2) a recorder whose code names an NVML setter outside its list
+    of functions it does not capture."""
+    tree = ast.parse(open(args[0]).read(), args[0])
+    listed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_nvml_not_captured_funcs" for t in node.targets
+        ):
+            listed |= {id(n) for n in ast.walk(node.value)}
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in listed:
+            continue
+        name = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value
+        elif isinstance(node, ast.Name):
+            name = node.id
+        elif isinstance(node, ast.Attribute):
+            name = node.attr
+        if name and SETTER.match(name):
+            found.append(f"{args[0]}:{node.lineno}: {name}")
+    if found:
+        die("refusing to run the recorder, it names NVML setters:\n  " + "\n  ".join(found))
+
+
 COMMANDS = {
+    "check-recorder": cmd_check_recorder,
     "smi-query": cmd_smi_query,
     "dmon-fields": cmd_dmon_fields,
     "from-dcgmi": cmd_from_dcgmi,
