@@ -6,7 +6,7 @@
 mod support;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use support::prom::{have, Prometheus};
+use support::prom::Prometheus;
 use support::*;
 
 fn dashboard() -> Value {
@@ -104,10 +104,10 @@ fn the_dashboard_declares_its_variables_and_queries() {
 
 #[test]
 fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
-    if !have("prometheus") {
-        eprintln!(
-            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
-        );
+    if !require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    ) {
         return;
     }
     // The chart's metric list: the profiling fields the dashboard shows are in it. The XID
@@ -186,10 +186,10 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
 #[test]
 fn every_pod_query_returns_the_pods_holding_gpus() {
     use support::kubelet::{pod, FakeKubelet};
-    if !have("prometheus") {
-        eprintln!(
-            "SKIP: `prometheus` is not installed (apt-get install prometheus; .ci/run does this)"
-        );
+    if !require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    ) {
         return;
     }
     let kubelet = FakeKubelet::start();

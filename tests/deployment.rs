@@ -4,7 +4,8 @@
 //! compared with the environment and arguments NVIDIA's chart gives dcgm-exporter, and the
 //! binary run with exactly what the chart renders.
 //!
-//! Tests that need a tool print why they skip when it is absent (.ci/run installs them).
+//! Tests that need a tool skip, saying why, when it is absent, and fail under CI (.ci/run
+//! installs them).
 
 mod support;
 use serde_json::{json, Value};
@@ -12,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use support::*;
 
-const SKIP_PY: &str = "SKIP: helm-python-sdk or PyYAML is not installed (pip install helm-python-sdk kubernetes-validate; .ci/run does this)";
+const SKIP_PY: &str = "helm-python-sdk or PyYAML is not installed (pip install helm-python-sdk kubernetes-validate; .ci/run does this)";
 
 /// Runs deployment/tests/helm_render.py; None when its Python packages are missing.
 fn helper(args: &[&str], stdin: &str) -> Option<String> {
@@ -140,7 +141,7 @@ fn everything() -> Value {
 #[test]
 fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
     let Some(objects) = render(&json!({}), None) else {
-        eprintln!("{SKIP_PY}");
+        skip(SKIP_PY);
         return;
     };
     let c = container(&objects);
@@ -203,7 +204,7 @@ fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
 #[test]
 fn every_value_people_set_in_nvidias_chart_takes_effect() {
     let Some(objects) = render(&everything(), None) else {
-        eprintln!("{SKIP_PY}");
+        skip(SKIP_PY);
         return;
     };
     let c = container(&objects);
@@ -409,7 +410,7 @@ fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
         .output()
         .is_ok_and(|o| o.status.success());
     if !have {
-        eprintln!("SKIP: kubernetes-validate is not installed (pip install kubernetes-validate; .ci/run does this)");
+        skip("kubernetes-validate is not installed (pip install kubernetes-validate; .ci/run does this)");
         return;
     }
     let cases = [
@@ -425,7 +426,7 @@ fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
     for (name, values) in cases {
         let dir = tempfile::tempdir().unwrap();
         let Some(objects) = render(&values, Some(dir.path())) else {
-            eprintln!("{SKIP_PY}");
+            skip(SKIP_PY);
             return;
         };
         let files = std::fs::read_dir(dir.path()).unwrap().count();
@@ -463,13 +464,10 @@ fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
 #[test]
 fn the_binary_knows_every_variable_and_flag_the_chart_can_render() {
     let Some(objects) = render(&everything(), None) else {
-        eprintln!("{SKIP_PY}");
+        skip(SKIP_PY);
         return;
     };
-    let help = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let help = exporter_command().arg("--help").output().unwrap();
     let help = String::from_utf8(help.stdout).unwrap();
     let c = container(&objects);
     for (name, _) in env_of(c) {
@@ -499,7 +497,7 @@ fn the_chart_lints_clean_with_helm() {
             &["lint", repo("deployment").to_str().unwrap(), "-"],
             &values.to_string(),
         ) else {
-            eprintln!("{SKIP_PY}");
+            skip(SKIP_PY);
             return;
         };
         let report: Value = serde_json::from_str(&text).unwrap();
@@ -642,10 +640,8 @@ fn run_as_the_pod(objects: &[Value], profile: &str) -> (Exporter, Vec<Sample>, t
     let root = tempfile::tempdir().unwrap();
     let mounts = materialise_mounts(objects, root.path());
     let c = container(objects);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
-    cmd.env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("LD_LIBRARY_PATH", bin_dir())
+    let mut cmd = exporter_command();
+    cmd.env("LD_LIBRARY_PATH", bin_dir())
         .env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{profile}")));
     for (name, value) in env_of(c) {
         let value = match value.strip_prefix("fieldRef:") {
@@ -676,7 +672,7 @@ fn on_free_port(mut values: Value) -> Value {
 #[test]
 fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
     let Some(objects) = render(&on_free_port(json!({})), None) else {
-        eprintln!("{SKIP_PY}");
+        skip(SKIP_PY);
         return;
     };
     let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
@@ -712,7 +708,7 @@ fn the_binary_serves_with_the_pod_label_and_dra_values_and_watches_the_api() {
         "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_FB_USED, gauge, Framebuffer memory used (in MiB).\n"
     }));
     let Some(objects) = render(&values, None) else {
-        eprintln!("{SKIP_PY}");
+        skip(SKIP_PY);
         return;
     };
     let api = FakeApiServer::start();

@@ -11,7 +11,9 @@ struct Flag {
 
 /// `--long` → env and default, from `dcgm-exporter --help`.
 fn from_help() -> BTreeMap<String, Flag> {
+    // Without this process's environment: a set variable shows in --help as its value.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+        .env_clear()
         .arg("--help")
         .output()
         .expect("run --help");

@@ -270,7 +270,7 @@ fn json_logs_list_fields_and_version() {
     }
     drop(e);
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+    let out = support::exporter_command()
         .arg("--list-fields")
         .output()
         .unwrap();
@@ -286,10 +286,7 @@ fn json_logs_list_fields_and_version() {
         "{temp}"
     );
 
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
-        .arg("-v")
-        .output()
-        .unwrap();
+    let out = support::exporter_command().arg("-v").output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("DCGM Exporter version"));
 }

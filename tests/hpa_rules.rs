@@ -11,11 +11,8 @@ use std::path::Path;
 use std::process::Command;
 
 fn promtool() -> Option<&'static str> {
-    let found = Command::new("promtool").arg("--version").output().is_ok();
-    if !found {
-        eprintln!("skipped: promtool is not installed (apt-get install prometheus)");
-    }
-    found.then_some("promtool")
+    support::require_tool("promtool", "apt-get install prometheus; .ci/run does this")
+        .then_some("promtool")
 }
 
 fn run(args: &[&str], dir: &Path) -> String {

@@ -272,8 +272,11 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     // NVIDIA's chart: DCGM_EXPORTER_KUBERNETES=true, NODE_NAME, DCGM_EXPORTER_LISTEN=:<port>;
     // here the kubelet socket does not exist.
     let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
     let e = exporter()
         .profile("one-gpu.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
         .listen_env()
         .env("DCGM_EXPORTER_KUBERNETES", "true")
         .env("NODE_NAME", "gpu-node-7")
@@ -298,8 +301,16 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     assert_eq!(code, 200, "{body}");
     assert!(body.starts_with("OK"), "{body}");
     assert!(body.contains("kubelet"), "{body}");
-    // Warned once, not on every collection.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Warned once, not on every collection: two new temperatures served are two more
+    // collections since.
+    for marker in [71, 72] {
+        support::control(&ctl, &format!("set 0 150 {marker}"));
+        e.scrape_until(15, |p| {
+            series(p, "DCGM_FI_DEV_GPU_TEMP")
+                .iter()
+                .any(|s| s.value == f64::from(marker))
+        });
+    }
     let stderr = e.stderr();
     assert_eq!(stderr.matches("does not exist").count(), 1, "{stderr}");
 

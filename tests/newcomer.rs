@@ -2,7 +2,7 @@
 //! mistyped counters path, a selector naming a device the node lacks.
 
 mod support;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -14,7 +14,7 @@ fn run_without_f(extra: &[&str], profile_env: Option<&str>) -> (String, String) 
     sim_built();
     let port = free_port();
     // The support builder always passes -f; this run must not.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    let mut cmd = exporter_command();
     cmd.args(["-a", &format!("127.0.0.1:{port}"), "-c", "500"])
         .args(extra)
         .arg("--dcgm-library")
@@ -70,7 +70,7 @@ fn assert_builtin_set(page: &str, stderr: &str, gpus: usize) {
 #[test]
 fn without_f_and_without_the_default_file_the_builtin_counters_run() {
     if std::path::Path::new(DEFAULT_PATH).exists() {
-        eprintln!("skipped: {DEFAULT_PATH} exists on this machine");
+        skip(&format!("{DEFAULT_PATH} exists on this machine"));
         return;
     }
     let (page, stderr) = run_without_f(&[], Some("one-gpu.toml"));
@@ -80,7 +80,7 @@ fn without_f_and_without_the_default_file_the_builtin_counters_run() {
 #[test]
 fn the_readmes_remote_example_runs_as_written() {
     if std::path::Path::new(DEFAULT_PATH).exists() {
-        eprintln!("skipped: {DEFAULT_PATH} exists on this machine");
+        skip(&format!("{DEFAULT_PATH} exists on this machine"));
         return;
     }
     sim_built();

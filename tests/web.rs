@@ -14,18 +14,10 @@ use support::*;
 /// From `htpasswd -nBC 10 alice`, password "password" (upstream's own test fixture).
 const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Skips the test (with the reason printed) when a client is not installed.
+/// Skips the test (with the reason printed; a failure under CI) when a client is not installed.
 macro_rules! require {
     ($($tool:literal),+) => {
-        $(if !have($tool) {
-            eprintln!("SKIPPED: `{}` is not installed (apt-get install it; .ci/run does)", $tool);
+        $(if !require_tool($tool, "apt-get install it; .ci/run does") {
             return;
         })+
     };
@@ -468,7 +460,7 @@ fn systemd_socket_activation_with_the_shipped_units() {
     }
     sim_built();
     let port = free_port();
-    let mut child = Command::new("systemd-socket-activate")
+    let mut child = hermetic(&mut Command::new("systemd-socket-activate"))
         .args([
             "-l",
             &format!("127.0.0.1:{port}"),
@@ -584,7 +576,7 @@ fn gzip_methods_paths_and_health_headers() {
         gz.len(),
         plain.len()
     );
-    if have("curl") {
+    if require_tool("curl", "apt-get install curl; .ci/run does") {
         let out = run(Command::new("curl").args(["-s", "--compressed", &e.url("/gpu/metrics")]));
         let body = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -736,7 +728,7 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
         profile.duration_nanos
     );
     // The client users point at it: Go's own `go tool pprof` reads the profile.
-    if have("go") {
+    if require_tool("go", "apt-get install golang-go; .ci/run does this") {
         let file = dir.path().join("cpu.pb");
         std::fs::write(&file, &body).unwrap();
         let out = std::process::Command::new("go")
@@ -753,8 +745,6 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("PeriodType: cpu"), "{text}");
-    } else {
-        eprintln!("SKIP go tool pprof: `go` is not installed (apt-get install golang-go; .ci/run does this)");
     }
     let (status, _) = get("/debug/pprof/profile?seconds=60", Some(&auth));
     assert_eq!(status, 400, "longer than the write timeout");

@@ -981,7 +981,7 @@ fn a_c_client_works_unchanged() {
         .status();
     match compiled {
         Err(e) => {
-            eprintln!("skipping: no C compiler ({cc}: {e})");
+            support::skip::skip(&format!("no C compiler ({cc}: {e})"));
             return;
         }
         Ok(s) => assert!(s.success(), "compiling tests/c/client.c failed"),

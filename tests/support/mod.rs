@@ -7,6 +7,10 @@ pub mod kubelet;
 pub mod nvml_yaml;
 pub mod prom;
 pub mod real_dcgm;
+pub mod skip;
+
+#[allow(unused_imports)]
+pub use skip::{have_tool, require_tool, skip};
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -59,6 +63,41 @@ pub fn nvml_library() -> PathBuf {
 pub fn with_sim_nvml(b: ExporterBuilder) -> ExporterBuilder {
     let dir = nvml_library();
     b.env("LD_LIBRARY_PATH", dir.parent().unwrap().to_str().unwrap())
+}
+
+/// The variables a spawned exporter or host engine keeps from this process: what finds
+/// programs and libraries, temporary files, backtraces and coverage. Everything else (a
+/// developer's own `DCGM_EXPORTER_*`, `KUBECONFIG`, `XDG_RUNTIME_DIR`, `DCGM_SIM_*`...)
+/// stays out; a test sets what it means explicitly.
+pub const ENV_ALLOWLIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    // Cargo's own (target/debug, the toolchain's libraries) when it runs the tests.
+    "LD_LIBRARY_PATH",
+    "RUST_BACKTRACE",
+    "RUST_LIB_BACKTRACE",
+    "LLVM_PROFILE_FILE",
+    "LANG",
+    "LC_ALL",
+];
+
+/// Clears `cmd`'s environment down to [`ENV_ALLOWLIST`].
+pub fn hermetic(cmd: &mut Command) -> &mut Command {
+    cmd.env_clear();
+    for k in ENV_ALLOWLIST {
+        if let Some(v) = std::env::var_os(k) {
+            cmd.env(k, v);
+        }
+    }
+    cmd
+}
+
+/// The exporter binary with a [`hermetic`] environment.
+pub fn exporter_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    hermetic(&mut cmd);
+    cmd
 }
 
 pub fn hostengine_binary() -> PathBuf {
@@ -125,7 +164,7 @@ impl ExporterBuilder {
     }
 
     fn command(&self, port: u16) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"));
+        let mut cmd = exporter_command();
         let has = |f: &str| {
             self.args
                 .iter()
@@ -154,16 +193,6 @@ impl ExporterBuilder {
             ]);
         }
         cmd.args(&self.args);
-        for k in [
-            "DCGM_SIM_PROFILE",
-            "DCGM_SIM_CONTROL",
-            "NODE_NAME",
-            "DCGM_REMOTE_HOSTENGINE_INFO",
-            "KUBECONFIG",
-            "KUBERNETES_SERVICE_HOST",
-        ] {
-            cmd.env_remove(k);
-        }
         if let Some(p) = &self.profile {
             cmd.env("DCGM_SIM_PROFILE", p);
         }
@@ -497,7 +526,7 @@ impl HostEngine {
         cmd.args(["-n", "-p", &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        cmd.env_remove("DCGM_SIM_PROFILE");
+        hermetic(&mut cmd);
         if let Some(p) = profile {
             cmd.env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{p}")));
         }

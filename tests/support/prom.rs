@@ -12,15 +12,6 @@ pub struct Prometheus {
     _dir: tempfile::TempDir,
 }
 
-/// Whether a command is on PATH (tests that need it say why they skip otherwise).
-pub fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// A tool this test needs, by name; fails the test, saying how to install it, when absent.
 pub fn tool(name: &str) -> String {
     let found = Command::new("sh")

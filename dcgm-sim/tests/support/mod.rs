@@ -7,6 +7,10 @@
 
 #![allow(dead_code, non_snake_case)]
 
+/// Skipping honestly (fails under CI), shared with the exporter's tests.
+#[path = "../../../tests/support/skip.rs"]
+pub mod skip;
+
 use dcgm_sys::ffi::*;
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_longlong, c_void};

@@ -6,6 +6,10 @@
 
 #![allow(dead_code)]
 
+/// Skipping honestly (fails under CI), shared with the exporter's tests.
+#[path = "../../../../tests/support/skip.rs"]
+pub mod skip;
+
 use dcgm_sys::{Entity, EntityGroup, Library, Session, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
