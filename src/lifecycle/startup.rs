@@ -12,7 +12,91 @@ use crate::output::http;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub fn run(mut config: cli::Config) -> Result<(), String> {
+/// How a run ended: the result for the exit code, and whether DCGM was shut down in time.
+pub struct Outcome {
+    pub result: Result<(), String>,
+    /// `TimedOut` when a DCGM call was still stuck at exit: the process must then end
+    /// without running libdcgm's destructors (see `dcgm_sys::exit_now`).
+    pub dcgm: dcgm_sys::Shutdown,
+}
+
+/// How long the sessions still open at exit may take to end by themselves.
+const SESSIONS_GRACE: Duration = Duration::from_secs(2);
+/// How long DCGM may take to shut down at exit, sessions included; past it the process
+/// exits anyway (a host engine that stopped answering holds a call for 60 s).
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Runs the exporter until a signal (or a fatal error), then shuts DCGM down in order:
+/// the collection loop stops its engine or disconnects, then `dcgmShutdown` ends DCGM's
+/// own threads, within [`SHUTDOWN_DEADLINE`].
+pub fn run(config: cli::Config) -> Outcome {
+    let mut library = None;
+    let result = serve(config, &mut library);
+    let dcgm = match library {
+        Some(lib) => shut_down_dcgm(&lib),
+        None => dcgm_sys::Shutdown::Done,
+    };
+    Outcome { result, dcgm }
+}
+
+fn shut_down_dcgm(library: &dcgm_sys::Library) -> dcgm_sys::Shutdown {
+    let open = library.live_sessions();
+    let done = library.shutdown(SESSIONS_GRACE, SHUTDOWN_DEADLINE);
+    match done {
+        dcgm_sys::Shutdown::Done => tracing::debug!("DCGM shut down"),
+        dcgm_sys::Shutdown::TimedOut => tracing::warn!(
+            "DCGM did not shut down within {SHUTDOWN_DEADLINE:?} ({open} session(s) were open, \
+             one stuck in a call); exiting without its clean-up"
+        ),
+    }
+    done
+}
+
+/// The environment DCGM's embedded engine reads its own log settings from at start
+/// (`--enable-dcgm-log`), empty when they are not asked for.
+pub fn dcgm_log_env(config: &cli::Config) -> Vec<(&'static str, String)> {
+    if config.enable_dcgm_log && config.remote_hostengine().is_none() {
+        vec![
+            ("__DCGM_DBG_FILE", "-".to_string()),
+            ("__DCGM_DBG_LVL", config.dcgm_log_level.clone()),
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Sets DCGM's log variables. setenv races with any thread reading the environment (the
+/// Kubernetes client's runtime, tokio's workers, DCGM's own threads all do), so this is
+/// refused unless the process still has a single thread: main calls it before anything
+/// spawns one.
+pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), String> {
+    let vars = dcgm_log_env(config);
+    if vars.is_empty() {
+        return Ok(());
+    }
+    match threads() {
+        Some(n) if n > 1 => Err(format!(
+            "internal error: DCGM's log settings must be set before any thread starts \
+             ({n} threads run already)"
+        )),
+        _ => {
+            for (k, v) in vars {
+                std::env::set_var(k, v);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Threads of this process (Linux), `None` where that cannot be told.
+fn threads() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+fn serve(
+    mut config: cli::Config,
+    library_out: &mut Option<Arc<dcgm_sys::Library>>,
+) -> Result<(), String> {
     let file_settings = crate::config::file::apply(&mut config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let kube_api = kube_api_for(&config)?;
@@ -72,15 +156,12 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         Some(start_http(&config)?)
     };
     let sinks = operations::sinks(&config)?;
-    if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
-        // Read by the embedded host engine at dcgmInit; set before any thread exists.
-        std::env::set_var("__DCGM_DBG_FILE", "-");
-        std::env::set_var("__DCGM_DBG_LVL", &config.dcgm_log_level);
-    }
+    // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
 
     let library = Arc::new(
         dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
+    *library_out = Some(library.clone());
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(settings.interval_ms),
