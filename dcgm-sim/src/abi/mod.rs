@@ -46,6 +46,13 @@ struct Globals {
     embedded: Option<Arc<Mutex<Engine>>>,
     remotes: BTreeMap<dcgmHandle_t, Arc<Client>>,
     next_handle: dcgmHandle_t,
+    /// The real library's client handler (with its `dcgm_ipc` thread): allocated by the
+    /// first connect attempt, successful or not, and freed only by dcgmShutdown.
+    client_handler: bool,
+    /// An embedded engine ran since dcgmInit. Stopping it does not return the real library
+    /// to its state before (the engine's modules stay loaded, and exits after a stopped
+    /// embedded engine faulted too); only dcgmShutdown does.
+    engine_started: bool,
 }
 
 static GLOBALS: Mutex<Globals> = Mutex::new(Globals {
@@ -53,7 +60,20 @@ static GLOBALS: Mutex<Globals> = Mutex::new(Globals {
     embedded: None,
     remotes: BTreeMap::new(),
     next_handle: 1,
+    client_handler: false,
+    engine_started: false,
 });
+
+impl Globals {
+    /// Whether the real library would have threads of its own running now.
+    fn threads_live(&self) -> bool {
+        self.initialized
+            && (self.embedded.is_some()
+                || !self.remotes.is_empty()
+                || self.client_handler
+                || self.engine_started)
+    }
+}
 
 /// The state lock. A panic while it was held cannot leave it half-updated (every update is
 /// a single assignment), so a poisoned lock is simply taken over.
