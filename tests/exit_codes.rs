@@ -173,3 +173,41 @@ fn real_failed_connect_exits_1_over_40_cycles() {
     });
     assert_all("real failed connect", REAL_CYCLES, "exit 1", r);
 }
+
+/// `--textfile-directory`: a missing directory is created, and a clean exit removes
+/// `dcgm.prom` (node-exporter would go on serving its last values as current); a crash
+/// leaves it, for the staleness alert on `node_textfile_mtime_seconds` to see.
+#[test]
+fn sigterm_removes_the_textfile_and_a_missing_directory_is_created() {
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("textfile/collector");
+    let prom = dir.join("dcgm.prom");
+    let textfile = |e: &Exporter| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(&prom).is_ok_and(|t| t.contains("DCGM_FI_DEV_GPU_TEMP")) {
+            assert!(
+                Instant::now() < deadline,
+                "no dcgm.prom with series in 30 s: {}",
+                e.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let start = || {
+        strict(exporter())
+            .args(&["-a", "", "--textfile-directory", dir.to_str().unwrap()])
+            .spawn()
+    };
+    let mut e = start();
+    textfile(&e);
+    let st = e.signal_and_wait("TERM");
+    assert_eq!(outcome(st), "exit 0", "{}", e.stderr());
+    assert!(!prom.exists(), "dcgm.prom outlived a clean exit");
+    assert!(dir.is_dir());
+
+    let mut e = start();
+    textfile(&e);
+    let st = e.signal_and_wait("KILL");
+    assert_eq!(outcome(st), "signal 9");
+    assert!(prom.exists(), "a crash cannot clean up; the staleness alert covers it");
+}

@@ -254,6 +254,12 @@ fn serve(
     });
     let _ = control_tx.send(app::Control::Stop);
     collection.join().map_err(thread_panic)?;
+    if served.is_ok() {
+        // A clean stop: a textfile left behind would read as current values.
+        for sink in &runner.sinks {
+            sink.close();
+        }
+    }
     served
 }
 
@@ -537,7 +543,38 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
 
 #[cfg(test)]
 mod tests {
-    use super::{millis, spawn_watched, thread_panic};
+    use super::{dcgm_log_env, millis, set_dcgm_log_env, spawn_watched, thread_panic};
+    use crate::config::cli;
+
+    fn config(args: &[&str]) -> cli::Config {
+        cli::parse_from(std::iter::once("dcgm-exporter").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn dcgm_log_settings_are_for_the_embedded_engine_only() {
+        let c = config(&["--enable-dcgm-log", "--dcgm-log-level", "DEBUG"]);
+        assert_eq!(
+            dcgm_log_env(&c),
+            [
+                ("__DCGM_DBG_FILE", "-".to_string()),
+                ("__DCGM_DBG_LVL", "DEBUG".to_string())
+            ]
+        );
+        assert!(dcgm_log_env(&config(&["--enable-dcgm-log", "-r", "h:5555"])).is_empty());
+        assert!(dcgm_log_env(&config(&[])).is_empty());
+        // Nothing to set: fine whatever the threads.
+        assert_eq!(set_dcgm_log_env(&config(&[])), Ok(()));
+    }
+
+    #[test]
+    fn dcgm_log_settings_are_refused_once_another_thread_runs() {
+        // A test runs beside the harness's main thread: the state main must never be in
+        // when it sets DCGM's environment.
+        let c = config(&["--enable-dcgm-log", "--dcgm-log-level", "WARN"]);
+        let e = set_dcgm_log_env(&c).unwrap_err();
+        assert!(e.contains("before any thread starts"), "{e}");
+        assert_ne!(std::env::var("__DCGM_DBG_LVL").as_deref(), Ok("WARN"));
+    }
 
     #[test]
     fn a_panicking_collection_thread_is_noticed_and_reported() {
