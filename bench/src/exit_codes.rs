@@ -20,6 +20,8 @@ pub struct Options {
     /// when `None`.
     pub real: Option<PathBuf>,
     pub root: PathBuf,
+    /// Another exporter binary to count (an older build, for a before/after figure).
+    pub exporter: Option<PathBuf>,
 }
 
 /// How the exporter is started in one mode.
@@ -182,7 +184,11 @@ fn one(
 ) -> Result<String, String> {
     let port = free_port()?;
     let csv = o.root.join("etc/default-counters.csv");
-    let child = Command::new(bin.join("dcgm-exporter"))
+    let exe = o
+        .exporter
+        .clone()
+        .unwrap_or_else(|| bin.join("dcgm-exporter"));
+    let child = Command::new(exe)
         .args(["-f", csv.to_str().ok_or("path")?])
         .args(["-a", &format!("127.0.0.1:{port}"), "-c", "500"])
         .args(["--dcgm-library", library.to_str().ok_or("path")?])

@@ -16,8 +16,8 @@
 //! `cargo run --release -p bench -- faults [--cycles 100 --stops 10 --soak-seconds 3600]`
 //! runs the fault mode instead (`faults.rs`).
 //!
-//! `cargo run --release -p bench -- exit-codes [--real DIR] [--cycles 200 --parallel 4]`
-//! counts exit codes over start/stop cycles per mode (`exit_codes.rs`).
+//! `cargo run --release -p bench -- exit-codes [--real DIR] [--cycles 200 --parallel 4]
+//! [--exporter PATH]` counts exit codes over start/stop cycles per mode (`exit_codes.rs`).
 //!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
@@ -313,6 +313,9 @@ fn run_exit_codes() -> Result<(), String> {
             .any(|a| a == "--real")
             .then(|| PathBuf::from(arg("--real", ""))),
         root,
+        exporter: std::env::args()
+            .any(|a| a == "--exporter")
+            .then(|| PathBuf::from(arg("--exporter", ""))),
     };
     exit_codes::run(&bin, &options)
 }
