@@ -209,5 +209,8 @@ fn sigterm_removes_the_textfile_and_a_missing_directory_is_created() {
     textfile(&e);
     let st = e.signal_and_wait("KILL");
     assert_eq!(outcome(st), "signal 9");
-    assert!(prom.exists(), "a crash cannot clean up; the staleness alert covers it");
+    assert!(
+        prom.exists(),
+        "a crash cannot clean up; the staleness alert covers it"
+    );
 }

@@ -38,8 +38,16 @@ fn run(promtool: &str, args: &[&str], dir: &Path) -> String {
 fn the_textfile_staleness_alert_passes_promtool_check_and_unit_tests() {
     let Some(promtool) = promtool() else { return };
     let dir = support::repo("etc/prometheus");
-    let out = run(promtool, &["check", "rules", "dcgm-textfile.rules.yml"], &dir);
+    let out = run(
+        promtool,
+        &["check", "rules", "dcgm-textfile.rules.yml"],
+        &dir,
+    );
     assert!(out.contains("SUCCESS: 1 rules found"), "{out}");
-    let out = run(promtool, &["test", "rules", "dcgm-textfile.rules.test.yml"], &dir);
+    let out = run(
+        promtool,
+        &["test", "rules", "dcgm-textfile.rules.test.yml"],
+        &dir,
+    );
     assert!(out.contains("SUCCESS"), "{out}");
 }

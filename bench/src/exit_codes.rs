@@ -46,7 +46,10 @@ pub fn run(bin: &Path, o: &Options) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", yaml.display()))?;
             env.push(("NVML_INJECTION_MODE".into(), "True".into()));
             env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
-            env.push(("LD_LIBRARY_PATH".into(), kit.join("lib").display().to_string()));
+            env.push((
+                "LD_LIBRARY_PATH".into(),
+                kit.join("lib").display().to_string(),
+            ));
             kit.join("lib/libdcgm.so.4")
         }
         None => bin.join("libdcgm.so.4"),
@@ -71,7 +74,11 @@ pub fn run(bin: &Path, o: &Options) -> Result<(), String> {
             sigterm: false,
         },
     ];
-    let backend = if o.real.is_some() { "real DCGM 4.6" } else { "dcgm-sim" };
+    let backend = if o.real.is_some() {
+        "real DCGM 4.6"
+    } else {
+        "dcgm-sim"
+    };
     println!(
         "{backend}: {} cycles per mode, {} at once",
         o.cycles, o.parallel
@@ -112,7 +119,8 @@ fn start_engine(
         }
         None => {
             let mut c = Command::new(bin.join("dcgm-sim-hostengine"));
-            c.args(["-n", "-p", &port.to_string()]).stdout(Stdio::piped());
+            c.args(["-n", "-p", &port.to_string()])
+                .stdout(Stdio::piped());
             c
         }
     };

@@ -35,8 +35,7 @@ fn sim_dir() -> PathBuf {
 #[test]
 fn shutdown_lets_sessions_end_then_ends_dcgm_and_refuses_later_calls() {
     std::env::remove_var("DCGM_SIM_PROFILE");
-    let lib =
-        Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
+    let lib = Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
     // Nothing started yet: nothing to shut down, and nothing is refused afterwards.
     assert_eq!(lib.live_sessions(), 0);
 
@@ -65,7 +64,10 @@ fn shutdown_lets_sessions_end_then_ends_dcgm_and_refuses_later_calls() {
     assert_eq!(lib.live_sessions(), 0, "shutdown waited for the session");
     ending.join().unwrap();
     assert!(lib.is_shut_down());
-    assert!(matches!(Session::embedded(lib.clone()), Err(Error::ShutDown)));
+    assert!(matches!(
+        Session::embedded(lib.clone()),
+        Err(Error::ShutDown)
+    ));
     // Twice is harmless.
     assert_eq!(
         lib.shutdown(Duration::ZERO, Duration::from_secs(1)),
@@ -74,8 +76,7 @@ fn shutdown_lets_sessions_end_then_ends_dcgm_and_refuses_later_calls() {
 
     // A session still open when the grace ends: dcgmShutdown closes it, and the session
     // refuses calls from then on. (Same test: DCGM's state is process-wide.)
-    let lib =
-        Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
+    let lib = Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
     let s = Session::embedded(lib.clone()).expect("DCGM starts again after dcgmShutdown");
     assert_eq!(
         lib.shutdown(Duration::ZERO, Duration::from_secs(30)),

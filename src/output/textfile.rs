@@ -240,7 +240,10 @@ mod tests {
             );
         }
         let meta = std::fs::symlink_metadata(t.path()).unwrap();
-        assert!(meta.file_type().is_file(), "dcgm.prom is a regular file now");
+        assert!(
+            meta.file_type().is_file(),
+            "dcgm.prom is a regular file now"
+        );
         assert_eq!(std::fs::read_to_string(t.path()).unwrap(), "b 2\n");
     }
 }
