@@ -214,3 +214,62 @@ fn sigterm_removes_the_textfile_and_a_missing_directory_is_created() {
         "a crash cannot clean up; the staleness alert covers it"
     );
 }
+
+fn signal(pid: u32, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// SIGTERM while the host engine is stopped (SIGSTOP): a DCGM call stays stuck, and
+/// dcgmShutdown waits for it (the real one for up to 60 s). The exporter gives DCGM its
+/// shutdown deadline, then exits 0 without running libdcgm's destructors under the stuck
+/// thread (which would fault: the simulator's strict check).
+fn sigterm_with_a_stopped_engine(e: &mut Exporter, engine_pid: u32) {
+    signal(engine_pid, "STOP");
+    e.wait_until(30, |e| {
+        e.get("/health").0 == 503 && e.stderr().contains("no answer from DCGM")
+    });
+    signal(e.child.id(), "TERM");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let st = loop {
+        if let Some(st) = e.child.try_wait().expect("wait for the exporter") {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exit 60 s after SIGTERM: {}",
+            e.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(outcome(st), "exit 0", "{}", e.stderr());
+    assert!(
+        e.stderr().contains("DCGM did not shut down within"),
+        "{}",
+        e.stderr()
+    );
+}
+
+#[test]
+fn sim_sigterm_with_a_stopped_host_engine_exits_0_after_the_shutdown_deadline() {
+    let port = free_port();
+    let engine = HostEngine::start(port, None);
+    let mut e = strict(exporter())
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
+        .start();
+    sigterm_with_a_stopped_engine(&mut e, engine.child.id());
+}
+
+#[test]
+fn real_sigterm_with_a_stopped_host_engine_exits_0_after_the_shutdown_deadline() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("exit-stopped");
+    let yaml = dir.yaml(&one_gpu());
+    let port = free_port();
+    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let mut e = kit.remote(port).args(&["-c", "300"]).start();
+    sigterm_with_a_stopped_engine(&mut e, engine.child.id());
+}

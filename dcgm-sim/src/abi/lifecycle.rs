@@ -30,10 +30,18 @@ pub extern "C" fn dcgmInit() -> dcgmReturn_t {
 }
 
 /// `dcgmReturn_t dcgmShutdown(void)`: closes remote connections, stops the embedded
-/// engine, terminates the field table. OK when not initialised.
+/// engine, terminates the field table. OK when not initialised. Like the real one, it first
+/// waits for every remote request in flight to return (a stopped host engine holds one for
+/// the request timeout, 60 s by default).
 #[no_mangle]
 pub extern "C" fn dcgmShutdown() -> dcgmReturn_t {
     guard(|| {
+        if !globals().initialized {
+            return Ok(());
+        }
+        while super::IN_FLIGHT.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let (engine, remotes) = {
             let mut g = globals();
             if !g.initialized {
@@ -163,11 +171,14 @@ fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t
         }
         g.client_handler = true;
     }
+    let counted = super::InFlight::enter();
     // No state lock while connecting: this may take the whole timeout.
     let client = Client::connect(&addr, timeout)?;
-    match client.request(&Request::Login {
+    let login = client.request(&Request::Login {
         persist_after_disconnect: persist,
-    })? {
+    });
+    drop(counted);
+    match login? {
         Reply::Ok => {}
         Reply::Error(code) => return Err(code),
         _ => return Err(DCGM_ST_GENERIC_ERROR),

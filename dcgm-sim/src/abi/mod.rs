@@ -75,6 +75,27 @@ impl Globals {
     }
 }
 
+/// Remote requests in flight (the real client handler's reference count): dcgmShutdown
+/// waits for them to return before it frees the client, as the real one does.
+pub(crate) static IN_FLIGHT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one remote request for as long as it lives.
+pub(crate) struct InFlight;
+
+impl InFlight {
+    pub(crate) fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// The state lock. A panic while it was held cannot leave it half-updated (every update is
 /// a single assignment), so a poisoned lock is simply taken over.
 fn globals() -> MutexGuard<'static, Globals> {
@@ -138,7 +159,10 @@ pub(crate) fn call(handle: dcgmHandle_t, req: Request) -> Result<Reply, dcgmRetu
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .handle(0, &req),
-        Backend::Remote(client) => client.request(&req)?,
+        Backend::Remote(client) => {
+            let _counted = InFlight::enter();
+            client.request(&req)?
+        }
     };
     match reply {
         Reply::Error(DCGM_ST_OK) => Err(DCGM_ST_GENERIC_ERROR),
