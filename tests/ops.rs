@@ -645,7 +645,7 @@ fn debug_dumps_are_written_per_entity_group_and_files_not_ours_kept() {
     // metrics-GPU-YYYYMMDD-HHMMSS-xxxxxxxx.json.gz
     let m = all
         .iter()
-        .find(|p| name_of(p).starts_with("metrics-GPU-"))
+        .find(|p| name_of(p).starts_with("metrics-GPU-") && **p != old)
         .unwrap();
     let n = name_of(m);
     let parts: Vec<&str> = n.trim_end_matches(".json.gz").split('-').collect();

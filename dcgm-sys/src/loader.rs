@@ -36,8 +36,8 @@ pub struct Library {
     state: Mutex<State>,
     /// Signalled when the last session ends.
     idle: Condvar,
-    /// Set once `dcgmShutdown` has returned: no call goes into the library after that
-    /// (a remote call would bring DCGM's client threads back).
+    /// Set as `dcgmShutdown` starts: no call goes into the library after that (a remote
+    /// call would bring DCGM's client threads back).
     closed: AtomicBool,
 }
 
@@ -104,7 +104,7 @@ impl Library {
         &self.lib
     }
 
-    /// True once [`Library::shutdown`] has run `dcgmShutdown` to its end.
+    /// True once [`Library::shutdown`] has started `dcgmShutdown`: every call is refused.
     pub fn is_shut_down(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
     }
@@ -122,6 +122,10 @@ impl Library {
             return Err(Error::ShutDown);
         }
         let mut st = self.state();
+        // Checked again under the lock shutdown sets it under.
+        if self.is_shut_down() {
+            return Err(Error::ShutDown);
+        }
         if !st.initialized {
             let f = sym!(self, dcgmInit);
             // SAFETY: dcgmInit takes no arguments; it is called under our state lock, so

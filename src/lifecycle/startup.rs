@@ -45,8 +45,8 @@ fn shut_down_dcgm(library: &dcgm_sys::Library) -> dcgm_sys::Shutdown {
     match done {
         dcgm_sys::Shutdown::Done => tracing::debug!("DCGM shut down"),
         dcgm_sys::Shutdown::TimedOut => tracing::warn!(
-            "DCGM did not shut down within {SHUTDOWN_DEADLINE:?} ({open} session(s) were open, \
-             one stuck in a call); exiting without its clean-up"
+            "DCGM did not shut down within {SHUTDOWN_DEADLINE:?}: a DCGM call is still stuck \
+             ({open} session(s) were open); exiting without its clean-up"
         ),
     }
     done
