@@ -1,5 +1,7 @@
 //! The `dcgm-exporter` binary: parse flags, set up logging, run. See ARCHITECTURE.md.
 
+#![forbid(unsafe_code)]
+
 use dcgm_exporter::config::cli;
 use dcgm_exporter::lifecycle::startup;
 use dcgm_exporter::logging;
@@ -30,14 +32,26 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let format = logging::Format::from_flag(&config.log_format);
+    // Still a single thread here (flag parsing spawns none): the only safe moment to
+    // change the environment, which DCGM reads its log settings from. The function checks.
+    if let Err(msg) = startup::set_dcgm_log_env(&config) {
+        logging::fatal(format, &msg);
+        return ExitCode::FAILURE;
+    }
     logging::init(format, config.debug);
-    match startup::run(config) {
-        Ok(()) => ExitCode::SUCCESS,
+    let outcome = startup::run(config);
+    let code = match outcome.result {
+        Ok(()) => 0,
         Err(msg) => {
             logging::fatal(format, &msg);
-            ExitCode::FAILURE
+            1
         }
+    };
+    if outcome.dcgm == dcgm_sys::Shutdown::TimedOut {
+        // A DCGM thread is still in a call: libdcgm's destructors must not run under it.
+        dcgm_sys::exit_now(code);
     }
+    ExitCode::from(code)
 }
 
 /// The log format asked for when the flags did not parse: the last `--log-format` on the

@@ -142,12 +142,17 @@ fn textfile_mode_needs_a_directory_and_checks_it() {
     let (code, err) = exporter().args(&["-a", ""]).run_to_exit();
     assert_eq!(code, 1);
     assert!(err.contains("--textfile-directory"), "{err}");
+    // A missing directory is created; one that cannot be is a start-up error.
+    let parent = tempfile::tempdir().unwrap();
+    let file = parent.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let bad = file.join("dir");
     let (code, err) = exporter()
-        .args(&["--textfile-directory", "/nonexistent/dir"])
+        .args(&["--textfile-directory", bad.to_str().unwrap()])
         .run_to_exit();
     assert_eq!(code, 1);
     assert!(
-        err.contains("--textfile-directory /nonexistent/dir"),
+        err.contains(&format!("--textfile-directory {}", bad.display())),
         "{err}"
     );
     // The environment variable works like the flag, and HTTP keeps serving beside it.
@@ -581,11 +586,12 @@ fn dumps(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn debug_dumps_are_written_per_entity_group_and_old_ones_cleaned() {
+fn debug_dumps_are_written_per_entity_group_and_files_not_ours_kept() {
     let dir = tempfile::tempdir().unwrap();
     let dump_dir = dir.path().join("dumps");
     std::fs::create_dir(&dump_dir).unwrap();
-    // A dump from two days ago and an unrelated file: the first goes, the second stays.
+    // A dump-like file from two days ago and an unrelated file, neither written by this
+    // exporter: the retention removes only what the process wrote, so both stay.
     let old = dump_dir.join("metrics-GPU-20240101-000000-deadbeef.json.gz");
     std::fs::write(&old, "").unwrap();
     let two_days = std::time::SystemTime::now() - Duration::from_secs(48 * 3600);
@@ -632,14 +638,14 @@ fn debug_dumps_are_written_per_entity_group_and_old_ones_cleaned() {
     drop(e);
     let all = dumps(&dump_dir);
     assert!(
-        !all.contains(&old),
-        "retention removes dumps older than 24 h"
+        all.contains(&old),
+        "the retention never removes a file this exporter did not write"
     );
     assert!(all.iter().any(|p| name_of(p) == "notes.txt"));
     // metrics-GPU-YYYYMMDD-HHMMSS-xxxxxxxx.json.gz
     let m = all
         .iter()
-        .find(|p| name_of(p).starts_with("metrics-GPU-"))
+        .find(|p| name_of(p).starts_with("metrics-GPU-") && **p != old)
         .unwrap();
     let n = name_of(m);
     let parts: Vec<&str> = n.trim_end_matches(".json.gz").split('-').collect();

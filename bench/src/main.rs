@@ -16,6 +16,9 @@
 //! `cargo run --release -p bench -- faults [--cycles 100 --stops 10 --soak-seconds 3600]`
 //! runs the fault mode instead (`faults.rs`).
 //!
+//! `cargo run --release -p bench -- exit-codes [--real DIR] [--cycles 200 --parallel 4]
+//! [--exporter PATH]` counts exit codes over start/stop cycles per mode (`exit_codes.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -27,6 +30,7 @@
 //! Each run also measures throughput at 64 connections, gzip off and on, against a static
 //! server serving the same bytes (`throughput.rs`).
 
+mod exit_codes;
 mod faults;
 mod throughput;
 
@@ -51,10 +55,10 @@ impl Drop for Killed {
 }
 
 fn main() {
-    let r = if std::env::args().nth(1).as_deref() == Some("faults") {
-        run_faults()
-    } else {
-        run()
+    let r = match std::env::args().nth(1).as_deref() {
+        Some("faults") => run_faults(),
+        Some("exit-codes") => run_exit_codes(),
+        _ => run(),
     };
     if let Err(e) = r {
         eprintln!("bench: {e}");
@@ -299,9 +303,26 @@ fn number<T: std::str::FromStr>(name: &str, default: &str) -> Result<T, String> 
         .map_err(|_| format!("{name}: not a number"))
 }
 
-/// The fault mode, with the binaries of the profile this bench was built with (so that a
-/// quick check can run it in a debug build).
-fn run_faults() -> Result<(), String> {
+/// The exit-code mode, with the binaries of this bench's build profile.
+fn run_exit_codes() -> Result<(), String> {
+    let (root, bin) = build_same_profile()?;
+    let options = exit_codes::Options {
+        cycles: number("--cycles", "200")?,
+        parallel: number("--parallel", "4")?,
+        real: std::env::args()
+            .any(|a| a == "--real")
+            .then(|| PathBuf::from(arg("--real", ""))),
+        root,
+        exporter: std::env::args()
+            .any(|a| a == "--exporter")
+            .then(|| PathBuf::from(arg("--exporter", ""))),
+    };
+    exit_codes::run(&bin, &options)
+}
+
+/// Builds the exporter and the simulator with the profile this bench was built with (so
+/// that a quick check can run in a debug build): (repository root, binary directory).
+fn build_same_profile() -> Result<(PathBuf, PathBuf), String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("no repo root")?
@@ -322,6 +343,12 @@ fn run_faults() -> Result<(), String> {
     if !status.success() {
         return Err("build failed".into());
     }
+    Ok((root, bin))
+}
+
+/// The fault mode, with the binaries of the profile this bench was built with.
+fn run_faults() -> Result<(), String> {
+    let (root, bin) = build_same_profile()?;
     let options = faults::Options {
         cycles: number("--cycles", "100")?,
         stops: number("--stops", "10")?,

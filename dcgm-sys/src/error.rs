@@ -173,6 +173,9 @@ pub enum Error {
     /// An argument we refuse before calling DCGM (e.g. an address with a NUL byte).
     #[error("{0}")]
     InvalidArgument(String),
+    /// The call came after `dcgmShutdown` (the process is exiting).
+    #[error("DCGM is shut down")]
+    ShutDown,
 }
 
 impl Error {

@@ -8,7 +8,11 @@
 use crate::error::{Error, Result, Status};
 use crate::ffi::DcgmLib;
 use std::ffi::CStr;
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 /// The names tried when no explicit path is given, in order.
 pub const DEFAULT_NAMES: &[&str] = &["libdcgm.so.4", "libdcgm.so"];
@@ -18,9 +22,40 @@ const INSTALL_HINT: &str = "install DCGM 4 (package datacenter-gpu-manager-4-cor
 
 /// A loaded libdcgm. Every function pointer is resolved at load time but a missing one
 /// only becomes an error when it is called.
+///
+/// The library is never unloaded. `dcgmInit`, a connect attempt (even a failed one) and an
+/// embedded engine start threads of DCGM's own (`dcgm_ipc`, the engine's); dlclose while
+/// one of them still runs unmaps the code under it and the process dies with SIGSEGV on its
+/// way out. [`Library::shutdown`] ends them in order, but a call stuck past its deadline can
+/// keep one alive, so the mapping stays for the life of the process.
 pub struct Library {
-    lib: DcgmLib,
+    /// Deliberately leaked (ManuallyDrop): dropping it would dlclose libdcgm.
+    lib: ManuallyDrop<DcgmLib>,
     path: PathBuf,
+    /// libdcgm's process-wide state as far as we drove it: `dcgmInit` done, sessions live.
+    state: Mutex<State>,
+    /// Signalled when the last session ends.
+    idle: Condvar,
+    /// Set as `dcgmShutdown` starts: no call goes into the library after that (a remote
+    /// call would bring DCGM's client threads back).
+    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    initialized: bool,
+    /// Sessions opened or being opened and not yet stopped/disconnected.
+    sessions: usize,
+}
+
+/// How [`Library::shutdown`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// `dcgmShutdown` returned (or DCGM was never initialised): no DCGM thread is left.
+    Done,
+    /// `dcgmShutdown` did not return before the deadline (it waits for calls in flight,
+    /// which a hung host engine holds for up to 60 s). DCGM's threads may still run.
+    TimedOut,
 }
 
 impl std::fmt::Debug for Library {
@@ -44,8 +79,11 @@ impl Library {
             match unsafe { DcgmLib::new(&candidate) } {
                 Ok(lib) => {
                     return Ok(Library {
-                        lib,
+                        lib: ManuallyDrop::new(lib),
                         path: candidate,
+                        state: Mutex::new(State::default()),
+                        idle: Condvar::new(),
+                        closed: AtomicBool::new(false),
                     })
                 }
                 Err(e) => tried.push(format!("{}: {e}", candidate.display())),
@@ -64,6 +102,102 @@ impl Library {
 
     pub(crate) fn raw(&self) -> &DcgmLib {
         &self.lib
+    }
+
+    /// True once [`Library::shutdown`] has started `dcgmShutdown`: every call is refused.
+    pub fn is_shut_down(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Every update is a single assignment or increment: a poisoned lock is consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a session about to be opened, running `dcgmInit` first when needed. The
+    /// count is dropped by [`Library::leave`] once the session is stopped or disconnected
+    /// (or failed to open).
+    pub(crate) fn enter(&self) -> Result<()> {
+        if self.is_shut_down() {
+            return Err(Error::ShutDown);
+        }
+        let mut st = self.state();
+        // Checked again under the lock shutdown sets it under.
+        if self.is_shut_down() {
+            return Err(Error::ShutDown);
+        }
+        if !st.initialized {
+            let f = sym!(self, dcgmInit);
+            // SAFETY: dcgmInit takes no arguments; it is called under our state lock, so
+            // never concurrently with dcgmShutdown.
+            let rc = unsafe { f() };
+            self.check("dcgmInit", rc)?;
+            st.initialized = true;
+        }
+        st.sessions += 1;
+        Ok(())
+    }
+
+    /// The end of a session counted by [`Library::enter`].
+    pub(crate) fn leave(&self) {
+        let mut st = self.state();
+        st.sessions = st.sessions.saturating_sub(1);
+        if st.sessions == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Sessions opened (or being opened) and not yet ended.
+    pub fn live_sessions(&self) -> usize {
+        self.state().sessions
+    }
+
+    /// Shuts DCGM down in order before the process exits: waits up to `grace` for the
+    /// sessions still open to end (each stops its embedded engine or disconnects), then
+    /// runs `dcgmShutdown`, which also ends whatever engine or connection is left, and
+    /// DCGM's own threads with them. `dcgmShutdown` waits for calls in flight, so it runs
+    /// on a thread of its own and is given up at `deadline`; the library stays mapped
+    /// either way (see [`Library`]). After it, every call answers [`Error::ShutDown`].
+    pub fn shutdown(&self, grace: Duration, deadline: Duration) -> Shutdown {
+        let started = Instant::now();
+        let st = self.state();
+        let (st, _) = self
+            .idle
+            .wait_timeout_while(st, grace, |s| s.sessions > 0)
+            .unwrap_or_else(PoisonError::into_inner);
+        if !st.initialized || self.is_shut_down() {
+            return Shutdown::Done;
+        }
+        let Ok(f) = &self.lib.dcgmShutdown else {
+            // Every DCGM since 1.0 has it; without it there is nothing more to do.
+            return Shutdown::Done;
+        };
+        let f = *f;
+        // Later calls are refused from here on: a call made during dcgmShutdown would
+        // allocate DCGM's client again.
+        self.closed.store(true, Ordering::SeqCst);
+        drop(st);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("dcgm-shutdown".into())
+            .spawn(move || {
+                // SAFETY: dcgmShutdown takes no arguments and tolerates sessions still
+                // open (it closes them); the library is never unloaded, so the function
+                // stays mapped for as long as this thread may run.
+                let rc = unsafe { f() };
+                let _ = tx.send(rc);
+            });
+        if spawned.is_err() {
+            return Shutdown::TimedOut;
+        }
+        let left = deadline.saturating_sub(started.elapsed());
+        match rx.recv_timeout(left) {
+            Ok(_) => {
+                self.state().initialized = false;
+                Shutdown::Done
+            }
+            Err(_) => Shutdown::TimedOut,
+        }
     }
 
     /// `errorString()` of a code, or a generic text when the library has none.
@@ -104,9 +238,11 @@ pub(crate) fn introduced_in(function: &str) -> &'static str {
 }
 
 /// Resolves one function pointer of the loaded library or explains which DCGM it needs.
+/// Refuses every call once the library is shut down.
 macro_rules! sym {
     ($lib:expr, $name:ident) => {
         match &$lib.raw().$name {
+            _ if $lib.is_shut_down() => return Err($crate::error::Error::ShutDown),
             Ok(f) => *f,
             Err(e) => {
                 return Err($crate::error::Error::MissingSymbol {
@@ -119,3 +255,12 @@ macro_rules! sym {
     };
 }
 pub(crate) use sym;
+
+/// Ends the process at once with `code`, without running atexit handlers or the loaded
+/// libraries' destructors. For an exit after [`Library::shutdown`] timed out: DCGM threads
+/// still run then, and libdcgm's static destructors would tear their state down under them.
+/// Nothing is flushed: write what must be said to stderr (unbuffered) first.
+pub fn exit_now(code: u8) -> ! {
+    // SAFETY: _exit has no preconditions; it never returns.
+    unsafe { libc::_exit(i32::from(code)) }
+}

@@ -138,21 +138,36 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        match self.kind {
-            SessionKind::Embedded => {
-                if let Ok(f) = &self.lib.raw().dcgmStopEmbedded {
-                    // SAFETY: the handle came from dcgmStartEmbedded and is stopped once.
-                    unsafe { f(self.handle) };
+        // After dcgmShutdown the engine and connections are already gone and a call would
+        // only bring DCGM's client back.
+        if !self.lib.is_shut_down() {
+            match self.kind {
+                SessionKind::Embedded => {
+                    if let Ok(f) = &self.lib.raw().dcgmStopEmbedded {
+                        // SAFETY: the handle came from dcgmStartEmbedded and is stopped once.
+                        unsafe { f(self.handle) };
+                    }
                 }
-            }
-            SessionKind::Remote(_) => {
-                if let Ok(f) = &self.lib.raw().dcgmDisconnect {
-                    // SAFETY: the handle came from dcgmConnect_v2 and is closed once;
-                    // dcgmDisconnect tolerates connections the engine already dropped.
-                    unsafe { f(self.handle) };
+                SessionKind::Remote(_) => {
+                    if let Ok(f) = &self.lib.raw().dcgmDisconnect {
+                        // SAFETY: the handle came from dcgmConnect_v2 and is closed once;
+                        // dcgmDisconnect tolerates connections the engine already dropped.
+                        unsafe { f(self.handle) };
+                    }
                 }
             }
         }
+        self.lib.leave();
+    }
+}
+
+/// A session being opened: counted as live until it is open (then `Inner` owns the count)
+/// or has failed.
+struct Entered<'a>(&'a Library);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.leave();
     }
 }
 
@@ -191,33 +206,29 @@ const MAX_FIELDS_PER_CALL: usize = 128;
 const MAX_ENTITIES_PER_CALL: usize = 1024;
 
 impl Session {
-    fn init(lib: &Library) -> Result<()> {
-        let f = sym!(lib, dcgmInit);
-        // SAFETY: dcgmInit takes no arguments and is idempotent.
-        let rc = unsafe { f() };
-        lib.check("dcgmInit", rc)
-    }
-
     /// Starts an embedded host engine in this process (`DCGM_OPERATION_MODE_AUTO`: DCGM
     /// samples watched fields on its own threads).
     pub fn embedded(lib: Arc<Library>) -> Result<Session> {
-        Self::init(&lib)?;
+        lib.enter()?;
+        let entered = Entered(&lib);
         let f = sym!(lib, dcgmStartEmbedded);
         let mut handle: ffi::dcgmHandle_t = 0;
         // SAFETY: `handle` is a valid out-pointer for the duration of the call.
         let rc = unsafe { f(ffi::DCGM_OPERATION_MODE_AUTO, &mut handle) };
         lib.check("dcgmStartEmbedded", rc)?;
+        std::mem::forget(entered);
         Ok(Self::wrap(lib, handle, SessionKind::Embedded))
     }
 
     /// Connects to a remote host engine. `timeout_ms` 0 means DCGM's default (5 s).
     pub fn connect(lib: Arc<Library>, target: &ConnectTarget, timeout_ms: u32) -> Result<Session> {
-        Self::init(&lib)?;
-        let f = sym!(lib, dcgmConnect_v2);
         let (addr, unix) = match target {
             ConnectTarget::Tcp(hp) => (cstring("host engine address", hp)?, 0),
             ConnectTarget::Unix(p) => (cstring("socket path", &p.to_string_lossy())?, 1),
         };
+        lib.enter()?;
+        let entered = Entered(&lib);
+        let f = sym!(lib, dcgmConnect_v2);
         let mut params = ffi::dcgmConnectV2Params_v2 {
             version: versions::CONNECT_V2_PARAMS_V2,
             persistAfterDisconnect: 0,
@@ -229,6 +240,7 @@ impl Session {
         // valid for reads/writes of their own types.
         let rc = unsafe { f(addr.as_ptr(), &mut params, &mut handle) };
         lib.check("dcgmConnect_v2", rc)?;
+        std::mem::forget(entered);
         Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
     }
 

@@ -18,6 +18,7 @@ pub fn reason(e: &Error) -> String {
         Error::MissingSymbol { .. } => "MissingSymbol".into(),
         Error::InvalidArgument(_) => "InvalidArgument".into(),
         Error::Load(_) => "Load".into(),
+        Error::ShutDown => "ShutDown".into(),
     }
 }
 

@@ -54,11 +54,11 @@ pub fn sinks(config: &Config) -> Result<Vec<Box<dyn Sink>>, String> {
                 config.dump_retention
             )
         })?;
-        let d = Dumper {
-            dir: config.dump_directory.clone(),
+        let d = Dumper::new(
+            config.dump_directory.clone(),
             retention_hours,
-            compress: config.dump_compression,
-        }
+            config.dump_compression,
+        )
         .start()?;
         tracing::info!("writing debug dumps to {}", d.dir.display());
         out.push(Box::new(d));

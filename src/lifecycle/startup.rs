@@ -12,7 +12,91 @@ use crate::output::http;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub fn run(mut config: cli::Config) -> Result<(), String> {
+/// How a run ended: the result for the exit code, and whether DCGM was shut down in time.
+pub struct Outcome {
+    pub result: Result<(), String>,
+    /// `TimedOut` when a DCGM call was still stuck at exit: the process must then end
+    /// without running libdcgm's destructors (see `dcgm_sys::exit_now`).
+    pub dcgm: dcgm_sys::Shutdown,
+}
+
+/// How long the sessions still open at exit may take to end by themselves.
+const SESSIONS_GRACE: Duration = Duration::from_secs(2);
+/// How long DCGM may take to shut down at exit, sessions included; past it the process
+/// exits anyway (a host engine that stopped answering holds a call for 60 s).
+const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Runs the exporter until a signal (or a fatal error), then shuts DCGM down in order:
+/// the collection loop stops its engine or disconnects, then `dcgmShutdown` ends DCGM's
+/// own threads, within [`SHUTDOWN_DEADLINE`].
+pub fn run(config: cli::Config) -> Outcome {
+    let mut library = None;
+    let result = serve(config, &mut library);
+    let dcgm = match library {
+        Some(lib) => shut_down_dcgm(&lib),
+        None => dcgm_sys::Shutdown::Done,
+    };
+    Outcome { result, dcgm }
+}
+
+fn shut_down_dcgm(library: &dcgm_sys::Library) -> dcgm_sys::Shutdown {
+    let open = library.live_sessions();
+    let done = library.shutdown(SESSIONS_GRACE, SHUTDOWN_DEADLINE);
+    match done {
+        dcgm_sys::Shutdown::Done => tracing::debug!("DCGM shut down"),
+        dcgm_sys::Shutdown::TimedOut => tracing::warn!(
+            "DCGM did not shut down within {SHUTDOWN_DEADLINE:?}: a DCGM call is still stuck \
+             ({open} session(s) were open); exiting without its clean-up"
+        ),
+    }
+    done
+}
+
+/// The environment DCGM's embedded engine reads its own log settings from at start
+/// (`--enable-dcgm-log`), empty when they are not asked for.
+pub fn dcgm_log_env(config: &cli::Config) -> Vec<(&'static str, String)> {
+    if config.enable_dcgm_log && config.remote_hostengine().is_none() {
+        vec![
+            ("__DCGM_DBG_FILE", "-".to_string()),
+            ("__DCGM_DBG_LVL", config.dcgm_log_level.clone()),
+        ]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Sets DCGM's log variables. setenv races with any thread reading the environment (the
+/// Kubernetes client's runtime, tokio's workers, DCGM's own threads all do), so this is
+/// refused unless the process still has a single thread: main calls it before anything
+/// spawns one.
+pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), String> {
+    let vars = dcgm_log_env(config);
+    if vars.is_empty() {
+        return Ok(());
+    }
+    match threads() {
+        Some(n) if n > 1 => Err(format!(
+            "internal error: DCGM's log settings must be set before any thread starts \
+             ({n} threads run already)"
+        )),
+        _ => {
+            for (k, v) in vars {
+                std::env::set_var(k, v);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Threads of this process (Linux), `None` where that cannot be told.
+fn threads() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+fn serve(
+    mut config: cli::Config,
+    library_out: &mut Option<Arc<dcgm_sys::Library>>,
+) -> Result<(), String> {
     let file_settings = crate::config::file::apply(&mut config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let kube_api = kube_api_for(&config)?;
@@ -72,15 +156,12 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
         Some(start_http(&config)?)
     };
     let sinks = operations::sinks(&config)?;
-    if config.enable_dcgm_log && matches!(engine, Engine::Embedded) {
-        // Read by the embedded host engine at dcgmInit; set before any thread exists.
-        std::env::set_var("__DCGM_DBG_FILE", "-");
-        std::env::set_var("__DCGM_DBG_LVL", &config.dcgm_log_level);
-    }
+    // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
 
     let library = Arc::new(
         dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
+    *library_out = Some(library.clone());
     tracing::info!("loaded {}", library.path().display());
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(settings.interval_ms),
@@ -173,6 +254,12 @@ pub fn run(mut config: cli::Config) -> Result<(), String> {
     });
     let _ = control_tx.send(app::Control::Stop);
     collection.join().map_err(thread_panic)?;
+    if served.is_ok() {
+        // A clean stop: a textfile left behind would read as current values.
+        for sink in &runner.sinks {
+            sink.close();
+        }
+    }
     served
 }
 
@@ -456,7 +543,38 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
 
 #[cfg(test)]
 mod tests {
-    use super::{millis, spawn_watched, thread_panic};
+    use super::{dcgm_log_env, millis, set_dcgm_log_env, spawn_watched, thread_panic};
+    use crate::config::cli;
+
+    fn config(args: &[&str]) -> cli::Config {
+        cli::parse_from(std::iter::once("dcgm-exporter").chain(args.iter().copied())).unwrap()
+    }
+
+    #[test]
+    fn dcgm_log_settings_are_for_the_embedded_engine_only() {
+        let c = config(&["--enable-dcgm-log", "--dcgm-log-level", "DEBUG"]);
+        assert_eq!(
+            dcgm_log_env(&c),
+            [
+                ("__DCGM_DBG_FILE", "-".to_string()),
+                ("__DCGM_DBG_LVL", "DEBUG".to_string())
+            ]
+        );
+        assert!(dcgm_log_env(&config(&["--enable-dcgm-log", "-r", "h:5555"])).is_empty());
+        assert!(dcgm_log_env(&config(&[])).is_empty());
+        // Nothing to set: fine whatever the threads.
+        assert_eq!(set_dcgm_log_env(&config(&[])), Ok(()));
+    }
+
+    #[test]
+    fn dcgm_log_settings_are_refused_once_another_thread_runs() {
+        // A test runs beside the harness's main thread: the state main must never be in
+        // when it sets DCGM's environment.
+        let c = config(&["--enable-dcgm-log", "--dcgm-log-level", "WARN"]);
+        let e = set_dcgm_log_env(&c).unwrap_err();
+        assert!(e.contains("before any thread starts"), "{e}");
+        assert_ne!(std::env::var("__DCGM_DBG_LVL").as_deref(), Ok("WARN"));
+    }
 
     #[test]
     fn a_panicking_collection_thread_is_noticed_and_reported() {

@@ -3,16 +3,20 @@
 //! `deviceinfo-<group>-<…>.json` (the entities the series were read from) to
 //! `--dump-directory`, gzipped as `.json.gz` with `--dump-compression` (the default), as
 //! indented JSON. Upstream writes them on every scrape; we collect once per interval
-//! and scrapes never collect, so we write them once per collection. Dump files older than
-//! `--dump-retention` hours are removed at start and then hourly (0 keeps them).
+//! and scrapes never collect, so we write them once per collection. Dump files this process
+//! wrote are removed hourly once older than `--dump-retention` hours (0 keeps them); a file
+//! it did not write (another program's `metrics-…`, an earlier run's dumps) is never touched.
 
 use crate::collect::topology::Topology;
 use crate::logging::utc::Utc;
 use crate::output::sink::Sink;
 use prometheus::proto::{MetricFamily, MetricType};
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
 const PREFIXES: [&str; 2] = ["metrics-", "deviceinfo-"];
@@ -22,6 +26,9 @@ pub struct Dumper {
     pub dir: PathBuf,
     pub retention_hours: u64,
     pub compress: bool,
+    /// The files this process wrote, oldest first, with when: the only ones the clean-up
+    /// may remove. Empty when nothing is ever removed (retention 0).
+    written: Arc<Mutex<VecDeque<(SystemTime, String)>>>,
 }
 
 /// go-dcgm's names of the entity groups (`Field_Entity_Group.String()`).
@@ -64,11 +71,19 @@ impl Group {
 }
 
 impl Dumper {
-    /// Creates the directory and removes dumps past their retention.
+    pub fn new(dir: PathBuf, retention_hours: u64, compress: bool) -> Dumper {
+        Dumper {
+            dir,
+            retention_hours,
+            compress,
+            written: Arc::default(),
+        }
+    }
+
+    /// Creates the directory and starts the hourly clean-up.
     pub fn start(self) -> Result<Dumper, String> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("--dump-directory {}: {e}", self.dir.display()))?;
-        self.cleanup();
         let d = self.clone();
         std::thread::Builder::new()
             .name("dump-cleanup".into())
@@ -80,38 +95,33 @@ impl Dumper {
         Ok(self)
     }
 
-    /// Removes our dump files whose modification time is older than the retention.
+    /// Removes the dump files this process wrote more than the retention ago.
     pub fn cleanup(&self) {
+        self.cleanup_at(SystemTime::now());
+    }
+
+    fn cleanup_at(&self, now: SystemTime) {
         if self.retention_hours == 0 {
             return;
         }
-        let cutoff = SystemTime::now()
+        let cutoff = now
             .checked_sub(Duration::from_secs(
                 self.retention_hours.saturating_mul(3600),
             ))
             .unwrap_or(SystemTime::UNIX_EPOCH);
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(e) => e,
-            Err(e) => {
-                tracing::warn!("dump cleanup: {}: {e}", self.dir.display());
-                return;
-            }
+        let expired: Vec<String> = {
+            let mut written = self.written.lock().unwrap_or_else(PoisonError::into_inner);
+            let keep = written.partition_point(|(t, _)| *t < cutoff);
+            written.drain(..keep).map(|(_, name)| name).collect()
         };
         let mut removed = 0;
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let ours = name
-                .to_str()
-                .is_some_and(|n| PREFIXES.iter().any(|p| n.starts_with(p)));
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t < cutoff);
-            if ours && old {
-                match std::fs::remove_file(entry.path()) {
-                    Ok(()) => removed += 1,
-                    Err(e) => tracing::warn!("dump cleanup: {}: {e}", entry.path().display()),
-                }
+        for name in expired {
+            let path = self.dir.join(&name);
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                // Removed by someone else meanwhile: nothing to do.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("dump cleanup: {}: {e}", path.display()),
             }
         }
         if removed > 0 {
@@ -135,7 +145,23 @@ impl Dumper {
         std::fs::create_dir_all(&self.dir)?;
         let mut text = serde_json::to_vec_pretty(data).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        let file = std::fs::File::create(&path)?;
+        // A new file only, never through a link planted under the name.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .mode(0o644)
+            .open(&path)?;
+        if self.retention_hours > 0 {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            self.written
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_back((SystemTime::now(), name));
+        }
         if self.compress {
             let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
             gz.write_all(&text)?;
@@ -255,6 +281,7 @@ pub fn is_dump_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn series_go_to_their_entity_group() {
@@ -269,15 +296,14 @@ mod tests {
     }
 
     #[test]
-    fn cleanup_removes_only_old_dumps() {
+    fn cleanup_removes_only_old_dumps_this_process_wrote() {
         let dir = tempfile::tempdir().unwrap();
-        let d = Dumper {
-            dir: dir.path().to_path_buf(),
-            retention_hours: 1,
-            compress: false,
-        };
+        let d = Dumper::new(dir.path().to_path_buf(), 1, false);
         let old = SystemTime::now() - Duration::from_secs(2 * 3600);
+        // Another program's files, and one named as ours but not written by this process:
+        // old enough for the retention, never ours to remove.
         for name in [
+            "metrics-foo",
             "metrics-GPU-x.json",
             "other.txt",
             "deviceinfo-GPU-y.json.gz",
@@ -291,13 +317,39 @@ mod tests {
                 .set_modified(old)
                 .unwrap();
         }
-        std::fs::write(dir.path().join("metrics-GPU-new.json"), "{}").unwrap();
+        let ours = d.write("metrics", Group::Gpu, &json!([])).unwrap();
+        let names = |d: &Path| {
+            let mut left: Vec<_> = std::fs::read_dir(d)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            left.sort();
+            left
+        };
+        // Within the retention: all stay.
         d.cleanup();
-        let mut left: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        left.sort();
-        assert_eq!(left, ["metrics-GPU-new.json", "other.txt"]);
+        assert!(ours.exists());
+        // Two hours on: ours goes, the foreign ones stay.
+        d.cleanup_at(SystemTime::now() + Duration::from_secs(2 * 3600));
+        assert!(!ours.exists());
+        assert_eq!(
+            names(dir.path()),
+            [
+                "deviceinfo-GPU-y.json.gz",
+                "metrics-GPU-x.json",
+                "metrics-foo",
+                "other.txt"
+            ]
+        );
+    }
+
+    #[test]
+    fn with_retention_0_nothing_is_tracked_or_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Dumper::new(dir.path().to_path_buf(), 0, true);
+        let ours = d.write("metrics", Group::Gpu, &json!([])).unwrap();
+        d.cleanup_at(SystemTime::now() + Duration::from_secs(1000 * 3600));
+        assert!(ours.exists());
+        assert!(d.written.lock().unwrap().is_empty());
     }
 }

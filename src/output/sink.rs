@@ -9,4 +9,6 @@ pub trait Sink: Send + Sync {
     fn published(&self, topology: &Topology, families: &[MetricFamily], bytes: &[u8]);
     /// DCGM is unreachable and the published page is empty until it is back.
     fn outage(&self) {}
+    /// The exporter is stopping cleanly (SIGTERM): withdraw what would read as current.
+    fn close(&self) {}
 }

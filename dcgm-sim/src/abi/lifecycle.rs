@@ -30,16 +30,26 @@ pub extern "C" fn dcgmInit() -> dcgmReturn_t {
 }
 
 /// `dcgmReturn_t dcgmShutdown(void)`: closes remote connections, stops the embedded
-/// engine, terminates the field table. OK when not initialised.
+/// engine, terminates the field table. OK when not initialised. Like the real one, it first
+/// waits for every remote request in flight to return (a stopped host engine holds one for
+/// the request timeout, 60 s by default).
 #[no_mangle]
 pub extern "C" fn dcgmShutdown() -> dcgmReturn_t {
     guard(|| {
+        if !globals().initialized {
+            return Ok(());
+        }
+        while super::IN_FLIGHT.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let (engine, remotes) = {
             let mut g = globals();
             if !g.initialized {
                 return Ok(());
             }
             g.initialized = false;
+            g.client_handler = false;
+            g.engine_started = false;
             (g.embedded.take(), std::mem::take(&mut g.remotes))
         };
         // Dropped outside the state lock: closing sockets and engines may take a moment.
@@ -67,6 +77,7 @@ fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
             DCGM_ST_INIT_ERROR
         })?;
         g.embedded = Some(Arc::new(Mutex::new(engine)));
+        g.engine_started = true;
     }
     Ok(())
 }
@@ -153,11 +164,21 @@ fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t
     } else {
         Duration::from_millis(timeout_ms.into())
     };
+    {
+        let mut g = globals();
+        if !g.initialized {
+            return Err(DCGM_ST_UNINITIALIZED);
+        }
+        g.client_handler = true;
+    }
+    let counted = super::InFlight::enter();
     // No state lock while connecting: this may take the whole timeout.
     let client = Client::connect(&addr, timeout)?;
-    match client.request(&Request::Login {
+    let login = client.request(&Request::Login {
         persist_after_disconnect: persist,
-    })? {
+    });
+    drop(counted);
+    match login? {
         Reply::Ok => {}
         Reply::Error(code) => return Err(code),
         _ => return Err(DCGM_ST_GENERIC_ERROR),
@@ -364,3 +385,38 @@ pub unsafe extern "C" fn dcgmHostengineIsHealthy(
         Ok(())
     })
 }
+
+/// Runs when libdcgm is unloaded (dlclose) or the process exits with it loaded (ELF
+/// `.fini_array`). The real library's threads (the client handler's `dcgm_ipc`, the embedded
+/// engine's) outlive a process that never called dcgmShutdown, and fault when dlclose
+/// unmaps their code or the library's destructors run under them: exit code 139 in 3 of 42
+/// runs. The simulator has no such threads, so it says so here, and with
+/// `DCGM_SIM_STRICT_EXIT=1` faults every time, so a test can tell.
+extern "C" fn at_unload() {
+    let live = match super::GLOBALS.try_lock() {
+        Ok(g) => g.threads_live(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().threads_live(),
+        // A call is in flight on another thread.
+        Err(std::sync::TryLockError::WouldBlock) => true,
+    };
+    if !live {
+        return;
+    }
+    eprintln!(
+        "dcgm-sim: libdcgm unloaded (or the process exiting) with DCGM's engine or client \
+         threads live and no dcgmShutdown: the real library faults here"
+    );
+    if std::env::var_os("DCGM_SIM_STRICT_EXIT").is_some_and(|v| !v.is_empty() && v != "0") {
+        // SAFETY: restoring the default action then raising the signal ends the process
+        // as the real library's fault does; nothing runs after it. (Rust's own SIGSEGV
+        // handler would otherwise treat a raised signal as handled and return.)
+        unsafe {
+            libc::signal(libc::SIGSEGV, libc::SIG_DFL);
+            libc::raise(libc::SIGSEGV);
+        }
+    }
+}
+
+#[used]
+#[link_section = ".fini_array"]
+static AT_UNLOAD: extern "C" fn() = at_unload;

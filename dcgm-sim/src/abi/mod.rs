@@ -46,6 +46,13 @@ struct Globals {
     embedded: Option<Arc<Mutex<Engine>>>,
     remotes: BTreeMap<dcgmHandle_t, Arc<Client>>,
     next_handle: dcgmHandle_t,
+    /// The real library's client handler (with its `dcgm_ipc` thread): allocated by the
+    /// first connect attempt, successful or not, and freed only by dcgmShutdown.
+    client_handler: bool,
+    /// An embedded engine ran since dcgmInit. Stopping it does not return the real library
+    /// to its state before (the engine's modules stay loaded, and exits after a stopped
+    /// embedded engine faulted too); only dcgmShutdown does.
+    engine_started: bool,
 }
 
 static GLOBALS: Mutex<Globals> = Mutex::new(Globals {
@@ -53,7 +60,41 @@ static GLOBALS: Mutex<Globals> = Mutex::new(Globals {
     embedded: None,
     remotes: BTreeMap::new(),
     next_handle: 1,
+    client_handler: false,
+    engine_started: false,
 });
+
+impl Globals {
+    /// Whether the real library would have threads of its own running now.
+    fn threads_live(&self) -> bool {
+        self.initialized
+            && (self.embedded.is_some()
+                || !self.remotes.is_empty()
+                || self.client_handler
+                || self.engine_started)
+    }
+}
+
+/// Remote requests in flight (the real client handler's reference count): dcgmShutdown
+/// waits for them to return before it frees the client, as the real one does.
+pub(crate) static IN_FLIGHT: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Counts one remote request for as long as it lives.
+pub(crate) struct InFlight;
+
+impl InFlight {
+    pub(crate) fn enter() -> InFlight {
+        IN_FLIGHT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// The state lock. A panic while it was held cannot leave it half-updated (every update is
 /// a single assignment), so a poisoned lock is simply taken over.
@@ -118,7 +159,10 @@ pub(crate) fn call(handle: dcgmHandle_t, req: Request) -> Result<Reply, dcgmRetu
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .handle(0, &req),
-        Backend::Remote(client) => client.request(&req)?,
+        Backend::Remote(client) => {
+            let _counted = InFlight::enter();
+            client.request(&req)?
+        }
     };
     match reply {
         Reply::Error(DCGM_ST_OK) => Err(DCGM_ST_GENERIC_ERROR),
