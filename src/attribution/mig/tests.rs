@@ -157,7 +157,11 @@ fn the_cache_shrinks_across_a_re_partition() {
     let r = p.refresh(&wanted(&[mig_uuid(0x20)]), Vec::new(), WAIT);
     assert!(r.unplaced.is_empty(), "{:?}", r.unplaced);
     assert_eq!(p.cached(), 1);
-    assert_eq!(p.lookup(&format!("{}::2", mig_uuid(0x20))).map(|l| l.gpu_instance), Some(0));
+    assert_eq!(
+        p.lookup(&format!("{}::2", mig_uuid(0x20)))
+            .map(|l| l.gpu_instance),
+        Some(0)
+    );
 
     // The same layout again is no change.
     p.observe(layout(1));
@@ -235,7 +239,10 @@ fn a_hung_nvml_call_holds_no_collection_and_is_asked_once() {
     });
     assert!(placed, "the late answer was never used");
     assert_eq!(
-        p.lock().unwrap().lookup(&mig_uuid(0)).map(|l| l.gpu_instance),
+        p.lock()
+            .unwrap()
+            .lookup(&mig_uuid(0))
+            .map(|l| l.gpu_instance),
         Some(2)
     );
 }
@@ -356,7 +363,10 @@ fn an_unplaced_mig_device_is_a_health_line_and_a_counter_until_placed() {
     a.apply(&mut p);
     let notes = a.notes();
     assert_eq!(notes.len(), 1, "{notes:?}");
-    assert!(notes[0].starts_with("nvml: 1 MIG device(s) cannot be placed"), "{notes:?}");
+    assert!(
+        notes[0].starts_with("nvml: 1 MIG device(s) cannot be placed"),
+        "{notes:?}"
+    );
     assert!(notes[0].contains(&mig_uuid(1)), "{notes:?}");
     assert!(labelled(p).is_empty());
     let total = "dcgm_exporter_attribution_unplaced_devices_total";
