@@ -221,3 +221,72 @@ fn a_pod_on_a_mig_device_is_labelled_through_dcgms_injection_nvml() {
 
     unknown_device_is_reported(&e, &kubelet, llm());
 }
+
+fn successes(page: &[Sample]) -> f64 {
+    series(page, "dcgm_exporter_collections_total")
+        .into_iter()
+        .find(|s| s.label("result") == Some("success"))
+        .map_or(0.0, |s| s.value)
+}
+
+/// A driver hung in a MIG lookup (`[nvml] hang_mig_lookup`): collections go on, whole-GPU
+/// pods keep their labels, and `/health` says NVML is stuck.
+#[test]
+fn a_hung_nvml_mig_lookup_holds_no_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("hung.toml");
+    let base = std::fs::read_to_string(support::repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    std::fs::write(
+        &profile,
+        format!("{base}\n[nvml]\nhang_mig_lookup = true\n"),
+    )
+    .unwrap();
+    let kubelet = FakeKubelet::start();
+    let mig = || {
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[(
+                "nvidia.com/mig-1g.10gb",
+                &["MIG-6af230c7-0000-0000-0000-000000000001"],
+            )],
+        )
+    };
+    kubelet.set_pods(vec![mig()]);
+    let e = with_sim_nvml(exporter())
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&["-k", "--pod-resources-kubelet-socket"])
+        .arg(kubelet.socket().to_str().unwrap())
+        .start();
+    let page = e.scrape();
+    let gpu4 = page
+        .iter()
+        .find(|s| s.label("gpu") == Some("4"))
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 4")
+        .to_string();
+    kubelet.set_pods(vec![
+        mig(),
+        pod("ml", "trainer", "main", &[("nvidia.com/gpu", &[&gpu4])]),
+    ]);
+    let first = successes(&page);
+    let page = e.scrape_until(30, |s| {
+        !pods(s, "trainer").is_empty() && successes(s) >= first + 3.0
+    });
+    assert!(pods(&page, "trainer")
+        .iter()
+        .all(|s| s.label("gpu") == Some("4")));
+    assert!(pods(&page, "llm-0").is_empty());
+    assert_eq!(
+        value(&page, "dcgm_exporter_attribution_unplaced_devices"),
+        1.0
+    );
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("degraded: nvml: NVML has not answered")),
+        "{body}"
+    );
+}

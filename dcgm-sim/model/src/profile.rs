@@ -47,6 +47,10 @@ pub struct Profile {
 pub struct NvmlSpec {
     #[serde(default)]
     pub mig_lookup: MigLookup,
+    /// A hung driver: `nvmlDeviceGetHandleByUUID("MIG-…")` and
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` never return.
+    #[serde(default)]
+    pub hang_mig_lookup: bool,
 }
 
 /// How `nvmlDeviceGetHandleByUUID("MIG-…")` and `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`

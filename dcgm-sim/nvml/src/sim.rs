@@ -59,6 +59,8 @@ pub struct Sim {
     started: Instant,
     /// How the direct MIG lookups answer (`[nvml] mig_lookup`).
     pub mig_lookup: MigLookup,
+    /// MIG lookups never return (`[nvml] hang_mig_lookup`).
+    pub hang_mig_lookup: bool,
     /// nvmlInit calls not yet matched by nvmlShutdown.
     pub refcount: u32,
 }
@@ -85,6 +87,7 @@ impl Sim {
             scheduled: profile.faults.clone(),
             started: Instant::now(),
             mig_lookup: profile.nvml.mig_lookup,
+            hang_mig_lookup: profile.nvml.hang_mig_lookup,
             refcount: 0,
         }
     }
@@ -146,6 +149,16 @@ impl Sim {
                 self.node.set_mig(*gpu, layout);
             }
             _ => {}
+        }
+    }
+
+    /// Where `hang_mig_lookup` is set, blocks for good, as a call into a hung driver does
+    /// (holding the driver's lock, so every other call waits too).
+    pub fn hang_if_asked(&self) {
+        if self.hang_mig_lookup {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
         }
     }
 

@@ -51,6 +51,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
         if device.is_null() {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
+        if uuid.starts_with("MIG-") {
+            sim.hang_if_asked();
+        }
         let found = sim.by_uuid(&uuid);
         if sim.mig_lookup == MigLookup::Injection && !matches!(found, Some(Dev::Gpu(_))) {
             // SAFETY: nvml.h: `device` is an output handle.

@@ -94,6 +94,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         if g.mig_slices <= 0 {
             return Err(ffi::ERROR_NOT_SUPPORTED);
         }
+        sim.hang_if_asked();
         if mig_device.is_null() || index >= sim.max_mig_devices(g).max(1) {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
