@@ -556,15 +556,13 @@ fn gpu_indexes(page: &mut Page) -> (HashMap<String, u32>, mig::Layout) {
     page.rewrite(|_, m| {
         if let Some(s) = Subject::of(&m) {
             if let Some(gi) = &s.instance {
-                if !layout.iter().any(|(u, g, _)| *u == s.uuid && g == gi) {
-                    let profile = m
-                        .get_label()
-                        .iter()
-                        .find(|l| l.get_name() == "GPU_I_PROFILE")
-                        .map(|l| l.get_value().to_string())
-                        .unwrap_or_default();
-                    layout.insert((s.uuid.clone(), gi.clone(), profile));
-                }
+                let profile = m
+                    .get_label()
+                    .iter()
+                    .find(|l| l.get_name() == "GPU_I_PROFILE")
+                    .map(|l| l.get_value().to_string())
+                    .unwrap_or_default();
+                layout.insert((s.uuid.clone(), gi.clone(), profile));
             }
             if let Ok(i) = s.gpu.parse() {
                 out.entry(s.uuid).or_insert(i);
