@@ -254,7 +254,7 @@ fn a_hung_nvml_mig_lookup_holds_no_collection() {
         )
     };
     kubelet.set_pods(vec![mig()]);
-    let e = with_sim_nvml(exporter())
+    let mut e = with_sim_nvml(exporter())
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
         .args(&["-k", "--pod-resources-kubelet-socket"])
         .arg(kubelet.socket().to_str().unwrap())
@@ -289,4 +289,7 @@ fn a_hung_nvml_mig_lookup_holds_no_collection() {
             .any(|l| l.starts_with("degraded: nvml: NVML has not answered")),
         "{body}"
     );
+    // The thread stuck in NVML holds no exit either.
+    let st = e.signal_and_wait("TERM");
+    assert_eq!(st.code(), Some(0), "{st}: {}", e.stderr());
 }
