@@ -18,3 +18,13 @@ pub fn gpu_instance_id(device: &Device) -> Option<u32> {
     // NVML_SUCCESS is 0 in every nvml.h.
     (rc == 0).then_some(id)
 }
+
+/// Whether a handle an NVML call gave back is NULL. Some NVMLs answer success with a NULL
+/// handle (DCGM's injection library for `nvmlDeviceGetHandleByUUID("MIG-…")` and for every
+/// `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`); passing one on only fails later with a
+/// misleading "invalid argument".
+pub fn is_null(device: &Device) -> bool {
+    // SAFETY: `handle()` only copies the opaque pointer out of the `Device`; it is compared
+    // with NULL, never dereferenced or passed to the library here.
+    unsafe { device.handle() }.is_null()
+}

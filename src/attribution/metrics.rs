@@ -1,12 +1,14 @@
 //! Self-metrics of the attribution sources (kubelet, nvml, hpc, ...).
 
 use crate::output::selfmetrics::{SelfMetrics, PREFIX};
-use prometheus::{IntCounterVec, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 #[derive(Clone)]
 pub struct Metrics {
     up: IntGaugeVec,
     errors: IntCounterVec,
+    unplaced: IntGauge,
+    unplaced_total: IntCounter,
 }
 
 impl Metrics {
@@ -27,9 +29,33 @@ impl Metrics {
             &["source"],
         )
         .expect("static metric options are valid");
+        let unplaced = IntGauge::with_opts(Opts::new(
+            format!("{PREFIX}attribution_unplaced_devices"),
+            "MIG devices a pod or source names by UUID that NVML could not place on a GPU instance, on the last collection: their pods get no labels.",
+        ))
+        .expect("static metric options are valid");
+        let unplaced_total = IntCounter::with_opts(Opts::new(
+            format!("{PREFIX}attribution_unplaced_devices_total"),
+            "Times a MIG device named by UUID could not be placed on a GPU instance (once per device each time it becomes unplaced).",
+        ))
+        .expect("static metric options are valid");
         into.register(Box::new(up.clone()));
         into.register(Box::new(errors.clone()));
-        Metrics { up, errors }
+        into.register(Box::new(unplaced.clone()));
+        into.register(Box::new(unplaced_total.clone()));
+        Metrics {
+            up,
+            errors,
+            unplaced,
+            unplaced_total,
+        }
+    }
+
+    /// `now`: the devices unplaced on this collection; `new`: how many of them were placed
+    /// (or not asked for) on the previous one.
+    pub fn unplaced(&self, now: usize, new: usize) {
+        self.unplaced.set(now as i64);
+        self.unplaced_total.inc_by(new as u64);
     }
 
     pub fn set(&self, source: &str, up: bool) {

@@ -11,6 +11,7 @@ pub mod hpc;
 pub mod kubeapi;
 pub mod kubelet;
 pub mod metrics;
+pub mod mig;
 pub mod nvml;
 pub mod pids;
 pub mod podmeta;
@@ -19,7 +20,7 @@ use crate::output::render::Page;
 use device_ids::MigLocation;
 use nvml::{NvmlView, Process};
 use prometheus::proto::{LabelPair, Metric};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +70,9 @@ pub struct Options {
     pub kubelet_deadline: Duration,
     /// Longest a collection waits for the kubelet's answer before using the previous one.
     pub kubelet_wait: Duration,
+    /// Longest a collection waits for NVML (it runs on its own thread; a later answer
+    /// serves the next collection).
+    pub nvml_wait: Duration,
     /// Where `/proc/<pid>/cgroup` lives (tests point it elsewhere).
     pub proc_root: PathBuf,
 }
@@ -544,18 +548,29 @@ fn pod_share(
         .sum()
 }
 
-/// GPU UUID -> DCGM GPU index, from the identity labels of the page's GPU series.
-fn gpu_indexes(page: &mut Page) -> HashMap<String, u32> {
+/// GPU UUID -> DCGM GPU index, from the identity labels of the page's GPU series, and the
+/// MIG layout they show.
+fn gpu_indexes(page: &mut Page) -> (HashMap<String, u32>, mig::Layout) {
     let mut out = HashMap::new();
+    let mut layout = mig::Layout::new();
     page.rewrite(|_, m| {
         if let Some(s) = Subject::of(&m) {
+            if let Some(gi) = &s.instance {
+                let profile = m
+                    .get_label()
+                    .iter()
+                    .find(|l| l.get_name() == "GPU_I_PROFILE")
+                    .map(|l| l.get_value().to_string())
+                    .unwrap_or_default();
+                layout.insert((s.uuid.clone(), gi.clone(), profile));
+            }
             if let Ok(i) = s.gpu.parse() {
                 out.entry(s.uuid).or_insert(i);
             }
         }
         vec![m]
     });
-    out
+    (out, layout)
 }
 
 /// The state of one source, for logs (once per change), /health and self-metrics.
@@ -572,14 +587,14 @@ pub struct Attribution {
     allocations: kubelet::Listing,
     /// Whether `begin` asked the sources for this collection already.
     begun: bool,
-    nvml: Option<Box<dyn NvmlView>>,
+    /// NVML (on its own thread) and the MIG placements.
+    placer: mig::Placer,
+    /// Why NVML is not there, as reported at start (with `-k`).
+    nvml_down: Option<String>,
     hpc: Option<hpc::HpcDir>,
     metadata: Option<Arc<dyn PodMetadata>>,
     dra: Option<Arc<dyn dra::DraDevices>>,
     sources: Vec<Box<dyn DeviceLabelSource>>,
-    mig_cache: HashMap<String, MigLocation>,
-    /// MIG UUIDs NVML could not resolve (warned about once each).
-    mig_unknown: HashSet<String>,
     states: BTreeMap<&'static str, SourceState>,
     metrics: Option<metrics::Metrics>,
 }
@@ -589,22 +604,21 @@ impl Attribution {
     /// start is reported (log, self-metric, /health) and the exporter runs without it.
     /// `nvml` is `None` when it was not asked for (no `-k`), else the library or why not.
     pub fn new(opts: Options, nvml: Option<Result<Box<dyn NvmlView>, String>>) -> Attribution {
-        let (nvml, nvml_error) = match nvml {
-            Some(Ok(n)) => (Some(n), None),
-            Some(Err(e)) => (None, Some(e)),
-            None => (None, None),
-        };
+        let asked = nvml.is_some();
+        let (placer, nvml_error) = mig::Placer::new(
+            nvml.unwrap_or_else(|| Err("NVML is not loaded without -k".to_string())),
+        );
+        let nvml_error = nvml_error.filter(|_| asked);
         let mut a = Attribution {
             kubelet: None,
             allocations: kubelet::Listing::default(),
             begun: false,
-            nvml,
+            placer,
+            nvml_down: None,
             hpc: opts.hpc_dir.clone().map(hpc::HpcDir::new),
             metadata: None,
             dra: None,
             sources: Vec::new(),
-            mig_cache: HashMap::new(),
-            mig_unknown: HashSet::new(),
             states: BTreeMap::new(),
             metrics: None,
             opts,
@@ -617,10 +631,11 @@ impl Attribution {
                 Err(e) => a.report("kubelet", Err(e)),
             }
             match nvml_error {
-                Some(e) => a.report(
-                    "nvml",
-                    Err(format!("{e}: MIG devices named by MIG UUID are not mapped to pods, and shared GPUs get no per-pod utilisation or memory")),
-                ),
+                Some(e) => {
+                    let e = format!("{e}: MIG devices named by MIG UUID are not mapped to pods, and shared GPUs get no per-pod utilisation or memory");
+                    a.nvml_down = Some(e.clone());
+                    a.report("nvml", Err(e));
+                }
                 None => a.report("nvml", Ok(())),
             }
         }
@@ -697,24 +712,15 @@ impl Attribution {
         }
     }
 
-    fn resolve_mig(&mut self, uuid: &str) -> Option<MigLocation> {
-        let uuid = device_ids::strip_vgpu_suffix(uuid);
-        if let Some(l) = self.mig_cache.get(uuid) {
-            return Some(l.clone());
-        }
-        let nvml = self.nvml.as_ref()?;
-        match nvml.mig_location(uuid) {
-            Ok(l) => {
-                self.mig_cache.insert(uuid.to_string(), l.clone());
-                Some(l)
-            }
-            Err(e) => {
-                if self.mig_unknown.insert(uuid.to_string()) {
-                    tracing::warn!("cannot map MIG device {uuid} to a GPU instance: {e}");
-                }
-                None
-            }
-        }
+    /// The MIG configuration changed (the collection rebuilt its watches): every MIG
+    /// placement is forgotten and asked again.
+    pub fn mig_changed(&mut self) {
+        self.placer.layout_changed();
+    }
+
+    /// Placed MIG devices remembered (tests of the bound and of re-partitions).
+    pub fn mig_cached(&self) -> usize {
+        self.placer.cached()
     }
 
     /// Starts refreshing the slow sources; called before DCGM is read, so that they work
@@ -735,7 +741,8 @@ impl Attribution {
             self.begin();
             self.begun = false;
         }
-        let gpus = gpu_indexes(page);
+        let (gpus, layout) = gpu_indexes(page);
+        self.placer.observe(layout);
         let mut snap = Snapshot::default();
 
         let wait = self.opts.kubelet_wait;
@@ -752,13 +759,41 @@ impl Attribution {
                 }
             }
         }
+
+        // The sources first: the MIG devices they name are placed with the kubelet's.
+        let mut extra = Vec::new();
+        let mut results = Vec::new();
+        for s in &mut self.sources {
+            s.observe_gpus(&gpus);
+            match s.device_labels() {
+                Ok(l) => {
+                    extra.extend(l);
+                    results.push((s.name(), Ok(())));
+                }
+                Err(e) => results.push((s.name(), Err(e))),
+            }
+        }
+        for (name, r) in results {
+            self.report(name, r);
+        }
+
         let allocations = std::mem::take(&mut self.allocations);
-        let mut mig_ids: HashSet<String> = allocations
+        let is_mig = |id: &str| id.starts_with(device_ids::MIG_UUID_PREFIX);
+        let mut wanted: BTreeSet<String> = allocations
             .devices
             .iter()
-            .map(|a| a.device_id.clone())
-            .filter(|id| id.starts_with(device_ids::MIG_UUID_PREFIX))
+            .filter(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names))
+            .map(|a| device_ids::strip_vgpu_suffix(&a.device_id))
+            .filter(|id| is_mig(id))
+            .map(str::to_string)
             .collect();
+        wanted.extend(
+            extra
+                .iter()
+                .map(|d| device_ids::strip_vgpu_suffix(&d.device_uuid))
+                .filter(|id| is_mig(id))
+                .map(str::to_string),
+        );
         let dra = self.dra.clone().filter(|_| self.opts.dra);
         if let Some(dra) = &dra {
             // MIG devices claimed through DRA are placed on their GPU instance by NVML too.
@@ -769,16 +804,28 @@ impl Attribution {
             {
                 if let Some(dra::SliceDevice::Mig { uuid, .. }) = dra.lookup(&c.pool, &c.device) {
                     if !uuid.is_empty() {
-                        mig_ids.insert(uuid);
+                        wanted.insert(uuid);
                     }
                 }
             }
         }
-        for id in &mig_ids {
-            self.resolve_mig(id);
-        }
-        let cache = &self.mig_cache;
-        let mig = |id: &str| cache.get(device_ids::strip_vgpu_suffix(id)).cloned();
+        // Per-process data of shared GPUs, when a pod holds one.
+        let process_gpus: Vec<String> = if self.opts.virtual_gpus
+            && allocations
+                .devices
+                .iter()
+                .any(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names))
+        {
+            gpus.keys().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        let round = self
+            .placer
+            .refresh(&wanted, process_gpus, self.opts.nvml_wait);
+
+        let placer = &self.placer;
+        let mig = |id: &str| placer.lookup(id);
         let index = |uuid: &str| gpus.get(uuid).copied();
         snap.pods = pod_map(
             &allocations.devices,
@@ -810,29 +857,49 @@ impl Attribution {
         }
         self.allocations = allocations;
 
-        if self.opts.virtual_gpus && !snap.pods.is_empty() {
-            if let Some(nvml) = &self.nvml {
-                let mut failed = None;
-                for uuid in gpus.keys() {
-                    match nvml.processes(uuid) {
-                        Ok(p) => {
-                            for proc in &p {
-                                if let Some(uid) =
-                                    pids::pod_uid_of_pid(&self.opts.proc_root, proc.pid)
-                                {
-                                    snap.pid_pods.insert(proc.pid, uid);
-                                }
+        let mut nvml_problems: Vec<String> = round.problem.iter().cloned().collect();
+        if let Some(answers) = round.processes.filter(|_| !snap.pods.is_empty()) {
+            let mut failed = None;
+            for (uuid, r) in answers {
+                match r {
+                    Ok(p) => {
+                        for proc in &p {
+                            if let Some(uid) = pids::pod_uid_of_pid(&self.opts.proc_root, proc.pid)
+                            {
+                                snap.pid_pods.insert(proc.pid, uid);
                             }
-                            snap.processes.insert(uuid.clone(), p);
                         }
-                        Err(e) => failed = Some(e),
+                        snap.processes.insert(uuid, p);
                     }
+                    Err(e) => failed = Some(e),
                 }
-                self.report(
-                    "nvml",
-                    failed.map_or(Ok(()), |e| Err(format!("per-process data: {e}"))),
-                );
             }
+            if let Some(e) = failed {
+                nvml_problems.push(format!("per-process data: {e}"));
+            }
+        }
+        if !round.unplaced.is_empty() {
+            nvml_problems.push(unplaced_text(&round.unplaced));
+        }
+        if let Some(m) = &self.metrics {
+            m.unplaced(round.unplaced.len(), round.newly_unplaced);
+        }
+        let down = self.nvml_down.clone();
+        let current = self.states.get("nvml").map(|st| st.error.clone());
+        match (nvml_problems.is_empty(), down) {
+            // NVML missing was counted once, at start; it is only restored after a
+            // different problem.
+            (true, Some(down)) => {
+                if current.flatten().as_deref() != Some(down.as_str()) {
+                    self.report("nvml", Err(down));
+                }
+            }
+            (true, None) => {
+                if current.is_some() {
+                    self.report("nvml", Ok(()));
+                }
+            }
+            (false, _) => self.report("nvml", Err(nvml_problems.join("; "))),
         }
 
         if let Some(h) = self.hpc.as_mut() {
@@ -846,24 +913,9 @@ impl Attribution {
             self.report("hpc", r);
         }
 
-        let mut extra = Vec::new();
-        let mut results = Vec::new();
-        for s in &mut self.sources {
-            s.observe_gpus(&gpus);
-            match s.device_labels() {
-                Ok(l) => {
-                    extra.extend(l);
-                    results.push((s.name(), Ok(())));
-                }
-                Err(e) => results.push((s.name(), Err(e))),
-            }
-        }
-        for (name, r) in results {
-            self.report(name, r);
-        }
         for d in extra {
             if d.device_uuid.starts_with(device_ids::MIG_UUID_PREFIX) {
-                if let Some(l) = self.resolve_mig(&d.device_uuid) {
+                if let Some(l) = self.placer.lookup(&d.device_uuid) {
                     snap.instance_labels
                         .entry((l.parent_uuid, l.gpu_instance))
                         .or_default()
@@ -878,6 +930,24 @@ impl Attribution {
         }
         merge(page, &snap, &self.opts);
     }
+}
+
+/// The `/health` text for MIG devices that could not be placed: the first few, with why.
+fn unplaced_text(unplaced: &BTreeMap<String, String>) -> String {
+    const SHOWN: usize = 4;
+    let mut parts: Vec<String> = unplaced
+        .iter()
+        .take(SHOWN)
+        .map(|(u, why)| format!("{u} ({why})"))
+        .collect();
+    if unplaced.len() > SHOWN {
+        parts.push(format!("and {} more", unplaced.len() - SHOWN));
+    }
+    format!(
+        "{} MIG device(s) cannot be placed on a GPU instance, their pods and labels are left out: {}",
+        unplaced.len(),
+        parts.join(", ")
+    )
 }
 
 #[cfg(test)]

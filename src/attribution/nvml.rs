@@ -1,6 +1,12 @@
 //! What pod attribution asks NVML (as dcgm-exporter does through go-nvml): where a MIG
 //! device UUID lives, and the processes running on a GPU with their SM utilisation and
 //! memory. `libnvidia-ml.so.1` is loaded at run time through `nvml-wrapper`, only with `-k`.
+//!
+//! NVMLs differ in how they answer the direct MIG calls: DCGM's injection library answers
+//! `nvmlDeviceGetHandleByUUID("MIG-…")` and every `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`
+//! with success and a NULL handle, and drivers have changed these calls between versions. So
+//! every handle is checked, and `mig_devices` walks each GPU's MIG devices by index, which
+//! every NVML with MIG answers. The calls run on their own thread (`attribution::mig`).
 
 use super::device_ids::MigLocation;
 use nvml_wrapper::error::NvmlError;
@@ -17,10 +23,32 @@ pub struct Process {
     pub memory_bytes: Option<u64>,
 }
 
+/// A MIG device found under its GPU.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigDevice {
+    pub uuid: String,
+    pub location: MigLocation,
+}
+
+/// What walking every GPU's MIG devices found, and what failed on the way (a GPU that
+/// fails does not hide the others' devices).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MigWalk {
+    pub devices: Vec<MigDevice>,
+    pub problems: Vec<String>,
+}
+
+/// More MIG slots than any GPU has (7 on an A100/H100): a bound on a walk when an NVML
+/// answers a nonsensical maximum.
+pub const MAX_MIG_SLOTS: u32 = 64;
+
 /// The NVML queries attribution needs; a test double stands in for the library in tests.
 pub trait NvmlView: Send {
-    /// The parent GPU and GPU-instance id of a MIG device (`MIG-<uuid>`).
+    /// The parent GPU and GPU-instance id of a MIG device (`MIG-<uuid>`), asked directly:
+    /// the device by UUID, its GPU-instance id, its parent.
     fn mig_location(&self, mig_uuid: &str) -> Result<MigLocation, String>;
+    /// Every MIG device of every GPU, walked by index.
+    fn mig_devices(&self) -> MigWalk;
     /// Processes on the GPU with this UUID (for a MIG-enabled GPU: on all its instances).
     fn processes(&self, gpu_uuid: &str) -> Result<Vec<Process>, String>;
 }
@@ -41,9 +69,73 @@ impl RealNvml {
     }
 
     fn device(&self, uuid: &str) -> Result<Device<'_>, String> {
-        self.nvml
+        let d = self
+            .nvml
             .device_by_uuid(uuid)
-            .map_err(|e| format!("NVML has no device {uuid}: {e}"))
+            .map_err(|e| format!("NVML has no device {uuid}: {e}"))?;
+        if dcgm_sys::nvml_ext::is_null(&d) {
+            return Err(format!(
+                "nvmlDeviceGetHandleByUUID({uuid}) answered success with a NULL handle"
+            ));
+        }
+        Ok(d)
+    }
+
+    /// The MIG devices of one GPU: every slot up to nvmlDeviceGetMaxMigDeviceCount (a slot
+    /// may be empty, NOT_FOUND, or past what an NVML describes: skipped either way).
+    fn walk_gpu(&self, index: u32, out: &mut MigWalk) -> Result<(), String> {
+        let gpu = self
+            .nvml
+            .device_by_index(index)
+            .map_err(|e| format!("GPU {index}: {e}"))?;
+        if dcgm_sys::nvml_ext::is_null(&gpu) {
+            return Err(format!("GPU {index}: NULL handle"));
+        }
+        let max = match gpu.mig_device_count() {
+            Ok(n) => n.min(MAX_MIG_SLOTS),
+            // A GPU without MIG.
+            Err(NvmlError::NotSupported) => return Ok(()),
+            Err(e) => return Err(format!("GPU {index}: nvmlDeviceGetMaxMigDeviceCount: {e}")),
+        };
+        if max == 0 {
+            return Ok(());
+        }
+        let parent_uuid = gpu.uuid().map_err(|e| format!("GPU {index}: UUID: {e}"))?;
+        for slot in 0..max {
+            let Ok(mig) = gpu.mig_device_by_index(slot) else {
+                continue;
+            };
+            if dcgm_sys::nvml_ext::is_null(&mig) {
+                continue;
+            }
+            let uuid = match mig.uuid() {
+                Ok(u) if u.starts_with(super::device_ids::MIG_UUID_PREFIX) => u,
+                Ok(u) => {
+                    out.problems.push(format!(
+                        "GPU {index} MIG slot {slot}: UUID {u:?} is not a MIG UUID"
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    out.problems
+                        .push(format!("GPU {index} MIG slot {slot}: UUID: {e}"));
+                    continue;
+                }
+            };
+            match dcgm_sys::nvml_ext::gpu_instance_id(&mig) {
+                Some(gpu_instance) => out.devices.push(MigDevice {
+                    uuid,
+                    location: MigLocation {
+                        parent_uuid: parent_uuid.clone(),
+                        gpu_instance,
+                    },
+                }),
+                None => out
+                    .problems
+                    .push(format!("{uuid}: NVML gives no GPU-instance id")),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -66,18 +158,45 @@ fn running(device: &Device, gpu_instance: Option<u32>) -> Result<Vec<Process>, N
 impl NvmlView for RealNvml {
     fn mig_location(&self, mig_uuid: &str) -> Result<MigLocation, String> {
         let mig = self.device(mig_uuid)?;
+        let gpu_instance = dcgm_sys::nvml_ext::gpu_instance_id(&mig)
+            .ok_or_else(|| format!("{mig_uuid}: NVML gives no GPU-instance id"))?;
         let parent = mig
             .mig_parent_device()
             .map_err(|e| format!("{mig_uuid}: no parent GPU: {e}"))?;
+        if dcgm_sys::nvml_ext::is_null(&parent) {
+            return Err(format!(
+                "{mig_uuid}: nvmlDeviceGetDeviceHandleFromMigDeviceHandle answered success with a NULL handle"
+            ));
+        }
         let parent_uuid = parent
             .uuid()
             .map_err(|e| format!("{mig_uuid}: parent UUID: {e}"))?;
-        let gpu_instance = dcgm_sys::nvml_ext::gpu_instance_id(&mig)
-            .ok_or_else(|| format!("{mig_uuid}: NVML gives no GPU-instance id"))?;
+        if parent_uuid.is_empty() || parent_uuid.starts_with(super::device_ids::MIG_UUID_PREFIX) {
+            return Err(format!(
+                "{mig_uuid}: NVML names {parent_uuid:?} as its parent GPU"
+            ));
+        }
         Ok(MigLocation {
             parent_uuid,
             gpu_instance,
         })
+    }
+
+    fn mig_devices(&self) -> MigWalk {
+        let mut out = MigWalk::default();
+        let count = match self.nvml.device_count() {
+            Ok(n) => n,
+            Err(e) => {
+                out.problems.push(format!("nvmlDeviceGetCount: {e}"));
+                return out;
+            }
+        };
+        for index in 0..count {
+            if let Err(e) = self.walk_gpu(index, &mut out) {
+                out.problems.push(e);
+            }
+        }
+        out
     }
 
     fn processes(&self, gpu_uuid: &str) -> Result<Vec<Process>, String> {
@@ -86,10 +205,13 @@ impl NvmlView for RealNvml {
         if gpu.mig_mode().is_ok_and(|m| m.current == 1) {
             // Memory per GPU instance; NVML has no per-process utilisation under MIG.
             let mut out = Vec::new();
-            for i in 0..gpu.mig_device_count().map_err(err)? {
+            for i in 0..gpu.mig_device_count().map_err(err)?.min(MAX_MIG_SLOTS) {
                 let Ok(mig) = gpu.mig_device_by_index(i) else {
                     continue;
                 };
+                if dcgm_sys::nvml_ext::is_null(&mig) {
+                    continue;
+                }
                 let gi = dcgm_sys::nvml_ext::gpu_instance_id(&mig);
                 out.extend(running(&mig, gi).map_err(err)?);
             }

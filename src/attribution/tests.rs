@@ -21,6 +21,7 @@ fn opts() -> Options {
         hpc_dir: None,
         kubelet_deadline: Duration::from_secs(1),
         kubelet_wait: Duration::from_secs(1),
+        nvml_wait: Duration::from_secs(1),
         proc_root: "/nonexistent".into(),
     }
 }

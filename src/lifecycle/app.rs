@@ -645,6 +645,11 @@ impl Loop<'_> {
             TickResult::Collected(c) => c,
             TickResult::MigChanged => {
                 tracing::info!("MIG configuration changed; rebuilding watches");
+                runner
+                    .attribution
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .mig_changed();
                 *built = false;
                 runner.build(worker, runner.counters(), &mut stop)?;
                 *built = true;

@@ -460,6 +460,7 @@ fn attribution_stage(
         kubelet_deadline: Duration::from_secs(10),
         // The collection waits this long at most; a later answer serves the next one.
         kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        nvml_wait: (interval / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
         proc_root: "/proc".into(),
     };
     // Container labels name MIG devices by MIG UUID too, which only NVML resolves.

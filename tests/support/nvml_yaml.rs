@@ -45,6 +45,10 @@ pub struct Gpu {
     /// MIG GPU instances (MIG mode on when not empty), each with one compute instance
     /// over all its slices.
     pub mig: Vec<MigInstance>,
+    /// Also describe each MIG device to NVML clients (`MigDeviceUUID` and a `MigDevice`
+    /// section: UUID [`mig_uuid`], GPU- and compute-instance id), so that
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` finds them.
+    pub mig_uuids: bool,
 }
 
 /// A MIG GPU instance of an H100 80GB.
@@ -101,6 +105,7 @@ impl Default for Gpu {
             p2p: None,
             clocks_event_reasons: 1,
             mig: Vec::new(),
+            mig_uuids: false,
         }
     }
 }
@@ -110,6 +115,11 @@ pub const MODEL: &str = "NVIDIA H100 80GB HBM3";
 
 pub fn uuid(index: usize) -> String {
     format!("GPU-5fa7c6a1-3d2b-4e51-9a0c-7b1e2d3c4f{index:02x}")
+}
+
+/// The UUID of MIG device `n` (in `Gpu::mig` order) of GPU `index`.
+pub fn mig_uuid(index: usize, n: usize) -> String {
+    format!("MIG-0b5e7d2c-9a41-4c3e-8f6d-1a2b3c{index:02x}{n:04x}")
 }
 
 pub fn pci_bus_id(index: usize) -> String {
@@ -164,6 +174,10 @@ fn mig_device_keys(y: &mut String, i: usize, g: &Gpu) {
         return;
     }
     let _ = writeln!(y, "    MaxMigDeviceCount: {}", ok(7));
+    if g.mig_uuids {
+        let list: Vec<String> = (0..g.mig.len()).map(|n| quoted(&mig_uuid(i, n))).collect();
+        let _ = writeln!(y, "    MigDeviceUUID: [{}]", list.join(", "));
+    }
     y.push_str("    GpuInstanceProfileInfo:\n");
     for (idx, (id, slices, mem)) in GI_PROFILES.iter().enumerate() {
         let _ = writeln!(
@@ -255,6 +269,27 @@ fn mig_sections(y: &mut String, gpus: &[Gpu], uuids: &[String]) {
                     m.slices
                 ))
             );
+        }
+    }
+    // The MIG devices' own answers, keyed by the UUIDs `MigDeviceUUID` lists.
+    if gpus.iter().any(|g| g.mig_uuids && !g.mig.is_empty()) {
+        y.push_str("MigDevice:\n");
+        for (i, g) in gpus.iter().enumerate().filter(|(_, g)| g.mig_uuids) {
+            for (n, m) in g.mig.iter().enumerate() {
+                let u = mig_uuid(i, n);
+                let _ = writeln!(y, "  {}:", quoted(&u));
+                let _ = writeln!(y, "    UUID: {}", ok(quoted(&u)));
+                let _ = writeln!(y, "    GpuInstanceId: {}", ok(m.nvml_id));
+                let _ = writeln!(y, "    ComputeInstanceId: {}", ok(0));
+                let _ = writeln!(
+                    y,
+                    "    Name: {}",
+                    ok(quoted(&format!(
+                        "{MODEL} MIG {}",
+                        mig_profile_name(m.slices)
+                    )))
+                );
+            }
         }
     }
 }

@@ -36,6 +36,36 @@ pub struct Profile {
     /// reports them; DCGM does not see them.
     #[serde(default)]
     pub processes: Vec<ProcessSpec>,
+    /// How the simulated NVML answers where NVML libraries differ (`[nvml]`).
+    #[serde(default)]
+    pub nvml: NvmlSpec,
+}
+
+/// `[nvml]`: quirks of real NVML libraries the simulated one can reproduce.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvmlSpec {
+    #[serde(default)]
+    pub mig_lookup: MigLookup,
+    /// A hung driver: `nvmlDeviceGetHandleByUUID("MIG-…")` and
+    /// `nvmlDeviceGetMigDeviceHandleByIndex` never return.
+    #[serde(default)]
+    pub hang_mig_lookup: bool,
+}
+
+/// How `nvmlDeviceGetHandleByUUID("MIG-…")` and `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`
+/// answer.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MigLookup {
+    /// As NVIDIA's driver: the MIG device's handle, and its parent GPU's.
+    #[default]
+    Driver,
+    /// As DCGM's NVML injection library (`libnvml_injection.so.1`, DCGM 4.6): success with a
+    /// NULL handle for a MIG UUID (and for any UUID it does not know), and success with a
+    /// NULL handle from `DeviceHandleFromMigDeviceHandle` for any input. Walking a GPU's
+    /// MIG devices by index works in both.
+    Injection,
 }
 
 #[derive(Clone, Debug, Deserialize)]

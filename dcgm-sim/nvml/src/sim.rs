@@ -8,7 +8,7 @@ use crate::ffi::{self, Return};
 use dcgm_sim_model::faults::{self, ControlFile, Fault};
 use dcgm_sim_model::generator::mix;
 use dcgm_sim_model::node::{Ci, Gi, Gpu, Node};
-use dcgm_sim_model::profile::{GiSpec, ProcessSpec, Profile, ScheduledFault};
+use dcgm_sim_model::profile::{GiSpec, MigLookup, ProcessSpec, Profile, ScheduledFault};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// Handles are tagged integers, never dereferenced: `BASE | gpu << 8 | slot`, slot 0 the
@@ -57,6 +57,10 @@ pub struct Sim {
     control: Option<ControlFile>,
     scheduled: Vec<ScheduledFault>,
     started: Instant,
+    /// How the direct MIG lookups answer (`[nvml] mig_lookup`).
+    pub mig_lookup: MigLookup,
+    /// MIG lookups never return (`[nvml] hang_mig_lookup`).
+    pub hang_mig_lookup: bool,
     /// nvmlInit calls not yet matched by nvmlShutdown.
     pub refcount: u32,
 }
@@ -82,6 +86,8 @@ impl Sim {
             control: None,
             scheduled: profile.faults.clone(),
             started: Instant::now(),
+            mig_lookup: profile.nvml.mig_lookup,
+            hang_mig_lookup: profile.nvml.hang_mig_lookup,
             refcount: 0,
         }
     }
@@ -143,6 +149,16 @@ impl Sim {
                 self.node.set_mig(*gpu, layout);
             }
             _ => {}
+        }
+    }
+
+    /// Where `hang_mig_lookup` is set, blocks for good, as a call into a hung driver does
+    /// (holding the driver's lock, so every other call waits too).
+    pub fn hang_if_asked(&self) {
+        if self.hang_mig_lookup {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+            }
         }
     }
 

@@ -4,6 +4,7 @@
 use super::{api, get_str, put, put_str, with_device};
 use crate::ffi::{self, Device, Return};
 use crate::sim::{self, alive, Dev};
+use dcgm_sim_model::profile::MigLookup;
 use std::ffi::{c_char, c_int, c_uint};
 
 #[no_mangle]
@@ -36,7 +37,9 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex(index: c_uint, device: *mut 
     unsafe { nvmlDeviceGetHandleByIndex_v2(index, device) }
 }
 
-/// GPU UUIDs give GPU handles, `MIG-` UUIDs MIG device handles.
+/// GPU UUIDs give GPU handles, `MIG-` UUIDs MIG device handles. With `mig_lookup =
+/// "injection"`, as DCGM's injection library: success and a NULL handle for a MIG UUID or
+/// an unknown one.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
     uuid: *const c_char,
@@ -48,7 +51,15 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(
         if device.is_null() {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
-        let dev = sim.by_uuid(&uuid).ok_or(ffi::ERROR_NOT_FOUND)?;
+        if uuid.starts_with("MIG-") {
+            sim.hang_if_asked();
+        }
+        let found = sim.by_uuid(&uuid);
+        if sim.mig_lookup == MigLookup::Injection && !matches!(found, Some(Dev::Gpu(_))) {
+            // SAFETY: nvml.h: `device` is an output handle.
+            return unsafe { put(device, std::ptr::null_mut()) };
+        }
+        let dev = found.ok_or(ffi::ERROR_NOT_FOUND)?;
         // SAFETY: nvml.h: `device` is an output handle.
         unsafe { put(device, dev.handle() as Device) }
     })

@@ -1,8 +1,9 @@
 //! MIG: mode, MIG device handles under a parent and back, GPU/compute-instance ids.
 
-use super::{put, with_device};
+use super::{api, put, with_device};
 use crate::ffi::{self, Device, Return};
 use crate::sim::Dev;
+use dcgm_sim_model::profile::MigLookup;
 use std::ffi::c_uint;
 
 /// Current and pending mode; models without MIG (T4) answer NOT_SUPPORTED.
@@ -93,6 +94,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
         if g.mig_slices <= 0 {
             return Err(ffi::ERROR_NOT_SUPPORTED);
         }
+        sim.hang_if_asked();
         if mig_device.is_null() || index >= sim.max_mig_devices(g).max(1) {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
@@ -105,14 +107,25 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     })
 }
 
+/// With `mig_lookup = "injection"`, as DCGM's injection library: success and a NULL handle
+/// for any input.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
     mig_device: Device,
     device: *mut Device,
 ) -> Return {
-    with_device(mig_device, |_, dev| match dev {
-        // SAFETY: nvml.h: `device` is an output handle.
-        Dev::Mig { gpu, .. } => unsafe { put(device, Dev::Gpu(gpu).handle() as Device) },
-        Dev::Gpu(_) => Err(ffi::ERROR_INVALID_ARGUMENT),
+    api(|sim| {
+        if sim.mig_lookup == MigLookup::Injection {
+            // SAFETY: nvml.h: `device` is an output handle.
+            return unsafe { put(device, std::ptr::null_mut()) };
+        }
+        match sim
+            .device(mig_device as usize)
+            .ok_or(ffi::ERROR_INVALID_ARGUMENT)?
+        {
+            // SAFETY: nvml.h: `device` is an output handle.
+            Dev::Mig { gpu, .. } => unsafe { put(device, Dev::Gpu(gpu).handle() as Device) },
+            Dev::Gpu(_) => Err(ffi::ERROR_INVALID_ARGUMENT),
+        }
     })
 }
