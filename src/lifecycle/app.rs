@@ -16,6 +16,7 @@ use crate::attribution::Attribution;
 use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
+use crate::lifecycle::supervisor::Supervisor;
 use crate::lifecycle::worker::{Abandoned, JobError, Worker};
 use crate::output::exposition::Exposition;
 use crate::output::render::Page;
@@ -63,6 +64,8 @@ pub struct Shared {
     last_success: Mutex<Option<Instant>>,
     /// Attribution sources that are failing: shown on /health, which stays healthy.
     notes: Mutex<Vec<String>>,
+    /// The side threads; those down or stuck are shown on /health too.
+    pub threads: Supervisor,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
@@ -78,6 +81,9 @@ impl Shared {
 
     pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
         let empty = Arc::new(Exposition::empty(openmetrics));
+        let threads = Supervisor::global().clone();
+        let metrics = SelfMetrics::new();
+        metrics.register(Box::new(threads.restarts()));
         Shared {
             page: RwLock::new(Published {
                 page: empty.clone(),
@@ -89,7 +95,8 @@ impl Shared {
             last_error: Mutex::new(None),
             last_success: Mutex::new(None),
             notes: Mutex::new(Vec::new()),
-            metrics: SelfMetrics::new(),
+            threads,
+            metrics,
             interval,
             require_gpus: AtomicBool::new(false),
             gpus: AtomicUsize::new(0),
@@ -131,9 +138,12 @@ impl Shared {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
     }
 
-    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down).
+    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down, a
+    /// side thread restarting).
     pub fn notes(&self) -> Vec<String> {
-        self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        notes.extend(self.threads.notes());
+        notes
     }
 
     fn set_notes(&self, notes: Vec<String>) {

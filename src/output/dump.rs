@@ -70,12 +70,16 @@ impl Dumper {
             .map_err(|e| format!("--dump-directory {}: {e}", self.dir.display()))?;
         self.cleanup();
         let d = self.clone();
-        std::thread::Builder::new()
-            .name("dump-cleanup".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(3600));
-                d.cleanup();
-            })
+        crate::lifecycle::supervisor::Supervisor::global()
+            .spawn(
+                "dump-cleanup",
+                Some(Duration::from_secs(3 * 3600)),
+                move |beat| loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                    d.cleanup();
+                    beat.alive();
+                },
+            )
             .map_err(|e| format!("cannot start the dump cleanup thread: {e}"))?;
         Ok(self)
     }

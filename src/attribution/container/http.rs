@@ -344,12 +344,21 @@ pub(crate) mod tests {
     /// A peer on a unix socket that reads the request, writes `reply`, then keeps the
     /// connection open until the client closes it (so only the answer itself, or the
     /// deadline, can end the client's wait).
-    pub(crate) fn peer(socket: &Path, reply: Vec<u8>) -> std::thread::JoinHandle<()> {
+    fn peer(socket: &Path, reply: Vec<u8>) -> std::thread::JoinHandle<()> {
+        peer_with(socket, move |_| reply.clone())
+    }
+
+    /// [`peer`] answering each request (its head, as text) with `respond`'s bytes.
+    pub(crate) fn peer_with(
+        socket: &Path,
+        respond: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+    ) -> std::thread::JoinHandle<()> {
         let listener = UnixListener::bind(socket).unwrap();
+        let respond = std::sync::Arc::new(respond);
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut s) = stream else { return };
-                let reply = reply.clone();
+                let respond = respond.clone();
                 std::thread::spawn(move || {
                     let mut req = Vec::new();
                     let mut b = [0u8; 1024];
@@ -359,6 +368,7 @@ pub(crate) mod tests {
                             Ok(n) => req.extend_from_slice(&b[..n]),
                         }
                     }
+                    let reply = respond(&String::from_utf8_lossy(&req));
                     let _ = s.write_all(&reply);
                     // Until the client gives up and closes.
                     while matches!(s.read(&mut b), Ok(n) if n > 0) {}

@@ -6,6 +6,7 @@
 //! names file and line.
 
 use crate::lifecycle::app::Control;
+use crate::lifecycle::supervisor::Supervisor;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
@@ -19,36 +20,41 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 
 /// Watches `path` until the collection loop is gone.
 pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("counters-watch".into())
-        .spawn(move || {
-            let mut loaded = mtime(&path);
-            // (mtime seen, when it was first seen) while waiting for the file to settle.
-            let mut pending: Option<(Option<SystemTime>, Instant)> = None;
-            loop {
-                std::thread::sleep(POLL);
-                let now = mtime(&path);
-                match pending {
-                    Some((seen, _)) if seen != now => pending = Some((now, Instant::now())),
-                    Some((seen, since)) if since.elapsed() >= DEBOUNCE => {
-                        pending = None;
-                        // A missing file (mid-rename) is not a change to load.
-                        if seen.is_some() && seen != loaded {
-                            loaded = seen;
-                            tracing::info!(
-                                file = %path.display(),
-                                "counters file changed on disk: reloading"
-                            );
-                            if control.send(Control::Reload).is_err() {
-                                return;
+    // A round is one 50 ms poll: seconds of silence mean a stuck thread.
+    Supervisor::global()
+        .spawn(
+            "counters-watch",
+            Some(Duration::from_secs(10)),
+            move |beat| {
+                let mut loaded = mtime(&path);
+                // (mtime seen, when it was first seen) while waiting for the file to settle.
+                let mut pending: Option<(Option<SystemTime>, Instant)> = None;
+                loop {
+                    std::thread::sleep(POLL);
+                    beat.alive();
+                    let now = mtime(&path);
+                    match pending {
+                        Some((seen, _)) if seen != now => pending = Some((now, Instant::now())),
+                        Some((seen, since)) if since.elapsed() >= DEBOUNCE => {
+                            pending = None;
+                            // A missing file (mid-rename) is not a change to load.
+                            if seen.is_some() && seen != loaded {
+                                loaded = seen;
+                                tracing::info!(
+                                    file = %path.display(),
+                                    "counters file changed on disk: reloading"
+                                );
+                                if control.send(Control::Reload).is_err() {
+                                    return Ok(());
+                                }
                             }
                         }
+                        Some(_) => {}
+                        None if now != loaded => pending = Some((now, Instant::now())),
+                        None => {}
                     }
-                    Some(_) => {}
-                    None if now != loaded => pending = Some((now, Instant::now())),
-                    None => {}
                 }
-            }
-        })
+            },
+        )
         .map(|_| ())
 }
