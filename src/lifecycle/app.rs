@@ -17,7 +17,7 @@ use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::supervisor::Supervisor;
-use crate::lifecycle::worker::{Abandoned, JobError, Worker};
+use crate::lifecycle::worker::{Abandoned, Current, JobError, Worker};
 use crate::output::exposition::Exposition;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
@@ -198,8 +198,10 @@ pub enum Control {
 /// What the worker thread owns: the session and the watches built on it.
 #[derive(Default)]
 pub struct Dcgm {
-    session: Option<Session>,
+    pub(crate) session: Option<Session>,
     collector: Option<Collector>,
+    /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up by its first poll.
+    pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
 }
 
 /// Longest wait for connecting, discovering and watching (a large node needs seconds).
@@ -249,6 +251,11 @@ pub struct Runner {
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
+    /// The worker in use, for the bind/unbind watch's jobs; kept up to date by the loop.
+    pub current: Current<Dcgm>,
+    /// `--enable-gpu-bind-unbind-watch`'s poll interval: its watch is set up on each new
+    /// session before the node is discovered, so no event falls between the two.
+    pub bind_unbind: Option<Duration>,
     /// Where each published page also goes (textfile, dumps); see `output::sink`.
     pub sinks: Vec<Box<dyn Sink>>,
     /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
@@ -256,16 +263,6 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// A handle on the worker's session, for watchers that poll DCGM on a thread of their
-    /// own (the GPU bind/unbind watch); `None` when there is none or the worker is stuck.
-    pub fn session_of(worker: &Worker<Dcgm>) -> Option<Session> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        worker
-            .call(deadline, || false, |d: &mut Dcgm| d.session.clone())
-            .ok()
-            .flatten()
-    }
-
     /// Connects and sets up watches once, at startup, where failure is fatal.
     pub fn start(&self) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn("dcgm")
@@ -273,6 +270,7 @@ impl Runner {
         match self.open(&worker, &mut || false) {
             Ok(()) => {
                 self.shared.set_connected(true);
+                self.current.set(Some(&worker));
                 Ok(worker)
             }
             Err(Failure::Config(e)) => Err(StartupError::Config(e)),
@@ -297,12 +295,17 @@ impl Runner {
         let library = self.library.clone();
         let engine = self.engine.clone();
         let setup = self.setup_deadline();
+        let bind_unbind = self.bind_unbind;
         let opened = worker.call(Instant::now() + setup, &mut *stop, move |d: &mut Dcgm| {
             let session = match &engine {
                 Engine::Embedded => Session::embedded(library),
                 Engine::Remote(t) => Session::connect(library, t, 5000),
             }?;
             d.session = Some(session);
+            if let Some(interval) = bind_unbind {
+                // A failure is the watch thread's to report; its next poll tries again.
+                let _ = crate::lifecycle::watchers::bind_unbind::poll_in(d, interval);
+            }
             Ok::<(), dcgm_sys::Error>(())
         });
         match opened {
@@ -695,12 +698,14 @@ impl Loop<'_> {
                 self.runner.shared.metrics.reconnects.inc();
                 self.runner.shared.set_connected(true);
                 self.backoff = self.runner.first_backoff();
+                self.runner.current.set(Some(&worker));
                 self.worker = Some(worker);
                 self.built = true;
                 Ok(())
             }
             // The session is up; the watches are rebuilt next tick.
             Err(Failure::Watches(e) | Failure::Config(e)) => {
+                self.runner.current.set(Some(&worker));
                 self.worker = Some(worker);
                 self.built = false;
                 Err(Failure::Watches(e))
@@ -714,6 +719,8 @@ impl Loop<'_> {
 
     /// Lets the worker go with its session; it ends when its current call returns.
     fn abandon(&mut self) {
+        // Before letting it go: nothing may queue jobs on it any more.
+        self.runner.current.set(None);
         if let Some(w) = self.worker.take() {
             self.abandoned.push(w.abandon());
         }
@@ -744,6 +751,7 @@ impl Loop<'_> {
 
     /// Removes the watches and ends the session, within a deadline.
     fn stop_watches(&mut self) {
+        self.runner.current.set(None);
         if let Some(w) = self.worker.take() {
             let done = w.call(
                 Instant::now() + STOP_DEADLINE,
@@ -752,6 +760,7 @@ impl Loop<'_> {
                     if let Some(c) = d.collector.take() {
                         c.stop();
                     }
+                    d.bind_unbind = None;
                     d.session = None;
                 },
             );

@@ -43,6 +43,9 @@ struct Slot {
 struct SlotState {
     /// Why the thread is down or was just restarted; cleared by its first sign of life.
     down: Option<String>,
+    /// What the running thread reports failing ([`Beat::failing`]); cleared by its next
+    /// success.
+    trouble: Option<String>,
     last_beat: Instant,
 }
 
@@ -56,12 +59,26 @@ impl Slot {
 pub struct Beat(Arc<Slot>);
 
 impl Beat {
+    /// A round of work done.
     pub fn alive(&self) {
         let mut st = self.0.lock();
         st.last_beat = Instant::now();
-        if let Some(was) = st.down.take() {
+        if let Some(was) = st.down.take().or_else(|| st.trouble.take()) {
             tracing::info!("{}: working again (was: {was})", self.0.name);
         }
+        st.trouble = None;
+    }
+
+    /// A round of work that failed: the thread lives, but until a round succeeds its
+    /// work is a /health line (and a warning when the reason changes).
+    pub fn failing(&self, why: String) {
+        let mut st = self.0.lock();
+        st.last_beat = Instant::now();
+        st.down = None;
+        if st.trouble.as_deref() != Some(&why) {
+            tracing::warn!("{}: {why}", self.0.name);
+        }
+        st.trouble = Some(why);
     }
 }
 
@@ -123,6 +140,7 @@ impl Supervisor {
             stall_after,
             state: Mutex::new(SlotState {
                 down: None,
+                trouble: None,
                 last_beat: Instant::now(),
             }),
         });
@@ -174,6 +192,7 @@ impl Supervisor {
             {
                 let mut st = slot.lock();
                 st.down = Some(format!("thread {} restarted after it {why}", slot.name));
+                st.trouble = None;
                 st.last_beat = Instant::now();
             }
             backoff = (backoff * 2).min(policy.max);
@@ -191,6 +210,9 @@ impl Supervisor {
                 let st = s.lock();
                 if let Some(d) = &st.down {
                     return Some(d.clone());
+                }
+                if let Some(t) = &st.trouble {
+                    return Some(format!("{}: {t}", s.name));
                 }
                 let silent = st.last_beat.elapsed();
                 s.stall_after.filter(|limit| silent > *limit).map(|limit| {
@@ -325,6 +347,31 @@ mod tests {
         );
         drop(lives);
         until("the thread ended", || s.slots().is_empty());
+    }
+
+    #[test]
+    fn failing_work_is_shown_until_a_round_succeeds() {
+        let s = quick();
+        let (tell, told) = mpsc::channel::<Result<(), String>>();
+        let (done_tx, done) = mpsc::channel::<()>();
+        s.spawn("t-work", None, move |beat| {
+            for r in &told {
+                match r {
+                    Ok(()) => beat.alive(),
+                    Err(e) => beat.failing(e),
+                }
+                done_tx.send(()).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap();
+        tell.send(Err("the session is gone".into())).unwrap();
+        done.recv().unwrap();
+        assert_eq!(s.notes(), ["t-work: the session is gone"]);
+        tell.send(Ok(())).unwrap();
+        done.recv().unwrap();
+        assert!(s.notes().is_empty());
+        assert_eq!(restarts(&s, "t-work"), 0);
     }
 
     #[test]
