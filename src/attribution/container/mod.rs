@@ -260,6 +260,7 @@ mod tests {
     /// lives on: when the runtime answers sanely again, the labels come back.
     #[test]
     fn a_hostile_runtime_withdraws_the_labels_and_the_thread_lives_on() {
+        type Answer = Result<Vec<DeviceLabels>, String>;
         use std::sync::atomic::{AtomicUsize, Ordering};
         const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
         let dir = tempfile::tempdir().unwrap();
@@ -296,9 +297,7 @@ mod tests {
             "container",
         )
         .unwrap();
-        let until = |src: &mut ContainerSource,
-                     what: &str,
-                     ok: &dyn Fn(&Result<Vec<DeviceLabels>, String>) -> bool| {
+        let until = |src: &mut ContainerSource, what: &str, ok: &dyn Fn(&Answer) -> bool| {
             let deadline = Instant::now() + Duration::from_secs(20);
             loop {
                 let got = src.device_labels();
