@@ -696,3 +696,38 @@ fn bind_unbind_events_from_the_real_host_engine_rebuild_also_after_a_restart() {
     }
     assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
 }
+
+/// The real libdcgm, embedded, accepts the bind/unbind watch too (a refusal would stop the
+/// exporter at start with the flag's name); its poll thread runs, and no poll failure is
+/// on /health or in the log.
+#[test]
+fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("bind-embedded");
+    let yaml = dir.yaml(&four_gpus());
+    let e = kit
+        .embedded(&yaml)
+        .args(&[
+            "-c",
+            "300",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=100ms",
+        ])
+        .start();
+    e.wait_for_log(10, "watching for GPU bind/unbind events");
+    let page = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    let restarts: Vec<f64> = series(&page, "dcgm_exporter_thread_restarts_total")
+        .iter()
+        .filter(|s| s.label("thread") == Some("bind-unbind-watch"))
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(restarts, [0.0], "{}", dump(&page));
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("bind"), "{body}");
+    assert!(
+        !e.stderr().contains("GPU bind/unbind watch:"),
+        "{}",
+        e.stderr()
+    );
+}

@@ -200,7 +200,7 @@ pub enum Control {
 pub struct Dcgm {
     pub(crate) session: Option<Session>,
     collector: Option<Collector>,
-    /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up by its first poll.
+    /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up when it opens.
     pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
 }
 
