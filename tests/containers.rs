@@ -431,3 +431,100 @@ fn a_missing_socket_is_a_warning_once_and_a_health_note() {
         .count();
     assert_eq!(warnings, 1, "{}", e.stderr());
 }
+
+/// A runtime socket that answers each request with what `mode` says at that moment: a sane
+/// Docker answer (mode 0), or an overflowing Content-Length (1) or chunk size (2).
+fn hostile_runtime(socket: &Path, uuid: String, mode: Arc<AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::os::unix::net::UnixListener::bind(socket).expect("bind");
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let mut req = Vec::new();
+            let mut b = [0u8; 1024];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => req.extend_from_slice(&b[..n]),
+                }
+            }
+            let ok = |body: String| {
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+            };
+            let reply = match mode.load(Ordering::SeqCst) {
+                1 => format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n[]", u64::MAX),
+                2 => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\n"
+                    .to_string(),
+                _ if req.starts_with(b"GET /containers/json ") => ok(json!([summary(&inspect(
+                    &id(1),
+                    "/trainer",
+                    "runc",
+                    &[],
+                    Value::Null
+                ))])
+                .to_string()),
+                _ => ok(inspect(
+                    &id(1),
+                    "/trainer",
+                    "runc",
+                    &[],
+                    gpu_request(json!([uuid.clone()]), 0),
+                )
+                .to_string()),
+            };
+            let _ = s.write_all(reply.as_bytes());
+            // Open until the exporter closes: only the answer itself can end its wait.
+            while matches!(s.read(&mut b), Ok(n) if n > 0) {}
+        }
+    });
+}
+
+/// A runtime whose answers announce sizes that overflow (which used to panic the
+/// refresher thread and leave its last labels served for good): the labels are
+/// withdrawn, /health says why, the thread is not restarted because it never died, and
+/// the labels come back when the runtime is sane again.
+#[test]
+fn a_runtime_announcing_overflowing_sizes_withdraws_labels_until_it_is_sane() {
+    sim_built();
+    let n = node("a100-mixed-mig.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("docker.sock");
+    let mode = Arc::new(AtomicUsize::new(0));
+    hostile_runtime(&socket, n.gpus[5].uuid.clone(), mode.clone());
+    let e = with_runtime(&socket).args(&["-c", "200"]).start();
+    let labelled = |s: &[Sample]| {
+        containers_of(s, "DCGM_FI_DEV_GPU_TEMP") == [("5".into(), "-".into(), "trainer".into())]
+    };
+    e.scrape_until(20, labelled);
+    for (hostile, says) in [
+        (1, "Content-Length 18446744073709551615 is over"),
+        (2, "chunk size 0xffffffffffffffffff is over"),
+    ] {
+        mode.store(hostile, Ordering::SeqCst);
+        let s = e.scrape_until(20, |s| {
+            !series(s, "DCGM_FI_DEV_GPU_TEMP").is_empty()
+                && s.iter().all(|x| x.label("container").is_none())
+        });
+        let restarts: Vec<f64> = series(&s, "dcgm_exporter_thread_restarts_total")
+            .iter()
+            .filter(|x| x.label("thread") == Some("container-labels"))
+            .map(|x| x.value)
+            .collect();
+        assert_eq!(restarts, [0.0]);
+        let (code, health) = e.get("/health");
+        assert_eq!(code, 200, "{health}");
+        assert!(
+            health.contains("degraded: container-runtime: GET /containers/json on ")
+                && health.contains(says),
+            "{health}"
+        );
+        mode.store(0, Ordering::SeqCst);
+        e.scrape_until(20, labelled);
+    }
+    let (_, health) = e.get("/health");
+    assert!(!health.contains("container"), "{health}");
+    assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
+}

@@ -1,5 +1,6 @@
 //! Fault suite: the host engine killed, restarted, stopped and resumed under scrapes; a GPU
-//! lost at start or mid-run; the library gone in embedded mode. The promises checked: no
+//! lost at start or mid-run; the library gone in embedded mode; GPU bind/unbind events still
+//! seen after a reconnect in either mode. The promises checked: no
 //! panic, no DCGM series older than 2 x interval + 1 s, every outage recovered, healthy GPUs
 //! exported throughout. The long version (100 cycles, a soak with RSS) is `bench -- faults`.
 
@@ -430,4 +431,86 @@ fn the_library_vanishing_in_embedded_mode_is_a_clear_error_not_a_crash() {
     assert_no_panic(&e);
     let alive = std::path::Path::new(&format!("/proc/{}", e.child.id())).exists();
     assert!(alive);
+}
+
+fn gpus_with_temp(p: &[Sample]) -> usize {
+    series(p, "DCGM_FI_DEV_GPU_TEMP").len()
+}
+
+/// After a reconnect, a GPU unbound on the engine now in use still rebuilds the watches
+/// (the bind/unbind watch polls through the collector's worker, so it follows the new
+/// session), and once it works again /health has no line about it.
+fn unbind_after_reconnect_rebuilds(e: &Exporter, ctl: &std::path::Path) {
+    control(ctl, "gpu_unbind 3");
+    wait_for(e, 20, "GPU 3 gone after the unbind event", |p| {
+        gpus_with_temp(p) == 7 && !temps_by_gpu(p).contains(&"3".to_string())
+    });
+    e.wait_for_log(5, "reinitialization completed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = e.get("/health");
+        if code == 200 && !body.contains("bind/unbind") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "/health: {code} {body}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_no_panic(e);
+}
+
+#[test]
+fn bind_unbind_events_are_seen_after_an_embedded_engine_is_started_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "200",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=100ms",
+        ])
+        .start();
+    wait_for(&e, 10, "8 GPUs", |p| gpus_with_temp(p) == 8);
+    // The embedded engine's library is lost: the session is dead for good.
+    control(&ctl, "library_gone");
+    wait_for(&e, 10, "outage noticed", |p| {
+        gauge(p, "dcgm_exporter_dcgm_connected") == 0.0 && dcgm_series(p) == 0
+    });
+    // An embedded engine started now works: the exporter reconnects.
+    control(&ctl, "library_restored");
+    wait_for(&e, 20, "reconnected", |p| {
+        gauge(p, "dcgm_exporter_dcgm_connected") == 1.0 && gpus_with_temp(p) == 8
+    });
+    unbind_after_reconnect_rebuilds(&e, &ctl);
+}
+
+#[test]
+fn bind_unbind_events_are_seen_after_the_remote_host_engine_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut engine = HostEngine::start(port, None);
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "200",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=100ms",
+        ])
+        .start();
+    wait_for(&e, 10, "8 GPUs", |p| gpus_with_temp(p) == 8);
+    engine.kill();
+    wait_for(&e, 10, "outage noticed", |p| {
+        gauge(p, "dcgm_exporter_dcgm_connected") == 0.0 && dcgm_series(p) == 0
+    });
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let _engine = HostEngine::start_with(port, None, Some(&ctl));
+    wait_for(&e, 20, "reconnected", |p| {
+        gauge(p, "dcgm_exporter_dcgm_connected") == 1.0 && gpus_with_temp(p) == 8
+    });
+    unbind_after_reconnect_rebuilds(&e, &ctl);
 }

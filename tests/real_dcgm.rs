@@ -628,3 +628,106 @@ fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
     // The real value, not a placeholder: GPU 1 reads 41 C in the injected YAML.
     assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 41.0);
 }
+
+/// How often the log says a bind/unbind event completed.
+fn reinitializations(e: &Exporter) -> usize {
+    e.stderr()
+        .lines()
+        .filter(|l| l.contains("reinitialization completed"))
+        .count()
+}
+
+/// The real nv-hostengine accepts the bind/unbind watch (DCGM_FI_BIND_UNBIND_EVENT, field
+/// 6, through GPU 0). An event is injected as DCGM's own tests inject values (`dcgmi test
+/// --inject`, state 2 = reinitialization completed); it rebuilds the watches, and still does
+/// after the host engine was killed and restarted (the watch is set up again on the new
+/// session).
+#[test]
+fn bind_unbind_events_from_the_real_host_engine_rebuild_also_after_a_restart() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("bind");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let mut engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let e = kit
+        .remote(port)
+        .args(&[
+            "-c",
+            "300",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=100ms",
+        ])
+        .start();
+    e.wait_for_log(10, "watching for GPU bind/unbind events");
+    kit.inject(port, 0, 6, 2);
+    e.wait_for_log(15, "reinitialization completed");
+    e.wait_for_log(15, "reloaded");
+    assert_eq!(reinitializations(&e), 1);
+
+    engine.kill();
+    e.scrape_until(20, |p| {
+        self_metric(p, "dcgm_exporter_dcgm_connected", &[]) == 0.0
+    });
+    engine.restart(kit);
+    e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    // The watch on the new session is set up before discovery; give its poll a moment to
+    // have a baseline by waiting for a working /health.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (code, body) = e.get("/health");
+        if code == 200 && !body.contains("bind/unbind") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/health {code}: {body}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    kit.inject(port, 0, 6, 2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while reinitializations(&e) < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event after the restart:\n{}",
+            e.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
+}
+
+/// The real libdcgm, embedded, accepts the bind/unbind watch too (a refusal would stop the
+/// exporter at start with the flag's name); its poll thread runs, and no poll failure is
+/// on /health or in the log.
+#[test]
+fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("bind-embedded");
+    let yaml = dir.yaml(&four_gpus());
+    let e = kit
+        .embedded(&yaml)
+        .args(&[
+            "-c",
+            "300",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=100ms",
+        ])
+        .start();
+    e.wait_for_log(10, "watching for GPU bind/unbind events");
+    let page = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    let restarts: Vec<f64> = series(&page, "dcgm_exporter_thread_restarts_total")
+        .iter()
+        .filter(|s| s.label("thread") == Some("bind-unbind-watch"))
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(restarts, [0.0], "{}", dump(&page));
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("bind"), "{body}");
+    assert!(
+        !e.stderr().contains("GPU bind/unbind watch:"),
+        "{}",
+        e.stderr()
+    );
+}

@@ -1449,6 +1449,28 @@ fn after_library_gone_every_request_answers_uninitialized() {
     ] {
         assert_eq!(e.handle(0, &req), Reply::Error(-10), "{req:?}");
     }
+    // Having answered as shut down, it stays so.
+    e.inject(Fault::LibraryRestored);
+    assert_eq!(
+        e.handle(0, &Request::GetGpuInstanceHierarchy),
+        Reply::Error(-10)
+    );
+}
+
+#[test]
+fn an_engine_replaying_a_lost_then_restored_library_answers() {
+    let (mut e, _) = engine("one-gpu.toml");
+    e.inject(Fault::LibraryGone);
+    e.inject(Fault::LibraryRestored);
+    assert!(matches!(
+        e.handle(
+            0,
+            &Request::GetAllDevices {
+                only_supported: false
+            }
+        ),
+        Reply::Ids(_)
+    ));
 }
 
 #[test]

@@ -179,10 +179,12 @@ impl Refresher {
             std::sync::Condvar::new(),
         ));
         let shared = latest.clone();
-        let thread = std::thread::Builder::new()
-            .name("kubelet".into())
-            .spawn(move || {
-                let mut seen = 0u64;
+        // Triggers received, kept across a restart of the thread so answers still match
+        // the collection's count.
+        let mut seen = 0u64;
+        // No stall limit: the thread waits for triggers, and each call has its deadline.
+        let thread = crate::lifecycle::supervisor::Supervisor::global()
+            .spawn("kubelet", None, move |beat| {
                 while rx.recv().is_ok() {
                     // Triggers that piled up while a call ran are answered by one call.
                     seen += 1 + rx.try_iter().count() as u64;
@@ -192,7 +194,10 @@ impl Refresher {
                     l.done = seen;
                     l.result = result;
                     cv.notify_all();
+                    drop(l);
+                    beat.alive();
                 }
+                Ok(())
             })
             .map_err(|e| format!("cannot start the kubelet thread: {e}"))?;
         Ok(Refresher {

@@ -16,7 +16,8 @@ use crate::attribution::Attribution;
 use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
-use crate::lifecycle::worker::{Abandoned, JobError, Worker};
+use crate::lifecycle::supervisor::Supervisor;
+use crate::lifecycle::worker::{Abandoned, Current, JobError, Worker};
 use crate::output::exposition::Exposition;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
@@ -63,6 +64,8 @@ pub struct Shared {
     last_success: Mutex<Option<Instant>>,
     /// Attribution sources that are failing: shown on /health, which stays healthy.
     notes: Mutex<Vec<String>>,
+    /// The side threads; those down or stuck are shown on /health too.
+    pub threads: Supervisor,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
@@ -78,6 +81,9 @@ impl Shared {
 
     pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
         let empty = Arc::new(Exposition::empty(openmetrics));
+        let threads = Supervisor::global().clone();
+        let metrics = SelfMetrics::new();
+        metrics.register(Box::new(threads.restarts()));
         Shared {
             page: RwLock::new(Published {
                 page: empty.clone(),
@@ -89,7 +95,8 @@ impl Shared {
             last_error: Mutex::new(None),
             last_success: Mutex::new(None),
             notes: Mutex::new(Vec::new()),
-            metrics: SelfMetrics::new(),
+            threads,
+            metrics,
             interval,
             require_gpus: AtomicBool::new(false),
             gpus: AtomicUsize::new(0),
@@ -131,9 +138,12 @@ impl Shared {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
     }
 
-    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down).
+    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down, a
+    /// side thread restarting).
     pub fn notes(&self) -> Vec<String> {
-        self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        notes.extend(self.threads.notes());
+        notes
     }
 
     fn set_notes(&self, notes: Vec<String>) {
@@ -188,8 +198,10 @@ pub enum Control {
 /// What the worker thread owns: the session and the watches built on it.
 #[derive(Default)]
 pub struct Dcgm {
-    session: Option<Session>,
+    pub(crate) session: Option<Session>,
     collector: Option<Collector>,
+    /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up when it opens.
+    pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
 }
 
 /// Longest wait for connecting, discovering and watching (a large node needs seconds).
@@ -239,6 +251,11 @@ pub struct Runner {
     pub counters: RwLock<Arc<Counters>>,
     pub settings: Settings,
     pub shared: Arc<Shared>,
+    /// The worker in use, for the bind/unbind watch's jobs; kept up to date by the loop.
+    pub current: Current<Dcgm>,
+    /// `--enable-gpu-bind-unbind-watch`'s poll interval: its watch is set up on each new
+    /// session before the node is discovered, so no event falls between the two.
+    pub bind_unbind: Option<Duration>,
     /// Where each published page also goes (textfile, dumps); see `output::sink`.
     pub sinks: Vec<Box<dyn Sink>>,
     /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
@@ -246,16 +263,6 @@ pub struct Runner {
 }
 
 impl Runner {
-    /// A handle on the worker's session, for watchers that poll DCGM on a thread of their
-    /// own (the GPU bind/unbind watch); `None` when there is none or the worker is stuck.
-    pub fn session_of(worker: &Worker<Dcgm>) -> Option<Session> {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        worker
-            .call(deadline, || false, |d: &mut Dcgm| d.session.clone())
-            .ok()
-            .flatten()
-    }
-
     /// Connects and sets up watches once, at startup, where failure is fatal.
     pub fn start(&self) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn("dcgm")
@@ -263,6 +270,7 @@ impl Runner {
         match self.open(&worker, &mut || false) {
             Ok(()) => {
                 self.shared.set_connected(true);
+                self.current.set(Some(&worker));
                 Ok(worker)
             }
             Err(Failure::Config(e)) => Err(StartupError::Config(e)),
@@ -287,12 +295,17 @@ impl Runner {
         let library = self.library.clone();
         let engine = self.engine.clone();
         let setup = self.setup_deadline();
+        let bind_unbind = self.bind_unbind;
         let opened = worker.call(Instant::now() + setup, &mut *stop, move |d: &mut Dcgm| {
             let session = match &engine {
                 Engine::Embedded => Session::embedded(library),
                 Engine::Remote(t) => Session::connect(library, t, 5000),
             }?;
             d.session = Some(session);
+            if let Some(interval) = bind_unbind {
+                // A failure is the watch thread's to report; its next poll tries again.
+                let _ = crate::lifecycle::watchers::bind_unbind::poll_in(d, interval);
+            }
             Ok::<(), dcgm_sys::Error>(())
         });
         match opened {
@@ -690,12 +703,14 @@ impl Loop<'_> {
                 self.runner.shared.metrics.reconnects.inc();
                 self.runner.shared.set_connected(true);
                 self.backoff = self.runner.first_backoff();
+                self.runner.current.set(Some(&worker));
                 self.worker = Some(worker);
                 self.built = true;
                 Ok(())
             }
             // The session is up; the watches are rebuilt next tick.
             Err(Failure::Watches(e) | Failure::Config(e)) => {
+                self.runner.current.set(Some(&worker));
                 self.worker = Some(worker);
                 self.built = false;
                 Err(Failure::Watches(e))
@@ -709,6 +724,8 @@ impl Loop<'_> {
 
     /// Lets the worker go with its session; it ends when its current call returns.
     fn abandon(&mut self) {
+        // Before letting it go: nothing may queue jobs on it any more.
+        self.runner.current.set(None);
         if let Some(w) = self.worker.take() {
             self.abandoned.push(w.abandon());
         }
@@ -739,6 +756,7 @@ impl Loop<'_> {
 
     /// Removes the watches and ends the session, within a deadline.
     fn stop_watches(&mut self) {
+        self.runner.current.set(None);
         if let Some(w) = self.worker.take() {
             let done = w.call(
                 Instant::now() + STOP_DEADLINE,
@@ -747,6 +765,7 @@ impl Loop<'_> {
                     if let Some(c) = d.collector.take() {
                         c.stop();
                     }
+                    d.bind_unbind = None;
                     d.session = None;
                 },
             );

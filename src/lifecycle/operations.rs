@@ -67,28 +67,15 @@ pub fn sinks(config: &Config) -> Result<Vec<Box<dyn Sink>>, String> {
 }
 
 /// Starts the rebuild triggers: the counters file watch (always, as upstream) and, when
-/// enabled, the GPU bind/unbind watch on the collector's session.
-pub fn start_watchers(
-    config: &Config,
-    runner: &Runner,
-    session: Option<dcgm_sys::Session>,
-    control: &Sender<Control>,
-) -> Result<(), String> {
+/// enabled, the GPU bind/unbind watch, polled through the worker that owns the session.
+pub fn start_watchers(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
     // A ConfigMap (-m) has a watch of its own.
     if let Some(path) = runner.collectors.path() {
         watchers::counters_file::spawn(path.clone(), control.clone())
             .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
     }
-    if config.enable_gpu_bind_unbind_watch {
-        let session = session
-            .ok_or("--enable-gpu-bind-unbind-watch: the DCGM session did not answer in time")?;
-        watchers::bind_unbind::spawn(
-            session,
-            runner.library.clone(),
-            runner.engine.clone(),
-            watchers::bind_unbind::poll_interval(&config.gpu_bind_unbind_poll_interval),
-            control.clone(),
-        )?;
+    if let Some(interval) = runner.bind_unbind {
+        watchers::bind_unbind::spawn(runner.current.clone(), interval, control.clone())?;
     }
     Ok(())
 }

@@ -192,6 +192,12 @@ fn serve(
         counters: std::sync::RwLock::new(counters),
         settings,
         shared: shared.clone(),
+        current: Default::default(),
+        bind_unbind: config.enable_gpu_bind_unbind_watch.then(|| {
+            crate::lifecycle::watchers::bind_unbind::poll_interval(
+                &config.gpu_bind_unbind_poll_interval,
+            )
+        }),
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
@@ -207,7 +213,7 @@ fn serve(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    operations::start_watchers(&config, &runner, Runner::session_of(&worker), &control_tx)?;
+    operations::start_watchers(&runner, &control_tx)?;
     let loop_runner = runner.clone();
     let (collection, ended_rx) =
         spawn_watched("collector", move || loop_runner.run(worker, control_rx))

@@ -7,7 +7,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
@@ -59,17 +59,7 @@ impl<S: Default + 'static> Worker<S> {
         mut interrupt: impl FnMut() -> bool,
         f: impl FnOnce(&mut S) -> R + Send + 'static,
     ) -> Result<R, JobError> {
-        let started = Instant::now();
-        let (tx, rx) = mpsc::sync_channel::<Result<R, String>>(1);
-        let job: Job<S> = Box::new(move |state| {
-            let r = catch_unwind(AssertUnwindSafe(|| f(state))).map_err(panic_text);
-            // The waiter may have given up; then nobody wants the result.
-            let _ = tx.send(r);
-        });
-        if self.jobs.send(job).is_err() {
-            return Err(JobError::Panicked("the worker thread is gone".into()));
-        }
-        wait(&rx, started, deadline, &mut interrupt)
+        call_on(&self.jobs, deadline, &mut interrupt, f)
     }
 
     /// True while the thread has not ended (it may be stuck in a DCGM call).
@@ -84,6 +74,56 @@ impl<S: Default + 'static> Worker<S> {
     }
 }
 
+/// The worker in use, for other threads that run jobs on it (the GPU bind/unbind watch):
+/// the collection loop names each new worker here and withdraws one it abandons, so a job
+/// always reaches the session the loop uses, never a dead one. Only a call in progress
+/// holds the worker's queue open, so an abandoned worker still ends when its stuck call
+/// returns.
+pub struct Current<S>(Arc<Mutex<Option<Sender<Job<S>>>>>);
+
+impl<S> Clone for Current<S> {
+    fn clone(&self) -> Self {
+        Current(self.0.clone())
+    }
+}
+
+impl<S> Default for Current<S> {
+    fn default() -> Self {
+        Current(Arc::new(Mutex::new(None)))
+    }
+}
+
+/// Why a job on the current worker gave no result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CurrentError {
+    #[error("no DCGM session (reconnecting)")]
+    NoWorker,
+    #[error(transparent)]
+    Job(#[from] JobError),
+}
+
+impl<S: 'static> Current<S> {
+    /// Names `w` as the worker in use (`None`: there is none).
+    pub fn set(&self, w: Option<&Worker<S>>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = w.map(|w| w.jobs.clone());
+    }
+
+    /// [`Worker::call`] on the worker in use.
+    pub fn call<R: Send + 'static>(
+        &self,
+        deadline: Instant,
+        f: impl FnOnce(&mut S) -> R + Send + 'static,
+    ) -> Result<R, CurrentError> {
+        let jobs = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or(CurrentError::NoWorker)?;
+        Ok(call_on(&jobs, deadline, || false, f)?)
+    }
+}
+
 /// A worker let go, possibly still stuck in a call.
 pub struct Abandoned(Weak<()>);
 
@@ -91,6 +131,25 @@ impl Abandoned {
     pub fn has_ended(&self) -> bool {
         self.0.strong_count() == 0
     }
+}
+
+fn call_on<S, R: Send + 'static>(
+    jobs: &Sender<Job<S>>,
+    deadline: Instant,
+    mut interrupt: impl FnMut() -> bool,
+    f: impl FnOnce(&mut S) -> R + Send + 'static,
+) -> Result<R, JobError> {
+    let started = Instant::now();
+    let (tx, rx) = mpsc::sync_channel::<Result<R, String>>(1);
+    let job: Job<S> = Box::new(move |state| {
+        let r = catch_unwind(AssertUnwindSafe(|| f(state))).map_err(panic_text);
+        // The waiter may have given up; then nobody wants the result.
+        let _ = tx.send(r);
+    });
+    if jobs.send(job).is_err() {
+        return Err(JobError::Panicked("the worker thread is gone".into()));
+    }
+    wait(&rx, started, deadline, &mut interrupt)
 }
 
 /// How often a wait checks whether it was interrupted.
@@ -204,6 +263,35 @@ mod tests {
         assert_eq!(e, JobError::Panicked("boom".into()));
         // The thread survives the job that panicked.
         assert_eq!(w.call(soon(5000), || false, |_| 7).unwrap(), 7);
+    }
+
+    #[test]
+    fn jobs_on_the_current_worker_follow_it_and_leave_an_abandoned_one_free_to_end() {
+        let current = Current::<Vec<u32>>::default();
+        assert_eq!(
+            current.call(soon(1000), |s| s.len()),
+            Err(CurrentError::NoWorker)
+        );
+        let first = Worker::<Vec<u32>>::spawn("t").unwrap();
+        current.set(Some(&first));
+        current.call(soon(5000), |s| s.push(1)).unwrap();
+        // Replaced (the loop reconnected): jobs reach the new worker's state.
+        let second = Worker::<Vec<u32>>::spawn("t").unwrap();
+        current.set(Some(&second));
+        assert_eq!(
+            current.call(soon(5000), |s| s.clone()).unwrap(),
+            Vec::<u32>::new()
+        );
+        // The old worker, let go, ends although `current` was once given it.
+        let gone = first.abandon();
+        until("the abandoned worker ending", || gone.has_ended());
+        current.set(None);
+        let gone = second.abandon();
+        until("the second worker ending", || gone.has_ended());
+        assert_eq!(
+            current.call(soon(1000), |s| s.len()),
+            Err(CurrentError::NoWorker)
+        );
     }
 
     #[test]

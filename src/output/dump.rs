@@ -85,12 +85,16 @@ impl Dumper {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("--dump-directory {}: {e}", self.dir.display()))?;
         let d = self.clone();
-        std::thread::Builder::new()
-            .name("dump-cleanup".into())
-            .spawn(move || loop {
-                std::thread::sleep(Duration::from_secs(3600));
-                d.cleanup();
-            })
+        crate::lifecycle::supervisor::Supervisor::global()
+            .spawn(
+                "dump-cleanup",
+                Some(Duration::from_secs(3 * 3600)),
+                move |beat| loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                    d.cleanup();
+                    beat.alive();
+                },
+            )
             .map_err(|e| format!("cannot start the dump cleanup thread: {e}"))?;
         Ok(self)
     }

@@ -522,11 +522,19 @@ pub struct HostEngine {
 
 impl HostEngine {
     pub fn start(port: u16, profile: Option<&str>) -> HostEngine {
+        HostEngine::start_with(port, profile, None)
+    }
+
+    /// [`HostEngine::start`] taking its run-time faults from the control file `control`.
+    pub fn start_with(port: u16, profile: Option<&str>, control: Option<&Path>) -> HostEngine {
         let mut cmd = Command::new(hostengine_binary());
         cmd.args(["-n", "-p", &port.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         hermetic(&mut cmd);
+        if let Some(c) = control {
+            cmd.env("DCGM_SIM_CONTROL", c);
+        }
         if let Some(p) = profile {
             cmd.env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{p}")));
         }

@@ -20,6 +20,7 @@
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
 //! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |
+//! | `library_restored` | undoes `library_gone` for an engine that has not answered since it went: an embedded engine started afterwards (the exporter reconnecting after the loss) works again; one that answered UNINITIALIZED stays gone, as a shut-down libdcgm does |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
@@ -99,6 +100,8 @@ pub enum Fault {
         fail: bool,
     },
     LibraryGone,
+    /// An embedded engine started afterwards works again (DCGM loaded anew).
+    LibraryRestored,
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
@@ -252,6 +255,7 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             fail: verb == "attributes_fail",
         },
         "library_gone" => Fault::LibraryGone,
+        "library_restored" => Fault::LibraryRestored,
         o => return Err(format!("unknown fault '{o}'")),
     };
     if let Some(extra) = w.next() {
@@ -430,6 +434,7 @@ mod tests {
             })
         );
         assert_eq!(parse_line("library_gone"), Ok(Fault::LibraryGone));
+        assert_eq!(parse_line("library_restored"), Ok(Fault::LibraryRestored));
         assert_eq!(
             parse_line("library_gone 1"),
             Err("unexpected '1'".to_string())

@@ -145,6 +145,8 @@ pub struct Engine {
     persistent: HashSet<u64>,
     /// `library_gone` happened: nothing answers any more.
     gone: bool,
+    /// The engine answered UNINITIALIZED: `library_restored` does not bring it back.
+    gone_for_good: bool,
 }
 
 impl Engine {
@@ -211,6 +213,7 @@ impl Engine {
             scheduled: scheduled.into(),
             persistent: HashSet::new(),
             gone: false,
+            gone_for_good: false,
         }
     }
 
@@ -219,6 +222,7 @@ impl Engine {
         let now = self.clock.now_us();
         self.apply_due_faults(now);
         if self.gone {
+            self.gone_for_good = true;
             return Reply::Error(ST_UNINITIALIZED);
         }
         match self.dispatch(conn, req, now) {
@@ -381,6 +385,7 @@ impl Engine {
                 None => no_gpu(*gpu),
             },
             Fault::LibraryGone => self.gone = true,
+            Fault::LibraryRestored => self.gone = self.gone_for_good,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod docker;
 mod http;
 
 use super::{DeviceLabelSource, DeviceLabels};
+use crate::lifecycle::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -71,16 +72,21 @@ impl ContainerSource {
         let latest: Latest = Arc::new(Mutex::new(None));
         let (stop, stopped) = mpsc::channel::<()>();
         let sink = latest.clone();
-        std::thread::Builder::new()
-            .name("container-labels".into())
-            .spawn(move || {
+        // Each round is one refresh (bounded by `deadline`) and one wait; longer silence
+        // means a stuck thread.
+        let stall_after = (interval + deadline) * 2 + Duration::from_secs(5);
+        Supervisor::global()
+            .spawn("container-labels", Some(stall_after), move |beat| {
+                // Labels from before a failure are not served while the thread is down.
+                let _withdraw = WithdrawOnPanic(sink.clone());
                 let mut seen = Inspected::new();
                 loop {
                     let answer = refresh(&socket, Instant::now() + deadline, &mut seen);
                     *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
+                    beat.alive();
                     match stopped.recv_timeout(interval) {
                         Err(RecvTimeoutError::Timeout) => continue,
-                        _ => break,
+                        _ => return Ok(()),
                     }
                 }
             })
@@ -91,6 +97,21 @@ impl ContainerSource {
             label,
             _stop: stop,
         })
+    }
+}
+
+/// Replaces the last answer by an error when the refresh thread panics: the labels it
+/// found are withdrawn (and the source reported failing) rather than served unchanged
+/// while nobody refreshes them.
+struct WithdrawOnPanic(Latest);
+
+impl Drop for WithdrawOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(Err(
+                "the container-labels thread failed; its labels are withdrawn until it refreshes again".into(),
+            ));
+        }
     }
 }
 
@@ -230,6 +251,86 @@ mod tests {
                 ("GPU-b".into(), "notebook,train".into()),
                 ("MIG-x".into(), "train".into()),
             ]
+        );
+    }
+
+    /// The runtime's socket turning hostile (an overflowing Content-Length or chunk size):
+    /// the refresh fails with an error naming it, the labels are withdrawn (the source
+    /// reports the error, so the stage adds none and /health says why), and the thread
+    /// lives on: when the runtime answers sanely again, the labels come back.
+    #[test]
+    fn a_hostile_runtime_withdraws_the_labels_and_the_thread_lives_on() {
+        type Answer = Result<Vec<DeviceLabels>, String>;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        const UUID: &str = "GPU-11111111-2222-3333-4444-555555555555";
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let mode = Arc::new(AtomicUsize::new(0));
+        let m = mode.clone();
+        let ok = |body: String| {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        };
+        let _peer = http::tests::peer_with(&socket, move |req| match m.load(Ordering::SeqCst) {
+            1 => format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n[]",
+                usize::MAX
+            )
+            .into_bytes(),
+            2 => b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\n[]".to_vec(),
+            3 => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\n"
+                .to_vec(),
+            _ if req.starts_with("GET /containers/json ") => {
+                ok(r#"[{"Id":"4f1c2b","Names":["/trainer"]}]"#.into())
+            }
+            _ => ok(format!(
+                r#"{{"Id":"4f1c2b","Name":"/trainer","HostConfig":{{"Runtime":"runc","DeviceRequests":[{{"Driver":"","Count":0,"DeviceIDs":["{UUID}"],"Capabilities":[["gpu"]]}}]}}}}"#
+            )),
+        });
+        let mut src = ContainerSource::start(
+            socket,
+            Duration::from_millis(20),
+            Duration::from_secs(5),
+            "container",
+        )
+        .unwrap();
+        let until = |src: &mut ContainerSource, what: &str, ok: &dyn Fn(&Answer) -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let got = src.device_labels();
+                if ok(&got) {
+                    return got;
+                }
+                assert!(Instant::now() < deadline, "{what}: still {got:?}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let labelled = |r: &Result<Vec<DeviceLabels>, String>| matches!(r, Ok(l) if l.len() == 1 && l[0].device_uuid == UUID && l[0].labels == [("container".to_string(), "trainer".to_string())]);
+        let _ = until(&mut src, "labels", &labelled);
+        for (hostile, says) in [
+            (1, "is over the 67108864-byte limit"),
+            (2, "Content-Length 99999999999999999999999 is over"),
+            (3, "chunk size 0xffffffffffffffff is over"),
+        ] {
+            mode.store(hostile, Ordering::SeqCst);
+            let e = until(&mut src, "the error", &|r| r.is_err()).unwrap_err();
+            assert!(
+                e.contains(says) && e.contains("GET /containers/json"),
+                "{e}"
+            );
+            mode.store(0, Ordering::SeqCst);
+            let _ = until(&mut src, "labels again", &labelled);
+        }
+        assert!(
+            !Supervisor::global()
+                .notes()
+                .iter()
+                .any(|n| n.contains("container-labels")),
+            "{:?}",
+            Supervisor::global().notes()
         );
     }
 

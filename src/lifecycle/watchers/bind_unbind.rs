@@ -3,17 +3,29 @@
 //! DCGM records 1 (system reinitializing) when a GPU's driver is unbound or bound and 2
 //! (reinitialization completed) when it is done; on a new 2 the node is rediscovered and
 //! the watches rebuilt. The state at start is not an event: only samples newer than it count.
+//!
+//! The watch lives in the worker that owns the collector's DCGM session ([`Dcgm`]), and
+//! each poll is a job there with a deadline: it always uses the session the collection
+//! loop uses, never a clone the loop has given up on, and a hung DCGM cannot hold this
+//! thread. When the loop reconnects (a restarted host engine, an embedded engine started
+//! again after a lost library) it sets the watch up on the new session before discovering
+//! the node, so an event is either before the discovery (which then sees its result) or
+//! seen by the watch; a poll that finds no watch (its set-up failed) sets it up. A failing
+//! poll is a warning and a /health line until a poll works again.
 
-use crate::lifecycle::app::{Control, Engine};
-use dcgm_sys::{Entity, FieldGroup, Group, Library, Reading, Session, Value};
+use crate::lifecycle::app::{Control, Dcgm};
+use crate::lifecycle::supervisor::{Beat, Supervisor};
+use crate::lifecycle::worker::Current;
+use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use std::sync::mpsc::Sender;
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// DCGM_FI_SYSTEM_GPU_BIND_EVENT (alias DCGM_FI_BIND_UNBIND_EVENT).
 pub const FIELD: u16 = 6;
 const REINITIALIZING: i64 = 1;
 const REINITIALIZED: i64 = 2;
+/// Longest wait for one poll (or for setting the watch up) in the worker.
+const POLL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Parses the poll interval; a bad value falls back to 1 s with a warning, as upstream.
 pub fn poll_interval(flag: &str) -> Duration {
@@ -28,7 +40,8 @@ pub fn poll_interval(flag: &str) -> Duration {
     }
 }
 
-struct Watch {
+/// The watch on one session; kept in the worker's state.
+pub struct Watch {
     session: Session,
     gpu: Entity,
     // Kept for the watch's lifetime.
@@ -77,64 +90,96 @@ impl Watch {
     }
 }
 
-/// Starts the watcher on `session` (the collector's; in remote mode it reconnects on its
-/// own when the host engine comes back).
+/// One poll, run in the worker: sets the watch up on the worker's session when it has
+/// none (first poll, or after a reconnect), else reads it. A failed watch is dropped, so
+/// the next poll sets it up again.
+pub fn poll_in(d: &mut Dcgm, interval: Duration) -> Result<Option<(i64, i64)>, String> {
+    let watch = match d.bind_unbind.as_mut() {
+        Some(w) => w,
+        None => {
+            let session = d.session.clone().ok_or("no DCGM session")?;
+            let w = Watch::start(session, interval)
+                .map_err(|e| format!("cannot watch field {FIELD}: {e}"))?;
+            d.bind_unbind = Some(w);
+            return Ok(None);
+        }
+    };
+    watch.poll().map_err(|e| {
+        d.bind_unbind = None;
+        format!("polling field {FIELD}: {e}")
+    })
+}
+
+/// Sets the watch up on the current worker (an error here is the flag's: the library
+/// cannot watch the field), then polls it on a supervised thread of its own.
 pub fn spawn(
-    session: Session,
-    library: Arc<Library>,
-    engine: Engine,
+    current: Current<Dcgm>,
     interval: Duration,
     control: Sender<Control>,
 ) -> Result<(), String> {
-    let first = Watch::start(session, interval)
-        .map_err(|e| format!("--enable-gpu-bind-unbind-watch: cannot watch {FIELD}: {e}"))?;
+    let fail = |e: String| format!("--enable-gpu-bind-unbind-watch: {e}");
+    current
+        .call(Instant::now() + POLL_DEADLINE, move |d: &mut Dcgm| {
+            poll_in(d, interval)
+        })
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(fail)?;
     tracing::info!("watching for GPU bind/unbind events every {:?}", interval);
-    std::thread::Builder::new()
-        .name("bind-unbind-watch".into())
-        .spawn(move || {
-            let mut watch = Some(first);
-            loop {
-                std::thread::sleep(interval);
-                let Some(w) = watch.as_mut() else {
-                    if let Engine::Remote(t) = &engine {
-                        watch = Session::connect(library.clone(), t, 5000)
-                            .and_then(|s| Watch::start(s, interval))
-                            .ok();
-                    }
-                    continue;
-                };
-                match w.poll() {
-                    Ok(Some((ts, REINITIALIZING))) => tracing::info!(
-                        event_state = REINITIALIZING,
-                        timestamp = ts,
-                        "GPU bind/unbind: the system is reinitializing"
-                    ),
-                    Ok(Some((ts, REINITIALIZED))) => {
-                        tracing::info!(
-                            event_state = REINITIALIZED,
-                            timestamp = ts,
-                            "GPU bind/unbind: reinitialization completed; rediscovering GPUs and rebuilding watches"
-                        );
-                        if control.send(Control::Reload).is_err() {
-                            return;
-                        }
-                    }
-                    Ok(Some((ts, other))) => tracing::debug!(
-                        event_state = other,
-                        timestamp = ts,
-                        "GPU bind/unbind: unknown event state"
-                    ),
-                    Ok(None) => {}
-                    Err(e) if e.is_connection_lost() => {
-                        tracing::debug!("GPU bind/unbind watch: {e}");
-                        watch = None;
-                    }
-                    Err(e) => tracing::debug!("GPU bind/unbind watch: {e}"),
-                }
+    // A round is one poll (bounded by its deadline) and one wait.
+    let stall_after = (interval + POLL_DEADLINE) * 2;
+    Supervisor::global()
+        .spawn("bind-unbind-watch", Some(stall_after), move |beat| loop {
+            std::thread::sleep(interval);
+            if !poll_once(&current, interval, &control, beat) {
+                return Ok(());
             }
         })
         .map(|_| ())
         .map_err(|e| format!("cannot start the bind/unbind watch thread: {e}"))
+}
+
+/// One poll through the worker; false once the collection loop is gone.
+fn poll_once(
+    current: &Current<Dcgm>,
+    interval: Duration,
+    control: &Sender<Control>,
+    beat: &Beat,
+) -> bool {
+    let polled = current
+        .call(Instant::now() + POLL_DEADLINE, move |d: &mut Dcgm| {
+            poll_in(d, interval)
+        })
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+    match polled {
+        Ok(Some((ts, REINITIALIZING))) => tracing::info!(
+            event_state = REINITIALIZING,
+            timestamp = ts,
+            "GPU bind/unbind: the system is reinitializing"
+        ),
+        Ok(Some((ts, REINITIALIZED))) => {
+            tracing::info!(
+                event_state = REINITIALIZED,
+                timestamp = ts,
+                "GPU bind/unbind: reinitialization completed; rediscovering GPUs and rebuilding watches"
+            );
+            if control.send(Control::Reload).is_err() {
+                return false;
+            }
+        }
+        Ok(Some((ts, other))) => tracing::debug!(
+            event_state = other,
+            timestamp = ts,
+            "GPU bind/unbind: unknown event state"
+        ),
+        Ok(None) => {}
+        Err(e) => {
+            beat.failing(format!("GPU bind/unbind watch: {e}"));
+            return true;
+        }
+    }
+    beat.alive();
+    true
 }
 
 #[cfg(test)]

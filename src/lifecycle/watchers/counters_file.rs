@@ -6,6 +6,7 @@
 //! names file and line.
 
 use crate::lifecycle::app::Control;
+use crate::lifecycle::supervisor::Supervisor;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
@@ -19,23 +20,28 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 
 /// Watches `path` until the collection loop is gone.
 pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name("counters-watch".into())
-        .spawn(move || {
-            let mut settle = Settle::new(mtime(&path));
-            loop {
-                std::thread::sleep(POLL);
-                if settle.poll(mtime(&path), Instant::now()) {
-                    tracing::info!(
-                        file = %path.display(),
-                        "counters file changed on disk: reloading"
-                    );
-                    if control.send(Control::Reload).is_err() {
-                        return;
+    // A round is one 50 ms poll: seconds of silence mean a stuck thread.
+    Supervisor::global()
+        .spawn(
+            "counters-watch",
+            Some(Duration::from_secs(10)),
+            move |beat| {
+                let mut settle = Settle::new(mtime(&path));
+                loop {
+                    std::thread::sleep(POLL);
+                    beat.alive();
+                    if settle.poll(mtime(&path), Instant::now()) {
+                        tracing::info!(
+                            file = %path.display(),
+                            "counters file changed on disk: reloading"
+                        );
+                        if control.send(Control::Reload).is_err() {
+                            return Ok(());
+                        }
                     }
                 }
-            }
-        })
+            },
+        )
         .map(|_| ())
 }
 
