@@ -126,8 +126,7 @@ pub fn static_server(headers: Vec<(String, String)>, body: Vec<u8>) -> Result<So
                 let _ = stream.set_nodelay(true);
                 let (body, headers) = (body.clone(), headers.clone());
                 let service = hyper::service::service_fn(move |_req| {
-                    let mut resp =
-                        hyper::Response::new(http_body_util::Full::new(body.clone()));
+                    let mut resp = hyper::Response::new(http_body_util::Full::new(body.clone()));
                     for (k, v) in headers.iter() {
                         if let (Ok(k), Ok(v)) = (
                             hyper::header::HeaderName::from_bytes(k.as_bytes()),

@@ -269,7 +269,10 @@ mod tests {
                 assert!(a.page.len() > 10 * a.tail.len(), "{format:?} gzip={gzip}");
             }
         }
-        assert_eq!(e.body(Format::Text, &tail, false).1.page.as_ptr(), e.text().as_ptr());
+        assert_eq!(
+            e.body(Format::Text, &tail, false).1.page.as_ptr(),
+            e.text().as_ptr()
+        );
     }
 
     #[test]

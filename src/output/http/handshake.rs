@@ -102,8 +102,7 @@ impl Failure {
     pub fn reason(&self) -> String {
         match self {
             Failure::Timeout(_) => "Timeout".into(),
-            Failure::Io(e) => match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
-            {
+            Failure::Io(e) => match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
                 Some(tls) => rustls_reason(tls),
                 None => format!("{:?}", e.kind()),
             },
@@ -149,7 +148,10 @@ mod tests {
             io(Error::InvalidCertificate(CertificateError::UnknownIssuer)).reason(),
             "UnknownIssuer"
         );
-        assert_eq!(io(Error::NoCertificatesPresented).reason(), "NoCertificatesPresented");
+        assert_eq!(
+            io(Error::NoCertificatesPresented).reason(),
+            "NoCertificatesPresented"
+        );
         assert_eq!(
             io(Error::PeerIncompatible(
                 rustls::PeerIncompatible::Tls12NotOffered
@@ -158,7 +160,10 @@ mod tests {
             "Tls12NotOffered"
         );
         assert_eq!(
-            io(Error::AlertReceived(rustls::AlertDescription::BadCertificate)).reason(),
+            io(Error::AlertReceived(
+                rustls::AlertDescription::BadCertificate
+            ))
+            .reason(),
             "AlertReceived"
         );
         assert_eq!(

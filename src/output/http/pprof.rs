@@ -7,8 +7,8 @@ use super::routes::{html, text, Response};
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
 use pprof::protos::Message;
-use warp::Reply;
 use std::time::Duration;
+use warp::Reply;
 
 const INDEX: &str =
     "<html>\n<head><title>/debug/pprof/</title></head>\n<body>\n/debug/pprof/<br>\n<br>\n\

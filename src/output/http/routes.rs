@@ -95,7 +95,9 @@ fn exact(path: String) -> impl Filter<Extract = (), Error = Rejection> + Clone {
 }
 
 /// A request header's value when there is one (any bytes: never a rejection).
-fn header(name: &'static str) -> impl Filter<Extract = (Option<HeaderValue>,), Error = Infallible> + Clone {
+fn header(
+    name: &'static str,
+) -> impl Filter<Extract = (Option<HeaderValue>,), Error = Infallible> + Clone {
     warp::header::value(name)
         .map(Some)
         .or(warp::any().map(|| None))
@@ -126,9 +128,11 @@ pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Resp
         exact(opts.telemetry_path.clone())
             .and(header("accept"))
             .and(header("accept-encoding"))
-            .map(move |accept: Option<HeaderValue>, encoding: Option<HeaderValue>| {
-                ep.metrics(accept.as_ref(), encoding.as_ref())
-            })
+            .map(
+                move |accept: Option<HeaderValue>, encoding: Option<HeaderValue>| {
+                    ep.metrics(accept.as_ref(), encoding.as_ref())
+                },
+            )
     };
     let health = {
         let ep = ep.clone();
@@ -349,13 +353,26 @@ mod tests {
         for method in ["GET", "POST", "DELETE"] {
             let (status, h, body) = call(&f, method, "/gpu/metrics", &[]).await;
             assert_eq!(status, StatusCode::OK, "{method}");
-            assert_eq!(h[header::CONTENT_TYPE], "text/plain; version=0.0.4; charset=utf-8");
+            assert_eq!(
+                h[header::CONTENT_TYPE],
+                "text/plain; version=0.0.4; charset=utf-8"
+            );
             assert_eq!(h[header::CONTENT_LENGTH], body.len().to_string().as_str());
             assert!(String::from_utf8_lossy(&body).contains("dcgm_exporter_"));
         }
-        for path in ["/metrics", "/gpu/metrics/", "/health/", "/nope", "/debug/pprof/"] {
+        for path in [
+            "/metrics",
+            "/gpu/metrics/",
+            "/health/",
+            "/nope",
+            "/debug/pprof/",
+        ] {
             let (status, _, body) = call(&f, "GET", path, &[]).await;
-            assert_eq!((status, &body[..]), (StatusCode::NOT_FOUND, &b"404 page not found\n"[..]), "{path}");
+            assert_eq!(
+                (status, &body[..]),
+                (StatusCode::NOT_FOUND, &b"404 page not found\n"[..]),
+                "{path}"
+            );
         }
         let (_, h, body) = call(&f, "GET", "/", &[]).await;
         assert!(String::from_utf8_lossy(&body).contains("href=\"./gpu/metrics\""));
@@ -366,7 +383,10 @@ mod tests {
     async fn excess_scrapes_get_503_while_the_limit_is_taken() {
         let ep = Endpoints::new(shared(), opts(1));
         let held = ep.scrapes.try_acquire().unwrap();
-        assert_eq!(ep.metrics(None, None).status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            ep.metrics(None, None).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
         drop(held);
         assert_eq!(ep.metrics(None, None).status(), StatusCode::OK);
     }

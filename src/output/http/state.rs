@@ -103,6 +103,9 @@ struct Source {
     path: PathBuf,
     /// `--enable-pprof`: a configuration that identifies no one is refused.
     pprof: bool,
+    /// The files of the configuration as loaded, and how they looked then.
+    files: Vec<PathBuf>,
+    stamps: Vec<Stamp>,
 }
 
 impl Source {
@@ -133,11 +136,15 @@ impl Web {
                 reloads: Arc::default(),
             });
         };
-        let source = Source {
+        let mut source = Source {
             path: path.to_path_buf(),
             pprof,
+            files: Vec::new(),
+            stamps: Vec::new(),
         };
-        let (state, _) = source.read()?;
+        let (state, files) = source.read()?;
+        source.stamps = stamps(&files);
+        source.files = files;
         Ok(Web {
             current: Arc::new(ArcSwap::from_pointee(state)),
             source: Some(source),
@@ -171,13 +178,9 @@ impl Web {
 }
 
 fn watch(source: &Source, current: &Weak<ArcSwap<WebState>>, reloads: &AtomicU64) {
-    // The files of the configuration in force, and how they looked when it was read. A
-    // failed read records the new look too, so a broken file is reported once.
-    let mut files = match source.read() {
-        Ok((_, files)) => files,
-        Err(_) => vec![source.path.clone()],
-    };
-    let mut seen = stamps(&files);
+    // A failed read records the new look of the files too, so a broken file is reported
+    // once.
+    let (mut files, mut seen) = (source.files.clone(), source.stamps.clone());
     loop {
         std::thread::sleep(POLL);
         let Some(current) = current.upgrade() else {
@@ -247,7 +250,10 @@ mod tests {
         // A connection holding the old state keeps it whole.
         assert!(held.auth.is_none());
         rewrite(&web, &path, "basic_auth_users: [\n");
-        assert!(web.current().auth.is_some(), "a broken file replaced the state");
+        assert!(
+            web.current().auth.is_some(),
+            "a broken file replaced the state"
+        );
     }
 
     #[test]
