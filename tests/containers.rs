@@ -8,8 +8,8 @@ mod support;
 use dcgm_sim_model::node::Node;
 use dcgm_sim_model::profile::Profile;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
-use hyper1::body::{Bytes, Frame};
-use hyper1::{Request, Response, StatusCode};
+use hyper::body::{Bytes, Frame};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use std::convert::Infallible;
@@ -59,14 +59,14 @@ impl FakeRuntime {
                 let count = count.clone();
                 let log = log.clone();
                 tokio::spawn(async move {
-                    let service = hyper1::service::service_fn(move |req: Request<_>| {
+                    let service = hyper::service::service_fn(move |req: Request<_>| {
                         count.fetch_add(1, Ordering::SeqCst);
                         if let Ok(mut l) = log.lock() {
                             l.push(req.uri().path().to_string());
                         }
                         answer(req, containers.clone(), pace)
                     });
-                    let _ = hyper1::server::conn::http1::Builder::new()
+                    let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
                         .await;
                 });
@@ -113,7 +113,7 @@ fn docker_response(status: StatusCode, body: Body) -> Response<Body> {
 }
 
 async fn answer(
-    req: Request<hyper1::body::Incoming>,
+    req: Request<hyper::body::Incoming>,
     containers: Arc<Vec<Value>>,
     pace: Pace,
 ) -> Result<Response<Body>, Infallible> {

@@ -432,6 +432,144 @@ fn a_broken_web_config_is_a_clear_startup_error() {
     );
 }
 
+#[test]
+fn pprof_needs_a_web_config_that_asks_clients_who_they_are() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    // Nothing in these identifies a client: start-up fails, naming the file.
+    for (name, text) in [
+        ("empty.yml", String::new()),
+        (
+            "http.yml",
+            "http_server_config:\n  http2: false\n".to_string(),
+        ),
+        ("tls.yml", tls.to_string()),
+        (
+            "any-cert.yml",
+            format!("{tls}  client_auth_type: RequireAnyClientCert\n"),
+        ),
+        (
+            "cert-if-given.yml",
+            format!("{tls}  client_auth_type: VerifyClientCertIfGiven\n  client_ca_file: ca.crt\n"),
+        ),
+    ] {
+        let cfg = d.join(name);
+        std::fs::write(&cfg, text).unwrap();
+        let (code, stderr) = exporter()
+            .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
+            .run_to_exit();
+        assert_eq!(code, 1, "{name}: {stderr}");
+        assert!(
+            stderr.contains(
+                "--enable-pprof: profiles are served only to clients that are asked who they are"
+            ) && stderr.contains(name),
+            "{name}: {stderr}"
+        );
+        assert_eq!(stderr.matches("level=fatal").count(), 1, "{stderr}");
+    }
+    // Verified client certificates: profiles are served to a client that has one.
+    let cfg = write_web_config(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        "",
+    );
+    let e = exporter()
+        .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    e.wait_until(30, |e| curl(d, e.port, "/debug/pprof/", &CERT).1 == 200);
+    let (_, status, body) = curl(d, e.port, "/debug/pprof/cmdline", &CERT);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("--enable-pprof"), "{body}");
+    let (code, status, _) = curl(d, e.port, "/debug/pprof/", &[]);
+    assert!(code != 0 && status == 0, "served without a certificate");
+}
+
+#[test]
+fn a_refused_client_certificate_is_logged_and_counted() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    // What many guides make: `openssl x509 -req` without -extfile gives an X.509 v1
+    // certificate, which rustls (WebPKI) refuses.
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=v1",
+            "-keyout",
+            "v1.key",
+            "-out",
+            "v1.csr",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            "v1.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "v1.crt",
+        ],
+    );
+    let text = run(Command::new("openssl")
+        .current_dir(d)
+        .args(["x509", "-in", "v1.crt", "-noout", "-text"]));
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("Version: 1 (0x0)"),
+        "not a v1 certificate"
+    );
+    let cfg = write_web_config(
+        d,
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+        "",
+    );
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    e.wait_until(30, |e| curl(d, e.port, "/health", &CERT).1 == 200);
+    let v1 = ["--cert", "v1.crt", "--key", "v1.key"];
+    for _ in 0..3 {
+        let (code, status, _) = curl(d, e.port, "/health", &v1);
+        assert!(code != 0 && status == 0, "a v1 certificate was accepted");
+    }
+    let counted = "dcgm_exporter_tls_handshake_errors_total{reason=\"UnsupportedCertVersion\"} 3";
+    e.wait_until(10, |e| {
+        curl(d, e.port, "/metrics", &CERT).2.contains(counted)
+    });
+    // One warning with the peer and the reason; the repeats within the minute are counted,
+    // not logged.
+    let stderr = e.stderr();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("TLS handshake error from 127.0.0.1:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].contains("level=warning") && warnings[0].contains("UnsupportedCertVersion"),
+        "{}",
+        warnings[0]
+    );
+}
+
 /// `Key=value` of a systemd unit file shipped under etc/systemd/.
 fn unit_value(unit: &str, key: &str) -> String {
     let text = std::fs::read_to_string(repo(&format!("etc/systemd/{unit}"))).unwrap();
@@ -652,17 +790,35 @@ fn a_port_in_use_is_reported_once_before_dcgm_starts() {
 #[test]
 fn a_silent_connection_is_closed_after_the_read_timeout() {
     let e = exporter().args(&["--web-read-timeout", "1s"]).start();
+    // Half a request header, never finished: the server closes (no answer), the client's
+    // own 15 s limit is not what ends the read.
     let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\n").unwrap(); // never finished
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */")
+        .unwrap();
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     let t0 = Instant::now();
     let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
+    let closed = s.read_to_end(&mut buf);
     let waited = t0.elapsed();
+    assert!(
+        closed.is_ok() && buf.is_empty(),
+        "not closed by the server after {waited:?}: {closed:?} {:?}",
+        String::from_utf8_lossy(&buf)
+    );
     assert!(
         waited < Duration::from_secs(10),
         "the connection stayed open {waited:?}"
     );
+    // A keep-alive connection left idle after a response is closed too.
+    let mut s = TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut answer = Vec::new();
+    let closed = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(closed.is_ok(), "idle keep-alive not closed: {closed:?}");
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     let (code, stderr) = exporter()
         .args(&["--web-read-timeout", "soon"])
         .run_to_exit();
@@ -678,6 +834,43 @@ fn a_silent_connection_is_closed_after_the_read_timeout() {
     assert!(
         stderr.contains("--max-concurrent-scrapes 0: must be at least 1"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_profile_longer_than_the_read_timeout_arrives_whole() {
+    use pprof::protos::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    // The README's limits: the read timeout bounds reading the request, not the 20 s the
+    // handler takes.
+    let e = exporter()
+        .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
+        .args(&["--web-read-timeout", "2s", "--web-write-timeout", "30s"])
+        .spawn();
+    let auth = format!(
+        "Basic {}",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, "alice:password")
+    );
+    e.wait_until(30, |e| {
+        e.get_with("/health", &[("Authorization", &auth)]).0 == 200
+    });
+    let resp = ureq::get(&e.url("/debug/pprof/profile?seconds=20"))
+        .timeout(Duration::from_secs(60))
+        .set("Authorization", &auth)
+        .call()
+        .unwrap_or_else(|err| panic!("the profile was cut: {err}\n{}", e.stderr()));
+    assert_eq!(resp.status(), 200);
+    let mut body = Vec::new();
+    resp.into_reader()
+        .read_to_end(&mut body)
+        .unwrap_or_else(|err| panic!("the profile was cut: {err}"));
+    let profile = pprof::protos::Profile::decode(&body[..]).expect("a whole pprof protobuf");
+    assert!(
+        profile.duration_nanos >= 19_000_000_000,
+        "{}",
+        profile.duration_nanos
     );
 }
 

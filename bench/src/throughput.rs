@@ -118,28 +118,31 @@ pub fn static_server(headers: Vec<(String, String)>, body: Vec<u8>) -> Result<So
             .build()
             .expect("runtime");
         rt.block_on(async move {
-            let make = hyper::service::make_service_fn(move |_| {
-                let body = body.clone();
-                let headers = headers.clone();
-                async move {
-                    Ok::<_, std::convert::Infallible>(hyper::service::service_fn(move |_req| {
-                        let mut resp = hyper::Response::new(hyper::Body::from(body.clone()));
-                        for (k, v) in headers.iter() {
-                            if let (Ok(k), Ok(v)) = (
-                                hyper::header::HeaderName::from_bytes(k.as_bytes()),
-                                hyper::header::HeaderValue::from_str(v),
-                            ) {
-                                resp.headers_mut().insert(k, v);
-                            }
+            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let (body, headers) = (body.clone(), headers.clone());
+                let service = hyper::service::service_fn(move |_req| {
+                    let mut resp = hyper::Response::new(http_body_util::Full::new(body.clone()));
+                    for (k, v) in headers.iter() {
+                        if let (Ok(k), Ok(v)) = (
+                            hyper::header::HeaderName::from_bytes(k.as_bytes()),
+                            hyper::header::HeaderValue::from_str(v),
+                        ) {
+                            resp.headers_mut().insert(k, v);
                         }
-                        async move { Ok::<_, std::convert::Infallible>(resp) }
-                    }))
-                }
-            });
-            let server = hyper::Server::from_tcp(listener)
-                .expect("listener")
-                .serve(make);
-            let _ = server.await;
+                    }
+                    async move { Ok::<_, std::convert::Infallible>(resp) }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
         });
     });
     Ok(addr)

@@ -22,6 +22,7 @@ use crate::output::exposition::Exposition;
 use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
 use crate::output::sink::Sink;
+use arc_swap::ArcSwap;
 use dcgm_sys::{ConnectTarget, Library, Session, Status};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
@@ -53,7 +54,8 @@ struct Published {
 
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
-    page: RwLock<Published>,
+    /// Swapped whole by the collection thread; a scrape takes a reference without a lock.
+    page: ArcSwap<Published>,
     /// What is served while there is no fresh page.
     empty: Arc<Exposition>,
     /// Whether pages are also rendered as OpenMetrics (`--web-enable-openmetrics`).
@@ -85,7 +87,7 @@ impl Shared {
         let metrics = SelfMetrics::new();
         metrics.register(Box::new(threads.restarts()));
         Shared {
-            page: RwLock::new(Published {
+            page: ArcSwap::from_pointee(Published {
                 page: empty.clone(),
                 expires_us: 0,
             }),
@@ -106,7 +108,7 @@ impl Shared {
     /// The DCGM series to serve: the last page while its samples are fresh enough, else
     /// nothing.
     pub fn page(&self) -> Arc<Exposition> {
-        let p = self.page.read().unwrap_or_else(|p| p.into_inner());
+        let p = self.page.load();
         if now_us() > p.expires_us {
             return self.empty.clone();
         }
@@ -118,15 +120,15 @@ impl Shared {
         let expires_us =
             oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
         let page = Arc::new(Exposition::render(families, self.openmetrics));
-        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published { page, expires_us };
+        self.page.store(Arc::new(Published { page, expires_us }));
     }
 
     /// Stops serving DCGM series (self metrics stay).
     fn withdraw(&self) {
-        *self.page.write().unwrap_or_else(|p| p.into_inner()) = Published {
+        self.page.store(Arc::new(Published {
             page: self.empty.clone(),
             expires_us: 0,
-        };
+        }));
     }
 
     fn set_connected(&self, up: bool) {
@@ -169,12 +171,7 @@ impl Shared {
         if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
             return Err("no GPU is being collected (--health-require-gpus)".into());
         }
-        let expired = now_us()
-            > self
-                .page
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .expires_us;
+        let expired = now_us() > self.page.load().expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
             None => Err("no successful collection yet".into()),
             Some(t) if expired => Err(format!(

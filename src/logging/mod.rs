@@ -17,9 +17,10 @@ use tracing_subscriber::registry::LookupSpan;
 use utc::Utc;
 
 /// Libraries whose debug output is their internals, not ours.
-const QUIET_TARGETS: [&str; 11] = [
+const QUIET_TARGETS: [&str; 12] = [
     "hyper",
     "hyper_util",
+    "warp",
     "h2",
     "tonic",
     "tower",

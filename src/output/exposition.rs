@@ -1,5 +1,6 @@
 //! What one collection publishes: the page in every format a scrape can ask for, rendered and
-//! compressed once on the collection thread, never per scrape.
+//! compressed once on the collection thread, never per scrape, and held as shared [`Bytes`]:
+//! a scrape's body is that very buffer (a reference count, no copy) followed by a small tail.
 //!
 //! The exporter's own metrics change between scrapes and are appended per request. To keep
 //! the big page compressed once, its gzip variant is cached as a gzip header plus deflate
@@ -9,6 +10,7 @@
 //! member that any decoder reads.
 
 use crate::output::openmetrics;
+use bytes::Bytes;
 use crc32fast::Hasher as Crc;
 use flate2::{Compress, Compression, FlushCompress};
 use prometheus::proto::MetricFamily;
@@ -36,8 +38,8 @@ impl Format {
 
 /// A page in one format, plain and as the open start of a gzip member.
 struct Variant {
-    plain: Vec<u8>,
-    gzip_head: Vec<u8>,
+    plain: Bytes,
+    gzip_head: Bytes,
     crc: Crc,
 }
 
@@ -54,29 +56,54 @@ impl Variant {
         let mut crc = Crc::new();
         crc.update(&plain);
         Variant {
-            plain,
-            gzip_head,
+            plain: Bytes::from(plain),
+            gzip_head: Bytes::from(gzip_head),
             crc,
         }
     }
 
-    fn body(&self, tail: &[u8], gzip: bool) -> Vec<u8> {
+    /// The shared page (or open gzip member) and what ends it after `tail`.
+    fn body(&self, tail: Vec<u8>, gzip: bool) -> Body {
         if !gzip {
-            let mut body = Vec::with_capacity(self.plain.len() + tail.len());
-            body.extend_from_slice(&self.plain);
-            body.extend_from_slice(tail);
-            return body;
+            return Body {
+                page: self.plain.clone(),
+                tail: Bytes::from(tail),
+            };
         }
-        let mut body = Vec::with_capacity(self.gzip_head.len() + tail.len() / 2 + 64);
-        body.extend_from_slice(&self.gzip_head);
-        deflate(tail, Compression::fast(), FlushCompress::Finish, &mut body);
+        let mut end = Vec::with_capacity(tail.len() / 2 + 64);
+        deflate(&tail, Compression::fast(), FlushCompress::Finish, &mut end);
         let mut crc = self.crc.clone();
-        crc.update(tail);
-        body.extend_from_slice(&crc.finalize().to_le_bytes());
+        crc.update(&tail);
+        end.extend_from_slice(&crc.finalize().to_le_bytes());
         // ISIZE is the length modulo 2^32 (RFC 1952).
         let len = (self.plain.len() + tail.len()) as u64 as u32;
-        body.extend_from_slice(&len.to_le_bytes());
-        body
+        end.extend_from_slice(&len.to_le_bytes());
+        Body {
+            page: self.gzip_head.clone(),
+            tail: Bytes::from(end),
+        }
+    }
+}
+
+/// A response body: the published page, shared, then the bytes of this scrape.
+#[derive(Clone, Debug)]
+pub struct Body {
+    pub page: Bytes,
+    pub tail: Bytes,
+}
+
+impl Body {
+    pub fn len(&self) -> usize {
+        self.page.len() + self.tail.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Both parts in one buffer (a copy: for tests and small consumers only).
+    pub fn to_vec(&self) -> Vec<u8> {
+        [&self.page[..], &self.tail[..]].concat()
     }
 }
 
@@ -152,19 +179,19 @@ impl Exposition {
 
     /// The response body: the cached page followed by `tail` (families encoded per scrape),
     /// optionally gzip-compressed. OpenMetrics falls back to text when it was not rendered.
-    pub fn body(&self, format: Format, tail: &[MetricFamily], gzip: bool) -> (Format, Vec<u8>) {
+    pub fn body(&self, format: Format, tail: &[MetricFamily], gzip: bool) -> (Format, Body) {
         let mut tail_bytes = Vec::with_capacity(8192);
         match (format, &self.openmetrics) {
             (Format::OpenMetrics, Some(v)) => {
                 openmetrics::encode(tail, &mut tail_bytes);
                 tail_bytes.extend_from_slice(openmetrics::EOF);
-                (Format::OpenMetrics, v.body(&tail_bytes, gzip))
+                (Format::OpenMetrics, v.body(tail_bytes, gzip))
             }
             _ => {
                 if let Err(e) = prometheus::TextEncoder::new().encode(tail, &mut tail_bytes) {
                     tracing::error!("encoding self metrics failed: {e}");
                 }
-                (Format::Text, self.text.body(&tail_bytes, gzip))
+                (Format::Text, self.text.body(tail_bytes, gzip))
             }
         }
     }
@@ -215,6 +242,7 @@ mod tests {
         for format in [Format::Text, Format::OpenMetrics] {
             let (f, plain) = e.body(format, &tail, false);
             let (_, gz) = e.body(format, &tail, true);
+            let (plain, gz) = (plain.to_vec(), gz.to_vec());
             assert_eq!(f, format);
             assert!(
                 gz.len() * 5 < plain.len(),
@@ -225,7 +253,26 @@ mod tests {
             assert_eq!(gunzip_single_member(&gz), plain);
         }
         let (_, om) = e.body(Format::OpenMetrics, &tail, false);
-        assert!(String::from_utf8(om).unwrap().ends_with("# EOF\n"));
+        assert!(String::from_utf8(om.to_vec()).unwrap().ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_scrape_shares_the_published_page_instead_of_copying_it() {
+        let e = Exposition::render(&page(200), true);
+        let tail = page(2);
+        for format in [Format::Text, Format::OpenMetrics] {
+            for gzip in [false, true] {
+                let (_, a) = e.body(format, &tail, gzip);
+                let (_, b) = e.body(format, &tail, gzip);
+                // The page part is the buffer rendered at publication, not a copy of it.
+                assert_eq!(a.page.as_ptr(), b.page.as_ptr(), "{format:?} gzip={gzip}");
+                assert!(a.page.len() > 10 * a.tail.len(), "{format:?} gzip={gzip}");
+            }
+        }
+        assert_eq!(
+            e.body(Format::Text, &tail, false).1.page.as_ptr(),
+            e.text().as_ptr()
+        );
     }
 
     #[test]
@@ -233,10 +280,10 @@ mod tests {
         let e = Exposition::empty(false);
         let (f, body) = e.body(Format::OpenMetrics, &[], true);
         assert_eq!(f, Format::Text);
-        assert!(gunzip_single_member(&body).is_empty());
+        assert!(gunzip_single_member(&body.to_vec()).is_empty());
         let e = Exposition::empty(true);
         let (f, body) = e.body(Format::OpenMetrics, &[], true);
         assert_eq!(f, Format::OpenMetrics);
-        assert_eq!(gunzip_single_member(&body), b"# EOF\n");
+        assert_eq!(gunzip_single_member(&body.to_vec()), b"# EOF\n");
     }
 }

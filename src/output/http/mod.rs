@@ -1,10 +1,13 @@
 //! The HTTP server: listeners bound before DCGM starts (`listen`), exporter-toolkit's web
-//! configuration (`webconfig`, `state`: TLS through rustls in `tls`, basic auth in `auth`),
-//! per-connection timeouts (`timeout`), the endpoints (`routes`, `negotiate`, `pprof`).
-//! Connections are served by hyper directly so that TLS, client certificates, certificate
-//! reload and timeouts are under our control.
+//! configuration (`webconfig`, `state`: TLS through rustls in `tls`, basic auth in `auth`,
+//! reloaded by a watcher thread), the endpoints as warp filters (`routes`, `negotiate`,
+//! `pprof`). The filter becomes a service (`warp::service`) that hyper 1 serves through
+//! hyper-util's HTTP/1 + HTTP/2 connection builder over plain TCP, rustls streams or
+//! systemd's sockets, so that TLS, client certificates, certificate reload, handshake
+//! errors (`handshake`) and timeouts (`timeout`) stay under our control.
 
 pub mod auth;
+pub mod handshake;
 pub mod listen;
 pub mod negotiate;
 pub mod pprof;
@@ -16,17 +19,26 @@ pub mod webconfig;
 
 use crate::config::{cli, duration};
 use crate::lifecycle::app::Shared;
-use hyper::server::conn::Http;
-use hyper::service::service_fn;
-use routes::Routes;
-use state::{Web, WebState};
+use handshake::{Failure, HandshakeErrors};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use routes::Response;
+use state::Web;
 use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use timeout::TimeoutIo;
+use timeout::{Activity, WriteDeadline};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tower::Service as _;
+use warp::filters::BoxedFilter;
 
 /// How the endpoints behave, from the flags.
 #[derive(Clone, Debug)]
@@ -67,7 +79,7 @@ impl Options {
                 )
             })?;
         if c.enable_pprof && c.web_config_file.is_empty() {
-            return Err("--enable-pprof requires --web-config-file (profiles are served only behind the web configuration's TLS or basic auth, as upstream requires)".into());
+            return Err("--enable-pprof requires --web-config-file (profiles are served only to clients the web configuration identifies: verified client certificates or basic auth)".into());
         }
         Ok(Options {
             telemetry_path: path.clone(),
@@ -92,7 +104,7 @@ impl Server {
     pub fn bind(c: &cli::Config) -> Result<Server, String> {
         let options = Options::from_config(c)?;
         let web_config = (!c.web_config_file.is_empty()).then(|| PathBuf::from(&c.web_config_file));
-        let web = Web::load(web_config.as_deref())?;
+        let web = Web::load(web_config.as_deref(), options.pprof)?;
         let listeners = if c.web_systemd_socket {
             listen::systemd()?
         } else {
@@ -123,59 +135,65 @@ impl Server {
         shared: Arc<Shared>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), String> {
-        let routes = Arc::new(Routes::new(shared, self.options.clone()));
-        let web = Arc::new(self.web);
-        let live = Arc::new(());
+        self.web.watch()?;
+        let handshakes = Arc::new(HandshakeErrors::new());
+        shared.metrics.register(handshakes.collector());
+        let ctx = Arc::new(Ctx {
+            filter: routes::filter(shared, self.options.clone(), self.web.clone()),
+            web: self.web,
+            opts: self.options,
+            handshakes,
+        });
         let mut loops = Vec::new();
         for l in self.listeners {
             l.set_nonblocking(true)
                 .map_err(|e| format!("cannot use the listening socket: {e}"))?;
             let l = tokio::net::TcpListener::from_std(l)
                 .map_err(|e| format!("cannot use the listening socket: {e}"))?;
-            let conn = Conn {
-                routes: routes.clone(),
-                opts: self.options.clone(),
-                shutdown: shutdown.clone(),
-                _live: live.clone(),
-            };
-            loops.push(tokio::spawn(accept_loop(l, web.clone(), conn)));
-        }
-        for l in loops {
-            let _ = l.await;
+            loops.push(tokio::spawn(accept_loop(l, ctx.clone(), shutdown.clone())));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while Arc::strong_count(&live) > 1 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        for l in loops {
+            if let Ok(mut open) = l.await {
+                let _ = tokio::time::timeout_at(deadline, async {
+                    while open.join_next().await.is_some() {}
+                })
+                .await;
+            }
         }
         Ok(())
     }
 }
 
-/// What each connection task needs.
-#[derive(Clone)]
-struct Conn {
-    routes: Arc<Routes>,
+/// What every connection is served with.
+struct Ctx {
+    filter: BoxedFilter<(Response,)>,
+    web: Web,
     opts: Options,
-    shutdown: watch::Receiver<bool>,
-    /// Counts open connections (its strong count) for the shutdown wait.
-    _live: Arc<()>,
+    handshakes: Arc<HandshakeErrors>,
 }
 
-async fn accept_loop(listener: tokio::net::TcpListener, web: Arc<Web>, conn: Conn) {
-    let mut stop = conn.shutdown.clone();
+/// Accepts until `stop`; returns the connections still open.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    ctx: Arc<Ctx>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinSet<()> {
+    let mut open = JoinSet::new();
     loop {
         if *stop.borrow() {
-            return;
+            return open;
         }
+        // Reap finished connections so the set holds only open ones.
+        while open.try_join_next().is_some() {}
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = stop.changed() => return,
+            _ = stop.changed() => return open,
         };
         match accepted {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
-                let state = web.current();
-                tokio::spawn(conn.clone().run(stream, state));
+                open.spawn(connection(ctx.clone(), stream, peer, stop.clone()));
             }
             Err(e) => {
                 // Out of file descriptors and the like: wait instead of spinning.
@@ -190,71 +208,160 @@ async fn accept_loop(listener: tokio::net::TcpListener, web: Arc<Web>, conn: Con
 const HTTP_ON_TLS: &[u8] =
     b"HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
 
-impl Conn {
-    async fn run(self, stream: tokio::net::TcpStream, state: Arc<WebState>) {
-        let Some(acceptor) = state.tls.clone() else {
-            let io = TimeoutIo::new(stream, self.opts.read_timeout, self.opts.write_timeout);
-            return self.serve(io, false, state).await;
-        };
-        // A TLS connection starts with a handshake record (0x16); an ASCII letter is a
-        // plain HTTP request sent to the TLS port.
-        let mut first = [0u8; 1];
-        match tokio::time::timeout(self.opts.read_timeout, stream.peek(&mut first)).await {
-            Ok(Ok(1)) if first[0].is_ascii_uppercase() => {
-                let mut stream = stream;
-                let _ = stream.write_all(HTTP_ON_TLS).await;
-                let _ = stream.shutdown().await;
-                return;
-            }
-            Ok(Ok(1)) => {}
-            _ => return,
+async fn connection(
+    ctx: Arc<Ctx>,
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    stop: watch::Receiver<bool>,
+) {
+    let state = ctx.web.current();
+    let activity = Arc::new(Activity::default());
+    let Some(acceptor) = state.tls.clone() else {
+        let io = WriteDeadline::new(stream, activity.clone());
+        return serve(&ctx, io, false, activity, stop).await;
+    };
+    // As Go: the handshake has the shorter of the read and write timeouts.
+    let limit = ctx.opts.read_timeout.min(ctx.opts.write_timeout);
+    let deadline = tokio::time::Instant::now() + limit;
+    // A TLS connection starts with a handshake record (0x16); an ASCII letter is a plain
+    // HTTP request sent to the TLS port, which gets Go's answer (and is no handshake error,
+    // as in Go).
+    let mut first = [0u8; 1];
+    match tokio::time::timeout_at(deadline, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0].is_ascii_uppercase() => {
+            let mut stream = stream;
+            let _ = stream.write_all(HTTP_ON_TLS).await;
+            let _ = stream.shutdown().await;
+            return;
         }
-        let io = TimeoutIo::new(stream, self.opts.read_timeout, self.opts.write_timeout);
-        let tls = match tokio::time::timeout(self.opts.read_timeout, acceptor.accept(io)).await {
-            Ok(Ok(tls)) => tls,
-            Ok(Err(e)) => {
-                tracing::debug!("TLS handshake failed: {e}");
-                return;
-            }
-            Err(_) => return,
-        };
-        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-        self.serve(tls, h2, state).await
+        Ok(Ok(1)) => {}
+        // Closed before a byte (a TCP probe): no handshake was attempted.
+        Ok(Ok(_)) => return,
+        Ok(Err(e)) => return ctx.handshakes.record(peer, &Failure::Io(e)),
+        Err(_) => return ctx.handshakes.record(peer, &Failure::Timeout(limit)),
+    }
+    let tls = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => return ctx.handshakes.record(peer, &Failure::Io(e)),
+        Err(_) => return ctx.handshakes.record(peer, &Failure::Timeout(limit)),
+    };
+    let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+    let io = WriteDeadline::new(tls, activity.clone());
+    serve(&ctx, io, h2, activity, stop).await
+}
+
+async fn serve<I>(
+    ctx: &Ctx,
+    io: I,
+    h2: bool,
+    activity: Arc<Activity>,
+    mut stop: watch::Receiver<bool>,
+) where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.opts.read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    // HTTP/2 only where TLS negotiated it (no h2c, as Go).
+    let builder = if h2 {
+        builder.http2_only()
+    } else {
+        builder.http1_only()
+    };
+    let svc = Svc {
+        filter: ctx.filter.clone(),
+        activity: activity.clone(),
+        write_timeout: ctx.opts.write_timeout,
+    };
+    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    tokio::pin!(conn);
+    if *stop.borrow() {
+        conn.as_mut().graceful_shutdown();
+    }
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.changed() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+        _ = activity.idle(ctx.opts.read_timeout) => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!("connection: {e}");
+    }
+}
+
+/// The warp filter as one connection's hyper service: each request counts as activity until
+/// its response is written, and its write deadline starts when its head is ready.
+struct Svc {
+    filter: BoxedFilter<(Response,)>,
+    activity: Arc<Activity>,
+    write_timeout: Duration,
+}
+
+/// The body type of warp's replies (warp does not name it).
+trait BodyOf {
+    type Body;
+}
+
+impl<B> BodyOf for hyper::Response<B> {
+    type Body = B;
+}
+
+type WarpBody = <Response as BodyOf>::Body;
+
+impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
+    type Response = hyper::Response<Tracked<WarpBody>>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
+        let mut request = self.activity.request();
+        let reply = warp::service(self.filter.clone()).call(req);
+        let write_timeout = self.write_timeout;
+        Box::pin(async move {
+            let resp = reply.await?;
+            request.writing(write_timeout);
+            Ok(resp.map(|inner| Tracked {
+                inner,
+                request: Some(request),
+            }))
+        })
+    }
+}
+
+/// A response body that ends its request's activity when its last frame is taken.
+pub struct Tracked<B> {
+    inner: B,
+    request: Option<timeout::Request>,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            self.request = None;
+        }
+        polled
     }
 
-    async fn serve<I>(self, io: I, h2: bool, state: Arc<WebState>)
-    where
-        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let mut http = Http::new();
-        if h2 {
-            http.http2_only(true);
-        } else {
-            http.http1_only(true)
-                .http1_header_read_timeout(self.opts.read_timeout);
-        }
-        let routes = self.routes.clone();
-        let svc = service_fn(move |req| {
-            let routes = routes.clone();
-            let state = state.clone();
-            async move { Ok::<_, Infallible>(routes.handle(req, &state).await) }
-        });
-        let conn = http.serve_connection(io, svc);
-        tokio::pin!(conn);
-        let mut stop = self.shutdown.clone();
-        if *stop.borrow() {
-            conn.as_mut().graceful_shutdown();
-        }
-        tokio::select! {
-            r = conn.as_mut() => {
-                if let Err(e) = r {
-                    tracing::debug!("connection: {e}");
-                }
-            }
-            _ = stop.changed() => {
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
-            }
-        }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }

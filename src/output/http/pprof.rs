@@ -3,39 +3,32 @@
 //! `/debug/pprof/` and the command line at `/debug/pprof/cmdline`. Go's other profiles (heap,
 //! goroutine, ...) have no Rust counterpart and answer 404 as Go's unknown profiles do.
 
-use super::routes::text;
+use super::routes::{html, text, Response};
 use hyper::header::{self, HeaderValue};
-use hyper::{Body, Request, Response, StatusCode};
+use hyper::StatusCode;
 use pprof::protos::Message;
 use std::time::Duration;
+use warp::Reply;
 
 const INDEX: &str =
     "<html>\n<head><title>/debug/pprof/</title></head>\n<body>\n/debug/pprof/<br>\n<br>\n\
 <a href=\"profile?seconds=30\">profile</a>: CPU profile (pprof protobuf); add ?seconds=N<br>\n\
 <a href=\"cmdline\">cmdline</a>: the command line<br>\n</body>\n</html>\n";
 
-pub async fn handle(req: &Request<Body>, write_timeout: Duration) -> Response<Body> {
-    match req.uri().path() {
-        "/debug/pprof/" => {
-            let mut r = text(StatusCode::OK, INDEX);
-            r.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/html; charset=utf-8"),
-            );
-            r
-        }
+pub async fn handle(path: &str, query: &str, write_timeout: Duration) -> Response {
+    match path {
+        "/debug/pprof/" => html(INDEX),
         "/debug/pprof/cmdline" => text(
             StatusCode::OK,
             std::env::args().collect::<Vec<_>>().join("\0"),
         ),
-        "/debug/pprof/profile" => profile(req, write_timeout).await,
+        "/debug/pprof/profile" => profile(query, write_timeout).await,
         _ => text(StatusCode::NOT_FOUND, "Unknown profile\n"),
     }
 }
 
-fn seconds(req: &Request<Body>) -> Result<u64, String> {
-    let q = req.uri().query().unwrap_or("");
-    match q
+fn seconds(query: &str) -> Result<u64, String> {
+    match query
         .split('&')
         .filter_map(|kv| kv.split_once('='))
         .find(|(k, _)| *k == "seconds")
@@ -49,8 +42,8 @@ fn seconds(req: &Request<Body>) -> Result<u64, String> {
     }
 }
 
-async fn profile(req: &Request<Body>, write_timeout: Duration) -> Response<Body> {
-    let secs = match seconds(req) {
+async fn profile(query: &str, write_timeout: Duration) -> Response {
+    let secs = match seconds(query) {
         Ok(s) => s,
         Err(e) => return text(StatusCode::BAD_REQUEST, e),
     };
@@ -77,7 +70,7 @@ async fn profile(req: &Request<Body>, write_timeout: Duration) -> Response<Body>
     .unwrap_or_else(|e| Err(e.to_string()));
     match result {
         Ok(bytes) => {
-            let mut r = Response::new(Body::from(bytes));
+            let mut r = hyper::Response::new(bytes).into_response();
             let h = r.headers_mut();
             h.insert(
                 header::CONTENT_TYPE,

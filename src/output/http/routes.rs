@@ -1,76 +1,56 @@
-//! The endpoints, as upstream's gorilla/mux router answers them: the metrics path (default
-//! `/metrics`), `/health`, `/` and, with `--enable-pprof`, `/debug/pprof/`. Routes accept
-//! every method, as upstream registers them without a method filter (`HEAD` gets the headers
-//! without the body); other paths get Go's `404 page not found`. Basic auth, when
-//! configured, applies to every path, as exporter-toolkit applies it.
+//! The endpoints as warp filters, answering as upstream's gorilla/mux router does: the
+//! metrics path (default `/metrics`), `/health`, `/` and, with `--enable-pprof`,
+//! `/debug/pprof/`. Routes accept every method, as upstream registers them without a method
+//! filter (`HEAD` gets the headers without the body), so no path answers 405; other paths
+//! get Go's `404 page not found`. Basic auth, when configured, is a filter in front of every
+//! path, as exporter-toolkit applies it; its rejection becomes 401 with `WWW-Authenticate`.
+//! The web configuration's headers go on every response, refusals included.
 
-use super::state::WebState;
+use super::state::Web;
 use super::{negotiate, pprof, Options};
 use crate::lifecycle::app::Shared;
-use crate::output::exposition::Exposition;
-use crate::output::exposition::Format;
-use hyper::body::Bytes;
+use crate::output::exposition::{Body, Exposition, Format};
+use arc_swap::ArcSwapOption;
+use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
-use hyper::{Body, Request, Response, StatusCode};
-use std::sync::{Arc, Mutex};
+use hyper::StatusCode;
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
+use warp::filters::path::FullPath;
+use warp::filters::BoxedFilter;
+use warp::reject::Rejection;
+use warp::{Filter, Reply};
 
-/// How long a built response body is reused for the same page, format and encoding. The
+pub type Response = warp::reply::Response;
+
+/// How long the self-metrics tail built for one page, format and encoding is reused. The
 /// page changes only per collection; within this time only the process self-metrics could
-/// move, and rebuilding per scrape would cost more than the rest of the scrape.
-const BODY_REUSE: Duration = Duration::from_secs(1);
+/// move, and encoding them per scrape would cost more than the rest of the scrape.
+const TAIL_REUSE: Duration = Duration::from_secs(1);
 
-/// A response body built for one page, format and encoding.
+/// A body built for one page, format and encoding.
 struct Built {
     page: Arc<Exposition>,
     at: Instant,
     format: Format,
-    body: Bytes,
+    body: Body,
 }
 
-/// One slot per (asked format, gzip).
-#[derive(Default)]
-struct Bodies(Mutex<[Option<Built>; 4]>);
-
-impl Bodies {
-    fn get(
-        &self,
-        page: &Arc<Exposition>,
-        wanted: Format,
-        gzip: bool,
-        build: impl FnOnce() -> (Format, Vec<u8>),
-    ) -> (Format, Bytes) {
-        let slot = usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip);
-        let mut slots = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(b) = &slots[slot] {
-            if Arc::ptr_eq(&b.page, page) && b.at.elapsed() < BODY_REUSE {
-                return (b.format, b.body.clone());
-            }
-        }
-        let (format, body) = build();
-        let body = Bytes::from(body);
-        slots[slot] = Some(Built {
-            page: page.clone(),
-            at: Instant::now(),
-            format,
-            body: body.clone(),
-        });
-        (format, body)
-    }
-}
-
-pub struct Routes {
+/// The endpoints' state, shared by every connection.
+pub struct Endpoints {
     shared: Arc<Shared>,
     opts: Options,
-    scrapes: Arc<Semaphore>,
-    landing: String,
-    bodies: Bodies,
+    scrapes: Semaphore,
+    landing: Bytes,
+    /// One slot per (asked format, gzip), swapped whole: scrapes never wait on each other.
+    built: [ArcSwapOption<Built>; 4],
 }
 
 /// A plain-text response with Go's content type and `nosniff`, as upstream's handlers send.
-pub(super) fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> {
-    let mut r = Response::new(body.into());
+pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
+    let mut r = hyper::Response::new(body.into()).into_response();
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -83,8 +63,129 @@ pub(super) fn text(status: StatusCode, body: impl Into<Body>) -> Response<Body> 
     r
 }
 
-impl Routes {
-    pub fn new(shared: Arc<Shared>, opts: Options) -> Routes {
+pub(super) fn html(body: impl Into<Bytes>) -> Response {
+    let mut r = text(StatusCode::OK, body);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r
+}
+
+/// Basic auth refused the request.
+#[derive(Debug)]
+struct Unauthorized;
+
+impl warp::reject::Reject for Unauthorized {}
+
+/// Matches exactly `path` (no trailing-slash or prefix leniency, as Go's mux).
+fn exact(path: String) -> impl Filter<Extract = (), Error = Rejection> + Clone {
+    warp::path::full()
+        .and_then(move |p: FullPath| {
+            let matched = p.as_str() == path;
+            async move {
+                if matched {
+                    Ok(())
+                } else {
+                    Err(warp::reject::not_found())
+                }
+            }
+        })
+        .untuple_one()
+}
+
+/// A request header's value when there is one (any bytes: never a rejection).
+fn header(
+    name: &'static str,
+) -> impl Filter<Extract = (Option<HeaderValue>,), Error = Infallible> + Clone {
+    warp::header::value(name)
+        .map(Some)
+        .or(warp::any().map(|| None))
+        .unify()
+}
+
+/// Every endpoint, behind basic auth, with the configured headers.
+pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Response,)> {
+    let ep = Arc::new(Endpoints::new(shared, opts.clone()));
+    let auth = {
+        let web = web.clone();
+        header("authorization")
+            .and_then(move |h: Option<HeaderValue>| {
+                let state = web.current();
+                async move {
+                    match &state.auth {
+                        Some(auth) if !auth.allows(h.as_ref()).await => {
+                            Err(warp::reject::custom(Unauthorized))
+                        }
+                        _ => Ok(()),
+                    }
+                }
+            })
+            .untuple_one()
+    };
+    let metrics = {
+        let ep = ep.clone();
+        exact(opts.telemetry_path.clone())
+            .and(header("accept"))
+            .and(header("accept-encoding"))
+            .map(
+                move |accept: Option<HeaderValue>, encoding: Option<HeaderValue>| {
+                    ep.metrics(accept.as_ref(), encoding.as_ref())
+                },
+            )
+    };
+    let health = {
+        let ep = ep.clone();
+        exact("/health".into()).map(move || ep.health())
+    };
+    let landing = {
+        let ep = ep.clone();
+        exact("/".into()).map(move || html(ep.landing.clone()))
+    };
+    let pprof = {
+        let (enabled, write_timeout) = (opts.pprof, opts.write_timeout);
+        warp::path::full()
+            .and(warp::query::raw().or(warp::any().map(String::new)).unify())
+            .and_then(move |p: FullPath, query: String| async move {
+                if enabled && p.as_str().starts_with("/debug/pprof/") {
+                    Ok(pprof::handle(p.as_str(), &query, write_timeout).await)
+                } else {
+                    Err(warp::reject::not_found())
+                }
+            })
+    };
+    let endpoints = metrics
+        .or(health)
+        .unify()
+        .or(landing)
+        .unify()
+        .or(pprof)
+        .unify();
+    auth.and(endpoints)
+        .recover(|r: Rejection| async move { Ok::<_, Infallible>(refused(&r)) })
+        .unify()
+        .map(move |mut resp: Response| {
+            let state = web.current();
+            for (k, v) in &state.headers {
+                resp.headers_mut().entry(k).or_insert_with(|| v.clone());
+            }
+            resp
+        })
+        .boxed()
+}
+
+fn refused(r: &Rejection) -> Response {
+    if r.find::<Unauthorized>().is_some() {
+        let mut resp = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        return resp;
+    }
+    text(StatusCode::NOT_FOUND, "404 page not found\n")
+}
+
+impl Endpoints {
+    pub fn new(shared: Arc<Shared>, opts: Options) -> Endpoints {
         let pprof = if opts.pprof {
             "<h2>Profiling (pprof)</h2>\n<ul>\n<li><a href=\"./debug/pprof/\">Index</a></li>\n\
              <li><a href=\"./debug/pprof/profile?seconds=5\">CPU profile (5 s)</a></li>\n</ul>\n"
@@ -96,56 +197,41 @@ impl Routes {
              <p><a href=\".{}\">Metrics</a></p>\n<p><a href=\"./health\">Health</a></p>\n{pprof}</body>\n</html>\n",
             opts.telemetry_path
         );
-        Routes {
+        Endpoints {
             shared,
-            scrapes: Arc::new(Semaphore::new(opts.max_concurrent_scrapes)),
+            scrapes: Semaphore::new(opts.max_concurrent_scrapes),
             opts,
-            landing,
-            bodies: Bodies::default(),
+            landing: Bytes::from(landing),
+            built: Default::default(),
         }
     }
 
-    pub async fn handle(&self, req: Request<Body>, web: &WebState) -> Response<Body> {
-        let mut resp = match &web.auth {
-            Some(auth) if !auth.allows(req.headers().get(header::AUTHORIZATION)).await => {
-                let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
-                r.headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
-                r
-            }
-            _ => self.route(req).await,
-        };
-        for (k, v) in &web.headers {
-            resp.headers_mut().entry(k).or_insert_with(|| v.clone());
+    /// The page as published (shared, not copied) and this scrape's self-metrics.
+    fn body(&self, wanted: Format, gzip: bool) -> (Format, Body) {
+        let page = self.shared.page();
+        let build = || page.body(wanted, &self.shared.metrics.gather(), gzip);
+        if self.shared.metrics.live() {
+            return build();
         }
-        resp
+        let slot = &self.built[usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip)];
+        if let Some(b) = &*slot.load() {
+            if Arc::ptr_eq(&b.page, &page) && b.at.elapsed() < TAIL_REUSE {
+                return (b.format, b.body.clone());
+            }
+        }
+        let (format, body) = build();
+        slot.store(Some(Arc::new(Built {
+            page: page.clone(),
+            at: Instant::now(),
+            format,
+            body: body.clone(),
+        })));
+        (format, body)
     }
 
-    async fn route(&self, req: Request<Body>) -> Response<Body> {
-        let path = req.uri().path();
-        if path == self.opts.telemetry_path {
-            return self.metrics(&req);
-        }
-        match path {
-            "/health" => self.health(),
-            "/" => {
-                let mut r = text(StatusCode::OK, self.landing.clone());
-                r.headers_mut().insert(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("text/html; charset=utf-8"),
-                );
-                r
-            }
-            p if self.opts.pprof && p.starts_with("/debug/pprof/") => {
-                pprof::handle(&req, self.opts.write_timeout).await
-            }
-            _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
-        }
-    }
-
-    fn metrics(&self, req: &Request<Body>) -> Response<Body> {
-        // The permit is held while the response is built; excess scrapes are refused rather
-        // than queued, as upstream's --max-concurrent-scrapes does.
+    fn metrics(&self, accept: Option<&HeaderValue>, encoding: Option<&HeaderValue>) -> Response {
+        // Excess scrapes are refused rather than queued, as upstream's
+        // --max-concurrent-scrapes does.
         let Ok(_permit) = self.scrapes.try_acquire() else {
             return text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -157,23 +243,19 @@ impl Routes {
         };
         // promhttp_metric_handler_requests_* (--enable-exporter-metrics).
         let _counted = self.shared.metrics.scrape();
-        let h = req.headers();
         let wanted = if self.opts.openmetrics {
-            negotiate::format(h.get(header::ACCEPT))
+            negotiate::format(accept)
         } else {
             Format::Text
         };
-        let gzip = negotiate::gzip(h.get(header::ACCEPT_ENCODING));
-        let page = self.shared.page();
-        let build = || page.body(wanted, &self.shared.metrics.gather(), gzip);
-        let (format, body) = if self.shared.metrics.live() {
-            let (format, body) = build();
-            (format, Bytes::from(body))
-        } else {
-            self.bodies.get(&page, wanted, gzip, build)
-        };
-        let mut r = Response::new(Body::from(body));
+        let gzip = negotiate::gzip(encoding);
+        let (format, body) = self.body(wanted, gzip);
+        let len = body.len();
+        let chunks = [body.page, body.tail].map(Ok::<_, Infallible>);
+        let mut r = warp::reply::stream(futures_util::stream::iter(chunks)).into_response();
         let hs = r.headers_mut();
+        // The body is a stream of two shared buffers; its length is known all the same.
+        hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         hs.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static(format.content_type()),
@@ -198,7 +280,7 @@ impl Routes {
 
     /// 200 `OK` as upstream while collections succeed (with upstream's headers); 503 with
     /// the reason otherwise, so probes see a stalled or disconnected exporter.
-    fn health(&self) -> Response<Body> {
+    fn health(&self) -> Response {
         match self.shared.health() {
             Ok(()) => {
                 // Degraded attribution sources (a kubelet that is down) are reported but do
@@ -230,52 +312,112 @@ impl Routes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
+    use http_body_util::BodyExt;
+    use tower::Service;
 
-    fn routes(max: usize) -> Routes {
-        Routes::new(
-            Arc::new(Shared::new(Duration::from_secs(1))),
-            Options {
-                telemetry_path: "/gpu/metrics".into(),
-                max_concurrent_scrapes: max,
-                read_timeout: Duration::from_secs(10),
-                write_timeout: Duration::from_secs(10),
-                pprof: false,
-                openmetrics: false,
-            },
-        )
+    fn opts(max: usize) -> Options {
+        Options {
+            telemetry_path: "/gpu/metrics".into(),
+            max_concurrent_scrapes: max,
+            read_timeout: Duration::from_secs(10),
+            write_timeout: Duration::from_secs(10),
+            pprof: false,
+            openmetrics: false,
+        }
     }
 
-    fn get(path: &str) -> Request<Body> {
-        Request::get(path).body(Body::empty()).unwrap()
+    async fn call(
+        f: &BoxedFilter<(Response,)>,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, hyper::HeaderMap, Bytes) {
+        let mut req = hyper::Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(http_body_util::Empty::<Bytes>::new()).unwrap();
+        let resp = warp::service(f.clone()).call(req).await.unwrap();
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        (parts.status, parts.headers, body)
+    }
+
+    fn shared() -> Arc<Shared> {
+        Arc::new(Shared::new(Duration::from_secs(1)))
+    }
+
+    #[tokio::test]
+    async fn paths_methods_and_the_telemetry_path() {
+        let f = filter(shared(), opts(4), Web::load(None, false).unwrap());
+        for method in ["GET", "POST", "DELETE"] {
+            let (status, h, body) = call(&f, method, "/gpu/metrics", &[]).await;
+            assert_eq!(status, StatusCode::OK, "{method}");
+            assert_eq!(
+                h[header::CONTENT_TYPE],
+                "text/plain; version=0.0.4; charset=utf-8"
+            );
+            assert_eq!(h[header::CONTENT_LENGTH], body.len().to_string().as_str());
+            assert!(String::from_utf8_lossy(&body).contains("dcgm_exporter_"));
+        }
+        for path in [
+            "/metrics",
+            "/gpu/metrics/",
+            "/health/",
+            "/nope",
+            "/debug/pprof/",
+        ] {
+            let (status, _, body) = call(&f, "GET", path, &[]).await;
+            assert_eq!(
+                (status, &body[..]),
+                (StatusCode::NOT_FOUND, &b"404 page not found\n"[..]),
+                "{path}"
+            );
+        }
+        let (_, h, body) = call(&f, "GET", "/", &[]).await;
+        assert!(String::from_utf8_lossy(&body).contains("href=\"./gpu/metrics\""));
+        assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
     }
 
     #[tokio::test]
     async fn excess_scrapes_get_503_while_the_limit_is_taken() {
-        let r = routes(1);
-        let web = WebState::plain();
-        let held = r.scrapes.clone().try_acquire_owned().unwrap();
-        let resp = r.handle(get("/gpu/metrics"), &web).await;
-        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
-        drop(held);
-        let resp = r.handle(get("/gpu/metrics"), &web).await;
-        assert_eq!(resp.status(), StatusCode::OK);
+        let ep = Endpoints::new(shared(), opts(1));
+        let held = ep.scrapes.try_acquire().unwrap();
         assert_eq!(
-            resp.headers()[header::CONTENT_TYPE],
-            "text/plain; version=0.0.4; charset=utf-8"
+            ep.metrics(None, None).status(),
+            StatusCode::SERVICE_UNAVAILABLE
         );
+        drop(held);
+        assert_eq!(ep.metrics(None, None).status(), StatusCode::OK);
     }
 
     #[tokio::test]
-    async fn the_telemetry_path_replaces_metrics() {
-        let r = routes(4);
-        let web = WebState::plain();
-        assert_eq!(
-            r.handle(get("/metrics"), &web).await.status(),
-            StatusCode::NOT_FOUND
-        );
-        let landing = r.handle(get("/"), &web).await;
-        let body = hyper::body::to_bytes(landing.into_body()).await.unwrap();
-        assert!(String::from_utf8_lossy(&body).contains("href=\"./gpu/metrics\""));
+    async fn basic_auth_refusals_are_401_with_the_configured_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(
+            &path,
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  \
+             alice: $2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa\n",
+        )
+        .unwrap();
+        let f = filter(shared(), opts(4), Web::load(Some(&path), false).unwrap());
+        for (path, auth) in [
+            ("/gpu/metrics", None),
+            ("/nope", None),
+            ("/health", Some("Basic YWxpY2U6d3Jvbmc=")),
+        ] {
+            let headers: Vec<_> = auth.map(|a| ("authorization", a)).into_iter().collect();
+            let (status, h, _) = call(&f, "GET", path, &headers).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+            assert_eq!(h[header::WWW_AUTHENTICATE], "Basic");
+            assert_eq!(h["x-frame-options"], "deny");
+        }
+        // alice:password
+        let ok = [("authorization", "Basic YWxpY2U6cGFzc3dvcmQ=")];
+        let (status, h, _) = call(&f, "GET", "/gpu/metrics", &ok).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(h["x-frame-options"], "deny");
+        assert_eq!(call(&f, "GET", "/nope", &ok).await.0, StatusCode::NOT_FOUND);
     }
 }

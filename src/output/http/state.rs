@@ -1,14 +1,23 @@
-//! The web configuration in force, re-read when the web config file, the certificate, the
-//! key or the client CA changes on disk (cert-manager rotates certificates in place), checked
-//! at each new connection. A broken new version is logged once and the previous one stays.
+//! The web configuration in force. A watcher thread re-reads it when the web config file, the
+//! certificate, the key or the client CA changes on disk (cert-manager rotates certificates in
+//! place) and swaps the new state in atomically; connections and requests only load the
+//! current pointer, never touch the files. A broken new version is logged once and the
+//! previous one stays.
 
 use super::auth::BasicAuth;
+use super::webconfig::{ClientAuth, WebConfig};
 use super::{tls, webconfig};
+use arc_swap::ArcSwap;
 use hyper::header::{HeaderName, HeaderValue};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 use tokio_rustls::TlsAcceptor;
+
+/// How often the watcher looks at the files (a `stat` each).
+const POLL: Duration = Duration::from_millis(500);
 
 /// What one connection is served with.
 pub struct WebState {
@@ -16,6 +25,9 @@ pub struct WebState {
     pub http2: bool,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub auth: Option<Arc<BasicAuth>>,
+    /// Every client is asked who it is: a verified client certificate is required, or basic
+    /// auth is on (the condition for serving pprof).
+    pub identifies_clients: bool,
 }
 
 impl WebState {
@@ -25,10 +37,11 @@ impl WebState {
             http2: false,
             headers: Vec::new(),
             auth: None,
+            identifies_clients: false,
         }
     }
 
-    fn build(c: &webconfig::WebConfig) -> Result<WebState, String> {
+    fn build(c: &WebConfig) -> Result<WebState, String> {
         let tls = match &c.tls {
             Some(t) => Some(TlsAcceptor::from(tls::server_config(t, c.http2)?)),
             None => None,
@@ -43,14 +56,24 @@ impl WebState {
                 ))
             })
             .collect();
+        // RequireAnyClientCert accepts any self-made certificate and VerifyClientCertIfGiven
+        // lets clients without one in: neither says who the client is.
+        let verified_certs = c
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.client_auth == ClientAuth::RequireAndVerifyClientCert);
         Ok(WebState {
             tls,
             http2: c.http2,
             headers,
             auth: (!c.users.is_empty()).then(|| Arc::new(BasicAuth::new(c.users.clone()))),
+            identifies_clients: verified_certs || !c.users.is_empty(),
         })
     }
 }
+
+/// Why `--enable-pprof` refuses a web configuration.
+pub const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
 
 /// (modified time, length, inode) of a file, or None when it cannot be read.
 type Stamp = Option<(std::time::SystemTime, u64, u64)>;
@@ -65,72 +88,194 @@ fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
         .collect()
 }
 
-pub struct Loaded {
-    files: Vec<PathBuf>,
-    stamps: Vec<Stamp>,
-    state: Arc<WebState>,
+/// The current state; cheap to clone and to read from any thread.
+#[derive(Clone)]
+pub struct Web {
+    current: Arc<ArcSwap<WebState>>,
+    source: Option<Source>,
+    /// Changes the watcher acted on (a reload or a refused file), for tests to wait on.
+    reloads: Arc<AtomicU64>,
 }
 
-pub enum Web {
-    /// No web config file: plain HTTP, no auth.
-    Plain(Arc<WebState>),
-    Watched {
-        path: PathBuf,
-        loaded: Mutex<Loaded>,
-    },
+/// Where a watched configuration comes from.
+#[derive(Clone)]
+struct Source {
+    path: PathBuf,
+    /// `--enable-pprof`: a configuration that identifies no one is refused.
+    pprof: bool,
+    /// The files of the configuration as loaded, and how they looked then.
+    files: Vec<PathBuf>,
+    stamps: Vec<Stamp>,
+}
+
+impl Source {
+    fn read(&self) -> Result<(WebState, Vec<PathBuf>), String> {
+        let c = webconfig::load(&self.path)?;
+        let mut files = vec![self.path.clone()];
+        files.extend(c.files());
+        let state = WebState::build(&c)
+            .map_err(|e| format!("--web-config-file {}: {e}", self.path.display()))?;
+        if self.pprof && !state.identifies_clients {
+            return Err(format!(
+                "{PPROF_NEEDS_IDENTITY} (--web-config-file {})",
+                self.path.display()
+            ));
+        }
+        Ok((state, files))
+    }
 }
 
 impl Web {
-    /// Loads the file once; errors here stop the exporter.
-    pub fn load(path: Option<&Path>) -> Result<Web, String> {
+    /// Loads the file once; errors here stop the exporter. With `pprof`, a configuration that
+    /// does not identify clients is an error, now and on every reload.
+    pub fn load(path: Option<&Path>, pprof: bool) -> Result<Web, String> {
         let Some(path) = path else {
-            return Ok(Web::Plain(Arc::new(WebState::plain())));
+            return Ok(Web {
+                current: Arc::new(ArcSwap::from_pointee(WebState::plain())),
+                source: None,
+                reloads: Arc::default(),
+            });
         };
-        let (state, files) = Self::read(path)?;
-        Ok(Web::Watched {
+        let mut source = Source {
             path: path.to_path_buf(),
-            loaded: Mutex::new(Loaded {
-                stamps: stamps(&files),
-                files,
-                state: Arc::new(state),
-            }),
+            pprof,
+            files: Vec::new(),
+            stamps: Vec::new(),
+        };
+        let (state, files) = source.read()?;
+        source.stamps = stamps(&files);
+        source.files = files;
+        Ok(Web {
+            current: Arc::new(ArcSwap::from_pointee(state)),
+            source: Some(source),
+            reloads: Arc::default(),
         })
-    }
-
-    fn read(path: &Path) -> Result<(WebState, Vec<PathBuf>), String> {
-        let c = webconfig::load(path)?;
-        let mut files = vec![path.to_path_buf()];
-        files.extend(c.files());
-        let state = WebState::build(&c)
-            .map_err(|e| format!("--web-config-file {}: {e}", path.display()))?;
-        Ok((state, files))
     }
 
     pub fn is_tls(&self) -> bool {
         self.current().tls.is_some()
     }
 
-    /// The state for a new connection, reloaded first if a file changed.
+    /// The state in force now: one atomic load, no file access, no lock.
     pub fn current(&self) -> Arc<WebState> {
-        let (path, loaded) = match self {
-            Web::Plain(s) => return s.clone(),
-            Web::Watched { path, loaded } => (path, loaded),
+        self.current.load_full()
+    }
+
+    /// Starts the thread that re-reads the configuration when one of its files changes. It
+    /// ends by itself once every `Web` handle is gone.
+    pub fn watch(&self) -> Result<(), String> {
+        let Some(source) = self.source.clone() else {
+            return Ok(());
         };
-        let mut l = loaded.lock().unwrap_or_else(|p| p.into_inner());
-        let now = stamps(&l.files);
-        if now == l.stamps {
-            return l.state.clone();
+        let current = Arc::downgrade(&self.current);
+        let reloads = self.reloads.clone();
+        std::thread::Builder::new()
+            .name("web-config".into())
+            .spawn(move || watch(&source, &current, &reloads))
+            .map(|_| ())
+            .map_err(|e| format!("cannot start the web configuration watcher: {e}"))
+    }
+}
+
+fn watch(source: &Source, current: &Weak<ArcSwap<WebState>>, reloads: &AtomicU64) {
+    // A failed read records the new look of the files too, so a broken file is reported
+    // once.
+    let (mut files, mut seen) = (source.files.clone(), source.stamps.clone());
+    loop {
+        std::thread::sleep(POLL);
+        let Some(current) = current.upgrade() else {
+            return;
+        };
+        let now = stamps(&files);
+        if now == seen {
+            continue;
         }
-        l.stamps = now;
-        match Self::read(path) {
-            Ok((state, files)) => {
-                l.stamps = stamps(&files);
-                l.files = files;
-                l.state = Arc::new(state);
-                tracing::info!("reloaded the web configuration from {}", path.display());
+        seen = now;
+        match source.read() {
+            Ok((state, new_files)) => {
+                seen = stamps(&new_files);
+                files = new_files;
+                current.store(Arc::new(state));
+                tracing::info!(
+                    "reloaded the web configuration from {}",
+                    source.path.display()
+                );
             }
             Err(e) => tracing::error!("{e}; keeping the previous web configuration"),
         }
-        l.state.clone()
+        reloads.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
+
+    /// Writes `text` and waits until the watcher has acted on it.
+    fn rewrite(web: &Web, path: &Path, text: &str) {
+        let before = web.reloads.load(Ordering::SeqCst);
+        std::fs::write(path, text).unwrap();
+        for _ in 0..200 {
+            if web.reloads.load(Ordering::SeqCst) > before {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the watcher did not see {path:?} change");
+    }
+
+    fn wait_for(web: &Web, what: impl Fn(&WebState) -> bool) -> bool {
+        for _ in 0..200 {
+            if what(&web.current()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    #[test]
+    fn a_changed_file_is_swapped_in_and_a_broken_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(&path, "").unwrap();
+        let web = Web::load(Some(&path), false).unwrap();
+        web.watch().unwrap();
+        let held = web.current();
+        assert!(held.auth.is_none());
+        std::fs::write(&path, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+        assert!(wait_for(&web, |s| s.auth.is_some()), "not reloaded");
+        // A connection holding the old state keeps it whole.
+        assert!(held.auth.is_none());
+        rewrite(&web, &path, "basic_auth_users: [\n");
+        assert!(
+            web.current().auth.is_some(),
+            "a broken file replaced the state"
+        );
+    }
+
+    #[test]
+    fn pprof_refuses_a_configuration_that_identifies_no_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        for yaml in [
+            "",
+            "http_server_config:\n  http2: false\n",
+            "tls_server_config: {}\n",
+        ] {
+            std::fs::write(&path, yaml).unwrap();
+            let e = Web::load(Some(&path), true).err().expect(yaml);
+            assert!(e.contains("--enable-pprof") && e.contains("web.yml"), "{e}");
+            assert!(Web::load(Some(&path), false).is_ok(), "{yaml}");
+        }
+        std::fs::write(&path, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+        let web = Web::load(Some(&path), true).unwrap();
+        assert!(web.current().identifies_clients);
+        // A reload that would expose the profiles to anyone is refused; the users stay.
+        web.watch().unwrap();
+        rewrite(&web, &path, "");
+        assert!(web.current().auth.is_some());
     }
 }
