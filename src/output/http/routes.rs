@@ -4,6 +4,7 @@
 //! without the body); other paths get Go's `404 page not found`. Basic auth, when
 //! configured, applies to every path, as exporter-toolkit applies it.
 
+use super::auth::Outcome;
 use super::state::WebState;
 use super::{negotiate, pprof, Options};
 use crate::lifecycle::app::Shared;
@@ -106,14 +107,30 @@ impl Routes {
     }
 
     pub async fn handle(&self, req: Request<Body>, web: &WebState) -> Response<Body> {
-        let mut resp = match &web.auth {
-            Some(auth) if !auth.allows(req.headers().get(header::AUTHORIZATION)).await => {
+        let outcome = match &web.auth {
+            Some(auth) => {
+                let value = req.headers().get(header::AUTHORIZATION);
+                auth.check_header(value.map(|v| v.as_bytes())).await
+            }
+            None => Outcome::Allowed,
+        };
+        let mut resp = match outcome {
+            Outcome::Allowed => self.route(req).await,
+            Outcome::Denied => {
                 let mut r = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
                 r.headers_mut()
                     .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
                 r
             }
-            _ => self.route(req).await,
+            Outcome::Overloaded => {
+                let mut r = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many password checks at once, try again\n",
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                r
+            }
         };
         for (k, v) in &web.headers {
             resp.headers_mut().entry(k).or_insert_with(|| v.clone());
