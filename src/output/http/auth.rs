@@ -392,10 +392,7 @@ mod tests {
         assert_eq!(check(Some(header("bob:password"))).await, Outcome::Denied);
         assert_eq!(check(Some(header("alice"))).await, Outcome::Denied);
         assert_eq!(check(None).await, Outcome::Denied);
-        assert_eq!(
-            check(Some(b"Bearer abc".to_vec())).await,
-            Outcome::Denied
-        );
+        assert_eq!(check(Some(b"Bearer abc".to_vec())).await, Outcome::Denied);
     }
 
     #[test]
@@ -441,11 +438,11 @@ mod tests {
     #[tokio::test]
     async fn a_flood_of_wrong_passwords_keeps_a_known_good_entry() {
         // Cost 4, the cheapest: the flood below runs a check per wrong password.
-        let users = BTreeMap::from([(
-            "alice".to_string(),
-            bcrypt::hash("password", 4).unwrap(),
-        )]);
-        let auth = Arc::new(BasicAuth::with_gate(users.clone(), Arc::new(Gate::new(2, 4096))));
+        let users = BTreeMap::from([("alice".to_string(), bcrypt::hash("password", 4).unwrap())]);
+        let auth = Arc::new(BasicAuth::with_gate(
+            users.clone(),
+            Arc::new(Gate::new(2, 4096)),
+        ));
         assert_eq!(auth.check("alice", "password").await, Outcome::Allowed);
         // More distinct wrong passwords than both caches hold together.
         for i in 0..(ALLOWED_CACHE + DENIED_CACHE + 10) {
@@ -456,7 +453,10 @@ mod tests {
         }
         assert_eq!(auth.cache().denied.len(), DENIED_CACHE);
         let key = auth.cache_key("alice", &users["alice"], "password");
-        assert!(auth.cache().allowed.hit(&key), "the right password is still cached");
+        assert!(
+            auth.cache().allowed.hit(&key),
+            "the right password is still cached"
+        );
     }
 
     #[test]
