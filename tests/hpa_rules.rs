@@ -87,7 +87,7 @@ struct NameMapping {
 /// The names the rules file records.
 fn recorded_names() -> BTreeSet<String> {
     let text = std::fs::read_to_string(support::repo("etc/prometheus/dcgm-hpa.rules.yml")).unwrap();
-    let doc: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let doc: serde_norway::Value = serde_norway::from_str(&text).unwrap();
     doc["groups"]
         .as_sequence()
         .unwrap()
@@ -134,7 +134,7 @@ fn expand(template: &str, series: &str, matchers: &str, group_by: &str) -> Strin
 fn the_adapter_config_exposes_the_recorded_averages_and_its_queries_evaluate() {
     let text =
         std::fs::read_to_string(support::repo("etc/prometheus/prometheus-adapter.yaml")).unwrap();
-    let cfg: AdapterConfig = serde_yaml::from_str(&text).unwrap();
+    let cfg: AdapterConfig = serde_norway::from_str(&text).unwrap();
     let recorded = recorded_names();
     assert_eq!((cfg.rules.len(), cfg.external_rules.len()), (1, 2));
 
@@ -200,28 +200,28 @@ fn the_adapter_config_exposes_the_recorded_averages_and_its_queries_evaluate() {
         "",
         "",
     );
-    let unit: serde_yaml::Value = serde_yaml::from_str(
+    let unit: serde_norway::Value = serde_norway::from_str(
         &std::fs::read_to_string(support::repo("etc/prometheus/dcgm-hpa.rules.test.yml")).unwrap(),
     )
     .unwrap();
     let case = |expr: &str, samples: &[(&str, f64)]| {
-        let mut m = serde_yaml::Mapping::new();
+        let mut m = serde_norway::Mapping::new();
         m.insert("expr".into(), expr.into());
         m.insert("eval_time".into(), "3m".into());
-        let s: Vec<serde_yaml::Value> = samples
+        let s: Vec<serde_norway::Value> = samples
             .iter()
             .map(|(labels, value)| {
-                let mut e = serde_yaml::Mapping::new();
+                let mut e = serde_norway::Mapping::new();
                 e.insert("labels".into(), (*labels).into());
                 e.insert("value".into(), (*value).into());
-                serde_yaml::Value::Mapping(e)
+                serde_norway::Value::Mapping(e)
             })
             .collect();
-        m.insert("exp_samples".into(), serde_yaml::Value::Sequence(s));
-        serde_yaml::Value::Mapping(m)
+        m.insert("exp_samples".into(), serde_norway::Value::Sequence(s));
+        serde_norway::Value::Mapping(m)
     };
     let mut test = unit["tests"][0].clone();
-    test["promql_expr_test"] = serde_yaml::Value::Sequence(vec![
+    test["promql_expr_test"] = serde_norway::Value::Sequence(vec![
         case(
             &pods_q,
             &[(r#"{pod="train-a"}"#, 40.0), (r#"{pod="train-b"}"#, 60.0)],
@@ -230,7 +230,7 @@ fn the_adapter_config_exposes_the_recorded_averages_and_its_queries_evaluate() {
         case(&cluster_q, &[("{}", 55.0)]),
     ]);
     let dir = tempfile::tempdir().unwrap();
-    let mut doc = serde_yaml::Mapping::new();
+    let mut doc = serde_norway::Mapping::new();
     doc.insert(
         "rule_files".into(),
         vec![support::repo("etc/prometheus/dcgm-hpa.rules.yml")
@@ -240,10 +240,10 @@ fn the_adapter_config_exposes_the_recorded_averages_and_its_queries_evaluate() {
         .into(),
     );
     doc.insert("evaluation_interval".into(), "1m".into());
-    doc.insert("tests".into(), serde_yaml::Value::Sequence(vec![test]));
+    doc.insert("tests".into(), serde_norway::Value::Sequence(vec![test]));
     std::fs::write(
         dir.path().join("adapter.test.yml"),
-        serde_yaml::to_string(&doc).unwrap(),
+        serde_norway::to_string(&doc).unwrap(),
     )
     .unwrap();
     let out = run(&["test", "rules", "adapter.test.yml"], dir.path());

@@ -907,7 +907,7 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
     assert_eq!(get("/debug/pprof/profile?seconds=1", None).0, 401);
     let (status, body) = get("/debug/pprof/profile?seconds=1", Some(&auth));
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
-    let profile = pprof::protos::Profile::decode(&body[..]).expect("a pprof protobuf");
+    let profile = pprof::protos::Profile::parse_from_bytes(&body).expect("a pprof protobuf");
     let strings = &profile.string_table;
     let sample_type: Vec<&str> = profile
         .sample_type

@@ -1,10 +1,10 @@
 //! Requests per second at 64 keep-alive connections, against the exporter and against a
 //! static server (hyper, every core) answering with the very bytes the exporter sent, in the
-//! same run on the same machine: the ratio is what the exporter's own work per scrape costs.
+//! same run on the same machine: the ratios (requests per second, p99 latency) are what the
+//! exporter's own work per scrape costs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,16 +61,23 @@ fn read_response(r: &mut impl BufRead) -> Result<Response, String> {
     Ok((headers, body))
 }
 
-/// Requests per second over `d` with `CONNECTIONS` keep-alive clients.
-pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
+/// What `CONNECTIONS` keep-alive clients saw over one phase.
+pub struct Load {
+    pub per_second: f64,
+    /// 99th percentile of one request's latency (request written to response read), seconds.
+    pub p99: f64,
+}
+
+/// Requests per second and the latency of each request over `d` with `CONNECTIONS`
+/// keep-alive clients.
+pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> Load {
     let start = Instant::now();
     let end = start + d;
     let threads: Vec<_> = (0..CONNECTIONS)
         .map(|_| {
-            let done = done.clone();
             let req = request(path, gzip);
             std::thread::spawn(move || {
+                let mut latencies = Vec::new();
                 while Instant::now() < end {
                     let Ok(s) = TcpStream::connect(addr) else {
                         std::thread::sleep(Duration::from_millis(10));
@@ -83,19 +90,28 @@ pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> f64 {
                     };
                     let mut r = BufReader::with_capacity(256 * 1024, s);
                     while Instant::now() < end {
+                        let t = Instant::now();
                         if w.write_all(req.as_bytes()).is_err() || read_response(&mut r).is_err() {
                             break;
                         }
-                        done.fetch_add(1, Ordering::Relaxed);
+                        latencies.push(t.elapsed().as_secs_f64());
                     }
                 }
+                latencies
             })
         })
         .collect();
-    for t in threads {
-        let _ = t.join();
-    }
-    done.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64()
+    let mut all: Vec<f64> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap_or_default())
+        .collect();
+    let per_second = all.len() as f64 / start.elapsed().as_secs_f64();
+    all.sort_by(f64::total_cmp);
+    let p99 = all
+        .get(((all.len() as f64 - 1.0) * 0.99) as usize)
+        .copied()
+        .unwrap_or(f64::NAN);
+    Load { per_second, p99 }
 }
 
 /// A static server: every request gets `body` with `headers`. Runs until the process ends.

@@ -236,18 +236,18 @@ impl Subject {
     /// GPU and MIG-instance series start with `gpu` (links start with `nvlink`).
     fn of(m: &Metric) -> Option<Subject> {
         let labels = m.get_label();
-        if labels.first()?.get_name() != "gpu" {
+        if labels.first()?.name() != "gpu" {
             return None;
         }
         let get = |n: &str| {
             labels
                 .iter()
-                .find(|l| l.get_name() == n)
-                .map(|l| l.get_value().to_string())
+                .find(|l| l.name() == n)
+                .map(|l| l.value().to_string())
         };
         let profiled = get("GPU_I_PROFILE").is_some_and(|p| !p.is_empty());
         Some(Subject {
-            gpu: labels[0].get_value().to_string(),
+            gpu: labels[0].value().to_string(),
             uuid: get("UUID").or_else(|| get("uuid")).unwrap_or_default(),
             device: get("device").unwrap_or_default(),
             instance: if profiled { get("GPU_I_ID") } else { None },
@@ -310,29 +310,29 @@ fn label_names(old: bool) -> LabelNames {
 
 fn push(m: &mut Metric, name: &str, value: &str) {
     // A label the series already has (e.g. a CSV label field) is not repeated.
-    if m.get_label().iter().any(|l| l.get_name() == name) {
+    if m.get_label().iter().any(|l| l.name() == name) {
         return;
     }
     let mut lp = LabelPair::default();
     lp.set_name(name.to_string());
     lp.set_value(value.to_string());
-    m.mut_label().push(lp);
+    m.label.push(lp);
 }
 
 /// Sets a label, replacing the value it had: a DRA claim names its own pod, whatever the
 /// device-plugin path said.
 fn set(m: &mut Metric, name: &str, value: &str) {
-    match m.mut_label().iter_mut().find(|l| l.get_name() == name) {
+    match m.label.iter_mut().find(|l| l.name() == name) {
         Some(l) => l.set_value(value.to_string()),
         None => push(m, name, value),
     }
 }
 
 fn set_value(m: &mut Metric, v: f64) {
-    if m.has_counter() {
-        m.mut_counter().set_value(v);
+    if m.counter.is_some() {
+        m.counter.mut_or_insert_default().set_value(v);
     } else {
-        m.mut_gauge().set_value(v);
+        m.gauge.mut_or_insert_default().set_value(v);
     }
 }
 

@@ -105,9 +105,9 @@ pub struct FileSettings {
 fn parse_raw(path: &Path) -> Result<(String, Raw), String> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
-    // serde_yaml's message names the key path and the line ("metrics: unknown field
+    // serde_norway's message names the key path and the line ("metrics: unknown field
     // `fiels`, expected `file` or `fields` at line 3 column 3").
-    let raw: Raw = serde_yaml::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
+    let raw: Raw = serde_norway::from_str(&text).map_err(|e| format!("{name}: {e}"))?;
     if raw.version != 1 {
         return Err(format!(
             "{name}: version: {} is not supported (only version 1)",

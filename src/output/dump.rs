@@ -191,21 +191,21 @@ impl Sink for Dumper {
                 let labels: Vec<(&str, &str)> = m
                     .get_label()
                     .iter()
-                    .map(|l| (l.get_name(), l.get_value()))
+                    .map(|l| (l.name(), l.value()))
                     .collect();
                 let value = if fam.get_field_type() == MetricType::COUNTER {
-                    m.get_counter().get_value()
+                    m.get_counter().value()
                 } else {
-                    m.get_gauge().get_value()
+                    m.get_gauge().value()
                 };
                 let label_obj: serde_json::Map<String, Value> = labels
                     .iter()
                     .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
                     .collect();
                 by_group.entry(Group::of(&labels)).or_default().push(json!({
-                    "name": fam.get_name(),
+                    "name": fam.name(),
                     "type": ty,
-                    "help": fam.get_help(),
+                    "help": fam.help(),
                     "labels": label_obj,
                     "value": value,
                 }));

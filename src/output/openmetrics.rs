@@ -14,7 +14,7 @@ pub const EOF: &[u8] = b"# EOF\n";
 pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) {
     let mut s = String::with_capacity(families.len() * 256);
     for fam in families {
-        let name = fam.get_name();
+        let name = fam.name();
         let (family, sample, ty) = match fam.get_field_type() {
             MetricType::COUNTER => {
                 let base = name.strip_suffix("_total").unwrap_or(name);
@@ -32,11 +32,11 @@ pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) {
         if fam.get_metric().is_empty() {
             continue;
         }
-        if !fam.get_help().is_empty() {
+        if !fam.help().is_empty() {
             s.push_str("# HELP ");
             s.push_str(family);
             s.push(' ');
-            escape(&mut s, fam.get_help(), true);
+            escape(&mut s, fam.help(), true);
             s.push('\n');
         }
         let _ = writeln!(s, "# TYPE {family} {ty}");
@@ -49,17 +49,17 @@ pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) {
                     if i > 0 {
                         s.push(',');
                     }
-                    s.push_str(l.get_name());
+                    s.push_str(l.name());
                     s.push_str("=\"");
-                    escape(&mut s, l.get_value(), true);
+                    escape(&mut s, l.value(), true);
                     s.push('"');
                 }
                 s.push('}');
             }
             let v = match fam.get_field_type() {
-                MetricType::COUNTER => m.get_counter().get_value(),
-                MetricType::GAUGE => m.get_gauge().get_value(),
-                _ => m.get_untyped().get_value(),
+                MetricType::COUNTER => m.get_counter().value(),
+                MetricType::GAUGE => m.get_gauge().value(),
+                _ => m.untyped.value(),
             };
             s.push(' ');
             number(&mut s, v);
@@ -108,7 +108,7 @@ mod tests {
             let mut l = LabelPair::default();
             l.set_name("gpu".into());
             l.set_value(gpu.to_string());
-            m.mut_label().push(l);
+            m.label.push(l);
             if ty == MetricType::COUNTER {
                 let mut c = Counter::default();
                 c.set_value(*v);

@@ -123,7 +123,7 @@ impl Page {
             let mut lp = LabelPair::default();
             lp.set_name(k.to_string());
             lp.set_value(v.to_string());
-            m.mut_label().push(lp);
+            m.label.push(lp);
         }
         if metric_type(ty) == MetricType::COUNTER {
             let mut c = Counter::default();
@@ -151,14 +151,14 @@ impl Page {
                 let labels: Vec<(&str, &str)> = m
                     .get_label()
                     .iter()
-                    .map(|l| (l.get_name(), l.get_value()))
+                    .map(|l| (l.name(), l.value()))
                     .collect();
-                let value = if m.has_counter() {
-                    m.get_counter().get_value()
+                let value = if m.counter.is_some() {
+                    m.get_counter().value()
                 } else {
-                    m.get_gauge().get_value()
+                    m.get_gauge().value()
                 };
-                self.add(fam.proto.get_name(), &fam.help, fam.ty, &labels, value);
+                self.add(fam.proto.name(), &fam.help, fam.ty, &labels, value);
             }
         }
     }
@@ -169,16 +169,12 @@ impl Page {
     pub fn rewrite(&mut self, mut f: impl FnMut(&str, Metric) -> Vec<Metric>) {
         let mut dups = 0;
         for fam in &mut self.families {
-            let name = fam.proto.get_name().to_string();
+            let name = fam.proto.name().to_string();
             let old = fam.proto.take_metric();
             fam.seen.clear();
             for m in old {
                 for out in f(&name, m) {
-                    let key = label_set_key(
-                        out.get_label()
-                            .iter()
-                            .map(|l| (l.get_name(), l.get_value())),
-                    );
+                    let key = label_set_key(out.get_label().iter().map(|l| (l.name(), l.value())));
                     if fam.seen.insert(key) {
                         fam.proto.mut_metric().push(out);
                     } else {

@@ -100,7 +100,11 @@ impl SelfMetrics {
             Box::new(collection_errors.clone()),
             Box::new(series.clone()),
             Box::new(reconnects.clone()),
-        ] {
+        ]
+        .into_iter()
+        // Basic auth's bound on password checks (process-wide, so one set for the process).
+        .chain(crate::output::http::auth::Gate::global().collectors())
+        {
             registry.register(c).expect("metric names are unique");
         }
         // Pre-create the label values so dashboards see zeros, not absent series.

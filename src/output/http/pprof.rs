@@ -64,7 +64,7 @@ async fn profile(query: &str, write_timeout: Duration) -> Response {
         std::thread::sleep(Duration::from_secs(secs));
         let report = guard.report().build().map_err(|e| e.to_string())?;
         let profile = report.pprof().map_err(|e| e.to_string())?;
-        Ok(profile.encode_to_vec())
+        profile.write_to_bytes().map_err(|e| e.to_string())
     })
     .await
     .unwrap_or_else(|e| Err(e.to_string()));

@@ -6,6 +6,7 @@
 //! path, as exporter-toolkit applies it; its rejection becomes 401 with `WWW-Authenticate`.
 //! The web configuration's headers go on every response, refusals included.
 
+use super::auth::Outcome;
 use super::state::Web;
 use super::{negotiate, pprof, Options};
 use crate::lifecycle::app::Shared;
@@ -78,6 +79,12 @@ struct Unauthorized;
 
 impl warp::reject::Reject for Unauthorized {}
 
+/// Too many password checks running and waiting: try again later.
+#[derive(Debug)]
+struct AuthOverloaded;
+
+impl warp::reject::Reject for AuthOverloaded {}
+
 /// Matches exactly `path` (no trailing-slash or prefix leniency, as Go's mux).
 fn exact(path: String) -> impl Filter<Extract = (), Error = Rejection> + Clone {
     warp::path::full()
@@ -113,11 +120,14 @@ pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Resp
             .and_then(move |h: Option<HeaderValue>| {
                 let state = web.current();
                 async move {
-                    match &state.auth {
-                        Some(auth) if !auth.allows(h.as_ref()).await => {
-                            Err(warp::reject::custom(Unauthorized))
-                        }
-                        _ => Ok(()),
+                    let outcome = match &state.auth {
+                        Some(auth) => auth.check_header(h.as_ref().map(|v| v.as_bytes())).await,
+                        None => Outcome::Allowed,
+                    };
+                    match outcome {
+                        Outcome::Allowed => Ok(()),
+                        Outcome::Denied => Err(warp::reject::custom(Unauthorized)),
+                        Outcome::Overloaded => Err(warp::reject::custom(AuthOverloaded)),
                     }
                 }
             })
@@ -179,6 +189,15 @@ fn refused(r: &Rejection) -> Response {
         let mut resp = text(StatusCode::UNAUTHORIZED, "Unauthorized\n");
         resp.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Basic"));
+        return resp;
+    }
+    if r.find::<AuthOverloaded>().is_some() {
+        let mut resp = text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many password checks at once, try again\n",
+        );
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         return resp;
     }
     text(StatusCode::NOT_FOUND, "404 page not found\n")

@@ -143,7 +143,7 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
     let file: File = if text.trim().is_empty() {
         File::default()
     } else {
-        serde_yaml::from_str(text).map_err(|e| err(e.to_string()))?
+        serde_norway::from_str(text).map_err(|e| err(e.to_string()))?
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let tls = match file.tls_server_config {
