@@ -968,7 +968,10 @@ mod tests {
         }
         clear_after_read(&mut buf, true);
         for (i, v) in buf.iter().enumerate() {
-            assert!(bytes_of(v).iter().all(|b| *b == 0), "record {i} not cleared");
+            assert!(
+                bytes_of(v).iter().all(|b| *b == 0),
+                "record {i} not cleared"
+            );
         }
         // A failed call may have written anything anywhere: everything goes.
         let mut failed = vec![zero; 1];
