@@ -48,6 +48,9 @@ pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<Mode> {
             None
         }
     };
+    // Read here, not in the thread: a change made before the thread first runs must still
+    // differ from what it compares against.
+    let loaded = mtime(&path);
     let mode = if events.is_some() {
         Mode::Events
     } else {
@@ -55,12 +58,17 @@ pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<Mode> {
     };
     std::thread::Builder::new()
         .name("counters-watch".into())
-        .spawn(move || run(&path, events, &control))
+        .spawn(move || run(&path, loaded, events, &control))
         .map(|_| mode)
 }
 
-fn run(path: &Path, mut events: Option<DirEvents>, control: &Sender<Control>) {
-    let mut settle = Settle::new(mtime(path));
+fn run(
+    path: &Path,
+    loaded: Option<SystemTime>,
+    mut events: Option<DirEvents>,
+    control: &Sender<Control>,
+) {
+    let mut settle = Settle::new(loaded);
     loop {
         let wake = match &events {
             None => {
