@@ -347,9 +347,42 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
     let temp = watch_log(&log).into_iter().find(|w| w.3 == [150]).unwrap();
     assert_eq!(
         (temp.0, temp.1, temp.2),
-        (500_000, 600.0, 0),
-        "upstream's 600 s"
+        (500_000, 0.0, 4),
+        "by default a field whose latest value is exported keeps a few samples, not 600 s"
     );
+
+    // A field read back over a window keeps that window (plus one interval), whatever the
+    // count of samples in it.
+    let xid_csv = dir.path().join("xid.csv");
+    std::fs::write(
+        &xid_csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n",
+    )
+    .unwrap();
+    let log = dir.path().join("xid.log");
+    let _e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-f", xid_csv.to_str().unwrap(), "-x", "60000"])
+        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
+        .start();
+    let watches = watch_log(&log);
+    let xid = watches.iter().find(|w| w.3 == [230]).unwrap();
+    assert_eq!((xid.1, xid.2), (60.5, 0), "{watches:?}");
+    let temp = watches.iter().find(|w| w.3 == [150]).unwrap();
+    assert_eq!((temp.1, temp.2), (0.0, 4));
+
+    // Upstream's 600 s given explicitly is kept, on every watch.
+    let log = dir.path().join("explicit.log");
+    let _e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-f", xid_csv.to_str().unwrap(), "--watch-max-keep-age=600s"])
+        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
+        .start();
+    let watches = watch_log(&log);
+    let temp = watches.iter().find(|w| w.3 == [150]).unwrap();
+    assert_eq!((temp.1, temp.2), (600.0, 0), "{watches:?}");
+    let xid = watches.iter().find(|w| w.3 == [230]).unwrap();
+    assert_eq!((xid.1, xid.2), (600.0, 0), "{watches:?}");
 
     let log = dir.path().join("samples.log");
     let _e = exporter()

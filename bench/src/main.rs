@@ -19,6 +19,9 @@
 //! `cargo run --release -p bench -- exit-codes [--real DIR] [--cycles 200 --parallel 4]
 //! [--exporter PATH]` counts exit codes over start/stop cycles per mode (`exit_codes.rs`).
 //!
+//! `cargo run -p bench -- memory [--minutes 10 --every 20] [--real DIR --gpus 8]` samples
+//! RSS over time, default retention against `--watch-max-keep-age 600s` (`memory.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -32,6 +35,7 @@
 
 mod exit_codes;
 mod faults;
+mod memory;
 mod throughput;
 
 use std::io::Read;
@@ -58,6 +62,7 @@ fn main() {
     let r = match std::env::args().nth(1).as_deref() {
         Some("faults") => run_faults(),
         Some("exit-codes") => run_exit_codes(),
+        Some("memory") => run_memory(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -73,6 +78,32 @@ fn arg(name: &str, default: &str) -> String {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| default.to_string())
+}
+
+/// Builds the exporter and simulator (`--build release|debug`) and runs the memory mode.
+fn run_memory() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = arg("--build", "release");
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"]);
+    match build.as_str() {
+        "release" => {
+            cargo.arg("--release");
+        }
+        "debug" => {}
+        other => return Err(format!("--build: debug or release, not {other}")),
+    }
+    let status = cargo
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("{build} build failed"));
+    }
+    memory::run(&root, &root.join("target").join(&build))
 }
 
 fn run() -> Result<(), String> {

@@ -630,13 +630,18 @@ impl Session {
             for flds in fields.chunks(MAX_FIELDS_PER_CALL) {
                 let mut ids = flds.to_vec();
                 let n = pairs.len() * ids.len();
-                scratch.clear();
-                // SAFETY: all-zero is a valid dcgmFieldValue_v2 (plain data).
-                scratch.resize(n, unsafe { std::mem::zeroed() });
-                for v in scratch.iter_mut() {
+                // The buffer only grows, zeroed once; between calls every record is kept
+                // all-zero (see `clear_after_read`), so DCGM, which writes only the bytes of
+                // the value it returns, leaves the same zeros behind it as a fresh buffer.
+                if scratch.len() < n {
+                    // SAFETY: all-zero is a valid dcgmFieldValue_v2 (plain data).
+                    scratch.resize(n, unsafe { std::mem::zeroed() });
+                }
+                let buf = &mut scratch[..n];
+                for v in buf.iter_mut() {
                     v.version = versions::FIELD_VALUE_V2;
                 }
-                // SAFETY: `pairs` and `ids` are valid for their lengths; `scratch` holds
+                // SAFETY: `pairs` and `ids` are valid for their lengths; `buf` holds
                 // exactly entityCount * fieldCount writable values, as the API requires.
                 let rc = unsafe {
                     f(
@@ -646,16 +651,20 @@ impl Session {
                         ids.as_mut_ptr(),
                         ids.len() as u32,
                         flags,
-                        scratch.as_mut_ptr(),
+                        buf.as_mut_ptr(),
                     )
                 };
-                self.lib().check("dcgmEntitiesGetLatestValues", rc)?;
-                out.extend(scratch.iter().map(|v| FieldReading {
-                    entity: Entity::new(EntityGroup::from_raw(v.entityGroupId), v.entityId),
-                    field_id: v.fieldId,
-                    ts_us: v.ts,
-                    reading: decode_v2(v),
-                }));
+                let checked = self.lib().check("dcgmEntitiesGetLatestValues", rc);
+                if checked.is_ok() {
+                    out.extend(buf.iter().map(|v| FieldReading {
+                        entity: Entity::new(EntityGroup::from_raw(v.entityGroupId), v.entityId),
+                        field_id: v.fieldId,
+                        ts_us: v.ts,
+                        reading: decode_v2(v),
+                    }));
+                }
+                clear_after_read(buf, checked.is_ok());
+                checked?;
             }
         }
         Ok(out)
@@ -779,6 +788,33 @@ impl Session {
     }
 }
 
+/// Puts records DCGM has filled back to all-zero, touching only what it can have written:
+/// DCGM copies a value's own bytes (8 for numbers, the string with its NUL, the blob's
+/// length) into the caller's record, so a numeric record needs its header and 8 bytes
+/// cleared, not its 4 KiB union. After a failed call nothing is assumed: all is zeroed.
+fn clear_after_read(buf: &mut [ffi::dcgmFieldValue_v2], call_ok: bool) {
+    for v in buf {
+        let numeric = matches!(
+            v.fieldType as u8,
+            ffi::DCGM_FT_INT64 | ffi::DCGM_FT_DOUBLE | ffi::DCGM_FT_TIMESTAMP
+        );
+        if call_ok && numeric {
+            v.version = 0;
+            v.entityGroupId = 0;
+            v.entityId = 0;
+            v.fieldId = 0;
+            v.fieldType = 0;
+            v.status = 0;
+            v.unused = 0;
+            v.ts = 0;
+            v.value.i64_ = 0;
+        } else {
+            // SAFETY: all-zero is a valid dcgmFieldValue_v2 (plain data).
+            *v = unsafe { std::mem::zeroed() };
+        }
+    }
+}
+
 fn decode_v2(v: &ffi::dcgmFieldValue_v2) -> Reading {
     // SAFETY: the v1 and v2 value unions are identical (same members, size and
     // alignment), so reinterpreting a reference to one as the other is sound.
@@ -881,5 +917,68 @@ mod tests {
                 .as_deref(),
             Some("gpu-node-3")
         );
+    }
+
+    fn bytes_of(v: &ffi::dcgmFieldValue_v2) -> &[u8] {
+        // SAFETY: a dcgmFieldValue_v2 built here from zeroed memory is plain data with every
+        // byte initialised (padding included), readable as bytes for its size.
+        unsafe {
+            std::slice::from_raw_parts(
+                (v as *const ffi::dcgmFieldValue_v2).cast::<u8>(),
+                std::mem::size_of::<ffi::dcgmFieldValue_v2>(),
+            )
+        }
+    }
+
+    /// Records filled as DCGM fills them (header + the value's own bytes) are all-zero
+    /// again after a read, so the next call sees what a freshly zeroed buffer would give.
+    #[test]
+    fn read_records_are_cleared_back_to_zero() {
+        // SAFETY: all-zero is a valid dcgmFieldValue_v2 (plain data).
+        let zero: ffi::dcgmFieldValue_v2 = unsafe { std::mem::zeroed() };
+        let mut buf = vec![zero; 4];
+        for (i, v) in buf.iter_mut().enumerate() {
+            v.version = versions::FIELD_VALUE_V2;
+            v.entityGroupId = 1;
+            v.entityId = 7;
+            v.fieldId = 150;
+            v.status = -5;
+            v.unused = 3;
+            v.ts = 1_700_000_000_000_000;
+            match i {
+                0 => {
+                    v.fieldType = u16::from(ffi::DCGM_FT_INT64);
+                    v.value.i64_ = -1;
+                }
+                1 => {
+                    v.fieldType = u16::from(ffi::DCGM_FT_DOUBLE);
+                    v.value.dbl = 3.5;
+                }
+                2 => {
+                    v.fieldType = u16::from(ffi::DCGM_FT_STRING);
+                    // SAFETY: writing c_char members of a plain-data union.
+                    unsafe { v.value.str_[..3].copy_from_slice(&[b'a' as _, b'b' as _, 0]) };
+                }
+                _ => {
+                    v.fieldType = u16::from(ffi::DCGM_FT_BINARY);
+                    // SAFETY: as above; the last byte of the blob is the hostile case.
+                    unsafe { v.value.blob[4095] = 9 as _ };
+                }
+            }
+        }
+        clear_after_read(&mut buf, true);
+        for (i, v) in buf.iter().enumerate() {
+            assert!(
+                bytes_of(v).iter().all(|b| *b == 0),
+                "record {i} not cleared"
+            );
+        }
+        // A failed call may have written anything anywhere: everything goes.
+        let mut failed = vec![zero; 1];
+        failed[0].fieldType = u16::from(ffi::DCGM_FT_INT64);
+        // SAFETY: as above.
+        unsafe { failed[0].value.blob[100] = 1 as _ };
+        clear_after_read(&mut failed, false);
+        assert!(bytes_of(&failed[0]).iter().all(|b| *b == 0));
     }
 }

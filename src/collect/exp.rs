@@ -315,7 +315,7 @@ impl ExpCollectors {
             }
             // The hidden dependency: watch the source field even when the CSV lacks it,
             // keeping samples for at least the whole window.
-            let keep = settings.keep_age_s.max(window_ms as f64 / 1000.0);
+            let (keep_age_s, keep_samples) = settings.window_retention(window_ms);
             let source = count_row
                 .as_ref()
                 .or(total_row.as_ref())
@@ -327,8 +327,8 @@ impl ExpCollectors {
                 &entities,
                 &[field],
                 settings.interval_ms,
-                keep,
-                0,
+                keep_age_s,
+                keep_samples,
             ) {
                 Ok(w) => w,
                 Err(e) if failures::is_fatal(&e) => return Err(e),

@@ -41,14 +41,47 @@ pub struct Settings {
     pub interval_ms: u64,
     pub xid_window_ms: u64,
     pub clock_events_window_ms: u64,
-    /// dcgmWatchFields' maxKeepAge (s; 0: no age limit) and maxKeepSamples (0: no limit).
+    /// dcgmWatchFields' maxKeepAge (s; 0: no age limit) and maxKeepSamples (0: no limit)
+    /// from --watch-max-keep-age/--watch-max-keep-samples (their defaults unless
+    /// `keep_explicit`).
     pub keep_age_s: f64,
     pub keep_samples: i32,
+    /// The user set the retention (flag or environment): every watch keeps what they asked
+    /// for instead of what the exporter reads (see [`Settings::latest_retention`]).
+    pub keep_explicit: bool,
     /// --fake-gpus: a GPU whose attributes cannot be read is kept as `fake<N>`.
     pub fake_gpus: bool,
     /// Watch frequencies for fields matching a glob (the config file's watch groups); a
     /// field no group matches is watched at `interval_ms`.
     pub watch_groups: Vec<WatchGroup>,
+}
+
+/// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
+/// keeps 600 s of every field, which embedded mode pays for in memory that grows for ten
+/// minutes after start; a count, not an age, so that a field DCGM updates late or rarely
+/// still has its latest value.
+pub const LATEST_KEEP_SAMPLES: i32 = 4;
+
+impl Settings {
+    /// (maxKeepAge s, maxKeepSamples) for a watch of which only the latest value is read.
+    pub fn latest_retention(&self) -> (f64, i32) {
+        if self.keep_explicit {
+            (self.keep_age_s, self.keep_samples)
+        } else {
+            (0.0, LATEST_KEEP_SAMPLES)
+        }
+    }
+
+    /// (maxKeepAge s, maxKeepSamples) for a field read back over `window_ms` (the XID and
+    /// clock-event counts): the whole window, plus one collection interval for the read that
+    /// starts a little after the window's newest sample was taken.
+    pub fn window_retention(&self, window_ms: u64) -> (f64, i32) {
+        if self.keep_explicit {
+            (self.keep_age_s.max(window_ms as f64 / 1000.0), 0)
+        } else {
+            ((window_ms + self.interval_ms) as f64 / 1000.0, 0)
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -249,6 +282,7 @@ impl Collector {
                 refused: Vec::new(),
             };
             let mut setup_error = None;
+            let (keep_age_s, keep_samples) = settings.latest_retention();
             for (interval_ms, fields) in &by_interval {
                 match watch_all(
                     &session,
@@ -256,8 +290,8 @@ impl Collector {
                     &entities,
                     fields,
                     *interval_ms,
-                    settings.keep_age_s,
-                    settings.keep_samples,
+                    keep_age_s,
+                    keep_samples,
                 ) {
                     Ok(w) => {
                         watched.watches.extend(w.watches);
@@ -544,4 +578,52 @@ pub enum StartError {
     Dcgm(#[from] dcgm_sys::Error),
     #[error("{0}")]
     Config(String),
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::*;
+
+    fn settings(explicit: bool, age_s: f64, samples: i32) -> Settings {
+        let all = crate::config::selector::parse("-d", "f").unwrap();
+        Settings {
+            gpus: all.clone(),
+            switches: all.clone(),
+            cpus: all,
+            compute_instances: false,
+            use_old_namespace: false,
+            replace_blanks_in_model_name: false,
+            hostname: None,
+            interval_ms: 30_000,
+            xid_window_ms: 300_000,
+            clock_events_window_ms: 300_000,
+            keep_age_s: age_s,
+            keep_samples: samples,
+            keep_explicit: explicit,
+            fake_gpus: false,
+            watch_groups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn by_default_latest_fields_keep_a_few_samples_and_windows_their_window() {
+        // The defaults of the flags (600 s, no sample limit), not given by the user.
+        let s = settings(false, 600.0, 0);
+        assert_eq!(s.latest_retention(), (0.0, LATEST_KEEP_SAMPLES));
+        // 5 min window + one 30 s interval, by age: the window's samples, however many.
+        assert_eq!(s.window_retention(300_000), (330.0, 0));
+        assert_eq!(s.window_retention(0), (30.0, 0));
+    }
+
+    #[test]
+    fn a_retention_the_user_sets_wins() {
+        let s = settings(true, 600.0, 0);
+        assert_eq!(s.latest_retention(), (600.0, 0));
+        // Never shorter than a window that is read back.
+        assert_eq!(s.window_retention(300_000), (600.0, 0));
+        assert_eq!(s.window_retention(900_000), (900.0, 0));
+        let s = settings(true, 0.0, 5);
+        assert_eq!(s.latest_retention(), (0.0, 5));
+        assert_eq!(s.window_retention(300_000), (300.0, 0));
+    }
 }

@@ -12,9 +12,10 @@ use std::path::Path;
 use std::sync::mpsc::Sender;
 
 /// dcgmWatchFields' (maxKeepAge seconds, maxKeepSamples) from --watch-max-keep-age and
-/// --watch-max-keep-samples. `0s` means no age limit, which DCGM accepts only together with
-/// a sample limit.
-pub fn keep_limits(config: &Config) -> Result<(f64, i32), String> {
+/// --watch-max-keep-samples, and whether either was given (flag or environment; then every
+/// watch keeps that, else each keeps what it reads). `0s` means no age limit, which DCGM
+/// accepts only together with a sample limit.
+pub fn keep_limits(config: &Config) -> Result<(f64, i32, bool), String> {
     let age = crate::config::duration::parse(&config.watch_max_keep_age)
         .map_err(|e| format!("--watch-max-keep-age: {e}"))?;
     let samples = i32::try_from(config.watch_max_keep_samples)
@@ -33,7 +34,9 @@ pub fn keep_limits(config: &Config) -> Result<(f64, i32), String> {
                 .into(),
         );
     }
-    Ok((age.as_secs_f64(), samples))
+    let explicit =
+        config.is_explicit("watch-max-keep-age") || config.is_explicit("watch-max-keep-samples");
+    Ok((age.as_secs_f64(), samples, explicit))
 }
 
 /// The sinks the options ask for; their directories are checked now.

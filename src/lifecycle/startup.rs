@@ -102,7 +102,7 @@ fn serve(
     let kube_api = kube_api_for(&config)?;
     let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
-    let (keep_age_s, keep_samples) = operations::keep_limits(&config)?;
+    let (keep_age_s, keep_samples, keep_explicit) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
         switches: selector::parse("-s", &config.switch_devices)?,
@@ -120,6 +120,7 @@ fn serve(
         )?,
         keep_age_s,
         keep_samples,
+        keep_explicit,
         fake_gpus: config.fake_gpus,
         watch_groups: file_settings.watch_groups,
     };

@@ -37,11 +37,23 @@ pub struct WatcherId {
 /// its frequency and age.
 pub const MAX_HISTORY: usize = 100_000;
 
-#[derive(Clone, Debug)]
+/// One kept sample: 24 bytes, as a number (nearly every field) is stored in place; a
+/// string or blob value goes to the watch's `texts` queue, in the same order. (A `Value`
+/// inline made it 48 bytes, over twice DCGM's ~21 bytes per sample.)
+#[derive(Clone, Copy, Debug)]
 struct Stored {
     ts: i64,
+    bits: u64,
     status: i32,
-    value: Value,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Int,
+    Double,
+    /// The value is the next one in `texts`.
+    Text,
 }
 
 pub struct Watch {
@@ -56,6 +68,8 @@ pub struct Watch {
     /// How far into `FaultState::xids` (or `bind_events`) this watch has looked.
     xid_cursor: usize,
     samples: VecDeque<Stored>,
+    /// The string and blob values of the `Kind::Text` samples, oldest first.
+    texts: VecDeque<Value>,
 }
 
 /// How long a watch keeps samples: DCGM's `GetMaxAge` (common/DcgmUtilities.cpp:364): the
@@ -82,6 +96,7 @@ impl Watch {
             last_ts: None,
             xid_cursor: 0,
             samples: VecDeque::new(),
+            texts: VecDeque::new(),
         }
     }
 
@@ -176,7 +191,28 @@ impl Watch {
     }
 
     fn push(&mut self, ts: i64, status: i32, value: Value) {
-        self.samples.push_back(Stored { ts, status, value });
+        let (kind, bits) = match value {
+            Value::Int64(v) => (Kind::Int, v as u64),
+            Value::Double(v) => (Kind::Double, v.to_bits()),
+            other => {
+                self.texts.push_back(other);
+                (Kind::Text, 0)
+            }
+        };
+        self.samples.push_back(Stored {
+            ts,
+            bits,
+            status,
+            kind,
+        });
+    }
+
+    fn pop_front(&mut self) {
+        if let Some(s) = self.samples.pop_front() {
+            if s.kind == Kind::Text {
+                self.texts.pop_front();
+            }
+        }
     }
 
     /// Drops what is older than the retention before the newest sample (DCGM trims when it
@@ -184,21 +220,42 @@ impl Watch {
     fn trim(&mut self, newest: i64) {
         let oldest_kept = newest.saturating_sub(self.age_us);
         while self.samples.len() > 1 && self.samples.front().is_some_and(|s| s.ts < oldest_kept) {
-            self.samples.pop_front();
+            self.pop_front();
         }
         while self.samples.len() > MAX_HISTORY {
-            self.samples.pop_front();
+            self.pop_front();
+        }
+    }
+
+    /// The value of a sample; `text` is its index in `texts` when it is a `Kind::Text`.
+    fn value_of(&self, s: &Stored, text: usize) -> Value {
+        match s.kind {
+            Kind::Int => Value::Int64(s.bits as i64),
+            Kind::Double => Value::Double(f64::from_bits(s.bits)),
+            Kind::Text => self.texts.get(text).cloned().unwrap_or(Value::Int64(0)),
         }
     }
 
     pub fn latest(&self, ent: (u32, u32), meta: &FieldMeta) -> Option<Sample> {
-        self.samples.back().map(|s| to_sample(ent, meta, s))
+        let s = self.samples.back()?;
+        let text = self.texts.len().saturating_sub(1);
+        Some(to_sample(ent, meta, s, self.value_of(s, text)))
     }
 
     /// Every kept sample with ts >= since, oldest first.
     pub fn since(&self, ent: (u32, u32), meta: &FieldMeta, since: i64, out: &mut Vec<Sample>) {
         let first = self.samples.partition_point(|s| s.ts < since);
-        out.extend(self.samples.range(first..).map(|s| to_sample(ent, meta, s)));
+        let mut text = self
+            .samples
+            .range(..first)
+            .filter(|s| s.kind == Kind::Text)
+            .count();
+        for s in self.samples.range(first..) {
+            out.push(to_sample(ent, meta, s, self.value_of(s, text)));
+            if s.kind == Kind::Text {
+                text += 1;
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -206,7 +263,7 @@ impl Watch {
     }
 }
 
-fn to_sample(ent: (u32, u32), meta: &FieldMeta, s: &Stored) -> Sample {
+fn to_sample(ent: (u32, u32), meta: &FieldMeta, s: &Stored, value: Value) -> Sample {
     Sample {
         entity_group: ent.0,
         entity_id: ent.1,
@@ -214,7 +271,7 @@ fn to_sample(ent: (u32, u32), meta: &FieldMeta, s: &Stored) -> Sample {
         field_type: meta.field_type,
         status: s.status,
         ts_us: s.ts,
-        value: s.value.clone(),
+        value,
     }
 }
 
@@ -232,5 +289,54 @@ mod tests {
         assert_eq!(retention_us(100_000, 0.0, 0), 1_000_000);
         assert_eq!(retention_us(1_000_000, 5.0, 10), 11_000_000);
         assert_eq!(retention_us(1_000_000, f64::NAN, -3), 1_000_000);
+    }
+
+    #[test]
+    fn a_kept_sample_costs_24_bytes_and_mixed_values_come_back_in_order() {
+        assert_eq!(std::mem::size_of::<Stored>(), 24);
+        let mut w = Watch::new(150, 0);
+        w.add_watcher(
+            WatcherId {
+                conn: 1,
+                group: 1,
+                field_group: 1,
+            },
+            1_000_000,
+            3_000_000,
+        );
+        let values = [
+            Value::Str("a".into()),
+            Value::Int64(-7),
+            Value::Double(2.5),
+            Value::Blob(vec![1, 2]),
+            Value::Str("b".into()),
+            Value::Int64(i64::MIN),
+        ];
+        for (i, v) in values.iter().enumerate() {
+            let ts = i as i64 * 1_000_000;
+            w.push(ts, i as i32, v.clone());
+            w.trim(ts);
+        }
+        let meta = dcgm_sys::fields::by_id(150).unwrap();
+        // 3 s of retention before the newest (5 s): samples from 2 s on, the first
+        // string dropped with its sample.
+        let mut out = Vec::new();
+        w.since((1, 0), meta, 0, &mut out);
+        let got: Vec<_> = out
+            .iter()
+            .map(|s| (s.ts_us, s.status, s.value.clone()))
+            .collect();
+        let want: Vec<_> = (2..6)
+            .map(|i| (i as i64 * 1_000_000, i as i32, values[i].clone()))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(w.texts.len(), 2);
+        let mut out = Vec::new();
+        w.since((1, 0), meta, 4_000_000, &mut out);
+        assert_eq!(out[0].value, Value::Str("b".into()));
+        assert_eq!(
+            w.latest((1, 0), meta).unwrap().value,
+            Value::Int64(i64::MIN)
+        );
     }
 }

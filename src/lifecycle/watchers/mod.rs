@@ -4,3 +4,4 @@
 
 pub mod bind_unbind;
 pub mod counters_file;
+pub mod files;
