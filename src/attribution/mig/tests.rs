@@ -331,13 +331,13 @@ fn page(gis: &[(&str, &str)]) -> Page {
 fn self_metric(m: &SelfMetrics, name: &str) -> f64 {
     m.gather()
         .iter()
-        .find(|f| f.get_name() == name)
+        .find(|f| f.name() == name)
         .map(|f| {
             let s = &f.get_metric()[0];
-            if s.has_counter() {
-                s.get_counter().get_value()
+            if s.counter.is_some() {
+                s.get_counter().value()
             } else {
-                s.get_gauge().get_value()
+                s.get_gauge().value()
             }
         })
         .unwrap_or_else(|| panic!("no {name}"))
