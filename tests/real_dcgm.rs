@@ -731,3 +731,24 @@ fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
         e.stderr()
     );
 }
+
+/// The start-up line reads the version from the real library as from the simulator, and
+/// a real host engine not up yet at start is waited for (/health 503 meanwhile).
+#[test]
+fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("late-engine");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let e = kit.remote(port).spawn();
+    e.wait_until(60, |e| e.get_with("/health", &[]).0 == 503);
+    assert!(
+        e.stderr().contains("), DCGM library 4.6.0 ("),
+        "{}",
+        e.stderr()
+    );
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let page = e.scrape_until(60, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
+}
