@@ -559,8 +559,8 @@ fn gpu_indexes(page: &mut Page) -> (HashMap<String, u32>, mig::Layout) {
                 let profile = m
                     .get_label()
                     .iter()
-                    .find(|l| l.get_name() == "GPU_I_PROFILE")
-                    .map(|l| l.get_value().to_string())
+                    .find(|l| l.name() == "GPU_I_PROFILE")
+                    .map(|l| l.value().to_string())
                     .unwrap_or_default();
                 layout.insert((s.uuid.clone(), gi.clone(), profile));
             }
