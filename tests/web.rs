@@ -866,7 +866,8 @@ fn a_profile_longer_than_the_read_timeout_arrives_whole() {
     resp.into_reader()
         .read_to_end(&mut body)
         .unwrap_or_else(|err| panic!("the profile was cut: {err}"));
-    let profile = pprof::protos::Profile::decode(&body[..]).expect("a whole pprof protobuf");
+    let profile =
+        pprof::protos::Profile::parse_from_bytes(&body[..]).expect("a whole pprof protobuf");
     assert!(
         profile.duration_nanos >= 19_000_000_000,
         "{}",
