@@ -212,7 +212,12 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
             "/nonexistent.csv",
         ),
         (
-            vec!["-r".into(), format!("127.0.0.1:{}", free_port())],
+            // Without the flag an unreachable engine is retried (tests/remote.rs).
+            vec![
+                "-r".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--exit-if-hostengine-unreachable".into(),
+            ],
             "host engine",
         ),
         (vec!["-d".into(), "g:42".into()], "-d"),
