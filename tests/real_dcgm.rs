@@ -411,7 +411,7 @@ fn nvlink_states_from_nvml_decide_which_links_are_watched() {
     // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link
     // series themselves stay empty; see etc/sim/README.md, "Real DCGM and dcgm-sim".)
     assert!(
-        e.stderr().contains("watching 35 NvLink entities"),
+        e.stderr().contains(" 35 NvLink entities x "),
         "{}",
         e.stderr()
     );
@@ -458,7 +458,7 @@ fn a_refused_per_link_profiling_field_costs_only_itself() {
         "{}",
         dump(&page)
     );
-    assert!(e.stderr().contains("watching 8 NvLink entities x 1 fields"));
+    assert!(e.stderr().contains(" 8 NvLink entities x 1 fields"));
 }
 
 /// MIG through NVML injection: GPU 0 split into a 3g.40gb and a 1g.10gb instance. The real
