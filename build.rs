@@ -1,8 +1,11 @@
 //! Generates the kubelet PodResources client and server (the server serves the test suite's
 //! fake kubelet) from `proto/podresources.proto`. protox parses the file in pure Rust, so a
-//! clean clone builds without protoc.
+//! clean clone builds without protoc. It also embeds the git commit for the start-up line.
+
+use std::process::Command;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    embed_commit();
     let proto = "proto/podresources.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
@@ -11,4 +14,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(descriptors)?;
     Ok(())
+}
+
+/// Sets `DCGM_EXPORTER_COMMIT` to the checkout's commit, or
+/// `unknown` outside a git checkout (a source tarball, a crate) or without git.
+fn embed_commit() {
+    let git = |args: &[&str]| -> Option<String> {
+        let out = Command::new("git").args(args).output().ok()?;
+        let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
+        (out.status.success() && !text.is_empty()).then_some(text)
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]);
+    if commit.is_some() {
+        // Rebuilt when HEAD moves: HEAD itself, the branch it names, packed refs.
+        for path in ["HEAD", "packed-refs"] {
+            if let Some(p) = git(&["rev-parse", "--git-path", path]) {
+                println!("cargo:rerun-if-changed={p}");
+            }
+        }
+        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+            if let Some(p) = git(&["rev-parse", "--git-path", &branch]) {
+                println!("cargo:rerun-if-changed={p}");
+            }
+        }
+    }
+    // No `+dirty`: the script reruns only when HEAD moves, so it would go stale.
+    let value = commit.unwrap_or_else(|| "unknown".to_string());
+    println!("cargo:rustc-env=DCGM_EXPORTER_COMMIT={value}");
 }

@@ -5,6 +5,7 @@
 use dcgm_exporter::config::cli;
 use dcgm_exporter::lifecycle::startup;
 use dcgm_exporter::logging;
+use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -13,6 +14,11 @@ fn main() -> ExitCode {
         Err(e) => {
             // --help and --version also arrive here, with exit code 0.
             let code = e.exit_code();
+            if let Some(msg) = cli::value_error(&e) {
+                // The same shape and exit code as a value refused after parsing (`-c 0`).
+                logging::fatal(requested_format(), &msg);
+                return ExitCode::FAILURE;
+            }
             if code != 0 && requested_format() == logging::Format::Json {
                 // A bad flag is a fatal start-up error too: one JSON line, clap's first.
                 let text = e.render().to_string();
@@ -28,8 +34,18 @@ fn main() -> ExitCode {
         }
     };
     if config.list_fields {
-        print_fields();
-        return ExitCode::SUCCESS;
+        return match print_fields(&mut std::io::stdout().lock()) {
+            Ok(()) => ExitCode::SUCCESS,
+            // `--list-fields | head`: the reader has all it wanted.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                logging::fatal(
+                    logging::Format::from_flag(&config.log_format),
+                    &format!("--list-fields: cannot write to standard output: {e}"),
+                );
+                ExitCode::FAILURE
+            }
+        };
     }
     let format = logging::Format::from_flag(&config.log_format);
     // Still a single thread here (flag parsing spawns none): the only safe moment to
@@ -71,13 +87,18 @@ fn requested_format() -> logging::Format {
     }
 }
 
-fn print_fields() {
-    println!(
+/// Written with `write!`, not `println!`: Rust ignores SIGPIPE, so a closed pipe is an
+/// error to handle rather than a panic.
+fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(out);
+    writeln!(
+        out,
         "{:<58} {:>5} {:<4} {:<9} {:<6} TAG",
         "NAME", "ID", "TYPE", "LEVEL", "UNIT"
-    );
+    )?;
     for f in dcgm_sys::fields::FIELDS {
-        println!(
+        writeln!(
+            out,
             "{:<58} {:>5} {:<4} {:<9} {:<6} {}",
             f.name,
             f.id,
@@ -85,6 +106,7 @@ fn print_fields() {
             dcgm_sys::fields::entity_group_name(f.entity_level),
             f.unit.trim(),
             f.tag
-        );
+        )?;
     }
+    out.flush()
 }

@@ -132,7 +132,11 @@ fn sim_remote_sigterm_exits_0_every_time() {
 fn sim_failed_connect_exits_1_every_time() {
     let r = run_cycles(SIM_CYCLES, PARALLEL_WAITING, "exit 1", || {
         let port = closed_port();
-        failed_start_cycle(strict(exporter()).args(&["-r", &format!("127.0.0.1:{port}")]))
+        failed_start_cycle(strict(exporter()).args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "--exit-if-hostengine-unreachable",
+        ]))
     });
     assert_all("sim failed connect", SIM_CYCLES, "exit 1", r);
 }
@@ -169,7 +173,10 @@ fn real_remote_sigterm_exits_0_over_40_cycles() {
 fn real_failed_connect_exits_1_over_40_cycles() {
     let Some(kit) = kit() else { return };
     let r = run_cycles(REAL_CYCLES, PARALLEL_WAITING, "exit 1", || {
-        failed_start_cycle(kit.remote(closed_port()))
+        failed_start_cycle(
+            kit.remote(closed_port())
+                .arg("--exit-if-hostengine-unreachable"),
+        )
     });
     assert_all("real failed connect", REAL_CYCLES, "exit 1", r);
 }

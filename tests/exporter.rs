@@ -212,7 +212,12 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
             "/nonexistent.csv",
         ),
         (
-            vec!["-r".into(), format!("127.0.0.1:{}", free_port())],
+            // Without the flag an unreachable engine is retried (tests/remote.rs).
+            vec![
+                "-r".into(),
+                format!("127.0.0.1:{}", free_port()),
+                "--exit-if-hostengine-unreachable".into(),
+            ],
             "host engine",
         ),
         (vec!["-d".into(), "g:42".into()], "-d"),
@@ -333,4 +338,206 @@ fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert_eq!(series(&e.scrape(), "DCGM_FI_DEV_POWER_USAGE").len(), 8);
+}
+
+/// The commit the build embedded: the checkout's HEAD, `unknown` without git.
+fn expected_commit() -> String {
+    std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(repo("."))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[test]
+fn start_up_says_version_commit_dcgm_mode_and_what_is_watched() {
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .arg("--debug")
+        .start();
+    let log = e.stderr();
+    let has = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    let version = format!(
+        "dcgm-exporter {} (commit {}), DCGM library 4.6.0 (",
+        env!("CARGO_PKG_VERSION"),
+        expected_commit()
+    );
+    assert_eq!(has(&version), 1, "{version}: {log}");
+    assert_eq!(has("mode: embedded DCGM host engine"), 1, "{log}");
+    // One summary for every entity type watched.
+    assert_eq!(has("msg=\"watching "), 1, "{log}");
+    let summary = log.lines().find(|l| l.contains("msg=\"watching ")).unwrap();
+    assert!(
+        summary.contains("level=info") && summary.contains("8 GPU entities x "),
+        "{summary}"
+    );
+    // The types with nothing to collect: one debug line, none at info.
+    let idle: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not collecting"))
+        .collect();
+    assert_eq!(idle.len(), 1, "{log}");
+    assert!(idle[0].contains("level=debug"), "{}", idle[0]);
+    assert!(idle[0].contains("CPU, CPU core metrics"), "{}", idle[0]);
+    // Nothing was selected explicitly: nothing is degraded.
+    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+}
+
+#[test]
+fn a_selection_that_matches_no_entity_is_a_warning_and_a_degraded_note() {
+    // No MIG on this node, no NvSwitch: `-d i` and `-s g` select nothing.
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-d", "i", "-s", "g"])
+        .spawn();
+    e.wait_until(30, |e| {
+        let (code, body) = e.get_with("/health", &[]);
+        code == 200 && body.contains("degraded")
+    });
+    let (_, body) = e.get("/health");
+    let notes: Vec<&str> = body
+        .lines()
+        .filter(|l| l.starts_with("degraded: "))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "degraded: -d/--devices selects no GPU instance (MIG) on this node: none is exported",
+            "degraded: -s/--switch-devices selects no NvSwitch on this node: none is exported",
+        ],
+        "{body}"
+    );
+    let log = e.stderr();
+    for n in &notes {
+        let n = &n["degraded: ".len()..];
+        assert!(
+            log.lines()
+                .any(|l| l.contains("level=warning") && l.contains(n)),
+            "{n}: {log}"
+        );
+    }
+    assert!(series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").is_empty());
+}
+
+#[test]
+fn list_fields_into_a_closed_pipe_exits_0_quietly() {
+    use std::os::fd::OwnedFd;
+    // The reading end is gone before the exporter writes: every write fails with EPIPE,
+    // deterministically (a `| head` races with the pipe's buffer).
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    drop(ours);
+    let out = support::exporter_command()
+        .arg("--list-fields")
+        .stdout(std::process::Stdio::from(OwnedFd::from(theirs)))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stderr, "", "no panic, no message");
+    // And as an operator writes it.
+    let out = std::process::Command::new("bash")
+        .args([
+            "-c",
+            "set -o pipefail; \"$0\" --list-fields | head -n 1",
+            env!("CARGO_BIN_EXE_dcgm-exporter"),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("NAME "));
+}
+
+#[test]
+fn port_0_listens_on_one_port_for_ipv4_and_ipv6() {
+    let e = exporter().args(&["-a", ":0"]).spawn();
+    e.wait_for_log(30, "listening on");
+    let log = e.stderr();
+    let line = log.lines().find(|l| l.contains("listening on")).unwrap();
+    let ports: std::collections::BTreeSet<&str> = line
+        .split("listening on ")
+        .nth(1)
+        .unwrap()
+        .split(" (")
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|a| a.rsplit(':').next().unwrap())
+        .collect();
+    assert_eq!(ports.len(), 1, "{line}");
+    assert!(!ports.contains("0"), "{line}");
+    let port = ports.first().unwrap();
+    let (code, _) = http_get(&format!("http://127.0.0.1:{port}/health")).unwrap();
+    assert!(code == 200 || code == 503, "{code}");
+}
+
+#[test]
+fn no_color_is_honoured_on_a_terminal() {
+    // `script` gives the exporter a terminal; `-d g:9` logs the start-up line, then fails.
+    let run = |no_color: Option<&str>| -> String {
+        let cmd = format!(
+            "{} -f {} -a 127.0.0.1:0 --dcgm-library {} -d g:9",
+            env!("CARGO_BIN_EXE_dcgm-exporter"),
+            repo("etc/default-counters.csv").display(),
+            sim_library().display(),
+        );
+        let mut c = std::process::Command::new("script");
+        support::hermetic(&mut c);
+        c.env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+        if let Some(v) = no_color {
+            c.env("NO_COLOR", v);
+        }
+        let out = c.args(["-q", "-e", "-c", &cmd, "/dev/null"]).output();
+        String::from_utf8_lossy(&out.expect("run script").stdout).into_owned()
+    };
+    if !require_tool("script", "util-linux: apt-get install bsdutils") {
+        return;
+    }
+    let coloured = run(None);
+    assert!(
+        coloured.contains("level=\u{1b}[36minfo\u{1b}[0m"),
+        "a terminal gets colour: {coloured:?}"
+    );
+    let plain = run(Some("1"));
+    assert!(plain.contains("level=info"), "{plain:?}");
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR=1: {plain:?}");
+}
+
+#[test]
+fn every_bad_flag_value_gets_one_fatal_line_and_exit_1() {
+    for (args, start) in [
+        (&["-c", "abc"][..], "-c/--collect-interval abc: "),
+        (&["-c", "0"], "-c 0: "),
+        (&["-x", "soon"], "-x/--xid-count-window-size soon: "),
+        (&["--log-format", "yaml"], "--log-format yaml: "),
+        (&["-n=maybe"], "-n/--no-hostname maybe: "),
+        (
+            &["--kubernetes-gpu-id-type", "serial"],
+            "--kubernetes-gpu-id-type serial: ",
+        ),
+        (&["-d", "x:1"], "-d x:1: "),
+        (
+            &["--watch-max-keep-samples", "1e3"],
+            "--watch-max-keep-samples 1e3: ",
+        ),
+    ] {
+        let (code, stderr) = exporter().args(args).run_to_exit();
+        assert_eq!(code, 1, "{args:?}: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?}: one line: {stderr}");
+        let line = lines[0];
+        assert!(
+            line.starts_with("time=\"") && line.contains(" level=fatal msg="),
+            "{args:?}: {line}"
+        );
+        let msg = line.split(" msg=").nth(1).unwrap().trim_matches('"');
+        assert!(msg.starts_with(start), "{args:?}: {msg}");
+    }
 }

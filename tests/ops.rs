@@ -255,7 +255,7 @@ fn json_logs_include_the_fatal_start_up_error() {
             b = b.env("DCGM_EXPORTER_LOG_FORMAT", f);
         }
         let (code, err) = b.run_to_exit();
-        assert_eq!(code, 2, "{err}");
+        assert_eq!(code, 1, "{err}");
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "{err}");
         let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
@@ -265,11 +265,12 @@ fn json_logs_include_the_fatal_start_up_error() {
             "{err}"
         );
     }
-    // In text format clap keeps its usage text.
+    // In text format: the same one logrus line as any other bad value.
     let (code, err) = exporter().args(&["-c", "abc"]).run_to_exit();
-    assert_eq!(code, 2);
+    assert_eq!(code, 1);
+    assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("--collect-interval") && err.contains("--help"),
+        err.contains("level=fatal") && err.contains("--collect-interval abc"),
         "{err}"
     );
 }

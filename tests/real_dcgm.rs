@@ -411,7 +411,7 @@ fn nvlink_states_from_nvml_decide_which_links_are_watched() {
     // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link
     // series themselves stay empty; see etc/sim/README.md, "Real DCGM and dcgm-sim".)
     assert!(
-        e.stderr().contains("watching 35 NvLink entities"),
+        e.stderr().contains(" 35 NvLink entities x "),
         "{}",
         e.stderr()
     );
@@ -458,7 +458,7 @@ fn a_refused_per_link_profiling_field_costs_only_itself() {
         "{}",
         dump(&page)
     );
-    assert!(e.stderr().contains("watching 8 NvLink entities x 1 fields"));
+    assert!(e.stderr().contains(" 8 NvLink entities x 1 fields"));
 }
 
 /// MIG through NVML injection: GPU 0 split into a 3g.40gb and a 1g.10gb instance. The real
@@ -730,4 +730,25 @@ fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
         "{}",
         e.stderr()
     );
+}
+
+/// The start-up line reads the version from the real library as from the simulator, and
+/// a real host engine not up yet at start is waited for (/health 503 meanwhile).
+#[test]
+fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("late-engine");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let e = kit.remote(port).spawn();
+    e.wait_until(60, |e| e.get_with("/health", &[]).0 == 503);
+    assert!(
+        e.stderr().contains("), DCGM library 4.6.0 ("),
+        "{}",
+        e.stderr()
+    );
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let page = e.scrape_until(60, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
+    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
 }

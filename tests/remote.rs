@@ -53,3 +53,59 @@ fn remote_mode_is_selected_by_the_environment_variable_alone() {
         Some("localhost")
     );
 }
+
+/// In a sidecar set-up the exporter often starts before the engine: it serves /health 503
+/// (HTTP up) and connects once the engine comes, with the start-up lines naming the engine.
+#[test]
+fn an_engine_not_reachable_at_start_is_retried_with_health_503_meanwhile() {
+    let port = free_port();
+    let e = exporter()
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
+        .spawn();
+    // The HTTP server answers while DCGM is not there (status 0: no answer yet).
+    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 503);
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains(&format!("127.0.0.1:{port}")), "{body}");
+    assert!(
+        e.stderr()
+            .contains("mode: remote DCGM host engine at 127.0.0.1:"),
+        "{}",
+        e.stderr()
+    );
+    e.wait_for_log(30, "retrying");
+    let _engine = HostEngine::start(port, Some("h100-8gpu-nvswitch.toml"));
+    let page = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 8);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
+    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
+    assert!(
+        e.stderr().contains(&format!(
+            "connected to the DCGM host engine at 127.0.0.1:{port}"
+        )),
+        "{}",
+        e.stderr()
+    );
+}
+
+/// `--exit-if-hostengine-unreachable` keeps dcgm-exporter's behaviour: one fatal line,
+/// exit 1 (the env var does the same).
+#[test]
+fn the_flag_keeps_the_exit_at_start() {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    for b in [
+        exporter().args(&["-r", &addr, "--exit-if-hostengine-unreachable"]),
+        exporter()
+            .args(&["-r", &addr])
+            .env("DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE", "true"),
+    ] {
+        let (code, stderr) = b.run_to_exit();
+        assert_eq!(code, 1, "{stderr}");
+        let fatal: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("level=fatal"))
+            .collect();
+        assert_eq!(fatal.len(), 1, "{stderr}");
+        assert!(fatal[0].contains(&addr), "{stderr}");
+    }
+}

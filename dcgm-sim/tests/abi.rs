@@ -206,6 +206,10 @@ fn nothing_works_before_init() {
         assert_eq!(dcgmUpdateAllFields(EMBEDDED, 1), DCGM_ST_UNINITIALIZED);
         assert_eq!(dcgmPolicyTrigger(EMBEDDED), DCGM_ST_UNINITIALIZED);
         assert_eq!(dcgmDisconnect(5), DCGM_ST_OK, "disconnect is always OK");
+        // As the real 4.6 library: the build information needs no dcgmInit.
+        let mut vi = vec![0u32; 129];
+        vi[0] = 516 | 2 << 24;
+        assert_eq!(dcgmVersionInfo(vi.as_mut_ptr().cast()), DCGM_ST_OK);
         assert!(
             DcgmFieldGetById(150).is_null(),
             "no metadata before DcgmFieldsInit"

@@ -623,8 +623,18 @@ typedef struct
 
 typedef const dcgm_field_meta_t *dcgm_field_meta_p;
 
+/* Build information of the library (dcgm_structs.h). */
+typedef struct
+{
+    unsigned int version;
+    char rawBuildInfoString[DCGM_MAX_STR_LENGTH * 2];
+} dcgmVersionInfo_v2;
+
+#define dcgmVersionInfo_version2 MAKE_DCGM_VERSION(dcgmVersionInfo_v2, 2)
+
 /* -------------------------------------------------------------- functions */
 dcgmReturn_t dcgmInit(void);
+dcgmReturn_t dcgmVersionInfo(dcgmVersionInfo_v2 *pVersionInfo);
 dcgmReturn_t dcgmShutdown(void);
 dcgmReturn_t dcgmStartEmbedded(dcgmOperationMode_t opMode, dcgmHandle_t *pDcgmHandle);
 dcgmReturn_t dcgmStartEmbedded_v2(dcgmStartEmbeddedV2Params_v1 *params);

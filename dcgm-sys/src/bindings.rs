@@ -573,9 +573,19 @@ pub struct dcgm_field_meta_t {
     pub valueFormat: *mut dcgm_field_output_format_t,
 }
 pub type dcgm_field_meta_p = *const dcgm_field_meta_t;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dcgmVersionInfo_v2 {
+    pub version: ::std::os::raw::c_uint,
+    pub rawBuildInfoString: [::std::os::raw::c_char; 512usize],
+}
 pub struct DcgmLib {
     __library: ::libloading::Library,
     pub dcgmInit: Result<unsafe extern "C" fn() -> dcgmReturn_t, ::libloading::Error>,
+    pub dcgmVersionInfo: Result<
+        unsafe extern "C" fn(pVersionInfo: *mut dcgmVersionInfo_v2) -> dcgmReturn_t,
+        ::libloading::Error,
+    >,
     pub dcgmShutdown: Result<unsafe extern "C" fn() -> dcgmReturn_t, ::libloading::Error>,
     pub dcgmStartEmbedded: Result<
         unsafe extern "C" fn(
@@ -861,6 +871,7 @@ impl DcgmLib {
     {
         let __library = library.into();
         let dcgmInit = __library.get(b"dcgmInit\0").map(|sym| *sym);
+        let dcgmVersionInfo = __library.get(b"dcgmVersionInfo\0").map(|sym| *sym);
         let dcgmShutdown = __library.get(b"dcgmShutdown\0").map(|sym| *sym);
         let dcgmStartEmbedded = __library.get(b"dcgmStartEmbedded\0").map(|sym| *sym);
         let dcgmStartEmbedded_v2 = __library.get(b"dcgmStartEmbedded_v2\0").map(|sym| *sym);
@@ -914,6 +925,7 @@ impl DcgmLib {
         Ok(DcgmLib {
             __library,
             dcgmInit,
+            dcgmVersionInfo,
             dcgmShutdown,
             dcgmStartEmbedded,
             dcgmStartEmbedded_v2,
@@ -959,6 +971,12 @@ impl DcgmLib {
             .dcgmInit
             .as_ref()
             .expect("Expected function, got error."))()
+    }
+    pub unsafe fn dcgmVersionInfo(&self, pVersionInfo: *mut dcgmVersionInfo_v2) -> dcgmReturn_t {
+        (self
+            .dcgmVersionInfo
+            .as_ref()
+            .expect("Expected function, got error."))(pVersionInfo)
     }
     pub unsafe fn dcgmShutdown(&self) -> dcgmReturn_t {
         (self

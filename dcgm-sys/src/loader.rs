@@ -200,6 +200,28 @@ impl Library {
         }
     }
 
+    /// The DCGM release of the loaded library (`dcgmVersionInfo`'s `version:` entry, like
+    /// `4.6.0`), for the start-up line. Needs no `dcgmInit`.
+    pub fn version(&self) -> Result<String> {
+        let f = sym!(self, dcgmVersionInfo);
+        // SAFETY: an all-zero dcgmVersionInfo_v2 (integers and a char array) is valid.
+        let mut info: crate::ffi::dcgmVersionInfo_v2 = unsafe { std::mem::zeroed() };
+        info.version = crate::versions::VERSION_INFO_V2;
+        // SAFETY: a valid, writable struct of the size its version field announces.
+        let rc = unsafe { f(&mut info) };
+        self.check("dcgmVersionInfo", rc)?;
+        // SAFETY: reinterpreting c_char as u8 of the same size; the array lives in `info`.
+        let raw: &[u8] = unsafe {
+            std::slice::from_raw_parts(
+                info.rawBuildInfoString.as_ptr().cast::<u8>(),
+                info.rawBuildInfoString.len(),
+            )
+        };
+        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
+        let text = String::from_utf8_lossy(&raw[..end]);
+        Ok(build_info_version(&text).unwrap_or("unknown").to_string())
+    }
+
     /// `errorString()` of a code, or a generic text when the library has none.
     pub fn error_string(&self, code: i32) -> String {
         if let Ok(f) = &self.lib.errorString {
@@ -225,6 +247,15 @@ impl Library {
             }),
         }
     }
+}
+
+/// The `version:` entry of DCGM's raw build information
+/// (`version:4.6.0;arch:x86_64;buildtype:Release;...`).
+pub fn build_info_version(raw: &str) -> Option<&str> {
+    raw.split(';')
+        .find_map(|kv| kv.strip_prefix("version:"))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
 }
 
 /// The DCGM release that introduced a function, for missing-symbol errors.
@@ -263,4 +294,20 @@ pub(crate) use sym;
 pub fn exit_now(code: u8) -> ! {
     // SAFETY: _exit has no preconditions; it never returns.
     unsafe { libc::_exit(i32::from(code)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build_info_version;
+
+    #[test]
+    fn the_release_is_read_from_the_build_information() {
+        // As DCGM 4.6.0 built from source answers.
+        let real = "version:4.6.0;arch:x86_64;buildtype:Release;buildid:;builddate:2026-11-23;\
+                    commit:72fa3feaa67d716a75323a8f47c34ff3ee73f824(dirty);branch:master;\
+                    buildplatform:Linux 6.18 x86_64;;crc:6dd2a681506bb3c18f978d1c3a45414c";
+        assert_eq!(build_info_version(real), Some("4.6.0"));
+        assert_eq!(build_info_version("arch:x86_64;version:"), None);
+        assert_eq!(build_info_version(""), None);
+    }
 }

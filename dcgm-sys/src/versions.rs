@@ -24,6 +24,7 @@ macro_rules! versioned {
 }
 
 versioned! {
+    VERSION_INFO_V2 = dcgmVersionInfo_v2, 2, 516, 0x0200_0204;
     FIELD_VALUE_V1 = dcgmFieldValue_v1, 1, 4120, 0x0100_1018;
     FIELD_VALUE_V2 = dcgmFieldValue_v2, 2, 4128, 0x0200_1020;
     CONNECT_V2_PARAMS_V1 = dcgmConnectV2Params_v1, 1, 8, 0x0100_0008;

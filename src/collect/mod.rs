@@ -129,6 +129,8 @@ pub struct Collector {
     topology: Topology,
     interval: std::time::Duration,
     failures: Failures,
+    /// Explicit selections that match no entity here (see `targets::unmatched`).
+    unmatched: Vec<String>,
 }
 
 /// What [`watch_all`] set up: the live watches and the fields DCGM refused.
@@ -213,6 +215,44 @@ pub fn watch_all(
         }
     }
     Ok(out)
+}
+
+/// One line for what is watched per entity type, and one debug line for the types with
+/// nothing to collect: the build runs at every start, reconnect, reload and MIG change.
+fn log_watched(sets: &[ActiveSet]) {
+    let watched: Vec<String> = sets
+        .iter()
+        .map(|s| {
+            format!(
+                "{} {} entities x {} fields",
+                s.entities.len(),
+                s.set.kind.name(),
+                s.set.fields.len()
+            )
+        })
+        .collect();
+    if watched.is_empty() {
+        tracing::info!("watching no DCGM field");
+    } else {
+        tracing::info!("watching {}", watched.join(", "));
+    }
+    let idle: Vec<&str> = [
+        Kind::Gpu,
+        Kind::Switch,
+        Kind::Link,
+        Kind::Cpu,
+        Kind::CpuCore,
+    ]
+    .into_iter()
+    .filter(|k| !sets.iter().any(|s| s.set.kind == *k))
+    .map(Kind::name)
+    .collect();
+    if !idle.is_empty() {
+        tracing::debug!(
+            "not collecting {} metrics: no such entities selected or no fields apply",
+            idle.join(", ")
+        );
+    }
 }
 
 impl Collector {
@@ -319,12 +359,6 @@ impl Collector {
             if set.fields.is_empty() {
                 continue;
             }
-            tracing::info!(
-                "watching {} {} entities x {} fields",
-                entities.len(),
-                set.kind.name(),
-                set.fields.len()
-            );
             let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
                 .counters
                 .iter()
@@ -340,14 +374,11 @@ impl Collector {
                 watches: watched.watches,
             });
         }
-        for kind in [Kind::Switch, Kind::Link, Kind::Cpu, Kind::CpuCore] {
-            if !sets.iter().any(|s| s.set.kind == kind) {
-                tracing::info!(
-                    "not collecting {} metrics: no such entities selected or no fields apply",
-                    kind.name()
-                );
-            }
+        let unmatched = targets::unmatched(&topology, &opts).map_err(StartError::Config)?;
+        for n in &unmatched {
+            tracing::warn!("{n}");
         }
+        log_watched(&sets);
         let exp = ExpCollectors::start(
             &session,
             &counters,
@@ -360,6 +391,7 @@ impl Collector {
         session.update_all_fields(true)?;
         let mig_layout = topology.mig_rows.clone();
         Ok(Collector {
+            unmatched,
             session,
             counters,
             sets,
@@ -369,6 +401,11 @@ impl Collector {
             interval: std::time::Duration::from_millis(settings.interval_ms),
             failures,
         })
+    }
+
+    /// Explicit `-d`/`-s`/`-p` selections that match no entity on this node.
+    pub fn unmatched(&self) -> &[String] {
+        &self.unmatched
     }
 
     pub fn session(&self) -> &Session {

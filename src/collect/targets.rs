@@ -134,6 +134,51 @@ pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<
     Ok(out)
 }
 
+/// The parts of `-d`, `-s` and `-p` given explicitly (anything but `f`) that select no
+/// entity on this node, as `/health` notes: `-d i` on a node without MIG exports no GPU at
+/// all, which must not pass silently.
+pub fn unmatched(topo: &Topology, opts: &Options) -> Result<Vec<String>, String> {
+    let mut notes = Vec::new();
+    let mut note = |flag: &str, what: &str| {
+        notes.push(format!(
+            "{flag} selects no {what} on this node: none is exported"
+        ))
+    };
+    let d = opts.gpus;
+    if !d.flex && gpu_targets(topo, opts)?.is_empty() {
+        note(
+            "-d/--devices",
+            match (&d.major, &d.minor) {
+                (Some(_), None) => "GPU",
+                (None, Some(_)) => "GPU instance (MIG)",
+                _ => "GPU or GPU instance",
+            },
+        );
+    }
+    let s = opts.switches;
+    if s.major.is_some() && switch_targets(topo, opts)?.is_empty() {
+        note("-s/--switch-devices", "NvSwitch");
+    }
+    if let Some(minor) = &s.minor {
+        let any = topo.links.iter().any(|l| {
+            l.id.parent == EntityGroup::Switch
+                && l.state == LinkState::Up
+                && selected(minor, u32::from(l.id.index))
+        });
+        if !any {
+            note("-s/--switch-devices", "NvSwitch link (NvLink)");
+        }
+    }
+    let (cpus, cores) = cpu_targets(topo, opts)?;
+    if opts.cpus.major.is_some() && cpus.is_empty() {
+        note("-p/--cpu-devices", "CPU");
+    }
+    if opts.cpus.minor.is_some() && cores.is_empty() {
+        note("-p/--cpu-devices", "CPU core");
+    }
+    Ok(notes)
+}
+
 fn dcgm_level(c: &Counter) -> Option<u32> {
     match &c.field {
         CounterField::Dcgm(m) => Some(m.entity_level),

@@ -365,6 +365,10 @@ pub struct Config {
     /// Report /health as unhealthy while no GPU is being collected.
     #[arg(long, env = "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub health_require_gpus: bool,
+    /// Exit at start when the remote host engine (-r) cannot be reached, as dcgm-exporter
+    /// does; by default the exporter serves /health 503 and retries with backoff.
+    #[arg(long, env = "DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    pub exit_if_hostengine_unreachable: bool,
     /// Also export the exporter's process and HTTP handler metrics.
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_exporter_metrics: bool,
@@ -493,6 +497,59 @@ where
     T: Into<OsString>,
 {
     command().try_get_matches_from(normalize_args(args.into_iter().map(Into::into)))
+}
+
+/// A flag value that does not parse, as the one-line start-up error every other bad value
+/// gets (`-c abc: 'abc' is not a valid integer`, like `-c 0: ...`): main logs it at fatal
+/// and exits 1, as dcgm-exporter does for any bad value. `None` for other clap errors
+/// (an unknown flag, --help), which keep clap's usage text.
+pub fn value_error(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation | ErrorKind::InvalidUtf8
+    ) {
+        return None;
+    }
+    let text = |k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    // "--collect-interval <MS>", "--collect-interval=<MS>", "--no-hostname[=<BOOL>]".
+    let arg = text(ContextKind::InvalidArg)?;
+    let long = arg
+        .trim_start_matches('-')
+        .split([' ', '=', '['])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let short = Config::command()
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long.as_str()))
+        .and_then(|a| a.get_short());
+    let flag = match short {
+        Some(c) => format!("-{c}/--{long}"),
+        None => format!("--{long}"),
+    };
+    let value = text(ContextKind::InvalidValue).unwrap_or_default();
+    let why = match (e.kind(), e.get(ContextKind::ValidValue)) {
+        (ErrorKind::InvalidValue, Some(ContextValue::Strings(valid))) if value.is_empty() => {
+            format!("a value is required (one of {})", valid.join(", "))
+        }
+        (ErrorKind::InvalidValue, Some(ContextValue::Strings(valid))) => {
+            format!("expected one of {}", valid.join(", "))
+        }
+        (ErrorKind::InvalidValue, _) => "a value is required".to_string(),
+        (ErrorKind::InvalidUtf8, _) => "not valid UTF-8".to_string(),
+        _ => std::error::Error::source(e)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "invalid value".to_string()),
+    };
+    Some(if value.is_empty() {
+        format!("{flag}: {why}")
+    } else {
+        format!("{flag} {value}: {why}")
+    })
 }
 
 /// Normalises, then parses with clap (which also reads the environment). `--help` and
@@ -662,6 +719,7 @@ mod tests {
         ("watch-max-keep-age", None, Some("DCGM_EXPORTER_WATCH_MAX_KEEP_AGE"), Some("600s"), Str),
         ("watch-max-keep-samples", None, Some("DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES"), Some("0"), Int),
         ("health-require-gpus", None, Some("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS"), Some("false"), Bool),
+        ("exit-if-hostengine-unreachable", None, Some("DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE"), Some("false"), Bool),
         ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
         ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
         ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),

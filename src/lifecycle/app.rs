@@ -232,6 +232,8 @@ struct Collected {
     /// The node the page describes, for the sinks (when any).
     topology: Option<crate::collect::topology::Topology>,
     gpus: usize,
+    /// Selections that match no entity: degraded notes on /health.
+    unmatched: Vec<String>,
 }
 
 enum TickResult {
@@ -274,6 +276,12 @@ impl Runner {
             Err(Failure::Session(e) | Failure::Watches(e)) => Err(StartupError::Dcgm(e)),
             Err(Failure::Stopping) => Err(StartupError::Dcgm("interrupted".into())),
         }
+    }
+
+    /// Records a start without DCGM (a remote engine not reachable yet): /health answers
+    /// 503 with `why` until the collection loop connects.
+    pub fn unreachable_at_start(&self, why: &str) {
+        self.failed(why, false);
     }
 
     fn interval(&self) -> Duration {
@@ -385,17 +393,20 @@ impl Runner {
                 page,
                 topology: with_sinks.then(|| c.topology().clone()),
                 gpus: c.gpu_count(),
+                unmatched: c.unmatched().to_vec(),
             })))
         });
         done.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
     /// Runs until told to stop (or the channel closes), then removes the watches.
-    pub fn run(&self, worker: Worker<Dcgm>, control: Receiver<Control>) {
+    /// Without a worker (a remote engine unreachable at start) the first tick connects,
+    /// retried with backoff like a connection lost later.
+    pub fn run(&self, worker: Option<Worker<Dcgm>>, control: Receiver<Control>) {
         Loop {
             runner: self,
-            worker: Some(worker),
-            built: true,
+            built: worker.is_some(),
+            worker,
             abandoned: Vec::new(),
             inbox: Inbox {
                 control,
@@ -448,11 +459,14 @@ impl Runner {
             mut page,
             topology,
             gpus,
+            unmatched,
         } = c;
         {
             let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
             a.apply(&mut page);
-            self.shared.set_notes(a.notes());
+            let mut notes = unmatched;
+            notes.extend(a.notes());
+            self.shared.set_notes(notes);
         }
         let m = &self.shared.metrics;
         for (reason, n) in &page.dropped {
@@ -696,7 +710,10 @@ impl Loop<'_> {
         let Loop { runner, inbox, .. } = self;
         match runner.open(&worker, &mut || inbox.poll()) {
             Ok(()) => {
-                tracing::info!("connected to the DCGM host engine; watches recreated");
+                match &self.runner.engine {
+                    Engine::Remote(t) => tracing::info!("connected to the DCGM host engine at {t}"),
+                    Engine::Embedded => tracing::info!("started the embedded DCGM host engine"),
+                }
                 self.runner.shared.metrics.reconnects.inc();
                 self.runner.shared.set_connected(true);
                 self.backoff = self.runner.first_backoff();

@@ -163,7 +163,21 @@ fn serve(
         dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
     *library_out = Some(library.clone());
-    tracing::info!("loaded {}", library.path().display());
+    let dcgm_version = library.version().unwrap_or_else(|e| {
+        tracing::debug!("cannot read the DCGM library's version: {e}");
+        "unknown".into()
+    });
+    tracing::info!(
+        "dcgm-exporter {} (commit {}), DCGM library {} ({})",
+        env!("CARGO_PKG_VERSION"),
+        env!("DCGM_EXPORTER_COMMIT"),
+        dcgm_version,
+        library.path().display()
+    );
+    match &engine {
+        Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
+        Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
+    }
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(settings.interval_ms),
         server.as_ref().is_some_and(|s| s.options.openmetrics),
@@ -202,12 +216,25 @@ fn serve(
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
-    let worker = runner.start().map_err(|e| match (e, &engine) {
+    let worker = match runner.start() {
+        Ok(w) => Some(w),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
-        (app::StartupError::Config(msg), _) => msg,
-        (app::StartupError::Dcgm(e), Engine::Remote(t)) => format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)"),
-        (app::StartupError::Dcgm(e), Engine::Embedded) => format!("cannot start the embedded DCGM host engine: {e}"),
-    })?;
+        Err(app::StartupError::Config(msg)) => return Err(msg),
+        Err(app::StartupError::Dcgm(e)) => match &engine {
+            Engine::Remote(t) if !config.exit_if_hostengine_unreachable => {
+                // In a sidecar set-up the exporter often starts before the engine: retried
+                // like an engine lost later, with /health 503 meanwhile.
+                let why = format!("cannot use the DCGM host engine at {t}: {e}");
+                tracing::warn!(
+                    "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
+                );
+                runner.unreachable_at_start(&why);
+                None
+            }
+            Engine::Remote(t) => return Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)")),
+            Engine::Embedded => return Err(format!("cannot start the embedded DCGM host engine: {e}")),
+        },
+    };
 
     // One worker per core (tokio's default).
     let rt = tokio::runtime::Builder::new_multi_thread()

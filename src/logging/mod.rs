@@ -73,12 +73,22 @@ pub fn filter_directives(debug: bool) -> String {
 pub fn init(format: Format, debug: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter_directives(debug)));
-    let color = format == Format::Text && std::io::stderr().is_terminal();
+    let color = wants_color(
+        format,
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .event_format(LogrusFormat { format, color })
         .try_init();
+}
+
+/// Colour only for text on a terminal, and never when `NO_COLOR` is set to anything but
+/// the empty string (https://no-color.org).
+pub fn wants_color(format: Format, terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    format == Format::Text && terminal && !matches!(no_color, Some(v) if !v.is_empty())
 }
 
 /// Writes one line for an error that ends the process, in the chosen format; works before
@@ -251,6 +261,17 @@ fn render(format: Format, color: bool, level: &str, time: &Utc, msg: &str, kv: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_color_turns_colour_off_on_a_terminal() {
+        use std::ffi::OsStr;
+        assert!(wants_color(Format::Text, true, None));
+        // An empty NO_COLOR is as good as unset (no-color.org).
+        assert!(wants_color(Format::Text, true, Some(OsStr::new(""))));
+        assert!(!wants_color(Format::Text, true, Some(OsStr::new("1"))));
+        assert!(!wants_color(Format::Text, false, None));
+        assert!(!wants_color(Format::Json, true, None));
+    }
 
     fn t() -> Utc {
         Utc::from_unix(1_704_067_200)

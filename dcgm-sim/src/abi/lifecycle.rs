@@ -16,8 +16,10 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What `dcgmVersionInfo` reports: the DCGM release whose ABI is simulated.
-const BUILD_INFO: &str = "version:4.6.0;arch:x86_64;buildtype:Release;buildplatform:dcgm-sim;commit:dcgm-sim;branch:dcgm-sim";
+/// What `dcgmVersionInfo` reports: the DCGM release whose ABI is simulated, with the keys in
+/// the order and shape the real 4.6.0 library gives them (an empty entry before `crc`).
+const BUILD_INFO: &str = "version:4.6.0;arch:x86_64;buildtype:Release;buildid:;builddate:;\
+     commit:dcgm-sim;branch:dcgm-sim;buildplatform:dcgm-sim;;crc:";
 
 /// `dcgmReturn_t dcgmInit(void)`: idempotent; also initialises the field table.
 #[no_mangle]
@@ -330,11 +332,12 @@ unsafe fn fill_version_info(info: *mut VersionInfoV2) -> Result<(), dcgmReturn_t
     Ok(())
 }
 
-/// `dcgmReturn_t dcgmVersionInfo(dcgmVersionInfo_t *)`.
+/// `dcgmReturn_t dcgmVersionInfo(dcgmVersionInfo_t *)`. Like the real 4.6 library it
+/// answers before `dcgmInit` (it reads the library's own build information).
 #[no_mangle]
 pub unsafe extern "C" fn dcgmVersionInfo(info: *mut VersionInfoV2) -> dcgmReturn_t {
     // SAFETY: the caller's pointer, checked inside.
-    api(|| unsafe { fill_version_info(info) })
+    guard(|| unsafe { fill_version_info(info) })
 }
 
 /// Round-trips a cheap request, so that a dead connection reports -21.

@@ -32,7 +32,17 @@ pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
 pub fn bind(address: &str) -> Result<Vec<TcpListener>, String> {
     let mut bound = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
-    for addr in listen_addrs(address)? {
+    for mut addr in listen_addrs(address)? {
+        // `:0` is one random port for every address, not one per address family: the
+        // later ones take the port the first was given.
+        if addr.port() == 0 {
+            if let Some(port) = bound
+                .first()
+                .and_then(|l: &TcpListener| l.local_addr().ok())
+            {
+                addr.set_port(port.port());
+            }
+        }
         match TcpListener::bind(addr) {
             Ok(l) => bound.push(l),
             Err(e) => {
@@ -84,6 +94,17 @@ mod tests {
         assert!(listen_addrs("[::1]:9401").unwrap()[0].is_ipv6());
         assert!(listen_addrs(":http").unwrap_err().contains("-a"));
         assert!(listen_addrs("nohost").is_err());
+    }
+
+    #[test]
+    fn port_0_is_one_port_for_every_address() {
+        let bound = bind(":0").unwrap();
+        let ports: std::collections::BTreeSet<u16> = bound
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        assert_eq!(ports.len(), 1, "{bound:?}");
+        assert_ne!(ports.first(), Some(&0));
     }
 
     #[test]
