@@ -146,7 +146,10 @@ fn every_shell_block_is_runnable_or_says_why_not() {
     let runnable = blocks.iter().filter(|b| b.runnable).count();
     // The README's set-up command, remote mode, the simulated NVML, a fault, the
     // textfile, OpenMetrics, Kubernetes without an API, the HPA rules: at least these.
-    assert!(runnable >= 8, "only {runnable} runnable blocks: {blocks:#?}");
+    assert!(
+        runnable >= 8,
+        "only {runnable} runnable blocks: {blocks:#?}"
+    );
     let setup = &blocks
         .iter()
         .find(|b| b.at.starts_with("README.md:"))
@@ -172,7 +175,11 @@ fn the_marker_check_refuses_an_unmarked_block() {
             "x.md:7: unknown key \"bogus=1\"",
         ]
     );
-    assert!(blocks[3].runnable && blocks[3].body == "curl -V\n", "{:?}", blocks[3]);
+    assert!(
+        blocks[3].runnable && blocks[3].body == "curl -V\n",
+        "{:?}",
+        blocks[3]
+    );
 }
 
 /// The block's text with the test build's paths and free ports; the port map.
@@ -232,7 +239,9 @@ fn numbers(s: &str) -> Vec<(usize, usize)> {
     let mut i = 0;
     while i < b.len() {
         if b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) {
-            let j = (i..b.len()).find(|&j| !b[j].is_ascii_digit()).unwrap_or(b.len());
+            let j = (i..b.len())
+                .find(|&j| !b[j].is_ascii_digit())
+                .unwrap_or(b.len());
             if j == b.len() || !b[j].is_ascii_alphabetic() {
                 out.push((i, j));
             }
@@ -262,12 +271,12 @@ fn check_build(build: &str, body: &str, bin: &Path) {
             other => panic!("the set-up build names {other}, not a package it needs"),
         }
     };
-    let made: Vec<&str> = pkgs.iter().flat_map(|p| builds(p).iter().copied()).collect();
+    let made: Vec<&str> = pkgs
+        .iter()
+        .flat_map(|p| builds(p).iter().copied())
+        .collect();
     for used in body.split("target/release/").skip(1) {
-        let name: String = used
-            .chars()
-            .take_while(|c| !c.is_whitespace())
-            .collect();
+        let name: String = used.chars().take_while(|c| !c.is_whitespace()).collect();
         assert!(
             made.contains(&name.as_str()),
             "the set-up command uses target/release/{name}, which `{build}` does not build"
@@ -275,7 +284,10 @@ fn check_build(build: &str, body: &str, bin: &Path) {
         assert!(bin.join(&name).exists(), "{name} is not built");
     }
     if body.contains("LD_LIBRARY_PATH=target/release") {
-        assert!(pkgs.contains(&"nvml-sim"), "the NVML on LD_LIBRARY_PATH is not built");
+        assert!(
+            pkgs.contains(&"nvml-sim"),
+            "the NVML on LD_LIBRARY_PATH is not built"
+        );
     }
 }
 
@@ -289,17 +301,21 @@ impl Running {
         // The whole process group: the block's background servers too.
         let pgid = self.child.id() as i32;
         let _ = Command::new("kill")
-            .args(["-TERM", &format!("-{pgid}")])
+            .args(["-s", "TERM", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
             .status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
+            // (Reaped first: a zombie leader still counts as a member of its group.)
+            let _ = self.child.try_wait();
             if !group_alive(pgid) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = Command::new("kill")
-            .args(["-KILL", &format!("-{pgid}")])
+            .args(["-s", "KILL", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null())
             .status();
         let _ = self.child.wait();
     }
@@ -316,7 +332,7 @@ impl Drop for Running {
 
 fn group_alive(pgid: i32) -> bool {
     Command::new("kill")
-        .args(["-0", &format!("-{pgid}")])
+        .args(["-0", "--", &format!("-{pgid}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
@@ -349,8 +365,9 @@ fn start(script: &str, b: &Block, work: &Path, bin: &Path, ports: &BTreeMap<u16,
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&stderr).unwrap())
         .process_group(0);
-    if let Some(p) = b.keys.get("server") {
-        let port = ports[&p.parse::<u16>().unwrap()];
+    // A plain `dcgm-exporter` listens where the block's server, or its 9400, was moved.
+    let server = b.keys.get("server").map(|p| p.parse::<u16>().unwrap());
+    if let Some(port) = server.or(Some(9400)).and_then(|p| ports.get(&p)) {
         cmd.env("DCGM_EXPORTER_LISTEN", format!(":{port}"));
     }
     Running {
@@ -362,13 +379,26 @@ fn start(script: &str, b: &Block, work: &Path, bin: &Path, ports: &BTreeMap<u16,
 /// Runs one block; the failure, if any.
 fn run(b: &Block, work: &Path, bin: &Path) -> Result<(), String> {
     let (script, ports) = prepare(b, bin);
-    let script = script.replace("/tmp/dcgm-doc-example", &work.join("dcgm-doc-example").display().to_string());
+    let script = script.replace(
+        "/tmp/dcgm-doc-example",
+        &work.join("dcgm-doc-example").display().to_string(),
+    );
     let mut r = start(&script, b, work, bin, &ports);
-    let fail = |r: &Running, why: String| Err(format!("{}: {why}\n--- script\n{script}--- stderr\n{}", b.at, r.stderr()));
+    let fail = |r: &Running, why: String| {
+        Err(format!(
+            "{}: {why}\n--- script\n{script}--- stderr\n{}",
+            b.at,
+            r.stderr()
+        ))
+    };
     if let Some(p) = b.keys.get("server") {
         let port = ports[&p.parse::<u16>().unwrap()];
         let url = format!("http://127.0.0.1:{port}/metrics");
-        let expect = b.keys.get("expect").map(String::as_str).unwrap_or("DCGM_FI_");
+        let expect = b
+            .keys
+            .get("expect")
+            .map(String::as_str)
+            .unwrap_or("DCGM_FI_");
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(st)) = r.child.try_wait() {
@@ -390,7 +420,9 @@ fn run(b: &Block, work: &Path, bin: &Path) -> Result<(), String> {
             match r.child.try_wait() {
                 Ok(Some(st)) if st.success() => break,
                 Ok(Some(st)) => return fail(&r, format!("exited with {st}")),
-                _ if Instant::now() > deadline => return fail(&r, "still running after 120 s".into()),
+                _ if Instant::now() > deadline => {
+                    return fail(&r, "still running after 120 s".into())
+                }
                 _ => std::thread::sleep(Duration::from_millis(100)),
             }
         }
@@ -417,6 +449,7 @@ fn runnable_blocks_run_against_the_simulator() {
             }
         }
         ran += 1;
+        eprintln!("doc example {}", b.at);
         if let Err(e) = run(b, work.path(), &bin) {
             failures.push(e);
         }
@@ -432,7 +465,10 @@ fn docs_and_help_name_systems_not_seed_files() {
         .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
         .collect();
     let help = support::exporter_command().arg("--help").output().unwrap();
-    texts.push(("--help".into(), String::from_utf8_lossy(&help.stdout).into_owned()));
+    texts.push((
+        "--help".into(),
+        String::from_utf8_lossy(&help.stdout).into_owned(),
+    ));
     for (what, text) in texts {
         for (n, line) in text.lines().enumerate() {
             assert!(
@@ -448,7 +484,10 @@ fn docs_and_help_name_systems_not_seed_files() {
 fn the_documented_listening_line_is_the_one_printed() {
     let doc = std::fs::read_to_string(support::repo("docs/troubleshooting.md")).unwrap();
     let shown = "listening on [::]:9400 (http)";
-    assert!(doc.contains(shown), "docs/troubleshooting.md shows another listening line");
+    assert!(
+        doc.contains(shown),
+        "docs/troubleshooting.md shows another listening line"
+    );
     let port = support::free_port();
     let mut cmd = support::exporter_command();
     cmd.args(["-a", &format!(":{port}"), "--dcgm-library"])
@@ -470,5 +509,8 @@ fn ports_are_replaced_where_they_stand_alone() {
     };
     let (s, ports) = prepare(&b, Path::new("/bin"));
     let (p1, p2) = (ports[&9401], ports[&5555]);
-    assert_eq!(s, format!("x -a :{p1} -r localhost:{p2} -c 19401 v9400 94012 9400ms\n"));
+    assert_eq!(
+        s,
+        format!("x -a :{p1} -r localhost:{p2} -c 19401 v9400 94012 9400ms\n")
+    );
 }

@@ -58,7 +58,11 @@ fn from_help() -> BTreeMap<String, Flag> {
 /// The flag table of docs/configuration.md: each `--long` in the first column; env and default when the
 /// row has a single flag.
 fn from_readme() -> BTreeMap<String, Option<Flag>> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
     let table = text
         .split("\n## Flags\n")
         .nth(1)
