@@ -198,9 +198,11 @@ fn prepare(b: &Block, bin: &Path) -> (String, BTreeMap<u16, u16>) {
         s.push_str(&line);
         s.push('\n');
     }
+    // (Through a placeholder: `bin` itself holds `target/debug` or `target/release`.)
     let s = s
-        .replace("target/release", bin)
-        .replace("target/debug", bin);
+        .replace("target/release", "\0BIN\0")
+        .replace("target/debug", "\0BIN\0")
+        .replace("\0BIN\0", bin);
     let mut ports = BTreeMap::new();
     let mut want: Vec<u16> = b
         .keys
