@@ -1,4 +1,4 @@
-//! `--help` and the README's flag table describe the same flags: every flag of one is in
+//! `--help` and the flag table of docs/configuration.md describe the same flags: every flag of one is in
 //! the other, with the same environment variable and default.
 
 use std::collections::BTreeMap;
@@ -55,10 +55,14 @@ fn from_help() -> BTreeMap<String, Flag> {
     flags
 }
 
-/// The README's flag table: each `--long` in the first column; env and default when the
+/// The flag table of docs/configuration.md: each `--long` in the first column; env and default when the
 /// row has a single flag.
 fn from_readme() -> BTreeMap<String, Option<Flag>> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/configuration.md"
+    ))
+    .unwrap();
     let table = text
         .split("\n## Flags\n")
         .nth(1)
@@ -96,7 +100,7 @@ fn help_and_readme_list_the_same_flags_with_the_same_env_and_defaults() {
     let readme_names: Vec<&String> = readme.keys().collect();
     assert_eq!(
         help_names, readme_names,
-        "flags in --help vs the README table"
+        "flags in --help vs the table in docs/configuration.md"
     );
     let mut wrong = Vec::new();
     for (name, doc) in &readme {
@@ -104,7 +108,7 @@ fn help_and_readme_list_the_same_flags_with_the_same_env_and_defaults() {
         let h = &help[name];
         if doc.env != h.env {
             wrong.push(format!(
-                "--{name}: env {:?} in the README, {:?} in --help",
+                "--{name}: env {:?} in docs/configuration.md, {:?} in --help",
                 doc.env, h.env
             ));
         }
@@ -114,7 +118,7 @@ fn help_and_readme_list_the_same_flags_with_the_same_env_and_defaults() {
         );
         if rd != hd {
             wrong.push(format!(
-                "--{name}: default {rd:?} in the README, {hd:?} in --help"
+                "--{name}: default {rd:?} in docs/configuration.md, {hd:?} in --help"
             ));
         }
     }

@@ -141,12 +141,12 @@ fn a_selector_naming_a_missing_device_is_a_selector_error() {
 }
 
 #[test]
-fn the_readmes_nvlink_query_groups_by_labels_the_link_series_carry() {
-    let readme = std::fs::read_to_string(repo("README.md")).unwrap();
+fn the_documented_nvlink_query_groups_by_labels_the_link_series_carry() {
+    let readme = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();
     let query = readme
         .lines()
         .find(|l| l.contains("DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK") && l.starts_with("sum by ("))
-        .expect("the README's per-link NVLink PromQL");
+        .expect("the per-link NVLink PromQL of docs/metrics.md");
     let by: Vec<&str> = query["sum by (".len()..]
         .split(')')
         .next()
@@ -176,7 +176,7 @@ fn the_readmes_nvlink_query_groups_by_labels_the_link_series_carry() {
         for l in &by {
             assert!(
                 s.label(l).is_some_and(|v| !v.is_empty()),
-                "the README groups by {l}, which {:?} lacks",
+                "docs/metrics.md groups by {l}, which {:?} lacks",
                 s.labels
             );
         }

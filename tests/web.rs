@@ -843,7 +843,7 @@ fn a_profile_longer_than_the_read_timeout_arrives_whole() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("web.yml");
     std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
-    // The README's limits: the read timeout bounds reading the request, not the 20 s the
+    // The limits in docs/security.md: the read timeout bounds reading the request, not the 20 s the
     // handler takes.
     let e = exporter()
         .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])

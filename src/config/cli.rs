@@ -307,7 +307,7 @@ pub struct Config {
     /// Scrapes served at once; excess requests get 503.
     #[arg(long, env = "DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES", value_name = "N", default_value = "16", value_parser = go_int!())]
     pub max_concurrent_scrapes: i64,
-    /// Path of the metrics endpoint (seed 001's exporter served /gpu/metrics).
+    /// Path of the metrics endpoint (the Pod GPU Metrics Exporter served /gpu/metrics).
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_TELEMETRY_PATH",

@@ -337,7 +337,7 @@ mod tests {
             assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         }
         // Upstream's 26 active rows, the same in both; the 1.x names' 20, plus
-        // dcgm_low_util_violation, which seed 001's exporter served (commented out upstream).
+        // dcgm_low_util_violation, which the Pod GPU Metrics Exporter served (commented out upstream).
         assert_eq!(default.all.len(), 26, "{:?}", names(&default));
         assert_eq!(names(&default), names(&dcp));
         assert_eq!(compat.all.len(), 21, "{:?}", names(&compat));
@@ -373,7 +373,7 @@ mod tests {
              (first on line 18); using line 18"
         ));
         // The rest matches our shipped 1.x file row for row, which also enables
-        // dcgm_low_util_violation (see the README's differences table).
+        // dcgm_low_util_violation (see docs/differences.md).
         let ours = load(&file("etc/1.x-compatibility-metrics.csv")).unwrap();
         let mut a = names(&c);
         a.push("dcgm_low_util_violation");

@@ -35,9 +35,17 @@ pub fn sim_built() -> &'static Path {
     BUILT.get_or_init(|| {
         let dir = bin_dir();
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args([
-            "build", "-q", "-p", "dcgm-sim", "-p", "nvml-sim", "--lib", "--bins",
-        ]);
+        cmd.args(["build", "-q"]);
+        // Built alone, the simulators get their dependencies' features resolved for them
+        // only (resolver 2 resolves per selection, dev-dependencies' features only when
+        // tests are built), so under `cargo test --workspace` some 30 crates would compile
+        // a second time. `.ci/run` says it runs the whole workspace: then the same
+        // selection finds every unit fresh.
+        if std::env::var_os("DCGM_TEST_WORKSPACE_BUILD").is_some_and(|v| v == "1") {
+            cmd.args(["--workspace", "--lib", "--bins", "--tests"]);
+        } else {
+            cmd.args(["-p", "dcgm-sim", "-p", "nvml-sim", "--lib", "--bins"]);
+        }
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
