@@ -86,6 +86,13 @@ fn run_memory() -> Result<(), String> {
         .parent()
         .ok_or("no repo root")?
         .to_path_buf();
+    let build = build_binaries(&root)?;
+    memory::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and the simulator in the `--build` profile (release unless told
+/// otherwise): the name of that profile's target folder.
+fn build_binaries(root: &Path) -> Result<String, String> {
     let build = arg("--build", "release");
     let mut cargo = Command::new(env!("CARGO"));
     cargo.args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"]);
@@ -97,13 +104,13 @@ fn run_memory() -> Result<(), String> {
         other => return Err(format!("--build: debug or release, not {other}")),
     }
     let status = cargo
-        .current_dir(&root)
+        .current_dir(root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
     if !status.success() {
         return Err(format!("{build} build failed"));
     }
-    memory::run(&root, &root.join("target").join(&build))
+    Ok(build)
 }
 
 fn run() -> Result<(), String> {
@@ -116,23 +123,7 @@ fn run() -> Result<(), String> {
         .map_err(|_| "--seconds: not a number")?;
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
-    let build = arg("--build", "release");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"]);
-    match build.as_str() {
-        "release" => {
-            cargo.arg("--release");
-        }
-        "debug" => {}
-        other => return Err(format!("--build: debug or release, not {other}")),
-    }
-    let status = cargo
-        .current_dir(&root)
-        .status()
-        .map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err(format!("{build} build failed"));
-    }
+    let build = build_binaries(&root)?;
     let bin: PathBuf = root.join("target").join(&build);
     // The DCGM library and the environment it needs: the simulator, or the real kit over
     // injected NVML answers.
