@@ -8,7 +8,6 @@ mod support;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 fn promtool() -> Option<&'static str> {
     support::require_tool("promtool", "apt-get install prometheus; .ci/run does this")
@@ -16,18 +15,7 @@ fn promtool() -> Option<&'static str> {
 }
 
 fn run(args: &[&str], dir: &Path) -> String {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run promtool");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool {args:?}:\n{text}");
-    text
+    support::prom::promtool_in(dir, args)
 }
 
 #[test]

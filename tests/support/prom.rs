@@ -25,6 +25,23 @@ pub fn tool(name: &str) -> String {
     name.to_string()
 }
 
+/// Runs `promtool ARGS` in `dir` and returns what it printed; fails the test when promtool
+/// does (rules that do not load, a rule test that does not pass).
+pub fn promtool_in(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{text}");
+    text
+}
+
 /// What `promtool check metrics` reports on a page (empty when it finds nothing).
 pub fn promtool_check(page: &str) -> String {
     use std::io::Write;
