@@ -38,19 +38,9 @@ pub fn run(bin: &Path, o: &Options) -> Result<(), String> {
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
     let library = match &o.real {
         Some(kit) => {
-            let yaml = scratch.join("nvml.yaml");
-            std::fs::write(
-                &yaml,
-                crate::nvml_yaml::render(&[crate::nvml_yaml::Gpu::default()]),
-            )
-            .map_err(|e| format!("{}: {e}", yaml.display()))?;
-            env.push(("NVML_INJECTION_MODE".into(), "True".into()));
-            env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
-            env.push((
-                "LD_LIBRARY_PATH".into(),
-                kit.join("lib").display().to_string(),
-            ));
-            kit.join("lib/libdcgm.so.4")
+            let (library, kit_env) = crate::real_kit(kit, 1, &scratch.join("nvml.yaml"))?;
+            env.extend(kit_env);
+            library
         }
         None => bin.join("libdcgm.so.4"),
     };
@@ -70,7 +60,13 @@ pub fn run(bin: &Path, o: &Options) -> Result<(), String> {
         },
         Mode {
             name: "-r to a closed port",
-            args: vec!["-r".into(), format!("127.0.0.1:{closed}")],
+            // An engine unreachable at start is retried by default; this flag keeps
+            // dcgm-exporter's exit at start, the failed start this mode counts.
+            args: vec![
+                "-r".into(),
+                format!("127.0.0.1:{closed}"),
+                "--exit-if-hostengine-unreachable".into(),
+            ],
             sigterm: false,
         },
     ];

@@ -113,6 +113,29 @@ fn build_binaries(root: &Path) -> Result<String, String> {
     Ok(build)
 }
 
+/// The real kit's `libdcgm.so.4` over `gpus` injected H100s: the library, and the
+/// environment it needs to find its NVML injection (whose YAML is written to `yaml`).
+fn real_kit(
+    kit: &Path,
+    gpus: usize,
+    yaml: &Path,
+) -> Result<(PathBuf, Vec<(String, String)>), String> {
+    std::fs::write(
+        yaml,
+        nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]),
+    )
+    .map_err(|e| format!("{}: {e}", yaml.display()))?;
+    let env = vec![
+        ("NVML_INJECTION_MODE".into(), "True".into()),
+        ("NVML_YAML_FILE".into(), yaml.display().to_string()),
+        (
+            "LD_LIBRARY_PATH".into(),
+            kit.join("lib").display().to_string(),
+        ),
+    ];
+    Ok((kit.join("lib/libdcgm.so.4"), env))
+}
+
 fn run() -> Result<(), String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -138,18 +161,9 @@ fn run() -> Result<(), String> {
             .parse()
             .map_err(|_| "--gpus: not a number")?;
         let yaml = std::env::temp_dir().join(format!("bench-nvml-{}.yaml", std::process::id()));
-        std::fs::write(
-            &yaml,
-            nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]),
-        )
-        .map_err(|e| format!("{}: {e}", yaml.display()))?;
-        env.push(("NVML_INJECTION_MODE".into(), "True".into()));
-        env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
-        env.push((
-            "LD_LIBRARY_PATH".into(),
-            kit.join("lib").display().to_string(),
-        ));
-        kit.join("lib/libdcgm.so.4")
+        let (library, kit_env) = real_kit(&kit, gpus, &yaml)?;
+        env.extend(kit_env);
+        library
     } else {
         env.push(("DCGM_SIM_PROFILE".into(), profile.display().to_string()));
         bin.join("libdcgm.so.4")

@@ -11,7 +11,7 @@
 //! [--profile etc/sim/large-bench.toml] [--collectors bench/bench-counters.csv]
 //! [--interval-ms 1000] [--real DIR --gpus 8]`
 
-use crate::{arg, get, nvml_yaml, Killed};
+use crate::{arg, get, Killed};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,19 +49,10 @@ pub fn run(root: &Path, bin: &Path) -> Result<(), String> {
             .parse()
             .map_err(|_| "--gpus: not a number")?;
         let yaml = std::env::temp_dir().join(format!("bench-mem-{}.yaml", std::process::id()));
-        std::fs::write(
-            &yaml,
-            nvml_yaml::render(&vec![nvml_yaml::Gpu::default(); gpus]),
-        )
-        .map_err(|e| format!("{}: {e}", yaml.display()))?;
-        env.push(("NVML_INJECTION_MODE".into(), "True".into()));
-        env.push(("NVML_YAML_FILE".into(), yaml.display().to_string()));
-        env.push((
-            "LD_LIBRARY_PATH".into(),
-            kit.join("lib").display().to_string(),
-        ));
+        let (library, kit_env) = crate::real_kit(&kit, gpus, &yaml)?;
+        env.extend(kit_env);
         (
-            kit.join("lib/libdcgm.so.4"),
+            library,
             format!("real DCGM embedded, {gpus} injected H100s"),
         )
     } else {
