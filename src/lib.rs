@@ -10,6 +10,7 @@
 
 pub mod attribution;
 pub mod collect;
+pub mod common;
 pub mod config;
 pub mod lifecycle;
 pub mod logging;

@@ -3,7 +3,7 @@
 //! fatal as upstream) and the pod watch that gives UIDs and labels.
 
 mod support;
-use dcgm_exporter::attribution::kubeapi::KubeApi;
+use dcgm_exporter::common::kubeapi::KubeApi;
 use dcgm_exporter::attribution::podmeta::{self, Allowlist};
 use dcgm_exporter::attribution::PodMetadata;
 use std::time::{Duration, Instant};

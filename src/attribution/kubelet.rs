@@ -183,7 +183,7 @@ impl Refresher {
         // the collection's count.
         let mut seen = 0u64;
         // No stall limit: the thread waits for triggers, and each call has its deadline.
-        let thread = crate::lifecycle::supervisor::Supervisor::global()
+        let thread = crate::common::supervisor::Supervisor::global()
             .spawn("kubelet", None, move |beat| {
                 while rx.recv().is_ok() {
                     // Triggers that piled up while a call ran are answered by one call.

@@ -1,6 +1,7 @@
 //! Self-metrics of the attribution sources (kubelet, nvml, hpc, ...).
 
-use crate::output::selfmetrics::{SelfMetrics, PREFIX};
+use crate::common::PREFIX;
+use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 #[derive(Clone)]
@@ -11,8 +12,14 @@ pub struct Metrics {
     unplaced_total: IntCounter,
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
 impl Metrics {
-    pub fn register(into: &SelfMetrics) -> Metrics {
+    pub fn new() -> Metrics {
         let up = IntGaugeVec::new(
             Opts::new(
                 format!("{PREFIX}attribution_source_up"),
@@ -39,16 +46,22 @@ impl Metrics {
             "Times a MIG device named by UUID could not be placed on a GPU instance (once per device each time it becomes unplaced).",
         ))
         .expect("static metric options are valid");
-        into.register(Box::new(up.clone()));
-        into.register(Box::new(errors.clone()));
-        into.register(Box::new(unplaced.clone()));
-        into.register(Box::new(unplaced_total.clone()));
         Metrics {
             up,
             errors,
             unplaced,
             unplaced_total,
         }
+    }
+
+    /// What a registry serves (the exporter's self-metrics: `SelfMetrics::register`).
+    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+        vec![
+            Box::new(self.up.clone()),
+            Box::new(self.errors.clone()),
+            Box::new(self.unplaced.clone()),
+            Box::new(self.unplaced_total.clone()),
+        ]
     }
 
     /// `now`: the devices unplaced on this collection; `new`: how many of them were placed

@@ -8,7 +8,6 @@ pub mod container;
 pub mod device_ids;
 pub mod dra;
 pub mod hpc;
-pub mod kubeapi;
 pub mod kubelet;
 pub mod metrics;
 pub mod mig;

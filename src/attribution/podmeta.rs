@@ -3,7 +3,7 @@
 //! (`--kubernetes-enable-pod-uid`, `--kubernetes-enable-pod-labels`,
 //! `--kubernetes-pod-label-allowlist-regex`), as dcgm-exporter's pod informer.
 
-use super::kubeapi::{ErrorStreak, KubeApi};
+use crate::common::kubeapi::{ErrorStreak, KubeApi};
 use super::{PodMeta, PodMetadata};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;

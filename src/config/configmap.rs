@@ -4,7 +4,7 @@
 //! edit reloads the counters without a signal.
 
 use super::counters::{self, Counters};
-use crate::attribution::kubeapi::{ErrorStreak, KubeApi, STARTUP_DEADLINE};
+use crate::common::kubeapi::{ErrorStreak, KubeApi, STARTUP_DEADLINE};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::watcher::{self, Event};

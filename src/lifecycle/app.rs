@@ -16,7 +16,7 @@ use crate::attribution::Attribution;
 use crate::collect::freshness::max_served_age;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
-use crate::lifecycle::supervisor::Supervisor;
+use crate::common::supervisor::Supervisor;
 use crate::lifecycle::worker::{Abandoned, Current, JobError, Worker};
 use crate::output::exposition::Exposition;
 use crate::output::render::Page;

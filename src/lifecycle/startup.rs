@@ -1,7 +1,7 @@
 //! From a parsed configuration to a running exporter: load DCGM, start the collection
 //! thread, serve HTTP until a signal arrives.
 
-use crate::attribution::kubeapi::KubeApi;
+use crate::common::kubeapi::KubeApi;
 use crate::attribution::{self, Attribution};
 use crate::collect;
 use crate::config::hostname;
@@ -190,8 +190,11 @@ fn serve(
         shared.metrics.enable_exporter_metrics();
     }
     let attribution = attribution_stage(&config, &settings)?;
-    let attribution =
-        attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
+    let attribution_metrics = attribution::metrics::Metrics::new();
+    for c in attribution_metrics.collectors() {
+        shared.metrics.register(c);
+    }
+    let attribution = attribution.with_metrics(attribution_metrics);
     let attribution = match pod_metadata(&config, kube_api.as_ref()) {
         Some(cache) => attribution.with_metadata(cache),
         None => attribution,

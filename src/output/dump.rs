@@ -85,7 +85,7 @@ impl Dumper {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("--dump-directory {}: {e}", self.dir.display()))?;
         let d = self.clone();
-        crate::lifecycle::supervisor::Supervisor::global()
+        crate::common::supervisor::Supervisor::global()
             .spawn(
                 "dump-cleanup",
                 Some(Duration::from_secs(3 * 3600)),

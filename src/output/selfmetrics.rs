@@ -4,7 +4,7 @@
 use crate::output::render::DropReason;
 use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
-pub const PREFIX: &str = "dcgm_exporter_";
+pub use crate::common::PREFIX;
 
 pub struct SelfMetrics {
     registry: Registry,

@@ -13,7 +13,7 @@ pub mod docker;
 mod http;
 
 use super::{DeviceLabelSource, DeviceLabels};
-use crate::lifecycle::supervisor::Supervisor;
+use crate::common::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -5,7 +5,6 @@ use crate::attribution::nvml::MigWalk;
 use crate::attribution::{Attribution, DeviceLabelSource, DeviceLabels, IdType, Options};
 use crate::config::counters::PromType;
 use crate::output::render::Page;
-use crate::output::selfmetrics::SelfMetrics;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -328,7 +327,7 @@ fn page(gis: &[(&str, &str)]) -> Page {
     page
 }
 
-fn self_metric(m: &SelfMetrics, name: &str) -> f64 {
+fn self_metric(m: &prometheus::Registry, name: &str) -> f64 {
     m.gather()
         .iter()
         .find(|f| f.name() == name)
@@ -354,10 +353,14 @@ fn labelled(page: Page) -> Vec<String> {
 #[test]
 fn an_unplaced_mig_device_is_a_health_line_and_a_counter_until_placed() {
     let fake = Fake::new(Direct::NullHandle, vec![device(0, 2)]);
-    let metrics = SelfMetrics::new();
+    let metrics = prometheus::Registry::new();
+    let attribution_metrics = crate::attribution::metrics::Metrics::new();
+    for c in attribution_metrics.collectors() {
+        metrics.register(c).unwrap();
+    }
     let mut a = Attribution::new(opts(), Some(Ok(Box::new(fake.clone()))))
         .with_source(Box::new(Names(vec![mig_uuid(1)])))
-        .with_metrics(crate::attribution::metrics::Metrics::register(&metrics));
+        .with_metrics(attribution_metrics);
     let layout = [("2", "3g.40gb")];
     let mut p = page(&layout);
     a.apply(&mut p);

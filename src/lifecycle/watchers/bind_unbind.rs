@@ -14,7 +14,7 @@
 //! poll is a warning and a /health line until a poll works again.
 
 use crate::lifecycle::app::{Control, Dcgm};
-use crate::lifecycle::supervisor::{Beat, Supervisor};
+use crate::common::supervisor::{Beat, Supervisor};
 use crate::lifecycle::worker::Current;
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use std::sync::mpsc::Sender;

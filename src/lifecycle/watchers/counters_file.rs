@@ -10,7 +10,7 @@
 
 use super::files::{DirEvents, Wake};
 use crate::lifecycle::app::Control;
-use crate::lifecycle::supervisor::{Beat, Supervisor};
+use crate::common::supervisor::{Beat, Supervisor};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};

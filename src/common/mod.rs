@@ -1,0 +1,11 @@
+//! What every stage may use, beneath the data flow: `supervisor` (side threads restarted
+//! after a panic and shown on /health), `kubeapi` (the Kubernetes API client the `-m`
+//! ConfigMap, the pod watch and the DRA watch share) and the self-metrics' name prefix.
+//! Nothing here imports a stage.
+
+pub mod kubeapi;
+pub mod supervisor;
+
+/// The exporter's own metrics' prefix. Lower-case, and no DCGM field name or 1.x legacy name
+/// starts with it, so a self-metric cannot collide with an exported field.
+pub const PREFIX: &str = "dcgm_exporter_";
