@@ -3,7 +3,7 @@
 //! `/debug/pprof/` and the command line at `/debug/pprof/cmdline`. Go's other profiles (heap,
 //! goroutine, ...) have no Rust counterpart and answer 404 as Go's unknown profiles do.
 
-use super::routes::{html, text, Response};
+use super::reply::{html, text, Response};
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
 use pprof::protos::Message;

@@ -8,6 +8,7 @@
 
 use super::auth::Outcome;
 use super::state::Web;
+use super::reply::{html, text, Response};
 use super::{negotiate, pprof, Options};
 use crate::lifecycle::app::Shared;
 use crate::output::exposition::{Body, Exposition, Format};
@@ -23,8 +24,6 @@ use warp::filters::path::FullPath;
 use warp::filters::BoxedFilter;
 use warp::reject::Rejection;
 use warp::{Filter, Reply};
-
-pub type Response = warp::reply::Response;
 
 /// How long the self-metrics tail built for one page, format and encoding is reused. The
 /// page changes only per collection; within this time only the process self-metrics could
@@ -47,30 +46,6 @@ pub struct Endpoints {
     landing: Bytes,
     /// One slot per (asked format, gzip), swapped whole: scrapes never wait on each other.
     built: [ArcSwapOption<Built>; 4],
-}
-
-/// A plain-text response with Go's content type and `nosniff`, as upstream's handlers send.
-pub(super) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
-    let mut r = hyper::Response::new(body.into()).into_response();
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r.headers_mut().insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    r
-}
-
-pub(super) fn html(body: impl Into<Bytes>) -> Response {
-    let mut r = text(StatusCode::OK, body);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    r
 }
 
 /// Basic auth refused the request.
