@@ -84,13 +84,7 @@ impl Settings {
     }
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct WatchGroup {
-    pub name: String,
-    pub interval_ms: u64,
-    /// Globs (`*`, `?`) over DCGM field names.
-    pub fields: Vec<String>,
-}
+pub use crate::config::file::WatchGroup;
 
 impl Settings {
     /// The watch frequency of a field: the first watch group matching its name, else -c.

@@ -17,7 +17,6 @@
 //! `metrics.fields` is its own counters source: reloads (SIGHUP, a change on disk) re-read
 //! its fields.
 
-use crate::collect::WatchGroup;
 use crate::config::cli::Config;
 use crate::config::counters::{self, Counters};
 use serde::Deserialize;
@@ -91,6 +90,15 @@ impl Interval {
 }
 
 /// What a configuration file sets.
+/// `collection.watchGroups[]`: fields watched at their own frequency.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WatchGroup {
+    pub name: String,
+    pub interval_ms: u64,
+    /// Globs (`*`, `?`) over DCGM field names.
+    pub fields: Vec<String>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct FileSettings {
     /// `metrics.file`.
