@@ -3,9 +3,9 @@
 //! fatal as upstream) and the pod watch that gives UIDs and labels.
 
 mod support;
-use dcgm_exporter::common::kubeapi::KubeApi;
 use dcgm_exporter::attribution::podmeta::{self, Allowlist};
 use dcgm_exporter::attribution::PodMetadata;
+use dcgm_exporter::common::kubeapi::KubeApi;
 use std::time::{Duration, Instant};
 use support::fake_apiserver::{configmap, pod, FakeApiServer};
 use support::*;

@@ -22,7 +22,14 @@ const MAY_IMPORT: &[(&str, &[&str])] = &[
     ),
     (
         "output",
-        &["attribution", "collect", "model", "config", "common", "logging"],
+        &[
+            "attribution",
+            "collect",
+            "model",
+            "config",
+            "common",
+            "logging",
+        ],
     ),
     (
         "lifecycle",
@@ -333,7 +340,9 @@ fn only_startup_sees_the_whole_configuration() {
             continue;
         }
         for r in &f.refs {
-            if r.path.starts_with(&["config".to_string(), "cli".to_string()]) {
+            if r.path
+                .starts_with(&["config".to_string(), "cli".to_string()])
+            {
                 wrong.push(format!("{}:{}: {}", f.rel, r.line, r.path.join("::")));
             }
         }

@@ -3,8 +3,8 @@
 //! (`--kubernetes-enable-pod-uid`, `--kubernetes-enable-pod-labels`,
 //! `--kubernetes-pod-label-allowlist-regex`), as dcgm-exporter's pod informer.
 
-use crate::common::kubeapi::{ErrorStreak, KubeApi};
 use super::{PodMeta, PodMetadata};
+use crate::common::kubeapi::{ErrorStreak, KubeApi};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};

@@ -5,7 +5,7 @@
 //! * at collection, a sample older than 1 x interval + 1 s is dropped (a watched field is
 //!   re-sampled every interval, so an older one means the engine stopped sampling it);
 //! * the page then carries the time of its oldest sample, and the server stops serving it
-//!   once that sample is 2 x interval + 1 s old (`app::Shared::page`), whatever the
+//!   once that sample is 2 x interval + 1 s old (`output::published::Shared::page`), whatever the
 //!   collection loop is doing.
 //!
 //! Event-driven fields are the exception: DCGM stores a sample of

@@ -346,47 +346,6 @@ mod tests {
         until("the thread ended", || s.slots().is_empty());
     }
 
-    /// The exporter's wiring: a thread of the process's supervisor that panics is a line
-    /// of `Shared::notes` (what /health prints after `degraded: `) and a count in the
-    /// self-metrics every scrape appends.
-    #[test]
-    fn the_exporters_health_and_self_metrics_show_a_restarted_thread() {
-        let shared = crate::lifecycle::app::Shared::new(Duration::from_secs(1));
-        let (go_on, told) = mpsc::channel::<()>();
-        let (lives_tx, lives) = mpsc::channel::<()>();
-        let mut first = true;
-        Supervisor::global()
-            .spawn("t-wired", None, move |beat| {
-                lives_tx.send(()).unwrap();
-                if std::mem::take(&mut first) {
-                    panic!("injected");
-                }
-                let _ = told.recv();
-                beat.alive();
-                Ok(())
-            })
-            .unwrap();
-        lives.recv().unwrap();
-        lives.recv().unwrap();
-        let metrics = String::from_utf8(shared.metrics.encode()).unwrap();
-        assert!(
-            metrics.contains("dcgm_exporter_thread_restarts_total{thread=\"t-wired\"} 1"),
-            "{metrics}"
-        );
-        assert!(
-            shared
-                .notes()
-                .iter()
-                .any(|n| n == "thread t-wired restarted after it panicked: injected"),
-            "{:?}",
-            shared.notes()
-        );
-        go_on.send(()).unwrap();
-        until("the line gone", || {
-            !shared.notes().iter().any(|n| n.contains("t-wired"))
-        });
-    }
-
     #[test]
     fn failing_work_is_shown_until_a_round_succeeds() {
         let s = quick();

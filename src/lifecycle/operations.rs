@@ -3,7 +3,8 @@
 //! rebuilds (counters file, GPU bind/unbind).
 
 use crate::config::cli::Config;
-use crate::lifecycle::app::{Control, Runner};
+use crate::lifecycle::app::Runner;
+use crate::lifecycle::control::Control;
 use crate::lifecycle::watchers;
 use crate::output::dump::Dumper;
 use crate::output::sink::Sink;

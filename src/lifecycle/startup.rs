@@ -1,14 +1,16 @@
 //! From a parsed configuration to a running exporter: load DCGM, start the collection
 //! thread, serve HTTP until a signal arrives.
 
-use crate::common::kubeapi::KubeApi;
 use crate::attribution::{self, Attribution};
 use crate::collect;
+use crate::common::kubeapi::KubeApi;
 use crate::config::hostname;
 use crate::config::{cli, configmap, selector};
-use crate::lifecycle::app::{self, Engine, Runner, Shared};
+use crate::lifecycle::app::{self, Engine, Runner};
+use crate::lifecycle::control::Control;
 use crate::lifecycle::operations;
 use crate::output::http;
+use crate::output::published::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +100,7 @@ fn serve(
     library_out: &mut Option<Arc<dcgm_sys::Library>>,
 ) -> Result<(), String> {
     let file_settings = crate::config::file::apply(&mut config)?;
-    let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
+    let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
     let kube_api = kube_api_for(&config)?;
     let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
@@ -257,7 +259,7 @@ fn serve(
                 tokio::spawn(async move {
                     while hup.recv().await.is_some() {
                         tracing::info!("SIGHUP: reloading the counters");
-                        let _ = reload_tx.send(app::Control::Reload);
+                        let _ = reload_tx.send(Control::Reload);
                     }
                 });
             }
@@ -289,7 +291,7 @@ fn serve(
         };
         result.and(served)
     });
-    let _ = control_tx.send(app::Control::Stop);
+    let _ = control_tx.send(Control::Stop);
     collection.join().map_err(thread_panic)?;
     if served.is_ok() {
         // A clean stop: a textfile left behind would read as current values.
@@ -428,7 +430,7 @@ fn dra_devices(
 fn counters_source(
     config: &cli::Config,
     api: Option<&KubeApi>,
-    control: &std::sync::mpsc::Sender<app::Control>,
+    control: &std::sync::mpsc::Sender<Control>,
 ) -> Result<configmap::CountersSource, String> {
     if config.configmap_data == "none" {
         return Ok(configmap::CountersSource::File {
@@ -448,7 +450,7 @@ fn counters_source(
         let _ = control
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .send(app::Control::Reload);
+            .send(Control::Reload);
     })
 }
 

@@ -6,6 +6,7 @@ pub mod dump;
 pub mod exposition;
 pub mod http;
 pub mod openmetrics;
+pub mod published;
 pub mod render;
 pub mod selfmetrics;
 pub mod sink;

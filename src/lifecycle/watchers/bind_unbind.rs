@@ -4,7 +4,7 @@
 //! (reinitialization completed) when it is done; on a new 2 the node is rediscovered and
 //! the watches rebuilt. The state at start is not an event: only samples newer than it count.
 //!
-//! The watch lives in the worker that owns the collector's DCGM session ([`Dcgm`]), and
+//! The watch lives in the worker that owns the collector's DCGM session ([`WatchSlot`]), and
 //! each poll is a job there with a deadline: it always uses the session the collection
 //! loop uses, never a clone the loop has given up on, and a hung DCGM cannot hold this
 //! thread. When the loop reconnects (a restarted host engine, an embedded engine started
@@ -13,8 +13,8 @@
 //! seen by the watch; a poll that finds no watch (its set-up failed) sets it up. A failing
 //! poll is a warning and a /health line until a poll works again.
 
-use crate::lifecycle::app::{Control, Dcgm};
 use crate::common::supervisor::{Beat, Supervisor};
+use crate::lifecycle::control::Control;
 use crate::lifecycle::worker::Current;
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use std::sync::mpsc::Sender;
@@ -90,36 +90,45 @@ impl Watch {
     }
 }
 
+/// The worker's state, which holds the session and this watch beside the collector's
+/// watches (`lifecycle::app::Dcgm`).
+pub trait WatchSlot: 'static {
+    fn session(&self) -> Option<Session>;
+    fn watch(&mut self) -> &mut Option<Watch>;
+}
+
 /// One poll, run in the worker: sets the watch up on the worker's session when it has
 /// none (first poll, or after a reconnect), else reads it. A failed watch is dropped, so
 /// the next poll sets it up again.
-pub fn poll_in(d: &mut Dcgm, interval: Duration) -> Result<Option<(i64, i64)>, String> {
-    let watch = match d.bind_unbind.as_mut() {
+pub fn poll_in<D: WatchSlot>(d: &mut D, interval: Duration) -> Result<Option<(i64, i64)>, String> {
+    let session = d.session();
+    let slot = d.watch();
+    let watch = match slot.as_mut() {
         Some(w) => w,
         None => {
-            let session = d.session.clone().ok_or("no DCGM session")?;
+            let session = session.ok_or("no DCGM session")?;
             let w = Watch::start(session, interval)
                 .map_err(|e| format!("cannot watch field {FIELD}: {e}"))?;
-            d.bind_unbind = Some(w);
+            *slot = Some(w);
             return Ok(None);
         }
     };
     watch.poll().map_err(|e| {
-        d.bind_unbind = None;
+        *slot = None;
         format!("polling field {FIELD}: {e}")
     })
 }
 
 /// Sets the watch up on the current worker (an error here is the flag's: the library
 /// cannot watch the field), then polls it on a supervised thread of its own.
-pub fn spawn(
-    current: Current<Dcgm>,
+pub fn spawn<D: WatchSlot>(
+    current: Current<D>,
     interval: Duration,
     control: Sender<Control>,
 ) -> Result<(), String> {
     let fail = |e: String| format!("--enable-gpu-bind-unbind-watch: {e}");
     current
-        .call(Instant::now() + POLL_DEADLINE, move |d: &mut Dcgm| {
+        .call(Instant::now() + POLL_DEADLINE, move |d: &mut D| {
             poll_in(d, interval)
         })
         .map_err(|e| fail(e.to_string()))?
@@ -139,14 +148,14 @@ pub fn spawn(
 }
 
 /// One poll through the worker; false once the collection loop is gone.
-fn poll_once(
-    current: &Current<Dcgm>,
+fn poll_once<D: WatchSlot>(
+    current: &Current<D>,
     interval: Duration,
     control: &Sender<Control>,
     beat: &Beat,
 ) -> bool {
     let polled = current
-        .call(Instant::now() + POLL_DEADLINE, move |d: &mut Dcgm| {
+        .call(Instant::now() + POLL_DEADLINE, move |d: &mut D| {
             poll_in(d, interval)
         })
         .map_err(|e| e.to_string())

@@ -9,8 +9,8 @@
 //! names file and line.
 
 use super::files::{DirEvents, Wake};
-use crate::lifecycle::app::Control;
 use crate::common::supervisor::{Beat, Supervisor};
+use crate::lifecycle::control::Control;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};

@@ -19,7 +19,7 @@ pub mod tls;
 pub mod webconfig;
 
 use crate::config::{cli, duration};
-use crate::lifecycle::app::Shared;
+use crate::output::published::Shared;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};

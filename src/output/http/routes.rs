@@ -7,11 +7,11 @@
 //! The web configuration's headers go on every response, refusals included.
 
 use super::auth::Outcome;
-use super::state::Web;
 use super::reply::{html, text, Response};
+use super::state::Web;
 use super::{negotiate, pprof, Options};
-use crate::lifecycle::app::Shared;
 use crate::output::exposition::{Body, Exposition, Format};
+use crate::output::published::Shared;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
 use hyper::header::{self, HeaderValue};

@@ -1,0 +1,370 @@
+//! One collection's steps (`Runner`: connect, build the watches, collect, attribute and
+//! publish, record a failure); `run_loop` drives them. Neither owns a DCGM session: the
+//! session and its watches live in a [`Worker`] thread, and every DCGM step is a job the
+//! loop waits for with a deadline. What the HTTP side reads is `output::published`.
+//!
+//! One tick: (re)connect if there is no worker, (re)build the watches if there are none,
+//! collect, publish. A step that fails withdraws the DCGM series at once (self metrics stay)
+//! and is counted; what happens next depends on how it failed:
+//! * no answer before the deadline, a lost connection, a shut-down library, a panic:
+//!   the worker and its session are abandoned and the next tick connects afresh;
+//! * any other DCGM or configuration error: the watches are dropped and the next tick
+//!   rebuilds them from a fresh discovery on the same session.
+//!
+//! Scrapes never call DCGM; they read the last published page, which also stops being
+//! served once its oldest sample is too old (`collect::freshness`).
+
+mod run_loop;
+
+use crate::attribution::Attribution;
+use crate::collect::{now_us, Collector, Settings, StartError};
+use crate::config::counters::Counters;
+use crate::lifecycle::worker::{Current, JobError, Worker};
+use crate::output::published::Shared;
+use crate::output::render::Page;
+use crate::output::sink::Sink;
+use dcgm_sys::{ConnectTarget, Library, Session, Status};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Why the exporter could not start collecting.
+#[derive(Debug)]
+pub enum StartupError {
+    /// The flags do not fit the node (a selector naming a GPU it lacks).
+    Config(String),
+    /// DCGM could not be started, reached or watched.
+    Dcgm(String),
+}
+
+/// How the exporter reaches DCGM.
+#[derive(Clone, Debug)]
+pub enum Engine {
+    Embedded,
+    Remote(ConnectTarget),
+}
+
+/// What the worker thread owns: the session and the watches built on it.
+#[derive(Default)]
+pub struct Dcgm {
+    pub(crate) session: Option<Session>,
+    collector: Option<Collector>,
+    /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up when it opens.
+    pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
+}
+
+impl crate::lifecycle::watchers::bind_unbind::WatchSlot for Dcgm {
+    fn session(&self) -> Option<Session> {
+        self.session.clone()
+    }
+
+    fn watch(&mut self) -> &mut Option<crate::lifecycle::watchers::bind_unbind::Watch> {
+        &mut self.bind_unbind
+    }
+}
+
+/// Longest wait for connecting, discovering and watching (a large node needs seconds).
+const SETUP_DEADLINE: Duration = Duration::from_secs(30);
+/// The shortest deadline of a collection, for very small intervals.
+const MIN_COLLECT_DEADLINE: Duration = Duration::from_secs(1);
+/// How one tick failed.
+enum Failure {
+    /// The session is unusable: abandon the worker and reconnect.
+    Session(String),
+    /// Rebuild the watches on the same session next tick.
+    Watches(String),
+    /// The configuration does not fit the node (a selector naming a missing GPU): like
+    /// `Watches`, but at start-up it is the flag's error, not DCGM's.
+    Config(String),
+    /// Told to stop while waiting.
+    Stopping,
+}
+
+/// A finished collection, rendered.
+/// What one collection job hands back to the loop: the page as DCGM filled it (attribution
+/// and rendering happen on the loop's thread, outside the DCGM deadline).
+struct Collected {
+    page: Page,
+    /// The node the page describes, for the sinks (when any).
+    topology: Option<crate::collect::topology::Topology>,
+    gpus: usize,
+    /// Selections that match no entity: degraded notes on /health.
+    unmatched: Vec<String>,
+}
+
+enum TickResult {
+    Collected(Box<Collected>),
+    MigChanged,
+}
+
+/// Everything needed to (re)build a collector.
+pub struct Runner {
+    pub library: Arc<Library>,
+    pub engine: Engine,
+    /// Where the counters come from (`-f` file or `-m` ConfigMap), re-read on a reload.
+    pub collectors: crate::config::configmap::CountersSource,
+    pub counters: RwLock<Arc<Counters>>,
+    pub settings: Settings,
+    pub shared: Arc<Shared>,
+    /// The worker in use, for the bind/unbind watch's jobs; kept up to date by the loop.
+    pub current: Current<Dcgm>,
+    /// `--enable-gpu-bind-unbind-watch`'s poll interval: its watch is set up on each new
+    /// session before the node is discovered, so no event falls between the two.
+    pub bind_unbind: Option<Duration>,
+    /// Where each published page also goes (textfile, dumps); see `output::sink`.
+    pub sinks: Vec<Box<dyn Sink>>,
+    /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
+    pub attribution: Mutex<Attribution>,
+}
+
+impl Runner {
+    /// Connects and sets up watches once, at startup, where failure is fatal.
+    pub fn start(&self) -> Result<Worker<Dcgm>, StartupError> {
+        let worker = Worker::spawn("dcgm")
+            .map_err(|e| StartupError::Dcgm(format!("cannot start a thread: {e}")))?;
+        match self.open(&worker, &mut || false) {
+            Ok(()) => {
+                self.shared.set_connected(true);
+                self.current.set(Some(&worker));
+                Ok(worker)
+            }
+            Err(Failure::Config(e)) => Err(StartupError::Config(e)),
+            Err(Failure::Session(e) | Failure::Watches(e)) => Err(StartupError::Dcgm(e)),
+            Err(Failure::Stopping) => Err(StartupError::Dcgm("interrupted".into())),
+        }
+    }
+
+    /// Records a start without DCGM (a remote engine not reachable yet): /health answers
+    /// 503 with `why` until the collection loop connects.
+    pub fn unreachable_at_start(&self, why: &str) {
+        self.failed(why, false);
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.settings.interval_ms)
+    }
+
+    fn counters(&self) -> Arc<Counters> {
+        self.counters
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Opens a session in the worker and builds the watches on it.
+    fn open(&self, worker: &Worker<Dcgm>, stop: &mut dyn FnMut() -> bool) -> Result<(), Failure> {
+        let library = self.library.clone();
+        let engine = self.engine.clone();
+        let setup = self.setup_deadline();
+        let bind_unbind = self.bind_unbind;
+        let opened = worker.call(Instant::now() + setup, &mut *stop, move |d: &mut Dcgm| {
+            let session = match &engine {
+                Engine::Embedded => Session::embedded(library),
+                Engine::Remote(t) => Session::connect(library, t, 5000),
+            }?;
+            d.session = Some(session);
+            if let Some(interval) = bind_unbind {
+                // A failure is the watch thread's to report; its next poll tries again.
+                let _ = crate::lifecycle::watchers::bind_unbind::poll_in(d, interval);
+            }
+            Ok::<(), dcgm_sys::Error>(())
+        });
+        match opened {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Failure::Session(e.to_string())),
+            Err(e) => return Err(job_failure(e)),
+        }
+        self.build(worker, self.counters(), stop)
+    }
+
+    fn setup_deadline(&self) -> Duration {
+        SETUP_DEADLINE.max(self.interval())
+    }
+
+    /// Discovers the node and (re)creates every watch with `counters`; the watches in
+    /// place stay in use if that fails.
+    fn build(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
+        let settings = self.settings.clone();
+        let built = worker.call(
+            Instant::now() + self.setup_deadline(),
+            stop,
+            move |d: &mut Dcgm| {
+                let Some(session) = d.session.clone() else {
+                    return Err(Failure::Session("no DCGM session".into()));
+                };
+                match Collector::start(session, counters, settings) {
+                    Ok(new) => {
+                        if let Some(old) = d.collector.replace(new) {
+                            old.stop();
+                        }
+                        Ok(())
+                    }
+                    Err(StartError::Dcgm(e)) => Err(classify(&e)),
+                    Err(StartError::Config(e)) => Err(Failure::Config(e)),
+                }
+            },
+        );
+        built.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
+    /// Reads every value and renders the page.
+    fn collect(
+        &self,
+        worker: &Worker<Dcgm>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<TickResult, Failure> {
+        let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
+        let with_sinks = !self.sinks.is_empty();
+        let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
+            let Some(c) = d.collector.as_mut() else {
+                return Err(Failure::Watches("no watches".into()));
+            };
+            let failed = |d: &mut Dcgm, e: dcgm_sys::Error| {
+                // The watches are rebuilt next tick from a fresh discovery. Removing them
+                // first is only worth it while the session still answers.
+                let failure = classify(&e);
+                match d.collector.take() {
+                    Some(c) if matches!(failure, Failure::Watches(_) | Failure::Config(_)) => {
+                        c.stop()
+                    }
+                    _ => {}
+                }
+                Err(failure)
+            };
+            match c.mig_changed() {
+                Ok(true) => return Ok(TickResult::MigChanged),
+                Ok(false) => {}
+                Err(e) => return failed(d, e),
+            }
+            let mut page = Page::default();
+            if let Err(e) = c.collect(&mut page) {
+                return failed(d, e);
+            }
+            Ok(TickResult::Collected(Box::new(Collected {
+                page,
+                topology: with_sinks.then(|| c.topology().clone()),
+                gpus: c.gpu_count(),
+                unmatched: c.unmatched().to_vec(),
+            })))
+        });
+        done.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
+    /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
+    fn reload(
+        &self,
+        worker: Option<&Worker<Dcgm>>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
+        let new = match self.collectors.load() {
+            Ok(c) => Arc::new(c),
+            Err(e) => {
+                tracing::error!("reload: {e}; keeping the previous counters");
+                return Ok(());
+            }
+        };
+        let Some(worker) = worker else {
+            // Used when the next connection builds its watches.
+            *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+            return Ok(());
+        };
+        match self.build(worker, new.clone(), stop) {
+            Ok(()) => {
+                *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+                tracing::info!("reloaded {}", self.collectors.describe());
+                Ok(())
+            }
+            Err(Failure::Watches(e) | Failure::Config(e)) => {
+                tracing::error!("reload: {e}; keeping the previous counters");
+                Ok(())
+            }
+            Err(f) => Err(f),
+        }
+    }
+
+    fn succeeded(&self, c: Collected, took: Duration) {
+        let Collected {
+            mut page,
+            topology,
+            gpus,
+            unmatched,
+        } = c;
+        {
+            let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
+            a.apply(&mut page);
+            let mut notes = unmatched;
+            notes.extend(a.notes());
+            self.shared.set_notes(notes);
+        }
+        let m = &self.shared.metrics;
+        for (reason, n) in &page.dropped {
+            m.dropped.with_label_values(&[reason.as_str()]).inc_by(*n);
+        }
+        for ((source, reason), n) in &page.failures {
+            m.collection_errors
+                .with_label_values(&[source, reason])
+                .inc_by(*n);
+        }
+        m.series.set(page.series_count() as i64);
+        m.collection_duration.set(took.as_secs_f64());
+        m.collections.with_label_values(&["success"]).inc();
+        m.last_success.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or(0.0),
+        );
+        let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
+        let families = page.into_families();
+        self.shared.publish(&families, oldest_sample_us);
+        self.shared.set_gpus(gpus);
+        if let Some(topology) = &topology {
+            let published = self.shared.page();
+            for s in &self.sinks {
+                s.published(topology, &families, published.text());
+            }
+        }
+        self.shared.set_last_success(Instant::now());
+        self.shared.set_connected(true);
+        self.shared.set_error(None);
+    }
+
+    /// Never serve values a collection could not refresh.
+    fn failed(&self, why: &str, connected: bool) {
+        self.shared.withdraw();
+        for s in &self.sinks {
+            s.outage();
+        }
+        self.shared.set_connected(connected);
+        self.shared.set_error(Some(why.to_string()));
+        self.shared
+            .metrics
+            .collections
+            .with_label_values(&["error"])
+            .inc();
+    }
+}
+
+/// Which failures leave the session unusable.
+fn classify(e: &dcgm_sys::Error) -> Failure {
+    match e.status() {
+        // A remote engine that stopped answering is as gone as a closed one; a library
+        // that was shut down answers nothing but UNINITIALIZED.
+        Some(Status::ConnectionNotValid | Status::Timeout | Status::Uninitialized) => {
+            Failure::Session(e.to_string())
+        }
+        _ if e.is_connection_lost() => Failure::Session(e.to_string()),
+        _ => Failure::Watches(e.to_string()),
+    }
+}
+
+fn job_failure(e: JobError) -> Failure {
+    match e {
+        JobError::Interrupted => Failure::Stopping,
+        e => Failure::Session(e.to_string()),
+    }
+}

@@ -1,0 +1,289 @@
+//! The collection loop: a tick per interval, what a failed tick leads to (rebuild the
+//! watches, or abandon the worker and reconnect with backoff), control messages (stop,
+//! reload) taken as they arrive, also while a job runs.
+
+use super::{Dcgm, Engine, Failure, Runner, TickResult};
+use crate::lifecycle::control::Control;
+use crate::lifecycle::worker::{Abandoned, Worker};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+/// Abandoned workers still stuck in a DCGM call beyond which no new remote session is
+/// opened (each holds a thread and a connection until its call returns).
+const MAX_STUCK: usize = 4;
+/// How long the watches may take to be removed at shutdown.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
+
+impl Runner {
+    /// Runs until told to stop (or the channel closes), then removes the watches.
+    /// Without a worker (a remote engine unreachable at start) the first tick connects,
+    /// retried with backoff like a connection lost later.
+    pub fn run(&self, worker: Option<Worker<Dcgm>>, control: Receiver<Control>) {
+        Loop {
+            runner: self,
+            built: worker.is_some(),
+            worker,
+            abandoned: Vec::new(),
+            inbox: Inbox {
+                control,
+                stopping: false,
+                reload: false,
+            },
+            backoff: self.first_backoff(),
+        }
+        .run();
+    }
+
+    fn first_backoff(&self) -> Duration {
+        Duration::from_millis(500).min(self.interval())
+    }
+}
+
+/// Control messages as they arrive during a job or between ticks.
+struct Inbox {
+    control: Receiver<Control>,
+    stopping: bool,
+    /// A SIGHUP arrived and is not handled yet.
+    reload: bool,
+}
+
+impl Inbox {
+    fn take(&mut self, m: Result<Control, ()>) {
+        match m {
+            Ok(Control::Reload) => self.reload = true,
+            Ok(Control::Stop) | Err(()) => self.stopping = true,
+        }
+    }
+
+    /// Takes what has arrived; true once told to stop.
+    fn poll(&mut self) -> bool {
+        loop {
+            match self.control.try_recv() {
+                Ok(m) => self.take(Ok(m)),
+                Err(TryRecvError::Disconnected) => self.take(Err(())),
+                Err(TryRecvError::Empty) => return self.stopping,
+            }
+        }
+    }
+
+    /// Waits until `until`, or less if a message arrives.
+    fn wait_until(&mut self, until: Instant) {
+        while !self.stopping && !self.reload {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            match self.control.recv_timeout(left) {
+                Ok(m) => self.take(Ok(m)),
+                Err(RecvTimeoutError::Disconnected) => self.take(Err(())),
+                Err(RecvTimeoutError::Timeout) => return,
+            }
+        }
+    }
+}
+
+/// The loop's state between ticks.
+struct Loop<'a> {
+    runner: &'a Runner,
+    /// The thread owning the DCGM session; `None` until (re)connected.
+    worker: Option<Worker<Dcgm>>,
+    /// Whether the worker holds watches (they are dropped when a collection fails).
+    built: bool,
+    /// Workers let go while stuck in a DCGM call.
+    abandoned: Vec<Abandoned>,
+    inbox: Inbox,
+    backoff: Duration,
+}
+
+impl Loop<'_> {
+    fn run(&mut self) {
+        let interval = self.runner.interval();
+        loop {
+            let started = Instant::now();
+            let wait = match self.tick() {
+                Ok(()) => interval,
+                Err(Failure::Stopping) => break,
+                Err(Failure::Watches(why) | Failure::Config(why)) => {
+                    tracing::warn!("collection failed: {why}; rebuilding the watches");
+                    self.built = false;
+                    self.runner.failed(&why, true);
+                    interval
+                }
+                Err(Failure::Session(why)) if self.worker.is_some() => {
+                    tracing::error!("lost the DCGM session: {why}; reconnecting");
+                    self.abandon();
+                    self.runner.failed(&why, false);
+                    Duration::ZERO
+                }
+                Err(Failure::Session(why)) => {
+                    tracing::warn!("reconnect failed: {why}; retrying in {:?}", self.backoff);
+                    self.runner.failed(&why, false);
+                    let b = self.backoff;
+                    self.backoff = (self.backoff * 2).min(interval);
+                    b
+                }
+            };
+            loop {
+                self.inbox.wait_until(started + wait);
+                if self.inbox.stopping {
+                    return self.stop_watches();
+                }
+                if !std::mem::take(&mut self.inbox.reload) {
+                    break;
+                }
+                self.reload();
+            }
+        }
+        self.stop_watches();
+    }
+
+    /// Connects if needed, builds the watches if needed, collects and publishes.
+    fn tick(&mut self) -> Result<(), Failure> {
+        if self.worker.is_none() {
+            self.connect()?;
+        }
+        let Loop {
+            runner,
+            worker,
+            built,
+            inbox,
+            ..
+        } = self;
+        let Some(worker) = worker.as_ref() else {
+            return Err(Failure::Session("no DCGM session".into()));
+        };
+        let mut stop = || inbox.poll();
+        let t0 = Instant::now();
+        if !*built {
+            runner.build(worker, runner.counters(), &mut stop)?;
+            *built = true;
+        }
+        // The kubelet is asked now, so its answer is there when the page is attributed.
+        runner
+            .attribution
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .begin();
+        let collected = match runner.collect(worker, &mut stop)? {
+            TickResult::Collected(c) => c,
+            TickResult::MigChanged => {
+                tracing::info!("MIG configuration changed; rebuilding watches");
+                runner
+                    .attribution
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .mig_changed();
+                *built = false;
+                runner.build(worker, runner.counters(), &mut stop)?;
+                *built = true;
+                match runner.collect(worker, &mut stop)? {
+                    TickResult::Collected(c) => c,
+                    TickResult::MigChanged => {
+                        return Err(Failure::Watches(
+                            "the MIG configuration changed again while rebuilding".into(),
+                        ))
+                    }
+                }
+            }
+        };
+        runner.succeeded(*collected, t0.elapsed());
+        Ok(())
+    }
+
+    /// Opens a new session in a new worker, unless too many abandoned ones are still stuck.
+    fn connect(&mut self) -> Result<(), Failure> {
+        self.abandoned.retain(|a| !a.has_ended());
+        // Two embedded engines cannot coexist in one process: wait for the old one to end.
+        let limit = match self.runner.engine {
+            Engine::Embedded => 0,
+            Engine::Remote(_) => MAX_STUCK - 1,
+        };
+        if self.abandoned.len() > limit {
+            return Err(Failure::Session(format!(
+                "waiting for {} abandoned DCGM session(s) stuck in a call to return",
+                self.abandoned.len()
+            )));
+        }
+        let worker = Worker::spawn("dcgm")
+            .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
+        let Loop { runner, inbox, .. } = self;
+        match runner.open(&worker, &mut || inbox.poll()) {
+            Ok(()) => {
+                match &self.runner.engine {
+                    Engine::Remote(t) => tracing::info!("connected to the DCGM host engine at {t}"),
+                    Engine::Embedded => tracing::info!("started the embedded DCGM host engine"),
+                }
+                self.runner.shared.metrics.reconnects.inc();
+                self.runner.shared.set_connected(true);
+                self.backoff = self.runner.first_backoff();
+                self.runner.current.set(Some(&worker));
+                self.worker = Some(worker);
+                self.built = true;
+                Ok(())
+            }
+            // The session is up; the watches are rebuilt next tick.
+            Err(Failure::Watches(e) | Failure::Config(e)) => {
+                self.runner.current.set(Some(&worker));
+                self.worker = Some(worker);
+                self.built = false;
+                Err(Failure::Watches(e))
+            }
+            Err(f) => {
+                self.abandoned.push(worker.abandon());
+                Err(f)
+            }
+        }
+    }
+
+    /// Lets the worker go with its session; it ends when its current call returns.
+    fn abandon(&mut self) {
+        // Before letting it go: nothing may queue jobs on it any more.
+        self.runner.current.set(None);
+        if let Some(w) = self.worker.take() {
+            self.abandoned.push(w.abandon());
+        }
+        self.built = false;
+    }
+
+    fn reload(&mut self) {
+        let Loop {
+            runner,
+            worker,
+            inbox,
+            ..
+        } = self;
+        match runner.reload(worker.as_ref(), &mut || inbox.poll()) {
+            Ok(()) => {}
+            Err(Failure::Stopping) => {}
+            Err(Failure::Watches(why) | Failure::Config(why)) => {
+                self.built = false;
+                self.runner.failed(&why, true);
+            }
+            Err(Failure::Session(why)) => {
+                tracing::error!("lost the DCGM session during reload: {why}; reconnecting");
+                self.abandon();
+                self.runner.failed(&why, false);
+            }
+        }
+    }
+
+    /// Removes the watches and ends the session, within a deadline.
+    fn stop_watches(&mut self) {
+        self.runner.current.set(None);
+        if let Some(w) = self.worker.take() {
+            let done = w.call(
+                Instant::now() + STOP_DEADLINE,
+                || false,
+                |d: &mut Dcgm| {
+                    if let Some(c) = d.collector.take() {
+                        c.stop();
+                    }
+                    d.bind_unbind = None;
+                    d.session = None;
+                },
+            );
+            if let Err(e) = done {
+                tracing::warn!("removing the watches at shutdown: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! What the HTTP side reads: the last published page (every served format, rendered once
+//! per collection) and until when it may be served, the exporter's health and its degraded
+//! notes, the self-metrics. The collection loop writes it; scrapes never wait on it.
+
+use crate::collect::freshness::max_served_age;
+use crate::collect::now_us;
+use crate::common::supervisor::Supervisor;
+use crate::output::exposition::Exposition;
+use crate::output::selfmetrics::SelfMetrics;
+use arc_swap::ArcSwap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The rendered DCGM page and until when it may be served.
+struct Published {
+    page: Arc<Exposition>,
+    /// Unix µs after which the page holds a sample too old to serve.
+    expires_us: i64,
+}
+
+/// State shared between the collection thread and the HTTP server.
+pub struct Shared {
+    /// Swapped whole by the collection thread; a scrape takes a reference without a lock.
+    page: ArcSwap<Published>,
+    /// What is served while there is no fresh page.
+    empty: Arc<Exposition>,
+    /// Whether pages are also rendered as OpenMetrics (`--web-enable-openmetrics`).
+    openmetrics: bool,
+    connected: AtomicBool,
+    /// Why the last collection failed; `None` after a success.
+    last_error: Mutex<Option<String>>,
+    last_success: Mutex<Option<Instant>>,
+    /// Attribution sources that are failing: shown on /health, which stays healthy.
+    notes: Mutex<Vec<String>>,
+    /// The side threads; those down or stuck are shown on /health too.
+    pub threads: Supervisor,
+    pub metrics: SelfMetrics,
+    interval: Duration,
+    /// --health-require-gpus: unhealthy while `gpus` is 0.
+    pub require_gpus: AtomicBool,
+    /// GPU entities (GPUs or MIG instances) the current watches collect.
+    gpus: AtomicUsize,
+}
+
+impl Shared {
+    pub fn new(interval: Duration) -> Shared {
+        Shared::with_openmetrics(interval, false)
+    }
+
+    pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
+        let empty = Arc::new(Exposition::empty(openmetrics));
+        let threads = Supervisor::global().clone();
+        let metrics = SelfMetrics::new();
+        metrics.register(Box::new(threads.restarts()));
+        Shared {
+            page: ArcSwap::from_pointee(Published {
+                page: empty.clone(),
+                expires_us: 0,
+            }),
+            empty,
+            openmetrics,
+            connected: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+            last_success: Mutex::new(None),
+            notes: Mutex::new(Vec::new()),
+            threads,
+            metrics,
+            interval,
+            require_gpus: AtomicBool::new(false),
+            gpus: AtomicUsize::new(0),
+        }
+    }
+
+    /// The DCGM series to serve: the last page while its samples are fresh enough, else
+    /// nothing.
+    pub fn page(&self) -> Arc<Exposition> {
+        let p = self.page.load();
+        if now_us() > p.expires_us {
+            return self.empty.clone();
+        }
+        p.page.clone()
+    }
+
+    /// Renders every served format of the page, once per collection.
+    pub fn publish(&self, families: &[prometheus::proto::MetricFamily], oldest_sample_us: i64) {
+        let expires_us =
+            oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
+        let page = Arc::new(Exposition::render(families, self.openmetrics));
+        self.page.store(Arc::new(Published { page, expires_us }));
+    }
+
+    /// Stops serving DCGM series (self metrics stay).
+    pub fn withdraw(&self) {
+        self.page.store(Arc::new(Published {
+            page: self.empty.clone(),
+            expires_us: 0,
+        }));
+    }
+
+    pub fn set_connected(&self, up: bool) {
+        self.connected.store(up, Ordering::SeqCst);
+        self.metrics.connected.set(i64::from(up));
+    }
+
+    pub fn set_error(&self, e: Option<String>) {
+        *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
+    }
+
+    /// Degraded parts that do not make the exporter unhealthy (a kubelet that is down, a
+    /// side thread restarting).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        notes.extend(self.threads.notes());
+        notes
+    }
+
+    pub fn set_notes(&self, notes: Vec<String>) {
+        *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
+    }
+
+    /// How many GPU entities (GPUs or MIG instances) the current watches collect.
+    pub fn set_gpus(&self, n: usize) {
+        self.gpus.store(n, Ordering::SeqCst);
+    }
+
+    /// A collection succeeded just now.
+    pub fn set_last_success(&self, at: Instant) {
+        *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
+    }
+
+    /// `Ok(())` while DCGM is connected and the page holds fresh values; else why not.
+    pub fn health(&self) -> Result<(), String> {
+        let why = self
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if !self.connected.load(Ordering::SeqCst) {
+            return Err(format!(
+                "DCGM host engine not connected: {}",
+                why.unwrap_or_else(|| "unknown".into())
+            ));
+        }
+        if let Some(why) = why {
+            return Err(format!("the last collection failed: {why}"));
+        }
+        if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
+            return Err("no GPU is being collected (--health-require-gpus)".into());
+        }
+        let expired = now_us() > self.page.load().expires_us;
+        match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Err("no successful collection yet".into()),
+            Some(t) if expired => Err(format!(
+                "no fresh values: the last successful collection was {:.1}s ago",
+                t.elapsed().as_secs_f64()
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shared;
+    use crate::common::supervisor::Supervisor;
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    fn until(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !cond() {
+            assert!(Instant::now() < deadline, "{what} did not happen in 10 s");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The exporter's wiring: a thread of the process's supervisor that panics is a line
+    /// of `Shared::notes` (what /health prints after `degraded: `) and a count in the
+    /// self-metrics every scrape appends.
+    #[test]
+    fn the_exporters_health_and_self_metrics_show_a_restarted_thread() {
+        let shared = Shared::new(Duration::from_secs(1));
+        let (go_on, told) = mpsc::channel::<()>();
+        let (lives_tx, lives) = mpsc::channel::<()>();
+        let mut first = true;
+        Supervisor::global()
+            .spawn("t-wired", None, move |beat| {
+                lives_tx.send(()).unwrap();
+                if std::mem::take(&mut first) {
+                    panic!("injected");
+                }
+                let _ = told.recv();
+                beat.alive();
+                Ok(())
+            })
+            .unwrap();
+        lives.recv().unwrap();
+        lives.recv().unwrap();
+        let metrics = String::from_utf8(shared.metrics.encode()).unwrap();
+        assert!(
+            metrics.contains("dcgm_exporter_thread_restarts_total{thread=\"t-wired\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            shared
+                .notes()
+                .iter()
+                .any(|n| n == "thread t-wired restarted after it panicked: injected"),
+            "{:?}",
+            shared.notes()
+        );
+        go_on.send(()).unwrap();
+        until("the line gone", || {
+            !shared.notes().iter().any(|n| n.contains("t-wired"))
+        });
+    }
+}
