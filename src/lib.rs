@@ -13,4 +13,5 @@ pub mod collect;
 pub mod config;
 pub mod lifecycle;
 pub mod logging;
+pub mod model;
 pub mod output;

@@ -18,8 +18,8 @@ use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::supervisor::Supervisor;
 use crate::lifecycle::worker::{Abandoned, Current, JobError, Worker};
+use crate::model::Page;
 use crate::output::exposition::Exposition;
-use crate::output::render::Page;
 use crate::output::selfmetrics::SelfMetrics;
 use crate::output::sink::Sink;
 use arc_swap::ArcSwap;
@@ -487,7 +487,7 @@ impl Runner {
                 .unwrap_or(0.0),
         );
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
-        let families = page.into_families();
+        let families = crate::output::render::families(&page);
         self.shared.publish(&families, oldest_sample_us);
         self.shared.gpus.store(gpus, Ordering::SeqCst);
         if let Some(topology) = &topology {
