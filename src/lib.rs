@@ -14,4 +14,5 @@ pub mod common;
 pub mod config;
 pub mod lifecycle;
 pub mod logging;
+pub mod model;
 pub mod output;

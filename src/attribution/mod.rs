@@ -15,10 +15,9 @@ pub mod nvml;
 pub mod pids;
 pub mod podmeta;
 
-use crate::output::render::Page;
+use crate::model::{Page, Series};
 use device_ids::MigLocation;
 use nvml::{NvmlView, Process};
-use prometheus::proto::{LabelPair, Metric};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -233,8 +232,8 @@ struct Subject {
 
 impl Subject {
     /// GPU and MIG-instance series start with `gpu` (links start with `nvlink`).
-    fn of(m: &Metric) -> Option<Subject> {
-        let labels = m.get_label();
+    fn of(m: &Series) -> Option<Subject> {
+        let labels = m.labels();
         if labels.first()?.name() != "gpu" {
             return None;
         }
@@ -307,31 +306,19 @@ fn label_names(old: bool) -> LabelNames {
     }
 }
 
-fn push(m: &mut Metric, name: &str, value: &str) {
+fn push(m: &mut Series, name: &str, value: &str) {
     // A label the series already has (e.g. a CSV label field) is not repeated.
-    if m.get_label().iter().any(|l| l.name() == name) {
-        return;
+    if m.label(name).is_none() {
+        m.push_label(name, value);
     }
-    let mut lp = LabelPair::default();
-    lp.set_name(name.to_string());
-    lp.set_value(value.to_string());
-    m.label.push(lp);
 }
 
 /// Sets a label, replacing the value it had: a DRA claim names its own pod, whatever the
 /// device-plugin path said.
-fn set(m: &mut Metric, name: &str, value: &str) {
-    match m.label.iter_mut().find(|l| l.name() == name) {
-        Some(l) => l.set_value(value.to_string()),
+fn set(m: &mut Series, name: &str, value: &str) {
+    match m.labels_mut().iter_mut().find(|l| l.name() == name) {
+        Some(l) => l.set_value(value),
         None => push(m, name, value),
-    }
-}
-
-fn set_value(m: &mut Metric, v: f64) {
-    if m.counter.is_some() {
-        m.counter.mut_or_insert_default().set_value(v);
-    } else {
-        m.gauge.mut_or_insert_default().set_value(v);
     }
 }
 
@@ -376,7 +363,7 @@ pub fn pod_map(
 /// The one place where what the sources know is merged into the page's GPU series.
 pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
     let names = label_names(opts.old_names);
-    let pod_labels = |m: &mut Metric, p: &PodRef, uid: bool| {
+    let pod_labels = |m: &mut Series, p: &PodRef, uid: bool| {
         push(m, names.pod, &p.pod);
         push(m, names.namespace, &p.namespace);
         push(m, names.container, &p.container);
@@ -386,7 +373,7 @@ pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
             }
         }
     };
-    let metadata_labels = |m: &mut Metric, p: &PodRef| {
+    let metadata_labels = |m: &mut Series, p: &PodRef| {
         if let (true, Some(meta)) = (opts.pod_labels, &p.meta) {
             for (k, v) in &meta.labels {
                 push(m, k, v);
@@ -428,7 +415,7 @@ pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
                             .instance
                             .as_deref()
                             .and_then(|g| g.parse::<u32>().ok());
-                        set_value(&mut copy, pod_share(procs, &snap.pid_pods, uid, gi, kind));
+                        copy.value = pod_share(procs, &snap.pid_pods, uid, gi, kind);
                         series.push(copy);
                     }
                 }
@@ -496,7 +483,7 @@ pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
 
 /// One claim's copy of a series: the claiming container's pod labels, replacing any the
 /// series had, and the claim's `dra_*` labels.
-fn claim_copy(m: &Metric, c: &ClaimRef, names: &LabelNames, opts: &Options) -> Metric {
+fn claim_copy(m: &Series, c: &ClaimRef, names: &LabelNames, opts: &Options) -> Series {
     let mut m = m.clone();
     let p = &c.pod;
     set(&mut m, names.pod, &p.pod);
@@ -555,12 +542,7 @@ fn gpu_indexes(page: &mut Page) -> (HashMap<String, u32>, mig::Layout) {
     page.rewrite(|_, m| {
         if let Some(s) = Subject::of(&m) {
             if let Some(gi) = &s.instance {
-                let profile = m
-                    .get_label()
-                    .iter()
-                    .find(|l| l.name() == "GPU_I_PROFILE")
-                    .map(|l| l.value().to_string())
-                    .unwrap_or_default();
+                let profile = m.label("GPU_I_PROFILE").unwrap_or_default().to_string();
                 layout.insert((s.uuid.clone(), gi.clone(), profile));
             }
             if let Ok(i) = s.gpu.parse() {

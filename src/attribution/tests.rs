@@ -71,7 +71,7 @@ fn gpu_series(page: &mut Page, name: &str, uuid: &str, profile: &str, gi: &str, 
 
 /// The page as (labels, value) per series, in order.
 fn series(page: Page) -> Vec<(BTreeMap<String, String>, f64)> {
-    let text = String::from_utf8(page.encode()).unwrap();
+    let text = String::from_utf8(crate::output::render::encode(&page)).unwrap();
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .map(|l| {

@@ -7,7 +7,7 @@ use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
 use crate::collect::{watch_all, Settings};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
-use crate::output::render::Page;
+use crate::model::Page;
 use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
 

@@ -3,7 +3,7 @@
 //! `dcgm_exporter_collection_errors_total{source,reason}` self metric) on every collection it
 //! happens in, and logged once when it starts (and once when it clears), not on every tick.
 
-use crate::output::render::Page;
+use crate::model::Page;
 use dcgm_sys::{Error, Status};
 use std::collections::HashMap;
 

@@ -11,7 +11,7 @@ pub mod topology;
 pub mod xid;
 
 use crate::config::counters::{Counter, CounterField, Counters, PromType};
-use crate::output::render::{DropReason, Page};
+use crate::model::{DropReason, Page};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use exp::ExpCollectors;
 use failures::{Failures, Outcome};

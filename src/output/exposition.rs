@@ -201,7 +201,7 @@ impl Exposition {
 mod tests {
     use super::*;
     use crate::config::counters::PromType;
-    use crate::output::render::Page;
+    use crate::model::Page;
     use std::io::Read;
 
     fn page(series: usize) -> Vec<MetricFamily> {
@@ -223,7 +223,7 @@ mod tests {
                 1e9 + i as f64,
             );
         }
-        p.into_families()
+        crate::output::render::families(&p)
     }
 
     fn gunzip_single_member(body: &[u8]) -> Vec<u8> {

@@ -1,220 +1,55 @@
-//! Builds one exposition page per collection and encodes it with the `prometheus` crate's
-//! text encoder (which escapes label values and help text). A series that would break the
-//! page (a duplicate, a type clash) is dropped and counted instead.
+//! Renders a collected page ([`crate::model::Page`]) as metric families for the `prometheus`
+//! crate's text encoder (which escapes label values and help text).
 
-use crate::config::counters::PromType;
+use crate::model::Page;
 use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
 use prometheus::Encoder;
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
 
-/// Why a value did not reach the page (the `reason` label of the drop counter).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DropReason {
-    /// A DCGM blank / not-found / not-supported / not-permissioned sentinel.
-    Sentinel,
-    /// DCGM returned the value with an error status (no data, not watched, GPU lost...).
-    Status,
-    /// A string or blob value in a gauge/counter row.
-    NonNumeric,
-    /// The same metric name and labels twice.
-    Duplicate,
-    /// The same metric name with another type or help text.
-    Conflict,
-    /// A sample too old to serve (the engine stopped sampling the field).
-    Stale,
-}
-
-impl DropReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DropReason::Sentinel => "sentinel",
-            DropReason::Status => "status",
-            DropReason::NonNumeric => "non_numeric",
-            DropReason::Duplicate => "duplicate",
-            DropReason::Conflict => "conflict",
-            DropReason::Stale => "stale",
-        }
-    }
-}
-
-struct Family {
-    proto: MetricFamily,
-    help: String,
-    ty: PromType,
-    seen: HashSet<u64>,
-}
-
-#[derive(Default)]
-pub struct Page {
-    families: Vec<Family>,
-    index: HashMap<String, usize>,
-    pub dropped: BTreeMap<DropReason, u64>,
-    /// DCGM timestamp (µs) of the oldest value on the page; it must not be served once
-    /// that is too old (`collect::freshness`).
-    pub oldest_sample_us: Option<i64>,
-    /// Pieces of the collection that failed: (source, reason) -> count.
-    pub failures: BTreeMap<(String, String), u64>,
-}
-
-fn metric_type(t: PromType) -> MetricType {
-    match t {
-        PromType::Counter => MetricType::COUNTER,
-        // A DCGM field is one number: it cannot be a real histogram or summary, and
-        // declaring it one makes the page invalid. Such rows are exported as gauges.
-        PromType::Gauge | PromType::Histogram | PromType::Summary | PromType::Label => {
-            MetricType::GAUGE
-        }
-    }
-}
-
-impl Page {
-    pub fn drop_value(&mut self, reason: DropReason) {
-        *self.dropped.entry(reason).or_default() += 1;
-    }
-
-    /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
-    /// of the page is still served.
-    pub fn piece_failed(&mut self, source: &str, reason: &str) {
-        *self
-            .failures
-            .entry((source.to_string(), reason.to_string()))
-            .or_default() += 1;
-    }
-
-    /// Adds one sample. Label order is kept as given.
-    pub fn add(
-        &mut self,
-        name: &str,
-        help: &str,
-        ty: PromType,
-        labels: &[(&str, &str)],
-        value: f64,
-    ) {
-        let idx = match self.index.get(name) {
-            Some(&i) => i,
-            None => {
-                let mut proto = MetricFamily::default();
-                proto.set_name(name.to_string());
-                proto.set_help(help.to_string());
-                proto.set_field_type(metric_type(ty));
-                self.families.push(Family {
-                    proto,
-                    help: help.to_string(),
-                    ty,
-                    seen: HashSet::new(),
-                });
-                self.index.insert(name.to_string(), self.families.len() - 1);
-                self.families.len() - 1
-            }
-        };
-        let fam = &mut self.families[idx];
-        if fam.ty != ty || fam.help != help {
-            self.drop_value(DropReason::Conflict);
-            return;
-        }
-        if !fam.seen.insert(label_set_key(labels.iter().copied())) {
-            self.drop_value(DropReason::Duplicate);
-            return;
-        }
-        let mut m = Metric::default();
-        for (k, v) in labels {
-            let mut lp = LabelPair::default();
-            lp.set_name(k.to_string());
-            lp.set_value(v.to_string());
-            m.label.push(lp);
-        }
-        if metric_type(ty) == MetricType::COUNTER {
-            let mut c = Counter::default();
-            c.set_value(value);
-            m.set_counter(c);
-        } else {
-            let mut g = Gauge::default();
-            g.set_value(value);
-            m.set_gauge(g);
-        }
-        fam.proto.mut_metric().push(m);
-    }
-
-    /// Adds every series of another page (a piece collected on its own), with the same
-    /// duplicate and conflict checks.
-    pub fn append(&mut self, other: Page) {
-        for (r, n) in other.dropped {
-            *self.dropped.entry(r).or_default() += n;
-        }
-        for (k, n) in other.failures {
-            *self.failures.entry(k).or_default() += n;
-        }
-        for fam in other.families {
-            for m in fam.proto.get_metric() {
-                let labels: Vec<(&str, &str)> = m
-                    .get_label()
-                    .iter()
-                    .map(|l| (l.name(), l.value()))
-                    .collect();
-                let value = if m.counter.is_some() {
-                    m.get_counter().value()
-                } else {
-                    m.get_gauge().value()
-                };
-                self.add(fam.proto.name(), &fam.help, fam.ty, &labels, value);
-            }
-        }
-    }
-
-    /// Lets a later stage (pod attribution) replace each series by what it becomes: itself
-    /// with more labels, copies of it, or itself plus extra series. `f` gets the metric's
-    /// name and the series; series that come out identical are dropped as duplicates.
-    pub fn rewrite(&mut self, mut f: impl FnMut(&str, Metric) -> Vec<Metric>) {
-        let mut dups = 0;
-        for fam in &mut self.families {
-            let name = fam.proto.name().to_string();
-            let old = fam.proto.take_metric();
-            fam.seen.clear();
-            for m in old {
-                for out in f(&name, m) {
-                    let key = label_set_key(out.get_label().iter().map(|l| (l.name(), l.value())));
-                    if fam.seen.insert(key) {
-                        fam.proto.mut_metric().push(out);
-                    } else {
-                        dups += 1;
-                    }
+/// The page's families as the `prometheus` crate's protobuf objects. None is empty.
+pub fn families(page: &Page) -> Vec<MetricFamily> {
+    page.families()
+        .map(|fam| {
+            let mut proto = MetricFamily::default();
+            proto.set_name(fam.name().to_string());
+            proto.set_help(fam.help().to_string());
+            let counter = fam.is_counter();
+            proto.set_field_type(if counter {
+                MetricType::COUNTER
+            } else {
+                MetricType::GAUGE
+            });
+            for s in fam.series() {
+                let mut m = Metric::default();
+                for (k, v) in s.labels() {
+                    let mut lp = LabelPair::default();
+                    lp.set_name(k.to_string());
+                    lp.set_value(v.to_string());
+                    m.label.push(lp);
                 }
+                if counter {
+                    let mut c = Counter::default();
+                    c.set_value(s.value());
+                    m.set_counter(c);
+                } else {
+                    let mut g = Gauge::default();
+                    g.set_value(s.value());
+                    m.set_gauge(g);
+                }
+                proto.mut_metric().push(m);
             }
-        }
-        if dups > 0 {
-            *self.dropped.entry(DropReason::Duplicate).or_default() += dups;
-        }
-    }
-
-    pub fn series_count(&self) -> usize {
-        self.families
-            .iter()
-            .map(|f| f.proto.get_metric().len())
-            .sum()
-    }
-
-    /// Prometheus text format (0.0.4). Consumes the page: it is rendered once per collection.
-    pub fn encode(self) -> Vec<u8> {
-        encode_families(&self.into_families())
-    }
-
-    /// The metric families, in the order their first series was added, for the encoders
-    /// (`output::exposition` renders every format once). None is empty.
-    pub fn into_families(self) -> Vec<MetricFamily> {
-        // The encoder refuses empty families, and a rewrite (attribution) may leave one.
-        self.families
-            .into_iter()
-            .map(|f| f.proto)
-            .filter(|f| !f.get_metric().is_empty())
-            .collect()
-    }
+            proto
+        })
+        .collect()
 }
 
-/// Prometheus text format (0.0.4) of families from [`Page::into_families`].
+/// Prometheus text format (0.0.4) of a page.
+pub fn encode(page: &Page) -> Vec<u8> {
+    encode_families(&families(page))
+}
+
+/// Prometheus text format (0.0.4) of families from [`families`].
 pub fn encode_families(fams: &[MetricFamily]) -> Vec<u8> {
-    // `into_families` leaves out empty families, which the encoder refuses.
+    // `families` leaves out empty families, which the encoder refuses.
     let mut out = Vec::with_capacity(fams.len() * 2048);
     if let Err(e) = prometheus::TextEncoder::new().encode(fams, &mut out) {
         tracing::error!("encoding metrics failed: {e}");
@@ -222,21 +57,14 @@ pub fn encode_families(fams: &[MetricFamily]) -> Vec<u8> {
     out
 }
 
-/// Identifies a series by its label set, whatever the label order.
-fn label_set_key<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
-    let mut sorted: Vec<(&str, &str)> = labels.collect();
-    sorted.sort();
-    let mut h = DefaultHasher::new();
-    sorted.hash(&mut h);
-    h.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::counters::PromType;
+    use crate::model::DropReason;
 
     fn text(p: Page) -> String {
-        String::from_utf8(p.encode()).unwrap()
+        String::from_utf8(encode(&p)).unwrap()
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The exporter's own metrics. Their `dcgm_exporter_` prefix is lower-case and no DCGM field
 //! name or 1.x legacy name starts with it, so they cannot collide with exported fields.
 
-use crate::output::render::DropReason;
+use crate::model::DropReason;
 use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 pub use crate::common::PREFIX;

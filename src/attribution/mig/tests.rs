@@ -4,7 +4,7 @@ use super::*;
 use crate::attribution::nvml::MigWalk;
 use crate::attribution::{Attribution, DeviceLabelSource, DeviceLabels, IdType, Options};
 use crate::config::counters::PromType;
-use crate::output::render::Page;
+use crate::model::Page;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -343,7 +343,7 @@ fn self_metric(m: &prometheus::Registry, name: &str) -> f64 {
 }
 
 fn labelled(page: Page) -> Vec<String> {
-    let text = String::from_utf8(page.encode()).unwrap();
+    let text = String::from_utf8(crate::output::render::encode(&page)).unwrap();
     text.lines()
         .filter(|l| l.contains("container=\"trainer\""))
         .map(str::to_string)

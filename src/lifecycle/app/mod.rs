@@ -20,8 +20,8 @@ use crate::attribution::Attribution;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::worker::{Current, JobError, Worker};
+use crate::model::Page;
 use crate::output::published::Shared;
-use crate::output::render::Page;
 use crate::output::sink::Sink;
 use dcgm_sys::{ConnectTarget, Library, Session, Status};
 use std::sync::{Arc, Mutex, RwLock};
@@ -319,7 +319,7 @@ impl Runner {
                 .unwrap_or(0.0),
         );
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
-        let families = page.into_families();
+        let families = crate::output::render::families(&page);
         self.shared.publish(&families, oldest_sample_us);
         self.shared.set_gpus(gpus);
         if let Some(topology) = &topology {

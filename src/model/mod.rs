@@ -1,0 +1,550 @@
+//! The model of one collected page: metric families (name, help, type) and their series
+//! (labels in the order given, one value), with what did not make it onto the page (drop
+//! reasons, failed pieces) and the age of its oldest sample. `collect` produces it,
+//! `attribution` rewrites its GPU series, `output` renders it.
+//!
+//! A page holds no per-series heap objects: label names are interned once per page, label
+//! values live in one text buffer, and a series is a range of (name, value) pairs in one
+//! vector. Rendering walks those buffers directly, and [`Page::clear`] keeps their capacity
+//! (and each family's storage) for the next collection. A series that would break the page
+//! (the same labels twice in a family, a family added again with another type or help) is
+//! dropped and counted instead.
+
+use crate::config::counters::PromType;
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+
+/// Why a value did not reach the page (the `reason` label of the drop counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DropReason {
+    /// A DCGM blank / not-found / not-supported / not-permissioned sentinel.
+    Sentinel,
+    /// DCGM returned the value with an error status (no data, not watched, GPU lost...).
+    Status,
+    /// A string or blob value in a gauge/counter row.
+    NonNumeric,
+    /// The same metric name and labels twice.
+    Duplicate,
+    /// The same metric name with another type or help text.
+    Conflict,
+    /// A sample too old to serve (the engine stopped sampling the field).
+    Stale,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Sentinel => "sentinel",
+            DropReason::Status => "status",
+            DropReason::NonNumeric => "non_numeric",
+            DropReason::Duplicate => "duplicate",
+            DropReason::Conflict => "conflict",
+            DropReason::Stale => "stale",
+        }
+    }
+}
+
+/// One label of an owned [`Series`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Label {
+    name: String,
+    value: String,
+}
+
+impl Label {
+    pub fn new(name: &str, value: &str) -> Label {
+        Label {
+            name: name.to_string(),
+            value: value.to_string(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
+    pub fn set_value(&mut self, value: &str) {
+        value.clone_into(&mut self.value);
+    }
+}
+
+/// A series taken out of the page for [`Page::rewrite`]: its labels in order and its value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    labels: Vec<Label>,
+    pub value: f64,
+}
+
+impl Series {
+    pub fn new(labels: &[(&str, &str)], value: f64) -> Series {
+        Series {
+            labels: labels.iter().map(|(k, v)| Label::new(k, v)).collect(),
+            value,
+        }
+    }
+
+    pub fn labels(&self) -> &[Label] {
+        &self.labels
+    }
+
+    pub fn labels_mut(&mut self) -> &mut [Label] {
+        &mut self.labels
+    }
+
+    /// The value of label `name`, if the series has it.
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|l| l.name == name)
+            .map(|l| l.value.as_str())
+    }
+
+    /// Appends a label (after the others; nothing checks that the name is new).
+    pub fn push_label(&mut self, name: &str, value: &str) {
+        self.labels.push(Label::new(name, value));
+    }
+}
+
+/// A label name, interned in its page.
+type KeyId = u32;
+
+/// One label of a stored series: an interned name and a range of the page's value text.
+#[derive(Clone, Copy)]
+struct Pair {
+    key: KeyId,
+    start: u32,
+    end: u32,
+}
+
+/// A stored series: a range of the page's pairs and the value.
+#[derive(Clone, Copy)]
+struct Row {
+    first: u32,
+    end: u32,
+    value: f64,
+}
+
+/// The series' label-set hashes are already hashes: no need to hash them again.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type SeenMap = HashMap<u64, u32, BuildHasherDefault<Prehashed>>;
+
+struct Family {
+    name: String,
+    help: String,
+    ty: PromType,
+    rows: Vec<Row>,
+    /// Label-set hash -> the first row with that hash (duplicates are found through it).
+    seen: SeenMap,
+}
+
+impl Family {
+    fn reset(&mut self, help: &str, ty: PromType) {
+        help.clone_into(&mut self.help);
+        self.ty = ty;
+        self.rows.clear();
+        self.seen.clear();
+    }
+}
+
+/// Label names, each stored once per page and referred to by number.
+#[derive(Default)]
+struct Keys {
+    names: Vec<Box<str>>,
+    ids: HashMap<Box<str>, KeyId>,
+    /// The ids of the previous series' labels by position: series of one watch set name
+    /// their labels in the same order, so most names are found without hashing.
+    recent: Vec<KeyId>,
+}
+
+impl Keys {
+    fn id(&mut self, pos: usize, name: &str) -> KeyId {
+        if let Some(&id) = self.recent.get(pos) {
+            if &*self.names[id as usize] == name {
+                return id;
+            }
+        }
+        let id = match self.ids.get(name) {
+            Some(&id) => id,
+            None => {
+                let id = self.names.len() as KeyId;
+                self.names.push(name.into());
+                self.ids.insert(name.into(), id);
+                id
+            }
+        };
+        if pos < self.recent.len() {
+            self.recent[pos] = id;
+        } else if pos == self.recent.len() {
+            self.recent.push(id);
+        }
+        id
+    }
+
+    fn name(&self, id: KeyId) -> &str {
+        &self.names[id as usize]
+    }
+}
+
+/// Where the series' labels are stored; a rewrite builds a second one and swaps.
+#[derive(Default)]
+struct Store {
+    pairs: Vec<Pair>,
+    text: String,
+}
+
+impl Store {
+    fn clear(&mut self) {
+        self.pairs.clear();
+        self.text.clear();
+    }
+
+    fn push<'a>(&mut self, labels: impl Iterator<Item = (KeyId, &'a str)>, value: f64) -> Row {
+        let first = self.pairs.len() as u32;
+        for (key, v) in labels {
+            let start = self.text.len() as u32;
+            self.text.push_str(v);
+            self.pairs.push(Pair {
+                key,
+                start,
+                end: self.text.len() as u32,
+            });
+        }
+        Row {
+            first,
+            end: self.pairs.len() as u32,
+            value,
+        }
+    }
+
+    fn truncate(&mut self, row: &Row) {
+        if let Some(p) = self.pairs.get(row.first as usize) {
+            self.text.truncate(p.start as usize);
+        }
+        self.pairs.truncate(row.first as usize);
+    }
+
+    fn pairs(&self, row: &Row) -> &[Pair] {
+        &self.pairs[row.first as usize..row.end as usize]
+    }
+
+    fn value(&self, p: &Pair) -> &str {
+        &self.text[p.start as usize..p.end as usize]
+    }
+}
+
+/// A label set's hash, whatever the label order.
+fn label_set_hash(store: &Store, pairs: &[Pair]) -> u64 {
+    let mut sum = 0u64;
+    for p in pairs {
+        let mut h = DefaultHasher::new();
+        p.key.hash(&mut h);
+        store.value(p).hash(&mut h);
+        sum = sum.wrapping_add(h.finish());
+    }
+    sum ^ (pairs.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Whether two label sets are equal, whatever the label order.
+fn same_labels(store: &Store, a: &[Pair], b: &[Pair]) -> bool {
+    a.len() == b.len()
+        && a.iter().all(|x| {
+            let n = |s: &[Pair]| {
+                s.iter()
+                    .filter(|y| y.key == x.key && store.value(y) == store.value(x))
+                    .count()
+            };
+            n(a) == n(b)
+        })
+}
+
+#[derive(Default)]
+pub struct Page {
+    families: Vec<Family>,
+    index: HashMap<String, usize>,
+    /// Families of earlier collections, kept for their storage (see [`Page::clear`]).
+    spare: HashMap<String, Family>,
+    keys: Keys,
+    store: Store,
+    /// The second store a rewrite writes into.
+    scratch: Store,
+    pub dropped: BTreeMap<DropReason, u64>,
+    /// DCGM timestamp (µs) of the oldest value on the page; it must not be served once
+    /// that is too old (`collect::freshness`).
+    pub oldest_sample_us: Option<i64>,
+    /// Pieces of the collection that failed: (source, reason) -> count.
+    pub failures: BTreeMap<(String, String), u64>,
+}
+
+impl Page {
+    pub fn drop_value(&mut self, reason: DropReason) {
+        *self.dropped.entry(reason).or_default() += 1;
+    }
+
+    /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
+    /// of the page is still served.
+    pub fn piece_failed(&mut self, source: &str, reason: &str) {
+        *self
+            .failures
+            .entry((source.to_string(), reason.to_string()))
+            .or_default() += 1;
+    }
+
+    /// Empties the page for the next collection, keeping its storage.
+    pub fn clear(&mut self) {
+        for f in self.families.drain(..) {
+            self.spare.insert(f.name.clone(), f);
+        }
+        self.index.clear();
+        self.store.clear();
+        self.dropped.clear();
+        self.failures.clear();
+        self.oldest_sample_us = None;
+    }
+
+    /// The family `name`, created (after the others) if the page has none yet.
+    fn family(&mut self, name: &str, help: &str, ty: PromType) -> usize {
+        if let Some(i) = self.families.len().checked_sub(1) {
+            // Collection adds one field's series in a row: most adds go to the last family.
+            if self.families[i].name == name {
+                return i;
+            }
+        }
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        let fam = match self.spare.remove(name) {
+            Some(mut f) => {
+                f.reset(help, ty);
+                f
+            }
+            None => Family {
+                name: name.to_string(),
+                help: help.to_string(),
+                ty,
+                rows: Vec::new(),
+                seen: SeenMap::default(),
+            },
+        };
+        self.families.push(fam);
+        self.index.insert(name.to_string(), self.families.len() - 1);
+        self.families.len() - 1
+    }
+
+    /// Adds one sample. Label order is kept as given.
+    pub fn add(
+        &mut self,
+        name: &str,
+        help: &str,
+        ty: PromType,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        let idx = self.family(name, help, ty);
+        if self.families[idx].ty != ty || self.families[idx].help != help {
+            self.drop_value(DropReason::Conflict);
+            return;
+        }
+        let keys = &mut self.keys;
+        let labels = labels
+            .iter()
+            .enumerate()
+            .map(|(pos, &(k, v))| (keys.id(pos, k), v));
+        let row = self.store.push(labels, value);
+        if !Self::admit(&mut self.families[idx], &self.store, row) {
+            self.store.truncate(&row);
+            self.drop_value(DropReason::Duplicate);
+        }
+    }
+
+    /// Keeps `row` (already in `store`) in the family unless a series with the same labels
+    /// is there already.
+    fn admit(fam: &mut Family, store: &Store, row: Row) -> bool {
+        let pairs = store.pairs(&row);
+        let hash = label_set_hash(store, pairs);
+        let next = fam.rows.len() as u32;
+        match fam.seen.get(&hash) {
+            None => {
+                fam.seen.insert(hash, next);
+            }
+            Some(&i) => {
+                let same = |r: &Row| same_labels(store, store.pairs(r), pairs);
+                // A hash shared by different label sets is possible, if unlikely: then
+                // every series is compared.
+                if same(&fam.rows[i as usize]) || fam.rows.iter().any(same) {
+                    return false;
+                }
+            }
+        }
+        fam.rows.push(row);
+        true
+    }
+
+    /// Adds every series of another page (a piece collected on its own), with the same
+    /// duplicate and conflict checks.
+    pub fn append(&mut self, other: Page) {
+        for (r, n) in other.dropped {
+            *self.dropped.entry(r).or_default() += n;
+        }
+        for (k, n) in other.failures {
+            *self.failures.entry(k).or_default() += n;
+        }
+        let mut labels: Vec<(&str, &str)> = Vec::new();
+        for fam in &other.families {
+            for row in &fam.rows {
+                labels.clear();
+                labels.extend(
+                    other
+                        .store
+                        .pairs(row)
+                        .iter()
+                        .map(|p| (other.keys.name(p.key), other.store.value(p))),
+                );
+                self.add(&fam.name, &fam.help, fam.ty, &labels, row.value);
+            }
+        }
+    }
+
+    /// Lets a later stage (pod attribution) replace each series by what it becomes: itself
+    /// with more labels, copies of it, or itself plus extra series. `f` gets the metric's
+    /// name and the series; series that come out identical are dropped as duplicates.
+    pub fn rewrite(&mut self, mut f: impl FnMut(&str, Series) -> Vec<Series>) {
+        let mut dups = 0;
+        self.scratch.clear();
+        for fam in &mut self.families {
+            let rows = std::mem::take(&mut fam.rows);
+            fam.seen.clear();
+            for old in &rows {
+                let series = Series {
+                    labels: self
+                        .store
+                        .pairs(old)
+                        .iter()
+                        .map(|p| Label::new(self.keys.name(p.key), self.store.value(p)))
+                        .collect(),
+                    value: old.value,
+                };
+                for out in f(&fam.name, series) {
+                    let keys = &mut self.keys;
+                    let labels = out
+                        .labels
+                        .iter()
+                        .enumerate()
+                        .map(|(pos, l)| (keys.id(pos, &l.name), l.value.as_str()));
+                    let row = self.scratch.push(labels, out.value);
+                    if !Self::admit(fam, &self.scratch, row) {
+                        self.scratch.truncate(&row);
+                        dups += 1;
+                    }
+                }
+            }
+        }
+        std::mem::swap(&mut self.store, &mut self.scratch);
+        self.scratch.clear();
+        if dups > 0 {
+            *self.dropped.entry(DropReason::Duplicate).or_default() += dups;
+        }
+    }
+
+    pub fn series_count(&self) -> usize {
+        self.families.iter().map(|f| f.rows.len()).sum()
+    }
+
+    /// The families that have series, in the order their first series was added (a rewrite
+    /// may leave a family empty; the formats do not allow one).
+    pub fn families(&self) -> impl Iterator<Item = FamilyRef<'_>> {
+        self.families
+            .iter()
+            .filter(|f| !f.rows.is_empty())
+            .map(move |fam| FamilyRef { page: self, fam })
+    }
+}
+
+/// A family of a page, for the renderers.
+#[derive(Clone, Copy)]
+pub struct FamilyRef<'a> {
+    page: &'a Page,
+    fam: &'a Family,
+}
+
+impl<'a> FamilyRef<'a> {
+    pub fn name(&self) -> &'a str {
+        &self.fam.name
+    }
+
+    pub fn help(&self) -> &'a str {
+        &self.fam.help
+    }
+
+    pub fn prom_type(&self) -> PromType {
+        self.fam.ty
+    }
+
+    /// Counter, or gauge for every other type: a DCGM field is one number, it cannot be a
+    /// real histogram or summary, and declaring it one would make the page invalid.
+    pub fn is_counter(&self) -> bool {
+        self.fam.ty == PromType::Counter
+    }
+
+    pub fn len(&self) -> usize {
+        self.fam.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.fam.rows.is_empty()
+    }
+
+    pub fn series(&self) -> impl Iterator<Item = SeriesRef<'a>> + 'a {
+        let page = self.page;
+        self.fam.rows.iter().map(move |row| SeriesRef { page, row })
+    }
+}
+
+/// A series of a page, for the renderers.
+#[derive(Clone, Copy)]
+pub struct SeriesRef<'a> {
+    page: &'a Page,
+    row: &'a Row,
+}
+
+impl<'a> SeriesRef<'a> {
+    pub fn value(&self) -> f64 {
+        self.row.value
+    }
+
+    pub fn has_labels(&self) -> bool {
+        self.row.end > self.row.first
+    }
+
+    /// (name, value) of each label, in order.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&'a str, &'a str)> + 'a {
+        let page = self.page;
+        page.store
+            .pairs(self.row)
+            .iter()
+            .map(move |p| (page.keys.name(p.key), page.store.value(p)))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+use super::*;
+
+/// (family, labels, value) of every series.
+type Flat = (String, Vec<(String, String)>, f64);
+
+fn series(p: &Page) -> Vec<Flat> {
+    p.families()
+        .flat_map(|f| {
+            f.series()
+                .map(|s| {
+                    let labels = s
+                        .labels()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect();
+                    (f.name().to_string(), labels, s.value())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn l(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn series_keep_their_family_order_label_order_and_values() {
+    let mut p = Page::default();
+    p.add(
+        "A",
+        "a",
+        PromType::Gauge,
+        &[("gpu", "0"), ("UUID", "x")],
+        1.0,
+    );
+    p.add("B", "b", PromType::Counter, &[("gpu", "0")], 2.0);
+    p.add(
+        "A",
+        "a",
+        PromType::Gauge,
+        &[("UUID", "y"), ("gpu", "1")],
+        3.0,
+    );
+    p.add("C", "c", PromType::Gauge, &[], f64::NAN);
+    let s = series(&p);
+    assert_eq!(s.len(), 4);
+    assert_eq!(s[0], ("A".into(), l(&[("gpu", "0"), ("UUID", "x")]), 1.0));
+    assert_eq!(s[1], ("A".into(), l(&[("UUID", "y"), ("gpu", "1")]), 3.0));
+    assert_eq!(s[2], ("B".into(), l(&[("gpu", "0")]), 2.0));
+    assert_eq!(s[3].1, l(&[]));
+    assert!(s[3].2.is_nan());
+    let kinds: Vec<bool> = p.families().map(|f| f.is_counter()).collect();
+    assert_eq!(kinds, [false, true, false]);
+}
+
+#[test]
+fn a_label_set_in_another_order_is_a_duplicate() {
+    let mut p = Page::default();
+    p.add(
+        "A",
+        "a",
+        PromType::Gauge,
+        &[("gpu", "0"), ("UUID", "x")],
+        1.0,
+    );
+    p.add(
+        "A",
+        "a",
+        PromType::Gauge,
+        &[("UUID", "x"), ("gpu", "0")],
+        2.0,
+    );
+    // Same values under other names, and a subset, are other series.
+    p.add(
+        "A",
+        "a",
+        PromType::Gauge,
+        &[("UUID", "0"), ("gpu", "x")],
+        3.0,
+    );
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 4.0);
+    assert_eq!(p.series_count(), 3);
+    assert_eq!(p.dropped[&DropReason::Duplicate], 1);
+    let values: Vec<f64> = series(&p).iter().map(|s| s.2).collect();
+    assert_eq!(values, [1.0, 3.0, 4.0]);
+}
+
+#[test]
+fn a_dropped_series_leaves_no_labels_behind() {
+    let mut p = Page::default();
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 2.0);
+    p.add("A", "other help", PromType::Gauge, &[("gpu", "9")], 2.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "1")], 3.0);
+    assert_eq!(
+        series(&p),
+        [
+            ("A".into(), l(&[("gpu", "0")]), 1.0),
+            ("A".into(), l(&[("gpu", "1")]), 3.0)
+        ]
+    );
+    assert_eq!(p.dropped[&DropReason::Conflict], 1);
+}
+
+#[test]
+fn rewrite_adds_labels_copies_and_drops_duplicates_and_empties_families() {
+    let mut p = Page::default();
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "1")], 2.0);
+    p.add("B", "b", PromType::Counter, &[("gpu", "0")], 5.0);
+    p.rewrite(|name, mut s| match name {
+        "A" if s.label("gpu") == Some("0") => {
+            let mut copy = s.clone();
+            copy.push_label("pod", "p");
+            copy.value = 10.0;
+            s.push_label("pod", "q");
+            // The same series twice: the second is a duplicate.
+            vec![s.clone(), s, copy]
+        }
+        "A" => {
+            s.labels_mut()[0].set_value("7");
+            vec![s]
+        }
+        _ => vec![],
+    });
+    assert_eq!(
+        series(&p),
+        [
+            ("A".into(), l(&[("gpu", "0"), ("pod", "q")]), 1.0),
+            ("A".into(), l(&[("gpu", "0"), ("pod", "p")]), 10.0),
+            ("A".into(), l(&[("gpu", "7")]), 2.0),
+        ]
+    );
+    assert_eq!(p.dropped[&DropReason::Duplicate], 1);
+    assert_eq!(p.series_count(), 3);
+    assert_eq!(p.families().count(), 1, "B is empty and not listed");
+}
+
+#[test]
+fn a_cleared_page_is_empty_and_takes_new_families_in_their_new_order() {
+    let mut p = Page::default();
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+    p.add("B", "b", PromType::Gauge, &[("gpu", "0")], 1.0);
+    p.drop_value(DropReason::Stale);
+    p.piece_failed("x", "y");
+    p.oldest_sample_us = Some(5);
+    p.clear();
+    assert_eq!(p.series_count(), 0);
+    assert!(p.dropped.is_empty() && p.failures.is_empty());
+    assert_eq!(p.oldest_sample_us, None);
+    p.add("B", "b2", PromType::Counter, &[("gpu", "1")], 2.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 3.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 3.0);
+    let names: Vec<(&str, &str, bool)> = p
+        .families()
+        .map(|f| (f.name(), f.help(), f.is_counter()))
+        .collect();
+    assert_eq!(names, [("B", "b2", true), ("A", "a", false)]);
+    assert_eq!(p.dropped[&DropReason::Duplicate], 1);
+    assert_eq!(
+        series(&p),
+        [
+            ("B".into(), l(&[("gpu", "1")]), 2.0),
+            ("A".into(), l(&[("gpu", "0")]), 3.0)
+        ]
+    );
+}
+
+#[test]
+fn label_names_are_found_whatever_order_series_name_them_in() {
+    let mut p = Page::default();
+    for i in 0..50 {
+        let gpu = i.to_string();
+        let labels: Vec<(&str, &str)> = if i % 3 == 0 {
+            vec![("UUID", "u"), ("gpu", &gpu), ("extra", "e")]
+        } else {
+            vec![("gpu", &gpu), ("UUID", "u")]
+        };
+        p.add("A", "a", PromType::Gauge, &labels, i as f64);
+    }
+    for (i, s) in series(&p).iter().enumerate() {
+        let gpu = i.to_string();
+        let want = if i % 3 == 0 {
+            l(&[("UUID", "u"), ("gpu", &gpu), ("extra", "e")])
+        } else {
+            l(&[("gpu", &gpu), ("UUID", "u")])
+        };
+        assert_eq!(s.1, want);
+    }
+    assert_eq!(p.keys.names.len(), 3, "each label name is stored once");
+}
