@@ -1,13 +1,12 @@
-//! What runs the stages: `startup` (from a parsed configuration to a running process),
-//! `app` (one collection's steps and the loop that drives them), `control` (the loop's
-//! messages), `worker` (the thread that owns the DCGM session, so every DCGM step has a
-//! deadline), `operations` (retention, sinks and rebuild triggers wired at start),
+//! What runs the stages: `startup` (from a parsed configuration to a running process;
+//! `startup::settings` turns the command line into each stage's settings), `app` (one
+//! collection's steps and the loop that drives them), `control` (the loop's messages),
+//! `worker` (the thread that owns the DCGM session, so every DCGM step has a deadline),
 //! `watchers` (threads that ask the loop to rebuild). Side threads run under
 //! `common::supervisor`.
 
 pub mod app;
 pub mod control;
-pub mod operations;
 pub mod startup;
 pub mod watchers;
 pub mod worker;

@@ -1,6 +1,7 @@
 //! Output: a collected page rendered to Prometheus text (`render`), its per-collection
 //! variants (`exposition`: gzip, OpenMetrics via `openmetrics`), the exporter's own metrics
-//! (`selfmetrics`) and the HTTP endpoints (`http`).
+//! (`selfmetrics`), what the HTTP side reads (`published`), the HTTP endpoints (`http`) and
+//! the sinks every published page also goes to (`sink`: `textfile`, `dump`), opened here.
 
 pub mod dump;
 pub mod exposition;
@@ -11,3 +12,50 @@ pub mod render;
 pub mod selfmetrics;
 pub mod sink;
 pub mod textfile;
+
+use dump::Dumper;
+use sink::Sink;
+use std::path::{Path, PathBuf};
+use textfile::Textfile;
+
+/// Where pages go besides HTTP, from the flags (start-up fills it in).
+#[derive(Clone, Debug, Default)]
+pub struct SinkSettings {
+    /// `--textfile-directory`; empty: no textfile.
+    pub textfile_directory: String,
+    pub dump_enabled: bool,
+    pub dump_directory: PathBuf,
+    /// Hours; checked by [`open_sinks`].
+    pub dump_retention: i64,
+    pub dump_compression: bool,
+}
+
+/// The sinks the options ask for; their directories are checked now.
+pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, String> {
+    let mut out: Vec<Box<dyn Sink>> = Vec::new();
+    if !config.textfile_directory.is_empty() {
+        let t = Textfile::new(Path::new(&config.textfile_directory))?;
+        tracing::info!(
+            file = %t.path().display(),
+            "writing the textfile after every collection"
+        );
+        out.push(Box::new(t));
+    }
+    if config.dump_enabled {
+        let retention_hours = u64::try_from(config.dump_retention).map_err(|_| {
+            format!(
+                "--dump-retention {}: must not be negative",
+                config.dump_retention
+            )
+        })?;
+        let d = Dumper::new(
+            config.dump_directory.clone(),
+            retention_hours,
+            config.dump_compression,
+        )
+        .start()?;
+        tracing::info!("writing debug dumps to {}", d.dir.display());
+        out.push(Box::new(d));
+    }
+    Ok(out)
+}

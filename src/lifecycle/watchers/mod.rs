@@ -5,3 +5,21 @@
 pub mod bind_unbind;
 pub mod counters_file;
 pub mod files;
+
+use crate::lifecycle::app::Runner;
+use crate::lifecycle::control::Control;
+use std::sync::mpsc::Sender;
+
+/// Starts the rebuild triggers: the counters file watch (always, as upstream) and, when
+/// enabled, the GPU bind/unbind watch, polled through the worker that owns the session.
+pub fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
+    // A ConfigMap (-m) has a watch of its own.
+    if let Some(path) = runner.collectors.path() {
+        counters_file::spawn(path.clone(), control.clone())
+            .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
+    }
+    if let Some(interval) = runner.bind_unbind {
+        bind_unbind::spawn(runner.current.clone(), interval, control.clone())?;
+    }
+    Ok(())
+}

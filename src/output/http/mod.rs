@@ -18,7 +18,7 @@ pub mod timeout;
 pub mod tls;
 pub mod webconfig;
 
-use crate::config::{cli, duration};
+use crate::config::duration;
 use crate::output::published::Shared;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
@@ -40,6 +40,23 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::Service as _;
 use warp::filters::BoxedFilter;
+
+/// What the HTTP server reads of the flags (start-up fills it in); checked by
+/// [`Server::bind`], whose errors name the flag.
+#[derive(Clone, Debug)]
+pub struct HttpSettings {
+    /// `-a`: where to listen.
+    pub address: String,
+    pub systemd_socket: bool,
+    pub web_config_file: String,
+    pub telemetry_path: String,
+    pub max_concurrent_scrapes: i64,
+    /// Go durations, as given.
+    pub read_timeout: String,
+    pub write_timeout: String,
+    pub pprof: bool,
+    pub openmetrics: bool,
+}
 
 /// How the endpoints behave, from the flags.
 #[derive(Clone, Debug)]
@@ -63,8 +80,8 @@ fn timeout(flag: &str, v: &str) -> Result<Duration, String> {
 }
 
 impl Options {
-    pub fn from_config(c: &cli::Config) -> Result<Options, String> {
-        let path = &c.web_telemetry_path;
+    pub fn from_settings(c: &HttpSettings) -> Result<Options, String> {
+        let path = &c.telemetry_path;
         if !path.starts_with('/') || path == "/health" || path.starts_with("/debug/pprof/") {
             return Err(format!(
                 "--web-telemetry-path {path:?}: must start with '/' and not be /health or under /debug/pprof/"
@@ -79,16 +96,16 @@ impl Options {
                     c.max_concurrent_scrapes
                 )
             })?;
-        if c.enable_pprof && c.web_config_file.is_empty() {
+        if c.pprof && c.web_config_file.is_empty() {
             return Err("--enable-pprof requires --web-config-file (profiles are served only to clients the web configuration identifies: verified client certificates or basic auth)".into());
         }
         Ok(Options {
             telemetry_path: path.clone(),
             max_concurrent_scrapes: max,
-            read_timeout: timeout("web-read-timeout", &c.web_read_timeout)?,
-            write_timeout: timeout("web-write-timeout", &c.web_write_timeout)?,
-            pprof: c.enable_pprof,
-            openmetrics: c.web_enable_openmetrics,
+            read_timeout: timeout("web-read-timeout", &c.read_timeout)?,
+            write_timeout: timeout("web-write-timeout", &c.write_timeout)?,
+            pprof: c.pprof,
+            openmetrics: c.openmetrics,
         })
     }
 }
@@ -102,11 +119,11 @@ pub struct Server {
 
 impl Server {
     /// Validates the options, reads the web config and binds (or takes systemd's sockets).
-    pub fn bind(c: &cli::Config) -> Result<Server, String> {
-        let options = Options::from_config(c)?;
+    pub fn bind(c: &HttpSettings) -> Result<Server, String> {
+        let options = Options::from_settings(c)?;
         let web_config = (!c.web_config_file.is_empty()).then(|| PathBuf::from(&c.web_config_file));
         let web = Web::load(web_config.as_deref(), options.pprof)?;
-        let listeners = if c.web_systemd_socket {
+        let listeners = if c.systemd_socket {
             listen::systemd()?
         } else {
             listen::bind(&c.address)?

@@ -1,16 +1,17 @@
 //! From a parsed configuration to a running exporter: load DCGM, start the collection
 //! thread, serve HTTP until a signal arrives.
 
+mod settings;
+
 use crate::attribution::{self, Attribution};
-use crate::collect;
 use crate::common::kubeapi::KubeApi;
-use crate::config::hostname;
-use crate::config::{cli, configmap, selector};
-use crate::lifecycle::app::{self, Engine, Runner};
+use crate::config::{cli, configmap};
+use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
 use crate::lifecycle::control::Control;
-use crate::lifecycle::operations;
-use crate::output::http;
+use crate::lifecycle::watchers;
+use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
+use crate::output::{self, http};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,75 +97,75 @@ fn threads() -> Option<usize> {
 }
 
 fn serve(
-    mut config: cli::Config,
+    config: cli::Config,
     library_out: &mut Option<Arc<dcgm_sys::Library>>,
 ) -> Result<(), String> {
-    let file_settings = crate::config::file::apply(&mut config)?;
+    let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
-    let kube_api = kube_api_for(&config)?;
-    let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
+    let kube_api = kube_api_for(&stages.kube)?;
+    let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
-    let (keep_age_s, keep_samples, keep_explicit) = operations::keep_limits(&config)?;
-    let settings = collect::Settings {
-        gpus: selector::parse("-d", &config.devices)?,
-        switches: selector::parse("-s", &config.switch_devices)?,
-        cpus: selector::parse("-p", &config.cpu_devices)?,
-        compute_instances: config.compute_instances,
-        use_old_namespace: config.use_old_namespace,
-        replace_blanks_in_model_name: config.replace_blanks_in_model_name,
-        hostname: None,
-        interval_ms: millis("-c", config.collect_interval, false)?,
-        xid_window_ms: millis("-x", config.xid_count_window_size, true)?,
-        clock_events_window_ms: millis(
-            "--clock-events-count-window-size",
-            config.clock_events_count_window_size,
-            true,
-        )?,
-        keep_age_s,
-        keep_samples,
-        keep_explicit,
-        fake_gpus: config.fake_gpus,
-        watch_groups: file_settings.watch_groups,
+    // Bound before DCGM starts: a port in use or a broken web config is reported at once.
+    let server = match &stages.http {
+        Some(h) => Some(http::Server::bind(h)?),
+        None => None,
     };
-    let engine = match config.remote_hostengine() {
-        Some(addr) => Engine::Remote(
-            dcgm_sys::ConnectTarget::parse(addr)
-                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
-        ),
-        None => Engine::Embedded,
-    };
-    let remote_host = match &engine {
-        Engine::Remote(t) => t.host(),
-        Engine::Embedded => None,
-    };
-    let settings = collect::Settings {
-        hostname: hostname::resolve(
-            config.no_hostname,
-            config.kubernetes,
-            remote_host.as_deref(),
-            std::env::var("NODE_NAME").ok().as_deref(),
-        ),
-        ..settings
-    };
-    // `-a ""`: no HTTP listener (textfile mode). Otherwise bound before DCGM starts: a port
-    // in use or a broken web config is reported at once.
-    let server = if config.address.is_empty() {
-        if config.textfile_directory.is_empty() {
-            return Err(
-                "-a \"\" turns the HTTP listener off; it needs --textfile-directory".into(),
-            );
-        }
-        None
-    } else {
-        Some(start_http(&config)?)
-    };
-    let sinks = operations::sinks(&config)?;
+    let sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
-
-    let library = Arc::new(
-        dcgm_sys::Library::load(config.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
-    );
+    let library = load_library(&stages)?;
     *library_out = Some(library.clone());
+    let shared = Arc::new(Shared::with_openmetrics(
+        Duration::from_millis(stages.collect.interval_ms),
+        server.as_ref().is_some_and(|s| s.options.openmetrics),
+    ));
+    shared.require_gpus.store(
+        stages.health_require_gpus,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    if stages.exporter_metrics {
+        shared.metrics.enable_exporter_metrics();
+    }
+    let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
+    let runner = Arc::new(Runner {
+        library,
+        engine: stages.engine.clone(),
+        collectors,
+        counters: std::sync::RwLock::new(counters),
+        settings: stages.collect,
+        shared: shared.clone(),
+        current: Default::default(),
+        bind_unbind: stages.bind_unbind,
+        sinks,
+        attribution: std::sync::Mutex::new(attribution),
+    });
+    let worker = start_collecting(&runner, stages.exit_if_unreachable)?;
+    // One worker per core (tokio's default).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    watchers::start(&runner, &control_tx)?;
+    let loop_runner = runner.clone();
+    let (collection, ended_rx) =
+        spawn_watched("collector", move || loop_runner.run(worker, control_rx))
+            .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    let served = rt.block_on(serve_http(server, shared, control_tx.clone(), ended_rx));
+    let _ = control_tx.send(Control::Stop);
+    collection.join().map_err(thread_panic)?;
+    if served.is_ok() {
+        // A clean stop: a textfile left behind would read as current values.
+        for sink in &runner.sinks {
+            sink.close();
+        }
+    }
+    served
+}
+
+/// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
+fn load_library(stages: &settings::Stages) -> Result<Arc<dcgm_sys::Library>, String> {
+    let library = Arc::new(
+        dcgm_sys::Library::load(stages.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
+    );
     let dcgm_version = library.version().unwrap_or_else(|e| {
         tracing::debug!("cannot read the DCGM library's version: {e}");
         "unknown".into()
@@ -176,57 +177,25 @@ fn serve(
         dcgm_version,
         library.path().display()
     );
-    match &engine {
+    match &stages.engine {
         Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
         Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
     }
-    let shared = Arc::new(Shared::with_openmetrics(
-        Duration::from_millis(settings.interval_ms),
-        server.as_ref().is_some_and(|s| s.options.openmetrics),
-    ));
-    shared.require_gpus.store(
-        config.health_require_gpus,
-        std::sync::atomic::Ordering::SeqCst,
-    );
-    if config.enable_exporter_metrics {
-        shared.metrics.enable_exporter_metrics();
-    }
-    let attribution = attribution_stage(&config, &settings)?;
-    let attribution_metrics = attribution::metrics::Metrics::new();
-    for c in attribution_metrics.collectors() {
-        shared.metrics.register(c);
-    }
-    let attribution = attribution.with_metrics(attribution_metrics);
-    let attribution = match pod_metadata(&config, kube_api.as_ref()) {
-        Some(cache) => attribution.with_metadata(cache),
-        None => attribution,
-    };
-    let attribution = match dra_devices(&config, kube_api.as_ref()) {
-        Some(slices) => attribution.with_dra(slices),
-        None => attribution,
-    };
-    let runner = Arc::new(Runner {
-        library,
-        engine: engine.clone(),
-        collectors,
-        counters: std::sync::RwLock::new(counters),
-        settings,
-        shared: shared.clone(),
-        current: Default::default(),
-        bind_unbind: config.enable_gpu_bind_unbind_watch.then(|| {
-            crate::lifecycle::watchers::bind_unbind::poll_interval(
-                &config.gpu_bind_unbind_poll_interval,
-            )
-        }),
-        sinks,
-        attribution: std::sync::Mutex::new(attribution),
-    });
-    let worker = match runner.start() {
-        Ok(w) => Some(w),
+    Ok(library)
+}
+
+/// Connects and builds the watches once. A remote engine not reachable yet is retried by
+/// the loop (`None`), unless `--exit-if-hostengine-unreachable`.
+fn start_collecting(
+    runner: &Runner,
+    exit_if_unreachable: bool,
+) -> Result<Option<Worker<Dcgm>>, String> {
+    match runner.start() {
+        Ok(w) => Ok(Some(w)),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
-        Err(app::StartupError::Config(msg)) => return Err(msg),
-        Err(app::StartupError::Dcgm(e)) => match &engine {
-            Engine::Remote(t) if !config.exit_if_hostengine_unreachable => {
+        Err(app::StartupError::Config(msg)) => Err(msg),
+        Err(app::StartupError::Dcgm(e)) => match &runner.engine {
+            Engine::Remote(t) if !exit_if_unreachable => {
                 // In a sidecar set-up the exporter often starts before the engine: retried
                 // like an engine lost later, with /health 503 meanwhile.
                 let why = format!("cannot use the DCGM host engine at {t}: {e}");
@@ -234,72 +203,58 @@ fn serve(
                     "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
                 );
                 runner.unreachable_at_start(&why);
-                None
+                Ok(None)
             }
-            Engine::Remote(t) => return Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)")),
-            Engine::Embedded => return Err(format!("cannot start the embedded DCGM host engine: {e}")),
+            Engine::Remote(t) => Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)")),
+            Engine::Embedded => Err(format!("cannot start the embedded DCGM host engine: {e}")),
         },
-    };
-
-    // One worker per core (tokio's default).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    operations::start_watchers(&runner, &control_tx)?;
-    let loop_runner = runner.clone();
-    let (collection, ended_rx) =
-        spawn_watched("collector", move || loop_runner.run(worker, control_rx))
-            .map_err(|e| format!("cannot start the collection thread: {e}"))?;
-
-    let reload_tx = control_tx.clone();
-    let served = rt.block_on(async move {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(mut hup) => {
-                tokio::spawn(async move {
-                    while hup.recv().await.is_some() {
-                        tracing::info!("SIGHUP: reloading the counters");
-                        let _ = reload_tx.send(Control::Reload);
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
-        }
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        let serving = match server {
-            Some(server) => {
-                tracing::info!("listening on {}", server.describe());
-                Some(tokio::spawn(server.serve(shared.clone(), rx)))
-            }
-            None => {
-                tracing::info!("HTTP listener off (-a \"\"): writing the textfile only");
-                None
-            }
-        };
-        let result = tokio::select! {
-            _ = wait_for_signal() => Ok(()),
-            _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
-        };
-        tracing::info!("shutting down");
-        let _ = tx.send(true);
-        let served = match serving {
-            Some(s) => s
-                .await
-                .map_err(|e| format!("the HTTP server failed: {e}"))
-                .and_then(|r| r),
-            None => Ok(()),
-        };
-        result.and(served)
-    });
-    let _ = control_tx.send(Control::Stop);
-    collection.join().map_err(thread_panic)?;
-    if served.is_ok() {
-        // A clean stop: a textfile left behind would read as current values.
-        for sink in &runner.sinks {
-            sink.close();
-        }
     }
-    served
+}
+
+/// Serves HTTP (when listening) until a signal or the collection thread's end; SIGHUP
+/// reloads the counters.
+async fn serve_http(
+    server: Option<http::Server>,
+    shared: Arc<Shared>,
+    reload_tx: std::sync::mpsc::Sender<Control>,
+    ended_rx: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(), String> {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: reloading the counters");
+                    let _ = reload_tx.send(Control::Reload);
+                }
+            });
+        }
+        Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
+    }
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let serving = match server {
+        Some(server) => {
+            tracing::info!("listening on {}", server.describe());
+            Some(tokio::spawn(server.serve(shared.clone(), rx)))
+        }
+        None => {
+            tracing::info!("HTTP listener off (-a \"\"): writing the textfile only");
+            None
+        }
+    };
+    let result = tokio::select! {
+        _ = wait_for_signal() => Ok(()),
+        _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
+    };
+    tracing::info!("shutting down");
+    let _ = tx.send(true);
+    let served = match serving {
+        Some(s) => s
+            .await
+            .map_err(|e| format!("the HTTP server failed: {e}"))
+            .and_then(|r| r),
+        None => Ok(()),
+    };
+    result.and(served)
 }
 
 /// Spawns a thread and a receiver that resolves when the thread ends, also by a panic:
@@ -332,62 +287,24 @@ fn thread_panic(panic: Box<dyn std::any::Any + Send>) -> String {
     format!("the collection thread panicked: {what}")
 }
 
-/// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
-/// value that overflows that is refused here rather than wrapped.
-fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
-    const MAX_MS: i64 = i64::MAX / 1000;
-    match ms {
-        m if m <= 0 && !zero_ok => Err(format!(
-            "{flag} {ms}: the collect interval must be a positive number of milliseconds"
-        )),
-        m if m < 0 => Err(format!("{flag} {ms}: must not be negative")),
-        m if m > MAX_MS => Err(format!(
-            "{flag} {ms}: too large (at most {MAX_MS} milliseconds)"
-        )),
-        m => Ok(m as u64),
-    }
-}
-
-/// Whether `-k` asks for what only the API server knows (pod UIDs and labels).
-fn wants_pod_metadata(config: &cli::Config) -> bool {
-    config.kubernetes && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid)
-}
-
-/// Whether `-k` asks for DRA claims (the driver's ResourceSlices are in the API server).
-fn wants_dra(config: &cli::Config) -> bool {
-    config.kubernetes && config.kubernetes_enable_dra
-}
-
-/// What the API server would have given, for the line saying it is off.
-fn api_features(config: &cli::Config) -> String {
-    let mut off = Vec::new();
-    if wants_pod_metadata(config) {
-        off.push("pod UIDs and labels");
-    }
-    if wants_dra(config) {
-        off.push("DRA labels");
-    }
-    off.join(" and ")
-}
-
 /// A Kubernetes API client when a feature needs one; None when none is needed or no
 /// configuration exists (in-cluster or KUBECONFIG). A broken configuration is fatal only
 /// for `-m`: pod metadata and DRA are then off with a warning, as dcgm-exporter does.
-fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
-    if config.configmap_data != "none" {
+fn kube_api_for(wants: &settings::KubeWants) -> Result<Option<KubeApi>, String> {
+    if wants.configmap {
         return KubeApi::connect();
     }
-    if !wants_pod_metadata(config) && !wants_dra(config) {
+    if !wants.pod_metadata && !wants.dra {
         return Ok(None);
     }
     let api = KubeApi::connect().or_else(|e| {
-        tracing::warn!("{e}; {} are off", api_features(config));
+        tracing::warn!("{e}; {} are off", wants.features());
         Ok(None)
     });
     if let Ok(None) = &api {
         tracing::warn!(
             "no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set): {} are off",
-            api_features(config)
+            wants.features()
         );
     }
     api
@@ -395,10 +312,10 @@ fn kube_api_for(config: &cli::Config) -> Result<Option<KubeApi>, String> {
 
 /// The pod watch feeding pod UIDs and labels to the attribution stage, when asked for.
 fn pod_metadata(
-    config: &cli::Config,
+    stages: &settings::Stages,
     api: Option<&KubeApi>,
 ) -> Option<Arc<dyn attribution::PodMetadata>> {
-    if !wants_pod_metadata(config) {
+    if !stages.kube.pod_metadata {
         return None;
     }
     let api = api?;
@@ -406,9 +323,9 @@ fn pod_metadata(
         api,
         std::env::var("NODE_NAME").ok().as_deref(),
         attribution::podmeta::Options {
-            labels: config.kubernetes_enable_pod_labels,
+            labels: stages.attribution.options.pod_labels,
             allowlist: attribution::podmeta::Allowlist::new(
-                &config.kubernetes_pod_label_allowlist_regex,
+                &stages.attribution.pod_label_allowlist,
             ),
         },
     );
@@ -417,10 +334,10 @@ fn pod_metadata(
 
 /// The DRA driver's ResourceSlices, watched for `--kubernetes-enable-dra`.
 fn dra_devices(
-    config: &cli::Config,
+    stages: &settings::Stages,
     api: Option<&KubeApi>,
 ) -> Option<Arc<dyn attribution::dra::DraDevices>> {
-    if !wants_dra(config) {
+    if !stages.kube.dra {
         return None;
     }
     Some(attribution::dra::watch(api?))
@@ -428,21 +345,20 @@ fn dra_devices(
 
 /// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
 fn counters_source(
-    config: &cli::Config,
+    counters: &settings::CountersSettings,
     api: Option<&KubeApi>,
     control: &std::sync::mpsc::Sender<Control>,
 ) -> Result<configmap::CountersSource, String> {
-    if config.configmap_data == "none" {
+    let Some(configmap_data) = &counters.configmap else {
         return Ok(configmap::CountersSource::File {
-            path: config.collectors.clone(),
-            given: config.collectors_set,
+            path: counters.path.clone(),
+            given: counters.given,
         });
-    }
-    let (namespace, name) = configmap::parse_ref(&config.configmap_data)?;
+    };
+    let (namespace, name) = configmap::parse_ref(configmap_data)?;
     let api = api.ok_or_else(|| {
         format!(
-            "-m {}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)",
-            config.configmap_data
+            "-m {configmap_data}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)"
         )
     })?;
     let control = std::sync::Mutex::new(control.clone());
@@ -454,69 +370,44 @@ fn counters_source(
     })
 }
 
-/// The attribution options from the flags; NVML is loaded only with `-k`, as dcgm-exporter
-/// does, and its absence is not fatal.
+/// The attribution stage with its sources and self-metrics; NVML is loaded only with `-k`
+/// (or container labels), as dcgm-exporter does, and its absence is not fatal.
 fn attribution_stage(
-    config: &cli::Config,
-    settings: &collect::Settings,
+    stages: &settings::Stages,
+    shared: &Shared,
+    api: Option<&KubeApi>,
 ) -> Result<Attribution, String> {
-    let only_with_k = [
-        (
-            config.kubernetes_gpu_id_type != "uid",
-            "--kubernetes-gpu-id-type",
-        ),
-        (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
-        (config.kubernetes_enable_dra, "--kubernetes-enable-dra"),
-        (
-            !config.nvidia_resource_names.is_empty(),
-            "--nvidia-resource-names",
-        ),
-        (
-            config.pod_resources_kubelet_socket.as_os_str()
-                != "/var/lib/kubelet/pod-resources/kubelet.sock",
-            "--pod-resources-kubelet-socket",
-        ),
-    ];
-    if !config.kubernetes {
-        for (_, flag) in only_with_k.iter().filter(|(set, _)| *set) {
-            tracing::warn!("{flag} has no effect without -k/--kubernetes");
-        }
+    let s = &stages.attribution;
+    for flag in &s.ignored_without_k {
+        tracing::warn!("{flag} has no effect without -k/--kubernetes");
     }
-    let interval = Duration::from_millis(settings.interval_ms);
-    let opts = attribution::Options {
-        kubernetes: config.kubernetes,
-        kubelet_socket: config.pod_resources_kubelet_socket.clone(),
-        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
-        resource_names: config.nvidia_resource_names.clone(),
-        virtual_gpus: config.kubernetes_virtual_gpus,
-        old_names: config.use_old_namespace,
-        pod_uid: config.kubernetes_enable_pod_uid,
-        pod_labels: config.kubernetes_enable_pod_labels,
-        dra: wants_dra(config),
-        hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
-            .then(|| config.hpc_job_mapping_dir.clone().into()),
-        // dcgm-exporter's per-call timeout.
-        kubelet_deadline: Duration::from_secs(10),
-        // The collection waits this long at most; a later answer serves the next one.
-        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
-        nvml_wait: (interval / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
-        proc_root: "/proc".into(),
-    };
+    let interval = Duration::from_millis(stages.collect.interval_ms);
     // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
-    let nvml = (config.kubernetes || config.container_labels).then(|| {
+    let nvml = s.nvml.then(|| {
         attribution::nvml::RealNvml::load()
             .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
     });
-    if config.container_labels && !config.kubernetes {
+    if s.container.is_some() && !s.options.kubernetes {
         if let Some(Err(e)) = &nvml {
             tracing::warn!("{e}: containers given MIG devices by MIG UUID get no container label");
         }
     }
-    let mut stage = Attribution::new(opts, nvml);
-    if config.container_labels {
-        stage = stage.with_source(Box::new(container_source(config, interval)?));
-    } else if !config.container_runtime_socket.is_empty() {
+    let mut stage = Attribution::new(s.options.clone(), nvml);
+    if let Some((socket, label)) = &s.container {
+        stage = stage.with_source(Box::new(container_source(socket, label, interval)?));
+    } else if s.socket_without_labels {
         tracing::warn!("--container-runtime-socket has no effect without --container-labels");
+    }
+    let metrics = attribution::metrics::Metrics::new();
+    for c in metrics.collectors() {
+        shared.metrics.register(c);
+    }
+    stage = stage.with_metrics(metrics);
+    if let Some(cache) = pod_metadata(stages, api) {
+        stage = stage.with_metadata(cache);
+    }
+    if let Some(slices) = dra_devices(stages, api) {
+        stage = stage.with_dra(slices);
     }
     Ok(stage)
 }
@@ -524,26 +415,18 @@ fn attribution_stage(
 /// `--container-labels`: refreshed once per collection interval on its own thread, each
 /// refresh bounded well inside the interval.
 fn container_source(
-    config: &cli::Config,
+    socket: &str,
+    label: &'static str,
     interval: Duration,
 ) -> Result<attribution::container::ContainerSource, String> {
-    let socket = attribution::container::socket_path(&config.container_runtime_socket);
+    let socket = attribution::container::socket_path(socket);
     tracing::info!("container labels from {}", socket.display());
     attribution::container::ContainerSource::start(
         socket,
         interval,
         (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
-        if config.use_old_namespace {
-            "container_name"
-        } else {
-            "container"
-        },
+        label,
     )
-}
-
-/// The HTTP listener: options checked, web config read, sockets bound (or taken from systemd).
-fn start_http(config: &cli::Config) -> Result<http::Server, String> {
-    http::Server::bind(config)
 }
 
 async fn wait_for_signal() {
@@ -583,7 +466,8 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
 
 #[cfg(test)]
 mod tests {
-    use super::{dcgm_log_env, millis, set_dcgm_log_env, spawn_watched, thread_panic};
+    use super::settings::millis;
+    use super::{dcgm_log_env, set_dcgm_log_env, spawn_watched, thread_panic};
     use crate::config::cli;
 
     fn config(args: &[&str]) -> cli::Config {

@@ -1,0 +1,300 @@
+//! The one place the command line becomes each stage's own settings: collection
+//! (`collect::Settings`), attribution (`attribution::Options` and which sources run), output
+//! (`http::HttpSettings`, `output::SinkSettings`), and what start-up itself wires (the engine,
+//! the counters source, the Kubernetes API, health). No stage sees `cli::Config`.
+
+use crate::attribution;
+use crate::collect;
+use crate::config::{cli, hostname, selector};
+use crate::lifecycle::app::Engine;
+use crate::output::http::HttpSettings;
+use crate::output::SinkSettings;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Every stage's settings, made once at start.
+pub struct Stages {
+    pub engine: Engine,
+    /// `--dcgm-library`.
+    pub dcgm_library: Option<PathBuf>,
+    pub counters: CountersSettings,
+    pub kube: KubeWants,
+    pub collect: collect::Settings,
+    pub attribution: AttributionSettings,
+    /// `None`: `-a ""`, no HTTP listener (textfile mode).
+    pub http: Option<HttpSettings>,
+    pub sinks: SinkSettings,
+    /// `--health-require-gpus`.
+    pub health_require_gpus: bool,
+    /// `--enable-exporter-metrics`.
+    pub exporter_metrics: bool,
+    /// `--enable-gpu-bind-unbind-watch`'s poll interval.
+    pub bind_unbind: Option<Duration>,
+    /// `--exit-if-hostengine-unreachable`.
+    pub exit_if_unreachable: bool,
+}
+
+/// Where the counters come from: `-f` (or the config file's), or the `-m` ConfigMap.
+pub struct CountersSettings {
+    /// `-m namespace:name`; `None` for "none".
+    pub configmap: Option<String>,
+    pub path: PathBuf,
+    /// `-f` was given (a missing file is then an error rather than the built-in list).
+    pub given: bool,
+}
+
+/// What needs the Kubernetes API.
+pub struct KubeWants {
+    pub configmap: bool,
+    /// `-k` with pod labels or UIDs.
+    pub pod_metadata: bool,
+    /// `-k --kubernetes-enable-dra`.
+    pub dra: bool,
+}
+
+impl KubeWants {
+    /// What the API server would have given, for the line saying it is off.
+    pub fn features(&self) -> String {
+        let mut off = Vec::new();
+        if self.pod_metadata {
+            off.push("pod UIDs and labels");
+        }
+        if self.dra {
+            off.push("DRA labels");
+        }
+        off.join(" and ")
+    }
+}
+
+/// The attribution stage's options and the sources start-up plugs into it.
+pub struct AttributionSettings {
+    pub options: attribution::Options,
+    /// Load NVML (`-k` or `--container-labels`, as dcgm-exporter loads it only with `-k`).
+    pub nvml: bool,
+    /// `--container-labels`: the runtime's socket flag and the label's name.
+    pub container: Option<(String, &'static str)>,
+    /// `--kubernetes-pod-label-allowlist-regex`, for the pod watch.
+    pub pod_label_allowlist: Vec<String>,
+    /// Flags given that do nothing without `-k` (warned about when the stage is built).
+    pub ignored_without_k: Vec<&'static str>,
+    /// `--container-runtime-socket` given without `--container-labels`.
+    pub socket_without_labels: bool,
+}
+
+/// Every stage's settings from the command line (and the config file it names).
+pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
+    let file_settings = crate::config::file::apply(&mut config)?;
+    let engine = match config.remote_hostengine() {
+        Some(addr) => Engine::Remote(
+            dcgm_sys::ConnectTarget::parse(addr)
+                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
+        ),
+        None => Engine::Embedded,
+    };
+    let collect = collect_settings(&config, file_settings.watch_groups, &engine)?;
+    let interval = Duration::from_millis(collect.interval_ms);
+    Ok(Stages {
+        dcgm_library: config.dcgm_library.clone(),
+        counters: CountersSettings {
+            configmap: (config.configmap_data != "none").then(|| config.configmap_data.clone()),
+            path: config.collectors.clone(),
+            given: config.collectors_set,
+        },
+        kube: KubeWants {
+            configmap: config.configmap_data != "none",
+            pod_metadata: config.kubernetes
+                && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid),
+            dra: config.kubernetes && config.kubernetes_enable_dra,
+        },
+        attribution: attribution_settings(&config, interval)?,
+        http: http_settings(&config)?,
+        sinks: SinkSettings {
+            textfile_directory: config.textfile_directory.clone(),
+            dump_enabled: config.dump_enabled,
+            dump_directory: config.dump_directory.clone(),
+            dump_retention: config.dump_retention,
+            dump_compression: config.dump_compression,
+        },
+        health_require_gpus: config.health_require_gpus,
+        exporter_metrics: config.enable_exporter_metrics,
+        bind_unbind: config.enable_gpu_bind_unbind_watch.then(|| {
+            crate::lifecycle::watchers::bind_unbind::poll_interval(
+                &config.gpu_bind_unbind_poll_interval,
+            )
+        }),
+        exit_if_unreachable: config.exit_if_hostengine_unreachable,
+        collect,
+        engine,
+    })
+}
+
+fn collect_settings(
+    config: &cli::Config,
+    watch_groups: Vec<collect::WatchGroup>,
+    engine: &Engine,
+) -> Result<collect::Settings, String> {
+    let (keep_age_s, keep_samples, keep_explicit) = keep_limits(config)?;
+    let remote_host = match engine {
+        Engine::Remote(t) => t.host(),
+        Engine::Embedded => None,
+    };
+    Ok(collect::Settings {
+        gpus: selector::parse("-d", &config.devices)?,
+        switches: selector::parse("-s", &config.switch_devices)?,
+        cpus: selector::parse("-p", &config.cpu_devices)?,
+        compute_instances: config.compute_instances,
+        use_old_namespace: config.use_old_namespace,
+        replace_blanks_in_model_name: config.replace_blanks_in_model_name,
+        hostname: hostname::resolve(
+            config.no_hostname,
+            config.kubernetes,
+            remote_host.as_deref(),
+            std::env::var("NODE_NAME").ok().as_deref(),
+        ),
+        interval_ms: millis("-c", config.collect_interval, false)?,
+        xid_window_ms: millis("-x", config.xid_count_window_size, true)?,
+        clock_events_window_ms: millis(
+            "--clock-events-count-window-size",
+            config.clock_events_count_window_size,
+            true,
+        )?,
+        keep_age_s,
+        keep_samples,
+        keep_explicit,
+        fake_gpus: config.fake_gpus,
+        watch_groups,
+    })
+}
+
+/// `-a ""` turns the listener off, which leaves only the textfile.
+fn http_settings(config: &cli::Config) -> Result<Option<HttpSettings>, String> {
+    if config.address.is_empty() {
+        if config.textfile_directory.is_empty() {
+            return Err(
+                "-a \"\" turns the HTTP listener off; it needs --textfile-directory".into(),
+            );
+        }
+        return Ok(None);
+    }
+    Ok(Some(HttpSettings {
+        address: config.address.clone(),
+        systemd_socket: config.web_systemd_socket,
+        web_config_file: config.web_config_file.clone(),
+        telemetry_path: config.web_telemetry_path.clone(),
+        max_concurrent_scrapes: config.max_concurrent_scrapes,
+        read_timeout: config.web_read_timeout.clone(),
+        write_timeout: config.web_write_timeout.clone(),
+        pprof: config.enable_pprof,
+        openmetrics: config.web_enable_openmetrics,
+    }))
+}
+
+fn attribution_settings(
+    config: &cli::Config,
+    interval: Duration,
+) -> Result<AttributionSettings, String> {
+    let only_with_k = [
+        (
+            config.kubernetes_gpu_id_type != "uid",
+            "--kubernetes-gpu-id-type",
+        ),
+        (config.kubernetes_virtual_gpus, "--kubernetes-virtual-gpus"),
+        (config.kubernetes_enable_dra, "--kubernetes-enable-dra"),
+        (
+            !config.nvidia_resource_names.is_empty(),
+            "--nvidia-resource-names",
+        ),
+        (
+            config.pod_resources_kubelet_socket.as_os_str()
+                != "/var/lib/kubelet/pod-resources/kubelet.sock",
+            "--pod-resources-kubelet-socket",
+        ),
+    ];
+    let options = attribution::Options {
+        kubernetes: config.kubernetes,
+        kubelet_socket: config.pod_resources_kubelet_socket.clone(),
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
+        resource_names: config.nvidia_resource_names.clone(),
+        virtual_gpus: config.kubernetes_virtual_gpus,
+        old_names: config.use_old_namespace,
+        pod_uid: config.kubernetes_enable_pod_uid,
+        pod_labels: config.kubernetes_enable_pod_labels,
+        dra: config.kubernetes && config.kubernetes_enable_dra,
+        hpc_dir: (!config.hpc_job_mapping_dir.is_empty())
+            .then(|| config.hpc_job_mapping_dir.clone().into()),
+        // dcgm-exporter's per-call timeout.
+        kubelet_deadline: Duration::from_secs(10),
+        // The collection waits this long at most; a later answer serves the next one.
+        kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
+        nvml_wait: (interval / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
+        proc_root: "/proc".into(),
+    };
+    let label = if config.use_old_namespace {
+        "container_name"
+    } else {
+        "container"
+    };
+    Ok(AttributionSettings {
+        options,
+        nvml: config.kubernetes || config.container_labels,
+        container: config
+            .container_labels
+            .then(|| (config.container_runtime_socket.clone(), label)),
+        pod_label_allowlist: config.kubernetes_pod_label_allowlist_regex.clone(),
+        ignored_without_k: if config.kubernetes {
+            Vec::new()
+        } else {
+            only_with_k
+                .iter()
+                .filter(|(set, _)| *set)
+                .map(|(_, flag)| *flag)
+                .collect()
+        },
+        socket_without_labels: !config.container_labels
+            && !config.container_runtime_socket.is_empty(),
+    })
+}
+
+/// dcgmWatchFields' (maxKeepAge seconds, maxKeepSamples) from --watch-max-keep-age and
+/// --watch-max-keep-samples, and whether either was given (flag or environment; then every
+/// watch keeps that, else each keeps what it reads). `0s` means no age limit, which DCGM
+/// accepts only together with a sample limit.
+fn keep_limits(config: &cli::Config) -> Result<(f64, i32, bool), String> {
+    let age = crate::config::duration::parse(&config.watch_max_keep_age)
+        .map_err(|e| format!("--watch-max-keep-age: {e}"))?;
+    let samples = i32::try_from(config.watch_max_keep_samples)
+        .ok()
+        .filter(|n| *n >= 0)
+        .ok_or_else(|| {
+            format!(
+                "--watch-max-keep-samples {}: must be between 0 and {}",
+                config.watch_max_keep_samples,
+                i32::MAX
+            )
+        })?;
+    if age.is_zero() && samples == 0 {
+        return Err(
+            "--watch-max-keep-age 0s keeps samples forever: set --watch-max-keep-samples too"
+                .into(),
+        );
+    }
+    let explicit =
+        config.is_explicit("watch-max-keep-age") || config.is_explicit("watch-max-keep-samples");
+    Ok((age.as_secs_f64(), samples, explicit))
+}
+
+/// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
+/// value that overflows that is refused here rather than wrapped.
+pub(super) fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
+    const MAX_MS: i64 = i64::MAX / 1000;
+    match ms {
+        m if m <= 0 && !zero_ok => Err(format!(
+            "{flag} {ms}: the collect interval must be a positive number of milliseconds"
+        )),
+        m if m < 0 => Err(format!("{flag} {ms}: must not be negative")),
+        m if m > MAX_MS => Err(format!(
+            "{flag} {ms}: too large (at most {MAX_MS} milliseconds)"
+        )),
+        m => Ok(m as u64),
+    }
+}
