@@ -10,6 +10,8 @@
 //! (the same labels twice in a family, a family added again with another type or help) is
 //! dropped and counted instead.
 
+pub mod node;
+
 use crate::config::counters::PromType;
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};

@@ -7,8 +7,8 @@
 //! wrote are removed hourly once older than `--dump-retention` hours (0 keeps them); a file
 //! it did not write (another program's `metrics-…`, an earlier run's dumps) is never touched.
 
-use crate::collect::topology::Topology;
 use crate::logging::utc::Utc;
+use crate::model::node::Topology;
 use crate::output::sink::Sink;
 use prometheus::proto::{MetricFamily, MetricType};
 use serde_json::{json, Value};

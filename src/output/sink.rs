@@ -1,7 +1,7 @@
 //! Where a collected page goes besides the HTTP endpoint: the collection loop hands every
 //! published page to each sink (the node-exporter textfile, debug dumps).
 
-use crate::collect::topology::Topology;
+use crate::model::node::Topology;
 use prometheus::proto::MetricFamily;
 
 pub trait Sink: Send + Sync {

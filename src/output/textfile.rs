@@ -8,7 +8,7 @@
 //! root: the temporary file has a random name and is created exclusively without following
 //! a symbolic link, so nothing planted in the directory can make it write anywhere else.
 
-use crate::collect::topology::Topology;
+use crate::model::node::Topology;
 use crate::output::sink::Sink;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
