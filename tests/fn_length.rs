@@ -47,7 +47,10 @@ fn code_only(line: &str) -> String {
                 let end = if rest.starts_with('\\') {
                     rest[1..].find('\'').map(|i| i + 1)
                 } else {
-                    rest.char_indices().nth(1).filter(|(_, c)| *c == '\'').map(|(i, _)| i)
+                    rest.char_indices()
+                        .nth(1)
+                        .filter(|(_, c)| *c == '\'')
+                        .map(|(i, _)| i)
                 };
                 match end {
                     Some(e) => {

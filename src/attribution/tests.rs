@@ -2,7 +2,10 @@
 
 use super::*;
 use crate::config::counters::PromType;
+use crate::model::Page;
+use device_ids::MigLocation;
 use kubelet::Allocation;
+use std::collections::BTreeMap;
 
 const U: &str = "b8ea3855-276c-c9cb-b366-c6fa655957c5";
 const PARENT: &str = "00000000-0000-0000-0000-000000000000";
