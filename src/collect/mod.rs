@@ -279,94 +279,10 @@ impl Collector {
         };
         let mut sets = Vec::new();
         let mut failures = Failures::default();
-        for mut set in plan {
-            let name = format!(
-                "dcgm-exporter-{}",
-                set.kind.name().replace(' ', "-").to_lowercase()
-            );
-            // Profiling support is checked before watching: DCGM refuses a whole watch that
-            // holds a profiling field it cannot serve.
-            let unsupported = if set.kind == Kind::Gpu {
-                let prof = unsupported_profiling(&session, &set);
-                let mut refused = HashSet::new();
-                for (field, why) in &prof.unwatched {
-                    for name in row_names(&set, &counters, *field) {
-                        tracing::warn!("skipping {name}: {why}");
-                    }
-                    refused.insert(*field);
-                }
-                drop_fields(&mut set, &counters, &refused);
-                prof.pairs
-            } else {
-                HashSet::new()
-            };
-            let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
-            let source = format!("{} fields", set.kind.name());
-            // One watch per frequency: fields of a config-file watch group are sampled at
-            // its interval.
-            let mut by_interval: BTreeMap<u64, Vec<u16>> = BTreeMap::new();
-            for &f in &set.fields {
-                by_interval
-                    .entry(settings.watch_interval_ms(f))
-                    .or_default()
-                    .push(f);
+        for set in plan {
+            if let Some(active) = activate(&session, set, &counters, &settings, &mut failures)? {
+                sets.push(active);
             }
-            let mut watched = Watched {
-                watches: Vec::new(),
-                refused: Vec::new(),
-            };
-            let mut setup_error = None;
-            let (keep_age_s, keep_samples) = settings.latest_retention();
-            for (interval_ms, fields) in &by_interval {
-                match watch_all(
-                    &session,
-                    &name,
-                    &entities,
-                    fields,
-                    *interval_ms,
-                    keep_age_s,
-                    keep_samples,
-                ) {
-                    Ok(w) => {
-                        watched.watches.extend(w.watches);
-                        watched.refused.extend(w.refused);
-                    }
-                    Err(e) if failures::is_fatal(&e) => return Err(e.into()),
-                    Err(e) => {
-                        setup_error = Some(e);
-                        break;
-                    }
-                }
-            }
-            if let Some(e) = setup_error {
-                failures.refused_at_start(&source, &e);
-                continue;
-            }
-            let mut refused = HashSet::new();
-            for (field, e) in &watched.refused {
-                for name in row_names(&set, &counters, *field) {
-                    failures.refused_at_start(&name, e);
-                }
-                refused.insert(*field);
-            }
-            drop_fields(&mut set, &counters, &refused);
-            if set.fields.is_empty() {
-                continue;
-            }
-            let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
-                .counters
-                .iter()
-                .partition(|&&i| counters.all[i].prom_type == PromType::Label);
-            label_rows.sort_by(|&a, &b| counters.all[a].name.cmp(&counters.all[b].name));
-            value_rows.sort_by_key(|&i| (field_id(&counters.all[i]), counters.all[i].line));
-            sets.push(ActiveSet {
-                set,
-                label_rows,
-                value_rows,
-                entities,
-                unsupported,
-                watches: watched.watches,
-            });
         }
         let unmatched = targets::unmatched(&topology, &opts).map_err(StartError::Config)?;
         for n in &unmatched {
@@ -554,6 +470,112 @@ pub fn now_us() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Watches one planned set: the profiling fields DCGM cannot serve are left out first (it
+/// refuses a whole watch holding one), then one watch per frequency; fields DCGM refuses
+/// are dropped and counted. `None` when nothing of the set is left.
+fn activate(
+    session: &Session,
+    mut set: WatchSet,
+    counters: &Counters,
+    settings: &Settings,
+    failures: &mut Failures,
+) -> Result<Option<ActiveSet>, StartError> {
+    let name = format!(
+        "dcgm-exporter-{}",
+        set.kind.name().replace(' ', "-").to_lowercase()
+    );
+    let unsupported = if set.kind == Kind::Gpu {
+        let prof = unsupported_profiling(session, &set);
+        let mut refused = HashSet::new();
+        for (field, why) in &prof.unwatched {
+            for name in row_names(&set, counters, *field) {
+                tracing::warn!("skipping {name}: {why}");
+            }
+            refused.insert(*field);
+        }
+        drop_fields(&mut set, counters, &refused);
+        prof.pairs
+    } else {
+        HashSet::new()
+    };
+    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
+    let source = format!("{} fields", set.kind.name());
+    let watched = match watch_by_interval(session, &name, &entities, &set, settings)? {
+        Ok(w) => w,
+        Err(e) => {
+            failures.refused_at_start(&source, &e);
+            return Ok(None);
+        }
+    };
+    let mut refused = HashSet::new();
+    for (field, e) in &watched.refused {
+        for name in row_names(&set, counters, *field) {
+            failures.refused_at_start(&name, e);
+        }
+        refused.insert(*field);
+    }
+    drop_fields(&mut set, counters, &refused);
+    if set.fields.is_empty() {
+        return Ok(None);
+    }
+    let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
+        .counters
+        .iter()
+        .partition(|&&i| counters.all[i].prom_type == PromType::Label);
+    label_rows.sort_by(|&a, &b| counters.all[a].name.cmp(&counters.all[b].name));
+    value_rows.sort_by_key(|&i| (field_id(&counters.all[i]), counters.all[i].line));
+    Ok(Some(ActiveSet {
+        set,
+        label_rows,
+        value_rows,
+        entities,
+        unsupported,
+        watches: watched.watches,
+    }))
+}
+
+/// One watch per frequency: fields of a config-file watch group are sampled at its
+/// interval. The inner error is the set's own (it is left out); the outer one is fatal.
+fn watch_by_interval(
+    session: &Session,
+    name: &str,
+    entities: &[Entity],
+    set: &WatchSet,
+    settings: &Settings,
+) -> Result<dcgm_sys::Result<Watched>, StartError> {
+    let mut by_interval: BTreeMap<u64, Vec<u16>> = BTreeMap::new();
+    for &f in &set.fields {
+        by_interval
+            .entry(settings.watch_interval_ms(f))
+            .or_default()
+            .push(f);
+    }
+    let mut watched = Watched {
+        watches: Vec::new(),
+        refused: Vec::new(),
+    };
+    let (keep_age_s, keep_samples) = settings.latest_retention();
+    for (interval_ms, fields) in &by_interval {
+        match watch_all(
+            session,
+            name,
+            entities,
+            fields,
+            *interval_ms,
+            keep_age_s,
+            keep_samples,
+        ) {
+            Ok(w) => {
+                watched.watches.extend(w.watches);
+                watched.refused.extend(w.refused);
+            }
+            Err(e) if failures::is_fatal(&e) => return Err(e.into()),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(watched))
 }
 
 /// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
