@@ -280,6 +280,108 @@ fn find_row(counters: &Counters, f: ExpField) -> Option<Counter> {
         .cloned()
 }
 
+/// The XID and clock-event windows the counters ask for, each watching its source field
+/// (even when the CSV lacks it) with samples kept for the whole window.
+fn windowed(
+    session: &Session,
+    counters: &Counters,
+    settings: &Settings,
+    gpu_targets: &[Target],
+    failures: &mut Failures,
+) -> dcgm_sys::Result<Vec<Windowed>> {
+    let mut out = Vec::new();
+    let entities: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
+    for (field, label, count, total, window_ms, name) in [
+        (
+            fields::XID_ERRORS,
+            "xid",
+            ExpField::XidErrorsCount,
+            ExpField::XidErrorsTotal,
+            settings.xid_window_ms,
+            "xid",
+        ),
+        (
+            fields::CLOCKS_EVENT_REASONS,
+            "clock_event",
+            ExpField::ClockEventsCount,
+            ExpField::ClockEventsTotal,
+            settings.clock_events_window_ms,
+            "clock-events",
+        ),
+    ] {
+        let (count_row, total_row) = (find_row(counters, count), find_row(counters, total));
+        if (count_row.is_none() && total_row.is_none()) || entities.is_empty() {
+            continue;
+        }
+        // The hidden dependency: watch the source field even when the CSV lacks it,
+        // keeping samples for at least the whole window.
+        let (keep_age_s, keep_samples) = settings.window_retention(window_ms);
+        let source = count_row
+            .as_ref()
+            .or(total_row.as_ref())
+            .map(|r| r.name.clone());
+        let source = source.unwrap_or_default();
+        let watched = match watch_all(
+            session,
+            &format!("dcgm-exporter-{name}"),
+            &entities,
+            &[field],
+            settings.interval_ms,
+            keep_age_s,
+            keep_samples,
+        ) {
+            Ok(w) => w,
+            Err(e) if failures::is_fatal(&e) => return Err(e),
+            Err(e) => {
+                failures.refused_at_start(&source, &e);
+                continue;
+            }
+        };
+        if let Some((_, e)) = watched.refused.first() {
+            failures.refused_at_start(&source, e);
+            continue;
+        }
+        let watches = watched.watches;
+        out.push(Windowed {
+            field,
+            window_ms,
+            label,
+            count_row,
+            total_row,
+            targets: gpu_targets.to_vec(),
+            watches,
+            totals: HashMap::new(),
+            last_ts: now_us(),
+        });
+    }
+    Ok(out)
+}
+
+/// One target per physical GPU, without the MIG labels.
+fn whole_gpus(gpu_targets: &[Target]) -> Vec<Target> {
+    let mut seen = Vec::new();
+    let mut v = Vec::new();
+    for t in gpu_targets {
+        let Some(g) = t.gpu else { continue };
+        if seen.contains(&g) {
+            continue;
+        }
+        seen.push(g);
+        let labels = t
+            .labels
+            .iter()
+            .filter(|(k, _)| !matches!(*k, "GPU_I_PROFILE" | "GPU_I_ID" | "GPU_CI_ID"))
+            .cloned()
+            .collect();
+        v.push(Target {
+            entity: Entity::gpu(g),
+            labels,
+            gpu: Some(g),
+        });
+    }
+    v
+}
+
 impl ExpCollectors {
     pub fn start(
         session: &Session,
@@ -289,96 +391,12 @@ impl ExpCollectors {
         gpu_targets: &[Target],
         failures: &mut Failures,
     ) -> dcgm_sys::Result<ExpCollectors> {
-        let mut exp = ExpCollectors::default();
-        let entities: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
-        for (field, label, count, total, window_ms, name) in [
-            (
-                fields::XID_ERRORS,
-                "xid",
-                ExpField::XidErrorsCount,
-                ExpField::XidErrorsTotal,
-                settings.xid_window_ms,
-                "xid",
-            ),
-            (
-                fields::CLOCKS_EVENT_REASONS,
-                "clock_event",
-                ExpField::ClockEventsCount,
-                ExpField::ClockEventsTotal,
-                settings.clock_events_window_ms,
-                "clock-events",
-            ),
-        ] {
-            let (count_row, total_row) = (find_row(counters, count), find_row(counters, total));
-            if (count_row.is_none() && total_row.is_none()) || entities.is_empty() {
-                continue;
-            }
-            // The hidden dependency: watch the source field even when the CSV lacks it,
-            // keeping samples for at least the whole window.
-            let (keep_age_s, keep_samples) = settings.window_retention(window_ms);
-            let source = count_row
-                .as_ref()
-                .or(total_row.as_ref())
-                .map(|r| r.name.clone());
-            let source = source.unwrap_or_default();
-            let watched = match watch_all(
-                session,
-                &format!("dcgm-exporter-{name}"),
-                &entities,
-                &[field],
-                settings.interval_ms,
-                keep_age_s,
-                keep_samples,
-            ) {
-                Ok(w) => w,
-                Err(e) if failures::is_fatal(&e) => return Err(e),
-                Err(e) => {
-                    failures.refused_at_start(&source, &e);
-                    continue;
-                }
-            };
-            if let Some((_, e)) = watched.refused.first() {
-                failures.refused_at_start(&source, e);
-                continue;
-            }
-            let watches = watched.watches;
-            exp.windowed.push(Windowed {
-                field,
-                window_ms,
-                label,
-                count_row,
-                total_row,
-                targets: gpu_targets.to_vec(),
-                watches,
-                totals: HashMap::new(),
-                last_ts: now_us(),
-            });
-        }
-
-        // Health and P2P are per physical GPU, MIG or not.
-        let whole_gpus: Vec<Target> = {
-            let mut seen = Vec::new();
-            let mut v = Vec::new();
-            for t in gpu_targets {
-                let Some(g) = t.gpu else { continue };
-                if seen.contains(&g) {
-                    continue;
-                }
-                seen.push(g);
-                let labels = t
-                    .labels
-                    .iter()
-                    .filter(|(k, _)| !matches!(*k, "GPU_I_PROFILE" | "GPU_I_ID" | "GPU_CI_ID"))
-                    .cloned()
-                    .collect();
-                v.push(Target {
-                    entity: Entity::gpu(g),
-                    labels,
-                    gpu: Some(g),
-                });
-            }
-            v
+        let mut exp = ExpCollectors {
+            windowed: windowed(session, counters, settings, gpu_targets, failures)?,
+            ..Default::default()
         };
+        // Health and P2P are per physical GPU, MIG or not.
+        let whole_gpus = whole_gpus(gpu_targets);
         if let Some(row) = find_row(counters, ExpField::GpuHealthStatus) {
             if !whole_gpus.is_empty() {
                 let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
