@@ -53,36 +53,7 @@ impl Topology {
             Err(e) => t.warnings.push(format!("no NvSwitches: {e}")),
         }
         match session.link_status() {
-            Ok(ls) => {
-                let parents = ls
-                    .gpus
-                    .iter()
-                    .map(|(id, st)| (EntityGroup::Gpu, id, st))
-                    .chain(
-                        ls.switches
-                            .iter()
-                            .map(|(id, st)| (EntityGroup::Switch, id, st)),
-                    );
-                for (parent, id, states) in parents {
-                    if parent == EntityGroup::Gpu && !usable.contains(id) {
-                        continue;
-                    }
-                    t.links.extend(
-                        states
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, s)| **s != LinkState::NotSupported)
-                            .map(|(i, s)| Link {
-                                id: LinkId {
-                                    parent,
-                                    index: i as u16,
-                                    parent_id: *id as u8,
-                                },
-                                state: *s,
-                            }),
-                    );
-                }
-            }
+            Ok(ls) => t.links = links(&ls, &usable),
             Err(e) => t.warnings.push(format!("no NVLink status: {e}")),
         }
         match session.cpu_hierarchy() {
@@ -114,6 +85,40 @@ impl Topology {
     pub fn mig_enabled(&self, gpu: u32) -> bool {
         self.gpu_instances_of(gpu).next().is_some()
     }
+}
+
+/// The NVLink links DCGM reports (supported ones only), of usable GPUs and of switches.
+fn links(ls: &dcgm_sys::LinkStatus, usable: &[u32]) -> Vec<Link> {
+    let mut links = Vec::new();
+    let parents = ls
+        .gpus
+        .iter()
+        .map(|(id, st)| (EntityGroup::Gpu, id, st))
+        .chain(
+            ls.switches
+                .iter()
+                .map(|(id, st)| (EntityGroup::Switch, id, st)),
+        );
+    for (parent, id, states) in parents {
+        if parent == EntityGroup::Gpu && !usable.contains(id) {
+            continue;
+        }
+        links.extend(
+            states
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| **s != LinkState::NotSupported)
+                .map(|(i, s)| Link {
+                    id: LinkId {
+                        parent,
+                        index: i as u16,
+                        parent_id: *id as u8,
+                    },
+                    state: *s,
+                }),
+        );
+    }
+    links
 }
 
 /// The attributes of a GPU that can be watched; `None` for a lost GPU, which DCGM reports
