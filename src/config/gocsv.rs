@@ -130,6 +130,25 @@ pub fn read_all(text: &str, fields: usize) -> Result<Vec<Record>, ParseError> {
     Ok(out)
 }
 
+/// Where the reader is within a record, for errors.
+struct Pos {
+    start_line: usize,
+    /// The line being read (a quoted field may span lines).
+    at_line: usize,
+    col: usize,
+}
+
+impl Pos {
+    fn err(&self, line: usize, column: usize, kind: ErrorKind) -> ParseError {
+        ParseError {
+            start_line: self.start_line,
+            line,
+            column,
+            kind,
+        }
+    }
+}
+
 fn read_record(lines: &mut Lines) -> Result<Option<Record>, ParseError> {
     // Skip comment and empty lines.
     let mut line = loop {
@@ -141,80 +160,36 @@ fn read_record(lines: &mut Lines) -> Result<Option<Record>, ParseError> {
         }
     };
     let start_line = lines.num_line;
-    let mut at_line = start_line;
-    let mut col = 1;
-    let mut fields: Vec<Vec<u8>> = Vec::new();
-    let err = |line, column, kind| ParseError {
+    let mut pos = Pos {
         start_line,
-        line,
-        column,
-        kind,
+        at_line: start_line,
+        col: 1,
     };
-    'field: loop {
+    let mut fields: Vec<Vec<u8>> = Vec::new();
+    loop {
         if line.first() != Some(&b'"') {
             let comma = line.iter().position(|&b| b == b',');
             let end = comma.unwrap_or(line.len() - length_nl(&line));
             let field = &line[..end];
             if let Some(j) = field.iter().position(|&b| b == b'"') {
-                return Err(err(lines.num_line, col + j, ErrorKind::BareQuote));
+                return Err(pos.err(lines.num_line, pos.col + j, ErrorKind::BareQuote));
             }
             fields.push(field.to_vec());
             match comma {
                 Some(i) => {
                     line.drain(..=i);
-                    col += i + 1;
-                    continue 'field;
+                    pos.col += i + 1;
+                    continue;
                 }
-                None => break 'field,
+                None => break,
             }
         }
-        // A quoted field.
-        let mut field = Vec::new();
         line.remove(0);
-        col += 1;
-        loop {
-            if let Some(i) = line.iter().position(|&b| b == b'"') {
-                field.extend_from_slice(&line[..i]);
-                line.drain(..=i);
-                col += i + 1;
-                match line.first() {
-                    Some(b'"') => {
-                        field.push(b'"');
-                        line.remove(0);
-                        col += 1;
-                    }
-                    Some(b',') => {
-                        line.remove(0);
-                        col += 1;
-                        fields.push(field);
-                        continue 'field;
-                    }
-                    _ if line.len() == length_nl(&line) => {
-                        fields.push(field);
-                        break 'field;
-                    }
-                    _ => return Err(err(at_line, col - 1, ErrorKind::Quote)),
-                }
-            } else if !line.is_empty() {
-                // The field goes on on the next line.
-                field.extend_from_slice(&line);
-                col += line.len();
-                match lines.next_line() {
-                    Some(l) => {
-                        // A lone '\r' before the end of input reads as an empty line, which
-                        // Go does not count.
-                        if !l.is_empty() {
-                            at_line += 1;
-                            col = 1;
-                        }
-                        line = l;
-                    }
-                    None => line = Vec::new(),
-                }
-            } else {
-                // The input ended inside the quotes.
-                return Err(err(at_line, col, ErrorKind::Quote));
-            }
+        pos.col += 1;
+        let (field, more) = quoted_field(lines, &mut line, &mut pos)?;
+        fields.push(field);
+        if !more {
+            break;
         }
     }
     let fields = fields
@@ -226,6 +201,56 @@ fn read_record(lines: &mut Lines) -> Result<Option<Record>, ParseError> {
         line: start_line,
         fields,
     }))
+}
+
+/// A quoted field, its opening quote already taken from `line`; true when another field
+/// follows it on the record.
+fn quoted_field(
+    lines: &mut Lines,
+    line: &mut Vec<u8>,
+    pos: &mut Pos,
+) -> Result<(Vec<u8>, bool), ParseError> {
+    let mut field = Vec::new();
+    loop {
+        if let Some(i) = line.iter().position(|&b| b == b'"') {
+            field.extend_from_slice(&line[..i]);
+            line.drain(..=i);
+            pos.col += i + 1;
+            match line.first() {
+                Some(b'"') => {
+                    field.push(b'"');
+                    line.remove(0);
+                    pos.col += 1;
+                }
+                Some(b',') => {
+                    line.remove(0);
+                    pos.col += 1;
+                    return Ok((field, true));
+                }
+                _ if line.len() == length_nl(line) => return Ok((field, false)),
+                _ => return Err(pos.err(pos.at_line, pos.col - 1, ErrorKind::Quote)),
+            }
+        } else if !line.is_empty() {
+            // The field goes on on the next line.
+            field.extend_from_slice(line);
+            pos.col += line.len();
+            match lines.next_line() {
+                Some(l) => {
+                    // A lone '\r' before the end of input reads as an empty line, which
+                    // Go does not count.
+                    if !l.is_empty() {
+                        pos.at_line += 1;
+                        pos.col = 1;
+                    }
+                    *line = l;
+                }
+                None => *line = Vec::new(),
+            }
+        } else {
+            // The input ended inside the quotes.
+            return Err(pos.err(pos.at_line, pos.col, ErrorKind::Quote));
+        }
+    }
 }
 
 #[cfg(test)]
