@@ -198,20 +198,8 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
     // Every record is read before any is resolved, as dcgm-exporter's ReadAll does: a
     // syntax error anywhere is the one reported.
     let records = super::gocsv::read_all(text, 3).map_err(|e| {
-        let line = match e.kind {
-            super::gocsv::ErrorKind::FieldCount { .. } => e.start_line,
-            _ => e.line,
-        };
-        let hint = match e.kind {
-            super::gocsv::ErrorKind::FieldCount { found, .. } if found > 3 => {
-                " (quote a help text that contains commas)"
-            }
-            super::gocsv::ErrorKind::FieldCount { found: 1, .. } => {
-                " (a line of spaces is a record; only an empty line is skipped)"
-            }
-            _ => "",
-        };
-        err(line, format!("malformed CSV: {e}{hint}"))
+        let (line, message) = malformed(&e);
+        err(line, message)
     })?;
     let mut out = Counters::default();
     for rec in records {
@@ -272,6 +260,24 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         });
     }
     Ok(out)
+}
+
+/// The line and message of a CSV syntax error, with a hint for the usual mistakes.
+fn malformed(e: &super::gocsv::ParseError) -> (usize, String) {
+    let line = match e.kind {
+        super::gocsv::ErrorKind::FieldCount { .. } => e.start_line,
+        _ => e.line,
+    };
+    let hint = match e.kind {
+        super::gocsv::ErrorKind::FieldCount { found, .. } if found > 3 => {
+            " (quote a help text that contains commas)"
+        }
+        super::gocsv::ErrorKind::FieldCount { found: 1, .. } => {
+            " (a line of spaces is a record; only an empty line is skipped)"
+        }
+        _ => "",
+    };
+    (line, format!("malformed CSV: {e}{hint}"))
 }
 
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
