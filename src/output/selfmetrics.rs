@@ -44,48 +44,35 @@ impl SelfMetrics {
     pub fn new() -> SelfMetrics {
         let registry = Registry::new();
         let name = |n: &str| format!("{PREFIX}{n}");
-        let collection_duration = Gauge::with_opts(Opts::new(
+        let collection_duration = gauge(
             name("collection_duration_seconds"),
             "Time the last collection from DCGM took.",
-        ))
-        .expect("static metric options are valid");
-        let last_success = Gauge::with_opts(Opts::new(
+        );
+        let last_success = gauge(
             name("last_successful_collection_timestamp_seconds"),
             "Unix time of the last successful collection from DCGM.",
-        ))
-        .expect("static metric options are valid");
-        let connected = IntGauge::with_opts(Opts::new(
+        );
+        let connected = int_gauge(
             name("dcgm_connected"),
             "1 while the DCGM host engine is connected, 0 during an outage.",
-        ))
-        .expect("static metric options are valid");
-        let collections = IntCounterVec::new(
-            Opts::new(
-                name("collections_total"),
-                "Collections from DCGM by result.",
-            ),
+        );
+        let collections = counter_vec(
+            name("collections_total"),
+            "Collections from DCGM by result.",
             &["result"],
-        )
-        .expect("static metric options are valid");
-        let dropped = IntCounterVec::new(
-            Opts::new(
-                name("samples_dropped_total"),
-                "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict, stale).",
-            ),
+        );
+        let dropped = counter_vec(
+            name("samples_dropped_total"),
+            "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict, stale).",
             &["reason"],
-        )
-        .expect("static metric options are valid");
-        let collection_errors = IntCounterVec::new(
-            Opts::new(
-                name("collection_errors_total"),
-                "Pieces of a collection DCGM refused (a derived metric, a watch, a field), by \
-                 what was lost and DCGM's status; everything else is still served.",
-            ),
+        );
+        let collection_errors = counter_vec(
+            name("collection_errors_total"),
+            "Pieces of a collection DCGM refused (a derived metric, a watch, a field), by \
+             what was lost and DCGM's status; everything else is still served.",
             &["source", "reason"],
-        )
-        .expect("static metric options are valid");
-        let series = IntGauge::with_opts(Opts::new(name("series"), "Series on the last page."))
-            .expect("static metric options are valid");
+        );
+        let series = int_gauge(name("series"), "Series on the last page.");
         let reconnects = IntCounter::with_opts(Opts::new(
             name("reconnects_total"),
             "Successful reconnections to the DCGM host engine.",
@@ -107,33 +94,7 @@ impl SelfMetrics {
         {
             registry.register(c).expect("metric names are unique");
         }
-        // Pre-create the label values so dashboards see zeros, not absent series.
-        for r in ["success", "error"] {
-            collections.with_label_values(&[r]);
-        }
-        for r in [
-            DropReason::Sentinel,
-            DropReason::Status,
-            DropReason::NonNumeric,
-            DropReason::Duplicate,
-            DropReason::Conflict,
-            DropReason::Stale,
-        ] {
-            dropped.with_label_values(&[r.as_str()]);
-        }
-        let http_requests = IntCounterVec::new(
-            Opts::new(
-                "promhttp_metric_handler_requests_total",
-                "Total number of scrapes by HTTP status code.",
-            ),
-            &["code"],
-        )
-        .expect("static metric options are valid");
-        let http_in_flight = IntGauge::with_opts(Opts::new(
-            "promhttp_metric_handler_requests_in_flight",
-            "Current number of scrapes being served.",
-        ))
-        .expect("static metric options are valid");
+        precreate(&collections, &dropped);
         SelfMetrics {
             registry,
             collection_duration,
@@ -144,8 +105,15 @@ impl SelfMetrics {
             collection_errors,
             series,
             reconnects,
-            http_requests,
-            http_in_flight,
+            http_requests: counter_vec(
+                "promhttp_metric_handler_requests_total".into(),
+                "Total number of scrapes by HTTP status code.",
+                &["code"],
+            ),
+            http_in_flight: int_gauge(
+                "promhttp_metric_handler_requests_in_flight".into(),
+                "Current number of scrapes being served.",
+            ),
             live: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -207,6 +175,35 @@ impl SelfMetrics {
         }
         out
     }
+}
+
+/// Pre-creates the label values so dashboards see zeros, not absent series.
+fn precreate(collections: &IntCounterVec, dropped: &IntCounterVec) {
+    for r in ["success", "error"] {
+        collections.with_label_values(&[r]);
+    }
+    for r in [
+        DropReason::Sentinel,
+        DropReason::Status,
+        DropReason::NonNumeric,
+        DropReason::Duplicate,
+        DropReason::Conflict,
+        DropReason::Stale,
+    ] {
+        dropped.with_label_values(&[r.as_str()]);
+    }
+}
+
+fn gauge(name: String, help: &str) -> Gauge {
+    Gauge::with_opts(Opts::new(name, help)).expect("static metric options are valid")
+}
+
+fn int_gauge(name: String, help: &str) -> IntGauge {
+    IntGauge::with_opts(Opts::new(name, help)).expect("static metric options are valid")
+}
+
+fn counter_vec(name: String, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("static metric options are valid")
 }
 
 #[cfg(test)]
