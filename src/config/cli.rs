@@ -56,21 +56,13 @@ const VERSION: &str = concat!(
     " (Rust; DCGM API 4.6)"
 );
 
-macro_rules! go_bool {
-    () => {
-        clap::builder::ValueParser::new(parse_go_bool)
-    };
-}
-
 macro_rules! go_int {
     () => {
         clap::builder::ValueParser::new(parse_go_int)
     };
 }
 
-// Bools: `--flag` is true, `--flag=<ParseBool>` sets either way. `require_equals` keeps a
-// bool from eating the next argument, as Go's flag package does (`-n false` is not
-// `--no-hostname=false` there).
+// Every `bool` field is a Go bool flag, declared once by `go_bool_flag` (see there).
 #[derive(Parser, Debug, Clone)]
 #[command(
     name = "dcgm-exporter",
@@ -106,10 +98,10 @@ pub struct Config {
     #[arg(short = 'c', long, env = "DCGM_EXPORTER_INTERVAL", value_name = "MS", default_value = "30000", value_parser = go_int!())]
     pub collect_interval: i64,
     /// Map GPUs to Kubernetes pods through the kubelet PodResources API.
-    #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(short = 'k', long, env = "DCGM_EXPORTER_KUBERNETES")]
     pub kubernetes: bool,
     /// Use the 1.x label names (`uuid`, `pod_name`, ...).
-    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(short = 'o', long, env = "DCGM_EXPORTER_USE_OLD_NAMESPACE")]
     pub use_old_namespace: bool,
     /// CPUs and cores to monitor: f (all), g[:ids], i[:ids], g[:ids]+i[:ids]; ids like 0,2-4.
     #[arg(
@@ -141,10 +133,10 @@ pub struct Config {
     )]
     pub remote_hostengine_info: String,
     /// With -k: add the labels of the pod using a GPU (read from the Kubernetes API).
-    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_LABELS")]
     pub kubernetes_enable_pod_labels: bool,
     /// With -k: add a pod_uid label (read from the Kubernetes API).
-    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_ENABLE_POD_UID")]
     pub kubernetes_enable_pod_uid: bool,
     /// How kubelet device ids are matched to GPUs: uid or device-name (with --kubernetes).
     #[arg(long, env = "DCGM_EXPORTER_KUBERNETES_GPU_ID_TYPE", value_name = "TYPE", default_value = "uid", value_parser = ["uid", "device-name"])]
@@ -168,7 +160,7 @@ pub struct Config {
     )]
     pub devices: String,
     /// Do not add the Hostname label.
-    #[arg(short = 'n', long, env = "DCGM_EXPORTER_NO_HOSTNAME", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(short = 'n', long, env = "DCGM_EXPORTER_NO_HOSTNAME")]
     pub no_hostname: bool,
     /// NvSwitches and NvLinks to monitor: f (all), g[:ids] (switches), i[:ids] (links),
     /// g[:ids]+i[:ids].
@@ -181,7 +173,7 @@ pub struct Config {
     )]
     pub switch_devices: String,
     /// Use a stub GPU (UUID fake<N>) for a GPU whose device attributes cannot be read.
-    #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_USE_FAKE_GPUS")]
     pub fake_gpus: bool,
     /// exporter-toolkit web config (YAML): TLS, client certificates, basic auth, headers.
     #[arg(
@@ -192,22 +184,22 @@ pub struct Config {
     )]
     pub web_config_file: String,
     /// Listen on the sockets systemd passes (socket activation) instead of -a.
-    #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_SYSTEMD_SOCKET")]
     pub web_systemd_socket: bool,
     /// Window of DCGM_EXP_XID_ERRORS_COUNT, in milliseconds.
     #[arg(short = 'x', long, env = "DCGM_EXPORTER_XID_COUNT_WINDOW_SIZE", value_name = "MS", default_value = "300000", value_parser = go_int!())]
     pub xid_count_window_size: i64,
     /// Replace runs of blanks in the modelName label with '-' (short: -rbmn).
-    #[arg(long, env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_REPLACE_BLANKS_IN_MODEL_NAME")]
     pub replace_blanks_in_model_name: bool,
     /// Log at debug level (ours; the HTTP libraries stay at info).
-    #[arg(long, env = "DCGM_EXPORTER_DEBUG", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_DEBUG")]
     pub debug: bool,
     /// Window of DCGM_EXP_CLOCK_EVENTS_COUNT, in milliseconds.
     #[arg(long, env = "DCGM_EXPORTER_CLOCK_EVENTS_COUNT_WINDOW_SIZE", value_name = "MS", default_value = "300000", value_parser = go_int!())]
     pub clock_events_count_window_size: i64,
     /// Send the embedded host engine's log to stdout (embedded mode only).
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_DCGM_LOG", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_DCGM_LOG")]
     pub enable_dcgm_log: bool,
     /// Log level of the embedded host engine (with --enable-dcgm-log).
     #[arg(long, env = "DCGM_EXPORTER_DCGM_LOG_LEVEL", value_name = "LEVEL", default_value = "NONE", value_parser = LOG_LEVELS)]
@@ -240,10 +232,10 @@ pub struct Config {
     )]
     pub nvidia_resource_names: Vec<String>,
     /// Shared GPUs: one series per sharing pod, with a vgpu label (with --kubernetes).
-    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "KUBERNETES_VIRTUAL_GPUS")]
     pub kubernetes_virtual_gpus: bool,
     /// Write JSON debug dumps (series and device info) after every collection.
-    #[arg(long, env = "DCGM_EXPORTER_DUMP_ENABLED", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_DUMP_ENABLED")]
     pub dump_enabled: bool,
     /// Directory of debug dumps.
     #[arg(
@@ -257,16 +249,16 @@ pub struct Config {
     #[arg(long, env = "DCGM_EXPORTER_DUMP_RETENTION", value_name = "HOURS", default_value = "24", value_parser = go_int!())]
     pub dump_retention: i64,
     /// Gzip debug dumps (`.json.gz`).
-    #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "true", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_DUMP_COMPRESSION", default_value = "true")]
     pub dump_compression: bool,
     /// With -k, copy a GPU's series per DRA claim on it (dra_* labels), through the kubelet and the gpu.nvidia.com ResourceSlices.
-    #[arg(long, env = "KUBERNETES_ENABLE_DRA", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "KUBERNETES_ENABLE_DRA")]
     pub kubernetes_enable_dra: bool,
     /// Skip the startup check for libdcgm.so.4 (accepted; loading the library checks it).
-    #[arg(long, env = "DISABLE_STARTUP_VALIDATE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DISABLE_STARTUP_VALIDATE")]
     pub disable_startup_validate: bool,
     /// Rebuild topology and watches on GPU bind/unbind events (DCGM_FI_BIND_UNBIND_EVENT).
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_GPU_BIND_UNBIND_WATCH")]
     pub enable_gpu_bind_unbind_watch: bool,
     /// Poll interval of the bind/unbind watch (Go duration).
     #[arg(
@@ -277,7 +269,7 @@ pub struct Config {
     )]
     pub gpu_bind_unbind_poll_interval: String,
     /// Serve a CPU profile at /debug/pprof/profile (needs --web-config-file).
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_PPROF")]
     pub enable_pprof: bool,
     /// YAML configuration (version 1: metrics, collection interval, watch groups); flags and
     /// env vars given explicitly win over it.
@@ -317,11 +309,11 @@ pub struct Config {
     pub web_telemetry_path: String,
     /// Answer in OpenMetrics 1.0 when the scrape's Accept header prefers it. Counters then
     /// carry the `_total` suffix OpenMetrics requires, which renames them in Prometheus.
-    #[arg(long, env = "DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS")]
     pub web_enable_openmetrics: bool,
     /// Outside Kubernetes: a `container` label on GPUs explicitly assigned to a Docker or
     /// podman container, from the runtime's API.
-    #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_CONTAINER_LABELS")]
     pub container_labels: bool,
     /// Container runtime API socket for --container-labels (default: /var/run/docker.sock,
     /// else /run/podman/podman.sock, whichever exists).
@@ -336,10 +328,10 @@ pub struct Config {
     #[arg(long, env = "DCGM_EXPORTER_DCGM_LIBRARY", value_name = "PATH")]
     pub dcgm_library: Option<PathBuf>,
     /// Print every DCGM field (name, id, type, entity level, unit) and exit.
-    #[arg(long, action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long)]
     pub list_fields: bool,
     /// Also export MIG compute-instance series (label GPU_CI_ID).
-    #[arg(long, env = "DCGM_EXPORTER_COMPUTE_INSTANCES", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_COMPUTE_INSTANCES")]
     pub compute_instances: bool,
     /// Also write the page to DIR/dcgm.prom after every collection, for node-exporter's
     /// textfile collector (`-a ""` then turns the HTTP listener off).
@@ -363,14 +355,14 @@ pub struct Config {
     #[arg(long, env = "DCGM_EXPORTER_WATCH_MAX_KEEP_SAMPLES", value_name = "N", default_value = "0", value_parser = go_int!())]
     pub watch_max_keep_samples: i64,
     /// Report /health as unhealthy while no GPU is being collected.
-    #[arg(long, env = "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS")]
     pub health_require_gpus: bool,
     /// Exit at start when the remote host engine (-r) cannot be reached, as dcgm-exporter
     /// does; by default the exporter serves /health 503 and retries with backoff.
-    #[arg(long, env = "DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE")]
     pub exit_if_hostengine_unreachable: bool,
     /// Also export the exporter's process and HTTP handler metrics.
-    #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
+    #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS")]
     pub enable_exporter_metrics: bool,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
@@ -388,10 +380,37 @@ pub struct Config {
     pub collectors_set: bool,
 }
 
+/// Go's bool flags, for every `bool` field (clap derives those as `SetTrue`): `--flag` is
+/// true, `--flag=<ParseBool>` sets either way, and `require_equals` keeps a bool from
+/// eating the next argument, as Go's flag package does (`-n false` is not
+/// `--no-hostname=false` there). A field's own `default_value` stays (`true` for
+/// --dump-compression); otherwise the default is false.
+fn go_bool_flag(a: clap::Arg) -> clap::Arg {
+    if !matches!(a.get_action(), ArgAction::SetTrue) {
+        return a;
+    }
+    let a = if a.get_default_values().is_empty() {
+        a.default_value("false")
+    } else {
+        a
+    };
+    a.action(ArgAction::Set)
+        .num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .value_name("BOOL")
+        .value_parser(clap::builder::ValueParser::new(parse_go_bool))
+}
+
+/// The flags as declared: the derived command with Go's bool flags.
+fn declared() -> clap::Command {
+    Config::command().mut_args(go_bool_flag)
+}
+
 /// The clap command, with environment variables that are set but empty treated as unset
 /// (urfave/cli skips empty values for bools and ints; a blank string means nothing either).
 fn command() -> clap::Command {
-    let mut cmd = Config::command();
+    let mut cmd = declared();
     let empty: Vec<clap::Id> = cmd
         .get_arguments()
         .filter(|a| {
@@ -417,7 +436,7 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
     static FLAGS: std::sync::OnceLock<std::collections::HashMap<String, (String, bool)>> =
         std::sync::OnceLock::new();
     let flags = FLAGS.get_or_init(|| {
-        let mut cmd = Config::command();
+        let mut cmd = declared();
         cmd.build();
         let mut m = std::collections::HashMap::new();
         for arg in cmd.get_arguments() {
@@ -523,7 +542,7 @@ pub fn value_error(e: &clap::Error) -> Option<String> {
         .next()
         .unwrap_or_default()
         .to_string();
-    let short = Config::command()
+    let short = declared()
         .get_arguments()
         .find(|a| a.get_long() == Some(long.as_str()))
         .and_then(|a| a.get_short());
@@ -566,7 +585,7 @@ where
         matches.value_source("remote_hostengine_info"),
         Some(ValueSource::CommandLine | ValueSource::EnvVariable)
     );
-    config.explicit = Config::command()
+    config.explicit = declared()
         .get_arguments()
         .filter(|a| {
             matches!(
@@ -740,7 +759,7 @@ mod tests {
 
     #[test]
     fn every_flag_is_declared_with_its_long_short_env_and_default() {
-        let mut cmd = Config::command();
+        let mut cmd = declared();
         cmd.build();
         for &(long, short, env, default, kind) in FLAGS {
             let a = cmd
@@ -780,7 +799,7 @@ mod tests {
     #[test]
     fn every_flag_parses_from_long_short_go_spelling_and_env() {
         let _g = lock();
-        let cmd = Config::command();
+        let cmd = declared();
         for &(long, short, env, default, kind) in FLAGS {
             let id = cmd
                 .get_arguments()
