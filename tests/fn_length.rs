@@ -41,20 +41,17 @@ fn code_only(line: &str) -> String {
                 out.push_str("\"\"");
             }
             // A char literal ('{', '\'', '\u{7b}'); a lifetime ('a) has no closing quote
-            // within a few characters.
+            // right after its first character.
             '\'' => {
-                let rest: String = chars.clone().take(12).collect();
-                let end = if rest.starts_with('\\') {
-                    rest[1..].find('\'').map(|i| i + 1)
-                } else {
-                    rest.char_indices()
-                        .nth(1)
-                        .filter(|(_, c)| *c == '\'')
-                        .map(|(i, _)| i)
+                let rest: Vec<char> = chars.clone().take(12).collect();
+                let len = match rest.first() {
+                    Some('\\') => rest.iter().skip(2).position(|&c| c == '\'').map(|i| i + 3),
+                    Some(_) if rest.get(1) == Some(&'\'') => Some(2),
+                    _ => None,
                 };
-                match end {
-                    Some(e) => {
-                        for _ in 0..=rest[..=e].chars().count() - 1 {
+                match len {
+                    Some(n) => {
+                        for _ in 0..n {
                             chars.next();
                         }
                         out.push_str("''");
@@ -158,7 +155,7 @@ fn the_measure_counts_code_braces_only() {
     let body = |n: usize| "    let x = 1;\n".repeat(n);
     let text = format!(
         "trait T {{\n    fn declared(&self);\n}}\n\
-         pub(crate) fn long() {{\n{}    let s = \"}}{{\"; let c = '{{'; // }}\n}}\n\
+         pub(crate) fn long() {{\n{}    let s = \"}}{{\"; let c = '{{'; let e = '\\''; let u = '\\u{{7b}}'; // }}\n}}\n\
          fn short<'a>(x: &'a str) -> &'a str {{\n    x\n}}\n\
          #[cfg(test)]\nfn in_tests() {{\n{}}}\n",
         body(4),
