@@ -1,8 +1,9 @@
 //! The attribution stage, between collection and rendering: what the sources know about
 //! who uses each GPU (the kubelet's pod allocations, NVML's MIG devices and processes, HPC
 //! job files, and any `DeviceLabelSource`) merged into the page's GPU series by one piece of
-//! code, `merge`. Sources are refreshed on the collection thread (`Attribution::apply`, once
-//! per collection) and never during a scrape.
+//! code, `merge` (`merge.rs`, the rules). Sources are refreshed on the collection thread
+//! (`Attribution::apply` in `sources.rs`, once per collection) and never during a scrape.
+//! This file holds the stage's types.
 
 pub mod container;
 pub mod device_ids;

@@ -613,15 +613,16 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::ffi::OsStr;
     use std::sync::{Mutex, MutexGuard};
 
-    /// Every parse reads the process environment, so the tests run one at a time.
+    /// Every parse reads the process environment, so the tests that parse run one at a
+    /// time (also those of other modules: start-up's settings).
     static ENV: Mutex<()> = Mutex::new(());
 
-    fn lock() -> MutexGuard<'static, ()> {
+    pub(crate) fn lock() -> MutexGuard<'static, ()> {
         ENV.lock().unwrap_or_else(|p| p.into_inner())
     }
 

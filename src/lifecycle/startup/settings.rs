@@ -298,3 +298,73 @@ pub(super) fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> 
         m => Ok(m as u64),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::from_config;
+    use crate::config::cli;
+
+    fn stages(args: &[&str]) -> Result<super::Stages, String> {
+        // The cli tests set flags' environment variables meanwhile.
+        let _env = cli::tests::lock();
+        from_config(
+            cli::parse_from(std::iter::once("dcgm-exporter").chain(args.iter().copied())).unwrap(),
+        )
+    }
+
+    #[test]
+    fn each_stage_gets_what_its_flags_say() {
+        let s = stages(&[
+            "-a",
+            "127.0.0.1:9500",
+            "-c",
+            "2000",
+            "--web-telemetry-path",
+            "/gpu/metrics",
+            "--textfile-directory",
+            "/tmp/tf",
+            "--enable-gpu-bind-unbind-watch",
+            "-o",
+            "--container-labels",
+        ])
+        .unwrap();
+        assert_eq!(s.collect.interval_ms, 2000);
+        let http = s.http.expect("listening");
+        assert_eq!(http.address, "127.0.0.1:9500");
+        assert_eq!(http.telemetry_path, "/gpu/metrics");
+        assert_eq!(s.sinks.textfile_directory, "/tmp/tf");
+        assert_eq!(s.bind_unbind, Some(std::time::Duration::from_secs(1)));
+        // -o names the container label as 1.x did.
+        assert_eq!(
+            s.attribution.container,
+            Some((String::new(), "container_name"))
+        );
+        assert!(
+            s.attribution.nvml,
+            "container labels need NVML for MIG UUIDs"
+        );
+        assert!(!s.kube.configmap && !s.kube.pod_metadata && !s.kube.dra);
+        assert!(matches!(s.engine, crate::lifecycle::app::Engine::Embedded));
+    }
+
+    #[test]
+    fn no_listener_needs_the_textfile() {
+        let e = stages(&["-a", ""]).err().expect("refused");
+        assert!(e.contains("needs --textfile-directory"), "{e}");
+        let s = stages(&["-a", "", "--textfile-directory", "/tmp/tf"]).unwrap();
+        assert!(s.http.is_none());
+    }
+
+    #[test]
+    fn kubernetes_flags_without_k_are_named_and_do_nothing() {
+        let s = stages(&["--kubernetes-virtual-gpus", "--kubernetes-enable-dra"]).unwrap();
+        assert_eq!(
+            s.attribution.ignored_without_k,
+            ["--kubernetes-virtual-gpus", "--kubernetes-enable-dra"]
+        );
+        assert!(!s.kube.dra && !s.attribution.options.dra);
+        let s = stages(&["-k", "--kubernetes-virtual-gpus", "--kubernetes-enable-dra"]).unwrap();
+        assert!(s.attribution.ignored_without_k.is_empty());
+        assert!(s.kube.dra && s.attribution.options.dra);
+    }
+}
