@@ -116,10 +116,15 @@ impl Shared {
     }
 
     /// Renders every served format of the page, once per collection.
-    fn publish(&self, families: &[prometheus::proto::MetricFamily], oldest_sample_us: i64) {
+    fn publish(&self, page: &Page, oldest_sample_us: i64) {
         let expires_us =
             oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
-        let page = Arc::new(Exposition::render(families, self.openmetrics));
+        let previous = self.page.load();
+        let page = Arc::new(Exposition::render_after(
+            page,
+            self.openmetrics,
+            Some(&previous.page),
+        ));
         self.page.store(Arc::new(Published { page, expires_us }));
     }
 
@@ -487,13 +492,12 @@ impl Runner {
                 .unwrap_or(0.0),
         );
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
-        let families = crate::output::render::families(&page);
-        self.shared.publish(&families, oldest_sample_us);
+        self.shared.publish(&page, oldest_sample_us);
         self.shared.gpus.store(gpus, Ordering::SeqCst);
         if let Some(topology) = &topology {
             let published = self.shared.page();
             for s in &self.sinks {
-                s.published(topology, &families, published.text());
+                s.published(topology, &page, published.text());
             }
         }
         *self

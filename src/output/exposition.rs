@@ -9,7 +9,8 @@
 //! gzip trailer (CRC-32 of page + tail, and the length). The result is one ordinary gzip
 //! member that any decoder reads.
 
-use crate::output::openmetrics;
+use crate::model::Page;
+use crate::output::{openmetrics, render};
 use bytes::Bytes;
 use crc32fast::Hasher as Crc;
 use flate2::{Compress, Compression, FlushCompress};
@@ -148,17 +149,25 @@ impl Exposition {
         }
     }
 
-    /// Renders the families once per format (and compresses each once).
-    pub fn render(families: &[MetricFamily], openmetrics: bool) -> Exposition {
-        let mut text = Vec::with_capacity(families.len() * 2048);
-        // A family exists only once a series was added to it (render.rs), so none is empty,
-        // which is all the encoder refuses.
-        if let Err(e) = prometheus::TextEncoder::new().encode(families, &mut text) {
-            tracing::error!("encoding metrics failed: {e}");
-        }
+    /// Renders the page once per format (and compresses each once).
+    pub fn render(page: &Page, openmetrics: bool) -> Exposition {
+        Exposition::render_after(page, openmetrics, None)
+    }
+
+    /// Like [`Exposition::render`], with the previous collection's page to size the buffers:
+    /// each is allocated once, at about the size it will have.
+    pub fn render_after(
+        page: &Page,
+        openmetrics: bool,
+        previous: Option<&Exposition>,
+    ) -> Exposition {
+        let hint = |v: Option<&Variant>| v.map_or(0, |v| v.plain.len() + v.plain.len() / 16);
+        let mut text = Vec::with_capacity(hint(previous.map(|p| &p.text)));
+        render::text(page, &mut text);
         let om = openmetrics.then(|| {
-            let mut out = Vec::with_capacity(text.len() + 1024);
-            openmetrics::encode(families, &mut out);
+            let previous = previous.and_then(|p| p.openmetrics.as_ref());
+            let mut out = Vec::with_capacity(hint(previous).max(text.len() + text.len() / 8));
+            openmetrics::page(page, &mut out);
             Variant::new(out)
         });
         Exposition {
@@ -201,10 +210,9 @@ impl Exposition {
 mod tests {
     use super::*;
     use crate::config::counters::PromType;
-    use crate::model::Page;
     use std::io::Read;
 
-    fn page(series: usize) -> Vec<MetricFamily> {
+    fn page(series: usize) -> Page {
         let mut p = Page::default();
         for i in 0..series {
             let gpu = i.to_string();
@@ -223,7 +231,11 @@ mod tests {
                 1e9 + i as f64,
             );
         }
-        crate::output::render::families(&p)
+        p
+    }
+
+    fn families(series: usize) -> Vec<MetricFamily> {
+        crate::output::render::reference::families(&page(series))
     }
 
     fn gunzip_single_member(body: &[u8]) -> Vec<u8> {
@@ -236,9 +248,8 @@ mod tests {
 
     #[test]
     fn gzip_body_is_one_member_of_page_plus_tail() {
-        let fams = page(500);
-        let tail = page(3);
-        let e = Exposition::render(&fams, true);
+        let tail = families(3);
+        let e = Exposition::render(&page(500), true);
         for format in [Format::Text, Format::OpenMetrics] {
             let (f, plain) = e.body(format, &tail, false);
             let (_, gz) = e.body(format, &tail, true);
@@ -259,7 +270,7 @@ mod tests {
     #[test]
     fn a_scrape_shares_the_published_page_instead_of_copying_it() {
         let e = Exposition::render(&page(200), true);
-        let tail = page(2);
+        let tail = families(2);
         for format in [Format::Text, Format::OpenMetrics] {
             for gzip in [false, true] {
                 let (_, a) = e.body(format, &tail, gzip);
