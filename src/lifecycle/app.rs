@@ -390,7 +390,7 @@ impl Runner {
                 Ok(false) => {}
                 Err(e) => return failed(d, e),
             }
-            let mut page = Page::default();
+            let mut page = Page::reuse();
             if let Err(e) = c.collect(&mut page) {
                 return failed(d, e);
             }
@@ -500,6 +500,7 @@ impl Runner {
                 s.published(topology, &page, published.text());
             }
         }
+        page.recycle();
         *self
             .shared
             .last_success
