@@ -108,10 +108,10 @@ impl Body {
     }
 }
 
-/// The level the page is compressed at, once per collection. Measured on the 8-GPU bench
-/// page (220 kB, bench/README.md): level 1 (miniz_oxide's fast mode) compresses it in about
-/// a fifteenth of the time of the default level 6 and to 8.6 % instead of 7.4 % of its size.
-/// Compression was a quarter of the exporter's CPU at level 6.
+/// The level the page is compressed at, once per collection. Measured on the 8- and 32-GPU
+/// bench pages (bench/README.md): level 1 (miniz_oxide's fast mode) takes a seventh to a
+/// tenth of the time of the default level 6 for 16-21 % more bytes; at level 6 compression
+/// was about a quarter of the exporter's CPU.
 const PAGE_LEVEL: u32 = 1;
 
 thread_local! {

@@ -1,5 +1,6 @@
-//! OpenMetrics 1.0 text encoding of metric families (the `prometheus` crate only writes the
-//! 0.0.4 text format). Differences from 0.0.4 that matter here: a counter family is named
+//! OpenMetrics 1.0 text encoding of a collected page, in one pass over the model (`page`), and
+//! of metric families (`encode`: the exporter's own metrics; the `prometheus` crate only
+//! writes the 0.0.4 text format). Differences from 0.0.4 that matter here: a counter family is named
 //! without `_total` in `# HELP`/`# TYPE` and its sample carries the `_total` suffix, `untyped`
 //! is `unknown`, help text escapes `"` too, and the exposition ends with `# EOF` (written by
 //! the caller, once, after every part of the page).
