@@ -22,6 +22,10 @@
 //! `cargo run -p bench -- memory [--minutes 10 --every 20] [--real DIR --gpus 8]` samples
 //! RSS over time, default retention against `--watch-max-keep-age 600s` (`memory.rs`).
 //!
+//! `cargo run --release -p bench -- scale [--builds before=DIR,after=DIR]` prints the scale
+//! table (entities, series, bytes, CPU per collection and per series, RSS, first page) per
+//! profile and build, idle CPU, RSS under 64 connections and over 10 minutes (`scale.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -36,6 +40,7 @@
 mod exit_codes;
 mod faults;
 mod memory;
+mod scale;
 mod throughput;
 
 use std::io::Read;
@@ -63,6 +68,7 @@ fn main() {
         Some("faults") => run_faults(),
         Some("exit-codes") => run_exit_codes(),
         Some("memory") => run_memory(),
+        Some("scale") => run_scale(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -88,6 +94,20 @@ fn run_memory() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     memory::run(&root, &root.join("target").join(&build))
+}
+
+/// Runs the scale mode on the builds named by `--builds`, or on a release build of the
+/// workspace made first.
+fn run_scale() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    if std::env::args().any(|a| a == "--builds") {
+        return scale::run(&root, None);
+    }
+    let build = build_binaries(&root)?;
+    scale::run(&root, Some(&root.join("target").join(&build)))
 }
 
 /// Builds the exporter and the simulator in the `--build` profile (release unless told

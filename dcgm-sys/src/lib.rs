@@ -33,6 +33,6 @@ pub mod versions;
 pub use error::{Error, Result, Status};
 pub use handles::{FieldGroup, Group};
 pub use loader::{exit_now, Library, Shutdown};
-pub use session::{ConnectTarget, Session, SessionKind};
+pub use session::{ConnectTarget, Session, SessionKind, MAX_VALUES_PER_CALL};
 pub use types::*;
 pub use value::{FieldReading, Reading, Sentinel, Value};

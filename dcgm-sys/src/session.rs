@@ -204,6 +204,11 @@ fn cstring(what: &str, s: &str) -> Result<CString> {
 const MAX_FIELDS_PER_CALL: usize = 128;
 /// Entities per call (the library rejects more than 1024).
 const MAX_ENTITIES_PER_CALL: usize = 1024;
+/// Values per `dcgmEntitiesGetLatestValues` call. Each record carries a 4 KiB union, and the
+/// buffer they are read into is kept: 512 records (about 2 MiB) instead of the up to
+/// 1024 x 128 the API allows (12.7 MB on a 32-GPU node with its NvLinks); a larger request
+/// is split over more calls.
+pub const MAX_VALUES_PER_CALL: usize = 512;
 
 impl Session {
     /// Starts an embedded host engine in this process (`DCGM_OPERATION_MODE_AUTO`: DCGM
@@ -619,15 +624,15 @@ impl Session {
         let flags = if live { ffi::DCGM_FV_FLAG_LIVE_DATA } else { 0 };
         let mut out = Vec::with_capacity(entities.len() * fields.len());
         let mut scratch = self.inner.scratch.lock().unwrap_or_else(|p| p.into_inner());
-        for ents in entities.chunks(MAX_ENTITIES_PER_CALL) {
-            let mut pairs: Vec<ffi::dcgmGroupEntityPair_t> = ents
-                .iter()
-                .map(|e| ffi::dcgmGroupEntityPair_t {
+        let mut pairs: Vec<ffi::dcgmGroupEntityPair_t> = Vec::new();
+        for flds in fields.chunks(MAX_FIELDS_PER_CALL.min(MAX_VALUES_PER_CALL)) {
+            let per_call = (MAX_VALUES_PER_CALL / flds.len()).clamp(1, MAX_ENTITIES_PER_CALL);
+            for ents in entities.chunks(per_call) {
+                pairs.clear();
+                pairs.extend(ents.iter().map(|e| ffi::dcgmGroupEntityPair_t {
                     entityGroupId: e.group.raw(),
                     entityId: e.id,
-                })
-                .collect();
-            for flds in fields.chunks(MAX_FIELDS_PER_CALL) {
+                }));
                 let mut ids = flds.to_vec();
                 let n = pairs.len() * ids.len();
                 // The buffer only grows, zeroed once; between calls every record is kept
@@ -668,6 +673,16 @@ impl Session {
             }
         }
         Ok(out)
+    }
+
+    /// Value records held for [`Self::latest_values`] between calls (at most
+    /// [`MAX_VALUES_PER_CALL`]).
+    pub fn latest_values_buffer(&self) -> usize {
+        self.inner
+            .scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     /// Latest values of one entity through `dcgmEntityGetLatestValues` (v1 values), in

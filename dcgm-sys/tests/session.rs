@@ -155,6 +155,21 @@ fn groups_watches_values_and_sentinels() {
     // The v1 single-entity call agrees.
     let one = s.entity_latest_values(Entity::gpu(1), &[150, 526]).unwrap();
     assert_eq!(one[1].reading, Reading::Sentinel(Sentinel::NotSupported));
+    // A request larger than one call's buffer is split: every value comes back, and the
+    // kept buffer is no larger than one call's.
+    let many: Vec<Entity> = (0..300).map(|i| Entity::gpu(i % 2)).collect();
+    let r = s.latest_values(&many, &[150, 155, 54, 526], false).unwrap();
+    assert_eq!(r.len(), 1200);
+    assert_eq!(r.iter().filter(|v| v.field_id == 54).count(), 300);
+    assert!(r
+        .iter()
+        .filter(|v| v.field_id == 150)
+        .all(|v| matches!(v.reading, Reading::Value(Value::Int64(_)))));
+    assert_eq!(
+        s.latest_values_buffer(),
+        dcgm_sys::MAX_VALUES_PER_CALL,
+        "the buffer is one call's"
+    );
     // Unknown entity: an error status per value, not a number.
     let r = s.latest_values(&[Entity::gpu(42)], &[150], false).unwrap();
     assert!(matches!(r[0].reading, Reading::Error(_)));

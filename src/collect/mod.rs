@@ -387,10 +387,9 @@ impl Collector {
         csv_labels: &mut HashMap<Entity, Vec<(String, String)>>,
         page: &mut Page,
     ) {
-        let by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading> = readings
-            .iter()
-            .map(|r| ((r.entity, r.field_id), r))
-            .collect();
+        let mut by_key: HashMap<(Entity, u16), &dcgm_sys::FieldReading, ReadingHash> =
+            HashMap::with_capacity_and_hasher(readings.len(), ReadingHash::default());
+        by_key.extend(readings.iter().map(|r| ((r.entity, r.field_id), r)));
         // Label fields first: they go on every series of the entity.
         for t in &active.set.targets {
             let mut labels = Vec::new();
@@ -406,9 +405,16 @@ impl Collector {
             csv_labels.insert(t.entity, labels);
         }
 
+        // Each target's labels once per collection, not once per series.
+        let target_labels: Vec<Vec<(&str, &str)>> = active
+            .set
+            .targets
+            .iter()
+            .map(|t| t.labels_with(csv_labels))
+            .collect();
         for c in active.value_rows.iter().map(|&i| &counters.all[i]) {
             let fid = field_id(c);
-            for t in &active.set.targets {
+            for (t, own) in active.set.targets.iter().zip(&target_labels) {
                 if active.unsupported.contains(&(t.entity, fid)) {
                     continue;
                 }
@@ -440,14 +446,15 @@ impl Collector {
                         continue;
                     }
                 };
-                let mut labels = t.labels_with(csv_labels);
-                let code;
                 if fid == fields::XID_ERRORS {
-                    code = (value as i64).to_string();
+                    let code = (value as i64).to_string();
+                    let mut labels = own.clone();
                     labels.push(("err_code", &code));
                     labels.push(("err_msg", xid::describe(value as i64)));
+                    page.add(&c.name, &c.help, c.prom_type, &labels, value);
+                } else {
+                    page.add(&c.name, &c.help, c.prom_type, own, value);
                 }
-                page.add(&c.name, &c.help, c.prom_type, &labels, value);
             }
         }
     }
@@ -678,5 +685,41 @@ mod retention_tests {
         let s = settings(true, 0.0, 5);
         assert_eq!(s.latest_retention(), (0.0, 5));
         assert_eq!(s.window_retention(300_000), (300.0, 0));
+    }
+}
+
+/// The readings of one collection by (entity, field): small integer keys from DCGM, hashed
+/// with a multiply instead of SipHash (one insert and one lookup per series).
+type ReadingHash = std::hash::BuildHasherDefault<IntHasher>;
+
+#[derive(Default)]
+struct IntHasher(u64);
+
+impl std::hash::Hasher for IntHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
     }
 }

@@ -13,9 +13,9 @@
 pub mod node;
 
 use crate::config::counters::PromType;
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Mutex;
 
 /// Why a value did not reach the page (the `reason` label of the drop counter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -255,14 +255,20 @@ impl Store {
     }
 }
 
-/// A label set's hash, whatever the label order.
+/// A label set's hash, whatever the label order: the sum of each label's hash. Equal hashes
+/// are always confirmed by comparing the labels, so a weak hash costs time, never a series;
+/// FNV-1a with a final mix is enough and far cheaper than SipHash per label.
 fn label_set_hash(store: &Store, pairs: &[Pair]) -> u64 {
     let mut sum = 0u64;
     for p in pairs {
-        let mut h = DefaultHasher::new();
-        p.key.hash(&mut h);
-        store.value(p).hash(&mut h);
-        sum = sum.wrapping_add(h.finish());
+        let mut h = 0xcbf2_9ce4_8422_2325u64 ^ u64::from(p.key);
+        for &b in store.value(p).as_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        // splitmix64's finaliser, so that sums of similar labels spread.
+        h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        sum = sum.wrapping_add(h ^ (h >> 31));
     }
     sum ^ (pairs.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
@@ -279,6 +285,12 @@ fn same_labels(store: &Store, a: &[Pair], b: &[Pair]) -> bool {
             n(a) == n(b)
         })
 }
+
+/// Interned label names kept from one collection to the next, at most.
+const MAX_KEPT_KEYS: usize = 4096;
+
+/// The page [`Page::recycle`] keeps for the next collection.
+static SPARE: Mutex<Option<Page>> = Mutex::new(None);
 
 #[derive(Default)]
 pub struct Page {
@@ -312,8 +324,37 @@ impl Page {
             .or_default() += 1;
     }
 
+    /// An empty page on the storage of the last one [`Page::recycle`]d (its buffers and
+    /// families), or a new page. The collection loop takes one per collection and gives it
+    /// back once rendered, so that a steady page allocates nothing.
+    pub fn reuse() -> Page {
+        Page::reuse_from(&SPARE)
+    }
+
+    /// Keeps this page's storage for the next [`Page::reuse`].
+    pub fn recycle(self) {
+        self.recycle_into(&SPARE);
+    }
+
+    fn reuse_from(spare: &Mutex<Option<Page>>) -> Page {
+        let spare = spare.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let mut page = spare.unwrap_or_default();
+        page.clear();
+        page
+    }
+
+    fn recycle_into(self, spare: &Mutex<Option<Page>>) {
+        *spare.lock().unwrap_or_else(|p| p.into_inner()) = Some(self);
+    }
+
     /// Empties the page for the next collection, keeping its storage.
     pub fn clear(&mut self) {
+        // Only the last collection's families are kept: a family that is gone stays gone.
+        self.spare.clear();
+        if self.keys.names.len() > MAX_KEPT_KEYS {
+            // Label names come from pod labels too: never let them pile up over months.
+            self.keys = Keys::default();
+        }
         for f in self.families.drain(..) {
             self.spare.insert(f.name.clone(), f);
         }

@@ -192,3 +192,43 @@ fn label_names_are_found_whatever_order_series_name_them_in() {
     }
     assert_eq!(p.keys.names.len(), 3, "each label name is stored once");
 }
+
+#[test]
+fn a_hash_shared_by_other_labels_does_not_drop_a_series() {
+    let mut p = Page::default();
+    p.add("A", "a", PromType::Gauge, &[("gpu", "0")], 1.0);
+    // Make {gpu="1"} collide with {gpu="0"}: its hash now leads to the gpu="0" series.
+    let mut probe = Store::default();
+    let id = p.keys.id(0, "gpu");
+    let row = probe.push([(id, "1")].into_iter(), 0.0);
+    let hash = label_set_hash(&probe, probe.pairs(&row));
+    p.families[0].seen.insert(hash, 0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "1")], 2.0);
+    p.add("A", "a", PromType::Gauge, &[("gpu", "1")], 3.0);
+    assert_eq!(
+        series(&p),
+        [
+            ("A".into(), l(&[("gpu", "0")]), 1.0),
+            ("A".into(), l(&[("gpu", "1")]), 2.0)
+        ]
+    );
+    assert_eq!(p.dropped[&DropReason::Duplicate], 1, "the real duplicate");
+}
+
+#[test]
+fn a_recycled_page_comes_back_empty_with_its_storage() {
+    let mut p = Page::default();
+    for i in 0..100 {
+        p.add("A", "a", PromType::Gauge, &[("gpu", &i.to_string())], 1.0);
+    }
+    p.drop_value(DropReason::Sentinel);
+    let capacity = p.store.pairs.capacity();
+    let spare = Mutex::new(None);
+    p.recycle_into(&spare);
+    let q = Page::reuse_from(&spare);
+    assert_eq!(q.series_count(), 0);
+    assert!(q.dropped.is_empty());
+    assert_eq!(q.store.pairs.capacity(), capacity);
+    // Only one page is kept: the next one is new.
+    assert_eq!(Page::reuse_from(&spare).store.pairs.capacity(), 0);
+}

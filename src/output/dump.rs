@@ -9,8 +9,8 @@
 
 use crate::logging::utc::Utc;
 use crate::model::node::Topology;
+use crate::model::Page;
 use crate::output::sink::Sink;
-use prometheus::proto::{MetricFamily, MetricType};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::Write;
@@ -179,25 +179,13 @@ impl Dumper {
 }
 
 impl Sink for Dumper {
-    fn published(&self, topology: &Topology, families: &[MetricFamily], _bytes: &[u8]) {
+    fn published(&self, topology: &Topology, page: &Page, _bytes: &[u8]) {
         let mut by_group: std::collections::BTreeMap<Group, Vec<Value>> = Default::default();
-        for fam in families {
-            let ty = if fam.get_field_type() == MetricType::COUNTER {
-                "counter"
-            } else {
-                "gauge"
-            };
-            for m in fam.get_metric() {
-                let labels: Vec<(&str, &str)> = m
-                    .get_label()
-                    .iter()
-                    .map(|l| (l.name(), l.value()))
-                    .collect();
-                let value = if fam.get_field_type() == MetricType::COUNTER {
-                    m.get_counter().value()
-                } else {
-                    m.get_gauge().value()
-                };
+        for fam in page.families() {
+            let ty = if fam.is_counter() { "counter" } else { "gauge" };
+            for m in fam.series() {
+                let labels: Vec<(&str, &str)> = m.labels().collect();
+                let value = m.value();
                 let label_obj: serde_json::Map<String, Value> = labels
                     .iter()
                     .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))

@@ -1,28 +1,95 @@
-//! OpenMetrics 1.0 text encoding of metric families (the `prometheus` crate only writes the
-//! 0.0.4 text format). Differences from 0.0.4 that matter here: a counter family is named
+//! OpenMetrics 1.0 text encoding of a collected page, in one pass over the model (`page`), and
+//! of metric families (`encode`: the exporter's own metrics; the `prometheus` crate only
+//! writes the 0.0.4 text format). Differences from 0.0.4 that matter here: a counter family is named
 //! without `_total` in `# HELP`/`# TYPE` and its sample carries the `_total` suffix, `untyped`
 //! is `unknown`, help text escapes `"` too, and the exposition ends with `# EOF` (written by
 //! the caller, once, after every part of the page).
 
+use crate::model::Page;
+use crate::output::render::escape;
 use prometheus::proto::{MetricFamily, MetricType};
-use std::fmt::Write;
+use std::io::Write;
 
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const EOF: &[u8] = b"# EOF\n";
 
+/// The family name and the sample name of a counter: `_total` only on samples.
+fn counter_names(name: &str) -> (&str, &str) {
+    let base = name.strip_suffix("_total").unwrap_or(name);
+    (base, "_total")
+}
+
+/// `# HELP` (when there is help) and `# TYPE` of a family.
+fn header(out: &mut Vec<u8>, family: &str, help: &str, ty: &str) {
+    if !help.is_empty() {
+        out.extend_from_slice(b"# HELP ");
+        out.extend_from_slice(family.as_bytes());
+        out.push(b' ');
+        escape(out, help, true);
+        out.push(b'\n');
+    }
+    out.extend_from_slice(b"# TYPE ");
+    out.extend_from_slice(family.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(ty.as_bytes());
+    out.push(b'\n');
+}
+
+/// One sample line.
+fn sample<'a>(
+    out: &mut Vec<u8>,
+    name: &str,
+    suffix: &str,
+    labels: impl Iterator<Item = (&'a str, &'a str)>,
+    v: f64,
+) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(suffix.as_bytes());
+    let mut sep = b'{';
+    for (k, v) in labels {
+        out.push(sep);
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b"=\"");
+        escape(out, v, true);
+        out.push(b'"');
+        sep = b',';
+    }
+    if sep == b',' {
+        out.push(b'}');
+    }
+    out.push(b' ');
+    number(out, v);
+    out.push(b'\n');
+}
+
+/// Appends a collected page (without the closing `# EOF`), in one pass over the model.
+pub fn page(page: &Page, out: &mut Vec<u8>) {
+    for fam in page.families() {
+        let (family, suffix, ty) = if fam.is_counter() {
+            let (base, suffix) = counter_names(fam.name());
+            (base, suffix, "counter")
+        } else {
+            (fam.name(), "", "gauge")
+        };
+        header(out, family, fam.help(), ty);
+        for s in fam.series() {
+            sample(out, family, suffix, s.labels(), s.value());
+        }
+    }
+}
+
 /// Appends the families (without the closing `# EOF`).
 pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) {
-    let mut s = String::with_capacity(families.len() * 256);
     for fam in families {
         let name = fam.name();
-        let (family, sample, ty) = match fam.get_field_type() {
+        let (family, suffix, ty) = match fam.get_field_type() {
             MetricType::COUNTER => {
-                let base = name.strip_suffix("_total").unwrap_or(name);
-                (base, format!("{base}_total"), "counter")
+                let (base, suffix) = counter_names(name);
+                (base, suffix, "counter")
             }
-            MetricType::GAUGE => (name, name.to_string(), "gauge"),
-            MetricType::UNTYPED => (name, name.to_string(), "unknown"),
-            // Nothing we export is a histogram or summary (render.rs maps such CSV rows to
+            MetricType::GAUGE => (name, "", "gauge"),
+            MetricType::UNTYPED => (name, "", "unknown"),
+            // Nothing we export is a histogram or summary (the model maps such CSV rows to
             // gauges); writing one without its buckets/quantiles would make the page invalid.
             MetricType::HISTOGRAM | MetricType::SUMMARY => {
                 tracing::error!("openmetrics: {name} is a histogram or summary; not exported");
@@ -32,61 +99,26 @@ pub fn encode(families: &[MetricFamily], out: &mut Vec<u8>) {
         if fam.get_metric().is_empty() {
             continue;
         }
-        if !fam.help().is_empty() {
-            s.push_str("# HELP ");
-            s.push_str(family);
-            s.push(' ');
-            escape(&mut s, fam.help(), true);
-            s.push('\n');
-        }
-        let _ = writeln!(s, "# TYPE {family} {ty}");
+        header(out, family, fam.help(), ty);
         for m in fam.get_metric() {
-            s.push_str(&sample);
-            let labels = m.get_label();
-            if !labels.is_empty() {
-                s.push('{');
-                for (i, l) in labels.iter().enumerate() {
-                    if i > 0 {
-                        s.push(',');
-                    }
-                    s.push_str(l.name());
-                    s.push_str("=\"");
-                    escape(&mut s, l.value(), true);
-                    s.push('"');
-                }
-                s.push('}');
-            }
             let v = match fam.get_field_type() {
                 MetricType::COUNTER => m.get_counter().value(),
                 MetricType::GAUGE => m.get_gauge().value(),
                 _ => m.untyped.value(),
             };
-            s.push(' ');
-            number(&mut s, v);
-            s.push('\n');
-        }
-    }
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn escape(out: &mut String, v: &str, quote: bool) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '"' if quote => out.push_str("\\\""),
-            c => out.push(c),
+            let labels = m.get_label().iter().map(|l| (l.name(), l.value()));
+            sample(out, family, suffix, labels, v);
         }
     }
 }
 
-fn number(out: &mut String, v: f64) {
+fn number(out: &mut Vec<u8>, v: f64) {
     if v.is_nan() {
-        out.push_str("NaN");
+        out.extend_from_slice(b"NaN");
     } else if v.is_infinite() {
-        out.push_str(if v > 0.0 { "+Inf" } else { "-Inf" });
+        out.extend_from_slice(if v > 0.0 { b"+Inf" } else { b"-Inf" });
     } else if v.fract() == 0.0 && v.abs() < 1e15 {
-        let _ = write!(out, "{}", v as i64);
+        crate::output::render::number(out, (v as i64) as f64);
     } else {
         // Shortest representation that reads back to the same f64.
         let _ = write!(out, "{v:?}");
@@ -165,8 +197,9 @@ mod tests {
     #[test]
     fn numbers_read_back_exactly() {
         for v in [0.1, 1e-7, 1e300, -2.5, 4e15, 12345678.0] {
-            let mut s = String::new();
+            let mut s = Vec::new();
             number(&mut s, v);
+            let s = String::from_utf8(s).unwrap();
             assert_eq!(s.parse::<f64>().unwrap(), v, "{s}");
         }
     }

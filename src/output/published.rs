@@ -5,6 +5,7 @@
 use crate::collect::freshness::max_served_age;
 use crate::collect::now_us;
 use crate::common::supervisor::Supervisor;
+use crate::model::Page;
 use crate::output::exposition::Exposition;
 use crate::output::selfmetrics::SelfMetrics;
 use arc_swap::ArcSwap;
@@ -83,10 +84,15 @@ impl Shared {
     }
 
     /// Renders every served format of the page, once per collection.
-    pub fn publish(&self, families: &[prometheus::proto::MetricFamily], oldest_sample_us: i64) {
+    pub fn publish(&self, page: &Page, oldest_sample_us: i64) {
         let expires_us =
             oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
-        let page = Arc::new(Exposition::render(families, self.openmetrics));
+        let previous = self.page.load();
+        let page = Arc::new(Exposition::render_after(
+            page,
+            self.openmetrics,
+            Some(&previous.page),
+        ));
         self.page.store(Arc::new(Published { page, expires_us }));
     }
 
@@ -164,6 +170,7 @@ impl Shared {
 mod tests {
     use super::Shared;
     use crate::common::supervisor::Supervisor;
+use crate::model::Page;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
 

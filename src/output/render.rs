@@ -1,61 +1,111 @@
-//! Renders a collected page ([`crate::model::Page`]) as metric families for the `prometheus`
-//! crate's text encoder (which escapes label values and help text).
+//! Renders a collected page ([`crate::model::Page`]) as Prometheus text (0.0.4) in one pass
+//! over the model's buffers, straight into the output: no per-series object is built. The
+//! bytes are those the `prometheus` crate's text encoder wrote for the same series before
+//! (escaping, number format, family order); `reference` keeps that encoder as the tests'
+//! yardstick.
 
 use crate::model::Page;
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
-use prometheus::Encoder;
-
-/// The page's families as the `prometheus` crate's protobuf objects. None is empty.
-pub fn families(page: &Page) -> Vec<MetricFamily> {
-    page.families()
-        .map(|fam| {
-            let mut proto = MetricFamily::default();
-            proto.set_name(fam.name().to_string());
-            proto.set_help(fam.help().to_string());
-            let counter = fam.is_counter();
-            proto.set_field_type(if counter {
-                MetricType::COUNTER
-            } else {
-                MetricType::GAUGE
-            });
-            for s in fam.series() {
-                let mut m = Metric::default();
-                for (k, v) in s.labels() {
-                    let mut lp = LabelPair::default();
-                    lp.set_name(k.to_string());
-                    lp.set_value(v.to_string());
-                    m.label.push(lp);
-                }
-                if counter {
-                    let mut c = Counter::default();
-                    c.set_value(s.value());
-                    m.set_counter(c);
-                } else {
-                    let mut g = Gauge::default();
-                    g.set_value(s.value());
-                    m.set_gauge(g);
-                }
-                proto.mut_metric().push(m);
-            }
-            proto
-        })
-        .collect()
-}
 
 /// Prometheus text format (0.0.4) of a page.
 pub fn encode(page: &Page) -> Vec<u8> {
-    encode_families(&families(page))
-}
-
-/// Prometheus text format (0.0.4) of families from [`families`].
-pub fn encode_families(fams: &[MetricFamily]) -> Vec<u8> {
-    // `families` leaves out empty families, which the encoder refuses.
-    let mut out = Vec::with_capacity(fams.len() * 2048);
-    if let Err(e) = prometheus::TextEncoder::new().encode(fams, &mut out) {
-        tracing::error!("encoding metrics failed: {e}");
-    }
+    let mut out = Vec::new();
+    text(page, &mut out);
     out
 }
+
+/// Appends the page in Prometheus text format (0.0.4).
+pub fn text(page: &Page, out: &mut Vec<u8>) {
+    for fam in page.families() {
+        let name = fam.name().as_bytes();
+        if !fam.help().is_empty() {
+            out.extend_from_slice(b"# HELP ");
+            out.extend_from_slice(name);
+            out.push(b' ');
+            escape(out, fam.help(), false);
+            out.push(b'\n');
+        }
+        out.extend_from_slice(b"# TYPE ");
+        out.extend_from_slice(name);
+        out.extend_from_slice(if fam.is_counter() {
+            b" counter\n"
+        } else {
+            b" gauge\n"
+        });
+        for s in fam.series() {
+            out.extend_from_slice(name);
+            let mut sep = b'{';
+            for (k, v) in s.labels() {
+                out.push(sep);
+                out.extend_from_slice(k.as_bytes());
+                out.extend_from_slice(b"=\"");
+                escape(out, v, true);
+                out.push(b'"');
+                sep = b',';
+            }
+            if sep == b',' {
+                out.push(b'}');
+            }
+            out.push(b' ');
+            number(out, s.value());
+            out.push(b'\n');
+        }
+    }
+}
+
+/// Backslash and newline escaped, and `"` with `quote` (label values; help text leaves it).
+pub fn escape(out: &mut Vec<u8>, v: &str, quote: bool) {
+    let bytes = v.as_bytes();
+    let mut from = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'"' if quote => b"\\\"",
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[from..i]);
+        out.extend_from_slice(esc);
+        from = i + 1;
+    }
+    out.extend_from_slice(&bytes[from..]);
+}
+
+/// A value as Rust's `Display` writes it (`NaN`, `inf`, `-inf`, all digits, no exponent),
+/// which is what the text encoder wrote; integers, most values on a GPU page, the fast way.
+pub fn number(out: &mut Vec<u8>, v: f64) {
+    // Below 2^53 an integral f64 is an exact integer, and its shortest round-trip digits are
+    // all of its digits; -0 keeps its sign in `Display`.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    if v.trunc() == v && v.abs() < EXACT && !(v == 0.0 && v.is_sign_negative()) {
+        let n = v as i64;
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        let mut m = n.unsigned_abs();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            out.push(b'-');
+        }
+        out.extend_from_slice(&digits[i..]);
+    } else {
+        use std::io::Write;
+        let _ = write!(out, "{v}");
+    }
+}
+
+/// The `prometheus` crate's encoder over its protobuf objects: what the page was rendered
+/// with before, kept to prove the renderers write the same bytes (`tests/render_identity.rs`
+/// includes it too).
+#[cfg(test)]
+pub mod reference;
+#[cfg(test)]
+use crate::output::openmetrics;
 
 #[cfg(test)]
 mod tests {
@@ -159,5 +209,163 @@ mod tests {
             .parse()
             .unwrap();
         assert_eq!(v, 123456789012.0);
+    }
+
+    /// Both renderers against the encoders they replace, on the same page.
+    fn assert_identical(p: &Page) {
+        let new = encode(p);
+        let old = reference::text(p);
+        assert_eq!(
+            String::from_utf8_lossy(&new),
+            String::from_utf8_lossy(&old),
+            "text 0.0.4"
+        );
+        assert_eq!(new, old);
+        let mut om = Vec::new();
+        crate::output::openmetrics::page(p, &mut om);
+        assert_eq!(
+            String::from_utf8_lossy(&om),
+            String::from_utf8_lossy(&reference::openmetrics(p)),
+            "OpenMetrics"
+        );
+    }
+
+    #[test]
+    fn tricky_pages_render_byte_identical_to_the_prometheus_encoder() {
+        let mut p = Page::default();
+        let values = [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            42.5,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+            -1e300,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            5e-324,
+            1e-7,
+            0.1,
+            1.0 / 3.0,
+            123456789012.0,
+            9_007_199_254_740_991.0,
+            9_007_199_254_740_992.0,
+            9_007_199_254_740_993.0,
+            1_152_921_504_606_846_976.0,
+            -4e15,
+            1e15,
+            1e16,
+            18446744073709551615.0,
+        ];
+        for (i, v) in values.iter().enumerate() {
+            let gpu = i.to_string();
+            p.add("G", "gauge values", PromType::Gauge, &[("gpu", &gpu)], *v);
+            p.add(
+                "C_total",
+                "counter values",
+                PromType::Counter,
+                &[("gpu", &gpu), ("UUID", "GPU-1")],
+                *v,
+            );
+        }
+        p.add(
+            "ESC",
+            "help with \\ backslash, \"quotes\", a\nnewline and \\n",
+            PromType::Gauge,
+            &[
+                ("modelName", "NVIDIA \"H100\" \\ 80GB\n"),
+                ("Hostname", "h\\\\\"\n\n\"é漢字 \t tab"),
+                ("empty", ""),
+            ],
+            1.0,
+        );
+        p.add("NOHELP", "", PromType::Counter, &[], 3.0);
+        p.add("NOLABELS", "h", PromType::Gauge, &[], 4.0);
+        p.add("HIST", "h", PromType::Histogram, &[("gpu", "0")], 5.0);
+        p.add("SUM", "h", PromType::Summary, &[("gpu", "0")], 6.0);
+        p.add("LBL", "h", PromType::Label, &[("gpu", "0")], 7.0);
+        // Label order is the caller's, per series.
+        p.add("ORD", "h", PromType::Gauge, &[("b", "1"), ("a", "2")], 1.0);
+        p.add("ORD", "h", PromType::Gauge, &[("a", "1"), ("b", "2")], 2.0);
+        // Dropped: a duplicate (other order), a conflicting type, a conflicting help.
+        p.add("ORD", "h", PromType::Gauge, &[("a", "2"), ("b", "1")], 3.0);
+        p.add("ORD", "h", PromType::Counter, &[("a", "9")], 3.0);
+        p.add("ORD", "other", PromType::Gauge, &[("a", "9")], 3.0);
+        // A family left empty by a rewrite disappears from the page.
+        p.add("GONE", "h", PromType::Gauge, &[("gpu", "0")], 1.0);
+        p.rewrite(|name, mut s| {
+            if name == "GONE" {
+                return vec![];
+            }
+            if name == "NOLABELS" {
+                s.push_label("pod", "p\"1\"");
+            }
+            vec![s]
+        });
+        assert_eq!(p.dropped[&DropReason::Duplicate], 1);
+        assert_eq!(p.dropped[&DropReason::Conflict], 2);
+        assert!(!String::from_utf8(encode(&p)).unwrap().contains("GONE"));
+        assert_identical(&p);
+        assert_identical(&Page::default());
+    }
+
+    #[test]
+    fn integral_values_are_written_as_display_writes_them() {
+        for v in [
+            0.0,
+            -0.0,
+            7.0,
+            -7.0,
+            1e15,
+            9_007_199_254_740_991.0,
+            -9_007_199_254_740_991.0,
+            9_007_199_254_740_992.0,
+            2e20,
+        ] {
+            let mut out = Vec::new();
+            number(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap(), v.to_string());
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_value_is_written_as_display_writes_it(bits in proptest::prelude::any::<u64>()) {
+            let v = f64::from_bits(bits);
+            let mut out = Vec::new();
+            number(&mut out, v);
+            proptest::prop_assert_eq!(String::from_utf8(out).unwrap(), v.to_string());
+        }
+
+        #[test]
+        fn random_pages_render_byte_identical(
+            series in proptest::collection::vec(
+                (
+                    0usize..4,
+                    0usize..3,
+                    proptest::collection::vec((0usize..5, "[a-z\\\\\"\n é]{0,6}"), 0..5),
+                    proptest::prelude::any::<f64>(),
+                    -1e6f64..1e6,
+                    proptest::prelude::any::<bool>(),
+                ),
+                0..40,
+            )
+        ) {
+            const NAMES: [&str; 4] = ["A", "B_total", "C", "D"];
+            const HELP: [&str; 3] = ["", "h \\ \"x\"\n", "help"];
+            const KEYS: [&str; 5] = ["gpu", "UUID", "pod", "a", "b"];
+            const TYPES: [PromType; 3] = [PromType::Gauge, PromType::Counter, PromType::Histogram];
+            let mut p = Page::default();
+            for (name, help, labels, any, small, integral) in &series {
+                let labels: Vec<(&str, &str)> =
+                    labels.iter().map(|(k, v)| (KEYS[*k], v.as_str())).collect();
+                let v = if *integral { small.trunc() } else if any.is_nan() { *small } else { *any };
+                p.add(NAMES[*name], HELP[*help], TYPES[(*name + *help) % 3], &labels, v);
+            }
+            assert_identical(&p);
+        }
     }
 }

@@ -2,11 +2,11 @@
 //! published page to each sink (the node-exporter textfile, debug dumps).
 
 use crate::model::node::Topology;
-use prometheus::proto::MetricFamily;
+use crate::model::Page;
 
 pub trait Sink: Send + Sync {
     /// A collection succeeded; `bytes` is the page as just published.
-    fn published(&self, topology: &Topology, families: &[MetricFamily], bytes: &[u8]);
+    fn published(&self, topology: &Topology, page: &Page, bytes: &[u8]);
     /// DCGM is unreachable and the published page is empty until it is back.
     fn outage(&self) {}
     /// The exporter is stopping cleanly (SIGTERM): withdraw what would read as current.

@@ -73,12 +73,7 @@ impl Textfile {
 }
 
 impl Sink for Textfile {
-    fn published(
-        &self,
-        _topology: &Topology,
-        _families: &[prometheus::proto::MetricFamily],
-        bytes: &[u8],
-    ) {
+    fn published(&self, _topology: &Topology, _page: &crate::model::Page, bytes: &[u8]) {
         self.write(bytes);
     }
 

@@ -240,7 +240,7 @@ impl Runner {
                 Ok(false) => {}
                 Err(e) => return failed(d, e),
             }
-            let mut page = Page::default();
+            let mut page = Page::reuse();
             if let Err(e) = c.collect(&mut page) {
                 return failed(d, e);
             }
@@ -319,15 +319,15 @@ impl Runner {
                 .unwrap_or(0.0),
         );
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
-        let families = crate::output::render::families(&page);
-        self.shared.publish(&families, oldest_sample_us);
+        self.shared.publish(&page, oldest_sample_us);
         self.shared.set_gpus(gpus);
         if let Some(topology) = &topology {
             let published = self.shared.page();
             for s in &self.sinks {
-                s.published(topology, &families, published.text());
+                s.published(topology, &page, published.text());
             }
         }
+        page.recycle();
         self.shared.set_last_success(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);

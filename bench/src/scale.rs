@@ -1,0 +1,477 @@
+//! `scale`: how the exporter's cost grows with the node, for one or more builds side by side
+//! (for example main's code before a change and after it), in one run.
+//!
+//! For each profile and build: entities watched, series, page bytes plain and gzip, CPU per
+//! collection (the exporter process's CPU time, /proc/PID/task/*/schedstat, over a fixed
+//! number of collections at a short interval, no scrapes in between), RSS, and the time from
+//! start to the first page with DCGM series. Per build, CPU per collection against series is
+//! fitted to a line: its slope is the cost per series, its intercept the fixed part. Then
+//! idle CPU on the first profile at the default interval (ms of CPU per second), peak RSS
+//! while 64 keep-alive connections fetch the page against the steady RSS before (the peak
+//! is read from VmHWM after resetting it through /proc/PID/clear_refs), and, with
+//! `--memory-minutes`, RSS at 1 minute against the end on the memory profiles.
+//!
+//! `cargo run --release -p bench -- scale [--builds before=DIR,after=DIR]
+//! [--profiles etc/sim/one-gpu.toml,etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml]
+//! [--collectors bench/bench-counters.csv] [--interval-ms 100] [--collections 100]
+//! [--idle-seconds 60] [--memory-minutes 10]
+//! [--memory-profiles etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml]`
+//!
+//! A DIR holds `dcgm-exporter` and `libdcgm.so.4` (a `target/release`); without `--builds`
+//! the workspace's release build is made and measured alone.
+
+use crate::{arg, get, throughput, Killed};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Build {
+    name: String,
+    dir: PathBuf,
+}
+
+/// CPU time of every thread of a process, in seconds (nanosecond counters).
+fn cpu_s(pid: u32) -> Result<f64, String> {
+    let dir = format!("/proc/{pid}/task");
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
+        let Ok(t) = t else { continue };
+        // A thread that just ended has no file left: its time is lost either way.
+        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+            ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Ok(ns as f64 / 1e9)
+}
+
+fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| format!("pid {pid}: no {key}"))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+fn list(name: &str, default: &str) -> Vec<String> {
+    arg(name, default)
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+struct Running {
+    child: Killed,
+    port: u16,
+    log: PathBuf,
+    /// Start to the first page with DCGM series.
+    first_page: Duration,
+}
+
+impl Running {
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.port)
+    }
+    fn collections(&self) -> Result<f64, String> {
+        let page = get(&self.url())?;
+        Ok(crate::self_metric(
+            &page,
+            "dcgm_exporter_collections_total{result=\"success\"}",
+        ))
+    }
+    /// Entities watched, from the start-up line `watching 8 GPU entities x 19 fields, ...`.
+    fn entities(&self) -> u64 {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let Some(line) = log.lines().find(|l| l.contains("msg=\"watching ")) else {
+            return 0;
+        };
+        let what = line.split("watching ").nth(1).unwrap_or("");
+        what.split(", ")
+            .filter_map(|part| part.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+fn start(
+    b: &Build,
+    profile: &Path,
+    csv: &Path,
+    interval_ms: u64,
+    tag: &str,
+) -> Result<Running, String> {
+    let port = free_port()?;
+    let log = std::env::temp_dir().join(format!(
+        "bench-scale-{}-{}-{tag}.log",
+        std::process::id(),
+        b.name
+    ));
+    let err = std::fs::File::create(&log).map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let child = Command::new(b.dir.join("dcgm-exporter"))
+        .args(["-f", csv.to_str().ok_or("path")?])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-c", &interval_ms.to_string()])
+        .args([
+            "--dcgm-library",
+            b.dir.join("libdcgm.so.4").to_str().ok_or("path")?,
+        ])
+        .env("DCGM_SIM_PROFILE", profile)
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("start {}: {e}", b.dir.display()))?;
+    let child = Killed(child);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let first_page = loop {
+        if get(&url).is_ok_and(|p| p.contains("DCGM_FI_")) {
+            break t0.elapsed();
+        }
+        if t0.elapsed() > Duration::from_secs(120) {
+            return Err(format!("{}: no page within 120 s", b.name));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    Ok(Running {
+        child,
+        port,
+        log,
+        first_page,
+    })
+}
+
+struct Row {
+    build: usize,
+    profile: String,
+    entities: u64,
+    series: usize,
+    bytes: usize,
+    gzip_bytes: usize,
+    cpu_us: f64,
+    rss_kib: u64,
+    first_page: Duration,
+}
+
+/// CPU per collection (µs) over `n` collections, with no scrape in between.
+fn cpu_per_collection(r: &Running, n: u64, interval_ms: u64) -> Result<f64, String> {
+    // Past start-up: a few collections first.
+    let warm = r.collections()? + 5.0;
+    let t = Instant::now();
+    while r.collections()? < warm {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err("collections do not advance".into());
+        }
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
+    let (c0, cpu0) = (r.collections()?, cpu_s(r.pid())?);
+    std::thread::sleep(Duration::from_millis(n * interval_ms));
+    let cpu1 = cpu_s(r.pid())?;
+    let c1 = r.collections()?;
+    if c1 <= c0 {
+        return Err("no collection during the measurement".into());
+    }
+    Ok((cpu1 - cpu0) * 1e6 / (c1 - c0))
+}
+
+fn measure(b: &Build, i: usize, profile: &Path, csv: &Path) -> Result<Row, String> {
+    let interval_ms: u64 = arg("--interval-ms", "100")
+        .parse()
+        .map_err(|_| "--interval-ms: not a number")?;
+    let n: u64 = arg("--collections", "100")
+        .parse()
+        .map_err(|_| "--collections: not a number")?;
+    let r = start(b, profile, csv, interval_ms, "scale")?;
+    let cpu_us = cpu_per_collection(&r, n, interval_ms)?;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], r.port).into();
+    let (_, plain) = throughput::fetch(addr, "/metrics", false)?;
+    let (_, gz) = throughput::fetch(addr, "/metrics", true)?;
+    let text = String::from_utf8_lossy(&plain);
+    let series = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with("dcgm_exporter_"))
+        .count();
+    Ok(Row {
+        build: i,
+        profile: profile
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        entities: r.entities(),
+        series,
+        bytes: plain.len(),
+        gzip_bytes: gz.len(),
+        cpu_us,
+        rss_kib: status_kib(r.pid(), "VmRSS:")?,
+        first_page: r.first_page,
+    })
+}
+
+/// Least-squares line through (series, µs): (µs per series, fixed µs).
+fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { f64::NAN };
+    (slope, my - slope * mx)
+}
+
+/// Idle CPU (ms per s) at the default interval, all builds at once on `profile`.
+fn idle(builds: &[Build], profile: &Path, csv: &Path, secs: u64) -> Result<Vec<f64>, String> {
+    let running = builds
+        .iter()
+        .map(|b| start(b, profile, csv, 30_000, "idle"))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Start-up (discovery, watches, the first collection) is not idle work.
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu0 = running
+        .iter()
+        .map(|r| cpu_s(r.pid()))
+        .collect::<Result<Vec<_>, _>>()?;
+    std::thread::sleep(Duration::from_secs(secs));
+    running
+        .iter()
+        .zip(cpu0)
+        .map(|(r, c0)| Ok((cpu_s(r.pid())? - c0) * 1e3 / secs as f64))
+        .collect()
+}
+
+/// (steady RSS, peak RSS while 64 connections fetch, RSS after) in KiB.
+fn burst(b: &Build, profile: &Path, csv: &Path) -> Result<(u64, u64, u64), String> {
+    let r = start(b, profile, csv, 1000, "burst")?;
+    std::thread::sleep(Duration::from_secs(5));
+    let pid = r.pid();
+    let steady = status_kib(pid, "VmRSS:")?;
+    // "5" resets the peak resident set (VmHWM) to the current RSS.
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").map_err(|e| e.to_string())?;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], r.port).into();
+    for gzip in [false, true] {
+        throughput::rate(addr, "/metrics", gzip, Duration::from_secs(4));
+    }
+    let peak = status_kib(pid, "VmHWM:")?;
+    std::thread::sleep(Duration::from_secs(3));
+    let after = status_kib(pid, "VmRSS:")?;
+    Ok((steady, peak, after))
+}
+
+pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
+    let builds: Vec<Build> = match std::env::args().any(|a| a == "--builds") {
+        true => list("--builds", "")
+            .iter()
+            .map(|b| {
+                let (name, dir) = b.split_once('=').ok_or("--builds: NAME=DIR,...")?;
+                Ok(Build {
+                    name: name.to_string(),
+                    dir: root.join(dir),
+                })
+            })
+            .collect::<Result<_, String>>()?,
+        false => vec![Build {
+            name: "this".into(),
+            dir: default_build.ok_or("no build")?.to_path_buf(),
+        }],
+    };
+    for b in &builds {
+        for f in ["dcgm-exporter", "libdcgm.so.4"] {
+            if !b.dir.join(f).exists() {
+                return Err(format!("{}: no {f} in {}", b.name, b.dir.display()));
+            }
+        }
+    }
+    let profiles = list(
+        "--profiles",
+        "etc/sim/one-gpu.toml,etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml",
+    );
+    let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
+    let minutes: f64 = arg("--memory-minutes", "10")
+        .parse()
+        .map_err(|_| "--memory-minutes: not a number")?;
+    let mem_profiles = list(
+        "--memory-profiles",
+        "etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml",
+    );
+
+    // The memory runs go on in the background while the rest is measured.
+    let mut memory = Vec::new();
+    if minutes > 0.0 {
+        for p in &mem_profiles {
+            for b in &builds {
+                let r = start(b, &root.join(p), &csv, 1000, "memory")?;
+                memory.push((b.name.clone(), p.clone(), r, Instant::now(), None));
+            }
+        }
+    }
+
+    let mut rows = Vec::new();
+    for p in &profiles {
+        for (i, b) in builds.iter().enumerate() {
+            rows.push(measure(b, i, &root.join(p), &csv)?);
+        }
+    }
+    println!(
+        "scale: {} at -c {} ms, CPU over {} collections",
+        csv.display(),
+        arg("--interval-ms", "100"),
+        arg("--collections", "100")
+    );
+    println!(
+        "{:<22} {:<7} {:>8} {:>7} {:>9} {:>8} {:>10} {:>9} {:>8} {:>9}",
+        "profile",
+        "build",
+        "entities",
+        "series",
+        "bytes",
+        "gzip",
+        "µs/coll",
+        "µs/series",
+        "RSS MiB",
+        "1st page"
+    );
+    for r in &rows {
+        println!(
+            "{:<22} {:<7} {:>8} {:>7} {:>9} {:>8} {:>10.0} {:>9.2} {:>8.1} {:>6.0} ms",
+            r.profile,
+            builds[r.build].name,
+            r.entities,
+            r.series,
+            r.bytes,
+            r.gzip_bytes,
+            r.cpu_us,
+            r.cpu_us / r.series as f64,
+            mib(r.rss_kib),
+            r.first_page.as_secs_f64() * 1e3
+        );
+    }
+    let mut fits = Vec::new();
+    for (i, b) in builds.iter().enumerate() {
+        let points: Vec<(f64, f64)> = rows
+            .iter()
+            .filter(|r| r.build == i)
+            .map(|r| (r.series as f64, r.cpu_us))
+            .collect();
+        let (slope, fixed) = fit(&points);
+        println!(
+            "{:<8} CPU per collection = {fixed:.0} µs fixed + {slope:.2} µs per series",
+            b.name
+        );
+        fits.push((slope, fixed));
+    }
+
+    let idle_secs: u64 = arg("--idle-seconds", "60")
+        .parse()
+        .map_err(|_| "--idle-seconds: not a number")?;
+    let first = root.join(&profiles[0]);
+    let idle_csv = root.join("etc/default-counters.csv");
+    let idle = idle(&builds, &first, &idle_csv, idle_secs)?;
+    for (b, ms) in builds.iter().zip(&idle) {
+        println!(
+            "{:<8} idle CPU, {} with the default counters at the default -c 30000: {ms:.3} ms per s",
+            b.name, profiles[0]
+        );
+    }
+
+    let mut bursts = Vec::new();
+    for p in &mem_profiles {
+        for b in &builds {
+            let (steady, peak, after) = burst(b, &root.join(p), &csv)?;
+            println!(
+                "{:<8} {p}: 64 keep-alive connections: RSS {:.1} MiB steady, peak {:.1} MiB (+{:.1}), {:.1} MiB after (+{:.1})",
+                b.name,
+                mib(steady),
+                mib(peak),
+                mib(peak) - mib(steady),
+                mib(after),
+                mib(after) - mib(steady)
+            );
+            bursts.push((b.name.clone(), p.clone(), mib(peak) - mib(steady)));
+        }
+    }
+
+    if minutes > 0.0 {
+        let end = Duration::from_secs_f64(minutes * 60.0);
+        loop {
+            let mut waiting = false;
+            for (_, _, r, t0, one) in memory.iter_mut() {
+                if one.is_none() && t0.elapsed() >= Duration::from_secs(60) {
+                    *one = Some(status_kib(r.pid(), "VmRSS:")?);
+                }
+                waiting |= t0.elapsed() < end || one.is_none();
+            }
+            if !waiting {
+                break;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        for (b, p, r, _, one) in &memory {
+            get(&r.url()).map_err(|e| format!("{b} {p}: {e}"))?;
+            let last = status_kib(r.pid(), "VmRSS:")?;
+            let one = one.unwrap_or(last);
+            println!(
+                "{b:<8} {p}: RSS {:.1} MiB at 1 min, {:.1} MiB at {minutes} min: ratio {:.3}",
+                mib(one),
+                mib(last),
+                last as f64 / one as f64
+            );
+        }
+    }
+
+    if builds.len() == 2 {
+        let (a, b) = (&builds[0].name, &builds[1].name);
+        println!("ratios {b} / {a}:");
+        println!(
+            "  µs per series            {:.3} ({:.2} / {:.2})",
+            fits[1].0 / fits[0].0,
+            fits[1].0,
+            fits[0].0
+        );
+        println!(
+            "  fixed µs per collection  {:.3} ({:.0} / {:.0})",
+            fits[1].1 / fits[0].1,
+            fits[1].1,
+            fits[0].1
+        );
+        println!(
+            "  idle CPU ms per s        {:.3} ({:.3} / {:.3})",
+            idle[1] / idle[0],
+            idle[1],
+            idle[0]
+        );
+        for p in &profiles {
+            let of = |i: usize| {
+                rows.iter()
+                    .find(|r| r.build == i && r.profile == p.rsplit('/').next().unwrap_or(p))
+            };
+            if let (Some(x), Some(y)) = (of(0), of(1)) {
+                println!(
+                    "  {p}: CPU per collection {:.3}, first page {:.3}, gzip bytes {:.3}, bytes {:.3}",
+                    y.cpu_us / x.cpu_us,
+                    y.first_page.as_secs_f64() / x.first_page.as_secs_f64(),
+                    y.gzip_bytes as f64 / x.gzip_bytes as f64,
+                    y.bytes as f64 / x.bytes as f64
+                );
+            }
+        }
+    }
+    let _ = bursts;
+    Ok(())
+}
