@@ -685,7 +685,7 @@ fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
         .all(|s| s.label("DCGM_FI_DRIVER_VERSION").is_none()));
     // NODE_NAME from the downward API names the node.
     assert_eq!(
-        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
+        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("hostname"),
         Some("gpu-node-7"),
         "{}",
         e.stderr()

@@ -277,6 +277,7 @@ impl Collector {
             use_old_namespace: settings.use_old_namespace,
             replace_blanks_in_model_name: settings.replace_blanks_in_model_name,
             hostname: settings.hostname.as_deref(),
+            emulate: settings.emulate,
         };
         let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
         // The DCGM_EXP_* metrics need the GPU targets also when no DCGM field is exported

@@ -297,12 +297,13 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_read_timeout: String,
-    /// HTTP write timeout (Go duration): a response the client does not read.
+    /// HTTP write timeout (Go duration): a response the client does not read (10s with
+    /// --emulate-version=4.8.2).
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
         value_name = "DURATION",
-        default_value = "10s"
+        default_value = "30s"
     )]
     pub web_write_timeout: String,
     /// Scrapes served at once; excess requests get 503.
@@ -592,6 +593,24 @@ impl Config {
         self.explicit.iter().any(|l| l == long)
     }
 
+    /// The write timeout's default: 30 s from upstream 4.8.3, the fixed 10 s of 4.8.2.
+    pub fn default_web_write_timeout(&self) -> std::time::Duration {
+        if self.emulate_version.at_least_4_8_3() {
+            std::time::Duration::from_secs(30)
+        } else {
+            std::time::Duration::from_secs(10)
+        }
+    }
+
+    /// `--web-write-timeout` as given, else the emulated release's default.
+    pub fn web_write_timeout(&self) -> &str {
+        if self.is_explicit("web-write-timeout") || self.emulate_version.at_least_4_8_3() {
+            &self.web_write_timeout
+        } else {
+            "10s"
+        }
+    }
+
     pub fn remote_hostengine(&self) -> Option<&str> {
         self.remote_set
             .then_some(self.remote_hostengine_info.as_str())
@@ -711,7 +730,7 @@ mod tests {
         // §7 (newer upstream)
         ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
-        ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
+        ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("30s"), Str),
         ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some("false"), Bool),
         ("max-concurrent-scrapes", None, Some("DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES"), Some("16"), Int),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
@@ -840,6 +859,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// 4.8.3 added --web-write-timeout with a 30 s default; 4.8.2 wrote with a fixed 10 s.
+    #[test]
+    fn the_write_timeout_default_follows_the_emulated_release() {
+        let _g = lock();
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            (
+                c.web_write_timeout(),
+                c.default_web_write_timeout().as_secs()
+            ),
+            ("30s", 30)
+        );
+        let c = parse(&["--emulate-version=4.8.2"]).unwrap();
+        assert_eq!(
+            (
+                c.web_write_timeout(),
+                c.default_web_write_timeout().as_secs()
+            ),
+            ("10s", 10)
+        );
+        let c = parse(&["--emulate-version=4.8.2", "--web-write-timeout=45s"]).unwrap();
+        assert_eq!(c.web_write_timeout(), "45s");
+        let _e = EnvVars::set(&[("DCGM_EXPORTER_EMULATE_VERSION", "4.8.2")]);
+        assert_eq!(parse(&[]).unwrap().web_write_timeout(), "10s");
     }
 
     #[test]

@@ -213,13 +213,17 @@ fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counters, String> 
 /// `metrics.fields` (recognised by its `.yaml`/`.yml` extension).
 /// `given`: the path was named (flag, env or config file); else a missing default file
 /// means the built-in default counter set.
-pub fn load_counters(path: &Path, given: bool) -> Result<Counters, String> {
+pub fn load_counters(
+    path: &Path,
+    given: bool,
+    version: UpstreamVersion,
+) -> Result<Counters, String> {
     let yaml = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
     if !yaml {
-        return counters::load_or_builtin(path, given).map_err(|e| e.to_string());
+        return counters::load_or_builtin(path, given, version).map_err(|e| e.to_string());
     }
     let (name, raw) = parse_raw(path)?;
     match raw.metrics.and_then(|m| m.fields) {
@@ -358,7 +362,7 @@ mod tests {
             "version: 1\nmetrics:\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n      prometheusType: gauge\n      help: \"Temp, in C.\"\n    - {name: dcgm_power_usage, prometheusType: gauge}\n",
         );
         assert!(load(&p).unwrap().inline_fields);
-        let c = load_counters(&p, true).unwrap();
+        let c = load_counters(&p, true, UpstreamVersion::default()).unwrap();
         assert_eq!(c.all.len(), 2);
         assert_eq!(c.all[0].help, "Temp, in C.");
         assert_eq!(c.all[1].name, "dcgm_power_usage");

@@ -142,6 +142,7 @@ fn serve(
             config.kubernetes,
             remote_host.as_deref(),
             std::env::var("NODE_NAME").ok().as_deref(),
+            config.emulate_version,
         ),
         ..settings
     };
@@ -432,6 +433,7 @@ fn counters_source(
         return Ok(configmap::CountersSource::File {
             path: config.collectors.clone(),
             given: config.collectors_set,
+            emulate: config.emulate_version,
         });
     }
     let (namespace, name) = configmap::parse_ref(&config.configmap_data)?;

@@ -51,14 +51,10 @@ pub struct Options {
     pub openmetrics: bool,
 }
 
-fn timeout(flag: &str, v: &str) -> Result<Duration, String> {
+fn timeout(flag: &str, v: &str, default: Duration) -> Result<Duration, String> {
     let d = duration::parse(v).map_err(|e| format!("--{flag} {e}"))?;
     // As upstream: zero means the default.
-    Ok(if d.is_zero() {
-        Duration::from_secs(10)
-    } else {
-        d
-    })
+    Ok(if d.is_zero() { default } else { d })
 }
 
 impl Options {
@@ -84,8 +80,16 @@ impl Options {
         Ok(Options {
             telemetry_path: path.clone(),
             max_concurrent_scrapes: max,
-            read_timeout: timeout("web-read-timeout", &c.web_read_timeout)?,
-            write_timeout: timeout("web-write-timeout", &c.web_write_timeout)?,
+            read_timeout: timeout(
+                "web-read-timeout",
+                &c.web_read_timeout,
+                Duration::from_secs(10),
+            )?,
+            write_timeout: timeout(
+                "web-write-timeout",
+                c.web_write_timeout(),
+                c.default_web_write_timeout(),
+            )?,
             pprof: c.enable_pprof,
             openmetrics: c.web_enable_openmetrics,
         })
