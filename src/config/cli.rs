@@ -392,6 +392,9 @@ pub struct Config {
     /// Whether -f/--collectors or its env var was given (else the default path is used).
     #[arg(skip)]
     pub collectors_set: bool,
+    /// Long names of the options --config-file set.
+    #[arg(skip)]
+    from_file: Vec<String>,
 }
 
 /// The clap command, with environment variables that are set but empty treated as unset
@@ -591,6 +594,17 @@ impl Config {
     /// Whether `--<long>` was given on the command line or through its env var.
     pub fn is_explicit(&self, long: &str) -> bool {
         self.explicit.iter().any(|l| l == long)
+    }
+
+    /// Records that --config-file set `--<long>` (it applies only where `is_explicit` is
+    /// false).
+    pub fn set_by_file(&mut self, long: &str) {
+        self.from_file.push(long.to_string());
+    }
+
+    /// Whether `--<long>` was set by the user: flag, env var or configuration file.
+    pub fn is_set(&self, long: &str) -> bool {
+        self.is_explicit(long) || self.from_file.iter().any(|l| l == long)
     }
 
     /// The write timeout's default: 30 s from upstream 4.8.3, the fixed 10 s of 4.8.2.

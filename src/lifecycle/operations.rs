@@ -34,8 +34,7 @@ pub fn keep_limits(config: &Config) -> Result<(f64, i32, bool), String> {
                 .into(),
         );
     }
-    let explicit =
-        config.is_explicit("watch-max-keep-age") || config.is_explicit("watch-max-keep-samples");
+    let explicit = config.is_set("watch-max-keep-age") || config.is_set("watch-max-keep-samples");
     Ok((age.as_secs_f64(), samples, explicit))
 }
 

@@ -102,6 +102,10 @@ fn serve(
     let kube_api = kube_api_for(&config)?;
     let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
+    if config.emulate_version.at_least_4_8_3() {
+        crate::config::file::check_watch_groups(&file_settings.watch_groups, &counters)
+            .map_err(|e| format!("{}: {e}", config.config_file))?;
+    }
     let (keep_age_s, keep_samples, keep_explicit) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
