@@ -136,6 +136,18 @@ fn serve(
         ),
         None => Engine::Embedded,
     };
+    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &engine {
+        // A kernel without vsock is a set-up error, not an engine still starting.
+        match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
+            dcgm_sys::vsock::Probe::Unsupported(why) => {
+                return Err(format!("-r/--remote-hostengine-info {t}: {why}"))
+            }
+            dcgm_sys::vsock::Probe::Unreachable(why) => {
+                tracing::warn!("the host engine at {t} does not answer yet: {why}")
+            }
+            dcgm_sys::vsock::Probe::Reachable => {}
+        }
+    }
     let remote_host = match &engine {
         Engine::Remote(t) => t.host(),
         Engine::Embedded => None,
