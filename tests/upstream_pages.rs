@@ -226,3 +226,48 @@ fn every_entity_group_is_labelled_as_upstreams_render_test_expects() {
         check(field(8), "CPUCore", &|_| true);
     }
 }
+
+/// 4.8.3's `cpu_serial` label (release notes only: its position is ours, after the
+/// hostname): on a CPU's series where DCGM reports a serial number, not on a CPU without
+/// one, and not with --emulate-version=4.8.2.
+#[test]
+fn cpu_series_carry_the_serial_dcgm_reports_from_4_8_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("serials.toml");
+    std::fs::write(
+        &profile,
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA GH200 480GB\"\n\
+         [cpus]\ncount = 2\ncores_per_cpu = 2\nserials = [\"0x00000001c0ffee00\"]\n",
+    )
+    .unwrap();
+    let cpu_field = dcgm_sys::fields::FIELDS
+        .iter()
+        .find(|f| f.entity_level == 7 && (f.field_type == b'd' || f.field_type == b'i'))
+        .unwrap()
+        .name;
+    let csv = dir.path().join("cpu.csv");
+    std::fs::write(
+        &csv,
+        format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{cpu_field}, gauge, cpu\n"),
+    )
+    .unwrap();
+    for (version, serial) in [("4.8.4", Some("0x00000001c0ffee00")), ("4.8.2", None)] {
+        let e = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("NODE_NAME", "testhost")
+            .args(&["-f", csv.to_str().unwrap(), "--emulate-version", version])
+            .start();
+        let page = e.scrape_until(20, |p| series(p, cpu_field).len() == 2);
+        let cpus = series(&page, cpu_field);
+        let of = |id: &str| *cpus.iter().find(|s| s.label("cpu") == Some(id)).unwrap();
+        assert_eq!(of("0").label("cpu_serial"), serial, "{version}");
+        assert_eq!(of("1").label("cpu_serial"), None, "{version}");
+        if serial.is_some() {
+            assert_eq!(
+                of("0").label_order,
+                ["cpu", "hostname", "cpu_serial"],
+                "{version}"
+            );
+        }
+    }
+}

@@ -1,7 +1,7 @@
 //! A connection to a DCGM host engine (embedded in this process or remote) and the safe
 //! calls the exporter makes over it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::ffi;
 use crate::handles::{FieldGroup, Group};
 use crate::loader::{sym, Library};
@@ -194,6 +194,19 @@ impl std::fmt::Debug for Session {
             self.inner.kind, self.inner.handle
         )
     }
+}
+
+/// The core ids of a CPU's ownership bitmask.
+fn owned_cores(owned: &ffi::dcgmCpuHierarchyOwnedCores_v1) -> Vec<u32> {
+    let mut cores = Vec::new();
+    for (word, bits) in owned.bitmask.iter().enumerate() {
+        for bit in 0..64 {
+            if bits & (1u64 << bit) != 0 {
+                cores.push((word * 64 + bit) as u32);
+            }
+        }
+    }
+    cores
 }
 
 /// Allocates a zeroed DCGM struct on the heap (several are far too large for a stack).
@@ -482,7 +495,35 @@ impl Session {
         })
     }
 
+    /// The CPUs and their cores, with serial numbers through `dcgmGetCpuHierarchy_v2`
+    /// where the library has it (DCGM 4.x), else through the v1 call.
     pub fn cpu_hierarchy(&self) -> Result<Vec<Cpu>> {
+        match self.cpu_hierarchy_v2() {
+            Err(Error::MissingSymbol { .. }) => self.cpu_hierarchy_v1(),
+            Err(e) if e.status() == Some(Status::VerMismatch) => self.cpu_hierarchy_v1(),
+            other => other,
+        }
+    }
+
+    fn cpu_hierarchy_v2(&self) -> Result<Vec<Cpu>> {
+        let f = sym!(self.lib(), dcgmGetCpuHierarchy_v2);
+        let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v2>();
+        h.version = versions::CPU_HIERARCHY_V2;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *h) };
+        self.lib().check("dcgmGetCpuHierarchy_v2", rc)?;
+        let n = (h.numCpus as usize).min(h.cpus.len());
+        Ok(h.cpus[..n]
+            .iter()
+            .map(|c| Cpu {
+                id: c.cpuId,
+                cores: owned_cores(&c.ownedCores),
+                serial: c_buf_to_string(&c.serial).trim().to_string(),
+            })
+            .collect())
+    }
+
+    fn cpu_hierarchy_v1(&self) -> Result<Vec<Cpu>> {
         let f = sym!(self.lib(), dcgmGetCpuHierarchy);
         let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v1>();
         h.version = versions::CPU_HIERARCHY_V1;
@@ -492,16 +533,10 @@ impl Session {
         let n = (h.numCpus as usize).min(h.cpus.len());
         Ok(h.cpus[..n]
             .iter()
-            .map(|c| {
-                let mut cores = Vec::new();
-                for (word, bits) in c.ownedCores.bitmask.iter().enumerate() {
-                    for bit in 0..64 {
-                        if bits & (1u64 << bit) != 0 {
-                            cores.push((word * 64 + bit) as u32);
-                        }
-                    }
-                }
-                Cpu { id: c.cpuId, cores }
+            .map(|c| Cpu {
+                id: c.cpuId,
+                cores: owned_cores(&c.ownedCores),
+                serial: String::new(),
             })
             .collect())
     }

@@ -446,9 +446,14 @@ fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Targ
     let mut cores = Vec::new();
     for c in &topo.cpus {
         if sel.flex || sel.major.as_ref().is_some_and(|m| selected(m, c.id)) {
+            let mut labels = with_hostname(vec![("cpu", c.id.to_string())], opts);
+            // 4.8.3 added the CPU's serial number where DCGM reports one.
+            if opts.emulate.at_least_4_8_3() && !c.serial.is_empty() {
+                labels.push(("cpu_serial", c.serial.clone()));
+            }
             cpus.push(Target {
                 entity: Entity::new(EntityGroup::Cpu, c.id),
-                labels: with_hostname(vec![("cpu", c.id.to_string())], opts),
+                labels,
                 gpu: None,
             });
         }

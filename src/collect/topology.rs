@@ -39,6 +39,8 @@ pub struct Link {
 pub struct Cpu {
     pub id: u32,
     pub cores: Vec<u32>,
+    /// DCGM's serial number of the CPU; empty where it reports none.
+    pub serial: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -142,6 +144,7 @@ impl Topology {
                     .map(|c| Cpu {
                         id: c.id,
                         cores: c.cores,
+                        serial: c.serial,
                     })
                     .collect()
             }
