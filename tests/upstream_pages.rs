@@ -271,3 +271,29 @@ fn cpu_series_carry_the_serial_dcgm_reports_from_4_8_3() {
         }
     }
 }
+
+/// The setting refuses releases it does not emulate, from the flag and the environment,
+/// with one line naming the flag and the accepted values.
+#[test]
+fn an_unknown_release_to_emulate_stops_the_start() {
+    for (args, env) in [
+        (vec!["--emulate-version", "4.8.3"], None),
+        (vec![], Some("latest")),
+    ] {
+        let mut b = exporter().args(&args);
+        if let Some(v) = env {
+            b = b.env("DCGM_EXPORTER_EMULATE_VERSION", v);
+        }
+        let (code, err) = b.run_to_exit();
+        assert_eq!(code, 1, "{args:?} {env:?}");
+        assert!(
+            err.contains("--emulate-version") && err.contains("use 4.8.2, 4.8.4 or 4.9.0"),
+            "{err}"
+        );
+        assert_eq!(
+            err.lines().filter(|l| l.contains("fatal")).count(),
+            1,
+            "{err}"
+        );
+    }
+}
