@@ -74,7 +74,7 @@ fn observe(e: &Exporter) -> Observations {
     let labels = temp.first().map(|s| {
         s.label_order
             .iter()
-            .filter(|k| *k != "Hostname")
+            .filter(|k| *k != "hostname")
             .map(|k| format!("{k}={}", s.labels[k]))
             .collect::<Vec<_>>()
     });

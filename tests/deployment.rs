@@ -138,6 +138,98 @@ fn everything() -> Value {
     })
 }
 
+/// NVIDIA's 4.8.3/4.8.4 chart values: `config.*` (a ConfigMap from `config.data` mounted at
+/// `config.mountPath`, named by DCGM_EXPORTER_CONFIG_FILE; or an existing one with
+/// `create: false`) and `service.webReadTimeout`/`webWriteTimeout`.
+#[test]
+fn the_4_8_4_config_and_timeout_values_render_as_in_nvidias_chart() {
+    let data = "version: 2\nserver:\n  maxConcurrentScrapes: 4\n";
+    let Some(objects) = render(
+        &json!({
+            "config": {"enabled": true, "data": data},
+            "service": {"webReadTimeout": "5s", "webWriteTimeout": "45s"},
+            "arguments": ["--emulate-version", "4.8.4"]
+        }),
+        None,
+    ) else {
+        skip(SKIP_PY);
+        return;
+    };
+    let c = container(&objects);
+    let env = env_of(c);
+    for (k, v) in [
+        ("DCGM_EXPORTER_WEB_READ_TIMEOUT", "5s"),
+        ("DCGM_EXPORTER_WEB_WRITE_TIMEOUT", "45s"),
+        (
+            "DCGM_EXPORTER_CONFIG_FILE",
+            "/etc/dcgm-exporter/config.yaml",
+        ),
+    ] {
+        assert!(
+            env.contains(&(k.to_string(), v.to_string())),
+            "{k}: {env:?}"
+        );
+    }
+    assert_eq!(args_of(c), ["--emulate-version", "4.8.4"]);
+    let cm = find(&objects, "ConfigMap")
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == "dcgm-exporter-config")
+        .expect("config ConfigMap");
+    assert_eq!(
+        cm["data"]["config.yaml"].as_str().unwrap().trim(),
+        data.trim()
+    );
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "dcgm-exporter-config")
+        .expect("config mount");
+    assert_eq!(mount["mountPath"], "/etc/dcgm-exporter/config.yaml");
+    assert_eq!(mount["subPath"], "config.yaml");
+    let pod = &one(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "dcgm-exporter-config")
+        .expect("config volume");
+    assert_eq!(volume["configMap"]["name"], "dcgm-exporter-config");
+    // The file the chart writes is one our binary reads.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yaml");
+    std::fs::write(&file, cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let read = dcgm_exporter::config::file::load(&file).unwrap();
+    assert_eq!((read.schema, read.max_concurrent_scrapes), (2, Some(4)));
+    // And the chart's default data too.
+    let Some(objects) = render(&json!({"config": {"enabled": true}}), None) else {
+        return;
+    };
+    let cm = find(&objects, "ConfigMap")
+        .into_iter()
+        .find(|m| m["metadata"]["name"] == "dcgm-exporter-config")
+        .expect("config ConfigMap");
+    std::fs::write(&file, cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let read = dcgm_exporter::config::file::load(&file).unwrap();
+    assert_eq!((read.schema, read.interval_ms), (1, Some(30_000)));
+    // An existing ConfigMap: none created, the volume names it.
+    let Some(objects) = render(
+        &json!({"config": {"enabled": true, "create": false, "name": "site-config"}}),
+        None,
+    ) else {
+        return;
+    };
+    assert!(find(&objects, "ConfigMap")
+        .iter()
+        .all(|m| m["metadata"]["name"] != "site-config"));
+    let pod = &one(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    assert!(pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|v| v["configMap"]["name"] == "site-config"));
+}
+
 #[test]
 fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
     let Some(objects) = render(&json!({}), None) else {
@@ -145,19 +237,24 @@ fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
         return;
     };
     let c = container(&objects);
-    // NVIDIA's chart, default values: the same three variables in the same order.
+    // NVIDIA's chart (4.8.3/4.8.4 deployment/templates/daemonset.yaml), default values:
+    // the same variables in the same order, and no arguments (`arguments: []`).
     assert_eq!(
         env_of(c),
         pairs(&[
             ("DCGM_EXPORTER_KUBERNETES", "true"),
             ("DCGM_EXPORTER_LISTEN", ":9400"),
+            ("DCGM_EXPORTER_WEB_READ_TIMEOUT", "10s"),
+            ("DCGM_EXPORTER_WEB_WRITE_TIMEOUT", "30s"),
             ("NODE_NAME", "fieldRef:spec.nodeName"),
         ])
     );
-    assert_eq!(
-        args_of(c),
-        ["-f", "/etc/dcgm-exporter/default-counters.csv"]
-    );
+    assert!(args_of(c).is_empty());
+    assert!(c.get("args").is_none(), "no args stanza: {c:#}");
+    // No YAML configuration unless config.enabled.
+    assert!(find(&objects, "ConfigMap")
+        .iter()
+        .all(|m| m["metadata"]["name"] == "exporter-metrics-config-map"));
     // The metric list comes from the ConfigMap, mounted over the image's file.
     let mount = c["volumeMounts"]
         .as_array()
@@ -208,8 +305,8 @@ fn every_value_people_set_in_nvidias_chart_takes_effect() {
         return;
     };
     let c = container(&objects);
-    // NVIDIA's order: -k, pod labels, pod UID, allowlist, listen, node name, web config,
-    // DRA, then extraEnv.
+    // NVIDIA's order: -k, pod labels, pod UID, allowlist, listen, timeouts, node name, web
+    // config, DRA, then extraEnv.
     assert_eq!(
         env_of(c),
         pairs(&[
@@ -221,6 +318,8 @@ fn every_value_people_set_in_nvidias_chart_takes_effect() {
                 "^app$,^team"
             ),
             ("DCGM_EXPORTER_LISTEN", ":9500"),
+            ("DCGM_EXPORTER_WEB_READ_TIMEOUT", "10s"),
+            ("DCGM_EXPORTER_WEB_WRITE_TIMEOUT", "30s"),
             ("NODE_NAME", "fieldRef:spec.nodeName"),
             (
                 "DCGM_EXPORTER_WEB_CONFIG_FILE",
@@ -651,7 +750,20 @@ fn run_as_the_pod(objects: &[Value], profile: &str) -> (Exporter, Vec<Sample>, t
         };
         cmd.env(name, value);
     }
-    cmd.args(args_of(c).iter().map(|a| rewrite(a, &mounts)));
+    let args = args_of(c);
+    // Without -f the binary reads its default path, where the pod mounts the ConfigMap: the
+    // sandbox's copy of that mount stands in for it.
+    let default_csv = "/etc/dcgm-exporter/default-counters.csv";
+    if !args
+        .iter()
+        .any(|a| a == "-f" || a.starts_with("--collectors"))
+    {
+        let mounted = rewrite(default_csv, &mounts);
+        if mounted != default_csv {
+            cmd.args(["-f", &mounted]);
+        }
+    }
+    cmd.args(args.iter().map(|a| rewrite(a, &mounts)));
     let port = c["ports"][0]["containerPort"].as_u64().unwrap() as u16;
     let e = Exporter::spawn(cmd, port);
     e.wait_until(30, |e| e.try_get("/metrics").is_ok());
@@ -685,7 +797,7 @@ fn the_binary_serves_with_exactly_what_the_default_chart_renders() {
         .all(|s| s.label("DCGM_FI_DRIVER_VERSION").is_none()));
     // NODE_NAME from the downward API names the node.
     assert_eq!(
-        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
+        series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0].label("hostname"),
         Some("gpu-node-7"),
         "{}",
         e.stderr()

@@ -68,7 +68,7 @@ fn mixed_mig_node_exports_gpu_instances_and_whole_gpus() {
                 "modelName",
                 "GPU_I_PROFILE",
                 "GPU_I_ID",
-                "Hostname"
+                "hostname"
             ]
         );
         let profile = s.label("GPU_I_PROFILE").unwrap();

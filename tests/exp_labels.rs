@@ -9,8 +9,8 @@ fn after_hostname(s: &Sample) -> Vec<&str> {
     let at = s
         .label_order
         .iter()
-        .position(|k| k == "Hostname")
-        .expect("a Hostname label");
+        .position(|k| k == "hostname")
+        .expect("a hostname label");
     s.label_order[at + 1..].iter().map(String::as_str).collect()
 }
 

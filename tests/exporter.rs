@@ -60,7 +60,7 @@ fn every_default_counter_appears_for_every_gpu_with_dcgm_exporter_labels() {
                     "pci_bus_id",
                     "device",
                     "modelName",
-                    "Hostname"
+                    "hostname"
                 ],
                 "{name} label order"
             );
@@ -76,7 +76,7 @@ fn every_default_counter_appears_for_every_gpu_with_dcgm_exporter_labels() {
                 "{:?}",
                 x.labels
             );
-            assert_eq!(x.label("Hostname"), Some("node-a"));
+            assert_eq!(x.label("hostname"), Some("node-a"));
             assert!(
                 x.label("DCGM_FI_DRIVER_VERSION")
                     .is_some_and(|v| !v.is_empty()),
@@ -315,8 +315,8 @@ fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
     assert!(
         page.iter()
             .filter(|s| s.name.starts_with("DCGM_"))
-            .all(|s| s.label("Hostname").is_none()),
-        "-n drops Hostname"
+            .all(|s| s.label("hostname").is_none()),
+        "-n drops hostname"
     );
     let hup = || {
         std::process::Command::new("kill")

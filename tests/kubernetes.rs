@@ -288,7 +288,7 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
     let page = e.scrape();
     let temp = series(&page, "DCGM_FI_DEV_GPU_TEMP");
     assert_eq!(temp.len(), 1);
-    assert_eq!(temp[0].label("Hostname"), Some("gpu-node-7"));
+    assert_eq!(temp[0].label("hostname"), Some("gpu-node-7"));
     assert!(temp[0].label("pod").is_none());
     let up = page
         .iter()

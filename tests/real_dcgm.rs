@@ -276,13 +276,18 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
     let yaml = dir.yaml(&four_gpus());
     let port = free_port();
     let mut engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
-    let e = kit.remote(port).args(&["-c", "300"]).start();
+    let e = kit
+        .remote(port)
+        .args(&["-c", "300"])
+        .env("NODE_NAME", "real-node")
+        .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
     assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "3"), 43.0);
+    // 4.8.3's rule (#697): a loopback engine is this node, named by NODE_NAME.
     assert_eq!(
-        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
-        Some("127.0.0.1")
+        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("hostname"),
+        Some("real-node")
     );
     for round in 0..2 {
         engine.kill();

@@ -10,13 +10,14 @@ fn survives_a_host_engine_restart_without_serving_stale_values() {
     let mut engine = HostEngine::start(port, Some("h100-8gpu-nvswitch.toml"));
     let mut e = exporter()
         .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
+        .env("NODE_NAME", "gpu-node-3")
         .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
-    // Remote mode labels series with the engine's host (dcgm-exporter's rule).
+    // An engine on loopback is this node: NODE_NAME (upstream 4.8.3, #697), not 127.0.0.1.
     assert_eq!(
-        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
-        Some("127.0.0.1")
+        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("hostname"),
+        Some("gpu-node-3")
     );
 
     engine.kill();
@@ -45,13 +46,15 @@ fn remote_mode_is_selected_by_the_environment_variable_alone() {
     let _engine = HostEngine::start(port, Some("one-gpu.toml"));
     let e = exporter()
         .env("DCGM_REMOTE_HOSTENGINE_INFO", &format!("localhost:{port}"))
+        .env("DCGM_EXPORTER_EMULATE_VERSION", "4.8.2")
+        .env("NODE_NAME", "gpu-node-3")
         .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
-    assert_eq!(
-        series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("Hostname"),
-        Some("localhost")
-    );
+    // 4.8.2 named the series after -r's host even on loopback, under `Hostname`.
+    let temp = &series(&page, "DCGM_FI_DEV_GPU_TEMP")[0];
+    assert_eq!(temp.label("Hostname"), Some("localhost"));
+    assert_eq!(temp.label("hostname"), None);
 }
 
 /// In a sidecar set-up the exporter often starts before the engine: it serves /health 503

@@ -248,7 +248,8 @@ pub enum Reply {
     /// (gpuId, dcgmNvLinkGpuP2PStatus_t toward each gpu index).
     P2PStatus(Vec<(u32, Vec<u32>)>),
     /// (cpuId, owned core ids).
-    CpuHierarchy(Vec<(u32, Vec<u32>)>),
+    /// (CPU id, its cores, its serial number or empty).
+    CpuHierarchy(Vec<(u32, Vec<u32>, String)>),
     MetricGroups(Vec<MetricGroup>),
     GroupInfo {
         name: String,

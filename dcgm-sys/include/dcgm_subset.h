@@ -560,6 +560,20 @@ typedef struct
     dcgmCpuHierarchyCpu_v1 cpus[DCGM_MAX_NUM_CPUS];
 } dcgmCpuHierarchy_v1;
 
+typedef struct
+{
+    unsigned int cpuId;
+    dcgmCpuHierarchyOwnedCores_v1 ownedCores;
+    char serial[DCGM_MAX_STR_LENGTH];
+} dcgmCpuHierarchyCpu_v2;
+
+typedef struct
+{
+    unsigned int version;
+    unsigned int numCpus;
+    dcgmCpuHierarchyCpu_v2 cpus[DCGM_MAX_NUM_CPUS];
+} dcgmCpuHierarchy_v2;
+
 /* -------------------------------------------------------------- profiling */
 typedef struct
 {
@@ -657,6 +671,7 @@ dcgmReturn_t dcgmGetGpuInstanceHierarchy(dcgmHandle_t dcgmHandle, dcgmMigHierarc
 dcgmReturn_t dcgmGetNvLinkLinkStatus(dcgmHandle_t dcgmHandle, dcgmNvLinkStatus_v5 *linkStatus);
 dcgmReturn_t dcgmGetNvLinkP2PStatus(dcgmHandle_t dcgmHandle, dcgmNvLinkP2PStatus_v1 *linkStatus);
 dcgmReturn_t dcgmGetCpuHierarchy(dcgmHandle_t dcgmHandle, dcgmCpuHierarchy_v1 *cpuHierarchy);
+dcgmReturn_t dcgmGetCpuHierarchy_v2(dcgmHandle_t dcgmHandle, dcgmCpuHierarchy_v2 *cpuHierarchy);
 dcgmReturn_t dcgmProfGetSupportedMetricGroups(dcgmHandle_t pDcgmHandle, dcgmProfGetMetricGroups_v3 *metricGroups);
 
 dcgmReturn_t dcgmGroupCreate(dcgmHandle_t pDcgmHandle, dcgmGroupType_t type, const char *groupName, dcgmGpuGrp_t *pDcgmGrpId);

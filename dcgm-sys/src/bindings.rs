@@ -516,6 +516,20 @@ pub struct dcgmCpuHierarchy_v1 {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct dcgmCpuHierarchyCpu_v2 {
+    pub cpuId: ::std::os::raw::c_uint,
+    pub ownedCores: dcgmCpuHierarchyOwnedCores_v1,
+    pub serial: [::std::os::raw::c_char; 256usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dcgmCpuHierarchy_v2 {
+    pub version: ::std::os::raw::c_uint,
+    pub numCpus: ::std::os::raw::c_uint,
+    pub cpus: [dcgmCpuHierarchyCpu_v2; 8usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct dcgmProfMetricGroupInfo_v2 {
     pub majorId: ::std::os::raw::c_ushort,
     pub minorId: ::std::os::raw::c_ushort,
@@ -693,6 +707,13 @@ pub struct DcgmLib {
         unsafe extern "C" fn(
             dcgmHandle: dcgmHandle_t,
             cpuHierarchy: *mut dcgmCpuHierarchy_v1,
+        ) -> dcgmReturn_t,
+        ::libloading::Error,
+    >,
+    pub dcgmGetCpuHierarchy_v2: Result<
+        unsafe extern "C" fn(
+            dcgmHandle: dcgmHandle_t,
+            cpuHierarchy: *mut dcgmCpuHierarchy_v2,
         ) -> dcgmReturn_t,
         ::libloading::Error,
     >,
@@ -895,6 +916,9 @@ impl DcgmLib {
         let dcgmGetNvLinkLinkStatus = __library.get(b"dcgmGetNvLinkLinkStatus\0").map(|sym| *sym);
         let dcgmGetNvLinkP2PStatus = __library.get(b"dcgmGetNvLinkP2PStatus\0").map(|sym| *sym);
         let dcgmGetCpuHierarchy = __library.get(b"dcgmGetCpuHierarchy\0").map(|sym| *sym);
+        let dcgmGetCpuHierarchy_v2 = __library
+            .get(b"dcgmGetCpuHierarchy_v2\0")
+            .map(|sym| *sym);
         let dcgmProfGetSupportedMetricGroups = __library
             .get(b"dcgmProfGetSupportedMetricGroups\0")
             .map(|sym| *sym);
@@ -943,6 +967,7 @@ impl DcgmLib {
             dcgmGetNvLinkLinkStatus,
             dcgmGetNvLinkP2PStatus,
             dcgmGetCpuHierarchy,
+            dcgmGetCpuHierarchy_v2,
             dcgmProfGetSupportedMetricGroups,
             dcgmGroupCreate,
             dcgmGroupDestroy,
@@ -1145,6 +1170,16 @@ impl DcgmLib {
     ) -> dcgmReturn_t {
         (self
             .dcgmGetCpuHierarchy
+            .as_ref()
+            .expect("Expected function, got error."))(dcgmHandle, cpuHierarchy)
+    }
+    pub unsafe fn dcgmGetCpuHierarchy_v2(
+        &self,
+        dcgmHandle: dcgmHandle_t,
+        cpuHierarchy: *mut dcgmCpuHierarchy_v2,
+    ) -> dcgmReturn_t {
+        (self
+            .dcgmGetCpuHierarchy_v2
             .as_ref()
             .expect("Expected function, got error."))(dcgmHandle, cpuHierarchy)
     }

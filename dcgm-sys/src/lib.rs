@@ -29,6 +29,7 @@ mod session;
 pub mod types;
 pub mod value;
 pub mod versions;
+pub mod vsock;
 
 pub use error::{Error, Result, Status};
 pub use handles::{FieldGroup, Group};

@@ -1,7 +1,7 @@
 //! A connection to a DCGM host engine (embedded in this process or remote) and the safe
 //! calls the exporter makes over it.
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Status};
 use crate::ffi;
 use crate::handles::{FieldGroup, Group};
 use crate::loader::{sym, Library};
@@ -19,11 +19,13 @@ pub enum ConnectTarget {
     Tcp(String),
     /// A unix domain socket path (`nv-hostengine -d PATH`).
     Unix(PathBuf),
+    /// `vsock://CID:PORT` (`nv-hostengine --vsock-cid`), through `dcgmConnect_v3` (DCGM 4.5+).
+    Vsock { cid: u32, port: u32 },
 }
 
 impl ConnectTarget {
     /// Parses what users pass to `-r`: `host:port`, `[v6]:port`, `tcp://host:port`,
-    /// `unix:///path` or an absolute socket path.
+    /// `unix:///path`, an absolute socket path, or `vsock://CID:PORT`.
     pub fn parse(s: &str) -> std::result::Result<ConnectTarget, String> {
         let s = s.trim();
         if s.is_empty() {
@@ -38,13 +40,18 @@ impl ConnectTarget {
         if s.starts_with('/') {
             return Ok(ConnectTarget::Unix(PathBuf::from(s)));
         }
-        if s.starts_with("vsock://") {
-            return Err(format!("'{s}': vsock host engines are not supported"));
+        if let Some(rest) = s.strip_prefix("vsock://") {
+            let bad = || format!("'{s}': expected vsock://CID:PORT (both numbers)");
+            let (cid, port) = rest.split_once(':').ok_or_else(bad)?;
+            return Ok(ConnectTarget::Vsock {
+                cid: cid.parse().map_err(|_| bad())?,
+                port: port.parse().map_err(|_| bad())?,
+            });
         }
         let hostport = s.strip_prefix("tcp://").unwrap_or(s);
         if hostport.contains("://") {
             return Err(format!(
-                "'{s}': unknown scheme (use host:port, tcp://, or unix://)"
+                "'{s}': unknown scheme (use host:port, tcp://, unix:// or vsock://)"
             ));
         }
         // Validate the port now so a typo fails with our message, not a connect timeout.
@@ -80,7 +87,7 @@ impl ConnectTarget {
     /// The host part, for the exporter's hostname label in remote mode.
     pub fn host(&self) -> Option<String> {
         match self {
-            ConnectTarget::Unix(_) => None,
+            ConnectTarget::Unix(_) | ConnectTarget::Vsock { .. } => None,
             ConnectTarget::Tcp(hp) => {
                 if let Some(rest) = hp.strip_prefix('[') {
                     rest.split_once(']').map(|(h, _)| h.to_string())
@@ -97,6 +104,7 @@ impl std::fmt::Display for ConnectTarget {
         match self {
             ConnectTarget::Tcp(hp) => write!(f, "{hp}"),
             ConnectTarget::Unix(p) => write!(f, "unix://{}", p.display()),
+            ConnectTarget::Vsock { cid, port } => write!(f, "vsock://{cid}:{port}"),
         }
     }
 }
@@ -188,6 +196,19 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// The core ids of a CPU's ownership bitmask.
+fn owned_cores(owned: &ffi::dcgmCpuHierarchyOwnedCores_v1) -> Vec<u32> {
+    let mut cores = Vec::new();
+    for (word, bits) in owned.bitmask.iter().enumerate() {
+        for bit in 0..64 {
+            if bits & (1u64 << bit) != 0 {
+                cores.push((word * 64 + bit) as u32);
+            }
+        }
+    }
+    cores
+}
+
 /// Allocates a zeroed DCGM struct on the heap (several are far too large for a stack).
 fn boxed_zeroed<T>() -> Box<T> {
     // SAFETY: every DCGM struct we use is plain data (integers, floats, char arrays and
@@ -230,6 +251,7 @@ impl Session {
         let (addr, unix) = match target {
             ConnectTarget::Tcp(hp) => (cstring("host engine address", hp)?, 0),
             ConnectTarget::Unix(p) => (cstring("socket path", &p.to_string_lossy())?, 1),
+            ConnectTarget::Vsock { .. } => return Self::connect_v3(lib, target, timeout_ms),
         };
         lib.enter()?;
         let entered = Entered(&lib);
@@ -245,6 +267,26 @@ impl Session {
         // valid for reads/writes of their own types.
         let rc = unsafe { f(addr.as_ptr(), &mut params, &mut handle) };
         lib.check("dcgmConnect_v2", rc)?;
+        std::mem::forget(entered);
+        Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
+    }
+
+    /// `dcgmConnect_v3` with a connection string (vsock is reachable only through it).
+    fn connect_v3(lib: Arc<Library>, target: &ConnectTarget, timeout_ms: u32) -> Result<Session> {
+        let uri = cstring("host engine address", &target.to_string())?;
+        lib.enter()?;
+        let entered = Entered(&lib);
+        let f = sym!(lib, dcgmConnect_v3);
+        let mut params = ffi::dcgmConnectV3Params_v1 {
+            version: versions::CONNECT_V3_PARAMS_V1,
+            persistAfterDisconnect: 0,
+            timeoutMs: timeout_ms,
+        };
+        let mut handle: ffi::dcgmHandle_t = 0;
+        // SAFETY: `uri` is NUL-terminated and outlives the call; params and handle are
+        // valid for reads/writes of their own types.
+        let rc = unsafe { f(uri.as_ptr(), &mut params, &mut handle) };
+        lib.check("dcgmConnect_v3", rc)?;
         std::mem::forget(entered);
         Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
     }
@@ -458,7 +500,35 @@ impl Session {
         })
     }
 
+    /// The CPUs and their cores, with serial numbers through `dcgmGetCpuHierarchy_v2`
+    /// where the library has it (DCGM 4.x), else through the v1 call.
     pub fn cpu_hierarchy(&self) -> Result<Vec<Cpu>> {
+        match self.cpu_hierarchy_v2() {
+            Err(Error::MissingSymbol { .. }) => self.cpu_hierarchy_v1(),
+            Err(e) if e.status() == Some(Status::VerMismatch) => self.cpu_hierarchy_v1(),
+            other => other,
+        }
+    }
+
+    fn cpu_hierarchy_v2(&self) -> Result<Vec<Cpu>> {
+        let f = sym!(self.lib(), dcgmGetCpuHierarchy_v2);
+        let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v2>();
+        h.version = versions::CPU_HIERARCHY_V2;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *h) };
+        self.lib().check("dcgmGetCpuHierarchy_v2", rc)?;
+        let n = (h.numCpus as usize).min(h.cpus.len());
+        Ok(h.cpus[..n]
+            .iter()
+            .map(|c| Cpu {
+                id: c.cpuId,
+                cores: owned_cores(&c.ownedCores),
+                serial: c_buf_to_string(&c.serial).trim().to_string(),
+            })
+            .collect())
+    }
+
+    fn cpu_hierarchy_v1(&self) -> Result<Vec<Cpu>> {
         let f = sym!(self.lib(), dcgmGetCpuHierarchy);
         let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v1>();
         h.version = versions::CPU_HIERARCHY_V1;
@@ -468,16 +538,10 @@ impl Session {
         let n = (h.numCpus as usize).min(h.cpus.len());
         Ok(h.cpus[..n]
             .iter()
-            .map(|c| {
-                let mut cores = Vec::new();
-                for (word, bits) in c.ownedCores.bitmask.iter().enumerate() {
-                    for bit in 0..64 {
-                        if bits & (1u64 << bit) != 0 {
-                            cores.push((word * 64 + bit) as u32);
-                        }
-                    }
-                }
-                Cpu { id: c.cpuId, cores }
+            .map(|c| Cpu {
+                id: c.cpuId,
+                cores: owned_cores(&c.ownedCores),
+                serial: String::new(),
             })
             .collect())
     }
@@ -916,7 +980,29 @@ mod tests {
             .unwrap_err()
             .contains("invalid port"));
         assert!(ConnectTarget::parse("host:http").is_err());
-        assert!(ConnectTarget::parse("vsock://3:5555").is_err());
+        let v = ConnectTarget::parse("vsock://3:5555").unwrap();
+        assert_eq!(v, ConnectTarget::Vsock { cid: 3, port: 5555 });
+        assert_eq!(
+            (v.to_string(), v.host()),
+            ("vsock://3:5555".to_string(), None)
+        );
+        for bad in [
+            "vsock://3",
+            "vsock://x:5555",
+            "vsock://3:",
+            "vsock://:5555",
+            "vsock://3:-1",
+        ] {
+            assert!(
+                ConnectTarget::parse(bad)
+                    .unwrap_err()
+                    .contains("vsock://CID:PORT"),
+                "{bad}"
+            );
+        }
+        assert!(ConnectTarget::parse("http://x:1")
+            .unwrap_err()
+            .contains("vsock://"));
         assert!(ConnectTarget::parse("").is_err());
         assert_eq!(
             ConnectTarget::parse("[fe80::1]:5555")

@@ -178,6 +178,9 @@ pub struct MigEntity {
 pub struct Cpu {
     pub id: u32,
     pub cores: Vec<u32>,
+    /// The serial number `dcgmGetCpuHierarchy_v2` reports (empty where it reports none, or
+    /// with a library that only has the v1 call).
+    pub serial: String,
 }
 
 /// One profiling metric group of `dcgmProfGetSupportedMetricGroups`.

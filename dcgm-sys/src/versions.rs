@@ -47,6 +47,7 @@ versioned! {
     NVLINK_STATUS_V5 = dcgmNvLinkStatus_v5, 5, 17084, 0x0500_42bc;
     PROF_GET_METRIC_GROUPS_V3 = dcgmProfGetMetricGroups_v3, 3, 1376, 0x0300_0560;
     HEALTH_RESPONSE_V5 = dcgmHealthResponse_v5, 5, 1_069_068, 0x0510_500c;
+    CPU_HIERARCHY_V2 = dcgmCpuHierarchy_v2, 2, 3208, 0x0200_0c88;
 }
 
 /// Version 1 of `dcgmNvLinkP2PStatus_t` (size not listed in the reference; computed from

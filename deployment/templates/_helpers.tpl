@@ -63,3 +63,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "dcgm-exporter.readsApi" -}}
 {{- if or (and (or .Values.kubernetes.enablePodLabels .Values.kubernetes.enablePodUID) .Values.kubernetes.rbac.create) .Values.kubernetesDRA.enabled -}}true{{- end -}}
 {{- end -}}
+
+{{/* The ConfigMap holding the YAML configuration (config.*). */}}
+{{- define "dcgm-exporter.configName" -}}
+{{- .Values.config.name | default (printf "%s-config" (include "dcgm-exporter.fullname" .)) -}}
+{{- end }}

@@ -52,6 +52,9 @@ struct Windowed {
     totals: HashMap<Entity, BTreeMap<String, u64>>,
     /// Samples at or before this timestamp are already in `totals`.
     last_ts: i64,
+    /// Clock events: each GPU's last reason bitmask, so that the total counts a reason once
+    /// when it becomes active (upstream 4.8.3's clock_events_total collector).
+    previous: HashMap<Entity, i64>,
 }
 
 impl Windowed {
@@ -80,6 +83,19 @@ impl Windowed {
         }
     }
 
+    /// What a new sample adds to the since-start totals: an XID counts once per sample; a
+    /// clock-event reason once per inactive-to-active edge, the first sample of a GPU only
+    /// setting its baseline (a reason active at start is no transition seen), as upstream.
+    fn total_keys(&mut self, entity: Entity, v: i64) -> Vec<String> {
+        if self.field == fields::XID_ERRORS {
+            return self.keys(v);
+        }
+        match self.previous.insert(entity, v) {
+            Some(before) => self.keys(v & !before),
+            None => Vec::new(),
+        }
+    }
+
     fn collect(
         &mut self,
         session: &Session,
@@ -90,32 +106,41 @@ impl Windowed {
         let since = now_us - (self.window_ms as i64) * 1000;
         let mut in_window: HashMap<Entity, BTreeMap<String, u64>> = HashMap::new();
         let mut newest = self.last_ts;
+        let mut samples = Vec::new();
         for (g, fg) in &self.watches {
-            let (samples, _) = session.values_since(g, fg, since.min(self.last_ts + 1).max(0))?;
-            for s in samples {
-                let v = match s.reading {
-                    Reading::Value(Value::Int64(v)) => v,
-                    _ => continue,
-                };
+            samples.extend(
+                session
+                    .values_since(g, fg, since.min(self.last_ts + 1).max(0))?
+                    .0,
+            );
+        }
+        // Edges need each GPU's samples in time order.
+        samples.sort_by_key(|s| s.ts_us);
+        for s in samples {
+            let v = match s.reading {
+                Reading::Value(Value::Int64(v)) => v,
+                _ => continue,
+            };
+            if s.ts_us >= since {
                 for key in self.keys(v) {
-                    if s.ts_us >= since {
-                        *in_window
-                            .entry(s.entity)
-                            .or_default()
-                            .entry(key.clone())
-                            .or_default() += 1;
-                    }
-                    if s.ts_us > self.last_ts {
-                        *self
-                            .totals
-                            .entry(s.entity)
-                            .or_default()
-                            .entry(key)
-                            .or_default() += 1;
-                    }
+                    *in_window
+                        .entry(s.entity)
+                        .or_default()
+                        .entry(key)
+                        .or_default() += 1;
                 }
-                newest = newest.max(s.ts_us);
             }
+            if s.ts_us > self.last_ts {
+                for key in self.total_keys(s.entity, v) {
+                    *self
+                        .totals
+                        .entry(s.entity)
+                        .or_default()
+                        .entry(key)
+                        .or_default() += 1;
+                }
+            }
+            newest = newest.max(s.ts_us);
         }
         self.last_ts = newest;
         let window = self.window_ms.to_string();
@@ -352,6 +377,7 @@ fn windowed(
             watches,
             totals: HashMap::new(),
             last_ts: now_us(),
+            previous: HashMap::new(),
         });
     }
     Ok(out)

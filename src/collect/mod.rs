@@ -54,6 +54,8 @@ pub struct Settings {
     /// Watch frequencies for fields matching a glob (the config file's watch groups); a
     /// field no group matches is watched at `interval_ms`.
     pub watch_groups: Vec<WatchGroup>,
+    /// The upstream release emulated (`--emulate-version`).
+    pub emulate: crate::config::emulate::UpstreamVersion,
 }
 
 /// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
@@ -87,16 +89,30 @@ impl Settings {
 pub use crate::config::file::WatchGroup;
 
 impl Settings {
+    fn watch_group(&self, field: u16) -> Option<&WatchGroup> {
+        self.watch_groups.iter().find(|g| {
+            g.fields
+                .iter()
+                .any(|p| crate::config::file::field_matches(p, field))
+        })
+    }
+
     /// The watch frequency of a field: the first watch group matching its name, else -c.
     pub fn watch_interval_ms(&self, field: u16) -> u64 {
-        self.watch_groups
-            .iter()
-            .find(|g| {
-                g.fields
-                    .iter()
-                    .any(|p| crate::config::file::field_matches(p, field))
-            })
+        self.watch_group(field)
             .map_or(self.interval_ms, |g| g.interval_ms)
+    }
+
+    /// The retention of a field whose latest value is read: its watch group's own, each
+    /// property over the default retention, else [`Settings::latest_retention`].
+    pub fn field_retention(&self, field: u16) -> (f64, i32) {
+        match self.watch_group(field) {
+            Some(g) if g.keep_age_s.is_some() || g.keep_samples.is_some() => (
+                g.keep_age_s.unwrap_or(self.keep_age_s),
+                g.keep_samples.unwrap_or(self.keep_samples),
+            ),
+            _ => self.latest_retention(),
+        }
     }
 }
 
@@ -269,6 +285,7 @@ impl Collector {
             use_old_namespace: settings.use_old_namespace,
             replace_blanks_in_model_name: settings.replace_blanks_in_model_name,
             hostname: settings.hostname.as_deref(),
+            emulate: settings.emulate,
         };
         let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
         // The DCGM_EXP_* metrics need the GPU targets also when no DCGM field is exported
@@ -543,8 +560,8 @@ fn activate(
     }))
 }
 
-/// One watch per frequency: fields of a config-file watch group are sampled at its
-/// interval. The inner error is the set's own (it is left out); the outer one is fatal.
+/// One watch per frequency and retention: fields of a config-file watch group are sampled
+/// at its interval and kept as it says. The inner error is the set's own (it is left out); the outer one is fatal.
 fn watch_by_interval(
     session: &Session,
     name: &str,
@@ -552,10 +569,11 @@ fn watch_by_interval(
     set: &WatchSet,
     settings: &Settings,
 ) -> Result<dcgm_sys::Result<Watched>, StartError> {
-    let mut by_interval: BTreeMap<u64, Vec<u16>> = BTreeMap::new();
+    let mut by_interval: BTreeMap<(u64, u64, i32), Vec<u16>> = BTreeMap::new();
     for &f in &set.fields {
+        let (age_s, samples) = settings.field_retention(f);
         by_interval
-            .entry(settings.watch_interval_ms(f))
+            .entry((settings.watch_interval_ms(f), age_s.to_bits(), samples))
             .or_default()
             .push(f);
     }
@@ -563,16 +581,15 @@ fn watch_by_interval(
         watches: Vec::new(),
         refused: Vec::new(),
     };
-    let (keep_age_s, keep_samples) = settings.latest_retention();
-    for (interval_ms, fields) in &by_interval {
+    for ((interval_ms, age_bits, keep_samples), fields) in &by_interval {
         match watch_all(
             session,
             name,
             entities,
             fields,
             *interval_ms,
-            keep_age_s,
-            keep_samples,
+            f64::from_bits(*age_bits),
+            *keep_samples,
         ) {
             Ok(w) => {
                 watched.watches.extend(w.watches);
@@ -662,7 +679,36 @@ mod retention_tests {
             keep_explicit: explicit,
             fake_gpus: false,
             watch_groups: Vec::new(),
+            emulate: Default::default(),
         }
+    }
+
+    /// A config-file watch group with its own retention (version 2's collection
+    /// `sources.dcgm.watch`, version 1's `retention`) overrides each property it states.
+    #[test]
+    fn a_watch_groups_retention_applies_to_its_fields_only() {
+        let mut s = settings(false, 600.0, 0);
+        s.watch_groups = vec![
+            WatchGroup {
+                name: "power".into(),
+                interval_ms: 100,
+                fields: vec!["DCGM_FI_DEV_POWER_*".into()],
+                keep_age_s: Some(0.0),
+                keep_samples: Some(2),
+            },
+            WatchGroup {
+                name: "temp".into(),
+                interval_ms: 200,
+                fields: vec!["DCGM_FI_DEV_GPU_TEMP".into()],
+                keep_age_s: None,
+                keep_samples: Some(9),
+            },
+        ];
+        assert_eq!(s.field_retention(155), (0.0, 2));
+        assert_eq!(s.watch_interval_ms(155), 100);
+        assert_eq!(s.field_retention(150), (600.0, 9));
+        assert_eq!(s.field_retention(100), s.latest_retention());
+        assert_eq!(s.watch_interval_ms(100), 30_000);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use crate::collect::fields::level;
 use crate::collect::topology::{Instance, Topology};
 use crate::config::counters::{Counter, CounterField, Counters, PromType};
+use crate::config::emulate::UpstreamVersion;
 use crate::config::selector::{check_exists, IdSet, Selector};
 use dcgm_sys::{Entity, EntityGroup, LinkState};
 
@@ -85,6 +86,20 @@ pub struct Options<'a> {
     pub replace_blanks_in_model_name: bool,
     /// `None` with `--no-hostname`.
     pub hostname: Option<&'a str>,
+    /// The release emulated: it names the hostname label.
+    pub emulate: UpstreamVersion,
+}
+
+impl Options<'_> {
+    /// `hostname` from upstream 4.8.3 (d5e5f51, #655), `Hostname` before; links always had
+    /// `hostname` (upstream's link template never used `Hostname`).
+    fn hostname_label(&self) -> &'static str {
+        if self.emulate.at_least_4_8_3() {
+            "hostname"
+        } else {
+            "Hostname"
+        }
+    }
 }
 
 pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<WatchSet>, String> {
@@ -203,11 +218,10 @@ fn model_name(model: &str, opts: &Options) -> String {
 
 fn with_hostname(
     mut labels: Vec<(&'static str, String)>,
-    name: &'static str,
     opts: &Options,
 ) -> Vec<(&'static str, String)> {
     if let Some(h) = opts.hostname {
-        labels.push((name, h.to_string()));
+        labels.push((opts.hostname_label(), h.to_string()));
     }
     labels
 }
@@ -244,7 +258,7 @@ fn gpu_labels(
             l.push(("GPU_CI_ID", ci.to_string()));
         }
     }
-    with_hostname(l, "Hostname", opts)
+    with_hostname(l, opts)
 }
 
 fn selected(set: &IdSet, id: u32) -> bool {
@@ -335,7 +349,7 @@ fn switch_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String
         .map(|&s| Target {
             entity: Entity::new(EntityGroup::Switch, s),
             // Each switch keeps its own id (dcgm-exporter labels every switch nvswitch0).
-            labels: with_hostname(vec![("nvswitch", format!("nvswitch{s}"))], "Hostname", opts),
+            labels: with_hostname(vec![("nvswitch", format!("nvswitch{s}"))], opts),
             gpu: None,
         })
         .collect())
@@ -403,7 +417,11 @@ fn link_targets(
         };
         out.push(Target {
             entity: Entity::new(EntityGroup::Link, l.id.pack()),
-            labels: with_hostname(labels, "hostname", opts),
+            // Links carry `hostname` in every release (upstream's link template).
+            labels: match opts.hostname {
+                Some(h) => [labels, vec![("hostname", h.to_string())]].concat(),
+                None => labels,
+            },
             gpu: (l.id.parent == EntityGroup::Gpu).then_some(parent),
         });
     }
@@ -428,9 +446,14 @@ fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Targ
     let mut cores = Vec::new();
     for c in &topo.cpus {
         if sel.flex || sel.major.as_ref().is_some_and(|m| selected(m, c.id)) {
+            let mut labels = with_hostname(vec![("cpu", c.id.to_string())], opts);
+            // 4.8.3 added the CPU's serial number where DCGM reports one.
+            if opts.emulate.at_least_4_8_3() && !c.serial.is_empty() {
+                labels.push(("cpu_serial", c.serial.clone()));
+            }
             cpus.push(Target {
                 entity: Entity::new(EntityGroup::Cpu, c.id),
-                labels: with_hostname(vec![("cpu", c.id.to_string())], "Hostname", opts),
+                labels,
                 gpu: None,
             });
         }
@@ -440,7 +463,6 @@ fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Targ
                     entity: Entity::new(EntityGroup::CpuCore, core),
                     labels: with_hostname(
                         vec![("cpucore", core.to_string()), ("cpu", c.id.to_string())],
-                        "Hostname",
                         opts,
                     ),
                     gpu: None,

@@ -63,6 +63,7 @@ impl Topology {
                     .map(|c| Cpu {
                         id: c.id,
                         cores: c.cores,
+                        serial: c.serial,
                     })
                     .collect()
             }

@@ -2,6 +2,7 @@
 //! alias, environment variable and default, plus Go-flag spellings (`-collectors x`,
 //! `--f=x`, `-rbmn`, `--debug=false`) rewritten by [`normalize_args`] before clap sees them.
 
+use crate::config::emulate::UpstreamVersion;
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;
@@ -123,7 +124,7 @@ pub struct Config {
     )]
     pub configmap_data: String,
     /// Use this nv-hostengine instead of an embedded one: host:port, [v6]:port, tcp://...,
-    /// unix:///path. Setting the env var alone also selects remote mode.
+    /// unix:///path, vsock://CID:PORT. Setting the env var alone also selects remote mode.
     #[arg(
         short = 'r',
         long,
@@ -288,12 +289,13 @@ pub struct Config {
         default_value = "10s"
     )]
     pub web_read_timeout: String,
-    /// HTTP write timeout (Go duration): a response the client does not read.
+    /// HTTP write timeout (Go duration): a response the client does not read (10s with
+    /// --emulate-version=4.8.2).
     #[arg(
         long,
         env = "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
         value_name = "DURATION",
-        default_value = "10s"
+        default_value = "30s"
     )]
     pub web_write_timeout: String,
     /// Scrapes served at once; excess requests get 503.
@@ -364,6 +366,10 @@ pub struct Config {
     /// Also export the exporter's process and HTTP handler metrics.
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS")]
     pub enable_exporter_metrics: bool,
+    /// The dcgm-exporter release to emulate: 4.8.4, 4.9.0 or 4.8.2 (label names, metric
+    /// types and help, default counters, config-file schemas, timeout defaults).
+    #[arg(long, env = "DCGM_EXPORTER_EMULATE_VERSION", value_name = "VERSION", default_value = "4.8.4", value_parser = clap::builder::ValueParser::new(str::parse::<UpstreamVersion>))]
+    pub emulate_version: UpstreamVersion,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -378,6 +384,9 @@ pub struct Config {
     /// Whether -f/--collectors or its env var was given (else the default path is used).
     #[arg(skip)]
     pub collectors_set: bool,
+    /// Long names of the options --config-file set.
+    #[arg(skip)]
+    from_file: Vec<String>,
 }
 
 /// Go's bool flags, for every `bool` field (clap derives those as `SetTrue`): `--flag` is
@@ -606,6 +615,35 @@ impl Config {
         self.explicit.iter().any(|l| l == long)
     }
 
+    /// Records that --config-file set `--<long>` (it applies only where `is_explicit` is
+    /// false).
+    pub fn set_by_file(&mut self, long: &str) {
+        self.from_file.push(long.to_string());
+    }
+
+    /// Whether `--<long>` was set by the user: flag, env var or configuration file.
+    pub fn is_set(&self, long: &str) -> bool {
+        self.is_explicit(long) || self.from_file.iter().any(|l| l == long)
+    }
+
+    /// The write timeout's default: 30 s from upstream 4.8.3, the fixed 10 s of 4.8.2.
+    pub fn default_web_write_timeout(&self) -> std::time::Duration {
+        if self.emulate_version.at_least_4_8_3() {
+            std::time::Duration::from_secs(30)
+        } else {
+            std::time::Duration::from_secs(10)
+        }
+    }
+
+    /// `--web-write-timeout` as given, else the emulated release's default.
+    pub fn web_write_timeout(&self) -> &str {
+        if self.is_explicit("web-write-timeout") || self.emulate_version.at_least_4_8_3() {
+            &self.web_write_timeout
+        } else {
+            "10s"
+        }
+    }
+
     pub fn remote_hostengine(&self) -> Option<&str> {
         self.remote_set
             .then_some(self.remote_hostengine_info.as_str())
@@ -726,7 +764,7 @@ pub(crate) mod tests {
         // §7 (newer upstream)
         ("config-file", None, Some("DCGM_EXPORTER_CONFIG_FILE"), Some(""), Str),
         ("web-read-timeout", None, Some("DCGM_EXPORTER_WEB_READ_TIMEOUT"), Some("10s"), Str),
-        ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("10s"), Str),
+        ("web-write-timeout", None, Some("DCGM_EXPORTER_WEB_WRITE_TIMEOUT"), Some("30s"), Str),
         ("container-labels", None, Some("DCGM_EXPORTER_CONTAINER_LABELS"), Some("false"), Bool),
         ("max-concurrent-scrapes", None, Some("DCGM_EXPORTER_MAX_CONCURRENT_SCRAPES"), Some("16"), Int),
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
@@ -741,6 +779,7 @@ pub(crate) mod tests {
         ("health-require-gpus", None, Some("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS"), Some("false"), Bool),
         ("exit-if-hostengine-unreachable", None, Some("DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE"), Some("false"), Bool),
         ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
+        ("emulate-version", None, Some("DCGM_EXPORTER_EMULATE_VERSION"), Some("4.8.4"), Str),
         ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
         ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
     ];
@@ -751,6 +790,7 @@ pub(crate) mod tests {
             ("dcgm-log-level", _) => "DEBUG",
             ("log-format", _) => "json",
             ("kubernetes-gpu-id-type", _) => "device-name",
+            ("emulate-version", _) => "4.8.2",
             ("dump-compression", _) => "false",
             (_, Bool) => "true",
             (_, Int) => "1234",
@@ -853,6 +893,32 @@ pub(crate) mod tests {
                 }
             }
         }
+    }
+
+    /// 4.8.3 added --web-write-timeout with a 30 s default; 4.8.2 wrote with a fixed 10 s.
+    #[test]
+    fn the_write_timeout_default_follows_the_emulated_release() {
+        let _g = lock();
+        let c = parse(&[]).unwrap();
+        assert_eq!(
+            (
+                c.web_write_timeout(),
+                c.default_web_write_timeout().as_secs()
+            ),
+            ("30s", 30)
+        );
+        let c = parse(&["--emulate-version=4.8.2"]).unwrap();
+        assert_eq!(
+            (
+                c.web_write_timeout(),
+                c.default_web_write_timeout().as_secs()
+            ),
+            ("10s", 10)
+        );
+        let c = parse(&["--emulate-version=4.8.2", "--web-write-timeout=45s"]).unwrap();
+        assert_eq!(c.web_write_timeout(), "45s");
+        let _e = EnvVars::set(&[("DCGM_EXPORTER_EMULATE_VERSION", "4.8.2")]);
+        assert_eq!(parse(&[]).unwrap().web_write_timeout(), "10s");
     }
 
     #[test]

@@ -20,7 +20,12 @@ pub const KEY: &str = "metrics";
 pub enum CountersSource {
     /// A CSV (or `--config-file` YAML) on disk; `given`: named by a flag, env var or the
     /// config file, else a missing default path means the built-in default set.
-    File { path: PathBuf, given: bool },
+    File {
+        path: PathBuf,
+        given: bool,
+        /// Picks the built-in set.
+        emulate: crate::config::emulate::UpstreamVersion,
+    },
     /// The latest `metrics` text of the ConfigMap (kept current by its watch).
     ConfigMap {
         name: String,
@@ -31,9 +36,11 @@ pub enum CountersSource {
 impl CountersSource {
     pub fn load(&self) -> Result<Counters, String> {
         match self {
-            CountersSource::File { path, given } => {
-                crate::config::file::load_counters(path, *given)
-            }
+            CountersSource::File {
+                path,
+                given,
+                emulate,
+            } => crate::config::file::load_counters(path, *given, *emulate),
             CountersSource::ConfigMap { name, text } => {
                 let text = text.read().unwrap_or_else(|p| p.into_inner()).clone();
                 counters::parse_str(name, &text).map_err(|e| e.to_string())

@@ -1,6 +1,7 @@
 //! The counters CSV, in dcgm-exporter's format: `<field>, <type>, <help>` per record, read
 //! as Go's encoding/csv reads it ([`super::gocsv`]), columns trimmed of spaces only.
 
+use crate::config::emulate::UpstreamVersion;
 use dcgm_sys::fields::{self, FieldMeta};
 use std::fmt;
 use std::path::Path;
@@ -156,31 +157,47 @@ pub fn load(path: &Path) -> Result<Counters, CountersError> {
     Ok(counters)
 }
 
-/// `etc/default-counters.csv`, compiled in: what runs when `-f` was not given and its
-/// default path does not exist (a fresh machine without the package's `/etc` files).
+/// `etc/default-counters.csv` (4.8.4's set), compiled in: what runs when `-f` was not given
+/// and its default path does not exist (a fresh machine without the package's `/etc` files).
 const BUILTIN_CSV: &str = include_str!("../../etc/default-counters.csv");
+/// 4.8.2's set, for `--emulate-version=4.8.2`.
+const BUILTIN_CSV_4_8_2: &str = include_str!("../../etc/default-counters-4.8.2.csv");
 /// How errors and warnings name the built-in set.
 pub const BUILTIN_SOURCE: &str = "built-in default-counters.csv";
 
-/// The built-in default counter set (dcgm-exporter's `etc/default-counters.csv`).
+/// The built-in default counter set of the default release (4.8.4).
 pub fn builtin_default() -> Result<Counters, CountersError> {
-    parse_str(BUILTIN_SOURCE, BUILTIN_CSV)
+    builtin_default_for(UpstreamVersion::default())
+}
+
+/// The built-in default counter set of an emulated release: upstream changed types and help
+/// texts of its `default-counters.csv` in 4.8.3 and 4.8.4.
+pub fn builtin_default_for(version: UpstreamVersion) -> Result<Counters, CountersError> {
+    let text = match version {
+        UpstreamVersion::V4_8_2 => BUILTIN_CSV_4_8_2,
+        UpstreamVersion::V4_8_4 | UpstreamVersion::V4_9_0 => BUILTIN_CSV,
+    };
+    parse_str(BUILTIN_SOURCE, text)
 }
 
 /// Like [`load`], except that when `path` was not given (it is `-f`'s default) and does not
 /// exist, the built-in default set is used, with one log line saying so. A path that was
 /// given must exist.
-pub fn load_or_builtin(path: &Path, given: bool) -> Result<Counters, CountersError> {
+pub fn load_or_builtin(
+    path: &Path,
+    given: bool,
+    version: UpstreamVersion,
+) -> Result<Counters, CountersError> {
     match load(path) {
         Err(CountersError::Read { source, .. })
             if !given && source.kind() == std::io::ErrorKind::NotFound =>
         {
             tracing::info!(
                 "no counters file at {} (the -f default); using the built-in default counter set \
-                 (dcgm-exporter's default-counters.csv)",
+                 (dcgm-exporter {version}'s default-counters.csv)",
                 path.display()
             );
-            builtin_default()
+            builtin_default_for(version)
         }
         other => other,
     }
@@ -353,6 +370,62 @@ mod tests {
         assert_eq!(
             builtin_default().unwrap(),
             default_with_source(BUILTIN_SOURCE)
+        );
+    }
+
+    /// 4.8.3 made NVLINK_BANDWIDTH_TOTAL a gauge; 4.8.4 changed the help of it and of
+    /// TOTAL_ENERGY_CONSUMPTION (release notes of 4.6.0-4.8.3 and 4.6.1-4.8.4). The rows are
+    /// the same fields in both.
+    #[test]
+    fn the_built_in_set_follows_the_emulated_release() {
+        let new = builtin_default_for(UpstreamVersion::V4_8_4).unwrap();
+        let old = builtin_default_for(UpstreamVersion::V4_8_2).unwrap();
+        assert_eq!(builtin_default_for(UpstreamVersion::V4_9_0).unwrap(), new);
+        assert!(new.warnings.is_empty() && old.warnings.is_empty());
+        assert_eq!(names(&new), names(&old));
+        let row = |c: &Counters, n: &str| c.all.iter().find(|r| r.name == n).unwrap().clone();
+        let bw = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL";
+        assert_eq!(row(&old, bw).prom_type, PromType::Counter);
+        assert_eq!(row(&new, bw).prom_type, PromType::Gauge);
+        assert!(row(&new, bw).help.contains("in MB/s"));
+        let energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
+        assert!(row(&old, energy).help.contains("since boot"));
+        assert!(row(&new, energy)
+            .help
+            .contains("since the driver was last reloaded"));
+        let differing: Vec<&str> = new
+            .all
+            .iter()
+            .zip(&old.all)
+            // Line numbers differ (the opt-in rows); what the page shows must not.
+            .filter(|(a, b)| (&a.prom_type, &a.help) != (&b.prom_type, &b.help))
+            .map(|(a, _)| a.name.as_str())
+            .collect();
+        assert_eq!(differing, [energy, bw]);
+        // The opt-in rows of 4.8.4 resolve once uncommented.
+        let optin: String = std::fs::read_to_string(file("etc/default-counters.csv"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix("# DCGM_"))
+            .filter(|l| l.contains(','))
+            .map(|l| format!("DCGM_{l}\n"))
+            .collect();
+        let parsed = parse_str("opt-in", &optin).unwrap();
+        for n in [
+            "DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY",
+            "DCGM_FI_DEV_FABRIC_HEALTH_MASK",
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+            "DCGM_EXP_XID_ERRORS_TOTAL",
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        ] {
+            assert!(parsed.all.iter().any(|r| r.name == n), "{n}");
+        }
+        let pending = row(&parsed, "DCGM_FI_DEV_RETIRED_PENDING");
+        assert_eq!(pending.prom_type, PromType::Gauge);
+        assert_eq!(
+            row(&parsed, "DCGM_EXP_XID_ERRORS_COUNT").prom_type,
+            PromType::Gauge
         );
     }
 

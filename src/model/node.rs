@@ -38,6 +38,8 @@ pub struct Link {
 pub struct Cpu {
     pub id: u32,
     pub cores: Vec<u32>,
+    /// DCGM's serial number of the CPU; empty where it reports none.
+    pub serial: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

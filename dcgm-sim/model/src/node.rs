@@ -85,6 +85,8 @@ pub struct Switch {
 pub struct Cpu {
     pub id: u32,
     pub cores: Vec<u32>,
+    /// Empty: DCGM reports no serial number.
+    pub serial: String,
 }
 
 /// An entity resolved to the node's objects.
@@ -435,6 +437,7 @@ impl Node {
                     .map(|i| Cpu {
                         id: i,
                         cores: (i * c.cores_per_cpu..(i + 1) * c.cores_per_cpu).collect(),
+                        serial: c.serials.get(i as usize).cloned().unwrap_or_default(),
                     })
                     .collect()
             })

@@ -305,6 +305,9 @@ pub struct CpuSpec {
     pub vendor: String,
     #[serde(default = "d_cpu_model")]
     pub model: String,
+    /// Serial numbers `dcgmGetCpuHierarchy_v2` reports, by CPU index (missing: none).
+    #[serde(default)]
+    pub serials: Vec<String>,
 }
 
 fn d_cpu_vendor() -> String {

@@ -351,7 +351,7 @@ fn core_bitmask(cores: &[u32]) -> dcgmCpuHierarchyOwnedCores_v1 {
     owned
 }
 
-fn cpu_rows(handle: dcgmHandle_t) -> Result<Vec<(u32, Vec<u32>)>, dcgmReturn_t> {
+fn cpu_rows(handle: dcgmHandle_t) -> Result<Vec<(u32, Vec<u32>, String)>, dcgmReturn_t> {
     match call(handle, Request::GetCpuHierarchy)? {
         Reply::CpuHierarchy(rows) => Ok(rows),
         r => unexpected(r),
@@ -380,7 +380,7 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy(
         };
         let n = rows.len().min(h.cpus.len());
         h.numCpus = n as u32;
-        for (slot, (id, cores)) in h.cpus.iter_mut().zip(&rows[..n]) {
+        for (slot, (id, cores, _)) in h.cpus.iter_mut().zip(&rows[..n]) {
             slot.cpuId = *id;
             slot.ownedCores = core_bitmask(cores);
         }
@@ -389,7 +389,7 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy(
 }
 
 /// `dcgmReturn_t dcgmGetCpuHierarchy_v2(dcgmHandle_t, dcgmCpuHierarchy_v2 *)`: v1 plus a
-/// serial number per CPU, which the simulator leaves empty.
+/// serial number per CPU (the profile's `[cpus] serials`, else empty).
 #[no_mangle]
 pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
     handle: dcgmHandle_t,
@@ -411,9 +411,10 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
         };
         let n = rows.len().min(h.cpus.len());
         h.num_cpus = n as u32;
-        for (slot, (id, cores)) in h.cpus.iter_mut().zip(&rows[..n]) {
+        for (slot, (id, cores, serial)) in h.cpus.iter_mut().zip(&rows[..n]) {
             slot.cpu_id = *id;
             slot.owned_cores = core_bitmask(cores);
+            put_str(&mut slot.serial, serial);
         }
         Ok(())
     })

@@ -105,6 +105,22 @@ fn serve(
     let kube_api = kube_api_for(&stages.kube)?;
     let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
+    if stages.collect.emulate.at_least_4_8_3() {
+        crate::config::file::check_watch_groups(&stages.collect.watch_groups, &counters)
+            .map_err(|e| format!("{}: {e}", stages.config_file))?;
+    }
+    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &stages.engine {
+        // A kernel without vsock is a set-up error, not an engine still starting.
+        match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
+            dcgm_sys::vsock::Probe::Unsupported(why) => {
+                return Err(format!("-r/--remote-hostengine-info {t}: {why}"))
+            }
+            dcgm_sys::vsock::Probe::Unreachable(why) => {
+                tracing::warn!("the host engine at {t} does not answer yet: {why}")
+            }
+            dcgm_sys::vsock::Probe::Reachable => {}
+        }
+    }
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
     let server = match &stages.http {
         Some(h) => Some(http::Server::bind(h)?),
@@ -353,6 +369,7 @@ fn counters_source(
         return Ok(configmap::CountersSource::File {
             path: counters.path.clone(),
             given: counters.given,
+            emulate: counters.emulate,
         });
     };
     let (namespace, name) = configmap::parse_ref(configmap_data)?;

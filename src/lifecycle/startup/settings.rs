@@ -17,6 +17,8 @@ pub struct Stages {
     pub engine: Engine,
     /// `--dcgm-library`.
     pub dcgm_library: Option<PathBuf>,
+    /// `--config-file`, for errors about what it says.
+    pub config_file: String,
     pub counters: CountersSettings,
     pub kube: KubeWants,
     pub collect: collect::Settings,
@@ -41,6 +43,8 @@ pub struct CountersSettings {
     pub path: PathBuf,
     /// `-f` was given (a missing file is then an error rather than the built-in list).
     pub given: bool,
+    /// The emulated release, whose built-in counters apply without `-f`.
+    pub emulate: crate::config::emulate::UpstreamVersion,
 }
 
 /// What needs the Kubernetes API.
@@ -95,10 +99,12 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
     let interval = Duration::from_millis(collect.interval_ms);
     Ok(Stages {
         dcgm_library: config.dcgm_library.clone(),
+        config_file: config.config_file.clone(),
         counters: CountersSettings {
             configmap: (config.configmap_data != "none").then(|| config.configmap_data.clone()),
             path: config.collectors.clone(),
             given: config.collectors_set,
+            emulate: config.emulate_version,
         },
         kube: KubeWants {
             configmap: config.configmap_data != "none",
@@ -150,6 +156,7 @@ fn collect_settings(
             config.kubernetes,
             remote_host.as_deref(),
             std::env::var("NODE_NAME").ok().as_deref(),
+            config.emulate_version,
         ),
         interval_ms: millis("-c", config.collect_interval, false)?,
         xid_window_ms: millis("-x", config.xid_count_window_size, true)?,
@@ -163,6 +170,7 @@ fn collect_settings(
         keep_explicit,
         fake_gpus: config.fake_gpus,
         watch_groups,
+        emulate: config.emulate_version,
     })
 }
 
@@ -183,7 +191,8 @@ fn http_settings(config: &cli::Config) -> Result<Option<HttpSettings>, String> {
         telemetry_path: config.web_telemetry_path.clone(),
         max_concurrent_scrapes: config.max_concurrent_scrapes,
         read_timeout: config.web_read_timeout.clone(),
-        write_timeout: config.web_write_timeout.clone(),
+        write_timeout: config.web_write_timeout().to_string(),
+        default_write_timeout: config.default_web_write_timeout(),
         pprof: config.enable_pprof,
         openmetrics: config.web_enable_openmetrics,
     }))
@@ -278,8 +287,7 @@ fn keep_limits(config: &cli::Config) -> Result<(f64, i32, bool), String> {
                 .into(),
         );
     }
-    let explicit =
-        config.is_explicit("watch-max-keep-age") || config.is_explicit("watch-max-keep-samples");
+    let explicit = config.is_set("watch-max-keep-age") || config.is_set("watch-max-keep-samples");
     Ok((age.as_secs_f64(), samples, explicit))
 }
 

@@ -54,6 +54,8 @@ pub struct HttpSettings {
     /// Go durations, as given.
     pub read_timeout: String,
     pub write_timeout: String,
+    /// What a zero `--web-write-timeout` means (the emulated release's default).
+    pub default_write_timeout: Duration,
     pub pprof: bool,
     pub openmetrics: bool,
 }
@@ -69,14 +71,10 @@ pub struct Options {
     pub openmetrics: bool,
 }
 
-fn timeout(flag: &str, v: &str) -> Result<Duration, String> {
+fn timeout(flag: &str, v: &str, default: Duration) -> Result<Duration, String> {
     let d = duration::parse(v).map_err(|e| format!("--{flag} {e}"))?;
     // As upstream: zero means the default.
-    Ok(if d.is_zero() {
-        Duration::from_secs(10)
-    } else {
-        d
-    })
+    Ok(if d.is_zero() { default } else { d })
 }
 
 impl Options {
@@ -102,8 +100,12 @@ impl Options {
         Ok(Options {
             telemetry_path: path.clone(),
             max_concurrent_scrapes: max,
-            read_timeout: timeout("web-read-timeout", &c.read_timeout)?,
-            write_timeout: timeout("web-write-timeout", &c.write_timeout)?,
+            read_timeout: timeout("web-read-timeout", &c.read_timeout, Duration::from_secs(10))?,
+            write_timeout: timeout(
+                "web-write-timeout",
+                &c.write_timeout,
+                c.default_write_timeout,
+            )?,
             pprof: c.pprof,
             openmetrics: c.openmetrics,
         })

@@ -99,7 +99,7 @@ impl Engine {
                     .node
                     .cpus
                     .iter()
-                    .map(|c| (c.id, c.cores.clone()))
+                    .map(|c| (c.id, c.cores.clone(), c.serial.clone()))
                     .collect(),
             ),
             Request::ProfGetSupportedMetricGroups { gpu_id } => {
