@@ -102,8 +102,19 @@ impl Windowed {
         csv_labels: &HashMap<Entity, Vec<(String, String)>>,
         page: &mut Page,
     ) -> dcgm_sys::Result<()> {
-        let now_us = now_us();
-        let since = now_us - (self.window_ms as i64) * 1000;
+        let since = now_us() - (self.window_ms as i64) * 1000;
+        let in_window = self.count_samples(session, since)?;
+        self.render(csv_labels, &in_window, page);
+        Ok(())
+    }
+
+    /// Reads the samples since the window (or the last read) began: the counts inside the
+    /// window per GPU and reason, and the since-start totals advanced.
+    fn count_samples(
+        &mut self,
+        session: &Session,
+        since: i64,
+    ) -> dcgm_sys::Result<HashMap<Entity, BTreeMap<String, u64>>> {
         let mut in_window: HashMap<Entity, BTreeMap<String, u64>> = HashMap::new();
         let mut newest = self.last_ts;
         let mut samples = Vec::new();
@@ -143,6 +154,15 @@ impl Windowed {
             newest = newest.max(s.ts_us);
         }
         self.last_ts = newest;
+        Ok(in_window)
+    }
+
+    fn render(
+        &self,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        in_window: &HashMap<Entity, BTreeMap<String, u64>>,
+        page: &mut Page,
+    ) {
         let window = self.window_ms.to_string();
         for t in &self.targets {
             if let Some(row) = &self.count_row {
@@ -178,7 +198,6 @@ impl Windowed {
                 }
             }
         }
-        Ok(())
     }
 }
 

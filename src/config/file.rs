@@ -776,6 +776,28 @@ pub fn load_counters(
     }
 }
 
+/// 4.8.2 reads only the original version 1: a newer schema or key is refused by name.
+fn check_schema_for_release(config: &Config, fs: &FileSettings, name: &str) -> Result<(), String> {
+    if config.emulate_version.at_least_4_8_3() {
+        return Ok(());
+    }
+    if fs.schema == 2 {
+        return Err(format!(
+            "{name}: version 2 is dcgm-exporter 4.8.4's schema; with --emulate-version {} \
+             only version 1 is read",
+            config.emulate_version
+        ));
+    }
+    if let Some(key) = fs.v1_extension {
+        return Err(format!(
+            "{name}: {key}: added to version 1 by dcgm-exporter 4.8.4; not read with \
+             --emulate-version {}",
+            config.emulate_version
+        ));
+    }
+    Ok(())
+}
+
 /// Applies `--config-file` to `config`: what the file sets replaces each option that was
 /// not given explicitly. Returns the file's settings (for the watch groups).
 pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
@@ -790,22 +812,7 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
             config.emulate_version = v;
         }
     }
-    if !config.emulate_version.at_least_4_8_3() {
-        if fs.schema == 2 {
-            return Err(format!(
-                "{name}: version 2 is dcgm-exporter 4.8.4's schema; with --emulate-version {} \
-                 only version 1 is read",
-                config.emulate_version
-            ));
-        }
-        if let Some(key) = fs.v1_extension {
-            return Err(format!(
-                "{name}: {key}: added to version 1 by dcgm-exporter 4.8.4; not read with \
-                 --emulate-version {}",
-                config.emulate_version
-            ));
-        }
-    }
+    check_schema_for_release(config, &fs, &name)?;
     if !config.is_explicit("collectors") {
         if let Some(f) = &fs.counters_file {
             config.collectors = f.clone();
