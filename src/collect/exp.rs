@@ -3,13 +3,13 @@
 
 use crate::collect::failures::{self, Failures, Outcome};
 use crate::collect::fields;
+use crate::collect::health;
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
 use crate::collect::{watch_all, Settings};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
-use crate::output::render::Page;
-use crate::collect::health;
 use crate::config::selector::IdSet;
+use crate::output::render::Page;
 use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -348,7 +348,10 @@ impl Actions {
         page: &mut Page,
     ) {
         if let Some(row) = &self.action_row {
-            for i in incidents.map(|r| r.incidents.as_slice()).unwrap_or_default() {
+            for i in incidents
+                .map(|r| r.incidents.as_slice())
+                .unwrap_or_default()
+            {
                 if let Some(e) = ev.get_mut(&i.entity.id) {
                     e.incidents.push((i.system, i.health, i.code));
                 }
@@ -372,8 +375,11 @@ impl Actions {
                 ("present", count.present),
                 ("lost", count.lost),
             ] {
-                let mut l: Vec<(&str, &str)> =
-                    self.node_labels.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let mut l: Vec<(&str, &str)> = self
+                    .node_labels
+                    .iter()
+                    .map(|(k, v)| (*k, v.as_str()))
+                    .collect();
                 l.push(("state", state));
                 page.add(&row.name, &row.help, row.prom_type, &l, n as f64);
             }
@@ -599,7 +605,12 @@ impl ExpCollectors {
 
     pub fn stop(self, session: &Session) {
         let action_watches = self.actions.iter().flat_map(|a| &a.watches);
-        for (g, fg) in self.windowed.iter().flat_map(|w| &w.watches).chain(action_watches) {
+        for (g, fg) in self
+            .windowed
+            .iter()
+            .flat_map(|w| &w.watches)
+            .chain(action_watches)
+        {
             let _ = session.unwatch(g, fg);
         }
     }

@@ -217,7 +217,11 @@ mod tests {
         // Not in the catalog table: counted, no action.
         assert_eq!(xid_action(9999), Action::None);
         // Every row names one of our actions (a typo would drop the row silently).
-        let rows = XID_ACTIONS.lines().skip(1).filter(|l| !l.is_empty()).count();
+        let rows = XID_ACTIONS
+            .lines()
+            .skip(1)
+            .filter(|l| !l.is_empty())
+            .count();
         assert_eq!(rows, xid_table().len());
     }
 

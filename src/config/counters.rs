@@ -365,7 +365,10 @@ mod tests {
         }
         assert_eq!(compat.all.len(), 21, "{:?}", names(&compat));
         assert_eq!(names(&default)[0], "DCGM_FI_DEV_SM_CLOCK");
-        let driver = default.all.iter().position(|r| r.name == "DCGM_FI_DRIVER_VERSION");
+        let driver = default
+            .all
+            .iter()
+            .position(|r| r.name == "DCGM_FI_DRIVER_VERSION");
         assert_eq!(default.all[driver.unwrap()].prom_type, PromType::Label);
         // The built-in default is the shipped file.
         assert_eq!(
