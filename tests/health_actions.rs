@@ -84,7 +84,7 @@ fn every_source_of_a_health_action_reaches_the_page() {
     // The driver's recovery action (DCGM_FI_DEV_GPU_RECOVERY_ACTION, 2 = NODE_REBOOT).
     control(&ctl, "set 0 1523 2");
     wait_action(&e, "0", ("reboot_node", "recovery_action", 4.0));
-    control(&ctl, "set 0 1523 3");
+    control(&ctl, "recovery_action 0 3");
     wait_action(&e, "0", ("drain", "recovery_action", 2.0));
     control(&ctl, "set 0 1523 0");
     wait_action(&e, "0", ("none", "none", 0.0));
