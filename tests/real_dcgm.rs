@@ -800,6 +800,14 @@ fn the_real_library_answers_the_health_action_sources() {
             .map(|s| s.value)
     };
     let page = e.scrape_until(10, |p| count(p, "expected").is_some());
+    let info = series(&page, "dcgm_exporter_build_info");
+    assert_eq!(
+        info[0].label("dcgm_version"),
+        Some("4.6.0"),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(info[0].label("mode"), Some("remote"));
     for g in ["0", "1"] {
         assert_eq!(action(&page, g), ("none".into(), "none".into(), 0.0));
     }

@@ -189,6 +189,11 @@ fn serve(
     if config.enable_exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
+    let mode = match &engine {
+        Engine::Embedded => "embedded",
+        Engine::Remote(_) => "remote",
+    };
+    shared.metrics.set_build_info(&dcgm_version, mode);
     let attribution = attribution_stage(&config, &settings)?;
     let attribution =
         attribution.with_metrics(attribution::metrics::Metrics::register(&shared.metrics));
