@@ -54,8 +54,10 @@ impl Action {
     }
 }
 
-/// NVIDIA's Xid Catalog (Ampere and newer), "Resolution Bucket (Immediate Action)", as
-/// kept in `etc/data/xid-actions.csv` (see `etc/data/README.md` for the version).
+/// NVIDIA's Xid Catalog for Ampere and newer GPUs ("Analyzing Xid Errors with the Xid
+/// Catalog", docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, retrieved
+/// November 2026, undated), column "Resolution Bucket (Immediate Action)", as kept in
+/// `etc/data/xid-actions.csv` (`etc/data/README.md` says which rows were checked).
 const XID_ACTIONS: &str = include_str!("../../etc/data/xid-actions.csv");
 
 fn xid_table() -> &'static HashMap<i64, Action> {
