@@ -93,6 +93,17 @@ fn the_dashboard_declares_its_variables_and_queries() {
         .count();
     let pods = exprs.iter().filter(|(_, e)| needs_pods(e)).count();
     assert!(mig >= 3 && pods >= 3, "MIG {mig}, pod {pods} queries");
+    let health = exprs
+        .iter()
+        .filter(|(_, e)| {
+            e.contains("DCGM_EXP_GPU_HEALTH_ACTION") || e.contains("DCGM_EXP_GPU_COUNT")
+        })
+        .count();
+    let alerts = exprs.iter().filter(|(_, e)| e.contains("ALERTS{")).count();
+    assert!(
+        health >= 3 && alerts >= 1,
+        "health {health}, alert {alerts} queries"
+    );
     let names: Vec<&str> = dash["templating"]["list"]
         .as_array()
         .unwrap()
@@ -125,7 +136,16 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
         ])
         .start();
     control(&faults, "xid 5 79");
-    let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
+    // The alert pack loaded, so that the alert panel has ALERTS to show (XID 79 fires
+    // DcgmGpuFallenOffBus at once).
+    let rules = repo("etc/prometheus/dcgm-alerts.rules.yml");
+    let prom = Prometheus::with_rules(
+        &format!(
+            "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
+            e.port
+        ),
+        &[rules.as_path()],
+    );
     prom.wait_for("DCGM_FI_DEV_GPU_TEMP", 60);
     prom.wait_for("DCGM_FI_DEV_XID_ERRORS", 30);
     // rate() needs two scrapes inside its window.
@@ -152,6 +172,16 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
                 }
             }
         }
+        // The health row names GPU 5, the one with the XID, and no other.
+        if matches!(title.as_str(), "GPUs needing action" | "Firing GPU alerts") {
+            for r in &result {
+                assert_eq!(r["metric"]["gpu"], "5", "{title}: {r}");
+            }
+        }
+        if title == "GPUs needing action" {
+            assert_eq!(result[0]["metric"]["action"], "reboot_node", "{result:?}");
+            assert_eq!(result[0]["metric"]["reason"], "xid", "{result:?}");
+        }
         if title == "MIG instances by profile" {
             let by: BTreeMap<String, String> = result
                 .iter()
@@ -177,7 +207,7 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
             assert_eq!(by, want, "{q}");
         }
     }
-    assert!(checked >= 14, "checked {checked} queries");
+    assert!(checked >= 19, "checked {checked} queries");
 }
 
 /// The pod row: pods hold a whole GPU (by UUID) and a MIG instance (GKE's

@@ -134,7 +134,8 @@ fn everything() -> Value {
         "kubernetes": {"enablePodLabels": true, "enablePodUID": true, "podLabelAllowlistRegex": ["^app$", "^team"]},
         "kubernetesDRA": {"enabled": true},
         "debugDump": {"enabled": true, "directory": "/var/tmp/dumps", "retention": 6},
-        "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n"
+        "customMetrics": "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n",
+        "prometheusRule": {"enabled": true, "additionalLabels": {"release": "kube-prometheus-stack"}}
     })
 }
 
@@ -478,6 +479,87 @@ fn check_service_monitor(objects: &[Value]) {
     }
 }
 
+/// The PrometheusRule (a CRD) holds the alert pack's groups, which promtool accepts: the
+/// operator hands `spec` to Prometheus as a rule file.
+fn check_prometheus_rule(objects: &[Value]) {
+    for pr in find(objects, "PrometheusRule") {
+        let groups = &pr["spec"]["groups"];
+        let shipped: serde_norway::Value = serde_norway::from_str(
+            &std::fs::read_to_string(repo("etc/prometheus/dcgm-alerts.rules.yml")).unwrap(),
+        )
+        .unwrap();
+        let names = |g: &Value| -> Vec<String> {
+            g.as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|g| g["rules"].as_array().unwrap().clone())
+                .map(|r| r["alert"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let shipped = serde_json::to_value(&shipped["groups"]).unwrap();
+        assert_eq!(names(groups), names(&shipped));
+        if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("rules.yml");
+        std::fs::write(
+            &file,
+            serde_json::to_string(&json!({"groups": groups})).unwrap(),
+        )
+        .unwrap();
+        let out = support::prom::promtool_in(dir.path(), &["check", "rules", "rules.yml"]);
+        assert!(out.contains("SUCCESS"), "{out}");
+    }
+}
+
+#[test]
+fn the_prometheus_rule_is_off_by_default_and_renders_the_alert_pack() {
+    let Some(objects) = render(&json!({}), None) else {
+        skip(SKIP_PY);
+        return;
+    };
+    assert!(find(&objects, "PrometheusRule").is_empty());
+    let values = json!({"prometheusRule": {
+        "enabled": true,
+        "namespace": "monitoring",
+        "additionalLabels": {"release": "kube-prometheus-stack"},
+        "additionalAnnotations": {"team": "gpu"},
+        "runbookBaseURL": "https://example.org/dcgm-exporter/blob/main/"
+    }});
+    let objects = render(&values, None).expect("rendered above");
+    let pr = one(&objects, "PrometheusRule");
+    assert_eq!(pr["apiVersion"], "monitoring.coreos.com/v1");
+    assert_eq!(pr["metadata"]["namespace"], "monitoring");
+    assert_eq!(pr["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    assert_eq!(pr["metadata"]["annotations"]["team"], "gpu");
+    let rules: Vec<&Value> = pr["spec"]["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|g| g["rules"].as_array().unwrap())
+        .collect();
+    assert!(rules.len() >= 20);
+    for r in &rules {
+        let url = r["annotations"]["runbook_url"].as_str().unwrap();
+        assert!(
+            url.starts_with(
+                "https://example.org/dcgm-exporter/blob/main/docs/alerts-and-dashboards.md#"
+            ),
+            "{url}"
+        );
+        // Prometheus' own templates pass through Helm untouched.
+        assert!(
+            r["annotations"]["summary"]
+                .as_str()
+                .unwrap()
+                .contains("{{ $"),
+            "{r}"
+        );
+    }
+    check_prometheus_rule(&objects);
+}
+
 fn kubernetes_validate(dir: &Path) -> Option<String> {
     let out = Command::new("kubernetes-validate")
         .args(["--strict", "--quiet"])
@@ -485,7 +567,12 @@ fn kubernetes_validate(dir: &Path) -> Option<String> {
             std::fs::read_dir(dir)
                 .unwrap()
                 .map(|e| e.unwrap().path())
-                .filter(|p| !p.to_string_lossy().ends_with("ServiceMonitor.yaml")),
+                // CRDs, outside the built-in schemas: checked by check_service_monitor and
+                // check_prometheus_rule.
+                .filter(|p| {
+                    let p = p.to_string_lossy();
+                    !p.ends_with("ServiceMonitor.yaml") && !p.ends_with("PrometheusRule.yaml")
+                }),
         )
         .output()
         .ok()?;
@@ -534,6 +621,7 @@ fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
         if values["serviceMonitor"]["enabled"] != false {
             check_service_monitor(&objects);
         }
+        check_prometheus_rule(&objects);
     }
     let mut plain = Vec::new();
     for f in ["dcgm-exporter.yaml", "service-monitor.yaml"] {

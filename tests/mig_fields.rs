@@ -84,7 +84,12 @@ fn gpu_instances_carry_every_gpu_level_field_of_the_shipped_csvs() {
         }
         // Inherited values are the parent's own sample (both read in one collection).
         for s in page.iter().filter(|s| s.label("GPU_I_ID").is_some()) {
-            let m = dcgm_sys::fields::by_name(&s.name).unwrap();
+            // DCGM_EXP_* series (our default's XID and clock-event totals) are computed per
+            // instance, not read from DCGM.
+            let Some(m) = dcgm_sys::fields::by_name(&s.name) else {
+                assert!(s.name.starts_with("DCGM_EXP_"), "{}", s.name);
+                continue;
+            };
             if m.entity_level != GPU_LEVEL {
                 continue;
             }

@@ -757,3 +757,113 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
     e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
 }
+
+/// What the real DCGM 4.6 answers for the health action's sources, recorded. The NVML
+/// injection library has no GPU recovery action to report: DCGM answers field 1523 blank
+/// (dcgmi dmon shows N/A), and a value injected into the host engine's cache
+/// (`dcgmi test --inject`) is replaced by that blank at the next update, so this tier cannot
+/// show a recovery action; the simulator's tier does (tests/health_actions.rs). An injected
+/// XID 79 is kept, and DCGM's own health module fails every watch of that GPU with
+/// DCGM_FR_FALLEN_OFF_BUS: the action is reboot_node, decided by the XID's catalog class.
+#[test]
+fn the_real_library_answers_the_health_action_sources() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("action");
+    let yaml = dir.yaml(&[Gpu::default(), Gpu::default()]);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let csv = dir.0.join("action.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_DEV_GPU_RECOVERY_ACTION, gauge, recovery action\n\
+         DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n\
+         DCGM_EXP_GPU_HEALTH_ACTION, gauge, action\n\
+         DCGM_EXP_GPU_COUNT, gauge, GPUs\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "300"])
+        .start();
+    let action = |p: &[Sample], gpu: &str| -> (String, String, f64) {
+        let s: Vec<&Sample> = series(p, "DCGM_EXP_GPU_HEALTH_ACTION")
+            .into_iter()
+            .filter(|s| s.label("gpu") == Some(gpu))
+            .collect();
+        assert_eq!(s.len(), 1, "{}", dump(p));
+        (
+            s[0].labels["action"].clone(),
+            s[0].labels["reason"].clone(),
+            s[0].value,
+        )
+    };
+    let count = |p: &[Sample], state: &str| {
+        series(p, "DCGM_EXP_GPU_COUNT")
+            .iter()
+            .find(|s| s.label("state") == Some(state))
+            .map(|s| s.value)
+    };
+    let page = e.scrape_until(10, |p| count(p, "expected").is_some());
+    let info = series(&page, "dcgm_exporter_build_info");
+    assert_eq!(
+        info[0].label("dcgm_version"),
+        Some("4.6.0"),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(info[0].label("mode"), Some("remote"));
+    for g in ["0", "1"] {
+        assert_eq!(action(&page, g), ("none".into(), "none".into(), 0.0));
+    }
+    assert_eq!(
+        (
+            count(&page, "expected"),
+            count(&page, "present"),
+            count(&page, "lost")
+        ),
+        (Some(2.0), Some(2.0), Some(0.0))
+    );
+    // Blank on the injection NVML: no series.
+    assert!(
+        series(&page, "DCGM_FI_DEV_GPU_RECOVERY_ACTION").is_empty(),
+        "{}",
+        dump(&page)
+    );
+
+    kit.inject(port, 0, 1523, 1);
+    kit.inject(port, 1, 230, 79);
+    let page = e.scrape_until(15, |p| action(p, "1").0 == "reboot_node");
+    assert_eq!(
+        action(&page, "1"),
+        ("reboot_node".into(), "xid".into(), 4.0)
+    );
+    let pcie: Vec<&Sample> = series(&page, "DCGM_EXP_GPU_HEALTH_STATUS")
+        .into_iter()
+        .filter(|s| s.label("gpu") == Some("1") && s.label("health_watch") == Some("PCIE"))
+        .collect();
+    assert_eq!(
+        pcie[0].label("health_error_code"),
+        Some("DCGM_FR_FALLEN_OFF_BUS")
+    );
+    assert_eq!(pcie[0].value, 20.0);
+    // Three collections later the injected recovery action is still blank: GPU 0 asks
+    // nothing, and the node still has both GPUs (an injected XID does not lose the GPU).
+    let collections = |p: &[Sample]| {
+        self_metric(
+            p,
+            "dcgm_exporter_collections_total",
+            &[("result", "success")],
+        )
+    };
+    let seen = collections(&page);
+    let page = e.scrape_until(15, |p| collections(p) >= seen + 3.0);
+    assert!(collections(&page) >= seen + 3.0);
+    assert_eq!(action(&page, "0"), ("none".into(), "none".into(), 0.0));
+    assert!(
+        series(&page, "DCGM_FI_DEV_GPU_RECOVERY_ACTION").is_empty(),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(count(&page, "present"), Some(2.0));
+}

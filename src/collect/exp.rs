@@ -3,10 +3,12 @@
 
 use crate::collect::failures::{self, Failures, Outcome};
 use crate::collect::fields;
+use crate::collect::health;
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
 use crate::collect::{watch_all, Settings};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
+use crate::config::selector::IdSet;
 use crate::model::Page;
 use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -201,6 +203,42 @@ impl Windowed {
     }
 }
 
+/// DCGM's health watches on the whole GPUs, for the health status and the health action.
+fn health_watch(
+    session: &Session,
+    counters: &Counters,
+    whole_gpus: &[Target],
+    action_row: &Option<Counter>,
+    failures: &mut Failures,
+) -> dcgm_sys::Result<Option<Health>> {
+    let status_row = find_row(counters, ExpField::GpuHealthStatus);
+    if (status_row.is_none() && action_row.is_none()) || whole_gpus.is_empty() {
+        return Ok(None);
+    }
+    let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
+    let group = session
+        .create_group(
+            &format!("dcgm-exporter-health-{}", std::process::id()),
+            &ents,
+        )
+        .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
+    match group {
+        Ok(group) => Ok(Some(Health {
+            row: status_row,
+            group,
+            targets: whole_gpus.to_vec(),
+            codes: crate::collect::health_codes::names(),
+        })),
+        Err(e) if failures::is_fatal(&e) => Err(e),
+        Err(e) => {
+            for r in status_row.iter().chain(action_row) {
+                failures.refused_at_start(&r.name, &e);
+            }
+            Ok(None)
+        }
+    }
+}
+
 /// A `DCGM_EXP_*` series' labels: the identity labels, then the CSV label fields and the
 /// metric's own labels sorted together by name, as dcgm-exporter renders them (one label
 /// map, which Go's template ranges over in key order): `window_size_in_ms` before `xid`,
@@ -223,20 +261,30 @@ fn exp_labels<'a>(
     l
 }
 
+/// The health watches of every whole GPU: read for `DCGM_EXP_GPU_HEALTH_STATUS` (`row`)
+/// and for the health action.
 struct Health {
-    row: Counter,
+    row: Option<Counter>,
     group: Group,
     targets: Vec<Target>,
     codes: &'static HashMap<u32, String>,
 }
 
 impl Health {
+    /// The name failures of the health check are counted under.
+    fn source(&self) -> &str {
+        self.row
+            .as_ref()
+            .map_or(ExpField::GpuHealthAction.name(), |r| r.name.as_str())
+    }
+
     fn add(
         &self,
         resp: &dcgm_sys::HealthResponse,
         csv_labels: &HashMap<Entity, Vec<(String, String)>>,
         page: &mut Page,
     ) {
+        let Some(row) = &self.row else { return };
         for t in &self.targets {
             for (watch, bit) in HEALTH_WATCHES {
                 let worst = resp
@@ -259,7 +307,6 @@ impl Health {
                     csv_labels,
                     &[("health_watch", watch), ("health_error_code", &code)],
                 );
-                let row = &self.row;
                 page.add(&row.name, &row.help, row.prom_type, &l, f64::from(value));
             }
         }
@@ -303,10 +350,128 @@ impl P2P {
     }
 }
 
+/// `DCGM_EXP_GPU_HEALTH_ACTION` (per whole GPU) and `DCGM_EXP_GPU_COUNT` (per node).
+struct Actions {
+    action_row: Option<Counter>,
+    count_row: Option<Counter>,
+    targets: Vec<Target>,
+    /// The GPUs the node started with, in the selection, lost ones included.
+    expected: Vec<u32>,
+    /// Labels of the node-level series (the hostname label, when there is one).
+    node_labels: Vec<(&'static str, String)>,
+    window_ms: u64,
+    /// XID and recovery-action watches of the whole GPUs; empty when refused.
+    watches: Vec<(Group, FieldGroup)>,
+}
+
+impl Actions {
+    fn source(&self) -> &str {
+        self.action_row
+            .as_ref()
+            .or(self.count_row.as_ref())
+            .map_or("health action", |r| r.name.as_str())
+    }
+
+    /// Each GPU's evidence but the health incidents, which the caller adds.
+    fn evidence(
+        &self,
+        session: &Session,
+    ) -> dcgm_sys::Result<(HashMap<u32, health::Evidence>, health::GpuCount)> {
+        let listed = session.gpus(false)?;
+        let mut lost_now = Vec::new();
+        for g in &self.expected {
+            // A library without dcgmGetGpuStatus: lost GPUs still leave the list.
+            if listed.contains(g) && session.gpu_is_lost(*g).unwrap_or(false) {
+                lost_now.push(*g);
+            }
+        }
+        let count = health::count(&self.expected, &listed, &lost_now);
+        let mut ev: HashMap<u32, health::Evidence> = HashMap::new();
+        for t in &self.targets {
+            let Some(g) = t.gpu else { continue };
+            ev.entry(g).or_default().lost = lost_now.contains(&g) || !listed.contains(&g);
+        }
+        let since = now_us() - (self.window_ms as i64) * 1000;
+        for (g, fg) in &self.watches {
+            let (samples, _) = session.values_since(g, fg, since.max(0))?;
+            for s in samples {
+                let Reading::Value(Value::Int64(v)) = s.reading else {
+                    continue;
+                };
+                let Some(e) = ev.get_mut(&s.entity.id) else {
+                    continue;
+                };
+                if s.field_id == fields::XID_ERRORS && v != 0 {
+                    e.xids.push(v);
+                }
+            }
+        }
+        let ents: Vec<Entity> = self.targets.iter().map(|t| t.entity).collect();
+        if !self.watches.is_empty() {
+            for r in session.latest_values(&ents, &[fields::GPU_RECOVERY_ACTION], false)? {
+                if let (Reading::Value(Value::Int64(v)), Some(e)) =
+                    (r.reading, ev.get_mut(&r.entity.id))
+                {
+                    e.recovery = Some(v);
+                }
+            }
+        }
+        Ok((ev, count))
+    }
+
+    fn add(
+        &self,
+        mut ev: HashMap<u32, health::Evidence>,
+        count: &health::GpuCount,
+        incidents: Option<&dcgm_sys::HealthResponse>,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        if let Some(row) = &self.action_row {
+            for i in incidents
+                .map(|r| r.incidents.as_slice())
+                .unwrap_or_default()
+            {
+                if let Some(e) = ev.get_mut(&i.entity.id) {
+                    e.incidents.push((i.system, i.health, i.code));
+                }
+            }
+            for t in &self.targets {
+                let Some(e) = t.gpu.and_then(|g| ev.get(&g)) else {
+                    continue;
+                };
+                let (action, reason) = health::decide(e);
+                let l = exp_labels(
+                    t,
+                    csv_labels,
+                    &[("action", action.label()), ("reason", reason)],
+                );
+                page.add(&row.name, &row.help, row.prom_type, &l, action as u8 as f64);
+            }
+        }
+        if let Some(row) = &self.count_row {
+            for (state, n) in [
+                ("expected", count.expected),
+                ("present", count.present),
+                ("lost", count.lost),
+            ] {
+                let mut l: Vec<(&str, &str)> = self
+                    .node_labels
+                    .iter()
+                    .map(|(k, v)| (*k, v.as_str()))
+                    .collect();
+                l.push(("state", state));
+                page.add(&row.name, &row.help, row.prom_type, &l, n as f64);
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct ExpCollectors {
     windowed: Vec<Windowed>,
     health: Option<Health>,
+    actions: Option<Actions>,
     p2p: Option<P2P>,
 }
 
@@ -442,29 +607,17 @@ impl ExpCollectors {
         };
         // Health and P2P are per physical GPU, MIG or not.
         let whole_gpus = whole_gpus(gpu_targets);
-        if let Some(row) = find_row(counters, ExpField::GpuHealthStatus) {
-            if !whole_gpus.is_empty() {
-                let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
-                let group = session
-                    .create_group(
-                        &format!("dcgm-exporter-health-{}", std::process::id()),
-                        &ents,
-                    )
-                    .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
-                match group {
-                    Ok(group) => {
-                        exp.health = Some(Health {
-                            row,
-                            group,
-                            targets: whole_gpus.clone(),
-                            codes: crate::collect::health_codes::names(),
-                        })
-                    }
-                    Err(e) if failures::is_fatal(&e) => return Err(e),
-                    Err(e) => failures.refused_at_start(&row.name, &e),
-                }
-            }
-        }
+        let action_row = find_row(counters, ExpField::GpuHealthAction);
+        exp.health = health_watch(session, counters, &whole_gpus, &action_row, failures)?;
+        exp.actions = Actions::start(
+            session,
+            counters,
+            settings,
+            topology,
+            &whole_gpus,
+            action_row,
+            failures,
+        )?;
         if let Some(row) = find_row(counters, ExpField::P2PStatus) {
             if topology.gpus.len() > 1 {
                 exp.p2p = Some(P2P {
@@ -499,10 +652,20 @@ impl ExpCollectors {
                 page.append(part);
             }
         }
+        let mut checked = None;
         if let Some(h) = &self.health {
             let r = session.health_check(&h.group);
-            if let Some(resp) = outcome.piece(&h.row.name, r, failures, page)? {
+            let source = h.source().to_string();
+            if let Some(resp) = outcome.piece(&source, r, failures, page)? {
                 h.add(&resp, csv_labels, page);
+                checked = Some(resp);
+            }
+        }
+        if let Some(a) = &self.actions {
+            let r = a.evidence(session);
+            let source = a.source().to_string();
+            if let Some((ev, count)) = outcome.piece(&source, r, failures, page)? {
+                a.add(ev, &count, checked.as_ref(), csv_labels, page);
             }
         }
         if let Some(p) = &self.p2p {
@@ -515,10 +678,84 @@ impl ExpCollectors {
     }
 
     pub fn stop(self, session: &Session) {
-        for w in &self.windowed {
-            for (g, fg) in &w.watches {
-                let _ = session.unwatch(g, fg);
-            }
+        let action_watches = self.actions.iter().flat_map(|a| &a.watches);
+        for (g, fg) in self
+            .windowed
+            .iter()
+            .flat_map(|w| &w.watches)
+            .chain(action_watches)
+        {
+            let _ = session.unwatch(g, fg);
         }
+    }
+}
+
+impl Actions {
+    fn start(
+        session: &Session,
+        counters: &Counters,
+        settings: &Settings,
+        topology: &Topology,
+        whole_gpus: &[Target],
+        action_row: Option<Counter>,
+        failures: &mut Failures,
+    ) -> dcgm_sys::Result<Option<Actions>> {
+        let count_row = find_row(counters, ExpField::GpuCount);
+        if action_row.is_none() && count_row.is_none() {
+            return Ok(None);
+        }
+        let mut expected: Vec<u32> = whole_gpus.iter().filter_map(|t| t.gpu).collect();
+        // A GPU already lost at start is expected too, when the selection takes it.
+        expected.extend(
+            topology
+                .lost_gpus
+                .iter()
+                .filter(|g| match &settings.gpus.major {
+                    Some(IdSet::Ids(ids)) => ids.contains(g),
+                    _ => true,
+                }),
+        );
+        expected.sort_unstable();
+        expected.dedup();
+        let mut a = Actions {
+            action_row,
+            count_row,
+            targets: whole_gpus.to_vec(),
+            expected,
+            node_labels: settings
+                .hostname
+                .iter()
+                .map(|h| ("Hostname", h.clone()))
+                .collect(),
+            window_ms: settings.xid_window_ms,
+            watches: Vec::new(),
+        };
+        if a.action_row.is_none() || whole_gpus.is_empty() {
+            return Ok(Some(a));
+        }
+        let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
+        let (keep_age_s, keep_samples) = settings.window_retention(a.window_ms);
+        let source = a.source().to_string();
+        match watch_all(
+            session,
+            "dcgm-exporter-health-action",
+            &ents,
+            &[fields::XID_ERRORS, fields::GPU_RECOVERY_ACTION],
+            settings.interval_ms,
+            keep_age_s,
+            keep_samples,
+        ) {
+            // A library without the recovery-action field refuses only that field: the
+            // XIDs, health watches and lost GPUs still decide.
+            Ok(w) => {
+                for (f, e) in &w.refused {
+                    tracing::info!("{source}: field {f} not watched: {e}");
+                }
+                a.watches = w.watches;
+            }
+            Err(e) if failures::is_fatal(&e) => return Err(e),
+            Err(e) => failures.refused_at_start(&source, &e),
+        }
+        Ok(Some(a))
     }
 }

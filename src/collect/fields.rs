@@ -6,6 +6,9 @@ pub const DEV_NAME: u16 = 50;
 pub const CLOCKS_EVENT_REASONS: u16 = 112;
 /// `DCGM_FI_DEV_XID_ERRORS`: the last XID raised.
 pub const XID_ERRORS: u16 = 230;
+/// `DCGM_FI_DEV_GPU_RECOVERY_ACTION` (`DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION` in older
+/// headers): the driver's `nvmlDeviceGpuRecoveryAction_t`.
+pub const GPU_RECOVERY_ACTION: u16 = 1523;
 
 /// `dcgm_field_entity_group_t` values of field entity levels.
 pub mod level {

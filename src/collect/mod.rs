@@ -4,6 +4,7 @@ pub mod exp;
 pub mod failures;
 pub mod fields;
 pub mod freshness;
+pub mod health;
 pub mod health_codes;
 mod profiling;
 pub mod targets;

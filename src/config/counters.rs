@@ -57,16 +57,22 @@ pub enum ExpField {
     P2PStatus,
     XidErrorsTotal,
     ClockEventsTotal,
+    /// Ours: what each GPU needs now (collect/health.rs).
+    GpuHealthAction,
+    /// Ours: expected, present and lost GPUs of the node.
+    GpuCount,
 }
 
 impl ExpField {
-    const ALL: [ExpField; 6] = [
+    const ALL: [ExpField; 8] = [
         ExpField::XidErrorsCount,
         ExpField::ClockEventsCount,
         ExpField::GpuHealthStatus,
         ExpField::P2PStatus,
         ExpField::XidErrorsTotal,
         ExpField::ClockEventsTotal,
+        ExpField::GpuHealthAction,
+        ExpField::GpuCount,
     ];
 
     pub fn name(self) -> &'static str {
@@ -77,6 +83,8 @@ impl ExpField {
             ExpField::P2PStatus => "DCGM_EXP_P2P_STATUS",
             ExpField::XidErrorsTotal => "DCGM_EXP_XID_ERRORS_TOTAL",
             ExpField::ClockEventsTotal => "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+            ExpField::GpuHealthAction => "DCGM_EXP_GPU_HEALTH_ACTION",
+            ExpField::GpuCount => "DCGM_EXP_GPU_COUNT",
         }
     }
 
@@ -359,13 +367,32 @@ mod tests {
         for c in [&default, &dcp, &compat] {
             assert!(c.warnings.is_empty(), "{:?}", c.warnings);
         }
-        // Upstream's 26 active rows, the same in both; the 1.x names' 20, plus
-        // dcgm_low_util_violation, which the Pod GPU Metrics Exporter served (commented out upstream).
-        assert_eq!(default.all.len(), 26, "{:?}", names(&default));
-        assert_eq!(names(&default), names(&dcp));
+        // Upstream's 26 active rows in both, plus our 4 `DCGM_EXP_*` rows (cumulative XIDs
+        // and clock events, health action, GPU count) in our default; the 1.x names' 20,
+        // plus dcgm_low_util_violation, which the Pod GPU Metrics Exporter served
+        // (commented out upstream).
+        assert_eq!(default.all.len(), 30, "{:?}", names(&default));
+        let ours = [
+            "DCGM_EXP_XID_ERRORS_TOTAL",
+            "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+            "DCGM_EXP_GPU_HEALTH_ACTION",
+            "DCGM_EXP_GPU_COUNT",
+        ];
+        let upstream: Vec<&str> = names(&default)
+            .into_iter()
+            .filter(|n| !ours.contains(n))
+            .collect();
+        assert_eq!(upstream, names(&dcp));
+        for n in ours {
+            assert!(names(&default).contains(&n), "{n} is on by default");
+        }
         assert_eq!(compat.all.len(), 21, "{:?}", names(&compat));
         assert_eq!(names(&default)[0], "DCGM_FI_DEV_SM_CLOCK");
-        assert_eq!(default.all[20].prom_type, PromType::Label);
+        let driver = default
+            .all
+            .iter()
+            .position(|r| r.name == "DCGM_FI_DRIVER_VERSION");
+        assert_eq!(default.all[driver.unwrap()].prom_type, PromType::Label);
         // The built-in default is the shipped file.
         assert_eq!(
             builtin_default().unwrap(),
@@ -470,6 +497,8 @@ mod tests {
         let mut expected: Vec<&str> = names(&default)
             .into_iter()
             .filter(|n| !matches!(*n, "DCGM_FI_DEV_FB_RESERVED" | "DCGM_FI_DRIVER_VERSION"))
+            // Our own default rows, which upstream's chart does not have.
+            .filter(|n| !n.starts_with("DCGM_EXP_"))
             .collect();
         expected.sort_unstable();
         let mut got = names(&c);

@@ -2,13 +2,32 @@
 //! name or 1.x legacy name starts with it, so they cannot collide with exported fields.
 
 use crate::model::DropReason;
-use prometheus::{Encoder, Gauge, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry,
+};
 
 pub use crate::common::PREFIX;
 
+/// How long collections take: the last one (gauge, as before) and their distribution
+/// (histogram), updated together by `set`.
+pub struct CollectionDuration {
+    last: Gauge,
+    histogram: Histogram,
+}
+
+impl CollectionDuration {
+    pub fn set(&self, secs: f64) {
+        self.last.set(secs);
+        self.histogram.observe(secs);
+    }
+}
+
 pub struct SelfMetrics {
     registry: Registry,
-    pub collection_duration: Gauge,
+    pub collection_duration: CollectionDuration,
+    /// `build_info{version, commit, dcgm_version, mode}` 1, set once DCGM is loaded.
+    build_info: GaugeVec,
     pub last_success: Gauge,
     pub connected: IntGauge,
     pub collections: IntCounterVec,
@@ -48,6 +67,26 @@ impl SelfMetrics {
             name("collection_duration_seconds"),
             "Time the last collection from DCGM took.",
         );
+        // From a 1 ms embedded read of one GPU to a remote engine near its deadline.
+        let histogram = Histogram::with_opts(
+            HistogramOpts::new(
+                name("collection_seconds"),
+                "Time collections from DCGM took (the last one: collection_duration_seconds).",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+        )
+        .expect("static metric options are valid");
+        let build_info = GaugeVec::new(
+            Opts::new(
+                name("build_info"),
+                "1, labelled with the exporter's version and commit, the DCGM library's version \
+                 and the mode (embedded or remote host engine).",
+            ),
+            &["version", "commit", "dcgm_version", "mode"],
+        )
+        .expect("static metric options are valid");
         let last_success = gauge(
             name("last_successful_collection_timestamp_seconds"),
             "Unix time of the last successful collection from DCGM.",
@@ -80,6 +119,8 @@ impl SelfMetrics {
         .expect("static metric options are valid");
         for c in [
             Box::new(collection_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(histogram.clone()),
+            Box::new(build_info.clone()),
             Box::new(last_success.clone()),
             Box::new(connected.clone()),
             Box::new(collections.clone()),
@@ -97,7 +138,11 @@ impl SelfMetrics {
         precreate(&collections, &dropped);
         SelfMetrics {
             registry,
-            collection_duration,
+            collection_duration: CollectionDuration {
+                last: collection_duration,
+                histogram,
+            },
+            build_info,
             last_success,
             connected,
             collections,
@@ -143,6 +188,20 @@ impl SelfMetrics {
         for code in ["200", "500", "503"] {
             self.http_requests.with_label_values(&[code]);
         }
+    }
+
+    /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
+    /// library's version and the mode.
+    pub fn set_build_info(&self, dcgm_version: &str, mode: &str) {
+        self.build_info.reset();
+        self.build_info
+            .with_label_values(&[
+                env!("CARGO_PKG_VERSION"),
+                env!("DCGM_EXPORTER_COMMIT"),
+                dcgm_version,
+                mode,
+            ])
+            .set(1.0);
     }
 
     /// Call while serving /metrics; the request is counted when the guard drops.
@@ -208,6 +267,45 @@ fn counter_vec(name: String, help: &str, labels: &[&str]) -> IntCounterVec {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn build_info_is_one_series_and_every_duration_lands_in_the_histogram() {
+        let m = super::SelfMetrics::new();
+        let text = |m: &super::SelfMetrics| String::from_utf8(m.encode()).unwrap();
+        // Not known before DCGM is loaded: no series yet.
+        assert!(!text(&m).contains("dcgm_exporter_build_info{"));
+        m.set_build_info("4.5.0", "remote");
+        m.set_build_info("4.6.0", "embedded");
+        let t = text(&m);
+        let info: Vec<&str> = t
+            .lines()
+            .filter(|l| l.starts_with("dcgm_exporter_build_info{"))
+            .collect();
+        assert_eq!(info.len(), 1, "{t}");
+        assert!(info[0].contains("dcgm_version=\"4.6.0\""), "{t}");
+        assert!(info[0].contains("mode=\"embedded\""), "{t}");
+        assert!(info[0].contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))));
+        assert!(info[0].ends_with(" 1"), "{t}");
+        m.collection_duration.set(0.003);
+        m.collection_duration.set(2.0);
+        let t = text(&m);
+        assert!(
+            t.contains("dcgm_exporter_collection_duration_seconds 2\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("dcgm_exporter_collection_seconds_count 2\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("dcgm_exporter_collection_seconds_bucket{le=\"0.005\"} 1\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("dcgm_exporter_collection_seconds_bucket{le=\"2.5\"} 2\n"),
+            "{t}"
+        );
+    }
+
     #[test]
     fn prefix_cannot_collide_with_any_field_name() {
         assert!(dcgm_sys::fields::FIELDS

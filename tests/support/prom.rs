@@ -100,16 +100,78 @@ impl Prometheus {
     /// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two),
     /// scraping every second.
     pub fn with_scrape_configs(scrape_configs: &str) -> Prometheus {
+        Prometheus::launch(&format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"
+        ))
+    }
+
+    /// As [`Prometheus::with_scrape_configs`], also loading alerting/recording rule files,
+    /// evaluated every second (the rules' own `for:` durations unchanged).
+    pub fn with_rules(scrape_configs: &str, rule_files: &[&std::path::Path]) -> Prometheus {
+        let files: String = rule_files
+            .iter()
+            .map(|f| format!("  - '{}'\n", f.display()))
+            .collect();
+        Prometheus::launch(&format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+             rule_files:\n{files}scrape_configs:\n{scrape_configs}"
+        ))
+    }
+
+    /// The alerts Prometheus holds now (`/api/v1/alerts`): pending and firing.
+    pub fn alerts(&self) -> Result<Vec<serde_json::Value>, String> {
+        let v = self.api("/api/v1/alerts", &[])?;
+        Ok(v["data"]["alerts"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Each rule group's `lastEvaluation` (`/api/v1/rules`), by group name.
+    pub fn rule_evaluations(&self) -> Result<Vec<(String, String)>, String> {
+        let v = self.api("/api/v1/rules", &[])?;
+        Ok(v["data"]["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|g| {
+                (
+                    g["name"].as_str().unwrap_or_default().to_string(),
+                    g["lastEvaluation"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    }
+
+    /// Polls until every rule group has been evaluated twice more from now (so at least
+    /// once entirely over data scraped before this call), or panics after `secs`.
+    pub fn wait_rule_evaluations(&self, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        let start = self.rule_evaluations().unwrap_or_default();
+        let mut changes = vec![0u32; start.len()];
+        let mut last = start.clone();
+        while changes.is_empty() || changes.iter().any(|c| *c < 2) {
+            assert!(
+                Instant::now() < deadline,
+                "rule groups not evaluated within {secs}s: {last:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+            let now = self.rule_evaluations().unwrap_or_default();
+            if now.len() != last.len() {
+                changes = vec![0; now.len()];
+            } else {
+                for (i, (a, b)) in now.iter().zip(&last).enumerate() {
+                    if a.1 != b.1 {
+                        changes[i] += 1;
+                    }
+                }
+            }
+            last = now;
+        }
+    }
+
+    fn launch(config: &str) -> Prometheus {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let cfg = dir.path().join("prometheus.yml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n{scrape_configs}"
-            ),
-        )
-        .expect("write prometheus.yml");
+        std::fs::write(&cfg, config).expect("write prometheus.yml");
         let child = Command::new("prometheus")
             .arg(format!("--config.file={}", cfg.display()))
             .arg(format!(

@@ -16,6 +16,7 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `recovery_action G N` | DCGM_FI_DEV_GPU_RECOVERY_ACTION of GPU G reads N (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5-7 newer drivers' values) until `restored G 1523` |
 //! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
@@ -27,6 +28,9 @@
 use crate::generator::Generator;
 use crate::node::{LINK_DISABLED, LINK_DOWN, LINK_UP};
 use std::path::PathBuf;
+
+/// DCGM_FI_DEV_GPU_RECOVERY_ACTION (`DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION` before 4.5).
+const GPU_RECOVERY_ACTION: u16 = 1523;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Fault {
@@ -246,6 +250,23 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "health_clear" => Fault::HealthClear {
             gpu: num(w.next(), "gpu")?,
         },
+        // Shorthand for `set G 1523 N`, checked against NVML's enum.
+        "recovery_action" => {
+            let gpu = num(w.next(), "gpu")?;
+            let action: u8 = num(w.next(), "action")?;
+            if action > 7 {
+                return Err(format!(
+                    "action must be 0-7 (nvmlDeviceGpuRecoveryAction_t), not {action}"
+                ));
+            }
+            Fault::SetField {
+                gpu: Some(gpu),
+                field: GPU_RECOVERY_ACTION,
+                gen: Generator::Constant {
+                    value: f64::from(action),
+                },
+            }
+        }
         "gpu_unbind" | "gpu_bind" => Fault::GpuBind {
             gpu: num(w.next(), "gpu")?,
             bound: verb == "gpu_bind",
@@ -433,6 +454,18 @@ mod tests {
                 bound: true
             })
         );
+        assert_eq!(
+            parse_line("recovery_action 2 4"),
+            Ok(Fault::SetField {
+                gpu: Some(2),
+                field: 1523,
+                gen: Generator::Constant { value: 4.0 }
+            })
+        );
+        assert_eq!(
+            parse_line("recovery_action 2 8"),
+            Err("action must be 0-7 (nvmlDeviceGpuRecoveryAction_t), not 8".to_string())
+        );
         assert_eq!(parse_line("library_gone"), Ok(Fault::LibraryGone));
         assert_eq!(parse_line("library_restored"), Ok(Fault::LibraryRestored));
         assert_eq!(
@@ -451,6 +484,8 @@ mod tests {
             "set 0 150",
             "gpu_unbind",
             "attributes_fail x",
+            "recovery_action 1",
+            "recovery_action 1 -1",
             "",
         ] {
             assert!(parse_line(bad).is_err(), "{bad:?}");

@@ -464,6 +464,9 @@ pub fn default_for(id: u16, name: &str, field_type: u8, s: &Scale) -> Generator 
         1084..=1090 | 1093..=1096 => counter(1.0e9),
         1091 | 1092 => counter(6.0e9),
         1501 => zero_counter(),
+        // DCGM_FI_DEV_GPU_RECOVERY_ACTION: NVML's GPU_RECOVERY_ACTION_NONE on a healthy GPU
+        // (`set G 1523 N` asks for another).
+        1523 => constant(0.0),
         // NvSwitch.
         701 => sine(850.0, 10.0, 50.0),
         702..=704 => walk(100.0, 400.0),
@@ -634,5 +637,10 @@ mod tests {
             let g = default_for(m.id, m.name, m.field_type, &s);
             assert_eq!(g.validate(), Ok(()), "field {}", m.id);
         }
+        // A healthy GPU asks for no recovery action (the by-name default would walk).
+        assert_eq!(
+            default_for(1523, "DCGM_FI_DEV_GPU_RECOVERY_ACTION", b'i', &s),
+            constant(0.0)
+        );
     }
 }

@@ -128,7 +128,7 @@ fn serve(
     };
     let sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
-    let library = load_library(&stages)?;
+    let (library, dcgm_version) = load_library(&stages)?;
     *library_out = Some(library.clone());
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(stages.collect.interval_ms),
@@ -141,6 +141,11 @@ fn serve(
     if stages.exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
+    let mode = match &stages.engine {
+        Engine::Embedded => "embedded",
+        Engine::Remote(_) => "remote",
+    };
+    shared.metrics.set_build_info(&dcgm_version, mode);
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library,
@@ -178,7 +183,7 @@ fn serve(
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
-fn load_library(stages: &settings::Stages) -> Result<Arc<dcgm_sys::Library>, String> {
+fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, String), String> {
     let library = Arc::new(
         dcgm_sys::Library::load(stages.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
@@ -197,7 +202,7 @@ fn load_library(stages: &settings::Stages) -> Result<Arc<dcgm_sys::Library>, Str
         Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
         Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
     }
-    Ok(library)
+    Ok((library, dcgm_version))
 }
 
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by

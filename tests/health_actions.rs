@@ -1,0 +1,152 @@
+//! `DCGM_EXP_GPU_HEALTH_ACTION` and `DCGM_EXP_GPU_COUNT` on the simulator: every source
+//! of a decision driven through the control file (XIDs by class, the driver's recovery
+//! action, health failures and warnings, a lost GPU), each seen on the page.
+
+mod support;
+use support::*;
+
+/// (action, reason, value) of GPU `gpu`'s health-action series; None without one.
+fn action(p: &[Sample], gpu: &str) -> Option<(String, String, f64)> {
+    let s: Vec<&Sample> = series(p, "DCGM_EXP_GPU_HEALTH_ACTION")
+        .into_iter()
+        .filter(|s| s.label("gpu") == Some(gpu))
+        .collect();
+    assert!(s.len() <= 1, "one series per GPU: {}", dump(p));
+    s.first().map(|s| {
+        (
+            s.label("action").unwrap_or_default().to_string(),
+            s.label("reason").unwrap_or_default().to_string(),
+            s.value,
+        )
+    })
+}
+
+fn count(p: &[Sample], state: &str) -> Option<f64> {
+    series(p, "DCGM_EXP_GPU_COUNT")
+        .into_iter()
+        .find(|s| s.label("state") == Some(state))
+        .map(|s| s.value)
+}
+
+fn wait_action(e: &Exporter, gpu: &str, want: (&str, &str, f64)) {
+    let page = e.scrape_until(15, |p| {
+        action(p, gpu).is_some_and(|(a, r, v)| (a.as_str(), r.as_str(), v) == want)
+    });
+    assert_eq!(
+        action(&page, gpu),
+        Some((want.0.into(), want.1.into(), want.2)),
+        "GPU {gpu}: {}",
+        dump(&page)
+    );
+}
+
+#[test]
+fn every_source_of_a_health_action_reaches_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    let page = e.scrape_until(10, |p| count(p, "expected").is_some());
+    // Healthy node: no action on any GPU, all 8 expected and present.
+    for g in 0..8 {
+        assert_eq!(
+            action(&page, &g.to_string()),
+            Some(("none".into(), "none".into(), 0.0)),
+            "{}",
+            dump(&page)
+        );
+    }
+    assert_eq!(count(&page, "expected"), Some(8.0));
+    assert_eq!(count(&page, "present"), Some(8.0));
+    assert_eq!(count(&page, "lost"), Some(0.0));
+    // The cumulative counters are on by default.
+    assert!(!series(&page, "DCGM_EXP_XID_ERRORS_TOTAL").is_empty());
+    assert!(!series(&page, "DCGM_EXP_CLOCK_EVENTS_TOTAL").is_empty());
+
+    // XIDs by the catalog's class.
+    control(&ctl, "xid 1 13");
+    wait_action(&e, "1", ("restart_workload", "xid", 1.0));
+    control(&ctl, "xid 2 48");
+    wait_action(&e, "2", ("reset_gpu", "xid", 3.0));
+    // An XID the catalog table does not list asks for nothing but is counted.
+    control(&ctl, "xid 7 9999");
+    let page = e.scrape_until(15, |p| {
+        series(p, "DCGM_EXP_XID_ERRORS_TOTAL")
+            .iter()
+            .any(|s| s.label("xid") == Some("9999"))
+    });
+    assert_eq!(action(&page, "7").map(|a| a.0), Some("none".into()));
+
+    // The driver's recovery action (DCGM_FI_DEV_GPU_RECOVERY_ACTION, 2 = NODE_REBOOT).
+    control(&ctl, "set 0 1523 2");
+    wait_action(&e, "0", ("reboot_node", "recovery_action", 4.0));
+    control(&ctl, "recovery_action 0 3");
+    wait_action(&e, "0", ("drain", "recovery_action", 2.0));
+    control(&ctl, "set 0 1523 0");
+    wait_action(&e, "0", ("none", "none", 0.0));
+
+    // Health: a warning asks nothing, a thermal failure a drain, a row-remap failure
+    // (DCGM_FR_ROW_REMAP_FAILURE = 80) a replacement.
+    control(&ctl, "health 3 0x80 10 0 warm");
+    let page = e.scrape_until(15, |p| {
+        series(p, "DCGM_EXP_GPU_HEALTH_STATUS").is_empty()
+            || series(p, "DCGM_EXP_GPU_HEALTH_STATUS")
+                .iter()
+                .any(|s| s.label("gpu") == Some("3") && s.value == 10.0)
+    });
+    assert_eq!(action(&page, "3").map(|a| a.0), Some("none".into()));
+    control(&ctl, "health 4 0x80 20 0 too hot");
+    wait_action(&e, "4", ("drain", "health_thermal", 2.0));
+    control(&ctl, "health 5 0x10 20 80 row remap failed");
+    wait_action(&e, "5", ("replace", "health_mem", 5.0));
+    control(&ctl, "health_clear 5");
+    wait_action(&e, "5", ("none", "none", 0.0));
+
+    // A GPU off the bus: reboot, and the node count says so.
+    control(&ctl, "gpu_lost 6");
+    wait_action(&e, "6", ("reboot_node", "gpu_lost", 4.0));
+    let page = e.scrape_until(15, |p| count(p, "lost") == Some(1.0));
+    assert_eq!(count(&page, "expected"), Some(8.0));
+    assert_eq!(count(&page, "present"), Some(7.0));
+    control(&ctl, "gpu_recovered 6");
+    let page = e.scrape_until(15, |p| count(p, "lost") == Some(0.0));
+    assert_eq!(count(&page, "present"), Some(8.0));
+}
+
+#[test]
+fn without_the_recovery_action_field_the_other_sources_still_decide() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    // The field reads NOT_SUPPORTED from the start, as on drivers before R575.
+    std::fs::write(&ctl, "not_supported * 1523\n").unwrap();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    wait_action(&e, "0", ("none", "none", 0.0));
+    control(&ctl, "xid 0 79");
+    wait_action(&e, "0", ("reboot_node", "xid", 4.0));
+}
+
+#[test]
+fn a_gpu_lost_at_start_is_expected_and_counted_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "gpu_lost 2\n").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    let page = e.scrape_until(10, |p| count(p, "expected").is_some());
+    assert_eq!(count(&page, "expected"), Some(8.0), "{}", dump(&page));
+    assert_eq!(count(&page, "present"), Some(7.0));
+    assert_eq!(count(&page, "lost"), Some(1.0));
+    // Not watched, so no per-GPU series for it.
+    assert_eq!(action(&page, "2"), None);
+}
