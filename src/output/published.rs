@@ -170,7 +170,6 @@ impl Shared {
 mod tests {
     use super::Shared;
     use crate::common::supervisor::Supervisor;
-    use crate::model::Page;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
 

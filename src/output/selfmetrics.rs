@@ -67,26 +67,8 @@ impl SelfMetrics {
             name("collection_duration_seconds"),
             "Time the last collection from DCGM took.",
         );
-        // From a 1 ms embedded read of one GPU to a remote engine near its deadline.
-        let histogram = Histogram::with_opts(
-            HistogramOpts::new(
-                name("collection_seconds"),
-                "Time collections from DCGM took (the last one: collection_duration_seconds).",
-            )
-            .buckets(vec![
-                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
-        )
-        .expect("static metric options are valid");
-        let build_info = GaugeVec::new(
-            Opts::new(
-                name("build_info"),
-                "1, labelled with the exporter's version and commit, the DCGM library's version \
-                 and the mode (embedded or remote host engine).",
-            ),
-            &["version", "commit", "dcgm_version", "mode"],
-        )
-        .expect("static metric options are valid");
+        let histogram = duration_histogram(name("collection_seconds"));
+        let build_info = build_info(name("build_info"));
         let last_success = gauge(
             name("last_successful_collection_timestamp_seconds"),
             "Unix time of the last successful collection from DCGM.",
@@ -112,11 +94,10 @@ impl SelfMetrics {
             &["source", "reason"],
         );
         let series = int_gauge(name("series"), "Series on the last page.");
-        let reconnects = IntCounter::with_opts(Opts::new(
+        let reconnects = counter(
             name("reconnects_total"),
             "Successful reconnections to the DCGM host engine.",
-        ))
-        .expect("static metric options are valid");
+        );
         for c in [
             Box::new(collection_duration.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(histogram.clone()),
@@ -136,6 +117,7 @@ impl SelfMetrics {
             registry.register(c).expect("metric names are unique");
         }
         precreate(&collections, &dropped);
+        let (http_requests, http_in_flight) = promhttp();
         SelfMetrics {
             registry,
             collection_duration: CollectionDuration {
@@ -150,15 +132,8 @@ impl SelfMetrics {
             collection_errors,
             series,
             reconnects,
-            http_requests: counter_vec(
-                "promhttp_metric_handler_requests_total".into(),
-                "Total number of scrapes by HTTP status code.",
-                &["code"],
-            ),
-            http_in_flight: int_gauge(
-                "promhttp_metric_handler_requests_in_flight".into(),
-                "Current number of scrapes being served.",
-            ),
+            http_requests,
+            http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -251,6 +226,51 @@ fn precreate(collections: &IntCounterVec, dropped: &IntCounterVec) {
     ] {
         dropped.with_label_values(&[r.as_str()]);
     }
+}
+
+fn build_info(name: String) -> GaugeVec {
+    GaugeVec::new(
+        Opts::new(
+            name,
+            "1, labelled with the exporter's version and commit, the DCGM library's version \
+             and the mode (embedded or remote host engine).",
+        ),
+        &["version", "commit", "dcgm_version", "mode"],
+    )
+    .expect("static metric options are valid")
+}
+
+/// From a 1 ms embedded read of one GPU to a remote engine near its deadline.
+fn duration_histogram(name: String) -> Histogram {
+    Histogram::with_opts(
+        HistogramOpts::new(
+            name,
+            "Time collections from DCGM took (the last one: collection_duration_seconds).",
+        )
+        .buckets(vec![
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ]),
+    )
+    .expect("static metric options are valid")
+}
+
+/// promhttp's handler metrics (registered only with --enable-exporter-metrics).
+fn promhttp() -> (IntCounterVec, IntGauge) {
+    (
+        counter_vec(
+            "promhttp_metric_handler_requests_total".into(),
+            "Total number of scrapes by HTTP status code.",
+            &["code"],
+        ),
+        int_gauge(
+            "promhttp_metric_handler_requests_in_flight".into(),
+            "Current number of scrapes being served.",
+        ),
+    )
+}
+
+fn counter(name: String, help: &str) -> IntCounter {
+    IntCounter::with_opts(Opts::new(name, help)).expect("static metric options are valid")
 }
 
 fn gauge(name: String, help: &str) -> Gauge {

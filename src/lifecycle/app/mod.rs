@@ -43,6 +43,16 @@ pub enum Engine {
     Remote(ConnectTarget),
 }
 
+impl Engine {
+    /// The `mode` label of `dcgm_exporter_build_info`.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Engine::Embedded => "embedded",
+            Engine::Remote(_) => "remote",
+        }
+    }
+}
+
 /// What the worker thread owns: the session and the watches built on it.
 #[derive(Default)]
 pub struct Dcgm {

@@ -5,6 +5,7 @@ mod settings;
 
 use crate::attribution::{self, Attribution};
 use crate::common::kubeapi::KubeApi;
+use crate::config::counters::Counters;
 use crate::config::{cli, configmap};
 use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
 use crate::lifecycle::control::Control;
@@ -105,22 +106,7 @@ fn serve(
     let kube_api = kube_api_for(&stages.kube)?;
     let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
     let counters = Arc::new(collectors.load()?);
-    if stages.collect.emulate.at_least_4_8_3() {
-        crate::config::file::check_watch_groups(&stages.collect.watch_groups, &counters)
-            .map_err(|e| format!("{}: {e}", stages.config_file))?;
-    }
-    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &stages.engine {
-        // A kernel without vsock is a set-up error, not an engine still starting.
-        match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
-            dcgm_sys::vsock::Probe::Unsupported(why) => {
-                return Err(format!("-r/--remote-hostengine-info {t}: {why}"))
-            }
-            dcgm_sys::vsock::Probe::Unreachable(why) => {
-                tracing::warn!("the host engine at {t} does not answer yet: {why}")
-            }
-            dcgm_sys::vsock::Probe::Reachable => {}
-        }
-    }
+    check_before_dcgm(&stages, &counters)?;
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
     let server = match &stages.http {
         Some(h) => Some(http::Server::bind(h)?),
@@ -141,11 +127,9 @@ fn serve(
     if stages.exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
-    let mode = match &stages.engine {
-        Engine::Embedded => "embedded",
-        Engine::Remote(_) => "remote",
-    };
-    shared.metrics.set_build_info(&dcgm_version, mode);
+    shared
+        .metrics
+        .set_build_info(&dcgm_version, stages.engine.mode());
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library,
@@ -180,6 +164,28 @@ fn serve(
         }
     }
     served
+}
+
+/// What can be refused before DCGM is loaded: the config file's watch groups against the
+/// counters, and a `vsock://` engine on a kernel without vsock.
+fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(), String> {
+    if stages.collect.emulate.at_least_4_8_3() {
+        crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters)
+            .map_err(|e| format!("{}: {e}", stages.config_file))?;
+    }
+    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &stages.engine {
+        // A kernel without vsock is a set-up error, not an engine still starting.
+        match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
+            dcgm_sys::vsock::Probe::Unsupported(why) => {
+                return Err(format!("-r/--remote-hostengine-info {t}: {why}"))
+            }
+            dcgm_sys::vsock::Probe::Unreachable(why) => {
+                tracing::warn!("the host engine at {t} does not answer yet: {why}")
+            }
+            dcgm_sys::vsock::Probe::Reachable => {}
+        }
+    }
+    Ok(())
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
