@@ -1,8 +1,10 @@
-//! What every stage may use, beneath the data flow: `supervisor` (side threads restarted
+//! What every stage may use, beneath the data flow: `files` (inotify wake-ups for files
+//! the exporter re-reads), `supervisor` (side threads restarted
 //! after a panic and shown on /health), `kubeapi` (the Kubernetes API client the `-m`
 //! ConfigMap, the pod watch and the DRA watch share) and the self-metrics' name prefix.
 //! Nothing here imports a stage.
 
+pub mod files;
 pub mod kubeapi;
 pub mod supervisor;
 

@@ -8,7 +8,7 @@
 //! A broken new file is handled by the reload itself: the old counters stay, the error
 //! names file and line.
 
-use super::files::{DirEvents, Wake};
+use crate::common::files::{DirEvents, Wake};
 use crate::common::supervisor::{Beat, Supervisor};
 use crate::lifecycle::control::Control;
 use std::path::{Path, PathBuf};

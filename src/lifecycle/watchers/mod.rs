@@ -4,7 +4,6 @@
 
 pub mod bind_unbind;
 pub mod counters_file;
-pub mod files;
 
 use crate::lifecycle::app::Runner;
 use crate::lifecycle::control::Control;

@@ -2,11 +2,13 @@
 //! certificate, the key or the client CA changes on disk (cert-manager rotates certificates in
 //! place) and swaps the new state in atomically; connections and requests only load the
 //! current pointer, never touch the files. A broken new version is logged once and the
-//! previous one stays.
+//! previous one stays. The files' directories are watched with inotify
+//! (`common::files`); the files are stat'ed every 500 ms only where inotify cannot be used.
 
 use super::auth::BasicAuth;
 use super::webconfig::{ClientAuth, WebConfig};
 use super::{tls, webconfig};
+use crate::common::files::{DirEvents, Wake};
 use arc_swap::ArcSwap;
 use hyper::header::{HeaderName, HeaderValue};
 use std::os::unix::fs::MetadataExt;
@@ -16,8 +18,54 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio_rustls::TlsAcceptor;
 
-/// How often the watcher looks at the files (a `stat` each).
+/// How often the watcher looks at the files (a `stat` each) where inotify cannot be used.
 const POLL: Duration = Duration::from_millis(500);
+
+/// With inotify, how often the watcher wakes without an event, only to notice that every
+/// `Web` handle is gone (then it ends).
+const ALIVE_CHECK: Duration = Duration::from_secs(30);
+
+/// How long the files' directories must be quiet after an event before they are read.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// How the watcher learns of changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WatchMode {
+    /// Directory events from the kernel (inotify).
+    Events,
+    /// A `stat` of each file every 500 ms (inotify unavailable).
+    Polling,
+}
+
+/// After an event, waits until the directory has been quiet for [`SETTLE`]: a file being
+/// written (truncated, then filled) must not be read half-way, which could swap in a
+/// configuration without its users or certificate for a moment.
+fn settled(events: &DirEvents, first: Wake) -> Wake {
+    if first != Wake::Event {
+        return first;
+    }
+    loop {
+        match events.wait_timeout(SETTLE) {
+            Wake::Event => continue,
+            Wake::Timeout => return Wake::Event,
+            Wake::Gone => return Wake::Gone,
+        }
+    }
+}
+
+/// Events for the directories of `files`, or `None` (polling) where inotify cannot be used.
+fn events_for(files: &[PathBuf]) -> Option<DirEvents> {
+    match DirEvents::for_files(files) {
+        Ok(ev) => Some(ev),
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "cannot watch the web configuration's files with inotify: checking them every 500 ms instead"
+            );
+            None
+        }
+    }
+}
 
 /// What one connection is served with.
 pub struct WebState {
@@ -162,27 +210,57 @@ impl Web {
     }
 
     /// Starts the thread that re-reads the configuration when one of its files changes. It
-    /// ends by itself once every `Web` handle is gone.
-    pub fn watch(&self) -> Result<(), String> {
+    /// ends by itself once every `Web` handle is gone. `None` without a configuration file.
+    pub fn watch(&self) -> Result<Option<WatchMode>, String> {
+        self.watch_with(true)
+    }
+
+    /// As [`Self::watch`]; `inotify: false` polls (the fallback, for its test).
+    fn watch_with(&self, inotify: bool) -> Result<Option<WatchMode>, String> {
         let Some(source) = self.source.clone() else {
-            return Ok(());
+            return Ok(None);
         };
         let current = Arc::downgrade(&self.current);
         let reloads = self.reloads.clone();
+        // Started before the thread so that no change made after this returns is missed.
+        let events = if inotify {
+            events_for(&source.files)
+        } else {
+            None
+        };
+        let mode = if events.is_some() {
+            WatchMode::Events
+        } else {
+            WatchMode::Polling
+        };
         std::thread::Builder::new()
             .name("web-config".into())
-            .spawn(move || watch(&source, &current, &reloads))
-            .map(|_| ())
+            .spawn(move || watch(&source, events, &current, &reloads))
+            .map(|_| Some(mode))
             .map_err(|e| format!("cannot start the web configuration watcher: {e}"))
     }
 }
 
-fn watch(source: &Source, current: &Weak<ArcSwap<WebState>>, reloads: &AtomicU64) {
+fn watch(
+    source: &Source,
+    mut events: Option<DirEvents>,
+    current: &Weak<ArcSwap<WebState>>,
+    reloads: &AtomicU64,
+) {
     // A failed read records the new look of the files too, so a broken file is reported
     // once.
     let (mut files, mut seen) = (source.files.clone(), source.stamps.clone());
     loop {
-        std::thread::sleep(POLL);
+        let wake = match &events {
+            Some(ev) => settled(ev, ev.wait_timeout(ALIVE_CHECK)),
+            None => {
+                std::thread::sleep(POLL);
+                Wake::Timeout
+            }
+        };
+        if wake == Wake::Gone {
+            events = None;
+        }
         let Some(current) = current.upgrade() else {
             return;
         };
@@ -194,6 +272,10 @@ fn watch(source: &Source, current: &Weak<ArcSwap<WebState>>, reloads: &AtomicU64
         match source.read() {
             Ok((state, new_files)) => {
                 seen = stamps(&new_files);
+                if new_files != files && events.is_some() {
+                    // Certificates may have moved to other directories.
+                    events = events_for(&new_files);
+                }
                 files = new_files;
                 current.store(Arc::new(state));
                 tracing::info!(
@@ -254,6 +336,32 @@ mod tests {
             web.current().auth.is_some(),
             "a broken file replaced the state"
         );
+    }
+
+    /// inotify is used where the kernel has it (here), and the 500 ms stat loop is what
+    /// remains where it does not; both pick up a rewritten file, and a certificate named by
+    /// a new version of the file in another directory is watched from then on.
+    #[test]
+    fn changes_arrive_as_events_and_polling_is_the_fallback() {
+        for inotify in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("web.yml");
+            std::fs::write(&path, "").unwrap();
+            let web = Web::load(Some(&path), false).unwrap();
+            let mode = web.watch_with(inotify).unwrap();
+            let want = if inotify {
+                WatchMode::Events
+            } else {
+                WatchMode::Polling
+            };
+            assert_eq!(mode, Some(want));
+            std::fs::write(&path, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+            assert!(
+                wait_for(&web, |s| s.auth.is_some()),
+                "{want:?}: not reloaded"
+            );
+        }
+        assert_eq!(Web::load(None, false).unwrap().watch().unwrap(), None);
     }
 
     #[test]

@@ -48,21 +48,39 @@ impl DirEvents {
     /// Starts watching `file`'s directory (an error when inotify cannot be used: no
     /// instances or watches left, or a file system without it; callers fall back to polling).
     pub fn new(file: &Path) -> notify::Result<DirEvents> {
+        DirEvents::for_files(std::slice::from_ref(&file.to_path_buf()))
+    }
+
+    /// As [`Self::new`], for several files (a web configuration and the certificates it
+    /// names): the union of their directories.
+    pub fn for_files(files: &[PathBuf]) -> notify::Result<DirEvents> {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut watcher = notify::recommended_watcher(move |_event: notify::Result<_>| {
             // Errors (e.g. a queue overflow) wake the caller too: it re-reads the file.
             let _ = tx.send(());
         })?;
-        let mut dirs = dirs_of(file).into_iter();
-        // The file's own directory must be watched; the symlink target's is best effort
-        // (a ConfigMap's timestamped directory disappears at the next swap anyway, which
-        // the own directory sees).
-        if let Some(own) = dirs.next() {
-            watcher.watch(&own, RecursiveMode::NonRecursive)?;
-        }
-        for d in dirs {
-            if let Err(e) = watcher.watch(&d, RecursiveMode::NonRecursive) {
-                tracing::debug!(dir = %d.display(), error = %e, "cannot watch the symlink target's directory");
+        let mut watched: Vec<PathBuf> = Vec::new();
+        for file in files {
+            let mut dirs = dirs_of(file).into_iter();
+            // The file's own directory must be watched; the symlink target's is best effort
+            // (a ConfigMap's timestamped directory disappears at the next swap anyway, which
+            // the own directory sees).
+            if let Some(own) = dirs.next() {
+                if !watched.contains(&own) {
+                    watcher.watch(&own, RecursiveMode::NonRecursive)?;
+                    watched.push(own);
+                }
+            }
+            for d in dirs {
+                if watched.contains(&d) {
+                    continue;
+                }
+                match watcher.watch(&d, RecursiveMode::NonRecursive) {
+                    Ok(()) => watched.push(d),
+                    Err(e) => {
+                        tracing::debug!(dir = %d.display(), error = %e, "cannot watch the symlink target's directory")
+                    }
+                }
             }
         }
         Ok(DirEvents {
