@@ -32,7 +32,7 @@ pub mod versions;
 
 pub use error::{Error, Result, Status};
 pub use handles::{FieldGroup, Group};
-pub use loader::{exit_now, Library, Shutdown};
+pub use loader::{exit_now, Library, LibraryField, Shutdown};
 pub use session::{ConnectTarget, Session, SessionKind};
 pub use types::*;
 pub use value::{FieldReading, Reading, Sentinel, Value};

@@ -263,6 +263,7 @@ impl Collector {
         counters: Arc<Counters>,
         settings: Settings,
     ) -> Result<Collector, StartError> {
+        let counters = bind_units(&session, counters)?;
         let topology = Topology::discover(&session, settings.fake_gpus)?;
         for w in &topology.warnings {
             tracing::debug!("{w}");
@@ -530,6 +531,7 @@ impl Collector {
                         continue;
                     }
                 };
+                let value = crate::config::rename::value_of(c, fid, value);
                 let mut labels = t.labels_with(csv_labels);
                 let code;
                 if fid == fields::XID_ERRORS {
@@ -553,6 +555,36 @@ impl Collector {
         }
         self.exp.stop(&self.session);
     }
+}
+
+/// Binds the base-unit rows (dcgm-exporter 4.9.0 names) to a field of this library: the
+/// base-unit field when its metadata (id, value type and unit, asked through
+/// `DcgmFieldGetById`) is what the row expects, else the legacy field, converted.
+fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters>, StartError> {
+    if counters.all.iter().all(|c| c.unit.is_none()) {
+        return Ok(counters);
+    }
+    let lib = session.library().clone();
+    let mut failed = None;
+    let mut lookup = |id: u16| match lib.field_meta(id) {
+        Ok(m) => m.map(|m| (m.field_type, m.unit)),
+        Err(e) => {
+            failed.get_or_insert(e);
+            None
+        }
+    };
+    let (bound, notes) = crate::config::rename::choose_sources(&counters, &mut lookup);
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    for n in notes {
+        if n.starts_with("skipping") {
+            tracing::warn!("{n}");
+        } else {
+            tracing::info!("{n}");
+        }
+    }
+    Ok(Arc::new(bound))
 }
 
 /// Microseconds since the Unix epoch, DCGM's timestamp clock.

@@ -107,6 +107,10 @@ pub struct Counter {
     pub help: String,
     /// 1-based line of the CSV the record starts on.
     pub line: usize,
+    /// A base-unit metric (dcgm-exporter 4.9.0's name): read from the base-unit field where
+    /// the library has it, else converted from the legacy field in `field`
+    /// (see [`super::rename`]).
+    pub unit: Option<&'static super::rename::BaseUnit>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -220,7 +224,17 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         let cols: Vec<&str> = rec.fields.iter().map(|c| c.trim_matches(' ')).collect();
         let (name, ty, help) = (cols[0], cols[1], cols[2]);
         // Resolve the name first, as dcgm-exporter does: an unknown name is the error shown.
-        let (field, metric_name) = resolve(name).map_err(|m| err(line, m))?;
+        let (field, metric_name, unit) = match super::rename::resolve(name) {
+            // A base-unit name DCGM 4.6 does not know (all but GPU_UTIL_RATIO, which is field
+            // 203 there: which one it means depends on the generation, see rename.rs).
+            Some((b, n)) if fields::by_name(name).is_none() => {
+                (CounterField::Dcgm(b.legacy_meta()), n, Some(b))
+            }
+            _ => {
+                let (f, n) = resolve(name).map_err(|m| err(line, m))?;
+                (f, n, None)
+            }
+        };
         let prom_type = PromType::parse(ty).ok_or_else(|| {
             err(
                 line,
@@ -264,6 +278,7 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
             prom_type,
             help: help.to_string(),
             line,
+            unit,
         });
     }
     if out.all.is_empty() {
@@ -275,7 +290,8 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
 }
 
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
-/// decimal field id (our extension, exported under the 4.6 name).
+/// decimal field id (our extension, exported under the 4.6 name). Base-unit names and ids
+/// (dcgm-exporter 4.9.0's) are resolved before, by [`super::rename::resolve`].
 fn resolve(name: &str) -> Result<(CounterField, String), String> {
     if let Some(m) = fields::by_name(name) {
         return Ok((CounterField::Dcgm(m), name.to_string()));

@@ -9,4 +9,5 @@ pub mod duration;
 pub mod file;
 pub mod gocsv;
 pub mod hostname;
+pub mod rename;
 pub mod selector;
