@@ -54,6 +54,8 @@ pub struct Settings {
     /// Watch frequencies for fields matching a glob (the config file's watch groups); a
     /// field no group matches is watched at `interval_ms`.
     pub watch_groups: Vec<WatchGroup>,
+    /// The upstream release emulated (`--emulate-version`).
+    pub emulate: crate::config::emulate::UpstreamVersion,
 }
 
 /// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
@@ -671,6 +673,7 @@ mod retention_tests {
             keep_explicit: explicit,
             fake_gpus: false,
             watch_groups: Vec::new(),
+            emulate: Default::default(),
         }
     }
 

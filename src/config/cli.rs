@@ -2,6 +2,7 @@
 //! alias, environment variable and default, plus Go-flag spellings (`-collectors x`,
 //! `--f=x`, `-rbmn`, `--debug=false`) rewritten by [`normalize_args`] before clap sees them.
 
+use crate::config::emulate::UpstreamVersion;
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;
@@ -372,6 +373,10 @@ pub struct Config {
     /// Also export the exporter's process and HTTP handler metrics.
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS", action = ArgAction::Set, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", value_name = "BOOL", value_parser = go_bool!())]
     pub enable_exporter_metrics: bool,
+    /// The dcgm-exporter release to emulate: 4.8.4, 4.9.0 or 4.8.2 (label names, metric
+    /// types and help, default counters, config-file schemas, timeout defaults).
+    #[arg(long, env = "DCGM_EXPORTER_EMULATE_VERSION", value_name = "VERSION", default_value = "4.8.4", value_parser = clap::builder::ValueParser::new(str::parse::<UpstreamVersion>))]
+    pub emulate_version: UpstreamVersion,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -721,6 +726,7 @@ mod tests {
         ("health-require-gpus", None, Some("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS"), Some("false"), Bool),
         ("exit-if-hostengine-unreachable", None, Some("DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE"), Some("false"), Bool),
         ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
+        ("emulate-version", None, Some("DCGM_EXPORTER_EMULATE_VERSION"), Some("4.8.4"), Str),
         ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
         ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
     ];
@@ -731,6 +737,7 @@ mod tests {
             ("dcgm-log-level", _) => "DEBUG",
             ("log-format", _) => "json",
             ("kubernetes-gpu-id-type", _) => "device-name",
+            ("emulate-version", _) => "4.8.2",
             ("dump-compression", _) => "false",
             (_, Bool) => "true",
             (_, Int) => "1234",

@@ -20,6 +20,7 @@
 use crate::collect::WatchGroup;
 use crate::config::cli::Config;
 use crate::config::counters::{self, Counters};
+use crate::config::emulate::UpstreamVersion;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -27,6 +28,9 @@ use std::path::{Path, PathBuf};
 #[serde(deny_unknown_fields)]
 struct Raw {
     version: u32,
+    /// Ours: the upstream release to emulate (`--emulate-version`).
+    #[serde(default, rename = "emulateVersion")]
+    emulate_version: Option<String>,
     #[serde(default)]
     metrics: Option<RawMetrics>,
     #[serde(default)]
@@ -100,6 +104,8 @@ pub struct FileSettings {
     /// `collection.interval` in milliseconds.
     pub interval_ms: Option<u64>,
     pub watch_groups: Vec<WatchGroup>,
+    /// `emulateVersion` (ours).
+    pub emulate: Option<UpstreamVersion>,
 }
 
 fn parse_raw(path: &Path) -> Result<(String, Raw), String> {
@@ -121,6 +127,12 @@ fn parse_raw(path: &Path) -> Result<(String, Raw), String> {
 pub fn load(path: &Path) -> Result<FileSettings, String> {
     let (name, raw) = parse_raw(path)?;
     let mut out = FileSettings::default();
+    if let Some(v) = &raw.emulate_version {
+        out.emulate = Some(
+            v.parse()
+                .map_err(|e| format!("{name}: emulateVersion: {e}"))?,
+        );
+    }
     if let Some(m) = &raw.metrics {
         if m.file.is_some() && m.fields.is_some() {
             return Err(format!(
@@ -233,6 +245,11 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
             config.collectors_set = true;
         }
     }
+    if !config.is_explicit("emulate-version") {
+        if let Some(v) = fs.emulate {
+            config.emulate_version = v;
+        }
+    }
     if !config.is_explicit("collect-interval") {
         if let Some(ms) = fs.interval_ms {
             config.collect_interval = ms as i64;
@@ -317,6 +334,25 @@ mod tests {
     }
 
     #[test]
+    fn the_emulated_version_comes_from_the_file_unless_given_explicitly() {
+        let (_d, p) = write("version: 1\nemulateVersion: 4.8.2\n");
+        assert_eq!(load(&p).unwrap().emulate, Some(UpstreamVersion::V4_8_2));
+        let path = p.display().to_string();
+        let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
+        apply(&mut c).unwrap();
+        assert_eq!(c.emulate_version, UpstreamVersion::V4_8_2);
+        let mut c = crate::config::cli::parse_from([
+            "x",
+            "--config-file",
+            &path,
+            "--emulate-version=4.9.0",
+        ])
+        .unwrap();
+        apply(&mut c).unwrap();
+        assert_eq!(c.emulate_version, UpstreamVersion::V4_9_0);
+    }
+
+    #[test]
     fn inline_fields_resolve_like_csv_rows() {
         let (_d, p) = write(
             "version: 1\nmetrics:\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n      prometheusType: gauge\n      help: \"Temp, in C.\"\n    - {name: dcgm_power_usage, prometheusType: gauge}\n",
@@ -371,6 +407,11 @@ mod tests {
         );
         let e = err("version: 1\nmetrics:\n  file: a.csv\n  fields: []\n");
         assert!(e.contains("not both"), "{e}");
+        let e = err("version: 1\nemulateVersion: 4.8.3\n");
+        assert!(
+            e.contains("emulateVersion") && e.contains("4.8.2, 4.8.4 or 4.9.0"),
+            "{e}"
+        );
         let e = err("version: 1\nextra: 1\n");
         assert!(
             e.contains("unknown field `extra`") && e.contains("line 2"),

@@ -1,11 +1,13 @@
 //! Configuration: command-line flags and environment (`cli`), the counters CSV
 //! (`counters`, read by `gocsv` as Go's encoding/csv reads it), the `-d`/`-s`/`-p` device
-//! selectors (`selector`) and the `Hostname` label's value (`hostname`).
+//! selectors (`selector`), the `Hostname` label's value (`hostname`) and the upstream
+//! release emulated (`emulate`).
 
 pub mod cli;
 pub mod configmap;
 pub mod counters;
 pub mod duration;
+pub mod emulate;
 pub mod file;
 pub mod gocsv;
 pub mod hostname;

@@ -123,6 +123,7 @@ fn serve(
         keep_explicit,
         fake_gpus: config.fake_gpus,
         watch_groups: file_settings.watch_groups,
+        emulate: config.emulate_version,
     };
     let engine = match config.remote_hostengine() {
         Some(addr) => Engine::Remote(
