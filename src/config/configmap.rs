@@ -41,6 +41,29 @@ impl CountersSource {
         }
     }
 
+    /// [`CountersSource::load`] read for the emulated release: in 4.9.0 mode 4.8.x names
+    /// become 4.9.0's (one warning per renamed row, see `config::rename`) and a missing
+    /// default file means the built-in 4.9.0 set.
+    pub fn load_for(
+        &self,
+        version: crate::config::emulate::UpstreamVersion,
+    ) -> Result<Counters, String> {
+        use crate::config::rename::{self, Names};
+        let names = rename::names_of(version);
+        if let (CountersSource::File { path, given: false }, Names::V4_9_0) = (self, names) {
+            if std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+                tracing::info!(
+                    "no counters file at {} (the -f default); using the built-in 4.9.0 default \
+                     counter set",
+                    path.display()
+                );
+                return rename::builtin_default_4_9_0().map_err(|e| e.to_string());
+            }
+        }
+        let counters = self.load()?;
+        Ok(rename::for_generation(counters, &self.describe(), names))
+    }
+
     /// The file to watch for changes on disk (a ConfigMap has its own watch).
     pub fn path(&self) -> Option<&PathBuf> {
         match self {

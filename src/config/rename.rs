@@ -456,6 +456,15 @@ pub enum Names {
     V4_9_0,
 }
 
+/// The names an emulated release reads counters with.
+pub fn names_of(version: super::emulate::UpstreamVersion) -> Names {
+    if version >= super::emulate::UpstreamVersion::V4_9_0 {
+        Names::V4_9_0
+    } else {
+        Names::Legacy
+    }
+}
+
 /// Reads `counters` for a generation. For 4.9.0 every row under a 4.8.x name is exported
 /// under the 4.9.0 name and unit, with one warning naming its line;
 /// `DCGM_FI_DEV_GPU_UTIL_RATIO` is the 0-1 ratio. For 4.8.x, `DCGM_FI_DEV_GPU_UTIL_RATIO`
@@ -579,7 +588,7 @@ pub fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
             ty as char,
             type_names(b.base_type)
         )),
-        Some((_, unit)) if !b.base_units.contains(&unit.trim()) => Source::Derived(format!(
+        Some((_, unit)) if !unit_matches(&unit, b.base_units) => Source::Derived(format!(
             "the library's field {} is in '{}', not {}",
             b.id,
             unit.trim(),
@@ -604,7 +613,7 @@ pub fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
             type_names(expected),
             b.from
         )),
-        Some((_, unit)) if !b.legacy_units.contains(&unit.trim()) => Err(format!(
+        Some((_, unit)) if !unit_matches(&unit, b.legacy_units) => Err(format!(
             "the library's field {} is in '{}', not {}",
             b.legacy_id,
             unit.trim(),
@@ -612,6 +621,14 @@ pub fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// DCGM's unit text holds three characters (`char unit[4]`): "MB/s" reads "MB/".
+fn unit_matches(unit: &str, allowed: &[&str]) -> bool {
+    let u = unit.trim();
+    allowed
+        .iter()
+        .any(|a| *a == u || (unit.len() == 3 && a.len() > 3 && a.starts_with(unit)))
 }
 
 fn type_names(types: &[u8]) -> &'static str {
@@ -909,12 +926,21 @@ mod tests {
         let util = by_name("DCGM_FI_DEV_GPU_UTIL_RATIO").unwrap();
         let energy = by_name("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL").unwrap();
         // DCGM 4.6.0: no base-unit field.
-        let mut v460 = lib(&[(100, b'i', ""), (203, b'i', ""), (156, b'i', " mJ")]);
+        let mut v460 = lib(&[
+            (100, b'i', ""),
+            (203, b'i', ""),
+            (156, b'i', " mJ"),
+            (449, b'i', "MB/"),
+        ]);
         assert!(
             matches!(source_of(sm, &mut v460), Source::Derived(w) if w.contains("no field 1603"))
         );
         assert_eq!(legacy_ok(sm, &mut v460), Ok(()));
         assert_eq!(legacy_ok(energy, &mut v460), Ok(()));
+        // "MB/s" does not fit DCGM's four-byte unit text.
+        let nvl = by_name("DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND").unwrap();
+        assert_eq!(legacy_ok(nvl, &mut v460), Ok(()));
+        assert!(legacy_ok(nvl, &mut lib(&[(449, b'i', "KB/")])).is_err());
         // A later library with the fields in the expected units.
         let mut later = lib(&[(1603, b'i', "Hz"), (1613, b'd', ""), (1611, b'i', " J")]);
         assert_eq!(source_of(sm, &mut later), Source::Direct);

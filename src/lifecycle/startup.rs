@@ -101,7 +101,7 @@ fn serve(
     let (control_tx, control_rx) = std::sync::mpsc::channel::<app::Control>();
     let kube_api = kube_api_for(&config)?;
     let collectors = counters_source(&config, kube_api.as_ref(), &control_tx)?;
-    let counters = Arc::new(collectors.load()?);
+    let counters = Arc::new(collectors.load_for(config.emulate_version)?);
     let (keep_age_s, keep_samples, keep_explicit) = operations::keep_limits(&config)?;
     let settings = collect::Settings {
         gpus: selector::parse("-d", &config.devices)?,
