@@ -83,6 +83,9 @@ fn the_4_9_0_page_on_a_dcgm_4_6_simulator_matches_the_fixture() {
     );
 }
 
+/// (4.8.x metric, 4.9.0 metric, conversion from the first to the second).
+type Pair = (&'static str, &'static str, fn(f64) -> f64);
+
 #[test]
 fn converted_values_equal_the_legacy_ones_in_one_scrape() {
     // The 8-GPU default node, values moving: both rows of a pair come from one reading.
@@ -91,7 +94,7 @@ fn converted_values_equal_the_legacy_ones_in_one_scrape() {
     let page = e.scrape_until(30, |p| {
         series(p, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND").len() == 8
     });
-    let pairs: [(&str, &str, fn(f64) -> f64); 13] = [
+    let pairs: [Pair; 13] = [
         ("DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_SM_CLOCK_HERTZ", |v| {
             v * 1e6
         }),

@@ -165,6 +165,47 @@ mod tests {
     use super::*;
 
     #[test]
+    fn counters_are_read_for_the_emulated_release() {
+        use crate::config::emulate::UpstreamVersion::{V4_8_4, V4_9_0};
+        let names = |c: &Counters| c.all.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let missing = CountersSource::File {
+            path: "/nonexistent/default-counters.csv".into(),
+            given: false,
+        };
+        // A missing default file: each release's built-in set.
+        let v49 = missing.load_for(V4_9_0).unwrap();
+        assert_eq!(names(&v49)[0], "DCGM_FI_DEV_SM_CLOCK_HERTZ");
+        assert!(names(&v49).contains(&"DCGM_FI_DEV_FB_CAPACITY_BYTES".to_string()));
+        assert!(v49.warnings.is_empty());
+        assert_eq!(
+            names(&missing.load_for(V4_8_4).unwrap())[0],
+            "DCGM_FI_DEV_SM_CLOCK"
+        );
+        // A file that was named must exist, in every mode.
+        let given = CountersSource::File {
+            path: "/nonexistent/c.csv".into(),
+            given: true,
+        };
+        assert!(given
+            .load_for(V4_9_0)
+            .unwrap_err()
+            .starts_with("/nonexistent/c.csv: "));
+        // A 4.8.x file in 4.9.0 mode: renamed, a warning per row naming the file and line.
+        let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/default-counters.csv");
+        let file = CountersSource::File {
+            path: old.clone(),
+            given: true,
+        };
+        let c = file.load_for(V4_9_0).unwrap();
+        assert_eq!(names(&c)[0], "DCGM_FI_DEV_SM_CLOCK_HERTZ");
+        assert_eq!(c.warnings.len(), 23, "{:?}", c.warnings);
+        assert!(
+            c.warnings[0].starts_with(&format!("{}:14: DCGM_FI_DEV_SM_CLOCK (MHz)", old.display()))
+        );
+        assert!(file.load_for(V4_8_4).unwrap().warnings.is_empty());
+    }
+
+    #[test]
     fn the_reference_is_namespace_colon_name() {
         assert_eq!(
             parse_ref("gpu:exporter-metrics-config-map").unwrap(),
