@@ -297,3 +297,21 @@ fn a_4_9_0_counters_file_loads_in_the_default_mode_on_dcgm_4_6() {
         "default-counters-4.9.0.csv:28: DCGM_FI_DEV_GPU_UTIL_RATIO is field 203 in integer percent"
     ));
 }
+
+#[test]
+fn list_fields_shows_the_base_unit_metrics_and_their_legacy_source() {
+    let out = exporter_command().arg("--list-fields").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hz = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK_HERTZ "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        hz.contains(" 1603 ") && hz.ends_with("(DCGM 4.6.1; else field 100 in MHz x 10^6)"),
+        "{hz}"
+    );
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL_RATIO ") && l.contains(" 1613 ")));
+}
