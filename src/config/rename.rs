@@ -858,6 +858,21 @@ mod tests {
     }
 
     #[test]
+    fn watch_group_globs_match_a_base_unit_metric_on_either_field() {
+        use super::super::file::field_matches;
+        // Derived: read from field 100; direct: field 1603. Either way the 4.9.0 name and the
+        // 4.8.x name select it; other fields are not caught.
+        for id in [100, 1603] {
+            assert!(field_matches("DCGM_FI_DEV_SM_CLOCK_HERTZ", id), "{id}");
+            assert!(field_matches("DCGM_FI_DEV_SM_CLOCK*", id), "{id}");
+            assert!(field_matches("DCGM_FI_DEV_SM_CLOCK", id), "{id}");
+        }
+        assert!(!field_matches("DCGM_FI_DEV_SM_CLOCK_HERTZ", 101));
+        assert!(!field_matches("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1603));
+        assert!(field_matches("DCGM_FI_DEV_GPU_TEMP", 150));
+    }
+
+    #[test]
     fn conversions_are_exact() {
         let b = |n| by_name(n).unwrap();
         assert_eq!(
