@@ -315,3 +315,46 @@ fn list_fields_shows_the_base_unit_metrics_and_their_legacy_source() {
         .lines()
         .any(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL_RATIO ") && l.contains(" 1613 ")));
 }
+
+#[test]
+fn a_host_engine_older_than_the_library_gets_the_legacy_field() {
+    // The client library knows the base-unit fields (its DCGM_SIM_PROFILE says so); the
+    // remote engine, on a DCGM 4.6.0 profile, does not: the rows are derived, not lost.
+    let dir = tempfile::tempdir().unwrap();
+    let later = dir.path().join("later.toml");
+    let fixed = std::fs::read_to_string(repo("etc/sim/units-fixed.toml")).unwrap();
+    std::fs::write(
+        &later,
+        fixed.replace("seed = 11\n", "seed = 11\nbase_unit_fields = true\n"),
+    )
+    .unwrap();
+    let port = free_port();
+    let _engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let csv = repo("etc/default-counters-4.9.0.csv");
+    let e = exporter()
+        .args(&["-f", csv.to_str().unwrap(), v49()])
+        .args(&["-r", &format!("127.0.0.1:{port}")])
+        .env("DCGM_SIM_PROFILE", later.to_str().unwrap())
+        .start();
+    let page = e.scrape_until(30, |p| {
+        !series(p, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL").is_empty()
+    });
+    // Derived: the legacy value / 1000, not DCGM's whole joules.
+    assert_eq!(
+        gpu0(&page, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"),
+        123_456.789
+    );
+    assert_eq!(gpu0(&page, "DCGM_FI_DEV_SM_CLOCK_HERTZ"), 1_410_000_000.0);
+    let log = e.stderr();
+    assert!(
+        log.contains(
+            "DCGM_FI_DEV_SM_CLOCK_HERTZ: the host engine refused field 1603 though the library \
+             knows it; derived from field 100"
+        ),
+        "{log}"
+    );
+    assert!(
+        !log.contains("level=warning msg=\"DCGM_FI_DEV_SM_CLOCK_HERTZ"),
+        "{log}"
+    );
+}

@@ -575,8 +575,25 @@ fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters
             None
         }
     };
-    let (bound, notes) = crate::config::rename::choose_sources(&counters, &mut lookup);
-    if let Some(e) = failed {
+    // The engine checks a field group's ids against its own table: a remote engine older
+    // than this library refuses a base-unit field it does not know.
+    let mut probe_failed = None;
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut engine_has = |id: u16| {
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("dcgm-exporter-probe-{}-{n}", std::process::id());
+        match session.create_field_group(&name, &[id]) {
+            Ok(_) => true,
+            Err(e) if failures::is_fatal(&e) => {
+                probe_failed.get_or_insert(e);
+                false
+            }
+            Err(_) => false,
+        }
+    };
+    let (bound, notes) =
+        crate::config::rename::choose_sources(&counters, &mut lookup, &mut engine_has);
+    if let Some(e) = failed.or(probe_failed) {
         return Err(e.into());
     }
     for n in notes {

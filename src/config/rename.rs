@@ -642,10 +642,15 @@ fn type_names(types: &[u8]) -> &'static str {
 }
 
 /// Binds every base-unit row to its source on this library: the base-unit field when the
-/// library has it ([`source_of`]), else the legacy field, whose values the collector
-/// converts. A row whose legacy field does not hold what the conversion expects either is
+/// library has it ([`source_of`]) and the host engine takes it (`engine_has`: a remote
+/// engine may be older than the client library), else the legacy field, whose values the
+/// collector converts. A row whose legacy field does not hold what the conversion expects either is
 /// left out, with a warning (returned, for the log). Returns the bound counters.
-pub fn choose_sources(counters: &Counters, lookup: &mut Lookup<'_>) -> (Counters, Vec<String>) {
+pub fn choose_sources(
+    counters: &Counters,
+    lookup: &mut Lookup<'_>,
+    engine_has: &mut dyn FnMut(u16) -> bool,
+) -> (Counters, Vec<String>) {
     let mut out = Counters {
         all: Vec::with_capacity(counters.all.len()),
         warnings: counters.warnings.clone(),
@@ -657,7 +662,14 @@ pub fn choose_sources(counters: &Counters, lookup: &mut Lookup<'_>) -> (Counters
             continue;
         };
         let mut c = c.clone();
-        match source_of(b, lookup) {
+        let source = match source_of(b, lookup) {
+            Source::Direct if !engine_has(b.id) => Source::Derived(format!(
+                "the host engine refused field {} though the library knows it",
+                b.id
+            )),
+            other => other,
+        };
+        match source {
             Source::Direct => {
                 notes.push(format!(
                     "{}: watching field {} ({}) directly",
@@ -983,7 +995,7 @@ mod tests {
         );
         let c = for_generation(c, "t.csv", Names::V4_9_0);
         let mut later = lib(&[(1603, b'i', "Hz"), (156, b'i', " mJ"), (203, b'i', "")]);
-        let (bound, notes) = choose_sources(&c, &mut later);
+        let (bound, notes) = choose_sources(&c, &mut later, &mut |_| true);
         let ids: Vec<u16> = bound
             .all
             .iter()
@@ -1016,7 +1028,7 @@ mod tests {
             "t",
             Names::V4_9_0,
         );
-        let (bound, notes) = choose_sources(&one, &mut odd);
+        let (bound, notes) = choose_sources(&one, &mut odd, &mut |_| true);
         assert!(bound.all.is_empty());
         assert!(
             notes[0].starts_with("skipping DCGM_FI_DEV_GPU_UTIL_RATIO"),
