@@ -50,7 +50,7 @@ impl CountersSource {
     ) -> Result<Counters, String> {
         use crate::config::rename::{self, Names};
         let names = rename::names_of(version);
-        if let (CountersSource::File { path, given: false }, Names::V4_9_0) = (self, names) {
+        if let (CountersSource::File { path, given: false, .. }, Names::V4_9_0) = (self, names) {
             if std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
                 tracing::info!(
                     "no counters file at {} (the -f default); using the built-in 4.9.0 default \
