@@ -228,6 +228,16 @@ fn a_library_that_knows_the_base_unit_fields_is_read_directly() {
         .contains("DCGM_FI_DEV_SM_CLOCK_HERTZ: watching field 1603 (Hz) directly"));
 }
 
+/// The line of etc/default-counters.csv that starts with `prefix`.
+fn line_of(prefix: &str) -> usize {
+    std::fs::read_to_string(repo("etc/default-counters.csv"))
+        .unwrap()
+        .lines()
+        .position(|l| l.starts_with(prefix))
+        .expect("the row")
+        + 1
+}
+
 #[test]
 fn a_4_8_counters_file_in_4_9_0_mode_is_renamed_with_one_warning_per_row() {
     let old = repo("etc/default-counters.csv");
@@ -246,16 +256,20 @@ fn a_4_8_counters_file_in_4_9_0_mode_is_renamed_with_one_warning_per_row() {
     // 11 rows change field and unit; 11 metrics and the driver label keep their field.
     assert_eq!(warned.len(), 23, "{log}");
     assert!(
-        warned.iter().any(|l| l.contains(
-            "default-counters.csv:14: DCGM_FI_DEV_SM_CLOCK (MHz) is DCGM_FI_DEV_SM_CLOCK_HERTZ \
-             (Hz) in dcgm-exporter 4.9.0; exported as DCGM_FI_DEV_SM_CLOCK_HERTZ"
-        )),
+        warned.iter().any(|l| l.contains(&format!(
+            "default-counters.csv:{}: DCGM_FI_DEV_SM_CLOCK (MHz) is \
+                 DCGM_FI_DEV_SM_CLOCK_HERTZ (Hz) in dcgm-exporter 4.9.0; exported as \
+                 DCGM_FI_DEV_SM_CLOCK_HERTZ",
+            line_of("DCGM_FI_DEV_SM_CLOCK,")
+        ))),
         "{log}"
     );
     assert!(
-        warned.iter().any(|l| l.contains(
-            "default-counters.csv:19: DCGM_FI_DEV_GPU_TEMP is named DCGM_FI_DEV_GPU_TEMP_CELSIUS"
-        )),
+        warned.iter().any(|l| l.contains(&format!(
+            "default-counters.csv:{}: DCGM_FI_DEV_GPU_TEMP is named \
+                 DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+            line_of("DCGM_FI_DEV_GPU_TEMP,")
+        ))),
         "{log}"
     );
     // The same page as the 4.9.0 file gives, less the row 4.8.x did not have.

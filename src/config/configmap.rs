@@ -50,7 +50,13 @@ impl CountersSource {
     ) -> Result<Counters, String> {
         use crate::config::rename::{self, Names};
         let names = rename::names_of(version);
-        if let (CountersSource::File { path, given: false, .. }, Names::V4_9_0) = (self, names) {
+        if let (
+            CountersSource::File {
+                path, given: false, ..
+            },
+            Names::V4_9_0,
+        ) = (self, names)
+        {
             if std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
                 tracing::info!(
                     "no counters file at {} (the -f default); using the built-in 4.9.0 default \
@@ -199,9 +205,16 @@ mod tests {
         let c = file.load_for(V4_9_0).unwrap();
         assert_eq!(names(&c)[0], "DCGM_FI_DEV_SM_CLOCK_HERTZ");
         assert_eq!(c.warnings.len(), 23, "{:?}", c.warnings);
-        assert!(
-            c.warnings[0].starts_with(&format!("{}:14: DCGM_FI_DEV_SM_CLOCK (MHz)", old.display()))
-        );
+        let line = std::fs::read_to_string(&old)
+            .unwrap()
+            .lines()
+            .position(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK,"))
+            .unwrap()
+            + 1;
+        assert!(c.warnings[0].starts_with(&format!(
+            "{}:{line}: DCGM_FI_DEV_SM_CLOCK (MHz)",
+            old.display()
+        )));
         assert!(file.load_for(V4_8_4).unwrap().warnings.is_empty());
     }
 
