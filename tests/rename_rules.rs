@@ -36,6 +36,10 @@ fn the_rename_rules_pass_promtool_check_and_unit_tests() {
     assert!(out.contains("SUCCESS: 44 rules found"), "{out}");
     let out = support::prom::promtool_in(&dir, &["test", "rules", "dcgm-rename.rules.test.yml"]);
     assert!(out.contains("SUCCESS"), "{out}");
+    // Rules in 4.8.x names (the HPA recipe) over a 4.8.4 node and a 4.9.0 node.
+    let out =
+        support::prom::promtool_in(&dir, &["test", "rules", "dcgm-rename-hpa.rules.test.yml"]);
+    assert!(out.contains("SUCCESS"), "{out}");
 }
 
 /// The conversion a rule applies to its source, as written after the selector.
