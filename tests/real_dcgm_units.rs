@@ -142,3 +142,53 @@ fn the_4_9_0_default_set_on_the_real_library() {
         Some(support::nvml_yaml::DRIVER_VERSION)
     );
 }
+
+/// GPU 0's value of every DCGM metric on the page, and the series count per metric.
+fn observe(e: &Exporter) -> (String, String) {
+    let page = e.scrape_until(30, |p| {
+        p.iter().any(|s| {
+            s.name == "dcgm_exporter_collections_total"
+                && s.label("result") == Some("success")
+                && s.value >= 2.0
+        })
+    });
+    let mut per_metric: std::collections::BTreeMap<&str, usize> = Default::default();
+    for s in page.iter().filter(|s| s.name.starts_with("DCGM_")) {
+        *per_metric.entry(&s.name).or_default() += 1;
+    }
+    let gpu0: std::collections::BTreeMap<&str, f64> = page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_") && s.label("gpu") == Some("0"))
+        .map(|s| (s.name.as_str(), s.value))
+        .collect();
+    (format!("{per_metric:?}"), format!("{gpu0:?}"))
+}
+
+#[test]
+fn the_4_9_0_page_of_the_simulator_agrees_with_the_real_library() {
+    // etc/sim/real-kit.toml is the simulated twin of four default injected GPUs
+    // (tests/conformance.rs compares the 4.8.x page the same way).
+    let csv = repo("etc/default-counters-4.9.0.csv");
+    let args = ["-f", csv.to_str().unwrap(), "--emulate-version=4.9.0"];
+    let sim = exporter().profile("real-kit.toml").args(&args).start();
+    let sim = observe(&sim);
+    assert!(
+        sim.1
+            .contains("\"DCGM_FI_DEV_SM_CLOCK_HERTZ\": 345000000.0"),
+        "{}",
+        sim.1
+    );
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("units-conformance");
+    let yaml = dir.yaml(&vec![Gpu::default(); 4]);
+    let real = kit.embedded(&yaml).args(&args).start();
+    let real = observe(&real);
+    assert_eq!(
+        sim.0, real.0,
+        "series per metric: dcgm-sim, then the real DCGM"
+    );
+    assert_eq!(
+        sim.1, real.1,
+        "GPU 0's values: dcgm-sim, then the real DCGM"
+    );
+}
