@@ -372,3 +372,30 @@ fn a_host_engine_older_than_the_library_gets_the_legacy_field() {
         "{log}"
     );
 }
+
+#[test]
+fn a_base_unit_label_row_is_converted_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("label.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\nDCGM_FI_DEV_FB_CAPACITY_BYTES, label, capacity\n\
+         DCGM_FI_DEV_SM_CLOCK_HERTZ, label, clock\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(30, |p| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP_CELSIUS")
+            .first()
+            .is_some_and(|s| s.label("DCGM_FI_DEV_SM_CLOCK_HERTZ").is_some())
+    });
+    let t = series(&page, "DCGM_FI_DEV_GPU_TEMP_CELSIUS")[0];
+    assert_eq!(
+        t.label("DCGM_FI_DEV_FB_CAPACITY_BYTES"),
+        Some("85520809984")
+    );
+    assert_eq!(t.label("DCGM_FI_DEV_SM_CLOCK_HERTZ"), Some("1410000000"));
+}

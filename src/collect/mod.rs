@@ -491,7 +491,17 @@ impl Collector {
                 if let Some(Reading::Value(v)) =
                     by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
                 {
-                    if let Some(s) = label_text(v) {
+                    // A base-unit row read from its legacy field is converted here too.
+                    let converted = match (c.unit, v) {
+                        (Some(_), Value::Int64(i)) => Some(Value::Double(
+                            crate::config::rename::value_of(c, field_id(c), *i as f64),
+                        )),
+                        (Some(_), Value::Double(d)) => Some(Value::Double(
+                            crate::config::rename::value_of(c, field_id(c), *d),
+                        )),
+                        _ => None,
+                    };
+                    if let Some(s) = label_text(converted.as_ref().unwrap_or(v)) {
                         labels.push((c.name.clone(), s));
                     }
                 }
