@@ -108,5 +108,24 @@ fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
             f.tag
         )?;
     }
+    // The 4.9.0 names DCGM 4.6.0 lacks: read from their field where the loaded library has
+    // it, else converted from the legacy field (docs/metrics.md).
+    for b in dcgm_exporter::config::rename::BASE_UNITS {
+        let m = b.base_meta();
+        writeln!(
+            out,
+            "{:<58} {:>5} {:<4} {:<9} {:<6} {} (DCGM {}; else field {} in {} {})",
+            b.name,
+            b.id,
+            m.field_type as char,
+            dcgm_sys::fields::entity_group_name(m.entity_level),
+            b.to,
+            m.tag,
+            b.since,
+            b.legacy_id,
+            b.from,
+            b.op.describe()
+        )?;
+    }
     out.flush()
 }

@@ -1,7 +1,8 @@
 //! The Grafana dashboard in etc/dashboards/ works on our output: every PromQL expression in
 //! it, with the dashboard's variables resolved the way Grafana resolves them, returns data
 //! from a real Prometheus scraping the exporter on a simulated node (MIG panels on the mixed
-//! MIG profile).
+//! MIG profile), in 4.8.x names, in dcgm-exporter 4.9.0's names and units, and on a fleet
+//! running both (each node's series once).
 
 mod support;
 use serde_json::Value;
@@ -115,6 +116,24 @@ fn the_dashboard_declares_its_variables_and_queries() {
 
 #[test]
 fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
+    gpu_and_mig_queries(&["4.8.4"]);
+}
+
+/// dcgm-exporter 4.9.0's names and units (the chart's 4.8.x metric list, renamed).
+#[test]
+fn every_gpu_and_mig_query_returns_data_on_4_9_0_names() {
+    gpu_and_mig_queries(&["4.9.0"]);
+}
+
+/// A fleet half-way through the upgrade: one node on each generation, each shown once.
+#[test]
+fn every_gpu_and_mig_query_returns_both_generations_of_a_mixed_fleet() {
+    gpu_and_mig_queries(&["4.8.4", "4.9.0"]);
+}
+
+/// Starts one exporter per emulated release on the MIG profile, one Prometheus scraping all
+/// of them, and checks every GPU and MIG query of the dashboard against it.
+fn gpu_and_mig_queries(versions: &[&str]) {
     if !require_tool(
         "prometheus",
         "apt-get install prometheus; .ci/run does this",
@@ -124,36 +143,65 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
     // The chart's metric list: the profiling fields the dashboard shows are in it. The XID
     // panel needs an XID: DCGM has no XID sample before one.
     let dir = tempfile::tempdir().unwrap();
-    let faults = dir.path().join("control");
-    let e = exporter()
-        .profile("a100-mixed-mig.toml")
-        .env("DCGM_SIM_CONTROL", faults.to_str().unwrap())
-        .args(&[
-            "-f",
-            repo("deployment/files/default-counters.csv")
-                .to_str()
-                .unwrap(),
-        ])
-        .start();
-    control(&faults, "xid 5 79");
+    let mut exporters = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        let faults = dir.path().join(format!("control-{i}"));
+        let e = exporter()
+            .profile("a100-mixed-mig.toml")
+            .env("DCGM_SIM_CONTROL", faults.to_str().unwrap())
+            .args(&[
+                "-f",
+                repo("deployment/files/default-counters.csv")
+                    .to_str()
+                    .unwrap(),
+                &format!("--emulate-version={v}"),
+            ])
+            .start();
+        control(&faults, "xid 5 79");
+        exporters.push(e);
+    }
+    let targets: Vec<String> = exporters
+        .iter()
+        .map(|e| format!("127.0.0.1:{}", e.port))
+        .collect();
     // The alert pack loaded, so that the alert panel has ALERTS to show (XID 79 fires
     // DcgmGpuFallenOffBus at once).
     let rules = repo("etc/prometheus/dcgm-alerts.rules.yml");
+    let list = targets
+        .iter()
+        .map(|t| format!("'{t}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let prom = Prometheus::with_rules(
-        &format!(
-            "  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-            e.port
-        ),
+        &format!("  - job_name: dcgm\n    static_configs:\n      - targets: [{list}]\n"),
         &[rules.as_path()],
     );
-    prom.wait_for("DCGM_FI_DEV_GPU_TEMP", 60);
-    prom.wait_for("DCGM_FI_DEV_XID_ERRORS", 30);
-    // rate() needs two scrapes inside its window.
-    prom.wait_for("rate(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION[10s])", 30);
+    for (e, v) in exporters.iter().zip(versions) {
+        let i = format!("instance=\"127.0.0.1:{}\"", e.port);
+        let (temp, xid, energy) = if *v == "4.9.0" {
+            (
+                "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+                "DCGM_FI_DEV_XID_ERROR",
+                "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+            )
+        } else {
+            (
+                "DCGM_FI_DEV_GPU_TEMP",
+                "DCGM_FI_DEV_XID_ERRORS",
+                "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            )
+        };
+        prom.wait_for(&format!("{temp}{{{i}}}"), 60);
+        prom.wait_for(&format!("{xid}{{{i}}}"), 30);
+        // rate() needs two scrapes inside its window.
+        prom.wait_for(&format!("rate({energy}{{{i}}}[10s])"), 30);
+    }
 
     let dash = dashboard();
     let vars = resolve_variables(&dash, &prom);
-    assert_eq!(vars["instance"], format!("(127.0.0.1:{})", e.port));
+    let mut instances = targets.clone();
+    instances.sort();
+    assert_eq!(vars["instance"], format!("({})", instances.join("|")));
     assert_eq!(vars["gpu"], "(0|1|2|3|4|5|6|7)", "every GPU of the profile");
     let mut checked = 0;
     for (title, expr) in expressions(&dash) {
@@ -163,6 +211,28 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
         let q = interpolate(&expr, &vars);
         let result = prom.wait_for(&q, 20);
         checked += 1;
+        // Each node's series once, whichever generation it runs (panels that aggregate
+        // over nodes drop the instance label).
+        let mut per_series: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &result {
+            let m = &r["metric"];
+            if let Some(inst) = m["instance"].as_str() {
+                let key = format!("{inst}/{}/{}", m["gpu"], m["GPU_I_ID"]);
+                *per_series.entry(key).or_default() += 1;
+            }
+        }
+        if !per_series.is_empty() && !expr.contains("max by") {
+            for t in &targets {
+                assert!(
+                    per_series.keys().any(|k| k.starts_with(&format!("{t}/"))),
+                    "{title}: no series of {t}: {q}"
+                );
+            }
+            assert!(
+                per_series.values().all(|&n| n == 1),
+                "{title}: {per_series:?}"
+            );
+        }
         if expr.contains("GPU_I_ID!=") {
             // MIG panels show GPU instances only, and all of them.
             for r in &result {
@@ -193,16 +263,17 @@ fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
                 })
                 .collect();
             // etc/sim/a100-mixed-mig.toml: 7+2 1g.10gb, one 2g.20gb, 3g.40gb on GPUs 1 and
-            // 3, one 4g.40gb and one 7g.80gb.
+            // 3, one 4g.40gb and one 7g.80gb; per node.
+            let n = versions.len();
             let want: BTreeMap<String, String> = [
-                ("1g.10gb", "9"),
-                ("2g.20gb", "1"),
-                ("3g.40gb", "2"),
-                ("4g.40gb", "1"),
-                ("7g.80gb", "1"),
+                ("1g.10gb", 9),
+                ("2g.20gb", 1),
+                ("3g.40gb", 2),
+                ("4g.40gb", 1),
+                ("7g.80gb", 1),
             ]
             .into_iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .map(|(a, b)| (a.to_string(), (b * n).to_string()))
             .collect();
             assert_eq!(by, want, "{q}");
         }

@@ -33,7 +33,7 @@ pub mod vsock;
 
 pub use error::{Error, Result, Status};
 pub use handles::{FieldGroup, Group};
-pub use loader::{exit_now, Library, Shutdown};
+pub use loader::{exit_now, Library, LibraryField, Shutdown};
 pub use session::{ConnectTarget, Session, SessionKind, MAX_VALUES_PER_CALL};
 pub use types::*;
 pub use value::{FieldReading, Reading, Sentinel, Value};

@@ -48,6 +48,19 @@ struct State {
     sessions: usize,
 }
 
+/// A field as the loaded library's metadata describes it ([`Library::field_meta`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LibraryField {
+    pub id: u16,
+    /// `DCGM_FT_*` as its ASCII code (`b'i'`, `b'd'`, ...).
+    pub field_type: u8,
+    pub tag: String,
+    pub entity_level: u32,
+    pub short_name: String,
+    /// The dmon unit text, untrimmed (`" C"`, `"Hz"`, often empty).
+    pub unit: String,
+}
+
 /// How [`Library::shutdown`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shutdown {
@@ -220,6 +233,56 @@ impl Library {
         let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
         let text = String::from_utf8_lossy(&raw[..end]);
         Ok(build_info_version(&text).unwrap_or("unknown").to_string())
+    }
+
+    /// What this library's own field table says of field `id` (`DcgmFieldsInit`, then
+    /// `DcgmFieldGetById`): `None` when the library has no such field. The table is the
+    /// client library's, also for a remote host engine, and tells which DCGM release's
+    /// fields (ids, value types, units) this library knows.
+    pub fn field_meta(&self, id: u16) -> Result<Option<LibraryField>> {
+        let init = sym!(self, DcgmFieldsInit);
+        let get = sym!(self, DcgmFieldGetById);
+        // SAFETY: no arguments; idempotent, and safe to call before or after dcgmInit.
+        let rc = unsafe { init() };
+        if rc != 0 {
+            return Err(Error::Dcgm {
+                function: "DcgmFieldsInit",
+                status: Status::from_code(rc).unwrap_or(Status::GenericError),
+                message: format!("DcgmFieldsInit returned {rc}"),
+            });
+        }
+        // SAFETY: takes any id; returns NULL or a pointer into the library's field table,
+        // valid until DcgmFieldsTerm, which nothing in this crate calls.
+        let p = unsafe { get(id) };
+        if p.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: non-NULL pointers from DcgmFieldGetById point to a dcgm_field_meta_t.
+        let m = unsafe { *p };
+        let text = |chars: &[std::ffi::c_char]| -> String {
+            let bytes: Vec<u8> = chars
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&b| b != 0)
+                .collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        };
+        let (short_name, unit) = if m.valueFormat.is_null() {
+            (String::new(), String::new())
+        } else {
+            // SAFETY: a non-NULL valueFormat points to the field's output format, which
+            // lives in the same table as the meta.
+            let f = unsafe { *m.valueFormat };
+            (text(&f.shortName), text(&f.unit))
+        };
+        Ok(Some(LibraryField {
+            id: m.fieldId,
+            field_type: m.fieldType as u8,
+            tag: text(&m.tag),
+            entity_level: m.entityLevel,
+            short_name,
+            unit,
+        }))
     }
 
     /// `errorString()` of a code, or a generic text when the library has none.

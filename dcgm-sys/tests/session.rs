@@ -362,3 +362,42 @@ fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restar
     );
     assert_eq!(s2.gpus(false).unwrap().len(), 8);
 }
+
+#[test]
+fn field_metadata_comes_from_the_librarys_own_table() {
+    {
+        let (_g, s) = embedded();
+        let lib = s.library();
+        let t = lib.field_meta(150).unwrap().expect("field 150");
+        assert_eq!(
+            (t.id, t.field_type, t.tag.as_str(), t.unit.as_str()),
+            (150, b'i', "gpu_temp", " C")
+        );
+        // DCGM's unit text holds three characters.
+        assert_eq!(lib.field_meta(449).unwrap().unwrap().unit, "MB/");
+        // DCGM 4.6.0 has no base-unit field, and no field 0.
+        assert_eq!(lib.field_meta(1603).unwrap(), None);
+        assert_eq!(lib.field_meta(0).unwrap(), None);
+    }
+    // A library that knows DCGM 4.6.1's and 4.7's base-unit fields.
+    let dir = std::env::temp_dir().join(format!("dcgm-sys-meta-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("later.toml");
+    let one = std::fs::read_to_string(profile("one-gpu.toml")).unwrap();
+    std::fs::write(
+        &p,
+        one.replace("seed = 7\n", "seed = 7\nbase_unit_fields = true\n"),
+    )
+    .unwrap();
+    let g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("DCGM_SIM_PROFILE", &p);
+    let s = Session::embedded(library()).expect("start the embedded engine");
+    std::env::remove_var("DCGM_SIM_PROFILE");
+    let hz = s.library().field_meta(1603).unwrap().expect("field 1603");
+    assert_eq!((hz.field_type, hz.unit.as_str()), (b'i', "Hz"));
+    let ratio = s.library().field_meta(1613).unwrap().expect("field 1613");
+    assert_eq!(ratio.field_type, b'd');
+    drop(s);
+    drop(g);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -274,6 +274,7 @@ impl Collector {
         counters: Arc<Counters>,
         settings: Settings,
     ) -> Result<Collector, StartError> {
+        let counters = bind_units(&session, counters)?;
         let topology = Topology::discover(&session, settings.fake_gpus)?;
         for w in &topology.warnings {
             tracing::debug!("{w}");
@@ -415,7 +416,7 @@ impl Collector {
                 if let Some(Reading::Value(v)) =
                     by_key.get(&(t.entity, field_id(c))).map(|r| &r.reading)
                 {
-                    if let Some(s) = label_text(v) {
+                    if let Some(s) = label_text(&converted_label(c, v)) {
                         labels.push((c.name.clone(), s));
                     }
                 }
@@ -464,6 +465,7 @@ impl Collector {
                         continue;
                     }
                 };
+                let value = crate::config::rename::value_of(c, fid, value);
                 if fid == fields::XID_ERRORS {
                     let code = (value as i64).to_string();
                     let mut labels = own.clone();
@@ -487,6 +489,66 @@ impl Collector {
             }
         }
         self.exp.stop(&self.session);
+    }
+}
+
+/// Binds the base-unit rows (dcgm-exporter 4.9.0 names) to a field of this library: the
+/// base-unit field when its metadata (id, value type and unit, asked through
+/// `DcgmFieldGetById`) is what the row expects, else the legacy field, converted.
+fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters>, StartError> {
+    if counters.all.iter().all(|c| c.unit.is_none()) {
+        return Ok(counters);
+    }
+    let lib = session.library().clone();
+    let mut failed = None;
+    let mut lookup = |id: u16| match lib.field_meta(id) {
+        Ok(m) => m.map(|m| (m.field_type, m.unit)),
+        Err(e) => {
+            failed.get_or_insert(e);
+            None
+        }
+    };
+    // The engine checks a field group's ids against its own table: a remote engine older
+    // than this library refuses a base-unit field it does not know.
+    let mut probe_failed = None;
+    static PROBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut engine_has = |id: u16| {
+        let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("dcgm-exporter-probe-{}-{n}", std::process::id());
+        match session.create_field_group(&name, &[id]) {
+            Ok(_) => true,
+            Err(e) if failures::is_fatal(&e) => {
+                probe_failed.get_or_insert(e);
+                false
+            }
+            Err(_) => false,
+        }
+    };
+    let (bound, notes) =
+        crate::config::rename::choose_sources(&counters, &mut lookup, &mut engine_has);
+    if let Some(e) = failed.or(probe_failed) {
+        return Err(e.into());
+    }
+    for n in notes {
+        if n.starts_with("skipping") {
+            tracing::warn!("{n}");
+        } else {
+            tracing::info!("{n}");
+        }
+    }
+    Ok(Arc::new(bound))
+}
+
+/// A label row's value: a base-unit row read from its legacy field is converted here too.
+fn converted_label(c: &Counter, v: &Value) -> Value {
+    match (c.unit, v) {
+        (Some(_), Value::Int64(i)) => {
+            Value::Double(crate::config::rename::value_of(c, field_id(c), *i as f64))
+        }
+        (Some(_), Value::Double(d)) => {
+            Value::Double(crate::config::rename::value_of(c, field_id(c), *d))
+        }
+        _ => v.clone(),
     }
 }
 

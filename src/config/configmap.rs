@@ -48,6 +48,35 @@ impl CountersSource {
         }
     }
 
+    /// [`CountersSource::load`] read for the emulated release: in 4.9.0 mode 4.8.x names
+    /// become 4.9.0's (one warning per renamed row, see `config::rename`) and a missing
+    /// default file means the built-in 4.9.0 set.
+    pub fn load_for(
+        &self,
+        version: crate::config::emulate::UpstreamVersion,
+    ) -> Result<Counters, String> {
+        use crate::config::rename::{self, Names};
+        let names = rename::names_of(version);
+        if let (
+            CountersSource::File {
+                path, given: false, ..
+            },
+            Names::V4_9_0,
+        ) = (self, names)
+        {
+            if std::fs::metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+                tracing::info!(
+                    "no counters file at {} (the -f default); using the built-in 4.9.0 default \
+                     counter set",
+                    path.display()
+                );
+                return rename::builtin_default_4_9_0().map_err(|e| e.to_string());
+            }
+        }
+        let counters = self.load()?;
+        Ok(rename::for_generation(counters, &self.describe(), names))
+    }
+
     /// The file to watch for changes on disk (a ConfigMap has its own watch).
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
@@ -147,6 +176,57 @@ pub fn open(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_are_read_for_the_emulated_release() {
+        use crate::config::emulate::UpstreamVersion::{V4_8_4, V4_9_0};
+        let names = |c: &Counters| c.all.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+        let missing = |emulate| CountersSource::File {
+            path: "/nonexistent/default-counters.csv".into(),
+            given: false,
+            emulate,
+        };
+        // A missing default file: each release's built-in set.
+        let v49 = missing(V4_9_0).load_for(V4_9_0).unwrap();
+        assert_eq!(names(&v49)[0], "DCGM_FI_DEV_SM_CLOCK_HERTZ");
+        assert!(names(&v49).contains(&"DCGM_FI_DEV_FB_CAPACITY_BYTES".to_string()));
+        assert!(v49.warnings.is_empty());
+        assert_eq!(
+            names(&missing(V4_8_4).load_for(V4_8_4).unwrap())[0],
+            "DCGM_FI_DEV_SM_CLOCK"
+        );
+        // A file that was named must exist, in every mode.
+        let given = CountersSource::File {
+            path: "/nonexistent/c.csv".into(),
+            given: true,
+            emulate: V4_9_0,
+        };
+        assert!(given
+            .load_for(V4_9_0)
+            .unwrap_err()
+            .starts_with("/nonexistent/c.csv: "));
+        // A 4.8.x file in 4.9.0 mode: renamed, a warning per row naming the file and line.
+        let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/default-counters.csv");
+        let file = CountersSource::File {
+            path: old.clone(),
+            given: true,
+            emulate: V4_9_0,
+        };
+        let c = file.load_for(V4_9_0).unwrap();
+        assert_eq!(names(&c)[0], "DCGM_FI_DEV_SM_CLOCK_HERTZ");
+        assert_eq!(c.warnings.len(), 23, "{:?}", c.warnings);
+        let line = std::fs::read_to_string(&old)
+            .unwrap()
+            .lines()
+            .position(|l| l.starts_with("DCGM_FI_DEV_SM_CLOCK,"))
+            .unwrap()
+            + 1;
+        assert!(c.warnings[0].starts_with(&format!(
+            "{}:{line}: DCGM_FI_DEV_SM_CLOCK (MHz)",
+            old.display()
+        )));
+        assert!(file.load_for(V4_8_4).unwrap().warnings.is_empty());
+    }
 
     #[test]
     fn the_reference_is_namespace_colon_name() {

@@ -116,6 +116,10 @@ pub struct Counter {
     pub help: String,
     /// 1-based line of the CSV the record starts on.
     pub line: usize,
+    /// A base-unit metric (dcgm-exporter 4.9.0's name): read from the base-unit field where
+    /// the library has it, else converted from the legacy field in `field`
+    /// (see [`super::rename`]).
+    pub unit: Option<&'static super::base_units::BaseUnit>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -233,31 +237,24 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         let cols: Vec<&str> = rec.fields.iter().map(|c| c.trim_matches(' ')).collect();
         let (name, ty, help) = (cols[0], cols[1], cols[2]);
         // Resolve the name first, as dcgm-exporter does: an unknown name is the error shown.
-        let (field, metric_name) = resolve(name).map_err(|m| err(line, m))?;
+        let (field, metric_name, unit) = match super::base_units::resolve(name) {
+            // A base-unit name DCGM 4.6 does not know (all but GPU_UTIL_RATIO, which is field
+            // 203 there: which one it means depends on the generation, see rename.rs).
+            Some((b, n)) if fields::by_name(name).is_none() => {
+                (CounterField::Dcgm(b.legacy_meta()), n, Some(b))
+            }
+            _ => {
+                let (f, n) = resolve(name).map_err(|m| err(line, m))?;
+                (f, n, None)
+            }
+        };
         let prom_type = PromType::parse(ty).ok_or_else(|| {
             err(
                 line,
                 format!("unknown metric type '{ty}' for {name} (allowed: {TYPES})"),
             )
         })?;
-        match field {
-            CounterField::Exp(_) if !matches!(prom_type, PromType::Gauge | PromType::Counter) => {
-                return Err(err(
-                    line,
-                    format!("{name} must be a gauge or a counter, not {ty}"),
-                ));
-            }
-            CounterField::Dcgm(m) if m.field_type == b'b' => {
-                return Err(err(
-                    line,
-                    format!(
-                        "{name} (field {}) holds binary data and cannot be exported",
-                        m.id
-                    ),
-                ));
-            }
-            _ => {}
-        }
+        check_exportable(&field, prom_type, name, ty).map_err(|m| err(line, m))?;
         // A metric listed twice: dcgm-exporter files its values under the first row
         // (its collector finds the first counter of a field), so the first row wins. Its
         // own 1.x-compatibility CSV lists the PCIe byte counters twice.
@@ -277,6 +274,7 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
             prom_type,
             help: help.to_string(),
             line,
+            unit,
         });
     }
     if out.all.is_empty() {
@@ -285,6 +283,25 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         });
     }
     Ok(out)
+}
+
+/// A `DCGM_EXP_*` row must be a gauge or a counter; a binary field cannot be exported.
+fn check_exportable(
+    field: &CounterField,
+    prom_type: PromType,
+    name: &str,
+    ty: &str,
+) -> Result<(), String> {
+    match field {
+        CounterField::Exp(_) if !matches!(prom_type, PromType::Gauge | PromType::Counter) => {
+            Err(format!("{name} must be a gauge or a counter, not {ty}"))
+        }
+        CounterField::Dcgm(m) if m.field_type == b'b' => Err(format!(
+            "{name} (field {}) holds binary data and cannot be exported",
+            m.id
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The line and message of a CSV syntax error, with a hint for the usual mistakes.
@@ -306,7 +323,8 @@ fn malformed(e: &super::gocsv::ParseError) -> (usize, String) {
 }
 
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
-/// decimal field id (our extension, exported under the 4.6 name).
+/// decimal field id (our extension, exported under the 4.6 name). Base-unit names and ids
+/// (dcgm-exporter 4.9.0's) are resolved before, by [`super::base_units::resolve`].
 fn resolve(name: &str) -> Result<(CounterField, String), String> {
     if let Some(m) = fields::by_name(name) {
         return Ok((CounterField::Dcgm(m), name.to_string()));

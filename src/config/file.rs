@@ -874,6 +874,16 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
 /// Whether a watch-group glob matches a field: its DCGM 4.6 name or any alias of it
 /// (`DCGM_FI_DEV_GPU_TEMP` is an alias of `DCGM_FI_DEV_GPU_TEMP_CELSIUS`).
 pub fn field_matches(pattern: &str, id: u16) -> bool {
+    // A 4.9.0 base-unit metric is watched as its own field or as its legacy one: its name
+    // matches both, and a base-unit field also matches by its legacy name.
+    let base = |b: &&super::rename::BaseUnit| b.id == id || b.legacy_id == id;
+    if super::rename::BASE_UNITS
+        .iter()
+        .filter(base)
+        .any(|b| glob_match(pattern, b.name) || (b.id == id && field_matches(pattern, b.legacy_id)))
+    {
+        return true;
+    }
     let Some(meta) = dcgm_sys::fields::by_id(id) else {
         return false;
     };

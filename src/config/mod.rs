@@ -3,6 +3,7 @@
 //! selectors (`selector`), the `Hostname` label's value (`hostname`) and the upstream
 //! release emulated (`emulate`).
 
+pub mod base_units;
 pub mod cli;
 pub mod configmap;
 pub mod counters;
@@ -11,4 +12,5 @@ pub mod emulate;
 pub mod file;
 pub mod gocsv;
 pub mod hostname;
+pub mod rename;
 pub mod selector;

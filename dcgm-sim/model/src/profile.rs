@@ -85,6 +85,10 @@ pub struct NodeSpec {
     /// attributes from its cache may answer).
     #[serde(default)]
     pub lost_gpu_attributes: LostAttributes,
+    /// Know the base-unit fields of DCGM 4.6.1 and 4.7 (ids 1600-1648: clocks in Hz, energy
+    /// in J, ratios, bytes), as a library of those releases does; DCGM 4.6.0 has none.
+    #[serde(default)]
+    pub base_unit_fields: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -103,6 +107,7 @@ impl Default for NodeSpec {
             cuda_driver_version: d_cuda(),
             seed: d_seed(),
             lost_gpu_attributes: LostAttributes::Error,
+            base_unit_fields: false,
         }
     }
 }
@@ -771,6 +776,7 @@ impl MigSpec {
 
 fn known_field(id: u16) -> Result<(), String> {
     dcgm_sys::fields::by_id(id)
+        .or_else(|| dcgm_sys::fields::base_unit_by_id(id))
         .map(|_| ())
         .ok_or_else(|| format!("field {id} does not exist in DCGM 4.6"))
 }

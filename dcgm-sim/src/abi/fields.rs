@@ -34,7 +34,11 @@ static INITIALIZED: AtomicBool = AtomicBool::new(false);
 
 fn table() -> &'static Table {
     TABLE.get_or_init(|| {
-        let src = dcgm_sys::fields::FIELDS;
+        // DCGM 4.6.0's fields, then the later base-unit ones (shown only when enabled).
+        let src: Vec<&'static dcgm_sys::fields::FieldMeta> = dcgm_sys::fields::FIELDS
+            .iter()
+            .chain(dcgm_sys::fields::BASE_UNIT_FIELDS)
+            .collect();
         let formats: &'static mut [dcgm_field_output_format_t] = Box::leak(
             src.iter()
                 .map(|f| {
@@ -72,7 +76,8 @@ fn table() -> &'static Table {
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
         );
-        let mut by_id = vec![u16::MAX; DCGM_FI_MAX_FIELDS as usize];
+        let len = src.iter().map(|f| usize::from(f.id) + 1).max().unwrap_or(0);
+        let mut by_id = vec![u16::MAX; len.max(DCGM_FI_MAX_FIELDS as usize)];
         let mut by_tag = HashMap::new();
         for (i, f) in src.iter().enumerate() {
             if let Some(slot) = by_id.get_mut(usize::from(f.id)) {
@@ -104,9 +109,23 @@ fn meta_by_id(id: u16) -> *const dcgm_field_meta_t {
     }
     let t = table();
     match t.by_id.get(usize::from(id)) {
-        Some(&i) if i != u16::MAX => &t.metas[usize::from(i)],
+        Some(&i) if i != u16::MAX && shown(id) => &t.metas[usize::from(i)],
         _ => ptr::null(),
     }
+}
+
+/// DCGM 4.6.0's fields always; the later base-unit fields when this process's engine or the
+/// profile named by `DCGM_SIM_PROFILE` (a remote client's view of its library) enables them.
+fn shown(id: u16) -> bool {
+    static FROM_ENV: OnceLock<bool> = OnceLock::new();
+    dcgm_sys::fields::by_id(id).is_some()
+        || crate::engine::fields::base_units()
+        || *FROM_ENV.get_or_init(|| {
+            std::env::var_os("DCGM_SIM_PROFILE")
+                .filter(|p| !p.is_empty())
+                .and_then(|p| crate::engine::profile::Profile::load(std::path::Path::new(&p)).ok())
+                .is_some_and(|p| p.node.base_unit_fields)
+        })
 }
 
 /// `int DcgmFieldsInit(void)`: 0, also when already initialised.
@@ -148,6 +167,7 @@ pub unsafe extern "C" fn DcgmFieldGetByTag(tag: *const c_char) -> *const dcgm_fi
         };
         t.by_tag
             .get(tag)
+            .filter(|&&i| shown(t.metas[usize::from(i)].fieldId))
             .map_or(ptr::null(), |&i| &t.metas[usize::from(i)] as *const _)
     })
     .unwrap_or(ptr::null())

@@ -8,6 +8,7 @@
 
 pub mod clock;
 mod dispatch;
+pub mod fields;
 mod health;
 mod values;
 mod watch;
@@ -21,7 +22,6 @@ pub use faults::Fault;
 pub use profile::Profile;
 
 use crate::proto::*;
-use dcgm_sys::fields;
 use generator::Sentinel;
 use health::Health;
 use node::Node;
@@ -171,6 +171,7 @@ impl Engine {
 
     /// An engine on a given clock (tests pass a [`ManualClock`]).
     pub fn with_clock(profile: Profile, clock: Box<dyn Clock>) -> Engine {
+        fields::set_base_units(profile.node.base_unit_fields);
         let start_us = clock.now_us();
         let mut scheduled: Vec<(i64, Fault)> = profile
             .faults

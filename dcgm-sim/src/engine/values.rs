@@ -230,6 +230,9 @@ impl World {
         if faults.not_supported.contains(&(None, f)) || faults.not_supported.contains(&(gid, f)) {
             return (Sentinel::NotSupported.value(ty), ST_OK);
         }
+        if let Some((legacy, factor)) = super::fields::base_unit_source(f) {
+            return self.base_unit(ent, meta, legacy, factor, t, prev);
+        }
         match self.applies(&e, meta) {
             Applies::No => return (Sentinel::NotSupported.value(ty), ST_OK),
             Applies::On(practical) => return self.read(practical, meta, t, prev),
@@ -258,6 +261,35 @@ impl World {
             return (v, ST_OK);
         }
         default_for(f, meta.name, ty, &Self::scale(&e)).eval(ty, t_s, k)
+    }
+
+    /// A base-unit field: the legacy field's reading in the base unit (a blank or
+    /// unsupported legacy reading stays one, in the base field's type).
+    fn base_unit(
+        &self,
+        ent: (u32, u32),
+        meta: &FieldMeta,
+        legacy: u16,
+        factor: f64,
+        t: i64,
+        prev: i64,
+    ) -> (Value, i32) {
+        let Some(lm) = dcgm_sys::fields::by_id(legacy) else {
+            return (Sentinel::NotSupported.value(meta.field_type), ST_OK);
+        };
+        let (v, st) = self.read(ent, lm, t, prev);
+        let x = match v {
+            Value::Int64(i) if i < generator::INT64_BLANK => i as f64,
+            Value::Double(d) if d < generator::FP64_BLANK => d,
+            _ => return (Sentinel::Blank.value(meta.field_type), st),
+        };
+        let y = x * factor;
+        let out = match meta.field_type {
+            // An integer base unit (J, Hz, bytes): whole units, as DCGM stores it.
+            b'i' => Value::Int64(y.trunc() as i64),
+            _ => Value::Double(y),
+        };
+        (out, st)
     }
 
     /// Framebuffer (total, reserved, used) in MiB: one `used` draw so that

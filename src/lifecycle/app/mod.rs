@@ -270,7 +270,7 @@ impl Runner {
         worker: Option<&Worker<Dcgm>>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
-        let new = match self.collectors.load() {
+        let new = match self.collectors.load_for(self.settings.emulate) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");

@@ -105,7 +105,7 @@ fn serve(
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
     let kube_api = kube_api_for(&stages.kube)?;
     let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
-    let counters = Arc::new(collectors.load()?);
+    let counters = Arc::new(collectors.load_for(stages.collect.emulate)?);
     check_before_dcgm(&stages, &counters)?;
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
     let server = match &stages.http {
