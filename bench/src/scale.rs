@@ -142,11 +142,20 @@ fn start(
         .stderr(err)
         .spawn()
         .map_err(|e| format!("start {}: {e}", b.dir.display()))?;
-    let child = Killed(child);
+    let mut child = Killed(child);
     let url = format!("http://127.0.0.1:{port}/metrics");
     let (first_page, first_page_cpu_s) = loop {
         if get(&url).is_ok_and(|p| p.contains("DCGM_FI_")) {
             break (t0.elapsed(), cpu_s(child.0.id())?);
+        }
+        // A build refusing its arguments (an old one against today's counters file) ends
+        // at once: say so rather than poll for two minutes.
+        if let Ok(Some(status)) = child.0.try_wait() {
+            let why = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!(
+                "{}: exited ({status}) before its first page: {why}",
+                b.name
+            ));
         }
         if t0.elapsed() > Duration::from_secs(120) {
             return Err(format!("{}: no page within 120 s", b.name));
