@@ -114,6 +114,23 @@ fn values_move_over_time_at_the_collect_interval() {
     e.scrape_until(10, |p| energy(p) > first);
 }
 
+/// The first page comes from a collection made as soon as the watches are set, not one
+/// interval later: with an hour's interval the series are there at once (start() waits at
+/// most 30 s for them), from exactly one collection.
+#[test]
+fn the_first_page_is_served_without_waiting_an_interval() {
+    let e = exporter().args(&["-c", "3600000"]).start();
+    let page = e.scrape();
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8, "{page:?}");
+    let ok = page
+        .iter()
+        .find(|s| {
+            s.name == "dcgm_exporter_collections_total" && s.label("result") == Some("success")
+        })
+        .map(|s| s.value);
+    assert_eq!(ok, Some(1.0), "one collection, made at start");
+}
+
 #[test]
 fn health_landing_page_and_self_metrics() {
     let e = exporter().start();

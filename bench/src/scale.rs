@@ -4,7 +4,8 @@
 //! For each profile and build: entities watched, series, page bytes plain and gzip, CPU per
 //! collection (the exporter process's CPU time, /proc/PID/task/*/schedstat, over a fixed
 //! number of collections at a short interval, no scrapes in between), RSS, and the time from
-//! start to the first page with DCGM series. Per build, CPU per collection against series is
+//! start to the first page with DCGM series (median of `--first-page-runs` starts, the builds
+//! taking turns, with the exporter's CPU time by then). Per build, CPU per collection against series is
 //! fitted to a line: its slope is the cost per series, its intercept the fixed part. Then
 //! idle CPU on the first profile at the default interval (ms of CPU per second), peak RSS
 //! while 64 keep-alive connections fetch the page against the steady RSS before (the peak
@@ -14,7 +15,7 @@
 //! `cargo run --release -p bench -- scale [--builds before=DIR,after=DIR]
 //! [--profiles etc/sim/one-gpu.toml,etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml]
 //! [--collectors bench/bench-counters.csv] [--interval-ms 100] [--collections 100]
-//! [--idle-seconds 60] [--memory-minutes 10]
+//! [--idle-seconds 60] [--memory-minutes 10] [--first-page-runs 5]
 //! [--memory-profiles etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml]`
 //!
 //! A DIR holds `dcgm-exporter` and `libdcgm.so.4` (a `target/release`); without `--builds`
@@ -81,6 +82,9 @@ struct Running {
     log: PathBuf,
     /// Start to the first page with DCGM series.
     first_page: Duration,
+    /// The exporter's CPU time (all its threads, the loading of its binaries included) by
+    /// then: what the first page costs whatever else the machine runs.
+    first_page_cpu_s: f64,
 }
 
 impl Running {
@@ -138,11 +142,20 @@ fn start(
         .stderr(err)
         .spawn()
         .map_err(|e| format!("start {}: {e}", b.dir.display()))?;
-    let child = Killed(child);
+    let mut child = Killed(child);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    let first_page = loop {
+    let (first_page, first_page_cpu_s) = loop {
         if get(&url).is_ok_and(|p| p.contains("DCGM_FI_")) {
-            break t0.elapsed();
+            break (t0.elapsed(), cpu_s(child.0.id())?);
+        }
+        // A build refusing its arguments (an old one against today's counters file) ends
+        // at once: say so rather than poll for two minutes.
+        if let Ok(Some(status)) = child.0.try_wait() {
+            let why = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!(
+                "{}: exited ({status}) before its first page: {why}",
+                b.name
+            ));
         }
         if t0.elapsed() > Duration::from_secs(120) {
             return Err(format!("{}: no page within 120 s", b.name));
@@ -154,6 +167,7 @@ fn start(
         port,
         log,
         first_page,
+        first_page_cpu_s,
     })
 }
 
@@ -167,6 +181,10 @@ struct Row {
     cpu_us: f64,
     rss_kib: u64,
     first_page: Duration,
+    /// Fastest and slowest of the first-page runs.
+    first_page_spread: (Duration, Duration),
+    /// Median CPU time to the first page, seconds.
+    first_page_cpu_s: f64,
 }
 
 /// CPU per collection (µs) over `n` collections, with no scrape in between.
@@ -220,7 +238,53 @@ fn measure(b: &Build, i: usize, profile: &Path, csv: &Path) -> Result<Row, Strin
         cpu_us,
         rss_kib: status_kib(r.pid(), "VmRSS:")?,
         first_page: r.first_page,
+        first_page_spread: (r.first_page, r.first_page),
+        first_page_cpu_s: r.first_page_cpu_s,
     })
+}
+
+/// Start to first page again, `--first-page-runs` times per build (5 by default), the builds
+/// taking turns so that load from elsewhere on the machine falls on all of them alike; each
+/// row of `profile` gets the median of its runs (its first start included) and the spread.
+fn first_pages(
+    builds: &[Build],
+    profile: &Path,
+    csv: &Path,
+    rows: &mut [Row],
+) -> Result<(), String> {
+    let runs: usize = arg("--first-page-runs", "5")
+        .parse()
+        .map_err(|_| "--first-page-runs: not a number")?;
+    let name = profile
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut times: Vec<Vec<(Duration, f64)>> = builds
+        .iter()
+        .enumerate()
+        .map(|(i, _)| {
+            rows.iter()
+                .filter(|r| r.build == i && r.profile == name)
+                .map(|r| (r.first_page, r.first_page_cpu_s))
+                .collect()
+        })
+        .collect();
+    for _ in 1..runs {
+        for (i, b) in builds.iter().enumerate() {
+            let r = start(b, profile, csv, 100, "first")?;
+            times[i].push((r.first_page, r.first_page_cpu_s));
+        }
+    }
+    for r in rows.iter_mut().filter(|r| r.profile == name) {
+        let t = &mut times[r.build];
+        t.sort_by_key(|x| x.0);
+        r.first_page = t[t.len() / 2].0;
+        r.first_page_spread = (t[0].0, t[t.len() - 1].0);
+        let mut cpu: Vec<f64> = t.iter().map(|x| x.1).collect();
+        cpu.sort_by(f64::total_cmp);
+        r.first_page_cpu_s = cpu[cpu.len() / 2];
+    }
+    Ok(())
 }
 
 /// Least-squares line through (series, µs): (µs per series, fixed µs).
@@ -327,6 +391,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         for (i, b) in builds.iter().enumerate() {
             rows.push(measure(b, i, &root.join(p), &csv)?);
         }
+        first_pages(&builds, &root.join(p), &csv, &mut rows)?;
     }
     println!(
         "scale: {} at -c {} ms, CPU over {} collections",
@@ -360,6 +425,18 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             r.cpu_us / r.series as f64,
             mib(r.rss_kib),
             r.first_page.as_secs_f64() * 1e3
+        );
+    }
+    for r in &rows {
+        let (lo, hi) = r.first_page_spread;
+        println!(
+            "{:<8} {}: first page {:.1} ms median, {:.1} to {:.1} ms; CPU by then {:.1} ms median",
+            builds[r.build].name,
+            r.profile,
+            r.first_page.as_secs_f64() * 1e3,
+            lo.as_secs_f64() * 1e3,
+            hi.as_secs_f64() * 1e3,
+            r.first_page_cpu_s * 1e3
         );
     }
     let mut fits = Vec::new();
