@@ -484,21 +484,10 @@ impl Collector {
                     page.drop_field_value(&c.name, DropReason::Stale, "stale");
                     continue;
                 }
-                let value = match reading {
-                    Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
-                        *v as f64
-                    }
-                    Reading::Value(Value::Double(v)) => *v,
-                    Reading::Value(_) => {
-                        page.drop_field_value(&c.name, DropReason::NonNumeric, "non_numeric");
-                        continue;
-                    }
-                    Reading::Sentinel(s) => {
-                        page.drop_field_value(&c.name, DropReason::Sentinel, s.as_str());
-                        continue;
-                    }
-                    Reading::Error(_) => {
-                        page.drop_field_value(&c.name, DropReason::Status, "status");
+                let value = match numeric(reading) {
+                    Ok(v) => v,
+                    Err((reason, detail)) => {
+                        page.drop_field_value(&c.name, reason, detail);
                         continue;
                     }
                 };
@@ -665,6 +654,17 @@ fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
         names.push(field_name(field).to_string());
     }
     names
+}
+
+/// A reading's number, or why it has none (the drop reason and its per-field detail).
+fn numeric(reading: &Reading) -> Result<f64, (DropReason, &'static str)> {
+    match reading {
+        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => Ok(*v as f64),
+        Reading::Value(Value::Double(v)) => Ok(*v),
+        Reading::Value(_) => Err((DropReason::NonNumeric, "non_numeric")),
+        Reading::Sentinel(s) => Err((DropReason::Sentinel, s.as_str())),
+        Reading::Error(_) => Err((DropReason::Status, "status")),
+    }
 }
 
 fn field_name(id: u16) -> &'static str {

@@ -98,8 +98,7 @@ impl SelfMetrics {
              what was lost and DCGM's status; everything else is still served.",
             &["source", "reason"],
         );
-        let series = int_gauge(name("series"), "Series on the last page.");
-        let (field_drops, entity_series) = page_breakdown(&name);
+        let (series, field_drops, entity_series) = page_breakdown(&registry, &name);
         let reconnects = counter(
             name("reconnects_total"),
             "Successful reconnections to the DCGM host engine.",
@@ -114,8 +113,6 @@ impl SelfMetrics {
             Box::new(dropped.clone()),
             Box::new(collection_errors.clone()),
             Box::new(series.clone()),
-            Box::new(field_drops.clone()),
-            Box::new(entity_series.clone()),
             Box::new(reconnects.clone()),
         ]
         .into_iter()
@@ -272,7 +269,13 @@ fn build_info(name: String) -> GaugeVec {
     .expect("static metric options are valid")
 }
 
-fn page_breakdown(name: &dyn Fn(&str) -> String) -> (IntCounterVec, IntGaugeVec) {
+/// What the page holds: its series, in all and by entity type, and the values it lacks.
+/// (The two breakdowns are registered here; `series` by the caller, with the others.)
+fn page_breakdown(
+    registry: &Registry,
+    name: &dyn Fn(&str) -> String,
+) -> (IntGauge, IntCounterVec, IntGaugeVec) {
+    let series = int_gauge(name("series"), "Series on the last page.");
     let field_drops = counter_vec(
         name("field_values_dropped_total"),
         "Values of a field not exported, by field and reason (blank, not_found, not_supported, \
@@ -288,7 +291,13 @@ fn page_breakdown(name: &dyn Fn(&str) -> String) -> (IntCounterVec, IntGaugeVec)
         &["entity_type"],
     )
     .expect("static metric options are valid");
-    (field_drops, entity_series)
+    for c in [
+        Box::new(field_drops.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(entity_series.clone()),
+    ] {
+        registry.register(c).expect("metric names are unique");
+    }
+    (series, field_drops, entity_series)
 }
 
 /// The entity a series describes, from its identity labels (links before their GPU or
