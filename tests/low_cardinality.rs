@@ -279,3 +279,75 @@ fn the_documented_promql_join_gives_back_the_labels_in_prometheus() {
     let migs = want(true);
     assert_eq!(got(&mig_join, migs.len()), migs);
 }
+
+/// Pods still reach the series (attribution reads the UUID and device before they are
+/// dropped), the info series never get pod labels (one per entity, or the join would go
+/// many-to-many), and a MIG instance's pod lands on that instance only.
+#[test]
+fn pod_labels_stay_on_data_series_and_info_series_stay_single() {
+    use support::kubelet::{pod, FakeKubelet};
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&["-c", "200", "--low-cardinality", "-k"])
+        .args(&[
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .start();
+    let page = e.scrape_until(10, |p| !series(p, "DCGM_EXP_MIG_INFO").is_empty());
+    let info = |p: &[Sample], family: &str, gpu: &str| -> Vec<Sample> {
+        series(p, family)
+            .into_iter()
+            .filter(|s| s.label("gpu") == Some(gpu))
+            .cloned()
+            .collect()
+    };
+    let whole = info(&page, "DCGM_EXP_GPU_INFO", "5")[0]
+        .label("UUID")
+        .unwrap()
+        .to_string();
+    let gi = info(&page, "DCGM_EXP_MIG_INFO", "3")[0]
+        .label("GPU_I_ID")
+        .unwrap()
+        .to_string();
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[&whole])]),
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[("nvidia.com/mig-4g.40gb", &[&format!("nvidia3/gi{gi}")])],
+        ),
+    ]);
+    let pods_of = |p: &[Sample], gpu: &str, gi: Option<&str>| -> BTreeSet<String> {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .filter(|s| s.label("gpu") == Some(gpu) && s.label("GPU_I_ID") == gi)
+            .filter_map(|s| s.label("pod").map(String::from))
+            .collect()
+    };
+    let page = e.scrape_until(15, |p| {
+        !pods_of(p, "5", None).is_empty() && !pods_of(p, "3", Some(&gi)).is_empty()
+    });
+    assert_eq!(
+        pods_of(&page, "3", Some(&gi)),
+        BTreeSet::from(["llm-0".to_string()])
+    );
+    for s in data(&page) {
+        for k in STATIC {
+            assert!(s.label(k).is_none(), "{k} left on {s:?}");
+        }
+    }
+    for family in ["DCGM_EXP_GPU_INFO", "DCGM_EXP_MIG_INFO"] {
+        for s in series(&page, family) {
+            assert!(s.label("pod").is_none(), "{s:?}");
+        }
+    }
+    assert_eq!(
+        info(&page, "DCGM_EXP_GPU_INFO", "5").len(),
+        1,
+        "{}",
+        dump(&page)
+    );
+}
