@@ -217,7 +217,8 @@ fn gpu_and_mig_queries(versions: &[&str]) {
         for r in &result {
             let m = &r["metric"];
             if let Some(inst) = m["instance"].as_str() {
-                let key = format!("{inst}/{}/{}", m["gpu"], m["GPU_I_ID"]);
+                // `state` tells the node-level GPU count's series apart.
+                let key = format!("{inst}/{}/{}/{}", m["gpu"], m["GPU_I_ID"], m["state"]);
                 *per_series.entry(key).or_default() += 1;
             }
         }

@@ -29,6 +29,7 @@ fn check(e: &Exporter, mode: &str) {
     assert_eq!(info[0].value, 1.0);
     assert_eq!(info[0].label("version"), Some(env!("CARGO_PKG_VERSION")));
     assert_eq!(info[0].label("mode"), Some(mode));
+    assert_eq!(info[0].label("emulated"), Some("4.8.4"));
     let commit = info[0].label("commit").unwrap_or_default();
     assert!(!commit.is_empty(), "{}", dump(&page));
     assert_eq!(
@@ -63,4 +64,119 @@ fn build_info_and_the_collection_histogram_in_remote_mode() {
         .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "200"])
         .start();
     check(&e, "remote");
+}
+
+#[test]
+fn build_info_names_the_emulated_release() {
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-c", "200", "--emulate-version=4.8.2"])
+        .start();
+    let page = e.scrape_until(10, |p| !build_info(p).is_empty());
+    assert_eq!(build_info(&page)[0].label("emulated"), Some("4.8.2"));
+}
+
+fn dropped(p: &[Sample], field: &str, reason: &str) -> f64 {
+    series(p, "dcgm_exporter_field_values_dropped_total")
+        .iter()
+        .find(|s| s.label("field") == Some(field) && s.label("reason") == Some(reason))
+        .map_or(0.0, |s| s.value)
+}
+
+/// The (field, reason) pairs with a non-zero drop count, sorted.
+fn drop_keys(p: &[Sample]) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = series(p, "dcgm_exporter_field_values_dropped_total")
+        .iter()
+        .filter(|s| s.value > 0.0)
+        .map(|s| {
+            let l = |k| s.label(k).unwrap_or_default().to_string();
+            (l("field"), l("reason"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A field that stops reading (unsupported, blank) is named on the page with the reason,
+/// while its series are missing.
+#[test]
+fn field_drops_name_the_field_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    let page = e.scrape_until(10, |p| collections_observed(p) >= 1.0);
+    assert_eq!(dropped(&page, "DCGM_FI_DEV_GPU_TEMP", "not_supported"), 0.0);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
+    let before: Vec<(String, String)> = drop_keys(&page)
+        .into_iter()
+        .filter(|(f, _)| f != "DCGM_FI_DEV_GPU_TEMP")
+        .collect();
+    // 150: DCGM_FI_DEV_GPU_TEMP.
+    control(&ctl, "not_supported 3 150");
+    let page = e.scrape_until(10, |p| {
+        dropped(p, "DCGM_FI_DEV_GPU_TEMP", "not_supported") >= 2.0
+    });
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_GPU_TEMP").len(),
+        7,
+        "{}",
+        dump(&page)
+    );
+    // The injection adds one (field, reason) pair; what was dropped before (fields this
+    // GPU model never has) stays as it was.
+    let mut want = before;
+    want.push(("DCGM_FI_DEV_GPU_TEMP".into(), "not_supported".into()));
+    want.sort();
+    assert_eq!(drop_keys(&page), want, "{}", dump(&page));
+}
+
+/// `dcgm_exporter_entity_series{entity_type}` adds up to the page, type by type.
+#[test]
+fn entity_series_count_the_page_by_entity_type() {
+    let csv = repo("bench/bench-counters.csv");
+    let e = exporter()
+        .profile("large-bench.toml")
+        .args(&["-c", "200", "-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        !series(p, "dcgm_exporter_entity_series").is_empty()
+            && !series(p, "DCGM_FI_DEV_CPU_TEMP_CELSIUS").is_empty()
+    });
+    // The counts describe the page published with them: scrape both at once.
+    let exported: Vec<&Sample> = page
+        .iter()
+        .filter(|s| !s.name.starts_with("dcgm_exporter_"))
+        .collect();
+    let by = |t: &str| {
+        series(&page, "dcgm_exporter_entity_series")
+            .iter()
+            .find(|s| s.label("entity_type") == Some(t))
+            .map_or(0, |s| s.value as usize)
+    };
+    let has = |s: &Sample, k: &str| s.label(k).is_some();
+    let count = |f: &dyn Fn(&Sample) -> bool| exported.iter().filter(|s| f(s)).count();
+    assert_eq!(
+        by("nvlink"),
+        count(&|s| has(s, "nvlink")),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(by("cpu_core"), count(&|s| has(s, "cpucore")));
+    assert_eq!(by("cpu"), count(&|s| has(s, "cpu") && !has(s, "cpucore")));
+    assert_eq!(
+        by("nvswitch"),
+        count(&|s| has(s, "nvswitch") && !has(s, "nvlink"))
+    );
+    assert_eq!(by("gpu"), count(&|s| has(s, "gpu") && !has(s, "nvlink")));
+    assert!(by("gpu") > 0 && by("nvlink") > 0 && by("cpu_core") > 0 && by("nvswitch") > 0);
+    let total: usize = series(&page, "dcgm_exporter_entity_series")
+        .iter()
+        .map(|s| s.value as usize)
+        .sum();
+    assert_eq!(total, exported.len());
 }

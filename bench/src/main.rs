@@ -26,6 +26,10 @@
 //! table (entities, series, bytes, CPU per collection and per series, RSS, first page) per
 //! profile and build, idle CPU, RSS under 64 connections and over 10 minutes (`scale.rs`).
 //!
+//! `cargo run --release -p bench -- lowcard [--build debug]` prints bytes per scrape, labels
+//! per series and a real Prometheus's head series, chunks and memory without and with
+//! `--low-cardinality` on the large profile (`lowcard.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -39,6 +43,7 @@
 
 mod exit_codes;
 mod faults;
+mod lowcard;
 mod memory;
 mod scale;
 mod throughput;
@@ -69,6 +74,7 @@ fn main() {
         Some("exit-codes") => run_exit_codes(),
         Some("memory") => run_memory(),
         Some("scale") => run_scale(),
+        Some("lowcard") => run_lowcard(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -94,6 +100,17 @@ fn run_memory() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     memory::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and simulator (`--build release|debug`) and measures
+/// `--low-cardinality` (`lowcard.rs`).
+fn run_lowcard() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = build_binaries(&root)?;
+    lowcard::run(&root, &root.join("target").join(&build))
 }
 
 /// Runs the scale mode on the builds named by `--builds`, or on a release build of the

@@ -6,6 +6,7 @@ pub mod fields;
 pub mod freshness;
 pub mod health;
 pub mod health_codes;
+pub mod info;
 mod profiling;
 pub mod targets;
 pub mod topology;
@@ -57,6 +58,8 @@ pub struct Settings {
     pub watch_groups: Vec<WatchGroup>,
     /// The upstream release emulated (`--emulate-version`).
     pub emulate: crate::config::emulate::UpstreamVersion,
+    /// `--low-cardinality`: info series, static labels left out of the others.
+    pub low_cardinality: bool,
 }
 
 /// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
@@ -142,6 +145,10 @@ pub struct Collector {
     failures: Failures,
     /// Explicit selections that match no entity here (see `targets::unmatched`).
     unmatched: Vec<String>,
+    /// `--low-cardinality`.
+    low_cardinality: Option<info::LowCardinality>,
+    /// The info series of the last collection (see [`Collector::take_info`]).
+    info: Option<Page>,
 }
 
 /// What [`watch_all`] set up: the live watches and the fields DCGM refused.
@@ -319,6 +326,9 @@ impl Collector {
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
         let mig_layout = topology.mig_rows.clone();
+        let low_cardinality = settings
+            .low_cardinality
+            .then(|| info::LowCardinality::new(&counters));
         Ok(Collector {
             unmatched,
             session,
@@ -329,7 +339,31 @@ impl Collector {
             topology,
             interval: std::time::Duration::from_millis(settings.interval_ms),
             failures,
+            low_cardinality,
+            info: None,
         })
+    }
+
+    /// With `--low-cardinality`, what strips the static labels from a page once attribution
+    /// has read them.
+    pub fn low_cardinality(&self) -> Option<&info::LowCardinality> {
+        self.low_cardinality.as_ref()
+    }
+
+    /// With `--low-cardinality`, the info series of the entities last collected: a page of
+    /// their own, added after attribution so that pod labels never copy them (the PromQL
+    /// join needs one info series per entity).
+    pub fn take_info(&mut self) -> Option<Page> {
+        self.info.take()
+    }
+
+    fn info_page(&self, csv_labels: &HashMap<Entity, Vec<(String, String)>>) -> Option<Page> {
+        self.low_cardinality.as_ref()?;
+        let mut page = Page::default();
+        for active in &self.sets {
+            info::add_info(&mut page, active.set.kind, &active.set.targets, csv_labels);
+        }
+        Some(page)
     }
 
     /// Explicit `-d`/`-s`/`-p` selections that match no entity on this node.
@@ -394,6 +428,7 @@ impl Collector {
             &mut outcome,
         )?;
         page.oldest_sample_us = Some(fresh.oldest_us());
+        self.info = self.info_page(&csv_labels);
         outcome.finish()
     }
 
@@ -435,33 +470,25 @@ impl Collector {
             let fid = field_id(c);
             for (t, own) in active.set.targets.iter().zip(&target_labels) {
                 if active.unsupported.contains(&(t.entity, fid)) {
+                    // Known before watching: no value is asked for, but the page still
+                    // says per field why it has none.
+                    page.count_field_drop(&c.name, "not_supported");
                     continue;
                 }
                 let Some(sample) = by_key.get(&(t.entity, fid)).copied() else {
-                    page.drop_value(DropReason::Status);
+                    page.drop_field_value(&c.name, DropReason::Status, "status");
                     continue;
                 };
                 let reading = &sample.reading;
                 if matches!(reading, Reading::Value(_)) && !fresh.admit(t.entity, fid, sample.ts_us)
                 {
-                    page.drop_value(DropReason::Stale);
+                    page.drop_field_value(&c.name, DropReason::Stale, "stale");
                     continue;
                 }
-                let value = match reading {
-                    Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => {
-                        *v as f64
-                    }
-                    Reading::Value(Value::Double(v)) => *v,
-                    Reading::Value(_) => {
-                        page.drop_value(DropReason::NonNumeric);
-                        continue;
-                    }
-                    Reading::Sentinel(_) => {
-                        page.drop_value(DropReason::Sentinel);
-                        continue;
-                    }
-                    Reading::Error(_) => {
-                        page.drop_value(DropReason::Status);
+                let value = match numeric(reading) {
+                    Ok(v) => v,
+                    Err((reason, detail)) => {
+                        page.drop_field_value(&c.name, reason, detail);
                         continue;
                     }
                 };
@@ -691,6 +718,17 @@ fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
     names
 }
 
+/// A reading's number, or why it has none (the drop reason and its per-field detail).
+fn numeric(reading: &Reading) -> Result<f64, (DropReason, &'static str)> {
+    match reading {
+        Reading::Value(Value::Int64(v)) | Reading::Value(Value::Timestamp(v)) => Ok(*v as f64),
+        Reading::Value(Value::Double(v)) => Ok(*v),
+        Reading::Value(_) => Err((DropReason::NonNumeric, "non_numeric")),
+        Reading::Sentinel(s) => Err((DropReason::Sentinel, s.as_str())),
+        Reading::Error(_) => Err((DropReason::Status, "status")),
+    }
+}
+
 fn field_name(id: u16) -> &'static str {
     dcgm_sys::fields::by_id(id).map_or("an unknown field", |m| m.name)
 }
@@ -743,6 +781,7 @@ mod retention_tests {
             fake_gpus: false,
             watch_groups: Vec::new(),
             emulate: Default::default(),
+            low_cardinality: false,
         }
     }
 

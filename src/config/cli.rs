@@ -366,6 +366,11 @@ pub struct Config {
     /// Also export the exporter's process and HTTP handler metrics.
     #[arg(long, env = "DCGM_EXPORTER_ENABLE_EXPORTER_METRICS")]
     pub enable_exporter_metrics: bool,
+    /// Low-cardinality output: one DCGM_EXP_*_INFO series per GPU, MIG instance, NVSwitch
+    /// and CPU carries the static labels (UUID, PCI bus id, model, device, MIG profile,
+    /// label fields), which every other series drops.
+    #[arg(long, env = "DCGM_EXPORTER_LOW_CARDINALITY")]
+    pub low_cardinality: bool,
     /// The dcgm-exporter release to emulate: 4.8.4, 4.9.0 or 4.8.2 (label names, metric
     /// types and help, default counters, config-file schemas, timeout defaults).
     #[arg(long, env = "DCGM_EXPORTER_EMULATE_VERSION", value_name = "VERSION", default_value = "4.8.4", value_parser = clap::builder::ValueParser::new(str::parse::<UpstreamVersion>))]
@@ -780,6 +785,7 @@ pub(crate) mod tests {
         ("exit-if-hostengine-unreachable", None, Some("DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE"), Some("false"), Bool),
         ("enable-exporter-metrics", None, Some("DCGM_EXPORTER_ENABLE_EXPORTER_METRICS"), Some("false"), Bool),
         ("emulate-version", None, Some("DCGM_EXPORTER_EMULATE_VERSION"), Some("4.8.4"), Str),
+        ("low-cardinality", None, Some("DCGM_EXPORTER_LOW_CARDINALITY"), Some("false"), Bool),
         ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
         ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
     ];

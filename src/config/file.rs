@@ -57,6 +57,9 @@ struct RawV1 {
     /// Ours: the upstream release to emulate (`--emulate-version`).
     #[serde(default)]
     emulate_version: Option<String>,
+    /// Ours: `--low-cardinality`.
+    #[serde(default)]
+    low_cardinality: Option<bool>,
     #[serde(default)]
     sources: Option<V1Sources>,
     #[serde(default)]
@@ -75,6 +78,8 @@ struct RawV2 {
     version: u32,
     #[serde(default)]
     emulate_version: Option<String>,
+    #[serde(default)]
+    low_cardinality: Option<bool>,
     #[serde(default)]
     metrics: Option<RawMetrics>,
     #[serde(default)]
@@ -331,6 +336,8 @@ pub struct FileSettings {
     pub watch_groups: Vec<WatchGroup>,
     /// `emulateVersion` (ours).
     pub emulate: Option<UpstreamVersion>,
+    /// `lowCardinality` (ours).
+    pub low_cardinality: Option<bool>,
     /// The default watch retention: `sources.dcgm.watch` and the all-fields collection's
     /// (version 2), `collection.retention` (version 1).
     pub retention: Retention,
@@ -400,6 +407,10 @@ pub fn load(path: &Path) -> Result<FileSettings, String> {
                 .map_err(|e| format!("{name}: emulateVersion: {e}"))?,
         );
     }
+    out.low_cardinality = match &raw {
+        Raw::V1(r) => r.low_cardinality,
+        Raw::V2(r) => r.low_cardinality,
+    };
     let server = match &raw {
         Raw::V1(r) => r.server.as_ref(),
         Raw::V2(r) => r.server.as_ref(),
@@ -848,6 +859,9 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
             c.enable_exporter_metrics = on
         });
     }
+    if let Some(on) = fs.low_cardinality {
+        set("low-cardinality", &mut |c| c.low_cardinality = on);
+    }
     if let Some(n) = fs.max_concurrent_scrapes {
         set("max-concurrent-scrapes", &mut |c| {
             c.max_concurrent_scrapes = n
@@ -953,6 +967,29 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("power", 250), ("temp", 100)]
         );
+    }
+
+    #[test]
+    fn low_cardinality_comes_from_the_file_unless_given_explicitly() {
+        for schema in [1, 2] {
+            let (_d, p) = write(&format!("version: {schema}\nlowCardinality: true\n"));
+            let path = p.display().to_string();
+            let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
+            assert!(!c.low_cardinality);
+            apply(&mut c).unwrap();
+            assert!(c.low_cardinality);
+            let mut c = crate::config::cli::parse_from([
+                "x",
+                "--config-file",
+                &path,
+                "--low-cardinality=false",
+            ])
+            .unwrap();
+            apply(&mut c).unwrap();
+            assert!(!c.low_cardinality);
+        }
+        let (_d, p) = write("version: 2\nlowCardinality: often\n");
+        assert!(load(&p).unwrap_err().contains("lowCardinality"));
     }
 
     #[test]

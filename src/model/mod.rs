@@ -308,11 +308,30 @@ pub struct Page {
     pub oldest_sample_us: Option<i64>,
     /// Pieces of the collection that failed: (source, reason) -> count.
     pub failures: BTreeMap<(String, String), u64>,
+    /// Values left out per field: (field name, reason) -> count. The reason is finer than
+    /// [`DropReason`]: a sentinel says which (blank, not_supported, not_permissioned...).
+    pub field_drops: BTreeMap<(String, &'static str), u64>,
 }
 
 impl Page {
     pub fn drop_value(&mut self, reason: DropReason) {
         *self.dropped.entry(reason).or_default() += 1;
+    }
+
+    /// A value of field `field` left out: counted under `reason` and, per field, under
+    /// `detail` (bounded: the CSV's fields times a fixed set of details).
+    pub fn drop_field_value(&mut self, field: &str, reason: DropReason, detail: &'static str) {
+        self.drop_value(reason);
+        self.count_field_drop(field, detail);
+    }
+
+    /// Counts a value of `field` left out per field only (one never asked of DCGM, as a
+    /// profiling field the GPU does not support).
+    pub fn count_field_drop(&mut self, field: &str, detail: &'static str) {
+        *self
+            .field_drops
+            .entry((field.to_string(), detail))
+            .or_default() += 1;
     }
 
     /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
@@ -362,6 +381,7 @@ impl Page {
         self.store.clear();
         self.dropped.clear();
         self.failures.clear();
+        self.field_drops.clear();
         self.oldest_sample_us = None;
     }
 
@@ -451,6 +471,9 @@ impl Page {
         }
         for (k, n) in other.failures {
             *self.failures.entry(k).or_default() += n;
+        }
+        for (k, n) in other.field_drops {
+            *self.field_drops.entry(k).or_default() += n;
         }
         let mut labels: Vec<(&str, &str)> = Vec::new();
         for fam in &other.families {

@@ -1,11 +1,12 @@
 //! The exporter's own metrics. Their `dcgm_exporter_` prefix is lower-case and no DCGM field
 //! name or 1.x legacy name starts with it, so they cannot collide with exported fields.
 
-use crate::model::DropReason;
+use crate::model::{DropReason, Page};
 use prometheus::{
-    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry,
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry,
 };
+use std::collections::BTreeMap;
 
 pub use crate::common::PREFIX;
 
@@ -34,6 +35,10 @@ pub struct SelfMetrics {
     pub dropped: IntCounterVec,
     pub collection_errors: IntCounterVec,
     pub series: IntGauge,
+    /// `field_values_dropped_total{field, reason}`: why a field has fewer series than entities.
+    field_drops: IntCounterVec,
+    /// `entity_series{entity_type}`: the last page's series by the entity they describe.
+    entity_series: IntGaugeVec,
     pub reconnects: IntCounter,
     /// --enable-exporter-metrics: promhttp's handler metrics, under the same names.
     http_requests: IntCounterVec,
@@ -93,7 +98,7 @@ impl SelfMetrics {
              what was lost and DCGM's status; everything else is still served.",
             &["source", "reason"],
         );
-        let series = int_gauge(name("series"), "Series on the last page.");
+        let (series, field_drops, entity_series) = page_breakdown(&registry, &name);
         let reconnects = counter(
             name("reconnects_total"),
             "Successful reconnections to the DCGM host engine.",
@@ -131,6 +136,8 @@ impl SelfMetrics {
             dropped,
             collection_errors,
             series,
+            field_drops,
+            entity_series,
             reconnects,
             http_requests,
             http_in_flight,
@@ -166,8 +173,8 @@ impl SelfMetrics {
     }
 
     /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
-    /// library's version and the mode.
-    pub fn set_build_info(&self, dcgm_version: &str, mode: &str) {
+    /// library's version, the mode and the dcgm-exporter release emulated.
+    pub fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
         self.build_info.reset();
         self.build_info
             .with_label_values(&[
@@ -175,8 +182,30 @@ impl SelfMetrics {
                 env!("DCGM_EXPORTER_COMMIT"),
                 dcgm_version,
                 mode,
+                emulated,
             ])
             .set(1.0);
+    }
+
+    /// What the published page holds and lacks: the values each field lost and why, and its
+    /// series by entity type (an empty or partial page says where it is short).
+    pub fn observe_page(&self, page: &Page) {
+        for ((field, reason), n) in &page.field_drops {
+            self.field_drops
+                .with_label_values(&[field.as_str(), reason])
+                .inc_by(*n);
+        }
+        let mut by_type: BTreeMap<&'static str, i64> = BTreeMap::new();
+        for fam in page.families() {
+            for s in fam.series() {
+                *by_type.entry(entity_type(s.labels())).or_default() += 1;
+            }
+        }
+        // A type gone from the page (a reload, MIG disabled) must not keep its last count.
+        self.entity_series.reset();
+        for (t, n) in by_type {
+            self.entity_series.with_label_values(&[t]).set(n);
+        }
     }
 
     /// Call while serving /metrics; the request is counted when the guard drops.
@@ -232,12 +261,61 @@ fn build_info(name: String) -> GaugeVec {
     GaugeVec::new(
         Opts::new(
             name,
-            "1, labelled with the exporter's version and commit, the DCGM library's version \
-             and the mode (embedded or remote host engine).",
+            "1, labelled with the exporter's version and commit, the DCGM library's version, \
+             the mode (embedded or remote host engine) and the dcgm-exporter release emulated.",
         ),
-        &["version", "commit", "dcgm_version", "mode"],
+        &["version", "commit", "dcgm_version", "mode", "emulated"],
     )
     .expect("static metric options are valid")
+}
+
+/// What the page holds: its series, in all and by entity type, and the values it lacks.
+/// (The two breakdowns are registered here; `series` by the caller, with the others.)
+fn page_breakdown(
+    registry: &Registry,
+    name: &dyn Fn(&str) -> String,
+) -> (IntGauge, IntCounterVec, IntGaugeVec) {
+    let series = int_gauge(name("series"), "Series on the last page.");
+    let field_drops = counter_vec(
+        name("field_values_dropped_total"),
+        "Values of a field not exported, by field and reason (blank, not_found, not_supported, \
+         not_permissioned, status, stale, non_numeric).",
+        &["field", "reason"],
+    );
+    let entity_series = IntGaugeVec::new(
+        Opts::new(
+            name("entity_series"),
+            "Series on the last page by the entity they describe (gpu, mig, nvswitch, nvlink, \
+             cpu, cpu_core, node).",
+        ),
+        &["entity_type"],
+    )
+    .expect("static metric options are valid");
+    for c in [
+        Box::new(field_drops.clone()) as Box<dyn prometheus::core::Collector>,
+        Box::new(entity_series.clone()),
+    ] {
+        registry.register(c).expect("metric names are unique");
+    }
+    (series, field_drops, entity_series)
+}
+
+/// The entity a series describes, from its identity labels (links before their GPU or
+/// switch, MIG instances before their GPU, cores before their CPU).
+fn entity_type<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> &'static str {
+    let mut t = "node";
+    for (k, _) in labels {
+        t = match (k, t) {
+            ("nvlink", _) => return "nvlink",
+            ("GPU_I_ID", _) => return "mig",
+            ("cpucore", _) => return "cpu_core",
+            ("gpu", _) => "gpu",
+            ("nvswitch", _) => "nvswitch",
+            ("cpu", "node") => "cpu",
+            _ => t,
+        };
+    }
+    t
 }
 
 /// From a 1 ms embedded read of one GPU to a remote engine near its deadline.
@@ -293,8 +371,8 @@ mod tests {
         let text = |m: &super::SelfMetrics| String::from_utf8(m.encode()).unwrap();
         // Not known before DCGM is loaded: no series yet.
         assert!(!text(&m).contains("dcgm_exporter_build_info{"));
-        m.set_build_info("4.5.0", "remote");
-        m.set_build_info("4.6.0", "embedded");
+        m.set_build_info("4.5.0", "remote", "4.8.2");
+        m.set_build_info("4.6.0", "embedded", "4.8.4");
         let t = text(&m);
         let info: Vec<&str> = t
             .lines()
@@ -303,6 +381,7 @@ mod tests {
         assert_eq!(info.len(), 1, "{t}");
         assert!(info[0].contains("dcgm_version=\"4.6.0\""), "{t}");
         assert!(info[0].contains("mode=\"embedded\""), "{t}");
+        assert!(info[0].contains("emulated=\"4.8.4\""), "{t}");
         assert!(info[0].contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))));
         assert!(info[0].ends_with(" 1"), "{t}");
         m.collection_duration.set(0.003);

@@ -99,6 +99,8 @@ struct Collected {
     gpus: usize,
     /// Selections that match no entity: degraded notes on /health.
     unmatched: Vec<String>,
+    /// `--low-cardinality`: the info series and what strips the page's static labels.
+    low_cardinality: Option<(Page, crate::collect::info::LowCardinality)>,
 }
 
 enum TickResult {
@@ -259,6 +261,7 @@ impl Runner {
                 topology: with_sinks.then(|| c.topology().clone()),
                 gpus: c.gpu_count(),
                 unmatched: c.unmatched().to_vec(),
+                low_cardinality: c.take_info().zip(c.low_cardinality().cloned()),
             })))
         });
         done.unwrap_or_else(|e| Err(job_failure(e)))
@@ -302,6 +305,7 @@ impl Runner {
             topology,
             gpus,
             unmatched,
+            low_cardinality,
         } = c;
         {
             let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
@@ -309,6 +313,10 @@ impl Runner {
             let mut notes = unmatched;
             notes.extend(a.notes());
             self.shared.set_notes(notes);
+        }
+        if let Some((info, strip)) = low_cardinality {
+            strip.strip(&mut page);
+            page.append(info);
         }
         let m = &self.shared.metrics;
         for (reason, n) in &page.dropped {
@@ -320,6 +328,7 @@ impl Runner {
                 .inc_by(*n);
         }
         m.series.set(page.series_count() as i64);
+        m.observe_page(&page);
         m.collection_duration.set(took.as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
         m.last_success.set(

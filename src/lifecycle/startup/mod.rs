@@ -127,9 +127,11 @@ fn serve(
     if stages.exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
-    shared
-        .metrics
-        .set_build_info(&dcgm_version, stages.engine.mode());
+    shared.metrics.set_build_info(
+        &dcgm_version,
+        stages.engine.mode(),
+        stages.collect.emulate.as_str(),
+    );
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library,

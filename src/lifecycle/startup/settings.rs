@@ -171,6 +171,7 @@ fn collect_settings(
         fake_gpus: config.fake_gpus,
         watch_groups,
         emulate: config.emulate_version,
+        low_cardinality: config.low_cardinality,
     })
 }
 
