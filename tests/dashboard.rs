@@ -217,8 +217,12 @@ fn gpu_and_mig_queries(versions: &[&str]) {
         for r in &result {
             let m = &r["metric"];
             if let Some(inst) = m["instance"].as_str() {
-                // `state` tells the node-level GPU count's series apart.
-                let key = format!("{inst}/{}/{}/{}", m["gpu"], m["GPU_I_ID"], m["state"]);
+                // `state` tells the node-level GPU count's series apart, `alertname` the
+                // firing alerts of one GPU.
+                let key = format!(
+                    "{inst}/{}/{}/{}/{}",
+                    m["gpu"], m["GPU_I_ID"], m["state"], m["alertname"]
+                );
                 *per_series.entry(key).or_default() += 1;
             }
         }
