@@ -28,6 +28,9 @@ const ALIVE_CHECK: Duration = Duration::from_secs(30);
 /// How long the files' directories must be quiet after an event before they are read.
 const SETTLE: Duration = Duration::from_millis(100);
 
+/// At most this many quiet periods are waited for after an event (2 s).
+const SETTLE_ROUNDS: usize = 20;
+
 /// How the watcher learns of changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WatchMode {
@@ -44,13 +47,16 @@ fn settled(events: &DirEvents, first: Wake) -> Wake {
     if first != Wake::Event {
         return first;
     }
-    loop {
+    // Bounded: a directory that never goes quiet (a log written next to the certificates)
+    // must not hold a rotation back for ever; after 2 s the files are read anyway.
+    for _ in 0..SETTLE_ROUNDS {
         match events.wait_timeout(SETTLE) {
             Wake::Event => continue,
             Wake::Timeout => return Wake::Event,
             Wake::Gone => return Wake::Gone,
         }
     }
+    Wake::Event
 }
 
 /// Events for the directories of `files`, or `None` (polling) where inotify cannot be used.
@@ -362,6 +368,34 @@ mod tests {
             );
         }
         assert_eq!(Web::load(None, false).unwrap().watch().unwrap(), None);
+    }
+
+    /// A directory that never goes quiet (something else written beside the file every
+    /// 20 ms) still lets a change through: the quiet period is bounded.
+    #[test]
+    fn a_busy_directory_does_not_hold_a_change_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(&path, "").unwrap();
+        let web = Web::load(Some(&path), false).unwrap();
+        assert_eq!(web.watch().unwrap(), Some(WatchMode::Events));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let noise = {
+            let (stop, log) = (stop.clone(), dir.path().join("noise.log"));
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    n += 1;
+                    std::fs::write(&log, n.to_string()).unwrap();
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        std::fs::write(&path, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+        let reloaded = wait_for(&web, |s| s.auth.is_some());
+        stop.store(true, Ordering::SeqCst);
+        noise.join().unwrap();
+        assert!(reloaded, "a busy directory held the change back");
     }
 
     #[test]
