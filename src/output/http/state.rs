@@ -28,8 +28,8 @@ const ALIVE_CHECK: Duration = Duration::from_secs(30);
 /// How long the files' directories must be quiet after an event before they are read.
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// At most this many quiet periods are waited for after an event (2 s).
-const SETTLE_ROUNDS: usize = 20;
+/// The longest wait for a quiet period after an event.
+const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
 
 /// How the watcher learns of changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +49,8 @@ fn settled(events: &DirEvents, first: Wake) -> Wake {
     }
     // Bounded: a directory that never goes quiet (a log written next to the certificates)
     // must not hold a rotation back for ever; after 2 s the files are read anyway.
-    for _ in 0..SETTLE_ROUNDS {
+    let deadline = std::time::Instant::now() + SETTLE_AT_MOST;
+    while std::time::Instant::now() < deadline {
         match events.wait_timeout(SETTLE) {
             Wake::Event => continue,
             Wake::Timeout => return Wake::Event,
