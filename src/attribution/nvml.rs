@@ -18,9 +18,22 @@ pub struct Process {
     pub pid: u32,
     /// The GPU instance it runs on, for a MIG-enabled GPU.
     pub gpu_instance: Option<u32>,
-    /// SM utilisation in percent, when NVML has a recent sample for it.
+    /// SM utilisation in percent, when NVML has a recent sample for it (the newest of
+    /// `samples`).
     pub sm_util: Option<u32>,
+    /// Every utilisation sample NVML gave for this process since the previous ask for the
+    /// same GPU, oldest first (empty under MIG, where NVML has none).
+    pub samples: Vec<UtilSample>,
     pub memory_bytes: Option<u64>,
+}
+
+/// One of NVML's per-process utilisation samples (`nvmlProcessUtilizationSample_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UtilSample {
+    /// NVML's CPU timestamp of the sample, in microseconds.
+    pub timestamp_us: u64,
+    /// SM utilisation in percent.
+    pub sm_util: u32,
 }
 
 /// A MIG device found under its GPU.
@@ -147,6 +160,7 @@ fn running(device: &Device, gpu_instance: Option<u32>) -> Result<Vec<Process>, N
             pid: p.pid,
             gpu_instance: gpu_instance.or(p.gpu_instance_id),
             sm_util: None,
+            samples: Vec::new(),
             memory_bytes: match p.used_gpu_memory {
                 nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
                 nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,

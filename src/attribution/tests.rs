@@ -453,12 +453,14 @@ fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
                     pid: 10,
                     gpu_instance: None,
                     sm_util: Some(30),
+                    samples: Vec::new(),
                     memory_bytes: Some(512 * 1024 * 1024),
                 },
                 Process {
                     pid: 11,
                     gpu_instance: None,
                     sm_util: Some(12),
+                    samples: Vec::new(),
                     memory_bytes: Some(256 * 1024 * 1024),
                 },
                 // Another pod's process.
@@ -466,6 +468,7 @@ fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
                     pid: 99,
                     gpu_instance: None,
                     sm_util: Some(50),
+                    samples: Vec::new(),
                     memory_bytes: Some(1024 * 1024 * 1024),
                 },
             ],
