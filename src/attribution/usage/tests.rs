@@ -25,7 +25,11 @@ fn page_of(devs: &[Dev]) -> Page {
     let mut p = Page::default();
     for (g, e, u) in devs {
         let (gs, uuid) = (g.to_string(), format!("GPU-{g}"));
-        let l = [("gpu", gs.as_str()), ("UUID", uuid.as_str()), ("Hostname", "n")];
+        let l = [
+            ("gpu", gs.as_str()),
+            ("UUID", uuid.as_str()),
+            ("Hostname", "n"),
+        ];
         if let Some(e) = e {
             let name = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
             p.add(name, "h", PromType::Counter, &l, *e);
@@ -82,10 +86,16 @@ struct World {
 impl World {
     /// Pod `name` on GPU `g` (a replica when `shared`), running `procs` as its own.
     fn pod(mut self, g: u32, name: &str, shared: bool, procs: Vec<Process>) -> World {
-        self.consumers.entry(key(g)).or_default().push(pod(name, shared));
+        self.consumers
+            .entry(key(g))
+            .or_default()
+            .push(pod(name, shared));
         for p in procs {
             self.owners.insert(p.pid, Owner::Pod(format!("uid-{name}")));
-            self.processes.entry(format!("GPU-{g}")).or_default().push(p);
+            self.processes
+                .entry(format!("GPU-{g}"))
+                .or_default()
+                .push(p);
         }
         self
     }
@@ -169,7 +179,11 @@ fn energy_adds_up_over_many_intervals_with_pods_coming_and_going() {
             w = w.pod(0, "c", true, vec![proc(300, &[70], 0), proc(301, &[40], 0)]);
         }
         // The driver reloads once (the counter starts again near 0); one sample is lost.
-        energy = if i == 80 { 1234.0 } else { energy + 150_000.0 + f64::from(i % 13) * 1000.0 };
+        energy = if i == 80 {
+            1234.0
+        } else {
+            energy + 150_000.0 + f64::from(i % 13) * 1000.0
+        };
         let e = (i != 140).then_some(energy);
         let util = Some(f64::from(40 + i % 60));
         let now = t0 + Duration::from_secs(u64::from(i) * 30);
@@ -186,7 +200,10 @@ fn energy_adds_up_over_many_intervals_with_pods_coming_and_going() {
         if i == 140 {
             assert!(close(got, 0.0), "a lost sample attributes nothing: {got}");
         } else {
-            assert!(close(got, delta), "interval {i}: booked {got} J, the GPU used {delta} J");
+            assert!(
+                close(got, delta),
+                "interval {i}: booked {got} J, the GPU used {delta} J"
+            );
         }
         // The shares of one interval never exceed the GPU's utilisation.
         let shares: f64 = after
@@ -262,7 +279,10 @@ fn shares_are_clamped_to_the_gpu_utilisation() {
         // Another pod's process on the same GPU, not holding it here: not counted.
         .pod(1, "z", false, vec![]);
     let mut w = w;
-    w.processes.get_mut("GPU-0").unwrap().push(proc(9, &[90], 100));
+    w.processes
+        .get_mut("GPU-0")
+        .unwrap()
+        .push(proc(9, &[90], 100));
     collect(&mut a, &[(0, Some(0.0), Some(88.0))], &w, t);
     let (_, v) = collect(&mut a, &[(0, Some(10_000.0), Some(88.0))], &w, t);
     assert!(close(get(&v, UTIL_SHARE, 0, "a").unwrap(), 48.0), "{v:?}");
@@ -272,7 +292,10 @@ fn shares_are_clamped_to_the_gpu_utilisation() {
     assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 1.2));
     // Without a utilisation value the shares are kept within 100 %.
     let (_, v) = collect(&mut a, &[(0, Some(20_000.0), None)], &w, t);
-    assert!(close(get(&v, UTIL_SHARE, 0, "a").unwrap(), 60.0 * 100.0 / 110.0));
+    assert!(close(
+        get(&v, UTIL_SHARE, 0, "a").unwrap(),
+        60.0 * 100.0 / 110.0
+    ));
     let mut raw = [30.0, 20.0];
     share::clamp(&mut raw, 80.0);
     assert_eq!(raw, [30.0, 20.0], "within the GPU's value: unchanged");
@@ -283,9 +306,12 @@ fn exclusive_holders_get_the_whole_device_and_replicas_their_part() {
     let mut a = Accountant::new(settings(64));
     let t = Instant::now();
     // GPU 0 held whole by a pod whose processes are unknown; GPU 1 one replica of it used.
-    let w = World::default()
-        .pod(0, "whole", false, vec![])
-        .pod(1, "replica", true, vec![proc(7, &[25], 0)]);
+    let w = World::default().pod(0, "whole", false, vec![]).pod(
+        1,
+        "replica",
+        true,
+        vec![proc(7, &[25], 0)],
+    );
     let devs = |e: f64| [(0, Some(e), Some(70.0)), (1, Some(e), Some(70.0))];
     collect(&mut a, &devs(1_000_000.0), &w, t);
     let (_, v) = collect(&mut a, &devs(1_200_000.0), &w, t);
@@ -313,7 +339,12 @@ fn allocated_idle_after_the_window_without_use() {
     let idle_of = |v: &Values, p: &str| get(v, ALLOCATED_IDLE, 0, p);
     let world = |a_busy: bool, b_mem: u64| {
         World::default()
-            .pod(0, "a", true, vec![proc(1, &[if a_busy { 5 } else { 0 }], 0)])
+            .pod(
+                0,
+                "a",
+                true,
+                vec![proc(1, &[if a_busy { 5 } else { 0 }], 0)],
+            )
             .pod(0, "b", true, vec![proc(2, &[0], b_mem)])
             .pod(1, "whole", false, vec![])
     };
@@ -388,10 +419,28 @@ fn mig_instances_and_identity_labels() {
         ("GPU_I_ID", "2"),
         ("Hostname", "n"),
     ];
-    page.add("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "h", PromType::Counter, &l, 7.5);
+    page.add(
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+        "h",
+        PromType::Counter,
+        &l,
+        7.5,
+    );
     page.add("DCGM_FI_DEV_GPU_UTIL_RATIO", "h", PromType::Gauge, &l, 0.25);
-    page.add("DCGM_FI_DEV_GPU_TEMP", "h", PromType::Gauge, &[("gpu", "4")], 1.0);
-    page.add("DCGM_FI_DEV_GPU_UTIL", "h", PromType::Gauge, &[("nvlink", "1")], 1.0);
+    page.add(
+        "DCGM_FI_DEV_GPU_TEMP",
+        "h",
+        PromType::Gauge,
+        &[("gpu", "4")],
+        1.0,
+    );
+    page.add(
+        "DCGM_FI_DEV_GPU_UTIL",
+        "h",
+        PromType::Gauge,
+        &[("nvlink", "1")],
+        1.0,
+    );
     let r = readings::read(&page, IdType::Uid, true);
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].key, ("GPU-3".to_string(), Some(2)));
