@@ -499,3 +499,34 @@ fn next_collection_of(e: &support::Exporter, than: &[Sample], gpu: &str) -> Vec<
         field(s, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu) != before
     })
 }
+
+/// Off by default: none of the usage series or the self-metric, even with pods on GPUs.
+#[test]
+fn off_by_default() {
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-k", "--pod-resources-kubelet-socket"])
+        .arg(kubelet.socket().to_str().unwrap())
+        .start();
+    let uuid = field_label(&e.scrape(), "UUID");
+    kubelet.set_pods(vec![pod("ml", "p", "c", &[("nvidia.com/gpu", &[&uuid])])]);
+    e.scrape_until(10, |s| s.iter().any(|x| x.label("pod") == Some("p")));
+    let text = e.get("/metrics").1;
+    for name in [
+        "DCGM_EXP_ENERGY_JOULES_TOTAL",
+        "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL",
+        "DCGM_EXP_UTIL_SHARE",
+        "DCGM_EXP_ALLOCATED_IDLE",
+        "dcgm_exporter_usage_consumers_dropped_total",
+    ] {
+        assert!(!text.contains(name), "{name} without --usage-accounting");
+    }
+}
+
+fn field_label(page: &[Sample], label: &str) -> String {
+    series(page, "DCGM_FI_DEV_GPU_TEMP")[0]
+        .label(label)
+        .expect("the label")
+        .to_string()
+}
