@@ -570,7 +570,11 @@ mod tests {
             panic!("process_start on a MIG instance");
         };
         assert_eq!(
-            (process.gpu_instance, process.compute_instance, process.is_graphics()),
+            (
+                process.gpu_instance,
+                process.compute_instance,
+                process.is_graphics()
+            ),
             (Some(7), Some(1), true)
         );
         assert_eq!(

@@ -1009,19 +1009,15 @@ mod tests {
         assert_eq!(p.sm_util_at(100.0, 1), 100);
         assert_eq!(ok.processes[0].sm_util_at(50.0, 1), 30);
         assert_eq!(ok.processes[1].sm_util_at(50.0, 1), 0);
-        assert!(err(
-            "[[processes]]\npid = 1\ngpu = 0\nsm_util = 5\n\
-             sm_util_gen = { kind = \"constant\", value = 3 }\n"
-        )
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\nsm_util = 5\n\
+             sm_util_gen = { kind = \"constant\", value = 3 }\n")
         .contains("not both"));
-        assert!(
-            err("[[processes]]\npid = 1\ngpu = 0\nsm_util_gen = { kind = \"string\", value = \"x\" }\n")
-                .contains("sm_util_gen must be")
-        );
         assert!(err(
-            "[[processes]]\npid = 1\ngpu = 0\n\
-             sm_util_gen = { kind = \"sine\", mid = 5, amplitude = 1, period_s = 0 }\n"
+            "[[processes]]\npid = 1\ngpu = 0\nsm_util_gen = { kind = \"string\", value = \"x\" }\n"
         )
+        .contains("sm_util_gen must be"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\n\
+             sm_util_gen = { kind = \"sine\", mid = 5, amplitude = 1, period_s = 0 }\n")
         .contains("processes[0] (pid 1): sm_util_gen: period_s"));
         assert!(err("[nvml]\nprocess_sample_history_s = 0\n").contains("1..=3600"));
         assert_eq!(

@@ -749,10 +749,7 @@ mod tests {
             ]
         );
         // Strictly newer than lastSeenTimeStamp.
-        assert_eq!(
-            seen(&s, 0, (T0_S + 2) * US),
-            [(10, 3, 30), (20, 3, 40)]
-        );
+        assert_eq!(seen(&s, 0, (T0_S + 2) * US), [(10, 3, 30), (20, 3, 40)]);
         assert!(seen(&s, 0, (T0_S + 3) * US).is_empty());
         assert!(seen(&s, 0, u64::MAX).is_empty());
         assert_eq!(seen(&s, 1, 0).len(), 4);

@@ -236,7 +236,11 @@ struct UtilSample {
 type UtilFn = unsafe extern "C" fn(Device, *mut UtilSample, *mut c_uint, u64) -> c_uint;
 
 /// Samples newer than `last_seen` through the two-call protocol; the error code otherwise.
-fn samples(util: &Symbol<'_, UtilFn>, d: Device, last_seen: u64) -> Result<Vec<UtilSample>, c_uint> {
+fn samples(
+    util: &Symbol<'_, UtilFn>,
+    d: Device,
+    last_seen: u64,
+) -> Result<Vec<UtilSample>, c_uint> {
     let mut n = 0;
     // SAFETY: a count query with no buffer.
     match unsafe { util(d, std::ptr::null_mut(), &mut n, last_seen) } {
@@ -293,12 +297,18 @@ fn process_utilization_keeps_per_second_samples_and_follows_the_control_file() {
     // Too small a buffer: INSUFFICIENT_SIZE and the count needed, nothing written.
     let mut n = 0;
     // SAFETY: a count query with no buffer.
-    assert_eq!(unsafe { util(d, std::ptr::null_mut(), &mut n, 0) }, INSUFFICIENT_SIZE);
+    assert_eq!(
+        unsafe { util(d, std::ptr::null_mut(), &mut n, 0) },
+        INSUFFICIENT_SIZE
+    );
     let needed = n;
     let mut one = [UtilSample::default(); 1];
     n = 1;
     // SAFETY: `one` holds 1 sample.
-    assert_eq!(unsafe { util(d, one.as_mut_ptr(), &mut n, 0) }, INSUFFICIENT_SIZE);
+    assert_eq!(
+        unsafe { util(d, one.as_mut_ptr(), &mut n, 0) },
+        INSUFFICIENT_SIZE
+    );
     assert!(n >= needed, "{n} < {needed}");
     assert_eq!(one[0].pid, 0);
 
