@@ -145,6 +145,9 @@ fn pynvml_sees_the_gpus_mig_devices_and_processes_dcgm_describes() {
     assert!(gpus[4]["graphics"].as_array().unwrap().is_empty());
 }
 
+/// (pid, timestamp µs, SM %) as pynvml_samples.py prints a sample.
+type Sample = (u64, u64, u64);
+
 /// pynvml reads samples that change from second to second (a profile generator) and with
 /// the control file (a process's utilisation, processes starting and stopping), each read
 /// asking for what is newer than the last sample it saw.
@@ -186,7 +189,7 @@ fn pynvml_reads_per_process_samples_that_change_over_time() {
     std::fs::remove_dir_all(&dir).unwrap();
 
     // Each read: (pid, timestamp µs, SM %) newer than what the read before it saw.
-    let reads: Vec<(u64, Vec<(u64, u64, u64)>)> = v["reads"]
+    let reads: Vec<(u64, Vec<Sample>)> = v["reads"]
         .as_array()
         .unwrap()
         .iter()
@@ -202,7 +205,7 @@ fn pynvml_reads_per_process_samples_that_change_over_time() {
         assert!(!samples.is_empty());
         assert!(samples.iter().all(|s| s.1 > *since && s.1 % 1_000_000 == 0));
     }
-    let all: Vec<(u64, u64, u64)> = reads.iter().flat_map(|r| r.1.clone()).collect();
+    let all: Vec<Sample> = reads.iter().flat_map(|r| r.1.clone()).collect();
     assert!(all.windows(2).all(|w| w[0].1 <= w[1].1), "oldest first");
     let start = all[0].1;
     // The ramp: +10 points a second from 10, every second sampled exactly once.
@@ -218,7 +221,7 @@ fn pynvml_reads_per_process_samples_that_change_over_time() {
     assert!(ramp.len() >= 3);
 
     // Per second: the other processes' (pid, SM %) next to the ramp.
-    let seconds = |samples: &[(u64, u64, u64)]| -> Vec<Vec<(u64, u64)>> {
+    let seconds = |samples: &[Sample]| -> Vec<Vec<(u64, u64)>> {
         let mut out: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
         for s in samples.iter().filter(|s| s.0 != 4142) {
             match out.last_mut() {
