@@ -928,6 +928,19 @@ mod tests {
     }
 
     #[test]
+    fn the_usage_bench_profile_has_16_pods_of_4_processes_per_gpu() {
+        let p = Profile::load(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/sim/bench-usage.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.processes.len(), 8 * 16 * 4);
+        for gpu in 0..8 {
+            assert_eq!(p.processes.iter().filter(|x| x.gpu == gpu).count(), 64);
+        }
+        assert!(p.processes.iter().all(|x| x.sm_util_gen.is_some()));
+    }
+
+    #[test]
     fn validation_names_the_table() {
         let base = "[gpus]\ncount = 2\nmodel = \"x\"\n";
         let err = |extra: &str| Profile::parse(&format!("{base}{extra}")).unwrap_err();
