@@ -30,6 +30,10 @@
 //! per series and a real Prometheus's head series, chunks and memory without and with
 //! `--low-cardinality` on the large profile (`lowcard.rs`).
 //!
+//! `cargo run --release -p bench -- usage [--build debug]` prints CPU per collection, series
+//! and RSS of 8 GPUs x 16 pods x 4 processes with per-pod series and `--usage-accounting`
+//! against the same node without (`usage.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -47,6 +51,7 @@ mod lowcard;
 mod memory;
 mod scale;
 mod throughput;
+mod usage;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -75,6 +80,7 @@ fn main() {
         Some("memory") => run_memory(),
         Some("scale") => run_scale(),
         Some("lowcard") => run_lowcard(),
+        Some("usage") => run_usage(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -111,6 +117,30 @@ fn run_lowcard() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     lowcard::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and both simulators (`--build release|debug`) and measures per-pod
+/// series and `--usage-accounting` (`usage.rs`).
+fn run_usage() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = build_binaries(&root)?;
+    // The simulated NVML (`libnvidia-ml.so.1`) too: pods are mapped through its processes.
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-p", "nvml-sim"]);
+    if build == "release" {
+        cargo.arg("--release");
+    }
+    let status = cargo
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building nvml-sim failed".into());
+    }
+    usage::run(&root, &root.join("target").join(&build))
 }
 
 /// Runs the scale mode on the builds named by `--builds`, or on a release build of the

@@ -32,7 +32,7 @@ struct Build {
 }
 
 /// CPU time of every thread of a process, in seconds (nanosecond counters).
-fn cpu_s(pid: u32) -> Result<f64, String> {
+pub(crate) fn cpu_s(pid: u32) -> Result<f64, String> {
     let dir = format!("/proc/{pid}/task");
     let mut ns = 0u64;
     for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
@@ -49,7 +49,7 @@ fn cpu_s(pid: u32) -> Result<f64, String> {
     Ok(ns as f64 / 1e9)
 }
 
-fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
+pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
     s.lines()
         .find_map(|l| l.strip_prefix(key))

@@ -7,10 +7,18 @@
 //! with success and a NULL handle, and drivers have changed these calls between versions. So
 //! every handle is checked, and `mig_devices` walks each GPU's MIG devices by index, which
 //! every NVML with MIG answers. The calls run on their own thread (`attribution::mig`).
+//!
+//! Per-process utilisation: the driver keeps a buffer of recent samples per GPU
+//! (`nvmlDeviceGetProcessUtilization`), each stamped with CPU time in µs, one per process
+//! and sampling period for processes that used the GPU in it. `RealNvml` remembers the newest
+//! timestamp it saw per GPU and asks only for newer samples, so consecutive asks get
+//! disjoint samples and none is lost as long as the driver still keeps it.
 
 use super::device_ids::MigLocation;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 /// One process on a GPU or on one of its MIG GPU instances.
 #[derive(Clone, Debug, PartialEq)]
@@ -18,8 +26,8 @@ pub struct Process {
     pub pid: u32,
     /// The GPU instance it runs on, for a MIG-enabled GPU.
     pub gpu_instance: Option<u32>,
-    /// SM utilisation in percent, when NVML has a recent sample for it (the newest of
-    /// `samples`).
+    /// SM utilisation in percent: the newest of `samples`; `None` when NVML gave none for
+    /// it since the previous ask (an idle process gets none, as nvml.h says).
     pub sm_util: Option<u32>,
     /// Every utilisation sample NVML gave for this process since the previous ask for the
     /// same GPU, oldest first (empty under MIG, where NVML has none).
@@ -66,19 +74,81 @@ pub trait NvmlView: Send {
     fn processes(&self, gpu_uuid: &str) -> Result<Vec<Process>, String>;
 }
 
+/// How often a sample ask is repeated when a sampling period ends between NVML's count
+/// query and the fill (INSUFFICIENT_SIZE on the second call).
+const SAMPLE_ASK_TRIES: usize = 3;
+
 /// The real library.
 pub struct RealNvml {
     nvml: Nvml,
+    /// Per GPU UUID: the timestamp (µs) of the newest utilisation sample seen.
+    last_seen: Mutex<HashMap<String, u64>>,
 }
 
 impl RealNvml {
     /// Loads and initialises `libnvidia-ml.so.1` (the name the driver installs).
     pub fn load() -> Result<RealNvml, String> {
+        Self::load_from(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+    }
+
+    /// Loads and initialises the NVML library at `path` (a name the loader searches, or a
+    /// path).
+    pub fn load_from(path: &std::ffi::OsStr) -> Result<RealNvml, String> {
         Nvml::builder()
-            .lib_path(std::ffi::OsStr::new("libnvidia-ml.so.1"))
+            .lib_path(path)
             .init()
-            .map(|nvml| RealNvml { nvml })
-            .map_err(|e| format!("cannot load NVML (libnvidia-ml.so.1): {e}"))
+            .map(|nvml| RealNvml {
+                nvml,
+                last_seen: Mutex::new(HashMap::new()),
+            })
+            .map_err(|e| format!("cannot load NVML ({}): {e}", path.to_string_lossy()))
+    }
+
+    /// (pid, sample) of a GPU's utilisation samples newer than the newest one the previous
+    /// ask saw (the first ask: every sample the driver keeps), oldest first.
+    fn new_samples(&self, uuid: &str, gpu: &Device) -> Result<Vec<(u32, UtilSample)>, NvmlError> {
+        // The map is only read and written whole here: a poisoned lock holds a usable map.
+        let since = self
+            .last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(uuid)
+            .copied()
+            .unwrap_or(0);
+        let mut tries = 0;
+        let raw = loop {
+            tries += 1;
+            match gpu.process_utilization_stats(since) {
+                Ok(r) => break r,
+                // No sample newer than `since`, or a GPU without per-process accounting.
+                Err(NvmlError::NotFound | NvmlError::NotSupported) => return Ok(Vec::new()),
+                Err(NvmlError::InsufficientSize(_)) if tries < SAMPLE_ASK_TRIES => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let mut samples: Vec<(u32, UtilSample)> = raw
+            .iter()
+            // An NVML that ignores lastSeenTimeStamp must not hand out a sample twice.
+            .filter(|s| s.timestamp > since)
+            .map(|s| {
+                (
+                    s.pid,
+                    UtilSample {
+                        timestamp_us: s.timestamp,
+                        sm_util: s.sm_util,
+                    },
+                )
+            })
+            .collect();
+        samples.sort_by_key(|(pid, s)| (s.timestamp_us, *pid));
+        let Some(newest) = samples.last().map(|(_, s)| s.timestamp_us) else {
+            return Ok(Vec::new());
+        };
+        self.last_seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(uuid.to_string(), newest);
+        Ok(samples)
     }
 
     fn device(&self, uuid: &str) -> Result<Device<'_>, String> {
@@ -232,20 +302,13 @@ impl NvmlView for RealNvml {
             return Ok(out);
         }
         let mut procs = running(&gpu, None).map_err(err)?;
-        match gpu.process_utilization_stats(0u64) {
-            Ok(samples) => {
-                for p in &mut procs {
-                    // The newest sample of each process.
-                    p.sm_util = samples
-                        .iter()
-                        .filter(|s| s.pid == p.pid)
-                        .max_by_key(|s| s.timestamp)
-                        .map(|s| s.sm_util);
-                }
-            }
-            // No samples yet, or a GPU without per-process accounting: memory only.
-            Err(NvmlError::NotFound | NvmlError::NotSupported) => {}
-            Err(e) => return Err(err(e)),
+        let mut by_pid: HashMap<u32, Vec<UtilSample>> = HashMap::new();
+        for (pid, s) in self.new_samples(gpu_uuid, &gpu).map_err(err)? {
+            by_pid.entry(pid).or_default().push(s);
+        }
+        for p in &mut procs {
+            p.samples = by_pid.remove(&p.pid).unwrap_or_default();
+            p.sm_util = p.samples.last().map(|s| s.sm_util);
         }
         Ok(procs)
     }

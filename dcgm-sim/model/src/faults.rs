@@ -22,11 +22,16 @@
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
 //! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |
 //! | `library_restored` | undoes `library_gone` for an engine that has not answered since it went: an embedded engine started afterwards (the exporter reconnecting after the loss) works again; one that answered UNINITIALIZED stays gone, as a shut-down libdcgm does |
+//! | `process_start PID GPU [KEY=VALUE...]` | (NVML) a process starts on GPU G; keys as in `[[processes]]`: `gpu_instance`, `compute_instance`, `used_memory_mib`, `sm_util`, `mem_util`, `name`, `kind` |
+//! | `process_stop PID [GPU]` | (NVML) process PID exits (on every GPU, or only on GPU G) |
+//! | `process_util PID SM [MEM]` | (NVML) process PID's SM (and memory) utilisation in percent from now on (replaces a `sm_util_gen`) |
+//! | `process_memory PID MIB` | (NVML) process PID holds MIB MiB of GPU memory from now on |
 //!
 //! Numbers may be written in hex (`0x48`). Blank lines and `#` comments are skipped.
 
 use crate::generator::Generator;
 use crate::node::{LINK_DISABLED, LINK_DOWN, LINK_UP};
+use crate::profile::ProcessSpec;
 use std::path::PathBuf;
 
 /// DCGM_FI_DEV_GPU_RECOVERY_ACTION (`DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION` before 4.5).
@@ -106,6 +111,26 @@ pub enum Fault {
     LibraryGone,
     /// An embedded engine started afterwards works again (DCGM loaded anew).
     LibraryRestored,
+    /// A process starts (the simulated NVML's business; DCGM does not see processes).
+    ProcessStart {
+        process: Box<ProcessSpec>,
+    },
+    /// A process exits, on every GPU (`gpu: None`) or one.
+    ProcessStop {
+        pid: u32,
+        gpu: Option<u32>,
+    },
+    /// A process's utilisation from now on (a constant; `mem_util: None` keeps it).
+    ProcessUtil {
+        pid: u32,
+        sm_util: u32,
+        mem_util: Option<u32>,
+    },
+    /// The GPU memory a process holds from now on.
+    ProcessMemory {
+        pid: u32,
+        mib: u64,
+    },
 }
 
 fn int(s: Option<&str>, what: &str) -> Result<i64, String> {
@@ -154,6 +179,44 @@ pub fn split_mig_item(item: &str) -> Result<(&str, u32), String> {
     crate::profile::slices_of(name)
         .ok_or_else(|| format!("'{name}' is not a MIG profile like 1g.10gb"))?;
     Ok((name, n))
+}
+
+fn percent(s: Option<&str>, what: &str) -> Result<u32, String> {
+    let v: u32 = num(s, what)?;
+    if v > 100 {
+        return Err(format!("{what} {v} is not a percentage (0..=100)"));
+    }
+    Ok(v)
+}
+
+/// `process_start PID GPU [KEY=VALUE...]`, the keys of a `[[processes]]` table.
+fn process_start<'a>(w: &mut impl Iterator<Item = &'a str>) -> Result<Fault, String> {
+    let mut p = ProcessSpec {
+        pid: num(w.next(), "pid")?,
+        gpu: num(w.next(), "gpu")?,
+        name: "python3".into(),
+        kind: "compute".into(),
+        ..ProcessSpec::default()
+    };
+    for kv in w {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("expected KEY=VALUE, got '{kv}'"))?;
+        match k {
+            "gpu_instance" => p.gpu_instance = Some(num(Some(v), k)?),
+            "compute_instance" => p.compute_instance = Some(num(Some(v), k)?),
+            "used_memory_mib" => p.used_memory_mib = num(Some(v), k)?,
+            "sm_util" => p.sm_util = Some(percent(Some(v), k)?),
+            "mem_util" => p.mem_util = percent(Some(v), k)?,
+            "name" => p.name = v.to_string(),
+            "kind" => p.kind = v.to_string(),
+            _ => return Err(format!("unknown process key '{k}'")),
+        }
+    }
+    p.check()?;
+    Ok(Fault::ProcessStart {
+        process: Box::new(p),
+    })
 }
 
 /// Parses one control-file line.
@@ -277,6 +340,21 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         },
         "library_gone" => Fault::LibraryGone,
         "library_restored" => Fault::LibraryRestored,
+        // Takes the rest of the line.
+        "process_start" => process_start(&mut w)?,
+        "process_stop" => Fault::ProcessStop {
+            pid: num(w.next(), "pid")?,
+            gpu: w.next().map(|g| num(Some(g), "gpu")).transpose()?,
+        },
+        "process_util" => Fault::ProcessUtil {
+            pid: num(w.next(), "pid")?,
+            sm_util: percent(w.next(), "sm_util")?,
+            mem_util: w.next().map(|m| percent(Some(m), "mem_util")).transpose()?,
+        },
+        "process_memory" => Fault::ProcessMemory {
+            pid: num(w.next(), "pid")?,
+            mib: num(w.next(), "MiB")?,
+        },
         o => return Err(format!("unknown fault '{o}'")),
     };
     if let Some(extra) = w.next() {
@@ -472,7 +550,81 @@ mod tests {
             parse_line("library_gone 1"),
             Err("unexpected '1'".to_string())
         );
+        assert_eq!(
+            parse_line("process_start 77 3 used_memory_mib=2048 sm_util=60 name=train.py"),
+            Ok(Fault::ProcessStart {
+                process: Box::new(ProcessSpec {
+                    pid: 77,
+                    gpu: 3,
+                    used_memory_mib: 2048,
+                    sm_util: Some(60),
+                    name: "train.py".into(),
+                    kind: "compute".into(),
+                    ..ProcessSpec::default()
+                })
+            })
+        );
+        let Ok(Fault::ProcessStart { process }) =
+            parse_line("process_start 8 1 gpu_instance=7 compute_instance=1 kind=graphics")
+        else {
+            panic!("process_start on a MIG instance");
+        };
+        assert_eq!(
+            (
+                process.gpu_instance,
+                process.compute_instance,
+                process.is_graphics()
+            ),
+            (Some(7), Some(1), true)
+        );
+        assert_eq!(
+            parse_line("process_stop 77"),
+            Ok(Fault::ProcessStop { pid: 77, gpu: None })
+        );
+        assert_eq!(
+            parse_line("process_stop 77 2"),
+            Ok(Fault::ProcessStop {
+                pid: 77,
+                gpu: Some(2)
+            })
+        );
+        assert_eq!(
+            parse_line("process_util 77 45"),
+            Ok(Fault::ProcessUtil {
+                pid: 77,
+                sm_util: 45,
+                mem_util: None
+            })
+        );
+        assert_eq!(
+            parse_line("process_util 77 45 9"),
+            Ok(Fault::ProcessUtil {
+                pid: 77,
+                sm_util: 45,
+                mem_util: Some(9)
+            })
+        );
+        assert_eq!(
+            parse_line("process_memory 77 0x400"),
+            Ok(Fault::ProcessMemory { pid: 77, mib: 1024 })
+        );
+        assert_eq!(
+            parse_line("process_util 77 101"),
+            Err("sm_util 101 is not a percentage (0..=100)".to_string())
+        );
         for bad in [
+            "process_start",
+            "process_start 0 1",
+            "process_start 5 1 sm_util=300",
+            "process_start 5 1 colour=red",
+            "process_start 5 1 sm_util",
+            "process_start 5 1 kind=gfx",
+            "process_stop",
+            "process_stop 5 1 2",
+            "process_util 5",
+            "process_util 5 50 50 50",
+            "process_memory 5",
+            "process_memory 5 -1",
             "xid two 79",
             "explode 1",
             "gpu_lost 1 2",

@@ -51,6 +51,22 @@ pub struct NvmlSpec {
     /// `nvmlDeviceGetMigDeviceHandleByIndex` never return.
     #[serde(default)]
     pub hang_mig_lookup: bool,
+    /// How many recent seconds of per-process utilisation samples the driver keeps
+    /// (nvmlDeviceGetProcessUtilization); older ones are dropped. Default
+    /// [`DEFAULT_SAMPLE_HISTORY_S`].
+    #[serde(default)]
+    pub process_sample_history_s: Option<u32>,
+}
+
+/// Seconds of per-process utilisation samples the simulated driver keeps by default: enough
+/// for a client that asks every 30 s to miss one ask without losing a sample.
+pub const DEFAULT_SAMPLE_HISTORY_S: u32 = 120;
+
+impl NvmlSpec {
+    pub fn sample_history_s(&self) -> u32 {
+        self.process_sample_history_s
+            .unwrap_or(DEFAULT_SAMPLE_HISTORY_S)
+    }
 }
 
 /// How `nvmlDeviceGetHandleByUUID("MIG-…")` and `nvmlDeviceGetDeviceHandleFromMigDeviceHandle`
@@ -353,7 +369,7 @@ pub struct ScheduledFault {
 }
 
 /// A process holding a context on a GPU or on one MIG device.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessSpec {
     pub pid: u32,
@@ -366,9 +382,14 @@ pub struct ProcessSpec {
     pub compute_instance: Option<u32>,
     #[serde(default)]
     pub used_memory_mib: u64,
-    /// Per-process utilisation in percent (nvmlDeviceGetProcessUtilization).
+    /// Per-process SM utilisation in percent (nvmlDeviceGetProcessUtilization), constant.
     #[serde(default)]
-    pub sm_util: u32,
+    pub sm_util: Option<u32>,
+    /// SM utilisation that changes over time: a value generator (constant, ramp, sine,
+    /// random_walk) evaluated once per simulated second, rounded and clamped to 0..=100.
+    /// Instead of `sm_util`.
+    #[serde(default)]
+    pub sm_util_gen: Option<Generator>,
     #[serde(default)]
     pub mem_util: u32,
     #[serde(default = "d_process_name")]
@@ -386,6 +407,104 @@ fn d_process_kind() -> String {
 }
 
 impl ProcessSpec {
+    /// SM utilisation in percent `t_s` seconds after the driver started; `key` tells
+    /// processes apart (a sine's phase, a random walk's steps).
+    pub fn sm_util_at(&self, t_s: f64, key: u64) -> u32 {
+        match &self.sm_util_gen {
+            Some(gen) => match gen.eval(b'd', t_s, key).0 {
+                crate::Value::Double(x) if x.is_finite() => x.round().clamp(0.0, 100.0) as u32,
+                _ => 0,
+            },
+            None => self.sm_util.unwrap_or(0),
+        }
+    }
+
+    /// What is wrong with the process itself (kind, percentages, generator), placement
+    /// aside.
+    pub fn check(&self) -> Result<(), String> {
+        if self.pid == 0 {
+            return Err("pid must be positive".into());
+        }
+        if !matches!(
+            self.kind.as_str(),
+            "compute" | "graphics" | "compute+graphics"
+        ) {
+            return Err(format!(
+                "kind must be compute, graphics or compute+graphics, not '{}'",
+                self.kind
+            ));
+        }
+        if self.sm_util.unwrap_or(0) > 100 || self.mem_util > 100 {
+            return Err("sm_util and mem_util are percentages (0..=100)".into());
+        }
+        if let Some(gen) = &self.sm_util_gen {
+            if self.sm_util.is_some() {
+                return Err("give sm_util (constant) or sm_util_gen, not both".into());
+            }
+            match gen {
+                Generator::Constant { .. }
+                | Generator::Ramp { .. }
+                | Generator::Sine { .. }
+                | Generator::RandomWalk { .. } => {}
+                _ => {
+                    return Err(
+                        "sm_util_gen must be a constant, ramp, sine or random_walk generator"
+                            .into(),
+                    )
+                }
+            }
+            gen.validate().map_err(|e| format!("sm_util_gen: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the process can run where it says on `node` as it is now: the GPU exists,
+    /// and a GPU instance and compute instance are named exactly when it is in MIG mode.
+    pub fn check_placement(&self, node: &crate::node::Node) -> Result<(), String> {
+        let gpu = node
+            .gpu(self.gpu)
+            .ok_or_else(|| format!("GPU {} does not exist", self.gpu))?;
+        match (&gpu.mig, self.gpu_instance) {
+            (None, None) => {
+                if self.compute_instance.is_some() {
+                    return Err(format!(
+                        "compute_instance without gpu_instance (GPU {} is not in MIG mode)",
+                        self.gpu
+                    ));
+                }
+            }
+            (None, Some(_)) => {
+                return Err(format!(
+                    "gpu_instance on GPU {}, which has no [[mig]] layout",
+                    self.gpu
+                ))
+            }
+            (Some(_), None) => {
+                return Err(format!(
+                    "GPU {} is in MIG mode; say which gpu_instance (NVML GI id) it runs on",
+                    self.gpu
+                ))
+            }
+            (Some(gis), Some(gi_id)) => {
+                let gi = gis.iter().find(|g| g.nvml_id == gi_id).ok_or_else(|| {
+                    let ids: Vec<u32> = gis.iter().map(|g| g.nvml_id).collect();
+                    format!(
+                        "GPU {} has no GPU instance {gi_id} (its NVML GI ids: {ids:?})",
+                        self.gpu
+                    )
+                })?;
+                let ci = self.compute_instance.unwrap_or(0);
+                if !gi.cis.iter().any(|c| c.nvml_id == ci) {
+                    return Err(format!(
+                        "GPU instance {gi_id} of GPU {} has no compute instance {ci}",
+                        self.gpu
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     pub fn is_compute(&self) -> bool {
         self.kind.contains("compute")
     }
@@ -674,6 +793,13 @@ impl Profile {
             faults::parse_line(&f.action)
                 .map_err(|e| format!("faults[{i}]: '{}': {e}", f.action))?;
         }
+        if let Some(h) = self.nvml.process_sample_history_s {
+            if !(1..=3600).contains(&h) {
+                return Err(format!(
+                    "nvml.process_sample_history_s must be 1..=3600 seconds, not {h}"
+                ));
+            }
+        }
         self.validate_processes()
     }
 
@@ -687,61 +813,9 @@ impl Profile {
         let mut seen = Vec::new();
         for (i, p) in self.processes.iter().enumerate() {
             let at = format!("processes[{i}] (pid {})", p.pid);
-            if p.pid == 0 {
-                return Err(format!("{at}: pid must be positive"));
-            }
-            if !matches!(p.kind.as_str(), "compute" | "graphics" | "compute+graphics") {
-                return Err(format!(
-                    "{at}: kind must be compute, graphics or compute+graphics, not '{}'",
-                    p.kind
-                ));
-            }
-            if p.sm_util > 100 || p.mem_util > 100 {
-                return Err(format!(
-                    "{at}: sm_util and mem_util are percentages (0..=100)"
-                ));
-            }
-            let gpu = node
-                .gpu(p.gpu)
-                .ok_or_else(|| format!("{at}: GPU {} does not exist", p.gpu))?;
-            match (&gpu.mig, p.gpu_instance) {
-                (None, None) => {
-                    if p.compute_instance.is_some() {
-                        return Err(format!(
-                            "{at}: compute_instance without gpu_instance (GPU {} is not in MIG mode)",
-                            p.gpu
-                        ));
-                    }
-                }
-                (None, Some(_)) => {
-                    return Err(format!(
-                        "{at}: gpu_instance on GPU {}, which has no [[mig]] layout",
-                        p.gpu
-                    ))
-                }
-                (Some(_), None) => {
-                    return Err(format!(
-                    "{at}: GPU {} is in MIG mode; say which gpu_instance (NVML GI id) it runs on",
-                    p.gpu
-                ))
-                }
-                (Some(gis), Some(gi_id)) => {
-                    let gi = gis.iter().find(|g| g.nvml_id == gi_id).ok_or_else(|| {
-                        let ids: Vec<u32> = gis.iter().map(|g| g.nvml_id).collect();
-                        format!(
-                            "{at}: GPU {} has no GPU instance {gi_id} (its NVML GI ids: {ids:?})",
-                            p.gpu
-                        )
-                    })?;
-                    let ci = p.compute_instance.unwrap_or(0);
-                    if !gi.cis.iter().any(|c| c.nvml_id == ci) {
-                        return Err(format!(
-                            "{at}: GPU instance {gi_id} of GPU {} has no compute instance {ci}",
-                            p.gpu
-                        ));
-                    }
-                }
-            }
+            p.check()
+                .and_then(|()| p.check_placement(&node))
+                .map_err(|e| format!("{at}: {e}"))?;
             if seen.contains(&(p.pid, p.gpu)) {
                 return Err(format!("{at}: listed twice on GPU {}", p.gpu));
             }
@@ -854,6 +928,19 @@ mod tests {
     }
 
     #[test]
+    fn the_usage_bench_profile_has_16_pods_of_4_processes_per_gpu() {
+        let p = Profile::load(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("../../etc/sim/bench-usage.toml"),
+        )
+        .unwrap();
+        assert_eq!(p.processes.len(), 8 * 16 * 4);
+        for gpu in 0..8 {
+            assert_eq!(p.processes.iter().filter(|x| x.gpu == gpu).count(), 64);
+        }
+        assert!(p.processes.iter().all(|x| x.sm_util_gen.is_some()));
+    }
+
+    #[test]
     fn validation_names_the_table() {
         let base = "[gpus]\ncount = 2\nmodel = \"x\"\n";
         let err = |extra: &str| Profile::parse(&format!("{base}{extra}")).unwrap_err();
@@ -921,5 +1008,38 @@ mod tests {
             err("[[processes]]\npid = 1\ngpu = 0\n[[processes]]\npid = 1\ngpu = 0\n")
                 .contains("twice")
         );
+
+        // Utilisation over time: a generator instead of the constant.
+        let gen = parse(
+            "[[processes]]\npid = 3\ngpu = 0\n\
+             sm_util_gen = { kind = \"ramp\", start = 10, per_s = 5, max = 150 }\n",
+        )
+        .unwrap();
+        let p = &gen.processes[0];
+        assert_eq!(p.sm_util_at(0.0, 1), 10);
+        assert_eq!(p.sm_util_at(3.0, 1), 25);
+        // Clamped to a percentage.
+        assert_eq!(p.sm_util_at(100.0, 1), 100);
+        assert_eq!(ok.processes[0].sm_util_at(50.0, 1), 30);
+        assert_eq!(ok.processes[1].sm_util_at(50.0, 1), 0);
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\nsm_util = 5\n\
+             sm_util_gen = { kind = \"constant\", value = 3 }\n")
+        .contains("not both"));
+        assert!(err(
+            "[[processes]]\npid = 1\ngpu = 0\nsm_util_gen = { kind = \"string\", value = \"x\" }\n"
+        )
+        .contains("sm_util_gen must be"));
+        assert!(err("[[processes]]\npid = 1\ngpu = 0\n\
+             sm_util_gen = { kind = \"sine\", mid = 5, amplitude = 1, period_s = 0 }\n")
+        .contains("processes[0] (pid 1): sm_util_gen: period_s"));
+        assert!(err("[nvml]\nprocess_sample_history_s = 0\n").contains("1..=3600"));
+        assert_eq!(
+            parse("[nvml]\nprocess_sample_history_s = 5\n")
+                .unwrap()
+                .nvml
+                .sample_history_s(),
+            5
+        );
+        assert_eq!(ok.nvml.sample_history_s(), DEFAULT_SAMPLE_HISTORY_S);
     }
 }

@@ -1,6 +1,13 @@
 //! The simulated driver state behind the C exports: the node dcgm-sim builds from the same
 //! profile (so GPUs, UUIDs, PCI ids and MIG layouts agree with the simulated DCGM), the
-//! profile's processes, device handles, and the run-time faults NVML can see.
+//! profile's processes and their utilisation samples, device handles, and the run-time
+//! faults NVML can see.
+//!
+//! Per-process utilisation is sampled once per simulated second, as the driver keeps a
+//! buffer of recent samples that `nvmlDeviceGetProcessUtilization` reads from. Samples are
+//! taken lazily: each call first records the seconds that passed since the previous one,
+//! with the processes as they were, then applies the faults that arrived, so a control
+//! command shows from the second it was read in and never rewrites history.
 //!
 //! Everything here is safe Rust; the exports translate pointers to and from these answers.
 
@@ -9,7 +16,18 @@ use dcgm_sim_model::faults::{self, ControlFile, Fault};
 use dcgm_sim_model::generator::mix;
 use dcgm_sim_model::node::{Ci, Gi, Gpu, Node};
 use dcgm_sim_model::profile::{GiSpec, MigLookup, ProcessSpec, Profile, ScheduledFault};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Microseconds per second: NVML's sample timestamps are CPU time in µs.
+const US: u64 = 1_000_000;
+
+/// The wall clock in µs since the epoch, the clock NVML stamps samples with.
+pub fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
 
 /// Handles are tagged integers, never dereferenced: `BASE | gpu << 8 | slot`, slot 0 the
 /// physical GPU and slot n its MIG device n-1. The tag lets a stale or foreign pointer be
@@ -55,8 +73,15 @@ pub struct Sim {
     node: Node,
     processes: Vec<ProcessSpec>,
     control: Option<ControlFile>,
+    /// Profile faults not yet applied.
     scheduled: Vec<ScheduledFault>,
-    started: Instant,
+    /// When the driver started, µs since the epoch.
+    start_us: u64,
+    /// Per GPU id: the utilisation samples of the last `history_s` seconds, oldest first.
+    samples: BTreeMap<u32, VecDeque<ffi::ProcessUtilizationSample>>,
+    /// The last second (since the epoch) whose samples are taken.
+    sampled_through_s: u64,
+    history_s: u64,
     /// How the direct MIG lookups answer (`[nvml] mig_lookup`).
     pub mig_lookup: MigLookup,
     /// MIG lookups never return (`[nvml] hang_mig_lookup`).
@@ -80,40 +105,112 @@ impl Sim {
     }
 
     pub fn new(profile: &Profile) -> Sim {
+        Sim::new_at(profile, now_us())
+    }
+
+    /// A driver started at `start_us` (µs since the epoch).
+    pub fn new_at(profile: &Profile, start_us: u64) -> Sim {
         Sim {
             node: Node::build(profile),
             processes: profile.processes.clone(),
             control: None,
             scheduled: profile.faults.clone(),
-            started: Instant::now(),
+            start_us,
+            samples: BTreeMap::new(),
+            sampled_through_s: (start_us / US).saturating_sub(1),
+            history_s: u64::from(profile.nvml.sample_history_s()),
             mig_lookup: profile.nvml.mig_lookup,
             hang_mig_lookup: profile.nvml.hang_mig_lookup,
             refcount: 0,
         }
     }
 
-    /// Applies the faults NVML can observe that arrived since the last call: GPUs lost and
-    /// recovered, MIG reconfigurations. Field and health faults are DCGM's business.
+    /// Applies the faults NVML can observe that arrived since the last call (GPUs lost and
+    /// recovered, MIG reconfigurations, processes), sampling utilisation up to now.
     pub fn catch_up(&mut self) {
-        let elapsed = self.started.elapsed().as_secs_f64();
-        let mut due = Vec::new();
-        self.scheduled.retain(|f| {
-            if f.at_s <= elapsed {
-                due.push(f.action.clone());
-                false
-            } else {
-                true
+        self.catch_up_at(now_us());
+    }
+
+    /// [`Sim::catch_up`] at `now_us` (µs since the epoch). Scheduled faults apply in time
+    /// order, each after the seconds before it are sampled; the control file's new lines
+    /// apply after the seconds before this one, so they show in the current second's
+    /// samples.
+    pub fn catch_up_at(&mut self, now_us: u64) {
+        let elapsed_us = now_us.saturating_sub(self.start_us) as f64;
+        let (mut due, later): (Vec<ScheduledFault>, Vec<ScheduledFault>) = self
+            .scheduled
+            .drain(..)
+            .partition(|f| f.at_s * 1e6 <= elapsed_us);
+        self.scheduled = later;
+        due.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+        for f in due {
+            let at_us = self.start_us + (f.at_s * 1e6) as u64;
+            self.sample_through((at_us / US).saturating_sub(1));
+            // Profile validation parsed every action already.
+            if let Ok(fault) = faults::parse_line(&f.action) {
+                self.apply(&fault);
             }
-        });
-        let mut faults: Vec<Fault> = due
-            .iter()
-            .filter_map(|a| faults::parse_line(a).ok())
-            .collect();
-        if let Some(c) = self.control.as_mut() {
-            faults.extend(c.poll());
         }
-        for f in faults {
+        let now_s = now_us / US;
+        self.sample_through(now_s.saturating_sub(1));
+        let polled = self.control.as_mut().map(ControlFile::poll);
+        for f in polled.unwrap_or_default() {
             self.apply(&f);
+        }
+        self.sample_through(now_s);
+    }
+
+    /// Takes the samples of every second after the last one sampled up to `last_s`, at
+    /// most the `history_s` newest, and forgets those older than the history.
+    fn sample_through(&mut self, last_s: u64) {
+        if last_s <= self.sampled_through_s {
+            return;
+        }
+        let oldest_kept = (last_s + 1).saturating_sub(self.history_s);
+        for s in (self.sampled_through_s + 1).max(oldest_kept)..=last_s {
+            self.sample_second(s);
+        }
+        self.sampled_through_s = last_s;
+        for ring in self.samples.values_mut() {
+            while ring
+                .front()
+                .is_some_and(|f| f.time_stamp < oldest_kept * US)
+            {
+                ring.pop_front();
+            }
+        }
+    }
+
+    /// One second's samples: a sample per process with non-zero utilisation on each whole
+    /// GPU (nvml.h: "one utilization sample structure is returned per process running, that
+    /// had some non-zero utilization during the last sample period"; none under MIG, none
+    /// from a lost GPU).
+    fn sample_second(&mut self, s: u64) {
+        let t_s = s.saturating_sub(self.start_us / US) as f64;
+        for gpu in &self.node.gpus {
+            if gpu.lost || gpu.mig.is_some() {
+                continue;
+            }
+            let ring = self.samples.entry(gpu.id).or_default();
+            for p in self
+                .processes
+                .iter()
+                .filter(|p| p.gpu == gpu.id && p.gpu_instance.is_none())
+            {
+                let key = mix(self.node.seed ^ (u64::from(p.pid) << 8 | u64::from(gpu.id)));
+                let sm_util = p.sm_util_at(t_s, key);
+                if sm_util == 0 && p.mem_util == 0 {
+                    continue;
+                }
+                ring.push_back(ffi::ProcessUtilizationSample {
+                    pid: p.pid,
+                    time_stamp: s * US,
+                    sm_util,
+                    mem_util: p.mem_util,
+                    enc_util: 0,
+                    dec_util: 0,
+                });
+            }
         }
     }
 
@@ -148,7 +245,53 @@ impl Sim {
                 let layout = (!specs.is_empty()).then_some(specs.as_slice());
                 self.node.set_mig(*gpu, layout);
             }
+            Fault::ProcessStart { process } => {
+                let twice = self
+                    .processes
+                    .iter()
+                    .any(|p| p.pid == process.pid && p.gpu == process.gpu);
+                let placed = process.check_placement(&self.node).and_then(|()| {
+                    if twice {
+                        Err(format!("already runs on GPU {}", process.gpu))
+                    } else {
+                        Ok(())
+                    }
+                });
+                match placed {
+                    Ok(()) => self.processes.push((**process).clone()),
+                    // Where the simulated DCGM reports a bad control line.
+                    Err(e) => eprintln!("nvml-sim: process_start {} ignored: {e}", process.pid),
+                }
+            }
+            Fault::ProcessStop { pid, gpu } => self
+                .processes
+                .retain(|p| p.pid != *pid || matches!(gpu, Some(g) if *g != p.gpu)),
+            Fault::ProcessUtil {
+                pid,
+                sm_util,
+                mem_util,
+            } => self.each_process(*pid, |p| {
+                p.sm_util = Some(*sm_util);
+                p.sm_util_gen = None;
+                if let Some(m) = mem_util {
+                    p.mem_util = *m;
+                }
+            }),
+            Fault::ProcessMemory { pid, mib } => {
+                self.each_process(*pid, |p| p.used_memory_mib = *mib)
+            }
             _ => {}
+        }
+    }
+
+    fn each_process(&mut self, pid: u32, mut f: impl FnMut(&mut ProcessSpec)) {
+        let mut found = false;
+        for p in self.processes.iter_mut().filter(|p| p.pid == pid) {
+            f(p);
+            found = true;
+        }
+        if !found {
+            eprintln!("nvml-sim: no process {pid} runs (control line ignored)");
         }
     }
 
@@ -281,39 +424,24 @@ impl Sim {
             .collect()
     }
 
-    /// Per-process utilisation samples of a whole GPU, newer than `last_seen_us`. The driver
-    /// samples once a second here; the sample of the current second carries every process.
+    /// Per-process utilisation samples of a whole GPU newer than `last_seen_us`, oldest
+    /// first: one per process and second the driver still keeps.
     pub fn utilization_samples(
         &self,
         gpu: &Gpu,
         last_seen_us: u64,
     ) -> Vec<ffi::ProcessUtilizationSample> {
-        let now_us = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
-        let ts = now_us - now_us % 1_000_000;
-        if ts <= last_seen_us {
+        let Some(ring) = self.samples.get(&gpu.id) else {
             return Vec::new();
-        }
-        let mut seen = Vec::new();
-        self.processes
+        };
+        let mut out: Vec<_> = ring
             .iter()
-            .filter(|p| p.gpu == gpu.id && p.gpu_instance.is_none())
-            .filter(|p| {
-                // A compute+graphics process is one sample, not two.
-                let first = !seen.contains(&p.pid);
-                seen.push(p.pid);
-                first
-            })
-            .map(|p| ffi::ProcessUtilizationSample {
-                pid: p.pid,
-                time_stamp: ts,
-                sm_util: p.sm_util,
-                mem_util: p.mem_util,
-                enc_util: 0,
-                dec_util: 0,
-            })
-            .collect()
+            .rev()
+            .take_while(|s| s.time_stamp > last_seen_us)
+            .copied()
+            .collect();
+        out.reverse();
+        out
     }
 
     /// (total, reserved, used) bytes: totals and reservations as the simulated DCGM's
@@ -542,6 +670,9 @@ mod tests {
             .collect();
         assert_eq!(on_ci2, [2]);
         assert_eq!(s.memory(&g0).2, 100 * MIB);
+        let mut s = sim();
+        s.catch_up();
+        let g0 = s.gpu(0).unwrap();
         assert_eq!(s.utilization_samples(g0.gpu(), 0)[0].sm_util, 30);
         assert!(s.utilization_samples(g0.gpu(), u64::MAX).is_empty());
     }
@@ -566,5 +697,147 @@ mod tests {
         assert!(s.processes(&s.gpu(1).unwrap(), false).is_empty());
         s.apply(&Fault::GpuLost { gpu: 0 });
         assert_eq!(alive(&s.gpu(0).unwrap()), Err(ffi::ERROR_GPU_IS_LOST));
+    }
+
+    /// A second boundary plus 0.3 s: the driver starts mid-second.
+    const T0_S: u64 = 1_800_000_000;
+    const T0: u64 = T0_S * US + 300_000;
+
+    fn timed(extra: &str) -> Sim {
+        Sim::new_at(
+            &Profile::parse(&format!(
+                "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+                 [nvml]\nprocess_sample_history_s = 5\n\
+                 [[processes]]\npid = 10\ngpu = 0\nsm_util = 30\nmem_util = 4\n\
+                 [[processes]]\npid = 20\ngpu = 0\n\
+                 sm_util_gen = {{ kind = \"ramp\", start = 10, per_s = 10, max = 100 }}\n\
+                 [[processes]]\npid = 30\ngpu = 0\nused_memory_mib = 512\n\
+                 [[processes]]\npid = 40\ngpu = 1\nsm_util = 50\n{extra}"
+            ))
+            .unwrap(),
+            T0,
+        )
+    }
+
+    /// (pid, second after T0_S, sm_util) of GPU `gpu`'s samples newer than `last_seen`.
+    fn seen(s: &Sim, gpu: u32, last_seen: u64) -> Vec<(u32, u64, u32)> {
+        s.utilization_samples(s.node.gpu(gpu).unwrap(), last_seen)
+            .iter()
+            .map(|x| (x.pid, x.time_stamp / US - T0_S, x.sm_util))
+            .collect()
+    }
+
+    #[test]
+    fn one_sample_per_busy_process_and_second_newer_than_last_seen() {
+        let mut s = timed("");
+        assert!(seen(&s, 0, 0).is_empty(), "nothing before the first call");
+        s.catch_up_at(T0);
+        // pid 30 holds memory but no utilisation: no sample (nvml.h).
+        assert_eq!(seen(&s, 0, 0), [(10, 0, 30), (20, 0, 10)]);
+        s.catch_up_at(T0 + 3 * US);
+        assert_eq!(
+            seen(&s, 0, 0),
+            [
+                (10, 0, 30),
+                (20, 0, 10),
+                (10, 1, 30),
+                (20, 1, 20),
+                (10, 2, 30),
+                (20, 2, 30),
+                (10, 3, 30),
+                (20, 3, 40)
+            ]
+        );
+        // Strictly newer than lastSeenTimeStamp.
+        assert_eq!(seen(&s, 0, (T0_S + 2) * US), [(10, 3, 30), (20, 3, 40)]);
+        assert!(seen(&s, 0, (T0_S + 3) * US).is_empty());
+        assert!(seen(&s, 0, u64::MAX).is_empty());
+        assert_eq!(seen(&s, 1, 0).len(), 4);
+        let sample = s.utilization_samples(s.node.gpu(0).unwrap(), 0)[0];
+        assert_eq!((sample.mem_util, sample.enc_util), (4, 0));
+        // Calls within the same second take no new sample.
+        s.catch_up_at(T0 + 3 * US + 600_000);
+        assert_eq!(seen(&s, 0, 0).len(), 8);
+    }
+
+    #[test]
+    fn the_driver_keeps_a_bounded_history() {
+        let mut s = timed("");
+        s.catch_up_at(T0);
+        // Long silence: only the newest 5 seconds exist, and were sampled.
+        s.catch_up_at(T0 + 1000 * US);
+        let got = seen(&s, 0, 0);
+        assert_eq!(got.len(), 10);
+        assert_eq!(got[0], (10, 996, 30));
+        assert_eq!(got[9], (20, 1000, 100));
+        s.catch_up_at(T0 + 1002 * US);
+        assert_eq!(seen(&s, 0, 0)[0], (10, 998, 30));
+        assert_eq!(seen(&s, 0, 0).len(), 10);
+    }
+
+    #[test]
+    fn control_commands_change_processes_from_the_second_they_are_read() {
+        let dir = std::env::temp_dir().join(format!("nvml-sim-ctl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ctl = dir.join("control");
+        std::fs::write(&ctl, "").unwrap();
+        let mut s = timed("");
+        s.control = Some(ControlFile::new(ctl.clone()));
+        s.catch_up_at(T0);
+        let mut f = std::fs::OpenOptions::new().append(true).open(&ctl).unwrap();
+        use std::io::Write;
+        writeln!(
+            f,
+            "process_util 10 75 9\nprocess_stop 20\nprocess_memory 30 2048\n\
+             process_start 50 0 sm_util=15 used_memory_mib=100 name=late\n\
+             process_start 51 0 gpu_instance=1\nprocess_start 10 0 sm_util=1"
+        )
+        .unwrap();
+        s.catch_up_at(T0 + 2 * US);
+        // Second 1 passed before the lines were read: the old state. Second 2: the new one.
+        assert_eq!(
+            seen(&s, 0, T0_S * US),
+            [(10, 1, 30), (20, 1, 20), (10, 2, 75), (50, 2, 15)]
+        );
+        let newest = s.utilization_samples(s.node.gpu(0).unwrap(), (T0_S + 1) * US);
+        assert_eq!(newest[0].mem_util, 9);
+        let g0 = s.gpu(0).unwrap();
+        let listed: Vec<(u32, u64)> = s
+            .processes(&g0, false)
+            .iter()
+            .map(|p| (p.pid, p.used_gpu_memory / MIB))
+            .collect();
+        // 51 (a MIG instance on a GPU without MIG) and a second 10 were refused.
+        assert_eq!(listed, [(10, 0), (30, 2048), (50, 100)]);
+        assert_eq!(s.process_name(50), Some("late"));
+        assert_eq!(s.memory(&g0).2, 2148 * MIB);
+        // A stop on another GPU leaves the process alone; on its own GPU it ends it.
+        writeln!(f, "process_stop 40 0\nprocess_util 20 50").unwrap();
+        s.catch_up_at(T0 + 3 * US);
+        assert_eq!(seen(&s, 1, (T0_S + 2) * US), [(40, 3, 50)]);
+        writeln!(f, "process_stop 40 1").unwrap();
+        s.catch_up_at(T0 + 4 * US);
+        assert!(seen(&s, 1, (T0_S + 3) * US).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn scheduled_process_changes_apply_at_their_second() {
+        let mut s = timed(
+            "[[faults]]\nat_s = 2.0\naction = \"process_util 10 90\"\n\
+             [[faults]]\nat_s = 1.0\naction = \"gpu_lost 1\"\n",
+        );
+        s.catch_up_at(T0);
+        s.catch_up_at(T0 + 4 * US);
+        let pid10: Vec<u32> = seen(&s, 0, 0)
+            .iter()
+            .filter(|x| x.0 == 10)
+            .map(|x| x.2)
+            .collect();
+        // T0 + 2.0 s falls in second 2.
+        assert_eq!(pid10, [30, 30, 90, 90, 90]);
+        // GPU 1 was lost during second 1: no samples from then on.
+        let gpu1: Vec<u64> = seen(&s, 1, 0).iter().map(|x| x.1).collect();
+        assert_eq!(gpu1, [0]);
     }
 }

@@ -144,3 +144,107 @@ fn pynvml_sees_the_gpus_mig_devices_and_processes_dcgm_describes() {
     assert_eq!(pids(&gpus[5]["graphics"]), [(4151, none, 1024)]);
     assert!(gpus[4]["graphics"].as_array().unwrap().is_empty());
 }
+
+/// (pid, timestamp µs, SM %) as pynvml_samples.py prints a sample.
+type Sample = (u64, u64, u64);
+
+/// pynvml reads samples that change from second to second (a profile generator) and with
+/// the control file (a process's utilisation, processes starting and stopping), each read
+/// asking for what is newer than the last sample it saw.
+#[test]
+fn pynvml_reads_per_process_samples_that_change_over_time() {
+    let dir = std::env::temp_dir().join(format!("nvml-sim-pynvml-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("profile.toml");
+    let control = dir.join("control");
+    std::fs::write(
+        &profile,
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+         [[processes]]\npid = 4141\ngpu = 0\nused_memory_mib = 1024\nsm_util = 35\n\
+         [[processes]]\npid = 4142\ngpu = 0\n\
+         sm_util_gen = { kind = \"ramp\", start = 10, per_s = 10, max = 100 }\n",
+    )
+    .unwrap();
+    std::fs::write(&control, "").unwrap();
+    let out = match Command::new("python3")
+        .arg(repo("dcgm-sim/nvml/tests/pynvml_samples.py"))
+        .env("LD_LIBRARY_PATH", built())
+        .env("DCGM_SIM_PROFILE", &profile)
+        .env("DCGM_SIM_CONTROL", &control)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            skip::skip(&format!("python3 cannot be run ({e})"));
+            return;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.code() == Some(3) {
+        skip::skip(stderr.trim());
+        return;
+    }
+    assert!(out.status.success(), "pynvml_samples.py failed: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("JSON from pynvml_samples.py");
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Each read: (pid, timestamp µs, SM %) newer than what the read before it saw.
+    let reads: Vec<(u64, Vec<Sample>)> = v["reads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["since"].as_u64().unwrap(),
+                serde_json::from_value(r["samples"].clone()).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(v["not_found"], serde_json::json!([]));
+    for (since, samples) in &reads {
+        assert!(!samples.is_empty());
+        assert!(samples.iter().all(|s| s.1 > *since && s.1 % 1_000_000 == 0));
+    }
+    let all: Vec<Sample> = reads.iter().flat_map(|r| r.1.clone()).collect();
+    assert!(all.windows(2).all(|w| w[0].1 <= w[1].1), "oldest first");
+    let start = all[0].1;
+    // The ramp: +10 points a second from 10, every second sampled exactly once.
+    let ramp: Vec<(u64, u64)> = all
+        .iter()
+        .filter(|s| s.0 == 4142)
+        .map(|s| ((s.1 - start) / 1_000_000, s.2))
+        .collect();
+    for (i, (second, util)) in ramp.iter().enumerate() {
+        assert_eq!(*second, i as u64, "{ramp:?}");
+        assert_eq!(*util, (10 + 10 * second).min(100), "{ramp:?}");
+    }
+    assert!(ramp.len() >= 3);
+
+    // Per second: the other processes' (pid, SM %) next to the ramp.
+    let seconds = |samples: &[Sample]| -> Vec<Vec<(u64, u64)>> {
+        let mut out: Vec<(u64, Vec<(u64, u64)>)> = Vec::new();
+        for s in samples.iter().filter(|s| s.0 != 4142) {
+            match out.last_mut() {
+                Some((t, l)) if *t == s.1 => l.push((s.0, s.2)),
+                _ => out.push((s.1, vec![(s.0, s.2)])),
+            }
+        }
+        out.into_iter().map(|(_, l)| l).collect()
+    };
+    let (before, changed, stopped) = (
+        vec![(4141, 35)],
+        vec![(4141, 80), (9001, 5)],
+        vec![(4141, 80)],
+    );
+    assert!(seconds(&reads[0].1).iter().all(|s| *s == before));
+    // Seconds that passed before the simulator read the new lines keep the old state.
+    let second = seconds(&reads[1].1);
+    let at = second.iter().position(|s| *s == changed).unwrap();
+    assert!(second[..at].iter().all(|s| *s == before), "{second:?}");
+    assert!(second[at..].iter().all(|s| *s == changed), "{second:?}");
+    assert_eq!(v["running"], serde_json::json!([4141, 4142, 9001]));
+    let third = seconds(&reads[2].1);
+    let at = third.iter().position(|s| *s == stopped).unwrap();
+    assert!(third[..at].iter().all(|s| *s == changed), "{third:?}");
+    assert!(third[at..].iter().all(|s| *s == stopped), "{third:?}");
+}

@@ -387,6 +387,11 @@ impl Engine {
             },
             Fault::LibraryGone => self.gone = true,
             Fault::LibraryRestored => self.gone = self.gone_for_good,
+            // Processes are the simulated NVML's; DCGM does not list them.
+            Fault::ProcessStart { .. }
+            | Fault::ProcessStop { .. }
+            | Fault::ProcessUtil { .. }
+            | Fault::ProcessMemory { .. } => {}
         }
     }
 
