@@ -17,6 +17,7 @@ pub mod nvml;
 pub mod pids;
 pub mod podmeta;
 mod sources;
+pub mod usage;
 
 pub use merge::{claim_map, merge, pod_map};
 pub use sources::Attribution;
@@ -74,8 +75,10 @@ pub struct Options {
     /// Longest a collection waits for NVML (it runs on its own thread; a later answer
     /// serves the next collection).
     pub nvml_wait: Duration,
-    /// Where `/proc/<pid>/cgroup` lives (tests point it elsewhere).
+    /// Where `/proc/<pid>/cgroup` lives (`--proc-root`; tests point it elsewhere).
     pub proc_root: PathBuf,
+    /// `--usage-accounting`: per-consumer energy, utilisation shares, allocated-but-idle.
+    pub usage: Option<usage::Settings>,
 }
 
 /// A pod's UID and labels, from the Kubernetes API (the kubelet's `List` has neither).
@@ -159,6 +162,10 @@ pub struct Snapshot {
     pub instance_labels: HashMap<(String, u32), Vec<(String, String)>>,
     /// DRA claims (`--kubernetes-enable-dra`).
     pub claims: ClaimMap,
+    /// `--usage-accounting`: who holds each GPU and MIG instance, every consumer once.
+    pub consumers: HashMap<usage::EntityKey, Vec<usage::Consumer>>,
+    /// `--usage-accounting`: whose each process seen is (pods, containers, jobs).
+    pub pid_owners: HashMap<u32, usage::Owner>,
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ fn opts() -> Options {
         kubelet_wait: Duration::from_secs(1),
         nvml_wait: Duration::from_secs(1),
         proc_root: "/nonexistent".into(),
+        usage: None,
     }
 }
 

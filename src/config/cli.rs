@@ -326,6 +326,32 @@ pub struct Config {
         default_value = ""
     )]
     pub container_runtime_socket: String,
+    /// Per-consumer GPU accounting: energy counters, utilisation shares and allocated-but-idle
+    /// gauges per pod (-k), container (--container-labels) or HPC job (--hpc-job-mapping-dir).
+    #[arg(long, env = "DCGM_EXPORTER_USAGE_ACCOUNTING")]
+    pub usage_accounting: bool,
+    /// How long a consumer must hold a device with no utilisation and no memory in use before
+    /// DCGM_EXP_ALLOCATED_IDLE is 1 (Go duration).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_USAGE_IDLE_WINDOW",
+        value_name = "DURATION",
+        default_value = "10m"
+    )]
+    pub usage_idle_window: String,
+    /// Consumers with usage series per GPU (all its MIG instances together); the rest are
+    /// counted in dcgm_exporter_usage_consumers_dropped_total.
+    #[arg(long, env = "DCGM_EXPORTER_USAGE_MAX_CONSUMERS_PER_GPU", value_name = "N", default_value = "64", value_parser = go_int!())]
+    pub usage_max_consumers_per_gpu: i64,
+    /// Where the host's /proc is mounted (a container may see it at /host/proc): processes
+    /// are mapped to pods, containers and jobs through <proc-root>/<pid>/cgroup.
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_PROC_ROOT",
+        value_name = "DIR",
+        default_value = "/proc"
+    )]
+    pub proc_root: PathBuf,
     /// Load this libdcgm instead of searching for libdcgm.so.4.
     #[arg(long, env = "DCGM_EXPORTER_DCGM_LIBRARY", value_name = "PATH")]
     pub dcgm_library: Option<PathBuf>,

@@ -303,6 +303,7 @@ fn opts() -> Options {
         kubelet_wait: Duration::from_secs(1),
         nvml_wait: WAIT,
         proc_root: "/nonexistent".into(),
+        usage: None,
     }
 }
 

@@ -108,8 +108,11 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
         },
         kube: KubeWants {
             configmap: config.configmap_data != "none",
+            // Usage accounting maps processes to pods by UID.
             pod_metadata: config.kubernetes
-                && (config.kubernetes_enable_pod_labels || config.kubernetes_enable_pod_uid),
+                && (config.kubernetes_enable_pod_labels
+                    || config.kubernetes_enable_pod_uid
+                    || config.usage_accounting),
             dra: config.kubernetes && config.kubernetes_enable_dra,
         },
         attribution: attribution_settings(&config, interval)?,
@@ -237,7 +240,8 @@ fn attribution_settings(
         // The collection waits this long at most; a later answer serves the next one.
         kubelet_wait: (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
         nvml_wait: (interval / 4).clamp(Duration::from_millis(100), Duration::from_secs(2)),
-        proc_root: "/proc".into(),
+        proc_root: config.proc_root.clone(),
+        usage: usage_settings(config)?,
     };
     let label = if config.use_old_namespace {
         "container_name"
@@ -246,7 +250,7 @@ fn attribution_settings(
     };
     Ok(AttributionSettings {
         options,
-        nvml: config.kubernetes || config.container_labels,
+        nvml: config.kubernetes || config.container_labels || config.usage_accounting,
         container: config
             .container_labels
             .then(|| (config.container_runtime_socket.clone(), label)),
@@ -263,6 +267,43 @@ fn attribution_settings(
         socket_without_labels: !config.container_labels
             && !config.container_runtime_socket.is_empty(),
     })
+}
+
+/// `--usage-accounting` and its flags (checked whether it is on or not: a bad value is an
+/// error either way). It needs consumers: pods, containers or HPC jobs.
+fn usage_settings(config: &cli::Config) -> Result<Option<attribution::usage::Settings>, String> {
+    let window = crate::config::duration::parse(&config.usage_idle_window)
+        .map_err(|e| format!("--usage-idle-window: {e}"))?;
+    if window.is_zero() {
+        return Err(format!(
+            "--usage-idle-window {}: must be longer than 0",
+            config.usage_idle_window
+        ));
+    }
+    let max = usize::try_from(config.usage_max_consumers_per_gpu)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            format!(
+                "--usage-max-consumers-per-gpu {}: must be a positive number",
+                config.usage_max_consumers_per_gpu
+            )
+        })?;
+    if !config.usage_accounting {
+        return Ok(None);
+    }
+    if !config.kubernetes && !config.container_labels && config.hpc_job_mapping_dir.is_empty() {
+        return Err(
+            "--usage-accounting needs consumers to account for: -k (pods), \
+             --container-labels (containers) or --hpc-job-mapping-dir (HPC jobs)"
+                .into(),
+        );
+    }
+    Ok(Some(attribution::usage::Settings {
+        idle_window: window,
+        max_consumers_per_gpu: max,
+        util_ratio: config.emulate_version == crate::config::emulate::UpstreamVersion::V4_9_0,
+    }))
 }
 
 /// dcgmWatchFields' (maxKeepAge seconds, maxKeepSamples) from --watch-max-keep-age and
@@ -375,5 +416,46 @@ mod tests {
         let s = stages(&["-k", "--kubernetes-virtual-gpus", "--kubernetes-enable-dra"]).unwrap();
         assert!(s.attribution.ignored_without_k.is_empty());
         assert!(s.kube.dra && s.attribution.options.dra);
+    }
+
+    #[test]
+    fn usage_accounting_flags() {
+        assert!(stages(&[]).unwrap().attribution.options.usage.is_none());
+        let e = stages(&["--usage-accounting"]).err().expect("no consumers");
+        assert!(e.starts_with("--usage-accounting needs consumers"), "{e}");
+        let s = stages(&[
+            "-k",
+            "--usage-accounting",
+            "--usage-idle-window=90s",
+            "--usage-max-consumers-per-gpu",
+            "8",
+            "--proc-root",
+            "/host/proc",
+        ])
+        .unwrap();
+        let u = s.attribution.options.usage.clone().expect("on");
+        assert_eq!(u.idle_window, std::time::Duration::from_secs(90));
+        assert_eq!(u.max_consumers_per_gpu, 8);
+        assert_eq!(s.attribution.options.proc_root.to_str(), Some("/host/proc"));
+        assert!(s.kube.pod_metadata && s.attribution.nvml);
+        assert!(stages(&["--hpc-job-mapping-dir", "/x", "--usage-accounting"]).is_ok());
+        for (args, flag) in [
+            (&["--usage-idle-window", "0s"][..], "--usage-idle-window"),
+            (&["--usage-idle-window=-5m"][..], "--usage-idle-window"),
+            (&["--usage-idle-window", "soon"][..], "--usage-idle-window"),
+            (
+                &["--usage-max-consumers-per-gpu", "0"][..],
+                "--usage-max-consumers-per-gpu",
+            ),
+            (
+                &["--usage-max-consumers-per-gpu=-3"][..],
+                "--usage-max-consumers-per-gpu",
+            ),
+        ] {
+            let e = stages(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(e.starts_with(flag), "{args:?}: {e}");
+        }
     }
 }
