@@ -5,6 +5,7 @@
 //! accounting on a Docker/podman host or a Slurm node): a container by its full id, a Slurm
 //! job by its id; see `owner_of_path` for the forms recognised.
 
+pub use super::usage::Owner;
 use std::path::Path;
 
 /// The pod UID in one cgroup path, or `None`. Like dcgm-exporter's regex
@@ -54,18 +55,6 @@ pub fn pod_uid_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
 
 fn read_cgroup_file(proc_root: &Path, pid: u32) -> Option<String> {
     std::fs::read_to_string(proc_root.join(pid.to_string()).join("cgroup")).ok()
-}
-
-/// Who a process's GPU work is accounted to.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Owner {
-    /// A Kubernetes pod, by UID.
-    Pod(String),
-    /// A container outside Kubernetes (Docker, podman, containerd, CRI-O), by its full
-    /// 64-hex id, as the runtime's API names it.
-    Container(String),
-    /// A batch job (Slurm), by its id.
-    Job(String),
 }
 
 /// The owner of a running process, read under `proc_root` (normally `/proc`); `None` for a

@@ -12,6 +12,7 @@
 pub mod docker;
 mod http;
 
+use super::usage::{Consumer, Owner};
 use super::{DeviceLabelSource, DeviceLabels};
 use crate::common::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
@@ -45,8 +46,18 @@ pub fn socket_path(flag: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKETS[0]))
 }
 
-/// Running containers and the GPUs each was given, labelled as they will be.
-type Assignments = Vec<(String, Vec<GpuRef>)>;
+/// A running container that was given GPUs.
+#[derive(Clone, Debug)]
+struct Held {
+    /// The full id (64 hex digits), as its processes' cgroups name it.
+    id: String,
+    /// Its name (or short id), the `container` label's value.
+    label: String,
+    gpus: Vec<GpuRef>,
+}
+
+/// Running containers and the GPUs each was given.
+type Assignments = Vec<Held>;
 
 /// The last refresh: `None` until the first one ends.
 type Latest = Arc<Mutex<Option<Result<Assignments, String>>>>;
@@ -160,38 +171,47 @@ fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Ass
             seen.insert(c.id.clone(), inspect.gpus());
         }
         if let Some(gpus) = seen.get(&c.id).filter(|g| !g.is_empty()) {
-            out.push((c.label(), gpus.clone()));
+            out.push(Held {
+                id: c.id.clone(),
+                label: c.label(),
+                gpus: gpus.clone(),
+            });
         }
     }
     Ok(out)
 }
 
-/// Device labels from assignments: GPUs by UUID (indexes and `all` through `gpus`), MIG
-/// devices by their UUID. A device several containers share gets their names joined by
-/// commas, sorted, rather than one of them at random.
+/// The devices a container was given: GPUs by UUID (indexes and `all` through `gpus`), MIG
+/// devices by their UUID; sorted, once each.
+fn devices_of(held: &Held, gpus: &HashMap<String, u32>) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for r in &held.gpus {
+        match r {
+            GpuRef::Uuid(u) | GpuRef::Mig(u) => devices.push(u.clone()),
+            GpuRef::Index(i) => devices.extend(
+                gpus.iter()
+                    .filter(|(_, idx)| *idx == i)
+                    .map(|(u, _)| u.clone()),
+            ),
+            GpuRef::All => devices.extend(gpus.keys().cloned()),
+        }
+    }
+    devices.sort();
+    devices.dedup();
+    devices
+}
+
+/// Device labels from assignments. A device several containers share gets their names
+/// joined by commas, sorted, rather than one of them at random.
 fn device_labels(
     assignments: &Assignments,
     gpus: &HashMap<String, u32>,
     label: &str,
 ) -> Vec<DeviceLabels> {
     let mut by_device: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for (name, refs) in assignments {
-        let mut devices: Vec<String> = Vec::new();
-        for r in refs {
-            match r {
-                GpuRef::Uuid(u) | GpuRef::Mig(u) => devices.push(u.clone()),
-                GpuRef::Index(i) => devices.extend(
-                    gpus.iter()
-                        .filter(|(_, idx)| *idx == i)
-                        .map(|(u, _)| u.clone()),
-                ),
-                GpuRef::All => devices.extend(gpus.keys().cloned()),
-            }
-        }
-        devices.sort();
-        devices.dedup();
-        for d in devices {
-            by_device.entry(d).or_default().push(name);
+    for held in assignments {
+        for d in devices_of(held, gpus) {
+            by_device.entry(d).or_default().push(&held.label);
         }
     }
     by_device
@@ -205,6 +225,31 @@ fn device_labels(
             }
         })
         .collect()
+}
+
+/// Usage-accounting consumers from assignments: each container on each of its devices, on
+/// its own (its processes are told apart by the id in their cgroup), in device then label
+/// order.
+fn consumers(
+    assignments: &Assignments,
+    gpus: &HashMap<String, u32>,
+    label: &str,
+) -> Vec<(String, Consumer)> {
+    let mut out: Vec<(String, Consumer)> = assignments
+        .iter()
+        .flat_map(|held| {
+            devices_of(held, gpus).into_iter().map(|d| {
+                let c = Consumer {
+                    labels: vec![(label.to_string(), held.label.clone())],
+                    owner: Some(Owner::Container(held.id.clone())),
+                    replica: false,
+                };
+                (d, c)
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.0, &a.1.labels, &a.1.owner).cmp(&(&b.0, &b.1.labels, &b.1.owner)));
+    out
 }
 
 impl DeviceLabelSource for ContainerSource {
@@ -223,23 +268,71 @@ impl DeviceLabelSource for ContainerSource {
             Some(Ok(a)) => Ok(device_labels(a, &self.gpus, self.label)),
         }
     }
+
+    fn consumers(&mut self) -> Vec<(String, Consumer)> {
+        match &*self.latest.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(Ok(a)) => consumers(a, &self.gpus, self.label),
+            // Not answered yet, or failing: the labels are withdrawn, and so are these.
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn held(id: char, label: &str, gpus: Vec<GpuRef>) -> Held {
+        Held {
+            id: id.to_string().repeat(64),
+            label: label.into(),
+            gpus,
+        }
+    }
+
+    fn three_containers() -> Assignments {
+        vec![
+            held(
+                'a',
+                "train",
+                vec![GpuRef::Index(1), GpuRef::Mig("MIG-x".into())],
+            ),
+            held('b', "notebook", vec![GpuRef::All]),
+            held('c', "stale", vec![GpuRef::Index(7)]),
+        ]
+    }
+
+    /// For usage accounting, containers sharing a GPU are not joined: each is a consumer of
+    /// its own, owned by its full id (which its processes' cgroups name).
+    #[test]
+    fn consumers_are_one_per_container_and_device_with_the_full_id() {
+        let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
+        let got: Vec<(String, String, Option<Owner>)> =
+            consumers(&three_containers(), &gpus, "container_name")
+                .into_iter()
+                .map(|(d, c)| {
+                    assert!(!c.replica);
+                    assert_eq!(c.labels.len(), 1);
+                    assert_eq!(c.labels[0].0, "container_name");
+                    (d, c.labels[0].1.clone(), c.owner)
+                })
+                .collect();
+        let owner = |ch: char| Some(Owner::Container(ch.to_string().repeat(64)));
+        assert_eq!(
+            got,
+            [
+                ("GPU-a".into(), "notebook".into(), owner('b')),
+                ("GPU-b".into(), "notebook".into(), owner('b')),
+                ("GPU-b".into(), "train".into(), owner('a')),
+                ("MIG-x".into(), "train".into(), owner('a')),
+            ]
+        );
+    }
+
     #[test]
     fn indexes_and_all_resolve_through_the_page_and_sharing_joins_names() {
         let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
-        let a: Assignments = vec![
-            (
-                "train".into(),
-                vec![GpuRef::Index(1), GpuRef::Mig("MIG-x".into())],
-            ),
-            ("notebook".into(), vec![GpuRef::All]),
-            ("stale".into(), vec![GpuRef::Index(7)]),
-        ];
+        let a = three_containers();
         let got: Vec<(String, String)> = device_labels(&a, &gpus, "container")
             .into_iter()
             .map(|d| (d.device_uuid, d.labels[0].1.clone()))
@@ -321,8 +414,14 @@ mod tests {
                 e.contains(says) && e.contains("GET /containers/json"),
                 "{e}"
             );
+            // Usage accounting withdraws the container with its labels.
+            assert!(src.consumers().is_empty());
             mode.store(0, Ordering::SeqCst);
             let _ = until(&mut src, "labels again", &labelled);
+            let held = src.consumers();
+            assert_eq!(held.len(), 1, "{held:?}");
+            assert_eq!(held[0].0, UUID);
+            assert_eq!(held[0].1.owner, Some(Owner::Container("4f1c2b".into())));
         }
         assert!(
             !Supervisor::global()
