@@ -14,6 +14,7 @@ mod merge;
 pub mod metrics;
 pub mod mig;
 pub mod nvml;
+mod outside;
 pub mod pids;
 pub mod podmeta;
 mod sources;

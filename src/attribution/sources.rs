@@ -5,7 +5,7 @@
 
 use super::merge::{claim_map, gpu_indexes, merge, pod_map};
 use super::nvml::NvmlView;
-use super::{device_ids, dra, hpc, kubelet, metrics, mig, pids};
+use super::{device_ids, dra, hpc, kubelet, metrics, mig, outside, pids};
 use super::{DeviceLabelSource, DeviceLabels, Options, PodMetadata, Snapshot};
 use crate::model::Page;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -188,12 +188,14 @@ impl Attribution {
         let allocations = std::mem::take(&mut self.allocations);
         let dra = self.dra.clone().filter(|_| self.opts.dra);
         let wanted = self.wanted_mig_devices(&allocations, &extra, dra.as_deref());
-        // Per-process data of shared GPUs, when a pod holds one.
-        let process_gpus: Vec<String> = if self.opts.virtual_gpus
-            && allocations
-                .devices
-                .iter()
-                .any(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names))
+        // Per-process data of shared GPUs, when a pod holds one; of every GPU for usage
+        // accounting.
+        let process_gpus: Vec<String> = if self.opts.usage.is_some()
+            || self.opts.virtual_gpus
+                && allocations
+                    .devices
+                    .iter()
+                    .any(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names))
         {
             gpus.keys().cloned().collect()
         } else {
@@ -207,6 +209,9 @@ impl Attribution {
         self.read_processes(&mut snap, round);
         self.read_hpc(&mut snap);
         self.place_source_labels(&mut snap, extra);
+        if self.opts.usage.is_some() {
+            self.outside_consumers(&mut snap, &gpus);
+        }
         merge(page, &snap, &self.opts);
     }
 
@@ -327,7 +332,8 @@ impl Attribution {
     /// NVML's per-process answers (with each process's pod) and NVML's health.
     fn read_processes(&mut self, snap: &mut Snapshot, round: mig::Round) {
         let mut nvml_problems: Vec<String> = round.problem.iter().cloned().collect();
-        if let Some(answers) = round.processes.filter(|_| !snap.pods.is_empty()) {
+        let usage = self.opts.usage.is_some();
+        if let Some(answers) = round.processes.filter(|_| usage || !snap.pods.is_empty()) {
             let mut failed = None;
             for (uuid, r) in answers {
                 match r {
@@ -345,6 +351,9 @@ impl Attribution {
             }
             if let Some(e) = failed {
                 nvml_problems.push(format!("per-process data: {e}"));
+            }
+            if usage {
+                snap.pid_owners = outside::process_owners(&self.opts.proc_root, &snap.processes);
             }
         }
         if !round.unplaced.is_empty() {
@@ -388,6 +397,19 @@ impl Attribution {
             };
             self.report("hpc", r);
         }
+    }
+
+    /// Usage accounting's consumers outside Kubernetes: the label sources' holders
+    /// (containers) and the HPC files' jobs.
+    fn outside_consumers(&mut self, snap: &mut Snapshot, gpus: &HashMap<String, u32>) {
+        let held: Vec<_> = self
+            .sources
+            .iter_mut()
+            .flat_map(|s| s.consumers())
+            .collect();
+        let placer = &self.placer;
+        outside::place_consumers(held, |u| placer.lookup(u), &mut snap.consumers);
+        outside::hpc_consumers(&snap.hpc_jobs, gpus, &mut snap.consumers);
     }
 
     /// The sources' labels by GPU, and by GPU instance for the MIG devices NVML placed.
