@@ -5,6 +5,7 @@
 
 use super::device_ids::{self, MigLocation};
 use super::nvml::Process;
+use super::usage::share;
 use super::{dra, kubelet, mig};
 use super::{ClaimMap, ClaimRef, IdType, Options, PodMetadata, PodRef, Snapshot};
 use crate::model::{Page, Series};
@@ -282,19 +283,29 @@ fn pod_copies(
         match (per_process_field(name), procs) {
             // The device's own value stays; each pod gets its processes' share.
             (Some(kind), Some(procs)) => {
+                let gi = subject
+                    .instance
+                    .as_deref()
+                    .and_then(|g| g.parse::<u32>().ok());
+                let mut values: Vec<f64> = pods
+                    .iter()
+                    .map(|p| {
+                        let uid = p.meta.as_ref().map(|x| x.uid.as_str());
+                        pod_share(procs, &snap.pid_pods, uid, gi, kind)
+                    })
+                    .collect();
+                if kind == PerProcess::SmUtil {
+                    // The pods' shares never add up to more than the GPU's own value.
+                    share::clamp(&mut values, m.value);
+                }
                 series.push(m.clone());
-                for p in pods {
+                for (p, value) in pods.iter().zip(values) {
                     let mut copy = m.clone();
                     pod_labels(&mut copy, p, true, names);
                     if let Some(v) = &p.vgpu {
                         push(&mut copy, "vgpu", v);
                     }
-                    let uid = p.meta.as_ref().map(|x| x.uid.as_str());
-                    let gi = subject
-                        .instance
-                        .as_deref()
-                        .and_then(|g| g.parse::<u32>().ok());
-                    copy.value = pod_share(procs, &snap.pid_pods, uid, gi, kind);
+                    copy.value = value;
                     series.push(copy);
                 }
             }
@@ -401,7 +412,8 @@ fn claim_copy(m: &Series, c: &ClaimRef, names: &LabelNames, opts: &Options) -> S
 }
 
 /// A pod's share of a per-process field: the sum over its processes on this GPU (or GPU
-/// instance); 0 for a pod with none, or whose UID is unknown.
+/// instance), SM utilisation as each process's mean over the interval; 0 for a pod with
+/// none, or whose UID is unknown.
 fn pod_share(
     procs: &[Process],
     pid_pods: &HashMap<u32, String>,
@@ -417,7 +429,8 @@ fn pod_share(
         .filter(|p| gpu_instance.is_none() || p.gpu_instance == gpu_instance)
         .filter(|p| pid_pods.get(&p.pid).is_some_and(|u| u == uid))
         .map(|p| match kind {
-            PerProcess::SmUtil => f64::from(p.sm_util.unwrap_or(0)),
+            // The mean of every sample since the previous collection.
+            PerProcess::SmUtil => share::interval_mean(p),
             PerProcess::MemoryMib => (p.memory_bytes.unwrap_or(0) / (1024 * 1024)) as f64,
         })
         .sum()

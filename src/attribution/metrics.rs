@@ -10,6 +10,7 @@ pub struct Metrics {
     errors: IntCounterVec,
     unplaced: IntGauge,
     unplaced_total: IntCounter,
+    usage_dropped: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -46,11 +47,20 @@ impl Metrics {
             "Times a MIG device named by UUID could not be placed on a GPU instance (once per device each time it becomes unplaced).",
         ))
         .expect("static metric options are valid");
+        let usage_dropped = IntCounterVec::new(
+            Opts::new(
+                format!("{PREFIX}usage_consumers_dropped_total"),
+                "Consumers left without usage series by --usage-max-consumers-per-gpu, per GPU (once each time one is left off).",
+            ),
+            &["gpu"],
+        )
+        .expect("static metric options are valid");
         Metrics {
             up,
             errors,
             unplaced,
             unplaced_total,
+            usage_dropped,
         }
     }
 
@@ -61,6 +71,7 @@ impl Metrics {
             Box::new(self.errors.clone()),
             Box::new(self.unplaced.clone()),
             Box::new(self.unplaced_total.clone()),
+            Box::new(self.usage_dropped.clone()),
         ]
     }
 
@@ -74,6 +85,12 @@ impl Metrics {
     pub fn set(&self, source: &str, up: bool) {
         self.up.with_label_values(&[source]).set(i64::from(up));
         self.errors.with_label_values(&[source]);
+    }
+
+    /// `n` more consumers on GPU `gpu` left without usage series (0: the GPU's series is
+    /// shown from its first consumer on).
+    pub fn usage_dropped(&self, gpu: &str, n: u64) {
+        self.usage_dropped.with_label_values(&[gpu]).inc_by(n);
     }
 
     pub fn error(&self, source: &str) {

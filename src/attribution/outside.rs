@@ -1,16 +1,13 @@
 //! Usage-accounting consumers outside Kubernetes (`--usage-accounting` with
 //! `--container-labels` or `--hpc-job-mapping-dir`): the containers the runtime says hold a
-//! GPU or MIG device, the jobs the HPC files put on a GPU or GPU instance, and whose each
-//! GPU process is (`pids::owner_of_pid`: pod, container or Slurm job). The accountant
+//! GPU or MIG device and the jobs the HPC files put on a GPU or GPU instance; whose each GPU
+//! process is comes from `pids::owner_of_pid` (pod, container or Slurm job). The accountant
 //! (`usage`) treats them as it treats pods: one holder alone gets its whole device, several
 //! share it by their processes' utilisation.
 
 use super::device_ids::MigLocation;
-use super::nvml::Process;
-use super::pids;
 use super::usage::{Consumer, EntityKey, Owner};
 use std::collections::HashMap;
-use std::path::Path;
 
 /// The label HPC jobs' series carry, as on every series of the GPU (`merge`).
 pub const HPC_JOB_LABEL: &str = "hpc_job";
@@ -77,19 +74,6 @@ pub fn hpc_consumers(
     }
 }
 
-/// Whose each GPU process is, read under `proc_root`; processes in no cgroup we know (a
-/// host process, one that has exited) are left out: their utilisation is nobody's.
-pub fn process_owners(
-    proc_root: &Path,
-    processes: &HashMap<String, Vec<Process>>,
-) -> HashMap<u32, Owner> {
-    processes
-        .values()
-        .flatten()
-        .filter_map(|p| Some((p.pid, pids::owner_of_pid(proc_root, p.pid)?)))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,38 +130,5 @@ mod tests {
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!(got[&("GPU-a".to_string(), None)], [c("a"), c("b")]);
         assert_eq!(got[&("GPU-b".to_string(), Some(3))], [c("a")]);
-    }
-
-    #[test]
-    fn process_owners_from_the_proc_tree() {
-        let dir = tempfile::tempdir().unwrap();
-        let write = |pid: u32, cgroup: &str| {
-            std::fs::create_dir(dir.path().join(pid.to_string())).unwrap();
-            std::fs::write(dir.path().join(format!("{pid}/cgroup")), cgroup).unwrap();
-        };
-        let id = "c".repeat(64);
-        write(10, &format!("0::/system.slice/docker-{id}.scope\n"));
-        write(
-            11,
-            "0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n",
-        );
-        write(12, "0::/user.slice/user-1000.slice/session-2.scope\n");
-        let proc = |pid| Process {
-            pid,
-            gpu_instance: None,
-            sm_util: None,
-            samples: Vec::new(),
-            memory_bytes: None,
-        };
-        let processes = HashMap::from([
-            ("GPU-a".to_string(), vec![proc(10), proc(12)]),
-            // 13 has exited since NVML listed it.
-            ("GPU-b".to_string(), vec![proc(11), proc(13)]),
-        ]);
-        let got = process_owners(dir.path(), &processes);
-        assert_eq!(
-            got,
-            HashMap::from([(10, Owner::Container(id)), (11, Owner::Job("77".into()))])
-        );
     }
 }

@@ -63,6 +63,19 @@ pub fn owner_of_pid(proc_root: &Path, pid: u32) -> Option<Owner> {
     owner_of_cgroup_file(&read_cgroup_file(proc_root, pid)?)
 }
 
+/// One read of a process's cgroup file, both answers: its pod UID by dcgm-exporter's rule
+/// (`pod_uid_of_pid`, for the per-pod series of `-k`) and its usage owner (`owner_of_pid`;
+/// a pod UID found outside a `kubepods` hierarchy still makes a pod owner, as it makes
+/// per-pod series, unless the path names a container or job).
+pub fn pod_and_owner_of_pid(proc_root: &Path, pid: u32) -> (Option<String>, Option<Owner>) {
+    let Some(text) = read_cgroup_file(proc_root, pid) else {
+        return (None, None);
+    };
+    let pod = pod_uid_of_cgroup_file(&text);
+    let owner = owner_of_cgroup_file(&text).or_else(|| pod.clone().map(Owner::Pod));
+    (pod, owner)
+}
+
 /// The owner in a `/proc/<pid>/cgroup` file: cgroup v1 controller lines first (under v1 the
 /// unified line of a hybrid system is often systemd's view, not the runtime's), then the
 /// unified (v2) line.
@@ -321,5 +334,29 @@ mod tests {
         assert_eq!(owner_of_pid(dir.path(), 43), job("7"));
         // Gone (or never there): no owner, no error.
         assert_eq!(owner_of_pid(dir.path(), 44), None);
+        assert_eq!(pod_and_owner_of_pid(dir.path(), 44), (None, None));
+        assert_eq!(pod_and_owner_of_pid(dir.path(), 42), (None, container()));
+
+        // A podman container: the pod rule of dcgm-exporter mistakes `libpod-<id>` for a
+        // pod, the owner is the container.
+        let podman = format!("0::/machine.slice/libpod-{ID}.scope/container\n");
+        std::fs::create_dir(dir.path().join("45")).unwrap();
+        std::fs::write(dir.path().join("45/cgroup"), podman).unwrap();
+        assert_eq!(
+            pod_and_owner_of_pid(dir.path(), 45),
+            (Some(format!("-{ID}")), container())
+        );
+        // A pod path outside any kubepods hierarchy: still the pod, as for -k.
+        std::fs::create_dir(dir.path().join("46")).unwrap();
+        std::fs::write(
+            dir.path().join("46/cgroup"),
+            "0::/pod12345678-1234-1234-1234-123456789012/c\n",
+        )
+        .unwrap();
+        let uid = "12345678-1234-1234-1234-123456789012".to_string();
+        assert_eq!(
+            pod_and_owner_of_pid(dir.path(), 46),
+            (Some(uid.clone()), Some(Owner::Pod(uid)))
+        );
     }
 }

@@ -5,7 +5,7 @@
 
 use super::merge::{claim_map, gpu_indexes, merge, pod_map};
 use super::nvml::NvmlView;
-use super::{device_ids, dra, hpc, kubelet, metrics, mig, outside, pids};
+use super::{device_ids, dra, hpc, kubelet, metrics, mig, outside, pids, usage};
 use super::{DeviceLabelSource, DeviceLabels, Options, PodMetadata, Snapshot};
 use crate::model::Page;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -35,6 +35,8 @@ pub struct Attribution {
     sources: Vec<Box<dyn DeviceLabelSource>>,
     states: BTreeMap<&'static str, SourceState>,
     metrics: Option<metrics::Metrics>,
+    /// `--usage-accounting`.
+    usage: Option<usage::Accountant>,
 }
 
 impl Attribution {
@@ -59,6 +61,7 @@ impl Attribution {
             sources: Vec::new(),
             states: BTreeMap::new(),
             metrics: None,
+            usage: opts.usage.clone().map(usage::Accountant::new),
             opts,
         };
         if a.opts.kubernetes {
@@ -181,6 +184,8 @@ impl Attribution {
         }
         let (gpus, layout) = gpu_indexes(page);
         self.placer.observe(layout);
+        // Usage reads the devices before the merge copies their series.
+        let readings = self.usage.as_ref().map(|u| u.read(page, self.opts.id_type));
         let mut snap = Snapshot::default();
         self.take_kubelet_answer();
         // The sources first: the MIG devices they name are placed with the kubelet's.
@@ -188,14 +193,14 @@ impl Attribution {
         let allocations = std::mem::take(&mut self.allocations);
         let dra = self.dra.clone().filter(|_| self.opts.dra);
         let wanted = self.wanted_mig_devices(&allocations, &extra, dra.as_deref());
-        // Per-process data of shared GPUs, when a pod holds one; of every GPU for usage
-        // accounting.
-        let process_gpus: Vec<String> = if self.opts.usage.is_some()
-            || self.opts.virtual_gpus
-                && allocations
-                    .devices
-                    .iter()
-                    .any(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names))
+        // Per-process data of shared GPUs (or of every GPU, for usage), when a pod holds one.
+        let pods_hold_gpus = allocations
+            .devices
+            .iter()
+            .any(|a| device_ids::is_gpu_resource(&a.resource, &self.opts.resource_names));
+        let usage = self.usage.is_some();
+        let process_gpus: Vec<String> = if (self.opts.virtual_gpus || usage) && pods_hold_gpus
+            || usage && (!extra.is_empty() || self.hpc.is_some())
         {
             gpus.keys().cloned().collect()
         } else {
@@ -205,14 +210,78 @@ impl Attribution {
             .placer
             .refresh(&wanted, process_gpus, self.opts.nvml_wait);
         self.map_pods_and_claims(&mut snap, &allocations, &gpus, dra.as_deref());
+        if let Some(readings) = &readings {
+            self.pod_consumers(&mut snap, readings, &allocations, &gpus);
+        }
         self.allocations = allocations;
-        self.read_processes(&mut snap, round);
         self.read_hpc(&mut snap);
-        self.place_source_labels(&mut snap, extra);
-        if self.opts.usage.is_some() {
+        if readings.is_some() {
+            // Before the processes: whether to read them depends on who holds a device.
             self.outside_consumers(&mut snap, &gpus);
         }
+        self.read_processes(&mut snap, round);
+        self.place_source_labels(&mut snap, extra);
         merge(page, &snap, &self.opts);
+        if let Some(readings) = readings {
+            self.account(page, readings, &snap);
+        }
+    }
+
+    /// `--usage-accounting`: the pods holding each device, every pod on it (the merge's map
+    /// keeps only the last one unless --kubernetes-virtual-gpus).
+    fn pod_consumers(
+        &self,
+        snap: &mut Snapshot,
+        readings: &[usage::readings::Reading],
+        allocations: &kubelet::Listing,
+        gpus: &HashMap<String, u32>,
+    ) {
+        let all;
+        let pods = if self.opts.virtual_gpus {
+            &snap.pods
+        } else {
+            let opts = super::Options {
+                virtual_gpus: true,
+                ..self.opts.clone()
+            };
+            let placer = &self.placer;
+            all = pod_map(
+                &allocations.devices,
+                &opts,
+                &|id: &str| placer.lookup(id),
+                &|uuid: &str| gpus.get(uuid).copied(),
+                self.metadata.as_deref(),
+            );
+            &all
+        };
+        let consumers =
+            usage::pods::consumers(readings, pods, self.opts.old_names, self.opts.pod_uid);
+        for (key, list) in consumers {
+            snap.consumers.entry(key).or_default().extend(list);
+        }
+    }
+
+    /// Books this collection's usage and adds its series to the page.
+    fn account(
+        &mut self,
+        page: &mut Page,
+        readings: Vec<usage::readings::Reading>,
+        snap: &Snapshot,
+    ) {
+        let Some(u) = self.usage.as_mut() else { return };
+        let now = std::time::Instant::now();
+        let inputs = usage::Inputs {
+            consumers: &snap.consumers,
+            processes: &snap.processes,
+            owners: &snap.pid_owners,
+        };
+        let dropped = u.account(readings, &inputs, now);
+        u.add_to(page, now);
+        if let Some(m) = &self.metrics {
+            for (gpu, n) in dropped {
+                m.usage_dropped(&gpu, n);
+            }
+        }
     }
 
     /// Takes the kubelet's latest answer, waiting `kubelet_wait` at most.
@@ -332,15 +401,19 @@ impl Attribution {
     /// NVML's per-process answers (with each process's pod) and NVML's health.
     fn read_processes(&mut self, snap: &mut Snapshot, round: mig::Round) {
         let mut nvml_problems: Vec<String> = round.problem.iter().cloned().collect();
-        let usage = self.opts.usage.is_some();
-        if let Some(answers) = round.processes.filter(|_| usage || !snap.pods.is_empty()) {
+        let wanted = !snap.pods.is_empty() || !snap.consumers.is_empty();
+        if let Some(answers) = round.processes.filter(|_| wanted) {
             let mut failed = None;
             for (uuid, r) in answers {
                 match r {
                     Ok(p) => {
                         for proc in &p {
-                            if let Some(uid) = pids::pod_uid_of_pid(&self.opts.proc_root, proc.pid)
-                            {
+                            let (pod, owner) =
+                                pids::pod_and_owner_of_pid(&self.opts.proc_root, proc.pid);
+                            if let Some(owner) = owner.filter(|_| self.usage.is_some()) {
+                                snap.pid_owners.insert(proc.pid, owner);
+                            }
+                            if let Some(uid) = pod {
                                 snap.pid_pods.insert(proc.pid, uid);
                             }
                         }
@@ -351,9 +424,6 @@ impl Attribution {
             }
             if let Some(e) = failed {
                 nvml_problems.push(format!("per-process data: {e}"));
-            }
-            if usage {
-                snap.pid_owners = outside::process_owners(&self.opts.proc_root, &snap.processes);
             }
         }
         if !round.unplaced.is_empty() {

@@ -1,0 +1,109 @@
+//! What the accountant reads of a collected page (before the merge copies series per pod):
+//! each GPU and MIG instance with its identity labels, its energy counter and its utilisation.
+
+use super::EntityKey;
+use crate::attribution::IdType;
+use crate::model::Page;
+use std::collections::BTreeMap;
+
+/// One device on the page.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reading {
+    pub key: EntityKey,
+    /// The `gpu` label (the GPU's index), which the dropped-consumers counter is labelled by.
+    pub gpu: String,
+    /// How the kubelet's device ids name it (as `merge` keys pods: `"<gpu>-<gi>"` for a MIG
+    /// instance, else the UUID or `nvidia<N>`).
+    pub pod_key: String,
+    /// Its series' labels, in order.
+    pub labels: Vec<(String, String)>,
+    /// Energy counter, mJ; `None` when the page has no value this collection.
+    pub energy_mj: Option<f64>,
+    /// Utilisation, percent.
+    pub util: Option<f64>,
+}
+
+/// The energy families, with their factor to mJ.
+fn energy_scale(family: &str) -> Option<f64> {
+    match family {
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" | "dcgm_total_energy_consumption" => Some(1.0),
+        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL" => Some(1000.0),
+        _ => None,
+    }
+}
+
+/// The utilisation families, with their factor to percent.
+fn util_scale(family: &str, util_ratio: bool) -> Option<f64> {
+    match family {
+        "DCGM_FI_DEV_GPU_UTIL" | "dcgm_gpu_utilization" => Some(1.0),
+        "DCGM_FI_DEV_GPU_UTIL_RATIO" => Some(if util_ratio { 100.0 } else { 1.0 }),
+        _ => None,
+    }
+}
+
+/// The devices with an energy or utilisation series on the page, sorted by key.
+pub fn read(page: &Page, id_type: IdType, util_ratio: bool) -> Vec<Reading> {
+    let mut out: BTreeMap<EntityKey, Reading> = BTreeMap::new();
+    for fam in page.families() {
+        let energy = energy_scale(fam.name());
+        let util = util_scale(fam.name(), util_ratio);
+        if energy.is_none() && util.is_none() {
+            continue;
+        }
+        for s in fam.series() {
+            let labels: Vec<(String, String)> = s
+                .labels()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let Some(r) = identify(labels, id_type) else {
+                continue;
+            };
+            let compute_instance = r
+                .labels
+                .iter()
+                .any(|(k, v)| k == "GPU_CI_ID" && !v.is_empty());
+            let e = out.entry(r.key.clone()).or_insert(r.clone());
+            // A GPU instance's own series names it better than one of its compute instances.
+            if !compute_instance && e.labels != r.labels {
+                e.labels = r.labels;
+            }
+            // A value that is not a number is as good as none.
+            let v = Some(s.value()).filter(|v| v.is_finite());
+            match (energy, util) {
+                (Some(k), _) => e.energy_mj = e.energy_mj.or(v.map(|v| v * k)),
+                (_, Some(k)) => e.util = e.util.or(v.map(|v| v * k)),
+                _ => {}
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+/// A GPU or MIG-instance series (first label `gpu`), as `merge` recognises one.
+fn identify(labels: Vec<(String, String)>, id_type: IdType) -> Option<Reading> {
+    let (first, gpu) = labels.first()?;
+    if first != "gpu" {
+        return None;
+    }
+    let get = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let profiled = get("GPU_I_PROFILE").is_some_and(|p| !p.is_empty());
+    let instance = if profiled { get("GPU_I_ID") } else { None };
+    let uuid = get("UUID").or_else(|| get("uuid")).unwrap_or_default();
+    let gi = match &instance {
+        Some(gi) => Some(gi.parse::<u32>().ok()?),
+        None => None,
+    };
+    let pod_key = match (&instance, id_type) {
+        (Some(gi), _) => format!("{gpu}-{gi}"),
+        (None, IdType::Uid) => uuid.clone(),
+        (None, IdType::DeviceName) => get("device").unwrap_or_default(),
+    };
+    Some(Reading {
+        key: (uuid, gi),
+        gpu: gpu.clone(),
+        pod_key,
+        labels,
+        energy_mj: None,
+        util: None,
+    })
+}
