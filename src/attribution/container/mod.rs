@@ -68,6 +68,8 @@ pub struct ContainerSource {
     gpus: HashMap<String, u32>,
     /// `container`, or `container_name` with `-o`.
     label: &'static str,
+    /// The container this exporter runs in, if any: never a usage consumer.
+    own: Option<String>,
     /// Dropped with the source, which ends the refresh thread at its next wake-up.
     _stop: mpsc::Sender<()>,
 }
@@ -102,13 +104,48 @@ impl ContainerSource {
                 }
             })
             .map_err(|e| format!("cannot start the container-labels thread: {e}"))?;
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let own = own_container_id(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
+        if let Some(id) = &own {
+            tracing::debug!("running in container {id}: not counted as a GPU consumer");
+        }
         Ok(ContainerSource {
             latest,
             gpus: HashMap::new(),
             label,
+            own,
             _stop: stop,
         })
     }
+}
+
+/// The id of the container a process runs in, from its `/proc/self/cgroup` (cgroup v1, or
+/// v2 in the host's cgroup namespace) or else its `/proc/self/mountinfo`: Docker and podman
+/// bind-mount the container's own `hostname`, `hosts` and `resolv.conf` from a directory
+/// named by its id (`…/docker/containers/<id>/`, podman's
+/// `…/overlay-containers/<id>/userdata/`), which shows even in a private cgroup namespace.
+///
+/// The exporter is usually run as `docker run --gpus all`: without this, its own container
+/// would hold every GPU, so no GPU would ever be held by one container alone.
+fn own_container_id(cgroup: &str, mountinfo: &str) -> Option<String> {
+    if let Some(Owner::Container(id)) = super::pids::owner_of_cgroup_file(cgroup) {
+        return Some(id);
+    }
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let root = fields.nth(3)?;
+        let mount_point = fields.next()?;
+        if !matches!(
+            mount_point,
+            "/etc/hostname" | "/etc/hosts" | "/etc/resolv.conf"
+        ) {
+            return None;
+        }
+        let (_, after) = root.rsplit_once("containers/")?;
+        let id = after.split('/').next()?;
+        (id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| id.to_string())
+    })
 }
 
 /// Replaces the last answer by an error when the refresh thread panics: the labels it
@@ -229,14 +266,16 @@ fn device_labels(
 
 /// Usage-accounting consumers from assignments: each container on each of its devices, on
 /// its own (its processes are told apart by the id in their cgroup), in device then label
-/// order.
+/// order; the exporter's own container (`own`) is none.
 fn consumers(
     assignments: &Assignments,
     gpus: &HashMap<String, u32>,
     label: &str,
+    own: Option<&str>,
 ) -> Vec<(String, Consumer)> {
     let mut out: Vec<(String, Consumer)> = assignments
         .iter()
+        .filter(|held| Some(held.id.as_str()) != own)
         .flat_map(|held| {
             devices_of(held, gpus).into_iter().map(|d| {
                 let c = Consumer {
@@ -271,7 +310,7 @@ impl DeviceLabelSource for ContainerSource {
 
     fn consumers(&mut self) -> Vec<(String, Consumer)> {
         match &*self.latest.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(Ok(a)) => consumers(a, &self.gpus, self.label),
+            Some(Ok(a)) => consumers(a, &self.gpus, self.label, self.own.as_deref()),
             // Not answered yet, or failing: the labels are withdrawn, and so are these.
             _ => Vec::new(),
         }
@@ -308,7 +347,7 @@ mod tests {
     fn consumers_are_one_per_container_and_device_with_the_full_id() {
         let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
         let got: Vec<(String, String, Option<Owner>)> =
-            consumers(&three_containers(), &gpus, "container_name")
+            consumers(&three_containers(), &gpus, "container_name", None)
                 .into_iter()
                 .map(|(d, c)| {
                     assert!(!c.replica);
@@ -327,6 +366,49 @@ mod tests {
                 ("MIG-x".into(), "train".into(), owner('a')),
             ]
         );
+        // The exporter itself in container b (`--gpus all`): not a consumer anywhere.
+        let own = "b".repeat(64);
+        let got: Vec<(String, String)> =
+            consumers(&three_containers(), &gpus, "container", Some(&own))
+                .into_iter()
+                .map(|(d, c)| (d, c.labels[0].1.clone()))
+                .collect();
+        assert_eq!(
+            got,
+            [
+                ("GPU-b".into(), "train".into()),
+                ("MIG-x".into(), "train".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn the_exporters_own_container_from_its_cgroup_or_mounts() {
+        let id = "3f8a1c0e9b7d4a6f5e2c1b0a9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e";
+        // cgroup v1 / host cgroup namespace: the cgroup names it.
+        let v1 = format!("12:memory:/docker/{id}\n0::/\n");
+        assert_eq!(own_container_id(&v1, "").as_deref(), Some(id));
+        // Private cgroup namespace (Docker's default on cgroup v2): `0::/`; the bind mounts
+        // of its hostname/hosts/resolv.conf name it (Docker, then podman).
+        let docker = format!(
+            "1021 1001 0:52 / / rw,relatime master:1 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/X\n\
+             1030 1021 259:2 /var/lib/docker/containers/{id}/resolv.conf /etc/resolv.conf rw,relatime - ext4 /dev/nvme0n1p2 rw\n\
+             1031 1021 259:2 /var/lib/docker/containers/{id}/hostname /etc/hostname rw,relatime - ext4 /dev/nvme0n1p2 rw\n"
+        );
+        assert_eq!(own_container_id("0::/\n", &docker).as_deref(), Some(id));
+        let podman = format!(
+            "620 600 0:25 /containers/storage/overlay-containers/{id}/userdata/hostname /etc/hostname rw,nosuid,nodev - tmpfs tmpfs rw\n"
+        );
+        assert_eq!(own_container_id("0::/\n", &podman).as_deref(), Some(id));
+        // A host process; a volume from another container's directory is not ours.
+        let other = format!(
+            "700 600 259:2 /var/lib/docker/containers/{id}/hostname /data/x rw - ext4 /dev/sda rw\n"
+        );
+        assert_eq!(
+            own_container_id("0::/user.slice/session-1.scope\n", &other),
+            None
+        );
+        assert_eq!(own_container_id("", ""), None);
     }
 
     #[test]
