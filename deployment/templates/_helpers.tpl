@@ -61,7 +61,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 
 {{/* The API server is read for pod UIDs and labels, and for DRA ResourceSlices. */}}
 {{- define "dcgm-exporter.readsApi" -}}
-{{- if or (and (or .Values.kubernetes.enablePodLabels .Values.kubernetes.enablePodUID) .Values.kubernetes.rbac.create) .Values.kubernetesDRA.enabled -}}true{{- end -}}
+{{- if or (and (or .Values.kubernetes.enablePodLabels .Values.kubernetes.enablePodUID .Values.usageAccounting.enabled) .Values.kubernetes.rbac.create) .Values.kubernetesDRA.enabled -}}true{{- end -}}
 {{- end -}}
 
 {{/* The ConfigMap holding the YAML configuration (config.*). */}}

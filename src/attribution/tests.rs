@@ -888,3 +888,68 @@ fn a_kubelet_reply_with_dynamic_resources_lists_each_claimed_device() {
         claim("pod1", "ctr1", "gpu.nvidia.com", "gpu-1")
     );
 }
+
+/// Each pod its own UID: `uid-<pod>`.
+struct PodUids;
+impl PodMetadata for PodUids {
+    fn lookup(&self, _: &str, pod: &str) -> Option<PodMeta> {
+        Some(PodMeta {
+            uid: format!("uid-{pod}"),
+            labels: Vec::new(),
+        })
+    }
+}
+
+// Issue 23 item 2: per-pod SM utilisation is each process's mean over every sample since
+// the previous collection, and the pods' values never add up to more than the GPU's own.
+#[test]
+fn per_pod_utilisation_is_the_interval_mean_clamped_to_the_gpu() {
+    use nvml::UtilSample;
+    let mut o = opts();
+    o.virtual_gpus = true;
+    let allocs = mock_kubelet("nvidia.com/gpu", &["GPU-1::0", "GPU-1::1"]);
+    let sample = |t: u64, v: u32| UtilSample {
+        timestamp_us: t,
+        sm_util: v,
+    };
+    let snap = Snapshot {
+        pods: pod_map(&allocs, &o, &mock_mig, &mock_index, Some(&PodUids)),
+        processes: HashMap::from([(
+            "GPU-1".to_string(),
+            vec![
+                // Mean 60; the newest sample alone (100) is what the old code took.
+                Process {
+                    pid: 10,
+                    gpu_instance: None,
+                    sm_util: Some(100),
+                    samples: vec![sample(1, 20), sample(2, 60), sample(3, 100)],
+                    memory_bytes: None,
+                },
+                // No sample list: the newest value stands for the interval.
+                Process {
+                    pid: 11,
+                    gpu_instance: None,
+                    sm_util: Some(50),
+                    samples: Vec::new(),
+                    memory_bytes: None,
+                },
+            ],
+        )]),
+        pid_pods: HashMap::from([
+            (10, "uid-gpu-pod-0".to_string()),
+            (11, "uid-gpu-pod-1".to_string()),
+        ]),
+        ..Snapshot::default()
+    };
+    let mut page = Page::default();
+    let l = [("gpu", "1"), ("UUID", "GPU-1"), ("device", "nvidia1")];
+    page.add("DCGM_FI_DEV_GPU_UTIL", "h", PromType::Gauge, &l, 88.0);
+    merge(&mut page, &snap, &o);
+    let pods: BTreeMap<String, f64> = series(page)
+        .into_iter()
+        .filter_map(|(l, v)| Some((l.get("pod")?.clone(), v)))
+        .collect();
+    // 60 + 50 = 110 > 88: scaled by 88/110.
+    assert!((pods["gpu-pod-0"] - 48.0).abs() < 1e-9, "{pods:?}");
+    assert!((pods["gpu-pod-1"] - 40.0).abs() < 1e-9, "{pods:?}");
+}

@@ -119,6 +119,12 @@ impl Book {
         self.idle_j += (delta - used).max(0.0);
     }
 
+    /// Intervals waiting for an energy value.
+    #[cfg(test)]
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Forgets the consumers not in `present`.
     pub fn keep_only(&mut self, present: &[ConsumerId]) {
         self.consumers.retain(|id, _| present.contains(id));
