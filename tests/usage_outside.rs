@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use support::*;
 
 const ENERGY: &str = "DCGM_EXP_ENERGY_JOULES_TOTAL";
@@ -123,10 +124,13 @@ impl Node {
     }
 }
 
+/// The running containers: (full id, name, GPUs by index).
+type Running = Arc<Mutex<Vec<(String, String, Vec<String>)>>>;
+
 /// A Docker-compatible API on a unix socket (one request per connection, as the exporter
 /// asks): `GET /containers/json` and `GET /containers/{id}/json`, with the fields Docker
 /// 24 sends that the exporter reads.
-fn fake_docker(socket: &Path, containers: Vec<(String, String, Vec<String>)>) {
+fn fake_docker(socket: &Path, containers: Running) {
     let listener = UnixListener::bind(socket).expect("bind the fake runtime's socket");
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -141,7 +145,7 @@ fn fake_docker(socket: &Path, containers: Vec<(String, String, Vec<String>)>) {
             }
             let req = String::from_utf8_lossy(&req);
             let path = req.split(' ').nth(1).unwrap_or("");
-            let body = docker_answer(path, &containers);
+            let body = docker_answer(path, &containers.lock().unwrap());
             let (status, body) = match body {
                 Some(b) => ("200 OK", b),
                 None => ("404 Not Found", r#"{"message":"No such container"}"#.into()),
@@ -308,15 +312,13 @@ fn docker_containers_get_their_share_and_energy() {
     ]);
     let socket = node.dir.path().join("docker.sock");
     // GPUs by index, as `--gpus '"device=0"'` names them.
-    fake_docker(
-        &socket,
-        vec![
-            (cid(1), "a".into(), vec!["0".into()]),
-            (cid(2), "b".into(), vec!["0".into()]),
-            (cid(3), "solo".into(), vec!["1".into()]),
-            (cid(4), "idle".into(), vec!["2".into()]),
-        ],
-    );
+    let running: Running = Arc::new(Mutex::new(vec![
+        (cid(1), "a".into(), vec!["0".into()]),
+        (cid(2), "b".into(), vec!["0".into()]),
+        (cid(3), "solo".into(), vec!["1".into()]),
+        (cid(4), "idle".into(), vec!["2".into()]),
+    ]));
+    fake_docker(&socket, running.clone());
     let e = node
         .exporter()
         .args(&[
@@ -332,6 +334,28 @@ fn docker_containers_get_their_share_and_energy() {
         .find(|x| x.label("gpu") == Some("0"))
         .map(|x| x.label("container").map(str::to_string));
     assert_eq!(gpu0, Some(Some("a,b".to_string())), "{}", dump(&s));
+
+    // b stops (its process lingers, still in b's cgroup): its series go, and a, now
+    // alone on GPU 0, holds it exclusively: its share is the GPU's and its energy all of it.
+    running.lock().unwrap().retain(|c| c.1 != "b");
+    let key = |c: &str| ("0".to_string(), c.to_string());
+    let alone = |s: &[Sample]| {
+        let sh = by_consumer(s, SHARE, "container");
+        sh.get(&key("a")) == Some(&90.0) && !sh.contains_key(&key("b"))
+    };
+    let first = e.scrape_until(30, alone);
+    let gpu0_j = |s: &[Sample]| of_gpu(s, GPU_ENERGY, "0").unwrap() / 1000.0;
+    let last = e.scrape_until(30, |s| alone(s) && gpu0_j(s) > gpu0_j(&first) + 300.0);
+    let a = |s: &[Sample]| by_consumer(s, ENERGY, "container")[&key("a")];
+    let idle = |s: &[Sample]| of_gpu(s, IDLE_ENERGY, "0").unwrap();
+    assert!(!by_consumer(&last, ENERGY, "container").contains_key(&key("b")));
+    let total = gpu0_j(&last) - gpu0_j(&first);
+    assert!(
+        (a(&last) - a(&first) - total).abs() < 1e-3,
+        "a {} J of {total} J",
+        a(&last) - a(&first)
+    );
+    assert!((idle(&last) - idle(&first)).abs() < 1e-9);
 }
 
 /// Slurm: jobs 101 and 102 share GPU 0, 200 holds GPU 1, 300 GPU 2 (the prolog's job
