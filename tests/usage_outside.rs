@@ -383,3 +383,72 @@ fn slurm_jobs_get_their_share_and_energy() {
         .start();
     check_accounting(&e, "hpc_job", ["101", "102", "200", "300"]);
 }
+
+/// A container given one MIG device (`--gpus '"device=MIG-…"'`) holds that GPU instance
+/// alone: its series carry the instance's labels, and it gets the instance's whole energy
+/// increase (which DCGM reads as the parent GPU's); the GPU's other instances have no
+/// consumer.
+#[test]
+fn a_container_on_a_mig_device_holds_its_gpu_instance() {
+    sim_built();
+    let profile = repo("etc/sim/a100-mixed-mig.toml");
+    let n = dcgm_sim_model::node::Node::build(
+        &dcgm_sim_model::profile::Profile::load(&profile).expect("profile"),
+    );
+    let mig = n.gpus[0]
+        .instances()
+        .iter()
+        .find(|gi| gi.nvml_id == 7)
+        .expect("GPU 0 has GPU instance 7")
+        .uuid
+        .clone();
+    // Process 4101 of the profile runs on that instance.
+    let node = Node::new(&[(4101, format!("0::/system.slice/docker-{}.scope\n", cid(7)))]);
+    let socket = node.dir.path().join("docker.sock");
+    fake_docker(
+        &socket,
+        Arc::new(Mutex::new(vec![(cid(7), "mig-job".into(), vec![mig])])),
+    );
+    let e = node
+        .exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .args(&[
+            "--container-labels",
+            &format!("--container-runtime-socket=unix://{}", socket.display()),
+        ])
+        .start();
+    let held = |s: &[Sample]| -> Vec<(String, String, f64)> {
+        series(s, ENERGY)
+            .into_iter()
+            .filter_map(|x| {
+                Some((
+                    x.label("gpu")?.to_string(),
+                    x.label("GPU_I_ID")?.to_string(),
+                    x.value,
+                ))
+            })
+            .collect()
+    };
+    let energy_of_gi7 = |s: &[Sample]| {
+        series(s, GPU_ENERGY)
+            .into_iter()
+            .find(|x| x.label("gpu") == Some("0") && x.label("GPU_I_ID") == Some("7"))
+            .map(|x| x.value / 1000.0)
+    };
+    let first = e.scrape_until(30, |s| held(s).len() == 1 && energy_of_gi7(s).is_some());
+    let last = e.scrape_until(30, |s| {
+        energy_of_gi7(s).unwrap_or(0.0) > energy_of_gi7(&first).unwrap() + 100.0
+    });
+    let (h1, h2) = (held(&first), held(&last));
+    assert_eq!((h2[0].0.as_str(), h2[0].1.as_str()), ("0", "7"), "{h2:?}");
+    let series_of = series(&last, SHARE);
+    assert_eq!(series_of.len(), 1, "{}", dump(&last));
+    assert_eq!(series_of[0].label("container"), Some("mig-job"));
+    assert_eq!(series_of[0].label("GPU_I_PROFILE"), Some("1g.10gb"));
+    let total = energy_of_gi7(&last).unwrap() - energy_of_gi7(&first).unwrap();
+    assert!(
+        (h2[0].2 - h1[0].2 - total).abs() < 1e-3,
+        "mig-job {} J of {total} J",
+        h2[0].2 - h1[0].2
+    );
+}
