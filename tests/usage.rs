@@ -14,8 +14,8 @@ use support::fake_apiserver::{pod as api_pod, FakeApiServer};
 use support::kubelet::{pod, FakeKubelet};
 use support::{exporter, prom, repo, require_tool, series, with_sim_nvml, Sample};
 
-/// Two A100s: GPU 0 busy at 90 % (DCGM) with two processes at 60 % and 20 % (NVML), GPU 1
-/// at 0 % with none.
+/// Two A100s: GPU 0 busy at GPU0_UTIL % (DCGM) with two processes at 60 % and 20 % (NVML),
+/// GPU 1 at 0 % with none.
 const PROFILE: &str = r#"
 [node]
 seed = 23
@@ -29,7 +29,7 @@ p2p = "pcie"
 [[fields]]
 id = 203
 gpus = [0]
-gen = { kind = "constant", value = 90.0 }
+gen = { kind = "constant", value = GPU0_UTIL }
 
 [[fields]]
 id = 203
@@ -96,9 +96,18 @@ struct Node {
 /// The exporter with usage accounting on the two-GPU node, pods a and b on replicas of GPU
 /// 0, pod c on GPU 1 (whole).
 fn node(extra: &[&str]) -> Node {
+    node_at(90.0, extra)
+}
+
+/// As [`node`], GPU 0's own utilisation `gpu0_util` %.
+fn node_at(gpu0_util: f64, extra: &[&str]) -> Node {
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("usage.toml");
-    std::fs::write(&profile, PROFILE).unwrap();
+    std::fs::write(
+        &profile,
+        PROFILE.replace("GPU0_UTIL", &format!("{gpu0_util:.1}")),
+    )
+    .unwrap();
     let procs = dir.path().join("proc");
     proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
     let api = FakeApiServer::start();
@@ -130,7 +139,7 @@ fn node(extra: &[&str]) -> Node {
         series(&start.scrape(), "DCGM_FI_DEV_GPU_TEMP")
             .into_iter()
             .find(|s| s.label("gpu") == Some(g))
-            .and_then(|s| s.label("UUID").map(str::to_string))
+            .and_then(|s| s.label("UUID").or(s.label("uuid")).map(str::to_string))
             .expect("GPU series")
     };
     let (gpu0, gpu1) = (uuid("0"), uuid("1"));
@@ -368,4 +377,156 @@ fn bad_usage_flags_stop_the_start_naming_the_flag() {
         assert!(!stderr.contains("panicked"), "{stderr}");
         assert!(started.elapsed() < Duration::from_secs(30));
     }
+}
+
+/// With --kubernetes-virtual-gpus the per-pod DCGM_FI_DEV_GPU_UTIL copies are the same
+/// shares, clamped to the GPU's own utilisation (issue 23 item 2: NVML says 60 + 20 on a GPU
+/// DCGM saw 40 % busy: 30 and 10), and -o names the usage series' pod labels as 1.x did.
+#[test]
+fn virtual_gpus_per_pod_utilisation_is_clamped_and_old_label_names() {
+    let n = node_at(40.0, &["--kubernetes-virtual-gpus", "-o"]);
+    let page = n.e.scrape_until(20, |s| {
+        series(s, "DCGM_EXP_UTIL_SHARE")
+            .iter()
+            .filter(|x| x.label("pod_name").is_some())
+            .count()
+            == 3
+    });
+    let util_of = |name: &str, pod: &str| {
+        series(&page, name)
+            .into_iter()
+            .find(|s| s.label("gpu") == Some("0") && s.label("pod_name") == Some(pod))
+            .map(|s| s.value)
+    };
+    for (pod, want) in [("trainer-a", 30.0), ("notebook-b", 10.0)] {
+        assert_eq!(util_of("DCGM_FI_DEV_GPU_UTIL", pod), Some(want), "{pod}");
+        assert_eq!(util_of("DCGM_EXP_UTIL_SHARE", pod), Some(want), "{pod}");
+    }
+    let s = series(&page, "DCGM_EXP_UTIL_SHARE")
+        .into_iter()
+        .find(|s| s.label("pod_name") == Some("holder-c"))
+        .unwrap()
+        .clone();
+    assert_eq!(s.label("pod_namespace"), Some("idle-ns"));
+    assert_eq!(s.label("container_name"), Some("main"));
+    assert_eq!(s.label("pod"), None);
+}
+
+/// A MIG instance held by one pod (GKE's `nvidia<gpu>/gi<id>`): the pod gets the whole
+/// increase of the instance's energy counter (as DCGM reports it: the parent GPU's), its
+/// share is the instance's utilisation, nothing is idle; other instances have no usage
+/// series.
+#[test]
+fn a_mig_instance_held_by_one_pod_gets_its_whole_energy() {
+    let api = FakeApiServer::start();
+    api.apply(api_pod("infer", "mig-pod", UID_C, "node-a", &[]));
+    let kubelet = FakeKubelet::start();
+    let e = with_sim_nvml(exporter())
+        .profile("a100-mixed-mig.toml")
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .args(&[
+            "-k",
+            "--usage-accounting",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .start();
+    let gi = e
+        .scrape()
+        .iter()
+        .find(|s| s.label("gpu") == Some("3") && s.label("GPU_I_ID").is_some())
+        .and_then(|s| s.label("GPU_I_ID").map(str::to_string))
+        .expect("a GPU instance on GPU 3");
+    kubelet.set_pods(vec![pod(
+        "infer",
+        "mig-pod",
+        "srv",
+        &[("nvidia.com/gpu", &[&format!("nvidia3/gi{gi}")])],
+    )]);
+    let energy = "DCGM_EXP_ENERGY_JOULES_TOTAL";
+    let on_instance = |p: &[Sample], name: &str| -> Vec<Sample> {
+        series(p, name)
+            .into_iter()
+            .filter(|s| s.label("gpu") == Some("3") && s.label("GPU_I_ID") == Some(gi.as_str()))
+            .cloned()
+            .collect()
+    };
+    let before = e.scrape_until(20, |s| {
+        on_instance(s, energy)
+            .first()
+            .is_some_and(|x| x.value > 0.0)
+    });
+    let after = next_collection_of(&e, &before, "3");
+    let inc = |name: &str| on_instance(&after, name)[0].value - on_instance(&before, name)[0].value;
+    let instance_j = inc("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") / 1000.0;
+    assert!(instance_j > 0.0);
+    assert!(
+        close(inc(energy), instance_j),
+        "{} of {instance_j}",
+        inc(energy)
+    );
+    assert_eq!(inc("DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL"), 0.0);
+    let share = on_instance(&after, "DCGM_EXP_UTIL_SHARE");
+    assert_eq!(share.len(), 1);
+    assert_eq!(share[0].label("pod"), Some("mig-pod"));
+    assert_eq!(
+        Some(share[0].value),
+        on_instance(&after, "DCGM_FI_DEV_GPU_UTIL")
+            .first()
+            .map(|s| s.value)
+    );
+    // Consumer series only on the held device; every device has its idle energy (all of
+    // it for a device nobody holds).
+    for name in [energy, "DCGM_EXP_UTIL_SHARE", "DCGM_EXP_ALLOCATED_IDLE"] {
+        let held: Vec<_> = series(&after, name)
+            .into_iter()
+            .map(|s| (s.label("gpu"), s.label("GPU_I_ID")))
+            .collect();
+        assert_eq!(held, [(Some("3"), Some(gi.as_str()))], "{name}");
+    }
+    let idle = series(&after, "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL").len();
+    assert_eq!(
+        idle,
+        series(&after, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION").len()
+    );
+}
+
+/// A page on which GPU `gpu`'s energy reading differs from `than`'s.
+fn next_collection_of(e: &support::Exporter, than: &[Sample], gpu: &str) -> Vec<Sample> {
+    let before = field(than, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu);
+    e.scrape_until(15, |s| {
+        field(s, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", gpu) != before
+    })
+}
+
+/// Off by default: none of the usage series or the self-metric, even with pods on GPUs.
+#[test]
+fn off_by_default() {
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-k", "--pod-resources-kubelet-socket"])
+        .arg(kubelet.socket().to_str().unwrap())
+        .start();
+    let uuid = field_label(&e.scrape(), "UUID");
+    kubelet.set_pods(vec![pod("ml", "p", "c", &[("nvidia.com/gpu", &[&uuid])])]);
+    e.scrape_until(10, |s| s.iter().any(|x| x.label("pod") == Some("p")));
+    let text = e.get("/metrics").1;
+    for name in [
+        "DCGM_EXP_ENERGY_JOULES_TOTAL",
+        "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL",
+        "DCGM_EXP_UTIL_SHARE",
+        "DCGM_EXP_ALLOCATED_IDLE",
+        "dcgm_exporter_usage_consumers_dropped_total",
+    ] {
+        assert!(!text.contains(name), "{name} without --usage-accounting");
+    }
+}
+
+fn field_label(page: &[Sample], label: &str) -> String {
+    series(page, "DCGM_FI_DEV_GPU_TEMP")[0]
+        .label(label)
+        .expect("the label")
+        .to_string()
 }

@@ -79,6 +79,10 @@ impl Attribution {
                 }
                 None => a.report("nvml", Ok(())),
             }
+        } else if let (Some(e), Some(_)) = (nvml_error, &a.opts.usage) {
+            let e = format!("{e}: usage accounting gets no processes (shares 0)");
+            a.nvml_down = Some(e.clone());
+            a.report("nvml", Err(e));
         }
         a
     }

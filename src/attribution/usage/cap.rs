@@ -17,7 +17,8 @@ pub fn apply(
     let mut per_gpu: BTreeMap<&str, Vec<(u64, &EntityKey, &super::ledger::ConsumerId)>> =
         BTreeMap::new();
     for (key, book) in books.iter() {
-        for (id, c) in &book.consumers {
+        // Consumers that get no series anyway (processes unknown) take no place.
+        for (id, c) in book.consumers.iter().filter(|(_, c)| c.known) {
             per_gpu.entry(&key.0).or_default().push((c.seq, key, id));
         }
     }
