@@ -68,8 +68,6 @@ pub struct ContainerSource {
     gpus: HashMap<String, u32>,
     /// `container`, or `container_name` with `-o`.
     label: &'static str,
-    /// The container this exporter runs in, if any: never a usage consumer.
-    own: Option<String>,
     /// Dropped with the source, which ends the refresh thread at its next wake-up.
     _stop: mpsc::Sender<()>,
 }
@@ -82,6 +80,11 @@ impl ContainerSource {
         deadline: Duration,
         label: &'static str,
     ) -> Result<ContainerSource, String> {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let own = own_container_id(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
+        if let Some(id) = &own {
+            tracing::debug!("running in container {id}: it is not counted as holding GPUs");
+        }
         let latest: Latest = Arc::new(Mutex::new(None));
         let (stop, stopped) = mpsc::channel::<()>();
         let sink = latest.clone();
@@ -94,7 +97,12 @@ impl ContainerSource {
                 let _withdraw = WithdrawOnPanic(sink.clone());
                 let mut seen = Inspected::new();
                 loop {
-                    let answer = refresh(&socket, Instant::now() + deadline, &mut seen);
+                    let answer = refresh(
+                        &socket,
+                        Instant::now() + deadline,
+                        &mut seen,
+                        own.as_deref(),
+                    );
                     *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
                     beat.alive();
                     match stopped.recv_timeout(interval) {
@@ -104,16 +112,10 @@ impl ContainerSource {
                 }
             })
             .map_err(|e| format!("cannot start the container-labels thread: {e}"))?;
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let own = own_container_id(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
-        if let Some(id) = &own {
-            tracing::debug!("running in container {id}: not counted as a GPU consumer");
-        }
         Ok(ContainerSource {
             latest,
             gpus: HashMap::new(),
             label,
-            own,
             _stop: stop,
         })
     }
@@ -126,7 +128,8 @@ impl ContainerSource {
 /// `…/overlay-containers/<id>/userdata/`), which shows even in a private cgroup namespace.
 ///
 /// The exporter is usually run as `docker run --gpus all`: without this, its own container
-/// would hold every GPU, so no GPU would ever be held by one container alone.
+/// would hold every GPU: its name on every GPU's series, and for usage accounting no GPU
+/// ever held by one container alone.
 fn own_container_id(cgroup: &str, mountinfo: &str) -> Option<String> {
     if let Some(Owner::Container(id)) = super::pids::owner_of_cgroup_file(cgroup) {
         return Some(id);
@@ -168,8 +171,14 @@ impl Drop for WithdrawOnPanic {
 type Inspected = HashMap<String, Vec<GpuRef>>;
 
 /// One look at the runtime: every running container and its GPUs (names from the listing,
-/// so renames show; new containers inspected, gone ones forgotten).
-fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Assignments, String> {
+/// so renames show; new containers inspected, gone ones forgotten), but the exporter's own
+/// (`own`).
+fn refresh(
+    socket: &Path,
+    deadline: Instant,
+    seen: &mut Inspected,
+    own: Option<&str>,
+) -> Result<Assignments, String> {
     let get_json = |path: &str| -> Result<Option<Vec<u8>>, String> {
         let (status, body) = http::get(socket, path, deadline)?;
         match status {
@@ -196,6 +205,9 @@ fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Ass
     for c in &listed {
         // Ids are hex; anything else is not put into a URL.
         if c.id.is_empty() || !c.id.chars().all(|ch| ch.is_ascii_alphanumeric()) {
+            continue;
+        }
+        if Some(c.id.as_str()) == own {
             continue;
         }
         if !seen.contains_key(&c.id) {
@@ -266,16 +278,14 @@ fn device_labels(
 
 /// Usage-accounting consumers from assignments: each container on each of its devices, on
 /// its own (its processes are told apart by the id in their cgroup), in device then label
-/// order; the exporter's own container (`own`) is none.
+/// order.
 fn consumers(
     assignments: &Assignments,
     gpus: &HashMap<String, u32>,
     label: &str,
-    own: Option<&str>,
 ) -> Vec<(String, Consumer)> {
     let mut out: Vec<(String, Consumer)> = assignments
         .iter()
-        .filter(|held| Some(held.id.as_str()) != own)
         .flat_map(|held| {
             devices_of(held, gpus).into_iter().map(|d| {
                 let c = Consumer {
@@ -310,7 +320,7 @@ impl DeviceLabelSource for ContainerSource {
 
     fn consumers(&mut self) -> Vec<(String, Consumer)> {
         match &*self.latest.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(Ok(a)) => consumers(a, &self.gpus, self.label, self.own.as_deref()),
+            Some(Ok(a)) => consumers(a, &self.gpus, self.label),
             // Not answered yet, or failing: the labels are withdrawn, and so are these.
             _ => Vec::new(),
         }
@@ -347,7 +357,7 @@ mod tests {
     fn consumers_are_one_per_container_and_device_with_the_full_id() {
         let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
         let got: Vec<(String, String, Option<Owner>)> =
-            consumers(&three_containers(), &gpus, "container_name", None)
+            consumers(&three_containers(), &gpus, "container_name")
                 .into_iter()
                 .map(|(d, c)| {
                     assert!(!c.replica);
@@ -364,20 +374,6 @@ mod tests {
                 ("GPU-b".into(), "notebook".into(), owner('b')),
                 ("GPU-b".into(), "train".into(), owner('a')),
                 ("MIG-x".into(), "train".into(), owner('a')),
-            ]
-        );
-        // The exporter itself in container b (`--gpus all`): not a consumer anywhere.
-        let own = "b".repeat(64);
-        let got: Vec<(String, String)> =
-            consumers(&three_containers(), &gpus, "container", Some(&own))
-                .into_iter()
-                .map(|(d, c)| (d, c.labels[0].1.clone()))
-                .collect();
-        assert_eq!(
-            got,
-            [
-                ("GPU-b".into(), "train".into()),
-                ("MIG-x".into(), "train".into())
             ]
         );
     }
@@ -513,6 +509,43 @@ mod tests {
             "{:?}",
             Supervisor::global().notes()
         );
+    }
+
+    /// The exporter in a container of its own (`docker run --gpus all`): that container is
+    /// left out of the refresh, so it neither labels every GPU nor holds them all.
+    #[test]
+    fn the_exporters_own_container_holds_nothing() {
+        let own = "e".repeat(64);
+        let user = "a".repeat(64);
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let (o, u) = (own.clone(), user.clone());
+        let _peer = http::tests::peer_with(&socket, move |req| {
+            let body = if req.starts_with("GET /containers/json ") {
+                format!(
+                    r#"[{{"Id":"{o}","Names":["/dcgm-exporter"]}},{{"Id":"{u}","Names":["/trainer"]}}]"#
+                )
+            } else {
+                let id = if req.contains(&o) { &o } else { &u };
+                format!(
+                    r#"{{"Id":"{id}","HostConfig":{{"Runtime":"runc","DeviceRequests":[{{"Driver":"","Count":-1,"Capabilities":[["gpu"]]}}]}}}}"#
+                )
+            };
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        });
+        let deadline = || Instant::now() + Duration::from_secs(10);
+        let ids = |a: Assignments| a.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        let mut seen = Inspected::new();
+        let all = refresh(&socket, deadline(), &mut seen, None).unwrap();
+        assert_eq!(ids(all), [own.clone(), user.clone()]);
+        let mut seen = Inspected::new();
+        let others = refresh(&socket, deadline(), &mut seen, Some(&own)).unwrap();
+        assert_eq!(ids(others), [user]);
+        assert!(!seen.contains_key(&own), "not even inspected");
     }
 
     #[test]
