@@ -135,10 +135,13 @@ fn node_at(gpu0_util: f64, extra: &[&str]) -> Node {
         ])
         .args(extra)
         .start();
+    // Any series of the GPU naming its UUID (with --low-cardinality: its info series).
     let uuid = |g: &str| {
-        series(&start.scrape(), "DCGM_FI_DEV_GPU_TEMP")
+        start
+            .scrape()
             .into_iter()
-            .find(|s| s.label("gpu") == Some(g))
+            .filter(|s| s.label("GPU_I_ID").is_none())
+            .find(|s| s.label("gpu") == Some(g) && (s.label("UUID").or(s.label("uuid"))).is_some())
             .and_then(|s| s.label("UUID").or(s.label("uuid")).map(str::to_string))
             .expect("GPU series")
     };
@@ -529,4 +532,30 @@ fn field_label(page: &[Sample], label: &str) -> String {
         .label(label)
         .expect("the label")
         .to_string()
+}
+
+/// --low-cardinality strips the usage series' static labels as every other series'.
+#[test]
+fn low_cardinality_strips_the_usage_series_too() {
+    let n = node(&["--low-cardinality"]);
+    let page = n.e.scrape_until(20, |s| {
+        series(s, "DCGM_EXP_UTIL_SHARE").len() == 3
+            && !series(s, "DCGM_EXP_ENERGY_JOULES_TOTAL").is_empty()
+    });
+    for name in [
+        "DCGM_EXP_UTIL_SHARE",
+        "DCGM_EXP_ENERGY_JOULES_TOTAL",
+        "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL",
+    ] {
+        for s in series(&page, name) {
+            assert!(s.label("gpu").is_some(), "{s:?}");
+            for stripped in ["UUID", "pci_bus_id", "device", "modelName"] {
+                assert_eq!(s.label(stripped), None, "{stripped} on {s:?}");
+            }
+        }
+    }
+    assert_eq!(
+        value(&page, "DCGM_EXP_UTIL_SHARE", "0", Some("trainer-a")),
+        Some(60.0)
+    );
 }

@@ -37,6 +37,8 @@ pub struct Attribution {
     metrics: Option<metrics::Metrics>,
     /// `--usage-accounting`.
     usage: Option<usage::Accountant>,
+    /// The last utilisation samples per GPU, for NVML asks that get none.
+    carry: usage::share::Carry,
 }
 
 impl Attribution {
@@ -62,6 +64,7 @@ impl Attribution {
             states: BTreeMap::new(),
             metrics: None,
             usage: opts.usage.clone().map(usage::Accountant::new),
+            carry: usage::share::Carry::default(),
             opts,
         };
         if a.opts.kubernetes {
@@ -408,9 +411,13 @@ impl Attribution {
         let wanted = !snap.pods.is_empty() || !snap.consumers.is_empty();
         if let Some(answers) = round.processes.filter(|_| wanted) {
             let mut failed = None;
+            let asked: std::collections::HashSet<&str> =
+                answers.keys().map(String::as_str).collect();
+            self.carry.keep(&asked);
             for (uuid, r) in answers {
                 match r {
-                    Ok(p) => {
+                    Ok(mut p) => {
+                        self.carry.fill(&uuid, &mut p);
                         for proc in &p {
                             let (pod, owner) =
                                 pids::pod_and_owner_of_pid(&self.opts.proc_root, proc.pid);

@@ -814,6 +814,11 @@ pub(crate) mod tests {
         ("low-cardinality", None, Some("DCGM_EXPORTER_LOW_CARDINALITY"), Some("false"), Bool),
         ("web-telemetry-path", None, Some("DCGM_EXPORTER_WEB_TELEMETRY_PATH"), Some("/metrics"), Str),
         ("web-enable-openmetrics", None, Some("DCGM_EXPORTER_WEB_ENABLE_OPENMETRICS"), Some("false"), Bool),
+        // ours (issue 23: usage accounting)
+        ("usage-accounting", None, Some("DCGM_EXPORTER_USAGE_ACCOUNTING"), Some("false"), Bool),
+        ("usage-idle-window", None, Some("DCGM_EXPORTER_USAGE_IDLE_WINDOW"), Some("10m"), Str),
+        ("usage-max-consumers-per-gpu", None, Some("DCGM_EXPORTER_USAGE_MAX_CONSUMERS_PER_GPU"), Some("64"), Int),
+        ("proc-root", None, Some("DCGM_EXPORTER_PROC_ROOT"), Some("/proc"), Str),
     ];
 
     /// A value that parses and differs from the default.

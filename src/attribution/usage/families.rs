@@ -58,13 +58,10 @@ pub fn add(
         if energy {
             page.add(ENERGY, ENERGY_HELP, PromType::Counter, &labels, c.energy_j);
         }
-        page.add(
-            UTIL_SHARE,
-            UTIL_SHARE_HELP,
-            PromType::Gauge,
-            &labels,
-            c.share,
-        );
+        // Unknown until NVML first answers for the device.
+        if let Some(share) = c.share {
+            page.add(UTIL_SHARE, UTIL_SHARE_HELP, PromType::Gauge, &labels, share);
+        }
         let idle = if c.idle(now, window) { 1.0 } else { 0.0 };
         page.add(
             ALLOCATED_IDLE,

@@ -13,13 +13,18 @@ pub type ConsumerId = Vec<(String, String)>;
 /// device that never reports energy keeps none (nothing to wait for).
 pub const MAX_PENDING: usize = 256;
 
+/// Collections in a row without process data after which a device's energy is booked as
+/// idle rather than waiting longer for its shares.
+pub const MAX_UNKNOWN: usize = 10;
+
 /// One consumer on one device.
 #[derive(Clone, Debug)]
 pub struct ConsumerBook {
     /// Joules attributed since it was first seen on this device.
     pub energy_j: f64,
-    /// Its share of the device's utilisation over the last interval, percent.
-    pub share: f64,
+    /// Its share of the device's utilisation over the last interval it was known for,
+    /// percent (`None` until NVML first answered for its device).
+    pub share: Option<f64>,
     pub first_seen: Instant,
     pub last_active: Option<Instant>,
     /// Order of first sight over the whole node (the cap keeps the earliest).
@@ -35,7 +40,7 @@ impl ConsumerBook {
     pub fn new(now: Instant, seq: u64) -> ConsumerBook {
         ConsumerBook {
             energy_j: 0.0,
-            share: 0.0,
+            share: None,
             first_seen: now,
             last_active: None,
             seq,
@@ -64,6 +69,10 @@ pub struct Book {
     /// Per interval since the last energy delta: each consumer's fraction of the device's
     /// energy (1 for an exclusive holder, share / 100 on a shared device).
     pending: Vec<Vec<(ConsumerId, f64)>>,
+    /// Energy booked in neither, waiting for known shares (J).
+    waiting_j: f64,
+    /// Collections in a row whose shares were unknown.
+    unknown: usize,
 }
 
 /// The energy a counter went up by, in joules: `None` without two readings; after a reset
@@ -76,26 +85,48 @@ pub fn delta_j(prev_mj: Option<f64>, now_mj: Option<f64>) -> Option<f64> {
 }
 
 impl Book {
-    /// Books one interval: the consumers' fractions of the device's energy, and the energy
-    /// reading (`None`: lost this time). Returns the joules attributed this time (consumers'
-    /// and idle together), for the sum rule's tests.
-    pub fn book(&mut self, fractions: Vec<(ConsumerId, f64)>, energy_mj: Option<f64>) -> f64 {
-        let Some(now) = energy_mj else {
-            if self.last_energy_mj.is_some() {
+    /// Books one interval: the consumers' fractions of the device's energy (`None`: unknown
+    /// this time, NVML gave no processes for the device) and the energy reading (`None`: lost
+    /// this time). Returns the joules attributed this time (consumers' and idle together).
+    ///
+    /// Energy waits while the shares are unknown and is split by the next known ones (NVML's
+    /// samples since its previous answer cover the gap), for `MAX_UNKNOWN` collections at
+    /// most: then it is idle. Shares wait while the energy is lost; the next reading's
+    /// increase is split by the mean of every interval's shares.
+    pub fn book(
+        &mut self,
+        fractions: Option<Vec<(ConsumerId, f64)>>,
+        energy_mj: Option<f64>,
+    ) -> f64 {
+        match fractions {
+            // A device that never reported energy has nothing to wait for.
+            Some(f) if self.last_energy_mj.is_some() || energy_mj.is_some() => {
                 if self.pending.len() == MAX_PENDING {
                     self.pending.remove(0);
                 }
-                self.pending.push(fractions);
+                self.pending.push(f);
             }
+            Some(_) => {}
+            None => self.unknown += 1,
+        }
+        let Some(now) = energy_mj else {
             return 0.0;
         };
-        self.pending.push(fractions);
-        let pending = std::mem::take(&mut self.pending);
         let Some(delta) = delta_j(self.last_energy_mj.replace(now), Some(now)) else {
+            // The first reading is the baseline.
+            self.pending.clear();
+            self.unknown = 0;
             return 0.0;
         };
-        self.split(delta, &pending);
-        delta
+        self.waiting_j += delta;
+        if self.pending.is_empty() && self.unknown < MAX_UNKNOWN {
+            return 0.0;
+        }
+        let joules = std::mem::take(&mut self.waiting_j);
+        let pending = std::mem::take(&mut self.pending);
+        self.unknown = 0;
+        self.split(joules, &pending);
+        joules
     }
 
     /// Splits `delta` by the mean of each consumer's fraction over the pending intervals;
@@ -119,10 +150,10 @@ impl Book {
         self.idle_j += (delta - used).max(0.0);
     }
 
-    /// Intervals waiting for an energy value.
+    /// Intervals waiting for an energy value, and energy waiting for shares.
     #[cfg(test)]
-    pub fn pending_len(&self) -> usize {
-        self.pending.len()
+    pub fn waiting(&self) -> (usize, f64) {
+        (self.pending.len(), self.waiting_j)
     }
 
     /// Forgets the consumers not in `present`.

@@ -93,7 +93,8 @@ pub struct Accountant {
 /// One consumer's part of one interval on its device.
 struct Part {
     id: ConsumerId,
-    share: f64,
+    /// `None`: unknown this interval (NVML gave no processes for a shared device).
+    share: Option<f64>,
     fraction: f64,
     active: bool,
     /// Whether what it does can be told (an exclusive holder, or a known owner).
@@ -171,6 +172,8 @@ impl Accountant {
                 }
             }
         }
+        // A shared device's shares without NVML's answer for its GPU are unknown.
+        let told = exclusive || list.is_empty() || procs.is_some();
         let (shares, fractions) = if exclusive {
             let util = r.util.unwrap_or(raw[0].min(100.0));
             active[0] |= util > 0.0;
@@ -184,7 +187,7 @@ impl Accountant {
             .enumerate()
             .map(|(i, c)| Part {
                 id: c.labels.clone(),
-                share: shares[i],
+                share: told.then_some(shares[i]),
                 fraction: fractions[i],
                 active: active[i],
                 known: exclusive || c.owner.is_some(),
@@ -197,19 +200,25 @@ impl Accountant {
         let ids: Vec<ConsumerId> = parts.iter().map(|p| p.id.clone()).collect();
         book.keep_only(&ids);
         let mut fractions = Vec::with_capacity(parts.len());
+        let mut told = true;
         for p in parts {
             let c = book.consumers.entry(p.id.clone()).or_insert_with(|| {
                 self.seq += 1;
                 ConsumerBook::new(now, self.seq)
             });
-            c.share = p.share;
             c.known = p.known;
             if p.active {
                 c.last_active = Some(now);
             }
-            fractions.push((p.id, p.fraction));
+            // An unknown share keeps the last one on show.
+            if let Some(share) = p.share {
+                c.share = Some(share);
+                fractions.push((p.id, p.fraction));
+            } else {
+                told = false;
+            }
         }
-        book.book(fractions, r.energy_mj);
+        book.book(told.then_some(fractions), r.energy_mj);
     }
 
     /// Adds the usage families to the page (after the merge, so that no pod copies them).

@@ -265,7 +265,7 @@ fn a_lost_sample_is_covered_by_the_next_delta_with_the_gap_shares() {
         assert_eq!(get(&v, ENERGY, 0, "a"), None);
         assert_eq!(get(&v, UTIL_SHARE, 0, "a"), Some(80.0));
     }
-    assert_eq!(a.books[&key(0)].pending_len(), 0);
+    assert_eq!(a.books[&key(0)].waiting(), (0, 0.0));
 }
 
 #[test]
@@ -461,4 +461,44 @@ fn mig_instances_and_identity_labels() {
     let on: Vec<u32> = share::on_entity(&procs, Some(2)).map(|p| p.pid).collect();
     assert_eq!(on, [1]);
     assert_eq!(share::on_entity(&procs, None).count(), 2);
+}
+
+#[test]
+fn energy_waits_for_shares_while_nvml_gives_no_processes() {
+    let mut a = Accountant::new(settings(64));
+    let t = Instant::now();
+    let gpu = |e: f64| [(0, Some(e), Some(100.0))];
+    let w = World::default()
+        .pod(0, "a", true, vec![proc(1, &[50], 0)])
+        .pod(0, "b", true, vec![proc(2, &[25], 0)]);
+    // NVML did not answer for GPU 0: its pods are still held, their shares unknown.
+    let mut silent = World::default()
+        .pod(0, "a", true, vec![])
+        .pod(0, "b", true, vec![]);
+    silent.processes.clear();
+    collect(&mut a, &gpu(0.0), &silent, t);
+    let (_, v) = collect(&mut a, &gpu(40_000.0), &silent, t);
+    assert_eq!(get(&v, ENERGY, 0, "a"), Some(0.0), "waits: {v:?}");
+    assert_eq!(get(&v, IDLE_ENERGY, 0, ""), Some(0.0));
+    assert_eq!(get(&v, UTIL_SHARE, 0, "a"), None, "never known yet: {v:?}");
+    // The next answer's shares split both intervals' energy.
+    let (_, v) = collect(&mut a, &gpu(100_000.0), &w, t);
+    assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 50.0), "{v:?}");
+    assert!(close(get(&v, ENERGY, 0, "b").unwrap(), 25.0), "{v:?}");
+    assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 25.0), "{v:?}");
+    // A share once known stays on show while NVML is silent.
+    let (_, v) = collect(&mut a, &gpu(110_000.0), &silent, t);
+    assert_eq!(get(&v, UTIL_SHARE, 0, "a"), Some(50.0));
+    // NVML gone for good: after MAX_UNKNOWN collections the energy (10 J, then 1 J each
+    // time) is idle.
+    let mut e = 110_000.0;
+    let mut v = Values::new();
+    for _ in 1..ledger::MAX_UNKNOWN {
+        e += 1000.0;
+        v = collect(&mut a, &gpu(e), &silent, t).1;
+    }
+    assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 50.0), "{v:?}");
+    let idle = 25.0 + 10.0 + (ledger::MAX_UNKNOWN - 1) as f64;
+    assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), idle), "{v:?}");
+    assert_eq!(a.books[&key(0)].waiting(), (0, 0.0));
 }
