@@ -1036,3 +1036,72 @@ fn usage_accounting_values_turn_on_host_pid_the_host_proc_mount_and_the_flags() 
         "{stderr}"
     );
 }
+
+/// With `usageAccounting` and `prometheusRule` on, the PrometheusRule also carries the usage
+/// rules (etc/prometheus/dcgm-usage.rules.yml), runbook links prefixed, valid for promtool.
+#[test]
+fn the_prometheus_rule_carries_the_usage_rules_when_usage_accounting_is_on() {
+    let rule_names = |objects: &[Value]| -> Vec<String> {
+        find(objects, "PrometheusRule")
+            .iter()
+            .flat_map(|pr| pr["spec"]["groups"].as_array().unwrap().clone())
+            .flat_map(|g| g["rules"].as_array().unwrap().clone())
+            .map(|r| {
+                r["alert"]
+                    .as_str()
+                    .or(r["record"].as_str())
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    let base = json!({"prometheusRule": {"enabled": true,
+        "runbookBaseURL": "https://example.org/x/blob/main/"}});
+    let Some(without) = render(&base, None) else {
+        skip(SKIP_PY);
+        return;
+    };
+    let mut values = base.clone();
+    values["usageAccounting"] = json!({"enabled": true});
+    let with = render(&values, None).unwrap();
+    let (a, b) = (rule_names(&without), rule_names(&with));
+    assert!(!a.iter().any(|n| n == "DcgmGpuAllocatedIdle"));
+    assert_eq!(
+        b,
+        [
+            a.clone(),
+            vec![
+                "namespace:gpu_allocated_idle:sum".into(),
+                "DcgmGpuAllocatedIdle".into()
+            ]
+        ]
+        .concat()
+    );
+    let pr = one(&with, "PrometheusRule");
+    let groups = pr["spec"]["groups"].clone();
+    let usage = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "dcgm-exporter-usage")
+        .expect("the usage group");
+    assert_eq!(
+        usage["rules"][1]["annotations"]["runbook_url"],
+        "https://example.org/x/blob/main/docs/usage.md#dcgmgpuallocatedidle"
+    );
+    assert!(usage["rules"][1]["annotations"]["summary"]
+        .as_str()
+        .unwrap()
+        .contains("{{ $labels.namespace }}"));
+    if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.yml"),
+        serde_json::to_string(&json!({ "groups": groups })).unwrap(),
+    )
+    .unwrap();
+    let out = support::prom::promtool_in(dir.path(), &["check", "rules", "rules.yml"]);
+    assert!(out.contains("SUCCESS"), "{out}");
+}

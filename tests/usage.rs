@@ -353,6 +353,17 @@ fn usage_rules_pass_promtool() {
 }
 
 #[test]
+fn the_chart_ships_the_same_usage_rules() {
+    let ours = "etc/prometheus/dcgm-usage.rules.yml";
+    let chart = "deployment/files/dcgm-usage.rules.yml";
+    assert!(
+        std::fs::read_to_string(repo(ours)).unwrap()
+            == std::fs::read_to_string(repo(chart)).unwrap(),
+        "{chart} differs from {ours}: cp {ours} deployment/files/"
+    );
+}
+
+#[test]
 fn bad_usage_flags_stop_the_start_naming_the_flag() {
     for (args, flag) in [
         (&["--usage-accounting"][..], "--usage-accounting"),

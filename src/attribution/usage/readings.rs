@@ -88,7 +88,11 @@ fn identify(labels: Vec<(String, String)>, id_type: IdType) -> Option<Reading> {
     let get = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     let profiled = get("GPU_I_PROFILE").is_some_and(|p| !p.is_empty());
     let instance = if profiled { get("GPU_I_ID") } else { None };
-    let uuid = get("UUID").or_else(|| get("uuid")).unwrap_or_default();
+    // A GPU without a UUID label (a fake GPU) is still a device of its own.
+    let uuid = get("UUID")
+        .or_else(|| get("uuid"))
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| format!("gpu{gpu}"));
     let gi = match &instance {
         Some(gi) => Some(gi.parse::<u32>().ok()?),
         None => None,

@@ -445,8 +445,20 @@ fn mig_instances_and_identity_labels() {
         &[("nvlink", "1")],
         1.0,
     );
+    // Two GPUs without UUIDs are two devices.
+    for g in ["5", "6"] {
+        page.add(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "h",
+            PromType::Gauge,
+            &[("gpu", g), ("UUID", "")],
+            1.0,
+        );
+    }
     let r = readings::read(&page, IdType::Uid, true);
-    assert_eq!(r.len(), 1);
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[1].key, ("gpu5".to_string(), None));
+    assert_eq!(r[2].key, ("gpu6".to_string(), None));
     assert_eq!(r[0].key, ("GPU-3".to_string(), Some(2)));
     assert_eq!(r[0].pod_key, "3-2");
     assert_eq!(r[0].energy_mj, Some(7500.0));
