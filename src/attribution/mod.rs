@@ -14,6 +14,7 @@ mod merge;
 pub mod metrics;
 pub mod mig;
 pub mod nvml;
+mod outside;
 pub mod pids;
 pub mod podmeta;
 mod sources;
@@ -111,6 +112,13 @@ pub trait DeviceLabelSource: Send {
     /// `device_labels`: for sources that name GPUs by index or as "all".
     fn observe_gpus(&mut self, _gpus: &HashMap<String, u32>) {}
     fn device_labels(&mut self) -> Result<Vec<DeviceLabels>, String>;
+    /// `--usage-accounting`: who holds each device (a GPU or `MIG-…` UUID, as in
+    /// `device_labels`), one consumer per holder, after `device_labels` of the same
+    /// collection; nothing while `device_labels` fails. Sources that cannot tell holders
+    /// apart answer nothing.
+    fn consumers(&mut self) -> Vec<(String, usage::Consumer)> {
+        Vec::new()
+    }
 }
 
 /// One pod's claim on a series key.

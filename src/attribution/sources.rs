@@ -5,7 +5,7 @@
 
 use super::merge::{claim_map, gpu_indexes, merge, pod_map};
 use super::nvml::NvmlView;
-use super::{device_ids, dra, hpc, kubelet, metrics, mig, pids, usage};
+use super::{device_ids, dra, hpc, kubelet, metrics, mig, outside, pids, usage};
 use super::{DeviceLabelSource, DeviceLabels, Options, PodMetadata, Snapshot};
 use crate::model::Page;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -221,8 +221,12 @@ impl Attribution {
             self.pod_consumers(&mut snap, readings, &allocations, &gpus);
         }
         self.allocations = allocations;
-        self.read_processes(&mut snap, round);
         self.read_hpc(&mut snap);
+        if readings.is_some() {
+            // Before the processes: whether to read them depends on who holds a device.
+            self.outside_consumers(&mut snap, &gpus);
+        }
+        self.read_processes(&mut snap, round);
         self.place_source_labels(&mut snap, extra);
         merge(page, &snap, &self.opts);
         if let Some(readings) = readings {
@@ -415,12 +419,12 @@ impl Attribution {
                     Ok(mut p) => {
                         self.carry.fill(&uuid, &mut p);
                         for proc in &p {
-                            if let Some(uid) = pids::pod_uid_of_pid(&self.opts.proc_root, proc.pid)
-                            {
-                                if self.usage.is_some() {
-                                    snap.pid_owners
-                                        .insert(proc.pid, usage::Owner::Pod(uid.clone()));
-                                }
+                            let (pod, owner) =
+                                pids::pod_and_owner_of_pid(&self.opts.proc_root, proc.pid);
+                            if let Some(owner) = owner.filter(|_| self.usage.is_some()) {
+                                snap.pid_owners.insert(proc.pid, owner);
+                            }
+                            if let Some(uid) = pod {
                                 snap.pid_pods.insert(proc.pid, uid);
                             }
                         }
@@ -474,6 +478,19 @@ impl Attribution {
             };
             self.report("hpc", r);
         }
+    }
+
+    /// Usage accounting's consumers outside Kubernetes: the label sources' holders
+    /// (containers) and the HPC files' jobs.
+    fn outside_consumers(&mut self, snap: &mut Snapshot, gpus: &HashMap<String, u32>) {
+        let held: Vec<_> = self
+            .sources
+            .iter_mut()
+            .flat_map(|s| s.consumers())
+            .collect();
+        let placer = &self.placer;
+        outside::place_consumers(held, |u| placer.lookup(u), &mut snap.consumers);
+        outside::hpc_consumers(&snap.hpc_jobs, gpus, &mut snap.consumers);
     }
 
     /// The sources' labels by GPU, and by GPU instance for the MIG devices NVML placed.

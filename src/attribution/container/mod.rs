@@ -12,6 +12,7 @@
 pub mod docker;
 mod http;
 
+use super::usage::{Consumer, Owner};
 use super::{DeviceLabelSource, DeviceLabels};
 use crate::common::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
@@ -45,8 +46,18 @@ pub fn socket_path(flag: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKETS[0]))
 }
 
-/// Running containers and the GPUs each was given, labelled as they will be.
-type Assignments = Vec<(String, Vec<GpuRef>)>;
+/// A running container that was given GPUs.
+#[derive(Clone, Debug)]
+struct Held {
+    /// The full id (64 hex digits), as its processes' cgroups name it.
+    id: String,
+    /// Its name (or short id), the `container` label's value.
+    label: String,
+    gpus: Vec<GpuRef>,
+}
+
+/// Running containers and the GPUs each was given.
+type Assignments = Vec<Held>;
 
 /// The last refresh: `None` until the first one ends.
 type Latest = Arc<Mutex<Option<Result<Assignments, String>>>>;
@@ -69,6 +80,11 @@ impl ContainerSource {
         deadline: Duration,
         label: &'static str,
     ) -> Result<ContainerSource, String> {
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let own = own_container_id(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
+        if let Some(id) = &own {
+            tracing::debug!("running in container {id}: it is not counted as holding GPUs");
+        }
         let latest: Latest = Arc::new(Mutex::new(None));
         let (stop, stopped) = mpsc::channel::<()>();
         let sink = latest.clone();
@@ -81,7 +97,12 @@ impl ContainerSource {
                 let _withdraw = WithdrawOnPanic(sink.clone());
                 let mut seen = Inspected::new();
                 loop {
-                    let answer = refresh(&socket, Instant::now() + deadline, &mut seen);
+                    let answer = refresh(
+                        &socket,
+                        Instant::now() + deadline,
+                        &mut seen,
+                        own.as_deref(),
+                    );
                     *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
                     beat.alive();
                     match stopped.recv_timeout(interval) {
@@ -98,6 +119,36 @@ impl ContainerSource {
             _stop: stop,
         })
     }
+}
+
+/// The id of the container a process runs in, from its `/proc/self/cgroup` (cgroup v1, or
+/// v2 in the host's cgroup namespace) or else its `/proc/self/mountinfo`: Docker and podman
+/// bind-mount the container's own `hostname`, `hosts` and `resolv.conf` from a directory
+/// named by its id (`…/docker/containers/<id>/`, podman's
+/// `…/overlay-containers/<id>/userdata/`), which shows even in a private cgroup namespace.
+///
+/// The exporter is usually run as `docker run --gpus all`: without this, its own container
+/// would hold every GPU: its name on every GPU's series, and for usage accounting no GPU
+/// ever held by one container alone.
+fn own_container_id(cgroup: &str, mountinfo: &str) -> Option<String> {
+    if let Some(Owner::Container(id)) = super::pids::owner_of_cgroup_file(cgroup) {
+        return Some(id);
+    }
+    mountinfo.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let root = fields.nth(3)?;
+        let mount_point = fields.next()?;
+        if !matches!(
+            mount_point,
+            "/etc/hostname" | "/etc/hosts" | "/etc/resolv.conf"
+        ) {
+            return None;
+        }
+        let (_, after) = root.rsplit_once("containers/")?;
+        let id = after.split('/').next()?;
+        (id.len() == 64 && id.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| id.to_string())
+    })
 }
 
 /// Replaces the last answer by an error when the refresh thread panics: the labels it
@@ -120,8 +171,14 @@ impl Drop for WithdrawOnPanic {
 type Inspected = HashMap<String, Vec<GpuRef>>;
 
 /// One look at the runtime: every running container and its GPUs (names from the listing,
-/// so renames show; new containers inspected, gone ones forgotten).
-fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Assignments, String> {
+/// so renames show; new containers inspected, gone ones forgotten), but the exporter's own
+/// (`own`).
+fn refresh(
+    socket: &Path,
+    deadline: Instant,
+    seen: &mut Inspected,
+    own: Option<&str>,
+) -> Result<Assignments, String> {
     let get_json = |path: &str| -> Result<Option<Vec<u8>>, String> {
         let (status, body) = http::get(socket, path, deadline)?;
         match status {
@@ -150,6 +207,9 @@ fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Ass
         if c.id.is_empty() || !c.id.chars().all(|ch| ch.is_ascii_alphanumeric()) {
             continue;
         }
+        if Some(c.id.as_str()) == own {
+            continue;
+        }
         if !seen.contains_key(&c.id) {
             let path = format!("/containers/{}/json", c.id);
             let Some(body) = get_json(&path)? else {
@@ -160,38 +220,47 @@ fn refresh(socket: &Path, deadline: Instant, seen: &mut Inspected) -> Result<Ass
             seen.insert(c.id.clone(), inspect.gpus());
         }
         if let Some(gpus) = seen.get(&c.id).filter(|g| !g.is_empty()) {
-            out.push((c.label(), gpus.clone()));
+            out.push(Held {
+                id: c.id.clone(),
+                label: c.label(),
+                gpus: gpus.clone(),
+            });
         }
     }
     Ok(out)
 }
 
-/// Device labels from assignments: GPUs by UUID (indexes and `all` through `gpus`), MIG
-/// devices by their UUID. A device several containers share gets their names joined by
-/// commas, sorted, rather than one of them at random.
+/// The devices a container was given: GPUs by UUID (indexes and `all` through `gpus`), MIG
+/// devices by their UUID; sorted, once each.
+fn devices_of(held: &Held, gpus: &HashMap<String, u32>) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for r in &held.gpus {
+        match r {
+            GpuRef::Uuid(u) | GpuRef::Mig(u) => devices.push(u.clone()),
+            GpuRef::Index(i) => devices.extend(
+                gpus.iter()
+                    .filter(|(_, idx)| *idx == i)
+                    .map(|(u, _)| u.clone()),
+            ),
+            GpuRef::All => devices.extend(gpus.keys().cloned()),
+        }
+    }
+    devices.sort();
+    devices.dedup();
+    devices
+}
+
+/// Device labels from assignments. A device several containers share gets their names
+/// joined by commas, sorted, rather than one of them at random.
 fn device_labels(
     assignments: &Assignments,
     gpus: &HashMap<String, u32>,
     label: &str,
 ) -> Vec<DeviceLabels> {
     let mut by_device: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for (name, refs) in assignments {
-        let mut devices: Vec<String> = Vec::new();
-        for r in refs {
-            match r {
-                GpuRef::Uuid(u) | GpuRef::Mig(u) => devices.push(u.clone()),
-                GpuRef::Index(i) => devices.extend(
-                    gpus.iter()
-                        .filter(|(_, idx)| *idx == i)
-                        .map(|(u, _)| u.clone()),
-                ),
-                GpuRef::All => devices.extend(gpus.keys().cloned()),
-            }
-        }
-        devices.sort();
-        devices.dedup();
-        for d in devices {
-            by_device.entry(d).or_default().push(name);
+    for held in assignments {
+        for d in devices_of(held, gpus) {
+            by_device.entry(d).or_default().push(&held.label);
         }
     }
     by_device
@@ -205,6 +274,31 @@ fn device_labels(
             }
         })
         .collect()
+}
+
+/// Usage-accounting consumers from assignments: each container on each of its devices, on
+/// its own (its processes are told apart by the id in their cgroup), in device then label
+/// order.
+fn consumers(
+    assignments: &Assignments,
+    gpus: &HashMap<String, u32>,
+    label: &str,
+) -> Vec<(String, Consumer)> {
+    let mut out: Vec<(String, Consumer)> = assignments
+        .iter()
+        .flat_map(|held| {
+            devices_of(held, gpus).into_iter().map(|d| {
+                let c = Consumer {
+                    labels: vec![(label.to_string(), held.label.clone())],
+                    owner: Some(Owner::Container(held.id.clone())),
+                    replica: false,
+                };
+                (d, c)
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.0, &a.1.labels, &a.1.owner).cmp(&(&b.0, &b.1.labels, &b.1.owner)));
+    out
 }
 
 impl DeviceLabelSource for ContainerSource {
@@ -223,23 +317,100 @@ impl DeviceLabelSource for ContainerSource {
             Some(Ok(a)) => Ok(device_labels(a, &self.gpus, self.label)),
         }
     }
+
+    fn consumers(&mut self) -> Vec<(String, Consumer)> {
+        match &*self.latest.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(Ok(a)) => consumers(a, &self.gpus, self.label),
+            // Not answered yet, or failing: the labels are withdrawn, and so are these.
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn held(id: char, label: &str, gpus: Vec<GpuRef>) -> Held {
+        Held {
+            id: id.to_string().repeat(64),
+            label: label.into(),
+            gpus,
+        }
+    }
+
+    fn three_containers() -> Assignments {
+        vec![
+            held(
+                'a',
+                "train",
+                vec![GpuRef::Index(1), GpuRef::Mig("MIG-x".into())],
+            ),
+            held('b', "notebook", vec![GpuRef::All]),
+            held('c', "stale", vec![GpuRef::Index(7)]),
+        ]
+    }
+
+    /// For usage accounting, containers sharing a GPU are not joined: each is a consumer of
+    /// its own, owned by its full id (which its processes' cgroups name).
+    #[test]
+    fn consumers_are_one_per_container_and_device_with_the_full_id() {
+        let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
+        let got: Vec<(String, String, Option<Owner>)> =
+            consumers(&three_containers(), &gpus, "container_name")
+                .into_iter()
+                .map(|(d, c)| {
+                    assert!(!c.replica);
+                    assert_eq!(c.labels.len(), 1);
+                    assert_eq!(c.labels[0].0, "container_name");
+                    (d, c.labels[0].1.clone(), c.owner)
+                })
+                .collect();
+        let owner = |ch: char| Some(Owner::Container(ch.to_string().repeat(64)));
+        assert_eq!(
+            got,
+            [
+                ("GPU-a".into(), "notebook".into(), owner('b')),
+                ("GPU-b".into(), "notebook".into(), owner('b')),
+                ("GPU-b".into(), "train".into(), owner('a')),
+                ("MIG-x".into(), "train".into(), owner('a')),
+            ]
+        );
+    }
+
+    #[test]
+    fn the_exporters_own_container_from_its_cgroup_or_mounts() {
+        let id = "3f8a1c0e9b7d4a6f5e2c1b0a9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e";
+        // cgroup v1 / host cgroup namespace: the cgroup names it.
+        let v1 = format!("12:memory:/docker/{id}\n0::/\n");
+        assert_eq!(own_container_id(&v1, "").as_deref(), Some(id));
+        // Private cgroup namespace (Docker's default on cgroup v2): `0::/`; the bind mounts
+        // of its hostname/hosts/resolv.conf name it (Docker, then podman).
+        let docker = format!(
+            "1021 1001 0:52 / / rw,relatime master:1 - overlay overlay rw,lowerdir=/var/lib/docker/overlay2/l/X\n\
+             1030 1021 259:2 /var/lib/docker/containers/{id}/resolv.conf /etc/resolv.conf rw,relatime - ext4 /dev/nvme0n1p2 rw\n\
+             1031 1021 259:2 /var/lib/docker/containers/{id}/hostname /etc/hostname rw,relatime - ext4 /dev/nvme0n1p2 rw\n"
+        );
+        assert_eq!(own_container_id("0::/\n", &docker).as_deref(), Some(id));
+        let podman = format!(
+            "620 600 0:25 /containers/storage/overlay-containers/{id}/userdata/hostname /etc/hostname rw,nosuid,nodev - tmpfs tmpfs rw\n"
+        );
+        assert_eq!(own_container_id("0::/\n", &podman).as_deref(), Some(id));
+        // A host process; a volume from another container's directory is not ours.
+        let other = format!(
+            "700 600 259:2 /var/lib/docker/containers/{id}/hostname /data/x rw - ext4 /dev/sda rw\n"
+        );
+        assert_eq!(
+            own_container_id("0::/user.slice/session-1.scope\n", &other),
+            None
+        );
+        assert_eq!(own_container_id("", ""), None);
+    }
+
     #[test]
     fn indexes_and_all_resolve_through_the_page_and_sharing_joins_names() {
         let gpus = HashMap::from([("GPU-a".to_string(), 0), ("GPU-b".to_string(), 1)]);
-        let a: Assignments = vec![
-            (
-                "train".into(),
-                vec![GpuRef::Index(1), GpuRef::Mig("MIG-x".into())],
-            ),
-            ("notebook".into(), vec![GpuRef::All]),
-            ("stale".into(), vec![GpuRef::Index(7)]),
-        ];
+        let a = three_containers();
         let got: Vec<(String, String)> = device_labels(&a, &gpus, "container")
             .into_iter()
             .map(|d| (d.device_uuid, d.labels[0].1.clone()))
@@ -321,8 +492,14 @@ mod tests {
                 e.contains(says) && e.contains("GET /containers/json"),
                 "{e}"
             );
+            // Usage accounting withdraws the container with its labels.
+            assert!(src.consumers().is_empty());
             mode.store(0, Ordering::SeqCst);
             let _ = until(&mut src, "labels again", &labelled);
+            let held = src.consumers();
+            assert_eq!(held.len(), 1, "{held:?}");
+            assert_eq!(held[0].0, UUID);
+            assert_eq!(held[0].1.owner, Some(Owner::Container("4f1c2b".into())));
         }
         assert!(
             !Supervisor::global()
@@ -332,6 +509,43 @@ mod tests {
             "{:?}",
             Supervisor::global().notes()
         );
+    }
+
+    /// The exporter in a container of its own (`docker run --gpus all`): that container is
+    /// left out of the refresh, so it neither labels every GPU nor holds them all.
+    #[test]
+    fn the_exporters_own_container_holds_nothing() {
+        let own = "e".repeat(64);
+        let user = "a".repeat(64);
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let (o, u) = (own.clone(), user.clone());
+        let _peer = http::tests::peer_with(&socket, move |req| {
+            let body = if req.starts_with("GET /containers/json ") {
+                format!(
+                    r#"[{{"Id":"{o}","Names":["/dcgm-exporter"]}},{{"Id":"{u}","Names":["/trainer"]}}]"#
+                )
+            } else {
+                let id = if req.contains(&o) { &o } else { &u };
+                format!(
+                    r#"{{"Id":"{id}","HostConfig":{{"Runtime":"runc","DeviceRequests":[{{"Driver":"","Count":-1,"Capabilities":[["gpu"]]}}]}}}}"#
+                )
+            };
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        });
+        let deadline = || Instant::now() + Duration::from_secs(10);
+        let ids = |a: Assignments| a.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        let mut seen = Inspected::new();
+        let all = refresh(&socket, deadline(), &mut seen, None).unwrap();
+        assert_eq!(ids(all), [own.clone(), user.clone()]);
+        let mut seen = Inspected::new();
+        let others = refresh(&socket, deadline(), &mut seen, Some(&own)).unwrap();
+        assert_eq!(ids(others), [user]);
+        assert!(!seen.contains_key(&own), "not even inspected");
     }
 
     #[test]
