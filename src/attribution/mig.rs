@@ -308,7 +308,11 @@ impl Placer {
                     processes: process_gpus,
                 });
                 if let Some(a) = t.wait(deadline) {
-                    round.processes = Some(self.absorb_keep(a));
+                    let fresh = self.absorb_keep(a);
+                    round.processes = Some(match round.processes.take() {
+                        Some(late) => combine_processes(late, fresh),
+                        None => fresh,
+                    });
                 }
             }
             if let Some(why) = &t.gone {
@@ -344,6 +348,39 @@ impl Placer {
         self.absorb(a);
         processes
     }
+}
+
+/// Processes per GPU, as one NVML answer gives them.
+type ProcessAnswers = HashMap<String, Result<Vec<Process>, String>>;
+
+/// A late answer and a fresh one arriving in the same collection: every ask hands out the
+/// samples newer than the previous ask's, so the late answer's samples are the first part
+/// of the interval and must not be lost. The fresh answer says which processes exist now;
+/// each keeps the late samples of the same pid before its own. A GPU the fresh answer
+/// failed on keeps the late answer.
+fn combine_processes(mut late: ProcessAnswers, fresh: ProcessAnswers) -> ProcessAnswers {
+    let mut out = HashMap::with_capacity(fresh.len());
+    for (uuid, answer) in fresh {
+        let earlier = late.remove(&uuid);
+        let combined = match (answer, earlier) {
+            (Ok(mut procs), Some(Ok(old))) => {
+                for p in &mut procs {
+                    if let Some(o) = old.iter().find(|o| o.pid == p.pid) {
+                        let mut samples = o.samples.clone();
+                        samples.append(&mut p.samples);
+                        p.samples = samples;
+                        p.sm_util = p.sm_util.or(o.sm_util);
+                    }
+                }
+                Ok(procs)
+            }
+            (Err(_), Some(Ok(old))) => Ok(old),
+            (answer, _) => answer,
+        };
+        out.insert(uuid, combined);
+    }
+    out.extend(late);
+    out
 }
 
 #[cfg(test)]

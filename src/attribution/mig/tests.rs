@@ -398,3 +398,47 @@ fn an_unplaced_mig_device_is_a_health_line_and_a_counter_until_placed() {
     assert!(got[0].contains("GPU_I_ID=\"5\""), "{got:?}");
     assert_eq!(a.mig_cached(), 1);
 }
+
+#[test]
+fn a_late_answer_s_samples_come_before_the_fresh_ones() {
+    use crate::attribution::nvml::UtilSample;
+    let proc_ = |pid: u32, ts: &[u64]| Process {
+        pid,
+        gpu_instance: None,
+        sm_util: ts.last().map(|_| 50),
+        samples: ts
+            .iter()
+            .map(|&t| UtilSample {
+                timestamp_us: t,
+                sm_util: 50,
+            })
+            .collect(),
+        memory_bytes: None,
+    };
+    let late = HashMap::from([
+        (
+            "GPU-a".to_string(),
+            Ok(vec![proc_(1, &[1, 2]), proc_(2, &[1])]),
+        ),
+        ("GPU-b".to_string(), Ok(vec![proc_(3, &[1])])),
+        ("GPU-c".to_string(), Ok(vec![proc_(4, &[1])])),
+    ]);
+    let fresh = HashMap::from([
+        ("GPU-a".to_string(), Ok(vec![proc_(1, &[3])])),
+        ("GPU-b".to_string(), Err("NVML failed".to_string())),
+    ]);
+    let got = super::combine_processes(late, fresh);
+    let stamps = |uuid: &str| -> Vec<(u32, Vec<u64>)> {
+        got[uuid]
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| (p.pid, p.samples.iter().map(|s| s.timestamp_us).collect()))
+            .collect()
+    };
+    // Process 2 is gone by the fresh answer; process 1 keeps every sample, in order.
+    assert_eq!(stamps("GPU-a"), vec![(1, vec![1, 2, 3])]);
+    // A GPU the fresh ask failed on, or did not ask about, keeps the late answer.
+    assert_eq!(stamps("GPU-b"), vec![(3, vec![1])]);
+    assert_eq!(stamps("GPU-c"), vec![(4, vec![1])]);
+}
