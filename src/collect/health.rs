@@ -236,7 +236,9 @@ mod tests {
             let c: Vec<&str> = l.split(',').collect();
             let want = match c[1] {
                 "RESTART_APP" => "restart_workload",
-                "RESET_GPU" | "WORKFLOW_XID_48" | "WORKFLOW_NVLINK_ERR"
+                "RESET_GPU"
+                | "WORKFLOW_XID_48"
+                | "WORKFLOW_NVLINK_ERR"
                 | "WORKFLOW_NVLINK5_ERR" => "reset_gpu",
                 "RESTART_BM" | "RESTART_VM" => "reboot_node",
                 "CONTACT_SUPPORT" | "CHECK_MECHANICALS" | "UPDATE_SWFW" => "drain",
