@@ -280,3 +280,77 @@ fn entity_series_count_the_page_by_entity_type() {
         .sum();
     assert_eq!(total, exported.len());
 }
+
+/// Every series of ours a page can carry (the DCGM_EXP_* families, info series, the
+/// exporter's own metrics) is named in docs/metrics.md: a large node with every DCGM_EXP
+/// row, `--low-cardinality`, an XID and a clock event, so each family has series.
+#[test]
+fn every_series_of_ours_is_in_the_metrics_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("counters.csv");
+    let bench = std::fs::read_to_string(repo("bench/bench-counters.csv")).unwrap();
+    std::fs::write(
+        &csv,
+        format!(
+            "{bench}\nDCGM_FI_DRIVER_VERSION, label, driver\n\
+             DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, c\nDCGM_EXP_CLOCK_EVENTS_TOTAL, counter, c\n\
+             DCGM_EXP_XID_ERRORS_TOTAL, counter, x\nDCGM_EXP_P2P_STATUS, gauge, p\n\
+             DCGM_EXP_GPU_HEALTH_ACTION, gauge, a\nDCGM_EXP_GPU_COUNT, gauge, n\n"
+        ),
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("large-bench.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "200",
+            "-f",
+            csv.to_str().unwrap(),
+            "--low-cardinality",
+        ])
+        .start();
+    control(&ctl, "xid 1 79");
+    control(&ctl, "clock_event 2 0x8");
+    let want = [
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "DCGM_EXP_XID_ERRORS_TOTAL",
+        "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        "DCGM_EXP_GPU_HEALTH_STATUS",
+        "DCGM_EXP_GPU_HEALTH_ACTION",
+        "DCGM_EXP_GPU_COUNT",
+        "DCGM_EXP_P2P_STATUS",
+        "DCGM_EXP_GPU_INFO",
+        "DCGM_EXP_NVSWITCH_INFO",
+        "DCGM_EXP_CPU_INFO",
+        "dcgm_exporter_build_info",
+        "dcgm_exporter_field_values_dropped_total",
+        "dcgm_exporter_entity_series",
+        "dcgm_exporter_last_successful_collection_timestamp_seconds",
+    ];
+    let page = e.scrape_until(20, |p| want.iter().all(|w| !series(p, w).is_empty()));
+    let reference = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();
+    let mut names: Vec<String> = page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_EXP_") || s.name.starts_with("dcgm_exporter_"))
+        .map(|s| {
+            // A histogram is documented under its own name.
+            let n = s.name.as_str();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|x| n.strip_suffix(x).filter(|b| b.ends_with("_seconds")))
+                .unwrap_or(n)
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= want.len() + 5, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !reference.contains(&format!("`{n}")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+}
