@@ -2,7 +2,8 @@
 //! it, with the dashboard's variables resolved the way Grafana resolves them, returns data
 //! from a real Prometheus scraping the exporter on a simulated node (MIG panels on the mixed
 //! MIG profile), in 4.8.x names, in dcgm-exporter 4.9.0's names and units, and on a fleet
-//! running both (each node's series once).
+//! running both (each node's series once); with and without `--low-cardinality`, where the
+//! inventory and MIG panels take the static labels from the `DCGM_EXP_*_INFO` series.
 
 mod support;
 use serde_json::Value;
@@ -105,6 +106,16 @@ fn the_dashboard_declares_its_variables_and_queries() {
         health >= 3 && alerts >= 1,
         "health {health}, alert {alerts} queries"
     );
+    // Every info join falls back to the data series' own labels where a node has no info
+    // series (no --low-cardinality), or those nodes would vanish from the panel.
+    let joins: Vec<_> = exprs.iter().filter(|(_, e)| e.contains("_INFO{")).collect();
+    assert!(joins.len() >= 8, "{joins:?}");
+    for (title, e) in joins {
+        assert!(
+            e.contains("group_left(") && e.contains(" or on(instance, gpu"),
+            "{title}: {e}"
+        );
+    }
     let names: Vec<&str> = dash["templating"]["list"]
         .as_array()
         .unwrap()
@@ -116,46 +127,73 @@ fn the_dashboard_declares_its_variables_and_queries() {
 
 #[test]
 fn every_gpu_and_mig_query_returns_data_in_a_real_prometheus() {
-    gpu_and_mig_queries(&["4.8.4"]);
+    gpu_and_mig_queries(&[("4.8.4", false)]);
+}
+
+/// `--low-cardinality`: the data series carry ids only, the panels that show a model,
+/// driver, UUID or MIG profile join them from the info series.
+#[test]
+fn every_gpu_and_mig_query_returns_data_with_low_cardinality() {
+    gpu_and_mig_queries(&[("4.8.4", true)]);
+}
+
+#[test]
+fn every_gpu_and_mig_query_returns_data_on_4_9_0_names_with_low_cardinality() {
+    gpu_and_mig_queries(&[("4.9.0", true)]);
+}
+
+/// A fleet turning the flag on node by node, across both generations of names.
+#[test]
+fn every_gpu_and_mig_query_returns_a_fleet_with_and_without_low_cardinality() {
+    gpu_and_mig_queries(&[("4.8.4", true), ("4.9.0", false)]);
 }
 
 /// dcgm-exporter 4.9.0's names and units (the chart's 4.8.x metric list, renamed).
 #[test]
 fn every_gpu_and_mig_query_returns_data_on_4_9_0_names() {
-    gpu_and_mig_queries(&["4.9.0"]);
+    gpu_and_mig_queries(&[("4.9.0", false)]);
 }
 
 /// A fleet half-way through the upgrade: one node on each generation, each shown once.
 #[test]
 fn every_gpu_and_mig_query_returns_both_generations_of_a_mixed_fleet() {
-    gpu_and_mig_queries(&["4.8.4", "4.9.0"]);
+    gpu_and_mig_queries(&[("4.8.4", false), ("4.9.0", false)]);
 }
 
-/// Starts one exporter per emulated release on the MIG profile, one Prometheus scraping all
-/// of them, and checks every GPU and MIG query of the dashboard against it.
-fn gpu_and_mig_queries(versions: &[&str]) {
+/// Starts one exporter per (emulated release, `--low-cardinality`) on the MIG profile, one
+/// Prometheus scraping all of them, and checks every GPU and MIG query of the dashboard
+/// against it.
+fn gpu_and_mig_queries(nodes: &[(&str, bool)]) {
+    let versions: Vec<&str> = nodes.iter().map(|n| n.0).collect();
     if !require_tool(
         "prometheus",
         "apt-get install prometheus; .ci/run does this",
     ) {
         return;
     }
-    // The chart's metric list: the profiling fields the dashboard shows are in it. The XID
-    // panel needs an XID: DCGM has no XID sample before one.
+    // The chart's metric list: the profiling fields the dashboard shows are in it; with
+    // the driver version's label field, which the inventory panels show. The XID panel
+    // needs an XID: DCGM has no XID sample before one.
     let dir = tempfile::tempdir().unwrap();
+    let counters = dir.path().join("counters.csv");
+    let chart = std::fs::read_to_string(repo("deployment/files/default-counters.csv")).unwrap();
+    std::fs::write(
+        &counters,
+        format!("{chart}\nDCGM_FI_DRIVER_VERSION, label, Driver Version\n"),
+    )
+    .unwrap();
     let mut exporters = Vec::new();
-    for (i, v) in versions.iter().enumerate() {
+    for (i, (v, low)) in nodes.iter().enumerate() {
         let faults = dir.path().join(format!("control-{i}"));
         let e = exporter()
             .profile("a100-mixed-mig.toml")
             .env("DCGM_SIM_CONTROL", faults.to_str().unwrap())
             .args(&[
                 "-f",
-                repo("deployment/files/default-counters.csv")
-                    .to_str()
-                    .unwrap(),
+                counters.to_str().unwrap(),
                 &format!("--emulate-version={v}"),
             ])
+            .args(if *low { &["--low-cardinality"] } else { &[] })
             .start();
         control(&faults, "xid 5 79");
         exporters.push(e);
@@ -176,7 +214,7 @@ fn gpu_and_mig_queries(versions: &[&str]) {
         &format!("  - job_name: dcgm\n    static_configs:\n      - targets: [{list}]\n"),
         &[rules.as_path()],
     );
-    for (e, v) in exporters.iter().zip(versions) {
+    for (e, v) in exporters.iter().zip(&versions) {
         let i = format!("instance=\"127.0.0.1:{}\"", e.port);
         let (temp, xid, energy) = if *v == "4.9.0" {
             (
@@ -239,14 +277,17 @@ fn gpu_and_mig_queries(versions: &[&str]) {
             );
         }
         if expr.contains("GPU_I_ID!=") {
-            // MIG panels show GPU instances only, and all of them.
+            // MIG panels show GPU instances only, each named by its profile (from
+            // DCGM_EXP_MIG_INFO on a --low-cardinality node).
             for r in &result {
                 let m = &r["metric"];
-                if m.get("__name__").is_some() {
-                    assert_ne!(m["GPU_I_ID"], "", "{title}: {r}");
+                if title != "MIG instances by profile" {
+                    assert!(nonempty(m, "GPU_I_ID"), "{title}: {r}");
                 }
+                assert!(nonempty(m, "GPU_I_PROFILE"), "{title}: {r}");
             }
         }
+        check_inventory(&title, &result, &targets, &q);
         // The health row names GPU 5, the one with the XID, and no other.
         if matches!(title.as_str(), "GPUs needing action" | "Firing GPU alerts") {
             for r in &result {
@@ -283,7 +324,59 @@ fn gpu_and_mig_queries(versions: &[&str]) {
             assert_eq!(by, want, "{q}");
         }
     }
-    assert!(checked >= 19, "checked {checked} queries");
+    assert!(checked >= 23, "checked {checked} queries");
+}
+
+fn nonempty(m: &Value, label: &str) -> bool {
+    m[label].as_str().is_some_and(|v| !v.is_empty())
+}
+
+/// The driver version, under the label field's name in either generation.
+fn driver(m: &Value) -> Option<&str> {
+    ["DCGM_FI_DRIVER_VERSION", "DCGM_FI_SYSTEM_DRIVER_VERSION"]
+        .iter()
+        .find_map(|l| m[*l].as_str().filter(|v| !v.is_empty()))
+}
+
+/// The inventory row: every GPU of every node counted once under its model and driver,
+/// whether its node publishes those labels on the data series or on DCGM_EXP_GPU_INFO
+/// (etc/sim/a100-mixed-mig.toml: eight A100-SXM4-80GB on driver 550.54.15).
+fn check_inventory(title: &str, result: &[Value], targets: &[String], q: &str) {
+    const MODEL: &str = "NVIDIA A100-SXM4-80GB";
+    let gpus = 8 * targets.len();
+    let value = |r: &Value| r["value"][1].as_str().unwrap().parse::<f64>().unwrap();
+    match title {
+        "GPU utilization by model" => {
+            assert_eq!(result.len(), 1, "{q}: {result:?}");
+            assert_eq!(result[0]["metric"]["modelName"], MODEL, "{result:?}");
+        }
+        "GPUs by model" => {
+            assert_eq!(result.len(), 1, "{q}: {result:?}");
+            assert_eq!(result[0]["metric"]["modelName"], MODEL, "{result:?}");
+            assert_eq!(value(&result[0]), gpus as f64, "{q}: {result:?}");
+        }
+        "Framebuffer memory used by driver version" => {
+            // One row per generation of the label's name, each with the version.
+            for r in result {
+                assert_eq!(driver(&r["metric"]), Some("550.54.15"), "{q}: {r}");
+                assert!(value(r) > 0.0, "{r}");
+            }
+        }
+        "GPU inventory" => {
+            let mut seen = std::collections::BTreeSet::new();
+            for r in result {
+                let m = &r["metric"];
+                for l in ["UUID", "modelName", "pci_bus_id"] {
+                    assert!(nonempty(m, l), "{l} of {r}");
+                }
+                assert_eq!(driver(m), Some("550.54.15"), "{r}");
+                assert!(seen.insert((m["instance"].to_string(), m["gpu"].to_string())));
+            }
+            assert_eq!(seen.len(), gpus, "{q}: {result:?}");
+        }
+        _ => return,
+    }
+    assert!(!result.is_empty(), "{title}: {q}");
 }
 
 /// The pod row: pods hold a whole GPU (by UUID) and a MIG instance (GKE's

@@ -759,9 +759,10 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
 }
 
 /// What the real DCGM 4.6 answers for the health action's sources, recorded. The NVML
-/// injection library has no GPU recovery action to report: DCGM answers field 1523 blank
-/// (dcgmi dmon shows N/A), and a value injected into the host engine's cache
-/// (`dcgmi test --inject`) is replaced by that blank at the next update, so this tier cannot
+/// injection library has no GPU recovery action to report: DCGM answers field 1523 with
+/// the NOT_FOUND sentinel (DCGM_INT64_NOT_FOUND, status OK; dcgmi dmon shows N/A), counted
+/// as `reason="not_found"`, and a value injected into the host engine's cache
+/// (`dcgmi test --inject`) is replaced by that sentinel at the next update, so this tier cannot
 /// show a recovery action; the simulator's tier does (tests/health_actions.rs). An injected
 /// XID 79 is kept, and DCGM's own health module fails every watch of that GPU with
 /// DCGM_FR_FALLEN_OFF_BUS: the action is reboot_node, decided by the XID's catalog class.
@@ -824,12 +825,27 @@ fn the_real_library_answers_the_health_action_sources() {
         ),
         (Some(2.0), Some(2.0), Some(0.0))
     );
-    // Blank on the injection NVML: no series.
+    // NOT_FOUND on the injection NVML: no series, and the page says so field by field
+    // (not as blank, unsupported or refused), on both GPUs.
     assert!(
         series(&page, "DCGM_FI_DEV_GPU_RECOVERY_ACTION").is_empty(),
         "{}",
         dump(&page)
     );
+    let drops = |p: &[Sample], reason: &str| {
+        self_metric(
+            p,
+            "dcgm_exporter_field_values_dropped_total",
+            &[
+                ("field", "DCGM_FI_DEV_GPU_RECOVERY_ACTION"),
+                ("reason", reason),
+            ],
+        )
+    };
+    let page = e.scrape_until(15, |p| drops(p, "not_found") >= 4.0);
+    for other in ["blank", "not_supported", "not_permissioned", "status"] {
+        assert_eq!(drops(&page, other), 0.0, "{other}: {}", dump(&page));
+    }
 
     kit.inject(port, 0, 1523, 1);
     kit.inject(port, 1, 230, 79);
@@ -847,7 +863,7 @@ fn the_real_library_answers_the_health_action_sources() {
         Some("DCGM_FR_FALLEN_OFF_BUS")
     );
     assert_eq!(pcie[0].value, 20.0);
-    // Three collections later the injected recovery action is still blank: GPU 0 asks
+    // Three collections later the injected recovery action is still NOT_FOUND: GPU 0 asks
     // nothing, and the node still has both GPUs (an injected XID does not lose the GPU).
     let collections = |p: &[Sample]| {
         self_metric(
@@ -857,11 +873,18 @@ fn the_real_library_answers_the_health_action_sources() {
         )
     };
     let seen = collections(&page);
+    let not_found_seen = drops(&page, "not_found");
     let page = e.scrape_until(15, |p| collections(p) >= seen + 3.0);
     assert!(collections(&page) >= seen + 3.0);
     assert_eq!(action(&page, "0"), ("none".into(), "none".into(), 0.0));
     assert!(
         series(&page, "DCGM_FI_DEV_GPU_RECOVERY_ACTION").is_empty(),
+        "{}",
+        dump(&page)
+    );
+    // Each of those collections read NOT_FOUND on both GPUs.
+    assert!(
+        drops(&page, "not_found") >= not_found_seen + 6.0,
         "{}",
         dump(&page)
     );

@@ -1,6 +1,9 @@
 //! The exporter's own metrics that say what it is and how its collections go:
 //! `dcgm_exporter_build_info` (version, commit, the loaded DCGM library's version, mode) and
-//! the `dcgm_exporter_collection_seconds` histogram, in embedded and remote mode.
+//! the `dcgm_exporter_collection_seconds` histogram, in embedded and remote mode; the
+//! per-field drop counts `dcgm_exporter_field_values_dropped_total{field,reason}` for each
+//! reason the simulator can cause (not_supported, blank, not_permissioned, not_found,
+//! non_numeric); `dcgm_exporter_entity_series`.
 
 mod support;
 use support::*;
@@ -135,6 +138,103 @@ fn field_drops_name_the_field_and_the_reason() {
     assert_eq!(drop_keys(&page), want, "{}", dump(&page));
 }
 
+/// An exporter on the 8-GPU profile following a fresh control file, every 200 ms.
+fn with_control() -> (tempfile::TempDir, std::path::PathBuf, Exporter) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    (dir, ctl, e)
+}
+
+/// DCGM's sentinels in a value (what its cache stores when the driver had nothing or
+/// refused) drop that entity's series and count under the sentinel's name, field by field:
+/// `blank` on GPU 3, `not_permissioned` on GPU 4, `not_found` on GPU 5.
+#[test]
+fn blank_and_refused_values_are_counted_per_field() {
+    let (_dir, ctl, e) = with_control();
+    let page = e.scrape_until(10, |p| collections_observed(p) >= 1.0);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
+    for r in ["blank", "not_permissioned", "not_found"] {
+        assert_eq!(dropped(&page, "DCGM_FI_DEV_GPU_TEMP", r), 0.0, "{r}");
+    }
+    let power = dropped(&page, "DCGM_FI_DEV_POWER_USAGE", "blank");
+    // 150: DCGM_FI_DEV_GPU_TEMP.
+    control(&ctl, "sentinel 3 150 blank");
+    control(&ctl, "sentinel 4 150 not_permissioned");
+    control(&ctl, "sentinel 5 150 not_found");
+    let page = e.scrape_until(10, |p| {
+        ["blank", "not_permissioned", "not_found"]
+            .iter()
+            .all(|r| dropped(p, "DCGM_FI_DEV_GPU_TEMP", r) >= 2.0)
+    });
+    let temps: Vec<&str> = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .filter_map(|s| s.label("gpu"))
+        .collect();
+    assert_eq!(temps, ["0", "1", "2", "6", "7"], "{}", dump(&page));
+    // Counted against the field that read it, not its neighbours.
+    assert_eq!(dropped(&page, "DCGM_FI_DEV_POWER_USAGE", "blank"), power);
+
+    // Restored: the series come back and the counts stop growing.
+    control(&ctl, "restored 3 150");
+    control(&ctl, "restored 4 150");
+    control(&ctl, "restored 5 150");
+    let page = e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 8);
+    let blank = dropped(&page, "DCGM_FI_DEV_GPU_TEMP", "blank");
+    let collections = collections_observed(&page);
+    let page = e.scrape_until(10, |p| collections_observed(p) >= collections + 3.0);
+    assert_eq!(dropped(&page, "DCGM_FI_DEV_GPU_TEMP", "blank"), blank);
+}
+
+/// A value of the wrong type, text where the CSV row expects a number (a string field such
+/// as the VBIOS version listed as a gauge), drops every entity's series of that row and
+/// counts as `non_numeric` for it, collection after collection.
+#[test]
+fn non_numeric_values_are_counted_per_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_VBIOS_VERSION, gauge, not a number\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["-c", "200", "-f", csv.to_str().unwrap()])
+        .start();
+    let page = e.scrape_until(10, |p| {
+        dropped(p, "DCGM_FI_DEV_VBIOS_VERSION", "non_numeric") >= 16.0
+    });
+    // One per GPU and collection.
+    let n = dropped(&page, "DCGM_FI_DEV_VBIOS_VERSION", "non_numeric");
+    assert_eq!(n % 8.0, 0.0, "{}", dump(&page));
+    assert!(series(&page, "DCGM_FI_DEV_VBIOS_VERSION").is_empty());
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
+    let non_numeric: Vec<(String, String)> = drop_keys(&page)
+        .into_iter()
+        .filter(|(_, r)| r == "non_numeric")
+        .collect();
+    assert_eq!(
+        non_numeric,
+        [(
+            "DCGM_FI_DEV_VBIOS_VERSION".to_string(),
+            "non_numeric".to_string()
+        )]
+    );
+    let later = e.scrape_until(10, |p| {
+        dropped(p, "DCGM_FI_DEV_VBIOS_VERSION", "non_numeric") > n
+    });
+    assert_eq!(
+        dropped(&later, "DCGM_FI_DEV_VBIOS_VERSION", "non_numeric") % 8.0,
+        0.0
+    );
+}
+
 /// `dcgm_exporter_entity_series{entity_type}` adds up to the page, type by type.
 #[test]
 fn entity_series_count_the_page_by_entity_type() {
@@ -179,4 +279,78 @@ fn entity_series_count_the_page_by_entity_type() {
         .map(|s| s.value as usize)
         .sum();
     assert_eq!(total, exported.len());
+}
+
+/// Every series of ours a page can carry (the DCGM_EXP_* families, info series, the
+/// exporter's own metrics) is named in docs/metrics.md: a large node with every DCGM_EXP
+/// row, `--low-cardinality`, an XID and a clock event, so each family has series.
+#[test]
+fn every_series_of_ours_is_in_the_metrics_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("counters.csv");
+    let bench = std::fs::read_to_string(repo("bench/bench-counters.csv")).unwrap();
+    std::fs::write(
+        &csv,
+        format!(
+            "{bench}\nDCGM_FI_DRIVER_VERSION, label, driver\n\
+             DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, c\nDCGM_EXP_CLOCK_EVENTS_TOTAL, counter, c\n\
+             DCGM_EXP_XID_ERRORS_TOTAL, counter, x\nDCGM_EXP_P2P_STATUS, gauge, p\n\
+             DCGM_EXP_GPU_HEALTH_ACTION, gauge, a\nDCGM_EXP_GPU_COUNT, gauge, n\n"
+        ),
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("large-bench.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "200",
+            "-f",
+            csv.to_str().unwrap(),
+            "--low-cardinality",
+        ])
+        .start();
+    control(&ctl, "xid 1 79");
+    control(&ctl, "clock_event 2 0x8");
+    let want = [
+        "DCGM_EXP_XID_ERRORS_COUNT",
+        "DCGM_EXP_XID_ERRORS_TOTAL",
+        "DCGM_EXP_CLOCK_EVENTS_TOTAL",
+        "DCGM_EXP_GPU_HEALTH_STATUS",
+        "DCGM_EXP_GPU_HEALTH_ACTION",
+        "DCGM_EXP_GPU_COUNT",
+        "DCGM_EXP_P2P_STATUS",
+        "DCGM_EXP_GPU_INFO",
+        "DCGM_EXP_NVSWITCH_INFO",
+        "DCGM_EXP_CPU_INFO",
+        "dcgm_exporter_build_info",
+        "dcgm_exporter_field_values_dropped_total",
+        "dcgm_exporter_entity_series",
+        "dcgm_exporter_last_successful_collection_timestamp_seconds",
+    ];
+    let page = e.scrape_until(20, |p| want.iter().all(|w| !series(p, w).is_empty()));
+    let reference = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();
+    let mut names: Vec<String> = page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_EXP_") || s.name.starts_with("dcgm_exporter_"))
+        .map(|s| {
+            // A histogram is documented under its own name.
+            let n = s.name.as_str();
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|x| n.strip_suffix(x).filter(|b| b.ends_with("_seconds")))
+                .unwrap_or(n)
+                .to_string()
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    assert!(names.len() >= want.len() + 5, "{names:?}");
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !reference.contains(&format!("`{n}")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
 }

@@ -61,6 +61,23 @@ fn wait_for(what: &str, secs: u64, mut ready: impl FnMut() -> bool) -> Result<()
     Ok(())
 }
 
+/// A duration as Prometheus prints it in labels (`model.Duration`): the largest units that
+/// divide it exactly, `250ms`, `1s`, `1m30s`.
+fn prom_duration(ms: u64) -> String {
+    if ms == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    let mut rest = ms;
+    for (unit, n) in [("h", 3_600_000), ("m", 60_000), ("s", 1_000), ("ms", 1)] {
+        if rest >= n {
+            out.push_str(&format!("{}{unit}", rest / n));
+            rest %= n;
+        }
+    }
+    out
+}
+
 struct Head {
     series: f64,
     chunks: f64,
@@ -98,8 +115,10 @@ fn prometheus_after(target: &str, scrapes: u64, scrape_ms: u64) -> Result<Head, 
     let _child = Killed(child);
     let url = format!("http://127.0.0.1:{port}/metrics");
     // Every scrape of the target is one sample of this summary's count.
-    let key =
-        format!("prometheus_target_interval_length_seconds_count{{interval=\"{scrape_ms}ms\"}}");
+    let key = format!(
+        "prometheus_target_interval_length_seconds_count{{interval=\"{}\"}}",
+        prom_duration(scrape_ms)
+    );
     wait_for("Prometheus scrapes", 60 + scrapes * scrape_ms / 250, || {
         get(&url).is_ok_and(|p| self_metric(&p, &key) >= scrapes as f64)
     })?;
@@ -175,4 +194,18 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prom_duration;
+
+    #[test]
+    fn durations_are_printed_as_prometheus_labels_them() {
+        assert_eq!(prom_duration(250), "250ms");
+        assert_eq!(prom_duration(1000), "1s");
+        assert_eq!(prom_duration(90_000), "1m30s");
+        assert_eq!(prom_duration(1500), "1s500ms");
+        assert_eq!(prom_duration(3_600_000), "1h");
+    }
 }

@@ -56,8 +56,11 @@ impl Action {
 
 /// NVIDIA's Xid Catalog for Ampere and newer GPUs ("Analyzing Xid Errors with the Xid
 /// Catalog", docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, retrieved
-/// November 2026, undated), column "Resolution Bucket (Immediate Action)", as kept in
-/// `etc/data/xid-actions.csv` (`etc/data/README.md` says which rows were checked).
+/// November 2026; the page is undated, its newest rows name driver R575 / CUDA 12.9, so the
+/// table calls that revision `catalog-R575`), column "Resolution Bucket (Immediate
+/// Action)", as kept in `etc/data/xid-actions.csv`: one row per XID the catalog applies to
+/// A100, H100, B100 or GB200 and gives a bucket, each checked against the page's text
+/// (`source` column; `etc/data/README.md`).
 const XID_ACTIONS: &str = include_str!("../../etc/data/xid-actions.csv");
 
 fn xid_table() -> &'static HashMap<i64, Action> {
@@ -210,14 +213,41 @@ mod tests {
 
     #[test]
     fn the_xid_table_loads_and_classes_the_catalogs_examples() {
-        assert!(xid_table().len() >= 30, "{}", xid_table().len());
+        assert!(xid_table().len() >= 90, "{}", xid_table().len());
         assert_eq!(xid_action(79), Action::RebootNode);
         assert_eq!(xid_action(48), Action::ResetGpu);
         assert_eq!(xid_action(95), Action::ResetGpu);
         assert_eq!(xid_action(13), Action::RestartWorkload);
         assert_eq!(xid_action(43), Action::None);
+        // Rows the catalog check corrected (the earlier table had 38 and 109 as
+        // RESTART_APP, 63 as RESET_GPU, 64 as CONTACT_SUPPORT, 137 as RESTART_APP).
+        assert_eq!(xid_action(38), Action::None);
+        assert_eq!(xid_action(63), Action::None);
+        assert_eq!(xid_action(64), Action::ResetGpu);
+        assert_eq!(xid_action(109), Action::ResetGpu);
+        assert_eq!(xid_action(137), Action::None);
+        // "Unused" on Ampere and newer (PMU_BREAKPOINT): not listed.
+        assert_eq!(xid_action(61), Action::None);
         // Not in the catalog table: counted, no action.
         assert_eq!(xid_action(9999), Action::None);
+        // Each row's action is the one docs/alerts-and-dashboards.md gives its bucket, and
+        // names the catalog revision it was checked against.
+        for l in XID_ACTIONS.lines().skip(1) {
+            let c: Vec<&str> = l.split(',').collect();
+            let want = match c[1] {
+                "RESTART_APP" => "restart_workload",
+                "RESET_GPU"
+                | "WORKFLOW_XID_48"
+                | "WORKFLOW_NVLINK_ERR"
+                | "WORKFLOW_NVLINK5_ERR" => "reset_gpu",
+                "RESTART_BM" | "RESTART_VM" => "reboot_node",
+                "CONTACT_SUPPORT" | "CHECK_MECHANICALS" | "UPDATE_SWFW" => "drain",
+                "IGNORE" | "WORKFLOW_XID_45" | "XID_154" => "none",
+                other => panic!("{l}: bucket {other} has no documented action"),
+            };
+            assert_eq!(c[2], want, "{l}");
+            assert_eq!(c.get(3), Some(&"catalog-R575"), "{l}");
+        }
         // Every row names one of our actions (a typo would drop the row silently).
         let rows = XID_ACTIONS
             .lines()

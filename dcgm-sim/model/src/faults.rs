@@ -11,6 +11,7 @@
 //! | `not_supported G F` | field F of GPU G reads DCGM_*_NOT_SUPPORTED (`*`: every entity) |
 //! | `restored G F` | undoes `not_supported` (and `set`) |
 //! | `set G F VALUE` | field F of GPU G (`*`: every entity) reads VALUE from now on (a number or a string) |
+//! | `sentinel G F WHICH` | field F of GPU G (`*`: every entity) reads DCGM's `blank`, `not_found`, `not_supported` or `not_permissioned` sentinel of its type, status OK, until `restored` |
 //! | `mig G P1,P2,...` | reconfigures GPU G's MIG instances (`P:N` for N compute instances; `mig G none`: MIG off) |
 //! | `link_state G L up\|down\|disabled` | changes NVLink L of GPU G |
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
@@ -265,6 +266,25 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             };
             Fault::SetField { gpu, field, gen }
         }
+        // The value DCGM's cache stores when the driver had nothing (blank) or refused
+        // (NVML's NOT_SUPPORTED / NOT_FOUND / NO_PERMISSION), typed as the field.
+        "sentinel" => {
+            let gpu = gpu_or_all(w.next())?;
+            let field = num(w.next(), "field id")?;
+            let which = w.next().ok_or("missing sentinel")?;
+            if crate::generator::Sentinel::parse(which).is_none() {
+                return Err(format!(
+                    "sentinel must be blank, not_found, not_supported or not_permissioned, not {which}"
+                ));
+            }
+            Fault::SetField {
+                gpu,
+                field,
+                gen: Generator::Sentinel {
+                    which: which.into(),
+                },
+            }
+        }
         "mig" => {
             let gpu = num(w.next(), "gpu")?;
             let spec = w.next().ok_or("missing instance list")?;
@@ -500,6 +520,30 @@ mod tests {
                 }
             })
         );
+        assert_eq!(
+            parse_line("sentinel 2 150 blank"),
+            Ok(Fault::SetField {
+                gpu: Some(2),
+                field: 150,
+                gen: Generator::Sentinel {
+                    which: "blank".into()
+                }
+            })
+        );
+        assert_eq!(
+            parse_line("sentinel * 155 not_permissioned"),
+            Ok(Fault::SetField {
+                gpu: None,
+                field: 155,
+                gen: Generator::Sentinel {
+                    which: "not_permissioned".into()
+                }
+            })
+        );
+        assert!(parse_line("sentinel 2 150 nothing")
+            .unwrap_err()
+            .contains("blank, not_found"));
+        assert!(parse_line("sentinel 2 150").is_err());
         assert_eq!(
             parse_line("health 0 0x10 20 80 row remap failed"),
             Ok(Fault::HealthIncident {
