@@ -267,7 +267,12 @@ impl Generator {
                 let w = std::f64::consts::TAU / period;
                 base + per_s * (t + jitter * ((w * t + phase).sin() - phase.sin()) / w)
             }
-            Generator::String { value } => return (Value::Str(value.clone()), 0),
+            // Real DCGM never carries text in a number: reading the text's bytes as one would
+            // be a value no driver gives, so a numeric field set to text reads blank.
+            Generator::String { value } if field_type == b's' => {
+                return (Value::Str(value.clone()), 0)
+            }
+            Generator::String { .. } => return (Sentinel::Blank.value(field_type), 0),
             Generator::Sentinel { which } => {
                 let s = Sentinel::parse(which).unwrap_or(Sentinel::Blank);
                 return (s.value(field_type), 0);
@@ -539,6 +544,16 @@ mod tests {
             Value::Int64(x) => x as f64,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn text_set_on_a_numeric_field_reads_blank_not_its_bytes() {
+        let g = Generator::String {
+            value: "hello".into(),
+        };
+        assert_eq!(g.eval(b's', 0.0, 1).0, Value::Str("hello".into()));
+        assert_eq!(g.eval(b'i', 0.0, 1).0, Sentinel::Blank.value(b'i'));
+        assert_eq!(g.eval(b'd', 0.0, 1).0, Sentinel::Blank.value(b'd'));
     }
 
     #[test]
