@@ -30,6 +30,13 @@ pub fn pod_uid_of_path(path: &str) -> Option<String> {
 /// The pod UID in a `/proc/<pid>/cgroup` file: cgroup v1 controller lines are searched
 /// before the unified (v2) line.
 pub fn pod_uid_of_cgroup_file(text: &str) -> Option<String> {
+    first_in_cgroup_file(text, pod_uid_of_path)
+}
+
+/// The first answer `of_path` gives for the paths of a cgroup file: the v1 controller lines
+/// first (under v1 the unified line of a hybrid system is often systemd's view, not the
+/// runtime's), then the unified (v2) line.
+fn first_in_cgroup_file<T>(text: &str, of_path: impl Fn(&str) -> Option<T>) -> Option<T> {
     let mut unified = None;
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
@@ -41,11 +48,11 @@ pub fn pod_uid_of_cgroup_file(text: &str) -> Option<String> {
             unified.get_or_insert(path);
             continue;
         }
-        if let Some(uid) = pod_uid_of_path(path) {
-            return Some(uid);
+        if let Some(found) = of_path(path) {
+            return Some(found);
         }
     }
-    unified.and_then(pod_uid_of_path)
+    unified.and_then(of_path)
 }
 
 /// The pod UID of a running process, read under `proc_root` (normally `/proc`).
@@ -76,26 +83,9 @@ pub fn pod_and_owner_of_pid(proc_root: &Path, pid: u32) -> (Option<String>, Opti
     (pod, owner)
 }
 
-/// The owner in a `/proc/<pid>/cgroup` file: cgroup v1 controller lines first (under v1 the
-/// unified line of a hybrid system is often systemd's view, not the runtime's), then the
-/// unified (v2) line.
+/// The owner in a `/proc/<pid>/cgroup` file, v1 controller lines before the unified line.
 pub fn owner_of_cgroup_file(text: &str) -> Option<Owner> {
-    let mut unified = None;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (Some(_id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
-        else {
-            continue;
-        };
-        if controllers.is_empty() {
-            unified.get_or_insert(path);
-            continue;
-        }
-        if let Some(owner) = owner_of_path(path) {
-            return Some(owner);
-        }
-    }
-    unified.and_then(owner_of_path)
+    first_in_cgroup_file(text, owner_of_path)
 }
 
 /// The owner in one cgroup path, the first of:
