@@ -892,3 +892,74 @@ fn the_real_library_answers_the_health_action_sources() {
     );
     assert_eq!(count(&page, "present"), Some(2.0));
 }
+
+/// Usage accounting reads its two inputs, the energy counter and the GPU's utilisation, from
+/// what the real DCGM answers: HPC jobs each holding one GPU alone get that GPU's
+/// utilisation as their share and its energy increase (none here: the injection NVML's
+/// counter stands still), nothing is left as idle energy, and the job on the unused GPU
+/// turns allocated-but-idle after the window while the busy one does not.
+#[test]
+fn usage_accounting_reads_the_real_library_s_energy_and_utilisation() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("usage");
+    let yaml = dir.yaml(&[
+        Gpu {
+            gpu_util: 35,
+            ..Gpu::default()
+        },
+        Gpu::default(),
+    ]);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let jobs = dir.0.join("jobs");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("0"), "job-busy\n").unwrap();
+    std::fs::write(jobs.join("1"), "job-unused\n").unwrap();
+    let csv = dir.0.join("usage.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, energy\n\
+         DCGM_FI_DEV_GPU_UTIL, gauge, utilisation\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "300"])
+        .args(&["--hpc-job-mapping-dir", jobs.to_str().unwrap()])
+        .args(&["--usage-accounting", "--usage-idle-window", "2s"])
+        .start();
+    let of_job = |p: &[Sample], name: &str, job: &str| -> Option<f64> {
+        series(p, name)
+            .iter()
+            .find(|s| s.label("hpc_job") == Some(job))
+            .map(|s| s.value)
+    };
+    let page = e.scrape_until(20, |p| {
+        of_job(p, "DCGM_EXP_ALLOCATED_IDLE", "job-unused") == Some(1.0)
+    });
+    assert_eq!(
+        of_job(&page, "DCGM_EXP_UTIL_SHARE", "job-busy"),
+        Some(35.0),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(
+        of_job(&page, "DCGM_EXP_UTIL_SHARE", "job-unused"),
+        Some(0.0)
+    );
+    assert_eq!(
+        of_job(&page, "DCGM_EXP_ALLOCATED_IDLE", "job-busy"),
+        Some(0.0)
+    );
+    for job in ["job-busy", "job-unused"] {
+        assert_eq!(
+            of_job(&page, "DCGM_EXP_ENERGY_JOULES_TOTAL", job),
+            Some(0.0),
+            "{job}: {}",
+            dump(&page)
+        );
+    }
+    let idle = series(&page, "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL");
+    assert_eq!(idle.len(), 2, "{}", dump(&page));
+    assert!(idle.iter().all(|s| s.value == 0.0), "{}", dump(&page));
+}
