@@ -10,7 +10,7 @@
 //! assignment: [`docker`].
 
 pub mod docker;
-mod http;
+pub mod http;
 
 use super::usage::{Consumer, Owner};
 use super::{DeviceLabelSource, DeviceLabels};
