@@ -215,7 +215,11 @@ impl<S> WriteDeadline<S> {
     }
 
     /// What a write call answered: pending is timed, anything else is progress.
-    fn timed<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
         match polled {
             Poll::Pending => self.pending(cx).map(Err),
             ready => {
@@ -356,7 +360,10 @@ mod tests {
         io.flush().await.unwrap();
         let mut got = [0u8; 4];
         client.read_exact(&mut got).await.unwrap();
-        assert_eq!(activity.write_deadline(), Some(Instant::now() + Duration::from_secs(5)));
+        assert_eq!(
+            activity.write_deadline(),
+            Some(Instant::now() + Duration::from_secs(5))
+        );
         drop(open);
         assert!(activity.write_deadline().is_none());
     }
