@@ -255,6 +255,11 @@ impl BasicAuth {
         }
     }
 
+    /// The configured user names.
+    pub fn users(&self) -> Vec<&str> {
+        self.users.keys().map(String::as_str).collect()
+    }
+
     /// What the `Authorization` header's value (None when absent) gets a request.
     pub async fn check_header(self: &Arc<Self>, value: Option<&[u8]>) -> Outcome {
         match value.and_then(credentials) {

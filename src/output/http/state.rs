@@ -605,4 +605,52 @@ mod tests {
         rewrite(&web, &path, "");
         assert!(web.current().auth.is_some());
     }
+
+    /// Fail closed, with events and with polling: an empty (truncated) or unparseable file
+    /// and a file without users leave the users in force, count, and show on /health until
+    /// a file that lowers nothing arrives; fewer users but some apply at once.
+    #[test]
+    fn a_change_that_lowers_security_is_refused_and_shown() {
+        let bob = bcrypt::hash("bob", 4).unwrap();
+        for inotify in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("web.yml");
+            std::fs::write(
+                &path,
+                format!("basic_auth_users:\n  alice: {ALICE}\n  bob: {bob}\n"),
+            )
+            .unwrap();
+            let web = Web::load(Some(&path), false).unwrap();
+            web.watch_with(inotify).unwrap();
+            let users = |w: &Web| w.current().auth.as_ref().map(|a| a.users().len());
+            let refused = |reason: &str| web.reload.refused.with_label_values(&[reason]).get();
+            for (text, reason, n) in [
+                ("", "lowers_security", 1),
+                (
+                    "http_server_config:\n  http2: false\n",
+                    "lowers_security",
+                    2,
+                ),
+                ("basic_auth_users: [\n", "invalid", 1),
+            ] {
+                rewrite(&web, &path, text);
+                assert_eq!(users(&web), Some(2), "{inotify} {text:?}");
+                assert_eq!(refused(reason), n, "{inotify} {text:?}");
+                assert_eq!(web.reload.last_successful.get(), 0);
+                let note = web.reload.note().expect("a /health line");
+                assert!(note.contains("web.yml"), "{note}");
+                if reason == "lowers_security" {
+                    assert!(note.contains("every basic-auth user (alice, bob"), "{note}");
+                }
+            }
+            rewrite(&web, &path, &format!("basic_auth_users:\n  bob: {bob}\n"));
+            assert_eq!(
+                users(&web),
+                Some(1),
+                "{inotify}: fewer users but some apply"
+            );
+            assert_eq!(web.reload.last_successful.get(), 1);
+            assert_eq!(web.reload.note(), None);
+        }
+    }
 }
