@@ -299,11 +299,14 @@ fn every_client_auth_type_and_the_tls_version_floor() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     certificates(d);
-    let cfg = write_web_config(d, "", "");
-    let e = exporter()
-        .args(&["--web-config-file", cfg.to_str().unwrap()])
-        .spawn();
-    e.wait_until(30, |e| curl(d, e.port, "/health", &[]).1 == 200);
+    let start = || {
+        let cfg = write_web_config(d, "", "");
+        let e = exporter()
+            .args(&["--web-config-file", cfg.to_str().unwrap()])
+            .spawn();
+        e.wait_until(30, |e| curl(d, e.port, "/health", &[]).1 == 200);
+        e
+    };
     // (client_auth_type, without a cert, with an untrusted cert, with a CA-signed cert)
     let table = [
         ("NoClientCert", true, true, true),
@@ -318,7 +321,10 @@ fn every_client_auth_type_and_the_tls_version_floor() {
         } else {
             ""
         };
-        // The web config is re-read when it changes: no restart between rows.
+        // The web config is re-read when it changes; each row starts from TLS without
+        // client certificates, since a change that drops a certificate check is refused
+        // until a restart (fail closed).
+        let e = start();
         write_web_config(d, &format!("  client_auth_type: {auth}\n{ca}"), "");
         let deadline = Instant::now() + Duration::from_secs(10);
         for (args, expect) in [
@@ -341,6 +347,7 @@ fn every_client_auth_type_and_the_tls_version_floor() {
         }
     }
 
+    let e = start();
     // min_version TLS13: a TLS 1.2-only client is refused, a TLS 1.3 one is served.
     write_web_config(d, "  min_version: TLS13\n", "");
     let s_client = |flag: &str| {
