@@ -1,9 +1,14 @@
 //! The web configuration in force. A watcher thread re-reads it when the web config file, the
 //! certificate, the key or the client CA changes on disk (cert-manager rotates certificates in
 //! place) and swaps the new state in atomically; connections and requests only load the
-//! current pointer, never touch the files. A broken new version is logged once and the
-//! previous one stays. The files' directories are watched with inotify
+//! current pointer, never touch the files. The files' directories are watched with inotify
 //! (`common::files`); the files are stat'ed every 500 ms only where inotify cannot be used.
+//!
+//! Reloads fail closed: a new version that is broken, empty, or would remove TLS, a
+//! client-certificate check or every basic-auth user is refused (logged once, counted in
+//! `dcgm_exporter_web_config_reload_refused_total`, a degraded line on /health) and the
+//! configuration in force stays; lowering security takes a restart. An attacker or a rotation
+//! script that truncates the file in place must not open the port, even for a moment.
 
 use super::auth::BasicAuth;
 use super::webconfig::{ClientAuth, Protection, WebConfig};
