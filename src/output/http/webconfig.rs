@@ -185,13 +185,8 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Content-Security-Policy", None),
 ];
 
-/// Reads and validates the file; every error names the file and the key.
-pub fn load(path: &Path) -> Result<WebConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--web-config-file {}: {e}", path.display()))?;
-    parse(&text, path)
-}
-
+/// Validates the file's text (read by `state`, which also needs to know whether it was
+/// empty); every error names the file and the key.
 pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
     let err = |m: String| format!("--web-config-file {}: {m}", path.display());
     let file: File = if text.trim().is_empty() {
