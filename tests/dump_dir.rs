@@ -5,8 +5,29 @@
 
 mod support;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::*;
+
+/// Runs the exporter with `args`, expecting it to refuse to start: (exit code, stderr). An
+/// exporter that starts anyway (the bug) fails the test after 20 s instead of hanging it.
+fn refused_at_start(args: &[&str]) -> (i32, String) {
+    let mut e = exporter().args(args).spawn();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = e.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "started anyway with {args:?}: {}",
+            e.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The pipe's reader may be a line behind the exit.
+    e.wait_for_log(5, "level=fatal");
+    (status.code().unwrap_or(-1), e.stderr())
+}
 
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -25,9 +46,8 @@ fn a_link_as_the_dump_directory_stops_the_start_and_nothing_is_written() {
     let target = tempfile::tempdir().unwrap();
     let link = base.path().join("dcgm-exporter-debug");
     std::os::unix::fs::symlink(target.path(), &link).unwrap();
-    let (code, stderr) = exporter()
-        .args(&["--dump-enabled", "--dump-directory", link.to_str().unwrap()])
-        .run_to_exit();
+    let (code, stderr) =
+        refused_at_start(&["--dump-enabled", "--dump-directory", link.to_str().unwrap()]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains(&format!("--dump-directory {}", link.display()))
@@ -46,13 +66,11 @@ fn a_link_as_the_dump_directory_stops_the_start_and_nothing_is_written() {
     std::os::unix::fs::symlink(target.path(), &foreign).unwrap();
     std::os::unix::fs::lchown(&foreign, Some(65534), Some(65534)).unwrap();
     let below = foreign.join("dumps");
-    let (code, stderr) = exporter()
-        .args(&[
-            "--dump-enabled",
-            "--dump-directory",
-            below.to_str().unwrap(),
-        ])
-        .run_to_exit();
+    let (code, stderr) = refused_at_start(&[
+        "--dump-enabled",
+        "--dump-directory",
+        below.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("owned by uid 65534"), "{stderr}");
     assert!(
@@ -68,13 +86,11 @@ fn another_users_or_an_open_dump_directory_is_refused() {
     let theirs = base.path().join("theirs");
     std::fs::create_dir(&theirs).unwrap();
     std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
-    let (code, stderr) = exporter()
-        .args(&[
-            "--dump-enabled",
-            "--dump-directory",
-            theirs.to_str().unwrap(),
-        ])
-        .run_to_exit();
+    let (code, stderr) = refused_at_start(&[
+        "--dump-enabled",
+        "--dump-directory",
+        theirs.to_str().unwrap(),
+    ]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains(&format!("--dump-directory {}", theirs.display()))
@@ -85,9 +101,8 @@ fn another_users_or_an_open_dump_directory_is_refused() {
     let open = base.path().join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let (code, stderr) = exporter()
-        .args(&["--dump-enabled", "--dump-directory", open.to_str().unwrap()])
-        .run_to_exit();
+    let (code, stderr) =
+        refused_at_start(&["--dump-enabled", "--dump-directory", open.to_str().unwrap()]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("writable by group or others"), "{stderr}");
 }
