@@ -20,6 +20,8 @@ struct Published {
     expires_us: i64,
 }
 
+type NoteSource = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
     /// Swapped whole by the collection thread; a scrape takes a reference without a lock.
@@ -36,6 +38,9 @@ pub struct Shared {
     notes: Mutex<Vec<String>>,
     /// The side threads; those down or stuck are shown on /health too.
     pub threads: Supervisor,
+    /// Other parts' degraded lines, asked at each /health (the web configuration's refused
+    /// reload, which the HTTP side keeps).
+    note_sources: Mutex<Vec<NoteSource>>,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
@@ -66,6 +71,7 @@ impl Shared {
             last_success: Mutex::new(None),
             notes: Mutex::new(Vec::new()),
             threads,
+            note_sources: Mutex::new(Vec::new()),
             metrics,
             interval,
             require_gpus: AtomicBool::new(false),
@@ -118,7 +124,17 @@ impl Shared {
     pub fn notes(&self) -> Vec<String> {
         let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
         notes.extend(self.threads.notes());
+        let sources = self.note_sources.lock().unwrap_or_else(|p| p.into_inner());
+        notes.extend(sources.iter().filter_map(|s| s()));
         notes
+    }
+
+    /// Adds a degraded line that `source` keeps: shown while it answers `Some`.
+    pub fn add_note_source(&self, source: impl Fn() -> Option<String> + Send + Sync + 'static) {
+        self.note_sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(source));
     }
 
     pub fn set_notes(&self, notes: Vec<String>) {

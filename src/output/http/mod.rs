@@ -155,7 +155,7 @@ impl Server {
         shared: Arc<Shared>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), String> {
-        self.web.watch()?;
+        self.web.watch_reporting(&shared)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
         let ctx = Arc::new(Ctx {
