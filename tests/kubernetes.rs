@@ -407,12 +407,28 @@ fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
 
 #[test]
 fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
+    shared_gpu_per_process("4.8.4", &["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"]);
+}
+
+/// 4.9.0 names the same measurements `DCGM_FI_DEV_GPU_UTIL_RATIO` (0-1) and
+/// `DCGM_FI_DEV_FB_USED_BYTES`: still per process, the device's own series kept.
+#[test]
+fn shared_gpu_per_process_fields_under_4_9_0_names() {
+    shared_gpu_per_process(
+        "4.9.0",
+        &["DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES"],
+    );
+}
+
+fn shared_gpu_per_process(version: &str, per_process: &[&str]) {
     let kubelet = FakeKubelet::start();
     let e = with_sim_nvml(exporter())
         .profile("a100-mixed-mig.toml")
         .args(&[
             "-k",
             "--kubernetes-virtual-gpus",
+            "--emulate-version",
+            version,
             "--pod-resources-kubelet-socket",
         ])
         .arg(kubelet.socket().to_str().unwrap())
@@ -460,11 +476,17 @@ fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
     // Ordinary fields: one series per pod, the device series gone.
     assert_eq!(on_gpu4("DCGM_FI_DEV_GPU_TEMP"), pods);
     // Per-process fields: the device series stays, plus one per pod.
-    for f in ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"] {
+    for &f in per_process {
         let got = on_gpu4(f);
         assert_eq!(got.len(), 3, "{f}: {got:?}");
         assert_eq!(got[0], (None, None), "{f}");
         assert_eq!(got[1..], pods, "{f}");
+        // The pods' shares never exceed the device's own value (here: no pod UID is
+        // known, so each pod's share is 0, never a copy of the whole GPU's value).
+        let of_gpu4 = || series(&page, f).into_iter().filter(|s| s.label("gpu") == Some("4"));
+        let device = of_gpu4().find(|s| s.label("pod").is_none()).unwrap().value;
+        let shares: f64 = of_gpu4().filter(|s| s.label("pod").is_some()).map(|s| s.value).sum();
+        assert!(shares <= device, "{f}: pods {shares} over the device's {device}");
     }
     assert!(!e.stderr().contains("per-process data"), "{}", e.stderr());
 }
