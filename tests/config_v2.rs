@@ -194,5 +194,8 @@ fn a_slower_collection_is_served_on_every_scrape() {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert!(missing.is_empty(), "power missing on scrapes {missing:?} of 12");
+    assert!(
+        missing.is_empty(),
+        "power missing on scrapes {missing:?} of 12"
+    );
 }

@@ -607,12 +607,21 @@ fn per_process_shares_follow_the_field_and_unit_not_the_name() {
     assert_eq!(one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(1613), 0.9), [0.2; 4]);
     // Four pods at 20 % on a GPU at 0.5: scaled down to add up to the GPU's value.
     let shares = one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(1613), 0.5);
-    assert!((shares.iter().sum::<f64>() - 0.5).abs() < 1e-9, "{shares:?}");
+    assert!(
+        (shares.iter().sum::<f64>() - 0.5).abs() < 1e-9,
+        "{shares:?}"
+    );
     // 4.9.0: bytes, exactly.
     let bytes = ((1u64 << 30) + 512) as f64;
-    assert_eq!(one("DCGM_FI_DEV_FB_USED_BYTES", Some(1627), 8e9), [bytes; 4]);
+    assert_eq!(
+        one("DCGM_FI_DEV_FB_USED_BYTES", Some(1627), 8e9),
+        [bytes; 4]
+    );
     // 4.8.x: the same name is field 203 in percent; FB_USED in whole MiB.
-    assert_eq!(one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(203), 90.0), [20.0; 4]);
+    assert_eq!(
+        one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(203), 90.0),
+        [20.0; 4]
+    );
     assert_eq!(one("dcgm_fb_used", Some(252), 8000.0), [1024.0; 4]);
     // A family the collector did not tag is no per-process field, whatever its name: each
     // pod's copy carries the device's value, as for any other field.

@@ -822,7 +822,10 @@ impl Actions {
         ) {
             Ok(w) => {
                 for (f, e) in &w.refused {
-                    tracing::info!("{}: field {f} not watched on MIG instances: {e}", self.source());
+                    tracing::info!(
+                        "{}: field {f} not watched on MIG instances: {e}",
+                        self.source()
+                    );
                 }
                 Ok(w.watches)
             }

@@ -124,7 +124,9 @@ impl Freshness {
         // Served until its own interval + the collect interval + slack have passed: as a
         // sample of the collect interval taken (own - collect) later.
         let own = micros(self.interval_of(field));
-        let shifted = ts_us.saturating_add(own).saturating_sub(micros(self.interval));
+        let shifted = ts_us
+            .saturating_add(own)
+            .saturating_sub(micros(self.interval));
         self.oldest_us = self.oldest_us.min(shifted);
         true
     }
@@ -209,11 +211,17 @@ mod tests {
         assert!(!a.admit(gpu(0), TEMP, NOW - 2 * S - 1));
         // Served until 5 s + 1 s + 1 s after it was taken: as a 1 s sample taken 4 s later.
         assert_eq!(a.oldest_us(), NOW - 6 * S + 4 * S);
-        let served_until = a.oldest_us() + max_served_age(Duration::from_secs(1)).as_micros() as i64;
+        let served_until =
+            a.oldest_us() + max_served_age(Duration::from_secs(1)).as_micros() as i64;
         assert_eq!(served_until, NOW - 6 * S + 7 * S);
         // A slow field's sample keeps its entity alive for its XIDs.
         let mut b = f();
-        b.observe(&[reading(0, POWER, NOW - 4 * S, Reading::Value(Value::Int64(300)))]);
+        b.observe(&[reading(
+            0,
+            POWER,
+            NOW - 4 * S,
+            Reading::Value(Value::Int64(300)),
+        )]);
         assert!(b.admit(gpu(0), fields::XID_ERRORS, NOW - 100 * S));
     }
 

@@ -343,6 +343,30 @@ mod tests {
         assert_eq!(decide(&e), (Action::Replace, "health_mem"));
     }
 
+    /// A node-level failure asks each GPU for what the node needs: never a GPU reset or a
+    /// replacement; a GPU's own incident that asks for more still wins.
+    #[test]
+    fn node_incidents_ask_each_gpu_for_what_the_node_needs() {
+        let node = |system, code| Evidence {
+            node_incidents: vec![(system, 20, code)],
+            ..Default::default()
+        };
+        assert_eq!(decide(&node(hs::NVLINK, 0)), (Action::Drain, NODE_REASON));
+        assert_eq!(decide(&node(hs::INFOROM, 0)), (Action::Drain, NODE_REASON));
+        assert_eq!(
+            decide(&node(hs::PCIE, 0)),
+            (Action::RebootNode, NODE_REASON)
+        );
+        let warn = Evidence {
+            node_incidents: vec![(hs::NVLINK, 10, 0)],
+            ..Default::default()
+        };
+        assert_eq!(decide(&warn), (Action::None, "none"));
+        let mut both = node(hs::NVLINK, 0);
+        both.incidents.push((hs::MEM, 20, 0));
+        assert_eq!(decide(&both), (Action::ResetGpu, "health_mem"));
+    }
+
     #[test]
     fn gpus_counted_against_the_expected_set() {
         assert_eq!(

@@ -575,10 +575,7 @@ fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters
 }
 
 /// The watched fields a watch group samples at another interval than `-c`, with theirs.
-fn own_intervals(
-    sets: &[ActiveSet],
-    settings: &Settings,
-) -> HashMap<u16, std::time::Duration> {
+fn own_intervals(sets: &[ActiveSet], settings: &Settings) -> HashMap<u16, std::time::Duration> {
     sets.iter()
         .flat_map(|a| &a.set.fields)
         .map(|&f| (f, settings.watch_interval_ms(f)))

@@ -591,7 +591,14 @@ mod tests {
         let all = refresh(&socket, deadline(), &mut seen, &mut Skipped::new(), None).unwrap();
         assert_eq!(ids(all), [own.clone(), user.clone()]);
         let mut seen = Inspected::new();
-        let others = refresh(&socket, deadline(), &mut seen, &mut Skipped::new(), Some(&own)).unwrap();
+        let others = refresh(
+            &socket,
+            deadline(),
+            &mut seen,
+            &mut Skipped::new(),
+            Some(&own),
+        )
+        .unwrap();
         assert_eq!(ids(others), [user]);
         assert!(!seen.contains_key(&own), "not even inspected");
     }
@@ -606,7 +613,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("docker.sock");
         let healed = Arc::new(AtomicBool::new(false));
-        let (g, f, m, h) = (good.clone(), failing.clone(), mistyped.clone(), healed.clone());
+        let (g, f, m, h) = (
+            good.clone(),
+            failing.clone(),
+            mistyped.clone(),
+            healed.clone(),
+        );
         let _peer = http::tests::peer_with(&socket, move |req| {
             let gpu = |id: &str| {
                 format!(

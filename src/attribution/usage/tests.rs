@@ -247,9 +247,15 @@ fn a_failed_source_keeps_its_consumers_for_a_bounded_grace() {
     assert_eq!(get(&v, ALLOCATED_IDLE, 0, "idle"), Some(1.0));
     // The kubelet fails: 100 J more, nobody named.
     let (_, v) = collect(&mut a, &gpu(200_000.0), &failing, at(730));
-    assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 50.0), "not reset: {v:?}");
+    assert!(
+        close(get(&v, ENERGY, 0, "a").unwrap(), 50.0),
+        "not reset: {v:?}"
+    );
     assert_eq!(get(&v, ALLOCATED_IDLE, 0, "idle"), Some(1.0), "{v:?}");
-    assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 50.0), "not booked idle: {v:?}");
+    assert!(
+        close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 50.0),
+        "not booked idle: {v:?}"
+    );
     // It answers again: the waiting 100 J and the next 100 J are split by known shares.
     let (_, v) = collect(&mut a, &gpu(300_000.0), &held, at(760));
     assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 150.0), "{v:?}");
