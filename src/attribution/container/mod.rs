@@ -652,7 +652,7 @@ mod tests {
         let (mut seen, mut skipped) = (Inspected::new(), Skipped::new());
         for _ in 0..2 {
             let got = refresh(&socket, deadline(), &mut seen, &mut skipped, None).unwrap();
-            assert_eq!(ids(got), [good.clone()]);
+            assert_eq!(ids(got), std::slice::from_ref(&good));
             let mut s: Vec<&String> = skipped.iter().collect();
             s.sort();
             assert_eq!(s, [&failing, &mistyped]);
