@@ -216,7 +216,7 @@ fn problems(version: &str, page: &[Sample]) -> Vec<String> {
 }
 
 /// Per device, the sum of the `by`-labelled copies of `family` (every series, `by` empty)
-/// is at most the device's own series (or `ceiling`).
+/// is at most the device's own series, which must be there (or `ceiling`).
 fn shares_within(page: &[Sample], family: &str, by: &str, ceiling: Option<f64>) -> Vec<String> {
     let mut sums: BTreeMap<Device, f64> = BTreeMap::new();
     let mut own: BTreeMap<Device, f64> = BTreeMap::new();
@@ -229,7 +229,12 @@ fn shares_within(page: &[Sample], family: &str, by: &str, ceiling: Option<f64>) 
     }
     sums.into_iter()
         .filter_map(|(d, sum)| {
-            let limit = ceiling.or_else(|| own.get(&d).copied())?;
+            // A per-process field keeps the device's own series beside the pods' shares.
+            let Some(limit) = ceiling.or_else(|| own.get(&d).copied()) else {
+                return Some(format!(
+                    "{family} on {d:?}: pods' copies without the device's own"
+                ));
+            };
             (sum > limit + 1e-9).then(|| format!("{family} on {d:?}: shares {sum} over {limit}"))
         })
         .collect()
