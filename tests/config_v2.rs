@@ -145,3 +145,57 @@ fn version_2_is_refused_when_emulating_4_8_2() {
         "{err}"
     );
 }
+
+/// A collection slower than the all-fields one (`every: 5s` under `every: 1s`): its field
+/// is fresh for its own 5 s (+ slack), so every scrape serves it, not one in two.
+#[test]
+fn a_slower_collection_is_served_on_every_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "version: 2\n\
+         metrics:\n\
+         \x20 fields:\n\
+         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
+         \x20   - {name: DCGM_FI_DEV_POWER_USAGE, prometheusType: gauge, help: p}\n\
+         collections:\n\
+         \x20 - {name: scrape, every: 1s, metrics: {include: [\"*\"]}}\n\
+         \x20 - {name: slow-power, every: 5s, metrics: {include: [DCGM_FI_DEV_POWER_USAGE]}}\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    sim_built();
+    let mut child = cmd.spawn().unwrap();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !matches!(http_get(&url), Ok((200, b)) if b.contains("DCGM_FI_DEV_POWER_USAGE{")) {
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        assert!(std::time::Instant::now() < deadline, "no power within 30 s");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let mut missing = Vec::new();
+    for i in 0..12 {
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let (_, body) = http_get(&url).unwrap();
+        let page = parse(&body);
+        assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1, "scrape {i}");
+        if series(&page, "DCGM_FI_DEV_POWER_USAGE").is_empty() {
+            missing.push(i);
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        missing.is_empty(),
+        "power missing on scrapes {missing:?} of 12"
+    );
+}

@@ -150,3 +150,75 @@ fn a_gpu_lost_at_start_is_expected_and_counted_lost() {
     // Not watched, so no per-GPU series for it.
     assert_eq!(action(&page, "2"), None);
 }
+
+/// A node-level incident (DCGM's entity NONE: the IMEX daemon not ready on GB200/GB300) is
+/// the node's: every GPU gets its action, under `health_node`, and every GPU's health
+/// status shows it; it is not GPU 0's, whose entity id it shares.
+#[test]
+fn a_node_level_incident_is_every_gpus_not_gpu_0s() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("c.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+         DCGM_EXP_GPU_HEALTH_ACTION, gauge, a\n\
+         DCGM_EXP_GPU_HEALTH_STATUS, gauge, s\n",
+    )
+    .unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-f", csv.to_str().unwrap(), "-c", "200"])
+        .start();
+    wait_action(&e, "0", ("none", "none", 0.0));
+    control(&ctl, "health node 0x2 20 0 IMEX daemon is not ready");
+    // A GPU reset cannot mend the node: drain, on every GPU.
+    for g in 0..8 {
+        wait_action(&e, &g.to_string(), ("drain", "health_node", 2.0));
+    }
+    let page = e.scrape();
+    for g in 0..8 {
+        let nvlink = series(&page, "DCGM_EXP_GPU_HEALTH_STATUS")
+            .into_iter()
+            .find(|s| {
+                s.label("gpu") == Some(&g.to_string()) && s.label("health_watch") == Some("NVLINK")
+            })
+            .unwrap_or_else(|| panic!("GPU {g}: {}", dump(&page)));
+        assert_eq!(nvlink.value, 20.0, "GPU {g}: {nvlink:?}");
+    }
+    // A GPU's own failure still wins where it asks for more.
+    control(&ctl, "health 3 0x10 20 0 sm");
+    wait_action(&e, "3", ("reset_gpu", "health_mem", 3.0));
+    control(&ctl, "health_clear node");
+    control(&ctl, "health_clear 3");
+    for g in 0..8 {
+        wait_action(&e, &g.to_string(), ("none", "none", 0.0));
+    }
+}
+
+/// On a MIG GPU NVML attributes an XID to the GPU or compute instance it hit; DCGM stores it
+/// there. The GPU's action counts it, with or without `--compute-instances`.
+#[test]
+fn xids_of_mig_instances_reach_their_gpus_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .start();
+    wait_action(&e, "0", ("none", "none", 0.0));
+    // GPU 0's GPU instance 9 (a 1g.10gb): XID 13 asks to restart the workload.
+    control(&ctl, "xid 0/9 13");
+    wait_action(&e, "0", ("restart_workload", "xid", 1.0));
+    // GPU 2's second compute instance of its 7g.80gb: XID 95 asks for a reset.
+    control(&ctl, "xid 2/0/1 95");
+    wait_action(&e, "2", ("reset_gpu", "xid", 3.0));
+    // Nothing on the other GPUs.
+    for g in [1, 3, 4] {
+        wait_action(&e, &g.to_string(), ("none", "none", 0.0));
+    }
+}

@@ -407,18 +407,40 @@ fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
 
 #[test]
 fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
+    shared_gpu_per_process(
+        "4.8.4",
+        "DCGM_FI_DEV_GPU_TEMP",
+        &["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"],
+    );
+}
+
+/// 4.9.0 names the same measurements `DCGM_FI_DEV_GPU_UTIL_RATIO` (0-1) and
+/// `DCGM_FI_DEV_FB_USED_BYTES`: still per process, the device's own series kept.
+#[test]
+fn shared_gpu_per_process_fields_under_4_9_0_names() {
+    shared_gpu_per_process(
+        "4.9.0",
+        "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+        &["DCGM_FI_DEV_GPU_UTIL_RATIO", "DCGM_FI_DEV_FB_USED_BYTES"],
+    );
+}
+
+/// `temp`: an ordinary field, as the version names it.
+fn shared_gpu_per_process(version: &str, temp: &str, per_process: &[&str]) {
     let kubelet = FakeKubelet::start();
     let e = with_sim_nvml(exporter())
         .profile("a100-mixed-mig.toml")
         .args(&[
             "-k",
             "--kubernetes-virtual-gpus",
+            "--emulate-version",
+            version,
             "--pod-resources-kubelet-socket",
         ])
         .arg(kubelet.socket().to_str().unwrap())
         .start();
     // GPU 4 is a whole GPU that the profile runs two processes on.
-    let uuid = series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP")
+    let uuid = series(&e.scrape(), temp)
         .into_iter()
         .find(|s| s.label("gpu") == Some("4"))
         .and_then(|s| s.label("UUID"))
@@ -438,7 +460,7 @@ fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
             &[("nvidia.com/gpu", &[&format!("{uuid}::1")])],
         ),
     ]);
-    let page = e.scrape_until(10, |s| with_pod(s, "DCGM_FI_DEV_GPU_TEMP").len() == 2);
+    let page = e.scrape_until(10, |s| with_pod(s, temp).len() == 2);
     let on_gpu4 = |name: &str| -> Vec<(Option<String>, Option<String>)> {
         let mut v: Vec<_> = series(&page, name)
             .into_iter()
@@ -458,13 +480,29 @@ fn shared_gpu_is_duplicated_per_pod_with_per_process_fields() {
         (Some("worker-b".to_string()), Some("1".to_string())),
     ];
     // Ordinary fields: one series per pod, the device series gone.
-    assert_eq!(on_gpu4("DCGM_FI_DEV_GPU_TEMP"), pods);
+    assert_eq!(on_gpu4(temp), pods);
     // Per-process fields: the device series stays, plus one per pod.
-    for f in ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"] {
+    for &f in per_process {
         let got = on_gpu4(f);
         assert_eq!(got.len(), 3, "{f}: {got:?}");
         assert_eq!(got[0], (None, None), "{f}");
         assert_eq!(got[1..], pods, "{f}");
+        // The pods' shares never exceed the device's own value (here: no pod UID is
+        // known, so each pod's share is 0, never a copy of the whole GPU's value).
+        let of_gpu4 = || {
+            series(&page, f)
+                .into_iter()
+                .filter(|s| s.label("gpu") == Some("4"))
+        };
+        let device = of_gpu4().find(|s| s.label("pod").is_none()).unwrap().value;
+        let shares: f64 = of_gpu4()
+            .filter(|s| s.label("pod").is_some())
+            .map(|s| s.value)
+            .sum();
+        assert!(
+            shares <= device,
+            "{f}: pods {shares} over the device's {device}"
+        );
     }
     assert!(!e.stderr().contains("per-process data"), "{}", e.stderr());
 }

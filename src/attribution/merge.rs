@@ -8,6 +8,7 @@ use super::nvml::Process;
 use super::usage::share;
 use super::{dra, kubelet, mig};
 use super::{ClaimMap, ClaimRef, IdType, Options, PodMetadata, PodRef, Snapshot};
+use crate::config::base_units::{Op, BASE_UNITS};
 use crate::model::{Page, Series};
 use std::collections::HashMap;
 
@@ -129,12 +130,33 @@ enum PerProcess {
     MemoryMib,
 }
 
-fn per_process_field(name: &str) -> Option<PerProcess> {
-    match name {
-        "DCGM_FI_DEV_GPU_UTIL" | "dcgm_gpu_utilization" => Some(PerProcess::SmUtil),
-        "DCGM_FI_DEV_FB_USED" | "dcgm_fb_used" => Some(PerProcess::MemoryMib),
-        _ => None,
+/// `DCGM_FI_DEV_GPU_UTIL` (integer percent) and `DCGM_FI_DEV_FB_USED` (MiB).
+const GPU_UTIL: u16 = 203;
+const FB_USED: u16 = 252;
+
+/// What a family of DCGM field `field` is per process, and the conversion of a legacy value
+/// to the family's unit: a release names a measurement as it likes (`dcgm_gpu_utilization`,
+/// `DCGM_FI_DEV_GPU_UTIL`, `DCGM_FI_DEV_GPU_UTIL_RATIO` in percent or as a 0-1 ratio), the
+/// field the collector tagged the family with says which it is.
+fn per_process_field(field: u16) -> Option<(PerProcess, Option<Op>)> {
+    match field {
+        GPU_UTIL => Some((PerProcess::SmUtil, None)),
+        FB_USED => Some((PerProcess::MemoryMib, None)),
+        _ => {
+            let b = BASE_UNITS
+                .iter()
+                .find(|b| b.id == field && matches!(b.legacy_id, GPU_UTIL | FB_USED))?;
+            let (kind, _) = per_process_field(b.legacy_id)?;
+            Some((kind, Some(b.op)))
+        }
     }
+}
+
+/// The per-process families of a page, by name.
+fn per_process_families(page: &Page) -> HashMap<String, (PerProcess, Option<Op>)> {
+    page.families()
+        .filter_map(|f| Some((f.name().to_string(), per_process_field(f.field()?)?)))
+        .collect()
 }
 
 struct LabelNames {
@@ -216,11 +238,13 @@ pub fn pod_map(
 /// The one place where what the sources know is merged into the page's GPU series.
 pub fn merge(page: &mut Page, snap: &Snapshot, opts: &Options) {
     let names = label_names(opts.old_names);
+    let per_process = per_process_families(page);
     page.rewrite(|name, m| {
         let Some(subject) = Subject::of(&m) else {
             return vec![m];
         };
-        let series = pod_copies(name, m, &subject, snap, opts, &names);
+        let kind = per_process.get(name).copied();
+        let series = pod_copies(kind, m, &subject, snap, opts, &names);
         let series = claim_copies(series, &subject, snap, opts, &names);
         let mut series = hpc_copies(series, &subject, snap);
         let extra = source_labels(&subject, snap);
@@ -257,7 +281,7 @@ fn metadata_labels(m: &mut Series, p: &PodRef, opts: &Options) {
 /// The series with its pod's labels: the last pod on it, or in virtual-GPU mode one copy
 /// per pod (per-process fields then get each pod's share, beside the device's own value).
 fn pod_copies(
-    name: &str,
+    per_process: Option<(PerProcess, Option<Op>)>,
     m: Series,
     subject: &Subject,
     snap: &Snapshot,
@@ -280,9 +304,10 @@ fn pod_copies(
         series.push(m);
     } else {
         let procs = snap.processes.get(&subject.uuid);
-        match (per_process_field(name), procs) {
-            // The device's own value stays; each pod gets its processes' share.
-            (Some(kind), Some(procs)) => {
+        match (per_process, procs) {
+            // The device's own value stays; each pod gets its processes' share, in the
+            // family's unit.
+            (Some((kind, op)), Some(procs)) => {
                 let gi = subject
                     .instance
                     .as_deref()
@@ -291,7 +316,8 @@ fn pod_copies(
                     .iter()
                     .map(|p| {
                         let uid = p.meta.as_ref().map(|x| x.uid.as_str());
-                        pod_share(procs, &snap.pid_pods, uid, gi, kind)
+                        let v = pod_share(procs, &snap.pid_pods, uid, gi, kind, op.is_some());
+                        op.map_or(v, |op| op.apply(v))
                     })
                     .collect();
                 if kind == PerProcess::SmUtil {
@@ -420,6 +446,7 @@ fn pod_share(
     uid: Option<&str>,
     gpu_instance: Option<u32>,
     kind: PerProcess,
+    exact_bytes: bool,
 ) -> f64 {
     let Some(uid) = uid.filter(|u| !u.is_empty()) else {
         return 0.0;
@@ -431,6 +458,11 @@ fn pod_share(
         .map(|p| match kind {
             // The mean of every sample since the previous collection.
             PerProcess::SmUtil => share::interval_mean(p),
+            // Whole MiB as DCGM's field reports them; exact for a family in bytes, whose
+            // conversion multiplies by 2^20 again.
+            PerProcess::MemoryMib if exact_bytes => {
+                p.memory_bytes.unwrap_or(0) as f64 / 1_048_576.0
+            }
             PerProcess::MemoryMib => (p.memory_bytes.unwrap_or(0) / (1024 * 1024)) as f64,
         })
         .sum()

@@ -68,6 +68,7 @@ pub fn hpc_consumers(
                 labels: vec![(HPC_JOB_LABEL.to_string(), id.clone())],
                 owner: Some(Owner::Job(id.clone())),
                 replica: false,
+                source: super::usage::HPC,
             };
             add(into, ((*uuid).clone(), gi), c);
         }
@@ -79,10 +80,16 @@ mod tests {
     use super::*;
 
     fn consumer(label: &str, value: &str, owner: Owner) -> Consumer {
+        let source = match owner {
+            Owner::Job(_) => crate::attribution::usage::HPC,
+            Owner::Container(_) => crate::attribution::usage::CONTAINERS,
+            Owner::Pod(_) => crate::attribution::usage::KUBELET,
+        };
         Consumer {
             labels: vec![(label.into(), value.into())],
             owner: Some(owner),
             replica: false,
+            source,
         }
     }
 

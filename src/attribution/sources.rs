@@ -277,10 +277,18 @@ impl Attribution {
     ) {
         let Some(u) = self.usage.as_mut() else { return };
         let now = std::time::Instant::now();
+        // Sources failing now tell nothing about who left (see `usage::Inputs::failed`).
+        let failed: BTreeSet<&'static str> = self
+            .states
+            .iter()
+            .filter(|(_, st)| st.error.is_some())
+            .map(|(name, _)| *name)
+            .collect();
         let inputs = usage::Inputs {
             consumers: &snap.consumers,
             processes: &snap.processes,
             owners: &snap.pid_owners,
+            failed: &failed,
         };
         let dropped = u.account(readings, &inputs, now);
         u.add_to(page, now);

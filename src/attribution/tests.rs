@@ -500,6 +500,8 @@ fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
             );
         }
     }
+    page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
+    page.set_field("DCGM_FI_DEV_FB_USED", 252);
     merge(&mut page, &snap, &o);
     let out = series(page);
     let of = |uuid: &str, pod: bool| {
@@ -532,6 +534,100 @@ fn virtual_gpus_keep_unused_devices_and_add_per_pod_process_values() {
             .count(),
         2
     );
+}
+
+/// Each pod's UID is its name.
+struct UidIsName;
+impl PodMetadata for UidIsName {
+    fn lookup(&self, _: &str, pod: &str) -> Option<PodMeta> {
+        Some(PodMeta {
+            uid: pod.into(),
+            labels: Vec::new(),
+        })
+    }
+}
+
+/// Four pods sharing GPU-1, each running one process at 20 % SM with 1 GiB + 512 bytes.
+fn four_pods_on_one_gpu(o: &Options) -> Snapshot {
+    let ids: Vec<String> = (0..4).map(|i| format!("GPU-1::{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let allocs = mock_kubelet("nvidia.com/gpu", &ids);
+    let processes = (0..4)
+        .map(|i| Process {
+            pid: 100 + i,
+            gpu_instance: None,
+            sm_util: Some(20),
+            samples: Vec::new(),
+            memory_bytes: Some((1 << 30) + 512),
+        })
+        .collect();
+    Snapshot {
+        pods: pod_map(&allocs, o, &mock_mig, &mock_index, Some(&UidIsName)),
+        processes: HashMap::from([("GPU-1".to_string(), processes)]),
+        pid_pods: (0..4).map(|i| (100 + i, format!("gpu-pod-{i}"))).collect(),
+        ..Snapshot::default()
+    }
+}
+
+/// The pods' values of one family, sorted.
+fn pod_values(page: Page, family: &str) -> Vec<f64> {
+    let text = String::from_utf8(crate::output::render::encode(&page)).unwrap();
+    let mut v: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")) && l.contains("pod=\""))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+        .collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+// dcgm-exporter 4.9.0's names with virtual GPUs: each pod's share is found by the field the
+// family holds and given in the family's unit (a 0-1 ratio, bytes), never the whole GPU's.
+#[test]
+fn per_process_shares_follow_the_field_and_unit_not_the_name() {
+    let mut o = opts();
+    o.virtual_gpus = true;
+    let snap = four_pods_on_one_gpu(&o);
+    let one = |name: &str, field: Option<u16>, device: f64| {
+        let mut page = Page::default();
+        page.add(
+            name,
+            "h",
+            PromType::Gauge,
+            &[("gpu", "1"), ("UUID", "GPU-1"), ("device", "nvidia1")],
+            device,
+        );
+        if let Some(f) = field {
+            page.set_field(name, f);
+        }
+        merge(&mut page, &snap, &o);
+        pod_values(page, name)
+    };
+    // 4.9.0: field 1613 (or 203 read and converted), a ratio: 0.2 each, under the GPU's 0.9.
+    assert_eq!(one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(1613), 0.9), [0.2; 4]);
+    // Four pods at 20 % on a GPU at 0.5: scaled down to add up to the GPU's value.
+    let shares = one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(1613), 0.5);
+    assert!(
+        (shares.iter().sum::<f64>() - 0.5).abs() < 1e-9,
+        "{shares:?}"
+    );
+    // 4.9.0: bytes, exactly.
+    let bytes = ((1u64 << 30) + 512) as f64;
+    assert_eq!(
+        one("DCGM_FI_DEV_FB_USED_BYTES", Some(1627), 8e9),
+        [bytes; 4]
+    );
+    // 4.8.x: the same name is field 203 in percent; FB_USED in whole MiB.
+    assert_eq!(
+        one("DCGM_FI_DEV_GPU_UTIL_RATIO", Some(203), 90.0),
+        [20.0; 4]
+    );
+    assert_eq!(one("dcgm_fb_used", Some(252), 8000.0), [1024.0; 4]);
+    // A family the collector did not tag is no per-process field, whatever its name: each
+    // pod's copy carries the device's value, as for any other field.
+    assert_eq!(one("DCGM_FI_DEV_GPU_UTIL", None, 90.0), [90.0; 4]);
+    // Another base-unit field is not per process.
+    assert_eq!(one("DCGM_FI_DEV_FB_FREE_BYTES", Some(1626), 5.0), [5.0; 4]);
 }
 
 struct FixedUid(&'static str);

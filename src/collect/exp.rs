@@ -4,13 +4,13 @@
 use crate::collect::failures::{self, Failures, Outcome};
 use crate::collect::fields;
 use crate::collect::health;
-use crate::collect::targets::Target;
+use crate::collect::targets::{self, Target};
 use crate::collect::topology::Topology;
 use crate::collect::{watch_all, Settings};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
 use crate::config::selector::IdSet;
 use crate::model::Page;
-use dcgm_sys::{health_system, Entity, FieldGroup, Group, Reading, Session, Value};
+use dcgm_sys::{health_system, Entity, EntityGroup, FieldGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
 
 /// Clock-event reason bits and their `clock_event` label (dcgm_fields.h
@@ -287,10 +287,12 @@ impl Health {
         let Some(row) = &self.row else { return };
         for t in &self.targets {
             for (watch, bit) in HEALTH_WATCHES {
+                // A node-level incident (entity NONE) is every GPU's too.
                 let worst = resp
                     .incidents
                     .iter()
-                    .filter(|i| i.entity == t.entity && (i.system & bit) != 0)
+                    .filter(|i| i.entity == t.entity || i.entity.group == EntityGroup::None)
+                    .filter(|i| (i.system & bit) != 0)
                     .max_by_key(|i| i.health);
                 let (value, code) = match worst {
                     Some(i) => (
@@ -362,6 +364,10 @@ struct Actions {
     window_ms: u64,
     /// XID and recovery-action watches of the whole GPUs; empty when refused.
     watches: Vec<(Group, FieldGroup)>,
+    /// The GPU index of each GPU and compute instance, whose XIDs are its GPU's.
+    instances: HashMap<Entity, u32>,
+    /// XID watches of those instances; empty when refused or without MIG.
+    instance_watches: Vec<(Group, FieldGroup)>,
 }
 
 impl Actions {
@@ -392,13 +398,18 @@ impl Actions {
             ev.entry(g).or_default().lost = lost_now.contains(&g) || !listed.contains(&g);
         }
         let since = now_us() - (self.window_ms as i64) * 1000;
-        for (g, fg) in &self.watches {
+        for (g, fg) in self.watches.iter().chain(&self.instance_watches) {
             let (samples, _) = session.values_since(g, fg, since.max(0))?;
             for s in samples {
                 let Reading::Value(Value::Int64(v)) = s.reading else {
                     continue;
                 };
-                let Some(e) = ev.get_mut(&s.entity.id) else {
+                // An instance's XID is its GPU's.
+                let gpu = match s.entity.group {
+                    EntityGroup::Gpu => Some(s.entity.id),
+                    _ => self.instances.get(&s.entity).copied(),
+                };
+                let Some(e) = gpu.and_then(|g| ev.get_mut(&g)) else {
                     continue;
                 };
                 if s.field_id == fields::XID_ERRORS && v != 0 {
@@ -432,8 +443,25 @@ impl Actions {
                 .map(|r| r.incidents.as_slice())
                 .unwrap_or_default()
             {
-                if let Some(e) = ev.get_mut(&i.entity.id) {
-                    e.incidents.push((i.system, i.health, i.code));
+                let incident = (i.system, i.health, i.code);
+                match i.entity.group {
+                    // Node-level: every GPU's, under its own reason.
+                    EntityGroup::None => {
+                        for e in ev.values_mut() {
+                            e.node_incidents.push(incident);
+                        }
+                    }
+                    EntityGroup::Gpu => {
+                        if let Some(e) = ev.get_mut(&i.entity.id) {
+                            e.incidents.push(incident);
+                        }
+                    }
+                    _ => {
+                        let gpu = self.instances.get(&i.entity).copied();
+                        if let Some(e) = gpu.and_then(|g| ev.get_mut(&g)) {
+                            e.incidents.push(incident);
+                        }
+                    }
                 }
             }
             for t in &self.targets {
@@ -678,7 +706,10 @@ impl ExpCollectors {
     }
 
     pub fn stop(self, session: &Session) {
-        let action_watches = self.actions.iter().flat_map(|a| &a.watches);
+        let action_watches = self
+            .actions
+            .iter()
+            .flat_map(|a| a.watches.iter().chain(&a.instance_watches));
         for (g, fg) in self
             .windowed
             .iter()
@@ -725,10 +756,17 @@ impl Actions {
             node_labels: settings
                 .hostname
                 .iter()
-                .map(|h| ("Hostname", h.clone()))
+                .map(|h| (targets::hostname_label(settings.emulate), h.clone()))
                 .collect(),
             window_ms: settings.xid_window_ms,
             watches: Vec::new(),
+            instances: topology
+                .mig_rows
+                .iter()
+                .filter_map(|m| Some((m.entity, gpu_of(&topology.mig_rows, m)?)))
+                .filter(|(_, g)| whole_gpus.iter().any(|t| t.gpu == Some(*g)))
+                .collect(),
+            instance_watches: Vec::new(),
         };
         if a.action_row.is_none() || whole_gpus.is_empty() {
             return Ok(Some(a));
@@ -756,6 +794,59 @@ impl Actions {
             Err(e) if failures::is_fatal(&e) => return Err(e),
             Err(e) => failures.refused_at_start(&source, &e),
         }
+        a.instance_watches = a.watch_instances(session, settings)?;
         Ok(Some(a))
+    }
+
+    /// The XIDs of every GPU and compute instance (whether or not `--compute-instances`
+    /// exports them): a library that will not watch them leaves the GPUs' own to decide.
+    fn watch_instances(
+        &self,
+        session: &Session,
+        settings: &Settings,
+    ) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+        let mut ents: Vec<Entity> = self.instances.keys().copied().collect();
+        if ents.is_empty() {
+            return Ok(Vec::new());
+        }
+        ents.sort_by_key(|e| (e.group != EntityGroup::GpuInstance, e.id));
+        let (keep_age_s, keep_samples) = settings.window_retention(self.window_ms);
+        match watch_all(
+            session,
+            "dcgm-exporter-health-action-mig",
+            &ents,
+            &[fields::XID_ERRORS],
+            settings.interval_ms,
+            keep_age_s,
+            keep_samples,
+        ) {
+            Ok(w) => {
+                for (f, e) in &w.refused {
+                    tracing::info!(
+                        "{}: field {f} not watched on MIG instances: {e}",
+                        self.source()
+                    );
+                }
+                Ok(w.watches)
+            }
+            Err(e) if failures::is_fatal(&e) => Err(e),
+            Err(e) => {
+                tracing::info!("{}: XIDs of MIG instances not watched: {e}", self.source());
+                Ok(Vec::new())
+            }
+        }
+    }
+}
+
+/// The GPU index a GPU or compute instance belongs to (a compute instance through its GPU
+/// instance).
+fn gpu_of(rows: &[dcgm_sys::MigEntity], m: &dcgm_sys::MigEntity) -> Option<u32> {
+    match m.parent.group {
+        EntityGroup::Gpu => Some(m.parent.id),
+        EntityGroup::GpuInstance => rows
+            .iter()
+            .find(|p| p.entity == m.parent)
+            .and_then(|p| (p.parent.group == EntityGroup::Gpu).then_some(p.parent.id)),
+        _ => None,
     }
 }

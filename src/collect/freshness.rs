@@ -1,12 +1,17 @@
 //! How old a DCGM sample may be and still be served.
 //!
-//! Promise: no series is served whose DCGM timestamp is older than 2 x the collect interval
-//! + 1 s. Two checks keep it:
-//! * at collection, a sample older than 1 x interval + 1 s is dropped (a watched field is
-//!   re-sampled every interval, so an older one means the engine stopped sampling it);
-//! * the page then carries the time of its oldest sample, and the server stops serving it
-//!   once that sample is 2 x interval + 1 s old (`output::published::Shared::page`), whatever the
-//!   collection loop is doing.
+//! Promise: no series is served whose DCGM timestamp is older than its field's watch
+//! interval + the collect interval + 1 s. A field's watch interval is the collect interval
+//! (`-c`), or that of the config file's watch group (`collections[].every`,
+//! `watchGroups[].interval`) that takes it. Two checks keep it:
+//! * at collection, a sample older than its field's watch interval + 1 s is dropped (a
+//!   watched field is re-sampled every watch interval, so an older one means the engine
+//!   stopped sampling it); a field watched every 5 s under `-c 1000` is served on every
+//!   scrape, its sample up to 6 s old;
+//! * the page then carries the time of its oldest sample (a field watched at another
+//!   interval than `-c` counted as if taken that difference later), and the server stops
+//!   serving it once that sample is 2 x the collect interval + 1 s old
+//!   (`output::published::Shared::page`), whatever the collection loop is doing.
 //!
 //! Event-driven fields are the exception: DCGM stores a sample of
 //! `DCGM_FI_DEV_XID_ERRORS` only when an XID happens (checked against DCGM 4.6: with no
@@ -20,7 +25,7 @@
 
 use super::fields;
 use dcgm_sys::{Entity, FieldReading, Reading};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Fields DCGM updates on events rather than by polling.
@@ -41,9 +46,21 @@ pub fn max_served_age(interval: Duration) -> Duration {
     interval * 2 + SLACK
 }
 
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+fn cutoff(now_us: i64, interval: Duration) -> i64 {
+    now_us.saturating_sub(micros(max_read_age(interval)))
+}
+
 /// Sample ages seen by one collection.
 #[derive(Clone, Debug)]
 pub struct Freshness {
+    now_us: i64,
+    interval: Duration,
+    /// The fields watched at another interval than the collect interval, with theirs.
+    own: HashMap<u16, Duration>,
     cutoff_us: i64,
     oldest_us: i64,
     /// Entities with a fresh polled value in the readings seen so far.
@@ -58,10 +75,30 @@ impl Freshness {
     /// health, P2P) are as of this time.
     pub fn new(now_us: i64, interval: Duration) -> Freshness {
         Freshness {
-            cutoff_us: now_us.saturating_sub(max_read_age(interval).as_micros() as i64),
+            now_us,
+            interval,
+            own: HashMap::new(),
+            cutoff_us: cutoff(now_us, interval),
             oldest_us: now_us,
             live: HashSet::new(),
             polled: HashSet::new(),
+        }
+    }
+
+    /// The fields a watch group samples at its own interval (others: the collect interval).
+    pub fn with_field_intervals(mut self, own: HashMap<u16, Duration>) -> Freshness {
+        self.own = own;
+        self
+    }
+
+    fn interval_of(&self, field: u16) -> Duration {
+        self.own.get(&field).copied().unwrap_or(self.interval)
+    }
+
+    fn cutoff_of(&self, field: u16) -> i64 {
+        match self.own.get(&field) {
+            Some(&i) => cutoff(self.now_us, i),
+            None => self.cutoff_us,
         }
     }
 
@@ -69,7 +106,7 @@ impl Freshness {
     pub fn observe(&mut self, readings: &[FieldReading]) {
         for r in readings.iter().filter(|r| !event_driven(r.field_id)) {
             self.polled.insert(r.entity);
-            if matches!(r.reading, Reading::Value(_)) && r.ts_us >= self.cutoff_us {
+            if matches!(r.reading, Reading::Value(_)) && r.ts_us >= self.cutoff_of(r.field_id) {
                 self.live.insert(r.entity);
             }
         }
@@ -81,10 +118,16 @@ impl Freshness {
         if event_driven(field) {
             return self.live.contains(&entity) || !self.polled.contains(&entity);
         }
-        if ts_us < self.cutoff_us {
+        if ts_us < self.cutoff_of(field) {
             return false;
         }
-        self.oldest_us = self.oldest_us.min(ts_us);
+        // Served until its own interval + the collect interval + slack have passed: as a
+        // sample of the collect interval taken (own - collect) later.
+        let own = micros(self.interval_of(field));
+        let shifted = ts_us
+            .saturating_add(own)
+            .saturating_sub(micros(self.interval));
+        self.oldest_us = self.oldest_us.min(shifted);
         true
     }
 
@@ -149,6 +192,37 @@ mod tests {
         assert!(!f.admit(gpu(1), fields::XID_ERRORS, NOW - 10 * S));
         // With nothing polled to tell, the event stands.
         assert!(f.admit(gpu(2), fields::XID_ERRORS, NOW - 10 * S));
+    }
+
+    /// A watch group slower than the collect interval (`every: 5s` under `every: 1s`): its
+    /// samples are fresh for 5 s + slack, the other fields' for 1 s + slack; the page is
+    /// served as long as the slow sample is within its own bound.
+    #[test]
+    fn each_field_is_fresh_for_its_own_watch_interval() {
+        const POWER: u16 = 155;
+        let f = || {
+            Freshness::new(NOW, Duration::from_secs(1))
+                .with_field_intervals(HashMap::from([(POWER, Duration::from_secs(5))]))
+        };
+        let mut a = f();
+        assert!(a.admit(gpu(0), POWER, NOW - 5 * S));
+        assert!(a.admit(gpu(0), POWER, NOW - 6 * S));
+        assert!(!a.admit(gpu(0), POWER, NOW - 6 * S - 1));
+        assert!(!a.admit(gpu(0), TEMP, NOW - 2 * S - 1));
+        // Served until 5 s + 1 s + 1 s after it was taken: as a 1 s sample taken 4 s later.
+        assert_eq!(a.oldest_us(), NOW - 6 * S + 4 * S);
+        let served_until =
+            a.oldest_us() + max_served_age(Duration::from_secs(1)).as_micros() as i64;
+        assert_eq!(served_until, NOW - 6 * S + 7 * S);
+        // A slow field's sample keeps its entity alive for its XIDs.
+        let mut b = f();
+        b.observe(&[reading(
+            0,
+            POWER,
+            NOW - 4 * S,
+            Reading::Value(Value::Int64(300)),
+        )]);
+        assert!(b.admit(gpu(0), fields::XID_ERRORS, NOW - 100 * S));
     }
 
     #[test]

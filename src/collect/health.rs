@@ -8,7 +8,13 @@
 //!   `nvmlDeviceGpuRecoveryAction_t`), `reason="recovery_action"`;
 //! * the XIDs seen in the XID window, classed by `etc/data/xid-actions.csv` (NVIDIA's Xid
 //!   Catalog, immediate-action bucket), `reason="xid"`;
-//! * failed DCGM health watches, `reason="health_<watch>"`.
+//! * failed DCGM health watches, `reason="health_<watch>"`;
+//! * failed node-level health incidents (DCGM's entity NONE, e.g. the IMEX daemon not
+//!   ready on GB200/GB300), on every GPU of the node, `reason="health_node"`: a GPU reset
+//!   cannot fix the node, so what would reset a GPU drains it instead.
+//!
+//! XIDs count for the GPU whatever entity DCGM stores them on: the GPU itself, or one of
+//! its GPU or compute instances (NVML attributes an XID to the MIG instance it hit).
 //!
 //! Every label value comes from the fixed lists below, so the series has at most one
 //! label set per GPU at a time and a bounded number over its life.
@@ -154,6 +160,20 @@ pub struct Evidence {
     pub xids: Vec<i64>,
     /// (system bit, health, code) of each health incident.
     pub incidents: Vec<(u32, u32, u32)>,
+    /// (system bit, health, code) of each node-level health incident (entity NONE).
+    pub node_incidents: Vec<(u32, u32, u32)>,
+}
+
+/// The reason of an action asked for by a node-level health incident.
+pub const NODE_REASON: &str = "health_node";
+
+/// What a node-level incident asks of each GPU: a GPU reset cannot mend the node (drain it
+/// instead); the rest as for a GPU's own incident.
+pub fn node_health_action(system: u32, health: u32, code: u32) -> Action {
+    match health_action(system, health, code) {
+        Action::ResetGpu | Action::Replace => Action::Drain,
+        a => a,
+    }
 }
 
 /// The most disruptive action asked for and the first source (in the order of the
@@ -180,6 +200,9 @@ pub fn decide(e: &Evidence) -> (Action, &'static str) {
             .find(|(bit, _)| bit & system != 0)
             .map_or("health_other", |(_, r)| r);
         offer(health_action(*system, *health, *code), reason);
+    }
+    for (system, health, code) in &e.node_incidents {
+        offer(node_health_action(*system, *health, *code), NODE_REASON);
     }
     best
 }
@@ -318,6 +341,30 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(decide(&e), (Action::Replace, "health_mem"));
+    }
+
+    /// A node-level failure asks each GPU for what the node needs: never a GPU reset or a
+    /// replacement; a GPU's own incident that asks for more still wins.
+    #[test]
+    fn node_incidents_ask_each_gpu_for_what_the_node_needs() {
+        let node = |system, code| Evidence {
+            node_incidents: vec![(system, 20, code)],
+            ..Default::default()
+        };
+        assert_eq!(decide(&node(hs::NVLINK, 0)), (Action::Drain, NODE_REASON));
+        assert_eq!(decide(&node(hs::INFOROM, 0)), (Action::Drain, NODE_REASON));
+        assert_eq!(
+            decide(&node(hs::PCIE, 0)),
+            (Action::RebootNode, NODE_REASON)
+        );
+        let warn = Evidence {
+            node_incidents: vec![(hs::NVLINK, 10, 0)],
+            ..Default::default()
+        };
+        assert_eq!(decide(&warn), (Action::None, "none"));
+        let mut both = node(hs::NVLINK, 0);
+        both.incidents.push((hs::MEM, 20, 0));
+        assert_eq!(decide(&both), (Action::ResetGpu, "health_mem"));
     }
 
     #[test]

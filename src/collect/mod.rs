@@ -142,6 +142,9 @@ pub struct Collector {
     mig_layout: Vec<dcgm_sys::MigEntity>,
     topology: Topology,
     interval: std::time::Duration,
+    /// Fields a watch group samples at another interval than `interval`, with theirs: each
+    /// sample's freshness is judged by its own.
+    field_intervals: HashMap<u16, std::time::Duration>,
     failures: Failures,
     /// Explicit selections that match no entity here (see `targets::unmatched`).
     unmatched: Vec<String>,
@@ -326,6 +329,7 @@ impl Collector {
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
         let mig_layout = topology.mig_rows.clone();
+        let field_intervals = own_intervals(&sets, &settings);
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
@@ -338,6 +342,7 @@ impl Collector {
             mig_layout,
             topology,
             interval: std::time::Duration::from_millis(settings.interval_ms),
+            field_intervals,
             failures,
             low_cardinality,
             info: None,
@@ -400,7 +405,8 @@ impl Collector {
     pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
         self.failures.flush_start(page);
         let mut outcome = Outcome::default();
-        let mut fresh = freshness::Freshness::new(now_us(), self.interval);
+        let mut fresh = freshness::Freshness::new(now_us(), self.interval)
+            .with_field_intervals(self.field_intervals.clone());
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         for active in &self.sets {
             let source = format!("{} fields", active.set.kind.name());
@@ -503,6 +509,8 @@ impl Collector {
                     page.add(&c.name, &c.help, c.prom_type, own, value);
                 }
             }
+            // A base-unit row holds its own field's unit, whichever field it is read from.
+            page.set_field(&c.name, c.unit.map_or(fid, |b| b.id));
         }
     }
 
@@ -564,6 +572,16 @@ fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters
         }
     }
     Ok(Arc::new(bound))
+}
+
+/// The watched fields a watch group samples at another interval than `-c`, with theirs.
+fn own_intervals(sets: &[ActiveSet], settings: &Settings) -> HashMap<u16, std::time::Duration> {
+    sets.iter()
+        .flat_map(|a| &a.set.fields)
+        .map(|&f| (f, settings.watch_interval_ms(f)))
+        .filter(|&(_, ms)| ms != settings.interval_ms)
+        .map(|(f, ms)| (f, std::time::Duration::from_millis(ms)))
+        .collect()
 }
 
 /// A label row's value: a base-unit row read from its legacy field is converted here too.

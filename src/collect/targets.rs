@@ -91,14 +91,20 @@ pub struct Options<'a> {
 }
 
 impl Options<'_> {
-    /// `hostname` from upstream 4.8.3 (d5e5f51, #655), `Hostname` before; links always had
-    /// `hostname` (upstream's link template never used `Hostname`).
     fn hostname_label(&self) -> &'static str {
-        if self.emulate.at_least_4_8_3() {
-            "hostname"
-        } else {
-            "Hostname"
-        }
+        hostname_label(self.emulate)
+    }
+}
+
+/// The hostname label of an entity's series, and of every series the exporter adds (node
+/// series such as `DCGM_EXP_GPU_COUNT` too): `hostname` from upstream 4.8.3 (d5e5f51,
+/// #655), `Hostname` before; links always had `hostname` (upstream's link template never
+/// used `Hostname`).
+pub fn hostname_label(emulate: UpstreamVersion) -> &'static str {
+    if emulate.at_least_4_8_3() {
+        "hostname"
+    } else {
+        "Hostname"
     }
 }
 

@@ -261,6 +261,13 @@ impl Interval {
         if ms == 0 {
             return Err(format!("{file}: {key}: must be greater than 0"));
         }
+        // DCGM takes a watch's frequency in microseconds as an i64, as for -c.
+        if ms > crate::config::duration::MAX_MS {
+            return Err(format!(
+                "{file}: {key}: {ms} ms is too large (at most {} milliseconds)",
+                crate::config::duration::MAX_MS
+            ));
+        }
         Ok(ms)
     }
 }
@@ -1048,6 +1055,9 @@ mod tests {
             ("version: 2\n? [metrics]\n: value\n", "line 2"),
             ("version: 2\ncollections:\n  - name: scrape\n    every: 30000\n    metrics:\n      include: [\"*\"]\n", "missing unit"),
             ("version: 2\ncollections:\n  - name: scrape\n    every: 500us\n    metrics:\n      include: [\"*\"]\n", "whole milliseconds"),
+            ("version: 2\ncollections:\n  - name: scrape\n    every: 1s\n    metrics:\n      include: [\"*\"]\n  - name: slow\n    every: 20000000000000000ms\n    metrics:\n      include: [DCGM_FI_DEV_GPU_TEMP]\n", "collections[1].every: '20000000000000000ms' is out of range"),
+            ("version: 1\ncollection:\n  watchGroups:\n    - {name: g, interval: 20000000000000000, fields: [DCGM_FI_DEV_GPU_TEMP]}\n", "collection.watchGroups[0].interval: 20000000000000000 ms is too large"),
+            ("version: 1\ncollection:\n  interval: 9223372036854776\n", "collection.interval: 9223372036854776 ms is too large (at most 9223372036854775 milliseconds)"),
             ("version: 2\ncollections:\n  - name: scrape\n    every: 30s\n    metrics: {}\n", "collections[0].metrics.include must not be empty"),
             ("version: 2\ncollections:\n  - name: scrape\n    every: 30s\n    metrics:\n      include: []\n", "collections[0].metrics.include must not be empty"),
             ("version: 2\nserver:\n  maxConcurrentScrapes: 0\n", "server.maxConcurrentScrapes must be greater than 0"),

@@ -196,6 +196,10 @@ struct Family {
     name: String,
     help: String,
     ty: PromType,
+    /// The DCGM field whose values the family holds, in the unit it is exported in (a
+    /// base-unit row's own id, whichever field it is read from): later stages find a
+    /// measurement by field, never by the name it is exported under in one release.
+    field: Option<u16>,
     rows: Vec<Row>,
     /// Label-set hash -> the first row with that hash (duplicates are found through it).
     seen: SeenMap,
@@ -205,6 +209,7 @@ impl Family {
     fn reset(&mut self, help: &str, ty: PromType) {
         help.clone_into(&mut self.help);
         self.ty = ty;
+        self.field = None;
         self.rows.clear();
         self.seen.clear();
     }
@@ -454,6 +459,7 @@ impl Page {
                 name: name.to_string(),
                 help: help.to_string(),
                 ty,
+                field: None,
                 rows: Vec::new(),
                 seen: SeenMap::default(),
             },
@@ -489,6 +495,14 @@ impl Page {
         } else if !Self::admit(&mut self.families[idx], &self.store, row) {
             self.store.truncate(&row);
             self.drop_value(DropReason::Duplicate);
+        }
+    }
+
+    /// Says which DCGM field family `name` holds (see `Family::field`); nothing when the
+    /// page has no such family.
+    pub fn set_field(&mut self, name: &str, field: u16) {
+        if let Some(&i) = self.index.get(name) {
+            self.families[i].field = Some(field);
         }
     }
 
@@ -539,6 +553,9 @@ impl Page {
                         .map(|p| (other.keys.name(p.key), other.store.value(p))),
                 );
                 self.add(&fam.name, &fam.help, fam.ty, &labels, row.value);
+            }
+            if let Some(f) = fam.field {
+                self.set_field(&fam.name, f);
             }
         }
     }
@@ -625,6 +642,11 @@ impl<'a> FamilyRef<'a> {
 
     pub fn prom_type(&self) -> PromType {
         self.fam.ty
+    }
+
+    /// The DCGM field the family holds, in its exported unit (`None`: not a DCGM field).
+    pub fn field(&self) -> Option<u16> {
+        self.fam.field
     }
 
     /// Counter, or gauge for every other type: a DCGM field is one number, it cannot be a

@@ -91,8 +91,9 @@ impl Shared {
 
     /// Renders every served format of the page, once per collection.
     pub fn publish(&self, page: &Page, oldest_sample_us: i64) {
-        let expires_us =
-            oldest_sample_us.saturating_add(max_served_age(self.interval).as_micros() as i64);
+        // Saturating: the largest `-c` accepted (i64::MAX µs) must not wrap into the past.
+        let age_us = i64::try_from(max_served_age(self.interval).as_micros()).unwrap_or(i64::MAX);
+        let expires_us = oldest_sample_us.saturating_add(age_us);
         let previous = self.page.load();
         let page = Arc::new(Exposition::render_after(
             page,

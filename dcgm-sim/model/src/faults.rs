@@ -7,6 +7,7 @@
 //! | `gpu_lost G` | GPU G falls off the bus: blank values, status Lost, a PCIe health failure |
 //! | `gpu_recovered G` | undoes `gpu_lost` |
 //! | `xid G N` | XID N on GPU G: one DCGM_FI_DEV_XID_ERRORS sample, a health incident for the XIDs DCGM's health module knows |
+//! | `xid G/GI N`, `xid G/GI/CI N` | XID N attributed (as NVML does) to the GPU instance GI of GPU G, or to its compute instance CI (NVML ids, as `GPU_I_ID` / `GPU_CI_ID` show them): one DCGM_FI_DEV_XID_ERRORS sample on that instance's entity only, no health incident |
 //! | `clock_event G MASK` | the next DCGM_FI_DEV_CLOCKS_EVENT_REASONS sample of GPU G has MASK set |
 //! | `not_supported G F` | field F of GPU G reads DCGM_*_NOT_SUPPORTED (`*`: every entity) |
 //! | `restored G F` | undoes `not_supported` (and `set`) |
@@ -17,6 +18,8 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
+//! | `health_clear node` | forgets the node-level incidents |
 //! | `recovery_action G N` | DCGM_FI_DEV_GPU_RECOVERY_ACTION of GPU G reads N (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5-7 newer drivers' values) until `restored G 1523` |
 //! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
@@ -50,6 +53,21 @@ pub enum Fault {
         gpu: u32,
         xid: i64,
     },
+    /// An XID on a GPU instance (`ci: None`) or compute instance, by NVML ids.
+    InstanceXid {
+        gpu: u32,
+        gi: u32,
+        ci: Option<u32>,
+        xid: i64,
+    },
+    /// A node-level health incident (entity NONE).
+    NodeHealthIncident {
+        system: u32,
+        health: u32,
+        code: u32,
+        msg: String,
+    },
+    NodeHealthClear,
     ClockEvent {
         gpu: u32,
         reasons: i64,
@@ -231,10 +249,27 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "gpu_recovered" => Fault::GpuRecovered {
             gpu: num(w.next(), "gpu")?,
         },
-        "xid" => Fault::Xid {
-            gpu: num(w.next(), "gpu")?,
-            xid: int(w.next(), "xid")?,
-        },
+        "xid" => {
+            let at = w.next().ok_or("missing gpu")?;
+            let mut ids = at.split('/');
+            let gpu = num(ids.next(), "gpu")?;
+            let gi = ids
+                .next()
+                .map(|g| num(Some(g), "gpu instance"))
+                .transpose()?;
+            let ci = ids
+                .next()
+                .map(|c| num(Some(c), "compute instance"))
+                .transpose()?;
+            if ids.next().is_some() {
+                return Err(format!("{at}: expected G, G/GI or G/GI/CI"));
+            }
+            let xid = int(w.next(), "xid")?;
+            match gi {
+                None => Fault::Xid { gpu, xid },
+                Some(gi) => Fault::InstanceXid { gpu, gi, ci, xid },
+            }
+        }
         "clock_event" => Fault::ClockEvent {
             gpu: num(w.next(), "gpu")?,
             reasons: int(w.next(), "mask")?,
@@ -309,7 +344,9 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             state: link_state(w.next())?,
         },
         "health" => {
-            let gpu = num(w.next(), "gpu")?;
+            let at = w.next();
+            let node = at == Some("node");
+            let gpu = if node { 0 } else { num(at, "gpu")? };
             let system = int(w.next(), "system")?;
             let system = u32::try_from(system)
                 .or_else(|_| i32::try_from(system).map(|s| s as u32))
@@ -321,17 +358,29 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
                 ));
             }
             let code = num(w.next(), "code")?;
-            let msg: Vec<&str> = w.by_ref().collect();
-            Fault::HealthIncident {
-                gpu,
-                system,
-                health,
-                code,
-                msg: msg.join(" "),
+            let msg = w.by_ref().collect::<Vec<&str>>().join(" ");
+            if node {
+                Fault::NodeHealthIncident {
+                    system,
+                    health,
+                    code,
+                    msg,
+                }
+            } else {
+                Fault::HealthIncident {
+                    gpu,
+                    system,
+                    health,
+                    code,
+                    msg,
+                }
             }
         }
-        "health_clear" => Fault::HealthClear {
-            gpu: num(w.next(), "gpu")?,
+        "health_clear" => match w.next() {
+            Some("node") => Fault::NodeHealthClear,
+            gpu => Fault::HealthClear {
+                gpu: num(gpu, "gpu")?,
+            },
         },
         // Shorthand for `set G 1523 N`, checked against NVML's enum.
         "recovery_action" => {
@@ -447,6 +496,52 @@ impl ControlFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// XIDs on MIG instances and node-level incidents, and their malformed forms.
+    #[test]
+    fn instance_xids_and_node_incidents() {
+        assert_eq!(
+            parse_line("xid 0/9 13"),
+            Ok(Fault::InstanceXid {
+                gpu: 0,
+                gi: 9,
+                ci: None,
+                xid: 13
+            })
+        );
+        assert_eq!(
+            parse_line("xid 2/0/1 95"),
+            Ok(Fault::InstanceXid {
+                gpu: 2,
+                gi: 0,
+                ci: Some(1),
+                xid: 95
+            })
+        );
+        assert_eq!(
+            parse_line("health node 0x2 20 0 IMEX daemon not ready"),
+            Ok(Fault::NodeHealthIncident {
+                system: 2,
+                health: 20,
+                code: 0,
+                msg: "IMEX daemon not ready".into()
+            })
+        );
+        assert_eq!(parse_line("health_clear node"), Ok(Fault::NodeHealthClear));
+        assert_eq!(
+            parse_line("health_clear 3"),
+            Ok(Fault::HealthClear { gpu: 3 })
+        );
+        for bad in [
+            "xid 0/1/2/3 13",
+            "xid 0/x 13",
+            "xid 0/1",
+            "health nodes 2 20 0",
+            "health_clear",
+        ] {
+            assert!(parse_line(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn control_lines() {

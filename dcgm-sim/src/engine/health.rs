@@ -8,7 +8,7 @@
 //! engine restarts (or `health_clear`).
 
 use super::node::Node;
-use super::FE_GPU;
+use super::{FE_GPU, FE_NONE};
 use crate::proto::Incident;
 
 pub const SYS_PCIE: u32 = 0x1;
@@ -167,6 +167,26 @@ impl Health {
         });
     }
 
+    /// A node-level incident (entity NONE), part of every health check.
+    pub fn inject_node(&mut self, system: u32, health: u32, code: u32, msg: String) {
+        let msg = if msg.is_empty() {
+            "Health incident on the node".to_string()
+        } else {
+            msg
+        };
+        self.injected.push(Incident {
+            system,
+            health,
+            msg,
+            code,
+            entity: (FE_NONE, 0),
+        });
+    }
+
+    pub fn clear_node(&mut self) {
+        self.injected.retain(|i| i.entity.0 != FE_NONE);
+    }
+
     pub fn clear(&mut self, gpu: u32) {
         self.xids.retain(|(g, _)| *g != gpu);
         self.injected.retain(|i| i.entity != (FE_GPU, gpu));
@@ -229,6 +249,13 @@ impl Health {
                     .cloned(),
             );
         }
+        // DCGM reports the node's own incidents (entity NONE) in any group's check.
+        out.extend(
+            self.injected
+                .iter()
+                .filter(|i| i.entity.0 == FE_NONE && i.system & mask != 0)
+                .cloned(),
+        );
         (out.iter().map(|i| i.health).max().unwrap_or(0), out)
     }
 }

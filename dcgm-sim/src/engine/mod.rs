@@ -302,7 +302,7 @@ impl Engine {
             }
             Fault::Xid { gpu, xid } => {
                 if *gpu < gpus {
-                    self.world.faults.xids.push((*gpu, at, *xid));
+                    self.world.faults.xids.push(((FE_GPU, *gpu), at, *xid));
                     self.health.record_xid(*gpu, *xid);
                 } else {
                     no_gpu(*gpu);
@@ -372,6 +372,19 @@ impl Engine {
                 }
             }
             Fault::HealthClear { gpu } => self.health.clear(*gpu),
+            Fault::InstanceXid { gpu, gi, ci, xid } => match self.instance_entity(*gpu, *gi, *ci) {
+                Some(e) => self.world.faults.xids.push((e, at, *xid)),
+                None => eprintln!("dcgm-sim: fault {fault:?} ignored: no such MIG instance"),
+            },
+            Fault::NodeHealthIncident {
+                system,
+                health,
+                code,
+                msg,
+            } => self
+                .health
+                .inject_node(*system, *health, *code, msg.clone()),
+            Fault::NodeHealthClear => self.health.clear_node(),
             Fault::AttributesFail { gpu, fail } => match self.world.node.gpu_mut(*gpu) {
                 Some(g) => g.attributes_fail = *fail,
                 None => no_gpu(*gpu),
@@ -392,6 +405,20 @@ impl Engine {
             | Fault::ProcessStop { .. }
             | Fault::ProcessUtil { .. }
             | Fault::ProcessMemory { .. } => {}
+        }
+    }
+
+    /// The entity of GPU `gpu`'s GPU instance `gi` (NVML id), or of its compute instance `ci`.
+    fn instance_entity(&self, gpu: u32, gi: u32, ci: Option<u32>) -> Option<(u32, u32)> {
+        let g = self.world.node.gpu(gpu)?;
+        let i = g.instances().iter().find(|i| i.nvml_id == gi)?;
+        match ci {
+            None => Some((FE_GPU_I, i.entity_id)),
+            Some(ci) => i
+                .cis
+                .iter()
+                .find(|c| c.nvml_id == ci)
+                .map(|c| (FE_GPU_CI, c.entity_id)),
         }
     }
 

@@ -28,8 +28,10 @@ pub struct FaultState {
     pub set: HashMap<(Option<u32>, u16), Generator>,
     /// Per GPU: (time, clock-event mask), oldest first.
     pub clock_events: HashMap<u32, VecDeque<(i64, i64)>>,
-    /// (gpu, time, xid), append-only: watches of DCGM_FI_DEV_XID_ERRORS keep a cursor.
-    pub xids: Vec<(u32, i64, i64)>,
+    /// ((entity group, entity id), time, xid), append-only: watches of
+    /// DCGM_FI_DEV_XID_ERRORS keep a cursor. The entity NVML attributed the XID to: a GPU,
+    /// or one of its GPU or compute instances.
+    pub xids: Vec<((u32, u32), i64, i64)>,
     /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.
     pub bind_events: Vec<(i64, i64)>,
 }
@@ -395,7 +397,7 @@ impl World {
                     .xids
                     .iter()
                     .rev()
-                    .find(|(x, ts, _)| *x == g && *ts <= t)
+                    .find(|(x, ts, _)| *x == (FE_GPU, g) && *ts <= t)
                     .map_or(0, |e| e.2))
             }
             235 | 237 => i(i64::from(gpu?.pcie_gen)),

@@ -16,7 +16,6 @@
 //! time, and nothing in between. Real DCGM 4.6 answers exactly so (tests/real_dcgm.rs).
 
 use super::values::{World, FI_BIND_UNBIND, FI_XID};
-use super::FE_GPU;
 use crate::proto::{Sample, Value};
 use dcgm_sys::fields::FieldMeta;
 use std::collections::VecDeque;
@@ -154,8 +153,8 @@ impl Watch {
             }
             let new = world.faults.xids.get(self.xid_cursor..).unwrap_or(&[]);
             let mut newest = None;
-            for &(gpu, ts, xid) in new {
-                if ent == (FE_GPU, gpu) {
+            for &(at, ts, xid) in new {
+                if ent == at {
                     self.push(ts, 0, Value::Int64(xid));
                     newest = Some(ts);
                 }

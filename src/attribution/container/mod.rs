@@ -16,7 +16,7 @@ use super::usage::{Consumer, Owner};
 use super::{DeviceLabelSource, DeviceLabels};
 use crate::common::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -96,11 +96,13 @@ impl ContainerSource {
                 // Labels from before a failure are not served while the thread is down.
                 let _withdraw = WithdrawOnPanic(sink.clone());
                 let mut seen = Inspected::new();
+                let mut skipped = Skipped::new();
                 loop {
                     let answer = refresh(
                         &socket,
                         Instant::now() + deadline,
                         &mut seen,
+                        &mut skipped,
                         own.as_deref(),
                     );
                     *sink.lock().unwrap_or_else(PoisonError::into_inner) = Some(answer);
@@ -170,29 +172,22 @@ impl Drop for WithdrawOnPanic {
 /// change while it runs, so each running container is inspected once.
 type Inspected = HashMap<String, Vec<GpuRef>>;
 
+/// Containers whose inspection failed (an error status, an answer that is not an
+/// inspection), each logged once until it is inspected or gone.
+type Skipped = HashSet<String>;
+
 /// One look at the runtime: every running container and its GPUs (names from the listing,
 /// so renames show; new containers inspected, gone ones forgotten), but the exporter's own
-/// (`own`).
+/// (`own`). A container whose inspection fails is left out (logged once) and asked again
+/// next time; only a failing runtime (its listing, the socket) fails the refresh.
 fn refresh(
     socket: &Path,
     deadline: Instant,
     seen: &mut Inspected,
+    skipped: &mut Skipped,
     own: Option<&str>,
 ) -> Result<Assignments, String> {
-    let get_json = |path: &str| -> Result<Option<Vec<u8>>, String> {
-        let (status, body) = http::get(socket, path, deadline)?;
-        match status {
-            200 => Ok(Some(body)),
-            // Gone between the listing and the inspection.
-            404 => Ok(None),
-            s => Err(format!(
-                "GET {path} on {}: HTTP {s}: {}",
-                socket.display(),
-                String::from_utf8_lossy(&body).trim()
-            )),
-        }
-    };
-    let list = get_json("/containers/json")?.ok_or_else(|| {
+    let list = get_json(socket, "/containers/json", deadline)?.ok_or_else(|| {
         format!(
             "{}: no /containers/json (not a Docker-compatible API)",
             socket.display()
@@ -201,6 +196,7 @@ fn refresh(
     let listed: Vec<Listed> = serde_json::from_slice(&list)
         .map_err(|e| format!("GET /containers/json on {}: {e}", socket.display()))?;
     seen.retain(|id, _| listed.iter().any(|c| &c.id == id));
+    skipped.retain(|id| listed.iter().any(|c| &c.id == id));
     let mut out = Vec::new();
     for c in &listed {
         // Ids are hex; anything else is not put into a URL.
@@ -211,13 +207,22 @@ fn refresh(
             continue;
         }
         if !seen.contains_key(&c.id) {
-            let path = format!("/containers/{}/json", c.id);
-            let Some(body) = get_json(&path)? else {
-                continue;
-            };
-            let inspect: Inspect = serde_json::from_slice(&body)
-                .map_err(|e| format!("GET {path} on {}: {e}", socket.display()))?;
-            seen.insert(c.id.clone(), inspect.gpus());
+            match inspect(socket, &c.id, deadline)? {
+                Ok(None) => continue,
+                Ok(Some(gpus)) => {
+                    skipped.remove(&c.id);
+                    seen.insert(c.id.clone(), gpus);
+                }
+                Err(e) => {
+                    if skipped.insert(c.id.clone()) {
+                        tracing::warn!(
+                            "container {} left out of the container labels until it can be inspected: {e}",
+                            c.label()
+                        );
+                    }
+                    continue;
+                }
+            }
         }
         if let Some(gpus) = seen.get(&c.id).filter(|g| !g.is_empty()) {
             out.push(Held {
@@ -228,6 +233,48 @@ fn refresh(
         }
     }
     Ok(out)
+}
+
+/// `GET path` as JSON: the body, `None` for a 404, an error for another status. The outer
+/// error is the socket's (the runtime failing), the inner one this answer's.
+fn get_json_status(
+    socket: &Path,
+    path: &str,
+    deadline: Instant,
+) -> Result<Result<Option<Vec<u8>>, String>, String> {
+    let (status, body) = http::get(socket, path, deadline)?;
+    Ok(match status {
+        200 => Ok(Some(body)),
+        // Gone between the listing and the inspection.
+        404 => Ok(None),
+        s => Err(format!(
+            "GET {path} on {}: HTTP {s}: {}",
+            socket.display(),
+            String::from_utf8_lossy(&body).trim()
+        )),
+    })
+}
+
+fn get_json(socket: &Path, path: &str, deadline: Instant) -> Result<Option<Vec<u8>>, String> {
+    get_json_status(socket, path, deadline)?
+}
+
+/// One container's GPUs: `Ok(None)` when it is gone; the inner error when the runtime's
+/// answer about this container is an error or no inspection.
+fn inspect(
+    socket: &Path,
+    id: &str,
+    deadline: Instant,
+) -> Result<Result<Option<Vec<GpuRef>>, String>, String> {
+    let path = format!("/containers/{id}/json");
+    Ok(get_json_status(socket, &path, deadline)?.and_then(|body| {
+        body.map(|b| {
+            serde_json::from_slice::<Inspect>(&b)
+                .map(|i| i.gpus())
+                .map_err(|e| format!("GET {path} on {}: {e}", socket.display()))
+        })
+        .transpose()
+    }))
 }
 
 /// The devices a container was given: GPUs by UUID (indexes and `all` through `gpus`), MIG
@@ -292,6 +339,7 @@ fn consumers(
                     labels: vec![(label.to_string(), held.label.clone())],
                     owner: Some(Owner::Container(held.id.clone())),
                     replica: false,
+                    source: super::usage::CONTAINERS,
                 };
                 (d, c)
             })
@@ -303,7 +351,7 @@ fn consumers(
 
 impl DeviceLabelSource for ContainerSource {
     fn name(&self) -> &'static str {
-        "container-runtime"
+        super::usage::CONTAINERS
     }
 
     fn observe_gpus(&mut self, gpus: &HashMap<String, u32>) {
@@ -540,12 +588,79 @@ mod tests {
         let deadline = || Instant::now() + Duration::from_secs(10);
         let ids = |a: Assignments| a.into_iter().map(|h| h.id).collect::<Vec<_>>();
         let mut seen = Inspected::new();
-        let all = refresh(&socket, deadline(), &mut seen, None).unwrap();
+        let all = refresh(&socket, deadline(), &mut seen, &mut Skipped::new(), None).unwrap();
         assert_eq!(ids(all), [own.clone(), user.clone()]);
         let mut seen = Inspected::new();
-        let others = refresh(&socket, deadline(), &mut seen, Some(&own)).unwrap();
+        let others = refresh(
+            &socket,
+            deadline(),
+            &mut seen,
+            &mut Skipped::new(),
+            Some(&own),
+        )
+        .unwrap();
         assert_eq!(ids(others), [user]);
         assert!(!seen.contains_key(&own), "not even inspected");
+    }
+
+    /// One container the runtime cannot inspect (an error status) and one whose inspection
+    /// is not one (mistyped): each is left out on its own, the others keep their labels,
+    /// and once inspectable it is back.
+    #[test]
+    fn a_container_that_cannot_be_inspected_is_skipped_not_the_whole_refresh() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let (good, failing, mistyped) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("docker.sock");
+        let healed = Arc::new(AtomicBool::new(false));
+        let (g, f, m, h) = (
+            good.clone(),
+            failing.clone(),
+            mistyped.clone(),
+            healed.clone(),
+        );
+        let _peer = http::tests::peer_with(&socket, move |req| {
+            let gpu = |id: &str| {
+                format!(
+                    r#"{{"Id":"{id}","HostConfig":{{"Runtime":"runc","DeviceRequests":[{{"Driver":"","Count":-1,"Capabilities":[["gpu"]]}}]}}}}"#
+                )
+            };
+            let (status, body) = if req.starts_with("GET /containers/json ") {
+                (
+                    200,
+                    format!(
+                        r#"[{{"Id":"{g}","Names":["/good"]}},{{"Id":"{f}","Names":["/failing"]}},{{"Id":"{m}","Names":["/mistyped"]}}]"#
+                    ),
+                )
+            } else if req.contains(&f) && !h.load(Ordering::SeqCst) {
+                (500, r#"{"message":"inspect failed"}"#.to_string())
+            } else if req.contains(&m) {
+                (200, r#"{"Id":7,"HostConfig":"runc"}"#.to_string())
+            } else if req.contains(&f) {
+                (200, gpu(&f))
+            } else {
+                (200, gpu(&g))
+            };
+            format!(
+                "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        });
+        let deadline = || Instant::now() + Duration::from_secs(10);
+        let ids = |a: Assignments| a.into_iter().map(|h| h.id).collect::<Vec<_>>();
+        let (mut seen, mut skipped) = (Inspected::new(), Skipped::new());
+        for _ in 0..2 {
+            let got = refresh(&socket, deadline(), &mut seen, &mut skipped, None).unwrap();
+            assert_eq!(ids(got), std::slice::from_ref(&good));
+            let mut s: Vec<&String> = skipped.iter().collect();
+            s.sort();
+            assert_eq!(s, [&failing, &mistyped]);
+        }
+        healed.store(true, Ordering::SeqCst);
+        let got = refresh(&socket, deadline(), &mut seen, &mut skipped, None).unwrap();
+        assert_eq!(ids(got), [good.clone(), failing.clone()]);
+        assert_eq!(skipped.iter().collect::<Vec<_>>(), [&mistyped]);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! without an energy value (a lost or blank sample) attribute nothing; their intervals'
 //! shares wait, bounded, for the next reading, whose delta covers them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 /// A consumer's labels: what tells it apart on its device.
@@ -34,10 +34,14 @@ pub struct ConsumerBook {
     /// What it does can be told: an exclusive holder, or one whose processes are known
     /// (a pod without its UID on a shared device is not: it gets no series).
     pub known: bool,
+    /// The source that named it (`Consumer::source`).
+    pub source: &'static str,
+    /// Collections in a row it was kept while its failing source did not name it.
+    pub missing: usize,
 }
 
 impl ConsumerBook {
-    pub fn new(now: Instant, seq: u64) -> ConsumerBook {
+    pub fn new(now: Instant, seq: u64, source: &'static str) -> ConsumerBook {
         ConsumerBook {
             energy_j: 0.0,
             share: None,
@@ -46,6 +50,8 @@ impl ConsumerBook {
             seq,
             capped: false,
             known: true,
+            source,
+            missing: 0,
         }
     }
 
@@ -156,8 +162,24 @@ impl Book {
         (self.pending.len(), self.waiting_j)
     }
 
-    /// Forgets the consumers not in `present`.
-    pub fn keep_only(&mut self, present: &[ConsumerId]) {
-        self.consumers.retain(|id, _| present.contains(id));
+    /// Forgets the consumers not in `present`, but those whose source is `failed` this
+    /// collection: one failed kubelet `List`, container-runtime answer or HPC file read says
+    /// nothing about who left. Those are kept (their counters and order) for
+    /// [`MAX_UNKNOWN`] collections in a row at most; returns how many were kept so.
+    pub fn keep_only(&mut self, present: &[ConsumerId], failed: &BTreeSet<&'static str>) -> usize {
+        let mut kept = 0;
+        self.consumers.retain(|id, c| {
+            if present.contains(id) {
+                c.missing = 0;
+                return true;
+            }
+            let keep = failed.contains(c.source) && c.missing < MAX_UNKNOWN;
+            if keep {
+                c.missing += 1;
+                kept += 1;
+            }
+            keep
+        });
+        kept
     }
 }

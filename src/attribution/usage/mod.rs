@@ -37,7 +37,16 @@ pub struct Consumer {
     pub owner: Option<Owner>,
     /// Holds a shared replica (time-slicing, MPS) rather than the whole device.
     pub replica: bool,
+    /// The attribution source that says it holds the device, by its name on `/health`
+    /// ([`KUBELET`], [`CONTAINERS`], [`HPC`]): while that source fails, the consumer is not
+    /// taken for gone.
+    pub source: &'static str,
 }
+
+/// The sources consumers come from, named as on `/health`.
+pub const KUBELET: &str = "kubelet";
+pub const CONTAINERS: &str = "container-runtime";
+pub const HPC: &str = "hpc";
 
 /// `--usage-idle-window` and `--usage-max-consumers-per-gpu`.
 #[derive(Clone, Debug, PartialEq)]
@@ -62,7 +71,7 @@ use crate::attribution::nvml::Process;
 use crate::model::Page;
 use ledger::{Book, ConsumerBook, ConsumerId};
 use readings::Reading;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 /// What one collection tells the accountant besides the page's readings.
@@ -71,6 +80,10 @@ pub struct Inputs<'a> {
     /// Processes per GPU UUID.
     pub processes: &'a HashMap<String, Vec<Process>>,
     pub owners: &'a HashMap<u32, Owner>,
+    /// The sources failing this collection (a kubelet `List` that failed, a container
+    /// runtime that did not answer, an HPC file that could not be read): their consumers
+    /// missing now are kept, their shares unknown, for [`ledger::MAX_UNKNOWN`] collections.
+    pub failed: &'a BTreeSet<&'static str>,
 }
 
 /// A device as the last collection showed it.
@@ -99,6 +112,7 @@ struct Part {
     active: bool,
     /// Whether what it does can be told (an exclusive holder, or a known owner).
     known: bool,
+    source: &'static str,
 }
 
 impl Accountant {
@@ -127,7 +141,7 @@ impl Accountant {
         self.devices.clear();
         for r in &readings {
             let parts = self.parts(r, inputs);
-            self.book_device(r, parts, now);
+            self.book_device(r, parts, inputs.failed, now);
             self.devices.insert(
                 r.key.clone(),
                 Device {
@@ -191,20 +205,27 @@ impl Accountant {
                 fraction: fractions[i],
                 active: active[i],
                 known: exclusive || c.owner.is_some(),
+                source: c.source,
             })
             .collect()
     }
 
-    fn book_device(&mut self, r: &Reading, parts: Vec<Part>, now: Instant) {
+    fn book_device(
+        &mut self,
+        r: &Reading,
+        parts: Vec<Part>,
+        failed: &BTreeSet<&'static str>,
+        now: Instant,
+    ) {
         let book = self.books.entry(r.key.clone()).or_default();
         let ids: Vec<ConsumerId> = parts.iter().map(|p| p.id.clone()).collect();
-        book.keep_only(&ids);
+        // A consumer of a failing source may still be there: its share is unknown.
+        let mut told = book.keep_only(&ids, failed) == 0;
         let mut fractions = Vec::with_capacity(parts.len());
-        let mut told = true;
         for p in parts {
             let c = book.consumers.entry(p.id.clone()).or_insert_with(|| {
                 self.seq += 1;
-                ConsumerBook::new(now, self.seq)
+                ConsumerBook::new(now, self.seq, p.source)
             });
             c.known = p.known;
             if p.active {

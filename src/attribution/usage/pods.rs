@@ -59,5 +59,6 @@ fn consumer(p: &PodRef, old_names: bool, pod_uid: bool) -> Consumer {
         labels,
         owner: uid.map(Owner::Pod),
         replica: p.vgpu.is_some(),
+        source: super::KUBELET,
     }
 }

@@ -54,6 +54,7 @@ fn pod(name: &str, replica: bool) -> Consumer {
         ],
         owner: Some(Owner::Pod(format!("uid-{name}"))),
         replica,
+        source: super::KUBELET,
     }
 }
 
@@ -81,6 +82,7 @@ struct World {
     consumers: HashMap<EntityKey, Vec<Consumer>>,
     processes: HashMap<String, Vec<Process>>,
     owners: HashMap<u32, Owner>,
+    failed: std::collections::BTreeSet<&'static str>,
 }
 
 impl World {
@@ -115,6 +117,7 @@ fn collect(
         consumers: &w.consumers,
         processes: &w.processes,
         owners: &w.owners,
+        failed: &w.failed,
     };
     let dropped = a.account(readings, &inputs, now);
     let mut out = Page::default();
@@ -220,6 +223,61 @@ fn energy_adds_up_over_many_intervals_with_pods_coming_and_going() {
     // A pod that left has no series (state only for those that exist now).
     assert_eq!(get(&before, ENERGY, 0, "c"), None);
     assert!(a.books[&key(0)].consumers.len() <= 3);
+}
+
+/// One failed kubelet `List` (a kubelet restart) names no pod: the pods are not taken for
+/// gone. Their counters go on (never back to 0), the allocated-but-idle one keeps counting
+/// from when it was first seen, and the interval's energy waits for known shares instead of
+/// being booked as idle. After `MAX_UNKNOWN` failed collections in a row they are gone.
+#[test]
+fn a_failed_source_keeps_its_consumers_for_a_bounded_grace() {
+    let mut a = Accountant::new(settings(64));
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let gpu = |e: f64| [(0, Some(e), Some(50.0))];
+    let held = World::default()
+        .pod(0, "a", true, vec![proc(1, &[50], 10)])
+        .pod(0, "idle", true, vec![proc(2, &[0], 0)]);
+    let mut failing = World::default();
+    failing.failed.insert(super::KUBELET);
+    failing.processes = held.processes.clone();
+    collect(&mut a, &gpu(0.0), &held, at(0));
+    let (_, v) = collect(&mut a, &gpu(100_000.0), &held, at(700));
+    assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 50.0), "{v:?}");
+    assert_eq!(get(&v, ALLOCATED_IDLE, 0, "idle"), Some(1.0));
+    // The kubelet fails: 100 J more, nobody named.
+    let (_, v) = collect(&mut a, &gpu(200_000.0), &failing, at(730));
+    assert!(
+        close(get(&v, ENERGY, 0, "a").unwrap(), 50.0),
+        "not reset: {v:?}"
+    );
+    assert_eq!(get(&v, ALLOCATED_IDLE, 0, "idle"), Some(1.0), "{v:?}");
+    assert!(
+        close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 50.0),
+        "not booked idle: {v:?}"
+    );
+    // It answers again: the waiting 100 J and the next 100 J are split by known shares.
+    let (_, v) = collect(&mut a, &gpu(300_000.0), &held, at(760));
+    assert!(close(get(&v, ENERGY, 0, "a").unwrap(), 150.0), "{v:?}");
+    assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), 150.0), "{v:?}");
+    assert_eq!(get(&v, ALLOCATED_IDLE, 0, "idle"), Some(1.0));
+    // A source that keeps failing: the grace ends, then they are gone.
+    let mut e = 300_000.0;
+    for i in 0..ledger::MAX_UNKNOWN {
+        e += 100_000.0;
+        let (_, v) = collect(&mut a, &gpu(e), &failing, at(790 + 30 * i as u64));
+        assert!(get(&v, ENERGY, 0, "a").is_some(), "collection {i}: {v:?}");
+    }
+    e += 100_000.0;
+    let (_, v) = collect(&mut a, &gpu(e), &failing, at(2000));
+    assert_eq!(get(&v, ENERGY, 0, "a"), None, "{v:?}");
+    // A source that did not fail: its consumers missing now are gone at once.
+    let mut a = Accountant::new(settings(64));
+    collect(&mut a, &gpu(0.0), &held, at(0));
+    let mut other = World::default();
+    other.failed.insert(super::HPC);
+    let (_, v) = collect(&mut a, &gpu(100_000.0), &other, at(30));
+    assert_eq!(get(&v, ENERGY, 0, "a"), None, "{v:?}");
 }
 
 #[test]
