@@ -1926,10 +1926,36 @@ fn counters_never_go_down() {
     }
 }
 
+fn devices(e: &mut Engine, only_supported: bool) -> Vec<u32> {
+    ids(e.handle(0, &Request::GetAllDevices { only_supported }))
+}
+
+fn gpu_status(e: &mut Engine, gpu_id: u32) -> u32 {
+    match e.handle(0, &Request::GetGpuStatus { gpu_id }) {
+        Reply::Status(s) => s,
+        other => panic!("expected a status, got {other:?}"),
+    }
+}
+
+fn gpu_entities(e: &mut Engine, only_supported: bool) -> Vec<u32> {
+    ids(e.handle(
+        0,
+        &Request::GetEntityGroupEntities {
+            entity_group: GPU,
+            only_supported,
+        },
+    ))
+}
+
+/// DCGM 4.6 keeps an unbound GPU listed with status Detached (7): dcgmGetAllDevices and the
+/// unfiltered entity list still have it, the supported-only lists do not, a group refuses it
+/// with BADPARAM, its watches go with their samples and it leaves the groups it was in.
+/// Bound again, it is Ok and can be added and watched again.
 #[test]
-fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
+fn gpu_unbind_leaves_the_gpu_listed_as_detached_and_records_bind_unbind_events() {
     let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
     let (g, f) = watch(&mut e, 0, &[(GPU, 0)], &[6], 1000, 600.0);
+    let (tg, tf) = watch(&mut e, 0, &[(GPU, 2), (GPU, 3)], &[150], 100, 60.0);
     clock.advance_ms(2500);
     let (s, _) = since(&mut e, g, f, 0);
     assert_eq!(
@@ -1937,17 +1963,57 @@ fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
         [],
         "an event field: no sample before the first event, as real DCGM's XID field"
     );
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, 0);
+    assert!(e.history_len((GPU, 3), 150) > 0);
     e.inject(Fault::GpuBind {
         gpu: 3,
         bound: false,
     });
-    let listed = ids(e.handle(
+    assert_eq!(devices(&mut e, false), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(devices(&mut e, true), [0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(gpu_entities(&mut e, false), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(gpu_entities(&mut e, true), [0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(gpu_status(&mut e, 3), 7);
+    assert_eq!(gpu_status(&mut e, 2), 1);
+    let fresh = id(e.handle(
         0,
-        &Request::GetAllDevices {
-            only_supported: false,
+        &Request::GroupCreate {
+            group_type: 1,
+            name: "after".into(),
         },
     ));
-    assert_eq!(listed, [0, 1, 2, 4, 5, 6, 7]);
+    let add = |e: &mut Engine, gpu: u32| {
+        e.handle(
+            0,
+            &Request::GroupAddEntity {
+                group_id: fresh,
+                entity_group: GPU,
+                entity_id: gpu,
+            },
+        )
+    };
+    assert_eq!(add(&mut e, 3), Reply::Error(-1));
+    assert_eq!(add(&mut e, 2), Reply::Ok);
+    // A default group leaves it out too.
+    let all = id(e.handle(
+        0,
+        &Request::GroupCreate {
+            group_type: 0,
+            name: "default".into(),
+        },
+    ));
+    match e.handle(0, &Request::GroupGetInfo { group_id: all }) {
+        Reply::GroupInfo { entities, .. } => assert!(!entities.contains(&(GPU, 3))),
+        other => panic!("{other:?}"),
+    }
+    // Its watch and samples are gone, and it left the group it was in; GPU 2 is untouched.
+    assert_eq!(e.history_len((GPU, 3), 150), 0);
+    assert!(e.history_len((GPU, 2), 150) > 0);
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, -16);
+    match e.handle(0, &Request::GroupGetInfo { group_id: tg }) {
+        Reply::GroupInfo { entities, .. } => assert_eq!(entities, [(GPU, 2)]),
+        other => panic!("{other:?}"),
+    }
     clock.advance_ms(1000);
     let (s, _) = since(&mut e, g, f, T0 + 1);
     let at = T0 + 2_500_000;
@@ -1960,11 +2026,10 @@ fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
         gpu: 3,
         bound: true,
     });
-    let listed = ids(e.handle(
-        0,
-        &Request::GetAllDevices {
-            only_supported: false,
-        },
-    ));
-    assert_eq!(listed.len(), 8);
+    assert_eq!(devices(&mut e, true).len(), 8);
+    assert_eq!(gpu_status(&mut e, 3), 1);
+    assert_eq!(add(&mut e, 3), Reply::Ok);
+    watch_group(&mut e, 0, fresh, tf, 100, 60.0, 0);
+    clock.advance_ms(500);
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, 0);
 }

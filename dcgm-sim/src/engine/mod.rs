@@ -382,6 +382,7 @@ impl Engine {
                     // DCGM's system event thread: reinitializing, then completed.
                     self.world.faults.bind_events.push((at, 1));
                     self.world.faults.bind_events.push((at + 1, 2));
+                    self.forget_detached();
                 }
                 None => no_gpu(*gpu),
             },
@@ -426,6 +427,23 @@ impl Engine {
         self.watches.retain(|k, _| {
             !matches!(k.0, FE_GPU_I | FE_GPU_CI) || node.resolve((k.0, k.1)).is_some()
         });
+    }
+
+    /// What DCGM does once the driver is attached again after a bind/unbind event
+    /// (DcgmNvmlSystemEventThread::AttachDriverImpl): the watches on entities of GPUs still
+    /// detached are cleared with their samples (DcgmCacheManager::AttachDriver, "Remove
+    /// watches on still-detached GPUs"), and those entities leave every user group
+    /// (DcgmGroupManager::AttachGpus).
+    fn forget_detached(&mut self) {
+        let node = &self.world.node;
+        self.watches.retain(|k, _| !detached(node, (k.0, k.1)));
+        for g in self.groups.values_mut() {
+            g.entities.retain(|e| !detached(node, *e));
+        }
+    }
+
+    fn is_detached(&self, e: (u32, u32)) -> bool {
+        detached(&self.world.node, e)
     }
 
     fn unwatch(&mut self, gone: impl Fn(&WatcherId) -> bool) {
@@ -591,7 +609,7 @@ impl Engine {
 
     fn mig_hierarchy(&self) -> Vec<MigEntry> {
         let mut rows = Vec::new();
-        for g in &self.world.node.gpus {
+        for g in self.world.node.gpus.iter().filter(|g| !g.unbound) {
             for gi in g.instances() {
                 rows.push(MigEntry {
                     entity: (FE_GPU_I, gi.entity_id),
@@ -665,6 +683,16 @@ impl Engine {
             .get(&(entity.0, entity.1, field))
             .map_or(0, Watch::len)
     }
+}
+
+/// Whether an entity is a GPU whose driver is unbound (status Detached) or one of its MIG
+/// instances (their status is their GPU's, DcgmCacheManager::GetEntityStatus).
+fn detached(node: &Node, e: (u32, u32)) -> bool {
+    matches!(e.0, FE_GPU | FE_GPU_I | FE_GPU_CI)
+        && node
+            .resolve(e)
+            .and_then(|r| r.gpu())
+            .is_some_and(|g| g.unbound)
 }
 
 // The engine lives in an Arc<Mutex<_>> shared between threads.

@@ -62,6 +62,10 @@ impl Engine {
                     None => return Err(ST_BADPARAM),
                     Some(e) => {
                         if let Some(g) = e.gpu() {
+                            // Detached (and any status but Ok, Lost, Unsupported): BADPARAM.
+                            if self.is_detached(ent) {
+                                return Err(ST_BADPARAM);
+                            }
                             if g.lost {
                                 return Err(ST_GPU_IS_LOST);
                             }

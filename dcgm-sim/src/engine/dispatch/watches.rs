@@ -39,7 +39,8 @@ impl Engine {
                 let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
                 log_watch(*update_freq_us, *max_keep_age_s, *max_keep_samples, &fg);
                 for e in entities {
-                    if self.world.node.resolve(e).is_none() {
+                    // DcgmHostEngineHandler::WatchFieldGroup drops detached entities.
+                    if self.world.node.resolve(e).is_none() || self.is_detached(e) {
                         continue;
                     }
                     for f in &fg {
