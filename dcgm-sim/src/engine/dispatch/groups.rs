@@ -124,8 +124,8 @@ impl Engine {
                     Some(d) if d.owner.is_none() => return Err(ST_NO_PERMISSION),
                     Some(_) => {}
                 }
+                // DcgmFieldGroupManager::RemoveFieldGroup unwatches nothing.
                 self.field_groups.remove(&f);
-                self.unwatch(|w| w.field_group == f);
                 Reply::Ok
             }
             Request::FieldGroupGetInfo { field_group_id } => {
