@@ -1063,3 +1063,48 @@ fn remote_rebuilds_keep_every_series_fresh() {
         .start();
     rebuilds_keep_every_series_fresh(&e, &csv);
 }
+
+/// `DCGM_EXP_XID_ERRORS_TOTAL` is a counter: a rebuild carries each GPU's totals and how
+/// far they were read to the new watches, so an XID before the SIGHUP stays counted (once)
+/// and one after it is added (a rebuild used to start every total again from nothing).
+#[test]
+fn xid_totals_carry_across_a_rebuild() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("xid-rebuild");
+    let yaml = dir.yaml(&four_gpus()[..2]);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let csv = dir.0.join("xid.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_EXP_XID_ERRORS_TOTAL, counter, XIDs since start\n\
+         DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "500"])
+        .start();
+    let total = |p: &[Sample], xid: &str| -> Option<f64> {
+        series(p, "DCGM_EXP_XID_ERRORS_TOTAL")
+            .into_iter()
+            .find(|s| s.label("gpu") == Some("1") && s.label("xid") == Some(xid))
+            .map(|s| s.value)
+    };
+    kit.inject(port, 1, 230, 13);
+    e.scrape_until(15, |p| total(p, "13") == Some(1.0));
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &e.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success());
+    e.wait_for_log(20, "reloaded ");
+    kit.inject(port, 1, 230, 31);
+    let page = e.scrape_until(15, |p| total(p, "31") == Some(1.0));
+    assert_eq!(total(&page, "13"), Some(1.0), "{}", dump(&page));
+    // Still counted once a few collections later.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let page = e.scrape();
+    assert_eq!(total(&page, "13"), Some(1.0), "{}", dump(&page));
+    assert_eq!(total(&page, "31"), Some(1.0), "{}", dump(&page));
+}
