@@ -9,6 +9,8 @@
 
 #[path = "conformance/c_api.rs"]
 mod c_api;
+#[path = "conformance/lifecycle.rs"]
+mod lifecycle;
 mod support;
 use std::collections::BTreeMap;
 use support::nvml_yaml::{Gpu, MigInstance};
@@ -157,6 +159,9 @@ fn check(mode: &str, sim: &Observations, real: &Observations) {
 /// Fails on a difference `KNOWN_DIFFERENCES` does not list, and on a listed one that the
 /// simulator made and that has gone away, so the list stays exact.
 fn check_lines(mode: &str, sim: &Lines, real: &Lines) {
+    for (k, v) in sim {
+        eprintln!("{mode}: {k}: dcgm-sim {v} | real {}", real.get(k).map_or("-", |r| r));
+    }
     let diffs = differences(sim, real);
     for (k, s, r) in &diffs {
         eprintln!("{mode}: {k} differs\n  dcgm-sim: {s}\n  real:     {r}");
@@ -415,4 +420,29 @@ fn an_unbound_gpu_agrees_with_the_real_host_engine() {
         return;
     };
     check_lines("unbind, remote", &sim, &real);
+}
+
+/// The life of a process (issue 28, item 3), embedded: after SIGHUP, counters-file rewrites
+/// (in place, by rename), GPU 1 unbound and bound again, and SIGSTOP/SIGCONT, every DCGM
+/// series that should be there is there and fresh for 6 intervals, on dcgm-sim and on the
+/// real library alike.
+#[test]
+fn the_life_of_an_embedded_exporter_agrees_with_the_real_library() {
+    let sim = lifecycle::sim_life(false);
+    lifecycle::check_alone("lifecycle, embedded, dcgm-sim", &sim);
+    let Some(real) = lifecycle::real_life(false) else {
+        return;
+    };
+    check_lines("lifecycle, embedded", &sim, &real);
+}
+
+/// The same in remote mode, with the host engine also killed (-9) and started again.
+#[test]
+fn the_life_of_a_remote_exporter_agrees_with_the_real_host_engine() {
+    let sim = lifecycle::sim_life(true);
+    lifecycle::check_alone("lifecycle, remote, dcgm-sim", &sim);
+    let Some(real) = lifecycle::real_life(true) else {
+        return;
+    };
+    check_lines("lifecycle, remote", &sim, &real);
 }

@@ -209,7 +209,7 @@ pub fn real(mode: &str, unbind: bool) -> Option<Lines> {
 const EVENT_DIR: &str = "/run/nvml-injection";
 
 /// Serialises the tests of this binary and others that write the system-event file.
-fn event_file_lock() -> std::fs::File {
+pub fn event_file_lock() -> std::fs::File {
     std::fs::create_dir_all(EVENT_DIR).expect("create /run/nvml-injection");
     let f = std::fs::File::create(format!("{EVENT_DIR}/.lock")).expect("lock file");
     f.lock().expect("lock /run/nvml-injection/.lock");
