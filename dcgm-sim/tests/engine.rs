@@ -1603,6 +1603,26 @@ fn a_lost_gpu_reads_blank_stays_listed_and_fails_health() {
         .len(),
         8
     );
+    // The supported-only lists keep GPUs whose status is Ok (DcgmCacheManager::GetGpuIds).
+    assert_eq!(
+        ids(e.handle(
+            0,
+            &Request::GetAllDevices {
+                only_supported: true
+            }
+        )),
+        [0, 2, 3, 4, 5, 6, 7]
+    );
+    assert_eq!(
+        ids(e.handle(
+            0,
+            &Request::GetEntityGroupEntities {
+                entity_group: GPU,
+                only_supported: true
+            }
+        )),
+        [0, 2, 3, 4, 5, 6, 7]
+    );
     let (overall, incidents) = health(&mut e, g, 0xffff_ffff);
     assert_eq!(overall, 20);
     assert_eq!(

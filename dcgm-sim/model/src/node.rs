@@ -595,10 +595,12 @@ impl Node {
         }
     }
 
-    /// Whether an entity counts as "supported" (DCGM_GEGE_FLAG_ONLY_SUPPORTED).
+    /// Whether an entity counts as "supported" (DCGM_GEGE_FLAG_ONLY_SUPPORTED): DCGM's
+    /// activeOnly lists keep GPUs whose status is Ok, so neither an unsupported, a lost nor a
+    /// detached one (DcgmCacheManager::GetGpuIds, GetAllEntitiesOfEntityGroup).
     pub fn supported(&self, ent: (u32, u32)) -> bool {
         match self.resolve(ent) {
-            Some(e) => e.gpu().is_none_or(|g| g.supported && !g.unbound),
+            Some(e) => e.gpu().is_none_or(|g| g.supported && !g.unbound && !g.lost),
             None => false,
         }
     }

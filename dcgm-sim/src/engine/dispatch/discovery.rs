@@ -26,7 +26,7 @@ impl Engine {
                     .gpus
                     .iter()
                     // DcgmCacheManager::GetGpuIds: every GPU, or those with status Ok.
-                    .filter(|g| !only_supported || (g.supported && !g.unbound))
+                    .filter(|g| !only_supported || (g.supported && !g.unbound && !g.lost))
                     .map(|g| g.id)
                     .collect(),
             ),
