@@ -130,7 +130,7 @@ struct ActiveSet {
     /// (entity, profiling field) pairs the GPU does not support: never exported.
     unsupported: HashSet<(Entity, u16)>,
     // Kept alive for the watches; destroyed (after unwatching) on drop.
-    watches: Vec<(Group, FieldGroup)>,
+    watches: Vec<Watch>,
 }
 
 pub struct Collector {
@@ -152,11 +152,42 @@ pub struct Collector {
     low_cardinality: Option<info::LowCardinality>,
     /// The info series of the last collection (see [`Collector::take_info`]).
     info: Option<Page>,
+    /// The last collection found no recent sample of any polled field watched.
+    stalled: bool,
+}
+
+/// One `dcgmWatchFields` call as it was made, kept so that it can be made again: DCGM keys a
+/// watch by (entity, field, connection), not by group, so removing another group's watch of
+/// the same pairs on this connection removes this one too (see [`Collector::reassert`]).
+pub struct Watch {
+    pub group: Group,
+    pub fields: FieldGroup,
+    freq_us: i64,
+    keep_age_s: f64,
+    keep_samples: i32,
+}
+
+impl Watch {
+    /// Sets (again) the watch's interval and retention; idempotent in DCGM.
+    pub fn assert(&self, session: &Session) -> dcgm_sys::Result<()> {
+        session.watch(
+            &self.group,
+            &self.fields,
+            self.freq_us,
+            self.keep_age_s,
+            self.keep_samples,
+        )
+    }
+
+    /// Removes this connection's watch of every (entity, field) pair of the watch.
+    pub fn remove(&self, session: &Session) -> dcgm_sys::Result<()> {
+        session.unwatch(&self.group, &self.fields)
+    }
 }
 
 /// What [`watch_all`] set up: the live watches and the fields DCGM refused.
 pub struct Watched {
-    pub watches: Vec<(Group, FieldGroup)>,
+    pub watches: Vec<Watch>,
     /// Fields DCGM would not watch on these entities, each with its error.
     pub refused: Vec<(u16, dcgm_sys::Error)>,
 }
@@ -198,7 +229,13 @@ pub fn watch_all(
             );
             let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
                 Ok(()) => {
-                    out.watches.push((group, fg));
+                    out.watches.push(Watch {
+                        group,
+                        fields: fg,
+                        freq_us,
+                        keep_age_s,
+                        keep_samples,
+                    });
                     continue;
                 }
                 Err(e) if failures::is_fatal(&e) => return Err(e),
@@ -226,7 +263,13 @@ pub fn watch_all(
             }
             let fg = session.create_field_group(&fg_name, &good)?;
             match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => out.watches.push((group, fg)),
+                Ok(()) => out.watches.push(Watch {
+                    group,
+                    fields: fg,
+                    freq_us,
+                    keep_age_s,
+                    keep_samples,
+                }),
                 Err(e) if failures::is_fatal(&e) => return Err(e),
                 // Each field alone was accepted but not together: none of them is watched.
                 Err(e) => out
@@ -346,6 +389,7 @@ impl Collector {
             failures,
             low_cardinality,
             info: None,
+            stalled: false,
         })
     }
 
@@ -369,6 +413,12 @@ impl Collector {
             info::add_info(&mut page, active.set.kind, &active.set.targets, csv_labels);
         }
         Some(page)
+    }
+
+    /// Whether the last collection found DCGM sampling none of the polled fields watched
+    /// (see `freshness::Freshness::stalled`).
+    pub fn stalled(&self) -> bool {
+        self.stalled
     }
 
     /// Explicit `-d`/`-s`/`-p` selections that match no entity on this node.
@@ -434,6 +484,7 @@ impl Collector {
             &mut outcome,
         )?;
         page.oldest_sample_us = Some(fresh.oldest_us());
+        self.stalled = fresh.stalled();
         self.info = self.info_page(&csv_labels);
         outcome.finish()
     }
@@ -514,16 +565,37 @@ impl Collector {
         }
     }
 
-    /// Removes every watch (on shutdown); errors are logged, not fatal.
+    /// Removes every watch (on shutdown, or of a collector replaced by a rebuild: the new
+    /// one then calls [`Collector::reassert`]); errors are logged, not fatal.
     pub fn stop(self) {
         for active in &self.sets {
-            for (g, fg) in &active.watches {
-                if let Err(e) = self.session.unwatch(g, fg) {
+            for w in &active.watches {
+                if let Err(e) = w.remove(&self.session) {
                     tracing::debug!("unwatch: {e}");
                 }
             }
         }
         self.exp.stop(&self.session);
+    }
+
+    /// Makes every watch of this collector again, in the order it was first made (so that
+    /// where two watches share a field the same one sets its interval last), and takes a
+    /// sample at once. Called after the collector this one replaced removed its watches:
+    /// on the same connection that removed every pair the two share, and DCGM then answers
+    /// their last sample forever. Health watches need nothing: DCGM keeps them per
+    /// (connection, health watcher), untouched by field unwatches and by destroying a group.
+    pub fn reassert(&self) -> dcgm_sys::Result<()> {
+        for w in self.sets.iter().flat_map(|a| &a.watches) {
+            w.assert(&self.session)?;
+        }
+        self.exp.reassert(&self.session)?;
+        self.session.update_all_fields(true)
+    }
+
+    /// Takes over what must stay monotonic from the collector this one replaces (the XID
+    /// and clock-event totals and how far they have read).
+    pub fn inherit(&mut self, old: &mut Collector) {
+        self.exp.inherit(&mut old.exp);
     }
 }
 

@@ -47,6 +47,10 @@ pub struct Shared {
     pub require_gpus: AtomicBool,
     /// GPU entities (GPUs or MIG instances) the current watches collect.
     gpus: AtomicUsize,
+    /// Since when collections have found DCGM sampling none of the watched fields.
+    stalled_since: Mutex<Option<Instant>>,
+    /// `dcgm_exporter_dcgm_sampling_stalled`: 1 while that has lasted over two intervals.
+    stalled_gauge: prometheus::IntGauge,
 }
 
 impl Shared {
@@ -59,6 +63,13 @@ impl Shared {
         let threads = Supervisor::global().clone();
         let metrics = SelfMetrics::new();
         metrics.register(Box::new(threads.restarts()));
+        let stalled_gauge = prometheus::IntGauge::new(
+            format!("{}dcgm_sampling_stalled", crate::common::PREFIX),
+            "1 while DCGM is connected and watched but has sampled none of the watched fields \
+             for more than two collection intervals (the page then holds no DCGM value).",
+        )
+        .expect("a valid metric name");
+        metrics.register(Box::new(stalled_gauge.clone()));
         Shared {
             page: ArcSwap::from_pointee(Published {
                 page: empty.clone(),
@@ -76,6 +87,8 @@ impl Shared {
             interval,
             require_gpus: AtomicBool::new(false),
             gpus: AtomicUsize::new(0),
+            stalled_since: Mutex::new(None),
+            stalled_gauge,
         }
     }
 
@@ -147,6 +160,27 @@ impl Shared {
         self.gpus.store(n, Ordering::SeqCst);
     }
 
+    /// What a collection found: `stalled` when DCGM sampled none of the watched fields.
+    pub fn observe_sampling(&self, stalled: bool) {
+        let mut since = self.stalled_since.lock().unwrap_or_else(|p| p.into_inner());
+        if !stalled {
+            *since = None;
+        } else if since.is_none() {
+            *since = Some(Instant::now());
+        }
+        drop(since);
+        self.stalled_gauge
+            .set(i64::from(self.stalled_for().is_some()));
+    }
+
+    /// How long DCGM has sampled none of the watched fields, once that is over two
+    /// intervals: a connected engine answering every call, yet an empty page.
+    fn stalled_for(&self) -> Option<Duration> {
+        let since = (*self.stalled_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let d = since.elapsed();
+        (d > self.interval * 2).then_some(d)
+    }
+
     /// A collection succeeded just now.
     pub fn set_last_success(&self, at: Instant) {
         *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
@@ -170,6 +204,13 @@ impl Shared {
         }
         if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
             return Err("no GPU is being collected (--health-require-gpus)".into());
+        }
+        if let Some(d) = self.stalled_for() {
+            return Err(format!(
+                "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): \
+                 every value is stale and the page holds no DCGM series",
+                d.as_secs_f64()
+            ));
         }
         let expired = now_us() > self.page.load().expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
