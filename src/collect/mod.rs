@@ -187,6 +187,39 @@ pub struct Watched {
     pub watches: Vec<Watch>,
     /// Fields DCGM would not watch on these entities, each with its error.
     pub refused: Vec<(u16, dcgm_sys::Error)>,
+    /// Entities DCGM would not take into a group (e.g. a GPU detached since discovery).
+    pub refused_entities: Vec<(Entity, dcgm_sys::Error)>,
+}
+
+/// A group of `entities`. When DCGM refuses one (BADPARAM for a GPU detached from its
+/// driver since the node was discovered), each is tried alone and the refused ones are left
+/// out with their error, so that one entity never costs the others their watches.
+pub fn group_of_accepted(
+    session: &Session,
+    name: &str,
+    entities: &[Entity],
+    refused: &mut Vec<(Entity, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Group> {
+    let err = match session.create_group(name, entities) {
+        Ok(g) => return Ok(g),
+        Err(e) if failures::is_fatal(&e) || entities.len() < 2 => return Err(e),
+        Err(e) => e,
+    };
+    let mut accepted = Vec::new();
+    for &e in entities {
+        match session.create_group(&format!("{name}-probe"), &[e]) {
+            Ok(_) => accepted.push(e),
+            Err(x) if failures::is_fatal(&x) => return Err(x),
+            Err(x) => {
+                tracing::warn!("{e:?} refused in a group, left out of its watches: {x}");
+                refused.push((e, x));
+            }
+        }
+    }
+    if accepted.is_empty() || accepted.len() == entities.len() {
+        return Err(err);
+    }
+    session.create_group(name, &accepted)
 }
 
 /// Creates groups and field groups for a set of entities and watches them. When DCGM
@@ -214,10 +247,20 @@ pub fn watch_all(
     let mut out = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
-            let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
+            let mut refused = Vec::new();
+            let group = group_of_accepted(
+                session,
+                &format!("{name}-{nonce}-{gi}-{fi}"),
+                ents,
+                &mut refused,
+            )?;
+            if fi == 0 {
+                out.refused_entities.extend(refused);
+            }
             let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
             let fg = session.create_field_group(&fg_name, flds)?;
             tracing::debug!(
@@ -695,6 +738,12 @@ fn activate(
             return Ok(None);
         }
     };
+    for (entity, e) in &watched.refused_entities {
+        failures.refused_at_start(&format!("{source} of {entity:?}"), e);
+    }
+    let gone: HashSet<Entity> = watched.refused_entities.iter().map(|r| r.0).collect();
+    set.targets.retain(|t| !gone.contains(&t.entity));
+    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
     let mut refused = HashSet::new();
     for (field, e) in &watched.refused {
         for name in row_names(&set, counters, *field) {
@@ -742,6 +791,7 @@ fn watch_by_interval(
     let mut watched = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for ((interval_ms, age_bits, keep_samples), fields) in &by_interval {
         match watch_all(
@@ -756,6 +806,7 @@ fn watch_by_interval(
             Ok(w) => {
                 watched.watches.extend(w.watches);
                 watched.refused.extend(w.refused);
+                watched.refused_entities.extend(w.refused_entities);
             }
             Err(e) if failures::is_fatal(&e) => return Err(e.into()),
             Err(e) => return Ok(Err(e)),
