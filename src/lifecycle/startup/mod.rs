@@ -153,9 +153,8 @@ fn serve(
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
-    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| {
-        signals.stopping()
-    }) {
+    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| signals.stopping())
+    {
         Err(Started::Stopped) => {
             tracing::info!("stopped during start-up");
             return Ok(());
