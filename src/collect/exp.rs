@@ -229,11 +229,7 @@ fn health_watch(
             row: status_row,
             group,
             // A GPU the group refused has no health watch: no status rather than "pass".
-            targets: whole_gpus
-                .iter()
-                .filter(|t| !refused.iter().any(|(e, _)| *e == t.entity))
-                .cloned()
-                .collect(),
+            targets: accepted(whole_gpus, &refused),
             codes: crate::collect::health_codes::names(),
         })),
         Err(e) if failures::is_fatal(&e) => Err(e),
@@ -557,8 +553,6 @@ fn windowed(
             failures.refused_at_start(&source, e);
             continue;
         }
-        let watches = watched.watches;
-        let refused = &watched.refused_entities;
         out.push(Windowed {
             field,
             window_ms,
@@ -566,18 +560,23 @@ fn windowed(
             count_row,
             total_row,
             // A GPU the group refused is not counted: no series rather than a false 0.
-            targets: gpu_targets
-                .iter()
-                .filter(|t| !refused.iter().any(|(e, _)| *e == t.entity))
-                .cloned()
-                .collect(),
-            watches,
+            targets: accepted(gpu_targets, &watched.refused_entities),
+            watches: watched.watches,
             totals: HashMap::new(),
             last_ts: now_us(),
             previous: HashMap::new(),
         });
     }
     Ok(out)
+}
+
+/// The targets whose entity DCGM took into the group.
+fn accepted(targets: &[Target], refused: &[(Entity, dcgm_sys::Error)]) -> Vec<Target> {
+    targets
+        .iter()
+        .filter(|t| !refused.iter().any(|(e, _)| *e == t.entity))
+        .cloned()
+        .collect()
 }
 
 /// The interval of a watch the `DCGM_EXP_*` metrics add to fields the counters may watch

@@ -165,6 +165,18 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// A watch just made with (update interval µs, max keep age s, max keep samples).
+    fn made(group: Group, fields: FieldGroup, rate: (i64, f64, i32)) -> Watch {
+        let (freq_us, keep_age_s, keep_samples) = rate;
+        Watch {
+            group,
+            fields,
+            freq_us,
+            keep_age_s,
+            keep_samples,
+        }
+    }
+
     /// Sets (again) the watch's interval and retention; idempotent in DCGM.
     pub fn assert(&self, session: &Session) -> dcgm_sys::Result<()> {
         session.watch(
@@ -244,6 +256,7 @@ pub fn watch_all(
         GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let freq_us = (interval_ms * 1000) as i64;
+    let rate = (freq_us, keep_age_s, keep_samples);
     let mut out = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
@@ -269,13 +282,7 @@ pub fn watch_all(
             );
             let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
                 Ok(()) => {
-                    out.watches.push(Watch {
-                        group,
-                        fields: fg,
-                        freq_us,
-                        keep_age_s,
-                        keep_samples,
-                    });
+                    out.watches.push(Watch::made(group, fg, rate));
                     continue;
                 }
                 Err(e) if failures::is_fatal(&e) => return Err(e),
@@ -286,30 +293,13 @@ pub fn watch_all(
                 out.refused.push((flds[0], err));
                 continue;
             }
-            let mut good = Vec::new();
-            for &f in flds {
-                let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
-                match session.watch(&group, &probe, freq_us, keep_age_s, keep_samples) {
-                    Ok(()) => {
-                        session.unwatch(&group, &probe)?;
-                        good.push(f);
-                    }
-                    Err(e) if failures::is_fatal(&e) => return Err(e),
-                    Err(e) => out.refused.push((f, e)),
-                }
-            }
+            let good = probe_fields(session, &group, &fg_name, flds, rate, &mut out.refused)?;
             if good.is_empty() {
                 continue;
             }
             let fg = session.create_field_group(&fg_name, &good)?;
             match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => out.watches.push(Watch {
-                    group,
-                    fields: fg,
-                    freq_us,
-                    keep_age_s,
-                    keep_samples,
-                }),
+                Ok(()) => out.watches.push(Watch::made(group, fg, rate)),
                 Err(e) if failures::is_fatal(&e) => return Err(e),
                 // Each field alone was accepted but not together: none of them is watched.
                 Err(e) => out
@@ -319,6 +309,33 @@ pub fn watch_all(
         }
     }
     Ok(out)
+}
+
+/// The fields of `flds` DCGM watches on `group` when asked one by one; the others go to
+/// `refused` with their error. Each probe is unwatched at once (the caller watches the good
+/// ones together); pairs it shares with watches in place are made again after the build
+/// (`Collector::reassert`).
+fn probe_fields(
+    session: &Session,
+    group: &Group,
+    fg_name: &str,
+    flds: &[u16],
+    (freq_us, keep_age_s, keep_samples): (i64, f64, i32),
+    refused: &mut Vec<(u16, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Vec<u16>> {
+    let mut good = Vec::new();
+    for &f in flds {
+        let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
+        match session.watch(group, &probe, freq_us, keep_age_s, keep_samples) {
+            Ok(()) => {
+                session.unwatch(group, &probe)?;
+                good.push(f);
+            }
+            Err(e) if failures::is_fatal(&e) => return Err(e),
+            Err(e) => refused.push((f, e)),
+        }
+    }
+    Ok(good)
 }
 
 /// One line for what is watched per entity type, and one debug line for the types with
