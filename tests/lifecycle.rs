@@ -168,3 +168,71 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
     );
     assert_eq!(series(&page, "dcgm_exporter_dcgm_connected")[0].value, 1.0);
 }
+
+/// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
+fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let kv: std::collections::HashMap<&str, &str> =
+                l.split(' ').filter_map(|p| p.split_once('=')).collect();
+            let fields = kv["fields"].split(',').map(|f| f.parse().unwrap());
+            (kv["freq_us"].parse().unwrap(), fields.collect())
+        })
+        .collect()
+}
+
+/// DCGM samples a pair at the interval its connection's last `dcgmWatchFields` set. The
+/// XID window watches `DCGM_FI_DEV_XID_ERRORS` after the counters' own watch of it: a watch
+/// group's faster interval must win, at start and after a rebuild's second round of watches.
+#[test]
+fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "version: 2\n\
+         metrics:\n\
+         \x20 fields:\n\
+         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
+         \x20   - {name: DCGM_FI_DEV_XID_ERRORS, prometheusType: gauge, help: x}\n\
+         \x20   - {name: DCGM_EXP_XID_ERRORS_COUNT, prometheusType: gauge, help: c}\n\
+         collections:\n\
+         \x20 - name: scrape\n\
+         \x20   every: 1s\n\
+         \x20   metrics: {include: [\"*\"]}\n\
+         \x20 - name: xid\n\
+         \x20   every: 100ms\n\
+         \x20   metrics: {include: [\"DCGM_FI_DEV_XID_ERRORS\"]}\n",
+    )
+    .unwrap();
+    let log = dir.path().join("w.log");
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .env("DCGM_SIM_WATCH_LOG", &log);
+    sim_built();
+    let e = Exporter::spawn(cmd, port);
+    e.wait_until(30, |e| {
+        e.try_get("/metrics")
+            .is_ok_and(|b| b.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    let last_xid = || {
+        watch_calls(&log)
+            .into_iter()
+            .filter(|(_, f)| f.contains(&230))
+            .last()
+            .map(|(freq, _)| freq)
+    };
+    assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
+    let before = watch_calls(&log).len();
+    signal(e.child.id(), "HUP");
+    e.wait_for_log(20, "reloaded ");
+    assert!(watch_calls(&log).len() > before);
+    assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
+}
