@@ -225,8 +225,7 @@ fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
     let last_xid = || {
         watch_calls(&log)
             .into_iter()
-            .filter(|(_, f)| f.contains(&230))
-            .last()
+            .rfind(|(_, f)| f.contains(&230))
             .map(|(freq, _)| freq)
     };
     assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
