@@ -298,6 +298,13 @@ fn openssl(dir: &Path, args: &[&str]) {
 /// An HTTP/2 client over TLS that grants `window` bytes per stream and never more; returns
 /// how long the exporter held its connection after `bound`-checking it.
 fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &str) {
+    http2_client(Some(window), extra, bound, what)
+}
+
+/// An HTTP/2 client over TLS: with `window`, it asks for the page granting that many bytes
+/// per stream and never more; without, it only opens the connection and then says nothing
+/// (it never answers a ping, nor a GOAWAY's).
+fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     openssl(
@@ -356,7 +363,7 @@ fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &st
     let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
     // SETTINGS: INITIAL_WINDOW_SIZE (0x4) = window, and no WINDOW_UPDATE ever.
     let mut settings = vec![0, 4];
-    settings.extend(window.to_be_bytes());
+    settings.extend(window.unwrap_or(65535).to_be_bytes());
     h2.extend(frame(0x4, 0, 0, &settings));
     // HEADERS, END_STREAM | END_HEADERS: GET https 127.0.0.1 /metrics (HPACK: indexed
     // :method GET, :scheme https; literal :path and :authority).
@@ -364,7 +371,9 @@ fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &st
     hpack.extend(b"/metrics");
     hpack.extend([0x01, 9]);
     hpack.extend(b"127.0.0.1");
-    h2.extend(frame(0x1, 0x5, 1, &hpack));
+    if window.is_some() {
+        h2.extend(frame(0x1, 0x5, 1, &hpack));
+    }
     to_server.write_all(&h2).unwrap();
     to_server.flush().unwrap();
     let since = Instant::now();
@@ -399,5 +408,19 @@ fn an_http2_client_that_grants_a_tiny_window_loses_the_connection_as_an_idle_one
         &["--web-read-timeout", &read_timeout],
         read + WRITE_TIMEOUT,
         "HTTP/2 window of 1000 bytes",
+    );
+}
+
+/// Idle for the read timeout, the connection is told to close (GOAWAY, then a ping h2 waits
+/// to see answered): a client that never answers has the write timeout for that.
+#[test]
+fn an_idle_http2_client_that_never_answers_loses_the_connection() {
+    let read = Duration::from_secs(3);
+    let read_timeout = format!("{}s", read.as_secs());
+    http2_client(
+        None,
+        &["--web-read-timeout", &read_timeout],
+        read + WRITE_TIMEOUT,
+        "idle HTTP/2",
     );
 }
