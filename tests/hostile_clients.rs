@@ -185,7 +185,7 @@ fn check_within(
     let rss = rss_kib(e.child.id());
     eprintln!("{what}: VmRSS {} KiB before, {rss} KiB after", base.rss_kib);
     assert!(
-        rss <= base.rss_kib + 64 * 1024,
+        rss <= base.rss_kib + 24 * 1024,
         "{what}: VmRSS {rss} KiB, was {} KiB",
         base.rss_kib
     );
