@@ -252,7 +252,10 @@ fn a_connection_close_client_that_stops_reading_before_the_tail_loses_the_connec
     // done for hyper) while its last bytes cannot be written.
     let queued = kernel_queue(e.port, peer);
     let read = read_all_but(&mut c, queued + 200_000);
-    eprintln!("Connection: close: read {read} bytes, then nothing ({queued} queued in the kernel)");
+    eprintln!(
+        "Connection: close: read {read} bytes in {:?}, then nothing ({queued} queued in the kernel)",
+        since.elapsed()
+    );
     let held = released(&e, &base, peer, since, "Connection: close");
     check(&e, &base, held, "Connection: close", || {
         e.try_get("/health").is_ok()
