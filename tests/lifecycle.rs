@@ -235,3 +235,34 @@ fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
     assert!(watch_calls(&log).len() > before);
     assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
 }
+
+/// A MIG re-partition rebuilds the watches on the live session: every series of the GPUs
+/// it did not touch stays on the page, fresh, for 6 intervals after it (with DCGM 4.6's
+/// watch model, which the simulator follows, the old watches' removal used to take every
+/// pair the new ones share with it).
+#[test]
+fn a_mig_repartition_keeps_every_other_gpus_series_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "300"])
+        .start();
+    let untouched = |p: &[Sample]| -> std::collections::BTreeSet<(String, String)> {
+        p.iter()
+            .filter(|s| s.name.starts_with("DCGM_FI_") && s.label("gpu") != Some("1"))
+            .map(|s| (s.name.clone(), format!("{:?}", s.labels)))
+            .collect()
+    };
+    let before = untouched(&e.scrape_until(10, |p| untouched(p).len() > 10));
+    control(&ctl, "mig 1 7g.80gb");
+    e.wait_for_log(20, "MIG configuration changed");
+    for _ in 0..12 {
+        let now = untouched(&e.scrape());
+        let lost: Vec<_> = before.difference(&now).collect();
+        assert!(lost.is_empty(), "{} gone: {lost:?}", lost.len());
+        std::thread::sleep(Duration::from_millis(150));
+    }
+}
