@@ -121,52 +121,39 @@ fn the_bind_unbind_watch_waits_for_a_late_engine() {
     assert!(!body.contains("bind/unbind"), "{body}");
 }
 
-/// Connected, watched, every call answered, yet DCGM samples the fields less often than the
-/// exporter reads them (a watch group of 20 s under `-c 300`): every value is dropped as
-/// stale and the page holds no DCGM series. That is an outage, not health.
+/// Connected, watched, every call answered, yet DCGM samples none of the watched fields:
+/// the node's only GPU unbound from its driver with no bind/unbind watch to rebuild (DCGM
+/// 4.6 drops a detached GPU's watches and samples). The page holds no DCGM series; that is
+/// an outage, not health, and it ends when the GPU is back and sampled.
 #[test]
 fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
-        "version: 2\n\
-         metrics:\n\
-         \x20 fields:\n\
-         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
-         collections:\n\
-         \x20 - name: scrape\n\
-         \x20   every: 300ms\n\
-         \x20   metrics: {include: [\"*\"]}\n\
-         \x20 - name: slow\n\
-         \x20   every: 20s\n\
-         \x20   metrics: {include: [\"DCGM_FI_DEV_GPU_TEMP\"]}\n",
-    )
-    .unwrap();
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
-    sim_built();
-    let e = Exporter::spawn(cmd, port);
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "300"])
+        .start();
+    e.wait_until(10, |e| e.get("/health").0 == 200);
+    control(&ctl, "gpu_unbind 0");
     e.wait_until(15, |e| {
         e.try_get("/health")
             .is_ok_and(|b| b.contains("sampled none of the watched fields"))
     });
     let (code, body) = e.get("/health");
     assert_eq!(code, 503, "{body}");
-    let page = e.scrape();
+    // The gauge follows at the next collection.
+    let stalled = |p: &[Sample]| series(p, "dcgm_exporter_dcgm_sampling_stalled")[0].value;
+    let page = e.scrape_until(5, |p| stalled(p) == 1.0);
     assert!(series(&page, "DCGM_FI_DEV_GPU_TEMP").is_empty());
-    assert_eq!(
-        series(&page, "dcgm_exporter_dcgm_sampling_stalled")[0].value,
-        1.0,
-        "{}",
-        dump(&page)
-    );
     assert_eq!(series(&page, "dcgm_exporter_dcgm_connected")[0].value, 1.0);
+    // Bound again and rebuilt (a SIGHUP): sampled, healthy, the gauge back to 0.
+    control(&ctl, "gpu_bind 0");
+    signal(e.child.id(), "HUP");
+    e.wait_until(15, |e| e.get("/health").0 == 200);
+    let page = e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1);
+    assert_eq!(stalled(&page), 0.0);
 }
 
 /// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
@@ -234,4 +221,35 @@ fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
     e.wait_for_log(20, "reloaded ");
     assert!(watch_calls(&log).len() > before);
     assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
+}
+
+/// A MIG re-partition rebuilds the watches on the live session: every series of the GPUs
+/// it did not touch stays on the page, fresh, for 6 intervals after it (with DCGM 4.6's
+/// watch model, which the simulator follows, the old watches' removal used to take every
+/// pair the new ones share with it).
+#[test]
+fn a_mig_repartition_keeps_every_other_gpus_series_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "300"])
+        .start();
+    let untouched = |p: &[Sample]| -> std::collections::BTreeSet<(String, String)> {
+        p.iter()
+            .filter(|s| s.name.starts_with("DCGM_FI_") && s.label("gpu") != Some("1"))
+            .map(|s| (s.name.clone(), format!("{:?}", s.labels)))
+            .collect()
+    };
+    let before = untouched(&e.scrape_until(10, |p| untouched(p).len() > 10));
+    control(&ctl, "mig 1 7g.80gb");
+    e.wait_for_log(20, "MIG configuration changed");
+    for _ in 0..12 {
+        let now = untouched(&e.scrape());
+        let lost: Vec<_> = before.difference(&now).collect();
+        assert!(lost.is_empty(), "{} gone: {lost:?}", lost.len());
+        std::thread::sleep(Duration::from_millis(150));
+    }
 }

@@ -208,7 +208,7 @@ impl Shared {
         if let Some(d) = self.stalled_for() {
             return Err(format!(
                 "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): \
-                 every value is stale and the page holds no DCGM series",
+                 the page holds no DCGM value",
                 d.as_secs_f64()
             ));
         }
