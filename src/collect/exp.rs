@@ -216,17 +216,20 @@ fn health_watch(
         return Ok(None);
     }
     let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
-    let group = session
-        .create_group(
-            &format!("dcgm-exporter-health-{}", std::process::id()),
-            &ents,
-        )
-        .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
+    let mut refused = Vec::new();
+    let group = crate::collect::group_of_accepted(
+        session,
+        &format!("dcgm-exporter-health-{}", std::process::id()),
+        &ents,
+        &mut refused,
+    )
+    .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
     match group {
         Ok(group) => Ok(Some(Health {
             row: status_row,
             group,
-            targets: whole_gpus.to_vec(),
+            // A GPU the group refused has no health watch: no status rather than "pass".
+            targets: accepted(whole_gpus, &refused),
             codes: crate::collect::health_codes::names(),
         })),
         Err(e) if failures::is_fatal(&e) => Err(e),
@@ -550,21 +553,30 @@ fn windowed(
             failures.refused_at_start(&source, e);
             continue;
         }
-        let watches = watched.watches;
         out.push(Windowed {
             field,
             window_ms,
             label,
             count_row,
             total_row,
-            targets: gpu_targets.to_vec(),
-            watches,
+            // A GPU the group refused is not counted: no series rather than a false 0.
+            targets: accepted(gpu_targets, &watched.refused_entities),
+            watches: watched.watches,
             totals: HashMap::new(),
             last_ts: now_us(),
             previous: HashMap::new(),
         });
     }
     Ok(out)
+}
+
+/// The targets whose entity DCGM took into the group.
+fn accepted(targets: &[Target], refused: &[(Entity, dcgm_sys::Error)]) -> Vec<Target> {
+    targets
+        .iter()
+        .filter(|t| !refused.iter().any(|(e, _)| *e == t.entity))
+        .cloned()
+        .collect()
 }
 
 /// The interval of a watch the `DCGM_EXP_*` metrics add to fields the counters may watch

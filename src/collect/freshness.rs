@@ -177,7 +177,10 @@ mod tests {
         assert!(f.stalled());
         // A field the driver has no value for is still sampled.
         let mut f = Freshness::new(NOW, interval);
-        f.observe(&[frozen(0), reading(1, TEMP, NOW, Reading::Sentinel(Sentinel::Blank))]);
+        f.observe(&[
+            frozen(0),
+            reading(1, TEMP, NOW, Reading::Sentinel(Sentinel::Blank)),
+        ]);
         assert!(!f.stalled());
         // Nothing polled is watched: nothing to stall.
         assert!(!Freshness::new(NOW, interval).stalled());

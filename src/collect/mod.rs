@@ -165,6 +165,18 @@ pub struct Watch {
 }
 
 impl Watch {
+    /// A watch just made with (update interval µs, max keep age s, max keep samples).
+    fn made(group: Group, fields: FieldGroup, rate: (i64, f64, i32)) -> Watch {
+        let (freq_us, keep_age_s, keep_samples) = rate;
+        Watch {
+            group,
+            fields,
+            freq_us,
+            keep_age_s,
+            keep_samples,
+        }
+    }
+
     /// Sets (again) the watch's interval and retention; idempotent in DCGM.
     pub fn assert(&self, session: &Session) -> dcgm_sys::Result<()> {
         session.watch(
@@ -187,6 +199,39 @@ pub struct Watched {
     pub watches: Vec<Watch>,
     /// Fields DCGM would not watch on these entities, each with its error.
     pub refused: Vec<(u16, dcgm_sys::Error)>,
+    /// Entities DCGM would not take into a group (e.g. a GPU detached since discovery).
+    pub refused_entities: Vec<(Entity, dcgm_sys::Error)>,
+}
+
+/// A group of `entities`. When DCGM refuses one (BADPARAM for a GPU detached from its
+/// driver since the node was discovered), each is tried alone and the refused ones are left
+/// out with their error, so that one entity never costs the others their watches.
+pub fn group_of_accepted(
+    session: &Session,
+    name: &str,
+    entities: &[Entity],
+    refused: &mut Vec<(Entity, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Group> {
+    let err = match session.create_group(name, entities) {
+        Ok(g) => return Ok(g),
+        Err(e) if failures::is_fatal(&e) || entities.len() < 2 => return Err(e),
+        Err(e) => e,
+    };
+    let mut accepted = Vec::new();
+    for &e in entities {
+        match session.create_group(&format!("{name}-probe"), &[e]) {
+            Ok(_) => accepted.push(e),
+            Err(x) if failures::is_fatal(&x) => return Err(x),
+            Err(x) => {
+                tracing::warn!("{e:?} refused in a group, left out of its watches: {x}");
+                refused.push((e, x));
+            }
+        }
+    }
+    if accepted.is_empty() || accepted.len() == entities.len() {
+        return Err(err);
+    }
+    session.create_group(name, &accepted)
 }
 
 /// Creates groups and field groups for a set of entities and watches them. When DCGM
@@ -211,13 +256,24 @@ pub fn watch_all(
         GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let freq_us = (interval_ms * 1000) as i64;
+    let rate = (freq_us, keep_age_s, keep_samples);
     let mut out = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
-            let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
+            let mut refused = Vec::new();
+            let group = group_of_accepted(
+                session,
+                &format!("{name}-{nonce}-{gi}-{fi}"),
+                ents,
+                &mut refused,
+            )?;
+            if fi == 0 {
+                out.refused_entities.extend(refused);
+            }
             let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
             let fg = session.create_field_group(&fg_name, flds)?;
             tracing::debug!(
@@ -226,13 +282,7 @@ pub fn watch_all(
             );
             let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
                 Ok(()) => {
-                    out.watches.push(Watch {
-                        group,
-                        fields: fg,
-                        freq_us,
-                        keep_age_s,
-                        keep_samples,
-                    });
+                    out.watches.push(Watch::made(group, fg, rate));
                     continue;
                 }
                 Err(e) if failures::is_fatal(&e) => return Err(e),
@@ -243,30 +293,13 @@ pub fn watch_all(
                 out.refused.push((flds[0], err));
                 continue;
             }
-            let mut good = Vec::new();
-            for &f in flds {
-                let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
-                match session.watch(&group, &probe, freq_us, keep_age_s, keep_samples) {
-                    Ok(()) => {
-                        session.unwatch(&group, &probe)?;
-                        good.push(f);
-                    }
-                    Err(e) if failures::is_fatal(&e) => return Err(e),
-                    Err(e) => out.refused.push((f, e)),
-                }
-            }
+            let good = probe_fields(session, &group, &fg_name, flds, rate, &mut out.refused)?;
             if good.is_empty() {
                 continue;
             }
             let fg = session.create_field_group(&fg_name, &good)?;
             match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => out.watches.push(Watch {
-                    group,
-                    fields: fg,
-                    freq_us,
-                    keep_age_s,
-                    keep_samples,
-                }),
+                Ok(()) => out.watches.push(Watch::made(group, fg, rate)),
                 Err(e) if failures::is_fatal(&e) => return Err(e),
                 // Each field alone was accepted but not together: none of them is watched.
                 Err(e) => out
@@ -276,6 +309,33 @@ pub fn watch_all(
         }
     }
     Ok(out)
+}
+
+/// The fields of `flds` DCGM watches on `group` when asked one by one; the others go to
+/// `refused` with their error. Each probe is unwatched at once (the caller watches the good
+/// ones together); pairs it shares with watches in place are made again after the build
+/// (`Collector::reassert`).
+fn probe_fields(
+    session: &Session,
+    group: &Group,
+    fg_name: &str,
+    flds: &[u16],
+    (freq_us, keep_age_s, keep_samples): (i64, f64, i32),
+    refused: &mut Vec<(u16, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Vec<u16>> {
+    let mut good = Vec::new();
+    for &f in flds {
+        let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
+        match session.watch(group, &probe, freq_us, keep_age_s, keep_samples) {
+            Ok(()) => {
+                session.unwatch(group, &probe)?;
+                good.push(f);
+            }
+            Err(e) if failures::is_fatal(&e) => return Err(e),
+            Err(e) => refused.push((f, e)),
+        }
+    }
+    Ok(good)
 }
 
 /// One line for what is watched per entity type, and one debug line for the types with
@@ -695,6 +755,12 @@ fn activate(
             return Ok(None);
         }
     };
+    for (entity, e) in &watched.refused_entities {
+        failures.refused_at_start(&format!("{source} of {entity:?}"), e);
+    }
+    let gone: HashSet<Entity> = watched.refused_entities.iter().map(|r| r.0).collect();
+    set.targets.retain(|t| !gone.contains(&t.entity));
+    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
     let mut refused = HashSet::new();
     for (field, e) in &watched.refused {
         for name in row_names(&set, counters, *field) {
@@ -742,6 +808,7 @@ fn watch_by_interval(
     let mut watched = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for ((interval_ms, age_bits, keep_samples), fields) in &by_interval {
         match watch_all(
@@ -756,6 +823,7 @@ fn watch_by_interval(
             Ok(w) => {
                 watched.watches.extend(w.watches);
                 watched.refused.extend(w.refused);
+                watched.refused_entities.extend(w.refused_entities);
             }
             Err(e) if failures::is_fatal(&e) => return Err(e.into()),
             Err(e) => return Ok(Err(e)),

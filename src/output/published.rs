@@ -222,6 +222,38 @@ mod tests {
         }
     }
 
+    /// Connected, collecting, a fresh page: yet DCGM sampled none of the watched fields.
+    /// Two intervals of that are an outage on /health and in the self-metric; one fresh
+    /// sample ends it.
+    #[test]
+    fn a_stalled_engine_is_unhealthy_after_two_intervals_only() {
+        let shared = Shared::new(Duration::from_millis(100));
+        let collected = |stalled: bool| {
+            shared.observe_sampling(stalled);
+            shared.publish(&crate::model::Page::default(), crate::collect::now_us());
+            shared.set_connected(true);
+            shared.set_last_success(Instant::now());
+        };
+        let gauge = |s: &Shared| {
+            String::from_utf8(s.metrics.encode())
+                .unwrap()
+                .contains("\ndcgm_exporter_dcgm_sampling_stalled 1\n")
+        };
+        collected(false);
+        assert_eq!(shared.health(), Ok(()));
+        collected(true);
+        assert_eq!(shared.health(), Ok(()), "not yet two intervals");
+        assert!(!gauge(&shared));
+        std::thread::sleep(Duration::from_millis(250));
+        collected(true);
+        let e = shared.health().unwrap_err();
+        assert!(e.contains("sampled none of the watched fields"), "{e}");
+        assert!(gauge(&shared));
+        collected(false);
+        assert_eq!(shared.health(), Ok(()));
+        assert!(!gauge(&shared));
+    }
+
     /// The exporter's wiring: a thread of the process's supervisor that panics is a line
     /// of `Shared::notes` (what /health prints after `degraded: `) and a count in the
     /// self-metrics every scrape appends.

@@ -103,8 +103,7 @@ fn serve(
 ) -> Result<(), String> {
     let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
-    // One worker per core (tokio's default). Started first: the signal handlers live in it
-    // and must be in place before anything slow (the API server, DCGM's start: 30 s).
+    // First: the signal handlers live in it, before anything slow (DCGM's start: 30 s).
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -153,9 +152,8 @@ fn serve(
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
-    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| {
-        signals.stopping()
-    }) {
+    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| signals.stopping())
+    {
         Err(Started::Stopped) => {
             tracing::info!("stopped during start-up");
             return Ok(());
