@@ -166,7 +166,10 @@ fn check(mode: &str, sim: &Observations, real: &Observations) {
 /// simulator made and that has gone away, so the list stays exact.
 fn check_lines(mode: &str, sim: &Lines, real: &Lines) {
     for (k, v) in sim {
-        eprintln!("{mode}: {k}: dcgm-sim {v} | real {}", real.get(k).map_or("-", |r| r));
+        eprintln!(
+            "{mode}: {k}: dcgm-sim {v} | real {}",
+            real.get(k).map_or("-", |r| r)
+        );
     }
     let diffs = differences(sim, real);
     for (k, s, r) in &diffs {
