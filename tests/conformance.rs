@@ -6,6 +6,12 @@
 //! one that has gone away, so the list stays exact.
 //!
 //! Without the kit only the simulator runs, and its observations are checked on their own.
+//!
+//! Two more tiers use the same list: the C-level differential suite (`conformance/c_api.rs`,
+//! a C client making the same DCGM calls against both libraries: DCGM's watch model and an
+//! unbound GPU) and the lifecycle tier (`conformance/lifecycle.rs`: the exporter through
+//! reloads, an unbind and a bind, SIGSTOP/SIGCONT and a host-engine restart, every series
+//! back and fresh after each).
 
 #[path = "conformance/c_api.rs"]
 mod c_api;

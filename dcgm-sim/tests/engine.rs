@@ -1026,8 +1026,14 @@ fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_who
         max_keep_samples: 0,
     };
     assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
-    // Nothing of the refused watch was set up.
+    // Nothing of the refused watch is sampled, but DCGM made (and unwatched) its pairs: an
+    // unwatch of them is no error.
     assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, -16);
+    let unwatch_mixed = Request::UnwatchFields {
+        group_id: g,
+        field_group_id: mixed,
+    };
+    assert_eq!(e.handle(0, &unwatch_mixed), Reply::Ok);
     let plain = field_group(&mut e, 0, &[150, 155]);
     assert_eq!(e.handle(0, &watch_req(plain)), Reply::Ok);
     assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, 0);
@@ -1443,6 +1449,21 @@ fn watch_requests_check_their_arguments() {
     // A watched pair with nothing in the range is NO_DATA: skipped.
     let (s, next) = since(&mut e, g, f, T0 + 3600 * S);
     assert!(s.is_empty() && next > T0);
+    // Unwatching a pair never watched answers NOT_WATCHED, after unwatching the others
+    // (DcgmCacheManager::RemoveEntityFieldWatch; UnwatchFieldGroup keeps going).
+    let unwatch_req = Request::UnwatchFields {
+        group_id: g2,
+        field_group_id: f2,
+    };
+    assert_eq!(e.handle(0, &unwatch_req), Reply::Error(-16));
+    assert_eq!(e.watch_count(), 0, "150 was unwatched all the same");
+    // A pair once watched is known: unwatching it again is no error.
+    let f150 = field_group(&mut e, 0, &[150]);
+    let again = Request::UnwatchFields {
+        group_id: g2,
+        field_group_id: f150,
+    };
+    assert_eq!(e.handle(0, &again), Reply::Ok);
 }
 
 #[test]

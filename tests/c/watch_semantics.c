@@ -275,6 +275,8 @@ static void values_since_statuses(void)
     snprintf(buf, sizeof(buf), "%d, values %s, next %s", (int)rc, t.values > 0 ? "yes" : "no",
              next > 7 ? "advanced" : "kept");
     observe("since: then a pair never watched", buf);
+    /* dcgmUnwatchFields of pairs of which one was never watched by anyone. */
+    observe_rc("unwatch: a field group holding a pair never watched", unwatch(h, g, mixed));
 }
 
 static void observe_ids(const char *name, const unsigned int *ids, int n)

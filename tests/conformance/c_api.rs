@@ -31,6 +31,7 @@ failed: watch holding a profiling field: -33
 failed: 252, watched before through another field group: frozen
 since: only an unwatched pair with samples: 0, values yes, next advanced
 since: then a pair never watched: -16, values yes, next kept
+unwatch: a field group holding a pair never watched: -16
 done: yes
 ";
 

@@ -242,7 +242,8 @@ impl Engine {
         // the samples stay.
         let keys: Vec<Key> = self.watches.keys().copied().collect();
         let now = self.clock.now_us();
-        self.unwatch(conn, &keys, now);
+        // Every key exists: nothing to report.
+        let _ = self.unwatch(conn, &keys, now);
         let groups: Vec<u32> = self
             .groups
             .iter()
@@ -474,21 +475,22 @@ impl Engine {
     }
 
     /// Removes connection `conn`'s watcher from the watches of `keys`, each brought up to
-    /// `now` first (its samples stay). A watch left with neither watcher nor sample is
-    /// forgotten: DCGM answers NOT_WATCHED for it either way.
-    fn unwatch(&mut self, conn: WatcherId, keys: &[Key], now: i64) {
+    /// `now` first (its samples stay; DCGM keeps the watch entry too). NOT_WATCHED when a
+    /// pair was never watched at all, after the others were done
+    /// (DcgmCacheManager::RemoveEntityFieldWatch; UnwatchFieldGroup keeps going).
+    fn unwatch(&mut self, conn: WatcherId, keys: &[Key], now: i64) -> Result<(), i32> {
+        let mut status = Ok(());
         for key in keys {
             let Some(w) = self.watches.get_mut(key) else {
+                status = Err(ST_NOT_WATCHED);
                 continue;
             };
             if let Some(meta) = fields::by_id(key.2) {
                 w.catch_up(*key, meta, &self.world, now);
             }
             w.remove_watcher(conn);
-            if w.is_empty() {
-                self.watches.remove(key);
-            }
         }
+        status
     }
 
     /// DcgmGroupManager::RemoveGroup: the group goes, the watches set through it stay.

@@ -106,7 +106,7 @@ impl Watch {
     /// Adds (or updates) a connection's watcher and recomputes frequency and retention. A
     /// watch that had stopped starts again at `now`.
     pub fn add_watcher(&mut self, who: WatcherId, freq_us: i64, age_us: i64, now: i64) {
-        if self.watchers.is_empty() && self.last_ts.is_some() {
+        if self.watchers.is_empty() {
             self.created_us = now;
             self.last_ts = None;
         }
@@ -129,7 +129,8 @@ impl Watch {
         !self.watchers.is_empty()
     }
 
-    /// Neither watched nor holding a sample: DCGM answers as if it never existed.
+    /// Neither watched nor holding a sample: DCGM answers NOT_WATCHED for it, but knows
+    /// the pair (an unwatch of it is no error).
     pub fn is_empty(&self) -> bool {
         self.watchers.is_empty() && self.samples.is_empty()
     }

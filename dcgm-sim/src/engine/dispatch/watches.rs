@@ -33,7 +33,14 @@ impl Engine {
                 // (DcgmHostEngineHandler::WatchFieldGroup, GETOUT), also pairs the connection
                 // had watched before through other field groups.
                 if !self.world.node.profiling_module && fg.iter().any(|f| is_profiling(*f)) {
-                    self.unwatch(conn, &keys, now);
+                    // The cache manager made an entry for every pair before the failure.
+                    for key in &keys {
+                        self.watches
+                            .entry(*key)
+                            .or_insert_with(|| Watch::new(key.2, now));
+                    }
+                    // Every pair has an entry now: nothing more to report.
+                    let _ = self.unwatch(conn, &keys, now);
                     return Err(ST_MODULE_NOT_LOADED);
                 }
                 let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
@@ -43,7 +50,6 @@ impl Engine {
                         .watches
                         .entry(key)
                         .or_insert_with(|| Watch::new(key.2, now));
-                    // A watch that stopped is brought up to its stop first (nothing).
                     w.add_watcher(conn, *update_freq_us, age, now);
                 }
                 Reply::Ok
@@ -55,7 +61,7 @@ impl Engine {
                 let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 let fg = self.field_group_fields(*field_group_id)?;
                 let keys = self.watch_keys(&entities, &fg);
-                self.unwatch(conn, &keys, now);
+                self.unwatch(conn, &keys, now)?;
                 Reply::Ok
             }
             // AUTO mode samples on its own (lazily); an explicit cycle brings everything due
