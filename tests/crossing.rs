@@ -240,6 +240,32 @@ fn shares_within(page: &[Sample], family: &str, by: &str, ceiling: Option<f64>) 
         .collect()
 }
 
+/// Job `job-a` holds GPU 4 alone: its share is the GPU's utilisation, in percent whatever
+/// unit the release exports the utilisation in.
+fn exclusive_share(version: &str, page: &[Sample]) -> Vec<String> {
+    let (util, to_percent) = if version == "4.9.0" {
+        ("DCGM_FI_DEV_GPU_UTIL_RATIO", 100.0)
+    } else {
+        ("DCGM_FI_DEV_GPU_UTIL", 1.0)
+    };
+    let on4 = |name: &str, job: Option<&str>| {
+        series(page, name)
+            .into_iter()
+            .find(|x| {
+                x.label("gpu") == Some("4")
+                    && x.label("GPU_I_ID").is_none()
+                    && (job.is_none() || x.label("hpc_job") == job)
+            })
+            .map(|x| x.value)
+    };
+    match (on4(util, None), on4("DCGM_EXP_UTIL_SHARE", Some("job-a"))) {
+        (Some(u), Some(share)) if (u * to_percent - share).abs() < 1e-6 => Vec::new(),
+        (u, share) => vec![format!(
+            "job-a's share {share:?} is not GPU 4's {util} {u:?} in percent"
+        )],
+    }
+}
+
 #[test]
 fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
     // Without promtool the pairs still run; the lint is what is skipped.
@@ -257,6 +283,9 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
                 .start();
             let page = exercise(feature, &e, &s);
             let mut p = problems(version, &page);
+            if feature == "usage-accounting" {
+                p.extend(exclusive_share(version, &page));
+            }
             if promtool {
                 p.extend(prom::promtool_problems(&e.get("/metrics").1));
             }
