@@ -4,8 +4,12 @@
 
 use std::process::Command;
 
+#[path = "build/commit.rs"]
+mod commit;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     embed_commit();
+    println!("cargo:rerun-if-changed=build/commit.rs");
     let proto = "proto/podresources.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
@@ -26,16 +30,9 @@ fn embed_commit() {
     };
     let commit = git(&["rev-parse", "--short=12", "HEAD"]);
     if commit.is_some() {
-        // Rebuilt when HEAD moves: HEAD itself, the branch it names, packed refs.
-        for path in ["HEAD", "packed-refs"] {
-            if let Some(p) = git(&["rev-parse", "--git-path", path]) {
-                println!("cargo:rerun-if-changed={p}");
-            }
-        }
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            if let Some(p) = git(&["rev-parse", "--git-path", &branch]) {
-                println!("cargo:rerun-if-changed={p}");
-            }
+        // Rebuilt when HEAD moves.
+        for path in commit::watched_git_paths(&git, std::path::Path::new(".")) {
+            println!("cargo:rerun-if-changed={path}");
         }
     }
     // No `+dirty`: the script reruns only when HEAD moves, so it would go stale.

@@ -120,3 +120,71 @@ fn a_flood_of_wrong_passwords_stays_within_the_bound_and_a_right_client_is_serve
         "{page}"
     );
 }
+
+/// Issue 30: clients that hang up while their password check waits for a slot give their
+/// place back: `dcgm_exporter_auth_checks_waiting` and `..._in_flight` return to 0, and the
+/// queue admits as many as before. Before, each check cancelled while waiting left its count
+/// in the waiting gauge for good.
+#[test]
+fn checks_cancelled_while_queued_leave_no_count_behind() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let right = basic("alice:password");
+    let page = |e: &support::Exporter| {
+        let (status, page) = e.get_with("/metrics", &[("Authorization", &right)]);
+        assert_eq!(status, 200, "{page}");
+        page
+    };
+    e.wait_until(30, |e| {
+        e.get_with("/metrics", &[("Authorization", &right)]).0 == 200
+    });
+    let first = page(&e);
+    let queue = value(&first, "dcgm_exporter_auth_checks_queue_limit").unwrap() as usize;
+    let limit = value(&first, "dcgm_exporter_auth_checks_limit").unwrap() as usize;
+
+    for round in 0..3 {
+        // Every place to run and to wait taken by a wrong password (one bcrypt check each),
+        // then every client hangs up while most of them still wait.
+        let clients: Vec<std::net::TcpStream> = (0..limit + queue)
+            .map(|i| {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", e.port)).unwrap();
+                let auth = basic(&format!("alice:wrong-{round}-{i}"));
+                write!(
+                    s,
+                    "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n"
+                )
+                .unwrap();
+                s
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while value(&page(&e), "dcgm_exporter_auth_checks_waiting").unwrap() < 1.0 {
+            assert!(Instant::now() < deadline, "no check ever waited");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(clients);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = page(&e);
+            let waiting = value(&p, "dcgm_exporter_auth_checks_waiting").unwrap();
+            let in_flight = value(&p, "dcgm_exporter_auth_checks_in_flight").unwrap();
+            if (waiting, in_flight) == (0.0, 0.0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: {waiting} waiting and {in_flight} in flight 30 s after every \
+                 client hung up"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // The queue still admits a wrong password (checked, 401), not 503.
+    let wrong = basic("alice:wrong-after");
+    assert_eq!(e.get_with("/metrics", &[("Authorization", &wrong)]).0, 401);
+}

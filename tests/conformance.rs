@@ -7,6 +7,10 @@
 //!
 //! Without the kit only the simulator runs, and its observations are checked on their own.
 
+#[path = "conformance/c_api.rs"]
+mod c_api;
+#[path = "conformance/lifecycle.rs"]
+mod lifecycle;
 mod support;
 use std::collections::BTreeMap;
 use support::nvml_yaml::{Gpu, MigInstance};
@@ -48,6 +52,9 @@ DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, clock events in the window\n\
 DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n";
 
 type Observations = BTreeMap<&'static str, String>;
+
+/// Observations with names made at run time (the C client's lines).
+type Lines = BTreeMap<String, String>;
 
 /// What the exporter serves once it has collected twice.
 fn observe(e: &Exporter) -> Observations {
@@ -124,14 +131,19 @@ fn sim_remote(csv: &str) -> Observations {
     observe(&e)
 }
 
-/// Each observation that differs: (name, simulator, real).
-fn differences(sim: &Observations, real: &Observations) -> Vec<(String, String, String)> {
-    sim.iter()
-        .filter(|(k, v)| real.get(*k) != Some(v))
-        .map(|(k, v)| {
+/// Each observation that differs: (name, simulator, real). An observation only one side
+/// made differs too.
+fn differences(sim: &Lines, real: &Lines) -> Vec<(String, String, String)> {
+    let mut names: Vec<&String> = sim.keys().chain(real.keys()).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|k| sim.get(*k) != real.get(*k))
+        .map(|k| {
             (
-                k.to_string(),
-                v.clone(),
+                k.clone(),
+                sim.get(k).cloned().unwrap_or_default(),
                 real.get(k).cloned().unwrap_or_default(),
             )
         })
@@ -139,6 +151,20 @@ fn differences(sim: &Observations, real: &Observations) -> Vec<(String, String, 
 }
 
 fn check(mode: &str, sim: &Observations, real: &Observations) {
+    let owned =
+        |o: &Observations| -> Lines { o.iter().map(|(k, v)| (k.to_string(), v.clone())).collect() };
+    check_lines(mode, &owned(sim), &owned(real));
+}
+
+/// Fails on a difference `KNOWN_DIFFERENCES` does not list, and on a listed one that the
+/// simulator made and that has gone away, so the list stays exact.
+fn check_lines(mode: &str, sim: &Lines, real: &Lines) {
+    for (k, v) in sim {
+        eprintln!(
+            "{mode}: {k}: dcgm-sim {v} | real {}",
+            real.get(k).map_or("-", |r| r)
+        );
+    }
     let diffs = differences(sim, real);
     for (k, s, r) in &diffs {
         eprintln!("{mode}: {k} differs\n  dcgm-sim: {s}\n  real:     {r}");
@@ -155,7 +181,7 @@ fn check(mode: &str, sim: &Observations, real: &Observations) {
     let gone: Vec<&str> = KNOWN_DIFFERENCES
         .iter()
         .map(|(n, _)| *n)
-        .filter(|n| sim.contains_key(n) && !diffs.iter().any(|(k, _, _)| k == n))
+        .filter(|n| sim.contains_key(*n) && !diffs.iter().any(|(k, _, _)| k == n))
         .collect();
     assert!(
         gone.is_empty(),
@@ -325,4 +351,101 @@ fn health_from_a_row_remap_failure_agrees_with_the_real_library() {
     let yaml = dir.yaml(&gpus);
     let real = observe(&kit.embedded(&yaml).args(&["-f", csv]).start());
     check("health", &sim, &real);
+}
+
+/// The C-level differential suite, watch model (issue 28): the same client calls against the
+/// simulated and the real `libdcgm.so.4`. Without the kit, the simulator is held to the real
+/// library's recorded answers (`c_api::REAL_WATCH_MODEL`). Today's main's simulator fails it
+/// on watch identity (155 kept advancing after unwatching A; 150 read NOT_WATCHED).
+#[test]
+fn the_c_api_watch_model_agrees_with_the_real_library_embedded() {
+    let Some(sim) = c_api::sim("embedded", false) else {
+        return;
+    };
+    check_lines(
+        "C API, embedded, recorded",
+        &sim,
+        &c_api::parse_lines(c_api::REAL_WATCH_MODEL),
+    );
+    let Some(real) = c_api::real("embedded", false) else {
+        return;
+    };
+    check_lines("C API, embedded", &sim, &real);
+}
+
+#[test]
+fn the_c_api_watch_model_agrees_with_the_real_host_engine() {
+    let Some(sim) = c_api::sim("remote", false) else {
+        return;
+    };
+    check_lines(
+        "C API, remote, recorded",
+        &sim,
+        &c_api::parse_lines(c_api::REAL_WATCH_MODEL),
+    );
+    let Some(real) = c_api::real("remote", false) else {
+        return;
+    };
+    check_lines("C API, remote", &sim, &real);
+}
+
+/// An unbound GPU, at the C level: DCGM 4.6 lists it as Detached (7), leaves it out of the
+/// supported lists, refuses it in a group (BADPARAM), takes it out of the groups it was in and
+/// drops its watches, while the other GPUs keep being sampled. The real library's unbind comes
+/// from its NVML injection's system-event file; the simulator's from its control file.
+#[test]
+fn an_unbound_gpu_agrees_with_the_real_library_embedded() {
+    let Some(sim) = c_api::sim("embedded", true) else {
+        return;
+    };
+    check_lines(
+        "unbind, embedded, recorded",
+        &sim,
+        &c_api::parse_lines(c_api::REAL_UNBIND),
+    );
+    let Some(real) = c_api::real("embedded", true) else {
+        return;
+    };
+    check_lines("unbind, embedded", &sim, &real);
+}
+
+#[test]
+fn an_unbound_gpu_agrees_with_the_real_host_engine() {
+    let Some(sim) = c_api::sim("remote", true) else {
+        return;
+    };
+    check_lines(
+        "unbind, remote, recorded",
+        &sim,
+        &c_api::parse_lines(c_api::REAL_UNBIND),
+    );
+    let Some(real) = c_api::real("remote", true) else {
+        return;
+    };
+    check_lines("unbind, remote", &sim, &real);
+}
+
+/// The life of a process (issue 28, item 3), embedded: after SIGHUP, counters-file rewrites
+/// (in place, by rename), GPU 1 unbound and bound again, and SIGSTOP/SIGCONT, every DCGM
+/// series that should be there is there and fresh for 6 intervals, on dcgm-sim and on the
+/// real library alike.
+#[test]
+fn the_life_of_an_embedded_exporter_agrees_with_the_real_library() {
+    let sim = lifecycle::sim_life(false);
+    lifecycle::check_alone("lifecycle, embedded, dcgm-sim", &sim);
+    let Some(real) = lifecycle::real_life(false) else {
+        return;
+    };
+    check_lines("lifecycle, embedded", &sim, &real);
+}
+
+/// The same in remote mode, with the host engine also killed (-9) and started again.
+#[test]
+fn the_life_of_a_remote_exporter_agrees_with_the_real_host_engine() {
+    let sim = lifecycle::sim_life(true);
+    lifecycle::check_alone("lifecycle, remote, dcgm-sim", &sim);
+    let Some(real) = lifecycle::real_life(true) else {
+        return;
+    };
+    check_lines("lifecycle, remote", &sim, &real);
 }

@@ -1,7 +1,8 @@
 //! `DCGM_EXP_CLOCK_EVENTS_TOTAL` with upstream 4.8.3's semantics (its clock_events_total
 //! collector): a reason counts once when it becomes active, however many samples it stays
-//! active for; a reason already active when the counting starts is no transition; the
-//! totals start again from nothing on a reload.
+//! active for; a reason already active when the counting starts is no transition. Unlike
+//! upstream, whose totals start again from nothing on a reload, a reload keeps them (a
+//! counter must not go back, issue 28) with each GPU's last reasons.
 
 mod support;
 use support::*;
@@ -22,7 +23,7 @@ fn totals(page: &[Sample]) -> Vec<(String, f64)> {
 }
 
 #[test]
-fn clock_event_totals_count_activations_and_restart_on_reload() {
+fn clock_event_totals_count_activations_and_carry_across_a_reload() {
     let dir = tempfile::tempdir().unwrap();
     let control = dir.path().join("control");
     std::fs::write(&control, "").unwrap();
@@ -66,14 +67,28 @@ fn clock_event_totals_count_activations_and_restart_on_reload() {
     });
     assert!(totals(&page).contains(&("hw_thermal".to_string(), 1.0)));
 
-    // A reload starts the totals again; hw_slowdown, active at that moment, is not counted.
+    // A reload keeps the totals and the last reasons: hw_slowdown, active across it, is no
+    // new activation.
     std::process::Command::new("kill")
         .args(["-HUP", &e.child.id().to_string()])
         .status()
         .unwrap();
-    let page = e.scrape_until(20, |p| totals(p).is_empty());
-    let n = collections(&page);
+    e.wait_for_log(20, "reloaded ");
+    let n = collections(&e.scrape());
     let page = e.scrape_until(20, |p| collections(p) >= n + 10.0);
-    assert!(totals(&page).is_empty(), "{}", dump(&page));
+    let kept = [
+        ("hw_slowdown".to_string(), 2.0),
+        ("hw_thermal".to_string(), 1.0),
+    ];
+    assert_eq!(totals(&page), kept, "{}", dump(&page));
+    // And the counting goes on from there.
+    support::control(&control, "set 0 112 0");
+    let n = collections(&e.scrape());
+    e.scrape_until(20, |p| collections(p) >= n + 5.0);
+    support::control(&control, "set 0 112 8");
+    let page = e.scrape_until(20, |p| {
+        totals(p).contains(&("hw_slowdown".to_string(), 3.0))
+    });
+    assert!(totals(&page).contains(&("hw_thermal".to_string(), 1.0)));
     assert!(e.signal_and_wait("TERM").success());
 }

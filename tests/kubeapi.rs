@@ -269,3 +269,78 @@ fn without_an_api_configuration_pod_metadata_is_off_with_one_line() {
     }
     assert_eq!(e.stderr().matches("pod UIDs and labels are off").count(), 1);
 }
+
+/// Kubernetes allows label keys that start with a digit (`3rd-party`, `1password.com/...`);
+/// upstream writes them as they are and Prometheus then rejects the node's whole page. Here
+/// they arrive as valid names, and every GPU stays on a page promtool accepts.
+#[test]
+fn pod_label_keys_prometheus_would_refuse_arrive_valid_and_every_gpu_stays() {
+    use support::kubelet::{pod as kubelet_pod, FakeKubelet};
+    let server = FakeApiServer::start();
+    server.apply(pod(
+        "ml",
+        "trainer-0",
+        "6f1c1a52-9a0e-4c55-8d1b-0a1f3e6b2c02",
+        "node-a",
+        &[
+            ("3rd-party", "x"),
+            ("1password.com/managed", "true"),
+            ("__meta_kubernetes", "m"),
+            ("pod", "spoofed"),
+        ],
+    ));
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&[
+            "-k",
+            "--kubernetes-enable-pod-labels",
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
+        .start();
+    let temps = |s: &[Sample]| -> Vec<Sample> {
+        series(s, "DCGM_FI_DEV_GPU_TEMP")
+            .into_iter()
+            .cloned()
+            .collect()
+    };
+    let gpus: Vec<String> = temps(&e.scrape())
+        .iter()
+        .filter_map(|s| s.label("UUID").map(str::to_string))
+        .collect();
+    assert_eq!(gpus.len(), 8, "{gpus:?}");
+    kubelet.set_pods(vec![kubelet_pod(
+        "ml",
+        "trainer-0",
+        "main",
+        &[("nvidia.com/gpu", &[&gpus[0]])],
+    )]);
+    e.scrape_until(15, |s| {
+        temps(s).iter().any(|t| t.label("_3rd_party").is_some())
+    });
+    let text = e.try_get("/metrics").unwrap();
+    let problems = prom::promtool_problems(&text);
+    assert!(problems.is_empty(), "{problems:?}");
+    let page = parse(&text);
+    let t = temps(&page);
+    assert_eq!(t.len(), 8, "every GPU: {}", dump(&t));
+    let held = t
+        .iter()
+        .find(|s| s.label("pod") == Some("trainer-0"))
+        .unwrap();
+    assert_eq!(held.label("_3rd_party"), Some("x"));
+    assert_eq!(held.label("_1password_com_managed"), Some("true"));
+    assert_eq!(held.label("_meta_kubernetes"), Some("m"));
+    assert!(
+        !text.contains("spoofed"),
+        "the pod label stays the exporter's"
+    );
+    assert!(
+        e.stderr().contains(r#"label \"pod\" becomes \"pod\""#),
+        "the left-out label is logged: {}",
+        e.stderr()
+    );
+}

@@ -963,3 +963,148 @@ fn usage_accounting_reads_the_real_library_s_energy_and_utilisation() {
     assert_eq!(idle.len(), 2, "{}", dump(&page));
     assert!(idle.iter().all(|s| s.value == 0.0), "{}", dump(&page));
 }
+
+/// The DCGM series of a page, by name and GPU (the kit's values are static: what changes
+/// after a rebuild is whether a series is there at all).
+fn dcgm_series(page: &[Sample]) -> std::collections::BTreeSet<(String, Option<String>)> {
+    page.iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| (s.name.clone(), s.label("gpu").map(str::to_string)))
+        .collect()
+}
+
+/// Every rebuild trigger an operator uses (SIGHUP, the counters file rewritten in place and
+/// replaced by a rename) keeps every DCGM series of the page for 5+ intervals after it.
+/// DCGM keys a watch by (entity, field, connection): a rebuild that removes the old watches
+/// after making the new ones removes every pair the two share, DCGM then answers the last
+/// sample with its old timestamp, and freshness drops each series (issue 28: 32 series,
+/// then 0 for good after one SIGHUP). A sample is served only while it is at most an
+/// interval and a second old, so a series still there 6 s after the rebuild at `-c 1000`
+/// was sampled anew.
+fn rebuilds_keep_every_series_fresh(e: &Exporter, csv: &std::path::Path) {
+    let before = dcgm_series(&e.scrape_until(20, |p| dcgm_series(p).len() >= 16));
+    let text = std::fs::read_to_string(csv).expect("read the counters file");
+    for (n, how) in ["SIGHUP", "rewritten in place", "replaced by a rename"]
+        .into_iter()
+        .enumerate()
+    {
+        match how {
+            "SIGHUP" => {
+                let st = std::process::Command::new("kill")
+                    .args(["-HUP", &e.child.id().to_string()])
+                    .status()
+                    .expect("run kill");
+                assert!(st.success());
+            }
+            "rewritten in place" => {
+                std::fs::write(csv, format!("{text}\n# rewritten in place\n")).unwrap();
+            }
+            _ => {
+                let tmp = csv.with_extension("new");
+                std::fs::write(&tmp, format!("{text}\n# replaced\n")).unwrap();
+                std::fs::rename(&tmp, csv).unwrap();
+            }
+        }
+        e.wait_until(20, |e| e.stderr().matches("reloaded ").count() > n);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(6);
+        let (mut scrapes, mut short) = (0, Vec::new());
+        while std::time::Instant::now() < until {
+            let now = dcgm_series(&e.scrape());
+            scrapes += 1;
+            let lost = before.difference(&now).count();
+            if lost > 0 {
+                short.push(lost);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        // A loaded CI machine may let one sample age past the limit now and then; a rebuild
+        // that stopped sampling loses every series on every scrape after the first two.
+        assert!(
+            short.len() * 4 <= scrapes,
+            "after the counters were {how}: series missing on {} of {scrapes} scrapes \
+             ({short:?} of {})\n{}",
+            short.len(),
+            before.len(),
+            e.stderr()
+        );
+        let page = e.scrape_until(5, |p| dcgm_series(p) == before);
+        assert_eq!(dcgm_series(&page), before, "after the counters were {how}");
+        let (code, body) = e.get("/health");
+        assert_eq!(code, 200, "after the counters were {how}: {body}");
+    }
+}
+
+#[test]
+fn embedded_rebuilds_keep_every_series_fresh() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("rebuild");
+    let yaml = dir.yaml(&four_gpus()[..2]);
+    let csv = dir.0.join("counters.csv");
+    std::fs::copy(repo("etc/default-counters.csv"), &csv).unwrap();
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-c", "1000", "-f", csv.to_str().unwrap()])
+        .start();
+    rebuilds_keep_every_series_fresh(&e, &csv);
+}
+
+#[test]
+fn remote_rebuilds_keep_every_series_fresh() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("rebuild-remote");
+    let yaml = dir.yaml(&four_gpus()[..2]);
+    let csv = dir.0.join("counters.csv");
+    std::fs::copy(repo("etc/default-counters.csv"), &csv).unwrap();
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let e = kit
+        .remote(port)
+        .args(&["-c", "1000", "-f", csv.to_str().unwrap()])
+        .start();
+    rebuilds_keep_every_series_fresh(&e, &csv);
+}
+
+/// `DCGM_EXP_XID_ERRORS_TOTAL` is a counter: a rebuild carries each GPU's totals and how
+/// far they were read to the new watches, so an XID before the SIGHUP stays counted (once)
+/// and one after it is added (a rebuild used to start every total again from nothing).
+#[test]
+fn xid_totals_carry_across_a_rebuild() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("xid-rebuild");
+    let yaml = dir.yaml(&four_gpus()[..2]);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let csv = dir.0.join("xid.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_EXP_XID_ERRORS_TOTAL, counter, XIDs since start\n\
+         DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "500"])
+        .start();
+    let total = |p: &[Sample], xid: &str| -> Option<f64> {
+        series(p, "DCGM_EXP_XID_ERRORS_TOTAL")
+            .into_iter()
+            .find(|s| s.label("gpu") == Some("1") && s.label("xid") == Some(xid))
+            .map(|s| s.value)
+    };
+    kit.inject(port, 1, 230, 13);
+    e.scrape_until(15, |p| total(p, "13") == Some(1.0));
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &e.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success());
+    e.wait_for_log(20, "reloaded ");
+    kit.inject(port, 1, 230, 31);
+    let page = e.scrape_until(15, |p| total(p, "31") == Some(1.0));
+    assert_eq!(total(&page, "13"), Some(1.0), "{}", dump(&page));
+    // Still counted once a few collections later.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let page = e.scrape();
+    assert_eq!(total(&page, "13"), Some(1.0), "{}", dump(&page));
+    assert_eq!(total(&page, "31"), Some(1.0), "{}", dump(&page));
+}

@@ -301,6 +301,9 @@ fn every_series_of_ours_is_in_the_metrics_reference() {
         ),
     )
     .unwrap();
+    // An empty web configuration (plain HTTP, no users) brings its reload self-metrics.
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, "").unwrap();
     let e = exporter()
         .profile("large-bench.toml")
         .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
@@ -310,6 +313,8 @@ fn every_series_of_ours_is_in_the_metrics_reference() {
             "-f",
             csv.to_str().unwrap(),
             "--low-cardinality",
+            "--web-config-file",
+            web.to_str().unwrap(),
         ])
         .start();
     control(&ctl, "xid 1 79");
@@ -329,6 +334,7 @@ fn every_series_of_ours_is_in_the_metrics_reference() {
         "dcgm_exporter_field_values_dropped_total",
         "dcgm_exporter_entity_series",
         "dcgm_exporter_last_successful_collection_timestamp_seconds",
+        "dcgm_exporter_web_config_last_reload_successful",
     ];
     let page = e.scrape_until(20, |p| want.iter().all(|w| !series(p, w).is_empty()));
     let reference = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();

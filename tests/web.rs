@@ -299,11 +299,14 @@ fn every_client_auth_type_and_the_tls_version_floor() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     certificates(d);
-    let cfg = write_web_config(d, "", "");
-    let e = exporter()
-        .args(&["--web-config-file", cfg.to_str().unwrap()])
-        .spawn();
-    e.wait_until(30, |e| curl(d, e.port, "/health", &[]).1 == 200);
+    let start = || {
+        let cfg = write_web_config(d, "", "");
+        let e = exporter()
+            .args(&["--web-config-file", cfg.to_str().unwrap()])
+            .spawn();
+        e.wait_until(30, |e| curl(d, e.port, "/health", &[]).1 == 200);
+        e
+    };
     // (client_auth_type, without a cert, with an untrusted cert, with a CA-signed cert)
     let table = [
         ("NoClientCert", true, true, true),
@@ -318,7 +321,10 @@ fn every_client_auth_type_and_the_tls_version_floor() {
         } else {
             ""
         };
-        // The web config is re-read when it changes: no restart between rows.
+        // The web config is re-read when it changes; each row starts from TLS without
+        // client certificates, since a change that drops a certificate check is refused
+        // until a restart (fail closed).
+        let e = start();
         write_web_config(d, &format!("  client_auth_type: {auth}\n{ca}"), "");
         let deadline = Instant::now() + Duration::from_secs(10);
         for (args, expect) in [
@@ -341,6 +347,7 @@ fn every_client_auth_type_and_the_tls_version_floor() {
         }
     }
 
+    let e = start();
     // min_version TLS13: a TLS 1.2-only client is refused, a TLS 1.3 one is served.
     write_web_config(d, "  min_version: TLS13\n", "");
     let s_client = |flag: &str| {
@@ -944,4 +951,136 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
     let (status, index) = get("/debug/pprof/", Some(&auth));
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&index).contains("profile"));
+}
+
+/// curl over plain HTTP: (HTTP status, body).
+fn curl_plain(port: u16, path: &str, args: &[&str]) -> (u16, String) {
+    let out = run(Command::new("curl")
+        .args(["-s", "--max-time", "10", "-w", "\n%{http_code}"])
+        .args(args)
+        .arg(format!("http://127.0.0.1:{port}{path}")));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn self_metric(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+const REFUSED_LOWERS: &str =
+    "dcgm_exporter_web_config_reload_refused_total{reason=\"lowers_security\"}";
+const REFUSED_INVALID: &str = "dcgm_exporter_web_config_reload_refused_total{reason=\"invalid\"}";
+const LAST_OK: &str = "dcgm_exporter_web_config_last_reload_successful";
+
+/// Issue 30: a web config truncated in place (`: > web.yml`) or rewritten as garbage keeps
+/// basic auth in force (a client without a password still gets 401), logs an error naming
+/// the file and what it would remove, counts, and shows on /health; a file with fewer users
+/// but some is put in force at once. Before, the truncated file served /metrics to anyone.
+#[test]
+fn a_web_config_that_would_drop_basic_auth_is_refused_until_a_restart() {
+    require!("curl");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("web.yml");
+    let bob = bcrypt::hash("bob-pass", 4).unwrap();
+    std::fs::write(
+        &cfg,
+        format!("basic_auth_users:\n  alice: {ALICE}\n  bob: '{bob}'\n"),
+    )
+    .unwrap();
+    let e = exporter()
+        .args(&["-c", "500", "--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    let page = |e: &Exporter| curl_plain(e.port, "/metrics", &AUTH).1;
+    e.wait_until(30, |e| page(e).contains("DCGM_FI_DEV_GPU_TEMP"));
+    assert_eq!(curl_plain(e.port, "/metrics", &[]).0, 401);
+    assert_eq!(self_metric(&page(&e), LAST_OK), Some(1.0));
+
+    // As `: > web.yml` does: the same file, truncated.
+    std::fs::File::create(&cfg).unwrap();
+    e.wait_until(10, |e| self_metric(&page(e), REFUSED_LOWERS) == Some(1.0));
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(
+        curl_plain(e.port, "/metrics", &[]).0,
+        401,
+        "open after truncation"
+    );
+    assert_eq!(self_metric(&page(&e), LAST_OK), Some(0.0));
+    let (status, health) = curl_plain(e.port, "/health", &AUTH);
+    assert_eq!(status, 200, "{health}");
+    assert!(
+        health.contains("degraded: ")
+            && health.contains("web.yml")
+            && health.contains("the file is empty")
+            && health.contains("every basic-auth user (alice, bob"),
+        "{health}"
+    );
+    let log = e.stderr();
+    assert!(
+        log.contains("level=error") && log.contains("refusing the changed file"),
+        "{log}"
+    );
+
+    // Garbage: refused as invalid, auth still on.
+    std::fs::write(&cfg, "basic_auth_users: [\n  {{{\n").unwrap();
+    e.wait_until(10, |e| self_metric(&page(e), REFUSED_INVALID) == Some(1.0));
+    assert_eq!(
+        curl_plain(e.port, "/metrics", &[]).0,
+        401,
+        "open after garbage"
+    );
+    assert!(curl_plain(e.port, "/health", &AUTH)
+        .1
+        .contains("degraded: "));
+
+    // Fewer users but some: in force, and /health is clean again.
+    std::fs::write(&cfg, format!("basic_auth_users:\n  bob: '{bob}'\n")).unwrap();
+    let as_bob = ["-u", "bob:bob-pass"];
+    // Bob was a user all along: alice's refusal is what says the new file is in force.
+    e.wait_until(10, |e| curl_plain(e.port, "/metrics", &AUTH).0 == 401);
+    assert_eq!(curl_plain(e.port, "/metrics", &as_bob).0, 200);
+    assert_eq!(curl_plain(e.port, "/metrics", &[]).0, 401);
+    let (_, health) = curl_plain(e.port, "/health", &as_bob);
+    assert!(!health.contains("degraded"), "{health}");
+    e.wait_until(10, |e| {
+        self_metric(&curl_plain(e.port, "/metrics", &as_bob).1, LAST_OK) == Some(1.0)
+    });
+}
+
+/// Issue 30: a web config rewritten without TLS is refused: the port keeps speaking TLS (a
+/// plain request gets Go's 400), /health says what would have been removed. Before, the
+/// port answered plain HTTP within half a second.
+#[test]
+fn a_web_config_without_tls_is_refused_and_tls_stays() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let cfg = write_web_config(d, "", "");
+    let e = exporter()
+        .args(&["-c", "500", "--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    e.wait_until(30, |e| {
+        curl(d, e.port, "/metrics", &[])
+            .2
+            .contains("DCGM_FI_DEV_GPU_TEMP")
+    });
+    let tmp = d.join("web-config.yml.tmp");
+    std::fs::write(&tmp, "http_server_config:\n  http2: true\n").unwrap();
+    std::fs::rename(&tmp, &cfg).unwrap();
+    e.wait_until(10, |e| {
+        self_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED_LOWERS) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    let (code, status, _) = curl(d, e.port, "/metrics", &[]);
+    assert_eq!((code, status), (0, 200), "TLS still served");
+    let (status, body) = curl_plain(e.port, "/metrics", &[]);
+    assert_eq!(status, 400, "plain HTTP on the TLS port: {body}");
+    assert!(body.contains("HTTPS server"), "{body}");
+    let (_, _, health) = curl(d, e.port, "/health", &[]);
+    assert!(
+        health.contains("degraded: ") && health.contains("it would remove TLS"),
+        "{health}"
+    );
 }

@@ -256,9 +256,13 @@ pub enum Reply {
         entities: Vec<(u32, u32)>,
     },
     Samples(Vec<Sample>),
+    /// `status` other than OK: the call fails after `samples` (the pairs before the one
+    /// that failed) reached the callback, as DCGM's helperGetValuesSince does.
     ValuesSince {
         samples: Vec<Sample>,
         next_since_us: i64,
+        #[serde(default)]
+        status: i32,
     },
     HealthSystems(u32),
     Health {

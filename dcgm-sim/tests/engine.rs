@@ -185,6 +185,7 @@ fn since(e: &mut Engine, g: u64, f: u64, since_us: i64) -> (Vec<Sample>, i64) {
         Reply::ValuesSince {
             samples,
             next_since_us,
+            ..
         } => (samples, next_since_us),
         other => panic!("expected values, got {other:?}"),
     }
@@ -329,26 +330,32 @@ fn values_change_only_when_the_watch_samples() {
     assert_eq!(one(&mut e, (GPU, 0), 150).ts_us, T0 + 4 * S);
 }
 
+fn unwatch(e: &mut Engine, conn: u64, g: u64, f: u64) {
+    let r = e.handle(
+        conn,
+        &Request::UnwatchFields {
+            group_id: g,
+            field_group_id: f,
+        },
+    );
+    assert_eq!(r, Reply::Ok);
+}
+
+/// Watchers are connections: two connections on one pair share a watch at the faster
+/// frequency and the longer age until one leaves. With the last one gone the watch takes no
+/// more samples, and its last sample still reads OK with its old timestamp, as DCGM's cache
+/// answers (PrecheckWatchInfoForSamples).
 #[test]
-fn watchers_share_a_watch_at_the_fastest_frequency_until_they_leave() {
+fn connections_share_a_watch_at_the_fastest_frequency_until_they_leave() {
     let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
-    let g = group(&mut e, 0, &[(GPU, 0)]);
-    let slow = field_group(&mut e, 0, &[150]);
-    let fast = field_group(&mut e, 0, &[150]);
-    watch_group(&mut e, 0, g, slow, 10_000, 600.0, 0);
-    watch_group(&mut e, 0, g, fast, 1_000, 1.0, 0);
+    let g = group(&mut e, 1, &[(GPU, 0)]);
+    let slow = field_group(&mut e, 1, &[150]);
+    let fast = field_group(&mut e, 2, &[150]);
+    watch_group(&mut e, 1, g, slow, 10_000, 600.0, 0);
+    watch_group(&mut e, 2, g, fast, 1_000, 1.0, 0);
     clock.advance_ms(2500);
     assert_eq!(one(&mut e, (GPU, 0), 150).ts_us, T0 + 2 * S);
-    assert_eq!(
-        e.handle(
-            0,
-            &Request::UnwatchFields {
-                group_id: g,
-                field_group_id: fast
-            }
-        ),
-        Reply::Ok
-    );
+    unwatch(&mut e, 2, g, fast);
     // Back to the slow watcher's 10 s, counted from the last sample.
     clock.advance_ms(9400);
     assert_eq!(one(&mut e, (GPU, 0), 150).ts_us, T0 + 2 * S);
@@ -356,17 +363,59 @@ fn watchers_share_a_watch_at_the_fastest_frequency_until_they_leave() {
     assert_eq!(one(&mut e, (GPU, 0), 150).ts_us, T0 + 12 * S);
     // The slow watcher's 600 s retention applies: nothing was trimmed.
     assert_eq!(e.history_len((GPU, 0), 150), 4);
+    unwatch(&mut e, 1, g, slow);
+    assert_eq!(e.watch_count(), 0);
+    clock.advance_ms(30_000);
+    let frozen = one(&mut e, (GPU, 0), 150);
+    assert_eq!((frozen.status, frozen.ts_us), (0, T0 + 12 * S));
+    assert_eq!(e.history_len((GPU, 0), 150), 4);
+    // Watched again, it samples from now on, without filling the gap.
+    watch_group(&mut e, 1, g, slow, 1_000, 60.0, 0);
+    clock.advance_ms(1000);
+    let (s, _) = since(&mut e, g, slow, T0 + 13 * S);
     assert_eq!(
-        e.handle(
-            0,
-            &Request::UnwatchFields {
-                group_id: g,
-                field_group_id: slow
-            }
-        ),
+        s.iter().map(|x| x.ts_us).collect::<Vec<_>>(),
+        [T0 + 42 * S, T0 + 43 * S]
+    );
+}
+
+/// DCGM keys a watch by (entity, field, connection), not by field group: the same pair
+/// watched through a second field group from the same connection updates the one watcher
+/// (frequency and age), and unwatching either field group removes it, though the other
+/// field group still holds the field (issue 28: a rebuild that watches the new field groups
+/// and then unwatches the old ones loses every shared field).
+#[test]
+fn a_watch_is_one_per_connection_whatever_the_field_groups() {
+    let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
+    let g = group(&mut e, 0, &[(GPU, 0)]);
+    let a = field_group(&mut e, 0, &[150, 155]);
+    let b = field_group(&mut e, 0, &[155]);
+    watch_group(&mut e, 0, g, a, 100, 60.0, 0);
+    // B at 1 s replaces the 100 ms of 155's watcher; 150 keeps 100 ms.
+    watch_group(&mut e, 0, g, b, 1_000, 60.0, 0);
+    clock.advance_ms(2050);
+    let (s, _) = since(&mut e, g, a, 0);
+    let count = |f: u16| s.iter().filter(|x| x.field_id == f).count();
+    assert_eq!((count(150), count(155)), (21, 3));
+    unwatch(&mut e, 0, g, a);
+    assert_eq!(e.watch_count(), 0, "B's 155 went with A's unwatch");
+    let before = one(&mut e, (GPU, 0), 155);
+    clock.advance_ms(5000);
+    let after = one(&mut e, (GPU, 0), 155);
+    assert_eq!((after.status, after.ts_us), (0, before.ts_us));
+    // Destroying the field group and the group leaves a watch in place.
+    watch_group(&mut e, 0, g, b, 1_000, 60.0, 0);
+    assert_eq!(
+        e.handle(0, &Request::FieldGroupDestroy { field_group_id: b }),
         Reply::Ok
     );
-    assert_eq!(one(&mut e, (GPU, 0), 150).status, -16, "no watcher left");
+    assert_eq!(
+        e.handle(0, &Request::GroupDestroy { group_id: g }),
+        Reply::Ok
+    );
+    assert_eq!(e.watch_count(), 1);
+    clock.advance_ms(3000);
+    assert_eq!(one(&mut e, (GPU, 0), 155).ts_us, T0 + 10 * S + 50_000);
 }
 
 #[test]
@@ -960,7 +1009,7 @@ fn profiling_metric_groups_or_the_error_a_node_without_dcp_gives() {
 /// holds a profiling field fail with MODULE_NOT_LOADED; the same watch without it works.
 #[test]
 fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_whole() {
-    let (mut e, _) = engine_str(
+    let (mut e, clock) = engine_str(
         "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nprofiling_module = false\n",
     );
     assert_eq!(
@@ -982,6 +1031,29 @@ fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_who
     let plain = field_group(&mut e, 0, &[150, 155]);
     assert_eq!(e.handle(0, &watch_req(plain)), Reply::Ok);
     assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, 0);
+    // The failed watch unwatches every pair of its group and field group for this
+    // connection, also 150, which `plain` had watched (DcgmHostEngineHandler::
+    // WatchFieldGroup, GETOUT); 155 is not in `mixed` and stays.
+    clock.advance_ms(1500);
+    assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
+    clock.advance_ms(3000);
+    let v = latest(&mut e, &[(GPU, 0)], &[150, 155]);
+    assert_eq!((v[0].status, v[0].ts_us), (0, T0 + S));
+    assert_eq!((v[1].status, v[1].ts_us), (0, T0 + 4 * S));
+    // Another connection's watch on the same pair is not touched.
+    let other = field_group(&mut e, 5, &[150]);
+    let g5 = group(&mut e, 5, &[(GPU, 1)]);
+    let w5 = Request::WatchFields {
+        group_id: g5,
+        field_group_id: other,
+        update_freq_us: S,
+        max_keep_age_s: 600.0,
+        max_keep_samples: 0,
+    };
+    assert_eq!(e.handle(5, &w5), Reply::Ok);
+    assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
+    clock.advance_ms(2000);
+    assert_eq!(one(&mut e, (GPU, 1), 150).ts_us, T0 + 6500 * 1000);
 }
 
 #[test]
@@ -1345,19 +1417,42 @@ fn watch_requests_check_their_arguments() {
         ),
         Reply::Error(-5)
     );
-    // Pairs without a watch are skipped by GetValuesSince.
+    // A pair that was never watched fails the call with NOT_WATCHED after the pairs
+    // before it reached the callback, and the caller's timestamp stays (DcgmApi.cpp
+    // helperGetValuesSince aborts on any status but NO_DATA).
     let g2 = group(&mut e, 0, &[(GPU, 0)]);
     let f2 = field_group(&mut e, 0, &[150, 203]);
-    let (s, _) = since(&mut e, g2, f2, 0);
-    assert_eq!(s.iter().map(|x| x.field_id).collect::<Vec<_>>(), [150]);
+    match e.handle(
+        0,
+        &Request::GetValuesSince {
+            group_id: g2,
+            field_group_id: f2,
+            since_us: 7,
+        },
+    ) {
+        Reply::ValuesSince {
+            samples,
+            next_since_us,
+            status,
+        } => {
+            assert_eq!((status, next_since_us), (-16, 7));
+            assert!(samples.iter().all(|x| x.field_id == 150) && !samples.is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    // A watched pair with nothing in the range is NO_DATA: skipped.
+    let (s, next) = since(&mut e, g, f, T0 + 3600 * S);
+    assert!(s.is_empty() && next > T0);
 }
 
 #[test]
 fn a_connection_takes_its_groups_and_watches_with_it_unless_it_persists() {
-    let (mut e, _) = engine("one-gpu.toml");
+    let (mut e, clock) = engine("one-gpu.toml");
     let (g, f) = watch(&mut e, 7, &[(GPU, 0)], &[150], 1000, 60.0);
     assert_eq!(one(&mut e, (GPU, 0), 150).status, 0);
+    clock.advance_ms(1500);
     e.disconnect(7);
+    clock.advance_ms(5000);
     assert_eq!(
         e.handle(0, &Request::GroupGetInfo { group_id: g }),
         Reply::Error(-5)
@@ -1366,18 +1461,19 @@ fn a_connection_takes_its_groups_and_watches_with_it_unless_it_persists() {
         e.handle(0, &Request::FieldGroupGetInfo { field_group_id: f }),
         Reply::Error(-14)
     );
-    assert_eq!(
-        one(&mut e, (GPU, 0), 150).status,
-        -16,
-        "the watch went with the connection"
-    );
+    // The connection's watcher went with it (DcgmCacheManager::OnConnectionRemove); the
+    // samples stay, the last one read with OK at its old time.
+    let last = one(&mut e, (GPU, 0), 150);
+    assert_eq!((last.status, last.ts_us), (0, T0 + S));
     assert_eq!(e.watch_count(), 0);
 
     // A watch another connection made on the same field survives.
     let (_, _) = watch(&mut e, 8, &[(GPU, 0)], &[150], 1000, 60.0);
     let (g9, _) = watch(&mut e, 9, &[(GPU, 0)], &[150], 1000, 60.0);
     e.disconnect(9);
-    assert_eq!(one(&mut e, (GPU, 0), 150).status, 0);
+    clock.advance_ms(1000);
+    let kept = one(&mut e, (GPU, 0), 150);
+    assert_eq!((kept.status, kept.ts_us), (0, T0 + 7500 * 1000));
     assert_eq!(
         e.handle(0, &Request::GroupGetInfo { group_id: g9 }),
         Reply::Error(-5)
@@ -1506,6 +1602,26 @@ fn a_lost_gpu_reads_blank_stays_listed_and_fails_health() {
         ))
         .len(),
         8
+    );
+    // The supported-only lists keep GPUs whose status is Ok (DcgmCacheManager::GetGpuIds).
+    assert_eq!(
+        ids(e.handle(
+            0,
+            &Request::GetAllDevices {
+                only_supported: true
+            }
+        )),
+        [0, 2, 3, 4, 5, 6, 7]
+    );
+    assert_eq!(
+        ids(e.handle(
+            0,
+            &Request::GetEntityGroupEntities {
+                entity_group: GPU,
+                only_supported: true
+            }
+        )),
+        [0, 2, 3, 4, 5, 6, 7]
     );
     let (overall, incidents) = health(&mut e, g, 0xffff_ffff);
     assert_eq!(overall, 20);
@@ -1668,7 +1784,7 @@ fn fields_can_be_made_unsupported_set_and_restored() {
 }
 
 #[test]
-fn mig_reconfiguration_replaces_instances_and_drops_their_watches() {
+fn mig_reconfiguration_replaces_instances_and_gone_ones_keep_their_last_samples() {
     let (mut e, clock) = engine("a100-mixed-mig.toml");
     // Watch every instance of GPU 1.
     let gis: Vec<(u32, u32)> = (8..12).map(|i| (GPU_I, i)).collect();
@@ -1696,13 +1812,14 @@ fn mig_reconfiguration_replaces_instances_and_drops_their_watches() {
             (GPU_CI, 10)
         ]
     );
-    assert_eq!(
-        e.watch_count(),
-        2,
-        "watches on instances that vanished are gone"
-    );
-    assert_eq!(one(&mut e, (GPU_I, 10), 1001).status, -14);
-    assert_eq!(one(&mut e, (GPU_I, 8), 1001).status, 0);
+    // Watches on instances that vanished stay with their last samples (nothing in DCGM
+    // unwatches them) and take no more.
+    assert_eq!(e.watch_count(), 4);
+    let gone = one(&mut e, (GPU_I, 10), 1001);
+    assert_eq!((gone.status, gone.ts_us), (0, T0 + S));
+    clock.advance_ms(3000);
+    assert_eq!(one(&mut e, (GPU_I, 10), 1001).ts_us, T0 + S);
+    assert_eq!(one(&mut e, (GPU_I, 8), 1001).ts_us, T0 + 4 * S);
     let names = live(&mut e, &[(GPU_I, 8), (GPU_I, 9)], &[50]);
     assert!(names.iter().all(|n| text(n) == "3g.40gb"));
     // Other GPUs keep their layout.
@@ -1926,10 +2043,36 @@ fn counters_never_go_down() {
     }
 }
 
+fn devices(e: &mut Engine, only_supported: bool) -> Vec<u32> {
+    ids(e.handle(0, &Request::GetAllDevices { only_supported }))
+}
+
+fn gpu_status(e: &mut Engine, gpu_id: u32) -> u32 {
+    match e.handle(0, &Request::GetGpuStatus { gpu_id }) {
+        Reply::Status(s) => s,
+        other => panic!("expected a status, got {other:?}"),
+    }
+}
+
+fn gpu_entities(e: &mut Engine, only_supported: bool) -> Vec<u32> {
+    ids(e.handle(
+        0,
+        &Request::GetEntityGroupEntities {
+            entity_group: GPU,
+            only_supported,
+        },
+    ))
+}
+
+/// DCGM 4.6 keeps an unbound GPU listed with status Detached (7): dcgmGetAllDevices and the
+/// unfiltered entity list still have it, the supported-only lists do not, a group refuses it
+/// with BADPARAM, its watches go with their samples and it leaves the groups it was in.
+/// Bound again, it is Ok and can be added and watched again.
 #[test]
-fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
+fn gpu_unbind_leaves_the_gpu_listed_as_detached_and_records_bind_unbind_events() {
     let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
     let (g, f) = watch(&mut e, 0, &[(GPU, 0)], &[6], 1000, 600.0);
+    let (tg, tf) = watch(&mut e, 0, &[(GPU, 2), (GPU, 3)], &[150], 100, 60.0);
     clock.advance_ms(2500);
     let (s, _) = since(&mut e, g, f, 0);
     assert_eq!(
@@ -1937,17 +2080,57 @@ fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
         [],
         "an event field: no sample before the first event, as real DCGM's XID field"
     );
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, 0);
+    assert!(e.history_len((GPU, 3), 150) > 0);
     e.inject(Fault::GpuBind {
         gpu: 3,
         bound: false,
     });
-    let listed = ids(e.handle(
+    assert_eq!(devices(&mut e, false), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(devices(&mut e, true), [0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(gpu_entities(&mut e, false), [0, 1, 2, 3, 4, 5, 6, 7]);
+    assert_eq!(gpu_entities(&mut e, true), [0, 1, 2, 4, 5, 6, 7]);
+    assert_eq!(gpu_status(&mut e, 3), 7);
+    assert_eq!(gpu_status(&mut e, 2), 1);
+    let fresh = id(e.handle(
         0,
-        &Request::GetAllDevices {
-            only_supported: false,
+        &Request::GroupCreate {
+            group_type: 1,
+            name: "after".into(),
         },
     ));
-    assert_eq!(listed, [0, 1, 2, 4, 5, 6, 7]);
+    let add = |e: &mut Engine, gpu: u32| {
+        e.handle(
+            0,
+            &Request::GroupAddEntity {
+                group_id: fresh,
+                entity_group: GPU,
+                entity_id: gpu,
+            },
+        )
+    };
+    assert_eq!(add(&mut e, 3), Reply::Error(-1));
+    assert_eq!(add(&mut e, 2), Reply::Ok);
+    // A default group leaves it out too.
+    let all = id(e.handle(
+        0,
+        &Request::GroupCreate {
+            group_type: 0,
+            name: "default".into(),
+        },
+    ));
+    match e.handle(0, &Request::GroupGetInfo { group_id: all }) {
+        Reply::GroupInfo { entities, .. } => assert!(!entities.contains(&(GPU, 3))),
+        other => panic!("{other:?}"),
+    }
+    // Its watch and samples are gone, and it left the group it was in; GPU 2 is untouched.
+    assert_eq!(e.history_len((GPU, 3), 150), 0);
+    assert!(e.history_len((GPU, 2), 150) > 0);
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, -16);
+    match e.handle(0, &Request::GroupGetInfo { group_id: tg }) {
+        Reply::GroupInfo { entities, .. } => assert_eq!(entities, [(GPU, 2)]),
+        other => panic!("{other:?}"),
+    }
     clock.advance_ms(1000);
     let (s, _) = since(&mut e, g, f, T0 + 1);
     let at = T0 + 2_500_000;
@@ -1960,11 +2143,10 @@ fn gpu_unbind_leaves_the_device_list_and_records_bind_unbind_events() {
         gpu: 3,
         bound: true,
     });
-    let listed = ids(e.handle(
-        0,
-        &Request::GetAllDevices {
-            only_supported: false,
-        },
-    ));
-    assert_eq!(listed.len(), 8);
+    assert_eq!(devices(&mut e, true).len(), 8);
+    assert_eq!(gpu_status(&mut e, 3), 1);
+    assert_eq!(add(&mut e, 3), Reply::Ok);
+    watch_group(&mut e, 0, fresh, tf, 100, 60.0, 0);
+    clock.advance_ms(500);
+    assert_eq!(one(&mut e, (GPU, 3), 150).status, 0);
 }

@@ -342,12 +342,27 @@ impl Session {
 
     /// Whether DCGM reports the GPU as fallen off the bus (`DcgmEntityStatusLost`).
     pub fn gpu_is_lost(&self, gpu: u32) -> Result<bool> {
+        Ok(self.gpu_status(gpu)? == ffi::DcgmEntityStatusLost)
+    }
+
+    /// Whether DCGM lists the GPU but will not take it into a group: detached from its
+    /// driver (an unbind), inaccessible or disabled (`dcgmGetGpuStatus`).
+    pub fn gpu_is_unusable(&self, gpu: u32) -> Result<Option<&'static str>> {
+        Ok(match self.gpu_status(gpu)? {
+            ffi::DcgmEntityStatusDetached => Some("detached"),
+            ffi::DcgmEntityStatusInaccessible => Some("inaccessible"),
+            ffi::DcgmEntityStatusDisabled => Some("disabled"),
+            _ => None,
+        })
+    }
+
+    fn gpu_status(&self, gpu: u32) -> Result<ffi::DcgmEntityStatus_t> {
         let f = sym!(self.lib(), dcgmGetGpuStatus);
         let mut status: ffi::DcgmEntityStatus_t = ffi::DcgmEntityStatusUnknown;
         // SAFETY: `status` is a valid out-pointer for the duration of the call.
         let rc = unsafe { f(self.h(), gpu, &mut status) };
         self.lib().check("dcgmGetGpuStatus", rc)?;
-        Ok(status == ffi::DcgmEntityStatusLost)
+        Ok(status)
     }
 
     pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes> {

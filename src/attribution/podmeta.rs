@@ -38,17 +38,54 @@ impl Allowlist {
     }
 }
 
-/// dcgm-exporter's `SanitizeLabelName`: every character outside `[a-zA-Z0-9_]` becomes `_`.
-pub fn sanitize_label_name(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+pub use crate::model::sanitize_label_name;
+
+/// The exporter's own label names on a GPU series (identity, pod, HPC, virtual-GPU and DRA
+/// labels): a pod label never takes their place.
+fn ours(name: &str) -> bool {
+    const OURS: [&str; 18] = [
+        "gpu",
+        "UUID",
+        "uuid",
+        "device",
+        "modelName",
+        "Hostname",
+        "hostname",
+        "pci_bus_id",
+        "GPU_I_PROFILE",
+        "GPU_I_ID",
+        "pod",
+        "namespace",
+        "container",
+        "pod_name",
+        "pod_namespace",
+        "container_name",
+        "pod_uid",
+        "hpc_job",
+    ];
+    OURS.contains(&name) || name == "vgpu" || name.starts_with("dra_")
+}
+
+/// A pod's allowed labels under valid, distinct names ([`sanitize_label_name`]). When two
+/// keys give the same name the first in key order wins (Kubernetes keeps them sorted); a
+/// name the exporter sets itself stays the exporter's. What is left out is logged.
+fn series_labels(
+    pod: &str,
+    raw: &std::collections::BTreeMap<String, String>,
+    allow: &Allowlist,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for (k, v) in raw.iter().filter(|(k, _)| allow.allows(k)) {
+        let name = sanitize_label_name(k);
+        if ours(&name) || out.iter().any(|(n, _)| *n == name) {
+            tracing::warn!(
+                "pod {pod}: label {k:?} becomes {name:?}, a label the series already has; left out"
+            );
+            continue;
+        }
+        out.push((name, v.clone()));
+    }
+    out
 }
 
 #[derive(Clone, Debug)]
@@ -86,15 +123,11 @@ impl PodCache {
     pub fn meta_of(&self, pod: &Pod) -> Option<(String, String, PodMeta)> {
         let m = &pod.metadata;
         let (namespace, name) = (m.namespace.clone()?, m.name.clone()?);
-        let labels = if self.opts.labels {
-            m.labels
-                .iter()
-                .flatten()
-                .filter(|(k, _)| self.opts.allowlist.allows(k))
-                .map(|(k, v)| (sanitize_label_name(k), v.clone()))
-                .collect()
-        } else {
-            Vec::new()
+        let labels = match (&m.labels, self.opts.labels) {
+            (Some(raw), true) => {
+                series_labels(&format!("{namespace}/{name}"), raw, &self.opts.allowlist)
+            }
+            _ => Vec::new(),
         };
         let uid = m.uid.clone().unwrap_or_default();
         Some((namespace, name, PodMeta { uid, labels }))
@@ -198,8 +231,54 @@ mod tests {
             "app_kubernetes_io_name"
         );
         assert_eq!(sanitize_label_name("team-α"), "team__");
-        // A leading digit is left as it is, as upstream leaves it.
-        assert_eq!(sanitize_label_name("9lives"), "9lives");
+    }
+
+    /// Kubernetes allows keys that upstream turns into names Prometheus refuses (a leading
+    /// digit), and a whole node's page with them.
+    #[test]
+    fn every_label_key_becomes_a_valid_name() {
+        use crate::model::is_valid_label_name;
+        for (raw, want) in [
+            ("3rd-party", "_3rd_party"),
+            ("1password.com/managed", "_1password_com_managed"),
+            ("9lives", "_9lives"),
+            ("__meta_secret", "_meta_secret"),
+            ("_private", "_private"),
+            ("-x", "_x"),
+            ("../..", "_"),
+            ("", "_"),
+            ("日本", "_"),
+            ("team", "team"),
+        ] {
+            let got = sanitize_label_name(raw);
+            assert_eq!(got, want, "{raw:?}");
+            assert!(is_valid_label_name(&got), "{raw:?} -> {got:?}");
+        }
+    }
+
+    #[test]
+    fn colliding_and_reserved_pod_labels_are_left_out_first_key_wins() {
+        let cache = PodCache::new(Options {
+            labels: true,
+            allowlist: Allowlist::default(),
+        });
+        let (_, _, meta) = cache
+            .meta_of(&pod(&[
+                ("a-b", "dash"),
+                ("a.b", "dot"),
+                ("pod", "not-the-pod-name"),
+                ("dra_claim_name", "fake"),
+                ("hpc.job", "fake"),
+                ("1password.com/managed", "true"),
+            ]))
+            .unwrap();
+        assert_eq!(
+            meta.labels,
+            vec![
+                ("_1password_com_managed".to_string(), "true".to_string()),
+                ("a_b".to_string(), "dash".to_string()),
+            ]
+        );
     }
 
     #[test]

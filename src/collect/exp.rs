@@ -6,11 +6,11 @@ use crate::collect::fields;
 use crate::collect::health;
 use crate::collect::targets::{self, Target};
 use crate::collect::topology::Topology;
-use crate::collect::{watch_all, Settings};
+use crate::collect::{watch_all, Settings, Watch};
 use crate::config::counters::{Counter, CounterField, Counters, ExpField};
 use crate::config::selector::IdSet;
 use crate::model::Page;
-use dcgm_sys::{health_system, Entity, EntityGroup, FieldGroup, Group, Reading, Session, Value};
+use dcgm_sys::{health_system, Entity, EntityGroup, Group, Reading, Session, Value};
 use std::collections::{BTreeMap, HashMap};
 
 /// Clock-event reason bits and their `clock_event` label (dcgm_fields.h
@@ -50,7 +50,7 @@ struct Windowed {
     count_row: Option<Counter>,
     total_row: Option<Counter>,
     targets: Vec<Target>,
-    watches: Vec<(Group, FieldGroup)>,
+    watches: Vec<Watch>,
     totals: HashMap<Entity, BTreeMap<String, u64>>,
     /// Samples at or before this timestamp are already in `totals`.
     last_ts: i64,
@@ -120,10 +120,10 @@ impl Windowed {
         let mut in_window: HashMap<Entity, BTreeMap<String, u64>> = HashMap::new();
         let mut newest = self.last_ts;
         let mut samples = Vec::new();
-        for (g, fg) in &self.watches {
+        for w in &self.watches {
             samples.extend(
                 session
-                    .values_since(g, fg, since.min(self.last_ts + 1).max(0))?
+                    .values_since(&w.group, &w.fields, since.min(self.last_ts + 1).max(0))?
                     .0,
             );
         }
@@ -216,17 +216,20 @@ fn health_watch(
         return Ok(None);
     }
     let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
-    let group = session
-        .create_group(
-            &format!("dcgm-exporter-health-{}", std::process::id()),
-            &ents,
-        )
-        .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
+    let mut refused = Vec::new();
+    let group = crate::collect::group_of_accepted(
+        session,
+        &format!("dcgm-exporter-health-{}", std::process::id()),
+        &ents,
+        &mut refused,
+    )
+    .and_then(|g| session.health_set(&g, health_system::ALL).map(|_| g));
     match group {
         Ok(group) => Ok(Some(Health {
             row: status_row,
             group,
-            targets: whole_gpus.to_vec(),
+            // A GPU the group refused has no health watch: no status rather than "pass".
+            targets: accepted(whole_gpus, &refused),
             codes: crate::collect::health_codes::names(),
         })),
         Err(e) if failures::is_fatal(&e) => Err(e),
@@ -363,11 +366,11 @@ struct Actions {
     node_labels: Vec<(&'static str, String)>,
     window_ms: u64,
     /// XID and recovery-action watches of the whole GPUs; empty when refused.
-    watches: Vec<(Group, FieldGroup)>,
+    watches: Vec<Watch>,
     /// The GPU index of each GPU and compute instance, whose XIDs are its GPU's.
     instances: HashMap<Entity, u32>,
     /// XID watches of those instances; empty when refused or without MIG.
-    instance_watches: Vec<(Group, FieldGroup)>,
+    instance_watches: Vec<Watch>,
 }
 
 impl Actions {
@@ -398,8 +401,8 @@ impl Actions {
             ev.entry(g).or_default().lost = lost_now.contains(&g) || !listed.contains(&g);
         }
         let since = now_us() - (self.window_ms as i64) * 1000;
-        for (g, fg) in self.watches.iter().chain(&self.instance_watches) {
-            let (samples, _) = session.values_since(g, fg, since.max(0))?;
+        for w in self.watches.iter().chain(&self.instance_watches) {
+            let (samples, _) = session.values_since(&w.group, &w.fields, since.max(0))?;
             for s in samples {
                 let Reading::Value(Value::Int64(v)) = s.reading else {
                     continue;
@@ -563,7 +566,7 @@ fn windowed(
             &format!("dcgm-exporter-{name}"),
             &entities,
             &[field],
-            settings.interval_ms,
+            fastest_interval_ms(settings, &[field]),
             keep_age_s,
             keep_samples,
         ) {
@@ -578,21 +581,40 @@ fn windowed(
             failures.refused_at_start(&source, e);
             continue;
         }
-        let watches = watched.watches;
         out.push(Windowed {
             field,
             window_ms,
             label,
             count_row,
             total_row,
-            targets: gpu_targets.to_vec(),
-            watches,
+            // A GPU the group refused is not counted: no series rather than a false 0.
+            targets: accepted(gpu_targets, &watched.refused_entities),
+            watches: watched.watches,
             totals: HashMap::new(),
             last_ts: now_us(),
             previous: HashMap::new(),
         });
     }
     Ok(out)
+}
+
+/// The targets whose entity DCGM took into the group.
+fn accepted(targets: &[Target], refused: &[(Entity, dcgm_sys::Error)]) -> Vec<Target> {
+    targets
+        .iter()
+        .filter(|t| !refused.iter().any(|(e, _)| *e == t.entity))
+        .cloned()
+        .collect()
+}
+
+/// The interval of a watch the `DCGM_EXP_*` metrics add to fields the counters may watch
+/// too: DCGM samples a pair at the interval its watcher last set, and these watches come
+/// last in a build, so they take a watch group's faster interval rather than slow it down.
+fn fastest_interval_ms(settings: &Settings, fields: &[u16]) -> u64 {
+    fields
+        .iter()
+        .map(|f| settings.watch_interval_ms(*f))
+        .fold(settings.interval_ms, u64::min)
 }
 
 /// One target per physical GPU, without the MIG labels.
@@ -705,18 +727,45 @@ impl ExpCollectors {
         Ok(())
     }
 
-    pub fn stop(self, session: &Session) {
+    fn watches(&self) -> impl Iterator<Item = &Watch> {
         let action_watches = self
             .actions
             .iter()
             .flat_map(|a| a.watches.iter().chain(&a.instance_watches));
-        for (g, fg) in self
-            .windowed
+        self.windowed
             .iter()
             .flat_map(|w| &w.watches)
             .chain(action_watches)
-        {
-            let _ = session.unwatch(g, fg);
+    }
+
+    pub fn stop(self, session: &Session) {
+        for w in self.watches() {
+            let _ = w.remove(session);
+        }
+    }
+
+    /// Makes every watch again, in the order they were first made (see
+    /// `Collector::reassert`).
+    pub fn reassert(&self, session: &Session) -> dcgm_sys::Result<()> {
+        self.watches().try_for_each(|w| w.assert(session))
+    }
+
+    /// Takes each window's since-start totals, its read position and its clock-event
+    /// baselines from the collectors this one replaces, so that `_TOTAL` series stay
+    /// monotonic across a rebuild and the samples DCGM took between the old collector's
+    /// last read and this one's first are counted once, not lost (the cache keeps them: an
+    /// unwatch does not clear it). A GPU gone from the new targets takes its totals with it.
+    pub fn inherit(&mut self, old: &mut ExpCollectors) {
+        for w in &mut self.windowed {
+            let Some(o) = old.windowed.iter_mut().find(|o| o.field == w.field) else {
+                continue;
+            };
+            let kept: Vec<Entity> = w.targets.iter().map(|t| t.entity).collect();
+            w.totals = std::mem::take(&mut o.totals);
+            w.totals.retain(|e, _| kept.contains(e));
+            w.previous = std::mem::take(&mut o.previous);
+            w.previous.retain(|e, _| kept.contains(e));
+            w.last_ts = o.last_ts;
         }
     }
 }
@@ -779,7 +828,7 @@ impl Actions {
             "dcgm-exporter-health-action",
             &ents,
             &[fields::XID_ERRORS, fields::GPU_RECOVERY_ACTION],
-            settings.interval_ms,
+            fastest_interval_ms(settings, &[fields::XID_ERRORS, fields::GPU_RECOVERY_ACTION]),
             keep_age_s,
             keep_samples,
         ) {
@@ -804,7 +853,7 @@ impl Actions {
         &self,
         session: &Session,
         settings: &Settings,
-    ) -> dcgm_sys::Result<Vec<(Group, FieldGroup)>> {
+    ) -> dcgm_sys::Result<Vec<Watch>> {
         let mut ents: Vec<Entity> = self.instances.keys().copied().collect();
         if ents.is_empty() {
             return Ok(Vec::new());

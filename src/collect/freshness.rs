@@ -67,6 +67,8 @@ pub struct Freshness {
     live: HashSet<Entity>,
     /// Entities with a polled field watched.
     polled: HashSet<Entity>,
+    /// Whether any polled reading (a value or a blank) was taken recently.
+    sampled: bool,
 }
 
 impl Freshness {
@@ -82,6 +84,7 @@ impl Freshness {
             oldest_us: now_us,
             live: HashSet::new(),
             polled: HashSet::new(),
+            sampled: false,
         }
     }
 
@@ -106,7 +109,9 @@ impl Freshness {
     pub fn observe(&mut self, readings: &[FieldReading]) {
         for r in readings.iter().filter(|r| !event_driven(r.field_id)) {
             self.polled.insert(r.entity);
-            if matches!(r.reading, Reading::Value(_)) && r.ts_us >= self.cutoff_of(r.field_id) {
+            let recent = r.ts_us >= self.cutoff_of(r.field_id);
+            self.sampled |= recent && !matches!(r.reading, Reading::Error(_));
+            if matches!(r.reading, Reading::Value(_)) && recent {
                 self.live.insert(r.entity);
             }
         }
@@ -134,6 +139,13 @@ impl Freshness {
     /// The timestamp of the oldest value admitted (the collection's start if none was older).
     pub fn oldest_us(&self) -> i64 {
         self.oldest_us
+    }
+
+    /// True when polled fields are watched yet none of their readings is recent: DCGM has
+    /// stopped sampling them (e.g. their watches were removed), and every value is dropped
+    /// as stale. `/health` turns this into an outage once it lasts (`output::published`).
+    pub fn stalled(&self) -> bool {
+        !self.polled.is_empty() && !self.sampled
     }
 }
 
@@ -223,6 +235,29 @@ mod tests {
             Reading::Value(Value::Int64(300)),
         )]);
         assert!(b.admit(gpu(0), fields::XID_ERRORS, NOW - 100 * S));
+    }
+
+    #[test]
+    fn a_watch_set_whose_samples_all_froze_is_stalled_and_one_recent_blank_is_not() {
+        let interval = Duration::from_secs(1);
+        let frozen = |id| reading(id, TEMP, NOW - 5 * S, Reading::Value(Value::Int64(40)));
+        let mut f = Freshness::new(NOW, interval);
+        f.observe(&[frozen(0), frozen(1)]);
+        assert!(f.stalled());
+        // An XID event alone says nothing about sampling.
+        let mut f = Freshness::new(NOW, interval);
+        let xid = reading(0, fields::XID_ERRORS, NOW, Reading::Value(Value::Int64(13)));
+        f.observe(&[frozen(0), xid]);
+        assert!(f.stalled());
+        // A field the driver has no value for is still sampled.
+        let mut f = Freshness::new(NOW, interval);
+        f.observe(&[
+            frozen(0),
+            reading(1, TEMP, NOW, Reading::Sentinel(Sentinel::Blank)),
+        ]);
+        assert!(!f.stalled());
+        // Nothing polled is watched: nothing to stall.
+        assert!(!Freshness::new(NOW, interval).stalled());
     }
 
     #[test]

@@ -130,7 +130,7 @@ struct ActiveSet {
     /// (entity, profiling field) pairs the GPU does not support: never exported.
     unsupported: HashSet<(Entity, u16)>,
     // Kept alive for the watches; destroyed (after unwatching) on drop.
-    watches: Vec<(Group, FieldGroup)>,
+    watches: Vec<Watch>,
 }
 
 pub struct Collector {
@@ -152,13 +152,89 @@ pub struct Collector {
     low_cardinality: Option<info::LowCardinality>,
     /// The info series of the last collection (see [`Collector::take_info`]).
     info: Option<Page>,
+    /// The last collection found no recent sample of any polled field watched.
+    stalled: bool,
+}
+
+/// One `dcgmWatchFields` call as it was made, kept so that it can be made again: DCGM keys a
+/// watch by (entity, field, connection), not by group, so removing another group's watch of
+/// the same pairs on this connection removes this one too (see [`Collector::reassert`]).
+pub struct Watch {
+    pub group: Group,
+    pub fields: FieldGroup,
+    freq_us: i64,
+    keep_age_s: f64,
+    keep_samples: i32,
+}
+
+impl Watch {
+    /// A watch just made with (update interval µs, max keep age s, max keep samples).
+    fn made(group: Group, fields: FieldGroup, rate: (i64, f64, i32)) -> Watch {
+        let (freq_us, keep_age_s, keep_samples) = rate;
+        Watch {
+            group,
+            fields,
+            freq_us,
+            keep_age_s,
+            keep_samples,
+        }
+    }
+
+    /// Sets (again) the watch's interval and retention; idempotent in DCGM.
+    pub fn assert(&self, session: &Session) -> dcgm_sys::Result<()> {
+        session.watch(
+            &self.group,
+            &self.fields,
+            self.freq_us,
+            self.keep_age_s,
+            self.keep_samples,
+        )
+    }
+
+    /// Removes this connection's watch of every (entity, field) pair of the watch.
+    pub fn remove(&self, session: &Session) -> dcgm_sys::Result<()> {
+        session.unwatch(&self.group, &self.fields)
+    }
 }
 
 /// What [`watch_all`] set up: the live watches and the fields DCGM refused.
 pub struct Watched {
-    pub watches: Vec<(Group, FieldGroup)>,
+    pub watches: Vec<Watch>,
     /// Fields DCGM would not watch on these entities, each with its error.
     pub refused: Vec<(u16, dcgm_sys::Error)>,
+    /// Entities DCGM would not take into a group (e.g. a GPU detached since discovery).
+    pub refused_entities: Vec<(Entity, dcgm_sys::Error)>,
+}
+
+/// A group of `entities`. When DCGM refuses one (BADPARAM for a GPU detached from its
+/// driver since the node was discovered), each is tried alone and the refused ones are left
+/// out with their error, so that one entity never costs the others their watches.
+pub fn group_of_accepted(
+    session: &Session,
+    name: &str,
+    entities: &[Entity],
+    refused: &mut Vec<(Entity, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Group> {
+    let err = match session.create_group(name, entities) {
+        Ok(g) => return Ok(g),
+        Err(e) if failures::is_fatal(&e) || entities.len() < 2 => return Err(e),
+        Err(e) => e,
+    };
+    let mut accepted = Vec::new();
+    for &e in entities {
+        match session.create_group(&format!("{name}-probe"), &[e]) {
+            Ok(_) => accepted.push(e),
+            Err(x) if failures::is_fatal(&x) => return Err(x),
+            Err(x) => {
+                tracing::warn!("{e:?} refused in a group, left out of its watches: {x}");
+                refused.push((e, x));
+            }
+        }
+    }
+    if accepted.is_empty() || accepted.len() == entities.len() {
+        return Err(err);
+    }
+    session.create_group(name, &accepted)
 }
 
 /// Creates groups and field groups for a set of entities and watches them. When DCGM
@@ -183,13 +259,24 @@ pub fn watch_all(
         GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
     let freq_us = (interval_ms * 1000) as i64;
+    let rate = (freq_us, keep_age_s, keep_samples);
     let mut out = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
         for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
-            let group = session.create_group(&format!("{name}-{nonce}-{gi}-{fi}"), ents)?;
+            let mut refused = Vec::new();
+            let group = group_of_accepted(
+                session,
+                &format!("{name}-{nonce}-{gi}-{fi}"),
+                ents,
+                &mut refused,
+            )?;
+            if fi == 0 {
+                out.refused_entities.extend(refused);
+            }
             let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
             let fg = session.create_field_group(&fg_name, flds)?;
             tracing::debug!(
@@ -198,7 +285,7 @@ pub fn watch_all(
             );
             let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
                 Ok(()) => {
-                    out.watches.push((group, fg));
+                    out.watches.push(Watch::made(group, fg, rate));
                     continue;
                 }
                 Err(e) if failures::is_fatal(&e) => return Err(e),
@@ -209,24 +296,13 @@ pub fn watch_all(
                 out.refused.push((flds[0], err));
                 continue;
             }
-            let mut good = Vec::new();
-            for &f in flds {
-                let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
-                match session.watch(&group, &probe, freq_us, keep_age_s, keep_samples) {
-                    Ok(()) => {
-                        session.unwatch(&group, &probe)?;
-                        good.push(f);
-                    }
-                    Err(e) if failures::is_fatal(&e) => return Err(e),
-                    Err(e) => out.refused.push((f, e)),
-                }
-            }
+            let good = probe_fields(session, &group, &fg_name, flds, rate, &mut out.refused)?;
             if good.is_empty() {
                 continue;
             }
             let fg = session.create_field_group(&fg_name, &good)?;
             match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => out.watches.push((group, fg)),
+                Ok(()) => out.watches.push(Watch::made(group, fg, rate)),
                 Err(e) if failures::is_fatal(&e) => return Err(e),
                 // Each field alone was accepted but not together: none of them is watched.
                 Err(e) => out
@@ -236,6 +312,33 @@ pub fn watch_all(
         }
     }
     Ok(out)
+}
+
+/// The fields of `flds` DCGM watches on `group` when asked one by one; the others go to
+/// `refused` with their error. Each probe is unwatched at once (the caller watches the good
+/// ones together); pairs it shares with watches in place are made again after the build
+/// (`Collector::reassert`).
+fn probe_fields(
+    session: &Session,
+    group: &Group,
+    fg_name: &str,
+    flds: &[u16],
+    (freq_us, keep_age_s, keep_samples): (i64, f64, i32),
+    refused: &mut Vec<(u16, dcgm_sys::Error)>,
+) -> dcgm_sys::Result<Vec<u16>> {
+    let mut good = Vec::new();
+    for &f in flds {
+        let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
+        match session.watch(group, &probe, freq_us, keep_age_s, keep_samples) {
+            Ok(()) => {
+                session.unwatch(group, &probe)?;
+                good.push(f);
+            }
+            Err(e) if failures::is_fatal(&e) => return Err(e),
+            Err(e) => refused.push((f, e)),
+        }
+    }
+    Ok(good)
 }
 
 /// One line for what is watched per entity type, and one debug line for the types with
@@ -346,6 +449,7 @@ impl Collector {
             failures,
             low_cardinality,
             info: None,
+            stalled: false,
         })
     }
 
@@ -369,6 +473,12 @@ impl Collector {
             info::add_info(&mut page, active.set.kind, &active.set.targets, csv_labels);
         }
         Some(page)
+    }
+
+    /// Whether the last collection found DCGM sampling none of the polled fields watched
+    /// (see `freshness::Freshness::stalled`).
+    pub fn stalled(&self) -> bool {
+        self.stalled
     }
 
     /// Explicit `-d`/`-s`/`-p` selections that match no entity on this node.
@@ -434,6 +544,7 @@ impl Collector {
             &mut outcome,
         )?;
         page.oldest_sample_us = Some(fresh.oldest_us());
+        self.stalled = fresh.stalled();
         self.info = self.info_page(&csv_labels);
         outcome.finish()
     }
@@ -514,16 +625,37 @@ impl Collector {
         }
     }
 
-    /// Removes every watch (on shutdown); errors are logged, not fatal.
+    /// Removes every watch (on shutdown, or of a collector replaced by a rebuild: the new
+    /// one then calls [`Collector::reassert`]); errors are logged, not fatal.
     pub fn stop(self) {
         for active in &self.sets {
-            for (g, fg) in &active.watches {
-                if let Err(e) = self.session.unwatch(g, fg) {
+            for w in &active.watches {
+                if let Err(e) = w.remove(&self.session) {
                     tracing::debug!("unwatch: {e}");
                 }
             }
         }
         self.exp.stop(&self.session);
+    }
+
+    /// Makes every watch of this collector again, in the order it was first made (so that
+    /// where two watches share a field the same one sets its interval last), and takes a
+    /// sample at once. Called after the collector this one replaced removed its watches:
+    /// on the same connection that removed every pair the two share, and DCGM then answers
+    /// their last sample forever. Health watches need nothing: DCGM keeps them per
+    /// (connection, health watcher), untouched by field unwatches and by destroying a group.
+    pub fn reassert(&self) -> dcgm_sys::Result<()> {
+        for w in self.sets.iter().flat_map(|a| &a.watches) {
+            w.assert(&self.session)?;
+        }
+        self.exp.reassert(&self.session)?;
+        self.session.update_all_fields(true)
+    }
+
+    /// Takes over what must stay monotonic from the collector this one replaces (the XID
+    /// and clock-event totals and how far they have read).
+    pub fn inherit(&mut self, old: &mut Collector) {
+        self.exp.inherit(&mut old.exp);
     }
 }
 
@@ -641,6 +773,12 @@ fn activate(
             return Ok(None);
         }
     };
+    for (entity, e) in &watched.refused_entities {
+        failures.refused_at_start(&format!("{source} of {entity:?}"), e);
+    }
+    let gone: HashSet<Entity> = watched.refused_entities.iter().map(|r| r.0).collect();
+    set.targets.retain(|t| !gone.contains(&t.entity));
+    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
     let mut refused = HashSet::new();
     for (field, e) in &watched.refused {
         for name in row_names(&set, counters, *field) {
@@ -688,6 +826,7 @@ fn watch_by_interval(
     let mut watched = Watched {
         watches: Vec::new(),
         refused: Vec::new(),
+        refused_entities: Vec::new(),
     };
     for ((interval_ms, age_bits, keep_samples), fields) in &by_interval {
         match watch_all(
@@ -702,6 +841,7 @@ fn watch_by_interval(
             Ok(w) => {
                 watched.watches.extend(w.watches);
                 watched.refused.extend(w.refused);
+                watched.refused_entities.extend(w.refused_entities);
             }
             Err(e) if failures::is_fatal(&e) => return Err(e.into()),
             Err(e) => return Ok(Err(e)),

@@ -13,6 +13,11 @@ impl Topology {
     pub fn discover(session: &Session, fake_gpus: bool) -> dcgm_sys::Result<Topology> {
         let mut t = Topology::default();
         for (index, id) in session.gpus(false)?.into_iter().enumerate() {
+            // Listed, yet refused in any group: one such GPU would fail every GPU's watch.
+            if let Ok(Some(why)) = session.gpu_is_unusable(id) {
+                tracing::warn!("GPU {id} is {why}: not exported");
+                continue;
+            }
             let a = match usable_gpu(session, id) {
                 Ok(Some(a)) => a,
                 Ok(None) => {

@@ -7,8 +7,9 @@
 //! values live in one text buffer, and a series is a range of (name, value) pairs in one
 //! vector. Rendering walks those buffers directly, and [`Page::clear`] keeps their capacity
 //! (and each family's storage) for the next collection. A series that would break the page
-//! (the same labels twice in a family, a family added again with another type or help) is
-//! dropped and counted instead.
+//! (the same labels twice in a family, a family added again with another type or help, a
+//! label name Prometheus refuses) is dropped and counted instead, so that no renderer ever
+//! writes one.
 
 pub mod node;
 
@@ -32,6 +33,9 @@ pub enum DropReason {
     Conflict,
     /// A sample too old to serve (the engine stopped sampling the field).
     Stale,
+    /// A label name Prometheus refuses (not `[a-zA-Z_][a-zA-Z0-9_]*`, or a reserved `__`
+    /// name): the series would make the whole page unreadable.
+    InvalidLabelName,
 }
 
 impl DropReason {
@@ -43,8 +47,45 @@ impl DropReason {
             DropReason::Duplicate => "duplicate",
             DropReason::Conflict => "conflict",
             DropReason::Stale => "stale",
+            DropReason::InvalidLabelName => "invalid_label_name",
         }
     }
+}
+
+/// Whether Prometheus accepts `name` as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`, and not
+/// `__`-prefixed (reserved for Prometheus' own labels).
+pub fn is_valid_label_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    match b.first() {
+        Some(c) if c.is_ascii_alphabetic() || *c == b'_' => {}
+        _ => return false,
+    }
+    !name.starts_with("__") && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// A name from outside (a pod label's key) as a valid label name: every character outside
+/// `[a-zA-Z0-9_]` becomes `_` (dcgm-exporter's rule, so names that were valid there stay
+/// the same), then a leading digit gets a `_` before it (`3rd-party` -> `_3rd_party`), and
+/// a leading run of underscores becomes one (`__meta` -> `_meta`: `__` is reserved).
+pub fn sanitize_label_name(raw: &str) -> String {
+    let mut out: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) || out.is_empty() {
+        out.insert(0, '_');
+    }
+    if out.starts_with("__") {
+        let rest = out.trim_start_matches('_');
+        out = format!("_{rest}");
+    }
+    out
 }
 
 /// One label of an owned [`Series`].
@@ -178,6 +219,8 @@ impl Family {
 #[derive(Default)]
 struct Keys {
     names: Vec<Box<str>>,
+    /// Per name: whether Prometheus accepts it (checked once, when the name is first seen).
+    valid: Vec<bool>,
     ids: HashMap<Box<str>, KeyId>,
     /// The ids of the previous series' labels by position: series of one watch set name
     /// their labels in the same order, so most names are found without hashing.
@@ -196,6 +239,7 @@ impl Keys {
             None => {
                 let id = self.names.len() as KeyId;
                 self.names.push(name.into());
+                self.valid.push(is_valid_label_name(name));
                 self.ids.insert(name.into(), id);
                 id
             }
@@ -210,6 +254,11 @@ impl Keys {
 
     fn name(&self, id: KeyId) -> &str {
         &self.names[id as usize]
+    }
+
+    /// Whether every label name of a series is one Prometheus accepts.
+    fn all_valid(&self, pairs: &[Pair]) -> bool {
+        pairs.iter().all(|p| self.valid[p.key as usize])
     }
 }
 
@@ -440,7 +489,10 @@ impl Page {
             .enumerate()
             .map(|(pos, &(k, v))| (keys.id(pos, k), v));
         let row = self.store.push(labels, value);
-        if !Self::admit(&mut self.families[idx], &self.store, row) {
+        if !self.keys.all_valid(self.store.pairs(&row)) {
+            self.store.truncate(&row);
+            self.drop_value(DropReason::InvalidLabelName);
+        } else if !Self::admit(&mut self.families[idx], &self.store, row) {
             self.store.truncate(&row);
             self.drop_value(DropReason::Duplicate);
         }
@@ -512,7 +564,7 @@ impl Page {
     /// with more labels, copies of it, or itself plus extra series. `f` gets the metric's
     /// name and the series; series that come out identical are dropped as duplicates.
     pub fn rewrite(&mut self, mut f: impl FnMut(&str, Series) -> Vec<Series>) {
-        let mut dups = 0;
+        let (mut dups, mut invalid) = (0, 0);
         self.scratch.clear();
         for fam in &mut self.families {
             let rows = std::mem::take(&mut fam.rows);
@@ -535,7 +587,10 @@ impl Page {
                         .enumerate()
                         .map(|(pos, l)| (keys.id(pos, &l.name), l.value.as_str()));
                     let row = self.scratch.push(labels, out.value);
-                    if !Self::admit(fam, &self.scratch, row) {
+                    if !self.keys.all_valid(self.scratch.pairs(&row)) {
+                        self.scratch.truncate(&row);
+                        invalid += 1;
+                    } else if !Self::admit(fam, &self.scratch, row) {
                         self.scratch.truncate(&row);
                         dups += 1;
                     }
@@ -546,6 +601,12 @@ impl Page {
         self.scratch.clear();
         if dups > 0 {
             *self.dropped.entry(DropReason::Duplicate).or_default() += dups;
+        }
+        if invalid > 0 {
+            *self
+                .dropped
+                .entry(DropReason::InvalidLabelName)
+                .or_default() += invalid;
         }
     }
 

@@ -10,12 +10,14 @@
 use crate::logging::utc::Utc;
 use crate::model::node::Topology;
 use crate::model::Page;
+use crate::output::dirs;
 use crate::output::sink::Sink;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -29,6 +31,8 @@ pub struct Dumper {
     /// The files this process wrote, oldest first, with when: the only ones the clean-up
     /// may remove. Empty when nothing is ever removed (retention 0).
     written: Arc<Mutex<VecDeque<(SystemTime, String)>>>,
+    /// Whether the directory was refused last time (logged once per streak).
+    failing: Arc<AtomicBool>,
 }
 
 /// go-dcgm's names of the entity groups (`Field_Entity_Group.String()`).
@@ -77,13 +81,14 @@ impl Dumper {
             retention_hours,
             compress,
             written: Arc::default(),
+            failing: Arc::default(),
         }
     }
 
-    /// Creates the directory and starts the hourly clean-up.
+    /// Creates the directory (or checks the existing one: `dirs`' rules for a private
+    /// directory) and starts the hourly clean-up.
     pub fn start(self) -> Result<Dumper, String> {
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| format!("--dump-directory {}: {e}", self.dir.display()))?;
+        self.prepare_dir()?;
         let d = self.clone();
         crate::common::supervisor::Supervisor::global()
             .spawn(
@@ -97,6 +102,10 @@ impl Dumper {
             )
             .map_err(|e| format!("cannot start the dump cleanup thread: {e}"))?;
         Ok(self)
+    }
+
+    fn prepare_dir(&self) -> Result<(), String> {
+        dirs::prepare(&self.dir, dirs::Kind::Private, "--dump-directory")
     }
 
     /// Removes the dump files this process wrote more than the retention ago.
@@ -145,8 +154,6 @@ impl Dumper {
         );
         name.push_str(if self.compress { ".json.gz" } else { ".json" });
         let path = self.dir.join(name);
-        // As upstream: a directory removed while running is recreated.
-        std::fs::create_dir_all(&self.dir)?;
         let mut text = serde_json::to_vec_pretty(data).map_err(std::io::Error::other)?;
         text.push(b'\n');
         // A new file only, never through a link planted under the name.
@@ -180,6 +187,17 @@ impl Dumper {
 
 impl Sink for Dumper {
     fn published(&self, topology: &Topology, page: &Page, _bytes: &[u8]) {
+        // As upstream, a directory removed while running is created again; under the rules
+        // of the start, so nothing planted meanwhile is written through.
+        if let Err(e) = self.prepare_dir() {
+            if !self.failing.swap(true, Ordering::Relaxed) {
+                tracing::error!("cannot write dumps: {e}");
+            }
+            return;
+        }
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!("writing dumps to {} works again", self.dir.display());
+        }
         let mut by_group: std::collections::BTreeMap<Group, Vec<Value>> = Default::default();
         for fam in page.families() {
             let ty = if fam.is_counter() { "counter" } else { "gauge" };

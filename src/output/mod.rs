@@ -1,8 +1,10 @@
 //! Output: a collected page rendered to Prometheus text (`render`), its per-collection
 //! variants (`exposition`: gzip, OpenMetrics via `openmetrics`), the exporter's own metrics
 //! (`selfmetrics`), what the HTTP side reads (`published`), the HTTP endpoints (`http`) and
-//! the sinks every published page also goes to (`sink`: `textfile`, `dump`), opened here.
+//! the sinks every published page also goes to (`sink`: `textfile`, `dump`, their directories
+//! made safe by `dirs`), opened here.
 
+pub mod dirs;
 pub mod dump;
 pub mod exposition;
 pub mod http;

@@ -20,6 +20,8 @@ struct Published {
     expires_us: i64,
 }
 
+type NoteSource = Box<dyn Fn() -> Option<String> + Send + Sync>;
+
 /// State shared between the collection thread and the HTTP server.
 pub struct Shared {
     /// Swapped whole by the collection thread; a scrape takes a reference without a lock.
@@ -36,12 +38,19 @@ pub struct Shared {
     notes: Mutex<Vec<String>>,
     /// The side threads; those down or stuck are shown on /health too.
     pub threads: Supervisor,
+    /// Other parts' degraded lines, asked at each /health (the web configuration's refused
+    /// reload, which the HTTP side keeps).
+    note_sources: Mutex<Vec<NoteSource>>,
     pub metrics: SelfMetrics,
     interval: Duration,
     /// --health-require-gpus: unhealthy while `gpus` is 0.
     pub require_gpus: AtomicBool,
     /// GPU entities (GPUs or MIG instances) the current watches collect.
     gpus: AtomicUsize,
+    /// Since when collections have found DCGM sampling none of the watched fields.
+    stalled_since: Mutex<Option<Instant>>,
+    /// `dcgm_exporter_dcgm_sampling_stalled`: 1 while that has lasted over two intervals.
+    stalled_gauge: prometheus::IntGauge,
 }
 
 impl Shared {
@@ -54,6 +63,13 @@ impl Shared {
         let threads = Supervisor::global().clone();
         let metrics = SelfMetrics::new();
         metrics.register(Box::new(threads.restarts()));
+        let stalled_gauge = prometheus::IntGauge::new(
+            format!("{}dcgm_sampling_stalled", crate::common::PREFIX),
+            "1 while DCGM is connected and watched but has sampled none of the watched fields \
+             for more than two collection intervals (the page then holds no DCGM value).",
+        )
+        .expect("a valid metric name");
+        metrics.register(Box::new(stalled_gauge.clone()));
         Shared {
             page: ArcSwap::from_pointee(Published {
                 page: empty.clone(),
@@ -66,10 +82,13 @@ impl Shared {
             last_success: Mutex::new(None),
             notes: Mutex::new(Vec::new()),
             threads,
+            note_sources: Mutex::new(Vec::new()),
             metrics,
             interval,
             require_gpus: AtomicBool::new(false),
             gpus: AtomicUsize::new(0),
+            stalled_since: Mutex::new(None),
+            stalled_gauge,
         }
     }
 
@@ -119,7 +138,17 @@ impl Shared {
     pub fn notes(&self) -> Vec<String> {
         let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner()).clone();
         notes.extend(self.threads.notes());
+        let sources = self.note_sources.lock().unwrap_or_else(|p| p.into_inner());
+        notes.extend(sources.iter().filter_map(|s| s()));
         notes
+    }
+
+    /// Adds a degraded line that `source` keeps: shown while it answers `Some`.
+    pub fn add_note_source(&self, source: impl Fn() -> Option<String> + Send + Sync + 'static) {
+        self.note_sources
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(source));
     }
 
     pub fn set_notes(&self, notes: Vec<String>) {
@@ -129,6 +158,27 @@ impl Shared {
     /// How many GPU entities (GPUs or MIG instances) the current watches collect.
     pub fn set_gpus(&self, n: usize) {
         self.gpus.store(n, Ordering::SeqCst);
+    }
+
+    /// What a collection found: `stalled` when DCGM sampled none of the watched fields.
+    pub fn observe_sampling(&self, stalled: bool) {
+        let mut since = self.stalled_since.lock().unwrap_or_else(|p| p.into_inner());
+        if !stalled {
+            *since = None;
+        } else if since.is_none() {
+            *since = Some(Instant::now());
+        }
+        drop(since);
+        self.stalled_gauge
+            .set(i64::from(self.stalled_for().is_some()));
+    }
+
+    /// How long DCGM has sampled none of the watched fields, once that is over two
+    /// intervals: a connected engine answering every call, yet an empty page.
+    fn stalled_for(&self) -> Option<Duration> {
+        let since = (*self.stalled_since.lock().unwrap_or_else(|p| p.into_inner()))?;
+        let d = since.elapsed();
+        (d > self.interval * 2).then_some(d)
     }
 
     /// A collection succeeded just now.
@@ -155,6 +205,13 @@ impl Shared {
         if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
             return Err("no GPU is being collected (--health-require-gpus)".into());
         }
+        if let Some(d) = self.stalled_for() {
+            return Err(format!(
+                "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): \
+                 every value is stale and the page holds no DCGM series",
+                d.as_secs_f64()
+            ));
+        }
         let expired = now_us() > self.page.load().expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
             None => Err("no successful collection yet".into()),
@@ -180,6 +237,38 @@ mod tests {
             assert!(Instant::now() < deadline, "{what} did not happen in 10 s");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Connected, collecting, a fresh page: yet DCGM sampled none of the watched fields.
+    /// Two intervals of that are an outage on /health and in the self-metric; one fresh
+    /// sample ends it.
+    #[test]
+    fn a_stalled_engine_is_unhealthy_after_two_intervals_only() {
+        let shared = Shared::new(Duration::from_millis(100));
+        let collected = |stalled: bool| {
+            shared.observe_sampling(stalled);
+            shared.publish(&crate::model::Page::default(), crate::collect::now_us());
+            shared.set_connected(true);
+            shared.set_last_success(Instant::now());
+        };
+        let gauge = |s: &Shared| {
+            String::from_utf8(s.metrics.encode())
+                .unwrap()
+                .contains("\ndcgm_exporter_dcgm_sampling_stalled 1\n")
+        };
+        collected(false);
+        assert_eq!(shared.health(), Ok(()));
+        collected(true);
+        assert_eq!(shared.health(), Ok(()), "not yet two intervals");
+        assert!(!gauge(&shared));
+        std::thread::sleep(Duration::from_millis(250));
+        collected(true);
+        let e = shared.health().unwrap_err();
+        assert!(e.contains("sampled none of the watched fields"), "{e}");
+        assert!(gauge(&shared));
+        collected(false);
+        assert_eq!(shared.health(), Ok(()));
+        assert!(!gauge(&shared));
     }
 
     /// The exporter's wiring: a thread of the process's supervisor that panics is a line

@@ -166,6 +166,54 @@ mod tests {
         assert!(t.contains("# TYPE X gauge"));
     }
 
+    /// One series with a name Prometheus refuses would make it reject the whole page: that
+    /// series is dropped and counted, whether it was collected so or became so in attribution.
+    #[test]
+    fn an_invalid_label_name_never_reaches_the_page() {
+        use crate::model::Series;
+        let mut p = Page::default();
+        p.add("X", "h", PromType::Gauge, &[("gpu", "0")], 1.0);
+        p.add(
+            "X",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "1"), ("3rd_party", "x")],
+            2.0,
+        );
+        p.add(
+            "X",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "2"), ("__name__", "Y")],
+            3.0,
+        );
+        p.add(
+            "X",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "3"), ("a-b", "x")],
+            4.0,
+        );
+        assert_eq!(p.dropped[&DropReason::InvalidLabelName], 3);
+        p.rewrite(|_, s| {
+            let mut bad = s.clone();
+            bad.push_label("1password_com_managed", "true");
+            let mut renamed = s.clone();
+            renamed.push_label("_1password_com_managed", "true");
+            vec![
+                bad,
+                renamed,
+                Series::new(&[("gpu", "9"), ("", "empty")], 0.0),
+            ]
+        });
+        assert_eq!(p.dropped[&DropReason::InvalidLabelName], 5);
+        let t = text(p);
+        assert_eq!(
+            t,
+            "# HELP X h\n# TYPE X gauge\nX{gpu=\"0\",_1password_com_managed=\"true\"} 1\n"
+        );
+    }
+
     #[test]
     fn duplicates_and_conflicts_are_dropped_not_fatal() {
         let mut p = Page::default();

@@ -89,7 +89,7 @@ impl SelfMetrics {
         );
         let dropped = counter_vec(
             name("samples_dropped_total"),
-            "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict, stale).",
+            "Values not exported, by reason (sentinel, status, non_numeric, duplicate, conflict, stale, invalid_label_name).",
             &["reason"],
         );
         let collection_errors = counter_vec(
@@ -252,6 +252,7 @@ fn precreate(collections: &IntCounterVec, dropped: &IntCounterVec) {
         DropReason::Duplicate,
         DropReason::Conflict,
         DropReason::Stale,
+        DropReason::InvalidLabelName,
     ] {
         dropped.with_label_values(&[r.as_str()]);
     }

@@ -9,10 +9,11 @@
 //! a symbolic link, so nothing planted in the directory can make it write anywhere else.
 
 use crate::model::node::Topology;
+use crate::output::dirs;
 use crate::output::sink::Sink;
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -25,24 +26,12 @@ pub struct Textfile {
 }
 
 impl Textfile {
-    /// Creates `dir` (0755) if it is missing and checks that it is a writable directory
-    /// now, so that a typo stops the start.
+    /// Creates `dir` (0755) if it is missing, never through a link planted at a component
+    /// it creates (`dirs`' rules for a shared directory), and checks that it is a writable
+    /// directory now, so that a typo stops the start.
     pub fn new(dir: &Path) -> Result<Textfile, String> {
         let flag = |e: std::io::Error| format!("--textfile-directory {}: {e}", dir.display());
-        if !dir.exists() {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(dir)
-                .map_err(flag)?;
-        }
-        let meta = std::fs::metadata(dir).map_err(flag)?;
-        if !meta.is_dir() {
-            return Err(format!(
-                "--textfile-directory {}: not a directory",
-                dir.display()
-            ));
-        }
+        dirs::prepare(dir, dirs::Kind::Shared, "--textfile-directory")?;
         let t = Textfile {
             dir: dir.to_path_buf(),
             failing: AtomicBool::new(false),

@@ -21,7 +21,7 @@
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
 //! | `health_clear node` | forgets the node-level incidents |
 //! | `recovery_action G N` | DCGM_FI_DEV_GPU_RECOVERY_ACTION of GPU G reads N (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5-7 newer drivers' values) until `restored G 1523` |
-//! | `gpu_unbind G` | GPU G's driver is unbound: it leaves the device lists; DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
+//! | `gpu_unbind G` | GPU G's driver is unbound: as in DCGM 4.6 it stays listed with status Detached (7), leaves the supported-only lists, the MIG hierarchy and every group, loses its watches and samples, and a group refuses it (BADPARAM); DCGM_FI_BIND_UNBIND_EVENT records 1 (reinitializing) then 2 (completed) |
 //! | `gpu_bind G` | undoes `gpu_unbind`, with the same two events |
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
 //! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |

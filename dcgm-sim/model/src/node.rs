@@ -59,7 +59,9 @@ pub struct Gpu {
     pub pcie_width: u32,
     pub supported: bool,
     pub lost: bool,
-    /// Driver unbound (`gpu_unbind`): not listed as a device until bound again.
+    /// Driver unbound (`gpu_unbind`): DCGM keeps the GPU listed with status Detached (its
+    /// uuid is not found again when the driver re-attaches), refuses it in groups and drops
+    /// its MIG instances from the entity lists until it is bound again.
     pub unbound: bool,
     /// `attributes_fail`: dcgmGetDeviceAttributes answers NOT_SUPPORTED.
     pub attributes_fail: bool,
@@ -547,20 +549,19 @@ impl Node {
     /// ConnectX, ...) are empty.
     pub fn all_of(&self, group: u32) -> Vec<(u32, u32)> {
         match group {
-            FE_GPU => self
-                .gpus
-                .iter()
-                .filter(|g| !g.unbound)
-                .map(|g| (FE_GPU, g.id))
-                .collect(),
+            // Detached GPUs stay listed (GetAllEntitiesOfEntityGroup, activeOnly 0); their
+            // instances do not (DcgmCacheManager.cpp, GetAllEntitiesOfEntityGroup).
+            FE_GPU => self.gpus.iter().map(|g| (FE_GPU, g.id)).collect(),
             FE_GPU_I => self
                 .gpus
                 .iter()
+                .filter(|g| !g.unbound)
                 .flat_map(|g| g.instances().iter().map(|i| (FE_GPU_I, i.entity_id)))
                 .collect(),
             FE_GPU_CI => self
                 .gpus
                 .iter()
+                .filter(|g| !g.unbound)
                 .flat_map(|g| {
                     g.instances()
                         .iter()
@@ -594,10 +595,12 @@ impl Node {
         }
     }
 
-    /// Whether an entity counts as "supported" (DCGM_GEGE_FLAG_ONLY_SUPPORTED).
+    /// Whether an entity counts as "supported" (DCGM_GEGE_FLAG_ONLY_SUPPORTED): DCGM's
+    /// activeOnly lists keep GPUs whose status is Ok, so neither an unsupported, a lost nor a
+    /// detached one (DcgmCacheManager::GetGpuIds, GetAllEntitiesOfEntityGroup).
     pub fn supported(&self, ent: (u32, u32)) -> bool {
         match self.resolve(ent) {
-            Some(e) => e.gpu().is_none_or(|g| g.supported),
+            Some(e) => e.gpu().is_none_or(|g| g.supported && !g.unbound && !g.lost),
             None => false,
         }
     }

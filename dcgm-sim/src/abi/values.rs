@@ -299,18 +299,25 @@ unsafe fn values_since(
             field_group_id: field_group as u64,
             since_us: since,
         };
-        let (samples, next_since) = match call(handle, req)? {
+        let (samples, next_since, status) = match call(handle, req)? {
             Reply::ValuesSince {
                 samples,
                 next_since_us,
-            } => (samples, next_since_us),
+                status,
+            } => (samples, next_since_us, status),
             r => return unexpected(r),
         };
         // SAFETY: the caller's callback and user data.
-        if unsafe { enumerate(&samples, cb, user_data) } {
-            // SAFETY: as above. A callback that stopped early leaves `next` alone.
-            unsafe { *next = next_since };
+        let completed = unsafe { enumerate(&samples, cb, user_data) };
+        if !completed {
+            // A callback that stopped early ends the call with OK and `next` unchanged.
+            return Ok(());
         }
+        if status != DCGM_ST_OK {
+            return Err(status);
+        }
+        // SAFETY: as above.
+        unsafe { *next = next_since };
         Ok(())
     })
 }

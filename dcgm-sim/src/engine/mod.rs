@@ -238,7 +238,11 @@ impl Engine {
         if self.persistent.remove(&conn) {
             return;
         }
-        self.unwatch(|w| w.conn == conn);
+        // DcgmCacheManager::OnConnectionRemove: the connection's watcher leaves every watch;
+        // the samples stay.
+        let keys: Vec<Key> = self.watches.keys().copied().collect();
+        let now = self.clock.now_us();
+        self.unwatch(conn, &keys, now);
         let groups: Vec<u32> = self
             .groups
             .iter()
@@ -255,7 +259,6 @@ impl Engine {
             .map(|(id, _)| *id)
             .collect();
         for f in fgs {
-            self.unwatch(|w| w.field_group == f);
             self.field_groups.remove(&f);
         }
     }
@@ -395,6 +398,7 @@ impl Engine {
                     // DCGM's system event thread: reinitializing, then completed.
                     self.world.faults.bind_events.push((at, 1));
                     self.world.faults.bind_events.push((at + 1, 2));
+                    self.forget_detached();
                 }
                 None => no_gpu(*gpu),
             },
@@ -447,20 +451,48 @@ impl Engine {
         }
         // An empty list turns MIG mode off.
         let layout = (!specs.is_empty()).then_some(specs.as_slice());
+        // Watches on instances that no longer exist stay, with their last samples, as in
+        // DCGM (nothing unwatches them); they take no more samples (watch.rs).
         self.world.node.set_mig(gpu, layout);
-        // Watches on instances that no longer exist go away with them.
+    }
+
+    /// What DCGM does once the driver is attached again after a bind/unbind event
+    /// (DcgmNvmlSystemEventThread::AttachDriverImpl): the watches on entities of GPUs still
+    /// detached are cleared with their samples (DcgmCacheManager::AttachDriver, "Remove
+    /// watches on still-detached GPUs"), and those entities leave every user group
+    /// (DcgmGroupManager::AttachGpus).
+    fn forget_detached(&mut self) {
         let node = &self.world.node;
-        self.watches.retain(|k, _| {
-            !matches!(k.0, FE_GPU_I | FE_GPU_CI) || node.resolve((k.0, k.1)).is_some()
-        });
+        self.watches.retain(|k, _| !detached(node, (k.0, k.1)));
+        for g in self.groups.values_mut() {
+            g.entities.retain(|e| !detached(node, *e));
+        }
     }
 
-    fn unwatch(&mut self, gone: impl Fn(&WatcherId) -> bool) {
-        self.watches.retain(|_, w| w.remove_watchers(&gone));
+    fn is_detached(&self, e: (u32, u32)) -> bool {
+        detached(&self.world.node, e)
     }
 
+    /// Removes connection `conn`'s watcher from the watches of `keys`, each brought up to
+    /// `now` first (its samples stay). A watch left with neither watcher nor sample is
+    /// forgotten: DCGM answers NOT_WATCHED for it either way.
+    fn unwatch(&mut self, conn: WatcherId, keys: &[Key], now: i64) {
+        for key in keys {
+            let Some(w) = self.watches.get_mut(key) else {
+                continue;
+            };
+            if let Some(meta) = fields::by_id(key.2) {
+                w.catch_up(*key, meta, &self.world, now);
+            }
+            w.remove_watcher(conn);
+            if w.is_empty() {
+                self.watches.remove(key);
+            }
+        }
+    }
+
+    /// DcgmGroupManager::RemoveGroup: the group goes, the watches set through it stay.
     fn destroy_group(&mut self, id: u32) {
-        self.unwatch(|w| w.group == id);
         self.groups.remove(&id);
         self.health_masks.remove(&id);
     }
@@ -551,7 +583,12 @@ impl Engine {
         match self.watches.get_mut(&(ent.0, ent.1, field)) {
             Some(w) => {
                 w.catch_up((ent.0, ent.1, field), meta, &self.world, now);
-                w.latest(ent, meta).unwrap_or_else(|| blank(ST_NO_DATA))
+                let none = if w.is_watched() {
+                    ST_NO_DATA
+                } else {
+                    ST_NOT_WATCHED
+                };
+                w.latest(ent, meta).unwrap_or_else(|| blank(none))
             }
             None if self.world.node.resolve(ent).is_none() => blank(ST_NO_DATA),
             None => blank(ST_NOT_WATCHED),
@@ -618,7 +655,7 @@ impl Engine {
 
     fn mig_hierarchy(&self) -> Vec<MigEntry> {
         let mut rows = Vec::new();
-        for g in &self.world.node.gpus {
+        for g in self.world.node.gpus.iter().filter(|g| !g.unbound) {
             for gi in g.instances() {
                 rows.push(MigEntry {
                     entity: (FE_GPU_I, gi.entity_id),
@@ -683,7 +720,7 @@ impl Engine {
 
     /// How many (entity, field) pairs are watched (for tests and diagnostics).
     pub fn watch_count(&self) -> usize {
-        self.watches.len()
+        self.watches.values().filter(|w| w.is_watched()).count()
     }
 
     /// Samples kept for one (entity, field), 0 when unwatched (for tests and diagnostics).
@@ -692,6 +729,16 @@ impl Engine {
             .get(&(entity.0, entity.1, field))
             .map_or(0, Watch::len)
     }
+}
+
+/// Whether an entity is a GPU whose driver is unbound (status Detached) or one of its MIG
+/// instances (their status is their GPU's, DcgmCacheManager::GetEntityStatus).
+fn detached(node: &Node, e: (u32, u32)) -> bool {
+    matches!(e.0, FE_GPU | FE_GPU_I | FE_GPU_CI)
+        && node
+            .resolve(e)
+            .and_then(|r| r.gpu())
+            .is_some_and(|g| g.unbound)
 }
 
 // The engine lives in an Arc<Mutex<_>> shared between threads.

@@ -1,8 +1,17 @@
 //! Watches and the sample cache, the way DCGM's cache manager keeps them.
 //!
-//! One [`Watch`] per (entity, field), shared by every watcher (a group/field-group pair
-//! of one connection). It samples at the smallest frequency any watcher asked for and keeps
-//! the longest age any watcher asked for (DcgmCacheManager::UpdateWatchFromWatchers).
+//! One [`Watch`] per (entity, field), with one watcher per connection, as DCGM's cache
+//! manager keys them (DcgmCacheManager::AddOrUpdateWatcher / RemoveWatcher compare the
+//! DcgmWatcher, type and connection id, never the group or field group): watching a pair
+//! again from the same connection updates that connection's frequency and age, and
+//! unwatching it through any group/field group that holds it removes that connection's
+//! watcher. The watch samples at the smallest frequency any watcher asked for and keeps the
+//! longest age any watcher asked for (DcgmCacheManager::UpdateWatchFromWatchers).
+//!
+//! With no watcher left a watch stops sampling but keeps its samples: DCGM answers the last
+//! one with OK (PrecheckWatchInfoForSamples: "if there is data for an entity, then we can
+//! return it"), NOT_WATCHED only where it never had one. Watched again, it samples from
+//! then on, without filling the gap.
 //!
 //! Sampling is lazy: nothing runs between requests. When a watch is read, the samples that
 //! the real engine's update thread would have taken since the last read are generated
@@ -23,14 +32,9 @@ use std::collections::VecDeque;
 /// (entity group, entity id, field id).
 pub type Key = (u32, u32, u16);
 
-/// Who asked for a watch: removed together when the group, the field group or the
-/// connection goes away.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct WatcherId {
-    pub conn: u64,
-    pub group: u32,
-    pub field_group: u64,
-}
+/// Who asked for a watch: a connection (0 for every embedded client, as DCGM's
+/// DCGM_CONNECTION_ID_NONE).
+pub type WatcherId = u64;
 
 /// A safety net against unbounded memory: no watch keeps more samples than this, whatever
 /// its frequency and age.
@@ -99,21 +103,35 @@ impl Watch {
         }
     }
 
-    /// Adds (or updates) a watcher and recomputes frequency and retention.
-    pub fn add_watcher(&mut self, who: WatcherId, freq_us: i64, age_us: i64) {
+    /// Adds (or updates) a connection's watcher and recomputes frequency and retention. A
+    /// watch that had stopped starts again at `now`.
+    pub fn add_watcher(&mut self, who: WatcherId, freq_us: i64, age_us: i64, now: i64) {
+        if self.watchers.is_empty() && self.last_ts.is_some() {
+            self.created_us = now;
+            self.last_ts = None;
+        }
         self.watchers.retain(|w| w.0 != who);
         self.watchers.push((who, freq_us.max(1), age_us));
         self.recompute();
     }
 
-    /// Removes the watchers `gone` selects; false when none is left (drop the watch).
-    pub fn remove_watchers(&mut self, gone: impl Fn(&WatcherId) -> bool) -> bool {
+    /// Removes a connection's watcher. The caller brings the watch up to date first: with
+    /// no watcher left it samples no more.
+    pub fn remove_watcher(&mut self, who: WatcherId) {
         let before = self.watchers.len();
-        self.watchers.retain(|w| !gone(&w.0));
+        self.watchers.retain(|w| w.0 != who);
         if self.watchers.len() != before {
             self.recompute();
         }
+    }
+
+    pub fn is_watched(&self) -> bool {
         !self.watchers.is_empty()
+    }
+
+    /// Neither watched nor holding a sample: DCGM answers as if it never existed.
+    pub fn is_empty(&self) -> bool {
+        self.watchers.is_empty() && self.samples.is_empty()
     }
 
     fn recompute(&mut self) {
@@ -124,6 +142,9 @@ impl Watch {
     /// Takes the samples due by `now`.
     pub fn catch_up(&mut self, key: Key, meta: &FieldMeta, world: &World, now: i64) {
         let ent = (key.0, key.1);
+        if !self.is_watched() {
+            return;
+        }
         if self.event {
             if self.last_ts.is_none() {
                 if now < self.created_us {
@@ -179,14 +200,20 @@ impl Watch {
         if due > keep {
             t += (due - keep) * freq;
         }
+        // An instance gone with a MIG re-partition keeps its last samples and takes no more.
+        let exists = world.node.resolve(ent).is_some();
         while t <= now {
-            let (value, status) = world.read(ent, meta, t, t - freq);
-            self.push(t, status, value);
+            if exists {
+                let (value, status) = world.read(ent, meta, t, t - freq);
+                self.push(t, status, value);
+            }
             t += freq;
         }
         let newest = t - freq;
         self.last_ts = Some(newest);
-        self.trim(newest);
+        if exists {
+            self.trim(newest);
+        }
     }
 
     fn push(&mut self, ts: i64, status: i32, value: Value) {
@@ -294,15 +321,7 @@ mod tests {
     fn a_kept_sample_costs_24_bytes_and_mixed_values_come_back_in_order() {
         assert_eq!(std::mem::size_of::<Stored>(), 24);
         let mut w = Watch::new(150, 0);
-        w.add_watcher(
-            WatcherId {
-                conn: 1,
-                group: 1,
-                field_group: 1,
-            },
-            1_000_000,
-            3_000_000,
-        );
+        w.add_watcher(1, 1_000_000, 3_000_000, 0);
         let values = [
             Value::Str("a".into()),
             Value::Int64(-7),

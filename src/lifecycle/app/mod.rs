@@ -34,6 +34,8 @@ pub enum StartupError {
     Config(String),
     /// DCGM could not be started, reached or watched.
     Dcgm(String),
+    /// A signal asked the process to stop before the start was done.
+    Stopped,
 }
 
 /// How the exporter reaches DCGM.
@@ -101,6 +103,8 @@ struct Collected {
     unmatched: Vec<String>,
     /// `--low-cardinality`: the info series and what strips the page's static labels.
     low_cardinality: Option<(Page, crate::collect::info::LowCardinality)>,
+    /// DCGM sampled none of the polled fields watched (see `Collector::stalled`).
+    stalled: bool,
 }
 
 enum TickResult {
@@ -130,10 +134,11 @@ pub struct Runner {
 
 impl Runner {
     /// Connects and sets up watches once, at startup, where failure is fatal.
-    pub fn start(&self) -> Result<Worker<Dcgm>, StartupError> {
+    /// `stop` is asked while waiting: a SIGTERM during a start that can take 30 s.
+    pub fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn("dcgm")
             .map_err(|e| StartupError::Dcgm(format!("cannot start a thread: {e}")))?;
-        match self.open(&worker, &mut || false) {
+        match self.open(&worker, &mut || stop()) {
             Ok(()) => {
                 self.shared.set_connected(true);
                 self.current.set(Some(&worker));
@@ -141,7 +146,7 @@ impl Runner {
             }
             Err(Failure::Config(e)) => Err(StartupError::Config(e)),
             Err(Failure::Session(e) | Failure::Watches(e)) => Err(StartupError::Dcgm(e)),
-            Err(Failure::Stopping) => Err(StartupError::Dcgm("interrupted".into())),
+            Err(Failure::Stopping) => Err(StartupError::Stopped),
         }
     }
 
@@ -208,15 +213,21 @@ impl Runner {
                 let Some(session) = d.session.clone() else {
                     return Err(Failure::Session("no DCGM session".into()));
                 };
-                match Collector::start(session, counters, settings) {
-                    Ok(new) => {
-                        if let Some(old) = d.collector.replace(new) {
-                            old.stop();
+                let started = Collector::start(session, counters, settings);
+                match started {
+                    Ok(new) => replace(d, new),
+                    Err(e) => {
+                        // A refused watch of the new build, and the probes that find the
+                        // refused fields, removed this connection's watch of the pairs
+                        // they share with the watches in place: make those again.
+                        if let Some(Err(e)) = d.collector.as_ref().map(Collector::reassert) {
+                            tracing::warn!("restoring the watches in place: {e}");
                         }
-                        Ok(())
+                        match e {
+                            StartError::Dcgm(e) => Err(classify(&e)),
+                            StartError::Config(e) => Err(Failure::Config(e)),
+                        }
                     }
-                    Err(StartError::Dcgm(e)) => Err(classify(&e)),
-                    Err(StartError::Config(e)) => Err(Failure::Config(e)),
                 }
             },
         );
@@ -262,38 +273,40 @@ impl Runner {
                 gpus: c.gpu_count(),
                 unmatched: c.unmatched().to_vec(),
                 low_cardinality: c.take_info().zip(c.low_cardinality().cloned()),
+                stalled: c.stalled(),
             })))
         });
         done.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
     /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
+    /// `Ok(true)` when the watches were built anew.
     fn reload(
         &self,
         worker: Option<&Worker<Dcgm>>,
         stop: &mut dyn FnMut() -> bool,
-    ) -> Result<(), Failure> {
+    ) -> Result<bool, Failure> {
         let new = match self.collectors.load_for(self.settings.emulate) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                return Ok(());
+                return Ok(false);
             }
         };
         let Some(worker) = worker else {
             // Used when the next connection builds its watches.
             *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
-            return Ok(());
+            return Ok(false);
         };
         match self.build(worker, new.clone(), stop) {
             Ok(()) => {
                 *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
                 tracing::info!("reloaded {}", self.collectors.describe());
-                Ok(())
+                Ok(true)
             }
             Err(Failure::Watches(e) | Failure::Config(e)) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                Ok(())
+                Ok(false)
             }
             Err(f) => Err(f),
         }
@@ -306,7 +319,9 @@ impl Runner {
             gpus,
             unmatched,
             low_cardinality,
+            stalled,
         } = c;
+        self.shared.observe_sampling(stalled);
         {
             let mut a = self.attribution.lock().unwrap_or_else(|p| p.into_inner());
             a.apply(&mut page);
@@ -355,6 +370,7 @@ impl Runner {
     /// Never serve values a collection could not refresh.
     fn failed(&self, why: &str, connected: bool) {
         self.shared.withdraw();
+        self.shared.observe_sampling(false);
         for s in &self.sinks {
             s.outage();
         }
@@ -365,6 +381,30 @@ impl Runner {
             .collections
             .with_label_values(&["error"])
             .inc();
+    }
+}
+
+/// Puts a newly built collector in place of the one in use. The old one's watches are
+/// removed after the new ones were made (they stay in use if the new build fails), and
+/// DCGM keys a watch by (entity, field, connection): that removal also removed every pair
+/// the two share, so the new collector makes its watches again (`Collector::reassert`).
+fn replace(d: &mut Dcgm, mut new: Collector) -> Result<(), Failure> {
+    let Some(mut old) = d.collector.take() else {
+        d.collector = Some(new);
+        return Ok(());
+    };
+    new.inherit(&mut old);
+    old.stop();
+    match new.reassert() {
+        Ok(()) => {
+            d.collector = Some(new);
+            Ok(())
+        }
+        Err(e) => {
+            // Neither set is fully watched now: the next tick rebuilds from scratch.
+            new.stop();
+            Err(classify(&e))
+        }
     }
 }
 

@@ -252,7 +252,9 @@ impl Loop<'_> {
             ..
         } = self;
         match runner.reload(worker.as_ref(), &mut || inbox.poll()) {
-            Ok(()) => {}
+            // Also after a failed collection dropped the watches: built now, not next tick.
+            Ok(true) => self.built = true,
+            Ok(false) => {}
             Err(Failure::Stopping) => {}
             Err(Failure::Watches(why) | Failure::Config(why)) => {
                 self.built = false;

@@ -103,8 +103,15 @@ fn serve(
 ) -> Result<(), String> {
     let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
+    // First: the signal handlers live in it, before anything slow (DCGM's start: 30 s).
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let signals = Signals::install(&rt, control_tx.clone());
     let kube_api = kube_api_for(&stages.kube)?;
     let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
+    watchers::watch_counters_file(&collectors, &control_tx)?;
     let counters = Arc::new(collectors.load_for(stages.collect.emulate)?);
     check_before_dcgm(&stages, &counters)?;
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
@@ -145,18 +152,21 @@ fn serve(
         sinks,
         attribution: std::sync::Mutex::new(attribution),
     });
-    let worker = start_collecting(&runner, stages.exit_if_unreachable)?;
-    // One worker per core (tokio's default).
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| signals.stopping())
+    {
+        Err(Started::Stopped) => {
+            tracing::info!("stopped during start-up");
+            return Ok(());
+        }
+        Err(Started::Failed(e)) => return Err(e),
+        Ok(w) => w,
+    };
     watchers::start(&runner, &control_tx)?;
     let loop_runner = runner.clone();
     let (collection, ended_rx) =
         spawn_watched("collector", move || loop_runner.run(worker, control_rx))
             .map_err(|e| format!("cannot start the collection thread: {e}"))?;
-    let served = rt.block_on(serve_http(server, shared, control_tx.clone(), ended_rx));
+    let served = rt.block_on(serve_http(server, shared, &signals, ended_rx));
     let _ = control_tx.send(Control::Stop);
     collection.join().map_err(thread_panic)?;
     if served.is_ok() {
@@ -213,16 +223,31 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
     Ok((library, dcgm_version))
 }
 
+/// Why the start did not lead to a collection loop.
+enum Started {
+    /// A signal asked to stop: a clean exit.
+    Stopped,
+    Failed(String),
+}
+
+impl From<String> for Started {
+    fn from(e: String) -> Started {
+        Started::Failed(e)
+    }
+}
+
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by
 /// the loop (`None`), unless `--exit-if-hostengine-unreachable`.
 fn start_collecting(
     runner: &Runner,
     exit_if_unreachable: bool,
-) -> Result<Option<Worker<Dcgm>>, String> {
-    match runner.start() {
+    stop: &dyn Fn() -> bool,
+) -> Result<Option<Worker<Dcgm>>, Started> {
+    match runner.start(stop) {
         Ok(w) => Ok(Some(w)),
+        Err(app::StartupError::Stopped) => Err(Started::Stopped),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
-        Err(app::StartupError::Config(msg)) => Err(msg),
+        Err(app::StartupError::Config(msg)) => Err(msg.into()),
         Err(app::StartupError::Dcgm(e)) => match &runner.engine {
             Engine::Remote(t) if !exit_if_unreachable => {
                 // In a sidecar set-up the exporter often starts before the engine: retried
@@ -234,31 +259,79 @@ fn start_collecting(
                 runner.unreachable_at_start(&why);
                 Ok(None)
             }
-            Engine::Remote(t) => Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)")),
-            Engine::Embedded => Err(format!("cannot start the embedded DCGM host engine: {e}")),
+            Engine::Remote(t) => Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
+            Engine::Embedded => Err(format!("cannot start the embedded DCGM host engine: {e}").into()),
         },
     }
 }
 
-/// Serves HTTP (when listening) until a signal or the collection thread's end; SIGHUP
-/// reloads the counters.
+/// The process's signals, handled from the first moments of the start: SIGHUP reloads
+/// (queued for the collection loop while it is not running yet), SIGINT, SIGTERM and
+/// SIGQUIT stop (noticed by a start in progress, which then ends cleanly).
+struct Signals {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    stopped: Arc<tokio::sync::Notify>,
+}
+
+impl Signals {
+    fn install(rt: &tokio::runtime::Runtime, control: std::sync::mpsc::Sender<Control>) -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Registered now, on this thread: a signal from here on is recorded, not fatal.
+        let _in_runtime = rt.enter();
+        match signal(SignalKind::hangup()) {
+            Ok(mut hup) => {
+                rt.spawn(async move {
+                    while hup.recv().await.is_some() {
+                        tracing::info!("SIGHUP: reloading the counters");
+                        let _ = control.send(Control::Reload);
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
+        }
+        let mut streams = Vec::new();
+        for kind in [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::quit(),
+        ] {
+            match signal(kind) {
+                Ok(s) => streams.push(s),
+                Err(e) => tracing::warn!("cannot handle signal {kind:?}: {e}"),
+            }
+        }
+        let signals = Signals {
+            stop: Default::default(),
+            stopped: Default::default(),
+        };
+        let (stop, stopped) = (signals.stop.clone(), signals.stopped.clone());
+        rt.spawn(async move {
+            futures_select_all(streams.iter_mut().map(|s| Box::pin(s.recv()))).await;
+            stop.store(true, std::sync::atomic::Ordering::SeqCst);
+            // A permit is kept when nobody waits yet.
+            stopped.notify_one();
+        });
+        signals
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    async fn wait(&self) {
+        if !self.stopping() {
+            self.stopped.notified().await;
+        }
+    }
+}
+
+/// Serves HTTP (when listening) until a signal or the collection thread's end.
 async fn serve_http(
     server: Option<http::Server>,
     shared: Arc<Shared>,
-    reload_tx: std::sync::mpsc::Sender<Control>,
+    signals: &Signals,
     ended_rx: tokio::sync::oneshot::Receiver<()>,
 ) -> Result<(), String> {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-        Ok(mut hup) => {
-            tokio::spawn(async move {
-                while hup.recv().await.is_some() {
-                    tracing::info!("SIGHUP: reloading the counters");
-                    let _ = reload_tx.send(Control::Reload);
-                }
-            });
-        }
-        Err(e) => tracing::warn!("cannot handle SIGHUP: {e}"),
-    }
     let (tx, rx) = tokio::sync::watch::channel(false);
     let serving = match server {
         Some(server) => {
@@ -271,7 +344,7 @@ async fn serve_http(
         }
     };
     let result = tokio::select! {
-        _ = wait_for_signal() => Ok(()),
+        _ = signals.wait() => Ok(()),
         _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
     };
     tracing::info!("shutting down");
@@ -457,23 +530,6 @@ fn container_source(
         (interval / 2).clamp(Duration::from_millis(200), Duration::from_secs(5)),
         label,
     )
-}
-
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut streams = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::quit(),
-    ] {
-        match signal(kind) {
-            Ok(s) => streams.push(s),
-            Err(e) => tracing::warn!("cannot handle signal {kind:?}: {e}"),
-        }
-    }
-    let waits = streams.iter_mut().map(|s| Box::pin(s.recv()));
-    futures_select_all(waits).await;
 }
 
 /// Resolves when any of the futures does.

@@ -119,20 +119,27 @@ pub fn poll_in<D: WatchSlot>(d: &mut D, interval: Duration) -> Result<Option<(i6
     })
 }
 
-/// Sets the watch up on the current worker (an error here is the flag's: the library
-/// cannot watch the field), then polls it on a supervised thread of its own.
+/// Sets the watch up on the current worker (a refusal here is the flag's: the library
+/// cannot watch the field), then polls it on a supervised thread of its own. Without an
+/// engine yet (a remote one not up, or one that does not answer) the polls set the watch
+/// up once the collection loop has connected, like everything else that needs the engine.
 pub fn spawn<D: WatchSlot>(
     current: Current<D>,
     interval: Duration,
     control: Sender<Control>,
 ) -> Result<(), String> {
     let fail = |e: String| format!("--enable-gpu-bind-unbind-watch: {e}");
-    current
-        .call(Instant::now() + POLL_DEADLINE, move |d: &mut D| {
-            poll_in(d, interval)
-        })
-        .map_err(|e| fail(e.to_string()))?
-        .map_err(fail)?;
+    let first = current.call(Instant::now() + POLL_DEADLINE, move |d: &mut D| {
+        poll_in(d, interval)
+    });
+    match first {
+        Ok(r) => {
+            r.map_err(fail)?;
+        }
+        Err(e) => tracing::warn!(
+            "--enable-gpu-bind-unbind-watch: {e}; watching once DCGM answers (retried every {interval:?})"
+        ),
+    }
     tracing::info!("watching for GPU bind/unbind events every {:?}", interval);
     // A round is one poll (bounded by its deadline) and one wait.
     let stall_after = (interval + POLL_DEADLINE) * 2;

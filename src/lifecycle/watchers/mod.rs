@@ -5,18 +5,29 @@
 pub mod bind_unbind;
 pub mod counters_file;
 
+use crate::config::configmap::CountersSource;
 use crate::lifecycle::app::Runner;
 use crate::lifecycle::control::Control;
 use std::sync::mpsc::Sender;
 
-/// Starts the rebuild triggers: the counters file watch (always, as upstream) and, when
-/// enabled, the GPU bind/unbind watch, polled through the worker that owns the session.
-pub fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
+/// Starts the counters file watch (always, as upstream). Called before the file is first
+/// read, so that an edit made while DCGM starts (which can take 30 s) is a reload the
+/// collection loop takes once it runs, not a change nobody saw.
+pub fn watch_counters_file(
+    collectors: &CountersSource,
+    control: &Sender<Control>,
+) -> Result<(), String> {
     // A ConfigMap (-m) has a watch of its own.
-    if let Some(path) = runner.collectors.path() {
+    if let Some(path) = collectors.path() {
         counters_file::spawn(path.clone(), control.clone())
             .map_err(|e| format!("cannot start the counters file watch: {e}"))?;
     }
+    Ok(())
+}
+
+/// Starts the GPU bind/unbind watch when enabled, polled through the worker that owns the
+/// session.
+pub fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
     if let Some(interval) = runner.bind_unbind {
         bind_unbind::spawn(runner.current.clone(), interval, control.clone())?;
     }

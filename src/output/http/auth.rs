@@ -16,7 +16,6 @@
 use base64::Engine;
 use prometheus::{IntCounter, IntGauge, Opts};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -43,7 +42,9 @@ pub struct Gate {
     slots: Arc<Semaphore>,
     /// One permit per check running or waiting; none left means overloaded.
     admitted: Arc<Semaphore>,
-    high_water: AtomicI64,
+    /// The most checks seen running at once; the gauge is set under this lock, so two
+    /// checks starting together cannot leave the lower of their counts behind.
+    high_water: Mutex<i64>,
     in_flight: IntGauge,
     in_flight_max: IntGauge,
     waiting: IntGauge,
@@ -62,7 +63,7 @@ impl Gate {
         let gate = Gate {
             slots: Arc::new(Semaphore::new(slots)),
             admitted: Arc::new(Semaphore::new(slots + queue)),
-            high_water: AtomicI64::new(0),
+            high_water: Mutex::new(0),
             in_flight: gauge(
                 "checks_in_flight",
                 "Basic-auth password (bcrypt) checks running now.",
@@ -115,39 +116,62 @@ impl Gate {
     }
 
     /// A slot to run one check, waiting in the queue for it; None when the queue is full.
+    /// The request may go away while it waits (its future dropped): every count taken here
+    /// is a guard, given back on that path as on the others.
     async fn slot(self: &Arc<Self>) -> Option<Running> {
         let Ok(admitted) = self.admitted.clone().try_acquire_owned() else {
             self.overloaded.inc();
             return None;
         };
-        self.waiting.inc();
+        let waiting = Counted::new(&self.waiting);
         let slot = self.slots.clone().acquire_owned().await;
-        self.waiting.dec();
+        drop(waiting);
         // The semaphore is never closed.
         let slot = slot.ok()?;
-        let now = self.in_flight.get() + 1;
-        self.in_flight.set(now);
-        let max = self.high_water.fetch_max(now, Ordering::Relaxed).max(now);
-        self.in_flight_max.set(max);
+        let in_flight = Counted::new(&self.in_flight);
+        self.note_high_water();
         Some(Running {
-            gate: self.clone(),
+            _in_flight: in_flight,
             _permits: (slot, admitted),
         })
+    }
+
+    fn note_high_water(&self) {
+        // A count that was true at one instant (each change is atomic), never above the
+        // bound: a check counts itself only while it holds a slot.
+        let now = self.in_flight.get();
+        let mut max = self.high_water.lock().unwrap_or_else(|p| p.into_inner());
+        if now > *max {
+            *max = now;
+            self.in_flight_max.set(now);
+        }
+    }
+}
+
+/// One count of a gauge, held for as long as this value lives (dropped on every way out,
+/// a cancelled future's included): the gauge cannot drift from what it counts.
+struct Counted(IntGauge);
+
+impl Counted {
+    fn new(gauge: &IntGauge) -> Counted {
+        gauge.inc();
+        Counted(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
 /// One check holding its slot. Dropped on the blocking thread once bcrypt is done (not when
 /// the request goes away), so the bound counts the checks actually running.
 struct Running {
-    gate: Arc<Gate>,
+    // Fields drop in order: the count goes before the permits, so the gauge never shows
+    // more than the bound.
+    _in_flight: Counted,
     _permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        // Before the permits go: the gauge never shows more than the bound.
-        self.gate.in_flight.dec();
-    }
 }
 
 /// A bounded map of keys, the least recently used one dropped when full.
@@ -229,6 +253,11 @@ impl BasicAuth {
             }),
             gate,
         }
+    }
+
+    /// The configured user names.
+    pub fn users(&self) -> Vec<&str> {
+        self.users.keys().map(String::as_str).collect()
     }
 
     /// What the `Authorization` header's value (None when absent) gets a request.
@@ -519,5 +548,39 @@ mod tests {
         assert_eq!((gate.in_flight.get(), gate.waiting.get()), (0, 0));
         // Served again once the queue drains.
         assert_eq!(auth.check("alice", "password").await, Outcome::Allowed);
+    }
+
+    /// Requests that go away while they wait for a slot (the client hung up) give back
+    /// their count in the waiting gauge and their place in the queue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn cancelled_waiting_checks_leave_no_count_behind() {
+        let gate = Arc::new(Gate::new(1, 8));
+        let auth = alice(gate.clone());
+        let held = gate.slot().await.unwrap();
+        let tasks: Vec<_> = (0..6)
+            .map(|i| {
+                let auth = auth.clone();
+                tokio::spawn(async move { auth.check("alice", &format!("wrong{i}")).await })
+            })
+            .collect();
+        for _ in 0..5000 {
+            if gate.waiting.get() == 6 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        assert_eq!(gate.waiting.get(), 6);
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            assert!(t.await.unwrap_err().is_cancelled());
+        }
+        assert_eq!((gate.in_flight.get(), gate.waiting.get()), (1, 0));
+        // Every place in the queue is free again: 1 slot + 8 waiting, the held one aside.
+        assert_eq!(gate.admitted.available_permits(), 8);
+        drop(held);
+        assert_eq!((gate.in_flight.get(), gate.waiting.get()), (0, 0));
+        assert_eq!(gate.in_flight_max.get(), 1);
     }
 }

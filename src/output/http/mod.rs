@@ -155,7 +155,7 @@ impl Server {
         shared: Arc<Shared>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), String> {
-        self.web.watch()?;
+        self.web.watch_reporting(&shared)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
         let ctx = Arc::new(Ctx {
@@ -237,7 +237,7 @@ async fn connection(
     let state = ctx.web.current();
     let activity = Arc::new(Activity::default());
     let Some(acceptor) = state.tls.clone() else {
-        let io = WriteDeadline::new(stream, activity.clone());
+        let io = WriteDeadline::new(stream, activity.clone(), ctx.opts.write_timeout);
         return serve(&ctx, io, false, activity, stop).await;
     };
     // As Go: the handshake has the shorter of the read and write timeouts.
@@ -266,7 +266,7 @@ async fn connection(
         Err(_) => return ctx.handshakes.record(peer, &Failure::Timeout(limit)),
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = WriteDeadline::new(tls, activity.clone());
+    let io = WriteDeadline::new(tls, activity.clone(), ctx.opts.write_timeout);
     serve(&ctx, io, h2, activity, stop).await
 }
 
@@ -284,7 +284,12 @@ async fn serve<I>(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(ctx.opts.read_timeout);
-    builder.http2().timer(TokioTimer::new());
+    // A peer that stops answering pings loses the connection, whatever it keeps open.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(ctx.opts.read_timeout)
+        .keep_alive_timeout(ctx.opts.write_timeout);
     // HTTP/2 only where TLS negotiated it (no h2c, as Go).
     let builder = if h2 {
         builder.http2_only()
@@ -301,19 +306,42 @@ async fn serve<I>(
     if *stop.borrow() {
         conn.as_mut().graceful_shutdown();
     }
+    let grace = ctx.opts.write_timeout;
     let result = tokio::select! {
         r = conn.as_mut() => r,
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
-            conn.await
+            closing(conn, &activity, grace).await
         }
         _ = activity.idle(ctx.opts.read_timeout) => {
             conn.as_mut().graceful_shutdown();
-            conn.await
+            closing(conn, &activity, grace).await
         }
+        _ = activity.overdue() => Err(OVERDUE.into()),
     };
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
+    }
+}
+
+const OVERDUE: &str = "a response was not written within the write timeout";
+
+/// The end of a connection told to close: what it still writes keeps its deadlines, and the
+/// close itself (an HTTP/2 GOAWAY whose ping is never answered, a stream waiting for window)
+/// gets `grace` at most.
+async fn closing<C, E>(
+    conn: Pin<&mut C>,
+    activity: &Activity,
+    grace: Duration,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    C: Future<Output = Result<(), E>>,
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    tokio::select! {
+        r = conn => r.map_err(Into::into),
+        _ = activity.overdue() => Err(OVERDUE.into()),
+        _ = tokio::time::sleep(grace) => Err("the connection did not close within the write timeout".into()),
     }
 }
 
@@ -343,7 +371,19 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
 
     fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
         let mut request = self.activity.request();
-        let reply = warp::service(self.filter.clone()).call(req);
+        // A target without a path (authority form, `GET host:80`) is refused here: warp's
+        // path filters panic on it (`PathAndQuery::from_static("")`), which a client could
+        // repeat at will.
+        let reply: Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>> =
+            if req.uri().path_and_query().is_none() {
+                let refused = reply::text(
+                    hyper::StatusCode::BAD_REQUEST,
+                    "400 Bad Request: the request target has no path\n",
+                );
+                Box::pin(async move { Ok(refused) })
+            } else {
+                Box::pin(warp::service(self.filter.clone()).call(req))
+            };
         let write_timeout = self.write_timeout;
         Box::pin(async move {
             let resp = reply.await?;
@@ -356,7 +396,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
     }
 }
 
-/// A response body that ends its request's activity when its last frame is taken.
+/// A response body that ends its request's activity when hyper drops it; its write deadline
+/// then lasts until the bytes are flushed if the body was done (see [`timeout`]).
 pub struct Tracked<B> {
     inner: B,
     request: Option<timeout::Request>,
@@ -371,8 +412,19 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.request = None;
+        // hyper drops a body whose last frame says so without asking for more: the end is
+        // known either way.
+        let done = match &polled {
+            Poll::Ready(None) => true,
+            Poll::Ready(Some(Ok(_))) => self.inner.is_end_stream(),
+            _ => false,
+        };
+        // Until hyper drops the body, the frame may still wait in hyper (for HTTP/2 flow
+        // control window): the deadline is left to the guard's drop.
+        if done {
+            if let Some(r) = &mut self.request {
+                r.body_done();
+            }
         }
         polled
     }

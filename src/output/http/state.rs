@@ -1,20 +1,27 @@
 //! The web configuration in force. A watcher thread re-reads it when the web config file, the
 //! certificate, the key or the client CA changes on disk (cert-manager rotates certificates in
 //! place) and swaps the new state in atomically; connections and requests only load the
-//! current pointer, never touch the files. A broken new version is logged once and the
-//! previous one stays. The files' directories are watched with inotify
+//! current pointer, never touch the files. The files' directories are watched with inotify
 //! (`common::files`); the files are stat'ed every 500 ms only where inotify cannot be used.
+//!
+//! Reloads fail closed: a new version that is broken, empty, or would remove TLS, a
+//! client-certificate check or every basic-auth user is refused (logged once, counted in
+//! `dcgm_exporter_web_config_reload_refused_total`, a degraded line on /health) and the
+//! configuration in force stays; lowering security takes a restart. An attacker or a rotation
+//! script that truncates the file in place must not open the port, even for a moment.
 
 use super::auth::BasicAuth;
-use super::webconfig::{ClientAuth, WebConfig};
+use super::webconfig::{ClientAuth, Protection, WebConfig};
 use super::{tls, webconfig};
 use crate::common::files::{DirEvents, Wake};
+use crate::output::published::Shared;
 use arc_swap::ArcSwap;
 use hyper::header::{HeaderName, HeaderValue};
+use prometheus::{IntCounterVec, IntGauge, Opts};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio_rustls::TlsAcceptor;
 
@@ -150,6 +157,7 @@ pub struct Web {
     source: Option<Source>,
     /// Changes the watcher acted on (a reload or a refused file), for tests to wait on.
     reloads: Arc<AtomicU64>,
+    reload: Arc<ReloadStatus>,
 }
 
 /// Where a watched configuration comes from.
@@ -158,25 +166,127 @@ struct Source {
     path: PathBuf,
     /// `--enable-pprof`: a configuration that identifies no one is refused.
     pprof: bool,
-    /// The files of the configuration as loaded, and how they looked then.
+    /// The files of the configuration in force, and how they looked when it was read.
     files: Vec<PathBuf>,
     stamps: Vec<Stamp>,
+    /// What the configuration in force asks of clients, and whether its file was empty.
+    protection: Protection,
+    empty: bool,
+}
+
+/// One reading of the files.
+struct Loaded {
+    state: WebState,
+    files: Vec<PathBuf>,
+    protection: Protection,
+    empty: bool,
 }
 
 impl Source {
-    fn read(&self) -> Result<(WebState, Vec<PathBuf>), String> {
-        let c = webconfig::load(&self.path)?;
+    fn read(&self) -> Result<Loaded, String> {
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| format!("--web-config-file {}: {e}", self.path.display()))?;
+        let c = webconfig::parse(&text, &self.path)?;
         let mut files = vec![self.path.clone()];
         files.extend(c.files());
         let state = WebState::build(&c)
             .map_err(|e| format!("--web-config-file {}: {e}", self.path.display()))?;
-        if self.pprof && !state.identifies_clients {
-            return Err(format!(
+        Ok(Loaded {
+            state,
+            files,
+            protection: c.protection(),
+            empty: text.trim().is_empty(),
+        })
+    }
+
+    fn pprof_refuses(&self, state: &WebState) -> Option<String> {
+        (self.pprof && !state.identifies_clients).then(|| {
+            format!(
                 "{PPROF_NEEDS_IDENTITY} (--web-config-file {})",
                 self.path.display()
-            ));
+            )
+        })
+    }
+
+    /// Why a new reading must not replace the configuration in force (fail closed):
+    /// lowering what is asked of clients takes a restart, and an empty file is a file
+    /// being written or truncated, not an intent.
+    fn refuses(&self, new: &Loaded) -> Vec<String> {
+        let mut why = Vec::new();
+        if new.empty && !self.empty {
+            why.push("the file is empty".to_string());
         }
-        Ok((state, files))
+        let lost = self.protection.removed_by(&new.protection);
+        if !lost.is_empty() {
+            why.push(format!("it would remove {}", lost.join(", ")));
+        }
+        if let Some(pprof) = self.pprof_refuses(&new.state) {
+            why.push(pprof);
+        }
+        why
+    }
+}
+
+/// How reloads went: self-metrics, and the `/health` line while the file on disk is not
+/// the configuration in force.
+pub struct ReloadStatus {
+    refused: IntCounterVec,
+    last_successful: IntGauge,
+    note: Mutex<Option<String>>,
+}
+
+impl ReloadStatus {
+    fn new() -> ReloadStatus {
+        let refused = IntCounterVec::new(
+            Opts::new(
+                format!("{}web_config_reload_refused_total", crate::common::PREFIX),
+                "Changed web configuration files not put in force, by reason: lowers_security \
+                 (it would remove TLS, client-certificate checks or every basic-auth user, or \
+                 the file is empty; lowering security takes a restart) or invalid (unreadable \
+                 or unparseable file or certificate).",
+            ),
+            &["reason"],
+        )
+        .expect("static metric options are valid");
+        for reason in ["lowers_security", "invalid"] {
+            refused.with_label_values(&[reason]);
+        }
+        let last_successful = IntGauge::with_opts(Opts::new(
+            format!("{}web_config_last_reload_successful", crate::common::PREFIX),
+            "1 while the web configuration in force is the one on disk, 0 after a change was \
+             refused (until a later change is put in force).",
+        ))
+        .expect("static metric options are valid");
+        last_successful.set(1);
+        ReloadStatus {
+            refused,
+            last_successful,
+            note: Mutex::new(None),
+        }
+    }
+
+    fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+        vec![
+            Box::new(self.refused.clone()),
+            Box::new(self.last_successful.clone()),
+        ]
+    }
+
+    /// The `/health` line while a change is refused.
+    pub fn note(&self) -> Option<String> {
+        self.note.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn applied(&self) {
+        self.last_successful.set(1);
+        *self.note.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn refused(&self, reason: &str, why: String) {
+        tracing::error!("{why}");
+        self.refused.with_label_values(&[reason]).inc();
+        self.last_successful.set(0);
+        *self.note.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
     }
 }
 
@@ -184,11 +294,13 @@ impl Web {
     /// Loads the file once; errors here stop the exporter. With `pprof`, a configuration that
     /// does not identify clients is an error, now and on every reload.
     pub fn load(path: Option<&Path>, pprof: bool) -> Result<Web, String> {
+        let reload = Arc::new(ReloadStatus::new());
         let Some(path) = path else {
             return Ok(Web {
                 current: Arc::new(ArcSwap::from_pointee(WebState::plain())),
                 source: None,
                 reloads: Arc::default(),
+                reload,
             });
         };
         let mut source = Source {
@@ -196,14 +308,22 @@ impl Web {
             pprof,
             files: Vec::new(),
             stamps: Vec::new(),
+            protection: Protection::default(),
+            empty: true,
         };
-        let (state, files) = source.read()?;
-        source.stamps = stamps(&files);
-        source.files = files;
+        let loaded = source.read()?;
+        if let Some(e) = source.pprof_refuses(&loaded.state) {
+            return Err(e);
+        }
+        source.stamps = stamps(&loaded.files);
+        source.files = loaded.files;
+        source.protection = loaded.protection;
+        source.empty = loaded.empty;
         Ok(Web {
-            current: Arc::new(ArcSwap::from_pointee(state)),
+            current: Arc::new(ArcSwap::from_pointee(loaded.state)),
             source: Some(source),
             reloads: Arc::default(),
+            reload,
         })
     }
 
@@ -214,6 +334,20 @@ impl Web {
     /// The state in force now: one atomic load, no file access, no lock.
     pub fn current(&self) -> Arc<WebState> {
         self.current.load_full()
+    }
+
+    /// As [`Self::watch`], and the exporter sees how reloads go: their self-metrics in
+    /// `shared`'s registry, a refused change as a degraded line of `/health`.
+    pub fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, String> {
+        let mode = self.watch()?;
+        if mode.is_some() {
+            for c in self.reload.collectors() {
+                shared.metrics.register(c);
+            }
+            let reload = self.reload.clone();
+            shared.add_note_source(move || reload.note());
+        }
+        Ok(mode)
     }
 
     /// Starts the thread that re-reads the configuration when one of its files changes. It
@@ -228,7 +362,7 @@ impl Web {
             return Ok(None);
         };
         let current = Arc::downgrade(&self.current);
-        let reloads = self.reloads.clone();
+        let (reloads, reload) = (self.reloads.clone(), self.reload.clone());
         // Started before the thread so that no change made after this returns is missed.
         let events = if inotify {
             events_for(&source.files)
@@ -242,57 +376,112 @@ impl Web {
         };
         std::thread::Builder::new()
             .name("web-config".into())
-            .spawn(move || watch(&source, events, &current, &reloads))
+            .spawn(move || {
+                let mut w = Watcher {
+                    source,
+                    events,
+                    reload,
+                };
+                w.run(&current, &reloads);
+            })
             .map(|_| Some(mode))
             .map_err(|e| format!("cannot start the web configuration watcher: {e}"))
     }
 }
 
-fn watch(
-    source: &Source,
-    mut events: Option<DirEvents>,
-    current: &Weak<ArcSwap<WebState>>,
-    reloads: &AtomicU64,
-) {
-    // A failed read records the new look of the files too, so a broken file is reported
-    // once.
-    let (mut files, mut seen) = (source.files.clone(), source.stamps.clone());
-    loop {
-        let wake = match &events {
-            Some(ev) => settled(ev, ev.wait_timeout(ALIVE_CHECK)),
-            None => {
-                std::thread::sleep(POLL);
-                Wake::Timeout
-            }
-        };
-        if wake == Wake::Gone {
-            events = None;
-        }
-        let Some(current) = current.upgrade() else {
-            return;
-        };
-        let now = stamps(&files);
-        if now == seen {
-            continue;
-        }
-        seen = now;
-        match source.read() {
-            Ok((state, new_files)) => {
-                seen = stamps(&new_files);
-                if new_files != files && events.is_some() {
-                    // Certificates may have moved to other directories.
-                    events = events_for(&new_files);
+/// The watcher thread's state: the configuration in force (`source`) and how it learns of
+/// changes.
+struct Watcher {
+    source: Source,
+    events: Option<DirEvents>,
+    reload: Arc<ReloadStatus>,
+}
+
+impl Watcher {
+    fn run(&mut self, current: &Weak<ArcSwap<WebState>>, reloads: &AtomicU64) {
+        // A refused or failed reading records the new look of the files too, so it is
+        // reported once.
+        let mut seen = self.source.stamps.clone();
+        loop {
+            let wake = match &self.events {
+                Some(ev) => settled(ev, ev.wait_timeout(ALIVE_CHECK)),
+                None => {
+                    std::thread::sleep(POLL);
+                    Wake::Timeout
                 }
-                files = new_files;
-                current.store(Arc::new(state));
-                tracing::info!(
-                    "reloaded the web configuration from {}",
-                    source.path.display()
-                );
+            };
+            if wake == Wake::Gone {
+                self.events = None;
             }
-            Err(e) => tracing::error!("{e}; keeping the previous web configuration"),
+            let Some(current) = current.upgrade() else {
+                return;
+            };
+            let now = stamps(&self.source.files);
+            if now == seen {
+                continue;
+            }
+            if self.events.is_none() {
+                // Polling sees no quiet period: a file still being written (truncated,
+                // then filled) is read once it has stayed the same for one more period.
+                std::thread::sleep(POLL);
+                if stamps(&self.source.files) != now {
+                    continue;
+                }
+            }
+            let reading = self.source.read();
+            if stamps(&self.source.files) != now {
+                // Changed while being read: read it again once it is quiet.
+                continue;
+            }
+            seen = now;
+            if let Some(files) = self.decide(reading, &current) {
+                seen = stamps(&files);
+            }
+            reloads.fetch_add(1, Ordering::SeqCst);
         }
-        reloads.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Puts a reading in force, or refuses it (logged, counted, on `/health`); the files of
+    /// the new configuration when it was put in force.
+    fn decide(
+        &mut self,
+        reading: Result<Loaded, String>,
+        current: &ArcSwap<WebState>,
+    ) -> Option<Vec<PathBuf>> {
+        let path = self.source.path.display();
+        let new = match reading {
+            Ok(new) => new,
+            Err(e) => {
+                self.reload.refused(
+                    "invalid",
+                    format!("{e}; keeping the web configuration in force"),
+                );
+                return None;
+            }
+        };
+        let why = self.source.refuses(&new);
+        if !why.is_empty() {
+            self.reload.refused(
+                "lowers_security",
+                format!(
+                    "--web-config-file {path}: refusing the changed file: {}; keeping the web \
+                     configuration in force (lowering security takes a restart)",
+                    why.join("; ")
+                ),
+            );
+            return None;
+        }
+        if new.files != self.source.files && self.events.is_some() {
+            // Certificates may have moved to other directories.
+            self.events = events_for(&new.files);
+        }
+        current.store(Arc::new(new.state));
+        tracing::info!("reloaded the web configuration from {path}");
+        self.reload.applied();
+        self.source.files = new.files.clone();
+        self.source.protection = new.protection;
+        self.source.empty = new.empty;
+        Some(new.files)
     }
 }
 
@@ -420,5 +609,53 @@ mod tests {
         web.watch().unwrap();
         rewrite(&web, &path, "");
         assert!(web.current().auth.is_some());
+    }
+
+    /// Fail closed, with events and with polling: an empty (truncated) or unparseable file
+    /// and a file without users leave the users in force, count, and show on /health until
+    /// a file that lowers nothing arrives; fewer users but some apply at once.
+    #[test]
+    fn a_change_that_lowers_security_is_refused_and_shown() {
+        let bob = bcrypt::hash("bob", 4).unwrap();
+        for inotify in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("web.yml");
+            std::fs::write(
+                &path,
+                format!("basic_auth_users:\n  alice: {ALICE}\n  bob: {bob}\n"),
+            )
+            .unwrap();
+            let web = Web::load(Some(&path), false).unwrap();
+            web.watch_with(inotify).unwrap();
+            let users = |w: &Web| w.current().auth.as_ref().map(|a| a.users().len());
+            let refused = |reason: &str| web.reload.refused.with_label_values(&[reason]).get();
+            for (text, reason, n) in [
+                ("", "lowers_security", 1),
+                (
+                    "http_server_config:\n  http2: false\n",
+                    "lowers_security",
+                    2,
+                ),
+                ("basic_auth_users: [\n", "invalid", 1),
+            ] {
+                rewrite(&web, &path, text);
+                assert_eq!(users(&web), Some(2), "{inotify} {text:?}");
+                assert_eq!(refused(reason), n, "{inotify} {text:?}");
+                assert_eq!(web.reload.last_successful.get(), 0);
+                let note = web.reload.note().expect("a /health line");
+                assert!(note.contains("web.yml"), "{note}");
+                if reason == "lowers_security" {
+                    assert!(note.contains("every basic-auth user (alice, bob"), "{note}");
+                }
+            }
+            rewrite(&web, &path, &format!("basic_auth_users:\n  bob: {bob}\n"));
+            assert_eq!(
+                users(&web),
+                Some(1),
+                "{inotify}: fewer users but some apply"
+            );
+            assert_eq!(web.reload.last_successful.get(), 1);
+            assert_eq!(web.reload.note(), None);
+        }
     }
 }

@@ -6,10 +6,17 @@
 //!   handler works: a 20 s profile is not cut by a 5 s read timeout.
 //! * idle: a connection with no request in progress for the read timeout is closed
 //!   gracefully ([`Activity::idle`]; HTTP/2 has no header timeout, so this is what closes an
-//!   idle HTTP/2 connection).
+//!   idle HTTP/2 connection), and a graceful close gets the write timeout at most.
 //! * write timeout: writing a response, from the moment its head is ready until its last
-//!   byte went out ([`WriteDeadline`] on the connection's I/O): a client that does not read
-//!   its response loses the connection then.
+//!   byte went out. The deadline outlives the response body: hyper takes the last frame
+//!   (or drops the body) long before a client that does not read has the bytes, so a
+//!   finished body leaves its deadline in force until the connection's I/O next completes
+//!   a flush. [`WriteDeadline`] fails a write that cannot go on past it; [`Activity::overdue`]
+//!   ends the connection when a response has not gone out by then even though nothing is
+//!   being written (an HTTP/2 stream waiting for flow-control window that never comes).
+//! * a write that cannot make progress for the write timeout fails even when no response
+//!   is being written (hyper's own replies, HTTP/2 control frames): nothing the server
+//!   writes may wait on a client for longer.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,13 +30,23 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 use tokio::time::{sleep, Instant, Sleep};
 
+/// A response's write deadline; once its body is done it lasts until the next completed
+/// flush of the connection.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    body_done: bool,
+}
+
 /// One connection's requests in progress and their write deadlines.
 #[derive(Default)]
 pub struct Activity {
-    /// Requests received whose response has not been written yet.
+    /// Requests received whose response body has not ended yet.
     in_flight: AtomicUsize,
-    /// Responses being written: id -> when their write time is up.
-    writing: Mutex<BTreeMap<u64, Instant>>,
+    /// Responses being written: id -> their deadline.
+    writing: Mutex<BTreeMap<u64, Deadline>>,
+    /// How many of `writing` wait only for a flush: a flush looks here, not at the lock.
+    flushing: AtomicUsize,
     next_id: AtomicU64,
     changed: Notify,
 }
@@ -44,16 +61,30 @@ impl Activity {
             activity: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             writing: false,
+            body_done: false,
         }
     }
 
-    fn writes(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Instant>> {
+    fn writes(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Deadline>> {
         self.writing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The earliest deadline of the responses being written.
     fn write_deadline(&self) -> Option<Instant> {
-        self.writes().values().min().copied()
+        self.writes().values().map(|d| d.at).min()
+    }
+
+    /// The connection's I/O completed a flush: every response whose body was done before
+    /// it has left the process.
+    fn flushed(&self) {
+        if self.flushing.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let mut writes = self.writes();
+        writes.retain(|_, d| !d.body_done);
+        self.flushing.store(0, Ordering::Release);
+        drop(writes);
+        self.changed.notify_waiters();
     }
 
     /// Resolves once no request has been in progress for `timeout`.
@@ -72,6 +103,25 @@ impl Activity {
             }
         }
     }
+
+    /// Resolves once a response has not been written by its deadline, whether or not
+    /// anything is being written (an HTTP/2 stream without flow-control window writes
+    /// nothing, so no write can fail for it).
+    pub async fn overdue(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.write_deadline() {
+                Some(at) if at <= Instant::now() => return,
+                Some(at) => tokio::select! {
+                    _ = tokio::time::sleep_until(at) => {}
+                    _ = changed => {}
+                },
+                None => changed.await,
+            }
+        }
+    }
 }
 
 /// A request in progress, from its head to the end of its response.
@@ -79,22 +129,42 @@ pub struct Request {
     activity: Arc<Activity>,
     id: u64,
     writing: bool,
+    body_done: bool,
 }
 
 impl Request {
     /// The response head is ready: its writing must be done within `timeout`.
     pub fn writing(&mut self, timeout: Duration) {
-        self.activity
-            .writes()
-            .insert(self.id, Instant::now() + timeout);
+        let at = Instant::now() + timeout;
+        let d = Deadline {
+            at,
+            body_done: false,
+        };
+        self.activity.writes().insert(self.id, d);
         self.writing = true;
+        self.activity.changed.notify_waiters();
+    }
+
+    /// The response body gave its last frame: when this guard goes, the deadline stays
+    /// until the bytes are flushed. A guard dropped without it is a response given up
+    /// (a reset stream, a failed body): nothing of it is left to write.
+    pub fn body_done(&mut self) {
+        self.body_done = true;
     }
 }
 
 impl Drop for Request {
     fn drop(&mut self) {
         if self.writing {
-            self.activity.writes().remove(&self.id);
+            let mut writes = self.activity.writes();
+            if self.body_done {
+                if let Some(d) = writes.get_mut(&self.id) {
+                    d.body_done = true;
+                    self.activity.flushing.fetch_add(1, Ordering::AcqRel);
+                }
+            } else {
+                writes.remove(&self.id);
+            }
         }
         self.activity.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.activity.changed.notify_waiters();
@@ -102,26 +172,35 @@ impl Drop for Request {
 }
 
 /// The connection's I/O with the write deadline of the responses being written: a write
-/// that cannot go on past it fails the connection. Reads are never timed here.
+/// that cannot go on past it, or that makes no progress for `stall`, fails the connection.
+/// Reads are never timed here.
 pub struct WriteDeadline<S> {
     inner: S,
     activity: Arc<Activity>,
+    stall: Duration,
+    /// Since when writes have been refused (none accepted since).
+    blocked_since: Option<Instant>,
     timer: Pin<Box<Sleep>>,
 }
 
 impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, activity: Arc<Activity>) -> WriteDeadline<S> {
+    pub fn new(inner: S, activity: Arc<Activity>, stall: Duration) -> WriteDeadline<S> {
         WriteDeadline {
             inner,
             activity,
+            stall,
+            blocked_since: None,
             timer: Box::pin(sleep(Duration::ZERO)),
         }
     }
 
-    /// A pending write: an error once the deadline has passed, else wake up at it.
+    /// A pending write: an error once a deadline has passed, else wake up at it.
     fn pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let Some(deadline) = self.activity.write_deadline() else {
-            return Poll::Pending;
+        let since = *self.blocked_since.get_or_insert_with(Instant::now);
+        let stalled = since + self.stall;
+        let deadline = match self.activity.write_deadline() {
+            Some(d) => d.min(stalled),
+            None => stalled,
         };
         if self.timer.deadline() != deadline {
             self.timer.as_mut().reset(deadline);
@@ -129,9 +208,24 @@ impl<S> WriteDeadline<S> {
         match self.timer.as_mut().poll(cx) {
             Poll::Ready(()) => Poll::Ready(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "writing the response took longer than the write timeout",
+                "writing to the client took longer than the write timeout",
             )),
             Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// What a write call answered: pending is timed, anything else is progress.
+    fn timed<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => self.pending(cx).map(Err),
+            ready => {
+                self.blocked_since = None;
+                ready
+            }
         }
     }
 }
@@ -152,10 +246,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write(cx, buf) {
-            Poll::Pending => self.pending(cx).map(Err),
-            ready => ready,
-        }
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.timed(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -163,10 +255,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match Pin::new(&mut self.inner).poll_write_vectored(cx, bufs) {
-            Poll::Pending => self.pending(cx).map(Err),
-            ready => ready,
-        }
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.timed(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -174,14 +264,17 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match Pin::new(&mut self.inner).poll_flush(cx) {
-            Poll::Pending => self.pending(cx).map(Err),
-            ready => ready,
+        let polled = Pin::new(&mut self.inner).poll_flush(cx);
+        if let Poll::Ready(Ok(())) = polled {
+            self.activity.flushed();
         }
+        self.timed(cx, polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        // A TLS close_notify is a write too.
+        let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.timed(cx, polled)
     }
 }
 
@@ -194,7 +287,7 @@ mod tests {
     async fn a_response_nobody_reads_fails_at_the_write_timeout() {
         let (server, _client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone());
+        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
         let mut req = activity.request();
         let t0 = Instant::now();
         req.writing(Duration::from_secs(3));
@@ -207,7 +300,7 @@ mod tests {
     async fn a_slow_handler_and_a_silent_reader_are_not_write_timeouts() {
         let (server, mut client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone());
+        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
         // A request whose handler runs for a minute: no deadline while it works, and reads
         // are never timed.
         let mut req = activity.request();
@@ -230,6 +323,78 @@ mod tests {
         assert_eq!(reader.await.unwrap().unwrap(), 4096);
         drop(req);
         assert!(activity.write_deadline().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_finished_body_keeps_its_deadline_until_the_bytes_are_flushed() {
+        let (server, _client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let mut req = activity.request();
+        let t0 = Instant::now();
+        req.writing(Duration::from_secs(3));
+        // hyper took the last frame and dropped the body; the bytes are still to be written.
+        req.body_done();
+        drop(req);
+        let err = io.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_completed_flush_retires_finished_responses_only() {
+        let (server, mut client) = tokio::io::duplex(4096);
+        let activity = Arc::new(Activity::default());
+        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let mut done = activity.request();
+        done.writing(Duration::from_secs(3));
+        done.body_done();
+        drop(done);
+        let mut open = activity.request();
+        open.writing(Duration::from_secs(5));
+        // Given up (a reset stream): nothing of it is left to write.
+        let mut reset = activity.request();
+        reset.writing(Duration::from_secs(1));
+        drop(reset);
+        io.write_all(b"tail").await.unwrap();
+        io.flush().await.unwrap();
+        let mut got = [0u8; 4];
+        client.read_exact(&mut got).await.unwrap();
+        assert_eq!(
+            activity.write_deadline(),
+            Some(Instant::now() + Duration::from_secs(5))
+        );
+        drop(open);
+        assert!(activity.write_deadline().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_response_that_writes_nothing_is_overdue_at_its_deadline() {
+        // An HTTP/2 stream without window: no write is pending, the deadline still holds.
+        let activity = Arc::new(Activity::default());
+        let t0 = Instant::now();
+        let overdue = tokio::spawn({
+            let a = activity.clone();
+            async move { a.overdue().await }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!overdue.is_finished(), "overdue without a response");
+        let mut req = activity.request();
+        req.writing(Duration::from_secs(3));
+        overdue.await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(63));
+        drop(req);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_stalled_without_any_response_fails_after_the_stall_limit() {
+        let (server, _client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let mut io = WriteDeadline::new(server, activity, Duration::from_secs(7));
+        let t0 = Instant::now();
+        let err = io.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(t0.elapsed(), Duration::from_secs(7));
     }
 
     #[tokio::test(start_paused = true)]

@@ -122,6 +122,60 @@ impl WebConfig {
     }
 }
 
+/// What a web configuration asks of clients, for telling whether a new version lowers it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Protection {
+    pub tls: bool,
+    /// A client certificate is required (RequireAnyClientCert, RequireAndVerifyClientCert).
+    pub requires_cert: bool,
+    /// A client certificate is verified against the CA (VerifyClientCertIfGiven,
+    /// RequireAndVerifyClientCert).
+    pub verifies_cert: bool,
+    pub users: Vec<String>,
+}
+
+impl Protection {
+    /// What `new` would take away from `self`, in words for the log (empty: nothing).
+    /// Adding protection or changing users while some remain is not a loss.
+    pub fn removed_by(&self, new: &Protection) -> Vec<String> {
+        let mut lost = Vec::new();
+        if self.tls && !new.tls {
+            lost.push("TLS (the port would answer plain HTTP)".to_string());
+        }
+        if self.requires_cert && !new.requires_cert {
+            lost.push("the client-certificate requirement".to_string());
+        }
+        if self.verifies_cert && !new.verifies_cert {
+            lost.push("client-certificate verification".to_string());
+        }
+        if !self.users.is_empty() && new.users.is_empty() {
+            lost.push(format!(
+                "every basic-auth user ({}: anyone would be let in)",
+                self.users.join(", ")
+            ));
+        }
+        lost
+    }
+}
+
+impl WebConfig {
+    pub fn protection(&self) -> Protection {
+        let auth = self.tls.as_ref().map(|t| t.client_auth);
+        Protection {
+            tls: self.tls.is_some(),
+            requires_cert: matches!(
+                auth,
+                Some(ClientAuth::RequireAnyClientCert | ClientAuth::RequireAndVerifyClientCert)
+            ),
+            verifies_cert: matches!(
+                auth,
+                Some(ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert)
+            ),
+            users: self.users.keys().cloned().collect(),
+        }
+    }
+}
+
 /// Headers exporter-toolkit lets a web config set, with the values it accepts (`None`: any).
 const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Strict-Transport-Security", None),
@@ -131,13 +185,8 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Content-Security-Policy", None),
 ];
 
-/// Reads and validates the file; every error names the file and the key.
-pub fn load(path: &Path) -> Result<WebConfig, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("--web-config-file {}: {e}", path.display()))?;
-    parse(&text, path)
-}
-
+/// Validates the file's text (read by `state`, which also needs to know whether it was
+/// empty); every error names the file and the key.
 pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
     let err = |m: String| format!("--web-config-file {}: {m}", path.display());
     let file: File = if text.trim().is_empty() {
@@ -355,5 +404,56 @@ mod tests {
                 ("X-Frame-Options".to_string(), "deny".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn what_a_new_version_would_remove() {
+        let tls = |auth: &str| {
+            format!("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: {auth}\n  client_ca_file: c\n")
+        };
+        let users = |names: &[&str]| {
+            let mut y = "basic_auth_users:\n".to_string();
+            for n in names {
+                y.push_str(&format!("  {n}: {ALICE}\n"));
+            }
+            y
+        };
+        let prot = |yaml: &str| p(yaml).unwrap().protection();
+        let full = prot(&format!(
+            "{}{}",
+            tls("RequireAndVerifyClientCert"),
+            users(&["alice", "bob"])
+        ));
+        assert!(full.removed_by(&full).is_empty());
+        // Fewer users but some, another CA, another certificate: nothing removed.
+        let fewer = prot(&format!(
+            "{}{}",
+            tls("RequireAndVerifyClientCert"),
+            users(&["bob"])
+        ));
+        assert!(full.removed_by(&fewer).is_empty());
+        let lost = full.removed_by(&prot(""));
+        assert_eq!(lost.len(), 4, "{lost:?}");
+        assert!(
+            lost[0].starts_with("TLS") && lost[3].contains("alice, bob"),
+            "{lost:?}"
+        );
+        // Each weaker client_auth_type loses what it no longer does.
+        for (auth, expect) in [
+            ("VerifyClientCertIfGiven", vec!["requirement"]),
+            ("RequireAnyClientCert", vec!["verification"]),
+        ] {
+            let lost = full.removed_by(&prot(&format!("{}{}", tls(auth), users(&["bob"]))));
+            assert_eq!(lost.len(), expect.len(), "{auth}: {lost:?}");
+            assert!(lost[0].contains(expect[0]), "{auth}: {lost:?}");
+        }
+        let no_ca = prot(&format!(
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n{}",
+            users(&["bob"])
+        ));
+        assert_eq!(full.removed_by(&no_ca).len(), 2);
+        // Adding TLS, a certificate check or the first user removes nothing.
+        assert!(prot("").removed_by(&full).is_empty());
+        assert!(no_ca.removed_by(&full).is_empty());
     }
 }

@@ -25,7 +25,8 @@ impl Engine {
                     .node
                     .gpus
                     .iter()
-                    .filter(|g| !g.unbound && (!only_supported || g.supported))
+                    // DcgmCacheManager::GetGpuIds: every GPU, or those with status Ok.
+                    .filter(|g| !only_supported || (g.supported && !g.unbound && !g.lost))
                     .map(|g| g.id)
                     .collect(),
             ),
@@ -34,8 +35,10 @@ impl Engine {
             }
             Request::GetGpuStatus { gpu_id } => {
                 let g = self.world.node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
-                // DcgmEntityStatus_t: Ok 1, Unsupported 2, Lost 4.
-                Reply::Status(if g.lost {
+                // DcgmEntityStatus_t: Ok 1, Unsupported 2, Lost 4, Detached 7.
+                Reply::Status(if g.unbound {
+                    7
+                } else if g.lost {
                     4
                 } else if g.supported {
                     1

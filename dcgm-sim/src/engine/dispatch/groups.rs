@@ -62,6 +62,10 @@ impl Engine {
                     None => return Err(ST_BADPARAM),
                     Some(e) => {
                         if let Some(g) = e.gpu() {
+                            // Detached (and any status but Ok, Lost, Unsupported): BADPARAM.
+                            if self.is_detached(ent) {
+                                return Err(ST_BADPARAM);
+                            }
                             if g.lost {
                                 return Err(ST_GPU_IS_LOST);
                             }
@@ -120,8 +124,8 @@ impl Engine {
                     Some(d) if d.owner.is_none() => return Err(ST_NO_PERMISSION),
                     Some(_) => {}
                 }
+                // DcgmFieldGroupManager::RemoveFieldGroup unwatches nothing.
                 self.field_groups.remove(&f);
-                self.unwatch(|w| w.field_group == f);
                 Reply::Ok
             }
             Request::FieldGroupGetInfo { field_group_id } => {

@@ -26,28 +26,25 @@ impl Engine {
                 }
                 let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 let fg = self.field_group_fields(*field_group_id)?;
-                // The profiling module serves DCGM_FI_PROF_*; without it DCGM refuses the
-                // whole watch, the other fields included.
+                let keys = self.watch_keys(&entities, &fg);
+                // The profiling module serves DCGM_FI_PROF_*; without it DCGM fails the watch
+                // after adding the cache manager's watches, and then unwatches every pair of
+                // the group and field group for this connection
+                // (DcgmHostEngineHandler::WatchFieldGroup, GETOUT), also pairs the connection
+                // had watched before through other field groups.
                 if !self.world.node.profiling_module && fg.iter().any(|f| is_profiling(*f)) {
+                    self.unwatch(conn, &keys, now);
                     return Err(ST_MODULE_NOT_LOADED);
                 }
-                let who = WatcherId {
-                    conn,
-                    group: *group_id as u32,
-                    field_group: *field_group_id,
-                };
                 let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
                 log_watch(*update_freq_us, *max_keep_age_s, *max_keep_samples, &fg);
-                for e in entities {
-                    if self.world.node.resolve(e).is_none() {
-                        continue;
-                    }
-                    for f in &fg {
-                        self.watches
-                            .entry((e.0, e.1, *f))
-                            .or_insert_with(|| Watch::new(*f, now))
-                            .add_watcher(who, *update_freq_us, age);
-                    }
+                for key in keys {
+                    let w = self
+                        .watches
+                        .entry(key)
+                        .or_insert_with(|| Watch::new(key.2, now));
+                    // A watch that stopped is brought up to its stop first (nothing).
+                    w.add_watcher(conn, *update_freq_us, age, now);
                 }
                 Reply::Ok
             }
@@ -55,10 +52,10 @@ impl Engine {
                 group_id,
                 field_group_id,
             } => {
-                self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
-                self.field_group_fields(*field_group_id)?;
-                let (g, f) = (*group_id as u32, *field_group_id);
-                self.unwatch(|w| w.group == g && w.field_group == f);
+                let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
+                let fg = self.field_group_fields(*field_group_id)?;
+                let keys = self.watch_keys(&entities, &fg);
+                self.unwatch(conn, &keys, now);
                 Reply::Ok
             }
             // AUTO mode samples on its own (lazily); an explicit cycle brings everything due
@@ -97,24 +94,67 @@ impl Engine {
                 let mut out = Vec::new();
                 for e in &entities {
                     for f in &fg {
-                        let key = (e.0, e.1, *f);
-                        let (Some(w), Some(meta)) = (self.watches.get_mut(&key), fields::by_id(*f))
-                        else {
-                            // No data for this pair: skipped, as DcgmApi.cpp:2488-2655 does.
-                            continue;
-                        };
-                        w.catch_up(key, meta, &self.world, now);
-                        w.since(*e, meta, *since_us, &mut out);
+                        if let Err(status) = self.samples_since(*e, *f, *since_us, now, &mut out) {
+                            // The samples of the pairs before reach the callback; the call
+                            // fails and the caller's timestamp stays.
+                            return Ok(Reply::ValuesSince {
+                                samples: out,
+                                next_since_us: *since_us,
+                                status,
+                            });
+                        }
                     }
                 }
                 Reply::ValuesSince {
                     samples: out,
                     next_since_us: now + 1,
+                    status: ST_OK,
                 }
             }
             // dispatch() routes only this family here.
             _ => return Err(ST_GENERIC_ERROR),
         })
+    }
+}
+
+impl Engine {
+    /// The (entity, field) pairs a watch or unwatch of these members and fields touches:
+    /// detached entities are left out (DcgmHostEngineHandler::WatchFieldGroup and
+    /// UnwatchFieldGroup), and so are entities that do not exist.
+    fn watch_keys(&self, entities: &[(u32, u32)], fields: &[u16]) -> Vec<Key> {
+        let mut keys = Vec::with_capacity(entities.len() * fields.len());
+        for &e in entities {
+            if self.world.node.resolve(e).is_none() || self.is_detached(e) {
+                continue;
+            }
+            keys.extend(fields.iter().map(|f| (e.0, e.1, *f)));
+        }
+        keys
+    }
+
+    /// The samples of one pair since `since_us`, as dcgmGetValuesSince asks the cache
+    /// (DcgmCacheManager::GetSamples): a pair with no sample in the range is NO_DATA (and
+    /// skipped) when the watch ever had a sample or is watched, NOT_WATCHED otherwise,
+    /// which fails the whole call (DcgmApi.cpp helperGetValuesSince).
+    fn samples_since(
+        &mut self,
+        e: (u32, u32),
+        f: u16,
+        since_us: i64,
+        now: i64,
+        out: &mut Vec<Sample>,
+    ) -> Result<(), i32> {
+        let key = (e.0, e.1, f);
+        let meta = fields::by_id(f).ok_or(ST_UNKNOWN_FIELD)?;
+        let Some(w) = self.watches.get_mut(&key) else {
+            return Err(ST_NOT_WATCHED);
+        };
+        w.catch_up(key, meta, &self.world, now);
+        if w.is_empty() {
+            return Err(ST_NOT_WATCHED);
+        }
+        w.since(e, meta, since_us, out);
+        Ok(())
     }
 }
 

@@ -1,0 +1,296 @@
+//! Directories the exporter writes into (`--dump-directory`, `--textfile-directory`), made
+//! safe against what another user can plant on the way. The exporter often runs as root and
+//! the default dump directory is in world-writable `/tmp`, where anyone can create
+//! `/tmp/dcgm-exporter-debug` first, as a link to a directory of theirs' choosing or as a
+//! directory they own. So, walking the path one component at a time (`lstat`, never
+//! following a link unseen):
+//!
+//! - every component that is missing is created by us, one `mkdir` at a time, and checked
+//!   right after: one that turns out to be a symbolic link (planted between the look and the
+//!   `mkdir`, or swapped in after it) is refused, so nothing is ever written through it;
+//! - a private directory (the dumps) is created 0700; one that exists already must be a real
+//!   directory (not a link), owned by our effective uid, and not writable by group or others
+//!   unless its sticky bit is set (then others cannot remove or rename our files in it, and
+//!   the files are created exclusively, without following links, under random names); every
+//!   directory above it must be owned by root or by us and be just as closed, and a link on
+//!   the way must be owned by root or by us (a link another user owns could be pointed
+//!   anywhere): the rules OpenSSH applies to `~/.ssh`;
+//! - a shared directory (the textfile, which node-exporter reads and which is often its own,
+//!   group-writable) is created 0755 and may be anyone's once it exists: what protects the
+//!   file in it is its exclusive, no-follow temporary (`textfile.rs`).
+//!
+//! Errors name the flag and the path at fault.
+
+use std::ffi::OsStr;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+/// Who else may use a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Ours alone (debug dumps).
+    Private,
+    /// Read by another program too (node-exporter's textfile directory).
+    Shared,
+}
+
+impl Kind {
+    fn mode(self) -> u32 {
+        match self {
+            Kind::Private => 0o700,
+            Kind::Shared => 0o755,
+        }
+    }
+}
+
+/// The sticky bit and the group- and world-write bits of a mode.
+const STICKY: u32 = 0o1000;
+const WRITABLE_BY_OTHERS: u32 = 0o022;
+
+/// This process's effective uid, from `/proc/self/status` (the exporter forbids unsafe code,
+/// so it does not call `geteuid(2)` itself).
+pub fn effective_uid() -> Result<u32, String> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("cannot read /proc/self/status for the effective uid: {e}"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1)?.parse().ok())
+        .ok_or_else(|| "/proc/self/status has no effective uid".to_string())
+}
+
+/// The path's components below the root, absolute (relative to the working directory).
+fn components(dir: &Path) -> Result<Vec<&OsStr>, String> {
+    let mut out = Vec::new();
+    for c in dir.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                return Err("must not contain \"..\" (give the directory's own path)".into())
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("is not a directory the exporter may write into".into());
+    }
+    Ok(out)
+}
+
+/// Makes sure `dir` is a directory of `kind` this process may write into without following
+/// anything another user planted, creating what is missing (see the module's rules). `flag`
+/// names the option in errors. Run at start (an error stops the exporter) and before each
+/// round of writes (a directory removed meanwhile is created again, under the same rules).
+pub fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> {
+    let err = |m: String| format!("{flag} {}: {m}", dir.display());
+    let uid = effective_uid().map_err(err)?;
+    let names = components(dir).map_err(err)?;
+    let start = if dir.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        std::env::current_dir().map_err(|e| err(format!("no working directory: {e}")))?
+    };
+    let mut cur = start;
+    for (i, name) in names.iter().enumerate() {
+        let last = i + 1 == names.len();
+        let next = cur.join(name);
+        let (meta, created) = look_or_create(&next, kind).map_err(err)?;
+        let ft = meta.file_type();
+        if ft.is_symlink() {
+            if created {
+                return Err(err(format!(
+                    "{} became a symbolic link while it was being created: someone else is \
+                     writing here; refusing to write through it",
+                    next.display()
+                )));
+            }
+            cur = follow(&next, &meta, last, kind, uid).map_err(err)?;
+            continue;
+        }
+        if !ft.is_dir() {
+            return Err(err(format!("{} is not a directory", next.display())));
+        }
+        if kind == Kind::Private {
+            closed(&next, &meta, last, uid).map_err(err)?;
+        }
+        cur = next;
+    }
+    Ok(())
+}
+
+/// `lstat` of `path`, creating it (mode of `kind`) when it is missing; whether we created it.
+fn look_or_create(path: &Path, kind: Kind) -> Result<(std::fs::Metadata, bool), String> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => return Ok((m, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    }
+    let created = match std::fs::DirBuilder::new().mode(kind.mode()).create(path) {
+        Ok(()) => true,
+        // Something appeared meanwhile: judged as what it is now, below.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+    };
+    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !created && m.file_type().is_symlink() {
+        return Err(format!(
+            "{} appeared as a symbolic link while the directory was being created; refusing \
+             to write through it",
+            path.display()
+        ));
+    }
+    Ok((m, created))
+}
+
+/// Where an existing link on the way leads, if it may be followed.
+fn follow(
+    link: &Path,
+    meta: &std::fs::Metadata,
+    last: bool,
+    kind: Kind,
+    uid: u32,
+) -> Result<PathBuf, String> {
+    if kind == Kind::Shared {
+        // The operator's layout (a hostPath, a link to node-exporter's directory): followed.
+        return Ok(link.to_path_buf());
+    }
+    let target = std::fs::read_link(link)
+        .map(|t| t.display().to_string())
+        .unwrap_or_default();
+    if last {
+        return Err(format!(
+            "{} is a symbolic link (to {target}); dumps are written only into a real \
+             directory: give its own path",
+            link.display()
+        ));
+    }
+    if meta.uid() != 0 && meta.uid() != uid {
+        return Err(format!(
+            "{} is a symbolic link (to {target}) owned by uid {}, who could point it anywhere",
+            link.display(),
+            meta.uid()
+        ));
+    }
+    let real = std::fs::canonicalize(link).map_err(|e| format!("{}: {e}", link.display()))?;
+    let m = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    if !m.is_dir() {
+        return Err(format!("{} is not a directory", link.display()));
+    }
+    closed(&real, &m, false, uid)?;
+    Ok(real)
+}
+
+/// The ownership and mode rules of a private directory (`last`) or one above it.
+fn closed(path: &Path, meta: &std::fs::Metadata, last: bool, uid: u32) -> Result<(), String> {
+    let owner = meta.uid();
+    if last && owner != uid {
+        return Err(format!(
+            "{} is owned by uid {owner}, not by this process (uid {uid}): another user's \
+             directory is refused",
+            path.display()
+        ));
+    }
+    if !last && owner != 0 && owner != uid {
+        return Err(format!(
+            "{} (above the directory) is owned by uid {owner}, who could replace what is \
+             below it",
+            path.display()
+        ));
+    }
+    let mode = meta.mode();
+    if mode & WRITABLE_BY_OTHERS != 0 && mode & STICKY == 0 {
+        return Err(format!(
+            "{} is writable by group or others (mode {:o}) without the sticky bit",
+            path.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[test]
+    fn missing_components_are_created_0700_for_private_and_0755_for_shared() {
+        let base = tempfile::tempdir().unwrap();
+        let private = base.path().join("a/b/dumps");
+        prepare(&private, Kind::Private, "--dump-directory").unwrap();
+        for p in [
+            base.path().join("a"),
+            base.path().join("a/b"),
+            private.clone(),
+        ] {
+            assert_eq!(mode(&p), 0o700, "{}", p.display());
+        }
+        // Again: an existing directory of ours passes.
+        prepare(&private, Kind::Private, "--dump-directory").unwrap();
+        let shared = base.path().join("c/text");
+        prepare(&shared, Kind::Shared, "--textfile-directory").unwrap();
+        // The umask may take bits away, never add them.
+        assert_eq!(mode(&shared) & !0o755, 0);
+        assert!(shared.is_dir());
+    }
+
+    #[test]
+    fn a_link_as_the_private_directory_is_refused_and_nothing_is_made_behind_it() {
+        let base = tempfile::tempdir().unwrap();
+        let target = tempfile::tempdir().unwrap();
+        let link = base.path().join("dumps");
+        std::os::unix::fs::symlink(target.path(), &link).unwrap();
+        let e = prepare(&link, Kind::Private, "--dump-directory").unwrap_err();
+        assert!(
+            e.starts_with("--dump-directory ") && e.contains("is a symbolic link"),
+            "{e}"
+        );
+        // Below a link: the link is followed only when root or we own it (we do here), and
+        // the component under it is created in the link's target.
+        let below = link.join("sub");
+        prepare(&below, Kind::Private, "--dump-directory").unwrap();
+        assert!(target.path().join("sub").is_dir());
+        // A shared directory may be reached through the operator's link.
+        prepare(&link, Kind::Shared, "--textfile-directory").unwrap();
+    }
+
+    #[test]
+    fn open_or_foreign_directories_are_refused_for_dumps() {
+        let base = tempfile::tempdir().unwrap();
+        let open = base.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare(&open, Kind::Private, "--dump-directory").unwrap_err();
+        assert!(e.contains("writable by group or others (mode 777)"), "{e}");
+        // As the directory above: someone could swap what we create under it.
+        let e = prepare(&open.join("d"), Kind::Private, "--dump-directory").unwrap_err();
+        assert!(e.contains("writable by group or others"), "{e}");
+        assert!(!open.join("d").exists(), "created under an open directory");
+        // With the sticky bit (as /tmp), others cannot touch what is ours in it.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        prepare(&open, Kind::Private, "--dump-directory").unwrap();
+        // The shared kind leaves an existing directory's mode alone.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        prepare(&open, Kind::Shared, "--textfile-directory").unwrap();
+        assert!(components(Path::new("/a/../b")).is_err());
+        let file = base.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let e = prepare(&file, Kind::Shared, "--textfile-directory").unwrap_err();
+        assert!(e.contains("is not a directory"), "{e}");
+    }
+
+    #[test]
+    fn the_effective_uid_is_the_owner_of_what_we_create() {
+        let base = tempfile::tempdir().unwrap();
+        let f = base.path().join("f");
+        std::fs::write(&f, "").unwrap();
+        assert_eq!(
+            effective_uid().unwrap(),
+            std::fs::metadata(&f).unwrap().uid()
+        );
+    }
+}

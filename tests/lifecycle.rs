@@ -1,0 +1,237 @@
+//! The exporter's life around its collections on the simulator (issue 28): signals and
+//! counters-file edits while it starts (which can take 30 s against a slow engine), the
+//! bind/unbind watch against an engine that is not up yet, and `/health` on a page DCGM
+//! leaves without a fresh value while connected.
+
+mod support;
+use std::process::Command;
+use std::time::Duration;
+use support::*;
+
+fn signal(pid: u32, sig: &str) {
+    let st = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// A simulated host engine that accepts connections but answers nothing until SIGCONT: a
+/// start that stays inside its first DCGM call for as long as the test wants.
+fn stopped_engine(port: u16) -> HostEngine {
+    let engine = HostEngine::start(port, Some("one-gpu.toml"));
+    signal(engine.child.id(), "STOP");
+    engine
+}
+
+/// An exporter inside its first DCGM call: the line before it is logged.
+fn starting(e: &Exporter) {
+    e.wait_for_log(30, "mode: remote DCGM host engine");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !e.stderr().contains("connected to the DCGM host engine"),
+        "{}",
+        e.stderr()
+    );
+}
+
+#[test]
+fn sigterm_while_starting_exits_cleanly() {
+    let port = free_port();
+    let engine = stopped_engine(port);
+    let mut e = exporter()
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "500"])
+        .spawn();
+    starting(&e);
+    let st = e.signal_and_wait("TERM");
+    assert_eq!(st.code(), Some(0), "{st}: {}", e.stderr());
+    signal(engine.child.id(), "CONT");
+}
+
+#[test]
+fn sighup_while_starting_reloads_once_running() {
+    let port = free_port();
+    let engine = stopped_engine(port);
+    let e = exporter()
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "500"])
+        .spawn();
+    starting(&e);
+    signal(e.child.id(), "HUP");
+    std::thread::sleep(Duration::from_millis(300));
+    signal(engine.child.id(), "CONT");
+    e.wait_for_log(40, "reloaded ");
+    let page = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
+}
+
+#[test]
+fn a_counters_file_edited_while_starting_is_reloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n").unwrap();
+    let port = free_port();
+    let engine = stopped_engine(port);
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "500",
+            "-f",
+            csv.to_str().unwrap(),
+        ])
+        .spawn();
+    starting(&e);
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_POWER_USAGE, gauge, power\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    signal(engine.child.id(), "CONT");
+    let page = e.scrape_until(40, |p| series(p, "DCGM_FI_DEV_POWER_USAGE").len() == 1);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
+}
+
+/// The bind/unbind watch needs the engine like everything else: not up yet at start, it is
+/// retried rather than ending the process.
+#[test]
+fn the_bind_unbind_watch_waits_for_a_late_engine() {
+    let port = free_port();
+    let e = exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=200ms",
+        ])
+        .spawn();
+    e.wait_for_log(30, "retrying");
+    std::thread::sleep(Duration::from_millis(500));
+    let _engine = HostEngine::start(port, Some("one-gpu.toml"));
+    let page = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1);
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
+    // The watch was set up on the session the loop opened: its polls work.
+    e.wait_until(10, |e| e.get("/health").0 == 200);
+    std::thread::sleep(Duration::from_secs(1));
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains("bind/unbind"), "{body}");
+}
+
+/// Connected, watched, every call answered, yet DCGM samples the fields less often than the
+/// exporter reads them (a watch group of 20 s under `-c 300`): every value is dropped as
+/// stale and the page holds no DCGM series. That is an outage, not health.
+#[test]
+fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "version: 2\n\
+         metrics:\n\
+         \x20 fields:\n\
+         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
+         collections:\n\
+         \x20 - name: scrape\n\
+         \x20   every: 300ms\n\
+         \x20   metrics: {include: [\"*\"]}\n\
+         \x20 - name: slow\n\
+         \x20   every: 20s\n\
+         \x20   metrics: {include: [\"DCGM_FI_DEV_GPU_TEMP\"]}\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+    sim_built();
+    let e = Exporter::spawn(cmd, port);
+    e.wait_until(15, |e| {
+        e.try_get("/health")
+            .is_ok_and(|b| b.contains("sampled none of the watched fields"))
+    });
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    let page = e.scrape();
+    assert!(series(&page, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    assert_eq!(
+        series(&page, "dcgm_exporter_dcgm_sampling_stalled")[0].value,
+        1.0,
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(series(&page, "dcgm_exporter_dcgm_connected")[0].value, 1.0);
+}
+
+/// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
+fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let kv: std::collections::HashMap<&str, &str> =
+                l.split(' ').filter_map(|p| p.split_once('=')).collect();
+            let fields = kv["fields"].split(',').map(|f| f.parse().unwrap());
+            (kv["freq_us"].parse().unwrap(), fields.collect())
+        })
+        .collect()
+}
+
+/// DCGM samples a pair at the interval its connection's last `dcgmWatchFields` set. The
+/// XID window watches `DCGM_FI_DEV_XID_ERRORS` after the counters' own watch of it: a watch
+/// group's faster interval must win, at start and after a rebuild's second round of watches.
+#[test]
+fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "version: 2\n\
+         metrics:\n\
+         \x20 fields:\n\
+         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
+         \x20   - {name: DCGM_FI_DEV_XID_ERRORS, prometheusType: gauge, help: x}\n\
+         \x20   - {name: DCGM_EXP_XID_ERRORS_COUNT, prometheusType: gauge, help: c}\n\
+         collections:\n\
+         \x20 - name: scrape\n\
+         \x20   every: 1s\n\
+         \x20   metrics: {include: [\"*\"]}\n\
+         \x20 - name: xid\n\
+         \x20   every: 100ms\n\
+         \x20   metrics: {include: [\"DCGM_FI_DEV_XID_ERRORS\"]}\n",
+    )
+    .unwrap();
+    let log = dir.path().join("w.log");
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .env("DCGM_SIM_WATCH_LOG", &log);
+    sim_built();
+    let e = Exporter::spawn(cmd, port);
+    e.wait_until(30, |e| {
+        e.try_get("/metrics")
+            .is_ok_and(|b| b.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    let last_xid = || {
+        watch_calls(&log)
+            .into_iter()
+            .rfind(|(_, f)| f.contains(&230))
+            .map(|(freq, _)| freq)
+    };
+    assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
+    let before = watch_calls(&log).len();
+    signal(e.child.id(), "HUP");
+    e.wait_for_log(20, "reloaded ");
+    assert!(watch_calls(&log).len() > before);
+    assert_eq!(last_xid(), Some(100_000), "{:?}", watch_calls(&log));
+}
