@@ -121,9 +121,11 @@ fn the_bind_unbind_watch_waits_for_a_late_engine() {
     assert!(!body.contains("bind/unbind"), "{body}");
 }
 
-/// Connected, watched, every call answered, yet DCGM samples the fields less often than the
-/// exporter reads them (a watch group of 20 s under `-c 300`): every value is dropped as
-/// stale and the page holds no DCGM series. That is an outage, not health.
+/// Connected, watched, every call answered, yet DCGM stops sampling the fields (the
+/// simulator's `sampling_stop`): every value grows older than its watch interval and is
+/// dropped as stale, and the page holds no DCGM series. That is an outage, not health. (A
+/// watch group slower than `-c` is no such case: its samples are fresh for its own
+/// interval, `tests/config_v2.rs`.)
 #[test]
 fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
     let dir = tempfile::tempdir().unwrap();
@@ -137,21 +139,27 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
          collections:\n\
          \x20 - name: scrape\n\
          \x20   every: 300ms\n\
-         \x20   metrics: {include: [\"*\"]}\n\
-         \x20 - name: slow\n\
-         \x20   every: 20s\n\
-         \x20   metrics: {include: [\"DCGM_FI_DEV_GPU_TEMP\"]}\n",
+         \x20   metrics: {include: [\"*\"]}\n",
     )
     .unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
     let port = free_port();
     let mut cmd = exporter_command();
     cmd.args(["--config-file", cfg.to_str().unwrap()])
         .args(["-a", &format!("127.0.0.1:{port}")])
         .arg("--dcgm-library")
         .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .env("DCGM_SIM_CONTROL", &ctl);
     sim_built();
     let e = Exporter::spawn(cmd, port);
+    // Healthy first: a page with the field.
+    e.wait_until(15, |e| {
+        e.try_get("/metrics")
+            .is_ok_and(|b| b.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    control(&ctl, "sampling_stop");
     e.wait_until(15, |e| {
         e.try_get("/health")
             .is_ok_and(|b| b.contains("sampled none of the watched fields"))

@@ -1040,6 +1040,7 @@ fn per_pod_utilisation_is_the_interval_mean_clamped_to_the_gpu() {
     let mut page = Page::default();
     let l = [("gpu", "1"), ("UUID", "GPU-1"), ("device", "nvidia1")];
     page.add("DCGM_FI_DEV_GPU_UTIL", "h", PromType::Gauge, &l, 88.0);
+    page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
     merge(&mut page, &snap, &o);
     let pods: BTreeMap<String, f64> = series(page)
         .into_iter()
