@@ -10,7 +10,9 @@
 //!   more than 100 %;
 //! * `promtool check metrics` clean (but the naming lints inherent to dcgm-exporter's names).
 //!
-//! The test prints the number of pairs it ran.
+//! The test prints the number of pairs it ran. The pairs that touch DCGM and need no
+//! simulated NVML or MIG (low cardinality, HPC jobs, usage accounting over HPC jobs, a
+//! reload) run again on NVIDIA's real DCGM 4.6 kit (`real_kit_pairs_keep_the_pages_invariants`).
 
 mod support;
 
@@ -19,6 +21,8 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 use support::kubelet::{pod, FakeKubelet};
+use support::nvml_yaml::Gpu;
+use support::real_dcgm::{kit, RealHostEngine, Scratch};
 use support::*;
 
 const VERSIONS: [&str; 3] = ["4.8.2", "4.8.4", "4.9.0"];
@@ -240,6 +244,32 @@ fn shares_within(page: &[Sample], family: &str, by: &str, ceiling: Option<f64>) 
         .collect()
 }
 
+/// Job `job-a` holds GPU 4 alone: its share is the GPU's utilisation, in percent whatever
+/// unit the release exports the utilisation in.
+fn exclusive_share(version: &str, page: &[Sample]) -> Vec<String> {
+    let (util, to_percent) = if version == "4.9.0" {
+        ("DCGM_FI_DEV_GPU_UTIL_RATIO", 100.0)
+    } else {
+        ("DCGM_FI_DEV_GPU_UTIL", 1.0)
+    };
+    let on4 = |name: &str, job: Option<&str>| {
+        series(page, name)
+            .into_iter()
+            .find(|x| {
+                x.label("gpu") == Some("4")
+                    && x.label("GPU_I_ID").is_none()
+                    && (job.is_none() || x.label("hpc_job") == job)
+            })
+            .map(|x| x.value)
+    };
+    match (on4(util, None), on4("DCGM_EXP_UTIL_SHARE", Some("job-a"))) {
+        (Some(u), Some(share)) if (u * to_percent - share).abs() < 1e-6 => Vec::new(),
+        (u, share) => vec![format!(
+            "job-a's share {share:?} is not GPU 4's {util} {u:?} in percent"
+        )],
+    }
+}
+
 #[test]
 fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
     // Without promtool the pairs still run; the lint is what is skipped.
@@ -257,6 +287,9 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
                 .start();
             let page = exercise(feature, &e, &s);
             let mut p = problems(version, &page);
+            if feature == "usage-accounting" {
+                p.extend(exclusive_share(version, &page));
+            }
             if promtool {
                 p.extend(prom::promtool_problems(&e.get("/metrics").1));
             }
@@ -270,6 +303,76 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
         "crossing matrix: {pairs} pairs ({} releases x {} features)",
         VERSIONS.len(),
         FEATURES.len()
+    );
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The pairs that touch DCGM, on the real kit's host engine (two injected GPUs, no MIG).
+#[test]
+fn real_kit_pairs_keep_the_pages_invariants() {
+    let Some(kit) = kit() else { return };
+    let features = ["low-cardinality", "hpc-jobs", "usage-accounting", "reload"];
+    let dir = Scratch::new("crossing");
+    let yaml = dir.yaml(&[
+        Gpu {
+            gpu_util: 35,
+            ..Gpu::default()
+        },
+        Gpu::default(),
+    ]);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let jobs = dir.0.join("jobs");
+    std::fs::create_dir_all(&jobs).unwrap();
+    std::fs::write(jobs.join("0"), "job-a\n").unwrap();
+    let mut pairs = 0;
+    let mut failed = Vec::new();
+    for version in VERSIONS {
+        for feature in features {
+            let args: &[&str] = match feature {
+                "low-cardinality" => &["--low-cardinality"],
+                "hpc-jobs" => &["--hpc-job-mapping-dir"],
+                "usage-accounting" => &["--usage-accounting", "--hpc-job-mapping-dir"],
+                _ => &[],
+            };
+            let mut b = kit
+                .remote(port)
+                .args(&["-c", "1000", "--emulate-version", version])
+                .args(args);
+            if feature.contains('-') && feature != "low-cardinality" {
+                b = b.arg(jobs.to_str().unwrap());
+            }
+            let e = b.start();
+            let page = match feature {
+                "low-cardinality" => {
+                    e.scrape_until(20, |p| !series(p, "DCGM_EXP_GPU_INFO").is_empty())
+                }
+                "hpc-jobs" => {
+                    e.scrape_until(20, |p| p.iter().any(|x| x.label("hpc_job").is_some()))
+                }
+                "usage-accounting" => {
+                    e.scrape_until(20, |p| !series(p, "DCGM_EXP_UTIL_SHARE").is_empty())
+                }
+                _ => exercise(
+                    "reload",
+                    &e,
+                    &Setup {
+                        dir: tempfile::tempdir().unwrap(),
+                        kubelet: None,
+                        _runtime: None,
+                    },
+                ),
+            };
+            pairs += 1;
+            for line in problems(version, &page) {
+                failed.push(format!("real kit: {version} x {feature}: {line}"));
+            }
+        }
+    }
+    println!(
+        "crossing matrix on the real kit: {pairs} pairs ({} releases x {} features)",
+        VERSIONS.len(),
+        features.len()
     );
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

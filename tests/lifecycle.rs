@@ -156,6 +156,65 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
     assert_eq!(stalled(&page), 0.0);
 }
 
+/// Connected, watched, every call answered, yet DCGM stops sampling the fields (the
+/// simulator's `sampling_stop`): every value grows older than its watch interval and is
+/// dropped as stale, and the page holds no DCGM series. That is an outage, not health. (A
+/// watch group slower than `-c` is no such case: its samples are fresh for its own
+/// interval, `tests/config_v2.rs`.)
+#[test]
+fn health_is_503_while_dcgm_stops_sampling_every_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "version: 2\n\
+         metrics:\n\
+         \x20 fields:\n\
+         \x20   - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge, help: t}\n\
+         collections:\n\
+         \x20 - name: scrape\n\
+         \x20   every: 300ms\n\
+         \x20   metrics: {include: [\"*\"]}\n",
+    )
+    .unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
+        .env("DCGM_SIM_CONTROL", &ctl);
+    sim_built();
+    let e = Exporter::spawn(cmd, port);
+    // Healthy first: a page with the field.
+    e.wait_until(15, |e| {
+        e.try_get("/metrics")
+            .is_ok_and(|b| b.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    control(&ctl, "sampling_stop");
+    e.wait_until(15, |e| {
+        e.try_get("/health")
+            .is_ok_and(|b| b.contains("sampled none of the watched fields"))
+    });
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    let page = e.scrape();
+    assert!(series(&page, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    assert_eq!(
+        series(&page, "dcgm_exporter_dcgm_sampling_stalled")[0].value,
+        1.0,
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(series(&page, "dcgm_exporter_dcgm_connected")[0].value, 1.0);
+    // Sampling again: healthy once fresh values are read.
+    control(&ctl, "sampling_resume");
+    e.wait_until(15, |e| e.get("/health").0 == 200);
+}
+
 /// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
 fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
     std::fs::read_to_string(path)

@@ -18,6 +18,7 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `sampling_stop` / `sampling_resume` | the engine stops taking samples of polled fields (each keeps its last, which grows old, as when DCGM stops sampling) / takes them again from now on |
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
 //! | `health_clear node` | forgets the node-level incidents |
 //! | `recovery_action G N` | DCGM_FI_DEV_GPU_RECOVERY_ACTION of GPU G reads N (0 none, 1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, 5-7 newer drivers' values) until `restored G 1523` |
@@ -68,6 +69,10 @@ pub enum Fault {
         msg: String,
     },
     NodeHealthClear,
+    /// The engine stops (or resumes) sampling polled fields.
+    Sampling {
+        stopped: bool,
+    },
     ClockEvent {
         gpu: u32,
         reasons: i64,
@@ -376,6 +381,8 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
                 }
             }
         }
+        "sampling_stop" => Fault::Sampling { stopped: true },
+        "sampling_resume" => Fault::Sampling { stopped: false },
         "health_clear" => match w.next() {
             Some("node") => Fault::NodeHealthClear,
             gpu => Fault::HealthClear {
@@ -528,6 +535,10 @@ mod tests {
             })
         );
         assert_eq!(parse_line("health_clear node"), Ok(Fault::NodeHealthClear));
+        assert_eq!(
+            parse_line("sampling_stop"),
+            Ok(Fault::Sampling { stopped: true })
+        );
         assert_eq!(
             parse_line("health_clear 3"),
             Ok(Fault::HealthClear { gpu: 3 })

@@ -389,6 +389,7 @@ impl Engine {
                 .health
                 .inject_node(*system, *health, *code, msg.clone()),
             Fault::NodeHealthClear => self.health.clear_node(),
+            Fault::Sampling { stopped } => self.world.faults.sampling_stopped = *stopped,
             Fault::AttributesFail { gpu, fail } => match self.world.node.gpu_mut(*gpu) {
                 Some(g) => g.attributes_fail = *fail,
                 None => no_gpu(*gpu),

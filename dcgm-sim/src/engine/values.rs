@@ -32,6 +32,8 @@ pub struct FaultState {
     /// DCGM_FI_DEV_XID_ERRORS keep a cursor. The entity NVML attributed the XID to: a GPU,
     /// or one of its GPU or compute instances.
     pub xids: Vec<((u32, u32), i64, i64)>,
+    /// `sampling_stop`: polled fields take no new samples.
+    pub sampling_stopped: bool,
     /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.
     pub bind_events: Vec<(i64, i64)>,
 }

@@ -202,7 +202,8 @@ impl Watch {
             t += (due - keep) * freq;
         }
         // An instance gone with a MIG re-partition keeps its last samples and takes no more.
-        let exists = world.node.resolve(ent).is_some();
+        // So does every watch of an engine told to stop sampling (`sampling_stop`).
+        let exists = world.node.resolve(ent).is_some() && !world.faults.sampling_stopped;
         while t <= now {
             if exists {
                 let (value, status) = world.read(ent, meta, t, t - freq);

@@ -53,9 +53,6 @@ pub const HPC: &str = "hpc";
 pub struct Settings {
     pub idle_window: Duration,
     pub max_consumers_per_gpu: usize,
-    /// `DCGM_FI_DEV_GPU_UTIL_RATIO` is a 0-1 ratio (`--emulate-version=4.9.0`), not field
-    /// 203 in percent under its 4.9.0 name.
-    pub util_ratio: bool,
 }
 
 mod cap;
@@ -127,7 +124,7 @@ impl Accountant {
 
     /// The devices on a collected page, read before the merge copies its series.
     pub fn read(&self, page: &Page, id_type: crate::attribution::IdType) -> Vec<Reading> {
-        readings::read(page, id_type, self.settings.util_ratio)
+        readings::read(page, id_type)
     }
 
     /// Books one collection at `now`. Returns, per GPU (`gpu` label) with consumers, how

@@ -23,30 +23,33 @@ pub struct Reading {
     pub util: Option<f64>,
 }
 
-/// The energy families, with their factor to mJ.
-fn energy_scale(family: &str) -> Option<f64> {
-    match family {
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" | "dcgm_total_energy_consumption" => Some(1.0),
-        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL" => Some(1000.0),
+/// The energy families by the DCGM field the collector tagged them with (never by the name
+/// a release exports them under), with their factor to mJ: `DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`
+/// (156, mJ) or 4.9.0's `DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL` (1611, J).
+fn energy_scale(field: u16) -> Option<f64> {
+    match field {
+        156 => Some(1.0),
+        1611 => Some(1000.0),
         _ => None,
     }
 }
 
-/// The utilisation families, with their factor to percent.
-fn util_scale(family: &str, util_ratio: bool) -> Option<f64> {
-    match family {
-        "DCGM_FI_DEV_GPU_UTIL" | "dcgm_gpu_utilization" => Some(1.0),
-        "DCGM_FI_DEV_GPU_UTIL_RATIO" => Some(if util_ratio { 100.0 } else { 1.0 }),
+/// The utilisation families, with their factor to percent: `DCGM_FI_DEV_GPU_UTIL` (203, %,
+/// also under 4.8.x's `DCGM_FI_DEV_GPU_UTIL_RATIO`) or 4.9.0's ratio (1613, 0-1).
+fn util_scale(field: u16) -> Option<f64> {
+    match field {
+        203 => Some(1.0),
+        1613 => Some(100.0),
         _ => None,
     }
 }
 
 /// The devices with an energy or utilisation series on the page, sorted by key.
-pub fn read(page: &Page, id_type: IdType, util_ratio: bool) -> Vec<Reading> {
+pub fn read(page: &Page, id_type: IdType) -> Vec<Reading> {
     let mut out: BTreeMap<EntityKey, Reading> = BTreeMap::new();
     for fam in page.families() {
-        let energy = energy_scale(fam.name());
-        let util = util_scale(fam.name(), util_ratio);
+        let energy = fam.field().and_then(energy_scale);
+        let util = fam.field().and_then(util_scale);
         if energy.is_none() && util.is_none() {
             continue;
         }

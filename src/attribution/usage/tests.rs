@@ -14,7 +14,6 @@ fn settings(max: usize) -> Settings {
     Settings {
         idle_window: WINDOW,
         max_consumers_per_gpu: max,
-        util_ratio: false,
     }
 }
 
@@ -38,6 +37,8 @@ fn page_of(devs: &[Dev]) -> Page {
             p.add("DCGM_FI_DEV_GPU_UTIL", "h", PromType::Gauge, &l, *u);
         }
     }
+    p.set_field("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 156);
+    p.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
     p
 }
 
@@ -513,8 +514,26 @@ fn mig_instances_and_identity_labels() {
             1.0,
         );
     }
-    let r = readings::read(&page, IdType::Uid, true);
-    assert_eq!(r.len(), 3);
+    // By field: 4.9.0's joules and ratio, whatever the names; an untagged family is none.
+    page.set_field("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", 1611);
+    page.set_field("DCGM_FI_DEV_GPU_UTIL_RATIO", 1613);
+    page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
+    page.add(
+        "DCGM_FI_DEV_POWER_USAGE",
+        "h",
+        PromType::Gauge,
+        &[("gpu", "7"), ("UUID", "GPU-7")],
+        1.0,
+    );
+    page.add(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "h",
+        PromType::Counter,
+        &[("gpu", "8")],
+        1.0,
+    );
+    let r = readings::read(&page, IdType::Uid);
+    assert_eq!(r.len(), 3, "{r:?}");
     assert_eq!(r[1].key, ("gpu5".to_string(), None));
     assert_eq!(r[2].key, ("gpu6".to_string(), None));
     assert_eq!(r[0].key, ("GPU-3".to_string(), Some(2)));

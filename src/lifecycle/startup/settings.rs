@@ -302,7 +302,6 @@ fn usage_settings(config: &cli::Config) -> Result<Option<attribution::usage::Set
     Ok(Some(attribution::usage::Settings {
         idle_window: window,
         max_consumers_per_gpu: max,
-        util_ratio: config.emulate_version == crate::config::emulate::UpstreamVersion::V4_9_0,
     }))
 }
 
