@@ -312,3 +312,37 @@ fn a_mig_repartition_keeps_every_other_gpus_series_fresh() {
         std::thread::sleep(Duration::from_millis(150));
     }
 }
+
+/// A collection that fails with the session still up drops the watches for a rebuild at the
+/// next tick; a reload in between rebuilds them itself. The next tick then collects on the
+/// reload's watches instead of building them a second time.
+#[test]
+fn a_reload_after_a_failed_collection_builds_the_watches_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
+    // One watch set and nothing derived: its failed read fails the whole collection.
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n").unwrap();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "2000", "-f", csv.to_str().unwrap()])
+        .start();
+    let builds = |e: &Exporter| e.stderr().matches("msg=\"watching ").count();
+    assert_eq!(builds(&e), 1, "{}", e.stderr());
+    control(&ctl, "fail_reads 1");
+    e.wait_for_log(10, "collection failed");
+    signal(e.child.id(), "HUP");
+    e.wait_until(10, |e| builds(e) == 2);
+    // Three more ticks: collected on the reload's watches, never rebuilt again.
+    std::thread::sleep(Duration::from_millis(6500));
+    assert_eq!(builds(&e), 2, "{}", e.stderr());
+    let page = e.scrape();
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_GPU_TEMP").len(),
+        1,
+        "{}",
+        dump(&page)
+    );
+}

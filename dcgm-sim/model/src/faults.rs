@@ -18,6 +18,7 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `fail_reads N` | the next N reads of latest values (`dcgmEntitiesGetLatestValues`) fail with DCGM_ST_GENERIC_ERROR while the session stays up: a collection that fails without losing the engine |
 //! | `sampling_stop` / `sampling_resume` | the engine stops taking samples of polled fields (each keeps its last, which grows old, as when DCGM stops sampling) / takes them again from now on |
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
 //! | `health_clear node` | forgets the node-level incidents |
@@ -69,6 +70,10 @@ pub enum Fault {
         msg: String,
     },
     NodeHealthClear,
+    /// The next `count` reads of latest values fail (the session stays up).
+    FailReads {
+        count: u32,
+    },
     /// The engine stops (or resumes) sampling polled fields.
     Sampling {
         stopped: bool,
@@ -381,6 +386,9 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
                 }
             }
         }
+        "fail_reads" => Fault::FailReads {
+            count: num(w.next(), "count")?,
+        },
         "sampling_stop" => Fault::Sampling { stopped: true },
         "sampling_resume" => Fault::Sampling { stopped: false },
         "health_clear" => match w.next() {
@@ -539,6 +547,11 @@ mod tests {
             parse_line("sampling_stop"),
             Ok(Fault::Sampling { stopped: true })
         );
+        assert_eq!(
+            parse_line("fail_reads 2"),
+            Ok(Fault::FailReads { count: 2 })
+        );
+        assert!(parse_line("fail_reads").is_err());
         assert_eq!(
             parse_line("health_clear 3"),
             Ok(Fault::HealthClear { gpu: 3 })

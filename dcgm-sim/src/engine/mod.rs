@@ -390,6 +390,7 @@ impl Engine {
                 .inject_node(*system, *health, *code, msg.clone()),
             Fault::NodeHealthClear => self.health.clear_node(),
             Fault::Sampling { stopped } => self.world.faults.sampling_stopped = *stopped,
+            Fault::FailReads { count } => self.world.faults.fail_reads = *count,
             Fault::AttributesFail { gpu, fail } => match self.world.node.gpu_mut(*gpu) {
                 Some(g) => g.attributes_fail = *fail,
                 None => no_gpu(*gpu),

@@ -82,6 +82,10 @@ impl Engine {
                 {
                     return Err(ST_BADPARAM);
                 }
+                if self.world.faults.fail_reads > 0 {
+                    self.world.faults.fail_reads -= 1;
+                    return Err(ST_GENERIC_ERROR);
+                }
                 let mut out = Vec::with_capacity(entities.len() * field_ids.len());
                 for e in entities {
                     for f in field_ids {
