@@ -164,9 +164,10 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
 #[test]
 fn health_is_503_while_dcgm_stops_sampling_every_field() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = with_config_file(
+        dir.path(),
         "version: 2\n\
          metrics:\n\
          \x20 fields:\n\
@@ -175,20 +176,8 @@ fn health_is_503_while_dcgm_stops_sampling_every_field() {
          \x20 - name: scrape\n\
          \x20   every: 300ms\n\
          \x20   metrics: {include: [\"*\"]}\n",
-    )
-    .unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
-        .env("DCGM_SIM_CONTROL", &ctl);
-    sim_built();
-    let e = Exporter::spawn(cmd, port);
+        &[("DCGM_SIM_CONTROL", &ctl)],
+    );
     // Healthy first: a page with the field.
     e.wait_until(15, |e| {
         e.try_get("/metrics")
@@ -215,6 +204,29 @@ fn health_is_503_while_dcgm_stops_sampling_every_field() {
     e.wait_until(15, |e| e.get("/health").0 == 200);
 }
 
+/// The exporter on one simulated GPU with `--config-file` holding `yaml` (the builder's
+/// default `-f` would take the fields' place), `env` added to the simulator's.
+fn with_config_file(
+    dir: &std::path::Path,
+    yaml: &str,
+    env: &[(&str, &std::path::Path)],
+) -> Exporter {
+    let cfg = dir.join("config.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    sim_built();
+    Exporter::spawn(cmd, port)
+}
+
 /// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
 fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
     std::fs::read_to_string(path)
@@ -235,9 +247,9 @@ fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
 #[test]
 fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let log = dir.path().join("w.log");
+    let e = with_config_file(
+        dir.path(),
         "version: 2\n\
          metrics:\n\
          \x20 fields:\n\
@@ -251,19 +263,8 @@ fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
          \x20 - name: xid\n\
          \x20   every: 100ms\n\
          \x20   metrics: {include: [\"DCGM_FI_DEV_XID_ERRORS\"]}\n",
-    )
-    .unwrap();
-    let log = dir.path().join("w.log");
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
-        .env("DCGM_SIM_WATCH_LOG", &log);
-    sim_built();
-    let e = Exporter::spawn(cmd, port);
+        &[("DCGM_SIM_WATCH_LOG", &log)],
+    );
     e.wait_until(30, |e| {
         e.try_get("/metrics")
             .is_ok_and(|b| b.contains("DCGM_FI_DEV_GPU_TEMP{"))

@@ -374,19 +374,20 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
         // A target without a path (authority form, `GET host:80`) is refused here: warp's
         // path filters panic on it (`PathAndQuery::from_static("")`), which a client could
         // repeat at will.
-        let reply: Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>> =
-            if req.uri().path_and_query().is_none() {
-                let refused = reply::text(
-                    hyper::StatusCode::BAD_REQUEST,
-                    "400 Bad Request: the request target has no path\n",
-                );
-                Box::pin(async move { Ok(refused) })
-            } else {
-                Box::pin(warp::service(self.filter.clone()).call(req))
-            };
+        let routed = req
+            .uri()
+            .path_and_query()
+            .is_some()
+            .then(|| warp::service(self.filter.clone()).call(req));
         let write_timeout = self.write_timeout;
         Box::pin(async move {
-            let resp = reply.await?;
+            let resp = match routed {
+                Some(routed) => routed.await?,
+                None => reply::text(
+                    hyper::StatusCode::BAD_REQUEST,
+                    "400 Bad Request: the request target has no path\n",
+                ),
+            };
             request.writing(write_timeout);
             Ok(resp.map(|inner| Tracked {
                 inner,
