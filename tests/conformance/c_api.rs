@@ -97,16 +97,12 @@ fn client() -> Option<&'static Path> {
     compiled("watch_semantics", &BIN)
 }
 
-/// Makes the real host engine at `port` lose GPU `uuid` (`remove`) or find it again
-/// (`restore`) through DCGM's NVML-injection API (`tests/c/inject_gpu.c`): the injected NVML
-/// stops listing it and DCGM marks it Lost, as when a GPU falls off the bus.
-pub fn lose_real(kit: &Kit, yaml: &Path, port: u16, uuid: &str, lost: bool) {
+/// Runs `tests/c/inject_gpu.c` against the real host engine at `port` with `args`.
+fn inject_real(kit: &Kit, yaml: &Path, port: u16, args: &[&str]) {
     static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
     let bin = compiled("inject_gpu", &BIN).expect("a C compiler (the kit's tests need one)");
     let mut cmd = Command::new(bin);
-    cmd.arg(format!("127.0.0.1:{port}"))
-        .arg(if lost { "remove" } else { "restore" })
-        .arg(uuid);
+    cmd.arg(format!("127.0.0.1:{port}")).args(args);
     hermetic(&mut cmd);
     for (k, v) in kit.env(yaml) {
         cmd.env(k, v);
@@ -114,10 +110,29 @@ pub fn lose_real(kit: &Kit, yaml: &Path, port: u16, uuid: &str, lost: bool) {
     let out = cmd.output().expect("run tests/c/inject_gpu");
     assert!(
         out.status.success(),
-        "inject_gpu {uuid} lost={lost}: {}{}",
+        "inject_gpu {args:?}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Makes the real host engine at `port` lose GPU `uuid` (or find it again) through DCGM's
+/// NVML-injection API: the injected NVML stops listing it and DCGM marks it Lost, as when a
+/// GPU falls off the bus.
+pub fn lose_real(kit: &Kit, yaml: &Path, port: u16, uuid: &str, lost: bool) {
+    inject_real(
+        kit,
+        yaml,
+        port,
+        &[if lost { "remove" } else { "restore" }, uuid],
+    );
+}
+
+/// Splits GPU `gpu` of the real host engine at `port` into a GPU instance with one compute
+/// instance while it runs (`dcgmCreateFakeEntities`, how DCGM's own tests change the MIG
+/// hierarchy without MIG hardware): a client sees a re-partition.
+pub fn partition_real(kit: &Kit, yaml: &Path, port: u16, gpu: u32) {
+    inject_real(kit, yaml, port, &["add-instance", &gpu.to_string()]);
 }
 
 /// A directory where `libdcgm.so.4` is `lib` (the client dlopens that name).

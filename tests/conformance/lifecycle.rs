@@ -1,9 +1,9 @@
 //! Lifecycle conformance: the exporter through a process's life on dcgm-sim and on the real
 //! DCGM 4.6 kit, embedded and remote. After each event (SIGHUP, the counters file rewritten
 //! in place and replaced by a rename, GPU 1 unbound and bound again, SIGSTOP/SIGCONT, and in
-//! remote mode GPU 1 lost and found again and the host engine killed with -9 and started
-//! again) every DCGM series that should be there must be on the page on each scrape of 6
-//! intervals. The exporter serves a
+//! remote mode GPU 1 lost and found again, the host engine killed with -9 and started
+//! again, and GPU 1 split into a MIG instance) every DCGM series that should be there must be
+//! on the page on each scrape of 6 intervals. The exporter serves a
 //! sample only while it is fresh (at most an interval and a second old), so a series present
 //! on every scrape was sampled anew each interval: the check is "present and advancing".
 //! The observations of the two backends are then compared (`super::check_lines`).
@@ -11,9 +11,13 @@
 //! A lost GPU is made through DCGM's NVML-injection API (`c_api::lose_real`: the injected
 //! NVML stops listing it, DCGM marks it Lost; the simulator's `gpu_lost`), which needs a
 //! connection to the engine holding the GPUs: remote mode only, the embedded engine lives
-//! inside the exporter.
+//! inside the exporter. So is the re-partition (`c_api::partition_real`: a GPU instance added
+//! to DCGM's MIG hierarchy with `dcgmCreateFakeEntities`; the injected NVML cannot change MIG,
+//! and NVIDIA's own MIG re-configuration tests run on live GPUs only; the simulator's `mig`).
+//! Its instance is a fake one in DCGM, whose framebuffer fields read blank, so the check is
+//! that the other GPUs' series stay and GPU 1's come back from its instance.
 
-use super::c_api::{lose_real, unbind_real};
+use super::c_api::{lose_real, partition_real, unbind_real};
 use super::support::nvml_yaml::{uuid, Gpu};
 use super::support::real_dcgm::{kit, Kit, RealHostEngine, Scratch};
 use super::support::*;
@@ -46,6 +50,7 @@ struct Run {
     csv: PathBuf,
     unbind: Box<dyn Fn(bool)>,
     lose: Box<dyn Fn(bool)>,
+    partition: Box<dyn Fn()>,
     _dir: Scratch,
 }
 
@@ -95,6 +100,8 @@ fn sim(remote: bool) -> Run {
         (e, Engine::None)
     };
     let ctl2 = ctl.clone();
+    let ctl3 = ctl.clone();
+    let partition = Box::new(move || control(&ctl3, "mig 1 1g.10gb:1"));
     let unbind = Box::new(move |bound: bool| {
         control(&ctl, if bound { "gpu_bind 1" } else { "gpu_unbind 1" })
     });
@@ -114,6 +121,7 @@ fn sim(remote: bool) -> Run {
         csv,
         unbind,
         lose,
+        partition,
         _dir: dir,
     }
 }
@@ -138,7 +146,9 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
         (kit.embedded(&yaml).args(&args).start(), Engine::None)
     };
     let lost_uuid = own.clone();
+    let yaml2 = yaml.clone();
     let lose = Box::new(move |lost: bool| lose_real(kit, &yaml, port, &lost_uuid, lost));
+    let partition = Box::new(move || partition_real(kit, &yaml2, port, 1));
     let unbind = Box::new(move |bound: bool| {
         let list = if bound { "bind" } else { "unbind" };
         let tmp = format!(
@@ -158,6 +168,7 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
         csv,
         unbind,
         lose,
+        partition,
         _dir: dir,
     }
 }
@@ -188,6 +199,7 @@ fn apply(run: &mut Run, event: &str) {
         "GPU 1 bound again" => (run.unbind)(true),
         "GPU 1 lost" => (run.lose)(true),
         "GPU 1 found again" => (run.lose)(false),
+        "GPU 1 split into a MIG instance" => (run.partition)(),
         "SIGSTOP, 3 s, SIGCONT" => {
             signal(e.child.id(), "STOP");
             std::thread::sleep(Duration::from_secs(3));
@@ -206,14 +218,15 @@ fn apply(run: &mut Run, event: &str) {
     }
 }
 
-/// What the page shows after an event: whether `want` came back within 30 s, then on how
-/// many of 6 scrapes one interval apart every series of it was there, and /health.
-fn observe_after(e: &Exporter, want: &Series) -> String {
+/// What the page shows after an event, as `view` sees it: whether `want` came back within
+/// 30 s, then on how many of 6 scrapes one interval apart every series of it was there, and
+/// /health.
+fn observe_after(e: &Exporter, want: &Series, view: fn(&[Sample]) -> Series) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut now = dcgm_series(&e.scrape());
+    let mut now = view(&e.scrape());
     while &now != want && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
-        now = dcgm_series(&e.scrape());
+        now = view(&e.scrape());
     }
     if &now != want {
         let missing: Vec<_> = want.difference(&now).take(4).collect();
@@ -228,7 +241,7 @@ fn observe_after(e: &Exporter, want: &Series) -> String {
     let mut complete = 0;
     for _ in 0..6 {
         std::thread::sleep(Duration::from_millis(INTERVAL_MS));
-        if dcgm_series(&e.scrape()).is_superset(want) {
+        if view(&e.scrape()).is_superset(want) {
             complete += 1;
         }
     }
@@ -267,15 +280,20 @@ fn life(mut run: Run, remote: bool) -> Lines {
     if remote {
         events.extend(["GPU 1 lost", "GPU 1 found again"]);
         events.push("host engine killed (-9) and started again");
+        // Last: a restarted engine (the simulator's replays its control file) would not
+        // agree on the layout after it.
+        events.push("GPU 1 split into a MIG instance");
     }
+    let mut on_instance = without_1.clone();
+    on_instance.insert(instance_marker());
     for event in events {
         apply(&mut run, event);
-        let want = if event == "GPU 1 unbound" || event == "GPU 1 lost" {
-            &without_1
-        } else {
-            &all
+        let (want, view): (&Series, fn(&[Sample]) -> Series) = match event {
+            "GPU 1 unbound" | "GPU 1 lost" => (&without_1, dcgm_series),
+            "GPU 1 split into a MIG instance" => (&on_instance, instance_view),
+            _ => (&all, dcgm_series),
         };
-        let seen = observe_after(&run.exporter, want);
+        let seen = observe_after(&run.exporter, want, view);
         out.insert(format!("life: after {event}"), seen);
     }
     assert!(
@@ -284,6 +302,29 @@ fn life(mut run: Run, remote: bool) -> Lines {
         run.exporter.stderr()
     );
     out
+}
+
+/// Stands for "GPU 1's series are served from its GPU instance".
+fn instance_marker() -> (String, Option<String>) {
+    ("series of GPU 1's GPU instance".into(), Some("1".into()))
+}
+
+/// The page after GPU 1 was split: the other GPUs' DCGM series, and the marker while some
+/// series of GPU 1 carries its instance (`GPU_I_ID`). A fake instance of the real DCGM and
+/// a simulated one serve different fields (framebuffer fields read blank on the fake).
+fn instance_view(page: &[Sample]) -> Series {
+    let mut s: Series = dcgm_series(page)
+        .into_iter()
+        .filter(|(_, gpu)| gpu.as_deref() != Some("1"))
+        .collect();
+    if page.iter().any(|x| {
+        x.name.starts_with("DCGM_FI_")
+            && x.label("gpu") == Some("1")
+            && x.label("GPU_I_ID").is_some()
+    }) {
+        s.insert(instance_marker());
+    }
+    s
 }
 
 fn gpus_of(s: &Series) -> Vec<&str> {
