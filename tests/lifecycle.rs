@@ -390,3 +390,41 @@ fn the_bind_unbind_watch_outlives_a_rebuild_that_unwatched_its_field() {
         g.len() == 7 && !g.contains(&"3".to_string())
     });
 }
+
+/// A GPU lost when the watches are built (here before the exporter starts; as well during a
+/// reconnect, a reload or after a failed collection) is left out of them; once DCGM
+/// redetects it the watches are rebuilt with it, or its series would never come back.
+#[test]
+fn a_gpu_lost_at_start_comes_back_when_it_answers_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "gpu_lost 1\n").unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "1000"])
+        .start();
+    let gpus = |p: &[Sample]| -> Vec<String> {
+        let mut g: Vec<String> = series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .filter_map(|s| s.label("gpu").map(str::to_string))
+            .collect();
+        g.sort();
+        g
+    };
+    let before = gpus(&e.scrape_until(15, |p| !gpus(p).is_empty()));
+    assert!(!before.contains(&"1".to_string()), "{before:?}");
+    control(&ctl, "gpu_recovered 1");
+    e.scrape_until(15, |p| gpus(p).contains(&"1".to_string()));
+    e.wait_for_log(5, "a lost GPU answers again; rebuilding watches");
+    // And it stays: one rebuild, then GPU 1 sampled on every collection.
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1000));
+        assert!(gpus(&e.scrape()).contains(&"1".to_string()));
+    }
+    assert_eq!(
+        e.stderr().matches("a lost GPU answers again").count(),
+        1,
+        "{}",
+        e.stderr()
+    );
+}

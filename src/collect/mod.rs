@@ -509,6 +509,18 @@ impl Collector {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
+    /// True when a GPU that was lost when the watches were built answers again. It was left
+    /// out of them, and nothing else brings it back: DCGM resumes a lost GPU's own watches
+    /// once it is redetected, but a build while it was lost (at start, after a reconnect, a
+    /// reload or a failed collection) made none. A status DCGM will not tell counts as
+    /// still lost; a lost session shows in the collection that follows.
+    pub fn lost_gpu_returned(&self) -> bool {
+        self.topology
+            .lost_gpus
+            .iter()
+            .any(|&id| matches!(self.session.gpu_is_lost(id), Ok(false)))
+    }
+
     /// Reads every watched value and fills `page`. A piece DCGM refuses (one watch set's
     /// values, one derived metric) is left out and counted on the page; the collection fails
     /// only when the session is lost or when every piece failed.

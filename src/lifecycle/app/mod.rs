@@ -110,6 +110,8 @@ struct Collected {
 enum TickResult {
     Collected(Box<Collected>),
     MigChanged,
+    /// A GPU lost when the watches were built is back (`Collector::lost_gpu_returned`).
+    LostGpuReturned,
 }
 
 /// Everything needed to (re)build a collector.
@@ -267,6 +269,9 @@ impl Runner {
                 Ok(true) => return Ok(TickResult::MigChanged),
                 Ok(false) => {}
                 Err(e) => return failed(d, e),
+            }
+            if c.lost_gpu_returned() {
+                return Ok(TickResult::LostGpuReturned);
             }
             let mut page = Page::reuse();
             if let Err(e) = c.collect(&mut page) {

@@ -165,8 +165,12 @@ impl Loop<'_> {
             .begin();
         let collected = match runner.collect(worker, &mut stop)? {
             TickResult::Collected(c) => c,
-            TickResult::MigChanged => {
-                tracing::info!("MIG configuration changed; rebuilding watches");
+            changed @ (TickResult::MigChanged | TickResult::LostGpuReturned) => {
+                if matches!(changed, TickResult::MigChanged) {
+                    tracing::info!("MIG configuration changed; rebuilding watches");
+                } else {
+                    tracing::info!("a lost GPU answers again; rebuilding watches");
+                }
                 runner
                     .attribution
                     .lock()
@@ -177,9 +181,9 @@ impl Loop<'_> {
                 *built = true;
                 match runner.collect(worker, &mut stop)? {
                     TickResult::Collected(c) => c,
-                    TickResult::MigChanged => {
+                    TickResult::MigChanged | TickResult::LostGpuReturned => {
                         return Err(Failure::Watches(
-                            "the MIG configuration changed again while rebuilding".into(),
+                            "the node's GPUs changed again while rebuilding".into(),
                         ))
                     }
                 }
