@@ -445,7 +445,8 @@ fn the_life_of_an_embedded_exporter_agrees_with_the_real_library() {
     check_lines("lifecycle, embedded", &sim, &real);
 }
 
-/// The same in remote mode, with the host engine also killed (-9) and started again.
+/// The same in remote mode, with GPU 1 also lost and found again (DCGM status Lost, not
+/// Detached) and the host engine killed (-9) and started again.
 #[test]
 fn the_life_of_a_remote_exporter_agrees_with_the_real_host_engine() {
     let sim = lifecycle::sim_life(true);

@@ -347,3 +347,46 @@ fn a_reload_after_a_failed_collection_builds_the_watches_once() {
         dump(&page)
     );
 }
+
+/// A counters file that watched the bind/unbind field and then drops it: the rebuild
+/// unwatches the old field groups, and DCGM keys a watch by (entity, field, connection), so
+/// that also removed the bind/unbind watch's own pair (the field then reads its last sample
+/// forever). The watch is made again after every rebuild, so a later unbind still rebuilds.
+#[test]
+fn the_bind_unbind_watch_outlives_a_rebuild_that_unwatched_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("ctl");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("counters.csv");
+    let base = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n";
+    std::fs::write(
+        &csv,
+        format!("{base}DCGM_FI_BIND_UNBIND_EVENT, gauge, Bind/unbind state.\n"),
+    )
+    .unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "1000",
+            "-f",
+            csv.to_str().unwrap(),
+            "--enable-gpu-bind-unbind-watch",
+            "--gpu-bind-unbind-poll-interval=200ms",
+        ])
+        .start();
+    e.scrape_until(15, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    std::fs::write(&csv, base).unwrap();
+    e.wait_for_log(15, "reloaded");
+    // Past the rebuild: a collection with the new file.
+    std::thread::sleep(Duration::from_millis(1500));
+    control(&ctl, "gpu_unbind 3");
+    e.wait_for_log(15, "reinitialization completed");
+    e.scrape_until(15, |p| {
+        let g: Vec<_> = series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .filter_map(|s| s.label("gpu").map(str::to_string))
+            .collect();
+        g.len() == 7 && !g.contains(&"3".to_string())
+    });
+}

@@ -5,7 +5,7 @@
 //! simulator's observations are checked against the real library's, recorded below.
 
 use super::support::nvml_yaml::{uuid, Gpu};
-use super::support::real_dcgm::{kit, RealHostEngine, Scratch};
+use super::support::real_dcgm::{kit, Kit, RealHostEngine, Scratch};
 use super::support::*;
 use super::Lines;
 use std::io::{BufRead, BufReader};
@@ -63,16 +63,16 @@ pub fn parse_lines(text: &str) -> Lines {
         .collect()
 }
 
-/// The client, compiled once per test binary; `None` (after a note) without a C compiler.
-fn client() -> Option<&'static Path> {
-    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!("dcgm-watch-semantics-{}", std::process::id()));
+/// `tests/c/<name>.c` compiled once per test binary; `None` (after a note) without a C
+/// compiler.
+fn compiled(name: &'static str, slot: &'static OnceLock<Option<PathBuf>>) -> Option<&'static Path> {
+    slot.get_or_init(|| {
+        let out = std::env::temp_dir().join(format!("dcgm-{name}-{}", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let st = Command::new(&cc)
             .args(["-std=c11", "-Wall", "-Werror", "-I"])
             .arg(repo("dcgm-sys/include"))
-            .arg(repo("tests/c/watch_semantics.c"))
+            .arg(repo(&format!("tests/c/{name}.c")))
             .arg("-ldl")
             .arg("-o")
             .arg(&out)
@@ -83,12 +83,41 @@ fn client() -> Option<&'static Path> {
                 None
             }
             Ok(s) => {
-                assert!(s.success(), "compiling tests/c/watch_semantics.c failed");
+                assert!(s.success(), "compiling tests/c/{name}.c failed");
                 Some(out)
             }
         }
     })
     .as_deref()
+}
+
+/// The differential client (`tests/c/watch_semantics.c`).
+fn client() -> Option<&'static Path> {
+    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
+    compiled("watch_semantics", &BIN)
+}
+
+/// Makes the real host engine at `port` lose GPU `uuid` (`remove`) or find it again
+/// (`restore`) through DCGM's NVML-injection API (`tests/c/inject_gpu.c`): the injected NVML
+/// stops listing it and DCGM marks it Lost, as when a GPU falls off the bus.
+pub fn lose_real(kit: &Kit, yaml: &Path, port: u16, uuid: &str, lost: bool) {
+    static BIN: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let bin = compiled("inject_gpu", &BIN).expect("a C compiler (the kit's tests need one)");
+    let mut cmd = Command::new(bin);
+    cmd.arg(format!("127.0.0.1:{port}"))
+        .arg(if lost { "remove" } else { "restore" })
+        .arg(uuid);
+    hermetic(&mut cmd);
+    for (k, v) in kit.env(yaml) {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run tests/c/inject_gpu");
+    assert!(
+        out.status.success(),
+        "inject_gpu {uuid} lost={lost}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A directory where `libdcgm.so.4` is `lib` (the client dlopens that name).

@@ -1,16 +1,19 @@
 //! Lifecycle conformance: the exporter through a process's life on dcgm-sim and on the real
 //! DCGM 4.6 kit, embedded and remote. After each event (SIGHUP, the counters file rewritten
 //! in place and replaced by a rename, GPU 1 unbound and bound again, SIGSTOP/SIGCONT, and in
-//! remote mode the host engine killed with -9 and started again) every DCGM series that
-//! should be there must be on the page on each scrape of 6 intervals. The exporter serves a
+//! remote mode GPU 1 lost and found again and the host engine killed with -9 and started
+//! again) every DCGM series that should be there must be on the page on each scrape of 6
+//! intervals. The exporter serves a
 //! sample only while it is fresh (at most an interval and a second old), so a series present
 //! on every scrape was sampled anew each interval: the check is "present and advancing".
 //! The observations of the two backends are then compared (`super::check_lines`).
 //!
-//! GPU lost is not compared: the real kit's injected NVML cannot lose a GPU at run time; the
-//! simulator's side of it is tests/faults.rs.
+//! A lost GPU is made through DCGM's NVML-injection API (`c_api::lose_real`: the injected
+//! NVML stops listing it, DCGM marks it Lost; the simulator's `gpu_lost`), which needs a
+//! connection to the engine holding the GPUs: remote mode only, the embedded engine lives
+//! inside the exporter.
 
-use super::c_api::unbind_real;
+use super::c_api::{lose_real, unbind_real};
 use super::support::nvml_yaml::{uuid, Gpu};
 use super::support::real_dcgm::{kit, Kit, RealHostEngine, Scratch};
 use super::support::*;
@@ -35,12 +38,14 @@ enum Engine {
     Real(RealHostEngine),
 }
 
-/// One backend in one mode: the exporter, how to unbind and bind GPU 1, its engine.
+/// One backend in one mode: the exporter, how to unbind and bind GPU 1, how to lose and
+/// find it (remote mode), its engine.
 struct Run {
     exporter: Exporter,
     engine: Engine,
     csv: PathBuf,
     unbind: Box<dyn Fn(bool)>,
+    lose: Box<dyn Fn(bool)>,
     _dir: Scratch,
 }
 
@@ -89,14 +94,26 @@ fn sim(remote: bool) -> Run {
             .start();
         (e, Engine::None)
     };
+    let ctl2 = ctl.clone();
     let unbind = Box::new(move |bound: bool| {
         control(&ctl, if bound { "gpu_bind 1" } else { "gpu_unbind 1" })
+    });
+    let lose = Box::new(move |lost: bool| {
+        control(
+            &ctl2,
+            if lost {
+                "gpu_lost 1"
+            } else {
+                "gpu_recovered 1"
+            },
+        )
     });
     Run {
         exporter,
         engine,
         csv,
         unbind,
+        lose,
         _dir: dir,
     }
 }
@@ -113,13 +130,15 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
     std::fs::write(&yaml, text.replace(&uuid(1), &own)).unwrap();
     let args = exporter_args(&csv);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let port = free_port();
     let (exporter, engine) = if remote {
-        let port = free_port();
         let he = RealHostEngine::start(kit, &yaml, &dir.0, port);
         (kit.remote(port).args(&args).start(), Engine::Real(he))
     } else {
         (kit.embedded(&yaml).args(&args).start(), Engine::None)
     };
+    let lost_uuid = own.clone();
+    let lose = Box::new(move |lost: bool| lose_real(kit, &yaml, port, &lost_uuid, lost));
     let unbind = Box::new(move |bound: bool| {
         let list = if bound { "bind" } else { "unbind" };
         let tmp = format!(
@@ -138,6 +157,7 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
         engine,
         csv,
         unbind,
+        lose,
         _dir: dir,
     }
 }
@@ -166,6 +186,8 @@ fn apply(run: &mut Run, event: &str) {
         }
         "GPU 1 unbound" => (run.unbind)(false),
         "GPU 1 bound again" => (run.unbind)(true),
+        "GPU 1 lost" => (run.lose)(true),
+        "GPU 1 found again" => (run.lose)(false),
         "SIGSTOP, 3 s, SIGCONT" => {
             signal(e.child.id(), "STOP");
             std::thread::sleep(Duration::from_secs(3));
@@ -243,11 +265,12 @@ fn life(mut run: Run, remote: bool) -> Lines {
         "SIGSTOP, 3 s, SIGCONT",
     ];
     if remote {
+        events.extend(["GPU 1 lost", "GPU 1 found again"]);
         events.push("host engine killed (-9) and started again");
     }
     for event in events {
         apply(&mut run, event);
-        let want = if event == "GPU 1 unbound" {
+        let want = if event == "GPU 1 unbound" || event == "GPU 1 lost" {
             &without_1
         } else {
             &all

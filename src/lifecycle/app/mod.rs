@@ -215,7 +215,11 @@ impl Runner {
                 };
                 let started = Collector::start(session, counters, settings);
                 match started {
-                    Ok(new) => replace(d, new),
+                    Ok(new) => {
+                        let replaced = replace(d, new);
+                        reassert_bind_watch(d);
+                        replaced
+                    }
                     Err(e) => {
                         // A refused watch of the new build, and the probes that find the
                         // refused fields, removed this connection's watch of the pairs
@@ -223,6 +227,7 @@ impl Runner {
                         if let Some(Err(e)) = d.collector.as_ref().map(Collector::reassert) {
                             tracing::warn!("restoring the watches in place: {e}");
                         }
+                        reassert_bind_watch(d);
                         match e {
                             StartError::Dcgm(e) => Err(classify(&e)),
                             StartError::Config(e) => Err(Failure::Config(e)),
@@ -405,6 +410,15 @@ fn replace(d: &mut Dcgm, mut new: Collector) -> Result<(), Failure> {
             new.stop();
             Err(classify(&e))
         }
+    }
+}
+
+/// The bind/unbind watch shares DCGM's per-(entity, field, connection) watch with any
+/// collector that watched its field; a rebuild may have removed it. A failure is left to the
+/// watch's next poll, which drops a watch that no longer reads and sets it up again.
+fn reassert_bind_watch(d: &Dcgm) {
+    if let Some(Err(e)) = d.bind_unbind.as_ref().map(|w| w.reassert()) {
+        tracing::debug!("restoring the bind/unbind watch: {e}");
     }
 }
 

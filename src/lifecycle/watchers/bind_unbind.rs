@@ -44,8 +44,9 @@ pub fn poll_interval(flag: &str) -> Duration {
 pub struct Watch {
     session: Session,
     gpu: Entity,
+    interval: Duration,
     // Kept for the watch's lifetime.
-    _handles: (Group, FieldGroup),
+    handles: (Group, FieldGroup),
     last_ts: i64,
 }
 
@@ -61,11 +62,23 @@ impl Watch {
         let mut w = Watch {
             session,
             gpu,
-            _handles: (group, fg),
+            interval,
+            handles: (group, fg),
             last_ts: 0,
         };
         w.last_ts = w.read()?.map_or(0, |(ts, _)| ts);
         Ok(w)
+    }
+
+    /// Makes the watch again after a rebuild. DCGM keys a watch by (entity, field,
+    /// connection): the old collector's unwatch of a field group that held this field (a
+    /// counters file that listed it and no longer does), or a refused watch of a new build
+    /// that held it, removed this watch too, and the field would then read its last sample
+    /// forever.
+    pub fn reassert(&self) -> dcgm_sys::Result<()> {
+        let (group, fg) = &self.handles;
+        self.session
+            .watch(group, fg, self.interval.as_micros() as i64, 0.0, 0)
     }
 
     /// The latest (timestamp, state), if there is one.
