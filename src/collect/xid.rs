@@ -65,6 +65,8 @@ pub fn sources(instances: &[Instance], targets: &[Entity]) -> HashMap<Entity, Ve
 
 #[cfg(test)]
 mod tests {
+    use crate::model::node::Instance;
+    use dcgm_sys::Entity;
     #[test]
     fn known_and_unknown_xids() {
         assert_eq!(super::describe(0), "No Error");
@@ -87,7 +89,7 @@ mod tests {
 
     #[test]
     fn xids_count_on_instances_from_their_gpu_and_unexported_compute_instances() {
-        use dcgm_sys::{Entity, EntityGroup::*};
+        use dcgm_sys::EntityGroup::{ComputeInstance, GpuInstance};
         let (gpu, gi, ci0, ci1) = (
             Entity::gpu(0),
             Entity::new(GpuInstance, 3),
