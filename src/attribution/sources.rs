@@ -477,12 +477,13 @@ impl Attribution {
     /// The HPC job files.
     fn read_hpc(&mut self, snap: &mut Snapshot) {
         if let Some(h) = self.hpc.as_mut() {
-            let (jobs, errors) = h.read();
-            snap.hpc_jobs = jobs;
-            let r = if errors.is_empty() {
+            let read = h.read();
+            snap.hpc_jobs = read.jobs;
+            snap.hpc_unknown = read.unknown;
+            let r = if read.errors.is_empty() {
                 Ok(())
             } else {
-                Err(format!("--hpc-job-mapping-dir: {}", errors.join("; ")))
+                Err(format!("--hpc-job-mapping-dir: {}", read.errors.join("; ")))
             };
             self.report("hpc", r);
         }
@@ -498,7 +499,15 @@ impl Attribution {
             .collect();
         let placer = &self.placer;
         outside::place_consumers(held, |u| placer.lookup(u), &mut snap.consumers);
-        outside::hpc_consumers(&snap.hpc_jobs, gpus, &mut snap.consumers);
+        // A file kept from before its failed read says nothing of who holds its GPU now:
+        // its jobs are the failing source's (kept by the books, their shares unknown).
+        let known: HashMap<String, Vec<String>> = snap
+            .hpc_jobs
+            .iter()
+            .filter(|(file, _)| !snap.hpc_unknown.contains(*file))
+            .map(|(file, jobs)| (file.clone(), jobs.clone()))
+            .collect();
+        outside::hpc_consumers(&known, gpus, &mut snap.consumers);
     }
 
     /// The sources' labels by GPU, and by GPU instance for the MIG devices NVML placed.
