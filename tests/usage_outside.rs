@@ -457,7 +457,8 @@ fn a_container_on_a_mig_device_holds_its_gpu_instance() {
 /// UTF-8 stands for any failure, as root reads every mode) keeps its last jobs for a
 /// bounded grace: its GPU's series keep their `hpc_job` label and its job keeps its usage
 /// series and counter; the other files' jobs are booked as before. After the grace
-/// (`MAX_UNKNOWN` = 10 collections) its jobs are gone; readable again, they are back.
+/// (`MAX_UNKNOWN` = 10 collections) its jobs are gone; readable again, they are back. A job
+/// another file drops meanwhile is gone at once.
 #[test]
 fn an_unreadable_hpc_file_keeps_its_jobs_for_a_grace() {
     sim_built();
@@ -470,7 +471,7 @@ fn an_unreadable_hpc_file_keeps_its_jobs_for_a_grace() {
     std::fs::write(jobs.join("1"), "200\n").unwrap();
     let e = node
         .exporter()
-        .args(&["--hpc-job-mapping-dir", jobs.to_str().unwrap(), "-c", "200"])
+        .args(&["--hpc-job-mapping-dir", jobs.to_str().unwrap(), "-c", "400"])
         .start();
     let job_on = |s: &[Sample], gpu: &str| -> Option<String> {
         series(s, GPU_UTIL)
@@ -513,9 +514,15 @@ fn an_unreadable_hpc_file_keeps_its_jobs_for_a_grace() {
         j200.is_some_and(|j| j >= energy(&before, "200").unwrap()),
         "job 200's energy kept, not restarted: {j200:?}"
     );
-    // The other file's jobs are still booked: their energy advances.
-    let later = e.scrape_until(10, |s| energy(s, "101") > j101);
+    // The other file is read as usual: a job it drops is gone at once (not kept for the
+    // failing file's grace), and the job it keeps is booked: its energy advances.
+    std::fs::write(jobs.join("0"), "101\n").unwrap();
+    let later = e.scrape_until(10, |s| {
+        energy(s, "102").is_none() && energy(s, "101") > j101
+    });
+    assert_eq!(energy(&later, "102"), None, "{}", dump(&later));
     assert!(energy(&later, "101") > j101, "{}", dump(&later));
+    assert!(energy(&later, "200").is_some(), "{}", dump(&later));
     // Past the grace: gone from labels and usage.
     let gone = e.scrape_until(20, |s| {
         job_on(s, "1").is_none() && energy(s, "200").is_none()

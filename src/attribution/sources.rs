@@ -278,10 +278,11 @@ impl Attribution {
         let Some(u) = self.usage.as_mut() else { return };
         let now = std::time::Instant::now();
         // Sources failing now tell nothing about who left (see `usage::Inputs::failed`).
+        // The HPC files fail one by one: theirs are `unknown_consumers`.
         let failed: BTreeSet<&'static str> = self
             .states
             .iter()
-            .filter(|(_, st)| st.error.is_some())
+            .filter(|(name, st)| st.error.is_some() && **name != usage::HPC)
             .map(|(name, _)| *name)
             .collect();
         let inputs = usage::Inputs {
@@ -289,6 +290,7 @@ impl Attribution {
             processes: &snap.processes,
             owners: &snap.pid_owners,
             failed: &failed,
+            unknown: &snap.unknown_consumers,
         };
         let dropped = u.account(readings, &inputs, now);
         u.add_to(page, now);
@@ -500,14 +502,19 @@ impl Attribution {
         let placer = &self.placer;
         outside::place_consumers(held, |u| placer.lookup(u), &mut snap.consumers);
         // A file kept from before its failed read says nothing of who holds its GPU now:
-        // its jobs are the failing source's (kept by the books, their shares unknown).
-        let known: HashMap<String, Vec<String>> = snap
+        // its jobs are unknown (kept by the books, their shares unknown).
+        let (unknown, known): (HashMap<String, Vec<String>>, _) = snap
             .hpc_jobs
             .iter()
-            .filter(|(file, _)| !snap.hpc_unknown.contains(*file))
             .map(|(file, jobs)| (file.clone(), jobs.clone()))
-            .collect();
+            .partition(|(file, _)| snap.hpc_unknown.contains(file));
         outside::hpc_consumers(&known, gpus, &mut snap.consumers);
+        let mut unknown_consumers = HashMap::new();
+        outside::hpc_consumers(&unknown, gpus, &mut unknown_consumers);
+        snap.unknown_consumers = unknown_consumers
+            .into_iter()
+            .map(|(k, cs)| (k, cs.into_iter().map(|c| c.labels).collect()))
+            .collect();
     }
 
     /// The sources' labels by GPU, and by GPU instance for the MIG devices NVML placed.

@@ -78,9 +78,12 @@ pub struct Inputs<'a> {
     pub processes: &'a HashMap<String, Vec<Process>>,
     pub owners: &'a HashMap<u32, Owner>,
     /// The sources failing this collection (a kubelet `List` that failed, a container
-    /// runtime that did not answer, an HPC file that could not be read): their consumers
-    /// missing now are kept, their shares unknown, for [`ledger::MAX_UNKNOWN`] collections.
+    /// runtime that did not answer): their consumers missing now are kept, their shares
+    /// unknown, for [`ledger::MAX_UNKNOWN`] collections.
     pub failed: &'a BTreeSet<&'static str>,
+    /// Consumers per device that a failing part of a source may still name (the jobs of an
+    /// HPC file that could not be read): kept while missing as a failing source's are.
+    pub unknown: &'a HashMap<EntityKey, Vec<ledger::ConsumerId>>,
 }
 
 /// A device as the last collection showed it.
@@ -147,7 +150,7 @@ impl Accountant {
         self.devices.clear();
         for r in &readings {
             let parts = self.parts(r, inputs);
-            self.book_device(r, parts, inputs.failed, now);
+            self.book_device(r, parts, inputs, now);
             self.devices.insert(
                 r.key.clone(),
                 Device {
@@ -217,22 +220,17 @@ impl Accountant {
         }
     }
 
-    fn book_device(
-        &mut self,
-        r: &Reading,
-        parts: Parts,
-        failed: &BTreeSet<&'static str>,
-        now: Instant,
-    ) {
+    fn book_device(&mut self, r: &Reading, parts: Parts, inputs: &Inputs, now: Instant) {
         let book = self.books.entry(r.key.clone()).or_default();
         let ids: Vec<ConsumerId> = parts
             .parts
             .iter()
             .map(|p| p.consumer.labels.clone())
             .collect();
+        let unknown = inputs.unknown.get(&r.key).map_or(&[][..], Vec::as_slice);
         // A consumer of a failing source kept while missing may still be using the device:
         // the interval's fractions leave it out, so they are not booked.
-        let everyone_told = book.keep_only(&ids, failed) == 0;
+        let everyone_told = book.keep_only(&ids, inputs.failed, unknown) == 0;
         let mut fractions = Vec::with_capacity(ids.len());
         for p in parts.parts {
             let c = book
