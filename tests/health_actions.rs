@@ -252,6 +252,7 @@ fn mig_xids_count_on_the_instance_series_they_hit() {
         std::fs::write(
             &csv,
             "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+             DCGM_FI_DEV_XID_ERRORS, gauge, last xid\n\
              DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n\
              DCGM_EXP_XID_ERRORS_TOTAL, counter, x\n",
         )
@@ -296,5 +297,20 @@ fn mig_xids_count_on_the_instance_series_they_hit() {
             .filter(|s| s.label("xid").is_some())
             .count();
         assert_eq!(windowed, want.len(), "{}", dump(&page));
+        // The last-XID field is DCGM's own per entity, as the real one stores it: only the
+        // compute instance's, on its own series (none of GPU 0's: its GPU has no series).
+        let last: Vec<(String, String, String, f64)> = series(&page, "DCGM_FI_DEV_XID_ERRORS")
+            .into_iter()
+            .map(|x| {
+                let l = |k: &str| x.label(k).unwrap_or_default().to_string();
+                (l("gpu"), l("GPU_I_ID"), l("GPU_CI_ID"), x.value)
+            })
+            .collect();
+        let want_last = if compute_instances {
+            vec![(s("2"), s("0"), s("1"), 95.0)]
+        } else {
+            vec![]
+        };
+        assert_eq!(last, want_last, "{}", dump(&page));
     }
 }
