@@ -297,10 +297,11 @@ fn unknown_consumers_are_kept_and_only_they() {
     collect(&mut a, &gpu(0.0), &held, at(0));
     collect(&mut a, &gpu(100_000.0), &held, at(30));
     // Neither is named; only a's presence is unknown.
-    let mut w = World::default();
-    w.processes = held.processes.clone();
-    w.unknown
-        .insert(key(0), vec![held.consumers[&key(0)][0].labels.clone()]);
+    let w = World {
+        processes: held.processes.clone(),
+        unknown: HashMap::from([(key(0), vec![held.consumers[&key(0)][0].labels.clone()])]),
+        ..World::default()
+    };
     let (_, v) = collect(&mut a, &gpu(200_000.0), &w, at(60));
     assert!(get(&v, ENERGY, 0, "a").is_some(), "{v:?}");
     assert_eq!(get(&v, ENERGY, 0, "b"), None, "{v:?}");
