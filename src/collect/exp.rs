@@ -575,18 +575,7 @@ fn windowed(
         if (count_row.is_none() && total_row.is_none()) || targets.is_empty() {
             continue;
         }
-        let sources = if field == fields::XID_ERRORS {
-            crate::collect::xid::sources(&topology.instances, &targets)
-        } else {
-            HashMap::new()
-        };
-        // The targets first, then the other entities their series count.
-        let mut entities = targets.clone();
-        for e in sources.values().flatten() {
-            if !entities.contains(e) {
-                entities.push(*e);
-            }
-        }
+        let (sources, entities) = read_entities(field, topology, &targets);
         // The hidden dependency: watch the source field even when the CSV lacks it,
         // keeping samples for at least the whole window.
         let (keep_age_s, keep_samples) = settings.window_retention(window_ms);
@@ -631,6 +620,27 @@ fn windowed(
         });
     }
     Ok(out)
+}
+
+/// Per target, the entities whose samples of `field` its series count, and every entity to
+/// watch: the targets first, then the others (XIDs: `xid::sources`; else each its own).
+fn read_entities(
+    field: u16,
+    topology: &Topology,
+    targets: &[Entity],
+) -> (HashMap<Entity, Vec<Entity>>, Vec<Entity>) {
+    let sources = if field == fields::XID_ERRORS {
+        crate::collect::xid::sources(&topology.instances, targets)
+    } else {
+        HashMap::new()
+    };
+    let mut entities = targets.to_vec();
+    for e in targets.iter().filter_map(|t| sources.get(t)).flatten() {
+        if !entities.contains(e) {
+            entities.push(*e);
+        }
+    }
+    (sources, entities)
 }
 
 /// The targets whose entity DCGM took into the group.
