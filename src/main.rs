@@ -119,12 +119,12 @@ fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
             b.id,
             m.field_type as char,
             dcgm_sys::fields::entity_group_name(m.entity_level),
-            b.to,
+            b.conv.to,
             m.tag,
             b.since,
             b.legacy_id,
-            b.from,
-            b.op.describe()
+            b.conv.from,
+            b.conv.op.describe()
         )?;
     }
     out.flush()

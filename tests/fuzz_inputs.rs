@@ -657,7 +657,19 @@ fn hpc_job_files_give_jobs_per_gpu_file_or_an_error_naming_the_file() {
         for (name, content) in &files {
             std::fs::write(dir.path().join(name), content).unwrap();
         }
-        let (jobs, errors) = hpc.borrow_mut().read();
+        let dcgm_exporter::attribution::hpc::Read {
+            jobs,
+            unknown,
+            errors,
+        } = hpc.borrow_mut().read();
+        // A file kept from a previous read failed this one, and says so.
+        for file in &unknown {
+            prop_assert!(jobs.contains_key(file), "{file}");
+            prop_assert!(
+                errors.iter().any(|e| e.contains(&format!("/{file}:"))),
+                "{file}: {errors:?}"
+            );
+        }
         for file in jobs.keys() {
             prop_assert!(
                 dcgm_exporter::attribution::hpc::is_gpu_file_name(file),

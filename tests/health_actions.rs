@@ -222,3 +222,95 @@ fn xids_of_mig_instances_reach_their_gpus_action() {
         wait_action(&e, &g.to_string(), ("none", "none", 0.0));
     }
 }
+
+/// The `(gpu, GPU_I_ID, GPU_CI_ID, xid, value)` of every `DCGM_EXP_XID_ERRORS_TOTAL`
+/// series with an XID, sorted.
+fn xid_totals(p: &[Sample]) -> Vec<(String, String, String, String, f64)> {
+    let mut v: Vec<_> = series(p, "DCGM_EXP_XID_ERRORS_TOTAL")
+        .into_iter()
+        .filter(|s| s.label("xid").is_some())
+        .map(|s| {
+            let l = |k: &str| s.label(k).unwrap_or_default().to_string();
+            (l("gpu"), l("GPU_I_ID"), l("GPU_CI_ID"), l("xid"), s.value)
+        })
+        .collect();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v
+}
+
+/// DCGM stores an XID on the one entity NVML attributed it to. On the instances' XID
+/// series, a GPU-level XID counts on every instance of its GPU (their users are hit), and a
+/// compute instance's XID counts on its GPU instance's series when compute instances have
+/// no series of their own, or on its own series (and no other) with `--compute-instances`.
+#[test]
+fn mig_xids_count_on_the_instance_series_they_hit() {
+    for compute_instances in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let ctl = dir.path().join("control");
+        std::fs::write(&ctl, "").unwrap();
+        let csv = dir.path().join("c.csv");
+        std::fs::write(
+            &csv,
+            "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+             DCGM_FI_DEV_XID_ERRORS, gauge, last xid\n\
+             DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n\
+             DCGM_EXP_XID_ERRORS_TOTAL, counter, x\n",
+        )
+        .unwrap();
+        let mut args = vec!["-f", csv.to_str().unwrap(), "-c", "200"];
+        if compute_instances {
+            args.push("--compute-instances");
+        }
+        let e = exporter()
+            .profile("a100-mixed-mig.toml")
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(&args)
+            .start();
+        e.scrape_until(10, |p| !series(p, "DCGM_EXP_XID_ERRORS_TOTAL").is_empty());
+        // GPU 0 (seven 1g.10gb, NVML ids 7-13) at the GPU level; GPU 2's second compute
+        // instance of its 7g.80gb (NVML GI 0).
+        control(&ctl, "xid 0 79");
+        control(&ctl, "xid 2/0/1 95");
+        let mut want: Vec<(String, String, String, String, f64)> = Vec::new();
+        let s = |x: &str| x.to_string();
+        for gi in 7..=13 {
+            want.push((s("0"), gi.to_string(), s(""), s("79"), 1.0));
+            if compute_instances {
+                // Each 1g.10gb's one compute instance is hit too.
+                want.push((s("0"), gi.to_string(), s("0"), s("79"), 1.0));
+            }
+        }
+        want.push(if compute_instances {
+            (s("2"), s("0"), s("1"), s("95"), 1.0)
+        } else {
+            (s("2"), s("0"), s(""), s("95"), 1.0)
+        });
+        want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let page = e.scrape_until(15, |p| xid_totals(p) == want);
+        assert_eq!(xid_totals(&page), want, "{}", dump(&page));
+        // Still once each several collections later: no sample counted twice.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let page = e.scrape();
+        assert_eq!(xid_totals(&page), want, "{}", dump(&page));
+        let windowed = series(&page, "DCGM_EXP_XID_ERRORS_COUNT")
+            .into_iter()
+            .filter(|s| s.label("xid").is_some())
+            .count();
+        assert_eq!(windowed, want.len(), "{}", dump(&page));
+        // The last-XID field is DCGM's own per entity, as the real one stores it: only the
+        // compute instance's, on its own series (none of GPU 0's: its GPU has no series).
+        let last: Vec<(String, String, String, f64)> = series(&page, "DCGM_FI_DEV_XID_ERRORS")
+            .into_iter()
+            .map(|x| {
+                let l = |k: &str| x.label(k).unwrap_or_default().to_string();
+                (l("gpu"), l("GPU_I_ID"), l("GPU_CI_ID"), x.value)
+            })
+            .collect();
+        let want_last = if compute_instances {
+            vec![(s("2"), s("0"), s("1"), 95.0)]
+        } else {
+            vec![]
+        };
+        assert_eq!(last, want_last, "{}", dump(&page));
+    }
+}

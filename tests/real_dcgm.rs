@@ -351,6 +351,93 @@ fn an_xid_injected_into_the_host_engine_is_exported_on_its_gpu() {
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
 }
 
+/// A GPU-level XID on a MIG GPU, on the real DCGM: it is stored on the GPU entity (an XID
+/// is a compute-instance-level field, so a watch of an instance reads only its own and is
+/// not remapped to the GPU), and the exporter counts it once on each instance's series.
+#[test]
+fn a_gpu_level_xid_on_a_mig_gpu_counts_once_on_each_instance() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("mig-xid");
+    let mut gpus = four_gpus();
+    gpus.truncate(2);
+    gpus[0].mig = vec![
+        nvml_yaml::MigInstance {
+            slices: 3,
+            nvml_id: 2,
+            start: 0,
+        },
+        nvml_yaml::MigInstance {
+            slices: 1,
+            nvml_id: 9,
+            start: 6,
+        },
+    ];
+    let yaml = dir.yaml(&gpus);
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let csv = dir.0.join("xid.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_XID_ERRORS, gauge, last XID\n\
+         DCGM_EXP_XID_ERRORS_COUNT, gauge, XIDs in the window\n\
+         DCGM_EXP_XID_ERRORS_TOTAL, counter, XIDs since start\n\
+         DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n",
+    )
+    .unwrap();
+    let e = kit
+        .remote(port)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "300"])
+        .start();
+    e.scrape_until(15, |p| series(p, "DCGM_EXP_XID_ERRORS_TOTAL").len() == 3);
+    kit.inject(port, 0, 230, 43);
+    let hits = |p: &[Sample], name: &str| -> Vec<(String, String, f64)> {
+        let mut v: Vec<_> = series(p, name)
+            .into_iter()
+            .filter(|s| s.label("xid") == Some("43"))
+            .map(|s| {
+                let l = |k: &str| s.label(k).unwrap_or_default().to_string();
+                (l("gpu"), l("GPU_I_ID"), s.value)
+            })
+            .collect();
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v
+    };
+    let want = vec![
+        ("0".to_string(), "2".to_string(), 1.0),
+        ("0".to_string(), "9".to_string(), 1.0),
+    ];
+    let page = e.scrape_until(15, |p| hits(p, "DCGM_EXP_XID_ERRORS_TOTAL") == want);
+    assert_eq!(
+        hits(&page, "DCGM_EXP_XID_ERRORS_TOTAL"),
+        want,
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(
+        hits(&page, "DCGM_EXP_XID_ERRORS_COUNT"),
+        want,
+        "{}",
+        dump(&page)
+    );
+    // Still once each several collections later.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let page = e.scrape();
+    assert_eq!(
+        hits(&page, "DCGM_EXP_XID_ERRORS_TOTAL"),
+        want,
+        "{}",
+        dump(&page)
+    );
+    // The last-XID field is DCGM's own per entity: the instances store none.
+    assert!(
+        series(&page, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .all(|s| s.label("GPU_I_ID").is_none()),
+        "{}",
+        dump(&page)
+    );
+}
+
 /// Issue 9's contract for a hung engine: after one missed interval the GPU series leave
 /// /metrics and /health says 503; values come back within two intervals of SIGCONT.
 #[test]

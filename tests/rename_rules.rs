@@ -78,7 +78,7 @@ fn the_rules_hold_every_rename_of_the_default_set_both_ways() {
         let (new, fwd, back) = match r {
             Rename::Name(m) => (m.name, String::new(), String::new()),
             Rename::Unit(b) => {
-                let (f, r) = match b.op {
+                let (f, r) = match b.conv.op {
                     Op::Mega => ("* 1e6", "/ 1e6"),
                     Op::Milli => ("/ 1000", "* 1000"),
                     Op::Percent => ("/ 100", "* 100"),

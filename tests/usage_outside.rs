@@ -452,3 +452,90 @@ fn a_container_on_a_mig_device_holds_its_gpu_instance() {
         h2[0].2 - h1[0].2
     );
 }
+
+/// One HPC job file that fails to read (the batch system rewriting it, a bad byte: invalid
+/// UTF-8 stands for any failure, as root reads every mode) keeps its last jobs for a
+/// bounded grace: its GPU's series keep their `hpc_job` label and its job keeps its usage
+/// series and counter; the other files' jobs are booked as before. After the grace
+/// (`MAX_UNKNOWN` = 10 collections) its jobs are gone; readable again, they are back. A job
+/// another file drops meanwhile is gone at once.
+#[test]
+fn an_unreadable_hpc_file_keeps_its_jobs_for_a_grace() {
+    sim_built();
+    let task =
+        |job: u32| format!("0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n");
+    let node = Node::new(&[(5001, task(101)), (5002, task(102)), (5011, task(200))]);
+    let jobs = node.dir.path().join("hpc");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("0"), "101\n102\n").unwrap();
+    std::fs::write(jobs.join("1"), "200\n").unwrap();
+    let e = node
+        .exporter()
+        .args(&["--hpc-job-mapping-dir", jobs.to_str().unwrap(), "-c", "400"])
+        .start();
+    let job_on = |s: &[Sample], gpu: &str| -> Option<String> {
+        series(s, GPU_UTIL)
+            .into_iter()
+            .find(|x| x.label("gpu") == Some(gpu))
+            .and_then(|x| x.label("hpc_job").map(str::to_string))
+    };
+    let energy = |s: &[Sample], job: &str| {
+        by_consumer(s, ENERGY, "hpc_job")
+            .get(&(
+                if job == "200" { "1" } else { "0" }.to_string(),
+                job.to_string(),
+            ))
+            .copied()
+    };
+    let before = e.scrape_until(40, |s| {
+        energy(s, "200").is_some_and(|j| j > 0.0) && energy(s, "101").is_some_and(|j| j > 0.0)
+    });
+    assert_eq!(job_on(&before, "1").as_deref(), Some("200"));
+    std::fs::write(jobs.join("1"), b"\xff\xfe200\n").unwrap();
+    // Wait until a collection has read it, as /health says.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !e.get("/health").1.contains("hpc-job-mapping-dir") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            e.get("/health").1
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let during = e.scrape();
+    assert_eq!(
+        job_on(&during, "1").as_deref(),
+        Some("200"),
+        "{}",
+        dump(&during)
+    );
+    let (j200, j101) = (energy(&during, "200"), energy(&during, "101"));
+    assert!(
+        j200.is_some_and(|j| j >= energy(&before, "200").unwrap()),
+        "job 200's energy kept, not restarted: {j200:?}"
+    );
+    // The other file is read as usual: a job it drops is gone at once (not kept for the
+    // failing file's grace), and the job it keeps is booked: its energy advances.
+    std::fs::write(jobs.join("0"), "101\n").unwrap();
+    let later = e.scrape_until(10, |s| {
+        energy(s, "102").is_none() && energy(s, "101") > j101
+    });
+    assert_eq!(energy(&later, "102"), None, "{}", dump(&later));
+    assert!(energy(&later, "101") > j101, "{}", dump(&later));
+    assert!(energy(&later, "200").is_some(), "{}", dump(&later));
+    // Past the grace: gone from labels and usage.
+    let gone = e.scrape_until(20, |s| {
+        job_on(s, "1").is_none() && energy(s, "200").is_none()
+    });
+    assert_eq!(job_on(&gone, "1"), None, "{}", dump(&gone));
+    assert_eq!(energy(&gone, "200"), None);
+    // Readable again: back.
+    std::fs::write(jobs.join("1"), "200\n").unwrap();
+    let back = e.scrape_until(20, |s| job_on(s, "1").as_deref() == Some("200"));
+    assert_eq!(
+        job_on(&back, "1").as_deref(),
+        Some("200"),
+        "{}",
+        dump(&back)
+    );
+}

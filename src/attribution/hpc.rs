@@ -1,9 +1,27 @@
 //! HPC job mapping (`--hpc-job-mapping-dir`): a directory with one file per GPU (`<gpu>`) or
 //! GPU instance (`<gpu>.<GPU_I_ID>`), each line a job id, written by the batch system.
-//! Re-read on every collection, never during a scrape.
+//! Re-read on every collection, never during a scrape. A file that fails to read keeps its
+//! last jobs for a bounded grace ([`GRACE`] reads), marked unknown: one failed read (the
+//! batch system rewriting it, a bad byte) says nothing about who left.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+
+/// Reads in a row a file may fail while its last jobs are kept: usage accounting's bound
+/// for a failing source's consumers, so that labels and usage series go together.
+pub const GRACE: usize = super::usage::ledger::MAX_UNKNOWN;
+
+/// One read of the directory.
+#[derive(Debug, Default, PartialEq)]
+pub struct Read {
+    /// Jobs by file name (`"<gpu>"` or `"<gpu>.<gi>"`), those of the `unknown` files
+    /// included.
+    pub jobs: HashMap<String, Vec<String>>,
+    /// Files that failed to read this time whose last jobs are kept (within [`GRACE`]).
+    pub unknown: BTreeSet<String>,
+    /// Each failure, naming its file.
+    pub errors: Vec<String>,
+}
 
 /// Whether a file name is `<gpu>` or `<gpu>.<gi>` (dcgm-exporter's `^\d+(\.\d+)?$`).
 pub fn is_gpu_file_name(name: &str) -> bool {
@@ -18,6 +36,8 @@ pub struct HpcDir {
     dir: PathBuf,
     /// Whether the directory existed when last read (a disappearance is logged once).
     present: bool,
+    /// Each file's jobs at its last good read, and how many reads in a row failed since.
+    last: HashMap<String, (Vec<String>, usize)>,
 }
 
 impl HpcDir {
@@ -29,35 +49,41 @@ impl HpcDir {
                 dir.display()
             );
         }
-        HpcDir { dir, present }
+        HpcDir {
+            dir,
+            present,
+            last: HashMap::new(),
+        }
     }
 
     pub fn path(&self) -> &Path {
         &self.dir
     }
 
-    /// Jobs by file name (`"<gpu>"` or `"<gpu>.<gi>"`). A missing directory is no jobs; an
-    /// unreadable file is an error naming it (its GPU keeps its previous labelling: none).
-    pub fn read(&mut self) -> (HashMap<String, Vec<String>>, Vec<String>) {
-        let mut jobs = HashMap::new();
-        let mut errors = Vec::new();
+    /// Jobs by file name. A missing directory is no jobs; an unreadable file is an error
+    /// naming it, and keeps its last jobs for [`GRACE`] reads in a row.
+    pub fn read(&mut self) -> Read {
+        let mut out = Read::default();
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(e) => e,
             Err(e) => {
                 if self.present {
-                    errors.push(format!("{}: {e}", self.dir.display()));
+                    out.errors.push(format!("{}: {e}", self.dir.display()));
                 }
                 self.present = false;
-                return (jobs, errors);
+                self.last.clear();
+                return out;
             }
         };
         self.present = true;
+        let mut seen = BTreeSet::new();
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let path = entry.path();
             if !is_gpu_file_name(&name) || !path.is_file() {
                 continue;
             }
+            seen.insert(name.clone());
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
                     let ids: Vec<String> = text
@@ -67,13 +93,35 @@ impl HpcDir {
                         .map(str::to_string)
                         .collect();
                     if !ids.is_empty() {
-                        jobs.insert(name, ids);
+                        out.jobs.insert(name.clone(), ids.clone());
                     }
+                    self.last.insert(name, (ids, 0));
                 }
-                Err(e) => errors.push(format!("{}: {e}", path.display())),
+                Err(e) => {
+                    out.errors.push(format!("{}: {e}", path.display()));
+                    self.keep_last(name, &mut out);
+                }
             }
         }
-        (jobs, errors)
+        // A file removed is its jobs ended (the batch system's epilog).
+        self.last.retain(|name, _| seen.contains(name));
+        out
+    }
+
+    /// A file that failed to read: its last jobs, while within the grace.
+    fn keep_last(&mut self, name: String, out: &mut Read) {
+        let Some((ids, failed)) = self.last.get_mut(&name) else {
+            return;
+        };
+        if *failed >= GRACE {
+            self.last.remove(&name);
+            return;
+        }
+        *failed += 1;
+        if !ids.is_empty() {
+            out.jobs.insert(name.clone(), ids.clone());
+            out.unknown.insert(name);
+        }
     }
 }
 
@@ -105,7 +153,7 @@ mod tests {
         std::fs::write(p.join("notes.txt"), "x").unwrap();
         std::fs::create_dir(p.join("4")).unwrap();
         let mut hpc = HpcDir::new(p.to_path_buf());
-        let (jobs, errors) = hpc.read();
+        let Read { jobs, errors, .. } = hpc.read();
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(jobs["0"], ["job1-0"]);
         assert_eq!(jobs["1"], ["job1-1", "job2-1"]);
@@ -120,7 +168,42 @@ mod tests {
         std::fs::create_dir(&path).unwrap();
         let mut hpc = HpcDir::new(path.clone());
         std::fs::remove_dir(&path).unwrap();
-        assert_eq!(hpc.read().1.len(), 1);
-        assert!(hpc.read().1.is_empty());
+        assert_eq!(hpc.read().errors.len(), 1);
+        assert!(hpc.read().errors.is_empty());
+    }
+
+    /// Invalid UTF-8 stands for any read that fails (as root, permissions do not).
+    #[test]
+    fn an_unreadable_file_keeps_its_last_jobs_for_the_grace_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(p.join("0"), "a\n").unwrap();
+        std::fs::write(p.join("1"), "b\nc\n").unwrap();
+        let mut hpc = HpcDir::new(p.to_path_buf());
+        assert!(hpc.read().unknown.is_empty());
+        std::fs::write(p.join("1"), b"\xff\xfe").unwrap();
+        for _ in 0..GRACE {
+            let r = hpc.read();
+            assert_eq!(r.jobs["0"], ["a"]);
+            assert_eq!(r.jobs["1"], ["b", "c"]);
+            assert_eq!(r.unknown, BTreeSet::from(["1".to_string()]));
+            assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+        }
+        // Past the grace: gone, and still an error.
+        let r = hpc.read();
+        assert!(!r.jobs.contains_key("1") && r.unknown.is_empty(), "{r:?}");
+        assert_eq!(r.errors.len(), 1);
+        // Readable again: known again, and a new failure has its grace again.
+        std::fs::write(p.join("1"), "d\n").unwrap();
+        assert_eq!(hpc.read().jobs["1"], ["d"]);
+        std::fs::write(p.join("1"), b"\xff").unwrap();
+        assert_eq!(hpc.read().jobs["1"], ["d"]);
+        // A file that never read well has nothing to keep; one removed, nothing either.
+        std::fs::write(p.join("2"), b"\xff").unwrap();
+        assert!(!hpc.read().jobs.contains_key("2"));
+        std::fs::remove_file(p.join("1")).unwrap();
+        assert!(!hpc.read().jobs.contains_key("1"));
+        std::fs::write(p.join("1"), b"\xff").unwrap();
+        assert!(!hpc.read().jobs.contains_key("1"));
     }
 }

@@ -147,7 +147,7 @@ fn per_process_field(field: u16) -> Option<(PerProcess, Option<Op>)> {
                 .iter()
                 .find(|b| b.id == field && matches!(b.legacy_id, GPU_UTIL | FB_USED))?;
             let (kind, _) = per_process_field(b.legacy_id)?;
-            Some((kind, Some(b.op)))
+            Some((kind, Some(b.conv.op)))
         }
     }
 }

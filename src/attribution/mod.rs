@@ -165,6 +165,12 @@ pub struct Snapshot {
     pub pid_pods: HashMap<u32, String>,
     /// HPC jobs by `"<gpu>"` / `"<gpu>.<gi>"`.
     pub hpc_jobs: HashMap<String, Vec<String>>,
+    /// The HPC files that failed to read, whose last jobs `hpc_jobs` keeps for a grace:
+    /// their labels stay, but usage accounting does not take them for present.
+    pub hpc_unknown: std::collections::BTreeSet<String>,
+    /// `--usage-accounting`: the consumers those files named, per device (kept while
+    /// missing, their shares unknown).
+    pub unknown_consumers: HashMap<usage::EntityKey, Vec<usage::ledger::ConsumerId>>,
     /// Extra labels by GPU UUID (whole GPU) or (GPU UUID, GPU-instance id).
     pub gpu_labels: HashMap<String, Vec<(String, String)>>,
     pub instance_labels: HashMap<(String, u32), Vec<(String, String)>>,

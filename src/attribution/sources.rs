@@ -278,10 +278,11 @@ impl Attribution {
         let Some(u) = self.usage.as_mut() else { return };
         let now = std::time::Instant::now();
         // Sources failing now tell nothing about who left (see `usage::Inputs::failed`).
+        // The HPC files fail one by one: theirs are `unknown_consumers`.
         let failed: BTreeSet<&'static str> = self
             .states
             .iter()
-            .filter(|(_, st)| st.error.is_some())
+            .filter(|(name, st)| st.error.is_some() && **name != usage::HPC)
             .map(|(name, _)| *name)
             .collect();
         let inputs = usage::Inputs {
@@ -289,6 +290,7 @@ impl Attribution {
             processes: &snap.processes,
             owners: &snap.pid_owners,
             failed: &failed,
+            unknown: &snap.unknown_consumers,
         };
         let dropped = u.account(readings, &inputs, now);
         u.add_to(page, now);
@@ -477,12 +479,13 @@ impl Attribution {
     /// The HPC job files.
     fn read_hpc(&mut self, snap: &mut Snapshot) {
         if let Some(h) = self.hpc.as_mut() {
-            let (jobs, errors) = h.read();
-            snap.hpc_jobs = jobs;
-            let r = if errors.is_empty() {
+            let read = h.read();
+            snap.hpc_jobs = read.jobs;
+            snap.hpc_unknown = read.unknown;
+            let r = if read.errors.is_empty() {
                 Ok(())
             } else {
-                Err(format!("--hpc-job-mapping-dir: {}", errors.join("; ")))
+                Err(format!("--hpc-job-mapping-dir: {}", read.errors.join("; ")))
             };
             self.report("hpc", r);
         }
@@ -498,7 +501,20 @@ impl Attribution {
             .collect();
         let placer = &self.placer;
         outside::place_consumers(held, |u| placer.lookup(u), &mut snap.consumers);
-        outside::hpc_consumers(&snap.hpc_jobs, gpus, &mut snap.consumers);
+        // A file kept from before its failed read says nothing of who holds its GPU now:
+        // its jobs are unknown (kept by the books, their shares unknown).
+        let (unknown, known): (HashMap<String, Vec<String>>, _) = snap
+            .hpc_jobs
+            .iter()
+            .map(|(file, jobs)| (file.clone(), jobs.clone()))
+            .partition(|(file, _)| snap.hpc_unknown.contains(file));
+        outside::hpc_consumers(&known, gpus, &mut snap.consumers);
+        let mut unknown_consumers = HashMap::new();
+        outside::hpc_consumers(&unknown, gpus, &mut unknown_consumers);
+        snap.unknown_consumers = unknown_consumers
+            .into_iter()
+            .map(|(k, cs)| (k, cs.into_iter().map(|c| c.labels).collect()))
+            .collect();
     }
 
     /// The sources' labels by GPU, and by GPU instance for the MIG devices NVML placed.

@@ -50,7 +50,11 @@ struct Windowed {
     count_row: Option<Counter>,
     total_row: Option<Counter>,
     targets: Vec<Target>,
+    /// Per target, the entities whose samples its series count (XIDs: `xid::sources`;
+    /// clock events: its own).
+    sources: HashMap<Entity, Vec<Entity>>,
     watches: Vec<Watch>,
+    /// Per entity whose samples are read.
     totals: HashMap<Entity, BTreeMap<String, u64>>,
     /// Samples at or before this timestamp are already in `totals`.
     last_ts: i64,
@@ -159,6 +163,23 @@ impl Windowed {
         Ok(in_window)
     }
 
+    /// A target's counts: those of every entity it counts the samples of.
+    fn counts_of(
+        &self,
+        t: &Target,
+        per_entity: &HashMap<Entity, BTreeMap<String, u64>>,
+    ) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        let own = [t.entity];
+        let sources = self.sources.get(&t.entity).map_or(&own[..], Vec::as_slice);
+        for counts in sources.iter().filter_map(|e| per_entity.get(e)) {
+            for (k, n) in counts {
+                *out.entry(k.clone()).or_default() += n;
+            }
+        }
+        out
+    }
+
     fn render(
         &self,
         csv_labels: &HashMap<Entity, Vec<(String, String)>>,
@@ -168,9 +189,9 @@ impl Windowed {
         let window = self.window_ms.to_string();
         for t in &self.targets {
             if let Some(row) = &self.count_row {
-                match in_window.get(&t.entity) {
-                    Some(counts) if !counts.is_empty() => {
-                        for (k, n) in counts {
+                match self.counts_of(t, in_window) {
+                    counts if !counts.is_empty() => {
+                        for (k, n) in &counts {
                             let l = exp_labels(
                                 t,
                                 csv_labels,
@@ -186,9 +207,9 @@ impl Windowed {
                 }
             }
             if let Some(row) = &self.total_row {
-                match self.totals.get(&t.entity) {
-                    Some(counts) if !counts.is_empty() => {
-                        for (k, n) in counts {
+                match self.counts_of(t, &self.totals) {
+                    counts if !counts.is_empty() => {
+                        for (k, n) in &counts {
                             let l = exp_labels(t, csv_labels, &[(self.label, k)]);
                             page.add(&row.name, &row.help, row.prom_type, &l, *n as f64);
                         }
@@ -526,11 +547,12 @@ fn windowed(
     session: &Session,
     counters: &Counters,
     settings: &Settings,
+    topology: &Topology,
     gpu_targets: &[Target],
     failures: &mut Failures,
 ) -> dcgm_sys::Result<Vec<Windowed>> {
     let mut out = Vec::new();
-    let entities: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
+    let targets: Vec<Entity> = gpu_targets.iter().map(|t| t.entity).collect();
     for (field, label, count, total, window_ms, name) in [
         (
             fields::XID_ERRORS,
@@ -550,9 +572,10 @@ fn windowed(
         ),
     ] {
         let (count_row, total_row) = (find_row(counters, count), find_row(counters, total));
-        if (count_row.is_none() && total_row.is_none()) || entities.is_empty() {
+        if (count_row.is_none() && total_row.is_none()) || targets.is_empty() {
             continue;
         }
+        let (sources, entities) = read_entities(field, topology, &targets);
         // The hidden dependency: watch the source field even when the CSV lacks it,
         // keeping samples for at least the whole window.
         let (keep_age_s, keep_samples) = settings.window_retention(window_ms);
@@ -589,6 +612,7 @@ fn windowed(
             total_row,
             // A GPU the group refused is not counted: no series rather than a false 0.
             targets: accepted(gpu_targets, &watched.refused_entities),
+            sources,
             watches: watched.watches,
             totals: HashMap::new(),
             last_ts: now_us(),
@@ -596,6 +620,27 @@ fn windowed(
         });
     }
     Ok(out)
+}
+
+/// Per target, the entities whose samples of `field` its series count, and every entity to
+/// watch: the targets first, then the others (XIDs: `xid::sources`; else each its own).
+fn read_entities(
+    field: u16,
+    topology: &Topology,
+    targets: &[Entity],
+) -> (HashMap<Entity, Vec<Entity>>, Vec<Entity>) {
+    let sources = if field == fields::XID_ERRORS {
+        crate::collect::xid::sources(&topology.instances, targets)
+    } else {
+        HashMap::new()
+    };
+    let mut entities = targets.to_vec();
+    for e in targets.iter().filter_map(|t| sources.get(t)).flatten() {
+        if !entities.contains(e) {
+            entities.push(*e);
+        }
+    }
+    (sources, entities)
 }
 
 /// The targets whose entity DCGM took into the group.
@@ -652,7 +697,7 @@ impl ExpCollectors {
         failures: &mut Failures,
     ) -> dcgm_sys::Result<ExpCollectors> {
         let mut exp = ExpCollectors {
-            windowed: windowed(session, counters, settings, gpu_targets, failures)?,
+            windowed: windowed(session, counters, settings, topology, gpu_targets, failures)?,
             ..Default::default()
         };
         // Health and P2P are per physical GPU, MIG or not.
@@ -754,13 +799,14 @@ impl ExpCollectors {
     /// baselines from the collectors this one replaces, so that `_TOTAL` series stay
     /// monotonic across a rebuild and the samples DCGM took between the old collector's
     /// last read and this one's first are counted once, not lost (the cache keeps them: an
-    /// unwatch does not clear it). A GPU gone from the new targets takes its totals with it.
+    /// unwatch does not clear it). An entity no longer read takes its totals with it.
     pub fn inherit(&mut self, old: &mut ExpCollectors) {
         for w in &mut self.windowed {
             let Some(o) = old.windowed.iter_mut().find(|o| o.field == w.field) else {
                 continue;
             };
-            let kept: Vec<Entity> = w.targets.iter().map(|t| t.entity).collect();
+            let mut kept: Vec<Entity> = w.targets.iter().map(|t| t.entity).collect();
+            kept.extend(w.sources.values().flatten());
             w.totals = std::mem::take(&mut o.totals);
             w.totals.retain(|e, _| kept.contains(e));
             w.previous = std::mem::take(&mut o.previous);

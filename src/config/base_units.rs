@@ -52,6 +52,13 @@ pub struct BaseUnit {
     /// The legacy field and dcgm-exporter 4.8.x's name for it.
     pub legacy_id: u16,
     pub legacy_name: &'static str,
+    /// How the legacy value becomes the base-unit one.
+    pub conv: Conversion,
+}
+
+/// A legacy unit, its base unit, and what the library may say of each field.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Conversion {
     /// Units, as the metrics reference writes them.
     pub from: &'static str,
     pub to: &'static str,
@@ -65,330 +72,236 @@ pub struct BaseUnit {
     pub legacy_units: &'static [&'static str],
 }
 
-const HZ: &[&str] = &["", "Hz"];
-const MHZ: &[&str] = &["", "MHz"];
-const BYTES: &[&str] = &["", "B"];
-const MIB: &[&str] = &["", "MiB", "MB"];
-const RATIO: &[&str] = &[""];
-const PCT: &[&str] = &["", "%"];
 pub(super) const INT: &[u8] = b"i";
 pub(super) const NUM: &[u8] = b"id";
 
-macro_rules! base {
-    ($name:literal, $id:literal, $since:literal, $lid:literal, $lname:literal, $from:literal,
-     $to:literal, $op:ident, $ty:expr, $bu:expr, $lu:expr) => {
-        BaseUnit {
-            name: $name,
-            id: $id,
-            since: $since,
-            legacy_id: $lid,
-            legacy_name: $lname,
-            from: $from,
-            to: $to,
-            op: Op::$op,
-            base_type: $ty,
-            base_units: $bu,
-            legacy_units: $lu,
-        }
-    };
-}
+const MIB_TO_BYTES: Conversion = Conversion {
+    from: "MiB",
+    to: "bytes",
+    op: Op::Mebi,
+    base_type: NUM,
+    base_units: &["", "B"],
+    legacy_units: &["", "MiB", "MB"],
+};
+const MHZ_TO_HZ: Conversion = Conversion {
+    from: "MHz",
+    to: "Hz",
+    op: Op::Mega,
+    base_type: NUM,
+    base_units: &["", "Hz"],
+    legacy_units: &["", "MHz"],
+};
+const MJ_TO_J: Conversion = Conversion {
+    from: "mJ",
+    to: "J",
+    op: Op::Milli,
+    base_type: NUM,
+    base_units: &["", "J"],
+    legacy_units: &["", "mJ"],
+};
+const PERCENT_TO_RATIO: Conversion = Conversion {
+    from: "%",
+    to: "ratio",
+    op: Op::Percent,
+    base_type: b"d",
+    base_units: &[""],
+    legacy_units: &["", "%"],
+};
+const MBPS_TO_BPS: Conversion = Conversion {
+    from: "MB/s",
+    to: "bytes/s",
+    op: Op::Mega,
+    base_type: INT,
+    base_units: &["", "B/s"],
+    legacy_units: &["", "MB/s"],
+};
 
 /// Every base-unit metric we serve. Ids 1600-1612: DCGM 4.6.1 (go-dcgm v1.4611's
 /// `base_unit_fields_test.go` pairs each with its legacy field); the rest: DCGM 4.7 (release
 /// notes and NVIDIA's field reference only).
 pub static BASE_UNITS: &[BaseUnit] = &[
-    base!(
-        "DCGM_FI_DEV_BAR1_CAPACITY_BYTES",
-        1600,
-        "4.6.1",
-        90,
-        "DCGM_FI_DEV_BAR1_TOTAL",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_BAR1_USED_BYTES",
-        1601,
-        "4.6.1",
-        92,
-        "DCGM_FI_DEV_BAR1_USED",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_BAR1_FREE_BYTES",
-        1602,
-        "4.6.1",
-        93,
-        "DCGM_FI_DEV_BAR1_FREE",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_SM_CLOCK_HERTZ",
-        1603,
-        "4.6.1",
-        100,
-        "DCGM_FI_DEV_SM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ",
-        1604,
-        "4.6.1",
-        101,
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_VIDEO_CLOCK_HERTZ",
-        1605,
-        "4.6.1",
-        102,
-        "DCGM_FI_DEV_VIDEO_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_SM_APP_CLOCK_HERTZ",
-        1606,
-        "4.6.1",
-        110,
-        "DCGM_FI_DEV_APP_SM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ",
-        1607,
-        "4.6.1",
-        111,
-        "DCGM_FI_DEV_APP_MEM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ",
-        1608,
-        "4.6.1",
-        113,
-        "DCGM_FI_DEV_MAX_SM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ",
-        1609,
-        "4.6.1",
-        114,
-        "DCGM_FI_DEV_MAX_MEM_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ",
-        1610,
-        "4.6.1",
-        115,
-        "DCGM_FI_DEV_MAX_VIDEO_CLOCK",
-        "MHz",
-        "Hz",
-        Mega,
-        NUM,
-        HZ,
-        MHZ
-    ),
-    base!(
-        "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
-        1611,
-        "4.6.1",
-        156,
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "mJ",
-        "J",
-        Milli,
-        NUM,
-        &["", "J"],
-        &["", "mJ"]
-    ),
-    base!(
-        "DCGM_FI_DEV_FAN_SPEED_RATIO",
-        1612,
-        "4.6.1",
-        191,
-        "DCGM_FI_DEV_FAN_SPEED",
-        "%",
-        "ratio",
-        Percent,
-        b"d",
-        RATIO,
-        PCT
-    ),
-    base!(
-        "DCGM_FI_DEV_GPU_UTIL_RATIO",
-        1613,
-        "4.7.0",
-        203,
-        "DCGM_FI_DEV_GPU_UTIL",
-        "%",
-        "ratio",
-        Percent,
-        b"d",
-        RATIO,
-        PCT
-    ),
-    base!(
-        "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
-        1614,
-        "4.7.0",
-        204,
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "%",
-        "ratio",
-        Percent,
-        b"d",
-        RATIO,
-        PCT
-    ),
-    base!(
-        "DCGM_FI_DEV_ENC_UTIL_RATIO",
-        1615,
-        "4.7.0",
-        206,
-        "DCGM_FI_DEV_ENC_UTIL",
-        "%",
-        "ratio",
-        Percent,
-        b"d",
-        RATIO,
-        PCT
-    ),
-    base!(
-        "DCGM_FI_DEV_DEC_UTIL_RATIO",
-        1616,
-        "4.7.0",
-        207,
-        "DCGM_FI_DEV_DEC_UTIL",
-        "%",
-        "ratio",
-        Percent,
-        b"d",
-        RATIO,
-        PCT
-    ),
-    base!(
-        "DCGM_FI_DEV_FB_CAPACITY_BYTES",
-        1625,
-        "4.7.0",
-        250,
-        "DCGM_FI_DEV_FB_TOTAL",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_FB_FREE_BYTES",
-        1626,
-        "4.7.0",
-        251,
-        "DCGM_FI_DEV_FB_FREE",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_FB_USED_BYTES",
-        1627,
-        "4.7.0",
-        252,
-        "DCGM_FI_DEV_FB_USED",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_FB_RESERVED_BYTES",
-        1628,
-        "4.7.0",
-        253,
-        "DCGM_FI_DEV_FB_RESERVED",
-        "MiB",
-        "bytes",
-        Mebi,
-        NUM,
-        BYTES,
-        MIB
-    ),
-    base!(
-        "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
-        1648,
-        "4.7.0",
-        449,
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "MB/s",
-        "bytes/s",
-        Mega,
-        INT,
-        &["", "B/s"],
-        &["", "MB/s"]
-    ),
+    BaseUnit {
+        name: "DCGM_FI_DEV_BAR1_CAPACITY_BYTES",
+        id: 1600,
+        since: "4.6.1",
+        legacy_id: 90,
+        legacy_name: "DCGM_FI_DEV_BAR1_TOTAL",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_BAR1_USED_BYTES",
+        id: 1601,
+        since: "4.6.1",
+        legacy_id: 92,
+        legacy_name: "DCGM_FI_DEV_BAR1_USED",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_BAR1_FREE_BYTES",
+        id: 1602,
+        since: "4.6.1",
+        legacy_id: 93,
+        legacy_name: "DCGM_FI_DEV_BAR1_FREE",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_SM_CLOCK_HERTZ",
+        id: 1603,
+        since: "4.6.1",
+        legacy_id: 100,
+        legacy_name: "DCGM_FI_DEV_SM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_MEMORY_CLOCK_HERTZ",
+        id: 1604,
+        since: "4.6.1",
+        legacy_id: 101,
+        legacy_name: "DCGM_FI_DEV_MEM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_VIDEO_CLOCK_HERTZ",
+        id: 1605,
+        since: "4.6.1",
+        legacy_id: 102,
+        legacy_name: "DCGM_FI_DEV_VIDEO_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_SM_APP_CLOCK_HERTZ",
+        id: 1606,
+        since: "4.6.1",
+        legacy_id: 110,
+        legacy_name: "DCGM_FI_DEV_APP_SM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_MEMORY_APP_CLOCK_HERTZ",
+        id: 1607,
+        since: "4.6.1",
+        legacy_id: 111,
+        legacy_name: "DCGM_FI_DEV_APP_MEM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_SM_MAX_CLOCK_HERTZ",
+        id: 1608,
+        since: "4.6.1",
+        legacy_id: 113,
+        legacy_name: "DCGM_FI_DEV_MAX_SM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_MEMORY_MAX_CLOCK_HERTZ",
+        id: 1609,
+        since: "4.6.1",
+        legacy_id: 114,
+        legacy_name: "DCGM_FI_DEV_MAX_MEM_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_VIDEO_MAX_CLOCK_HERTZ",
+        id: 1610,
+        since: "4.6.1",
+        legacy_id: 115,
+        legacy_name: "DCGM_FI_DEV_MAX_VIDEO_CLOCK",
+        conv: MHZ_TO_HZ,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL",
+        id: 1611,
+        since: "4.6.1",
+        legacy_id: 156,
+        legacy_name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        conv: MJ_TO_J,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_FAN_SPEED_RATIO",
+        id: 1612,
+        since: "4.6.1",
+        legacy_id: 191,
+        legacy_name: "DCGM_FI_DEV_FAN_SPEED",
+        conv: PERCENT_TO_RATIO,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_GPU_UTIL_RATIO",
+        id: 1613,
+        since: "4.7.0",
+        legacy_id: 203,
+        legacy_name: "DCGM_FI_DEV_GPU_UTIL",
+        conv: PERCENT_TO_RATIO,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_MEMORY_UTIL_RATIO",
+        id: 1614,
+        since: "4.7.0",
+        legacy_id: 204,
+        legacy_name: "DCGM_FI_DEV_MEM_COPY_UTIL",
+        conv: PERCENT_TO_RATIO,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_ENC_UTIL_RATIO",
+        id: 1615,
+        since: "4.7.0",
+        legacy_id: 206,
+        legacy_name: "DCGM_FI_DEV_ENC_UTIL",
+        conv: PERCENT_TO_RATIO,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_DEC_UTIL_RATIO",
+        id: 1616,
+        since: "4.7.0",
+        legacy_id: 207,
+        legacy_name: "DCGM_FI_DEV_DEC_UTIL",
+        conv: PERCENT_TO_RATIO,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_FB_CAPACITY_BYTES",
+        id: 1625,
+        since: "4.7.0",
+        legacy_id: 250,
+        legacy_name: "DCGM_FI_DEV_FB_TOTAL",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_FB_FREE_BYTES",
+        id: 1626,
+        since: "4.7.0",
+        legacy_id: 251,
+        legacy_name: "DCGM_FI_DEV_FB_FREE",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_FB_USED_BYTES",
+        id: 1627,
+        since: "4.7.0",
+        legacy_id: 252,
+        legacy_name: "DCGM_FI_DEV_FB_USED",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_FB_RESERVED_BYTES",
+        id: 1628,
+        since: "4.7.0",
+        legacy_id: 253,
+        legacy_name: "DCGM_FI_DEV_FB_RESERVED",
+        conv: MIB_TO_BYTES,
+    },
+    BaseUnit {
+        name: "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND",
+        id: 1648,
+        since: "4.7.0",
+        legacy_id: 449,
+        legacy_name: "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        conv: MBPS_TO_BPS,
+    },
 ];
 
 impl BaseUnit {
     /// The legacy value in this metric's unit.
     pub fn convert(&self, legacy: f64) -> f64 {
-        self.op.apply(legacy)
+        self.conv.op.apply(legacy)
     }
 
     /// DCGM 4.6's metadata of the legacy field.

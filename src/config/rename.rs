@@ -100,12 +100,12 @@ pub fn for_generation(mut counters: Counters, source: &str, names: Names) -> Cou
                          its values converted ({} {})",
                         c.line,
                         c.name,
-                        b.from,
+                        b.conv.from,
                         b.name,
-                        b.to,
+                        b.conv.to,
                         b.name,
-                        b.from,
-                        b.op.describe()
+                        b.conv.from,
+                        b.conv.op.describe()
                     ));
                     c.name = b.name.to_string();
                     c.unit = Some(b);
@@ -171,17 +171,17 @@ pub type Lookup<'a> = dyn FnMut(u16) -> Option<(u8, String)> + 'a;
 pub fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
     match lookup(b.id) {
         None => Source::Derived(format!("the library has no field {}", b.id)),
-        Some((ty, _)) if !b.base_type.contains(&ty) => Source::Derived(format!(
+        Some((ty, _)) if !b.conv.base_type.contains(&ty) => Source::Derived(format!(
             "the library's field {} holds type '{}', not {}",
             b.id,
             ty as char,
-            type_names(b.base_type)
+            type_names(b.conv.base_type)
         )),
-        Some((_, unit)) if !unit_matches(&unit, b.base_units) => Source::Derived(format!(
+        Some((_, unit)) if !unit_matches(&unit, b.conv.base_units) => Source::Derived(format!(
             "the library's field {} is in '{}', not {}",
             b.id,
             unit.trim(),
-            b.to
+            b.conv.to
         )),
         Some(_) => Source::Direct,
     }
@@ -189,7 +189,7 @@ pub fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
 
 /// Checks that the legacy field still holds what the conversion expects.
 pub fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
-    let expected: &[u8] = if b.op == Op::Percent { INT } else { NUM };
+    let expected: &[u8] = if b.conv.op == Op::Percent { INT } else { NUM };
     match lookup(b.legacy_id) {
         None => Err(format!(
             "the library has neither field {} nor field {}",
@@ -200,13 +200,13 @@ pub fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
             b.legacy_id,
             ty as char,
             type_names(expected),
-            b.from
+            b.conv.from
         )),
-        Some((_, unit)) if !unit_matches(&unit, b.legacy_units) => Err(format!(
+        Some((_, unit)) if !unit_matches(&unit, b.conv.legacy_units) => Err(format!(
             "the library's field {} is in '{}', not {}",
             b.legacy_id,
             unit.trim(),
-            b.from
+            b.conv.from
         )),
         Some(_) => Ok(()),
     }
@@ -262,7 +262,7 @@ pub fn choose_sources(
             Source::Direct => {
                 notes.push(format!(
                     "{}: watching field {} ({}) directly",
-                    c.name, b.id, b.to
+                    c.name, b.id, b.conv.to
                 ));
                 c.field = CounterField::Dcgm(b.base_meta());
             }
@@ -275,8 +275,8 @@ pub fn choose_sources(
                     "{}: {why}; derived from field {} ({} {})",
                     c.name,
                     b.legacy_id,
-                    b.from,
-                    b.op.describe()
+                    b.conv.from,
+                    b.conv.op.describe()
                 ));
                 c.field = CounterField::Dcgm(b.legacy_meta());
             }

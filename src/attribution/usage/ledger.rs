@@ -163,17 +163,24 @@ impl Book {
     }
 
     /// Forgets the consumers not in `present`, but those whose source is `failed` this
-    /// collection: one failed kubelet `List`, container-runtime answer or HPC file read says
-    /// nothing about who left. Those are kept (their counters and order) for
-    /// [`MAX_UNKNOWN`] collections in a row at most; returns how many were kept so.
-    pub fn keep_only(&mut self, present: &[ConsumerId], failed: &BTreeSet<&'static str>) -> usize {
+    /// collection or who are `unknown` (named by a part of a source that failed): one
+    /// failed kubelet `List`, container-runtime answer or HPC file read says nothing about
+    /// who left. Those are kept (their counters and order) for [`MAX_UNKNOWN`] collections
+    /// in a row at most; returns how many were kept so.
+    pub fn keep_only(
+        &mut self,
+        present: &[ConsumerId],
+        failed: &BTreeSet<&'static str>,
+        unknown: &[ConsumerId],
+    ) -> usize {
         let mut kept = 0;
         self.consumers.retain(|id, c| {
             if present.contains(id) {
                 c.missing = 0;
                 return true;
             }
-            let keep = failed.contains(c.source) && c.missing < MAX_UNKNOWN;
+            let keep =
+                (failed.contains(c.source) || unknown.contains(id)) && c.missing < MAX_UNKNOWN;
             if keep {
                 c.missing += 1;
                 kept += 1;

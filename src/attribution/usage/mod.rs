@@ -78,9 +78,12 @@ pub struct Inputs<'a> {
     pub processes: &'a HashMap<String, Vec<Process>>,
     pub owners: &'a HashMap<u32, Owner>,
     /// The sources failing this collection (a kubelet `List` that failed, a container
-    /// runtime that did not answer, an HPC file that could not be read): their consumers
-    /// missing now are kept, their shares unknown, for [`ledger::MAX_UNKNOWN`] collections.
+    /// runtime that did not answer): their consumers missing now are kept, their shares
+    /// unknown, for [`ledger::MAX_UNKNOWN`] collections.
     pub failed: &'a BTreeSet<&'static str>,
+    /// Consumers per device that a failing part of a source may still name (the jobs of an
+    /// HPC file that could not be read): kept while missing as a failing source's are.
+    pub unknown: &'a HashMap<EntityKey, Vec<ledger::ConsumerId>>,
 }
 
 /// A device as the last collection showed it.
@@ -101,15 +104,24 @@ pub struct Accountant {
 }
 
 /// One consumer's part of one interval on its device.
-struct Part {
-    id: ConsumerId,
-    /// `None`: unknown this interval (NVML gave no processes for a shared device).
-    share: Option<f64>,
+struct Part<'a> {
+    consumer: &'a Consumer,
+    /// Its share of the device's utilisation, percent: the sum of its processes' interval
+    /// means, clamped to the device's own value (the device's value for an exclusive holder).
+    share: f64,
+    /// Its fraction of the device's energy (1 for an exclusive holder, share / 100 else).
     fraction: f64,
     active: bool,
     /// Whether what it does can be told (an exclusive holder, or a known owner).
     known: bool,
-    source: &'static str,
+}
+
+/// Every consumer's part of one interval on one device.
+struct Parts<'a> {
+    parts: Vec<Part<'a>>,
+    /// The shares are known: NVML answered for a shared device's GPU (an exclusive holder's
+    /// is the device's own utilisation, known without it).
+    shares_known: bool,
 }
 
 impl Accountant {
@@ -138,7 +150,7 @@ impl Accountant {
         self.devices.clear();
         for r in &readings {
             let parts = self.parts(r, inputs);
-            self.book_device(r, parts, inputs.failed, now);
+            self.book_device(r, parts, inputs, now);
             self.devices.insert(
                 r.key.clone(),
                 Device {
@@ -158,85 +170,88 @@ impl Accountant {
     }
 
     /// Each consumer's share, energy fraction and activity on one device this interval.
-    fn parts(&self, r: &Reading, inputs: &Inputs) -> Vec<Part> {
-        let mut list: Vec<&Consumer> = Vec::new();
+    fn parts<'a>(&self, r: &Reading, inputs: &Inputs<'a>) -> Parts<'a> {
+        let mut parts: Vec<Part<'a>> = Vec::new();
         for c in inputs.consumers.get(&r.key).into_iter().flatten() {
-            let dup = list
-                .iter()
-                .any(|x| x.labels == c.labels || (c.owner.is_some() && x.owner == c.owner));
+            let dup = parts.iter().any(|x| {
+                x.consumer.labels == c.labels || (c.owner.is_some() && x.consumer.owner == c.owner)
+            });
             if !dup {
-                list.push(c);
+                parts.push(Part {
+                    consumer: c,
+                    share: 0.0,
+                    fraction: 0.0,
+                    active: false,
+                    known: c.owner.is_some(),
+                });
             }
         }
-        let exclusive = list.len() == 1 && !list[0].replica;
-        let mut raw = vec![0.0; list.len()];
-        let mut active = vec![false; list.len()];
         let procs = inputs.processes.get(&r.key.0).map(Vec::as_slice);
         for p in share::on_entity(procs.unwrap_or_default(), r.key.1) {
             let Some(owner) = inputs.owners.get(&p.pid) else {
                 continue;
             };
-            for (i, c) in list.iter().enumerate() {
-                if c.owner.as_ref() == Some(owner) {
-                    raw[i] += share::interval_mean(p);
-                    active[i] |= share::active(p);
+            for part in parts.iter_mut() {
+                if part.consumer.owner.as_ref() == Some(owner) {
+                    part.share += share::interval_mean(p);
+                    part.active |= share::active(p);
                 }
             }
         }
-        // A shared device's shares without NVML's answer for its GPU are unknown.
-        let told = exclusive || list.is_empty() || procs.is_some();
-        let (shares, fractions) = if exclusive {
-            let util = r.util.unwrap_or(raw[0].min(100.0));
-            active[0] |= util > 0.0;
-            (vec![util], vec![1.0])
+        let exclusive = parts.len() == 1 && !parts[0].consumer.replica;
+        if exclusive {
+            let part = &mut parts[0];
+            part.share = r.util.unwrap_or(part.share.min(100.0));
+            part.active |= part.share > 0.0;
+            part.fraction = 1.0;
+            part.known = true;
         } else {
-            share::clamp(&mut raw, r.util.unwrap_or(100.0).min(100.0));
-            let f = raw.iter().map(|s| s / 100.0).collect();
-            (raw, f)
-        };
-        list.iter()
-            .enumerate()
-            .map(|(i, c)| Part {
-                id: c.labels.clone(),
-                share: told.then_some(shares[i]),
-                fraction: fractions[i],
-                active: active[i],
-                known: exclusive || c.owner.is_some(),
-                source: c.source,
-            })
-            .collect()
+            let mut shares: Vec<f64> = parts.iter().map(|p| p.share).collect();
+            share::clamp(&mut shares, r.util.unwrap_or(100.0).min(100.0));
+            for (part, share) in parts.iter_mut().zip(shares) {
+                part.share = share;
+                part.fraction = share / 100.0;
+            }
+        }
+        let shares_known = exclusive || parts.is_empty() || procs.is_some();
+        Parts {
+            parts,
+            shares_known,
+        }
     }
 
-    fn book_device(
-        &mut self,
-        r: &Reading,
-        parts: Vec<Part>,
-        failed: &BTreeSet<&'static str>,
-        now: Instant,
-    ) {
+    fn book_device(&mut self, r: &Reading, parts: Parts, inputs: &Inputs, now: Instant) {
         let book = self.books.entry(r.key.clone()).or_default();
-        let ids: Vec<ConsumerId> = parts.iter().map(|p| p.id.clone()).collect();
-        // A consumer of a failing source may still be there: its share is unknown.
-        let mut told = book.keep_only(&ids, failed) == 0;
-        let mut fractions = Vec::with_capacity(parts.len());
-        for p in parts {
-            let c = book.consumers.entry(p.id.clone()).or_insert_with(|| {
-                self.seq += 1;
-                ConsumerBook::new(now, self.seq, p.source)
-            });
+        let ids: Vec<ConsumerId> = parts
+            .parts
+            .iter()
+            .map(|p| p.consumer.labels.clone())
+            .collect();
+        let unknown = inputs.unknown.get(&r.key).map_or(&[][..], Vec::as_slice);
+        // A consumer of a failing source kept while missing may still be using the device:
+        // the interval's fractions leave it out, so they are not booked.
+        let everyone_told = book.keep_only(&ids, inputs.failed, unknown) == 0;
+        let mut fractions = Vec::with_capacity(ids.len());
+        for p in parts.parts {
+            let c = book
+                .consumers
+                .entry(p.consumer.labels.clone())
+                .or_insert_with(|| {
+                    self.seq += 1;
+                    ConsumerBook::new(now, self.seq, p.consumer.source)
+                });
             c.known = p.known;
             if p.active {
                 c.last_active = Some(now);
             }
-            // An unknown share keeps the last one on show.
-            if let Some(share) = p.share {
-                c.share = Some(share);
-                fractions.push((p.id, p.fraction));
-            } else {
-                told = false;
+            // Unknown shares keep the last ones on show.
+            if parts.shares_known {
+                c.share = Some(p.share);
+                fractions.push((p.consumer.labels.clone(), p.fraction));
             }
         }
-        book.book(told.then_some(fractions), r.energy_mj);
+        let bookable = everyone_told && parts.shares_known;
+        book.book(bookable.then_some(fractions), r.energy_mj);
     }
 
     /// Adds the usage families to the page (after the merge, so that no pod copies them).

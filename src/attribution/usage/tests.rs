@@ -84,6 +84,7 @@ struct World {
     processes: HashMap<String, Vec<Process>>,
     owners: HashMap<u32, Owner>,
     failed: std::collections::BTreeSet<&'static str>,
+    unknown: HashMap<EntityKey, Vec<super::ledger::ConsumerId>>,
 }
 
 impl World {
@@ -119,6 +120,7 @@ fn collect(
         processes: &w.processes,
         owners: &w.owners,
         failed: &w.failed,
+        unknown: &w.unknown,
     };
     let dropped = a.account(readings, &inputs, now);
     let mut out = Page::default();
@@ -279,6 +281,34 @@ fn a_failed_source_keeps_its_consumers_for_a_bounded_grace() {
     other.failed.insert(super::HPC);
     let (_, v) = collect(&mut a, &gpu(100_000.0), &other, at(30));
     assert_eq!(get(&v, ENERGY, 0, "a"), None, "{v:?}");
+}
+
+/// A failing part of a source (an HPC file that could not be read) keeps the consumers it
+/// named, and only those: the others missing now are gone at once.
+#[test]
+fn unknown_consumers_are_kept_and_only_they() {
+    let mut a = Accountant::new(settings(64));
+    let t0 = Instant::now();
+    let at = |s: u64| t0 + Duration::from_secs(s);
+    let gpu = |e: f64| [(0, Some(e), Some(50.0))];
+    let held = World::default()
+        .pod(0, "a", true, vec![proc(1, &[30], 10)])
+        .pod(0, "b", true, vec![proc(2, &[20], 10)]);
+    collect(&mut a, &gpu(0.0), &held, at(0));
+    collect(&mut a, &gpu(100_000.0), &held, at(30));
+    // Neither is named; only a's presence is unknown.
+    let w = World {
+        processes: held.processes.clone(),
+        unknown: HashMap::from([(key(0), vec![held.consumers[&key(0)][0].labels.clone()])]),
+        ..World::default()
+    };
+    let (_, v) = collect(&mut a, &gpu(200_000.0), &w, at(60));
+    assert!(get(&v, ENERGY, 0, "a").is_some(), "{v:?}");
+    assert_eq!(get(&v, ENERGY, 0, "b"), None, "{v:?}");
+    // Its share unknown: the interval waits rather than going to idle.
+    let idle = get(&v, IDLE_ENERGY, 0, "").unwrap();
+    let (_, v2) = collect(&mut a, &gpu(300_000.0), &w, at(90));
+    assert!(close(get(&v2, IDLE_ENERGY, 0, "").unwrap(), idle), "{v2:?}");
 }
 
 #[test]
