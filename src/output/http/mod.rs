@@ -14,6 +14,7 @@ pub mod pprof;
 pub mod reply;
 pub mod routes;
 pub mod state;
+pub mod stream;
 pub mod timeout;
 pub mod tls;
 pub mod webconfig;
@@ -22,7 +23,7 @@ use crate::config::duration;
 use crate::output::published::Shared;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use reply::Response;
 use state::Web;
@@ -34,7 +35,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use timeout::{Activity, WriteDeadline};
+use stream::StreamExec;
+use timeout::{Activity, Ended, WriteDeadline};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -279,7 +281,7 @@ async fn serve<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(StreamExec);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -307,17 +309,21 @@ async fn serve<I>(
         conn.as_mut().graceful_shutdown();
     }
     let grace = ctx.opts.write_timeout;
+    let watch = activity.watch(Some(ctx.opts.read_timeout), Some(ctx.opts.write_timeout));
     let result = tokio::select! {
-        r = conn.as_mut() => r,
+        biased;
+        r = conn.as_mut() => r.map_err(Into::into),
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
             closing(conn, &activity, grace).await
         }
-        _ = activity.idle(ctx.opts.read_timeout) => {
-            conn.as_mut().graceful_shutdown();
-            closing(conn, &activity, grace).await
-        }
-        _ = activity.overdue() => Err(OVERDUE.into()),
+        ended = watch => match ended {
+            Ended::Idle => {
+                conn.as_mut().graceful_shutdown();
+                closing(conn, &activity, grace).await
+            }
+            Ended::Overdue => Err(OVERDUE.into()),
+        },
     };
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
@@ -339,8 +345,9 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     tokio::select! {
+        biased;
         r = conn => r.map_err(Into::into),
-        _ = activity.overdue() => Err(OVERDUE.into()),
+        _ = activity.watch(None, Some(grace)) => Err(OVERDUE.into()),
         _ = tokio::time::sleep(grace) => Err("the connection did not close within the write timeout".into()),
     }
 }
@@ -388,7 +395,11 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
                     "400 Bad Request: the request target has no path\n",
                 ),
             };
-            request.writing(write_timeout);
+            // An HTTP/2 stream has a deadline of its own (a late one loses only its
+            // stream); an HTTP/1 response's is the connection's.
+            if !stream::set_deadline(tokio::time::Instant::now() + write_timeout) {
+                request.writing(write_timeout);
+            }
             Ok(resp.map(|inner| Tracked {
                 inner,
                 request: Some(request),
@@ -430,8 +441,11 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
         polled
     }
 
+    /// Never: told the end ahead, hyper's HTTP/2 side would hand h2 the last frame beyond
+    /// the client's flow-control window and end the stream's task, and with it the stream's
+    /// deadline ([`stream`]). Asked once more, the body answers `None` when it is done.
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        false
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {

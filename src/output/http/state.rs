@@ -241,9 +241,10 @@ impl ReloadStatus {
             Opts::new(
                 format!("{}web_config_reload_refused_total", crate::common::PREFIX),
                 "Changed web configuration files not put in force, by reason: lowers_security \
-                 (it would remove TLS, client-certificate checks or every basic-auth user, or \
-                 the file is empty; lowering security takes a restart) or invalid (unreadable \
-                 or unparseable file or certificate).",
+                 (it would remove TLS, client-certificate checks or every basic-auth user, \
+                 lower the TLS versions, widen the suites or curves, drop or weaken a \
+                 header, turn HTTP/2 back on, or the file is empty; lowering security takes \
+                 a restart) or invalid (unreadable or unparseable file or certificate).",
             ),
             &["reason"],
         )
