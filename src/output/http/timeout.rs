@@ -131,7 +131,12 @@ impl Activity {
             let now = Instant::now();
             // Whatever starts after this look has its deadline a full timeout from now or
             // later: looking again by then is early enough.
-            let mut next = now + idle.into_iter().chain(overdue).min().unwrap_or(Duration::MAX / 4);
+            let mut next = now
+                + idle
+                    .into_iter()
+                    .chain(overdue)
+                    .min()
+                    .unwrap_or(Duration::MAX / 4);
             if let Some(at) = idle.and_then(|t| self.idle_at(t)) {
                 if at <= now {
                     return Ended::Idle;
@@ -434,7 +439,10 @@ mod tests {
         let idle = tokio::spawn({
             let a = activity.clone();
             async move {
-                assert_eq!(a.watch(Some(Duration::from_secs(5)), None).await, Ended::Idle);
+                assert_eq!(
+                    a.watch(Some(Duration::from_secs(5)), None).await,
+                    Ended::Idle
+                );
                 Instant::now()
             }
         });

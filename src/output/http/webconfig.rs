@@ -262,15 +262,15 @@ impl Protection {
     fn headers_lowered_by(&self, new: &Protection) -> Vec<String> {
         self.headers
             .iter()
-            .filter_map(|(name, old)| {
-                match new.headers.iter().find(|(n, _)| n == name) {
+            .filter_map(
+                |(name, old)| match new.headers.iter().find(|(n, _)| n == name) {
                     None => Some(format!("the {name} header ({old:?})")),
                     Some((_, v)) if header_weakened(name, old, v) => {
                         Some(format!("the {name} header {old:?} (it would be {v:?})"))
                     }
                     Some(_) => None,
-                }
-            })
+                },
+            )
             .collect()
     }
 }
@@ -297,7 +297,10 @@ impl WebConfig {
             ),
             users: self.users.keys().cloned().collect(),
             versions: self.tls.as_ref().map(|t| (t.min_version, t.max_version)),
-            suites: self.tls.as_ref().and_then(|t| tls12_suites(&t.cipher_suites)),
+            suites: self
+                .tls
+                .as_ref()
+                .and_then(|t| tls12_suites(&t.cipher_suites)),
             curves: self.tls.as_ref().and_then(|t| t.curves.clone()),
             headers: self.headers.clone(),
             http2: self.http2,
@@ -637,7 +640,10 @@ mod tests {
             "{}    Strict-Transport-Security: max-age=31536000; includeSubDomains\n",
             base.replace("X-Frame-Options: deny", "X-Frame-Options: sameorigin")
         ));
-        assert!(lost.len() == 1 && lost[0].contains("\"sameorigin\""), "{lost:?}");
+        assert!(
+            lost.len() == 1 && lost[0].contains("\"sameorigin\""),
+            "{lost:?}"
+        );
         // A suite or curve added to the list widens it; a TLS 1.3 name does not (always on).
         let hsts = "    Strict-Transport-Security: max-age=31536000; includeSubDomains\n";
         let lost = one(&format!(
@@ -655,7 +661,10 @@ mod tests {
             "{}{hsts}",
             base.replace("[X25519]", "[X25519, CurveP256]")
         ));
-        assert!(lost.len() == 1 && lost[0].contains("allow CurveP256"), "{lost:?}");
+        assert!(
+            lost.len() == 1 && lost[0].contains("allow CurveP256"),
+            "{lost:?}"
+        );
         let lost = tls("").removed_by(&tls("  max_version: TLS12\n"));
         assert!(
             lost.len() == 1 && lost[0].contains("max_version TLS13 (connections would use TLS12)"),
@@ -664,7 +673,11 @@ mod tests {
         // Raising: from the defaults to strict loses nothing; so does switching HTTP/2 off.
         assert!(tls("").removed_by(&strict).is_empty());
         // Without TLS (plain HTTP) HTTP/2 is never spoken: turning it on lowers nothing.
-        let plain = |h2: bool| p(&format!("http_server_config:\n  http2: {h2}\n")).unwrap().protection();
+        let plain = |h2: bool| {
+            p(&format!("http_server_config:\n  http2: {h2}\n"))
+                .unwrap()
+                .protection()
+        };
         assert!(plain(false).removed_by(&plain(true)).is_empty());
     }
 }
