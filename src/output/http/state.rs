@@ -337,6 +337,12 @@ impl Web {
         self.current.load_full()
     }
 
+    /// The configuration in force, for the time of one call: no reference count shared by
+    /// every core changes (arc-swap's borrowed load), unlike [`Self::current`].
+    pub fn peek(&self) -> arc_swap::Guard<Arc<WebState>> {
+        self.current.load()
+    }
+
     /// As [`Self::watch`], and the exporter sees how reloads go: their self-metrics in
     /// `shared`'s registry, a refused change as a degraded line of `/health`.
     pub fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, String> {
