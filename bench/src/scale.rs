@@ -88,7 +88,7 @@ pub(crate) struct Running {
 }
 
 impl Running {
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.0.id()
     }
     fn url(&self) -> String {

@@ -7,7 +7,9 @@
 //! ours and its static server one right after the other (which goes first alternates by
 //! round, the builds' order rotates): the ratio of one round compares two servers under the
 //! same load, and the rounds show how much that load (other builds on a shared machine)
-//! moves it.
+//! moves it. Next to requests per second, each server's CPU time per request (the
+//! exporter's process, the static server's threads of this process): on a loaded machine
+//! it moves far less than the rates do.
 //!
 //! `cargo run --release -p bench -- serving --builds before=DIR,after=DIR [--rounds 3]
 //! [--phase-seconds 3] [--profile etc/sim/large-bench.toml]
@@ -27,9 +29,28 @@ struct Pair {
     gzip: bool,
     bytes: usize,
     ours: SocketAddr,
+    pid: u32,
     fixed: SocketAddr,
     /// (ours, static) per round.
-    rounds: Vec<(throughput::Load, throughput::Load)>,
+    rounds: Vec<(Measured, Measured)>,
+}
+
+/// One phase: what the clients saw and the server's CPU time per request.
+struct Measured {
+    load: throughput::Load,
+    cpu_us: f64,
+}
+
+/// `rate` with the CPU time `cpu` says the server spent meanwhile, per request.
+fn measure(addr: SocketAddr, gzip: bool, phase: Duration, cpu: impl Fn() -> f64) -> Measured {
+    let c0 = cpu();
+    let load = throughput::rate(addr, "/metrics", gzip, phase);
+    let spent = cpu() - c0;
+    let requests = load.per_second * phase.as_secs_f64();
+    Measured {
+        cpu_us: spent * 1e6 / requests.max(1.0),
+        load,
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -65,6 +86,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
                 gzip,
                 bytes,
                 ours,
+                pid: r.pid(),
                 fixed,
                 rounds: Vec::new(),
             });
@@ -81,12 +103,14 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         for k in 0..n {
             // Rotate by two (one build's pair of encodings) per round.
             let p = &mut pairs[(k + 2 * round) % n];
+            let pid = p.pid;
+            let ours_cpu = move || scale::cpu_s(pid).unwrap_or(f64::NAN);
             let (ours, fixed) = if round % 2 == 0 {
-                let o = throughput::rate(p.ours, "/metrics", p.gzip, phase);
-                (o, throughput::rate(p.fixed, "/metrics", p.gzip, phase))
+                let o = measure(p.ours, p.gzip, phase, ours_cpu);
+                (o, measure(p.fixed, p.gzip, phase, throughput::static_cpu_s))
             } else {
-                let f = throughput::rate(p.fixed, "/metrics", p.gzip, phase);
-                (throughput::rate(p.ours, "/metrics", p.gzip, phase), f)
+                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s);
+                (measure(p.ours, p.gzip, phase, ours_cpu), f)
             };
             p.rounds.push((ours, fixed));
         }
@@ -97,35 +121,45 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
 
 fn report(builds: &[Build], pairs: &[Pair]) {
     println!(
-        "{:<10} {:<5} {:>8}  {:>26}  {:>8}  per round (ours/static req/s)",
-        "build", "gzip", "bytes", "req/s ours / static (median)", "ratio"
+        "{:<8} {:<4} {:>7}  {:>22}  {:>6}  {:<30}  {:>17}  {:>6}",
+        "build",
+        "gzip",
+        "bytes",
+        "req/s ours / static",
+        "ratio",
+        "ratio per round",
+        "CPU µs/req o / s",
+        "ratio"
     );
     for p in pairs {
-        let ratios: Vec<f64> = p
-            .rounds
-            .iter()
-            .map(|(o, f)| o.per_second / f.per_second.max(1e-9))
-            .collect();
-        let ours = median(p.rounds.iter().map(|(o, _)| o.per_second).collect());
-        let fixed = median(p.rounds.iter().map(|(_, f)| f.per_second).collect());
+        let per_round = |f: &dyn Fn(&(Measured, Measured)) -> f64| -> Vec<f64> {
+            p.rounds.iter().map(f).collect()
+        };
+        let ratios = per_round(&|(o, f)| o.load.per_second / f.load.per_second.max(1e-9));
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        let cpu_ratio = median(per_round(&|(o, f)| o.cpu_us / f.cpu_us.max(1e-9)));
         println!(
-            "{:<10} {:<5} {:>8}  {:>12.0} / {:>11.0}  {:>8.3}  {}",
+            "{:<8} {:<4} {:>7}  {:>10.0} / {:>9.0}  {:>6.3}  {:<30}  {:>7.1} / {:>7.1}  {:>6.3}",
             builds[p.build].name,
             if p.gzip { "on" } else { "off" },
             p.bytes,
-            ours,
-            fixed,
+            median(per_round(&|(o, _)| o.load.per_second)),
+            median(per_round(&|(_, f)| f.load.per_second)),
             median(ratios.clone()),
-            each.join(" ")
+            each.join(" "),
+            median(per_round(&|(o, _)| o.cpu_us)),
+            median(per_round(&|(_, f)| f.cpu_us)),
+            cpu_ratio,
         );
     }
+    println!("(medians over the rounds; CPU: the server's own time per request, the exporter's");
+    println!(" process with its collections, the static server's threads; lower is better)");
     println!("p99 latency ours / static, median of the rounds:");
     for p in pairs {
         let p99: Vec<f64> = p
             .rounds
             .iter()
-            .map(|(o, f)| o.p99 / f.p99.max(1e-9))
+            .map(|(o, f)| o.load.p99 / f.load.p99.max(1e-9))
             .collect();
         println!(
             "  {:<10} gzip {:<3} {:.3}",

@@ -140,12 +140,9 @@ impl Activity {
             let now = Instant::now();
             // Whatever starts after this look has its deadline a full timeout from now or
             // later: looking again by then is early enough.
-            let mut next = now
-                + idle
-                    .into_iter()
-                    .chain(overdue)
-                    .min()
-                    .unwrap_or(Duration::MAX / 4);
+            let look_again = idle.into_iter().chain(overdue).min();
+            // A year stands for never: an `Instant` cannot hold much more.
+            let mut next = now + look_again.unwrap_or(Duration::from_secs(365 * 86400));
             if let Some(at) = idle.and_then(|t| self.idle_at(t)) {
                 if at <= now {
                     return Ended::Idle;
