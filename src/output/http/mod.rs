@@ -311,7 +311,7 @@ async fn serve<I>(
     let watch = activity.watch(Some(ctx.opts.read_timeout), Some(ctx.opts.write_timeout));
     let result = tokio::select! {
         biased;
-        r = conn.as_mut() => r.map_err(Into::into),
+        r = conn.as_mut() => r,
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
             closing(conn, &activity, grace).await
