@@ -289,6 +289,16 @@ fn frame(ty: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     f
 }
 
+/// HEADERS of `GET https://127.0.0.1/metrics` (HPACK: indexed :method GET, :scheme https;
+/// literal :path and :authority, never indexed, so any stream may send them).
+fn get_metrics() -> Vec<u8> {
+    let mut hpack = vec![0x82, 0x87, 0x04, 8];
+    hpack.extend(b"/metrics");
+    hpack.extend([0x01, 9]);
+    hpack.extend(b"127.0.0.1");
+    hpack
+}
+
 fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new(prom::tool("openssl"))
         .args(args)
@@ -304,12 +314,9 @@ fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &st
     http2_client(Some(window), extra, bound, what)
 }
 
-/// An HTTP/2 client over TLS: with `window`, it asks for the page granting that many bytes
-/// per stream and never more; without, it only opens the connection and then says nothing
-/// (it never answers a ping, nor a GOAWAY's).
-fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A TLS exporter (HTTP/2 offered) with the big page, ready, in `d`; and a scrape over
+/// HTTP/2 by curl that says whether it got a page.
+fn tls_exporter(d: &Path, extra: &[&str]) -> (Exporter, impl Fn() -> bool) {
     openssl(
         d,
         &[
@@ -340,13 +347,29 @@ fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str
     args.extend(extra);
     let e = big_exporter(d, &args).spawn();
     let url = format!("https://127.0.0.1:{}/metrics", e.port);
-    let scrape = || {
+    let scrape = move || {
         Command::new(prom::tool("curl"))
             .args(["-skf", "--http2", "-o", "/dev/null", &url])
             .status()
             .is_ok_and(|s| s.success())
     };
-    e.wait_until(60, |_| scrape());
+    // The page with its DCGM series, not the first one of self-metrics only.
+    e.wait_until(60, |e| {
+        Command::new(prom::tool("curl"))
+            .args(["-sk", "--http2"])
+            .arg(format!("https://127.0.0.1:{}/metrics", e.port))
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("DCGM_FI_DEV"))
+    });
+    (e, scrape)
+}
+
+/// An HTTP/2 client over TLS: with `window`, it asks for the page granting that many bytes
+/// per stream and never more; without, it only opens the connection and then says nothing
+/// (it never answers a ping, nor a GOAWAY's).
+fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, scrape) = tls_exporter(dir.path(), extra);
     std::thread::sleep(Duration::from_millis(500));
     let pid = e.child.id();
     let base = Baseline {
@@ -368,14 +391,9 @@ fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str
     let mut settings = vec![0, 4];
     settings.extend(window.unwrap_or(65535).to_be_bytes());
     h2.extend(frame(0x4, 0, 0, &settings));
-    // HEADERS, END_STREAM | END_HEADERS: GET https 127.0.0.1 /metrics (HPACK: indexed
-    // :method GET, :scheme https; literal :path and :authority).
-    let mut hpack = vec![0x82, 0x87, 0x04, 8];
-    hpack.extend(b"/metrics");
-    hpack.extend([0x01, 9]);
-    hpack.extend(b"127.0.0.1");
+    // HEADERS, END_STREAM | END_HEADERS.
     if window.is_some() {
-        h2.extend(frame(0x1, 0x5, 1, &hpack));
+        h2.extend(frame(0x1, 0x5, 1, &get_metrics()));
     }
     to_server.write_all(&h2).unwrap();
     to_server.flush().unwrap();
@@ -393,15 +411,25 @@ fn http2_client(window: Option<u32>, extra: &[&str], bound: Duration, what: &str
     let _ = client.wait();
 }
 
+/// A stream without window is reset at the write timeout (see
+/// [`an_http2_stream_without_window_is_reset_and_the_connection_lives_on`]); the connection,
+/// with nothing in progress then, goes as an idle one: the read timeout, then the write
+/// timeout to close (the client answers neither the GOAWAY's ping nor any other).
 #[test]
-fn an_http2_client_that_grants_no_window_loses_the_connection_at_the_write_timeout() {
-    http2_client_granting(0, &[], WRITE_TIMEOUT, "HTTP/2 zero window");
+fn an_http2_client_that_grants_no_window_loses_its_stream_then_the_idle_connection() {
+    let read = Duration::from_secs(3);
+    let read_timeout = format!("{}s", read.as_secs());
+    http2_client_granting(
+        0,
+        &["--web-read-timeout", &read_timeout],
+        WRITE_TIMEOUT + read + WRITE_TIMEOUT,
+        "HTTP/2 zero window",
+    );
 }
 
-/// A window of 1000 bytes: h2 sends that much of the page and must keep the rest. Whether
-/// hyper still holds the body then (the write deadline ends the connection) or has handed it
-/// all to h2 (the connection goes as an idle one: no request for the read timeout, then the
-/// write timeout to close), the connection is bounded by their sum.
+/// A window of 1000 bytes: h2 sends that much of the page and must keep the rest; the
+/// stream is reset at the write timeout and the connection goes as an idle one, as with no
+/// window at all.
 #[test]
 fn an_http2_client_that_grants_a_tiny_window_loses_the_connection_as_an_idle_one() {
     let read = Duration::from_secs(3);
@@ -409,7 +437,7 @@ fn an_http2_client_that_grants_a_tiny_window_loses_the_connection_as_an_idle_one
     http2_client_granting(
         1000,
         &["--web-read-timeout", &read_timeout],
-        read + WRITE_TIMEOUT,
+        WRITE_TIMEOUT + read + WRITE_TIMEOUT,
         "HTTP/2 window of 1000 bytes",
     );
 }
@@ -426,4 +454,142 @@ fn an_idle_http2_client_that_never_answers_loses_the_connection() {
         read + WRITE_TIMEOUT,
         "idle HTTP/2",
     );
+}
+
+/// One frame the server sent: type, flags, stream, payload (DATA's payload only counted).
+struct Frame {
+    ty: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+    len: usize,
+    at: Instant,
+}
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const END_STREAM: u8 = 0x1;
+const ACK: u8 = 0x1;
+
+/// Reads frames from the server (after TLS: s_client's output) until the end.
+fn frames(mut from: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Frame> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || loop {
+        let mut head = [0u8; 9];
+        if from.read_exact(&mut head).is_err() {
+            return;
+        }
+        let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+        let mut payload = vec![0u8; len];
+        if from.read_exact(&mut payload).is_err() {
+            return;
+        }
+        let ty = head[3];
+        if ty == DATA {
+            payload = Vec::new();
+        }
+        let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+        let f = Frame {
+            ty,
+            flags: head[4],
+            stream,
+            payload,
+            len,
+            at: Instant::now(),
+        };
+        if tx.send(f).is_err() {
+            return;
+        }
+    });
+    rx
+}
+
+fn window_update(stream: u32, increment: u32) -> Vec<u8> {
+    frame(WINDOW_UPDATE, 0, stream, &increment.to_be_bytes())
+}
+
+/// Issue 30: over HTTP/2, a stream whose client grants it no flow-control window loses only
+/// that stream (RST_STREAM at the write timeout); the connection, a stream with window
+/// beside it, a stream opened after the reset and pings go on. Before, the write deadline
+/// of the one stream closed the whole connection.
+#[test]
+fn an_http2_stream_without_window_is_reset_and_the_connection_lives_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, scrape) = tls_exporter(dir.path(), &[]);
+    let mut client = Command::new("openssl")
+        .args(["s_client", "-quiet", "-alpn", "h2", "-connect"])
+        .arg(format!("127.0.0.1:{}", e.port))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to_server = client.stdin.take().unwrap();
+    let from_server = frames(client.stdout.take().unwrap());
+    let mut send = |bytes: &[u8]| {
+        to_server.write_all(bytes).unwrap();
+        to_server.flush().unwrap();
+    };
+    // No window for any stream unless granted; the connection's window is wide open.
+    let mut h2 = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    h2.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    h2.extend(window_update(0, (1 << 31) - 1 - 65535));
+    h2.extend(frame(HEADERS, 0x5, 1, &get_metrics()));
+    h2.extend(frame(HEADERS, 0x5, 3, &get_metrics()));
+    h2.extend(window_update(3, (1 << 31) - 1));
+    send(&h2);
+    let since = Instant::now();
+    let (mut reset, mut done) = (None, std::collections::BTreeMap::new());
+    let mut bytes = std::collections::BTreeMap::<u32, usize>::new();
+    let mut pong = false;
+    while !(reset.is_some() && done.contains_key(&5) && pong) {
+        let left = (WRITE_TIMEOUT + MARGIN * 3).saturating_sub(since.elapsed());
+        let f = match from_server.recv_timeout(left) {
+            Ok(f) => f,
+            Err(_) => panic!(
+                "the connection ended or went silent after {:?}: stream 1 reset {reset:?}, streams done {done:?}",
+                since.elapsed()
+            ),
+        };
+        match (f.ty, f.stream) {
+            (SETTINGS, 0) if f.flags & ACK == 0 => send(&frame(SETTINGS, ACK, 0, &[])),
+            (PING, 0) if f.flags & ACK == 0 => send(&frame(PING, ACK, 0, &f.payload)),
+            (PING, 0) => pong = f.payload == b"client!!",
+            (GOAWAY, _) => panic!("GOAWAY after {:?}: {:?}", since.elapsed(), f.payload),
+            (RST_STREAM, 1) => {
+                assert_eq!(f.payload, 8u32.to_be_bytes(), "CANCEL");
+                reset = Some(f.at - since);
+                // A stream opened after the reset is served whole, and pings answered.
+                send(&frame(HEADERS, 0x5, 5, &get_metrics()));
+                send(&window_update(5, (1 << 31) - 1));
+                send(&frame(PING, 0, 0, b"client!!"));
+            }
+            (RST_STREAM, s) => panic!("stream {s} reset: {:?}", f.payload),
+            (DATA, s) => {
+                *bytes.entry(s).or_default() += f.len;
+                if f.flags & END_STREAM != 0 {
+                    done.insert(s, f.at - since);
+                }
+            }
+            _ => {}
+        }
+    }
+    let reset = reset.unwrap();
+    eprintln!("stream 1 reset after {reset:?}; streams done {done:?}, bytes {bytes:?}");
+    assert!(
+        reset >= WRITE_TIMEOUT / 2 && reset <= WRITE_TIMEOUT + MARGIN,
+        "stream 1 reset after {reset:?}"
+    );
+    assert!(done[&3] < reset, "stream 3 waited for stream 1: {done:?}");
+    assert_eq!(bytes.get(&1), None, "stream 1 had no window");
+    assert!(bytes[&3] > 1_000_000 && bytes[&5] > 1_000_000, "{bytes:?}");
+    assert!(scrape(), "the exporter no longer serves");
+    assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
+    let _ = client.kill();
+    let _ = client.wait();
 }

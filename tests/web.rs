@@ -1084,3 +1084,65 @@ fn a_web_config_without_tls_is_refused_and_tls_stays() {
         "{health}"
     );
 }
+
+/// Issue 30: a web config rewritten to accept TLS 1.2 where TLS 1.3 was required, and
+/// without the Strict-Transport-Security header, is refused: TLS 1.2 handshakes still fail,
+/// the header is still sent, the log and /health name the file and both losses, the
+/// self-metrics count it. A later version that raises nothing but keeps both is put in
+/// force. Before, the lower version was in force within half a second.
+#[test]
+fn a_web_config_that_lowers_the_tls_version_or_drops_a_header_is_refused() {
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let strict = "  min_version: TLS13\n";
+    let hsts = "http_server_config:\n  headers:\n    Strict-Transport-Security: max-age=31536000\n";
+    let cfg = write_web_config(d, strict, hsts);
+    let e = exporter()
+        .args(&["-c", "500", "--web-config-file", cfg.to_str().unwrap()])
+        .spawn();
+    e.wait_until(30, |e| {
+        curl(d, e.port, "/metrics", &[])
+            .2
+            .contains("DCGM_FI_DEV_GPU_TEMP")
+    });
+    let tls12 = |e: &Exporter| curl(d, e.port, "/health", &["--tlsv1.2", "--tls-max", "1.2"]).0;
+    assert_ne!(tls12(&e), 0, "TLS 1.2 refused at first");
+    write_web_config(d, "", "");
+    e.wait_until(10, |e| {
+        self_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED_LOWERS) == Some(1.0)
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    assert_ne!(tls12(&e), 0, "TLS 1.2 accepted after the refused change");
+    let (code, status, page) = curl(d, e.port, "/metrics", &[]);
+    assert_eq!((code, status), (0, 200));
+    assert!(
+        page.to_ascii_lowercase()
+            .contains("strict-transport-security: max-age=31536000"),
+        "{page}"
+    );
+    assert_eq!(self_metric(&page, LAST_OK), Some(0.0));
+    let (_, _, health) = curl(d, e.port, "/health", &[]);
+    for what in [
+        "degraded: ",
+        "web-config.yml",
+        "tls_server_config.min_version TLS13 (it would accept TLS12)",
+        "the Strict-Transport-Security header",
+    ] {
+        assert!(health.contains(what), "{what}: {health}");
+    }
+    assert!(e.stderr().contains("level=error"), "{}", e.stderr());
+    // Keeping both (and adding a header) lowers nothing: in force, /health clean.
+    let more = format!("{hsts}    X-Frame-Options: deny\n");
+    write_web_config(d, strict, &more);
+    e.wait_until(10, |e| {
+        curl(d, e.port, "/health", &[])
+            .2
+            .to_ascii_lowercase()
+            .contains("x-frame-options: deny")
+    });
+    let (_, _, health) = curl(d, e.port, "/health", &[]);
+    assert!(!health.contains("degraded"), "{health}");
+    assert_ne!(tls12(&e), 0);
+}

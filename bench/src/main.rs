@@ -34,6 +34,10 @@
 //! and RSS of 8 GPUs x 16 pods x 4 processes with per-pod series and `--usage-accounting`
 //! against the same node without (`usage.rs`).
 //!
+//! `cargo run --release -p bench -- serving [--builds before=DIR,after=DIR]` measures the
+//! serving path of each build against a static server with the same bytes, interleaved
+//! over `--rounds` (`serving.rs`).
+//!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
 //! (the NVML YAML of tests/support/nvml_yaml.rs); `--build debug` measures the debug build
@@ -50,6 +54,7 @@ mod faults;
 mod lowcard;
 mod memory;
 mod scale;
+mod serving;
 mod throughput;
 mod usage;
 
@@ -81,6 +86,7 @@ fn main() {
         Some("scale") => run_scale(),
         Some("lowcard") => run_lowcard(),
         Some("usage") => run_usage(),
+        Some("serving") => run_serving(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -155,6 +161,20 @@ fn run_scale() -> Result<(), String> {
     }
     let build = build_binaries(&root)?;
     scale::run(&root, Some(&root.join("target").join(&build)))
+}
+
+/// Runs the serving mode on the builds named by `--builds`, or on a release build of the
+/// workspace made first.
+fn run_serving() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    if std::env::args().any(|a| a == "--builds") {
+        return serving::run(&root, None);
+    }
+    let build = build_binaries(&root)?;
+    serving::run(&root, Some(&root.join("target").join(&build)))
 }
 
 /// Builds the exporter and the simulator in the `--build` profile (release unless told

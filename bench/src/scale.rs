@@ -26,9 +26,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-struct Build {
-    name: String,
-    dir: PathBuf,
+pub(crate) struct Build {
+    pub(crate) name: String,
+    pub(crate) dir: PathBuf,
 }
 
 /// CPU time of every thread of a process, in seconds (nanosecond counters).
@@ -68,7 +68,7 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-fn list(name: &str, default: &str) -> Vec<String> {
+pub(crate) fn list(name: &str, default: &str) -> Vec<String> {
     arg(name, default)
         .split(',')
         .filter(|s| !s.is_empty())
@@ -76,9 +76,9 @@ fn list(name: &str, default: &str) -> Vec<String> {
         .collect()
 }
 
-struct Running {
+pub(crate) struct Running {
     child: Killed,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
     /// Start to the first page with DCGM series.
     first_page: Duration,
@@ -88,7 +88,7 @@ struct Running {
 }
 
 impl Running {
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.0.id()
     }
     fn url(&self) -> String {
@@ -114,7 +114,7 @@ impl Running {
     }
 }
 
-fn start(
+pub(crate) fn start(
     b: &Build,
     profile: &Path,
     csv: &Path,
@@ -338,7 +338,9 @@ fn burst(b: &Build, profile: &Path, csv: &Path) -> Result<(u64, u64, u64), Strin
     Ok((steady, peak, after))
 }
 
-pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
+/// The builds named by `--builds NAME=DIR,...`, or `default_build` alone as "this"; each DIR
+/// must hold the exporter and the simulated library.
+pub(crate) fn builds(root: &Path, default_build: Option<&Path>) -> Result<Vec<Build>, String> {
     let builds: Vec<Build> = match std::env::args().any(|a| a == "--builds") {
         true => list("--builds", "")
             .iter()
@@ -362,6 +364,11 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             }
         }
     }
+    Ok(builds)
+}
+
+pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
+    let builds = builds(root, default_build)?;
     let profiles = list(
         "--profiles",
         "etc/sim/one-gpu.toml,etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml",

@@ -10,6 +10,33 @@ use std::time::{Duration, Instant};
 
 pub const CONNECTIONS: usize = 64;
 
+/// The name of the static servers' threads, by which their CPU time is told apart from the
+/// clients' in this process.
+pub const STATIC_THREADS: &str = "bench-static";
+
+/// CPU time of this process's static-server threads, in seconds.
+pub fn static_cpu_s() -> f64 {
+    let mut ns = 0u64;
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() != STATIC_THREADS {
+            continue;
+        }
+        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
+            ns += s
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ns as f64 / 1e9
+}
+
 /// Response headers as sent, and the body bytes.
 pub type Response = (Vec<(String, String)>, Vec<u8>);
 
@@ -131,6 +158,7 @@ pub fn static_server(headers: Vec<(String, String)>, body: Vec<u8>) -> Result<So
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
+            .thread_name(STATIC_THREADS)
             .build()
             .expect("runtime");
         rt.block_on(async move {

@@ -42,6 +42,9 @@ pub struct SelfMetrics {
     pub reconnects: IntCounter,
     /// --enable-exporter-metrics: promhttp's handler metrics, under the same names.
     http_requests: IntCounterVec,
+    /// `http_requests{code="200"}`, resolved once: a scrape must not hash a label value
+    /// and take the vector's lock to count itself.
+    http_ok: IntCounter,
     http_in_flight: IntGauge,
     /// Set by `enable_exporter_metrics`: these metrics change with every request, so a
     /// response built for one scrape must not be reused for the next.
@@ -54,7 +57,7 @@ pub struct ScrapeGuard<'a>(&'a SelfMetrics);
 impl Drop for ScrapeGuard<'_> {
     fn drop(&mut self) {
         self.0.http_in_flight.dec();
-        self.0.http_requests.with_label_values(&["200"]).inc();
+        self.0.http_ok.inc();
     }
 }
 
@@ -123,6 +126,7 @@ impl SelfMetrics {
         }
         precreate(&collections, &dropped);
         let (http_requests, http_in_flight) = promhttp();
+        let http_ok = http_requests.with_label_values(&["200"]);
         SelfMetrics {
             registry,
             collection_duration: CollectionDuration {
@@ -140,6 +144,7 @@ impl SelfMetrics {
             entity_series,
             reconnects,
             http_requests,
+            http_ok,
             http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
         }

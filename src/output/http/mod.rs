@@ -14,6 +14,7 @@ pub mod pprof;
 pub mod reply;
 pub mod routes;
 pub mod state;
+pub mod stream;
 pub mod timeout;
 pub mod tls;
 pub mod webconfig;
@@ -22,9 +23,10 @@ use crate::config::duration;
 use crate::output::published::Shared;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use reply::Response;
+use reply::{PageBody, Response};
+use routes::Routes;
 use state::Web;
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,12 +36,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use timeout::{Activity, WriteDeadline};
+use stream::StreamExec;
+use timeout::{Activity, Ended, WriteDeadline};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::Service as _;
-use warp::filters::BoxedFilter;
 
 /// What the HTTP server reads of the flags (start-up fills it in); checked by
 /// [`Server::bind`], whose errors name the flag.
@@ -159,7 +161,7 @@ impl Server {
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
         let ctx = Arc::new(Ctx {
-            filter: routes::filter(shared, self.options.clone(), self.web.clone()),
+            routes: Routes::new(shared, self.options.clone(), self.web.clone()),
             web: self.web,
             opts: self.options,
             handshakes,
@@ -187,7 +189,7 @@ impl Server {
 
 /// What every connection is served with.
 struct Ctx {
-    filter: BoxedFilter<(Response,)>,
+    routes: Routes,
     web: Web,
     opts: Options,
     handshakes: Arc<HandshakeErrors>,
@@ -279,11 +281,10 @@ async fn serve<I>(
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(ctx.opts.read_timeout);
+    // No header_read_timeout for HTTP/1: hyper would arm and drop a timer for every request
+    // head; the connection's watch closes it when no request has been in progress for the
+    // read timeout, which bounds a slow or missing head the same way (`timeout`).
+    let mut builder = auto::Builder::new(StreamExec);
     // A peer that stops answering pings loses the connection, whatever it keeps open.
     builder
         .http2()
@@ -297,7 +298,7 @@ async fn serve<I>(
         builder.http1_only()
     };
     let svc = Svc {
-        filter: ctx.filter.clone(),
+        routes: ctx.routes.clone(),
         activity: activity.clone(),
         write_timeout: ctx.opts.write_timeout,
     };
@@ -307,17 +308,28 @@ async fn serve<I>(
         conn.as_mut().graceful_shutdown();
     }
     let grace = ctx.opts.write_timeout;
+    let watch = activity.watch(Some(ctx.opts.read_timeout), Some(ctx.opts.write_timeout));
     let result = tokio::select! {
+        biased;
         r = conn.as_mut() => r,
         _ = stop.changed() => {
             conn.as_mut().graceful_shutdown();
             closing(conn, &activity, grace).await
         }
-        _ = activity.idle(ctx.opts.read_timeout) => {
-            conn.as_mut().graceful_shutdown();
-            closing(conn, &activity, grace).await
-        }
-        _ = activity.overdue() => Err(OVERDUE.into()),
+        ended = watch => match ended {
+            Ended::Idle => {
+                conn.as_mut().graceful_shutdown();
+                // With nothing left to write, what can hold an idle HTTP/1 connection open
+                // is a request head that never ends: the read timeout again at most.
+                let grace = if activity.writing() || h2 {
+                    grace
+                } else {
+                    grace.min(ctx.opts.read_timeout)
+                };
+                closing(conn, &activity, grace).await
+            }
+            Ended::Overdue => Err(OVERDUE.into()),
+        },
     };
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
@@ -339,16 +351,17 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     tokio::select! {
+        biased;
         r = conn => r.map_err(Into::into),
-        _ = activity.overdue() => Err(OVERDUE.into()),
+        _ = activity.watch(None, Some(grace)) => Err(OVERDUE.into()),
         _ = tokio::time::sleep(grace) => Err("the connection did not close within the write timeout".into()),
     }
 }
 
-/// The warp filter as one connection's hyper service: each request counts as activity until
+/// The endpoints as one connection's hyper service: each request counts as activity until
 /// its response is written, and its write deadline starts when its head is ready.
 struct Svc {
-    filter: BoxedFilter<(Response,)>,
+    routes: Routes,
     activity: Arc<Activity>,
     write_timeout: Duration,
 }
@@ -364,13 +377,26 @@ impl<B> BodyOf for hyper::Response<B> {
 
 type WarpBody = <Response as BodyOf>::Body;
 
+/// A response body: a scrape's page as it is, or whatever the filter answered.
+type Out = http_body_util::Either<PageBody, WarpBody>;
+
+type Answered = hyper::Response<Tracked<Out>>;
+
 impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
-    type Response = hyper::Response<Tracked<WarpBody>>;
+    type Response = Answered;
     type Error = Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+    type Future = futures_util::future::Either<
+        Ready,
+        Pin<Box<dyn Future<Output = Result<Answered, Infallible>> + Send>>,
+    >;
 
     fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
-        let mut request = self.activity.request();
+        let request = self.activity.request();
+        let write_timeout = self.write_timeout;
+        if let Some(resp) = self.routes.scrape(&req) {
+            let resp = resp.map(http_body_util::Either::Left);
+            return futures_util::future::Either::Left(Ready(Some((resp, request, write_timeout))));
+        }
         // A target without a path (authority form, `GET host:80`) is refused here: warp's
         // path filters panic on it (`PathAndQuery::from_static("")`), which a client could
         // repeat at will.
@@ -378,9 +404,8 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
             .uri()
             .path_and_query()
             .is_some()
-            .then(|| warp::service(self.filter.clone()).call(req));
-        let write_timeout = self.write_timeout;
-        Box::pin(async move {
+            .then(|| warp::service(self.routes.filter.clone()).call(req));
+        futures_util::future::Either::Right(Box::pin(async move {
             let resp = match routed {
                 Some(routed) => routed.await?,
                 None => reply::text(
@@ -388,13 +413,50 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
                     "400 Bad Request: the request target has no path\n",
                 ),
             };
-            request.writing(write_timeout);
-            Ok(resp.map(|inner| Tracked {
-                inner,
-                request: Some(request),
-            }))
-        })
+            Ok(answer(
+                resp.map(http_body_util::Either::Right),
+                request,
+                write_timeout,
+            ))
+        }))
     }
+}
+
+/// A response that was ready when the service was called. Its deadline starts when hyper
+/// polls for it: under HTTP/2 that is in the stream's own task, where the stream's deadline
+/// lives ([`stream`]).
+struct Ready(Option<(hyper::Response<Out>, timeout::Request, Duration)>);
+
+impl Future for Ready {
+    type Output = Result<Answered, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.0.take() {
+            Some((resp, request, write_timeout)) => {
+                Poll::Ready(Ok(answer(resp, request, write_timeout)))
+            }
+            // Polled again after its answer: hyper never does.
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// The response head is ready: its write deadline starts, and its body carries the
+/// request's activity until it is written.
+fn answer(
+    resp: hyper::Response<Out>,
+    mut request: timeout::Request,
+    write_timeout: Duration,
+) -> Answered {
+    // An HTTP/2 stream has a deadline of its own (a late one loses only its stream); an
+    // HTTP/1 response's is the connection's.
+    if !stream::set_deadline(tokio::time::Instant::now() + write_timeout) {
+        request.writing(write_timeout);
+    }
+    resp.map(|inner| Tracked {
+        inner,
+        request: Some(request),
+    })
 }
 
 /// A response body that ends its request's activity when hyper drops it; its write deadline
@@ -430,8 +492,11 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
         polled
     }
 
+    /// Never: told the end ahead, hyper's HTTP/2 side would hand h2 the last frame beyond
+    /// the client's flow-control window and end the stream's task, and with it the stream's
+    /// deadline ([`stream`]). Asked once more, the body answers `None` when it is done.
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        false
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {

@@ -2,8 +2,12 @@
 //! upstream's Go handlers shape them.
 
 use bytes::Bytes;
+use hyper::body::{Frame, SizeHint};
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use warp::Reply;
 
 pub type Response = warp::reply::Response;
@@ -30,4 +34,72 @@ pub fn html(body: impl Into<Bytes>) -> Response {
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     r
+}
+
+/// A scrape's body: the published page and this scrape's self-metrics tail, both shared
+/// buffers (a scrape copies no byte of the page), sent as they are.
+#[derive(Debug, Default)]
+pub struct PageBody {
+    parts: [Bytes; 2],
+    next: usize,
+}
+
+impl PageBody {
+    pub fn new(page: Bytes, tail: Bytes) -> PageBody {
+        PageBody {
+            parts: [page, tail],
+            next: 0,
+        }
+    }
+
+    fn left(&self) -> u64 {
+        self.parts[self.next.min(2)..]
+            .iter()
+            .map(|b| b.len() as u64)
+            .sum()
+    }
+
+    /// The same response for warp (the filter's replies have warp's boxed body).
+    pub fn into_warp(resp: hyper::Response<PageBody>) -> Response {
+        let (parts, body) = resp.into_parts();
+        let chunks = body.parts.map(Ok::<_, Infallible>);
+        let mut r = warp::reply::stream(futures_util::stream::iter(chunks)).into_response();
+        *r.status_mut() = parts.status;
+        *r.headers_mut() = parts.headers;
+        r
+    }
+}
+
+impl From<Bytes> for PageBody {
+    fn from(b: Bytes) -> PageBody {
+        PageBody::new(b, Bytes::new())
+    }
+}
+
+impl hyper::body::Body for PageBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        while self.next < 2 {
+            let i = self.next;
+            self.next += 1;
+            let part = std::mem::take(&mut self.parts[i]);
+            if !part.is_empty() {
+                return Poll::Ready(Some(Ok(Frame::data(part))));
+            }
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left() == 0
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.left())
+    }
 }

@@ -7,7 +7,7 @@
 //! The web configuration's headers go on every response, refusals included.
 
 use super::auth::Outcome;
-use super::reply::{html, text, Response};
+use super::reply::{html, text, PageBody, Response};
 use super::state::Web;
 use super::{negotiate, pprof, Options};
 use crate::output::exposition::{Body, Exposition, Format};
@@ -23,7 +23,7 @@ use tokio::sync::Semaphore;
 use warp::filters::path::FullPath;
 use warp::filters::BoxedFilter;
 use warp::reject::Rejection;
-use warp::{Filter, Reply};
+use warp::Filter;
 
 /// How long the self-metrics tail built for one page, format and encoding is reused. The
 /// page changes only per collection; within this time only the process self-metrics could
@@ -86,9 +86,48 @@ fn header(
         .unify()
 }
 
+/// The endpoints: the warp filter that answers every request, and the scrape of the
+/// telemetry path without basic auth (what Prometheus asks for all day) answered without it.
+#[derive(Clone)]
+pub struct Routes {
+    pub filter: BoxedFilter<(Response,)>,
+    ep: Arc<Endpoints>,
+    web: Web,
+}
+
+impl Routes {
+    pub fn new(shared: Arc<Shared>, opts: Options, web: Web) -> Routes {
+        let ep = Arc::new(Endpoints::new(shared, opts.clone()));
+        Routes {
+            filter: filter(ep.clone(), opts, web.clone()),
+            ep,
+            web,
+        }
+    }
+
+    /// The response the filter would give a request for the telemetry path when basic
+    /// auth is off (`None`: ask the filter): the same status, headers and bytes (the test
+    /// `the_scrape_path_answers_as_the_filter`), without the filter's boxed futures, boxed
+    /// bodies and reference-counted configuration per request.
+    pub fn scrape<B>(&self, req: &hyper::Request<B>) -> Option<hyper::Response<PageBody>> {
+        if req.uri().path() != self.ep.opts.telemetry_path {
+            return None;
+        }
+        let state = self.web.peek();
+        if state.auth.is_some() {
+            return None;
+        }
+        let h = req.headers();
+        let mut resp = self
+            .ep
+            .metrics(h.get(header::ACCEPT), h.get(header::ACCEPT_ENCODING));
+        configured_headers(resp.headers_mut(), &state.headers);
+        Some(resp)
+    }
+}
+
 /// Every endpoint, behind basic auth, with the configured headers.
-pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Response,)> {
-    let ep = Arc::new(Endpoints::new(shared, opts.clone()));
+fn filter(ep: Arc<Endpoints>, opts: Options, web: Web) -> BoxedFilter<(Response,)> {
     let auth = {
         let web = web.clone();
         header("authorization")
@@ -115,7 +154,7 @@ pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Resp
             .and(header("accept-encoding"))
             .map(
                 move |accept: Option<HeaderValue>, encoding: Option<HeaderValue>| {
-                    ep.metrics(accept.as_ref(), encoding.as_ref())
+                    PageBody::into_warp(ep.metrics(accept.as_ref(), encoding.as_ref()))
                 },
             )
     };
@@ -150,13 +189,18 @@ pub fn filter(shared: Arc<Shared>, opts: Options, web: Web) -> BoxedFilter<(Resp
         .recover(|r: Rejection| async move { Ok::<_, Infallible>(refused(&r)) })
         .unify()
         .map(move |mut resp: Response| {
-            let state = web.current();
-            for (k, v) in &state.headers {
-                resp.headers_mut().entry(k).or_insert_with(|| v.clone());
-            }
+            configured_headers(resp.headers_mut(), &web.current().headers);
             resp
         })
         .boxed()
+}
+
+/// The web configuration's headers, on every response (refusals included) where the
+/// handler did not set them.
+fn configured_headers(hs: &mut hyper::HeaderMap, configured: &[(header::HeaderName, HeaderValue)]) {
+    for (k, v) in configured {
+        hs.entry(k).or_insert_with(|| v.clone());
+    }
 }
 
 fn refused(r: &Rejection) -> Response {
@@ -223,17 +267,29 @@ impl Endpoints {
         (format, body)
     }
 
-    fn metrics(&self, accept: Option<&HeaderValue>, encoding: Option<&HeaderValue>) -> Response {
+    fn metrics(
+        &self,
+        accept: Option<&HeaderValue>,
+        encoding: Option<&HeaderValue>,
+    ) -> hyper::Response<PageBody> {
         // Excess scrapes are refused rather than queued, as upstream's
         // --max-concurrent-scrapes does.
         let Ok(_permit) = self.scrapes.try_acquire() else {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "too many concurrent scrapes (--max-concurrent-scrapes={})\n",
-                    self.opts.max_concurrent_scrapes
-                ),
+            let mut r = hyper::Response::new(PageBody::from(Bytes::from(format!(
+                "too many concurrent scrapes (--max-concurrent-scrapes={})\n",
+                self.opts.max_concurrent_scrapes
+            ))));
+            *r.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+            let hs = r.headers_mut();
+            hs.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
             );
+            hs.insert(
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            );
+            return r;
         };
         // promhttp_metric_handler_requests_* (--enable-exporter-metrics).
         let _counted = self.shared.metrics.scrape();
@@ -245,10 +301,9 @@ impl Endpoints {
         let gzip = negotiate::gzip(encoding);
         let (format, body) = self.body(wanted, gzip);
         let len = body.len();
-        let chunks = [body.page, body.tail].map(Ok::<_, Infallible>);
-        let mut r = warp::reply::stream(futures_util::stream::iter(chunks)).into_response();
+        let mut r = hyper::Response::new(PageBody::new(body.page, body.tail));
         let hs = r.headers_mut();
-        // The body is a stream of two shared buffers; its length is known all the same.
+        // The body is two shared buffers; its length is known all the same.
         hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         hs.insert(
             header::CONTENT_TYPE,
@@ -343,7 +398,7 @@ mod tests {
 
     #[tokio::test]
     async fn paths_methods_and_the_telemetry_path() {
-        let f = filter(shared(), opts(4), Web::load(None, false).unwrap());
+        let f = Routes::new(shared(), opts(4), Web::load(None, false).unwrap()).filter;
         for method in ["GET", "POST", "DELETE"] {
             let (status, h, body) = call(&f, method, "/gpu/metrics", &[]).await;
             assert_eq!(status, StatusCode::OK, "{method}");
@@ -395,7 +450,7 @@ mod tests {
              alice: $2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa\n",
         )
         .unwrap();
-        let f = filter(shared(), opts(4), Web::load(Some(&path), false).unwrap());
+        let f = Routes::new(shared(), opts(4), Web::load(Some(&path), false).unwrap()).filter;
         for (path, auth) in [
             ("/gpu/metrics", None),
             ("/nope", None),
@@ -413,5 +468,65 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(h["x-frame-options"], "deny");
         assert_eq!(call(&f, "GET", "/nope", &ok).await.0, StatusCode::NOT_FOUND);
+    }
+
+    /// The scrape path is an optimisation, not a second server: for every request it takes,
+    /// it answers what the filter answers (status, headers, bytes), the configured headers
+    /// and a refused scrape (503) included; it leaves basic auth and other paths to the
+    /// filter.
+    #[tokio::test]
+    async fn the_scrape_path_answers_as_the_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("web.yml");
+        std::fs::write(
+            &path,
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\n    \
+             X-Content-Type-Options: nosniff\n",
+        )
+        .unwrap();
+        for openmetrics in [false, true] {
+            let mut o = opts(1);
+            o.openmetrics = openmetrics;
+            let routes = Routes::new(shared(), o, Web::load(Some(&path), false).unwrap());
+            let gzip = ("accept-encoding", "gzip, deflate");
+            let om = ("accept", "application/openmetrics-text;version=1.0.0");
+            for (method, target, headers) in [
+                ("GET", "/gpu/metrics", vec![]),
+                ("POST", "/gpu/metrics?x=1&y", vec![gzip]),
+                ("HEAD", "/gpu/metrics", vec![om]),
+                ("GET", "/gpu/metrics", vec![om, gzip]),
+            ] {
+                let mut req = hyper::Request::builder().method(method).uri(target);
+                for (k, v) in &headers {
+                    req = req.header(*k, *v);
+                }
+                let req = req.body(http_body_util::Empty::<Bytes>::new()).unwrap();
+                for held in [false, true] {
+                    let permit = held.then(|| routes.ep.scrapes.try_acquire().unwrap());
+                    let fast = routes.scrape(&req).expect("the scrape path takes it");
+                    let (fast_parts, body) = fast.into_parts();
+                    let fast_body = body.collect().await.unwrap().to_bytes();
+                    let (status, h, body) = call(&routes.filter, method, target, &headers).await;
+                    drop(permit);
+                    let what = format!("{openmetrics} {method} {target} {headers:?} held {held}");
+                    assert_eq!(fast_parts.status, status, "{what}");
+                    assert_eq!(fast_parts.headers, h, "{what}");
+                    assert_eq!(fast_body, body, "{what}");
+                    assert_eq!(h["x-frame-options"], "deny", "{what}");
+                }
+            }
+            for target in ["/metrics", "/gpu/metrics/", "/health", "/"] {
+                let req = hyper::Request::get(target).body(()).unwrap();
+                assert!(routes.scrape(&req).is_none(), "{target}");
+            }
+        }
+        std::fs::write(
+            &path,
+            "basic_auth_users:\n  alice: $2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa\n",
+        )
+        .unwrap();
+        let routes = Routes::new(shared(), opts(4), Web::load(Some(&path), false).unwrap());
+        let req = hyper::Request::get("/gpu/metrics").body(()).unwrap();
+        assert!(routes.scrape(&req).is_none(), "basic auth is the filter's");
     }
 }

@@ -241,9 +241,10 @@ impl ReloadStatus {
             Opts::new(
                 format!("{}web_config_reload_refused_total", crate::common::PREFIX),
                 "Changed web configuration files not put in force, by reason: lowers_security \
-                 (it would remove TLS, client-certificate checks or every basic-auth user, or \
-                 the file is empty; lowering security takes a restart) or invalid (unreadable \
-                 or unparseable file or certificate).",
+                 (it would remove TLS, client-certificate checks or every basic-auth user, \
+                 lower the TLS versions, widen the suites or curves, drop or weaken a \
+                 header, turn HTTP/2 back on, or the file is empty; lowering security takes \
+                 a restart) or invalid (unreadable or unparseable file or certificate).",
             ),
             &["reason"],
         )
@@ -334,6 +335,12 @@ impl Web {
     /// The state in force now: one atomic load, no file access, no lock.
     pub fn current(&self) -> Arc<WebState> {
         self.current.load_full()
+    }
+
+    /// The configuration in force, for the time of one call: no reference count shared by
+    /// every core changes (arc-swap's borrowed load), unlike [`Self::current`].
+    pub fn peek(&self) -> arc_swap::Guard<Arc<WebState>> {
+        self.current.load()
     }
 
     /// As [`Self::watch`], and the exporter sees how reloads go: their self-metrics in

@@ -1,24 +1,27 @@
 //! What the timeouts mean, as Go's `http.Server` (exporter-toolkit) means them:
-//! * read timeout: reading a request. For HTTP/1 it is hyper's `header_read_timeout`, which
-//!   runs from the moment a connection waits for a request head (so it also closes idle
-//!   keep-alive connections) until the head is in; no endpoint reads a request body, and
-//!   hyper gives up an unread one at once instead of waiting for it. It never runs while a
-//!   handler works: a 20 s profile is not cut by a 5 s read timeout.
-//! * idle: a connection with no request in progress for the read timeout is closed
-//!   gracefully ([`Activity::idle`]; HTTP/2 has no header timeout, so this is what closes an
-//!   idle HTTP/2 connection), and a graceful close gets the write timeout at most.
+//! * read timeout: reading a request, and an idle connection. A connection with no request
+//!   in progress for the read timeout is closed gracefully ([`Activity::watch`]): that
+//!   bounds an idle keep-alive connection, an idle HTTP/2 connection and an HTTP/1 request
+//!   head that never comes or comes too slowly alike (its close gets the read timeout
+//!   again at most, then the connection is dropped with no answer). A graceful close with
+//!   bytes still to write gets the write timeout at most. No endpoint reads a
+//!   request body, and hyper gives up an unread one at once instead of waiting for it. It
+//!   never runs while a handler works: a 20 s profile is not cut by a 5 s read timeout.
 //! * write timeout: writing a response, from the moment its head is ready until its last
 //!   byte went out. The deadline outlives the response body: hyper takes the last frame
 //!   (or drops the body) long before a client that does not read has the bytes, so a
 //!   finished body leaves its deadline in force until the connection's I/O next completes
-//!   a flush. [`WriteDeadline`] fails a write that cannot go on past it; [`Activity::overdue`]
-//!   ends the connection when a response has not gone out by then even though nothing is
-//!   being written (an HTTP/2 stream waiting for flow-control window that never comes).
+//!   a flush. [`WriteDeadline`] fails a write that cannot go on past it; [`Activity::watch`]
+//!   ends the connection when an HTTP/1 response has not gone out by then even though
+//!   nothing is being written. An HTTP/2 response's deadline is its stream's
+//!   (`super::stream`): a stream the client grants no window is reset, not the connection.
 //! * a write that cannot make progress for the write timeout fails even when no response
 //!   is being written (hyper's own replies, HTTP/2 control frames): nothing the server
 //!   writes may wait on a client for longer.
+//!
+//! Per request this costs a few atomics and one uncontended lock: no timer is armed, no
+//! task woken (`bench serving` compares it with a server that only sends the bytes).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -27,28 +30,56 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::Notify;
 use tokio::time::{sleep, Instant, Sleep};
 
 /// A response's write deadline; once its body is done it lasts until the next completed
 /// flush of the connection.
 #[derive(Clone, Copy)]
 struct Deadline {
+    id: u64,
     at: Instant,
     body_done: bool,
 }
 
-/// One connection's requests in progress and their write deadlines.
-#[derive(Default)]
+/// One connection's requests in progress, since when it has had none, and the write
+/// deadlines of its responses. Nothing here wakes anybody: [`Activity::watch`] looks at it
+/// when a deadline it knows of comes, and at least once per timeout, which is soon enough
+/// for anything that began since (a deadline is always a full timeout away from its start).
+/// A request then costs a few atomics and one uncontended lock, never a timer.
 pub struct Activity {
     /// Requests received whose response body has not ended yet.
     in_flight: AtomicUsize,
-    /// Responses being written: id -> their deadline.
-    writing: Mutex<BTreeMap<u64, Deadline>>,
+    /// When `in_flight` last fell to zero (or the connection began), in nanoseconds after
+    /// `born`.
+    quiet_since: AtomicU64,
+    born: Instant,
+    /// Responses being written, oldest first.
+    writing: Mutex<Vec<Deadline>>,
     /// How many of `writing` wait only for a flush: a flush looks here, not at the lock.
     flushing: AtomicUsize,
     next_id: AtomicU64,
-    changed: Notify,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            quiet_since: AtomicU64::new(0),
+            born: Instant::now(),
+            writing: Mutex::new(Vec::new()),
+            flushing: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Why [`Activity::watch`] ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// No request in progress for the idle timeout.
+    Idle,
+    /// A response was not written by its deadline.
+    Overdue,
 }
 
 impl Activity {
@@ -56,7 +87,6 @@ impl Activity {
     /// is dropped.
     pub fn request(self: &Arc<Self>) -> Request {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        self.changed.notify_waiters();
         Request {
             activity: self.clone(),
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
@@ -65,13 +95,13 @@ impl Activity {
         }
     }
 
-    fn writes(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Deadline>> {
+    fn writes(&self) -> std::sync::MutexGuard<'_, Vec<Deadline>> {
         self.writing.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The earliest deadline of the responses being written.
     fn write_deadline(&self) -> Option<Instant> {
-        self.writes().values().map(|d| d.at).min()
+        self.writes().iter().map(|d| d.at).min()
     }
 
     /// The connection's I/O completed a flush: every response whose body was done before
@@ -81,45 +111,52 @@ impl Activity {
             return;
         }
         let mut writes = self.writes();
-        writes.retain(|_, d| !d.body_done);
+        writes.retain(|d| !d.body_done);
         self.flushing.store(0, Ordering::Release);
-        drop(writes);
-        self.changed.notify_waiters();
     }
 
-    /// Resolves once no request has been in progress for `timeout`.
-    pub async fn idle(&self, timeout: Duration) {
-        loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            if self.in_flight.load(Ordering::SeqCst) == 0 {
-                tokio::select! {
-                    _ = sleep(timeout) => return,
-                    _ = changed => {}
-                }
-            } else {
-                changed.await;
-            }
+    /// Whether a response still has bytes to write (or to flush).
+    pub fn writing(&self) -> bool {
+        !self.writes().is_empty()
+    }
+
+    /// When the connection turns idle if no request comes: `None` while one is in progress.
+    fn idle_at(&self, timeout: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::SeqCst) != 0 {
+            return None;
         }
+        let quiet = Duration::from_nanos(self.quiet_since.load(Ordering::SeqCst));
+        Some(self.born + quiet + timeout)
     }
 
-    /// Resolves once a response has not been written by its deadline, whether or not
-    /// anything is being written (an HTTP/2 stream without flow-control window writes
-    /// nothing, so no write can fail for it).
-    pub async fn overdue(&self) {
+    /// Resolves once no request has been in progress for `idle` (when given), or once a
+    /// response has not been written by its deadline, whether or not anything is being
+    /// written (`overdue`: the write timeout; a response the client's flow control holds
+    /// writes nothing, so no write can fail for it).
+    pub async fn watch(&self, idle: Option<Duration>, overdue: Option<Duration>) -> Ended {
+        let timer = sleep(Duration::ZERO);
+        tokio::pin!(timer);
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            match self.write_deadline() {
-                Some(at) if at <= Instant::now() => return,
-                Some(at) => tokio::select! {
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = changed => {}
-                },
-                None => changed.await,
+            let now = Instant::now();
+            // Whatever starts after this look has its deadline a full timeout from now or
+            // later: looking again by then is early enough.
+            let look_again = idle.into_iter().chain(overdue).min();
+            // A year stands for never: an `Instant` cannot hold much more.
+            let mut next = now + look_again.unwrap_or(Duration::from_secs(365 * 86400));
+            if let Some(at) = idle.and_then(|t| self.idle_at(t)) {
+                if at <= now {
+                    return Ended::Idle;
+                }
+                next = next.min(at);
             }
+            if let Some(at) = overdue.and_then(|_| self.write_deadline()) {
+                if at <= now {
+                    return Ended::Overdue;
+                }
+                next = next.min(at);
+            }
+            timer.as_mut().reset(next);
+            timer.as_mut().await;
         }
     }
 }
@@ -135,14 +172,13 @@ pub struct Request {
 impl Request {
     /// The response head is ready: its writing must be done within `timeout`.
     pub fn writing(&mut self, timeout: Duration) {
-        let at = Instant::now() + timeout;
         let d = Deadline {
-            at,
+            id: self.id,
+            at: Instant::now() + timeout,
             body_done: false,
         };
-        self.activity.writes().insert(self.id, d);
+        self.activity.writes().push(d);
         self.writing = true;
-        self.activity.changed.notify_waiters();
     }
 
     /// The response body gave its last frame: when this guard goes, the deadline stays
@@ -157,17 +193,22 @@ impl Drop for Request {
     fn drop(&mut self) {
         if self.writing {
             let mut writes = self.activity.writes();
-            if self.body_done {
-                if let Some(d) = writes.get_mut(&self.id) {
-                    d.body_done = true;
+            if let Some(i) = writes.iter().position(|d| d.id == self.id) {
+                if self.body_done {
+                    writes[i].body_done = true;
                     self.activity.flushing.fetch_add(1, Ordering::AcqRel);
+                } else {
+                    writes.remove(i);
                 }
-            } else {
-                writes.remove(&self.id);
             }
         }
-        self.activity.in_flight.fetch_sub(1, Ordering::SeqCst);
-        self.activity.changed.notify_waiters();
+        // Stored before the count falls: whoever sees no request in progress sees this
+        // end too (were it stored after, an old quiet time could close the connection the
+        // moment a long request ended).
+        let a = &self.activity;
+        let quiet = u64::try_from(a.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        a.quiet_since.fetch_max(quiet, Ordering::SeqCst);
+        a.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -375,13 +416,13 @@ mod tests {
         let t0 = Instant::now();
         let overdue = tokio::spawn({
             let a = activity.clone();
-            async move { a.overdue().await }
+            async move { a.watch(None, Some(Duration::from_secs(3))).await }
         });
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert!(!overdue.is_finished(), "overdue without a response");
         let mut req = activity.request();
         req.writing(Duration::from_secs(3));
-        overdue.await.unwrap();
+        assert_eq!(overdue.await.unwrap(), Ended::Overdue);
         assert_eq!(t0.elapsed(), Duration::from_secs(63));
         drop(req);
     }
@@ -404,7 +445,10 @@ mod tests {
         let idle = tokio::spawn({
             let a = activity.clone();
             async move {
-                a.idle(Duration::from_secs(5)).await;
+                assert_eq!(
+                    a.watch(Some(Duration::from_secs(5)), None).await,
+                    Ended::Idle
+                );
                 Instant::now()
             }
         });

@@ -84,6 +84,16 @@ pub enum TlsVersion {
     Tls13,
 }
 
+impl TlsVersion {
+    /// As the web config spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLS12",
+            TlsVersion::Tls13 => "TLS13",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TlsSettings {
     pub cert: Pem,
@@ -132,6 +142,57 @@ pub struct Protection {
     /// RequireAndVerifyClientCert).
     pub verifies_cert: bool,
     pub users: Vec<String>,
+    /// With TLS: the versions spoken.
+    pub versions: Option<(TlsVersion, TlsVersion)>,
+    /// With TLS: the TLS 1.2 suites and the curves allowed (`None`: all the library has).
+    pub suites: Option<Vec<String>>,
+    pub curves: Option<Vec<String>>,
+    /// `http_server_config.headers`, by canonical name.
+    pub headers: Vec<(String, String)>,
+    /// `http_server_config.http2` (only spoken with TLS).
+    pub http2: bool,
+}
+
+/// Names in `new` that `old` did not allow (`None`: everything the library has).
+fn widened(old: &Option<Vec<String>>, new: &Option<Vec<String>>) -> Option<String> {
+    let old = old.as_ref()?;
+    match new {
+        None => Some("the library's whole set".to_string()),
+        Some(new) => {
+            let added: Vec<&str> = new
+                .iter()
+                .filter(|n| !old.contains(n))
+                .map(String::as_str)
+                .collect();
+            (!added.is_empty()).then(|| added.join(", "))
+        }
+    }
+}
+
+/// Whether a header's new value asks less of browsers than the old one. Only orders that
+/// are clear count: X-Frame-Options `deny` over `sameorigin`, a Strict-Transport-Security
+/// whose max-age shrinks or that drops includeSubDomains or preload. Other changes (a new
+/// Content-Security-Policy) are the operator's to judge.
+fn header_weakened(name: &str, old: &str, new: &str) -> bool {
+    match name {
+        "X-Frame-Options" => old.eq_ignore_ascii_case("deny") && !new.eq_ignore_ascii_case("deny"),
+        "Strict-Transport-Security" => {
+            let directives = |v: &str| -> (u64, bool, bool) {
+                let mut d = (0, false, false);
+                for part in v.split(';').map(|p| p.trim().to_ascii_lowercase()) {
+                    if let Some(age) = part.strip_prefix("max-age=") {
+                        d.0 = age.trim_matches('"').parse().unwrap_or(0);
+                    }
+                    d.1 |= part == "includesubdomains";
+                    d.2 |= part == "preload";
+                }
+                d
+            };
+            let (o, n) = (directives(old), directives(new));
+            n.0 < o.0 || (o.1 && !n.1) || (o.2 && !n.2)
+        }
+        _ => false,
+    }
 }
 
 impl Protection {
@@ -154,8 +215,71 @@ impl Protection {
                 self.users.join(", ")
             ));
         }
+        if self.tls && new.tls {
+            lost.extend(self.tls_lowered_by(new));
+        }
+        lost.extend(self.headers_lowered_by(new));
+        if self.tls && new.tls && !self.http2 && new.http2 {
+            lost.push("http_server_config.http2: false (HTTP/2 would be spoken again)".into());
+        }
         lost
     }
+
+    /// TLS versions, suites and curves that `new` would allow and `self` does not.
+    fn tls_lowered_by(&self, new: &Protection) -> Vec<String> {
+        let mut lost = Vec::new();
+        if let (Some((old_min, old_max)), Some((new_min, new_max))) = (self.versions, new.versions)
+        {
+            if new_min < old_min {
+                lost.push(format!(
+                    "tls_server_config.min_version {} (it would accept {})",
+                    old_min.name(),
+                    new_min.name()
+                ));
+            }
+            if new_max < old_max {
+                lost.push(format!(
+                    "tls_server_config.max_version {} (connections would use {})",
+                    old_max.name(),
+                    new_max.name()
+                ));
+            }
+        }
+        if let Some(added) = widened(&self.suites, &new.suites) {
+            lost.push(format!(
+                "the limit of tls_server_config.cipher_suites (it would allow {added})"
+            ));
+        }
+        if let Some(added) = widened(&self.curves, &new.curves) {
+            lost.push(format!(
+                "the limit of tls_server_config.curve_preferences (it would allow {added})"
+            ));
+        }
+        lost
+    }
+
+    /// Headers `new` would drop or weaken.
+    fn headers_lowered_by(&self, new: &Protection) -> Vec<String> {
+        self.headers
+            .iter()
+            .filter_map(
+                |(name, old)| match new.headers.iter().find(|(n, _)| n == name) {
+                    None => Some(format!("the {name} header ({old:?})")),
+                    Some((_, v)) if header_weakened(name, old, v) => {
+                        Some(format!("the {name} header {old:?} (it would be {v:?})"))
+                    }
+                    Some(_) => None,
+                },
+            )
+            .collect()
+    }
+}
+
+/// The TLS 1.2 suites among names (Go ignores `cipher_suites` for TLS 1.3, as we do).
+fn tls12_suites(names: &Option<Vec<String>>) -> Option<Vec<String>> {
+    names
+        .as_ref()
+        .map(|n| n.iter().filter(|s| s.contains("_WITH_")).cloned().collect())
 }
 
 impl WebConfig {
@@ -172,6 +296,14 @@ impl WebConfig {
                 Some(ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert)
             ),
             users: self.users.keys().cloned().collect(),
+            versions: self.tls.as_ref().map(|t| (t.min_version, t.max_version)),
+            suites: self
+                .tls
+                .as_ref()
+                .and_then(|t| tls12_suites(&t.cipher_suites)),
+            curves: self.tls.as_ref().and_then(|t| t.curves.clone()),
+            headers: self.headers.clone(),
+            http2: self.http2,
         }
     }
 }
@@ -455,5 +587,97 @@ mod tests {
         // Adding TLS, a certificate check or the first user removes nothing.
         assert!(prot("").removed_by(&full).is_empty());
         assert!(no_ca.removed_by(&full).is_empty());
+    }
+
+    /// Issue 30: lowering TLS versions, widening suites or curves, dropping or weakening a
+    /// header and turning HTTP/2 back on are losses; the opposite moves are not.
+    #[test]
+    fn tls_limits_headers_and_http2_that_a_new_version_would_lower() {
+        let tls = |extra: &str| {
+            p(&format!(
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n{extra}"
+            ))
+            .unwrap()
+            .protection()
+        };
+        let strict = tls(
+            "  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]\n  \
+             curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    \
+             Strict-Transport-Security: max-age=31536000; includeSubDomains\n    \
+             X-Frame-Options: deny\n    Content-Security-Policy: default-src 'self'\n",
+        );
+        assert!(strict.removed_by(&strict).is_empty());
+        let lost = strict.removed_by(&tls(""));
+        let all = lost.join(" | ");
+        for expect in [
+            "min_version TLS13 (it would accept TLS12)",
+            "cipher_suites (it would allow the library's whole set)",
+            "curve_preferences (it would allow the library's whole set)",
+            "the Strict-Transport-Security header",
+            "the X-Frame-Options header",
+            "the Content-Security-Policy header",
+            "http2: false",
+        ] {
+            assert!(all.contains(expect), "{expect}: {all}");
+        }
+        assert_eq!(lost.len(), 7, "{all}");
+        let one = |extra: &str| strict.removed_by(&tls(extra));
+        let base = "  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]\n  \
+                    curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    \
+                    X-Frame-Options: deny\n    Content-Security-Policy: default-src 'none'\n";
+        // Each weaker header value alone; another CSP is the operator's call.
+        for (hsts, weaker) in [
+            ("max-age=31536000; includeSubDomains", false),
+            ("max-age=63072000; includeSubDomains; preload", false),
+            ("max-age=600; includeSubDomains", true),
+            ("max-age=31536000", true),
+            ("max-age=0", true),
+        ] {
+            let lost = one(&format!("{base}    Strict-Transport-Security: {hsts}\n"));
+            assert_eq!(lost.len(), usize::from(weaker), "{hsts}: {lost:?}");
+        }
+        let lost = one(&format!(
+            "{}    Strict-Transport-Security: max-age=31536000; includeSubDomains\n",
+            base.replace("X-Frame-Options: deny", "X-Frame-Options: sameorigin")
+        ));
+        assert!(
+            lost.len() == 1 && lost[0].contains("\"sameorigin\""),
+            "{lost:?}"
+        );
+        // A suite or curve added to the list widens it; a TLS 1.3 name does not (always on).
+        let hsts = "    Strict-Transport-Security: max-age=31536000; includeSubDomains\n";
+        let lost = one(&format!(
+            "{}{hsts}",
+            base.replace(
+                "cipher_suites: [",
+                "cipher_suites: [TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, "
+            )
+        ));
+        assert!(
+            lost.len() == 1 && lost[0].ends_with("allow TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)"),
+            "{lost:?}"
+        );
+        let lost = one(&format!(
+            "{}{hsts}",
+            base.replace("[X25519]", "[X25519, CurveP256]")
+        ));
+        assert!(
+            lost.len() == 1 && lost[0].contains("allow CurveP256"),
+            "{lost:?}"
+        );
+        let lost = tls("").removed_by(&tls("  max_version: TLS12\n"));
+        assert!(
+            lost.len() == 1 && lost[0].contains("max_version TLS13 (connections would use TLS12)"),
+            "{lost:?}"
+        );
+        // Raising: from the defaults to strict loses nothing; so does switching HTTP/2 off.
+        assert!(tls("").removed_by(&strict).is_empty());
+        // Without TLS (plain HTTP) HTTP/2 is never spoken: turning it on lowers nothing.
+        let plain = |h2: bool| {
+            p(&format!("http_server_config:\n  http2: {h2}\n"))
+                .unwrap()
+                .protection()
+        };
+        assert!(plain(false).removed_by(&plain(true)).is_empty());
     }
 }

@@ -1,0 +1,171 @@
+//! `serving`: the serving path of one or more builds against a static server, in one run.
+//!
+//! Every build's exporter runs at once on the same node (`--profile`, one collection a
+//! second). For each build and encoding (gzip off, on) a static server (`throughput.rs`)
+//! answers with the bytes and headers that build sent. Then, `--rounds` times, every
+//! (build, encoding) pair is measured at 64 keep-alive connections for `--phase-seconds`,
+//! ours and its static server one right after the other (which goes first alternates by
+//! round, the builds' order rotates): the ratio of one round compares two servers under the
+//! same load, and the rounds show how much that load (other builds on a shared machine)
+//! moves it. Next to requests per second, each server's CPU time per request (the
+//! exporter's process, the static server's threads of this process): on a loaded machine
+//! it moves far less than the rates do.
+//!
+//! `cargo run --release -p bench -- serving --builds before=DIR,after=DIR [--rounds 3]
+//! [--phase-seconds 3] [--profile etc/sim/large-bench.toml]
+//! [--collectors bench/bench-counters.csv]`
+//!
+//! Without `--builds`, the workspace's release build is made and measured alone.
+
+use crate::scale::{self, Build};
+use crate::{arg, throughput};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+/// One (build, encoding) pair: its exporter, its static server, what each round measured.
+struct Pair {
+    build: usize,
+    gzip: bool,
+    bytes: usize,
+    ours: SocketAddr,
+    pid: u32,
+    fixed: SocketAddr,
+    /// (ours, static) per round.
+    rounds: Vec<(Measured, Measured)>,
+}
+
+/// One phase: what the clients saw and the server's CPU time per request.
+struct Measured {
+    load: throughput::Load,
+    cpu_us: f64,
+}
+
+/// `rate` with the CPU time `cpu` says the server spent meanwhile, per request.
+fn measure(addr: SocketAddr, gzip: bool, phase: Duration, cpu: impl Fn() -> f64) -> Measured {
+    let c0 = cpu();
+    let load = throughput::rate(addr, "/metrics", gzip, phase);
+    let spent = cpu() - c0;
+    let requests = load.per_second * phase.as_secs_f64();
+    Measured {
+        cpu_us: spent * 1e6 / requests.max(1.0),
+        load,
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
+    let builds: Vec<Build> = scale::builds(root, default_build)?;
+    let rounds: usize = arg("--rounds", "3")
+        .parse()
+        .map_err(|_| "--rounds: not a number")?;
+    let phase = Duration::from_secs_f64(
+        arg("--phase-seconds", "3")
+            .parse()
+            .map_err(|_| "--phase-seconds: not a number")?,
+    );
+    let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
+    let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
+    let running = builds
+        .iter()
+        .map(|b| scale::start(b, &profile, &csv, 1000, "serving"))
+        .collect::<Result<Vec<_>, String>>()?;
+    let mut pairs = Vec::new();
+    for (i, r) in running.iter().enumerate() {
+        let ours: SocketAddr = ([127, 0, 0, 1], r.port).into();
+        for gzip in [false, true] {
+            let (headers, body) = throughput::fetch(ours, "/metrics", gzip)?;
+            let bytes = body.len();
+            let fixed = throughput::static_server(headers, body)?;
+            pairs.push(Pair {
+                build: i,
+                gzip,
+                bytes,
+                ours,
+                pid: r.pid(),
+                fixed,
+                rounds: Vec::new(),
+            });
+        }
+    }
+    println!(
+        "serving: {} at 64 keep-alive connections, {:.1} s per phase, {rounds} rounds, {} cores",
+        profile.display(),
+        phase.as_secs_f64(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    for round in 0..rounds {
+        let n = pairs.len();
+        for k in 0..n {
+            // Rotate by two (one build's pair of encodings) per round.
+            let p = &mut pairs[(k + 2 * round) % n];
+            let pid = p.pid;
+            let ours_cpu = move || scale::cpu_s(pid).unwrap_or(f64::NAN);
+            let (ours, fixed) = if round % 2 == 0 {
+                let o = measure(p.ours, p.gzip, phase, ours_cpu);
+                (o, measure(p.fixed, p.gzip, phase, throughput::static_cpu_s))
+            } else {
+                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s);
+                (measure(p.ours, p.gzip, phase, ours_cpu), f)
+            };
+            p.rounds.push((ours, fixed));
+        }
+    }
+    report(&builds, &pairs);
+    Ok(())
+}
+
+fn report(builds: &[Build], pairs: &[Pair]) {
+    println!(
+        "{:<8} {:<4} {:>7}  {:>22}  {:>6}  {:<30}  {:>17}  {:>6}",
+        "build",
+        "gzip",
+        "bytes",
+        "req/s ours / static",
+        "ratio",
+        "ratio per round",
+        "CPU µs/req o / s",
+        "ratio"
+    );
+    for p in pairs {
+        let per_round = |f: &dyn Fn(&(Measured, Measured)) -> f64| -> Vec<f64> {
+            p.rounds.iter().map(f).collect()
+        };
+        let ratios = per_round(&|(o, f)| o.load.per_second / f.load.per_second.max(1e-9));
+        let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
+        let cpu_ratio = median(per_round(&|(o, f)| o.cpu_us / f.cpu_us.max(1e-9)));
+        println!(
+            "{:<8} {:<4} {:>7}  {:>10.0} / {:>9.0}  {:>6.3}  {:<30}  {:>7.1} / {:>7.1}  {:>6.3}",
+            builds[p.build].name,
+            if p.gzip { "on" } else { "off" },
+            p.bytes,
+            median(per_round(&|(o, _)| o.load.per_second)),
+            median(per_round(&|(_, f)| f.load.per_second)),
+            median(ratios.clone()),
+            each.join(" "),
+            median(per_round(&|(o, _)| o.cpu_us)),
+            median(per_round(&|(_, f)| f.cpu_us)),
+            cpu_ratio,
+        );
+    }
+    println!("(medians over the rounds; CPU: the server's own time per request, the exporter's");
+    println!(" process with its collections, the static server's threads; lower is better)");
+    println!("p99 latency ours / static, median of the rounds:");
+    for p in pairs {
+        let p99: Vec<f64> = p
+            .rounds
+            .iter()
+            .map(|(o, f)| o.load.p99 / f.load.p99.max(1e-9))
+            .collect();
+        println!(
+            "  {:<10} gzip {:<3} {:.3}",
+            builds[p.build].name,
+            if p.gzip { "on" } else { "off" },
+            median(p99)
+        );
+    }
+}
