@@ -60,6 +60,9 @@ struct RawV1 {
     /// Ours: `--low-cardinality`.
     #[serde(default)]
     low_cardinality: Option<bool>,
+    /// Ours: `--backend`.
+    #[serde(default)]
+    backend: Option<String>,
     #[serde(default)]
     sources: Option<V1Sources>,
     #[serde(default)]
@@ -80,6 +83,8 @@ struct RawV2 {
     emulate_version: Option<String>,
     #[serde(default)]
     low_cardinality: Option<bool>,
+    #[serde(default)]
+    backend: Option<String>,
     #[serde(default)]
     metrics: Option<RawMetrics>,
     #[serde(default)]
@@ -345,6 +350,8 @@ pub struct FileSettings {
     pub emulate: Option<UpstreamVersion>,
     /// `lowCardinality` (ours).
     pub low_cardinality: Option<bool>,
+    /// `backend` (ours).
+    pub backend: Option<crate::config::cli::Backend>,
     /// The default watch retention: `sources.dcgm.watch` and the all-fields collection's
     /// (version 2), `collection.retention` (version 1).
     pub retention: Retention,
@@ -418,6 +425,13 @@ pub fn load(path: &Path) -> Result<FileSettings, String> {
         Raw::V1(r) => r.low_cardinality,
         Raw::V2(r) => r.low_cardinality,
     };
+    let backend = match &raw {
+        Raw::V1(r) => &r.backend,
+        Raw::V2(r) => &r.backend,
+    };
+    if let Some(b) = backend {
+        out.backend = Some(b.parse().map_err(|e| format!("{name}: backend: {e}"))?);
+    }
     let server = match &raw {
         Raw::V1(r) => r.server.as_ref(),
         Raw::V2(r) => r.server.as_ref(),
@@ -869,6 +883,9 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
     if let Some(on) = fs.low_cardinality {
         set("low-cardinality", &mut |c| c.low_cardinality = on);
     }
+    if let Some(b) = fs.backend {
+        set("backend", &mut |c| c.backend = b);
+    }
     if let Some(n) = fs.max_concurrent_scrapes {
         set("max-concurrent-scrapes", &mut |c| {
             c.max_concurrent_scrapes = n
@@ -974,6 +991,27 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("power", 250), ("temp", 100)]
         );
+    }
+
+    #[test]
+    fn the_backend_comes_from_the_file_unless_given_explicitly() {
+        use crate::config::cli::Backend;
+        for schema in [1, 2] {
+            let (_d, p) = write(&format!("version: {schema}\nbackend: nvml\n"));
+            let path = p.display().to_string();
+            let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
+            assert_eq!(c.backend, Backend::Auto);
+            apply(&mut c).unwrap();
+            assert_eq!(c.backend, Backend::Nvml);
+            let mut c =
+                crate::config::cli::parse_from(["x", "--config-file", &path, "--backend", "dcgm"])
+                    .unwrap();
+            apply(&mut c).unwrap();
+            assert_eq!(c.backend, Backend::Dcgm);
+        }
+        let (_d, p) = write("version: 2\nbackend: nvlm\n");
+        let e = load(&p).unwrap_err();
+        assert!(e.contains("backend") && e.contains("nvlm"), "{e}");
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct SelfMetrics {
     /// Set by `enable_exporter_metrics`: these metrics change with every request, so a
     /// response built for one scrape must not be reused for the next.
     live: std::sync::atomic::AtomicBool,
+    /// `build_info`'s (dcgm_version, mode, emulated) and the backend serving.
+    info: std::sync::Mutex<([String; 3], &'static str)>,
+    /// `backend{backend}`: 1 for the source that served the published page.
+    backend: IntGaugeVec,
 }
 
 /// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
@@ -74,6 +78,16 @@ impl SelfMetrics {
         );
         let histogram = duration_histogram(name("collection_seconds"));
         let build_info = build_info(name("build_info"));
+        let backend = IntGaugeVec::new(
+            Opts::new(
+                name("backend"),
+                "1 for the source that served the published page: dcgm, or nvml (the core GPU \
+                 series from the driver's NVML, without DCGM).",
+            ),
+            &["backend"],
+        )
+        .expect("static metric options are valid");
+        backend.with_label_values(&["dcgm"]).set(1);
         let last_success = gauge(
             name("last_successful_collection_timestamp_seconds"),
             "Unix time of the last successful collection from DCGM.",
@@ -107,6 +121,7 @@ impl SelfMetrics {
             Box::new(collection_duration.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(histogram.clone()),
             Box::new(build_info.clone()),
+            Box::new(backend.clone()),
             Box::new(last_success.clone()),
             Box::new(connected.clone()),
             Box::new(collections.clone()),
@@ -142,6 +157,8 @@ impl SelfMetrics {
             http_requests,
             http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
+            info: std::sync::Mutex::new((Default::default(), "dcgm")),
+            backend,
         }
     }
 
@@ -175,14 +192,38 @@ impl SelfMetrics {
     /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
     /// library's version, the mode and the dcgm-exporter release emulated.
     pub fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
+        let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        info.0 = [dcgm_version, mode, emulated].map(str::to_string);
+        self.write_build_info(&info);
+    }
+
+    /// Which source served the published page ("dcgm" or "nvml"): `build_info`'s `backend`
+    /// label and `dcgm_exporter_backend{backend}` 1.
+    pub fn set_backend(&self, backend: &'static str) {
+        let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        if info.1 == backend {
+            return;
+        }
+        info.1 = backend;
+        self.write_build_info(&info);
+        self.backend.reset();
+        self.backend.with_label_values(&[backend]).set(1);
+    }
+
+    fn write_build_info(&self, (args, backend): &([String; 3], &'static str)) {
+        if args[0].is_empty() {
+            // Not known before the libraries are loaded.
+            return;
+        }
         self.build_info.reset();
         self.build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
                 env!("DCGM_EXPORTER_COMMIT"),
-                dcgm_version,
-                mode,
-                emulated,
+                &args[0],
+                &args[1],
+                &args[2],
+                backend,
             ])
             .set(1.0);
     }
@@ -263,9 +304,17 @@ fn build_info(name: String) -> GaugeVec {
         Opts::new(
             name,
             "1, labelled with the exporter's version and commit, the DCGM library's version, \
-             the mode (embedded or remote host engine) and the dcgm-exporter release emulated.",
+             the mode (embedded or remote host engine; none without DCGM), the dcgm-exporter \
+             release emulated and the backend serving the page (dcgm or nvml).",
         ),
-        &["version", "commit", "dcgm_version", "mode", "emulated"],
+        &[
+            "version",
+            "commit",
+            "dcgm_version",
+            "mode",
+            "emulated",
+            "backend",
+        ],
     )
     .expect("static metric options are valid")
 }

@@ -17,6 +17,7 @@
 mod run_loop;
 
 use crate::attribution::Attribution;
+use crate::collect::nvml::NvmlCollector;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::worker::{Current, JobError, Worker};
@@ -60,6 +61,9 @@ impl Engine {
 pub struct Dcgm {
     pub(crate) session: Option<Session>,
     collector: Option<Collector>,
+    /// The NVML source's collector, in place of the session and its watches
+    /// (`--backend nvml`, or `auto` where libdcgm does not load).
+    nvml: Option<NvmlCollector>,
     /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up when it opens.
     pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
 }
@@ -114,7 +118,10 @@ enum TickResult {
 
 /// Everything needed to (re)build a collector.
 pub struct Runner {
-    pub library: Arc<Library>,
+    /// libdcgm; `None` when the NVML source serves instead.
+    pub library: Option<Arc<Library>>,
+    /// NVML, for the NVML source.
+    pub nvml: Option<Arc<nvml_wrapper::Nvml>>,
     pub engine: Engine,
     /// Where the counters come from (`-f` file or `-m` ConfigMap), re-read on a reload.
     pub collectors: crate::config::configmap::CountersSource,
@@ -169,7 +176,9 @@ impl Runner {
 
     /// Opens a session in the worker and builds the watches on it.
     fn open(&self, worker: &Worker<Dcgm>, stop: &mut dyn FnMut() -> bool) -> Result<(), Failure> {
-        let library = self.library.clone();
+        let Some(library) = self.library.clone() else {
+            return self.build(worker, self.counters(), stop);
+        };
         let engine = self.engine.clone();
         let setup = self.setup_deadline();
         let bind_unbind = self.bind_unbind;
@@ -206,6 +215,9 @@ impl Runner {
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
         let settings = self.settings.clone();
+        if self.library.is_none() {
+            return self.build_nvml(worker, counters, stop);
+        }
         let built = worker.call(
             Instant::now() + self.setup_deadline(),
             stop,
@@ -234,6 +246,29 @@ impl Runner {
         built.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
+    /// Starts the NVML source's collector in the worker, in place of the one in use.
+    fn build_nvml(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
+        let Some(nvml) = self.nvml.clone() else {
+            return Err(Failure::Session("NVML is not loaded".into()));
+        };
+        let settings = self.settings.clone();
+        let built = worker.call(
+            Instant::now() + self.setup_deadline(),
+            stop,
+            move |d: &mut Dcgm| {
+                d.nvml =
+                    Some(NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?);
+                Ok(())
+            },
+        );
+        built.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
     /// Reads every value and renders the page.
     fn collect(
         &self,
@@ -243,6 +278,9 @@ impl Runner {
         let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
         let with_sinks = !self.sinks.is_empty();
         let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
+            if let Some(n) = d.nvml.as_mut() {
+                return collect_nvml(n, with_sinks);
+            }
             let Some(c) = d.collector.as_mut() else {
                 return Err(Failure::Watches("no watches".into()));
             };
@@ -382,6 +420,26 @@ impl Runner {
             .with_label_values(&["error"])
             .inc();
     }
+}
+
+/// One collection from the NVML source. A failure leaves the collector in place: the
+/// next tick asks again.
+fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, Failure> {
+    match n.mig_changed() {
+        Ok(true) => return Ok(TickResult::MigChanged),
+        Ok(false) => {}
+        Err(e) => return Err(Failure::Watches(e)),
+    }
+    let mut page = Page::reuse();
+    n.collect(&mut page).map_err(Failure::Watches)?;
+    Ok(TickResult::Collected(Box::new(Collected {
+        page,
+        topology: with_sinks.then(|| n.topology().clone()),
+        gpus: n.gpu_count(),
+        unmatched: n.unmatched().to_vec(),
+        low_cardinality: n.take_info().zip(n.low_cardinality().cloned()),
+        stalled: false,
+    })))
 }
 
 /// Puts a newly built collector in place of the one in use. The old one's watches are

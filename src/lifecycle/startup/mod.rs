@@ -121,8 +121,8 @@ fn serve(
     };
     let sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
-    let (library, dcgm_version) = load_library(&stages)?;
-    *library_out = Some(library.clone());
+    let source = load_source(&stages)?;
+    *library_out = source.library.clone();
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(stages.collect.interval_ms),
         server.as_ref().is_some_and(|s| s.options.openmetrics),
@@ -135,13 +135,19 @@ fn serve(
         shared.metrics.enable_exporter_metrics();
     }
     shared.metrics.set_build_info(
-        &dcgm_version,
-        stages.engine.mode(),
+        &source.dcgm_version,
+        if source.library.is_some() {
+            stages.engine.mode()
+        } else {
+            "none"
+        },
         stages.collect.emulate.as_str(),
     );
+    shared.set_backend(source.backend());
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
-        library,
+        library: source.library,
+        nvml: source.nvml,
         engine: stages.engine.clone(),
         collectors,
         counters: std::sync::RwLock::new(counters),
@@ -198,6 +204,66 @@ fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The libraries the collection reads: libdcgm, or NVML alone.
+struct Source {
+    library: Option<Arc<dcgm_sys::Library>>,
+    dcgm_version: String,
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
+}
+
+impl Source {
+    fn backend(&self) -> &'static str {
+        if self.library.is_some() {
+            "dcgm"
+        } else {
+            "nvml"
+        }
+    }
+}
+
+/// Loads what `--backend` asks for: libdcgm (`dcgm`), NVML and never libdcgm (`nvml`), or
+/// libdcgm and, where it does not load, NVML (`auto`).
+fn load_source(stages: &settings::Stages) -> Result<Source, String> {
+    use crate::config::cli::Backend;
+    let dcgm_error = match stages.backend {
+        Backend::Nvml => None,
+        Backend::Dcgm | Backend::Auto => match load_library(stages) {
+            Ok((library, dcgm_version)) => {
+                return Ok(Source {
+                    library: Some(library),
+                    dcgm_version,
+                    nvml: None,
+                })
+            }
+            Err(e) if stages.backend == Backend::Dcgm => return Err(e),
+            Err(e) => Some(e),
+        },
+    };
+    let nvml =
+        crate::collect::nvml::load(stages.nvml_library.as_deref()).map_err(
+            |e| match &dcgm_error {
+                Some(d) => format!("{d}; and NVML, which --backend auto uses without DCGM: {e}"),
+                None => e,
+            },
+        )?;
+    if let Some(e) = &dcgm_error {
+        tracing::warn!("{e}: collecting the core GPU series from NVML (--backend auto)");
+    }
+    let driver = nvml
+        .sys_driver_version()
+        .unwrap_or_else(|_| "unknown".into());
+    tracing::info!(
+        "dcgm-exporter {} (commit {}), NVML backend (driver {driver}): libdcgm is not loaded",
+        env!("CARGO_PKG_VERSION"),
+        env!("DCGM_EXPORTER_COMMIT"),
+    );
+    Ok(Source {
+        library: None,
+        dcgm_version: "none".into(),
+        nvml: Some(nvml),
+    })
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
