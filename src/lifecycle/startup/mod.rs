@@ -553,7 +553,11 @@ fn attribution_stage(
     let interval = Duration::from_millis(stages.collect.interval_ms);
     // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
     let nvml = s.nvml.then(|| {
-        attribution::nvml::RealNvml::load()
+        let lib = stages.nvml_library.as_deref().map_or_else(
+            || std::ffi::OsString::from(crate::collect::nvml::DEFAULT_LIBRARY),
+            |p| p.as_os_str().to_owned(),
+        );
+        attribution::nvml::RealNvml::load_from(&lib)
             .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
     });
     if s.container.is_some() && !s.options.kubernetes {
