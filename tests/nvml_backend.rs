@@ -207,6 +207,8 @@ fn auto_uses_nvml_where_libdcgm_does_not_load_and_dcgm_refuses_to() {
     let e = exporter()
         .profile("units-fixed.toml")
         .args(&[
+            "--backend",
+            "auto",
             "--dcgm-library",
             missing,
             "--nvml-library",
@@ -226,6 +228,8 @@ fn auto_uses_nvml_where_libdcgm_does_not_load_and_dcgm_refuses_to() {
     // auto with neither: both reasons, non-zero.
     let (code, err) = exporter()
         .args(&[
+            "--backend",
+            "auto",
             "--dcgm-library",
             missing,
             "--nvml-library",
@@ -287,4 +291,179 @@ fn run_time_changes_show_on_the_nvml_page_and_keep_advancing() {
     let page = e.scrape_until(10, |p| energy(p).is_some_and(|v| v > now));
     assert!(energy(&page).unwrap() > now);
     assert_eq!(temp(&page, "3"), Some(77.0));
+}
+
+fn backend(p: &[Sample]) -> Option<&str> {
+    series(p, "dcgm_exporter_backend")
+        .into_iter()
+        .find(|s| s.value == 1.0)
+        .and_then(|s| s.label("backend"))
+}
+
+fn temps(p: &[Sample]) -> Vec<f64> {
+    series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|s| s.value)
+        .collect()
+}
+
+/// Scrapes every 50 ms until `done`, checking each page with `check`; returns the last page
+/// and how long it took.
+fn watch_until(
+    e: &Exporter,
+    secs: u64,
+    check: impl Fn(&[Sample]),
+    done: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = e.scrape();
+        check(&p);
+        if done(&p) {
+            return (p, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed().as_secs() < secs,
+            "not done in {secs} s:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn failover_exporter(port: u16) -> Exporter {
+    let nvml = nvml_library();
+    exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start()
+}
+
+/// The engine's outage as the exporter must serve it: the core series on every scrape
+/// with the same values (never blind), the DCGM-only series gone once NVML serves (never
+/// stale), NVML named as the source; then DCGM again once the engine returns.
+fn outage_and_return(e: &Exporter, what: &str, stop: &mut dyn FnMut(), resume: &mut dyn FnMut()) {
+    let page = e.scrape_until(10, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(temps(&page), [45.0]);
+    stop();
+    let never_blind =
+        |p: &[Sample]| assert_eq!(temps(p), [45.0], "{what}: blind or wrong:\n{}", dump(p));
+    let (page, took) = watch_until(e, 20, never_blind, |p| backend(p) == Some("nvml"));
+    assert!(
+        series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+        "{what}: DCGM-only series kept:\n{}",
+        dump(&page)
+    );
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("backend: nvml") && body.contains("DCGM is unavailable"),
+        "{body}"
+    );
+    // Still NVML, still fresh, several intervals later.
+    let n = series(&page, "dcgm_exporter_collections_total")
+        .iter()
+        .map(|s| s.value)
+        .sum::<f64>();
+    let (page, _) = watch_until(e, 10, never_blind, |p| {
+        series(p, "dcgm_exporter_collections_total")
+            .iter()
+            .map(|s| s.value)
+            .sum::<f64>()
+            >= n + 3.0
+    });
+    assert_eq!(backend(&page), Some("nvml"), "{what}");
+    assert!(series(&page, "DCGM_EXP_GPU_COUNT").is_empty());
+    resume();
+    let (page, back) = watch_until(e, 60, never_blind, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(temps(&page), [45.0]);
+    assert_eq!(e.get("/health"), (200, "OK".to_string()), "{what}");
+    eprintln!(
+        "failover timing ({what}, sim, -c 300): NVML after {took:?}, DCGM again after {back:?}"
+    );
+}
+
+#[test]
+fn auto_fails_over_to_nvml_while_a_remote_engine_is_killed_and_comes_back() {
+    let port = free_port();
+    let engine = std::cell::RefCell::new(Some(HostEngine::start(port, Some("units-fixed.toml"))));
+    let e = failover_exporter(port);
+    outage_and_return(
+        &e,
+        "kill -9",
+        &mut || engine.borrow_mut().take().unwrap().kill(),
+        &mut || *engine.borrow_mut() = Some(HostEngine::start(port, Some("units-fixed.toml"))),
+    );
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
+}
+
+#[test]
+fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
+    let port = free_port();
+    let engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let pid = engine.child.id().to_string();
+    let e = failover_exporter(port);
+    let sig = |s: &str| {
+        assert!(std::process::Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    outage_and_return(&e, "SIGSTOP", &mut || sig("-STOP"), &mut || sig("-CONT"));
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        1,
+        "{log}"
+    );
+}
+
+#[test]
+fn without_nvml_auto_withdraws_as_before() {
+    // auto with no NVML to fall back on: the outage withdraws every series, as DCGM alone.
+    let port = free_port();
+    let mut engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .start();
+    engine.kill();
+    let page = e.scrape_until(20, |p| temps(p).is_empty());
+    assert!(
+        page.iter().all(|s| !s.name.starts_with("DCGM_")),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(e.get("/health").0, 503);
 }

@@ -14,6 +14,7 @@
 //! Scrapes never call DCGM; they read the last published page, which also stops being
 //! served once its oldest sample is too old (`collect::freshness`).
 
+mod fallback;
 mod run_loop;
 
 use crate::attribution::Attribution;
@@ -216,7 +217,7 @@ impl Runner {
     ) -> Result<(), Failure> {
         let settings = self.settings.clone();
         if self.library.is_none() {
-            return self.build_nvml(worker, counters, stop);
+            return self.build_nvml_within(worker, counters, self.setup_deadline(), stop);
         }
         let built = worker.call(
             Instant::now() + self.setup_deadline(),
@@ -246,26 +247,24 @@ impl Runner {
         built.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
-    /// Starts the NVML source's collector in the worker, in place of the one in use.
-    fn build_nvml(
+    /// Starts the NVML source's collector in the worker, in place of the one in use,
+    /// waiting `within` at most.
+    fn build_nvml_within(
         &self,
         worker: &Worker<Dcgm>,
         counters: Arc<Counters>,
+        within: Duration,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
         let Some(nvml) = self.nvml.clone() else {
             return Err(Failure::Session("NVML is not loaded".into()));
         };
         let settings = self.settings.clone();
-        let built = worker.call(
-            Instant::now() + self.setup_deadline(),
-            stop,
-            move |d: &mut Dcgm| {
-                d.nvml =
-                    Some(NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?);
-                Ok(())
-            },
-        );
+        let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
+            d.nvml =
+                Some(NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?);
+            Ok(())
+        });
         built.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
@@ -350,7 +349,8 @@ impl Runner {
         }
     }
 
-    fn succeeded(&self, c: Collected, took: Duration) {
+    /// Publishes a collection; `backend` names the source that served it ("dcgm" or "nvml").
+    fn succeeded(&self, c: Collected, took: Duration, backend: &'static str) {
         let Collected {
             mut page,
             topology,
@@ -403,6 +403,21 @@ impl Runner {
         self.shared.set_last_success(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);
+        self.shared.set_backend(backend);
+    }
+
+    /// Whether `--backend auto` can serve from NVML while DCGM cannot be used.
+    fn has_fallback(&self) -> bool {
+        self.library.is_some() && self.nvml.is_some()
+    }
+
+    /// The backend serving when DCGM is the configured source: "nvml" without libdcgm.
+    fn backend(&self) -> &'static str {
+        if self.library.is_some() {
+            "dcgm"
+        } else {
+            "nvml"
+        }
     }
 
     /// Never serve values a collection could not refresh.

@@ -234,7 +234,7 @@ fn load_source(stages: &settings::Stages) -> Result<Source, String> {
                 return Ok(Source {
                     library: Some(library),
                     dcgm_version,
-                    nvml: None,
+                    nvml: failover_nvml(stages),
                 })
             }
             Err(e) if stages.backend == Backend::Dcgm => return Err(e),
@@ -264,6 +264,26 @@ fn load_source(stages: &settings::Stages) -> Result<Source, String> {
         dcgm_version: "none".into(),
         nvml: Some(nvml),
     })
+}
+
+/// `--backend auto` with DCGM: NVML too, to serve the core series while DCGM cannot. Its
+/// absence only means no failover.
+fn failover_nvml(stages: &settings::Stages) -> Option<Arc<nvml_wrapper::Nvml>> {
+    if stages.backend != crate::config::cli::Backend::Auto {
+        return None;
+    }
+    match crate::collect::nvml::load(stages.nvml_library.as_deref()) {
+        Ok(n) => {
+            tracing::info!(
+                "NVML loaded: it serves the core GPU series while DCGM cannot (--backend auto)"
+            );
+            Some(n)
+        }
+        Err(e) => {
+            tracing::info!("{e}: no NVML failover while DCGM is unavailable");
+            None
+        }
+    }
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
