@@ -170,3 +170,125 @@ fn the_nvml_page_equals_the_real_dcgms_on_the_same_injected_gpus() {
     let power = &n["DCGM_FI_DEV_POWER_USAGE"];
     assert!(power.iter().any(|l| l.ends_with(" 312.25")), "{power:?}");
 }
+
+fn backend(p: &[Sample]) -> Option<&str> {
+    series(p, "dcgm_exporter_backend")
+        .into_iter()
+        .find(|s| s.value == 1.0)
+        .and_then(|s| s.label("backend"))
+}
+
+/// GPU temperatures by GPU: the injected 45 and 61 while anything serves.
+fn temps(p: &[Sample]) -> Vec<(String, f64)> {
+    let mut t: Vec<(String, f64)> = series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|s| (s.label("gpu").unwrap_or_default().to_string(), s.value))
+        .collect();
+    t.sort_by(|a, b| a.0.cmp(&b.0));
+    t
+}
+
+fn injected() -> Vec<(String, f64)> {
+    vec![("0".into(), 45.0), ("1".into(), 61.0)]
+}
+
+/// Scrapes every 50 ms until `done`, each page checked by `check`.
+fn watch_until(
+    e: &Exporter,
+    secs: u64,
+    check: impl Fn(&[Sample]),
+    done: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = e.scrape();
+        check(&p);
+        if done(&p) {
+            return (p, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed().as_secs() < secs,
+            "not done in {secs} s:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A remote nv-hostengine killed with -9 and restarted, then stopped with SIGSTOP and
+/// resumed, under `--backend auto`: the core series continue from NVML (NVIDIA's injection
+/// library over the same YAML) with the injected values on every scrape, the DCGM-only
+/// series go, and DCGM serves again once the engine is back.
+#[test]
+fn auto_survives_a_real_engine_killed_and_stopped_without_going_blind() {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-failover");
+    let yaml = scratch.yaml(&gpus());
+    let port = free_port();
+    let mut he = support::real_dcgm::RealHostEngine::start(kit, &yaml, &scratch.0, port);
+    let injection = kit.lib_dir().join("libnvml_injection.so.1");
+    let mut b = kit.remote(port).args(&[
+        "-c",
+        "500",
+        "--backend",
+        "auto",
+        "--nvml-library",
+        injection.to_str().unwrap(),
+    ]);
+    for (k, v) in kit.env(&yaml) {
+        b = b.env(&k, &v);
+    }
+    let e = b.start();
+    let dcgm_page =
+        |p: &[Sample]| backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty();
+    let never_blind =
+        |p: &[Sample]| assert_eq!(temps(p), injected(), "blind or wrong:\n{}", dump(p));
+    let (page, _) = watch_until(&e, 30, |_| {}, dcgm_page);
+    assert_eq!(temps(&page), injected());
+    for what in ["kill -9", "SIGSTOP"] {
+        if what == "kill -9" {
+            he.kill();
+        } else {
+            he.signal("STOP");
+        }
+        let (page, took) = watch_until(&e, 30, never_blind, |p| backend(p) == Some("nvml"));
+        assert!(
+            series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+            "{what}:\n{}",
+            dump(&page)
+        );
+        assert!(
+            series(&page, "DCGM_FI_DEV_XID_ERRORS").is_empty(),
+            "{what}:\n{}",
+            dump(&page)
+        );
+        // Several NVML pages later: still NVML, still the injected values.
+        let n: f64 = series(&page, "dcgm_exporter_collections_total")
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        watch_until(&e, 20, never_blind, |p| {
+            backend(p) == Some("nvml")
+                && series(p, "dcgm_exporter_collections_total")
+                    .iter()
+                    .map(|s| s.value)
+                    .sum::<f64>()
+                    >= n + 3.0
+        });
+        if what == "kill -9" {
+            he.restart(kit);
+        } else {
+            he.signal("CONT");
+        }
+        let (_, back) = watch_until(&e, 90, never_blind, dcgm_page);
+        eprintln!("failover timing ({what}, real kit, -c 500): NVML after {took:?}, DCGM again after {back:?}");
+    }
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 2, "{log}");
+}
