@@ -467,3 +467,130 @@ fn without_nvml_auto_withdraws_as_before() {
     );
     assert_eq!(e.get("/health").0, 503);
 }
+
+/// Per family of `prefixes`: its TYPE/HELP lines and sorted series lines.
+fn families_of(text: &str, prefixes: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let name = line
+            .strip_prefix("# TYPE ")
+            .or_else(|| line.strip_prefix("# HELP "))
+            .unwrap_or(line)
+            .split(['{', ' '])
+            .next()
+            .unwrap_or_default();
+        if prefixes.iter().any(|p| name.starts_with(p)) {
+            out.entry(name.into()).or_default().push(line.into());
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// --low-cardinality and --emulate-version=4.9.0 (base-unit names) on the NVML backend: the
+/// same info series, the same stripped labels, the same converted values as DCGM's page.
+#[test]
+fn low_cardinality_and_4_9_0_names_are_the_same_from_nvml() {
+    let csv = repo("etc/default-counters-4.9.0.csv");
+    let flags = [
+        "-f",
+        csv.to_str().unwrap(),
+        "--emulate-version=4.9.0",
+        "--low-cardinality",
+    ];
+    let dcgm = exporter().profile("units-fixed.toml").args(&flags).start();
+    let mut nvml_flags: Vec<&str> = flags.to_vec();
+    let extra = nvml_args();
+    nvml_flags.extend(extra.iter().map(String::as_str));
+    let nvml = exporter()
+        .profile("units-fixed.toml")
+        .args(&nvml_flags)
+        .start();
+    let text = |e: &Exporter| {
+        e.scrape_until(20, |p| !series(p, "DCGM_EXP_GPU_INFO").is_empty());
+        e.get("/metrics").1
+    };
+    let prefixes = ["DCGM_FI_", "DCGM_EXP_GPU_INFO"];
+    let d = families_of(&text(&dcgm), &prefixes);
+    let n = families_of(&text(&nvml), &prefixes);
+    assert!(n.contains_key("DCGM_EXP_GPU_INFO"), "{:?}", n.keys());
+    // A base-unit name, converted from the legacy field (mJ -> J).
+    assert!(
+        n.contains_key("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"),
+        "{:?}",
+        n.keys()
+    );
+    assert!(n["DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
+        .iter()
+        .all(|l| !l.contains("UUID=")));
+    for (name, lines) in &n {
+        assert_eq!(Some(lines), d.get(name), "{name}");
+    }
+}
+
+/// -k: pods from the kubelet label the NVML page's GPU series as they do DCGM's.
+#[test]
+fn pods_label_the_nvml_page() {
+    use support::kubelet::{pod, FakeKubelet};
+    let kubelet = FakeKubelet::start();
+    let mut args = nvml_args();
+    args.extend(["-k", "--pod-resources-kubelet-socket"].map(String::from));
+    args.push(kubelet.socket().to_str().unwrap().into());
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let page = e.scrape();
+    let uuid = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some("2"))
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 2")
+        .to_string();
+    kubelet.set_pods(vec![pod(
+        "ml",
+        "trainer-0",
+        "main",
+        &[("nvidia.com/gpu", &[&uuid])],
+    )]);
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .any(|s| s.label("pod") == Some("trainer-0"))
+    });
+    let labelled: Vec<&Sample> = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .filter(|s| s.label("pod").is_some())
+        .collect();
+    assert_eq!(labelled.len(), 1, "{}", dump(&page));
+    assert_eq!(labelled[0].label("gpu"), Some("2"));
+    assert_eq!(labelled[0].label("namespace"), Some("ml"));
+}
+
+/// The textfile sink writes the NVML page for node-exporter as it writes DCGM's.
+#[test]
+fn the_textfile_holds_the_nvml_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = nvml_args();
+    args.extend([
+        "--textfile-directory".into(),
+        dir.path().to_str().unwrap().into(),
+    ]);
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let file = dir.path().join("dcgm.prom");
+    e.wait_until(10, |_| {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    let text = std::fs::read_to_string(&file).unwrap();
+    let temp = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{"))
+        .unwrap();
+    assert!(temp.ends_with(" 45"), "{temp}");
+    assert!(prom::promtool_problems(&text).is_empty());
+}
