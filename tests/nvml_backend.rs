@@ -594,3 +594,62 @@ fn the_textfile_holds_the_nvml_page() {
     assert!(temp.ends_with(" 45"), "{temp}");
     assert!(prom::promtool_problems(&text).is_empty());
 }
+
+/// MIG: the NVML backend exports the same GPU instances as DCGM (GPU, GPU_I_ID,
+/// GPU_I_PROFILE and the identity labels), GPU-level fields on an instance read from its
+/// GPU, and a framebuffer per instance.
+#[test]
+fn mig_instances_are_the_same_entities_from_nvml() {
+    let dcgm = exporter().profile("a100-mixed-mig.toml").start();
+    let nvml = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let identities = |e: &Exporter, name: &str| {
+        let p = e.scrape_until(20, |p| !series(p, name).is_empty());
+        let mut ids: Vec<String> = series(&p, name)
+            .iter()
+            .map(|s| {
+                [
+                    "gpu",
+                    "UUID",
+                    "pci_bus_id",
+                    "device",
+                    "modelName",
+                    "GPU_I_PROFILE",
+                    "GPU_I_ID",
+                ]
+                .map(|l| s.label(l).unwrap_or("-"))
+                .join(",")
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    for name in ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_FREE"] {
+        let (d, n) = (identities(&dcgm, name), identities(&nvml, name));
+        assert!(
+            d.iter().any(|i| !i.ends_with(",-,-")),
+            "no MIG instance on DCGM's page"
+        );
+        assert_eq!(n, d, "{name}");
+    }
+    // The framebuffer is each instance's own: a 1g.10gb instance is far below its GPU's.
+    let p = nvml.scrape();
+    let total = |pred: &dyn Fn(&Sample) -> bool| {
+        series(&p, "DCGM_FI_DEV_FB_FREE")
+            .into_iter()
+            .chain(series(&p, "DCGM_FI_DEV_FB_USED"))
+            .chain(series(&p, "DCGM_FI_DEV_FB_RESERVED"))
+            .filter(|s| pred(s))
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    let small =
+        total(&|s| s.label("gpu") == Some("0") && s.label("GPU_I_ID").is_some_and(|g| g == "7"));
+    let whole = total(&|s| s.label("gpu") == Some("4"));
+    assert!(
+        small > 0.0 && small * 4.0 < whole,
+        "instance {small} MiB vs GPU {whole} MiB"
+    );
+}

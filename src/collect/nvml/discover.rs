@@ -121,13 +121,17 @@ pub fn slot_of(nvml: &Nvml, gpu: u32, gi: u32) -> Result<u32, NvmlError> {
     Err(NvmlError::NotFound)
 }
 
-/// The MIG profile of a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" ->
-/// "1g.10gb"), as DCGM's DCGM_FI_DEV_NAME of a GPU instance.
+/// The GPU-instance profile of a MIG device's name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" ->
+/// "1g.10gb"), as DCGM's DCGM_FI_DEV_NAME of a GPU instance. A compute instance smaller
+/// than its GPU instance is named with its own slices first ("MIG 3c.7g.80gb"): the GPU
+/// instance's profile is the rest.
 fn profile_of(name: &str) -> String {
-    name.rsplit_once("MIG ")
-        .map_or(name, |(_, p)| p)
-        .trim()
-        .to_string()
+    let p = name.rsplit_once("MIG ").map_or(name, |(_, p)| p).trim();
+    match p.split_once("c.") {
+        Some((n, rest)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => rest,
+        _ => p,
+    }
+    .to_string()
 }
 
 #[cfg(test)]
@@ -143,5 +147,13 @@ mod tests {
             "3g.20gb"
         );
         assert_eq!(super::profile_of("2g.20gb"), "2g.20gb");
+        assert_eq!(
+            super::profile_of("NVIDIA A100-SXM4-80GB MIG 3c.7g.80gb"),
+            "7g.80gb"
+        );
+        assert_eq!(
+            super::profile_of("NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb"),
+            "3g.20gb"
+        );
     }
 }
