@@ -46,10 +46,27 @@ pub struct SelfMetrics {
     /// Set by `enable_exporter_metrics`: these metrics change with every request, so a
     /// response built for one scrape must not be reused for the next.
     live: std::sync::atomic::AtomicBool,
-    /// `build_info`'s (dcgm_version, mode, emulated) and the backend serving.
+    source: Source,
+}
+
+/// `build_info`'s (dcgm_version, mode, emulated) and the backend serving, with
+/// `backend{backend}`: 1 for the source that served the published page.
+struct Source {
     info: std::sync::Mutex<([String; 3], &'static str)>,
-    /// `backend{backend}`: 1 for the source that served the published page.
-    backend: IntGaugeVec,
+    gauge: IntGaugeVec,
+}
+
+impl Source {
+    fn new(registry: &Registry, name: String) -> Source {
+        let gauge = backend_gauge(name);
+        registry
+            .register(Box::new(gauge.clone()))
+            .expect("metric names are unique");
+        Source {
+            info: std::sync::Mutex::new((Default::default(), "dcgm")),
+            gauge,
+        }
+    }
 }
 
 /// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
@@ -78,16 +95,6 @@ impl SelfMetrics {
         );
         let histogram = duration_histogram(name("collection_seconds"));
         let build_info = build_info(name("build_info"));
-        let backend = IntGaugeVec::new(
-            Opts::new(
-                name("backend"),
-                "1 for the source that served the published page: dcgm, or nvml (the core GPU \
-                 series from the driver's NVML, without DCGM).",
-            ),
-            &["backend"],
-        )
-        .expect("static metric options are valid");
-        backend.with_label_values(&["dcgm"]).set(1);
         let last_success = gauge(
             name("last_successful_collection_timestamp_seconds"),
             "Unix time of the last successful collection from DCGM.",
@@ -121,7 +128,6 @@ impl SelfMetrics {
             Box::new(collection_duration.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(histogram.clone()),
             Box::new(build_info.clone()),
-            Box::new(backend.clone()),
             Box::new(last_success.clone()),
             Box::new(connected.clone()),
             Box::new(collections.clone()),
@@ -139,6 +145,7 @@ impl SelfMetrics {
         precreate(&collections, &dropped);
         let (http_requests, http_in_flight) = promhttp();
         SelfMetrics {
+            source: Source::new(&registry, name("backend")), // evaluated before `registry` moves
             registry,
             collection_duration: CollectionDuration {
                 last: collection_duration,
@@ -157,8 +164,6 @@ impl SelfMetrics {
             http_requests,
             http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
-            info: std::sync::Mutex::new((Default::default(), "dcgm")),
-            backend,
         }
     }
 
@@ -192,7 +197,7 @@ impl SelfMetrics {
     /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
     /// library's version, the mode and the dcgm-exporter release emulated.
     pub fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
-        let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
         info.0 = [dcgm_version, mode, emulated].map(str::to_string);
         self.write_build_info(&info);
     }
@@ -200,14 +205,14 @@ impl SelfMetrics {
     /// Which source served the published page ("dcgm" or "nvml"): `build_info`'s `backend`
     /// label and `dcgm_exporter_backend{backend}` 1.
     pub fn set_backend(&self, backend: &'static str) {
-        let mut info = self.info.lock().unwrap_or_else(|p| p.into_inner());
+        let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
         if info.1 == backend {
             return;
         }
         info.1 = backend;
         self.write_build_info(&info);
-        self.backend.reset();
-        self.backend.with_label_values(&[backend]).set(1);
+        self.source.gauge.reset();
+        self.source.gauge.with_label_values(&[backend]).set(1);
     }
 
     fn write_build_info(&self, (args, backend): &([String; 3], &'static str)) {
@@ -297,6 +302,21 @@ fn precreate(collections: &IntCounterVec, dropped: &IntCounterVec) {
     ] {
         dropped.with_label_values(&[r.as_str()]);
     }
+}
+
+/// `backend{backend}`: 1 for the source serving, DCGM until told otherwise.
+fn backend_gauge(name: String) -> IntGaugeVec {
+    let g = IntGaugeVec::new(
+        Opts::new(
+            name,
+            "1 for the source that served the published page: dcgm, or nvml (the core GPU \
+             series from the driver's NVML, without DCGM).",
+        ),
+        &["backend"],
+    )
+    .expect("static metric options are valid");
+    g.with_label_values(&["dcgm"]).set(1);
+    g
 }
 
 fn build_info(name: String) -> GaugeVec {

@@ -134,16 +134,7 @@ fn serve(
     if stages.exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
-    shared.metrics.set_build_info(
-        &source.dcgm_version,
-        if source.library.is_some() {
-            stages.engine.mode()
-        } else {
-            "none"
-        },
-        stages.collect.emulate.as_str(),
-    );
-    shared.set_backend(source.backend());
+    source.describe(&shared, &stages);
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library: source.library,
@@ -214,6 +205,19 @@ struct Source {
 }
 
 impl Source {
+    /// `build_info` and the backend gauge, from what was loaded.
+    fn describe(&self, shared: &Shared, stages: &settings::Stages) {
+        let mode = if self.library.is_some() {
+            stages.engine.mode()
+        } else {
+            "none"
+        };
+        shared
+            .metrics
+            .set_build_info(&self.dcgm_version, mode, stages.collect.emulate.as_str());
+        shared.set_backend(self.backend());
+    }
+
     fn backend(&self) -> &'static str {
         if self.library.is_some() {
             "dcgm"
