@@ -738,15 +738,44 @@ mod tests {
     #[test]
     fn mig_reconfiguration_and_lost_gpus_are_followed() {
         let mut s = sim();
-        s.apply(&Fault::MigReconfigure {
-            gpu: 1,
-            instances: vec![],
-        });
+        s.apply(
+            &Fault::MigReconfigure {
+                gpu: 1,
+                instances: vec![],
+            },
+            now_us(),
+        );
         assert_eq!(s.mig_devices(s.world.node.gpu(1).unwrap()).count(), 0);
         // Process 11 ran on an instance that no longer exists.
         assert!(s.processes(&s.gpu(1).unwrap(), false).is_empty());
-        s.apply(&Fault::GpuLost { gpu: 0 });
+        s.apply(&Fault::GpuLost { gpu: 0 }, now_us());
         assert_eq!(alive(&s.gpu(0).unwrap()), Err(ffi::ERROR_GPU_IS_LOST));
+    }
+
+    /// NVML's value calls read what the simulated DCGM reads, value faults included: the
+    /// profile's constants, `set`, `not_supported` and `restored` lines, per GPU.
+    #[test]
+    fn readings_follow_the_profile_and_the_value_faults() {
+        let p = Profile::parse(
+            "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+             [[fields]]\nid = 150\ngen = { kind = \"constant\", value = 45.0 }\n\
+             [[fields]]\nid = 150\ngpus = [1]\ngen = { kind = \"constant\", value = 61.0 }\n",
+        )
+        .unwrap();
+        let mut s = Sim::new(&p);
+        let temp = |s: &Sim, g: u32| s.reading(&s.gpu(g).unwrap(), 150);
+        assert_eq!((temp(&s, 0), temp(&s, 1)), (Ok(45.0), Ok(61.0)));
+        s.apply(&faults::parse_line("set 1 150 77").unwrap(), now_us());
+        s.apply(
+            &faults::parse_line("not_supported 0 150").unwrap(),
+            now_us(),
+        );
+        assert_eq!(temp(&s, 1), Ok(77.0));
+        assert_eq!(temp(&s, 0), Err(ffi::ERROR_NOT_SUPPORTED));
+        s.apply(&faults::parse_line("restored 0 150").unwrap(), now_us());
+        assert_eq!(temp(&s, 0), Ok(45.0));
+        s.apply(&Fault::GpuLost { gpu: 1 }, now_us());
+        assert_eq!(temp(&s, 1), Err(ffi::ERROR_GPU_IS_LOST));
     }
 
     /// A second boundary plus 0.3 s: the driver starts mid-second.
