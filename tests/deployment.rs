@@ -1037,6 +1037,38 @@ fn usage_accounting_values_turn_on_host_pid_the_host_proc_mount_and_the_flags() 
     );
 }
 
+/// `backend: nvml` runs the pod without DCGM: the variable is rendered, the binary
+/// serves DCGM's names from NVML and never maps libdcgm (which the pod's library path has).
+#[test]
+fn the_backend_value_runs_the_pod_without_dcgm() {
+    let Some(off) = render(&json!({}), None) else {
+        skip(SKIP_PY);
+        return;
+    };
+    assert!(env_of(container(&off))
+        .iter()
+        .all(|(k, _)| k != "DCGM_EXPORTER_BACKEND"));
+    let on = render(&on_free_port(json!({"backend": "nvml"})), None).unwrap();
+    let env = env_of(container(&on));
+    assert!(
+        env.contains(&("DCGM_EXPORTER_BACKEND".into(), "nvml".into())),
+        "{env:?}"
+    );
+    let (e, samples, _root) = run_as_the_pod(&on, "h100-8gpu-nvswitch.toml");
+    assert_eq!(
+        series(&samples, "DCGM_FI_DEV_GPU_TEMP").len(),
+        8,
+        "{}",
+        e.stderr()
+    );
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", e.child.id())).unwrap();
+    assert!(!maps.contains("libdcgm"), "libdcgm mapped");
+    assert_eq!(
+        series(&samples, "dcgm_exporter_build_info")[0].label("backend"),
+        Some("nvml")
+    );
+}
+
 /// With `usageAccounting` and `prometheusRule` on, the PrometheusRule also carries the usage
 /// rules (etc/prometheus/dcgm-usage.rules.yml), runbook links prefixed, valid for promtool.
 #[test]

@@ -99,7 +99,7 @@ fn the_gpu_tier_matches_every_value_and_fails_on_a_value_out_of_tolerance() {
     let o = run_script(&kit.root, &yaml, &out, None);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    for mode in ["embedded", "remote"] {
+    for mode in ["embedded", "remote", "nvml"] {
         assert!(
             t.contains(&format!("gpu-tier {mode}: 14 values match")),
             "{t}"
@@ -173,7 +173,7 @@ fn the_gpu_tier_matches_every_value_and_fails_on_a_value_out_of_tolerance() {
     fails.sort();
     let (u0, u1) = (nvml_yaml::uuid(0), nvml_yaml::uuid(1));
     let mut want = Vec::new();
-    for mode in ["embedded", "remote"] {
+    for mode in ["embedded", "remote", "nvml"] {
         want.push(format!(
             "FAIL {mode}: DCGM_FI_DEV_GPU_TEMP {u0}: exported 41, temperature.gpu 44 (+-2)"
         ));
@@ -189,7 +189,7 @@ fn the_gpu_tier_matches_every_value_and_fails_on_a_value_out_of_tolerance() {
     }
     want.sort();
     assert_eq!(fails, want, "{t}");
-    for mode in ["embedded", "remote"] {
+    for mode in ["embedded", "remote", "nvml"] {
         assert!(
             t.contains(&format!("gpu-tier {mode}: 4 mismatches of 14 values")),
             "{t}"

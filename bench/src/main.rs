@@ -30,6 +30,10 @@
 //! per series and a real Prometheus's head series, chunks and memory without and with
 //! `--low-cardinality` on the large profile (`lowcard.rs`).
 //!
+//! `cargo run --release -p bench -- backend [--build debug]` prints CPU per collection, first
+//! page and RSS of `--backend nvml` beside `--backend dcgm` on the same simulated node
+//! (`backend.rs`).
+//!
 //! `cargo run --release -p bench -- usage [--build debug]` prints CPU per collection, series
 //! and RSS of 8 GPUs x 16 pods x 4 processes with per-pod series and `--usage-accounting`
 //! against the same node without (`usage.rs`).
@@ -49,6 +53,7 @@
 //! Each run also measures throughput at 64 connections, gzip off and on, against a static
 //! server serving the same bytes (`throughput.rs`).
 
+mod backend;
 mod exit_codes;
 mod faults;
 mod lowcard;
@@ -87,6 +92,7 @@ fn main() {
         Some("lowcard") => run_lowcard(),
         Some("usage") => run_usage(),
         Some("serving") => run_serving(),
+        Some("backend") => run_backend(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -112,6 +118,29 @@ fn run_memory() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     memory::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and both simulators (`--build release|debug`) and measures the NVML
+/// backend beside DCGM's (`backend.rs`).
+fn run_backend() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = build_binaries(&root)?;
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q", "-p", "nvml-sim"]);
+    if build == "release" {
+        cargo.arg("--release");
+    }
+    let status = cargo
+        .current_dir(&root)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err("building nvml-sim failed".into());
+    }
+    backend::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and simulator (`--build release|debug`) and measures

@@ -7,6 +7,7 @@ pub mod freshness;
 pub mod health;
 pub mod health_codes;
 pub mod info;
+pub mod nvml;
 mod profiling;
 pub mod targets;
 pub mod topology;

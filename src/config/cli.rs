@@ -8,6 +8,39 @@ use clap::{ArgAction, ArgMatches, CommandFactory, FromArgMatches, Parser};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// `--backend`: where GPU values come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// DCGM only (libdcgm must load).
+    Dcgm,
+    /// NVML only: libdcgm is never loaded.
+    Nvml,
+    /// DCGM when libdcgm loads, else NVML.
+    Auto,
+}
+
+impl Backend {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Dcgm => "dcgm",
+            Backend::Nvml => "nvml",
+            Backend::Auto => "auto",
+        }
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Backend, String> {
+        match s {
+            "dcgm" => Ok(Backend::Dcgm),
+            "nvml" => Ok(Backend::Nvml),
+            "auto" => Ok(Backend::Auto),
+            _ => Err(format!("{s:?} is not a backend: dcgm, nvml or auto")),
+        }
+    }
+}
+
 /// Go's strconv.ParseBool spellings.
 fn parse_go_bool(s: &str) -> Result<bool, String> {
     match s {
@@ -355,6 +388,20 @@ pub struct Config {
     /// Load this libdcgm instead of searching for libdcgm.so.4.
     #[arg(long, env = "DCGM_EXPORTER_DCGM_LIBRARY", value_name = "PATH")]
     pub dcgm_library: Option<PathBuf>,
+    /// Where GPU values come from: dcgm, nvml (the driver's NVML alone: the core GPU
+    /// series under DCGM's names, libdcgm never loaded) or auto (DCGM when libdcgm loads,
+    /// else NVML).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_BACKEND",
+        value_name = "BACKEND",
+        default_value = "auto"
+    )]
+    pub backend: Backend,
+    /// Load this NVML instead of searching for libnvidia-ml.so.1 (the NVML backend, and
+    /// pod attribution's MIG and process queries).
+    #[arg(long, env = "DCGM_EXPORTER_NVML_LIBRARY", value_name = "PATH")]
+    pub nvml_library: Option<PathBuf>,
     /// Print every DCGM field (name, id, type, entity level, unit) and exit.
     #[arg(long)]
     pub list_fields: bool,
@@ -801,6 +848,9 @@ pub(crate) mod tests {
         ("container-runtime-socket", None, Some("DCGM_CONTAINER_RUNTIME_SOCKET"), Some(""), Str),
         // ours
         ("dcgm-library", None, Some("DCGM_EXPORTER_DCGM_LIBRARY"), None, Str),
+        // ours (issue 31: the NVML backend)
+        ("backend", None, Some("DCGM_EXPORTER_BACKEND"), Some("auto"), Str),
+        ("nvml-library", None, Some("DCGM_EXPORTER_NVML_LIBRARY"), None, Str),
         ("list-fields", None, None, Some("false"), Bool),
         ("compute-instances", None, Some("DCGM_EXPORTER_COMPUTE_INSTANCES"), Some("false"), Bool),
         ("textfile-directory", None, Some("DCGM_EXPORTER_TEXTFILE_DIRECTORY"), Some(""), Str),
@@ -828,6 +878,7 @@ pub(crate) mod tests {
             ("log-format", _) => "json",
             ("kubernetes-gpu-id-type", _) => "device-name",
             ("emulate-version", _) => "4.8.2",
+            ("backend", _) => "nvml",
             ("dump-compression", _) => "false",
             (_, Bool) => "true",
             (_, Int) => "1234",

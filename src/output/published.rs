@@ -51,6 +51,8 @@ pub struct Shared {
     stalled_since: Mutex<Option<Instant>>,
     /// `dcgm_exporter_dcgm_sampling_stalled`: 1 while that has lasted over two intervals.
     stalled_gauge: prometheus::IntGauge,
+    /// The source that served the published page: "dcgm" or "nvml".
+    backend: Mutex<&'static str>,
 }
 
 impl Shared {
@@ -89,7 +91,20 @@ impl Shared {
             gpus: AtomicUsize::new(0),
             stalled_since: Mutex::new(None),
             stalled_gauge,
+            backend: Mutex::new("dcgm"),
         }
+    }
+
+    /// The source that serves the pages from now on: "dcgm" or "nvml" (build_info, the
+    /// backend gauge and /health say it).
+    pub fn set_backend(&self, backend: &'static str) {
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend;
+        self.metrics.set_backend(backend);
+    }
+
+    /// The source named by the last [`Shared::set_backend`].
+    pub fn backend(&self) -> &'static str {
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The DCGM series to serve: the last page while its samples are fresh enough, else

@@ -49,6 +49,27 @@ pub struct SelfMetrics {
     /// Set by `enable_exporter_metrics`: these metrics change with every request, so a
     /// response built for one scrape must not be reused for the next.
     live: std::sync::atomic::AtomicBool,
+    source: Source,
+}
+
+/// `build_info`'s (dcgm_version, mode, emulated) and the backend serving, with
+/// `backend{backend}`: 1 for the source that served the published page.
+struct Source {
+    info: std::sync::Mutex<([String; 3], &'static str)>,
+    gauge: IntGaugeVec,
+}
+
+impl Source {
+    fn new(registry: &Registry, name: String) -> Source {
+        let gauge = backend_gauge(name);
+        registry
+            .register(Box::new(gauge.clone()))
+            .expect("metric names are unique");
+        Source {
+            info: std::sync::Mutex::new((Default::default(), "dcgm")),
+            gauge,
+        }
+    }
 }
 
 /// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
@@ -128,6 +149,7 @@ impl SelfMetrics {
         let (http_requests, http_in_flight) = promhttp();
         let http_ok = http_requests.with_label_values(&["200"]);
         SelfMetrics {
+            source: Source::new(&registry, name("backend")), // evaluated before `registry` moves
             registry,
             collection_duration: CollectionDuration {
                 last: collection_duration,
@@ -180,14 +202,38 @@ impl SelfMetrics {
     /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
     /// library's version, the mode and the dcgm-exporter release emulated.
     pub fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
+        let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
+        info.0 = [dcgm_version, mode, emulated].map(str::to_string);
+        self.write_build_info(&info);
+    }
+
+    /// Which source served the published page ("dcgm" or "nvml"): `build_info`'s `backend`
+    /// label and `dcgm_exporter_backend{backend}` 1.
+    pub fn set_backend(&self, backend: &'static str) {
+        let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
+        if info.1 == backend {
+            return;
+        }
+        info.1 = backend;
+        self.write_build_info(&info);
+        self.source.gauge.reset();
+        self.source.gauge.with_label_values(&[backend]).set(1);
+    }
+
+    fn write_build_info(&self, (args, backend): &([String; 3], &'static str)) {
+        if args[0].is_empty() {
+            // Not known before the libraries are loaded.
+            return;
+        }
         self.build_info.reset();
         self.build_info
             .with_label_values(&[
                 env!("CARGO_PKG_VERSION"),
                 env!("DCGM_EXPORTER_COMMIT"),
-                dcgm_version,
-                mode,
-                emulated,
+                &args[0],
+                &args[1],
+                &args[2],
+                backend,
             ])
             .set(1.0);
     }
@@ -263,14 +309,37 @@ fn precreate(collections: &IntCounterVec, dropped: &IntCounterVec) {
     }
 }
 
+/// `backend{backend}`: 1 for the source serving, DCGM until told otherwise.
+fn backend_gauge(name: String) -> IntGaugeVec {
+    let g = IntGaugeVec::new(
+        Opts::new(
+            name,
+            "1 for the source that served the published page: dcgm, or nvml (the core GPU \
+             series from the driver's NVML, without DCGM).",
+        ),
+        &["backend"],
+    )
+    .expect("static metric options are valid");
+    g.with_label_values(&["dcgm"]).set(1);
+    g
+}
+
 fn build_info(name: String) -> GaugeVec {
     GaugeVec::new(
         Opts::new(
             name,
             "1, labelled with the exporter's version and commit, the DCGM library's version, \
-             the mode (embedded or remote host engine) and the dcgm-exporter release emulated.",
+             the mode (embedded or remote host engine; none without DCGM), the dcgm-exporter \
+             release emulated and the backend serving the page (dcgm or nvml).",
         ),
-        &["version", "commit", "dcgm_version", "mode", "emulated"],
+        &[
+            "version",
+            "commit",
+            "dcgm_version",
+            "mode",
+            "emulated",
+            "backend",
+        ],
     )
     .expect("static metric options are valid")
 }

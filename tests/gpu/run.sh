@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tier: the exporter on NVIDIA's real DCGM 4.6 (the kit's nv-hostengine and
-# libdcgm.so.4), embedded and remote, every exported GPU value compared with an independent
-# reference (tests/gpu/gpu_tier.py has the field mapping and the tolerances).
+# libdcgm.so.4), embedded and remote, and on NVML alone (--backend nvml), every exported GPU
+# value compared with an independent reference (tests/gpu/gpu_tier.py has the field mapping
+# and the tolerances).
 #
 #   gpu mode (an NVIDIA driver is here): DCGM on the driver's own NVML; reference
 #     `nvidia-smi --query-gpu=...`; then DCGM's nvml_api_recorder.py records the GPU's whole
@@ -149,12 +150,18 @@ gpus=$(grep -c . "$out/reference-start.csv" || true)
 [ "$gpus" -gt 0 ] || fail "the reference names no GPU"
 
 status=0
-for how in embedded remote; do
+for how in embedded remote nvml; do
   port=$(tier free-port)
   args=(-f "$here/counters.csv" -a "127.0.0.1:$port" -c 1000 --dcgm-library "$kit/lib/libdcgm.so.4")
   if [ "$how" = remote ]; then
     args+=(-r "127.0.0.1:$he_port")
     env_run=("${base_env[@]}")
+  elif [ "$how" = nvml ]; then
+    # The NVML backend (no libdcgm): the driver's NVML, or the injection library over the
+    # same YAML in kit mode.
+    args=(-f "$here/counters.csv" -a "127.0.0.1:$port" -c 1000 --backend nvml)
+    [ "$mode" = kit ] && args+=(--nvml-library "$kit/lib/libnvml_injection.so.1")
+    env_run=("${dcgm_env[@]}")
   else
     env_run=("${dcgm_env[@]}")
   fi

@@ -194,6 +194,12 @@ impl ExporterBuilder {
         if !has("-c") && !has("--collect-interval") {
             cmd.args(["-c", "500"]);
         }
+        // The tests written for DCGM pin it: under the default `auto` the simulated NVML
+        // on cargo's library path would serve the core series through every engine outage
+        // they provoke. The NVML backend and the failover are tested with `--backend`.
+        if !has("--backend") && !self.env.iter().any(|(k, _)| k == "DCGM_EXPORTER_BACKEND") {
+            cmd.args(["--backend", "dcgm"]);
+        }
         if !has("--dcgm-library") {
             cmd.args([
                 "--dcgm-library",

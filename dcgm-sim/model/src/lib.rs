@@ -7,9 +7,11 @@
 //! on it without taking in the other simulator's symbols or SONAME.
 
 pub mod faults;
+pub mod fields;
 pub mod generator;
 pub mod node;
 pub mod profile;
+pub mod values;
 
 use serde::{Deserialize, Serialize};
 

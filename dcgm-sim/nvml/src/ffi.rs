@@ -137,6 +137,46 @@ pub struct ProcessUtilizationSample {
     pub dec_util: c_uint,
 }
 
+/// `nvmlUtilization_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Utilization {
+    pub gpu: c_uint,
+    pub memory: c_uint,
+}
+
+/// `nvmlValueType_t` values the simulator writes.
+pub const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
+pub const VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
+
+/// `nvmlFieldValue_t`; `value` is the `nvmlValue_t` union, written as its widest member
+/// (the low bytes are `uiVal` on a little-endian machine; [`FieldValue::set`] writes the
+/// member `value_type` names).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct FieldValue {
+    pub field_id: c_uint,
+    pub scope_id: c_uint,
+    pub timestamp: i64,
+    pub latency_usec: i64,
+    pub value_type: c_uint,
+    pub nvml_return: Return,
+    pub value: [u8; 8],
+}
+
+impl FieldValue {
+    /// Stores `v` as the union member of `value_type` (uint or unsigned long long).
+    pub fn set(&mut self, value_type: c_uint, v: u64) {
+        self.value_type = value_type;
+        self.value = [0; 8];
+        if value_type == VALUE_TYPE_UNSIGNED_INT {
+            self.value[..4].copy_from_slice(&(v as u32).to_ne_bytes());
+        } else {
+            self.value = v.to_ne_bytes();
+        }
+    }
+}
+
 /// Sizes and offsets as a C compiler lays out the header's structs on LP64 Linux.
 const _: () = {
     use std::mem::{offset_of, size_of};
@@ -160,4 +200,10 @@ const _: () = {
     assert!(offset_of!(ProcessUtilizationSample, time_stamp) == 8);
     assert!(offset_of!(ProcessUtilizationSample, sm_util) == 16);
     assert!(offset_of!(ProcessUtilizationSample, dec_util) == 28);
+    assert!(size_of::<Utilization>() == 8);
+    assert!(size_of::<FieldValue>() == 40);
+    assert!(offset_of!(FieldValue, timestamp) == 8);
+    assert!(offset_of!(FieldValue, value_type) == 24);
+    assert!(offset_of!(FieldValue, nvml_return) == 28);
+    assert!(offset_of!(FieldValue, value) == 32);
 };

@@ -16,6 +16,8 @@ use dcgm_sim_model::faults::{self, ControlFile, Fault};
 use dcgm_sim_model::generator::mix;
 use dcgm_sim_model::node::{Ci, Gi, Gpu, Node};
 use dcgm_sim_model::profile::{GiSpec, MigLookup, ProcessSpec, Profile, ScheduledFault};
+use dcgm_sim_model::values::World;
+use dcgm_sim_model::FE_GPU;
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -70,7 +72,9 @@ fn handle_of(gpu: u32, slot: u32) -> usize {
 
 /// The simulated driver, alive between the first `nvmlInit` and the last `nvmlShutdown`.
 pub struct Sim {
-    node: Node,
+    /// The node and what its fields read, as the simulated DCGM computes them: NVML's
+    /// value calls answer from the same readings.
+    world: World,
     processes: Vec<ProcessSpec>,
     control: Option<ControlFile>,
     /// Profile faults not yet applied.
@@ -111,7 +115,7 @@ impl Sim {
     /// A driver started at `start_us` (µs since the epoch).
     pub fn new_at(profile: &Profile, start_us: u64) -> Sim {
         Sim {
-            node: Node::build(profile),
+            world: World::new(Node::build(profile), start_us as i64, &profile.fields),
             processes: profile.processes.clone(),
             control: None,
             scheduled: profile.faults.clone(),
@@ -148,14 +152,14 @@ impl Sim {
             self.sample_through((at_us / US).saturating_sub(1));
             // Profile validation parsed every action already.
             if let Ok(fault) = faults::parse_line(&f.action) {
-                self.apply(&fault);
+                self.apply(&fault, at_us);
             }
         }
         let now_s = now_us / US;
         self.sample_through(now_s.saturating_sub(1));
         let polled = self.control.as_mut().map(ControlFile::poll);
         for f in polled.unwrap_or_default() {
-            self.apply(&f);
+            self.apply(&f, now_us);
         }
         self.sample_through(now_s);
     }
@@ -187,7 +191,7 @@ impl Sim {
     /// from a lost GPU).
     fn sample_second(&mut self, s: u64) {
         let t_s = s.saturating_sub(self.start_us / US) as f64;
-        for gpu in &self.node.gpus {
+        for gpu in &self.world.node.gpus {
             if gpu.lost || gpu.mig.is_some() {
                 continue;
             }
@@ -197,7 +201,7 @@ impl Sim {
                 .iter()
                 .filter(|p| p.gpu == gpu.id && p.gpu_instance.is_none())
             {
-                let key = mix(self.node.seed ^ (u64::from(p.pid) << 8 | u64::from(gpu.id)));
+                let key = mix(self.world.node.seed ^ (u64::from(p.pid) << 8 | u64::from(gpu.id)));
                 let sm_util = p.sm_util_at(t_s, key);
                 if sm_util == 0 && p.mem_util == 0 {
                     continue;
@@ -214,15 +218,37 @@ impl Sim {
         }
     }
 
-    fn apply(&mut self, fault: &Fault) {
+    fn apply(&mut self, fault: &Fault, at_us: u64) {
+        let at = at_us as i64;
+        let gpus = self.world.node.gpus.len() as u32;
+        let faults = &mut self.world.faults;
+        // The value faults, as the simulated DCGM applies them (dcgm-sim's engine): NVML's
+        // value calls read the same readings.
+        match fault {
+            Fault::Xid { gpu, xid } if *gpu < gpus => faults.xids.push(((FE_GPU, *gpu), at, *xid)),
+            Fault::ClockEvent { gpu, reasons } if *gpu < gpus => {
+                faults.add_clock_event(*gpu, at, *reasons)
+            }
+            Fault::FieldNotSupported { gpu, field } => {
+                faults.not_supported.insert((*gpu, *field));
+            }
+            Fault::FieldRestored { gpu, field } => {
+                faults.not_supported.remove(&(*gpu, *field));
+                faults.set.remove(&(*gpu, *field));
+            }
+            Fault::SetField { gpu, field, gen } => {
+                faults.set.insert((*gpu, *field), gen.clone());
+            }
+            _ => {}
+        }
         match fault {
             Fault::GpuLost { gpu } => {
-                if let Some(g) = self.node.gpu_mut(*gpu) {
+                if let Some(g) = self.world.node.gpu_mut(*gpu) {
                     g.lost = true;
                 }
             }
             Fault::GpuRecovered { gpu } => {
-                if let Some(g) = self.node.gpu_mut(*gpu) {
+                if let Some(g) = self.world.node.gpu_mut(*gpu) {
                     g.lost = false;
                 }
             }
@@ -239,18 +265,18 @@ impl Sim {
                     .collect();
                 // The simulated DCGM reports a bad line; here it is simply not applied.
                 let Some(specs) = specs else { return };
-                if dcgm_sim_model::profile::check_layout(&specs, self.node.max_mig).is_err() {
+                if dcgm_sim_model::profile::check_layout(&specs, self.world.node.max_mig).is_err() {
                     return;
                 }
                 let layout = (!specs.is_empty()).then_some(specs.as_slice());
-                self.node.set_mig(*gpu, layout);
+                self.world.node.set_mig(*gpu, layout);
             }
             Fault::ProcessStart { process } => {
                 let twice = self
                     .processes
                     .iter()
                     .any(|p| p.pid == process.pid && p.gpu == process.gpu);
-                let placed = process.check_placement(&self.node).and_then(|()| {
+                let placed = process.check_placement(&self.world.node).and_then(|()| {
                     if twice {
                         Err(format!("already runs on GPU {}", process.gpu))
                     } else {
@@ -306,23 +332,23 @@ impl Sim {
     }
 
     pub fn driver_version(&self) -> &str {
-        &self.node.driver_version
+        &self.world.node.driver_version
     }
 
     pub fn nvml_version(&self) -> &str {
-        &self.node.nvml_version
+        &self.world.node.nvml_version
     }
 
     pub fn cuda_driver_version(&self) -> i64 {
-        self.node.cuda_driver_version
+        self.world.node.cuda_driver_version
     }
 
     pub fn gpu_count(&self) -> u32 {
-        self.node.gpus.len() as u32
+        self.world.node.gpus.len() as u32
     }
 
     pub fn gpu(&self, index: u32) -> Option<Dev<'_>> {
-        self.node.gpu(index).map(Dev::Gpu)
+        self.world.node.gpu(index).map(Dev::Gpu)
     }
 
     /// MIG devices of a GPU in the order NVML indexes them: by GPU instance (in DCGM's
@@ -346,7 +372,7 @@ impl Sim {
         if handle & HANDLE_TAG_MASK != HANDLE_BASE {
             return None;
         }
-        let gpu = self.node.gpu(((handle >> 8) & 0xffff) as u32)?;
+        let gpu = self.world.node.gpu(((handle >> 8) & 0xffff) as u32)?;
         match (handle & 0xff) as u32 {
             0 => Some(Dev::Gpu(gpu)),
             slot => self.mig_devices(gpu).nth(slot as usize - 1),
@@ -354,7 +380,7 @@ impl Sim {
     }
 
     pub fn by_uuid(&self, uuid: &str) -> Option<Dev<'_>> {
-        self.node.gpus.iter().find_map(|g| {
+        self.world.node.gpus.iter().find_map(|g| {
             if g.uuid == uuid {
                 Some(Dev::Gpu(g))
             } else {
@@ -366,7 +392,8 @@ impl Sim {
 
     pub fn by_pci_bus_id(&self, id: &str) -> Option<Dev<'_>> {
         let want = parse_bus_id(id)?;
-        self.node
+        self.world
+            .node
             .gpus
             .iter()
             .find(|g| parse_bus_id(&g.pci_bus_id) == Some(want))
@@ -444,18 +471,36 @@ impl Sim {
         out
     }
 
-    /// (total, reserved, used) bytes: totals and reservations as the simulated DCGM's
-    /// FB_TOTAL / FB_RESERVED; used is what the device's processes hold.
-    pub fn memory(&self, dev: &Dev<'_>) -> (u64, u64, u64) {
-        let (total_mib, reserved_mib) = match dev {
-            Dev::Gpu(g) => (g.memory_mib, 512.min(g.memory_mib / 8)),
-            Dev::Mig { gi, .. } => (gi.memory_mib, 0),
+    /// The number the simulated DCGM reads for DCGM field `field` on this device now (a MIG
+    /// device reads its GPU instance's): NVML's value calls answer from it, as the real
+    /// DCGM reads NVML. A reading DCGM holds as a sentinel (a field made unsupported, a
+    /// blank) is NOT_SUPPORTED here; a lost GPU is GPU_IS_LOST.
+    pub fn reading(&self, dev: &Dev<'_>, field: u16) -> Result<f64, Return> {
+        use dcgm_sim_model::generator::{FP64_BLANK, INT64_BLANK};
+        use dcgm_sim_model::Value;
+        alive(dev)?;
+        let meta = dcgm_sim_model::fields::by_id(field).ok_or(ffi::ERROR_NOT_SUPPORTED)?;
+        let ent = match dev {
+            Dev::Gpu(g) => (FE_GPU, g.id),
+            Dev::Mig { gi, .. } => (dcgm_sim_model::FE_GPU_I, gi.entity_id),
         };
-        let (total, reserved) = (
-            total_mib.max(0) as u64 * MIB,
-            reserved_mib.max(0) as u64 * MIB,
-        );
-        let used: u64 = match dev {
+        let now = now_us() as i64;
+        // Events (clock-event reasons) of the last second count as current.
+        match self.world.read(ent, meta, now, now - US as i64).0 {
+            Value::Int64(i) if i < INT64_BLANK => Ok(i as f64),
+            Value::Double(d) if d < FP64_BLANK => Ok(d),
+            _ => Err(ffi::ERROR_NOT_SUPPORTED),
+        }
+    }
+
+    /// (total, reserved, used) bytes: total and reserved as the simulated DCGM's FB_TOTAL
+    /// and FB_RESERVED; used is what the device's processes hold where the node runs any
+    /// on it (the profile's `[[processes]]`, started and stopped at run time), else DCGM's
+    /// FB_USED.
+    pub fn memory(&self, dev: &Dev<'_>) -> (u64, u64, u64) {
+        let mib = |f: u16| self.reading(dev, f).map_or(0, |v| v.max(0.0) as u64 * MIB);
+        let (total, reserved) = (mib(250), mib(253));
+        let held: Vec<u64> = match dev {
             Dev::Gpu(_) => self
                 .processes(dev, false)
                 .iter()
@@ -467,17 +512,22 @@ impl Sim {
                     acc
                 })
                 .iter()
-                .map(|(_, m)| m)
-                .sum(),
+                .map(|(_, m)| *m)
+                .collect(),
             // Memory belongs to the GPU instance, which its compute instances share.
             Dev::Mig { gpu, gi, .. } => self
                 .processes
                 .iter()
                 .filter(|p| p.gpu == gpu.id && p.gpu_instance == Some(gi.nvml_id))
                 .map(|p| p.used_memory_mib * MIB)
-                .sum(),
+                .collect(),
         };
-        (total, reserved, used.min(total - reserved))
+        let used = if held.is_empty() {
+            mib(252)
+        } else {
+            held.iter().sum()
+        };
+        (total, reserved, used.min(total.saturating_sub(reserved)))
     }
 
     pub fn process_name(&self, pid: u32) -> Option<&str> {
@@ -630,7 +680,7 @@ mod tests {
     #[test]
     fn mig_devices_carry_the_dcgm_instance_uuid_once() {
         let s = sim();
-        let g = s.node.gpu(1).unwrap();
+        let g = s.world.node.gpu(1).unwrap();
         let migs: Vec<_> = s.mig_devices(g).collect();
         let uuids: Vec<String> = migs.iter().map(uuid).collect();
         assert_eq!(uuids[0], g.instances()[0].uuid);
@@ -688,15 +738,44 @@ mod tests {
     #[test]
     fn mig_reconfiguration_and_lost_gpus_are_followed() {
         let mut s = sim();
-        s.apply(&Fault::MigReconfigure {
-            gpu: 1,
-            instances: vec![],
-        });
-        assert_eq!(s.mig_devices(s.node.gpu(1).unwrap()).count(), 0);
+        s.apply(
+            &Fault::MigReconfigure {
+                gpu: 1,
+                instances: vec![],
+            },
+            now_us(),
+        );
+        assert_eq!(s.mig_devices(s.world.node.gpu(1).unwrap()).count(), 0);
         // Process 11 ran on an instance that no longer exists.
         assert!(s.processes(&s.gpu(1).unwrap(), false).is_empty());
-        s.apply(&Fault::GpuLost { gpu: 0 });
+        s.apply(&Fault::GpuLost { gpu: 0 }, now_us());
         assert_eq!(alive(&s.gpu(0).unwrap()), Err(ffi::ERROR_GPU_IS_LOST));
+    }
+
+    /// NVML's value calls read what the simulated DCGM reads, value faults included: the
+    /// profile's constants, `set`, `not_supported` and `restored` lines, per GPU.
+    #[test]
+    fn readings_follow_the_profile_and_the_value_faults() {
+        let p = Profile::parse(
+            "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+             [[fields]]\nid = 150\ngen = { kind = \"constant\", value = 45.0 }\n\
+             [[fields]]\nid = 150\ngpus = [1]\ngen = { kind = \"constant\", value = 61.0 }\n",
+        )
+        .unwrap();
+        let mut s = Sim::new(&p);
+        let temp = |s: &Sim, g: u32| s.reading(&s.gpu(g).unwrap(), 150);
+        assert_eq!((temp(&s, 0), temp(&s, 1)), (Ok(45.0), Ok(61.0)));
+        s.apply(&faults::parse_line("set 1 150 77").unwrap(), now_us());
+        s.apply(
+            &faults::parse_line("not_supported 0 150").unwrap(),
+            now_us(),
+        );
+        assert_eq!(temp(&s, 1), Ok(77.0));
+        assert_eq!(temp(&s, 0), Err(ffi::ERROR_NOT_SUPPORTED));
+        s.apply(&faults::parse_line("restored 0 150").unwrap(), now_us());
+        assert_eq!(temp(&s, 0), Ok(45.0));
+        s.apply(&Fault::GpuLost { gpu: 1 }, now_us());
+        assert_eq!(temp(&s, 1), Err(ffi::ERROR_GPU_IS_LOST));
     }
 
     /// A second boundary plus 0.3 s: the driver starts mid-second.
@@ -721,7 +800,7 @@ mod tests {
 
     /// (pid, second after T0_S, sm_util) of GPU `gpu`'s samples newer than `last_seen`.
     fn seen(s: &Sim, gpu: u32, last_seen: u64) -> Vec<(u32, u64, u32)> {
-        s.utilization_samples(s.node.gpu(gpu).unwrap(), last_seen)
+        s.utilization_samples(s.world.node.gpu(gpu).unwrap(), last_seen)
             .iter()
             .map(|x| (x.pid, x.time_stamp / US - T0_S, x.sm_util))
             .collect()
@@ -753,7 +832,7 @@ mod tests {
         assert!(seen(&s, 0, (T0_S + 3) * US).is_empty());
         assert!(seen(&s, 0, u64::MAX).is_empty());
         assert_eq!(seen(&s, 1, 0).len(), 4);
-        let sample = s.utilization_samples(s.node.gpu(0).unwrap(), 0)[0];
+        let sample = s.utilization_samples(s.world.node.gpu(0).unwrap(), 0)[0];
         assert_eq!((sample.mem_util, sample.enc_util), (4, 0));
         // Calls within the same second take no new sample.
         s.catch_up_at(T0 + 3 * US + 600_000);
@@ -799,7 +878,7 @@ mod tests {
             seen(&s, 0, T0_S * US),
             [(10, 1, 30), (20, 1, 20), (10, 2, 75), (50, 2, 15)]
         );
-        let newest = s.utilization_samples(s.node.gpu(0).unwrap(), (T0_S + 1) * US);
+        let newest = s.utilization_samples(s.world.node.gpu(0).unwrap(), (T0_S + 1) * US);
         assert_eq!(newest[0].mem_util, 9);
         let g0 = s.gpu(0).unwrap();
         let listed: Vec<(u32, u64)> = s

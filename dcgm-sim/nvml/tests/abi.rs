@@ -120,8 +120,10 @@ fn lifecycle_is_reference_counted_and_gated() {
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     // One user is left.
     assert_eq!(nvml.count(), SUCCESS);
-    assert_eq!(nvml.call0("nvmlDeviceGetTemperature"), NOT_SUPPORTED);
-    assert_eq!(nvml.call0("nvmlDeviceGetPowerUsage"), NOT_SUPPORTED);
+    assert_eq!(nvml.call0("nvmlDeviceGetFanSpeed"), NOT_SUPPORTED);
+    assert_eq!(nvml.call0("nvmlDeviceGetPerformanceState"), NOT_SUPPORTED);
+    // A modelled call checks its handle (none was passed).
+    assert_eq!(nvml.call0("nvmlDeviceGetTemperature"), INVALID_ARGUMENT);
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     assert_eq!(nvml.count(), UNINITIALIZED);
 }
@@ -392,8 +394,10 @@ fn control_file_faults_reach_nvml_as_they_reach_dcgm() {
     std::fs::write(&control, "gpu_lost 4\nmig 4 7g.80gb\ngpu_recovered 4\n").unwrap();
     let (rc, mem) = nvml.memory_v2(d4, 0x0200_0028);
     assert_eq!(rc, SUCCESS);
-    // Its processes ran on the whole GPU, which is now one MIG instance: they are gone.
-    assert_eq!(mem.used, 0);
+    // Its processes ran on the whole GPU, which is now one MIG instance: they are gone,
+    // and used memory is the simulated DCGM's FB_USED again, not their 12 GiB.
+    assert_ne!(mem.used, 12288 << 20);
+    assert_eq!(mem.total, mem.free + mem.reserved + mem.used);
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     let _ = std::fs::remove_file(control);
 }

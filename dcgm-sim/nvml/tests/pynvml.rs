@@ -47,6 +47,9 @@ fn pynvml_sees_the_gpus_mig_devices_and_processes_dcgm_describes() {
     assert_eq!(v["nvml"], "12.550.54.15");
     assert_eq!(v["cuda"], 12040);
     assert_eq!(v["unsimulated"], "Not Supported");
+    // A value call NVIDIA's bindings make, answered from the simulated DCGM's readings.
+    let temp = v["temperature"].as_u64().expect("a temperature");
+    assert!((20..=100).contains(&temp), "{temp}");
     let gpus = v["gpus"].as_array().expect("gpus");
     assert_eq!(gpus.len(), dcgm.len());
     for (p, d) in gpus.iter().zip(&dcgm) {

@@ -74,8 +74,9 @@ for i in range(n.nvmlDeviceGetCount()):
             }
         )
     out["gpus"].append(gpu)
+out["temperature"] = n.nvmlDeviceGetTemperature(n.nvmlDeviceGetHandleByIndex(0), 0)
 try:
-    n.nvmlDeviceGetTemperature(n.nvmlDeviceGetHandleByIndex(0), 0)
+    n.nvmlDeviceGetFanSpeed(n.nvmlDeviceGetHandleByIndex(0))
     out["unsimulated"] = "answered"
 except n.NVMLError as e:
     out["unsimulated"] = str(e)

@@ -8,14 +8,12 @@
 
 pub mod clock;
 mod dispatch;
-pub mod fields;
 mod health;
-mod values;
 mod watch;
 
 /// The node model lives in its own crate (shared with nvml-sim); its modules keep their
 /// paths here.
-pub use dcgm_sim_model::{faults, generator, node, profile};
+pub use dcgm_sim_model::{faults, fields, generator, node, profile, values};
 
 pub use clock::{Clock, ManualClock, WallClock};
 pub use faults::Fault;

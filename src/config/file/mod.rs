@@ -209,6 +209,9 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
     if let Some(on) = fs.low_cardinality {
         set("low-cardinality", &mut |c| c.low_cardinality = on);
     }
+    if let Some(b) = fs.backend {
+        set("backend", &mut |c| c.backend = b);
+    }
     if let Some(n) = fs.max_concurrent_scrapes {
         set("max-concurrent-scrapes", &mut |c| {
             c.max_concurrent_scrapes = n

@@ -61,6 +61,7 @@ pub(super) struct Model<'a> {
     pub v1_extension: Option<&'static str>,
     pub emulate_version: Option<&'a str>,
     pub low_cardinality: Option<bool>,
+    pub backend: Option<&'a str>,
     pub server: Option<&'a RawServer>,
     pub metrics: Option<&'a RawMetrics>,
     pub detect: Option<&'a RawDetect>,
@@ -141,6 +142,8 @@ pub struct FileSettings {
     pub emulate: Option<UpstreamVersion>,
     /// `lowCardinality` (ours).
     pub low_cardinality: Option<bool>,
+    /// `backend` (ours).
+    pub backend: Option<crate::config::cli::Backend>,
     /// The default watch retention: `sources.dcgm.watch` and the all-fields collection's
     /// (version 2), `collection.retention` (version 1).
     pub retention: Retention,
@@ -168,6 +171,9 @@ impl Model<'_> {
                 v.parse()
                     .map_err(|e| format!("{name}: emulateVersion: {e}"))?,
             );
+        }
+        if let Some(b) = self.backend {
+            out.backend = Some(b.parse().map_err(|e| format!("{name}: backend: {e}"))?);
         }
         if let Some(n) = self.server.and_then(|s| s.max_concurrent_scrapes) {
             if n <= 0 {

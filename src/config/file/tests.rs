@@ -35,6 +35,27 @@ fn a_full_file() {
 }
 
 #[test]
+fn the_backend_comes_from_the_file_unless_given_explicitly() {
+    use crate::config::cli::Backend;
+    for schema in [1, 2] {
+        let (_d, p) = write(&format!("version: {schema}\nbackend: nvml\n"));
+        let path = p.display().to_string();
+        let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
+        assert_eq!(c.backend, Backend::Auto);
+        apply(&mut c).unwrap();
+        assert_eq!(c.backend, Backend::Nvml);
+        let mut c =
+            crate::config::cli::parse_from(["x", "--config-file", &path, "--backend", "dcgm"])
+                .unwrap();
+        apply(&mut c).unwrap();
+        assert_eq!(c.backend, Backend::Dcgm);
+    }
+    let (_d, p) = write("version: 2\nbackend: nvlm\n");
+    let e = load(&p).unwrap_err();
+    assert!(e.contains("backend") && e.contains("nvlm"), "{e}");
+}
+
+#[test]
 fn low_cardinality_comes_from_the_file_unless_given_explicitly() {
     for schema in [1, 2] {
         let (_d, p) = write(&format!("version: {schema}\nlowCardinality: true\n"));

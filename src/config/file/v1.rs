@@ -17,6 +17,9 @@ pub(super) struct RawV1 {
     /// Ours: `--low-cardinality`.
     #[serde(default)]
     low_cardinality: Option<bool>,
+    /// Ours: `--backend`.
+    #[serde(default)]
+    backend: Option<String>,
     #[serde(default)]
     sources: Option<Sources>,
     #[serde(default)]
@@ -92,6 +95,7 @@ impl RawV1 {
             v1_extension: self.extension(),
             emulate_version: self.emulate_version.as_deref(),
             low_cardinality: self.low_cardinality,
+            backend: self.backend.as_deref(),
             server: self.server.as_ref(),
             metrics: self.metrics.as_ref(),
             detect: self

@@ -17,6 +17,8 @@ pub(super) struct RawV2 {
     #[serde(default)]
     low_cardinality: Option<bool>,
     #[serde(default)]
+    backend: Option<String>,
+    #[serde(default)]
     pub(super) metrics: Option<RawMetrics>,
     #[serde(default)]
     collections: Option<Vec<Collection>>,
@@ -110,6 +112,7 @@ impl RawV2 {
             v1_extension: None,
             emulate_version: self.emulate_version.as_deref(),
             low_cardinality: self.low_cardinality,
+            backend: self.backend.as_deref(),
             server: self.server.as_ref(),
             metrics: self.metrics.as_ref(),
             detect: dcgm.and_then(|d| d.detect_bind_unbind.as_ref()),

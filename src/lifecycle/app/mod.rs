@@ -14,9 +14,11 @@
 //! Scrapes never call DCGM; they read the last published page, which also stops being
 //! served once its oldest sample is too old (`collect::freshness`).
 
+mod fallback;
 mod run_loop;
 
 use crate::attribution::Attribution;
+use crate::collect::nvml::NvmlCollector;
 use crate::collect::{now_us, Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::worker::{Current, JobError, Worker};
@@ -60,6 +62,9 @@ impl Engine {
 pub struct Dcgm {
     pub(crate) session: Option<Session>,
     collector: Option<Collector>,
+    /// The NVML source's collector, in place of the session and its watches
+    /// (`--backend nvml`, or `auto` where libdcgm does not load).
+    nvml: Option<NvmlCollector>,
     /// `--enable-gpu-bind-unbind-watch`'s watch on this session, set up when it opens.
     pub(crate) bind_unbind: Option<crate::lifecycle::watchers::bind_unbind::Watch>,
 }
@@ -116,7 +121,10 @@ enum TickResult {
 
 /// Everything needed to (re)build a collector.
 pub struct Runner {
-    pub library: Arc<Library>,
+    /// libdcgm; `None` when the NVML source serves instead.
+    pub library: Option<Arc<Library>>,
+    /// NVML, for the NVML source.
+    pub nvml: Option<Arc<nvml_wrapper::Nvml>>,
     pub engine: Engine,
     /// Where the counters come from (`-f` file or `-m` ConfigMap), re-read on a reload.
     pub collectors: crate::config::configmap::CountersSource,
@@ -171,7 +179,9 @@ impl Runner {
 
     /// Opens a session in the worker and builds the watches on it.
     fn open(&self, worker: &Worker<Dcgm>, stop: &mut dyn FnMut() -> bool) -> Result<(), Failure> {
-        let library = self.library.clone();
+        let Some(library) = self.library.clone() else {
+            return self.build(worker, self.counters(), stop);
+        };
         let engine = self.engine.clone();
         let setup = self.setup_deadline();
         let bind_unbind = self.bind_unbind;
@@ -208,6 +218,9 @@ impl Runner {
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
         let settings = self.settings.clone();
+        if self.library.is_none() {
+            return self.build_nvml_within(worker, counters, self.setup_deadline(), stop);
+        }
         let built = worker.call(
             Instant::now() + self.setup_deadline(),
             stop,
@@ -241,6 +254,27 @@ impl Runner {
         built.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
+    /// Starts the NVML source's collector in the worker, in place of the one in use,
+    /// waiting `within` at most.
+    fn build_nvml_within(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        within: Duration,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), Failure> {
+        let Some(nvml) = self.nvml.clone() else {
+            return Err(Failure::Session("NVML is not loaded".into()));
+        };
+        let settings = self.settings.clone();
+        let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
+            d.nvml =
+                Some(NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?);
+            Ok(())
+        });
+        built.unwrap_or_else(|e| Err(job_failure(e)))
+    }
+
     /// Reads every value and renders the page.
     fn collect(
         &self,
@@ -250,6 +284,9 @@ impl Runner {
         let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
         let with_sinks = !self.sinks.is_empty();
         let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
+            if let Some(n) = d.nvml.as_mut() {
+                return collect_nvml(n, with_sinks);
+            }
             let Some(c) = d.collector.as_mut() else {
                 return Err(Failure::Watches("no watches".into()));
             };
@@ -322,7 +359,8 @@ impl Runner {
         }
     }
 
-    fn succeeded(&self, c: Collected, took: Duration) {
+    /// Publishes a collection; `backend` names the source that served it ("dcgm" or "nvml").
+    fn succeeded(&self, c: Collected, took: Duration, backend: &'static str) {
         let Collected {
             mut page,
             topology,
@@ -375,6 +413,21 @@ impl Runner {
         self.shared.set_last_success(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);
+        self.shared.set_backend(backend);
+    }
+
+    /// Whether `--backend auto` can serve from NVML while DCGM cannot be used.
+    fn has_fallback(&self) -> bool {
+        self.library.is_some() && self.nvml.is_some()
+    }
+
+    /// The backend serving when DCGM is the configured source: "nvml" without libdcgm.
+    fn backend(&self) -> &'static str {
+        if self.library.is_some() {
+            "dcgm"
+        } else {
+            "nvml"
+        }
     }
 
     /// Never serve values a collection could not refresh.
@@ -392,6 +445,26 @@ impl Runner {
             .with_label_values(&["error"])
             .inc();
     }
+}
+
+/// One collection from the NVML source. A failure leaves the collector in place: the
+/// next tick asks again.
+fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, Failure> {
+    match n.mig_changed() {
+        Ok(true) => return Ok(TickResult::MigChanged),
+        Ok(false) => {}
+        Err(e) => return Err(Failure::Watches(e)),
+    }
+    let mut page = Page::reuse();
+    n.collect(&mut page).map_err(Failure::Watches)?;
+    Ok(TickResult::Collected(Box::new(Collected {
+        page,
+        topology: with_sinks.then(|| n.topology().clone()),
+        gpus: n.gpu_count(),
+        unmatched: n.unmatched().to_vec(),
+        low_cardinality: n.take_info().zip(n.low_cardinality().cloned()),
+        stalled: false,
+    })))
 }
 
 /// Puts a newly built collector in place of the one in use. The old one's watches are

@@ -2,6 +2,7 @@
 //! watches, or abandon the worker and reconnect with backoff), control messages (stop,
 //! reload) taken as they arrive, also while a job runs.
 
+use super::fallback::Fallback;
 use super::{Dcgm, Engine, Failure, Runner, TickResult};
 use crate::lifecycle::control::Control;
 use crate::lifecycle::worker::{Abandoned, Worker};
@@ -30,6 +31,7 @@ impl Runner {
                 reload: false,
             },
             backoff: self.first_backoff(),
+            fallback: self.has_fallback().then(Fallback::default),
         }
         .run();
     }
@@ -92,6 +94,17 @@ struct Loop<'a> {
     abandoned: Vec<Abandoned>,
     inbox: Inbox,
     backoff: Duration,
+    /// `--backend auto` with NVML loaded: what serves while DCGM cannot.
+    fallback: Option<Fallback>,
+}
+
+/// The poll of a wait for DCGM: control messages, and NVML's page when one is due while
+/// DCGM is away.
+fn waiting(inbox: &mut Inbox, fallback: &mut Option<Fallback>, runner: &Runner) -> bool {
+    if let Some(f) = fallback.as_mut() {
+        f.keep_serving(runner);
+    }
+    inbox.poll()
 }
 
 impl Loop<'_> {
@@ -100,7 +113,12 @@ impl Loop<'_> {
         loop {
             let started = Instant::now();
             let wait = match self.tick() {
-                Ok(()) => interval,
+                Ok(()) => {
+                    if let Some(f) = self.fallback.as_mut() {
+                        f.disengage();
+                    }
+                    interval
+                }
                 Err(Failure::Stopping) => break,
                 Err(Failure::Watches(why) | Failure::Config(why)) => {
                     tracing::warn!("collection failed: {why}; rebuilding the watches");
@@ -111,12 +129,12 @@ impl Loop<'_> {
                 Err(Failure::Session(why)) if self.worker.is_some() => {
                     tracing::error!("lost the DCGM session: {why}; reconnecting");
                     self.abandon();
-                    self.runner.failed(&why, false);
+                    self.without_dcgm(&why);
                     Duration::ZERO
                 }
                 Err(Failure::Session(why)) => {
                     tracing::warn!("reconnect failed: {why}; retrying in {:?}", self.backoff);
-                    self.runner.failed(&why, false);
+                    self.without_dcgm(&why);
                     let b = self.backoff;
                     self.backoff = (self.backoff * 2).min(interval);
                     b
@@ -136,6 +154,22 @@ impl Loop<'_> {
         self.stop_watches();
     }
 
+    /// DCGM cannot be used: NVML serves where it can, else the series are withdrawn.
+    fn without_dcgm(&mut self, why: &str) {
+        let served = match self.fallback.as_mut() {
+            // Already served by the wait's poll within this interval.
+            Some(f) if f.engaged() => {
+                f.keep_serving(self.runner);
+                true
+            }
+            Some(f) => f.engage(self.runner, why),
+            None => false,
+        };
+        if !served {
+            self.runner.failed(why, false);
+        }
+    }
+
     /// Connects if needed, builds the watches if needed, collects and publishes.
     fn tick(&mut self) -> Result<(), Failure> {
         if self.worker.is_none() {
@@ -146,12 +180,13 @@ impl Loop<'_> {
             worker,
             built,
             inbox,
+            fallback,
             ..
         } = self;
         let Some(worker) = worker.as_ref() else {
             return Err(Failure::Session("no DCGM session".into()));
         };
-        let mut stop = || inbox.poll();
+        let mut stop = || waiting(inbox, fallback, runner);
         let t0 = Instant::now();
         if !*built {
             runner.build(worker, runner.counters(), &mut stop)?;
@@ -189,7 +224,7 @@ impl Loop<'_> {
                 }
             }
         };
-        runner.succeeded(*collected, t0.elapsed());
+        runner.succeeded(*collected, t0.elapsed(), runner.backend());
         Ok(())
     }
 
@@ -209,8 +244,13 @@ impl Loop<'_> {
         }
         let worker = Worker::spawn("dcgm")
             .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
-        let Loop { runner, inbox, .. } = self;
-        match runner.open(&worker, &mut || inbox.poll()) {
+        let Loop {
+            runner,
+            inbox,
+            fallback,
+            ..
+        } = self;
+        match runner.open(&worker, &mut || waiting(inbox, fallback, runner)) {
             Ok(()) => {
                 match &self.runner.engine {
                     Engine::Remote(t) => tracing::info!("connected to the DCGM host engine at {t}"),

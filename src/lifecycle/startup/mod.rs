@@ -121,8 +121,8 @@ fn serve(
     };
     let sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
-    let (library, dcgm_version) = load_library(&stages)?;
-    *library_out = Some(library.clone());
+    let source = load_source(&stages)?;
+    *library_out = source.library.clone();
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(stages.collect.interval_ms),
         server.as_ref().is_some_and(|s| s.options.openmetrics),
@@ -134,14 +134,11 @@ fn serve(
     if stages.exporter_metrics {
         shared.metrics.enable_exporter_metrics();
     }
-    shared.metrics.set_build_info(
-        &dcgm_version,
-        stages.engine.mode(),
-        stages.collect.emulate.as_str(),
-    );
+    source.describe(&shared, &stages);
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
-        library,
+        library: source.library,
+        nvml: source.nvml,
         engine: stages.engine.clone(),
         collectors,
         counters: std::sync::RwLock::new(counters),
@@ -198,6 +195,99 @@ fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The libraries the collection reads: libdcgm, or NVML alone.
+struct Source {
+    library: Option<Arc<dcgm_sys::Library>>,
+    dcgm_version: String,
+    nvml: Option<Arc<nvml_wrapper::Nvml>>,
+}
+
+impl Source {
+    /// `build_info` and the backend gauge, from what was loaded.
+    fn describe(&self, shared: &Shared, stages: &settings::Stages) {
+        let mode = if self.library.is_some() {
+            stages.engine.mode()
+        } else {
+            "none"
+        };
+        shared
+            .metrics
+            .set_build_info(&self.dcgm_version, mode, stages.collect.emulate.as_str());
+        shared.set_backend(self.backend());
+    }
+
+    fn backend(&self) -> &'static str {
+        if self.library.is_some() {
+            "dcgm"
+        } else {
+            "nvml"
+        }
+    }
+}
+
+/// Loads what `--backend` asks for: libdcgm (`dcgm`), NVML and never libdcgm (`nvml`), or
+/// libdcgm and, where it does not load, NVML (`auto`).
+fn load_source(stages: &settings::Stages) -> Result<Source, String> {
+    use crate::config::cli::Backend;
+    let dcgm_error = match stages.backend {
+        Backend::Nvml => None,
+        Backend::Dcgm | Backend::Auto => match load_library(stages) {
+            Ok((library, dcgm_version)) => {
+                return Ok(Source {
+                    library: Some(library),
+                    dcgm_version,
+                    nvml: failover_nvml(stages),
+                })
+            }
+            Err(e) if stages.backend == Backend::Dcgm => return Err(e),
+            Err(e) => Some(e),
+        },
+    };
+    let nvml =
+        crate::collect::nvml::load(stages.nvml_library.as_deref()).map_err(
+            |e| match &dcgm_error {
+                Some(d) => format!("{d}; and NVML, which --backend auto uses without DCGM: {e}"),
+                None => e,
+            },
+        )?;
+    if let Some(e) = &dcgm_error {
+        tracing::warn!("{e}: collecting the core GPU series from NVML (--backend auto)");
+    }
+    let driver = nvml
+        .sys_driver_version()
+        .unwrap_or_else(|_| "unknown".into());
+    tracing::info!(
+        "dcgm-exporter {} (commit {}), NVML backend (driver {driver}): libdcgm is not loaded",
+        env!("CARGO_PKG_VERSION"),
+        env!("DCGM_EXPORTER_COMMIT"),
+    );
+    Ok(Source {
+        library: None,
+        dcgm_version: "none".into(),
+        nvml: Some(nvml),
+    })
+}
+
+/// `--backend auto` with DCGM: NVML too, to serve the core series while DCGM cannot. Its
+/// absence only means no failover.
+fn failover_nvml(stages: &settings::Stages) -> Option<Arc<nvml_wrapper::Nvml>> {
+    if stages.backend != crate::config::cli::Backend::Auto {
+        return None;
+    }
+    match crate::collect::nvml::load(stages.nvml_library.as_deref()) {
+        Ok(n) => {
+            tracing::info!(
+                "NVML loaded: it serves the core GPU series while DCGM cannot (--backend auto)"
+            );
+            Some(n)
+        }
+        Err(e) => {
+            tracing::info!("{e}: no NVML failover while DCGM is unavailable");
+            None
+        }
+    }
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
@@ -487,7 +577,11 @@ fn attribution_stage(
     let interval = Duration::from_millis(stages.collect.interval_ms);
     // Container labels name MIG devices by MIG UUID too, which only NVML resolves.
     let nvml = s.nvml.then(|| {
-        attribution::nvml::RealNvml::load()
+        let lib = stages.nvml_library.as_deref().map_or_else(
+            || std::ffi::OsString::from(crate::collect::nvml::DEFAULT_LIBRARY),
+            |p| p.as_os_str().to_owned(),
+        );
+        attribution::nvml::RealNvml::load_from(&lib)
             .map(|n| Box::new(n) as Box<dyn attribution::nvml::NvmlView>)
     });
     if s.container.is_some() && !s.options.kubernetes {

@@ -17,6 +17,10 @@ pub struct Stages {
     pub engine: Engine,
     /// `--dcgm-library`.
     pub dcgm_library: Option<PathBuf>,
+    /// `--backend`.
+    pub backend: cli::Backend,
+    /// `--nvml-library`.
+    pub nvml_library: Option<PathBuf>,
     /// `--config-file`, for errors about what it says.
     pub config_file: String,
     pub counters: CountersSettings,
@@ -99,6 +103,8 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
     let interval = Duration::from_millis(collect.interval_ms);
     Ok(Stages {
         dcgm_library: config.dcgm_library.clone(),
+        backend: config.backend,
+        nvml_library: config.nvml_library.clone(),
         config_file: config.config_file.clone(),
         counters: CountersSettings {
             configmap: (config.configmap_data != "none").then(|| config.configmap_data.clone()),

@@ -334,7 +334,10 @@ impl Endpoints {
             Ok(()) => {
                 // Degraded attribution sources (a kubelet that is down) are reported but do
                 // not make the exporter unhealthy: GPU metrics are still served.
+                // A page served without DCGM says so; DCGM's keeps upstream's plain "OK".
+                let backend = self.shared.backend();
                 let body = std::iter::once("OK".to_string())
+                    .chain((backend != "dcgm").then(|| format!("backend: {backend}")))
                     .chain(
                         self.shared
                             .notes()

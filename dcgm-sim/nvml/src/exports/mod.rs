@@ -22,6 +22,7 @@ pub mod mig;
 pub mod process;
 pub mod stubs;
 pub mod system;
+pub mod values;
 
 use crate::ffi::{self, Return};
 use crate::sim::{Dev, Sim};

@@ -1,15 +1,17 @@
 //! What a field reads on an entity at a given time: faults first, then the profile's
 //! overrides, then values that describe the node (names, ids, sizes), then the field's
-//! default generator.
+//! default generator. Shared by both simulators: the simulated NVML answers its calls from
+//! the same readings, so the two agree on every value NVML and DCGM both serve.
 
-use super::generator::{self, default_for, Generator, Scale, Sentinel};
-use super::node::{Ent, Node, LINK_UP};
-use super::profile::{FieldOverride, ENTITY_GROUP_NAMES};
-use super::{
-    FE_CPU, FE_CPU_CORE, FE_GPU, FE_GPU_CI, FE_GPU_I, FE_LINK, FE_NONE, FE_SWITCH, ST_NO_DATA,
-    ST_OK,
-};
-use crate::proto::Value;
+/// dcgmReturn_t of a reading: OK, and NO_DATA for an entity that does not exist.
+pub const ST_OK: i32 = 0;
+pub const ST_NO_DATA: i32 = -14;
+
+use crate::generator::{self, default_for, Generator, Scale, Sentinel};
+use crate::node::{Ent, Node, LINK_UP};
+use crate::profile::{FieldOverride, ENTITY_GROUP_NAMES};
+use crate::Value;
+use crate::{FE_CPU, FE_CPU_CORE, FE_GPU, FE_GPU_CI, FE_GPU_I, FE_LINK, FE_NONE, FE_SWITCH};
 use dcgm_sys::fields::FieldMeta;
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -236,7 +238,7 @@ impl World {
         if faults.not_supported.contains(&(None, f)) || faults.not_supported.contains(&(gid, f)) {
             return (Sentinel::NotSupported.value(ty), ST_OK);
         }
-        if let Some((legacy, factor)) = super::fields::base_unit_source(f) {
+        if let Some((legacy, factor)) = crate::fields::base_unit_source(f) {
             return self.base_unit(ent, meta, legacy, factor, t, prev);
         }
         match self.applies(&e, meta) {

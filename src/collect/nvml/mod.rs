@@ -1,0 +1,464 @@
+//! The NVML source (`--backend nvml`, and `auto` while DCGM cannot be used): the core GPU
+//! series read straight from the driver's NVML (`libnvidia-ml.so.1`, loaded at run time
+//! through `nvml-wrapper`), into the same page, with the same names, labels, types and units
+//! as the DCGM collector gives for the same counters CSV. Which field comes from which call,
+//! converted how, is `table.rs`; a CSV row NVML cannot answer (a field not in the table, a
+//! `DCGM_EXP_*` metric computed from DCGM's sample history, a profiling field) is left out
+//! with one start-up line naming it.
+//!
+//! NVML has no watches and no sample cache: each collection asks the driver for the current
+//! value, so every value on the page was read during that collection.
+
+mod discover;
+pub mod table;
+
+use crate::collect::targets::{self, Kind, Target, WatchSet};
+use crate::collect::topology::Topology;
+use crate::collect::{info, now_us, Settings};
+use crate::config::counters::{CounterField, Counters, PromType};
+use crate::model::{DropReason, Page};
+use dcgm_sys::Entity;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use std::collections::HashMap;
+use std::sync::Arc;
+use table::{Call, Pick, Row};
+
+/// The library as the driver installs it.
+pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+
+/// Loads and initialises NVML: `path` (`--nvml-library`), else the driver's library through
+/// the dynamic linker's search.
+pub fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
+    let lib = path.map_or_else(
+        || std::ffi::OsString::from(DEFAULT_LIBRARY),
+        |p| p.as_os_str().to_owned(),
+    );
+    Nvml::builder()
+        .lib_path(&lib)
+        .init()
+        .map(Arc::new)
+        .map_err(|e| format!("cannot load NVML ({}): {e}", lib.to_string_lossy()))
+}
+
+/// The GPU rows NVML answers, on the targets they are exported for.
+struct ActiveSet {
+    set: WatchSet,
+    /// CSV `label` rows (indices into `Counters::all`), sorted by name.
+    label_rows: Vec<(usize, &'static Row)>,
+    /// The other rows with their table row, sorted by field id then CSV line.
+    value_rows: Vec<(usize, &'static Row)>,
+}
+
+pub struct NvmlCollector {
+    nvml: Arc<Nvml>,
+    counters: Arc<Counters>,
+    set: Option<ActiveSet>,
+    topology: Topology,
+    unmatched: Vec<String>,
+    low_cardinality: Option<info::LowCardinality>,
+    info: Option<Page>,
+}
+
+/// One call's answer: up to four numbers (see [`Call`]) or a text.
+#[derive(Clone, Debug)]
+enum Answer {
+    Numbers([f64; 4]),
+    Text(String),
+}
+
+impl NvmlCollector {
+    /// Discovers the GPUs through NVML, applies the selectors and decides, per CSV row,
+    /// whether NVML can answer it. Selector errors come back as `Err`.
+    pub fn start(
+        nvml: Arc<Nvml>,
+        counters: Arc<Counters>,
+        settings: &Settings,
+    ) -> Result<NvmlCollector, String> {
+        let counters = Arc::new(legacy_units(&counters));
+        let topology = discover::topology(&nvml, settings.fake_gpus)?;
+        for w in &topology.warnings {
+            tracing::warn!("{w}");
+        }
+        let opts = options(settings);
+        let plan = targets::plan(&topology, &counters, &opts)?;
+        for c in counters.exp() {
+            tracing::warn!(
+                "skipping {}: computed from DCGM's sample history, which the NVML backend does not have",
+                c.name
+            );
+        }
+        let set = plan
+            .into_iter()
+            .find(|s| s.kind == Kind::Gpu)
+            .and_then(|s| answerable(s, &counters));
+        let unmatched = targets::unmatched(&topology, &opts)?;
+        for n in &unmatched {
+            tracing::warn!("{n}");
+        }
+        match &set {
+            Some(s) => tracing::info!(
+                "NVML: collecting {} GPU entities x {} fields",
+                s.set.targets.len(),
+                s.set.fields.len()
+            ),
+            None => tracing::info!("NVML: collecting no field"),
+        }
+        let low_cardinality = settings
+            .low_cardinality
+            .then(|| info::LowCardinality::new(&counters));
+        Ok(NvmlCollector {
+            nvml,
+            counters,
+            set,
+            topology,
+            unmatched,
+            low_cardinality,
+            info: None,
+        })
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub fn unmatched(&self) -> &[String] {
+        &self.unmatched
+    }
+
+    /// GPU entities (whole GPUs and MIG instances) being collected.
+    pub fn gpu_count(&self) -> usize {
+        self.set.as_ref().map_or(0, |s| s.set.targets.len())
+    }
+
+    pub fn low_cardinality(&self) -> Option<&info::LowCardinality> {
+        self.low_cardinality.as_ref()
+    }
+
+    pub fn take_info(&mut self) -> Option<Page> {
+        self.info.take()
+    }
+
+    /// True when the MIG layout differs from the one discovered at start.
+    pub fn mig_changed(&self) -> Result<bool, String> {
+        Ok(discover::instances(&self.nvml, &self.topology.gpus)? != self.topology.instances)
+    }
+
+    /// Reads every value and fills `page`. A value NVML refuses is left out and counted;
+    /// the collection fails only when NVML answers for no GPU at all.
+    pub fn collect(&mut self, page: &mut Page) -> Result<(), String> {
+        let Some(active) = &self.set else {
+            page.oldest_sample_us = Some(now_us());
+            self.info = self.info_page(&HashMap::new());
+            return Ok(());
+        };
+        let mut answers = Answers::default();
+        let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
+        let mut reached = 0;
+        let mut last_error = None;
+        for t in &active.set.targets {
+            match answers.device_of(&self.nvml, t) {
+                Ok(()) => reached += 1,
+                Err(e) => last_error = Some(e),
+            }
+            let labels = active
+                .label_rows
+                .iter()
+                .filter_map(|&(i, row)| {
+                    let c = &self.counters.all[i];
+                    match answers.get(&self.nvml, t, row) {
+                        Ok(Answer::Text(s)) => Some((c.name.clone(), s)),
+                        Ok(Answer::Numbers(n)) => {
+                            Some((c.name.clone(), pick(row, &n)?.to_string()))
+                        }
+                        Err(_) => None,
+                    }
+                })
+                .collect();
+            csv_labels.insert(t.entity, labels);
+        }
+        if reached == 0 {
+            if let Some(e) = last_error {
+                return Err(format!("NVML answers for no GPU: {e}"));
+            }
+        }
+        fill(
+            &self.counters,
+            active,
+            &mut answers,
+            &self.nvml,
+            &csv_labels,
+            page,
+        );
+        page.oldest_sample_us = Some(now_us());
+        self.info = self.info_page(&csv_labels);
+        Ok(())
+    }
+
+    fn info_page(&self, csv_labels: &HashMap<Entity, Vec<(String, String)>>) -> Option<Page> {
+        self.low_cardinality.as_ref()?;
+        let mut page = Page::default();
+        if let Some(a) = &self.set {
+            info::add_info(&mut page, a.set.kind, &a.set.targets, csv_labels);
+        }
+        Some(page)
+    }
+}
+
+/// Turns the value rows into series, in the DCGM collector's order.
+fn fill(
+    counters: &Counters,
+    active: &ActiveSet,
+    answers: &mut Answers,
+    nvml: &Nvml,
+    csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+    page: &mut Page,
+) {
+    let target_labels: Vec<Vec<(&str, &str)>> = active
+        .set
+        .targets
+        .iter()
+        .map(|t| t.labels_with(csv_labels))
+        .collect();
+    for &(i, row) in &active.value_rows {
+        let c = &counters.all[i];
+        for (t, own) in active.set.targets.iter().zip(&target_labels) {
+            let value = match answers.get(nvml, t, row) {
+                Ok(Answer::Numbers(n)) => match pick(row, &n) {
+                    Some(v) => v,
+                    None => {
+                        page.drop_field_value(&c.name, DropReason::Sentinel, "blank");
+                        continue;
+                    }
+                },
+                Ok(Answer::Text(_)) => {
+                    page.drop_field_value(&c.name, DropReason::NonNumeric, "non_numeric");
+                    continue;
+                }
+                Err(Refused::NotSupported) => {
+                    page.drop_field_value(&c.name, DropReason::Sentinel, "not_supported");
+                    continue;
+                }
+                Err(Refused::Failed) => {
+                    page.drop_field_value(&c.name, DropReason::Status, "status");
+                    continue;
+                }
+            };
+            let value = crate::config::rename::value_of(c, row.field, value);
+            page.add(&c.name, &c.help, c.prom_type, own, value);
+        }
+        page.set_field(&c.name, c.unit.map_or(row.field, |b| b.id));
+    }
+}
+
+/// The field's number from a call's answer, converted as DCGM does; `None` where DCGM
+/// has none (a used ratio of a device with no memory to use).
+fn pick(row: &Row, n: &[f64; 4]) -> Option<f64> {
+    let raw = match row.pick {
+        Pick::At(i) => n[i],
+        Pick::UsedRatio => {
+            let usable = n[0] - n[3];
+            if n[0] == 0.0 || usable <= 0.0 {
+                return None;
+            }
+            n[2] / usable
+        }
+    };
+    Some(row.convert.apply(raw))
+}
+
+/// What a call is asked of: the system, a GPU by NVML index, or a MIG GPU instance (GPU
+/// index, NVML GPU-instance id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum On {
+    System,
+    Gpu(u32),
+    Mig(u32, u32),
+}
+
+impl On {
+    /// Where DCGM reads `row`'s field for target `t`: GPU-level fields of a MIG instance
+    /// on its GPU (DCGM's "practical entity"), instance-level ones (the framebuffer) on
+    /// the instance's MIG device.
+    fn of(t: &Target, row: &Row) -> On {
+        use crate::collect::fields::level;
+        if row.call == Call::DriverVersion {
+            return On::System;
+        }
+        let gpu = t.gpu.unwrap_or(t.entity.id);
+        let lvl = dcgm_sys::fields::by_id(row.field).map_or(level::GPU, |m| m.entity_level);
+        match t.entity.group {
+            dcgm_sys::EntityGroup::GpuInstance if matches!(lvl, level::GPU_I | level::GPU_CI) => {
+                On::Mig(gpu, t.entity.id % discover::INSTANCES_PER_GPU)
+            }
+            _ => On::Gpu(gpu),
+        }
+    }
+}
+
+/// The answers of one collection, one call per (device, call): several fields share a call
+/// (the four framebuffer figures, GPU and memory utilisation).
+#[derive(Default)]
+struct Answers {
+    answers: HashMap<(On, Call), Result<Answer, Refused>>,
+}
+
+/// Why NVML gave no answer: unsupported (DCGM stores its NOT_SUPPORTED sentinel) or any
+/// other error.
+#[derive(Clone, Debug, PartialEq)]
+enum Refused {
+    NotSupported,
+    Failed,
+}
+
+impl Answers {
+    /// Checks that the target's GPU answers to its handle.
+    fn device_of(&self, nvml: &Nvml, t: &Target) -> Result<(), NvmlError> {
+        nvml.device_by_index(t.gpu.unwrap_or(t.entity.id))
+            .map(|_| ())
+    }
+
+    fn get(&mut self, nvml: &Nvml, t: &Target, row: &Row) -> Result<Answer, Refused> {
+        let on = On::of(t, row);
+        self.answers
+            .entry((on, row.call))
+            .or_insert_with(|| {
+                ask(nvml, on, row.call).map_err(|e| match e {
+                    NvmlError::NotSupported => Refused::NotSupported,
+                    _ => Refused::Failed,
+                })
+            })
+            .clone()
+    }
+}
+
+/// Makes one NVML call.
+fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
+    use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+    use table::ClockKind;
+    let one = |v: u64| Ok(Answer::Numbers([v as f64, 0.0, 0.0, 0.0]));
+    let d: Device = match on {
+        On::System => return nvml.sys_driver_version().map(Answer::Text),
+        On::Gpu(index) => nvml.device_by_index(index)?,
+        On::Mig(gpu, gi) => {
+            let slot = discover::slot_of(nvml, gpu, gi)?;
+            nvml.device_by_index(gpu)?.mig_device_by_index(slot)?
+        }
+    };
+    let clock = |k: ClockKind| match k {
+        ClockKind::Sm => Clock::SM,
+        ClockKind::Memory => Clock::Memory,
+        ClockKind::Video => Clock::Video,
+    };
+    match call {
+        // Asked of the system (`On::System`), never of a device.
+        Call::DriverVersion => Err(NvmlError::NotSupported),
+        Call::Temperature => one(d.temperature(TemperatureSensor::Gpu)?.into()),
+        Call::Clock(k) => one(d.clock_info(clock(k))?.into()),
+        Call::MaxClock(k) => one(d.max_clock_info(clock(k))?.into()),
+        Call::PowerUsage => one(d.power_usage()?.into()),
+        Call::PcieReplay => one(d.pcie_replay_counter()?.into()),
+        Call::Utilization => {
+            let u = d.utilization_rates()?;
+            Ok(Answer::Numbers([u.gpu.into(), u.memory.into(), 0.0, 0.0]))
+        }
+        Call::Encoder => one(d.encoder_utilization()?.utilization.into()),
+        Call::Decoder => one(d.decoder_utilization()?.utilization.into()),
+        Call::Memory => {
+            let m = d.memory_info()?;
+            Ok(Answer::Numbers([
+                m.total as f64,
+                m.free as f64,
+                m.used as f64,
+                m.reserved as f64,
+            ]))
+        }
+        Call::ClocksEventReasons => one(d.current_throttle_reasons()?.bits()),
+        Call::FieldValue(id) => field_value(&d, id),
+    }
+}
+
+/// One `nvmlDeviceGetFieldValues` field, whatever its value type.
+fn field_value(d: &Device, id: u32) -> Result<Answer, NvmlError> {
+    use nvml_wrapper::enums::device::SampleValue;
+    use nvml_wrapper::structs::device::FieldId;
+    let sample = d
+        .field_values_for(&[FieldId(id)])?
+        .into_iter()
+        .next()
+        .ok_or(NvmlError::Unknown)??;
+    let v = match sample.value? {
+        SampleValue::F64(v) => v,
+        SampleValue::U32(v) => v.into(),
+        SampleValue::U64(v) => v as f64,
+        SampleValue::I64(v) => v as f64,
+    };
+    Ok(Answer::Numbers([v, 0.0, 0.0, 0.0]))
+}
+
+/// Base-unit rows (dcgm-exporter 4.9.0's names) read their legacy field, converted: the
+/// table holds DCGM 4.6's fields.
+fn legacy_units(counters: &Counters) -> Counters {
+    let mut out = counters.clone();
+    for c in &mut out.all {
+        if let Some(b) = c.unit {
+            c.field = CounterField::Dcgm(b.legacy_meta());
+        }
+    }
+    out
+}
+
+/// The GPU set's rows NVML can answer; each other row is named once at start and left out.
+fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
+    let mut named = std::collections::HashSet::new();
+    let mut rows = Vec::new();
+    for &i in &set.counters {
+        let c = &counters.all[i];
+        let CounterField::Dcgm(meta) = &c.field else {
+            continue;
+        };
+        match table::lookup(meta.id) {
+            Some(row) => rows.push((i, row)),
+            None => {
+                if named.insert(c.name.clone()) {
+                    tracing::warn!(
+                        "skipping {}: NVML cannot answer field {} ({}) as DCGM does (--backend nvml)",
+                        c.name,
+                        meta.id,
+                        meta.name
+                    );
+                }
+            }
+        }
+    }
+    set.counters = rows.iter().map(|r| r.0).collect();
+    set.fields = rows.iter().map(|r| r.1.field).collect();
+    set.fields.sort_unstable();
+    set.fields.dedup();
+    let (mut label_rows, mut value_rows): (Vec<_>, Vec<_>) = rows
+        .into_iter()
+        .partition(|(i, _)| counters.all[*i].prom_type == PromType::Label);
+    if value_rows.is_empty() {
+        return None;
+    }
+    label_rows.sort_by(|a, b| counters.all[a.0].name.cmp(&counters.all[b.0].name));
+    value_rows.sort_by_key(|(i, r)| (r.field, counters.all[*i].line));
+    Some(ActiveSet {
+        set,
+        label_rows,
+        value_rows,
+    })
+}
+
+fn options(s: &Settings) -> targets::Options<'_> {
+    targets::Options {
+        gpus: &s.gpus,
+        switches: &s.switches,
+        cpus: &s.cpus,
+        compute_instances: s.compute_instances,
+        use_old_namespace: s.use_old_namespace,
+        replace_blanks_in_model_name: s.replace_blanks_in_model_name,
+        hostname: s.hostname.as_deref(),
+        emulate: s.emulate,
+    }
+}

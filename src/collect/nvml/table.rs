@@ -1,0 +1,232 @@
+//! The one table of the NVML source: which NVML call answers which DCGM field, and how
+//! DCGM converts the answer (`dcgmlib/src/DcgmCacheManager.cpp`, DCGM 4.6: the case of each
+//! field in `BufferOrCacheLatestGpuValue`, and the `nvmlFieldId` column of
+//! `dcgm_fields.cpp` for the fields it reads through `nvmlDeviceGetFieldValues`). A field
+//! that is not here is one NVML cannot answer as DCGM would: it is left out, never guessed.
+//! `docs/metrics.md` shows the same table.
+
+/// `nvmlClockType_t`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClockKind {
+    Sm,
+    Memory,
+    Video,
+}
+
+/// One NVML call on one device (or on the system); a collection makes each at most once
+/// per device, whatever number of fields it answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Call {
+    /// `nvmlSystemGetDriverVersion` (text).
+    DriverVersion,
+    /// `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`, °C.
+    Temperature,
+    /// `nvmlDeviceGetClockInfo`, MHz.
+    Clock(ClockKind),
+    /// `nvmlDeviceGetMaxClockInfo`, MHz.
+    MaxClock(ClockKind),
+    /// `nvmlDeviceGetPowerUsage`, mW.
+    PowerUsage,
+    /// `nvmlDeviceGetPcieReplayCounter`.
+    PcieReplay,
+    /// `nvmlDeviceGetUtilizationRates`: [gpu %, memory %].
+    Utilization,
+    /// `nvmlDeviceGetEncoderUtilization`, %.
+    Encoder,
+    /// `nvmlDeviceGetDecoderUtilization`, %.
+    Decoder,
+    /// `nvmlDeviceGetMemoryInfo_v2`, bytes: [total, free, used, reserved].
+    Memory,
+    /// `nvmlDeviceGetCurrentClocksEventReasons`: the `nvmlClocksEventReasons` mask.
+    ClocksEventReasons,
+    /// `nvmlDeviceGetFieldValues` of one NVML field id (`NVML_FI_*`).
+    FieldValue(u32),
+}
+
+impl Call {
+    /// The NVML function, for logs and `docs/metrics.md`.
+    pub fn describe(self) -> String {
+        match self {
+            Call::DriverVersion => "nvmlSystemGetDriverVersion".into(),
+            Call::Temperature => "nvmlDeviceGetTemperature(GPU)".into(),
+            Call::Clock(k) => format!("nvmlDeviceGetClockInfo({k:?})"),
+            Call::MaxClock(k) => format!("nvmlDeviceGetMaxClockInfo({k:?})"),
+            Call::PowerUsage => "nvmlDeviceGetPowerUsage".into(),
+            Call::PcieReplay => "nvmlDeviceGetPcieReplayCounter".into(),
+            Call::Utilization => "nvmlDeviceGetUtilizationRates".into(),
+            Call::Encoder => "nvmlDeviceGetEncoderUtilization".into(),
+            Call::Decoder => "nvmlDeviceGetDecoderUtilization".into(),
+            Call::Memory => "nvmlDeviceGetMemoryInfo_v2".into(),
+            Call::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons".into(),
+            Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
+        }
+    }
+}
+
+/// Which number of a call's answer a field is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// The n-th number (0 for calls answering one).
+    At(usize),
+    /// `used / (total - reserved)` of [`Call::Memory`] (DCGM's FB_USED_RATIO).
+    UsedRatio,
+}
+
+/// DCGM's conversion of the NVML answer into the field's unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Convert {
+    Same,
+    /// mW -> W (a double).
+    MilliToUnit,
+    /// bytes -> MiB, truncated (DCGM divides integers).
+    BytesToMib,
+}
+
+impl Convert {
+    pub fn apply(self, v: f64) -> f64 {
+        match self {
+            Convert::Same => v,
+            Convert::MilliToUnit => v / 1000.0,
+            Convert::BytesToMib => (v / 1_048_576.0).trunc(),
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Convert::Same => "as is",
+            Convert::MilliToUnit => "/ 1000 (mW -> W)",
+            Convert::BytesToMib => "/ 2^20, truncated (bytes -> MiB)",
+        }
+    }
+}
+
+/// One DCGM field as NVML answers it.
+#[derive(Clone, Copy, Debug)]
+pub struct Row {
+    pub field: u16,
+    pub call: Call,
+    pub pick: Pick,
+    pub convert: Convert,
+}
+
+const fn row(field: u16, call: Call) -> Row {
+    Row {
+        field,
+        call,
+        pick: Pick::At(0),
+        convert: Convert::Same,
+    }
+}
+
+const fn mem(field: u16, at: usize) -> Row {
+    Row {
+        field,
+        call: Call::Memory,
+        pick: Pick::At(at),
+        convert: Convert::BytesToMib,
+    }
+}
+
+/// DCGM field id -> NVML call -> conversion.
+pub const TABLE: &[Row] = &[
+    row(1, Call::DriverVersion),
+    row(100, Call::Clock(ClockKind::Sm)),
+    row(101, Call::Clock(ClockKind::Memory)),
+    row(102, Call::Clock(ClockKind::Video)),
+    row(112, Call::ClocksEventReasons),
+    row(113, Call::MaxClock(ClockKind::Sm)),
+    row(114, Call::MaxClock(ClockKind::Memory)),
+    row(115, Call::MaxClock(ClockKind::Video)),
+    // NVML_FI_DEV_MEMORY_TEMP.
+    row(140, Call::FieldValue(82)),
+    row(150, Call::Temperature),
+    Row {
+        field: 155,
+        call: Call::PowerUsage,
+        pick: Pick::At(0),
+        convert: Convert::MilliToUnit,
+    },
+    // NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ.
+    row(156, Call::FieldValue(83)),
+    row(202, Call::PcieReplay),
+    row(203, Call::Utilization),
+    Row {
+        field: 204,
+        call: Call::Utilization,
+        pick: Pick::At(1),
+        convert: Convert::Same,
+    },
+    row(206, Call::Encoder),
+    row(207, Call::Decoder),
+    mem(250, 0),
+    mem(251, 1),
+    mem(252, 2),
+    mem(253, 3),
+    Row {
+        field: 254,
+        call: Call::Memory,
+        pick: Pick::UsedRatio,
+        convert: Convert::Same,
+    },
+    // NVML_FI_DEV_ECC_{SBE,DBE}_{VOL,AGG}_TOTAL.
+    row(310, Call::FieldValue(3)),
+    row(311, Call::FieldValue(4)),
+    row(312, Call::FieldValue(5)),
+    row(313, Call::FieldValue(6)),
+    // NVML_FI_DEV_RETIRED_DBE, NVML_FI_DEV_RETIRED_PENDING.
+    row(391, Call::FieldValue(30)),
+    row(392, Call::FieldValue(31)),
+    // NVML_FI_DEV_REMAPPED_{UNC,COR,FAILURE,PENDING}.
+    row(393, Call::FieldValue(143)),
+    row(394, Call::FieldValue(142)),
+    row(395, Call::FieldValue(145)),
+    row(396, Call::FieldValue(144)),
+];
+
+/// The row of a DCGM field, `None` when NVML cannot answer it.
+pub fn lookup(field: u16) -> Option<&'static Row> {
+    TABLE.iter().find(|r| r.field == field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_is_listed_once_and_known_to_dcgm() {
+        let mut seen = std::collections::HashSet::new();
+        for r in TABLE {
+            assert!(seen.insert(r.field), "field {} listed twice", r.field);
+            assert!(dcgm_sys::fields::by_id(r.field).is_some(), "{}", r.field);
+        }
+    }
+
+    #[test]
+    fn nvml_field_ids_are_dcgms_own() {
+        // Where DCGM reads a field through nvmlDeviceGetFieldValues, its field table
+        // names the NVML id: the table must ask for the same one.
+        for r in TABLE {
+            let meta = dcgm_sys::fields::by_id(r.field).unwrap();
+            if let Call::FieldValue(id) = r.call {
+                if meta.nvml_field_id != 0 {
+                    assert_eq!(meta.nvml_field_id as u32, id, "{}", meta.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn conversions_are_dcgms() {
+        assert_eq!(Convert::MilliToUnit.apply(75_500.0), 75.5);
+        assert_eq!(
+            Convert::BytesToMib.apply((81559.0 * 1_048_576.0) + 1.0),
+            81559.0
+        );
+        assert_eq!(Convert::BytesToMib.apply(1_048_575.0), 0.0);
+        assert_eq!(lookup(155).unwrap().convert, Convert::MilliToUnit);
+        assert!(
+            lookup(230).is_none(),
+            "XIDs are events, not a value NVML holds"
+        );
+    }
+}

@@ -1,0 +1,655 @@
+//! The NVML backend on the simulators (issue 31): `--backend nvml` serves DCGM's names,
+//! labels, types, help and values from the simulated NVML, equal to the DCGM page for every
+//! field both serve; names what it cannot answer once at start; never loads libdcgm; and
+//! `auto` falls back to it where libdcgm does not load.
+
+mod support;
+use std::collections::BTreeMap;
+use support::*;
+
+/// `units-fixed.toml` on two GPUs, the second with its own values for a few fields: a GPU
+/// read under the other's index shows.
+fn two_gpu_profile(dir: &std::path::Path) -> std::path::PathBuf {
+    let base = std::fs::read_to_string(repo("etc/sim/units-fixed.toml")).unwrap();
+    let mut p = base.replace("count = 1", "count = 2");
+    assert_ne!(p, base, "the profile names its GPU count");
+    for (field, value) in [
+        (100, 1755.0),
+        (140, 41.0),
+        (150, 61.0),
+        (155, 312.25),
+        (156, 987654321.0),
+        (203, 99.0),
+        (252, 40000.0),
+        (251, 40979.0),
+        (393, 2.0),
+    ] {
+        p.push_str(&format!(
+            "[[fields]]\nid = {field}\ngpus = [1]\ngen = {{ kind = \"constant\", value = {value} }}\n"
+        ));
+    }
+    let path = dir.join("two-gpus.toml");
+    std::fs::write(&path, p).unwrap();
+    path
+}
+
+fn nvml_args() -> Vec<String> {
+    vec![
+        "--backend".into(),
+        "nvml".into(),
+        "--nvml-library".into(),
+        nvml_library().to_str().unwrap().into(),
+    ]
+}
+
+/// Per `DCGM_FI_*` family: its TYPE and HELP lines and its series (labels, value).
+fn families(text: &str) -> BTreeMap<String, (Vec<String>, Vec<String>)> {
+    let mut out: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for line in text.lines() {
+        let meta = line
+            .strip_prefix("# TYPE ")
+            .or_else(|| line.strip_prefix("# HELP "));
+        if let Some(rest) = meta {
+            let name = rest.split(' ').next().unwrap();
+            if name.starts_with("DCGM_FI_") {
+                out.entry(name.into()).or_default().0.push(line.into());
+            }
+        } else if line.starts_with("DCGM_FI_") {
+            let name = line.split(['{', ' ']).next().unwrap();
+            out.entry(name.into()).or_default().1.push(line.into());
+        }
+    }
+    for v in out.values_mut() {
+        v.1.sort();
+    }
+    out
+}
+
+fn wait_for_page(e: &Exporter) -> String {
+    e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 2);
+    e.get("/metrics").1
+}
+
+#[test]
+fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let profile = profile.to_str().unwrap();
+    let dcgm = exporter().env("DCGM_SIM_PROFILE", profile).start();
+    let nvml = exporter()
+        .env("DCGM_SIM_PROFILE", profile)
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let (d, n) = (
+        families(&wait_for_page(&dcgm)),
+        families(&wait_for_page(&nvml)),
+    );
+    // Every family NVML serves, DCGM serves the same: type, help, labels and values.
+    for (name, fam) in &n {
+        assert_eq!(Some(fam), d.get(name), "{name}");
+    }
+    // What both serve: every default field but those NVML cannot answer.
+    let shared: Vec<&String> = n.keys().collect();
+    for name in [
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ] {
+        assert!(
+            shared.iter().any(|s| *s == name),
+            "{name} missing: {shared:?}"
+        );
+    }
+    // The second GPU has its own values (no index mix-up), the label field is there.
+    let temp = &n["DCGM_FI_DEV_GPU_TEMP"].1;
+    assert!(
+        temp.iter()
+            .any(|l| l.contains("gpu=\"1\"") && l.ends_with(" 61")),
+        "{temp:?}"
+    );
+    assert!(
+        temp[0].contains("DCGM_FI_DRIVER_VERSION=\"580.159.04\""),
+        "{temp:?}"
+    );
+    assert!(prom::promtool_problems(&nvml.get("/metrics").1).is_empty());
+}
+
+#[test]
+fn fields_nvml_cannot_answer_are_named_once_at_start() {
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let before = e.scrape_until(10, |p| collections(p) >= 3.0);
+    assert!(collections(&before) >= 3.0);
+    let log = e.stderr();
+    for name in [
+        "DCGM_FI_DEV_XID_ERRORS",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_EXP_GPU_COUNT",
+        "DCGM_EXP_XID_ERRORS_TOTAL",
+    ] {
+        let lines = log
+            .lines()
+            .filter(|l| l.contains(&format!("skipping {name}:")))
+            .count();
+        assert_eq!(lines, 1, "{name}:\n{log}");
+        assert!(series(&before, name).is_empty(), "{name} guessed");
+    }
+}
+
+fn collections(p: &[Sample]) -> f64 {
+    series(p, "dcgm_exporter_collections_total")
+        .iter()
+        .filter(|s| s.label("result") == Some("success"))
+        .map(|s| s.value)
+        .sum()
+}
+
+#[test]
+fn the_nvml_backend_never_loads_libdcgm_and_says_it_serves() {
+    // A loadable libdcgm is named (the builder's simulator): it must stay unloaded.
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", e.child.id())).unwrap();
+    assert!(!maps.contains("libdcgm"), "libdcgm mapped");
+    assert!(maps.contains("libnvml_sim"), "NVML not mapped");
+    let page = e.scrape();
+    let info = series(&page, "dcgm_exporter_build_info");
+    assert_eq!(info.len(), 1, "{}", dump(&page));
+    assert_eq!(info[0].label("backend"), Some("nvml"));
+    assert_eq!(info[0].label("mode"), Some("none"));
+    assert_eq!(info[0].label("dcgm_version"), Some("none"));
+    let backend = series(&page, "dcgm_exporter_backend");
+    assert_eq!(backend.len(), 1, "{}", dump(&page));
+    assert_eq!(
+        (backend[0].label("backend"), backend[0].value),
+        (Some("nvml"), 1.0)
+    );
+    assert_eq!(e.get("/health"), (200, "OK\nbackend: nvml".to_string()));
+}
+
+#[test]
+fn a_dcgm_page_says_dcgm_served_it() {
+    let e = exporter().profile("units-fixed.toml").start();
+    let page = e.scrape();
+    assert_eq!(
+        series(&page, "dcgm_exporter_build_info")[0].label("backend"),
+        Some("dcgm")
+    );
+    let backend = series(&page, "dcgm_exporter_backend");
+    assert_eq!(backend.len(), 1, "{}", dump(&page));
+    assert_eq!(backend[0].label("backend"), Some("dcgm"));
+    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+}
+
+#[test]
+fn auto_uses_nvml_where_libdcgm_does_not_load_and_dcgm_refuses_to() {
+    let missing = "/nonexistent/libdcgm.so.4";
+    let nvml = nvml_library();
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "--backend",
+            "auto",
+            "--dcgm-library",
+            missing,
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let page = e.scrape_until(10, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].value, 45.0);
+    e.wait_for_log(5, "(--backend auto)");
+    // --backend dcgm: no fallback, the library's error and a non-zero exit.
+    let (code, err) = exporter()
+        .profile("units-fixed.toml")
+        .args(&["--dcgm-library", missing, "--backend", "dcgm"])
+        .run_to_exit();
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains(missing), "{err}");
+    // auto with neither: both reasons, non-zero.
+    let (code, err) = exporter()
+        .args(&[
+            "--backend",
+            "auto",
+            "--dcgm-library",
+            missing,
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .run_to_exit();
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(missing) && err.contains("/nonexistent/libnvidia-ml.so.1"),
+        "{err}"
+    );
+    // A bad backend name is the flag's error.
+    let (code, err) = exporter().args(&["--backend", "nvlm"]).run_to_exit();
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("nvlm"), "{err}");
+}
+
+#[test]
+fn run_time_changes_show_on_the_nvml_page_and_keep_advancing() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let energy = |p: &[Sample]| {
+        series(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
+            .iter()
+            .find(|s| s.label("gpu") == Some("3"))
+            .map(|s| s.value)
+    };
+    let first = energy(&e.scrape()).expect("energy of GPU 3");
+    // The counter advances over several intervals.
+    let later = e.scrape_until(10, |p| energy(p).is_some_and(|v| v > first + 1000.0));
+    assert!(energy(&later).unwrap() > first);
+    control(&ctl, "set 3 150 77");
+    control(&ctl, "not_supported 2 150");
+    let temp = |p: &[Sample], g: &str| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .find(|s| s.label("gpu") == Some(g))
+            .map(|s| s.value)
+    };
+    let page = e.scrape_until(10, |p| temp(p, "3") == Some(77.0) && temp(p, "2").is_none());
+    assert_eq!(temp(&page, "3"), Some(77.0), "{}", dump(&page));
+    let dropped = series(&page, "dcgm_exporter_field_values_dropped_total");
+    assert!(
+        dropped
+            .iter()
+            .any(|s| s.label("field") == Some("DCGM_FI_DEV_GPU_TEMP")
+                && s.label("reason") == Some("not_supported")),
+        "{}",
+        dump(&page)
+    );
+    // Still advancing after the change.
+    let now = energy(&page).unwrap();
+    let page = e.scrape_until(10, |p| energy(p).is_some_and(|v| v > now));
+    assert!(energy(&page).unwrap() > now);
+    assert_eq!(temp(&page, "3"), Some(77.0));
+}
+
+fn backend(p: &[Sample]) -> Option<&str> {
+    series(p, "dcgm_exporter_backend")
+        .into_iter()
+        .find(|s| s.value == 1.0)
+        .and_then(|s| s.label("backend"))
+}
+
+fn temps(p: &[Sample]) -> Vec<f64> {
+    series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|s| s.value)
+        .collect()
+}
+
+/// Scrapes every 50 ms until `done`, checking each page with `check`; returns the last page
+/// and how long it took.
+fn watch_until(
+    e: &Exporter,
+    secs: u64,
+    check: impl Fn(&[Sample]),
+    done: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = e.scrape();
+        check(&p);
+        if done(&p) {
+            return (p, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed().as_secs() < secs,
+            "not done in {secs} s:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn failover_exporter(port: u16) -> Exporter {
+    let nvml = nvml_library();
+    exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start()
+}
+
+/// The engine's outage as the exporter must serve it: the core series on every scrape
+/// with the same values (never blind), the DCGM-only series gone once NVML serves (never
+/// stale), NVML named as the source; then DCGM again once the engine returns.
+fn outage_and_return(e: &Exporter, what: &str, stop: &mut dyn FnMut(), resume: &mut dyn FnMut()) {
+    let page = e.scrape_until(10, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(temps(&page), [45.0]);
+    stop();
+    let never_blind =
+        |p: &[Sample]| assert_eq!(temps(p), [45.0], "{what}: blind or wrong:\n{}", dump(p));
+    let (page, took) = watch_until(e, 20, never_blind, |p| backend(p) == Some("nvml"));
+    assert!(
+        series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+        "{what}: DCGM-only series kept:\n{}",
+        dump(&page)
+    );
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("backend: nvml") && body.contains("DCGM is unavailable"),
+        "{body}"
+    );
+    // Still NVML, still fresh, several intervals later.
+    let n = series(&page, "dcgm_exporter_collections_total")
+        .iter()
+        .map(|s| s.value)
+        .sum::<f64>();
+    let (page, _) = watch_until(e, 10, never_blind, |p| {
+        series(p, "dcgm_exporter_collections_total")
+            .iter()
+            .map(|s| s.value)
+            .sum::<f64>()
+            >= n + 3.0
+    });
+    assert_eq!(backend(&page), Some("nvml"), "{what}");
+    assert!(series(&page, "DCGM_EXP_GPU_COUNT").is_empty());
+    resume();
+    let (page, back) = watch_until(e, 60, never_blind, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(temps(&page), [45.0]);
+    assert_eq!(e.get("/health"), (200, "OK".to_string()), "{what}");
+    eprintln!(
+        "failover timing ({what}, sim, -c 300): NVML after {took:?}, DCGM again after {back:?}"
+    );
+}
+
+#[test]
+fn auto_fails_over_to_nvml_while_a_remote_engine_is_killed_and_comes_back() {
+    let port = free_port();
+    let engine = std::cell::RefCell::new(Some(HostEngine::start(port, Some("units-fixed.toml"))));
+    let e = failover_exporter(port);
+    outage_and_return(
+        &e,
+        "kill -9",
+        &mut || engine.borrow_mut().take().unwrap().kill(),
+        &mut || *engine.borrow_mut() = Some(HostEngine::start(port, Some("units-fixed.toml"))),
+    );
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
+}
+
+#[test]
+fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
+    let port = free_port();
+    let engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let pid = engine.child.id().to_string();
+    let e = failover_exporter(port);
+    let sig = |s: &str| {
+        assert!(std::process::Command::new("kill")
+            .args([s, &pid])
+            .status()
+            .unwrap()
+            .success());
+    };
+    outage_and_return(&e, "SIGSTOP", &mut || sig("-STOP"), &mut || sig("-CONT"));
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        1,
+        "{log}"
+    );
+}
+
+#[test]
+fn without_nvml_auto_withdraws_as_before() {
+    // auto with no NVML to fall back on: the outage withdraws every series, as DCGM alone.
+    let port = free_port();
+    let mut engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .start();
+    engine.kill();
+    let page = e.scrape_until(20, |p| temps(p).is_empty());
+    assert!(
+        page.iter().all(|s| !s.name.starts_with("DCGM_")),
+        "{}",
+        dump(&page)
+    );
+    assert_eq!(e.get("/health").0, 503);
+}
+
+/// Per family of `prefixes`: its TYPE/HELP lines and sorted series lines.
+fn families_of(text: &str, prefixes: &[&str]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let name = line
+            .strip_prefix("# TYPE ")
+            .or_else(|| line.strip_prefix("# HELP "))
+            .unwrap_or(line)
+            .split(['{', ' '])
+            .next()
+            .unwrap_or_default();
+        if prefixes.iter().any(|p| name.starts_with(p)) {
+            out.entry(name.into()).or_default().push(line.into());
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// --low-cardinality and --emulate-version=4.9.0 (base-unit names) on the NVML backend: the
+/// same info series, the same stripped labels, the same converted values as DCGM's page.
+#[test]
+fn low_cardinality_and_4_9_0_names_are_the_same_from_nvml() {
+    let csv = repo("etc/default-counters-4.9.0.csv");
+    let flags = [
+        "-f",
+        csv.to_str().unwrap(),
+        "--emulate-version=4.9.0",
+        "--low-cardinality",
+    ];
+    let dcgm = exporter().profile("units-fixed.toml").args(&flags).start();
+    let mut nvml_flags: Vec<&str> = flags.to_vec();
+    let extra = nvml_args();
+    nvml_flags.extend(extra.iter().map(String::as_str));
+    let nvml = exporter()
+        .profile("units-fixed.toml")
+        .args(&nvml_flags)
+        .start();
+    let text = |e: &Exporter| {
+        e.scrape_until(20, |p| !series(p, "DCGM_EXP_GPU_INFO").is_empty());
+        e.get("/metrics").1
+    };
+    let prefixes = ["DCGM_FI_", "DCGM_EXP_GPU_INFO"];
+    let d = families_of(&text(&dcgm), &prefixes);
+    let n = families_of(&text(&nvml), &prefixes);
+    assert!(n.contains_key("DCGM_EXP_GPU_INFO"), "{:?}", n.keys());
+    // A base-unit name, converted from the legacy field (mJ -> J).
+    assert!(
+        n.contains_key("DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL"),
+        "{:?}",
+        n.keys()
+    );
+    assert!(n["DCGM_FI_DEV_GPU_TEMP_CELSIUS"]
+        .iter()
+        .all(|l| !l.contains("UUID=")));
+    for (name, lines) in &n {
+        assert_eq!(Some(lines), d.get(name), "{name}");
+    }
+}
+
+/// -k: pods from the kubelet label the NVML page's GPU series as they do DCGM's.
+#[test]
+fn pods_label_the_nvml_page() {
+    use support::kubelet::{pod, FakeKubelet};
+    let kubelet = FakeKubelet::start();
+    let mut args = nvml_args();
+    args.extend(["-k", "--pod-resources-kubelet-socket"].map(String::from));
+    args.push(kubelet.socket().to_str().unwrap().into());
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let page = e.scrape();
+    let uuid = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some("2"))
+        .and_then(|s| s.label("UUID"))
+        .expect("GPU 2")
+        .to_string();
+    kubelet.set_pods(vec![pod(
+        "ml",
+        "trainer-0",
+        "main",
+        &[("nvidia.com/gpu", &[&uuid])],
+    )]);
+    let page = e.scrape_until(10, |p| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .any(|s| s.label("pod") == Some("trainer-0"))
+    });
+    let labelled: Vec<&Sample> = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .filter(|s| s.label("pod").is_some())
+        .collect();
+    assert_eq!(labelled.len(), 1, "{}", dump(&page));
+    assert_eq!(labelled[0].label("gpu"), Some("2"));
+    assert_eq!(labelled[0].label("namespace"), Some("ml"));
+}
+
+/// The textfile sink writes the NVML page for node-exporter as it writes DCGM's.
+#[test]
+fn the_textfile_holds_the_nvml_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = nvml_args();
+    args.extend([
+        "--textfile-directory".into(),
+        dir.path().to_str().unwrap().into(),
+    ]);
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&args.iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let file = dir.path().join("dcgm.prom");
+    e.wait_until(10, |_| {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("DCGM_FI_DEV_GPU_TEMP{"))
+    });
+    let text = std::fs::read_to_string(&file).unwrap();
+    let temp = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{"))
+        .unwrap();
+    assert!(temp.ends_with(" 45"), "{temp}");
+    assert!(prom::promtool_problems(&text).is_empty());
+}
+
+/// MIG: the NVML backend exports the same GPU instances as DCGM (GPU, GPU_I_ID,
+/// GPU_I_PROFILE and the identity labels), GPU-level fields on an instance read from its
+/// GPU, and a framebuffer per instance.
+#[test]
+fn mig_instances_are_the_same_entities_from_nvml() {
+    let dcgm = exporter().profile("a100-mixed-mig.toml").start();
+    let nvml = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let identities = |e: &Exporter, name: &str| {
+        let p = e.scrape_until(20, |p| !series(p, name).is_empty());
+        let mut ids: Vec<String> = series(&p, name)
+            .iter()
+            .map(|s| {
+                [
+                    "gpu",
+                    "UUID",
+                    "pci_bus_id",
+                    "device",
+                    "modelName",
+                    "GPU_I_PROFILE",
+                    "GPU_I_ID",
+                ]
+                .map(|l| s.label(l).unwrap_or("-"))
+                .join(",")
+            })
+            .collect();
+        ids.sort();
+        ids
+    };
+    for name in ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_FB_FREE"] {
+        let (d, n) = (identities(&dcgm, name), identities(&nvml, name));
+        assert!(
+            d.iter().any(|i| !i.ends_with(",-,-")),
+            "no MIG instance on DCGM's page"
+        );
+        assert_eq!(n, d, "{name}");
+    }
+    // The framebuffer is each instance's own: a 1g.10gb instance is far below its GPU's.
+    let p = nvml.scrape();
+    let total = |pred: &dyn Fn(&Sample) -> bool| {
+        series(&p, "DCGM_FI_DEV_FB_FREE")
+            .into_iter()
+            .chain(series(&p, "DCGM_FI_DEV_FB_USED"))
+            .chain(series(&p, "DCGM_FI_DEV_FB_RESERVED"))
+            .filter(|s| pred(s))
+            .map(|s| s.value)
+            .sum::<f64>()
+    };
+    let small =
+        total(&|s| s.label("gpu") == Some("0") && s.label("GPU_I_ID").is_some_and(|g| g == "7"));
+    let whole = total(&|s| s.label("gpu") == Some("4"));
+    assert!(
+        small > 0.0 && small * 4.0 < whole,
+        "instance {small} MiB vs GPU {whole} MiB"
+    );
+}

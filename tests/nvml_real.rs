@@ -1,0 +1,294 @@
+//! The NVML backend against NVIDIA's own NVML injection library (issue 31, item 4): the
+//! kit's `libnvml_injection.so.1` answers NVML from the same YAML the real DCGM 4.6 reads,
+//! so the page `--backend nvml` serves must equal the real DCGM's (embedded) for every field
+//! both serve, value for value, over every row of the NVML table.
+
+mod support;
+use std::collections::BTreeMap;
+use support::nvml_yaml::Gpu;
+use support::real_dcgm::{kit, Scratch};
+use support::*;
+
+/// Every field of the NVML backend's table (src/collect/nvml/table.rs).
+const CSV: &str = "DCGM_FI_DRIVER_VERSION, label, driver\n\
+DCGM_FI_DEV_SM_CLOCK, gauge, SM clock\n\
+DCGM_FI_DEV_MEM_CLOCK, gauge, memory clock\n\
+DCGM_FI_DEV_VIDEO_CLOCK, gauge, video clock\n\
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS, gauge, clock-event reasons\n\
+DCGM_FI_DEV_MAX_SM_CLOCK, gauge, max SM clock\n\
+DCGM_FI_DEV_MAX_MEM_CLOCK, gauge, max memory clock\n\
+DCGM_FI_DEV_MAX_VIDEO_CLOCK, gauge, max video clock\n\
+DCGM_FI_DEV_MEMORY_TEMP, gauge, memory temperature\n\
+DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature\n\
+DCGM_FI_DEV_POWER_USAGE, gauge, power\n\
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, energy\n\
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER, counter, PCIe replays\n\
+DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilisation\n\
+DCGM_FI_DEV_MEM_COPY_UTIL, gauge, memory utilisation\n\
+DCGM_FI_DEV_ENC_UTIL, gauge, encoder utilisation\n\
+DCGM_FI_DEV_DEC_UTIL, gauge, decoder utilisation\n\
+DCGM_FI_DEV_FB_TOTAL, gauge, FB total\n\
+DCGM_FI_DEV_FB_FREE, gauge, FB free\n\
+DCGM_FI_DEV_FB_USED, gauge, FB used\n\
+DCGM_FI_DEV_FB_RESERVED, gauge, FB reserved\n\
+DCGM_FI_DEV_FB_USED_PERCENT, gauge, FB used ratio\n\
+DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, SBE volatile\n\
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, DBE volatile\n\
+DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, SBE aggregate\n\
+DCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, DBE aggregate\n\
+DCGM_FI_DEV_RETIRED_DBE, counter, retired DBE\n\
+DCGM_FI_DEV_RETIRED_PENDING, counter, retired pending\n\
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, counter, remapped unc\n\
+DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS, counter, remapped cor\n\
+DCGM_FI_DEV_ROW_REMAP_FAILURE, gauge, remap failure\n\
+DCGM_FI_DEV_ROW_REMAP_PENDING, gauge, remap pending\n";
+
+/// Two GPUs with different values in every field the YAML describes.
+fn gpus() -> Vec<Gpu> {
+    let busy = Gpu {
+        temp_c: 61,
+        memory_temp_c: 48,
+        power_mw: 312_250,
+        energy_mj: 987_654_321,
+        sm_clock_mhz: 1755,
+        mem_clock_mhz: 2619,
+        fb_used_mib: 40_000,
+        gpu_util: 87,
+        mem_util: 33,
+        enc_util: 4,
+        dec_util: 9,
+        pcie_replays: 7,
+        ecc_volatile: (3, 1),
+        ecc_aggregate: (12, 2),
+        remapped_rows: (5, 2, 1, 1),
+        clocks_event_reasons: 0x4,
+        ..Gpu::default()
+    };
+    vec![Gpu::default(), busy]
+}
+
+/// Per `DCGM_FI_*` family: TYPE and HELP lines and the sorted series lines.
+fn families(text: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let name = line
+            .strip_prefix("# TYPE ")
+            .or_else(|| line.strip_prefix("# HELP "))
+            .unwrap_or(line)
+            .split(['{', ' '])
+            .next()
+            .unwrap_or_default();
+        if name.starts_with("DCGM_FI_") {
+            out.entry(name.into()).or_default().push(line.into());
+        }
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+fn page_after_two_collections(e: &Exporter) -> String {
+    e.scrape_until(20, |p| {
+        series(p, "dcgm_exporter_collections_total")
+            .iter()
+            .any(|s| s.label("result") == Some("success") && s.value >= 2.0)
+    });
+    e.get("/metrics").1
+}
+
+#[test]
+fn the_nvml_page_equals_the_real_dcgms_on_the_same_injected_gpus() {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-conformance");
+    let yaml = scratch.yaml(&gpus());
+    let csv = scratch.0.join("counters.csv");
+    std::fs::write(&csv, CSV).unwrap();
+    let csv = csv.to_str().unwrap();
+    let dcgm = kit.embedded(&yaml).args(&["-f", csv]).start();
+    let injection = kit.lib_dir().join("libnvml_injection.so.1");
+    let mut nvml = exporter().args(&[
+        "-f",
+        csv,
+        "--backend",
+        "nvml",
+        "--nvml-library",
+        injection.to_str().unwrap(),
+    ]);
+    for (k, v) in kit.env(&yaml) {
+        nvml = nvml.env(&k, &v);
+    }
+    let nvml = nvml.start();
+    let d = families(&page_after_two_collections(&dcgm));
+    let n = families(&page_after_two_collections(&nvml));
+    for (name, lines) in &n {
+        assert_eq!(Some(lines), d.get(name), "{name}");
+    }
+    // What the YAML describes, both serve: the core of the table at least.
+    for name in [
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_DEV_MEM_CLOCK",
+        "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+        "DCGM_FI_DEV_MAX_SM_CLOCK",
+        "DCGM_FI_DEV_MEMORY_TEMP",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_MEM_COPY_UTIL",
+        "DCGM_FI_DEV_ENC_UTIL",
+        "DCGM_FI_DEV_DEC_UTIL",
+        "DCGM_FI_DEV_FB_TOTAL",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    ] {
+        assert!(n.contains_key(name), "NVML lacks {name}: {:?}", n.keys());
+    }
+    // A field the real DCGM serves that NVML's page lacks must be one NVML left out at
+    // start with its line, never silently.
+    for name in d.keys().filter(|k| !n.contains_key(*k)) {
+        assert!(
+            nvml.stderr().contains(&format!("skipping {name}")),
+            "{name} is on DCGM's page only, and not named:\n{}",
+            nvml.stderr()
+        );
+    }
+    // The second GPU's own values (injected, not defaults).
+    let temp = &n["DCGM_FI_DEV_GPU_TEMP"];
+    assert!(
+        temp.iter()
+            .any(|l| l.contains("gpu=\"1\"") && l.ends_with(" 61")),
+        "{temp:?}"
+    );
+    let power = &n["DCGM_FI_DEV_POWER_USAGE"];
+    assert!(power.iter().any(|l| l.ends_with(" 312.25")), "{power:?}");
+}
+
+fn backend(p: &[Sample]) -> Option<&str> {
+    series(p, "dcgm_exporter_backend")
+        .into_iter()
+        .find(|s| s.value == 1.0)
+        .and_then(|s| s.label("backend"))
+}
+
+/// GPU temperatures by GPU: the injected 45 and 61 while anything serves.
+fn temps(p: &[Sample]) -> Vec<(String, f64)> {
+    let mut t: Vec<(String, f64)> = series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|s| (s.label("gpu").unwrap_or_default().to_string(), s.value))
+        .collect();
+    t.sort_by(|a, b| a.0.cmp(&b.0));
+    t
+}
+
+fn injected() -> Vec<(String, f64)> {
+    vec![("0".into(), 45.0), ("1".into(), 61.0)]
+}
+
+/// Scrapes every 50 ms until `done`, each page checked by `check`.
+fn watch_until(
+    e: &Exporter,
+    secs: u64,
+    check: impl Fn(&[Sample]),
+    done: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = e.scrape();
+        check(&p);
+        if done(&p) {
+            return (p, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed().as_secs() < secs,
+            "not done in {secs} s:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// A remote nv-hostengine killed with -9 and restarted, then stopped with SIGSTOP and
+/// resumed, under `--backend auto`: the core series continue from NVML (NVIDIA's injection
+/// library over the same YAML) with the injected values on every scrape, the DCGM-only
+/// series go, and DCGM serves again once the engine is back.
+#[test]
+fn auto_survives_a_real_engine_killed_and_stopped_without_going_blind() {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-failover");
+    let yaml = scratch.yaml(&gpus());
+    let port = free_port();
+    let mut he = support::real_dcgm::RealHostEngine::start(kit, &yaml, &scratch.0, port);
+    let injection = kit.lib_dir().join("libnvml_injection.so.1");
+    let mut b = kit.remote(port).args(&[
+        "-c",
+        "500",
+        "--backend",
+        "auto",
+        "--nvml-library",
+        injection.to_str().unwrap(),
+    ]);
+    for (k, v) in kit.env(&yaml) {
+        b = b.env(&k, &v);
+    }
+    let e = b.start();
+    let dcgm_page =
+        |p: &[Sample]| backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty();
+    let never_blind =
+        |p: &[Sample]| assert_eq!(temps(p), injected(), "blind or wrong:\n{}", dump(p));
+    let (page, _) = watch_until(&e, 30, |_| {}, dcgm_page);
+    assert_eq!(temps(&page), injected());
+    for what in ["kill -9", "SIGSTOP"] {
+        if what == "kill -9" {
+            he.kill();
+        } else {
+            he.signal("STOP");
+        }
+        let (page, took) = watch_until(&e, 30, never_blind, |p| backend(p) == Some("nvml"));
+        assert!(
+            series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+            "{what}:\n{}",
+            dump(&page)
+        );
+        assert!(
+            series(&page, "DCGM_FI_DEV_XID_ERRORS").is_empty(),
+            "{what}:\n{}",
+            dump(&page)
+        );
+        // Several NVML pages later: still NVML, still the injected values.
+        let n: f64 = series(&page, "dcgm_exporter_collections_total")
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        watch_until(&e, 20, never_blind, |p| {
+            backend(p) == Some("nvml")
+                && series(p, "dcgm_exporter_collections_total")
+                    .iter()
+                    .map(|s| s.value)
+                    .sum::<f64>()
+                    >= n + 3.0
+        });
+        if what == "kill -9" {
+            he.restart(kit);
+        } else {
+            he.signal("CONT");
+        }
+        let (_, back) = watch_until(&e, 90, never_blind, dcgm_page);
+        eprintln!("failover timing ({what}, real kit, -c 500): NVML after {took:?}, DCGM again after {back:?}");
+    }
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        2,
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 2, "{log}");
+}
