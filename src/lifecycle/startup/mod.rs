@@ -119,7 +119,7 @@ fn serve(
         Some(h) => Some(http::Server::bind(h)?),
         None => None,
     };
-    let sinks = output::open_sinks(&stages.sinks)?;
+    let mut sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
     let (library, dcgm_version) = load_library(&stages)?;
     *library_out = Some(library.clone());
@@ -139,6 +139,9 @@ fn serve(
         stages.engine.mode(),
         stages.collect.emulate.as_str(),
     );
+    if let Some(o) = &stages.otlp {
+        sinks.push(Box::new(output::otlp::Otlp::start(o, &shared.metrics)?));
+    }
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library,
