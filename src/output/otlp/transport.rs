@@ -131,6 +131,8 @@ pub struct Http {
 
 pub struct Grpc {
     client: tonic::client::Grpc<tonic::transport::Channel>,
+    /// Makes a fresh channel (see [`Grpc::reset`]).
+    channel: Box<dyn Fn() -> tonic::transport::Channel + Send>,
     headers: Vec<(
         tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
         tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
@@ -191,9 +193,10 @@ impl Transport {
             Transport::Grpc(g) => tokio::time::timeout(timeout, g.push(body)).await,
         };
         pushed.unwrap_or_else(|_| {
-            if let Transport::Http(h) = self {
-                // A connection that hung is not reused.
-                h.conn = None;
+            // A connection that hung is not reused.
+            match self {
+                Transport::Http(h) => h.conn = None,
+                Transport::Grpc(g) => g.reset(),
             }
             Err(PushError::retry(format!(
                 "no answer within {} ms",
@@ -295,11 +298,13 @@ fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
     .timeout(s.timeout)
     .user_agent(user_agent())
     .map_err(|e| format!("OTLP endpoint {}: {e}", s.url))?;
-    let channel =
+    let channel = move || {
+        let dialer = dialer.clone();
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
             let dialer = dialer.clone();
             async move { dialer.dial().await.map(hyper_util::rt::TokioIo::new) }
-        }));
+        }))
+    };
     let headers = s
         .headers
         .iter()
@@ -314,13 +319,25 @@ fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
         })
         .collect::<Result<_, _>>()?;
     Ok(Grpc {
-        client: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES),
+        client: client(channel()),
+        channel: Box::new(channel),
         headers,
         timeout: s.timeout,
     })
 }
 
+fn client(channel: tonic::transport::Channel) -> tonic::client::Grpc<tonic::transport::Channel> {
+    tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
 impl Grpc {
+    /// Drops the connection for a new one at the next push. A channel redials a connection
+    /// that broke, but one whose HTTP/2 handshake never ends (a receiver that accepted and
+    /// hangs) would hold it, and every later push, forever.
+    fn reset(&mut self) {
+        self.client = client((self.channel)());
+    }
+
     async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
         self.client
             .ready()
@@ -340,7 +357,10 @@ impl Grpc {
                 // The specification's retryable codes.
                 match status.code() {
                     Cancelled | DeadlineExceeded | ResourceExhausted | Aborted | OutOfRange
-                    | Unavailable | DataLoss => Err(PushError::retry(why)),
+                    | Unavailable | DataLoss => {
+                        self.reset();
+                        Err(PushError::retry(why))
+                    }
                     _ => Err(PushError::fatal(why)),
                 }
             }
