@@ -49,6 +49,7 @@ mod exit_codes;
 mod faults;
 mod lowcard;
 mod memory;
+mod otlp;
 mod scale;
 mod throughput;
 mod usage;
@@ -81,6 +82,7 @@ fn main() {
         Some("scale") => run_scale(),
         Some("lowcard") => run_lowcard(),
         Some("usage") => run_usage(),
+        Some("otlp") => run_otlp(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -117,6 +119,17 @@ fn run_lowcard() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     lowcard::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and simulator (`--build release|debug`) and measures the OTLP
+/// push beside rendering the page (`otlp.rs`).
+fn run_otlp() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = build_binaries(&root)?;
+    otlp::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and both simulators (`--build release|debug`) and measures per-pod
