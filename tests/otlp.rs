@@ -417,7 +417,8 @@ fn a_receiver_that_hangs_refuses_resets_or_is_down_is_survived() {
 
 #[test]
 fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 4] = [
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(&[&str], Env, &str); 4] = [
         (&["--otlp-endpoint", "ftp://x:1"], &[], "--otlp-endpoint"),
         (
             &[

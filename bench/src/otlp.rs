@@ -50,8 +50,10 @@ fn page_from_text(text: &str) -> Page {
     page
 }
 
+type Labels = Vec<(String, String)>;
+
 /// `name{k="v",...} value` (escapes undone).
-fn sample(line: &str) -> Option<(&str, Vec<(String, String)>, f64)> {
+fn sample(line: &str) -> Option<(&str, Labels, f64)> {
     let (name, rest) = line.split_at(line.find(['{', ' '])?);
     let mut labels = Vec::new();
     let mut rest = rest;

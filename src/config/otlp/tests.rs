@@ -99,7 +99,8 @@ fn grpc_endpoints_take_no_path() {
 
 #[test]
 fn bad_values_are_errors_naming_their_source() {
-    let cases: &[(&[(&str, &str)], &str, &str)] = &[
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: &[(Env, &str, &str)] = &[
         (&[], "ftp://x", "--otlp-endpoint"),
         (&[], "localhost:4318", "no scheme"),
         (
