@@ -455,6 +455,122 @@ fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
     }
 }
 
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it.
+fn certificates(dir: &std::path::Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=otlp-test-ca"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
+    openssl(dir, &ca);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        let (key, csr, crt, extf) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        let subj = format!("/CN={name}");
+        let mut req = vec!["req", "-subj", &subj, "-keyout", &key, "-out", &csr];
+        req.extend(ec);
+        openssl(dir, &req);
+        std::fs::write(dir.join(&extf), format!("basicConstraints=CA:FALSE\n{ext}")).unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                &extf,
+                "-out",
+                &crt,
+            ],
+        );
+    }
+}
+
+#[test]
+fn tls_with_a_client_certificate_reaches_a_receiver_that_requires_one() {
+    if !require_tool("openssl", "apt-get install openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |f: &str| dir.path().join(f).display().to_string();
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start_tls(protocol, dir.path());
+        let url = format!("https://127.0.0.1:{}", r.port);
+        let e = exporter()
+            .args(&["--otlp-endpoint", &url, "--otlp-protocol", protocol.flag()])
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &file("ca.crt"))
+            .env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &file("client.crt"))
+            .env("OTEL_EXPORTER_OTLP_CLIENT_KEY", &file("client.key"))
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0k")
+            .start();
+        let pushes = r.wait_for(2, 30);
+        assert!(
+            otlp_receiver::points(&pushes[1].request)
+                .iter()
+                .any(|p| p.metric == "DCGM_FI_DEV_GPU_TEMP"),
+            "{protocol:?}"
+        );
+        assert_eq!(
+            pushes[1].headers.get("authorization").map(String::as_str),
+            Some("Bearer t0k")
+        );
+        drop(e);
+        // Without the client certificate the receiver refuses the handshake: nothing
+        // arrives, and the failed tries are counted.
+        let before = r.pushes().len();
+        let e = exporter()
+            .args(&["--otlp-endpoint", &url, "--otlp-protocol", protocol.flag()])
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &file("ca.crt"))
+            .start();
+        e.scrape_until(20, |_| {
+            self_metric(
+                &e,
+                "dcgm_exporter_otlp_pushes_total",
+                &[("result", "failed")],
+            ) >= 2.0
+        });
+        assert_eq!(r.pushes().len(), before, "{protocol:?}");
+    }
+}
+
 mod real {
     use super::*;
     use support::nvml_yaml::Gpu;

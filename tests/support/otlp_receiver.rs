@@ -100,6 +100,22 @@ impl Receiver {
 
     /// A receiver on `port` (one the exporter was told about before it listened).
     pub fn start_on(protocol: Protocol, mode: Mode, port: u16) -> Receiver {
+        Self::start_with(protocol, mode, port, None)
+    }
+
+    /// A receiver speaking TLS with `server.crt`/`server.key` of `dir` that requires a
+    /// client certificate signed by `dir`'s `ca.crt`.
+    pub fn start_tls(protocol: Protocol, dir: &std::path::Path) -> Receiver {
+        let acceptor = tls_acceptor(dir, protocol);
+        Self::start_with(protocol, Mode::Accept, super::free_port(), Some(acceptor))
+    }
+
+    fn start_with(
+        protocol: Protocol,
+        mode: Mode,
+        port: u16,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Receiver {
         let state = Arc::new(State::default());
         *state.mode.lock().unwrap() = Some(mode);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -116,7 +132,7 @@ impl Receiver {
                     .expect("bind the OTLP receiver");
                 ready_tx.send(()).expect("signal ready");
                 tokio::select! {
-                    _ = serve(listener, protocol, st) => {}
+                    _ = serve(listener, protocol, st, tls) => {}
                     _ = stopped => {}
                 }
             });
@@ -161,7 +177,12 @@ impl Receiver {
     }
 }
 
-async fn serve(listener: tokio::net::TcpListener, protocol: Protocol, state: Arc<State>) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    protocol: Protocol,
+    state: Arc<State>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     // Connections the receiver serves go to tonic (gRPC) or hyper (HTTP); the others are
     // held or reset here.
     let (tx, rx) = tokio::sync::mpsc::channel::<tokio::net::TcpStream>(64);
@@ -184,6 +205,18 @@ async fn serve(listener: tokio::net::TcpListener, protocol: Protocol, state: Arc
     let accept = async move {
         while let Ok((stream, _)) = listener.accept().await {
             match state.mode() {
+                Mode::Accept | Mode::Unavailable if tls.is_some() => {
+                    let (acceptor, state) = (tls.clone().unwrap(), state.clone());
+                    tokio::spawn(async move {
+                        // A client without an acceptable certificate fails here.
+                        if let Ok(io) = acceptor.accept(stream).await {
+                            match protocol {
+                                Protocol::Http => serve_http_conn(io, state).await,
+                                Protocol::Grpc => serve_grpc_conn(io, state).await,
+                            }
+                        }
+                    });
+                }
                 Mode::Accept | Mode::Unavailable => {
                     let _ = tx.send(stream).await;
                 }
@@ -226,59 +259,105 @@ impl MetricsService for Grpc {
 }
 
 async fn serve_http(mut rx: tokio::sync::mpsc::Receiver<tokio::net::TcpStream>, state: Arc<State>) {
-    use http_body_util::{BodyExt, Full};
     while let Some(stream) = rx.recv().await {
-        let state = state.clone();
-        tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let state = state.clone();
-                    async move {
-                        let ok = req.method() == hyper::Method::POST
-                            && req.uri().path() == "/v1/metrics"
-                            && req
-                                .headers()
-                                .get("content-type")
-                                .and_then(|v| v.to_str().ok())
-                                == Some("application/x-protobuf");
-                        let headers = req
-                            .headers()
-                            .iter()
-                            .filter_map(|(k, v)| {
-                                Some((k.to_string(), v.to_str().ok()?.to_string()))
-                            })
-                            .collect();
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes());
-                        let status = match (state.mode(), ok, body) {
-                            (Mode::Unavailable, _, _) => 503,
-                            (_, true, Ok(body)) => {
-                                match <ExportMetricsServiceRequest as prost::Message>::decode(body)
-                                {
-                                    Ok(r) => {
-                                        state.record(r, headers);
-                                        200
-                                    }
-                                    Err(_) => 400,
-                                }
-                            }
-                            _ => 400,
-                        };
-                        let body =
-                            prost::Message::encode_to_vec(&ExportMetricsServiceResponse::default());
-                        Ok::<_, std::convert::Infallible>(
-                            hyper::Response::builder()
-                                .status(status)
-                                .header("content-type", "application/x-protobuf")
-                                .body(Full::new(bytes::Bytes::from(body)))
-                                .unwrap(),
-                        )
-                    }
-                });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                .await;
-        });
+        tokio::spawn(serve_http_conn(stream, state.clone()));
     }
+}
+
+async fn serve_http_conn<I>(io: I, state: Arc<State>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::{BodyExt, Full};
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let state = state.clone();
+        async move {
+            let ok = req.method() == hyper::Method::POST
+                && req.uri().path() == "/v1/metrics"
+                && req
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    == Some("application/x-protobuf");
+            let headers = req
+                .headers()
+                .iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+            let status = match (state.mode(), ok, body) {
+                (Mode::Unavailable, _, _) => 503,
+                (_, true, Ok(body)) => {
+                    match <ExportMetricsServiceRequest as prost::Message>::decode(body) {
+                        Ok(r) => {
+                            state.record(r, headers);
+                            200
+                        }
+                        Err(_) => 400,
+                    }
+                }
+                _ => 400,
+            };
+            let body = prost::Message::encode_to_vec(&ExportMetricsServiceResponse::default());
+            Ok::<_, std::convert::Infallible>(
+                hyper::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/x-protobuf")
+                    .body(Full::new(bytes::Bytes::from(body)))
+                    .unwrap(),
+            )
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await;
+}
+
+/// The generated gRPC service on one HTTP/2 connection (a TLS one: tonic's own server
+/// takes plain streams only without its TLS features).
+async fn serve_grpc_conn<I>(io: I, state: Arc<State>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = MetricsServiceServer::new(Grpc(state));
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        tower::ServiceExt::oneshot(svc.clone(), req)
+    });
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await;
+}
+
+fn tls_acceptor(dir: &std::path::Path, protocol: Protocol) -> tokio_rustls::TlsAcceptor {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::{self, server::WebPkiClientVerifier, RootCertStore};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = |f: &str| -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(dir.join(f))
+            .expect("read certificate")
+            .collect::<Result<_, _>>()
+            .expect("parse certificate")
+    };
+    let mut roots = RootCertStore::empty();
+    for c in certs("ca.crt") {
+        roots.add(c).expect("CA");
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .expect("client verifier");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server key");
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs("server.crt"), key)
+        .expect("server certificate");
+    config.alpn_protocols = vec![match protocol {
+        Protocol::Grpc => b"h2".to_vec(),
+        Protocol::Http => b"http/1.1".to_vec(),
+    }];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
 /// A data point's identity and value, in a push.
