@@ -415,6 +415,54 @@ fn a_receiver_that_hangs_refuses_resets_or_is_down_is_survived() {
     }
 }
 
+/// An answer a retry cannot change (HTTP 400, gRPC INVALID_ARGUMENT) drops the push at
+/// once: one failed try per push, each counted as refused, none retried.
+#[test]
+fn a_push_the_receiver_rejects_is_dropped_without_retries() {
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::BadRequest);
+        let e = exporter()
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                protocol.flag(),
+            ])
+            .args(&["-c", "200"])
+            .start();
+        let refused = |e: &Exporter| {
+            self_metric(
+                e,
+                "dcgm_exporter_otlp_pushes_dropped_total",
+                &[("reason", "refused")],
+            )
+        };
+        e.scrape_until(20, |_| refused(&e) >= 5.0);
+        let page = e.scrape();
+        let get = |name: &str, labels: &[(&str, &str)]| -> f64 {
+            page.iter()
+                .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+                .map(|s| s.value)
+                .sum()
+        };
+        let failed = get("dcgm_exporter_otlp_pushes_total", &[("result", "failed")]);
+        let refused = get(
+            "dcgm_exporter_otlp_pushes_dropped_total",
+            &[("reason", "refused")],
+        );
+        // The push in flight may have failed without being counted as dropped yet.
+        assert!(
+            failed - refused <= 1.0,
+            "{protocol:?}: {failed} tries, {refused} refused"
+        );
+        assert_eq!(
+            get("dcgm_exporter_otlp_pushes_total", &[("result", "sent")]),
+            0.0
+        );
+        assert!(e.stderr().contains("OTLP push failed"), "{}", e.stderr());
+    }
+}
+
 #[test]
 fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
     type Env<'a> = &'a [(&'a str, &'a str)];

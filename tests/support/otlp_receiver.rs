@@ -42,6 +42,8 @@ pub enum Mode {
     Reset,
     /// Answers HTTP 503 / gRPC UNAVAILABLE.
     Unavailable,
+    /// Answers HTTP 400 / gRPC INVALID_ARGUMENT (nothing a retry can change).
+    BadRequest,
 }
 
 /// One decoded push.
@@ -205,7 +207,7 @@ async fn serve(
     let accept = async move {
         while let Ok((stream, _)) = listener.accept().await {
             match state.mode() {
-                Mode::Accept | Mode::Unavailable if tls.is_some() => {
+                Mode::Accept | Mode::Unavailable | Mode::BadRequest if tls.is_some() => {
                     let (acceptor, state) = (tls.clone().unwrap(), state.clone());
                     tokio::spawn(async move {
                         // A client without an acceptable certificate fails here.
@@ -217,7 +219,7 @@ async fn serve(
                         }
                     });
                 }
-                Mode::Accept | Mode::Unavailable => {
+                Mode::Accept | Mode::Unavailable | Mode::BadRequest => {
                     let _ = tx.send(stream).await;
                 }
                 Mode::Hang => state.held.lock().unwrap().push(stream),
@@ -240,8 +242,10 @@ impl MetricsService for Grpc {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        if self.0.mode() == Mode::Unavailable {
-            return Err(tonic::Status::unavailable("told to refuse"));
+        match self.0.mode() {
+            Mode::Unavailable => return Err(tonic::Status::unavailable("told to refuse")),
+            Mode::BadRequest => return Err(tonic::Status::invalid_argument("told to reject")),
+            _ => {}
         }
         let headers = request
             .metadata()
@@ -287,6 +291,7 @@ where
             let body = req.into_body().collect().await.map(|b| b.to_bytes());
             let status = match (state.mode(), ok, body) {
                 (Mode::Unavailable, _, _) => 503,
+                (Mode::BadRequest, _, _) => 400,
                 (_, true, Ok(body)) => {
                     match <ExportMetricsServiceRequest as prost::Message>::decode(body) {
                         Ok(r) => {
