@@ -1,6 +1,9 @@
 //! Generates the kubelet PodResources client and server (the server serves the test suite's
-//! fake kubelet) from `proto/podresources.proto`. protox parses the file in pure Rust, so a
-//! clean clone builds without protoc. It also embeds the git commit for the start-up line.
+//! fake kubelet) from `proto/podresources.proto`, and the OTLP metrics client and server (the
+//! server is the test suite's receiver) from OpenTelemetry's own `.proto` files, vendored
+//! unchanged under `proto/opentelemetry/` (opentelemetry-proto v1.11.0). protox parses them
+//! in pure Rust, so a clean clone builds without protoc. It also embeds the git commit for
+//! the start-up line.
 
 use std::process::Command;
 
@@ -13,6 +16,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/podresources.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(descriptors)?;
+    let otlp = "proto/opentelemetry/proto/collector/metrics/v1/metrics_service.proto";
+    println!("cargo:rerun-if-changed=proto/opentelemetry");
+    let descriptors = protox::compile([otlp], ["proto"])?;
     tonic_build::configure()
         .build_client(true)
         .build_server(true)

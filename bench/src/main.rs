@@ -58,6 +58,7 @@ mod exit_codes;
 mod faults;
 mod lowcard;
 mod memory;
+mod otlp;
 mod scale;
 mod serving;
 mod throughput;
@@ -93,6 +94,7 @@ fn main() {
         Some("usage") => run_usage(),
         Some("serving") => run_serving(),
         Some("backend") => run_backend(),
+        Some("otlp") => run_otlp(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -152,6 +154,17 @@ fn run_lowcard() -> Result<(), String> {
         .to_path_buf();
     let build = build_binaries(&root)?;
     lowcard::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and simulator (`--build release|debug`) and measures the OTLP
+/// push beside rendering the page (`otlp.rs`).
+fn run_otlp() -> Result<(), String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no repo root")?
+        .to_path_buf();
+    let build = build_binaries(&root)?;
+    otlp::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and both simulators (`--build release|debug`) and measures per-pod

@@ -448,6 +448,36 @@ pub struct Config {
     /// types and help, default counters, config-file schemas, timeout defaults).
     #[arg(long, env = "DCGM_EXPORTER_EMULATE_VERSION", value_name = "VERSION", default_value = "4.8.4", value_parser = clap::builder::ValueParser::new(str::parse::<UpstreamVersion>))]
     pub emulate_version: UpstreamVersion,
+    /// Push every collection as OTLP metrics to this URL (http:// or https://; unset:
+    /// OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT; docs/otlp.md).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_OTLP_ENDPOINT",
+        value_name = "URL",
+        default_value = ""
+    )]
+    pub otlp_endpoint: String,
+    /// OTLP transport, grpc or http/protobuf (unset: OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    /// then OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_OTLP_PROTOCOL",
+        value_name = "PROTOCOL",
+        default_value = ""
+    )]
+    pub otlp_protocol: String,
+    /// Names of pushed metrics: dcgm (those of /metrics) or semconv (OpenTelemetry's
+    /// hardware semantic conventions, hw.*, where a mapping exists).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_OTLP_METRIC_NAMES",
+        value_name = "NAMES",
+        default_value = "dcgm"
+    )]
+    pub otlp_metric_names: String,
+    /// Pushes kept while the OTLP receiver is down or slow; past this the oldest is dropped.
+    #[arg(long, env = "DCGM_EXPORTER_OTLP_QUEUE_SIZE", value_name = "N", default_value = "16", value_parser = go_int!())]
+    pub otlp_queue_size: i64,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -869,6 +899,11 @@ pub(crate) mod tests {
         ("usage-idle-window", None, Some("DCGM_EXPORTER_USAGE_IDLE_WINDOW"), Some("10m"), Str),
         ("usage-max-consumers-per-gpu", None, Some("DCGM_EXPORTER_USAGE_MAX_CONSUMERS_PER_GPU"), Some("64"), Int),
         ("proc-root", None, Some("DCGM_EXPORTER_PROC_ROOT"), Some("/proc"), Str),
+        // ours (issue 32: OTLP push)
+        ("otlp-endpoint", None, Some("DCGM_EXPORTER_OTLP_ENDPOINT"), Some(""), Str),
+        ("otlp-protocol", None, Some("DCGM_EXPORTER_OTLP_PROTOCOL"), Some(""), Str),
+        ("otlp-metric-names", None, Some("DCGM_EXPORTER_OTLP_METRIC_NAMES"), Some("dcgm"), Str),
+        ("otlp-queue-size", None, Some("DCGM_EXPORTER_OTLP_QUEUE_SIZE"), Some("16"), Int),
     ];
 
     /// A value that parses and differs from the default.

@@ -39,7 +39,7 @@ pub fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-fn os_hostname() -> Option<String> {
+pub fn os_hostname() -> Option<String> {
     // The kernel's view, as gethostname(2) returns it, without unsafe code here.
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

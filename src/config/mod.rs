@@ -12,5 +12,6 @@ pub mod emulate;
 pub mod file;
 pub mod gocsv;
 pub mod hostname;
+pub mod otlp;
 pub mod rename;
 pub mod selector;

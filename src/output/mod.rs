@@ -2,13 +2,15 @@
 //! variants (`exposition`: gzip, OpenMetrics via `openmetrics`), the exporter's own metrics
 //! (`selfmetrics`), what the HTTP side reads (`published`), the HTTP endpoints (`http`) and
 //! the sinks every published page also goes to (`sink`: `textfile`, `dump`, their directories
-//! made safe by `dirs`), opened here.
+//! made safe by `dirs`, opened here; `otlp`, the OTLP push, started by `lifecycle` once the
+//! self-metrics exist).
 
 pub mod dirs;
 pub mod dump;
 pub mod exposition;
 pub mod http;
 pub mod openmetrics;
+pub mod otlp;
 pub mod published;
 pub mod render;
 pub mod selfmetrics;

@@ -5,6 +5,7 @@
 pub mod fake_apiserver;
 pub mod kubelet;
 pub mod nvml_yaml;
+pub mod otlp_receiver;
 pub mod prom;
 pub mod real_dcgm;
 pub mod skip;

@@ -119,22 +119,12 @@ fn serve(
         Some(h) => Some(http::Server::bind(h)?),
         None => None,
     };
-    let sinks = output::open_sinks(&stages.sinks)?;
+    let mut sinks = output::open_sinks(&stages.sinks)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
     let source = load_source(&stages)?;
     *library_out = source.library.clone();
-    let shared = Arc::new(Shared::with_openmetrics(
-        Duration::from_millis(stages.collect.interval_ms),
-        server.as_ref().is_some_and(|s| s.options.openmetrics),
-    ));
-    shared.require_gpus.store(
-        stages.health_require_gpus,
-        std::sync::atomic::Ordering::SeqCst,
-    );
-    if stages.exporter_metrics {
-        shared.metrics.enable_exporter_metrics();
-    }
-    source.describe(&shared, &stages);
+    let openmetrics = server.as_ref().is_some_and(|s| s.options.openmetrics);
+    let shared = shared_state(&stages, openmetrics, &source, &mut sinks)?;
     let attribution = attribution_stage(&stages, &shared, kube_api.as_ref())?;
     let runner = Arc::new(Runner {
         library: source.library,
@@ -173,6 +163,32 @@ fn serve(
         }
     }
     served
+}
+
+/// What the collection loop and the HTTP side share, with its self-metrics set up, and the
+/// OTLP push (whose self-metrics live there) added to `sinks`.
+fn shared_state(
+    stages: &settings::Stages,
+    openmetrics: bool,
+    source: &Source,
+    sinks: &mut Vec<Box<dyn output::sink::Sink>>,
+) -> Result<Arc<Shared>, String> {
+    let shared = Arc::new(Shared::with_openmetrics(
+        Duration::from_millis(stages.collect.interval_ms),
+        openmetrics,
+    ));
+    shared.require_gpus.store(
+        stages.health_require_gpus,
+        std::sync::atomic::Ordering::SeqCst,
+    );
+    if stages.exporter_metrics {
+        shared.metrics.enable_exporter_metrics();
+    }
+    source.describe(&shared, stages);
+    if let Some(o) = &stages.otlp {
+        sinks.push(Box::new(output::otlp::Otlp::start(o, &shared.metrics)?));
+    }
+    Ok(shared)
 }
 
 /// What can be refused before DCGM is loaded: the config file's watch groups against the

@@ -30,6 +30,8 @@ pub struct Stages {
     /// `None`: `-a ""`, no HTTP listener (textfile mode).
     pub http: Option<HttpSettings>,
     pub sinks: SinkSettings,
+    /// `--otlp-*` and `OTEL_EXPORTER_OTLP_*`: the OTLP push, when an endpoint is set.
+    pub otlp: Option<crate::config::otlp::Settings>,
     /// `--health-require-gpus`.
     pub health_require_gpus: bool,
     /// `--enable-exporter-metrics`.
@@ -101,6 +103,7 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
     };
     let collect = collect_settings(&config, file_settings.watch_groups, &engine)?;
     let interval = Duration::from_millis(collect.interval_ms);
+    let otlp = otlp_settings(&config, &|k| std::env::var(k).ok())?;
     Ok(Stages {
         dcgm_library: config.dcgm_library.clone(),
         backend: config.backend,
@@ -122,7 +125,8 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
             dra: config.kubernetes && config.kubernetes_enable_dra,
         },
         attribution: attribution_settings(&config, interval)?,
-        http: http_settings(&config)?,
+        http: http_settings(&config, otlp.is_some())?,
+        otlp,
         sinks: SinkSettings {
             textfile_directory: config.textfile_directory.clone(),
             dump_enabled: config.dump_enabled,
@@ -184,12 +188,12 @@ fn collect_settings(
     })
 }
 
-/// `-a ""` turns the listener off, which leaves only the textfile.
-fn http_settings(config: &cli::Config) -> Result<Option<HttpSettings>, String> {
+/// `-a ""` turns the listener off, which leaves the textfile or the OTLP push.
+fn http_settings(config: &cli::Config, otlp: bool) -> Result<Option<HttpSettings>, String> {
     if config.address.is_empty() {
-        if config.textfile_directory.is_empty() {
+        if config.textfile_directory.is_empty() && !otlp {
             return Err(
-                "-a \"\" turns the HTTP listener off; it needs --textfile-directory".into(),
+                "-a \"\" turns the HTTP listener off; it needs --textfile-directory or an OTLP endpoint (--otlp-endpoint)".into(),
             );
         }
         return Ok(None);
@@ -206,6 +210,22 @@ fn http_settings(config: &cli::Config) -> Result<Option<HttpSettings>, String> {
         pprof: config.enable_pprof,
         openmetrics: config.web_enable_openmetrics,
     }))
+}
+
+/// The OTLP push from its flags and `env` (the process environment).
+fn otlp_settings(
+    config: &cli::Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<crate::config::otlp::Settings>, String> {
+    crate::config::otlp::settings(
+        &crate::config::otlp::Flags {
+            endpoint: &config.otlp_endpoint,
+            protocol: &config.otlp_protocol,
+            metric_names: &config.otlp_metric_names,
+            queue_size: config.otlp_queue_size,
+        },
+        env,
+    )
 }
 
 fn attribution_settings(
@@ -406,6 +426,8 @@ mod tests {
     fn no_listener_needs_the_textfile() {
         let e = stages(&["-a", ""]).err().expect("refused");
         assert!(e.contains("needs --textfile-directory"), "{e}");
+        let s = stages(&["-a", "", "--otlp-endpoint", "http://127.0.0.1:4318"]).unwrap();
+        assert!(s.http.is_none() && s.otlp.is_some());
         let s = stages(&["-a", "", "--textfile-directory", "/tmp/tf"]).unwrap();
         assert!(s.http.is_none());
     }

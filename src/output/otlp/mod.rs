@@ -1,0 +1,249 @@
+//! OTLP push (`--otlp-endpoint`, OpenTelemetry's `OTEL_EXPORTER_OTLP_*`; docs/otlp.md): a
+//! [`Sink`] that turns every published page into an OTLP metrics request (`convert`, with
+//! `semconv`'s names on request), encodes it on the collection thread and hands it to a
+//! bounded [`queue::Queue`]; a thread of its own sends it (`transport`: gRPC or HTTP, TLS
+//! by `tls`), retrying with exponential back-off. The collection thread never waits on the
+//! receiver: a receiver that is down, slow or hanging costs at most the queue's bound, and
+//! each push dropped is counted in the self-metrics.
+
+mod convert;
+pub mod proto;
+mod queue;
+pub mod semconv;
+mod tls;
+mod transport;
+
+use crate::config::otlp::Settings;
+use crate::model::node::Topology;
+use crate::model::Page;
+use crate::output::selfmetrics::{SelfMetrics, PREFIX};
+use crate::output::sink::Sink;
+use bytes::Bytes;
+use convert::Converter;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use queue::{Batch, Queue};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use transport::Transport;
+
+pub use convert::Converter as PageConverter;
+
+/// Bytes the queue may hold, whatever its length: a page of a large node is some
+/// megabytes as OTLP, so this bounds memory for a receiver that is away.
+const MAX_QUEUE_BYTES: usize = 64 << 20;
+/// First wait before a retry; doubled per failure up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Tries of one push before it is dropped.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// The push's self-metrics.
+struct Metrics {
+    /// `otlp_pushes_total{result}`: `sent` (accepted) or `failed` (each failed try).
+    pushes: IntCounterVec,
+    /// `otlp_pushes_dropped_total{reason}`: `queue_full`, `retries_exhausted`, `refused`.
+    dropped: IntCounterVec,
+    /// The data points of the pushes dropped.
+    dropped_points: IntCounter,
+    queue_length: IntGauge,
+    queue_bytes: IntGauge,
+}
+
+impl Metrics {
+    fn new(m: &SelfMetrics) -> Metrics {
+        let name = |n: &str| format!("{PREFIX}{n}");
+        let vec = |n: &str, help: &str, label: &str, values: &[&str]| {
+            let v = IntCounterVec::new(Opts::new(name(n), help), &[label]).expect("a valid metric");
+            for l in values {
+                v.with_label_values(&[l]);
+            }
+            m.register(Box::new(v.clone()));
+            v
+        };
+        let gauge = |n: &str, help: &str| {
+            let g = IntGauge::new(name(n), help).expect("a valid metric");
+            m.register(Box::new(g.clone()));
+            g
+        };
+        let dropped_points = IntCounter::new(
+            name("otlp_data_points_dropped_total"),
+            "Data points of the OTLP pushes dropped.",
+        )
+        .expect("a valid metric");
+        m.register(Box::new(dropped_points.clone()));
+        Metrics {
+            pushes: vec(
+                "otlp_pushes_total",
+                "OTLP pushes by result: sent (accepted by the receiver) or failed (each failed try).",
+                "result",
+                &["sent", "failed"],
+            ),
+            dropped: vec(
+                "otlp_pushes_dropped_total",
+                "OTLP pushes given up, by reason: queue_full (the oldest waiting push made room \
+                 for a new one), retries_exhausted, refused (an answer a retry cannot change).",
+                "reason",
+                &["queue_full", "retries_exhausted", "refused"],
+            ),
+            dropped_points,
+            queue_length: gauge(
+                "otlp_queue_length",
+                "OTLP pushes waiting to be sent.",
+            ),
+            queue_bytes: gauge(
+                "otlp_queue_bytes",
+                "Bytes of the OTLP pushes waiting to be sent.",
+            ),
+        }
+    }
+
+    fn drop_batches(&self, reason: &str, batches: &[Batch]) {
+        for b in batches {
+            self.dropped.with_label_values(&[reason]).inc();
+            self.dropped_points.inc_by(b.points as u64);
+        }
+    }
+
+    fn observe(&self, queue: &Queue) {
+        let (n, bytes) = queue.len();
+        self.queue_length.set(n as i64);
+        self.queue_bytes.set(bytes as i64);
+    }
+}
+
+/// The OTLP sink: converts and enqueues on the collection thread, sends on its own.
+pub struct Otlp {
+    converter: Mutex<Converter>,
+    queue: Arc<Queue>,
+    metrics: Arc<Metrics>,
+    url: String,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+impl Otlp {
+    /// Reads the TLS files and starts the sender thread; nothing is dialled yet.
+    pub fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Otlp, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the OTLP runtime: {e}"))?;
+        let transport = {
+            let _guard = runtime.enter();
+            Transport::new(settings)?
+        };
+        let queue = Arc::new(Queue::new(settings.queue_batches, MAX_QUEUE_BYTES));
+        let metrics = Arc::new(Metrics::new(self_metrics));
+        let sender = Sender {
+            queue: queue.clone(),
+            metrics: metrics.clone(),
+            url: settings.url.clone(),
+        };
+        std::thread::Builder::new()
+            .name("otlp".into())
+            .spawn(move || sender.run(runtime, transport))
+            .map_err(|e| format!("cannot start the OTLP thread: {e}"))?;
+        tracing::info!(
+            endpoint = %settings.url,
+            protocol = settings.protocol.as_str(),
+            "pushing every collection as OTLP metrics"
+        );
+        Ok(Otlp {
+            converter: Mutex::new(Converter::new(
+                settings.naming,
+                &settings.resource,
+                now_ns(),
+            )),
+            queue,
+            metrics,
+            url: settings.url.clone(),
+        })
+    }
+
+    /// Converts and enqueues `page` (the work a collection pays for the push).
+    pub fn enqueue(&self, page: &Page) {
+        let req = self
+            .converter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .request(page, now_ns());
+        let body = Bytes::from(prost::Message::encode_to_vec(&req));
+        let dropped = self.queue.push(Batch {
+            body,
+            points: page.series_count(),
+        });
+        if !dropped.is_empty() {
+            tracing::debug!(endpoint = %self.url, n = dropped.len(), "OTLP queue full: oldest pushes dropped");
+        }
+        self.metrics.drop_batches("queue_full", &dropped);
+        self.metrics.observe(&self.queue);
+    }
+}
+
+impl Sink for Otlp {
+    fn published(&self, _topology: &Topology, page: &Page, _bytes: &[u8]) {
+        self.enqueue(page);
+    }
+
+    fn close(&self) {
+        self.queue.close();
+    }
+}
+
+/// The sender thread's state.
+struct Sender {
+    queue: Arc<Queue>,
+    metrics: Arc<Metrics>,
+    url: String,
+}
+
+impl Sender {
+    fn run(self, runtime: tokio::runtime::Runtime, mut transport: Transport) {
+        let mut failing = false;
+        while let Some(batch) = self.queue.pop() {
+            self.metrics.observe(&self.queue);
+            let mut backoff = FIRST_BACKOFF;
+            for attempt in 1..=MAX_ATTEMPTS {
+                let result = runtime.block_on(transport.push(batch.body.clone()));
+                match result {
+                    Ok(()) => {
+                        self.metrics.pushes.with_label_values(&["sent"]).inc();
+                        if std::mem::take(&mut failing) {
+                            tracing::info!(endpoint = %self.url, "OTLP pushes are accepted again");
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        self.metrics.pushes.with_label_values(&["failed"]).inc();
+                        if !std::mem::replace(&mut failing, true) {
+                            tracing::warn!(endpoint = %self.url, "OTLP push failed: {}", e.why);
+                        } else {
+                            tracing::debug!(endpoint = %self.url, attempt, "OTLP push failed: {}", e.why);
+                        }
+                        let reason = if !e.retryable {
+                            "refused"
+                        } else if attempt == MAX_ATTEMPTS {
+                            "retries_exhausted"
+                        } else if self.queue.sleep(backoff) {
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                            continue;
+                        } else {
+                            return;
+                        };
+                        self.metrics
+                            .drop_batches(reason, std::slice::from_ref(&batch));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

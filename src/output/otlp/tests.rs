@@ -1,0 +1,67 @@
+use super::*;
+use crate::config::counters::PromType;
+use crate::config::otlp::{Naming, Protocol};
+
+fn settings(port: u16, queue: usize, protocol: Protocol) -> Settings {
+    Settings {
+        protocol,
+        tls: false,
+        host: "127.0.0.1".into(),
+        port,
+        path: "/v1/metrics".into(),
+        url: format!("http://127.0.0.1:{port}/v1/metrics"),
+        headers: Vec::new(),
+        timeout: Duration::from_millis(200),
+        ca_file: None,
+        client_cert: None,
+        resource: Vec::new(),
+        naming: Naming::Dcgm,
+        queue_batches: queue,
+    }
+}
+
+fn page() -> Page {
+    let mut p = Page::default();
+    for i in 0..50 {
+        let gpu = i.to_string();
+        p.add(
+            "DCGM_FI_DEV_GPU_TEMP",
+            "t",
+            PromType::Gauge,
+            &[("gpu", &gpu)],
+            50.0,
+        );
+    }
+    p
+}
+
+/// A port nothing listens on.
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+#[test]
+fn a_receiver_that_is_down_costs_the_queue_bound_and_never_blocks_enqueue() {
+    for protocol in [Protocol::HttpProtobuf, Protocol::Grpc] {
+        let metrics = SelfMetrics::new();
+        let otlp = Otlp::start(&settings(closed_port(), 4, protocol), &metrics).unwrap();
+        let page = page();
+        let started = std::time::Instant::now();
+        for _ in 0..200 {
+            otlp.enqueue(&page);
+            let (n, _) = otlp.queue.len();
+            assert!(n <= 4, "{protocol:?}: queue holds {n}");
+        }
+        // 200 enqueues against a dead receiver with 500 ms back-offs: none waited on it.
+        assert!(started.elapsed() < Duration::from_secs(20), "{protocol:?}");
+        let m = &otlp.metrics;
+        let full = m.dropped.with_label_values(&["queue_full"]).get();
+        assert!(full >= 190, "{protocol:?}: {full} dropped");
+        assert_eq!(
+            m.dropped_points.get(),
+            full * 50 + m.dropped.with_label_values(&["retries_exhausted"]).get() * 50
+        );
+        otlp.close();
+    }
+}

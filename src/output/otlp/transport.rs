@@ -1,0 +1,449 @@
+//! One push on the wire: OTLP/HTTP (a protobuf `POST` over hyper's HTTP/1.1 client) or
+//! OTLP/gRPC (tonic's client over HTTP/2), both over our own TCP or TLS connection (rustls:
+//! the CA file or the system's roots, an optional client certificate), so the HTTP stack is
+//! the one hyper of the tree. Every push, connection included, ends within the timeout.
+
+use super::proto::collector::ExportMetricsServiceResponse;
+use super::proto::EXPORT_PATH;
+use crate::config::otlp::{Protocol, Settings};
+use bytes::{BufMut, Bytes};
+use http_body_util::{BodyExt, Full, Limited};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::rustls;
+
+/// Largest response read (an `ExportMetricsServiceResponse` is a few bytes, or an error
+/// message).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024;
+
+/// Why a push failed, and whether trying it again may help.
+#[derive(Debug)]
+pub struct PushError {
+    pub why: String,
+    pub retryable: bool,
+}
+
+impl PushError {
+    fn retry(why: impl Into<String>) -> PushError {
+        PushError {
+            why: why.into(),
+            retryable: true,
+        }
+    }
+
+    fn fatal(why: impl Into<String>) -> PushError {
+        PushError {
+            why: why.into(),
+            retryable: false,
+        }
+    }
+}
+
+/// A plain or TLS connection to the receiver.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Where and how to connect.
+#[derive(Clone)]
+struct Dialer {
+    host: String,
+    port: u16,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
+}
+
+impl Dialer {
+    async fn dial(&self) -> io::Result<Stream> {
+        let tcp = TcpStream::connect((self.host.as_str(), self.port)).await?;
+        tcp.set_nodelay(true)?;
+        match &self.tls {
+            None => Ok(Stream::Plain(tcp)),
+            Some((connector, name)) => {
+                let tls = connector.connect(name.clone(), tcp).await?;
+                Ok(Stream::Tls(Box::new(tls)))
+            }
+        }
+    }
+}
+
+/// The sender's connection to the receiver, kept between pushes.
+pub enum Transport {
+    Http(Http),
+    Grpc(Grpc),
+}
+
+pub struct Http {
+    dialer: Dialer,
+    authority: String,
+    path: String,
+    headers: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+    timeout: Duration,
+    conn: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+}
+
+pub struct Grpc {
+    client: tonic::client::Grpc<tonic::transport::Channel>,
+    /// Makes a fresh channel (see [`Grpc::reset`]).
+    channel: Box<dyn Fn() -> tonic::transport::Channel + Send>,
+    headers: Vec<(
+        tonic::metadata::MetadataKey<tonic::metadata::Ascii>,
+        tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+    )>,
+    timeout: Duration,
+}
+
+impl Transport {
+    /// Prepares the connection (TLS files are read now: a bad one stops the start); nothing
+    /// is dialled until the first push. Must run inside the sender's runtime.
+    pub fn new(s: &Settings) -> Result<Transport, String> {
+        let alpn: &[u8] = match s.protocol {
+            Protocol::Grpc => b"h2",
+            Protocol::HttpProtobuf => b"http/1.1",
+        };
+        let tls = if s.tls {
+            let config = super::tls::client_config(s, alpn)?;
+            let name = rustls::pki_types::ServerName::try_from(s.host.clone())
+                .map_err(|e| format!("OTLP endpoint {}: host {}: {e}", s.url, s.host))?;
+            Some((tokio_rustls::TlsConnector::from(config), name))
+        } else {
+            None
+        };
+        let dialer = Dialer {
+            host: s.host.clone(),
+            port: s.port,
+            tls,
+        };
+        let header = |(k, v): &(String, String)| {
+            Ok::<_, String>((
+                hyper::header::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| format!("OTLP header {k}: {e}"))?,
+                hyper::header::HeaderValue::from_str(v)
+                    .map_err(|e| format!("OTLP header {k}: {e}"))?,
+            ))
+        };
+        Ok(match s.protocol {
+            Protocol::HttpProtobuf => Transport::Http(Http {
+                dialer,
+                authority: authority(&s.host, s.port),
+                path: s.path.clone(),
+                headers: s.headers.iter().map(header).collect::<Result<_, _>>()?,
+                timeout: s.timeout,
+                conn: None,
+            }),
+            Protocol::Grpc => Transport::Grpc(grpc(s, dialer)?),
+        })
+    }
+
+    /// Sends one encoded request; within the timeout, connection included.
+    pub async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
+        let timeout = match self {
+            Transport::Http(h) => h.timeout,
+            Transport::Grpc(g) => g.timeout,
+        };
+        let pushed = match self {
+            Transport::Http(h) => tokio::time::timeout(timeout, h.push(body)).await,
+            Transport::Grpc(g) => tokio::time::timeout(timeout, g.push(body)).await,
+        };
+        pushed.unwrap_or_else(|_| {
+            // A connection that hung is not reused.
+            match self {
+                Transport::Http(h) => h.conn = None,
+                Transport::Grpc(g) => g.reset(),
+            }
+            Err(PushError::retry(format!(
+                "no answer within {} ms",
+                timeout.as_millis()
+            )))
+        })
+    }
+}
+
+fn authority(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+impl Http {
+    async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
+        let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
+        match self.send(body.clone()).await {
+            // A kept connection the receiver closed meanwhile: once more on a new one.
+            Err(e) if reused && e.retryable => {
+                self.conn = None;
+                self.send(body).await
+            }
+            r => r,
+        }
+    }
+
+    async fn send(&mut self, body: Bytes) -> Result<(), PushError> {
+        let mut conn = match self.conn.take() {
+            Some(c) if !c.is_closed() => c,
+            _ => self.connect().await?,
+        };
+        conn.ready()
+            .await
+            .map_err(|e| PushError::retry(format!("connection: {e}")))?;
+        let mut req = hyper::Request::post(self.path.as_str())
+            .header(hyper::header::HOST, self.authority.as_str())
+            .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
+            .header(hyper::header::USER_AGENT, user_agent());
+        for (k, v) in &self.headers {
+            req = req.header(k, v);
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| PushError::fatal(format!("request: {e}")))?;
+        let resp = conn
+            .send_request(req)
+            .await
+            .map_err(|e| PushError::retry(format!("request: {e}")))?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| PushError::retry(format!("response: {e}")))?
+            .to_bytes();
+        self.conn = Some(conn);
+        if status.is_success() {
+            return accepted(&body);
+        }
+        let why = format!("HTTP {status}: {}", printable(&body));
+        // The specification's retryable answers; anything else would fail again.
+        match status.as_u16() {
+            429 | 502 | 503 | 504 => Err(PushError::retry(why)),
+            _ => Err(PushError::fatal(why)),
+        }
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, PushError> {
+        let stream = self
+            .dialer
+            .dial()
+            .await
+            .map_err(|e| PushError::retry(format!("connect: {e}")))?;
+        let (send, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| PushError::retry(format!("connect: {e}")))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(send)
+    }
+}
+
+fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
+    let scheme = if s.tls { "https" } else { "http" };
+    // Dialled by our connector (TLS included); tonic speaks HTTP/2 over it.
+    let endpoint = tonic::transport::Endpoint::from_shared(format!(
+        "{scheme}://{}",
+        authority(&s.host, s.port)
+    ))
+    .map_err(|e| format!("OTLP endpoint {}: {e}", s.url))?
+    .connect_timeout(s.timeout)
+    .timeout(s.timeout)
+    .user_agent(user_agent())
+    .map_err(|e| format!("OTLP endpoint {}: {e}", s.url))?;
+    let channel = move || {
+        let dialer = dialer.clone();
+        endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+            let dialer = dialer.clone();
+            async move { dialer.dial().await.map(hyper_util::rt::TokioIo::new) }
+        }))
+    };
+    let headers = s
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            Ok::<_, String>((
+                k.to_ascii_lowercase()
+                    .parse()
+                    .map_err(|_| format!("OTLP header {k}: not a valid gRPC metadata key"))?,
+                v.parse()
+                    .map_err(|_| format!("OTLP header {k}: not a valid gRPC metadata value"))?,
+            ))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Grpc {
+        client: client(channel()),
+        channel: Box::new(channel),
+        headers,
+        timeout: s.timeout,
+    })
+}
+
+fn client(channel: tonic::transport::Channel) -> tonic::client::Grpc<tonic::transport::Channel> {
+    tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
+impl Grpc {
+    /// Drops the connection for a new one at the next push. A channel redials a connection
+    /// that broke, but one whose HTTP/2 handshake never ends (a receiver that accepted and
+    /// hangs) would hold it, and every later push, forever.
+    fn reset(&mut self) {
+        self.client = client((self.channel)());
+    }
+
+    async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
+        self.client
+            .ready()
+            .await
+            .map_err(|e| PushError::retry(format!("connect: {e}")))?;
+        let mut req = tonic::Request::new(body);
+        for (k, v) in &self.headers {
+            req.metadata_mut().insert(k.clone(), v.clone());
+        }
+        req.set_timeout(self.timeout);
+        let path = hyper::http::uri::PathAndQuery::from_static(EXPORT_PATH);
+        match self.client.unary(req, path, RawCodec).await {
+            Ok(resp) => partial(resp.get_ref()),
+            Err(status) => {
+                use tonic::Code::*;
+                let why = format!("gRPC {:?}: {}", status.code(), status.message());
+                // The specification's retryable codes.
+                match status.code() {
+                    Cancelled | DeadlineExceeded | ResourceExhausted | Aborted | OutOfRange
+                    | Unavailable | DataLoss => {
+                        self.reset();
+                        Err(PushError::retry(why))
+                    }
+                    _ => Err(PushError::fatal(why)),
+                }
+            }
+        }
+    }
+}
+
+fn user_agent() -> &'static str {
+    concat!("dcgm-exporter/", env!("CARGO_PKG_VERSION"))
+}
+
+/// A 2xx answer: the body is an `ExportMetricsServiceResponse` (or empty).
+fn accepted(body: &[u8]) -> Result<(), PushError> {
+    use prost::Message;
+    match ExportMetricsServiceResponse::decode(body) {
+        Ok(r) => partial(&r),
+        // Success was said; a body we cannot read does not make it a failure.
+        Err(_) => Ok(()),
+    }
+}
+
+/// A receiver that took the request but refused some points says so in `partial_success`:
+/// logged, not retried (the specification: the same points would be refused again).
+fn partial(r: &ExportMetricsServiceResponse) -> Result<(), PushError> {
+    if let Some(p) = &r.partial_success {
+        if p.rejected_data_points > 0 {
+            tracing::warn!(
+                rejected = p.rejected_data_points,
+                "OTLP receiver refused some data points: {}",
+                p.error_message
+            );
+        }
+    }
+    Ok(())
+}
+
+fn printable(body: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// gRPC's codec for a request already encoded on the collection thread: its bytes are
+/// written as they are; the answer is decoded with the generated message.
+#[derive(Default)]
+struct RawCodec;
+
+struct RawEncoder;
+
+impl tonic::codec::Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Bytes,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Self::Error> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+type ProstDecoder = <tonic::codec::ProstCodec<
+    ExportMetricsServiceResponse,
+    ExportMetricsServiceResponse,
+> as tonic::codec::Codec>::Decoder;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Bytes;
+    type Decode = ExportMetricsServiceResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ProstDecoder;
+
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+
+    fn decoder(&mut self) -> ProstDecoder {
+        tonic::codec::Codec::decoder(&mut tonic::codec::ProstCodec::<
+            ExportMetricsServiceResponse,
+            ExportMetricsServiceResponse,
+        >::default())
+    }
+}

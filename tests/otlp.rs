@@ -1,0 +1,709 @@
+//! The OTLP push (issue 32) against a receiver built on OpenTelemetry's official protocol
+//! definitions (tests/support/otlp_receiver.rs), over gRPC and HTTP/protobuf: every push
+//! decodes, and one push of each collection equals the Prometheus page for every series;
+//! a receiver that hangs, refuses or resets costs the queue's bound, collection goes on and
+//! the drops are counted. On the simulator and on NVIDIA's real DCGM kit.
+
+mod support;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::otlp_receiver::{self, Kind, Mode, Protocol, Push, Receiver};
+use support::*;
+
+type Key = (String, BTreeMap<String, String>);
+
+/// The page's DCGM series (not the exporter's own), with whether each family is a counter.
+fn page_series(text: &str) -> BTreeMap<Key, (f64, bool)> {
+    let counters: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, t)| t.trim() == "counter")
+        .map(|(n, _)| n)
+        .collect();
+    parse(text)
+        .into_iter()
+        .filter(|s| !s.name.starts_with("dcgm_exporter_"))
+        .map(|s| {
+            let counter = counters.contains(s.name.as_str());
+            ((s.name, s.labels), (s.value, counter))
+        })
+        .collect()
+}
+
+fn push_series(p: &Push) -> BTreeMap<Key, (f64, bool)> {
+    otlp_receiver::points(&p.request)
+        .into_iter()
+        .map(|pt| {
+            let counter = match pt.kind {
+                Kind::MonotonicSum => true,
+                Kind::Gauge => false,
+                Kind::Sum => panic!("{}: a non-monotonic sum in dcgm naming", pt.metric),
+            };
+            ((pt.metric, pt.attributes), (pt.value, counter))
+        })
+        .collect()
+}
+
+/// Scrapes until some push received equals the page just scraped, series for series (value
+/// and counter-ness); answers both. The push of a collection follows its publication, so
+/// the match comes within a collection or two.
+fn matching_push(e: &Exporter, r: &Receiver, secs: u64) -> (BTreeMap<Key, (f64, bool)>, Arc<Push>) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let page = page_series(&e.get("/metrics").1);
+        std::thread::sleep(Duration::from_millis(150));
+        let pushes = r.pushes();
+        if !page.is_empty() {
+            if let Some(p) = pushes.iter().rev().find(|p| push_series(p) == page) {
+                return (page, p.clone());
+            }
+        }
+        if Instant::now() > deadline {
+            let last = pushes.last().map(|p| push_series(p)).unwrap_or_default();
+            let only_page: Vec<_> = page
+                .iter()
+                .filter(|(k, v)| last.get(*k) != Some(v))
+                .take(10)
+                .collect();
+            let only_push: Vec<_> = last
+                .iter()
+                .filter(|(k, v)| page.get(*k) != Some(v))
+                .take(10)
+                .collect();
+            panic!(
+                "no push equal to the page within {secs} s ({} pushes, page {} series, last push {}):\n\
+                 page only: {only_page:?}\npush only: {only_push:?}\n{}",
+                pushes.len(),
+                page.len(),
+                last.len(),
+                e.stderr()
+            );
+        }
+    }
+}
+
+fn self_metric(e: &Exporter, name: &str, labels: &[(&str, &str)]) -> f64 {
+    e.scrape()
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+#[test]
+fn every_push_decodes_and_equals_the_page_for_every_series() {
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::Accept);
+        let e = exporter()
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                protocol.flag(),
+            ])
+            .args(&["-c", "1000"])
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=gpu%20farm")
+            .env("OTEL_SERVICE_NAME", "gpu-telemetry")
+            .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
+            .env("NODE_NAME", "node-a")
+            .start();
+        let (page, first) = matching_push(&e, &r, 20);
+        assert!(
+            page.len() > 50,
+            "{protocol:?}: a small page ({})",
+            page.len()
+        );
+        assert!(
+            page.values().any(|(_, counter)| *counter),
+            "{protocol:?}: no counter"
+        );
+        let (_, later) = loop {
+            let (page2, p) = matching_push(&e, &r, 20);
+            if page2 != page {
+                break (page2, p);
+            }
+        };
+        // The simulator's values move: equal pages are no accident.
+        assert_ne!(push_series(&first), push_series(&later), "{protocol:?}");
+        // A sum keeps its start from push to push; no point is timed before it.
+        let starts = |p: &Push| -> BTreeMap<Key, u64> {
+            otlp_receiver::points(&p.request)
+                .into_iter()
+                .filter(|pt| pt.kind == Kind::MonotonicSum)
+                .inspect(|pt| assert!(pt.start_ns > 0 && pt.start_ns < pt.time_ns, "{pt:?}"))
+                .map(|pt| ((pt.metric, pt.attributes), pt.start_ns))
+                .collect()
+        };
+        assert!(!starts(&first).is_empty());
+        assert_eq!(starts(&first), starts(&later), "{protocol:?}");
+        for p in r.pushes() {
+            let res = otlp_receiver::resource(&p.request);
+            assert_eq!(res.get("host.name").map(String::as_str), Some("node-a"));
+            assert_eq!(
+                res.get("service.name").map(String::as_str),
+                Some("gpu-telemetry")
+            );
+            assert_eq!(
+                res.get("deployment.environment").map(String::as_str),
+                Some("test")
+            );
+            assert!(res.contains_key("service.version"));
+            assert_eq!(
+                p.headers.get("x-tenant").map(String::as_str),
+                Some("gpu farm"),
+                "{protocol:?}"
+            );
+        }
+        let sent = self_metric(&e, "dcgm_exporter_otlp_pushes_total", &[("result", "sent")]);
+        assert!(sent >= 2.0, "{protocol:?}: {sent} sent");
+    }
+}
+
+#[test]
+fn the_standard_variable_alone_pushes_with_the_prometheus_listener_off() {
+    let r = Receiver::start(Protocol::Http, Mode::Accept);
+    // OTEL_EXPORTER_OTLP_ENDPOINT is a base URL: the exporter appends /v1/metrics, which the
+    // receiver requires.
+    let e = exporter()
+        .args(&["-a", "", "-c", "300"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("{}/", r.endpoint()))
+        .spawn();
+    let pushes = r.wait_for(3, 30);
+    let points = otlp_receiver::points(&pushes[2].request);
+    assert!(
+        points.iter().any(|p| p.metric == "DCGM_FI_DEV_GPU_TEMP"),
+        "{points:?}"
+    );
+    assert!(e.child_status().unwrap().is_none(), "{}", e.stderr());
+    // No Prometheus endpoint was opened.
+    assert!(ureq::get(&e.url("/metrics")).call().is_err());
+}
+
+/// The page's value of `name` per series, as semconv carries it (its scale applied).
+fn semconv_expect(page: &BTreeMap<Key, (f64, bool)>) -> BTreeMap<Key, f64> {
+    // (page name, semconv name, conversion) for the rows of the default counters.
+    // (page name, semconv name, the attribute telling it from the metric's other fields,
+    // conversion) for the rows of the default counters (docs/otlp.md's table).
+    type Row = (
+        &'static str,
+        &'static str,
+        Option<(&'static str, &'static str)>,
+        fn(f64) -> f64,
+    );
+    let rows: [Row; 9] = [
+        (
+            "DCGM_FI_DEV_GPU_UTIL",
+            "hw.gpu.utilization",
+            Some(("hw.gpu.task", "general")),
+            |v| v / 100.0,
+        ),
+        (
+            "DCGM_FI_DEV_ENC_UTIL",
+            "hw.gpu.utilization",
+            Some(("hw.gpu.task", "encoder")),
+            |v| v / 100.0,
+        ),
+        (
+            "DCGM_FI_DEV_DEC_UTIL",
+            "hw.gpu.utilization",
+            Some(("hw.gpu.task", "decoder")),
+            |v| v / 100.0,
+        ),
+        ("DCGM_FI_DEV_FB_USED", "hw.gpu.memory.usage", None, |v| {
+            v * 1_048_576.0
+        }),
+        ("DCGM_FI_DEV_POWER_USAGE", "hw.power", None, |v| v),
+        (
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "hw.energy",
+            None,
+            |v| v / 1000.0,
+        ),
+        (
+            "DCGM_FI_DEV_GPU_TEMP",
+            "hw.temperature",
+            Some(("hw.sensor_location", "gpu")),
+            |v| v,
+        ),
+        (
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "hw.temperature",
+            Some(("hw.sensor_location", "memory")),
+            |v| v,
+        ),
+        (
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "hw.errors",
+            Some(("error.type", "pcie_replay")),
+            |v| v,
+        ),
+    ];
+    let mut out = BTreeMap::new();
+    for ((name, labels), (v, _)) in page {
+        match rows.iter().find(|r| r.0 == name) {
+            Some((_, to, attr, f)) => {
+                let mut labels = labels.clone();
+                if let Some((k, v)) = attr {
+                    labels.insert(k.to_string(), v.to_string());
+                }
+                out.insert((to.to_string(), labels), f(*v))
+            }
+            None => out.insert((name.clone(), labels.clone()), *v),
+        };
+    }
+    out
+}
+
+/// Attributes semconv adds to every point of a hardware metric (the rest tell points apart).
+const HW_COMMON: [&str; 5] = ["hw.id", "hw.parent", "hw.vendor", "hw.model", "hw.type"];
+
+#[test]
+fn semconv_names_carry_the_page_values_in_the_conventions_units() {
+    let r = Receiver::start(Protocol::Grpc, Mode::Accept);
+    let e = exporter()
+        .args(&["--otlp-endpoint", &r.endpoint(), "--otlp-protocol", "grpc"])
+        .args(&["--otlp-metric-names", "semconv", "-c", "1000"])
+        .start();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = page_series(&e.get("/metrics").1);
+        std::thread::sleep(Duration::from_millis(150));
+        let want = semconv_expect(&page);
+        let matched = r.pushes().iter().rev().find_map(|p| {
+            // The page's labels are kept; semconv's own attributes come after them.
+            let got: BTreeMap<Key, f64> = otlp_receiver::points(&p.request)
+                .into_iter()
+                .map(|pt| {
+                    let labels = pt
+                        .attributes
+                        .into_iter()
+                        .filter(|(k, _)| !HW_COMMON.contains(&k.as_str()))
+                        .collect();
+                    ((pt.metric, labels), pt.value)
+                })
+                .collect();
+            (got == want).then(|| p.clone())
+        });
+        if let Some(p) = matched {
+            let points = otlp_receiver::points(&p.request);
+            let util: Vec<_> = points
+                .iter()
+                .filter(|p| p.metric == "hw.gpu.utilization")
+                .collect();
+            assert!(!util.is_empty());
+            for u in util {
+                assert_eq!(u.kind, Kind::Gauge);
+                let task = u.attributes.get("hw.gpu.task").map(String::as_str);
+                assert!(
+                    matches!(task, Some("general" | "encoder" | "decoder")),
+                    "{u:?}"
+                );
+                assert_eq!(u.attributes.get("hw.id"), u.attributes.get("UUID"));
+                assert!((0.0..=1.0).contains(&u.value), "{u:?}");
+            }
+            let energy = points
+                .iter()
+                .find(|p| p.metric == "hw.energy")
+                .expect("hw.energy");
+            assert_eq!(energy.kind, Kind::MonotonicSum);
+            assert_eq!(
+                energy.attributes.get("hw.type").map(String::as_str),
+                Some("gpu")
+            );
+            let mem = points
+                .iter()
+                .find(|p| p.metric == "hw.gpu.memory.usage")
+                .expect("memory");
+            assert_eq!(mem.kind, Kind::Sum);
+            assert!(!points.iter().any(|p| p.metric == "DCGM_FI_DEV_GPU_UTIL"));
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no semconv push matched the page"
+        );
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A receiver that misbehaves as `mode` (`None`: nothing listens) from the start.
+fn survive(protocol: Protocol, mode: Option<Mode>) {
+    let port = free_port();
+    let mut r = mode.map(|m| Receiver::start_on(protocol, m, port));
+    let e = exporter()
+        .args(&["--otlp-endpoint", &format!("http://127.0.0.1:{port}")])
+        .args(&[
+            "--otlp-protocol",
+            protocol.flag(),
+            "--otlp-queue-size",
+            "4",
+            "-c",
+            "200",
+        ])
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
+        .start();
+    let what = format!("{protocol:?} {mode:?}");
+    let dropped = |e: &Exporter| self_metric(e, "dcgm_exporter_otlp_pushes_dropped_total", &[]);
+    let collections = |e: &Exporter| {
+        self_metric(
+            e,
+            "dcgm_exporter_collections_total",
+            &[("result", "success")],
+        )
+    };
+    e.scrape_until(20, |_| dropped(&e) >= 3.0);
+    let (c1, d1, rss1) = (collections(&e), dropped(&e), rss_kib(e.child.id()));
+    // Several intervals later collection has gone on and more was dropped.
+    e.scrape_until(20, |_| {
+        collections(&e) >= c1 + 10.0 && dropped(&e) > d1 + 5.0
+    });
+    let queued = self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]);
+    assert!(queued <= 4.0, "{what}: {queued} queued");
+    let failed = self_metric(
+        &e,
+        "dcgm_exporter_otlp_pushes_total",
+        &[("result", "failed")],
+    );
+    assert!(failed >= 1.0, "{what}: no failed try counted");
+    let points = self_metric(&e, "dcgm_exporter_otlp_data_points_dropped_total", &[]);
+    assert!(points > dropped(&e), "{what}: {points} points dropped");
+    let rss2 = rss_kib(e.child.id());
+    assert!(
+        rss2 < rss1 + 32 * 1024,
+        "{what}: RSS grew from {rss1} to {rss2} KiB"
+    );
+    assert_eq!(e.get("/health").0, 200, "{what}");
+    // The receiver comes back: pushes arrive again.
+    match &r {
+        Some(r) => r.set_mode(Mode::Accept),
+        None => r = Some(Receiver::start_on(protocol, Mode::Accept, port)),
+    }
+    let r = r.unwrap();
+    let before = r.pushes().len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while r.pushes().len() < before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: no push after the receiver came back:\n{}",
+            e.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_receiver_that_hangs_refuses_resets_or_is_down_is_survived() {
+    for protocol in [Protocol::Grpc, Protocol::Http] {
+        for mode in [
+            Some(Mode::Hang),
+            Some(Mode::Reset),
+            Some(Mode::Unavailable),
+            None,
+        ] {
+            survive(protocol, mode);
+        }
+    }
+}
+
+/// An answer a retry cannot change (HTTP 400, gRPC INVALID_ARGUMENT) drops the push at
+/// once: one failed try per push, each counted as refused, none retried.
+#[test]
+fn a_push_the_receiver_rejects_is_dropped_without_retries() {
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::BadRequest);
+        let e = exporter()
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                protocol.flag(),
+            ])
+            .args(&["-c", "200"])
+            .start();
+        let refused = |e: &Exporter| {
+            self_metric(
+                e,
+                "dcgm_exporter_otlp_pushes_dropped_total",
+                &[("reason", "refused")],
+            )
+        };
+        e.scrape_until(20, |_| refused(&e) >= 5.0);
+        let page = e.scrape();
+        let get = |name: &str, labels: &[(&str, &str)]| -> f64 {
+            page.iter()
+                .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+                .map(|s| s.value)
+                .sum()
+        };
+        let failed = get("dcgm_exporter_otlp_pushes_total", &[("result", "failed")]);
+        let refused = get(
+            "dcgm_exporter_otlp_pushes_dropped_total",
+            &[("reason", "refused")],
+        );
+        // The push in flight may have failed without being counted as dropped yet.
+        assert!(
+            failed - refused <= 1.0,
+            "{protocol:?}: {failed} tries, {refused} refused"
+        );
+        assert_eq!(
+            get("dcgm_exporter_otlp_pushes_total", &[("result", "sent")]),
+            0.0
+        );
+        assert!(e.stderr().contains("OTLP push failed"), "{}", e.stderr());
+    }
+}
+
+#[test]
+fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
+    type Env<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(&[&str], Env, &str); 4] = [
+        (&["--otlp-endpoint", "ftp://x:1"], &[], "--otlp-endpoint"),
+        (
+            &[
+                "--otlp-endpoint",
+                "http://127.0.0.1:1",
+                "--otlp-protocol",
+                "http/json",
+            ],
+            &[],
+            "not supported",
+        ),
+        (
+            &[],
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://127.0.0.1:1"),
+                ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem"),
+            ],
+            "OTEL_EXPORTER_OTLP_CERTIFICATE /nonexistent/ca.pem",
+        ),
+        (
+            &["--otlp-endpoint", "http://127.0.0.1:1"],
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "novalue")],
+            "OTEL_EXPORTER_OTLP_HEADERS",
+        ),
+    ];
+    for (args, env, want) in cases {
+        let mut b = exporter().args(args);
+        for (k, v) in env {
+            b = b.env(k, v);
+        }
+        let (code, err) = b.run_to_exit();
+        assert_ne!(code, 0, "{args:?} {env:?}");
+        assert!(err.contains(want), "{args:?} {env:?}: {err}");
+    }
+}
+
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it.
+fn certificates(dir: &std::path::Path) {
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=otlp-test-ca"];
+    ca.extend(ec);
+    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
+    openssl(dir, &ca);
+    for (name, ext) in [
+        (
+            "server",
+            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+        ),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ] {
+        let (key, csr, crt, extf) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        let subj = format!("/CN={name}");
+        let mut req = vec!["req", "-subj", &subj, "-keyout", &key, "-out", &csr];
+        req.extend(ec);
+        openssl(dir, &req);
+        std::fs::write(dir.join(&extf), format!("basicConstraints=CA:FALSE\n{ext}")).unwrap();
+        openssl(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                &extf,
+                "-out",
+                &crt,
+            ],
+        );
+    }
+}
+
+#[test]
+fn tls_with_a_client_certificate_reaches_a_receiver_that_requires_one() {
+    if !require_tool("openssl", "apt-get install openssl") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |f: &str| dir.path().join(f).display().to_string();
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start_tls(protocol, dir.path());
+        let url = format!("https://127.0.0.1:{}", r.port);
+        let e = exporter()
+            .args(&["--otlp-endpoint", &url, "--otlp-protocol", protocol.flag()])
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &file("ca.crt"))
+            .env("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", &file("client.crt"))
+            .env("OTEL_EXPORTER_OTLP_CLIENT_KEY", &file("client.key"))
+            .env("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20t0k")
+            .start();
+        let pushes = r.wait_for(2, 30);
+        assert!(
+            otlp_receiver::points(&pushes[1].request)
+                .iter()
+                .any(|p| p.metric == "DCGM_FI_DEV_GPU_TEMP"),
+            "{protocol:?}"
+        );
+        assert_eq!(
+            pushes[1].headers.get("authorization").map(String::as_str),
+            Some("Bearer t0k")
+        );
+        drop(e);
+        // Without the client certificate the receiver refuses the handshake: nothing
+        // arrives, and the failed tries are counted.
+        let before = r.pushes().len();
+        let e = exporter()
+            .args(&["--otlp-endpoint", &url, "--otlp-protocol", protocol.flag()])
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", &file("ca.crt"))
+            .start();
+        e.scrape_until(20, |_| {
+            self_metric(
+                &e,
+                "dcgm_exporter_otlp_pushes_total",
+                &[("result", "failed")],
+            ) >= 2.0
+        });
+        assert_eq!(r.pushes().len(), before, "{protocol:?}");
+    }
+}
+
+mod real {
+    use super::*;
+    use support::nvml_yaml::Gpu;
+    use support::real_dcgm::{kit, RealHostEngine, Scratch};
+
+    fn gpus() -> Vec<Gpu> {
+        (0..2u32)
+            .map(|i| Gpu {
+                temp_c: 50 + i,
+                power_mw: 80_000 + 5_000 * i,
+                fb_used_mib: 2000 * u64::from(i),
+                gpu_util: 30 + i,
+                ..Gpu::default()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pushes_equal_the_page_on_the_real_dcgm_embedded() {
+        let Some(kit) = kit() else { return };
+        let dir = Scratch::new("otlp-embedded");
+        let yaml = dir.yaml(&gpus());
+        for protocol in [Protocol::Http, Protocol::Grpc] {
+            let r = Receiver::start(protocol, Mode::Accept);
+            let e = kit
+                .embedded(&yaml)
+                .args(&[
+                    "--otlp-endpoint",
+                    &r.endpoint(),
+                    "--otlp-protocol",
+                    protocol.flag(),
+                ])
+                .start();
+            let (page, _) = matching_push(&e, &r, 30);
+            assert!(
+                page.keys()
+                    .filter(|(n, _)| n == "DCGM_FI_DEV_GPU_TEMP")
+                    .count()
+                    == 2,
+                "{protocol:?}: {page:?}"
+            );
+        }
+    }
+
+    /// A sum's start time survives the engine being killed and restarted (its counter did
+    /// not go down), and the values still equal the page afterwards.
+    #[test]
+    fn a_sums_start_survives_a_real_host_engine_restart() {
+        let Some(kit) = kit() else { return };
+        let dir = Scratch::new("otlp-remote");
+        let yaml = dir.yaml(&gpus());
+        let port = free_port();
+        let mut engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+        let r = Receiver::start(Protocol::Grpc, Mode::Accept);
+        let e = kit
+            .remote(port)
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                "grpc",
+                "-c",
+                "300",
+            ])
+            .start();
+        let starts = |p: &Push| -> BTreeMap<Key, u64> {
+            otlp_receiver::points(&p.request)
+                .into_iter()
+                .filter(|pt| pt.kind == Kind::MonotonicSum)
+                .map(|pt| ((pt.metric, pt.attributes), pt.start_ns))
+                .collect()
+        };
+        let (_, before) = matching_push(&e, &r, 30);
+        let before = starts(&before);
+        assert!(!before.is_empty(), "no counter pushed");
+        engine.kill();
+        e.scrape_until(20, |p| {
+            p.iter()
+                .any(|s| s.name == "dcgm_exporter_dcgm_connected" && s.value == 0.0)
+        });
+        engine.restart(kit);
+        e.scrape_until(20, |p| p.iter().any(|s| s.name == "DCGM_FI_DEV_GPU_TEMP"));
+        let (_, after) = matching_push(&e, &r, 30);
+        assert_eq!(starts(&after), before);
+        let reconnects = self_metric(&e, "dcgm_exporter_reconnects_total", &[]);
+        assert!(reconnects >= 1.0);
+    }
+}

@@ -1,0 +1,450 @@
+//! An OTLP metrics receiver for the tests: OTLP/gRPC (tonic's server of the generated
+//! `MetricsService`) or OTLP/HTTP (hyper, `POST /v1/metrics`), decoding every push with the
+//! messages generated from OpenTelemetry's official `.proto` files. It can also misbehave,
+//! switched at run time: hang (accept and never answer), reset (accept and close with RST),
+//! or answer an error status.
+
+use dcgm_exporter::output::otlp::proto::collector::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use dcgm_exporter::output::otlp::proto::collector::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use dcgm_exporter::output::otlp::proto::common::any_value;
+use dcgm_exporter::output::otlp::proto::metrics::{metric, number_data_point, NumberDataPoint};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Grpc,
+    Http,
+}
+
+impl Protocol {
+    /// `--otlp-protocol`'s value.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Protocol::Grpc => "grpc",
+            Protocol::Http => "http/protobuf",
+        }
+    }
+}
+
+/// How the receiver treats new connections (and, for `Status`, each request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Accept,
+    /// Accepts the connection and never reads or answers.
+    Hang,
+    /// Accepts and closes at once with a TCP reset.
+    Reset,
+    /// Answers HTTP 503 / gRPC UNAVAILABLE.
+    Unavailable,
+    /// Answers HTTP 400 / gRPC INVALID_ARGUMENT (nothing a retry can change).
+    BadRequest,
+}
+
+/// One decoded push.
+pub struct Push {
+    pub request: ExportMetricsServiceRequest,
+    pub headers: BTreeMap<String, String>,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    mode: Mutex<Option<Mode>>,
+    pushes: Mutex<Vec<Arc<Push>>>,
+    /// Connections held open by `Hang`.
+    held: Mutex<Vec<tokio::net::TcpStream>>,
+}
+
+impl State {
+    fn mode(&self) -> Mode {
+        self.mode.lock().unwrap().unwrap_or(Mode::Accept)
+    }
+
+    fn record(&self, request: ExportMetricsServiceRequest, headers: BTreeMap<String, String>) {
+        self.pushes.lock().unwrap().push(Arc::new(Push {
+            request,
+            headers,
+            at: Instant::now(),
+        }));
+    }
+}
+
+pub struct Receiver {
+    pub port: u16,
+    pub protocol: Protocol,
+    state: Arc<State>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Receiver {
+    /// A receiver on a free port.
+    pub fn start(protocol: Protocol, mode: Mode) -> Receiver {
+        Self::start_on(protocol, mode, super::free_port())
+    }
+
+    /// A receiver on `port` (one the exporter was told about before it listened).
+    pub fn start_on(protocol: Protocol, mode: Mode, port: u16) -> Receiver {
+        Self::start_with(protocol, mode, port, None)
+    }
+
+    /// A receiver speaking TLS with `server.crt`/`server.key` of `dir` that requires a
+    /// client certificate signed by `dir`'s `ca.crt`.
+    pub fn start_tls(protocol: Protocol, dir: &std::path::Path) -> Receiver {
+        let acceptor = tls_acceptor(dir, protocol);
+        Self::start_with(protocol, Mode::Accept, super::free_port(), Some(acceptor))
+    }
+
+    fn start_with(
+        protocol: Protocol,
+        mode: Mode,
+        port: u16,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+    ) -> Receiver {
+        let state = Arc::new(State::default());
+        *state.mode.lock().unwrap() = Some(mode);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let st = state.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                    .await
+                    .expect("bind the OTLP receiver");
+                ready_tx.send(()).expect("signal ready");
+                tokio::select! {
+                    _ = serve(listener, protocol, st, tls) => {}
+                    _ = stopped => {}
+                }
+            });
+        });
+        ready_rx.recv().expect("receiver started");
+        Receiver {
+            port,
+            protocol,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn set_mode(&self, mode: Mode) {
+        *self.state.mode.lock().unwrap() = Some(mode);
+    }
+
+    pub fn pushes(&self) -> Vec<Arc<Push>> {
+        self.state.pushes.lock().unwrap().clone()
+    }
+
+    /// Waits until `n` pushes have arrived (panics after `secs`).
+    pub fn wait_for(&self, n: usize, secs: u64) -> Vec<Arc<Push>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let p = self.pushes();
+            if p.len() >= n {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} OTLP pushes within {secs} s, wanted {n}",
+                p.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+async fn serve(
+    listener: tokio::net::TcpListener,
+    protocol: Protocol,
+    state: Arc<State>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    // Connections the receiver serves go to tonic (gRPC) or hyper (HTTP); the others are
+    // held or reset here.
+    let (tx, rx) = tokio::sync::mpsc::channel::<tokio::net::TcpStream>(64);
+    let served = state.clone();
+    let server = async move {
+        match protocol {
+            Protocol::Grpc => {
+                let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|s| (Ok::<_, std::io::Error>(s), rx))
+                });
+                tonic::transport::Server::builder()
+                    .add_service(MetricsServiceServer::new(Grpc(served)))
+                    .serve_with_incoming(incoming)
+                    .await
+                    .expect("gRPC receiver serves");
+            }
+            Protocol::Http => serve_http(rx, served).await,
+        }
+    };
+    let accept = async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            match state.mode() {
+                Mode::Accept | Mode::Unavailable | Mode::BadRequest if tls.is_some() => {
+                    let (acceptor, state) = (tls.clone().unwrap(), state.clone());
+                    tokio::spawn(async move {
+                        // A client without an acceptable certificate fails here.
+                        if let Ok(io) = acceptor.accept(stream).await {
+                            match protocol {
+                                Protocol::Http => serve_http_conn(io, state).await,
+                                Protocol::Grpc => serve_grpc_conn(io, state).await,
+                            }
+                        }
+                    });
+                }
+                Mode::Accept | Mode::Unavailable | Mode::BadRequest => {
+                    let _ = tx.send(stream).await;
+                }
+                Mode::Hang => state.held.lock().unwrap().push(stream),
+                Mode::Reset => {
+                    let std = stream.into_std().expect("a std socket");
+                    let _ = socket2::SockRef::from(&std).set_linger(Some(Duration::ZERO));
+                    drop(std);
+                }
+            }
+        }
+    };
+    tokio::join!(server, accept);
+}
+
+struct Grpc(Arc<State>);
+
+#[tonic::async_trait]
+impl MetricsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        match self.0.mode() {
+            Mode::Unavailable => return Err(tonic::Status::unavailable("told to refuse")),
+            Mode::BadRequest => return Err(tonic::Status::invalid_argument("told to reject")),
+            _ => {}
+        }
+        let headers = request
+            .metadata()
+            .iter()
+            .filter_map(|kv| match kv {
+                tonic::metadata::KeyAndValueRef::Ascii(k, v) => {
+                    Some((k.to_string(), v.to_str().ok()?.to_string()))
+                }
+                _ => None,
+            })
+            .collect();
+        self.0.record(request.into_inner(), headers);
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+async fn serve_http(mut rx: tokio::sync::mpsc::Receiver<tokio::net::TcpStream>, state: Arc<State>) {
+    while let Some(stream) = rx.recv().await {
+        tokio::spawn(serve_http_conn(stream, state.clone()));
+    }
+}
+
+async fn serve_http_conn<I>(io: I, state: Arc<State>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use http_body_util::{BodyExt, Full};
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let state = state.clone();
+        async move {
+            let ok = req.method() == hyper::Method::POST
+                && req.uri().path() == "/v1/metrics"
+                && req
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    == Some("application/x-protobuf");
+            let headers = req
+                .headers()
+                .iter()
+                .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+                .collect();
+            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+            let status = match (state.mode(), ok, body) {
+                (Mode::Unavailable, _, _) => 503,
+                (Mode::BadRequest, _, _) => 400,
+                (_, true, Ok(body)) => {
+                    match <ExportMetricsServiceRequest as prost::Message>::decode(body) {
+                        Ok(r) => {
+                            state.record(r, headers);
+                            200
+                        }
+                        Err(_) => 400,
+                    }
+                }
+                _ => 400,
+            };
+            let body = prost::Message::encode_to_vec(&ExportMetricsServiceResponse::default());
+            Ok::<_, std::convert::Infallible>(
+                hyper::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/x-protobuf")
+                    .body(Full::new(bytes::Bytes::from(body)))
+                    .unwrap(),
+            )
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await;
+}
+
+/// The generated gRPC service on one HTTP/2 connection (a TLS one: tonic's own server
+/// takes plain streams only without its TLS features).
+async fn serve_grpc_conn<I>(io: I, state: Arc<State>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = MetricsServiceServer::new(Grpc(state));
+    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        tower::ServiceExt::oneshot(svc.clone(), req)
+    });
+    let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .serve_connection(hyper_util::rt::TokioIo::new(io), svc)
+        .await;
+}
+
+fn tls_acceptor(dir: &std::path::Path, protocol: Protocol) -> tokio_rustls::TlsAcceptor {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use tokio_rustls::rustls::{self, server::WebPkiClientVerifier, RootCertStore};
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs = |f: &str| -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(dir.join(f))
+            .expect("read certificate")
+            .collect::<Result<_, _>>()
+            .expect("parse certificate")
+    };
+    let mut roots = RootCertStore::empty();
+    for c in certs("ca.crt") {
+        roots.add(c).expect("CA");
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .build()
+        .expect("client verifier");
+    let key = PrivateKeyDer::from_pem_file(dir.join("server.key")).expect("server key");
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs("server.crt"), key)
+        .expect("server certificate");
+    config.alpn_protocols = vec![match protocol {
+        Protocol::Grpc => b"h2".to_vec(),
+        Protocol::Http => b"http/1.1".to_vec(),
+    }];
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+/// A data point's identity and value, in a push.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    pub metric: String,
+    pub kind: Kind,
+    pub attributes: BTreeMap<String, String>,
+    pub value: f64,
+    pub start_ns: u64,
+    pub time_ns: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    MonotonicSum,
+    Sum,
+}
+
+/// Every data point of a push (one resource, one scope, as the exporter sends).
+pub fn points(r: &ExportMetricsServiceRequest) -> Vec<Point> {
+    let mut out = Vec::new();
+    for rm in &r.resource_metrics {
+        for sm in &rm.scope_metrics {
+            for m in &sm.metrics {
+                let (kind, dps): (Kind, &[NumberDataPoint]) = match m.data.as_ref() {
+                    Some(metric::Data::Gauge(g)) => (Kind::Gauge, &g.data_points),
+                    Some(metric::Data::Sum(s)) => {
+                        assert_eq!(s.aggregation_temporality, 2, "{}: cumulative", m.name);
+                        (
+                            if s.is_monotonic {
+                                Kind::MonotonicSum
+                            } else {
+                                Kind::Sum
+                            },
+                            &s.data_points,
+                        )
+                    }
+                    other => panic!("{}: unexpected data {other:?}", m.name),
+                };
+                for p in dps {
+                    out.push(Point {
+                        metric: m.name.clone(),
+                        kind,
+                        attributes: p
+                            .attributes
+                            .iter()
+                            .map(|kv| (kv.key.clone(), string(kv.value.as_ref())))
+                            .collect(),
+                        value: match p.value {
+                            Some(number_data_point::Value::AsDouble(v)) => v,
+                            Some(number_data_point::Value::AsInt(v)) => v as f64,
+                            None => panic!("{}: a point without a value", m.name),
+                        },
+                        start_ns: p.start_time_unix_nano,
+                        time_ns: p.time_unix_nano,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The resource's attributes.
+pub fn resource(r: &ExportMetricsServiceRequest) -> BTreeMap<String, String> {
+    r.resource_metrics[0]
+        .resource
+        .as_ref()
+        .map(|res| {
+            res.attributes
+                .iter()
+                .map(|kv| (kv.key.clone(), string(kv.value.as_ref())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn string(v: Option<&dcgm_exporter::output::otlp::proto::common::AnyValue>) -> String {
+    match v.and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        other => panic!("a non-string attribute: {other:?}"),
+    }
+}
