@@ -110,6 +110,33 @@ pub fn settings(
         Some((var, v)) => key_values(&var, &v, true)?,
         None => Vec::new(),
     };
+    // Settings we do not implement are refused rather than ignored: a push that is not what
+    // the operator asked for is worse than a clear error at start.
+    if let Some((var, v)) = pick("COMPRESSION") {
+        if !v.trim().eq_ignore_ascii_case("none") {
+            return Err(format!(
+                "{var}={v}: compression is not supported; unset it or set it to none"
+            ));
+        }
+    }
+    if let Some((var, v)) = pick("INSECURE") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "true" if target.tls => {
+                return Err(format!(
+                    "{var}=true contradicts the https:// endpoint; the endpoint's scheme \
+                     (http:// or https://) decides"
+                ))
+            }
+            "false" if !target.tls => {
+                return Err(format!(
+                    "{var}=false contradicts the http:// endpoint; the endpoint's scheme \
+                     (http:// or https://) decides"
+                ))
+            }
+            "true" | "false" => {}
+            _ => return Err(format!("{var}={v}: use true or false")),
+        }
+    }
     let timeout = match pick("TIMEOUT") {
         Some((var, v)) => timeout(&var, &v)?,
         None => DEFAULT_TIMEOUT,

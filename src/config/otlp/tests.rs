@@ -214,3 +214,43 @@ fn headers_timeout_tls_and_resource() {
     assert_eq!(r["service.version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(r["deployment.environment"], "prod");
 }
+
+#[test]
+fn compression_and_insecure_are_refused_where_they_would_be_ignored() {
+    let http = [("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")];
+    let e = with(
+        &[http[0], ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")],
+        &flags(""),
+    )
+    .unwrap_err();
+    assert!(e.contains("OTEL_EXPORTER_OTLP_COMPRESSION=gzip"), "{e}");
+    assert!(with(
+        &[http[0], ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "none")],
+        &flags("")
+    )
+    .is_ok());
+    let e = with(
+        &[http[0], ("OTEL_EXPORTER_OTLP_INSECURE", "false")],
+        &flags(""),
+    )
+    .unwrap_err();
+    assert!(e.contains("contradicts the http://"), "{e}");
+    assert!(with(
+        &[http[0], ("OTEL_EXPORTER_OTLP_INSECURE", "true")],
+        &flags("")
+    )
+    .is_ok());
+    let https = ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://c:4318");
+    let e = with(
+        &[https, ("OTEL_EXPORTER_OTLP_INSECURE", "true")],
+        &flags(""),
+    )
+    .unwrap_err();
+    assert!(e.contains("contradicts the https://"), "{e}");
+    let e = with(
+        &[https, ("OTEL_EXPORTER_OTLP_INSECURE", "maybe")],
+        &flags(""),
+    )
+    .unwrap_err();
+    assert!(e.contains("use true or false"), "{e}");
+}
