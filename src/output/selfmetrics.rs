@@ -126,7 +126,6 @@ impl SelfMetrics {
         }
         precreate(&collections, &dropped);
         let (http_requests, http_in_flight) = promhttp();
-        let http_ok = http_requests.with_label_values(&["200"]);
         SelfMetrics {
             registry,
             collection_duration: CollectionDuration {
@@ -143,8 +142,8 @@ impl SelfMetrics {
             field_drops,
             entity_series,
             reconnects,
+            http_ok: http_requests.with_label_values(&["200"]),
             http_requests,
-            http_ok,
             http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
         }
