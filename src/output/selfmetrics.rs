@@ -147,7 +147,6 @@ impl SelfMetrics {
         }
         precreate(&collections, &dropped);
         let (http_requests, http_in_flight) = promhttp();
-        let http_ok = http_requests.with_label_values(&["200"]);
         SelfMetrics {
             source: Source::new(&registry, name("backend")), // evaluated before `registry` moves
             registry,
@@ -165,8 +164,8 @@ impl SelfMetrics {
             field_drops,
             entity_series,
             reconnects,
+            http_ok: http_requests.with_label_values(&["200"]),
             http_requests,
-            http_ok,
             http_in_flight,
             live: std::sync::atomic::AtomicBool::new(false),
         }
