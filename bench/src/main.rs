@@ -114,44 +114,49 @@ fn arg(name: &str, default: &str) -> String {
 
 /// Builds the exporter and simulator (`--build release|debug`) and runs the memory mode.
 fn run_memory() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let build = build_binaries(&root)?;
     memory::run(&root, &root.join("target").join(&build))
 }
 
-/// Builds the exporter and both simulators (`--build release|debug`) and measures the NVML
-/// backend beside DCGM's (`backend.rs`).
-fn run_backend() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+/// The workspace's root (this crate's parent).
+fn repo_root() -> Result<PathBuf, String> {
+    Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .ok_or("no repo root")?
-        .to_path_buf();
-    let build = build_binaries(&root)?;
+        .to_path_buf())
+}
+
+/// Builds the simulated NVML (`libnvidia-ml.so.1`) in `build`'s profile.
+fn build_nvml_sim(root: &Path, build: &str) -> Result<(), String> {
     let mut cargo = Command::new(env!("CARGO"));
     cargo.args(["build", "-q", "-p", "nvml-sim"]);
     if build == "release" {
         cargo.arg("--release");
     }
     let status = cargo
-        .current_dir(&root)
+        .current_dir(root)
         .status()
         .map_err(|e| format!("cargo build: {e}"))?;
     if !status.success() {
         return Err("building nvml-sim failed".into());
     }
+    Ok(())
+}
+
+/// Builds the exporter and both simulators (`--build release|debug`) and measures the NVML
+/// backend beside DCGM's (`backend.rs`).
+fn run_backend() -> Result<(), String> {
+    let root = repo_root()?;
+    let build = build_binaries(&root)?;
+    build_nvml_sim(&root, &build)?;
     backend::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and simulator (`--build release|debug`) and measures
 /// `--low-cardinality` (`lowcard.rs`).
 fn run_lowcard() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let build = build_binaries(&root)?;
     lowcard::run(&root, &root.join("target").join(&build))
 }
@@ -159,10 +164,7 @@ fn run_lowcard() -> Result<(), String> {
 /// Builds the exporter and simulator (`--build release|debug`) and measures the OTLP
 /// push beside rendering the page (`otlp.rs`).
 fn run_otlp() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let build = build_binaries(&root)?;
     otlp::run(&root, &root.join("target").join(&build))
 }
@@ -170,34 +172,17 @@ fn run_otlp() -> Result<(), String> {
 /// Builds the exporter and both simulators (`--build release|debug`) and measures per-pod
 /// series and `--usage-accounting` (`usage.rs`).
 fn run_usage() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let build = build_binaries(&root)?;
     // The simulated NVML (`libnvidia-ml.so.1`) too: pods are mapped through its processes.
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-p", "nvml-sim"]);
-    if build == "release" {
-        cargo.arg("--release");
-    }
-    let status = cargo
-        .current_dir(&root)
-        .status()
-        .map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err("building nvml-sim failed".into());
-    }
+    build_nvml_sim(&root, &build)?;
     usage::run(&root, &root.join("target").join(&build))
 }
 
 /// Runs the scale mode on the builds named by `--builds`, or on a release build of the
 /// workspace made first.
 fn run_scale() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     if std::env::args().any(|a| a == "--builds") {
         return scale::run(&root, None);
     }
@@ -208,10 +193,7 @@ fn run_scale() -> Result<(), String> {
 /// Runs the serving mode on the builds named by `--builds`, or on a release build of the
 /// workspace made first.
 fn run_serving() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     if std::env::args().any(|a| a == "--builds") {
         return serving::run(&root, None);
     }
@@ -266,10 +248,7 @@ fn real_kit(
 }
 
 fn run() -> Result<(), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let seconds: u64 = arg("--seconds", "20")
         .parse()
         .map_err(|_| "--seconds: not a number")?;
@@ -523,10 +502,7 @@ fn run_exit_codes() -> Result<(), String> {
 /// Builds the exporter and the simulator with the profile this bench was built with (so
 /// that a quick check can run in a debug build): (repository root, binary directory).
 fn build_same_profile() -> Result<(PathBuf, PathBuf), String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no repo root")?
-        .to_path_buf();
+    let root = repo_root()?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let bin = exe.parent().ok_or("no binary directory")?.to_path_buf();
     let profile = match bin.file_name().and_then(|n| n.to_str()) {
