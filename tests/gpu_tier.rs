@@ -315,3 +315,44 @@ fn the_gpu_mode_only_queries_and_checks_the_recorder_before_starting() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// A real GPU's NVML state, recorded on an NVIDIA H200 (driver 580, CUDA 13.0) by
+/// `tests/gpu/run.sh --mode gpu` with DCGM's `nvml_api_recorder.py`, replayed through the
+/// real DCGM kit: the exporter serves what the GPU showed (nvidia-smi read 37 C, 143771 MiB
+/// total, 345 MHz SM clock on that GPU), and keeps serving it fresh after a SIGHUP rebuilds
+/// the watches in the middle of its life (issue 28).
+#[test]
+fn a_recorded_h200_replays_through_the_real_dcgm_with_a_reload_in_the_middle() {
+    let Some(kit) = kit() else { return };
+    let yaml = support::repo("tests/gpu/recorded/h200-driver580.yaml");
+    let counters = support::repo("tests/gpu/counters.csv");
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-c", "1000", "-f", counters.to_str().unwrap()])
+        .start();
+    let value = |p: &[support::Sample], name: &str| {
+        support::series(p, name)
+            .first()
+            .map(|s| (s.label("UUID").unwrap_or("").to_string(), s.value))
+    };
+    let expect = |p: &[support::Sample]| {
+        let uuid = "GPU-cce536fc-5671-8c56-30c3-5f6fa3d29c2e".to_string();
+        value(p, "DCGM_FI_DEV_GPU_TEMP") == Some((uuid.clone(), 37.0))
+            && value(p, "DCGM_FI_DEV_FB_TOTAL") == Some((uuid.clone(), 143771.0))
+            && value(p, "DCGM_FI_DEV_SM_CLOCK") == Some((uuid, 345.0))
+    };
+    e.scrape_until(30, expect);
+    let st = Command::new("kill")
+        .args(["-HUP", &e.child.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(st.success());
+    e.wait_for_log(15, "reloaded");
+    // Served on every scrape for 5 intervals: sampled anew each interval (a sample is served
+    // only while it is at most an interval and a second old).
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(1000));
+        let page = e.scrape();
+        assert!(expect(&page), "{}", support::dump(&page));
+    }
+}

@@ -23,9 +23,12 @@ import urllib.request
 MAPPING = [
     ("DCGM_FI_DEV_GPU_TEMP", "temperature.gpu", 150, "abs", 2.0),  # C
     ("DCGM_FI_DEV_POWER_USAGE", "power.draw", 155, "rel", 0.10),  # W
-    ("DCGM_FI_DEV_FB_USED", "memory.used", 252, "exact", 0.0),  # MiB
+    # DCGM and nvidia-smi round the driver's bytes to MiB differently: on an H200 (driver
+    # 580) DCGM's FB_FREE read 143155 where nvidia-smi's memory.free read 143156, embedded,
+    # remote and on our NVML backend alike (which follows DCGM). The total is exact.
+    ("DCGM_FI_DEV_FB_USED", "memory.used", 252, "abs", 1.0),  # MiB
     ("DCGM_FI_DEV_FB_TOTAL", "memory.total", 250, "exact", 0.0),  # MiB
-    ("DCGM_FI_DEV_FB_FREE", "memory.free", 251, "exact", 0.0),  # MiB
+    ("DCGM_FI_DEV_FB_FREE", "memory.free", 251, "abs", 1.0),  # MiB
     ("DCGM_FI_DEV_SM_CLOCK", "clocks.sm", 100, "rel", 0.05),  # MHz
     ("DCGM_FI_DEV_MEM_CLOCK", "clocks.mem", 101, "rel", 0.05),  # MHz
 ]
