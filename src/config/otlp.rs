@@ -110,33 +110,7 @@ pub fn settings(
         Some((var, v)) => key_values(&var, &v, true)?,
         None => Vec::new(),
     };
-    // Settings we do not implement are refused rather than ignored: a push that is not what
-    // the operator asked for is worse than a clear error at start.
-    if let Some((var, v)) = pick("COMPRESSION") {
-        if !v.trim().eq_ignore_ascii_case("none") {
-            return Err(format!(
-                "{var}={v}: compression is not supported; unset it or set it to none"
-            ));
-        }
-    }
-    if let Some((var, v)) = pick("INSECURE") {
-        match v.trim().to_ascii_lowercase().as_str() {
-            "true" if target.tls => {
-                return Err(format!(
-                    "{var}=true contradicts the https:// endpoint; the endpoint's scheme \
-                     (http:// or https://) decides"
-                ))
-            }
-            "false" if !target.tls => {
-                return Err(format!(
-                    "{var}=false contradicts the http:// endpoint; the endpoint's scheme \
-                     (http:// or https://) decides"
-                ))
-            }
-            "true" | "false" => {}
-            _ => return Err(format!("{var}={v}: use true or false")),
-        }
-    }
+    refuse_unimplemented(&pick, target.tls)?;
     let timeout = match pick("TIMEOUT") {
         Some((var, v)) => timeout(&var, &v)?,
         None => DEFAULT_TIMEOUT,
@@ -178,6 +152,41 @@ pub fn settings(
         queue_batches,
         ..target
     }))
+}
+
+/// Settings we do not implement are refused rather than ignored: a push that is not what the
+/// operator asked for is worse than a clear error at start. `tls`: the endpoint's scheme is
+/// https.
+fn refuse_unimplemented(
+    pick: &dyn Fn(&str) -> Option<(String, String)>,
+    tls: bool,
+) -> Result<(), String> {
+    if let Some((var, v)) = pick("COMPRESSION") {
+        if !v.trim().eq_ignore_ascii_case("none") {
+            return Err(format!(
+                "{var}={v}: compression is not supported; unset it or set it to none"
+            ));
+        }
+    }
+    if let Some((var, v)) = pick("INSECURE") {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "true" if tls => {
+                return Err(format!(
+                    "{var}=true contradicts the https:// endpoint; the endpoint's scheme \
+                     (http:// or https://) decides"
+                ))
+            }
+            "false" if !tls => {
+                return Err(format!(
+                    "{var}=false contradicts the http:// endpoint; the endpoint's scheme \
+                     (http:// or https://) decides"
+                ))
+            }
+            "true" | "false" => {}
+            _ => return Err(format!("{var}={v}: use true or false")),
+        }
+    }
+    Ok(())
 }
 
 fn protocol(source: &str, v: &str) -> Result<Protocol, String> {

@@ -88,6 +88,19 @@ impl Default for SelfMetrics {
     }
 }
 
+/// When DCGM last answered a collection, and whether its host engine is connected now.
+fn liveness(name: &dyn Fn(&str) -> String) -> (Gauge, IntGauge) {
+    let last_success = gauge(
+        name("last_successful_collection_timestamp_seconds"),
+        "Unix time of the last successful collection from DCGM.",
+    );
+    let connected = int_gauge(
+        name("dcgm_connected"),
+        "1 while the DCGM host engine is connected, 0 during an outage.",
+    );
+    (last_success, connected)
+}
+
 impl SelfMetrics {
     pub fn new() -> SelfMetrics {
         let registry = Registry::new();
@@ -98,14 +111,7 @@ impl SelfMetrics {
         );
         let histogram = duration_histogram(name("collection_seconds"));
         let build_info = build_info(name("build_info"));
-        let last_success = gauge(
-            name("last_successful_collection_timestamp_seconds"),
-            "Unix time of the last successful collection from DCGM.",
-        );
-        let connected = int_gauge(
-            name("dcgm_connected"),
-            "1 while the DCGM host engine is connected, 0 during an outage.",
-        );
+        let (last_success, connected) = liveness(&name);
         let collections = counter_vec(
             name("collections_total"),
             "Collections from DCGM by result.",
