@@ -307,30 +307,6 @@ fn temps(p: &[Sample]) -> Vec<f64> {
         .collect()
 }
 
-/// Scrapes every 50 ms until `done`, checking each page with `check`; returns the last page
-/// and how long it took.
-fn watch_until(
-    e: &Exporter,
-    secs: u64,
-    check: impl Fn(&[Sample]),
-    done: impl Fn(&[Sample]) -> bool,
-) -> (Vec<Sample>, std::time::Duration) {
-    let t0 = std::time::Instant::now();
-    loop {
-        let p = e.scrape();
-        check(&p);
-        if done(&p) {
-            return (p, t0.elapsed());
-        }
-        assert!(
-            t0.elapsed().as_secs() < secs,
-            "not done in {secs} s:\n{}",
-            dump(&p)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 fn failover_exporter(port: u16) -> Exporter {
     let nvml = nvml_library();
     exporter()

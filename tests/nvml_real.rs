@@ -192,29 +192,6 @@ fn injected() -> Vec<(String, f64)> {
     vec![("0".into(), 45.0), ("1".into(), 61.0)]
 }
 
-/// Scrapes every 50 ms until `done`, each page checked by `check`.
-fn watch_until(
-    e: &Exporter,
-    secs: u64,
-    check: impl Fn(&[Sample]),
-    done: impl Fn(&[Sample]) -> bool,
-) -> (Vec<Sample>, std::time::Duration) {
-    let t0 = std::time::Instant::now();
-    loop {
-        let p = e.scrape();
-        check(&p);
-        if done(&p) {
-            return (p, t0.elapsed());
-        }
-        assert!(
-            t0.elapsed().as_secs() < secs,
-            "not done in {secs} s:\n{}",
-            dump(&p)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 /// A remote nv-hostengine killed with -9 and restarted, then stopped with SIGSTOP and
 /// resumed, under `--backend auto`: the core series continue from NVML (NVIDIA's injection
 /// library over the same YAML) with the injected values on every scrape, the DCGM-only

@@ -586,3 +586,27 @@ pub fn control(path: &Path, line: &str) {
         .expect("open control file");
     writeln!(f, "{line}").expect("write control file");
 }
+
+/// Scrapes `e` every 50 ms until `done`, checking each page with `check` (a failover must
+/// hold on every page, not only the last); the last page and how long it took.
+pub fn watch_until(
+    e: &Exporter,
+    secs: u64,
+    check: impl Fn(&[Sample]),
+    done: impl Fn(&[Sample]) -> bool,
+) -> (Vec<Sample>, Duration) {
+    let t0 = Instant::now();
+    loop {
+        let p = e.scrape();
+        check(&p);
+        if done(&p) {
+            return (p, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed().as_secs() < secs,
+            "not done in {secs} s:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
