@@ -66,6 +66,11 @@ impl<'a> Dev<'a> {
     }
 }
 
+/// The handle of a whole GPU.
+pub fn gpu_handle(gpu: u32) -> usize {
+    handle_of(gpu, 0)
+}
+
 fn handle_of(gpu: u32, slot: u32) -> usize {
     HANDLE_BASE | (gpu as usize) << 8 | slot as usize
 }
@@ -92,7 +97,32 @@ pub struct Sim {
     pub hang_mig_lookup: bool,
     /// nvmlInit calls not yet matched by nvmlShutdown.
     pub refcount: u32,
+    /// Event sets by id (`nvmlEventSetCreate`).
+    event_sets: BTreeMap<usize, EventSetState>,
+    next_event_set: usize,
 }
+
+/// An event set: per GPU registered for XIDs, the first entry of the model's XID log
+/// (`FaultState::xids`, shared with the simulated DCGM) it hears of, as a driver tells a
+/// set only of events after its registration; and how far the set has been read.
+#[derive(Default)]
+struct EventSetState {
+    gpus: BTreeMap<u32, usize>,
+    cursor: usize,
+}
+
+/// One XID event as `nvmlEventSetWait_v2` reports it: on the physical GPU, attributed to a
+/// GPU instance and compute instance (NVML ids) where the XID hit one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct XidEvent {
+    pub gpu: u32,
+    pub xid: i64,
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+}
+
+/// Event-set handles are tagged like device handles, with a tag of their own.
+const EVENT_SET_BASE: usize = 0x6e76_6500_0000;
 
 impl Sim {
     /// The node of `DCGM_SIM_PROFILE` (or dcgm-sim's built-in one), following
@@ -126,6 +156,8 @@ impl Sim {
             mig_lookup: profile.nvml.mig_lookup,
             hang_mig_lookup: profile.nvml.hang_mig_lookup,
             refcount: 0,
+            event_sets: BTreeMap::new(),
+            next_event_set: 0,
         }
     }
 
@@ -226,6 +258,11 @@ impl Sim {
         // value calls read the same readings.
         match fault {
             Fault::Xid { gpu, xid } if *gpu < gpus => faults.xids.push(((FE_GPU, *gpu), at, *xid)),
+            Fault::InstanceXid { gpu, gi, ci, xid } => {
+                if let Some(e) = self.world.node.instance_entity(*gpu, *gi, *ci) {
+                    faults.xids.push((e, at, *xid));
+                }
+            }
             Fault::ClockEvent { gpu, reasons } if *gpu < gpus => {
                 faults.add_clock_event(*gpu, at, *reasons)
             }
@@ -319,6 +356,69 @@ impl Sim {
         if !found {
             eprintln!("nvml-sim: no process {pid} runs (control line ignored)");
         }
+    }
+
+    /// A new, empty event set's handle.
+    pub fn create_event_set(&mut self) -> usize {
+        let id = self.next_event_set;
+        self.next_event_set += 1;
+        self.event_sets.insert(id, EventSetState::default());
+        EVENT_SET_BASE | id
+    }
+
+    fn event_set_id(&self, handle: usize) -> Result<usize, Return> {
+        let id = handle & !HANDLE_TAG_MASK;
+        if handle & HANDLE_TAG_MASK != EVENT_SET_BASE || !self.event_sets.contains_key(&id) {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        Ok(id)
+    }
+
+    pub fn check_event_set(&self, handle: usize) -> Result<(), Return> {
+        self.event_set_id(handle).map(|_| ())
+    }
+
+    pub fn free_event_set(&mut self, handle: usize) -> Result<(), Return> {
+        let id = self.event_set_id(handle)?;
+        self.event_sets.remove(&id);
+        Ok(())
+    }
+
+    /// Registers a whole GPU's XIDs with a set: XIDs from now on are reported.
+    pub fn register_xids(&mut self, handle: usize, gpu: u32) -> Result<(), Return> {
+        let id = self.event_set_id(handle)?;
+        let from = self.world.faults.xids.len();
+        if let Some(set) = self.event_sets.get_mut(&id) {
+            set.gpus.entry(gpu).or_insert(from);
+        }
+        Ok(())
+    }
+
+    /// The set's next unread XID event, if one happened.
+    pub fn next_event(&mut self, handle: usize) -> Result<Option<XidEvent>, Return> {
+        let id = self.event_set_id(handle)?;
+        let Some(set) = self.event_sets.get_mut(&id) else {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        };
+        let log = &self.world.faults.xids;
+        while set.cursor < log.len() {
+            let (entity, _, xid) = log[set.cursor];
+            let at = set.cursor;
+            set.cursor += 1;
+            // An instance that a reconfiguration removed since is no longer named.
+            let Some((gpu, gi, ci)) = self.world.node.nvml_ids(entity) else {
+                continue;
+            };
+            if set.gpus.get(&gpu).is_some_and(|&from| at >= from) {
+                return Ok(Some(XidEvent {
+                    gpu,
+                    xid,
+                    gpu_instance: gi,
+                    compute_instance: ci,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// Where `hang_mig_lookup` is set, blocks for good, as a call into a hung driver does

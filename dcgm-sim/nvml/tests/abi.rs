@@ -420,3 +420,108 @@ fn a_bad_profile_fails_init_and_leaves_the_library_uninitialised() {
     assert_eq!(nvml.call0("nvmlShutdown"), UNINITIALIZED);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct EventData {
+    device: Device,
+    event_type: u64,
+    event_data: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+const TIMEOUT: c_uint = 10;
+const XID_EVENT: u64 = 0x8;
+const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+/// XID control lines, as dcgm-sim takes them, reach registered event sets as
+/// `nvmlEventTypeXidCriticalError` events on the physical GPU, attributed to the MIG
+/// instance the line names; GPUs not registered, and XIDs before registering, raise none.
+#[test]
+fn xid_control_lines_are_events_of_the_sets_that_registered_their_gpu() {
+    let _l = lock();
+    use_profile("a100-mixed-mig.toml");
+    let control = std::env::temp_dir().join(format!("nvml-sim-events-{}", std::process::id()));
+    std::fs::write(&control, "xid 1 31\n").unwrap();
+    std::env::set_var("DCGM_SIM_CONTROL", &control);
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    std::env::remove_var("DCGM_SIM_CONTROL");
+    type Set = *mut c_void;
+    let create = nvml.sym::<unsafe extern "C" fn(*mut Set) -> c_uint>("nvmlEventSetCreate");
+    let register =
+        nvml.sym::<unsafe extern "C" fn(Device, u64, Set) -> c_uint>("nvmlDeviceRegisterEvents");
+    let supported = nvml.sym::<unsafe extern "C" fn(Device, *mut u64) -> c_uint>(
+        "nvmlDeviceGetSupportedEventTypes",
+    );
+    let wait = nvml
+        .sym::<unsafe extern "C" fn(Set, *mut EventData, c_uint) -> c_uint>("nvmlEventSetWait_v2");
+    let free = nvml.sym::<unsafe extern "C" fn(Set) -> c_uint>("nvmlEventSetFree");
+    let (d0, d1) = (nvml.handle(0), nvml.handle(1));
+    let mut set: Set = std::ptr::null_mut();
+    let mut types = 0u64;
+    let mut ev = EventData {
+        device: std::ptr::null_mut(),
+        event_type: 0,
+        event_data: 0,
+        gpu_instance_id: 0,
+        compute_instance_id: 0,
+    };
+    // SAFETY: every call has the signature nvml.h declares, with valid pointers.
+    unsafe {
+        assert_eq!(create(std::ptr::null_mut()), INVALID_ARGUMENT);
+        assert_eq!(create(&mut set), SUCCESS);
+        assert_eq!(supported(d0, &mut types), SUCCESS);
+        assert_eq!(types, XID_EVENT);
+        // An event type the GPU does not raise: refused, as nvml.h says.
+        assert_eq!(register(d0, XID_EVENT | 0x1, set), NOT_SUPPORTED);
+        assert_eq!(register(d0, XID_EVENT, set), SUCCESS);
+        assert_eq!(register(d1, XID_EVENT, set), SUCCESS);
+        // GPU 1's XID 31 came before the registration.
+        assert_eq!(wait(set, &mut ev, 0), TIMEOUT);
+        std::fs::write(
+            &control,
+            "xid 1 31\nxid 2 48\nxid 1 13\nxid 0/7 43\nxid 0/7/0 95\n",
+        )
+        .unwrap();
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!(
+            (ev.device, ev.event_type, ev.event_data),
+            (d1, XID_EVENT, 13),
+            "GPU 2 is not registered"
+        );
+        assert_eq!(
+            (ev.gpu_instance_id, ev.compute_instance_id),
+            (NO_INSTANCE, NO_INSTANCE)
+        );
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!((ev.device, ev.event_data), (d0, 43));
+        assert_eq!(
+            (ev.gpu_instance_id, ev.compute_instance_id),
+            (7, NO_INSTANCE)
+        );
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!((ev.device, ev.event_data), (d0, 95));
+        assert_eq!((ev.gpu_instance_id, ev.compute_instance_id), (7, 0));
+        assert_eq!(wait(set, &mut ev, 0), TIMEOUT);
+        // A wait with a timeout returns the event that arrives during it.
+        let later = control.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(later)
+                .unwrap();
+            std::io::Write::write_all(&mut f, b"xid 0 79\n").unwrap();
+        });
+        assert_eq!(wait(set, &mut ev, 30_000), SUCCESS);
+        writer.join().unwrap();
+        assert_eq!((ev.device, ev.event_data), (d0, 79));
+        assert_eq!(free(set), SUCCESS);
+        assert_eq!(wait(set, &mut ev, 0), INVALID_ARGUMENT);
+        assert_eq!(free(set), INVALID_ARGUMENT);
+    }
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+    let _ = std::fs::remove_file(control);
+}
