@@ -75,14 +75,37 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
     let dir = tempfile::tempdir().unwrap();
     let profile = two_gpu_profile(dir.path());
     let profile = profile.to_str().unwrap();
-    let dcgm = exporter().env("DCGM_SIM_PROFILE", profile).start();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let ctl_env = ctl.to_str().unwrap();
+    let dcgm = exporter()
+        .env("DCGM_SIM_PROFILE", profile)
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .start();
     let nvml = exporter()
         .env("DCGM_SIM_PROFILE", profile)
+        .env("DCGM_SIM_CONTROL", ctl_env)
         .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
         .start();
+    wait_for_page(&dcgm);
+    wait_for_page(&nvml);
+    // XIDs on both GPUs, the second one twice: the latest counts. DCGM stores them from
+    // its NVML event thread, the NVML backend reads the same events.
+    control(&ctl, "xid 0 31");
+    control(&ctl, "xid 1 13");
+    control(&ctl, "xid 1 43");
+    let xids_seen = |p: &[Sample]| {
+        let x = series(p, "DCGM_FI_DEV_XID_ERRORS");
+        x.iter()
+            .any(|s| s.label("gpu") == Some("1") && s.value == 43.0)
+            && x.iter()
+                .any(|s| s.label("gpu") == Some("0") && s.value == 31.0)
+    };
+    dcgm.scrape_until(30, xids_seen);
+    nvml.scrape_until(30, xids_seen);
     let (d, n) = (
-        families(&wait_for_page(&dcgm)),
-        families(&wait_for_page(&nvml)),
+        families(&dcgm.get("/metrics").1),
+        families(&nvml.get("/metrics").1),
     );
     // Every family NVML serves, DCGM serves the same: type, help, labels and values.
     for (name, fam) in &n {
@@ -98,6 +121,7 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_DEV_POWER_USAGE",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_XID_ERRORS",
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "DCGM_FI_DEV_ENC_UTIL",
@@ -138,7 +162,6 @@ fn fields_nvml_cannot_answer_are_named_once_at_start() {
     assert!(collections(&before) >= 3.0);
     let log = e.stderr();
     for name in [
-        "DCGM_FI_DEV_XID_ERRORS",
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "DCGM_EXP_GPU_COUNT",
@@ -628,4 +651,60 @@ fn mig_instances_are_the_same_entities_from_nvml() {
         small > 0.0 && small * 4.0 < whole,
         "instance {small} MiB vs GPU {whole} MiB"
     );
+}
+
+/// The same XIDs on a MIG node give the same DCGM_FI_DEV_XID_ERRORS series from NVML as
+/// from DCGM: an XID NVML attributes to a GPU instance shows on that instance's series,
+/// one on a whole GPU on the GPU's, one on a compute instance on none (neither backend
+/// exports compute instances here).
+#[test]
+fn xids_land_on_the_same_series_from_nvml_on_a_mig_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let ctl_env = ctl.to_str().unwrap();
+    let dcgm = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .start();
+    let nvml = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    for e in [&dcgm, &nvml] {
+        e.scrape_until(30, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    }
+    for line in [
+        "xid 0/7 43",
+        "xid 0/7/0 95",
+        "xid 0 31",
+        "xid 4 13",
+        "xid 4 48",
+    ] {
+        control(&ctl, line);
+    }
+    let xids = |e: &Exporter| {
+        let p = e.scrape_until(30, |p| {
+            let x = series(p, "DCGM_FI_DEV_XID_ERRORS");
+            x.iter().any(|s| s.value == 48.0) && x.iter().any(|s| s.value == 43.0)
+        });
+        let mut out: Vec<String> = series(&p, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .map(|s| {
+                ["gpu", "GPU_I_ID", "err_code", "err_msg"]
+                    .map(|l| s.label(l).unwrap_or("-"))
+                    .join(",")
+                    + &format!(" {}", s.value)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let (d, n) = (xids(&dcgm), xids(&nvml));
+    assert!(
+        d.iter().any(|s| s.starts_with("0,7,43,")) && d.iter().any(|s| s.starts_with("4,-,48,")),
+        "{d:?}"
+    );
+    assert_eq!(n, d);
 }

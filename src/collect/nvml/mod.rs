@@ -10,6 +10,7 @@
 //! value, so every value on the page was read during that collection.
 
 mod discover;
+mod events;
 pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
@@ -58,6 +59,8 @@ pub struct NvmlCollector {
     unmatched: Vec<String>,
     low_cardinality: Option<info::LowCardinality>,
     info: Option<Page>,
+    /// XID events, when a counter asks for DCGM_FI_DEV_XID_ERRORS and NVML raises them.
+    xids: Option<events::Xids>,
 }
 
 /// One call's answer: up to four numbers (see [`Call`]) or a text.
@@ -88,10 +91,9 @@ impl NvmlCollector {
                 c.name
             );
         }
-        let set = plan
-            .into_iter()
-            .find(|s| s.kind == Kind::Gpu)
-            .and_then(|s| answerable(s, &counters));
+        let gpu_set = plan.into_iter().find(|s| s.kind == Kind::Gpu);
+        let xids = xid_events(&nvml, &topology, &counters, gpu_set.as_ref());
+        let set = gpu_set.and_then(|s| answerable(s, &counters, xids.is_ok()));
         let unmatched = targets::unmatched(&topology, &opts)?;
         for n in &unmatched {
             tracing::warn!("{n}");
@@ -115,6 +117,7 @@ impl NvmlCollector {
             unmatched,
             low_cardinality,
             info: None,
+            xids: xids.ok().flatten(),
         })
     }
 
@@ -182,14 +185,15 @@ impl NvmlCollector {
                 return Err(format!("NVML answers for no GPU: {e}"));
             }
         }
-        fill(
-            &self.counters,
-            active,
-            &mut answers,
-            &self.nvml,
-            &csv_labels,
-            page,
-        );
+        if let Some(x) = &mut self.xids {
+            x.read(&self.topology);
+        }
+        let ask = Ask {
+            nvml: &self.nvml,
+            answers: &mut answers,
+            xids: self.xids.as_ref(),
+        };
+        fill(&self.counters, active, ask, &csv_labels, page);
         page.oldest_sample_us = Some(now_us());
         self.info = self.info_page(&csv_labels);
         Ok(())
@@ -205,24 +209,40 @@ impl NvmlCollector {
     }
 }
 
+/// What a collection reads values from: NVML calls, answered once each, and XID events.
+struct Ask<'a> {
+    nvml: &'a Nvml,
+    answers: &'a mut Answers,
+    xids: Option<&'a events::Xids>,
+}
+
 /// Turns the value rows into series, in the DCGM collector's order.
 fn fill(
     counters: &Counters,
     active: &ActiveSet,
-    answers: &mut Answers,
-    nvml: &Nvml,
+    ask: Ask<'_>,
     csv_labels: &HashMap<Entity, Vec<(String, String)>>,
     page: &mut Page,
 ) {
+    let Ask {
+        nvml,
+        answers,
+        xids,
+    } = ask;
     let target_labels: Vec<Vec<(&str, &str)>> = active
         .set
         .targets
         .iter()
         .map(|t| t.labels_with(csv_labels))
         .collect();
+    let alive = alive(active, answers, nvml);
     for &(i, row) in &active.value_rows {
         let c = &counters.all[i];
-        for (t, own) in active.set.targets.iter().zip(&target_labels) {
+        for ((t, own), alive) in active.set.targets.iter().zip(&target_labels).zip(&alive) {
+            if row.call == Call::XidEvent {
+                xid_series(c, t.entity, own, *alive, xids, page);
+                continue;
+            }
             let value = match answers.get(nvml, t, row) {
                 Ok(Answer::Numbers(n)) => match pick(row, &n) {
                     Some(v) => v,
@@ -249,6 +269,54 @@ fn fill(
         }
         page.set_field(&c.name, c.unit.map_or(row.field, |b| b.id));
     }
+}
+
+/// Per target, whether it answered a polled value in this collection (or has none to
+/// answer). As on the DCGM backend (`freshness.rs`), an XID, which stays the latest value
+/// for good, is served only for an entity that is alive: not for a GPU fallen off the bus.
+fn alive(active: &ActiveSet, answers: &mut Answers, nvml: &Nvml) -> Vec<bool> {
+    let polled: Vec<&Row> = active
+        .value_rows
+        .iter()
+        .map(|&(_, r)| r)
+        .filter(|r| r.call != Call::XidEvent)
+        .collect();
+    active
+        .set
+        .targets
+        .iter()
+        .map(|t| {
+            polled.is_empty()
+                || polled
+                    .iter()
+                    .any(|r| matches!(answers.get(nvml, t, r), Ok(Answer::Numbers(_))))
+        })
+        .collect()
+}
+
+/// DCGM_FI_DEV_XID_ERRORS of one target: its latest XID, labelled with the XID and its
+/// description as the DCGM collector labels it; none before the first XID (DCGM: blank).
+fn xid_series(
+    c: &crate::config::counters::Counter,
+    entity: Entity,
+    own: &[(&str, &str)],
+    alive: bool,
+    xids: Option<&events::Xids>,
+    page: &mut Page,
+) {
+    let Some(xid) = xids.and_then(|x| x.last(entity)) else {
+        page.drop_field_value(&c.name, DropReason::Sentinel, "blank");
+        return;
+    };
+    if !alive {
+        page.drop_field_value(&c.name, DropReason::Stale, "stale");
+        return;
+    }
+    let code = xid.to_string();
+    let mut labels = own.to_vec();
+    labels.push(("err_code", &code));
+    labels.push(("err_msg", crate::collect::xid::describe(xid)));
+    page.add(&c.name, &c.help, c.prom_type, &labels, xid as f64);
 }
 
 /// The field's number from a call's answer, converted as DCGM does; `None` where DCGM
@@ -375,6 +443,8 @@ fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
         }
         Call::ClocksEventReasons => one(d.current_throttle_reasons()?.bits()),
         Call::FieldValue(id) => field_value(&d, id),
+        // Events, read by `events::Xids`, never asked.
+        Call::XidEvent => Err(NvmlError::NotSupported),
     }
 }
 
@@ -409,7 +479,7 @@ fn legacy_units(counters: &Counters) -> Counters {
 }
 
 /// The GPU set's rows NVML can answer; each other row is named once at start and left out.
-fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
+fn answerable(mut set: WatchSet, counters: &Counters, xid_events: bool) -> Option<ActiveSet> {
     let mut named = std::collections::HashSet::new();
     let mut rows = Vec::new();
     for &i in &set.counters {
@@ -418,6 +488,9 @@ fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
             continue;
         };
         match table::lookup(meta.id) {
+            Some(row) if row.call == Call::XidEvent && !xid_events => {
+                // Named by `xid_events`, which says why.
+            }
             Some(row) => rows.push((i, row)),
             None => {
                 if named.insert(c.name.clone()) {
@@ -448,6 +521,40 @@ fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
         label_rows,
         value_rows,
     })
+}
+
+/// XID events when the GPU set asks for DCGM_FI_DEV_XID_ERRORS: `Ok(None)` when it does
+/// not, `Err` (named at start) when NVML raises none.
+fn xid_events(
+    nvml: &Arc<Nvml>,
+    topology: &Topology,
+    counters: &Counters,
+    set: Option<&WatchSet>,
+) -> Result<Option<events::Xids>, ()> {
+    let asks = |i: &usize| {
+        matches!(&counters.all[*i].field, CounterField::Dcgm(m)
+            if table::lookup(m.id).is_some_and(|r| r.call == Call::XidEvent))
+    };
+    let asking: Vec<&str> = set.map_or(Vec::new(), |s| {
+        s.counters
+            .iter()
+            .filter(|i| asks(i))
+            .map(|&i| counters.all[i].name.as_str())
+            .collect()
+    });
+    if asking.is_empty() {
+        return Ok(None);
+    }
+    events::Xids::start(nvml.clone(), topology)
+        .map(Some)
+        .map_err(|e| {
+            let mut named = std::collections::HashSet::new();
+            for name in asking.into_iter().filter(|n| named.insert(*n)) {
+                tracing::warn!(
+                    "skipping {name}: NVML raises no XID events here ({e}) (--backend nvml)"
+                );
+            }
+        })
 }
 
 fn options(s: &Settings) -> targets::Options<'_> {

@@ -41,6 +41,8 @@ pub enum Call {
     ClocksEventReasons,
     /// `nvmlDeviceGetFieldValues` of one NVML field id (`NVML_FI_*`).
     FieldValue(u32),
+    /// `nvmlEventTypeXidCriticalError` events (`events.rs`): the latest XID, no call.
+    XidEvent,
 }
 
 impl Call {
@@ -59,6 +61,7 @@ impl Call {
             Call::Memory => "nvmlDeviceGetMemoryInfo_v2".into(),
             Call::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons".into(),
             Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
+            Call::XidEvent => "nvmlEventSetWait_v2(nvmlEventTypeXidCriticalError)".into(),
         }
     }
 }
@@ -149,6 +152,8 @@ pub const TABLE: &[Row] = &[
     // NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ.
     row(156, Call::FieldValue(83)),
     row(202, Call::PcieReplay),
+    // The latest XID event's XID.
+    row(230, Call::XidEvent),
     row(203, Call::Utilization),
     Row {
         field: 204,
@@ -224,8 +229,9 @@ mod tests {
         );
         assert_eq!(Convert::BytesToMib.apply(1_048_575.0), 0.0);
         assert_eq!(lookup(155).unwrap().convert, Convert::MilliToUnit);
-        assert!(
-            lookup(230).is_none(),
+        assert_eq!(
+            lookup(230).unwrap().call,
+            Call::XidEvent,
             "XIDs are events, not a value NVML holds"
         );
     }
