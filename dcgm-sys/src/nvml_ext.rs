@@ -2,7 +2,6 @@
 //! the raw calls it needs live here, behind safe functions: the GPU-instance id of a MIG
 //! device (pod attribution) and XID events with their MIG instance (the NVML backend).
 
-use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
 use std::sync::Arc;
@@ -81,14 +80,10 @@ impl XidEvents {
     }
 
     /// Registers the GPU of NVML index `gpu` for XIDs: `NotSupported` where it raises none.
+    /// As DCGM, the registration itself says so: `nvmlDeviceGetSupportedEventTypes` is not
+    /// asked (NVIDIA's injection NVML refuses it while it takes the registration).
     pub fn register(&self, gpu: u32) -> Result<(), NvmlError> {
         let device = self.nvml.device_by_index(gpu)?;
-        if !device
-            .supported_event_types()?
-            .contains(EventTypes::CRITICAL_XID_ERROR)
-        {
-            return Err(NvmlError::NotSupported);
-        }
         let register = sym(&self.nvml.lib().nvmlDeviceRegisterEvents)?;
         // SAFETY: `device.handle()` is a live handle of the library `register` was resolved
         // from, and `self.set` a set that library created and that is not freed yet.
