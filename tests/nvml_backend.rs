@@ -708,3 +708,68 @@ fn xids_land_on_the_same_series_from_nvml_on_a_mig_node() {
     );
     assert_eq!(n, d);
 }
+
+/// NVLink error totals (all links, `DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL`, the rows of
+/// `etc/dcp-metrics-included.csv`) come from `nvmlDeviceGetFieldValues` as DCGM reads them,
+/// equal to DCGM's, and follow changes over several collections.
+#[test]
+fn nvlink_error_totals_from_nvml_equal_dcgms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("nvlink.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, flit CRC errors\n\
+         DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, data CRC errors\n\
+         DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, replays\n\
+         DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, recoveries\n",
+    )
+    .unwrap();
+    let (ctl_env, csv) = (ctl.to_str().unwrap(), csv.to_str().unwrap());
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .profile("h100-8gpu-nvswitch.toml")
+            .env("DCGM_SIM_CONTROL", ctl_env)
+            .args(&["-f", csv]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    let names = [
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    ];
+    let replays = |p: &[Sample], gpu: &str| {
+        series(p, names[2])
+            .iter()
+            .find(|s| s.label("gpu") == Some(gpu))
+            .map(|s| s.value)
+    };
+    let compare = |want: f64| {
+        for e in [&dcgm, &nvml] {
+            let p = e.scrape_until(30, |p| replays(p, "2") == Some(want));
+            assert_eq!(replays(&p, "2"), Some(want), "{}", e.stderr());
+        }
+        let (d, n) = (
+            families(&dcgm.get("/metrics").1),
+            families(&nvml.get("/metrics").1),
+        );
+        for name in names {
+            assert!(n.contains_key(name), "{name} missing from NVML's page");
+            assert_eq!(n.get(name), d.get(name), "{name}");
+        }
+    };
+    compare(0.0);
+    control(&ctl, "set 2 429 7");
+    control(&ctl, "set 5 409 3");
+    compare(7.0);
+    // Still following: a later change shows on both.
+    control(&ctl, "set 2 429 12");
+    compare(12.0);
+}

@@ -178,6 +178,12 @@ pub const TABLE: &[Row] = &[
     row(311, Call::FieldValue(4)),
     row(312, Call::FieldValue(5)),
     row(313, Call::FieldValue(6)),
+    // NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL: all links'
+    // error counters, read by DCGM with scope 0 (not an NVLink5 aggregate field).
+    row(409, Call::FieldValue(38)),
+    row(419, Call::FieldValue(45)),
+    row(429, Call::FieldValue(52)),
+    row(439, Call::FieldValue(59)),
     // NVML_FI_DEV_RETIRED_DBE, NVML_FI_DEV_RETIRED_PENDING.
     row(391, Call::FieldValue(30)),
     row(392, Call::FieldValue(31)),
