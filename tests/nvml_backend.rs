@@ -132,6 +132,9 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
     ] {
         assert!(
             shared.iter().any(|s| *s == name),
@@ -163,7 +166,7 @@ fn fields_nvml_cannot_answer_are_named_once_at_start() {
     let log = e.stderr();
     for name in [
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
         "DCGM_EXP_GPU_COUNT",
         "DCGM_EXP_XID_ERRORS_TOTAL",
     ] {
@@ -772,4 +775,98 @@ fn nvlink_error_totals_from_nvml_equal_dcgms() {
     // Still following: a later change shows on both.
     control(&ctl, "set 2 429 12");
     compare(12.0);
+}
+
+/// The profiling ratios come from NVML's GPM where the GPU supports it (Hopper, as the
+/// H100 pages above); on an A100, which has no GPM, they are named at start and left out.
+#[test]
+fn profiling_ratios_are_left_out_where_no_gpu_has_gpm() {
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let page = e.scrape_until(10, |p| collections(p) >= 2.0);
+    assert!(collections(&page) >= 2.0);
+    let log = e.stderr();
+    for name in [
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    ] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("skipping {name}:")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name}:\n{log}");
+        assert!(lines[0].contains("GPM"), "{}", lines[0]);
+        assert!(series(&page, name).is_empty(), "{name} guessed");
+    }
+}
+
+/// GPM ratios follow the simulated GPUs over time as DCGM's profiling fields do, on whole
+/// GPUs and on the GPU instances of a Hopper GPU in MIG mode (`nvmlGpmMigSampleGet`).
+#[test]
+fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    // The mixed-MIG node as H100s: GPU 0 split into seven 1g.10gb instances.
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    let h100 = base.replace("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3");
+    assert_ne!(h100, base);
+    let mut p = h100;
+    for (id, v) in [(1001, 0.75), (1004, 0.25), (1005, 0.5)] {
+        p.push_str(&format!(
+            "[[fields]]\nid = {id}\ngen = {{ kind = \"constant\", value = {v} }}\n"
+        ));
+    }
+    let profile = dir.path().join("h100-mig.toml");
+    std::fs::write(&profile, p).unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap());
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    let gr = |p: &[Sample], gpu: &str| {
+        series(p, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            .iter()
+            .find(|s| s.label("gpu") == Some(gpu) && s.label("GPU_I_ID").is_none())
+            .map(|s| s.value)
+    };
+    let compare = |want: f64| {
+        for e in [&dcgm, &nvml] {
+            let p = e.scrape_until(30, |p| gr(p, "5") == Some(want));
+            assert_eq!(gr(&p, "5"), Some(want), "{}", e.stderr());
+        }
+        let (d, n) = (
+            families(&dcgm.get("/metrics").1),
+            families(&nvml.get("/metrics").1),
+        );
+        for name in [
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+        ] {
+            let series = &n
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} not from NVML"))
+                .1;
+            // Whole GPUs and MIG instances alike.
+            assert!(
+                series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
+                "{series:?}"
+            );
+            assert_eq!(n.get(name), d.get(name), "{name}");
+        }
+    };
+    compare(0.75);
+    control(&ctl, "set 5 1001 0.375");
+    compare(0.375);
+    control(&ctl, "set 5 1001 0.625");
+    compare(0.625);
 }

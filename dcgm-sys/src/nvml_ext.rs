@@ -4,6 +4,7 @@
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// The GPU-instance id of a MIG device handle (`nvmlDeviceGetGpuInstanceId`): the `GPU_I_ID`
@@ -128,6 +129,127 @@ impl Drop for XidEvents {
         if let Ok(free) = sym(&self.nvml.lib().nvmlEventSetFree) {
             // SAFETY: `self.set` was created by this library and is freed only here, once.
             let _ = unsafe { free(self.set) };
+        }
+    }
+}
+
+type RawSample = nvml_wrapper_sys::bindings::nvmlGpmSample_t;
+
+/// GPM (GPU Performance Monitoring, Hopper and newer) metrics between consecutive samples
+/// of each GPU or GPU instance, as DCGM's GPM manager takes them: one sample per entity
+/// per call of [`GpmSampler::next`], the metrics computed against the entity's previous
+/// sample. nvml-wrapper's `GpmSample` borrows its `Nvml`, so it cannot be kept from one
+/// collection to the next beside an owned library; this keeps the raw handles.
+pub struct GpmSampler {
+    nvml: Arc<Nvml>,
+    /// The last sample of each (GPU index, NVML GPU-instance id).
+    last: HashMap<(u32, Option<u32>), RawSample>,
+}
+
+// SAFETY: GPM sample handles are opaque pointers into the library's own memory, used only
+// through NVML calls, which are thread-safe; `GpmSampler` is moved between threads, never
+// shared (it is not Sync), and `nvml` keeps the library loaded for as long as the handles.
+unsafe impl Send for GpmSampler {}
+
+impl GpmSampler {
+    pub fn new(nvml: Arc<Nvml>) -> GpmSampler {
+        GpmSampler {
+            nvml,
+            last: HashMap::new(),
+        }
+    }
+
+    /// Whether the GPU of NVML index `gpu` supports GPM (`nvmlGpmQueryDeviceSupport`).
+    pub fn supported(&self, gpu: u32) -> Result<bool, NvmlError> {
+        self.nvml.device_by_index(gpu)?.gpm_support()
+    }
+
+    /// Takes a new sample of GPU `gpu` (or of its GPU instance `gi`) and answers each of
+    /// `metrics` (`NVML_GPM_METRIC_*` ids) between the previous sample and it: `None` when
+    /// there was no previous sample. The new sample replaces the previous one.
+    pub fn next(
+        &mut self,
+        gpu: u32,
+        gi: Option<u32>,
+        metrics: &[u32],
+    ) -> Result<Option<Vec<Result<f64, NvmlError>>>, NvmlError> {
+        let sample = self.take(gpu, gi)?;
+        let Some(prev) = self.last.insert((gpu, gi), sample) else {
+            return Ok(None);
+        };
+        let out = self.metrics(prev, sample, metrics);
+        self.free(prev);
+        out.map(Some)
+    }
+
+    fn take(&self, gpu: u32, gi: Option<u32>) -> Result<RawSample, NvmlError> {
+        let lib = self.nvml.lib();
+        let device = self.nvml.device_by_index(gpu)?;
+        let alloc = sym(&lib.nvmlGpmSampleAlloc)?;
+        let mut sample = std::ptr::null_mut();
+        // SAFETY: `alloc` comes from the initialised library `self.nvml` with nvml.h's
+        // signature; `sample` is a valid, writable handle slot.
+        nvml_try(unsafe { alloc(&mut sample) })?;
+        // SAFETY: `device.handle()` is a live handle of that library and `sample` a sample
+        // it just allocated.
+        let rc = unsafe {
+            match gi {
+                None => sym(&lib.nvmlGpmSampleGet).map(|f| f(device.handle(), sample)),
+                Some(gi) => sym(&lib.nvmlGpmMigSampleGet).map(|f| f(device.handle(), gi, sample)),
+            }
+        };
+        match rc.and_then(nvml_try) {
+            Ok(()) => Ok(sample),
+            Err(e) => {
+                self.free(sample);
+                Err(e)
+            }
+        }
+    }
+
+    fn metrics(
+        &self,
+        s1: RawSample,
+        s2: RawSample,
+        ids: &[u32],
+    ) -> Result<Vec<Result<f64, NvmlError>>, NvmlError> {
+        use nvml_wrapper_sys::bindings::{nvmlGpmMetricsGet_t, NVML_GPM_METRICS_GET_VERSION};
+        let get = sym(&self.nvml.lib().nvmlGpmMetricsGet)?;
+        // SAFETY: nvmlGpmMetricsGet_t is plain data (integers, doubles, pointers the call
+        // fills): all zeroes is a valid value.
+        let mut request: nvmlGpmMetricsGet_t = unsafe { std::mem::zeroed() };
+        if ids.is_empty() || ids.len() > request.metrics.len() {
+            return Err(NvmlError::InvalidArg);
+        }
+        request.version = NVML_GPM_METRICS_GET_VERSION;
+        request.numMetrics = ids.len() as u32;
+        request.sample1 = s1;
+        request.sample2 = s2;
+        for (m, &id) in request.metrics.iter_mut().zip(ids) {
+            m.metricId = id;
+        }
+        // SAFETY: `get` comes from this library; `request` is a valid request whose two
+        // samples this library allocated and filled, and which are not freed yet.
+        nvml_try(unsafe { get(&mut request) })?;
+        Ok(request.metrics[..ids.len()]
+            .iter()
+            .map(|m| nvml_try(m.nvmlReturn).map(|()| m.value))
+            .collect())
+    }
+
+    fn free(&self, sample: RawSample) {
+        if let Ok(free) = sym(&self.nvml.lib().nvmlGpmSampleFree) {
+            // SAFETY: `sample` was allocated by this library and is freed once: it has
+            // just left `last` (or never entered it).
+            let _ = unsafe { free(sample) };
+        }
+    }
+}
+
+impl Drop for GpmSampler {
+    fn drop(&mut self) {
+        for (_, s) in std::mem::take(&mut self.last) {
+            self.free(s);
         }
     }
 }

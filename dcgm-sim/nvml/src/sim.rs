@@ -100,7 +100,31 @@ pub struct Sim {
     /// Event sets by id (`nvmlEventSetCreate`).
     event_sets: BTreeMap<usize, EventSetState>,
     next_event_set: usize,
+    /// GPM samples by id (`nvmlGpmSampleAlloc`), each empty until taken.
+    gpm_samples: BTreeMap<usize, Option<GpmTaken>>,
+    next_gpm_sample: usize,
 }
+
+/// A GPM sample taken (`nvmlGpmSampleGet`, `nvmlGpmMigSampleGet`): of which entity, when.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GpmTaken {
+    entity: (u32, u32),
+    at_us: i64,
+}
+
+/// GPM sample handles, tagged like the others.
+const GPM_SAMPLE_BASE: usize = 0x6e76_6700_0000;
+
+/// NVML GPM metric id -> the profiling field the simulated DCGM reads for it
+/// (`DcgmFieldIdToNvmlGpmMetricId` in DCGM's dcgm_fields.cpp). GPM answers percent where
+/// DCGM's fields are ratios.
+const GPM_METRICS: [(u32, u16); 5] = [
+    (1, 1001),  // NVML_GPM_METRIC_GRAPHICS_UTIL
+    (2, 1002),  // NVML_GPM_METRIC_SM_UTIL
+    (3, 1003),  // NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, 1004),  // NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (10, 1005), // NVML_GPM_METRIC_DRAM_BW_UTIL
+];
 
 /// An event set: per GPU registered for XIDs, the first entry of the model's XID log
 /// (`FaultState::xids`, shared with the simulated DCGM) it hears of, as a driver tells a
@@ -158,6 +182,8 @@ impl Sim {
             refcount: 0,
             event_sets: BTreeMap::new(),
             next_event_set: 0,
+            gpm_samples: BTreeMap::new(),
+            next_gpm_sample: 0,
         }
     }
 
@@ -419,6 +445,84 @@ impl Sim {
             }
         }
         Ok(None)
+    }
+
+    /// GPM on a GPU: Hopper and newer (compute capability 9.0+) where the node has the
+    /// profiling metrics DCGM serves.
+    pub fn gpm_supported(&self, gpu: &Gpu) -> bool {
+        gpu.compute_capability >= 90 && self.world.node.dcp
+    }
+
+    pub fn gpm_alloc(&mut self) -> usize {
+        let id = self.next_gpm_sample;
+        self.next_gpm_sample += 1;
+        self.gpm_samples.insert(id, None);
+        GPM_SAMPLE_BASE | id
+    }
+
+    fn gpm_id(&self, handle: usize) -> Result<usize, Return> {
+        let id = handle & !HANDLE_TAG_MASK;
+        if handle & HANDLE_TAG_MASK != GPM_SAMPLE_BASE || !self.gpm_samples.contains_key(&id) {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        Ok(id)
+    }
+
+    pub fn gpm_free(&mut self, handle: usize) -> Result<(), Return> {
+        let id = self.gpm_id(handle)?;
+        self.gpm_samples.remove(&id);
+        Ok(())
+    }
+
+    /// Takes a sample of a whole GPU (`gi: None`) or of its GPU instance with NVML id `gi`.
+    pub fn gpm_take(&mut self, handle: usize, gpu: u32, gi: Option<u32>) -> Result<(), Return> {
+        let id = self.gpm_id(handle)?;
+        let g = self
+            .world
+            .node
+            .gpu(gpu)
+            .ok_or(ffi::ERROR_INVALID_ARGUMENT)?;
+        if !self.gpm_supported(g) {
+            return Err(ffi::ERROR_NOT_SUPPORTED);
+        }
+        let entity = match gi {
+            None => (FE_GPU, gpu),
+            Some(gi) => self
+                .world
+                .node
+                .instance_entity(gpu, gi, None)
+                .ok_or(ffi::ERROR_INVALID_ARGUMENT)?,
+        };
+        let taken = GpmTaken {
+            entity,
+            at_us: now_us() as i64,
+        };
+        self.gpm_samples.insert(id, Some(taken));
+        Ok(())
+    }
+
+    /// One metric between two samples of the same entity: the simulated DCGM's reading of
+    /// its field at the later sample, in percent; NOT_SUPPORTED for a metric not modelled.
+    pub fn gpm_metric(&self, s1: usize, s2: usize, metric: u32) -> Result<f64, Return> {
+        use dcgm_sim_model::generator::FP64_BLANK;
+        let taken = |h: usize| -> Result<GpmTaken, Return> {
+            let id = self.gpm_id(h)?;
+            self.gpm_samples[&id].ok_or(ffi::ERROR_INVALID_ARGUMENT)
+        };
+        let (a, b) = (taken(s1)?, taken(s2)?);
+        if a.entity != b.entity || b.at_us <= a.at_us {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        let field = GPM_METRICS
+            .iter()
+            .find(|m| m.0 == metric)
+            .ok_or(ffi::ERROR_NOT_SUPPORTED)?
+            .1;
+        let meta = dcgm_sim_model::fields::by_id(field).ok_or(ffi::ERROR_NOT_SUPPORTED)?;
+        match self.world.read(b.entity, meta, b.at_us, a.at_us).0 {
+            dcgm_sim_model::Value::Double(d) if d < FP64_BLANK => Ok(d * 100.0),
+            _ => Err(ffi::ERROR_NOT_SUPPORTED),
+        }
     }
 
     /// Where `hang_mig_lookup` is set, blocks for good, as a call into a hung driver does

@@ -2,15 +2,17 @@
 //! series read straight from the driver's NVML (`libnvidia-ml.so.1`, loaded at run time
 //! through `nvml-wrapper`), into the same page, with the same names, labels, types and units
 //! as the DCGM collector gives for the same counters CSV. Which field comes from which call,
-//! converted how, is `table.rs`; a CSV row NVML cannot answer (a field not in the table, a
-//! `DCGM_EXP_*` metric computed from DCGM's sample history, a profiling field) is left out
-//! with one start-up line naming it.
+//! converted how, is `table.rs`; XIDs come from NVML events (`events.rs`), the profiling
+//! activity ratios from GPM samples (`gpm.rs`). A CSV row NVML cannot answer (a field not
+//! in the table, a `DCGM_EXP_*` metric computed from DCGM's sample history, XIDs or GPM
+//! where NVML has none) is left out with one start-up line naming it.
 //!
 //! NVML has no watches and no sample cache: each collection asks the driver for the current
 //! value, so every value on the page was read during that collection.
 
 mod discover;
 mod events;
+mod gpm;
 pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
@@ -61,6 +63,8 @@ pub struct NvmlCollector {
     info: Option<Page>,
     /// XID events, when a counter asks for DCGM_FI_DEV_XID_ERRORS and NVML raises them.
     xids: Option<events::Xids>,
+    /// GPM samples, when a counter asks for a profiling ratio and a GPU supports GPM.
+    gpm: Option<gpm::Gpm>,
 }
 
 /// One call's answer: up to four numbers (see [`Call`]) or a text.
@@ -92,8 +96,28 @@ impl NvmlCollector {
             );
         }
         let gpu_set = plan.into_iter().find(|s| s.kind == Kind::Gpu);
-        let xids = xid_events(&nvml, &topology, &counters, gpu_set.as_ref());
-        let set = gpu_set.and_then(|s| answerable(s, &counters, xids.is_ok()));
+        let xids = start_for(
+            &counters,
+            gpu_set.as_ref(),
+            |c| c == Call::XidEvent,
+            "NVML raises no XID events here",
+            || events::Xids::start(nvml.clone(), &topology),
+        );
+        let gpm = start_for(
+            &counters,
+            gpu_set.as_ref(),
+            |c| matches!(c, Call::Gpm(_)),
+            "no GPU answers NVML GPM metrics",
+            || gpm::Gpm::start(nvml.clone(), &topology),
+        );
+        let (xid_ok, gpm_ok) = (xids.is_ok(), gpm.is_ok());
+        let set = gpu_set.and_then(|s| {
+            answerable(s, &counters, |c| match c {
+                Call::XidEvent => xid_ok,
+                Call::Gpm(_) => gpm_ok,
+                _ => true,
+            })
+        });
         let unmatched = targets::unmatched(&topology, &opts)?;
         for n in &unmatched {
             tracing::warn!("{n}");
@@ -118,6 +142,7 @@ impl NvmlCollector {
             low_cardinality,
             info: None,
             xids: xids.ok().flatten(),
+            gpm: gpm.ok().flatten(),
         })
     }
 
@@ -187,6 +212,10 @@ impl NvmlCollector {
         }
         if let Some(x) = &mut self.xids {
             x.read(&self.topology);
+        }
+        if let Some(g) = &mut self.gpm {
+            let rows: Vec<&Row> = active.value_rows.iter().map(|&(_, r)| r).collect();
+            g.sample(&active.set.targets, &rows, &mut answers);
         }
         let ask = Ask {
             nvml: &self.nvml,
@@ -323,6 +352,8 @@ fn xid_series(
 /// has none (a used ratio of a device with no memory to use).
 fn pick(row: &Row, n: &[f64; 4]) -> Option<f64> {
     let raw = match row.pick {
+        // NaN: no value (a GPM metric before its second sample; DCGM: blank).
+        Pick::At(i) if n[i].is_nan() => return None,
         Pick::At(i) => n[i],
         Pick::UsedRatio => {
             let usable = n[0] - n[3];
@@ -337,7 +368,7 @@ fn pick(row: &Row, n: &[f64; 4]) -> Option<f64> {
 
 /// What a call is asked of: the system, a GPU by NVML index, or a MIG GPU instance (GPU
 /// index, NVML GPU-instance id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum On {
     System,
     Gpu(u32),
@@ -443,8 +474,9 @@ fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
         }
         Call::ClocksEventReasons => one(d.current_throttle_reasons()?.bits()),
         Call::FieldValue(id) => field_value(&d, id),
-        // Events, read by `events::Xids`, never asked.
-        Call::XidEvent => Err(NvmlError::NotSupported),
+        // Events, read by `events::Xids`, and GPM metrics, answered by `gpm::Gpm` before
+        // any row is read: never asked.
+        Call::XidEvent | Call::Gpm(_) => Err(NvmlError::NotSupported),
     }
 }
 
@@ -479,7 +511,11 @@ fn legacy_units(counters: &Counters) -> Counters {
 }
 
 /// The GPU set's rows NVML can answer; each other row is named once at start and left out.
-fn answerable(mut set: WatchSet, counters: &Counters, xid_events: bool) -> Option<ActiveSet> {
+fn answerable(
+    mut set: WatchSet,
+    counters: &Counters,
+    available: impl Fn(Call) -> bool,
+) -> Option<ActiveSet> {
     let mut named = std::collections::HashSet::new();
     let mut rows = Vec::new();
     for &i in &set.counters {
@@ -488,8 +524,8 @@ fn answerable(mut set: WatchSet, counters: &Counters, xid_events: bool) -> Optio
             continue;
         };
         match table::lookup(meta.id) {
-            Some(row) if row.call == Call::XidEvent && !xid_events => {
-                // Named by `xid_events`, which says why.
+            Some(row) if !available(row.call) => {
+                // Named by `start_for`, which says why.
             }
             Some(row) => rows.push((i, row)),
             None => {
@@ -523,17 +559,19 @@ fn answerable(mut set: WatchSet, counters: &Counters, xid_events: bool) -> Optio
     })
 }
 
-/// XID events when the GPU set asks for DCGM_FI_DEV_XID_ERRORS: `Ok(None)` when it does
-/// not, `Err` (named at start) when NVML raises none.
-fn xid_events(
-    nvml: &Arc<Nvml>,
-    topology: &Topology,
+/// Starts what one kind of row needs (XID events, GPM) when the GPU set has such a row:
+/// `Ok(None)` when it has none, `Err` when it cannot start, each such row then named at
+/// start with `why` and the reason.
+fn start_for<T>(
     counters: &Counters,
     set: Option<&WatchSet>,
-) -> Result<Option<events::Xids>, ()> {
+    kind: impl Fn(Call) -> bool,
+    why: &str,
+    start: impl FnOnce() -> Result<T, String>,
+) -> Result<Option<T>, ()> {
     let asks = |i: &usize| {
         matches!(&counters.all[*i].field, CounterField::Dcgm(m)
-            if table::lookup(m.id).is_some_and(|r| r.call == Call::XidEvent))
+            if table::lookup(m.id).is_some_and(|r| kind(r.call)))
     };
     let asking: Vec<&str> = set.map_or(Vec::new(), |s| {
         s.counters
@@ -545,16 +583,12 @@ fn xid_events(
     if asking.is_empty() {
         return Ok(None);
     }
-    events::Xids::start(nvml.clone(), topology)
-        .map(Some)
-        .map_err(|e| {
-            let mut named = std::collections::HashSet::new();
-            for name in asking.into_iter().filter(|n| named.insert(*n)) {
-                tracing::warn!(
-                    "skipping {name}: NVML raises no XID events here ({e}) (--backend nvml)"
-                );
-            }
-        })
+    start().map(Some).map_err(|e| {
+        let mut named = std::collections::HashSet::new();
+        for name in asking.into_iter().filter(|n| named.insert(*n)) {
+            tracing::warn!("skipping {name}: {why} ({e}) (--backend nvml)");
+        }
+    })
 }
 
 fn options(s: &Settings) -> targets::Options<'_> {

@@ -43,6 +43,9 @@ pub enum Call {
     FieldValue(u32),
     /// `nvmlEventTypeXidCriticalError` events (`events.rs`): the latest XID, no call.
     XidEvent,
+    /// `nvmlGpmMetricsGet` of one `NVML_GPM_METRIC_*` id between the samples of two
+    /// collections (`gpm.rs`).
+    Gpm(u32),
 }
 
 impl Call {
@@ -62,6 +65,7 @@ impl Call {
             Call::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons".into(),
             Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
             Call::XidEvent => "nvmlEventSetWait_v2(nvmlEventTypeXidCriticalError)".into(),
+            Call::Gpm(m) => format!("nvmlGpmMetricsGet({m})"),
         }
     }
 }
@@ -83,6 +87,8 @@ pub enum Convert {
     MilliToUnit,
     /// bytes -> MiB, truncated (DCGM divides integers).
     BytesToMib,
+    /// % -> ratio (DCGM's GPM manager: "percentage to activity level").
+    PercentToRatio,
 }
 
 impl Convert {
@@ -91,6 +97,7 @@ impl Convert {
             Convert::Same => v,
             Convert::MilliToUnit => v / 1000.0,
             Convert::BytesToMib => (v / 1_048_576.0).trunc(),
+            Convert::PercentToRatio => v / 100.0,
         }
     }
 
@@ -99,6 +106,7 @@ impl Convert {
             Convert::Same => "as is",
             Convert::MilliToUnit => "/ 1000 (mW -> W)",
             Convert::BytesToMib => "/ 2^20, truncated (bytes -> MiB)",
+            Convert::PercentToRatio => "/ 100 (% -> ratio)",
         }
     }
 }
@@ -127,6 +135,16 @@ const fn mem(field: u16, at: usize) -> Row {
         call: Call::Memory,
         pick: Pick::At(at),
         convert: Convert::BytesToMib,
+    }
+}
+
+/// A profiling ratio from a GPM metric (`DcgmFieldIdToNvmlGpmMetricId`, DCGM 4.6).
+const fn gpm(field: u16, metric: u32) -> Row {
+    Row {
+        field,
+        call: Call::Gpm(metric),
+        pick: Pick::At(0),
+        convert: Convert::PercentToRatio,
     }
 }
 
@@ -192,6 +210,13 @@ pub const TABLE: &[Row] = &[
     row(394, Call::FieldValue(142)),
     row(395, Call::FieldValue(145)),
     row(396, Call::FieldValue(144)),
+    // DCGM_FI_PROF_{GR_ENGINE_ACTIVE,SM_ACTIVE,SM_OCCUPANCY,PIPE_TENSOR_ACTIVE,DRAM_ACTIVE}:
+    // NVML_GPM_METRIC_{GRAPHICS_UTIL,SM_UTIL,SM_OCCUPANCY,ANY_TENSOR_UTIL,DRAM_BW_UTIL}.
+    gpm(1001, 1),
+    gpm(1002, 2),
+    gpm(1003, 3),
+    gpm(1004, 5),
+    gpm(1005, 10),
 ];
 
 /// The row of a DCGM field, `None` when NVML cannot answer it.
@@ -235,6 +260,8 @@ mod tests {
         );
         assert_eq!(Convert::BytesToMib.apply(1_048_575.0), 0.0);
         assert_eq!(lookup(155).unwrap().convert, Convert::MilliToUnit);
+        assert_eq!(Convert::PercentToRatio.apply(87.5), 0.875);
+        assert_eq!(lookup(1004).unwrap().call, Call::Gpm(5));
         assert_eq!(
             lookup(230).unwrap().call,
             Call::XidEvent,

@@ -19,6 +19,7 @@
 
 pub mod device;
 pub mod events;
+pub mod gpm;
 pub mod mig;
 pub mod process;
 pub mod stubs;
