@@ -870,3 +870,49 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
     control(&ctl, "set 5 1001 0.625");
     compare(0.625);
 }
+
+/// An XID stays the latest value for good, but not on a GPU that fell off the bus: both
+/// backends stop serving it while the GPU's polled values fail, and serve it again once
+/// the GPU answers.
+#[test]
+fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap());
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    wait_for_page(&dcgm);
+    wait_for_page(&nvml);
+    control(&ctl, "xid 1 48");
+    let xid = |p: &[Sample]| {
+        series(p, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .find(|s| s.label("gpu") == Some("1"))
+            .map(|s| s.value)
+    };
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
+        assert_eq!(xid(&p), Some(48.0), "{}", e.stderr());
+    }
+    control(&ctl, "gpu_lost 1");
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p).is_none());
+        assert_eq!(xid(&p), None, "{}", dump(&p));
+        // The other GPU goes on.
+        assert!(!series(&p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    }
+    control(&ctl, "gpu_recovered 1");
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
+        assert_eq!(xid(&p), Some(48.0), "{}", dump(&p));
+    }
+}
