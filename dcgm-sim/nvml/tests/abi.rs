@@ -525,3 +525,96 @@ fn xid_control_lines_are_events_of_the_sets_that_registered_their_gpu() {
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     let _ = std::fs::remove_file(control);
 }
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GpmMetric {
+    metric_id: c_uint,
+    nvml_return: c_uint,
+    value: f64,
+    info: [*mut c_char; 3],
+}
+
+#[repr(C)]
+struct GpmMetricsGet {
+    version: c_uint,
+    num_metrics: c_uint,
+    sample1: *mut c_void,
+    sample2: *mut c_void,
+    metrics: [GpmMetric; 210],
+}
+
+/// GPM as nvml.h specifies it: support per device and struct version, samples allocated,
+/// taken and freed, each metric with its own return code, the simulated DCGM's profiling
+/// ratio as a percent between two samples of the same GPU.
+#[test]
+fn gpm_samples_and_metrics_follow_nvml_h() {
+    let _l = lock();
+    use_profile("units-fixed.toml");
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    type Sample = *mut c_void;
+    let support = nvml.sym::<unsafe extern "C" fn(Device, *mut [c_uint; 2]) -> c_uint>(
+        "nvmlGpmQueryDeviceSupport",
+    );
+    let alloc = nvml.sym::<unsafe extern "C" fn(*mut Sample) -> c_uint>("nvmlGpmSampleAlloc");
+    let take = nvml.sym::<unsafe extern "C" fn(Device, Sample) -> c_uint>("nvmlGpmSampleGet");
+    let free = nvml.sym::<unsafe extern "C" fn(Sample) -> c_uint>("nvmlGpmSampleFree");
+    let get = nvml.sym::<unsafe extern "C" fn(*mut GpmMetricsGet) -> c_uint>("nvmlGpmMetricsGet");
+    let d0 = nvml.handle(0);
+    let (mut s1, mut s2): (Sample, Sample) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: every call has the signature nvml.h declares, with valid pointers.
+    unsafe {
+        let mut sup = [2, 0];
+        assert_eq!(support(d0, &mut sup), ARGUMENT_VERSION_MISMATCH);
+        sup = [1, 0];
+        assert_eq!(support(d0, &mut sup), SUCCESS);
+        assert_eq!(sup, [1, 1], "an H100 has GPM");
+        assert_eq!(alloc(&mut s1), SUCCESS);
+        assert_eq!(alloc(&mut s2), SUCCESS);
+        assert_eq!(take(d0, s1), SUCCESS);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(take(d0, s2), SUCCESS);
+        let mut req = GpmMetricsGet {
+            version: 1,
+            num_metrics: 3,
+            sample1: s1,
+            sample2: s2,
+            metrics: [GpmMetric {
+                metric_id: 0,
+                nvml_return: 0,
+                value: 0.0,
+                info: [std::ptr::null_mut(); 3],
+            }; 210],
+        };
+        // GRAPHICS_UTIL and ANY_TENSOR_UTIL (the profile's 0.75 and 0.25), and one metric
+        // the simulator does not model.
+        for (m, id) in req.metrics.iter_mut().zip([1, 5, 150]) {
+            m.metric_id = id;
+        }
+        assert_eq!(get(&mut req), SUCCESS);
+        assert_eq!(
+            (req.metrics[0].nvml_return, req.metrics[0].value),
+            (SUCCESS, 75.0)
+        );
+        assert_eq!(
+            (req.metrics[1].nvml_return, req.metrics[1].value),
+            (SUCCESS, 25.0)
+        );
+        assert_eq!(req.metrics[2].nvml_return, NOT_SUPPORTED);
+        // Samples in the wrong order, a wrong version: the request is refused.
+        req.sample1 = s2;
+        req.sample2 = s1;
+        assert_eq!(get(&mut req), INVALID_ARGUMENT);
+        req.sample1 = s1;
+        req.sample2 = s2;
+        req.version = 2;
+        assert_eq!(get(&mut req), ARGUMENT_VERSION_MISMATCH);
+        assert_eq!(free(s1), SUCCESS);
+        assert_eq!(free(s1), INVALID_ARGUMENT);
+        req.version = 1;
+        assert_eq!(get(&mut req), INVALID_ARGUMENT, "a freed sample");
+        assert_eq!(free(s2), SUCCESS);
+    }
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+}
