@@ -135,6 +135,8 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
     ] {
         assert!(
             shared.iter().any(|s| *s == name),
@@ -166,7 +168,7 @@ fn fields_nvml_cannot_answer_are_named_once_at_start() {
     let log = e.stderr();
     for name in [
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_EXP_GPU_COUNT",
         "DCGM_EXP_XID_ERRORS_TOTAL",
     ] {
@@ -851,14 +853,17 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
             "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "DCGM_FI_PROF_DRAM_ACTIVE",
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            "DCGM_FI_PROF_PCIE_RX_BYTES",
         ] {
             let series = &n
                 .get(name)
                 .unwrap_or_else(|| panic!("{name} not from NVML"))
                 .1;
-            // Whole GPUs and MIG instances alike.
+            assert!(series.iter().any(|l| l.contains("gpu=\"5\"")), "{series:?}");
+            // The ratios: whole GPUs and MIG instances alike.
             assert!(
-                series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
+                name.contains("PCIE") || series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
                 "{series:?}"
             );
             assert_eq!(n.get(name), d.get(name), "{name}");

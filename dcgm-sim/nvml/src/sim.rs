@@ -116,14 +116,19 @@ struct GpmTaken {
 const GPM_SAMPLE_BASE: usize = 0x6e76_6700_0000;
 
 /// NVML GPM metric id -> the profiling field the simulated DCGM reads for it
-/// (`DcgmFieldIdToNvmlGpmMetricId` in DCGM's dcgm_fields.cpp). GPM answers percent where
-/// DCGM's fields are ratios.
-const GPM_METRICS: [(u32, u16); 5] = [
-    (1, 1001),  // NVML_GPM_METRIC_GRAPHICS_UTIL
-    (2, 1002),  // NVML_GPM_METRIC_SM_UTIL
-    (3, 1003),  // NVML_GPM_METRIC_SM_OCCUPANCY
-    (5, 1004),  // NVML_GPM_METRIC_ANY_TENSOR_UTIL
-    (10, 1005), // NVML_GPM_METRIC_DRAM_BW_UTIL
+/// (`DcgmFieldIdToNvmlGpmMetricId` in DCGM's dcgm_fields.cpp) and the factor from DCGM's
+/// unit to GPM's: GPM answers percent where DCGM's fields are ratios, MiB/s where DCGM's
+/// are bytes/s (DCGM multiplies by 2^20 again, `DCGM_FIELD_ID_IS_GPM_MIB_BANDWIDTH`).
+const GPM_METRICS: [(u32, u16, f64); 9] = [
+    (1, 1001, 100.0),              // NVML_GPM_METRIC_GRAPHICS_UTIL
+    (2, 1002, 100.0),              // NVML_GPM_METRIC_SM_UTIL
+    (3, 1003, 100.0),              // NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, 1004, 100.0),              // NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (10, 1005, 100.0),             // NVML_GPM_METRIC_DRAM_BW_UTIL
+    (20, 1009, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    (21, 1010, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    (60, 1012, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+    (61, 1011, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
 ];
 
 /// An event set: per GPU registered for XIDs, the first entry of the model's XID log
@@ -502,9 +507,9 @@ impl Sim {
     }
 
     /// One metric between two samples of the same entity: the simulated DCGM's reading of
-    /// its field at the later sample, in percent; NOT_SUPPORTED for a metric not modelled.
+    /// its field at the later sample, in GPM's unit; NOT_SUPPORTED for a metric not modelled.
     pub fn gpm_metric(&self, s1: usize, s2: usize, metric: u32) -> Result<f64, Return> {
-        use dcgm_sim_model::generator::FP64_BLANK;
+        use dcgm_sim_model::generator::{FP64_BLANK, INT64_BLANK};
         let taken = |h: usize| -> Result<GpmTaken, Return> {
             let id = self.gpm_id(h)?;
             self.gpm_samples[&id].ok_or(ffi::ERROR_INVALID_ARGUMENT)
@@ -513,14 +518,14 @@ impl Sim {
         if a.entity != b.entity || b.at_us <= a.at_us {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
-        let field = GPM_METRICS
+        let &(_, field, factor) = GPM_METRICS
             .iter()
             .find(|m| m.0 == metric)
-            .ok_or(ffi::ERROR_NOT_SUPPORTED)?
-            .1;
+            .ok_or(ffi::ERROR_NOT_SUPPORTED)?;
         let meta = dcgm_sim_model::fields::by_id(field).ok_or(ffi::ERROR_NOT_SUPPORTED)?;
         match self.world.read(b.entity, meta, b.at_us, a.at_us).0 {
-            dcgm_sim_model::Value::Double(d) if d < FP64_BLANK => Ok(d * 100.0),
+            dcgm_sim_model::Value::Double(d) if d < FP64_BLANK => Ok(d * factor),
+            dcgm_sim_model::Value::Int64(i) if i < INT64_BLANK => Ok(i as f64 * factor),
             _ => Err(ffi::ERROR_NOT_SUPPORTED),
         }
     }

@@ -47,7 +47,7 @@ impl Gpm {
     pub fn sample(&mut self, targets: &[Target], rows: &[&Row], answers: &mut Answers) {
         let mut wanted: BTreeMap<On, Vec<u32>> = BTreeMap::new();
         for t in targets {
-            for r in rows {
+            for r in rows.iter().filter(|r| answers_for(t, r)) {
                 if let Call::Gpm(m) = r.call {
                     let ids = wanted.entry(On::of(t, r)).or_default();
                     if !ids.contains(&m) {
@@ -80,6 +80,18 @@ impl Gpm {
             }
         }
     }
+}
+
+/// Whether a GPM row has a value on a target: not a device-level metric (PCIe, NVLink
+/// bytes) on a MIG instance, which DCGM's profiling answers per instance only for
+/// instance-level metrics.
+pub fn answers_for(t: &Target, r: &Row) -> bool {
+    use crate::collect::fields::level;
+    if t.entity.group != dcgm_sys::EntityGroup::GpuInstance {
+        return true;
+    }
+    dcgm_sys::fields::by_id(r.field)
+        .is_some_and(|m| matches!(m.entity_level, level::GPU_I | level::GPU_CI))
 }
 
 fn refused(e: &NvmlError) -> Refused {

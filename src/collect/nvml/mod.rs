@@ -272,6 +272,10 @@ fn fill(
                 xid_series(c, t.entity, own, *alive, xids, page);
                 continue;
             }
+            if matches!(row.call, Call::Gpm(_)) && !gpm::answers_for(t, row) {
+                page.drop_field_value(&c.name, DropReason::Sentinel, "not_supported");
+                continue;
+            }
             let value = match answers.get(nvml, t, row) {
                 Ok(Answer::Numbers(n)) => match pick(row, &n) {
                     Some(v) => v,

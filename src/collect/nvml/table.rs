@@ -89,6 +89,8 @@ pub enum Convert {
     BytesToMib,
     /// % -> ratio (DCGM's GPM manager: "percentage to activity level").
     PercentToRatio,
+    /// MiB/s -> bytes/s, truncated (DCGM's cache manager for GPM bandwidths).
+    MibToBytes,
 }
 
 impl Convert {
@@ -98,6 +100,7 @@ impl Convert {
             Convert::MilliToUnit => v / 1000.0,
             Convert::BytesToMib => (v / 1_048_576.0).trunc(),
             Convert::PercentToRatio => v / 100.0,
+            Convert::MibToBytes => (v * 1_048_576.0).trunc(),
         }
     }
 
@@ -107,6 +110,7 @@ impl Convert {
             Convert::MilliToUnit => "/ 1000 (mW -> W)",
             Convert::BytesToMib => "/ 2^20, truncated (bytes -> MiB)",
             Convert::PercentToRatio => "/ 100 (% -> ratio)",
+            Convert::MibToBytes => "x 2^20, truncated (MiB/s -> bytes/s)",
         }
     }
 }
@@ -217,6 +221,24 @@ pub const TABLE: &[Row] = &[
     gpm(1003, 3),
     gpm(1004, 5),
     gpm(1005, 10),
+    // DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES: NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC,
+    // NVML_GPM_METRIC_NVLINK_TOTAL_{TX,RX}_PER_SEC, MiB/s.
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1009, 20)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1010, 21)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1011, 61)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1012, 60)
+    },
 ];
 
 /// The row of a DCGM field, `None` when NVML cannot answer it.
@@ -262,6 +284,8 @@ mod tests {
         assert_eq!(lookup(155).unwrap().convert, Convert::MilliToUnit);
         assert_eq!(Convert::PercentToRatio.apply(87.5), 0.875);
         assert_eq!(lookup(1004).unwrap().call, Call::Gpm(5));
+        assert_eq!(Convert::MibToBytes.apply(953.674_316_406_25), 1e9);
+        assert_eq!(Convert::MibToBytes.apply(0.5 / 1_048_576.0), 0.0);
         assert_eq!(
             lookup(230).unwrap().call,
             Call::XidEvent,
