@@ -817,17 +817,40 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
     let h100 = base.replace("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3");
     assert_ne!(h100, base);
     let mut p = h100;
-    for (id, v) in [(1001, 0.75), (1004, 0.25), (1005, 0.5)] {
+    for (id, v) in [
+        (1001, 0.75),
+        (1004, 0.25),
+        (1005, 0.5),
+        (1009, 1.0e9),
+        (1010, 2.0e9),
+        (1011, 3.0e9),
+        (1012, 5.5e9),
+    ] {
         p.push_str(&format!(
             "[[fields]]\nid = {id}\ngen = {{ kind = \"constant\", value = {v} }}\n"
         ));
     }
     let profile = dir.path().join("h100-mig.toml");
     std::fs::write(&profile, p).unwrap();
+    let csv = dir.path().join("prof.csv");
+    let mut rows = String::from("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
+    for f in [
+        "GR_ENGINE_ACTIVE",
+        "PIPE_TENSOR_ACTIVE",
+        "DRAM_ACTIVE",
+        "PCIE_TX_BYTES",
+        "PCIE_RX_BYTES",
+        "NVLINK_TX_BYTES",
+        "NVLINK_RX_BYTES",
+    ] {
+        rows.push_str(&format!("DCGM_FI_PROF_{f}, gauge, {f}\n"));
+    }
+    std::fs::write(&csv, rows).unwrap();
     let start = |nvml: bool| {
         let mut b = exporter()
             .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap());
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(&["-f", csv.to_str().unwrap()]);
         if nvml {
             b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
         }
@@ -855,6 +878,8 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
             "DCGM_FI_PROF_DRAM_ACTIVE",
             "DCGM_FI_PROF_PCIE_TX_BYTES",
             "DCGM_FI_PROF_PCIE_RX_BYTES",
+            "DCGM_FI_PROF_NVLINK_TX_BYTES",
+            "DCGM_FI_PROF_NVLINK_RX_BYTES",
         ] {
             let series = &n
                 .get(name)
@@ -863,7 +888,7 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
             assert!(series.iter().any(|l| l.contains("gpu=\"5\"")), "{series:?}");
             // The ratios: whole GPUs and MIG instances alike.
             assert!(
-                name.contains("PCIE") || series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
+                name.contains("BYTES") || series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
                 "{series:?}"
             );
             assert_eq!(n.get(name), d.get(name), "{name}");
