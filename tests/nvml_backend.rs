@@ -75,14 +75,37 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
     let dir = tempfile::tempdir().unwrap();
     let profile = two_gpu_profile(dir.path());
     let profile = profile.to_str().unwrap();
-    let dcgm = exporter().env("DCGM_SIM_PROFILE", profile).start();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let ctl_env = ctl.to_str().unwrap();
+    let dcgm = exporter()
+        .env("DCGM_SIM_PROFILE", profile)
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .start();
     let nvml = exporter()
         .env("DCGM_SIM_PROFILE", profile)
+        .env("DCGM_SIM_CONTROL", ctl_env)
         .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
         .start();
+    wait_for_page(&dcgm);
+    wait_for_page(&nvml);
+    // XIDs on both GPUs, the second one twice: the latest counts. DCGM stores them from
+    // its NVML event thread, the NVML backend reads the same events.
+    control(&ctl, "xid 0 31");
+    control(&ctl, "xid 1 13");
+    control(&ctl, "xid 1 43");
+    let xids_seen = |p: &[Sample]| {
+        let x = series(p, "DCGM_FI_DEV_XID_ERRORS");
+        x.iter()
+            .any(|s| s.label("gpu") == Some("1") && s.value == 43.0)
+            && x.iter()
+                .any(|s| s.label("gpu") == Some("0") && s.value == 31.0)
+    };
+    dcgm.scrape_until(30, xids_seen);
+    nvml.scrape_until(30, xids_seen);
     let (d, n) = (
-        families(&wait_for_page(&dcgm)),
-        families(&wait_for_page(&nvml)),
+        families(&dcgm.get("/metrics").1),
+        families(&nvml.get("/metrics").1),
     );
     // Every family NVML serves, DCGM serves the same: type, help, labels and values.
     for (name, fam) in &n {
@@ -98,6 +121,7 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_DEV_POWER_USAGE",
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
         "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_XID_ERRORS",
         "DCGM_FI_DEV_GPU_UTIL",
         "DCGM_FI_DEV_MEM_COPY_UTIL",
         "DCGM_FI_DEV_ENC_UTIL",
@@ -108,6 +132,11 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
     ] {
         assert!(
             shared.iter().any(|s| *s == name),
@@ -138,9 +167,8 @@ fn fields_nvml_cannot_answer_are_named_once_at_start() {
     assert!(collections(&before) >= 3.0);
     let log = e.stderr();
     for name in [
-        "DCGM_FI_DEV_XID_ERRORS",
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_EXP_GPU_COUNT",
         "DCGM_EXP_XID_ERRORS_TOTAL",
     ] {
@@ -628,4 +656,293 @@ fn mig_instances_are_the_same_entities_from_nvml() {
         small > 0.0 && small * 4.0 < whole,
         "instance {small} MiB vs GPU {whole} MiB"
     );
+}
+
+/// The same XIDs on a MIG node give the same DCGM_FI_DEV_XID_ERRORS series from NVML as
+/// from DCGM: an XID NVML attributes to a GPU instance shows on that instance's series,
+/// one on a whole GPU on the GPU's, one on a compute instance on none (neither backend
+/// exports compute instances here).
+#[test]
+fn xids_land_on_the_same_series_from_nvml_on_a_mig_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let ctl_env = ctl.to_str().unwrap();
+    let dcgm = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .start();
+    let nvml = exporter()
+        .profile("a100-mixed-mig.toml")
+        .env("DCGM_SIM_CONTROL", ctl_env)
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    for e in [&dcgm, &nvml] {
+        e.scrape_until(30, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    }
+    for line in [
+        "xid 0/7 43",
+        "xid 0/7/0 95",
+        "xid 0 31",
+        "xid 4 13",
+        "xid 4 48",
+    ] {
+        control(&ctl, line);
+    }
+    let xids = |e: &Exporter| {
+        let p = e.scrape_until(30, |p| {
+            let x = series(p, "DCGM_FI_DEV_XID_ERRORS");
+            x.iter().any(|s| s.value == 48.0) && x.iter().any(|s| s.value == 43.0)
+        });
+        let mut out: Vec<String> = series(&p, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .map(|s| {
+                ["gpu", "GPU_I_ID", "err_code", "err_msg"]
+                    .map(|l| s.label(l).unwrap_or("-"))
+                    .join(",")
+                    + &format!(" {}", s.value)
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let (d, n) = (xids(&dcgm), xids(&nvml));
+    assert!(
+        d.iter().any(|s| s.starts_with("0,7,43,")) && d.iter().any(|s| s.starts_with("4,-,48,")),
+        "{d:?}"
+    );
+    assert_eq!(n, d);
+}
+
+/// NVLink error totals (all links, `DCGM_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL`, the rows of
+/// `etc/dcp-metrics-included.csv`) come from `nvmlDeviceGetFieldValues` as DCGM reads them,
+/// equal to DCGM's, and follow changes over several collections.
+#[test]
+fn nvlink_error_totals_from_nvml_equal_dcgms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("nvlink.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, flit CRC errors\n\
+         DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, data CRC errors\n\
+         DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, replays\n\
+         DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, recoveries\n",
+    )
+    .unwrap();
+    let (ctl_env, csv) = (ctl.to_str().unwrap(), csv.to_str().unwrap());
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .profile("h100-8gpu-nvswitch.toml")
+            .env("DCGM_SIM_CONTROL", ctl_env)
+            .args(&["-f", csv]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    let names = [
+        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+    ];
+    let replays = |p: &[Sample], gpu: &str| {
+        series(p, names[2])
+            .iter()
+            .find(|s| s.label("gpu") == Some(gpu))
+            .map(|s| s.value)
+    };
+    let compare = |want: f64| {
+        for e in [&dcgm, &nvml] {
+            let p = e.scrape_until(30, |p| replays(p, "2") == Some(want));
+            assert_eq!(replays(&p, "2"), Some(want), "{}", e.stderr());
+        }
+        let (d, n) = (
+            families(&dcgm.get("/metrics").1),
+            families(&nvml.get("/metrics").1),
+        );
+        for name in names {
+            assert!(n.contains_key(name), "{name} missing from NVML's page");
+            assert_eq!(n.get(name), d.get(name), "{name}");
+        }
+    };
+    compare(0.0);
+    control(&ctl, "set 2 429 7");
+    control(&ctl, "set 5 409 3");
+    compare(7.0);
+    // Still following: a later change shows on both.
+    control(&ctl, "set 2 429 12");
+    compare(12.0);
+}
+
+/// The profiling ratios come from NVML's GPM where the GPU supports it (Hopper, as the
+/// H100 pages above); on an A100, which has no GPM, they are named at start and left out.
+#[test]
+fn profiling_ratios_are_left_out_where_no_gpu_has_gpm() {
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let page = e.scrape_until(10, |p| collections(p) >= 2.0);
+    assert!(collections(&page) >= 2.0);
+    let log = e.stderr();
+    for name in [
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+    ] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("skipping {name}:")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{name}:\n{log}");
+        assert!(lines[0].contains("GPM"), "{}", lines[0]);
+        assert!(series(&page, name).is_empty(), "{name} guessed");
+    }
+}
+
+/// GPM ratios follow the simulated GPUs over time as DCGM's profiling fields do, on whole
+/// GPUs and on the GPU instances of a Hopper GPU in MIG mode (`nvmlGpmMigSampleGet`).
+#[test]
+fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    // The mixed-MIG node as H100s: GPU 0 split into seven 1g.10gb instances.
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    let h100 = base.replace("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3");
+    assert_ne!(h100, base);
+    let mut p = h100;
+    for (id, v) in [
+        (1001, 0.75),
+        (1004, 0.25),
+        (1005, 0.5),
+        (1009, 1.0e9),
+        (1010, 2.0e9),
+        (1011, 3.0e9),
+        (1012, 5.5e9),
+    ] {
+        p.push_str(&format!(
+            "[[fields]]\nid = {id}\ngen = {{ kind = \"constant\", value = {v} }}\n"
+        ));
+    }
+    let profile = dir.path().join("h100-mig.toml");
+    std::fs::write(&profile, p).unwrap();
+    let csv = dir.path().join("prof.csv");
+    let mut rows = String::from("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
+    for f in [
+        "GR_ENGINE_ACTIVE",
+        "PIPE_TENSOR_ACTIVE",
+        "DRAM_ACTIVE",
+        "PCIE_TX_BYTES",
+        "PCIE_RX_BYTES",
+        "NVLINK_TX_BYTES",
+        "NVLINK_RX_BYTES",
+    ] {
+        rows.push_str(&format!("DCGM_FI_PROF_{f}, gauge, {f}\n"));
+    }
+    std::fs::write(&csv, rows).unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(&["-f", csv.to_str().unwrap()]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    let gr = |p: &[Sample], gpu: &str| {
+        series(p, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+            .iter()
+            .find(|s| s.label("gpu") == Some(gpu) && s.label("GPU_I_ID").is_none())
+            .map(|s| s.value)
+    };
+    let compare = |want: f64| {
+        for e in [&dcgm, &nvml] {
+            let p = e.scrape_until(30, |p| gr(p, "5") == Some(want));
+            assert_eq!(gr(&p, "5"), Some(want), "{}", e.stderr());
+        }
+        let (d, n) = (
+            families(&dcgm.get("/metrics").1),
+            families(&nvml.get("/metrics").1),
+        );
+        for name in [
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            "DCGM_FI_PROF_PCIE_RX_BYTES",
+            "DCGM_FI_PROF_NVLINK_TX_BYTES",
+            "DCGM_FI_PROF_NVLINK_RX_BYTES",
+        ] {
+            let series = &n
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} not from NVML"))
+                .1;
+            assert!(series.iter().any(|l| l.contains("gpu=\"5\"")), "{series:?}");
+            // The ratios: whole GPUs and MIG instances alike.
+            assert!(
+                name.contains("BYTES") || series.iter().any(|l| l.contains("GPU_I_ID=\"7\"")),
+                "{series:?}"
+            );
+            assert_eq!(n.get(name), d.get(name), "{name}");
+        }
+    };
+    compare(0.75);
+    control(&ctl, "set 5 1001 0.375");
+    compare(0.375);
+    control(&ctl, "set 5 1001 0.625");
+    compare(0.625);
+}
+
+/// An XID stays the latest value for good, but not on a GPU that fell off the bus: both
+/// backends stop serving it while the GPU's polled values fail, and serve it again once
+/// the GPU answers.
+#[test]
+fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap());
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    wait_for_page(&dcgm);
+    wait_for_page(&nvml);
+    control(&ctl, "xid 1 48");
+    let xid = |p: &[Sample]| {
+        series(p, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .find(|s| s.label("gpu") == Some("1"))
+            .map(|s| s.value)
+    };
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
+        assert_eq!(xid(&p), Some(48.0), "{}", e.stderr());
+    }
+    control(&ctl, "gpu_lost 1");
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p).is_none());
+        assert_eq!(xid(&p), None, "{}", dump(&p));
+        // The other GPU goes on.
+        assert!(!series(&p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    }
+    control(&ctl, "gpu_recovered 1");
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
+        assert_eq!(xid(&p), Some(48.0), "{}", dump(&p));
+    }
 }

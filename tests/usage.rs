@@ -3,6 +3,7 @@
 //! (`--proc-root`) whose `<pid>/cgroup` files name each pod. Two pods time-share GPU 0 at
 //! 60 % and 20 %, a third holds GPU 1 and never uses it; the sum rule is checked between
 //! scrapes, and a real Prometheus evaluates the idle recording rule on the exporter's output.
+//! The same accounting is checked with the core series from NVML (`--backend nvml`).
 //! Also: the rule files pass `promtool`, and bad flag values stop the start.
 
 mod support;
@@ -179,7 +180,18 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn time_shared_pods_get_their_shares_and_energy_and_an_unused_gpu_turns_idle() {
-    let n = node(&[]);
+    shares_energy_and_idle(&[]);
+}
+
+/// The same pods, processes and GPUs with the core series read from NVML (issue 31): the
+/// same consumers, shares and energy as on DCGM.
+#[test]
+fn usage_accounting_is_the_same_on_the_nvml_backend() {
+    shares_energy_and_idle(&["--backend", "nvml"]);
+}
+
+fn shares_energy_and_idle(extra: &[&str]) {
+    let n = node(extra);
     let e = &n.e;
     let energy = "DCGM_EXP_ENERGY_JOULES_TOTAL";
     // Both pods booked on a collection that had a previous energy reading.
@@ -187,6 +199,18 @@ fn time_shared_pods_get_their_shares_and_energy_and_an_unused_gpu_turns_idle() {
         value(s, energy, "0", Some("trainer-a")).is_some_and(|v| v > 0.0)
             && value(s, energy, "0", Some("notebook-b")).is_some_and(|v| v > 0.0)
     });
+    // The backend asked for served the page.
+    let backend = if extra.contains(&"nvml") {
+        "nvml"
+    } else {
+        "dcgm"
+    };
+    assert!(
+        series(&first, "dcgm_exporter_backend")
+            .iter()
+            .any(|s| s.label("backend") == Some(backend) && s.value == 1.0),
+        "not served by {backend}"
+    );
     let share = |p: &[Sample], pod: &str| value(p, "DCGM_EXP_UTIL_SHARE", "0", Some(pod));
     assert_eq!(share(&first, "trainer-a"), Some(60.0), "{}", e.stderr());
     assert_eq!(share(&first, "notebook-b"), Some(20.0));

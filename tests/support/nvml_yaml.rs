@@ -35,6 +35,8 @@ pub struct Gpu {
     pub ecc_aggregate: (u64, u64),
     /// Remapped rows: (correctable, uncorrectable, pending, failure).
     pub remapped_rows: (u64, u64, u64, u64),
+    /// All links' NVLink error totals: flit CRC, data CRC, replay, recovery.
+    pub nvlink_errors: (u64, u64, u64, u64),
     /// State of each NVLink (true: up); empty means no NVLink.
     pub nvlinks: Vec<bool>,
     /// NVML's P2P status (`nvmlGpuP2PStatus_t`, 0 OK) over NVLink to every other GPU; `None`
@@ -101,6 +103,7 @@ impl Default for Gpu {
             ecc_volatile: (0, 0),
             ecc_aggregate: (0, 0),
             remapped_rows: (0, 0, 0, 0),
+            nvlink_errors: (0, 0, 0, 0),
             nvlinks: Vec::new(),
             p2p: None,
             clocks_event_reasons: 1,
@@ -470,6 +473,10 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
         fv(30, 3, 0),                          // NVML_FI_DEV_RETIRED_DBE
         fv(31, 3, 0),                          // NVML_FI_DEV_RETIRED_PENDING
         fv(94, 3, g.pcie_replays),             // NVML_FI_DEV_PCIE_REPLAY_COUNTER
+        fv(38, 3, g.nvlink_errors.0),          // NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+        fv(45, 3, g.nvlink_errors.1),          // NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+        fv(52, 3, g.nvlink_errors.2),          // NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+        fv(59, 3, g.nvlink_errors.3),          // NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
         fv(138, 3, 0),                         // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
         fv(139, 3, 0),                         // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
         fv(142, 1, g.remapped_rows.0),         // NVML_FI_DEV_REMAPPED_COR

@@ -502,6 +502,43 @@ impl Node {
         self.gpus.get_mut(id as usize)
     }
 
+    /// The DCGM entity of a MIG instance named by NVML ids (as an XID event names it): GPU
+    /// instance `gi` of GPU `gpu`, or its compute instance `ci`.
+    pub fn instance_entity(&self, gpu: u32, gi: u32, ci: Option<u32>) -> Option<(u32, u32)> {
+        let i = self
+            .gpu(gpu)?
+            .instances()
+            .iter()
+            .find(|i| i.nvml_id == gi)?;
+        match ci {
+            None => Some((FE_GPU_I, i.entity_id)),
+            Some(ci) => i
+                .cis
+                .iter()
+                .find(|c| c.nvml_id == ci)
+                .map(|c| (FE_GPU_CI, c.entity_id)),
+        }
+    }
+
+    /// The reverse of [`Node::instance_entity`]: (GPU, NVML GPU-instance id, NVML
+    /// compute-instance id) of an entity, `None` for the ids a GPU-level entity lacks.
+    pub fn nvml_ids(&self, (group, id): (u32, u32)) -> Option<(u32, Option<u32>, Option<u32>)> {
+        if group == FE_GPU {
+            return self.gpu(id).map(|g| (g.id, None, None));
+        }
+        self.gpus.iter().find_map(|g| {
+            g.instances().iter().find_map(|i| match group {
+                FE_GPU_I if i.entity_id == id => Some((g.id, Some(i.nvml_id), None)),
+                FE_GPU_CI => i
+                    .cis
+                    .iter()
+                    .find(|c| c.entity_id == id)
+                    .map(|c| (g.id, Some(i.nvml_id), Some(c.nvml_id))),
+                _ => None,
+            })
+        })
+    }
+
     /// The objects behind an (entity group, entity id) pair, if it exists.
     pub fn resolve(&self, (group, id): (u32, u32)) -> Option<Ent<'_>> {
         match group {

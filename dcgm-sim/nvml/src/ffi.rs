@@ -16,6 +16,7 @@ pub const ERROR_INVALID_ARGUMENT: Return = 2;
 pub const ERROR_NOT_SUPPORTED: Return = 3;
 pub const ERROR_NOT_FOUND: Return = 6;
 pub const ERROR_INSUFFICIENT_SIZE: Return = 7;
+pub const ERROR_TIMEOUT: Return = 10;
 pub const ERROR_GPU_IS_LOST: Return = 15;
 pub const ERROR_ARGUMENT_VERSION_MISMATCH: Return = 25;
 pub const ERROR_UNKNOWN: Return = 999;
@@ -177,6 +178,72 @@ impl FieldValue {
     }
 }
 
+/// `nvmlEventSet_t`: an opaque pointer (`struct nvmlEventSet_st *`).
+pub type EventSet = *mut c_void;
+
+/// `nvmlEventTypeXidCriticalError`: the one event type the simulator raises.
+pub const EVENT_TYPE_XID_CRITICAL_ERROR: c_ulonglong = 0x8;
+
+/// `nvmlEventData_t`: what `nvmlEventSetWait_v2` fills. `gpu_instance_id` and
+/// `compute_instance_id` are [`NO_INSTANCE`] where the event is not attributed to a MIG
+/// instance.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct EventData {
+    pub device: Device,
+    pub event_type: c_ulonglong,
+    pub event_data: c_ulonglong,
+    pub gpu_instance_id: c_uint,
+    pub compute_instance_id: c_uint,
+}
+
+/// `nvmlGpmSample_t`: an opaque pointer (`struct nvmlGpmSample_st *`).
+pub type GpmSample = *mut c_void;
+
+/// `NVML_GPM_METRIC_MAX`: the length of `nvmlGpmMetricsGet_t::metrics`.
+pub const GPM_METRIC_MAX: usize = 210;
+/// `NVML_GPM_METRICS_GET_VERSION`, `NVML_GPM_SUPPORT_VERSION`.
+pub const GPM_METRICS_GET_VERSION: c_uint = 1;
+pub const GPM_SUPPORT_VERSION: c_uint = 1;
+
+/// `nvmlGpmMetric_t::metricInfo`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GpmMetricInfo {
+    pub short_name: *mut c_char,
+    pub long_name: *mut c_char,
+    pub unit: *mut c_char,
+}
+
+/// `nvmlGpmMetric_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GpmMetric {
+    pub metric_id: c_uint,
+    pub nvml_return: Return,
+    pub value: f64,
+    pub metric_info: GpmMetricInfo,
+}
+
+/// `nvmlGpmMetricsGet_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GpmMetricsGet {
+    pub version: c_uint,
+    pub num_metrics: c_uint,
+    pub sample1: GpmSample,
+    pub sample2: GpmSample,
+    pub metrics: [GpmMetric; GPM_METRIC_MAX],
+}
+
+/// `nvmlGpmSupport_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct GpmSupport {
+    pub version: c_uint,
+    pub is_supported_device: c_uint,
+}
+
 /// Sizes and offsets as a C compiler lays out the header's structs on LP64 Linux.
 const _: () = {
     use std::mem::{offset_of, size_of};
@@ -206,4 +273,13 @@ const _: () = {
     assert!(offset_of!(FieldValue, value_type) == 24);
     assert!(offset_of!(FieldValue, nvml_return) == 28);
     assert!(offset_of!(FieldValue, value) == 32);
+    assert!(size_of::<EventData>() == 32);
+    assert!(offset_of!(EventData, event_data) == 16);
+    assert!(offset_of!(EventData, gpu_instance_id) == 24);
+    assert!(offset_of!(EventData, compute_instance_id) == 28);
+    assert!(size_of::<GpmMetric>() == 40);
+    assert!(offset_of!(GpmMetric, value) == 8);
+    assert!(size_of::<GpmMetricsGet>() == 24 + 40 * GPM_METRIC_MAX);
+    assert!(offset_of!(GpmMetricsGet, metrics) == 24);
+    assert!(size_of::<GpmSupport>() == 8);
 };

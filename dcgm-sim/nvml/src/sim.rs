@@ -66,6 +66,11 @@ impl<'a> Dev<'a> {
     }
 }
 
+/// The handle of a whole GPU.
+pub fn gpu_handle(gpu: u32) -> usize {
+    handle_of(gpu, 0)
+}
+
 fn handle_of(gpu: u32, slot: u32) -> usize {
     HANDLE_BASE | (gpu as usize) << 8 | slot as usize
 }
@@ -92,7 +97,61 @@ pub struct Sim {
     pub hang_mig_lookup: bool,
     /// nvmlInit calls not yet matched by nvmlShutdown.
     pub refcount: u32,
+    /// Event sets by id (`nvmlEventSetCreate`).
+    event_sets: BTreeMap<usize, EventSetState>,
+    next_event_set: usize,
+    /// GPM samples by id (`nvmlGpmSampleAlloc`), each empty until taken.
+    gpm_samples: BTreeMap<usize, Option<GpmTaken>>,
+    next_gpm_sample: usize,
 }
+
+/// A GPM sample taken (`nvmlGpmSampleGet`, `nvmlGpmMigSampleGet`): of which entity, when.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct GpmTaken {
+    entity: (u32, u32),
+    at_us: i64,
+}
+
+/// GPM sample handles, tagged like the others.
+const GPM_SAMPLE_BASE: usize = 0x6e76_6700_0000;
+
+/// NVML GPM metric id -> the profiling field the simulated DCGM reads for it
+/// (`DcgmFieldIdToNvmlGpmMetricId` in DCGM's dcgm_fields.cpp) and the factor from DCGM's
+/// unit to GPM's: GPM answers percent where DCGM's fields are ratios, MiB/s where DCGM's
+/// are bytes/s (DCGM multiplies by 2^20 again, `DCGM_FIELD_ID_IS_GPM_MIB_BANDWIDTH`).
+const GPM_METRICS: [(u32, u16, f64); 9] = [
+    (1, 1001, 100.0),              // NVML_GPM_METRIC_GRAPHICS_UTIL
+    (2, 1002, 100.0),              // NVML_GPM_METRIC_SM_UTIL
+    (3, 1003, 100.0),              // NVML_GPM_METRIC_SM_OCCUPANCY
+    (5, 1004, 100.0),              // NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    (10, 1005, 100.0),             // NVML_GPM_METRIC_DRAM_BW_UTIL
+    (20, 1009, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    (21, 1010, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    (60, 1012, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+    (61, 1011, 1.0 / 1_048_576.0), // NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
+];
+
+/// An event set: per GPU registered for XIDs, the first entry of the model's XID log
+/// (`FaultState::xids`, shared with the simulated DCGM) it hears of, as a driver tells a
+/// set only of events after its registration; and how far the set has been read.
+#[derive(Default)]
+struct EventSetState {
+    gpus: BTreeMap<u32, usize>,
+    cursor: usize,
+}
+
+/// One XID event as `nvmlEventSetWait_v2` reports it: on the physical GPU, attributed to a
+/// GPU instance and compute instance (NVML ids) where the XID hit one.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct XidEvent {
+    pub gpu: u32,
+    pub xid: i64,
+    pub gpu_instance: Option<u32>,
+    pub compute_instance: Option<u32>,
+}
+
+/// Event-set handles are tagged like device handles, with a tag of their own.
+const EVENT_SET_BASE: usize = 0x6e76_6500_0000;
 
 impl Sim {
     /// The node of `DCGM_SIM_PROFILE` (or dcgm-sim's built-in one), following
@@ -126,6 +185,10 @@ impl Sim {
             mig_lookup: profile.nvml.mig_lookup,
             hang_mig_lookup: profile.nvml.hang_mig_lookup,
             refcount: 0,
+            event_sets: BTreeMap::new(),
+            next_event_set: 0,
+            gpm_samples: BTreeMap::new(),
+            next_gpm_sample: 0,
         }
     }
 
@@ -226,6 +289,11 @@ impl Sim {
         // value calls read the same readings.
         match fault {
             Fault::Xid { gpu, xid } if *gpu < gpus => faults.xids.push(((FE_GPU, *gpu), at, *xid)),
+            Fault::InstanceXid { gpu, gi, ci, xid } => {
+                if let Some(e) = self.world.node.instance_entity(*gpu, *gi, *ci) {
+                    faults.xids.push((e, at, *xid));
+                }
+            }
             Fault::ClockEvent { gpu, reasons } if *gpu < gpus => {
                 faults.add_clock_event(*gpu, at, *reasons)
             }
@@ -318,6 +386,147 @@ impl Sim {
         }
         if !found {
             eprintln!("nvml-sim: no process {pid} runs (control line ignored)");
+        }
+    }
+
+    /// A new, empty event set's handle.
+    pub fn create_event_set(&mut self) -> usize {
+        let id = self.next_event_set;
+        self.next_event_set += 1;
+        self.event_sets.insert(id, EventSetState::default());
+        EVENT_SET_BASE | id
+    }
+
+    fn event_set_id(&self, handle: usize) -> Result<usize, Return> {
+        let id = handle & !HANDLE_TAG_MASK;
+        if handle & HANDLE_TAG_MASK != EVENT_SET_BASE || !self.event_sets.contains_key(&id) {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        Ok(id)
+    }
+
+    pub fn check_event_set(&self, handle: usize) -> Result<(), Return> {
+        self.event_set_id(handle).map(|_| ())
+    }
+
+    pub fn free_event_set(&mut self, handle: usize) -> Result<(), Return> {
+        let id = self.event_set_id(handle)?;
+        self.event_sets.remove(&id);
+        Ok(())
+    }
+
+    /// Registers a whole GPU's XIDs with a set: XIDs from now on are reported.
+    pub fn register_xids(&mut self, handle: usize, gpu: u32) -> Result<(), Return> {
+        let id = self.event_set_id(handle)?;
+        let from = self.world.faults.xids.len();
+        if let Some(set) = self.event_sets.get_mut(&id) {
+            set.gpus.entry(gpu).or_insert(from);
+        }
+        Ok(())
+    }
+
+    /// The set's next unread XID event, if one happened.
+    pub fn next_event(&mut self, handle: usize) -> Result<Option<XidEvent>, Return> {
+        let id = self.event_set_id(handle)?;
+        let Some(set) = self.event_sets.get_mut(&id) else {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        };
+        let log = &self.world.faults.xids;
+        while set.cursor < log.len() {
+            let (entity, _, xid) = log[set.cursor];
+            let at = set.cursor;
+            set.cursor += 1;
+            // An instance that a reconfiguration removed since is no longer named.
+            let Some((gpu, gi, ci)) = self.world.node.nvml_ids(entity) else {
+                continue;
+            };
+            if set.gpus.get(&gpu).is_some_and(|&from| at >= from) {
+                return Ok(Some(XidEvent {
+                    gpu,
+                    xid,
+                    gpu_instance: gi,
+                    compute_instance: ci,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// GPM on a GPU: Hopper and newer (compute capability 9.0+) where the node has the
+    /// profiling metrics DCGM serves.
+    pub fn gpm_supported(&self, gpu: &Gpu) -> bool {
+        gpu.compute_capability >= 90 && self.world.node.dcp
+    }
+
+    pub fn gpm_alloc(&mut self) -> usize {
+        let id = self.next_gpm_sample;
+        self.next_gpm_sample += 1;
+        self.gpm_samples.insert(id, None);
+        GPM_SAMPLE_BASE | id
+    }
+
+    fn gpm_id(&self, handle: usize) -> Result<usize, Return> {
+        let id = handle & !HANDLE_TAG_MASK;
+        if handle & HANDLE_TAG_MASK != GPM_SAMPLE_BASE || !self.gpm_samples.contains_key(&id) {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        Ok(id)
+    }
+
+    pub fn gpm_free(&mut self, handle: usize) -> Result<(), Return> {
+        let id = self.gpm_id(handle)?;
+        self.gpm_samples.remove(&id);
+        Ok(())
+    }
+
+    /// Takes a sample of a whole GPU (`gi: None`) or of its GPU instance with NVML id `gi`.
+    pub fn gpm_take(&mut self, handle: usize, gpu: u32, gi: Option<u32>) -> Result<(), Return> {
+        let id = self.gpm_id(handle)?;
+        let g = self
+            .world
+            .node
+            .gpu(gpu)
+            .ok_or(ffi::ERROR_INVALID_ARGUMENT)?;
+        if !self.gpm_supported(g) {
+            return Err(ffi::ERROR_NOT_SUPPORTED);
+        }
+        let entity = match gi {
+            None => (FE_GPU, gpu),
+            Some(gi) => self
+                .world
+                .node
+                .instance_entity(gpu, gi, None)
+                .ok_or(ffi::ERROR_INVALID_ARGUMENT)?,
+        };
+        let taken = GpmTaken {
+            entity,
+            at_us: now_us() as i64,
+        };
+        self.gpm_samples.insert(id, Some(taken));
+        Ok(())
+    }
+
+    /// One metric between two samples of the same entity: the simulated DCGM's reading of
+    /// its field at the later sample, in GPM's unit; NOT_SUPPORTED for a metric not modelled.
+    pub fn gpm_metric(&self, s1: usize, s2: usize, metric: u32) -> Result<f64, Return> {
+        use dcgm_sim_model::generator::{FP64_BLANK, INT64_BLANK};
+        let taken = |h: usize| -> Result<GpmTaken, Return> {
+            let id = self.gpm_id(h)?;
+            self.gpm_samples[&id].ok_or(ffi::ERROR_INVALID_ARGUMENT)
+        };
+        let (a, b) = (taken(s1)?, taken(s2)?);
+        if a.entity != b.entity || b.at_us <= a.at_us {
+            return Err(ffi::ERROR_INVALID_ARGUMENT);
+        }
+        let &(_, field, factor) = GPM_METRICS
+            .iter()
+            .find(|m| m.0 == metric)
+            .ok_or(ffi::ERROR_NOT_SUPPORTED)?;
+        let meta = dcgm_sim_model::fields::by_id(field).ok_or(ffi::ERROR_NOT_SUPPORTED)?;
+        match self.world.read(b.entity, meta, b.at_us, a.at_us).0 {
+            dcgm_sim_model::Value::Double(d) if d < FP64_BLANK => Ok(d * factor),
+            dcgm_sim_model::Value::Int64(i) if i < INT64_BLANK => Ok(i as f64 * factor),
+            _ => Err(ffi::ERROR_NOT_SUPPORTED),
         }
     }
 

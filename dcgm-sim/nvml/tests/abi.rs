@@ -420,3 +420,201 @@ fn a_bad_profile_fails_init_and_leaves_the_library_uninitialised() {
     assert_eq!(nvml.call0("nvmlShutdown"), UNINITIALIZED);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct EventData {
+    device: Device,
+    event_type: u64,
+    event_data: u64,
+    gpu_instance_id: c_uint,
+    compute_instance_id: c_uint,
+}
+
+const TIMEOUT: c_uint = 10;
+const XID_EVENT: u64 = 0x8;
+const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
+
+/// XID control lines, as dcgm-sim takes them, reach registered event sets as
+/// `nvmlEventTypeXidCriticalError` events on the physical GPU, attributed to the MIG
+/// instance the line names; GPUs not registered, and XIDs before registering, raise none.
+#[test]
+fn xid_control_lines_are_events_of_the_sets_that_registered_their_gpu() {
+    let _l = lock();
+    use_profile("a100-mixed-mig.toml");
+    let control = std::env::temp_dir().join(format!("nvml-sim-events-{}", std::process::id()));
+    std::fs::write(&control, "xid 1 31\n").unwrap();
+    std::env::set_var("DCGM_SIM_CONTROL", &control);
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    std::env::remove_var("DCGM_SIM_CONTROL");
+    type Set = *mut c_void;
+    let create = nvml.sym::<unsafe extern "C" fn(*mut Set) -> c_uint>("nvmlEventSetCreate");
+    let register =
+        nvml.sym::<unsafe extern "C" fn(Device, u64, Set) -> c_uint>("nvmlDeviceRegisterEvents");
+    let supported = nvml.sym::<unsafe extern "C" fn(Device, *mut u64) -> c_uint>(
+        "nvmlDeviceGetSupportedEventTypes",
+    );
+    let wait = nvml
+        .sym::<unsafe extern "C" fn(Set, *mut EventData, c_uint) -> c_uint>("nvmlEventSetWait_v2");
+    let free = nvml.sym::<unsafe extern "C" fn(Set) -> c_uint>("nvmlEventSetFree");
+    let (d0, d1) = (nvml.handle(0), nvml.handle(1));
+    let mut set: Set = std::ptr::null_mut();
+    let mut types = 0u64;
+    let mut ev = EventData {
+        device: std::ptr::null_mut(),
+        event_type: 0,
+        event_data: 0,
+        gpu_instance_id: 0,
+        compute_instance_id: 0,
+    };
+    // SAFETY: every call has the signature nvml.h declares, with valid pointers.
+    unsafe {
+        assert_eq!(create(std::ptr::null_mut()), INVALID_ARGUMENT);
+        assert_eq!(create(&mut set), SUCCESS);
+        assert_eq!(supported(d0, &mut types), SUCCESS);
+        assert_eq!(types, XID_EVENT);
+        // An event type the GPU does not raise: refused, as nvml.h says.
+        assert_eq!(register(d0, XID_EVENT | 0x1, set), NOT_SUPPORTED);
+        assert_eq!(register(d0, XID_EVENT, set), SUCCESS);
+        assert_eq!(register(d1, XID_EVENT, set), SUCCESS);
+        // GPU 1's XID 31 came before the registration.
+        assert_eq!(wait(set, &mut ev, 0), TIMEOUT);
+        std::fs::write(
+            &control,
+            "xid 1 31\nxid 2 48\nxid 1 13\nxid 0/7 43\nxid 0/7/0 95\n",
+        )
+        .unwrap();
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!(
+            (ev.device, ev.event_type, ev.event_data),
+            (d1, XID_EVENT, 13),
+            "GPU 2 is not registered"
+        );
+        assert_eq!(
+            (ev.gpu_instance_id, ev.compute_instance_id),
+            (NO_INSTANCE, NO_INSTANCE)
+        );
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!((ev.device, ev.event_data), (d0, 43));
+        assert_eq!(
+            (ev.gpu_instance_id, ev.compute_instance_id),
+            (7, NO_INSTANCE)
+        );
+        assert_eq!(wait(set, &mut ev, 0), SUCCESS);
+        assert_eq!((ev.device, ev.event_data), (d0, 95));
+        assert_eq!((ev.gpu_instance_id, ev.compute_instance_id), (7, 0));
+        assert_eq!(wait(set, &mut ev, 0), TIMEOUT);
+        // A wait with a timeout returns the event that arrives during it.
+        let later = control.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(later)
+                .unwrap();
+            std::io::Write::write_all(&mut f, b"xid 0 79\n").unwrap();
+        });
+        assert_eq!(wait(set, &mut ev, 30_000), SUCCESS);
+        writer.join().unwrap();
+        assert_eq!((ev.device, ev.event_data), (d0, 79));
+        assert_eq!(free(set), SUCCESS);
+        assert_eq!(wait(set, &mut ev, 0), INVALID_ARGUMENT);
+        assert_eq!(free(set), INVALID_ARGUMENT);
+    }
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+    let _ = std::fs::remove_file(control);
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GpmMetric {
+    metric_id: c_uint,
+    nvml_return: c_uint,
+    value: f64,
+    info: [*mut c_char; 3],
+}
+
+#[repr(C)]
+struct GpmMetricsGet {
+    version: c_uint,
+    num_metrics: c_uint,
+    sample1: *mut c_void,
+    sample2: *mut c_void,
+    metrics: [GpmMetric; 210],
+}
+
+/// GPM as nvml.h specifies it: support per device and struct version, samples allocated,
+/// taken and freed, each metric with its own return code, the simulated DCGM's profiling
+/// ratio as a percent between two samples of the same GPU.
+#[test]
+fn gpm_samples_and_metrics_follow_nvml_h() {
+    let _l = lock();
+    use_profile("units-fixed.toml");
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    type Sample = *mut c_void;
+    let support = nvml.sym::<unsafe extern "C" fn(Device, *mut [c_uint; 2]) -> c_uint>(
+        "nvmlGpmQueryDeviceSupport",
+    );
+    let alloc = nvml.sym::<unsafe extern "C" fn(*mut Sample) -> c_uint>("nvmlGpmSampleAlloc");
+    let take = nvml.sym::<unsafe extern "C" fn(Device, Sample) -> c_uint>("nvmlGpmSampleGet");
+    let free = nvml.sym::<unsafe extern "C" fn(Sample) -> c_uint>("nvmlGpmSampleFree");
+    let get = nvml.sym::<unsafe extern "C" fn(*mut GpmMetricsGet) -> c_uint>("nvmlGpmMetricsGet");
+    let d0 = nvml.handle(0);
+    let (mut s1, mut s2): (Sample, Sample) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: every call has the signature nvml.h declares, with valid pointers.
+    unsafe {
+        let mut sup = [2, 0];
+        assert_eq!(support(d0, &mut sup), ARGUMENT_VERSION_MISMATCH);
+        sup = [1, 0];
+        assert_eq!(support(d0, &mut sup), SUCCESS);
+        assert_eq!(sup, [1, 1], "an H100 has GPM");
+        assert_eq!(alloc(&mut s1), SUCCESS);
+        assert_eq!(alloc(&mut s2), SUCCESS);
+        assert_eq!(take(d0, s1), SUCCESS);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(take(d0, s2), SUCCESS);
+        let mut req = GpmMetricsGet {
+            version: 1,
+            num_metrics: 3,
+            sample1: s1,
+            sample2: s2,
+            metrics: [GpmMetric {
+                metric_id: 0,
+                nvml_return: 0,
+                value: 0.0,
+                info: [std::ptr::null_mut(); 3],
+            }; 210],
+        };
+        // GRAPHICS_UTIL and ANY_TENSOR_UTIL (the profile's 0.75 and 0.25), and one metric
+        // the simulator does not model.
+        for (m, id) in req.metrics.iter_mut().zip([1, 5, 150]) {
+            m.metric_id = id;
+        }
+        assert_eq!(get(&mut req), SUCCESS);
+        assert_eq!(
+            (req.metrics[0].nvml_return, req.metrics[0].value),
+            (SUCCESS, 75.0)
+        );
+        assert_eq!(
+            (req.metrics[1].nvml_return, req.metrics[1].value),
+            (SUCCESS, 25.0)
+        );
+        assert_eq!(req.metrics[2].nvml_return, NOT_SUPPORTED);
+        // Samples in the wrong order, a wrong version: the request is refused.
+        req.sample1 = s2;
+        req.sample2 = s1;
+        assert_eq!(get(&mut req), INVALID_ARGUMENT);
+        req.sample1 = s1;
+        req.sample2 = s2;
+        req.version = 2;
+        assert_eq!(get(&mut req), ARGUMENT_VERSION_MISMATCH);
+        assert_eq!(free(s1), SUCCESS);
+        assert_eq!(free(s1), INVALID_ARGUMENT);
+        req.version = 1;
+        assert_eq!(get(&mut req), INVALID_ARGUMENT, "a freed sample");
+        assert_eq!(free(s2), SUCCESS);
+    }
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+}

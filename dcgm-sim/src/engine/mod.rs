@@ -415,16 +415,7 @@ impl Engine {
 
     /// The entity of GPU `gpu`'s GPU instance `gi` (NVML id), or of its compute instance `ci`.
     fn instance_entity(&self, gpu: u32, gi: u32, ci: Option<u32>) -> Option<(u32, u32)> {
-        let g = self.world.node.gpu(gpu)?;
-        let i = g.instances().iter().find(|i| i.nvml_id == gi)?;
-        match ci {
-            None => Some((FE_GPU_I, i.entity_id)),
-            Some(ci) => i
-                .cis
-                .iter()
-                .find(|c| c.nvml_id == ci)
-                .map(|c| (FE_GPU_CI, c.entity_id)),
-        }
+        self.world.node.instance_entity(gpu, gi, ci)
     }
 
     fn reconfigure_mig(&mut self, gpu: u32, instances: &[String]) {

@@ -2,14 +2,17 @@
 //! series read straight from the driver's NVML (`libnvidia-ml.so.1`, loaded at run time
 //! through `nvml-wrapper`), into the same page, with the same names, labels, types and units
 //! as the DCGM collector gives for the same counters CSV. Which field comes from which call,
-//! converted how, is `table.rs`; a CSV row NVML cannot answer (a field not in the table, a
-//! `DCGM_EXP_*` metric computed from DCGM's sample history, a profiling field) is left out
-//! with one start-up line naming it.
+//! converted how, is `table.rs`; XIDs come from NVML events (`events.rs`), the profiling
+//! activity ratios from GPM samples (`gpm.rs`). A CSV row NVML cannot answer (a field not
+//! in the table, a `DCGM_EXP_*` metric computed from DCGM's sample history, XIDs or GPM
+//! where NVML has none) is left out with one start-up line naming it.
 //!
 //! NVML has no watches and no sample cache: each collection asks the driver for the current
 //! value, so every value on the page was read during that collection.
 
 mod discover;
+mod events;
+mod gpm;
 pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
@@ -58,6 +61,10 @@ pub struct NvmlCollector {
     unmatched: Vec<String>,
     low_cardinality: Option<info::LowCardinality>,
     info: Option<Page>,
+    /// XID events, when a counter asks for DCGM_FI_DEV_XID_ERRORS and NVML raises them.
+    xids: Option<events::Xids>,
+    /// GPM samples, when a counter asks for a profiling ratio and a GPU supports GPM.
+    gpm: Option<gpm::Gpm>,
 }
 
 /// One call's answer: up to four numbers (see [`Call`]) or a text.
@@ -88,10 +95,29 @@ impl NvmlCollector {
                 c.name
             );
         }
-        let set = plan
-            .into_iter()
-            .find(|s| s.kind == Kind::Gpu)
-            .and_then(|s| answerable(s, &counters));
+        let gpu_set = plan.into_iter().find(|s| s.kind == Kind::Gpu);
+        let xids = start_for(
+            &counters,
+            gpu_set.as_ref(),
+            |c| c == Call::XidEvent,
+            "NVML raises no XID events here",
+            || events::Xids::start(nvml.clone(), &topology),
+        );
+        let gpm = start_for(
+            &counters,
+            gpu_set.as_ref(),
+            |c| matches!(c, Call::Gpm(_)),
+            "no GPU answers NVML GPM metrics",
+            || gpm::Gpm::start(nvml.clone(), &topology),
+        );
+        let (xid_ok, gpm_ok) = (xids.is_ok(), gpm.is_ok());
+        let set = gpu_set.and_then(|s| {
+            answerable(s, &counters, |c| match c {
+                Call::XidEvent => xid_ok,
+                Call::Gpm(_) => gpm_ok,
+                _ => true,
+            })
+        });
         let unmatched = targets::unmatched(&topology, &opts)?;
         for n in &unmatched {
             tracing::warn!("{n}");
@@ -115,6 +141,8 @@ impl NvmlCollector {
             unmatched,
             low_cardinality,
             info: None,
+            xids: xids.ok().flatten(),
+            gpm: gpm.ok().flatten(),
         })
     }
 
@@ -182,14 +210,19 @@ impl NvmlCollector {
                 return Err(format!("NVML answers for no GPU: {e}"));
             }
         }
-        fill(
-            &self.counters,
-            active,
-            &mut answers,
-            &self.nvml,
-            &csv_labels,
-            page,
-        );
+        if let Some(x) = &mut self.xids {
+            x.read(&self.topology);
+        }
+        if let Some(g) = &mut self.gpm {
+            let rows: Vec<&Row> = active.value_rows.iter().map(|&(_, r)| r).collect();
+            g.sample(&active.set.targets, &rows, &mut answers);
+        }
+        let ask = Ask {
+            nvml: &self.nvml,
+            answers: &mut answers,
+            xids: self.xids.as_ref(),
+        };
+        fill(&self.counters, active, ask, &csv_labels, page);
         page.oldest_sample_us = Some(now_us());
         self.info = self.info_page(&csv_labels);
         Ok(())
@@ -205,24 +238,44 @@ impl NvmlCollector {
     }
 }
 
+/// What a collection reads values from: NVML calls, answered once each, and XID events.
+struct Ask<'a> {
+    nvml: &'a Nvml,
+    answers: &'a mut Answers,
+    xids: Option<&'a events::Xids>,
+}
+
 /// Turns the value rows into series, in the DCGM collector's order.
 fn fill(
     counters: &Counters,
     active: &ActiveSet,
-    answers: &mut Answers,
-    nvml: &Nvml,
+    ask: Ask<'_>,
     csv_labels: &HashMap<Entity, Vec<(String, String)>>,
     page: &mut Page,
 ) {
+    let Ask {
+        nvml,
+        answers,
+        xids,
+    } = ask;
     let target_labels: Vec<Vec<(&str, &str)>> = active
         .set
         .targets
         .iter()
         .map(|t| t.labels_with(csv_labels))
         .collect();
+    let alive = alive(active, answers, nvml);
     for &(i, row) in &active.value_rows {
         let c = &counters.all[i];
-        for (t, own) in active.set.targets.iter().zip(&target_labels) {
+        for ((t, own), alive) in active.set.targets.iter().zip(&target_labels).zip(&alive) {
+            if row.call == Call::XidEvent {
+                xid_series(c, t.entity, own, *alive, xids, page);
+                continue;
+            }
+            if matches!(row.call, Call::Gpm(_)) && !gpm::answers_for(t, row) {
+                page.drop_field_value(&c.name, DropReason::Sentinel, "not_supported");
+                continue;
+            }
             let value = match answers.get(nvml, t, row) {
                 Ok(Answer::Numbers(n)) => match pick(row, &n) {
                     Some(v) => v,
@@ -251,10 +304,60 @@ fn fill(
     }
 }
 
+/// Per target, whether it answered a polled value in this collection (or has none to
+/// answer). As on the DCGM backend (`freshness.rs`), an XID, which stays the latest value
+/// for good, is served only for an entity that is alive: not for a GPU fallen off the bus.
+fn alive(active: &ActiveSet, answers: &mut Answers, nvml: &Nvml) -> Vec<bool> {
+    let polled: Vec<&Row> = active
+        .value_rows
+        .iter()
+        .map(|&(_, r)| r)
+        .filter(|r| r.call != Call::XidEvent)
+        .collect();
+    active
+        .set
+        .targets
+        .iter()
+        .map(|t| {
+            polled.is_empty()
+                || polled
+                    .iter()
+                    .any(|r| matches!(answers.get(nvml, t, r), Ok(Answer::Numbers(_))))
+        })
+        .collect()
+}
+
+/// DCGM_FI_DEV_XID_ERRORS of one target: its latest XID, labelled with the XID and its
+/// description as the DCGM collector labels it; none before the first XID (DCGM: blank).
+fn xid_series(
+    c: &crate::config::counters::Counter,
+    entity: Entity,
+    own: &[(&str, &str)],
+    alive: bool,
+    xids: Option<&events::Xids>,
+    page: &mut Page,
+) {
+    let Some(xid) = xids.and_then(|x| x.last(entity)) else {
+        page.drop_field_value(&c.name, DropReason::Sentinel, "blank");
+        return;
+    };
+    if !alive {
+        page.drop_field_value(&c.name, DropReason::Stale, "stale");
+        return;
+    }
+    let code = xid.to_string();
+    let mut labels = own.to_vec();
+    labels.push(("err_code", &code));
+    labels.push(("err_msg", crate::collect::xid::describe(xid)));
+    page.add(&c.name, &c.help, c.prom_type, &labels, xid as f64);
+}
+
 /// The field's number from a call's answer, converted as DCGM does; `None` where DCGM
 /// has none (a used ratio of a device with no memory to use).
 fn pick(row: &Row, n: &[f64; 4]) -> Option<f64> {
     let raw = match row.pick {
+        // NaN: no value (a GPM metric before its second sample; DCGM: blank).
+        Pick::At(i) if n[i].is_nan() => return None,
         Pick::At(i) => n[i],
         Pick::UsedRatio => {
             let usable = n[0] - n[3];
@@ -269,7 +372,7 @@ fn pick(row: &Row, n: &[f64; 4]) -> Option<f64> {
 
 /// What a call is asked of: the system, a GPU by NVML index, or a MIG GPU instance (GPU
 /// index, NVML GPU-instance id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum On {
     System,
     Gpu(u32),
@@ -375,6 +478,9 @@ fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
         }
         Call::ClocksEventReasons => one(d.current_throttle_reasons()?.bits()),
         Call::FieldValue(id) => field_value(&d, id),
+        // Events, read by `events::Xids`, and GPM metrics, answered by `gpm::Gpm` before
+        // any row is read: never asked.
+        Call::XidEvent | Call::Gpm(_) => Err(NvmlError::NotSupported),
     }
 }
 
@@ -409,7 +515,11 @@ fn legacy_units(counters: &Counters) -> Counters {
 }
 
 /// The GPU set's rows NVML can answer; each other row is named once at start and left out.
-fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
+fn answerable(
+    mut set: WatchSet,
+    counters: &Counters,
+    available: impl Fn(Call) -> bool,
+) -> Option<ActiveSet> {
     let mut named = std::collections::HashSet::new();
     let mut rows = Vec::new();
     for &i in &set.counters {
@@ -418,6 +528,9 @@ fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
             continue;
         };
         match table::lookup(meta.id) {
+            Some(row) if !available(row.call) => {
+                // Named by `start_for`, which says why.
+            }
             Some(row) => rows.push((i, row)),
             None => {
                 if named.insert(c.name.clone()) {
@@ -447,6 +560,38 @@ fn answerable(mut set: WatchSet, counters: &Counters) -> Option<ActiveSet> {
         set,
         label_rows,
         value_rows,
+    })
+}
+
+/// Starts what one kind of row needs (XID events, GPM) when the GPU set has such a row:
+/// `Ok(None)` when it has none, `Err` when it cannot start, each such row then named at
+/// start with `why` and the reason.
+fn start_for<T>(
+    counters: &Counters,
+    set: Option<&WatchSet>,
+    kind: impl Fn(Call) -> bool,
+    why: &str,
+    start: impl FnOnce() -> Result<T, String>,
+) -> Result<Option<T>, ()> {
+    let asks = |i: &usize| {
+        matches!(&counters.all[*i].field, CounterField::Dcgm(m)
+            if table::lookup(m.id).is_some_and(|r| kind(r.call)))
+    };
+    let asking: Vec<&str> = set.map_or(Vec::new(), |s| {
+        s.counters
+            .iter()
+            .filter(|i| asks(i))
+            .map(|&i| counters.all[i].name.as_str())
+            .collect()
+    });
+    if asking.is_empty() {
+        return Ok(None);
+    }
+    start().map(Some).map_err(|e| {
+        let mut named = std::collections::HashSet::new();
+        for name in asking.into_iter().filter(|n| named.insert(*n)) {
+            tracing::warn!("skipping {name}: {why} ({e}) (--backend nvml)");
+        }
     })
 }
 

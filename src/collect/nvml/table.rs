@@ -41,6 +41,11 @@ pub enum Call {
     ClocksEventReasons,
     /// `nvmlDeviceGetFieldValues` of one NVML field id (`NVML_FI_*`).
     FieldValue(u32),
+    /// `nvmlEventTypeXidCriticalError` events (`events.rs`): the latest XID, no call.
+    XidEvent,
+    /// `nvmlGpmMetricsGet` of one `NVML_GPM_METRIC_*` id between the samples of two
+    /// collections (`gpm.rs`).
+    Gpm(u32),
 }
 
 impl Call {
@@ -59,6 +64,8 @@ impl Call {
             Call::Memory => "nvmlDeviceGetMemoryInfo_v2".into(),
             Call::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons".into(),
             Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
+            Call::XidEvent => "nvmlEventSetWait_v2(nvmlEventTypeXidCriticalError)".into(),
+            Call::Gpm(m) => format!("nvmlGpmMetricsGet({m})"),
         }
     }
 }
@@ -80,6 +87,10 @@ pub enum Convert {
     MilliToUnit,
     /// bytes -> MiB, truncated (DCGM divides integers).
     BytesToMib,
+    /// % -> ratio (DCGM's GPM manager: "percentage to activity level").
+    PercentToRatio,
+    /// MiB/s -> bytes/s, truncated (DCGM's cache manager for GPM bandwidths).
+    MibToBytes,
 }
 
 impl Convert {
@@ -88,6 +99,8 @@ impl Convert {
             Convert::Same => v,
             Convert::MilliToUnit => v / 1000.0,
             Convert::BytesToMib => (v / 1_048_576.0).trunc(),
+            Convert::PercentToRatio => v / 100.0,
+            Convert::MibToBytes => (v * 1_048_576.0).trunc(),
         }
     }
 
@@ -96,6 +109,8 @@ impl Convert {
             Convert::Same => "as is",
             Convert::MilliToUnit => "/ 1000 (mW -> W)",
             Convert::BytesToMib => "/ 2^20, truncated (bytes -> MiB)",
+            Convert::PercentToRatio => "/ 100 (% -> ratio)",
+            Convert::MibToBytes => "x 2^20, truncated (MiB/s -> bytes/s)",
         }
     }
 }
@@ -127,6 +142,16 @@ const fn mem(field: u16, at: usize) -> Row {
     }
 }
 
+/// A profiling ratio from a GPM metric (`DcgmFieldIdToNvmlGpmMetricId`, DCGM 4.6).
+const fn gpm(field: u16, metric: u32) -> Row {
+    Row {
+        field,
+        call: Call::Gpm(metric),
+        pick: Pick::At(0),
+        convert: Convert::PercentToRatio,
+    }
+}
+
 /// DCGM field id -> NVML call -> conversion.
 pub const TABLE: &[Row] = &[
     row(1, Call::DriverVersion),
@@ -149,6 +174,8 @@ pub const TABLE: &[Row] = &[
     // NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ.
     row(156, Call::FieldValue(83)),
     row(202, Call::PcieReplay),
+    // The latest XID event's XID.
+    row(230, Call::XidEvent),
     row(203, Call::Utilization),
     Row {
         field: 204,
@@ -173,6 +200,12 @@ pub const TABLE: &[Row] = &[
     row(311, Call::FieldValue(4)),
     row(312, Call::FieldValue(5)),
     row(313, Call::FieldValue(6)),
+    // NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL: all links'
+    // error counters, read by DCGM with scope 0 (not an NVLink5 aggregate field).
+    row(409, Call::FieldValue(38)),
+    row(419, Call::FieldValue(45)),
+    row(429, Call::FieldValue(52)),
+    row(439, Call::FieldValue(59)),
     // NVML_FI_DEV_RETIRED_DBE, NVML_FI_DEV_RETIRED_PENDING.
     row(391, Call::FieldValue(30)),
     row(392, Call::FieldValue(31)),
@@ -181,6 +214,31 @@ pub const TABLE: &[Row] = &[
     row(394, Call::FieldValue(142)),
     row(395, Call::FieldValue(145)),
     row(396, Call::FieldValue(144)),
+    // DCGM_FI_PROF_{GR_ENGINE_ACTIVE,SM_ACTIVE,SM_OCCUPANCY,PIPE_TENSOR_ACTIVE,DRAM_ACTIVE}:
+    // NVML_GPM_METRIC_{GRAPHICS_UTIL,SM_UTIL,SM_OCCUPANCY,ANY_TENSOR_UTIL,DRAM_BW_UTIL}.
+    gpm(1001, 1),
+    gpm(1002, 2),
+    gpm(1003, 3),
+    gpm(1004, 5),
+    gpm(1005, 10),
+    // DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES: NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC,
+    // NVML_GPM_METRIC_NVLINK_TOTAL_{TX,RX}_PER_SEC, MiB/s.
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1009, 20)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1010, 21)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1011, 61)
+    },
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(1012, 60)
+    },
 ];
 
 /// The row of a DCGM field, `None` when NVML cannot answer it.
@@ -224,8 +282,13 @@ mod tests {
         );
         assert_eq!(Convert::BytesToMib.apply(1_048_575.0), 0.0);
         assert_eq!(lookup(155).unwrap().convert, Convert::MilliToUnit);
-        assert!(
-            lookup(230).is_none(),
+        assert_eq!(Convert::PercentToRatio.apply(87.5), 0.875);
+        assert_eq!(lookup(1004).unwrap().call, Call::Gpm(5));
+        assert_eq!(Convert::MibToBytes.apply(953.674_316_406_25), 1e9);
+        assert_eq!(Convert::MibToBytes.apply(0.5 / 1_048_576.0), 0.0);
+        assert_eq!(
+            lookup(230).unwrap().call,
+            Call::XidEvent,
             "XIDs are events, not a value NVML holds"
         );
     }

@@ -18,6 +18,8 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod device;
+pub mod events;
+pub mod gpm;
 pub mod mig;
 pub mod process;
 pub mod stubs;
@@ -49,6 +51,16 @@ pub(crate) fn guard(f: impl FnOnce() -> Result<(), Return>) -> Return {
 
 /// [`guard`] with the initialised driver (faults that arrived since the last call applied).
 pub(crate) fn api(f: impl FnOnce(&Sim) -> Result<(), Return>) -> Return {
+    guard(|| {
+        let mut st = state();
+        let sim = st.as_mut().ok_or(ffi::ERROR_UNINITIALIZED)?;
+        sim.catch_up();
+        f(sim)
+    })
+}
+
+/// [`api`] for calls that change the driver's state (event sets).
+pub(crate) fn api_mut(f: impl FnOnce(&mut Sim) -> Result<(), Return>) -> Return {
     guard(|| {
         let mut st = state();
         let sim = st.as_mut().ok_or(ffi::ERROR_UNINITIALIZED)?;

@@ -233,7 +233,7 @@ pub unsafe extern "C" fn nvmlDeviceGetRemappedRows(
 /// NVML field id -> (DCGM field it is, value type, factor from DCGM's unit): the NVML
 /// fields DCGM reads through `nvmlDeviceGetFieldValues` (dcgm_fields.cpp's nvmlFieldId),
 /// plus the two it reads with their own call there (memory temperature, instant power).
-const FIELD_VALUES: [(c_uint, u16, c_uint, f64); 16] = [
+const FIELD_VALUES: [(c_uint, u16, c_uint, f64); 20] = [
     (3, 310, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (4, 311, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (5, 312, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
@@ -241,6 +241,11 @@ const FIELD_VALUES: [(c_uint, u16, c_uint, f64); 16] = [
     (29, 390, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (30, 391, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (31, 392, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
+    // NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL.
+    (38, 409, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
+    (45, 419, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
+    (52, 429, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
+    (59, 439, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (82, 140, ffi::VALUE_TYPE_UNSIGNED_INT, 1.0),
     (83, 156, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),
     (94, 202, ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, 1.0),

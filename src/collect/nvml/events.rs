@@ -1,0 +1,147 @@
+//! DCGM_FI_DEV_XID_ERRORS from NVML events, as DCGM's cache manager makes it
+//! (`DcgmCacheManager.cpp`, DCGM 4.6): every GPU is registered for
+//! `nvmlEventTypeXidCriticalError` (`ManageDeviceEvents`), and each event becomes the
+//! latest sample of the entity it is attributed to (`EventThreadMain`): the GPU when MIG is
+//! off or the event names no instance (`RecordXidForGpu`), else the compute instance
+//! (`RecordXidForComputeInstance`) or GPU instance (`RecordXidForGpuInstance`) it names;
+//! an instance DCGM does not know drops the event. The field's value is the XID, with no
+//! sample before the first one.
+//!
+//! DCGM waits on a thread of its own; here each collection reads the events raised since
+//! the previous one with a zero timeout, so a collection never waits for an event. The
+//! NVML backend exports no compute instances, so their XIDs show on no series, as on the
+//! DCGM backend without `--compute-instances`.
+
+use super::discover::INSTANCES_PER_GPU;
+use crate::collect::topology::Topology;
+use dcgm_sys::nvml_ext::{Xid, XidEvents};
+use dcgm_sys::{Entity, EntityGroup};
+use nvml_wrapper::Nvml;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// At most this many events are read per collection, so that a storm of events cannot
+/// hold a collection up; the rest are read by the next ones.
+const MAX_PER_COLLECTION: usize = 4096;
+
+pub struct Xids {
+    events: XidEvents,
+    /// The latest XID of each GPU and GPU instance.
+    last: HashMap<Entity, i64>,
+}
+
+impl Xids {
+    /// Registers every GPU of the node; `Err` says why none raises XID events. A GPU that
+    /// refuses is named and shows no XID, as DCGM logs it and goes on.
+    pub fn start(nvml: Arc<Nvml>, topology: &Topology) -> Result<Xids, String> {
+        let events = XidEvents::new(nvml).map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
+        let mut registered = 0;
+        let mut refused = None;
+        for g in &topology.gpus {
+            match events.register(g.id) {
+                Ok(()) => registered += 1,
+                Err(e) => {
+                    tracing::warn!("GPU {}: no XID events from NVML ({e})", g.id);
+                    refused.get_or_insert(e);
+                }
+            }
+        }
+        if registered == 0 {
+            return Err(refused.map_or_else(
+                || "no GPU".to_string(),
+                |e| format!("nvmlDeviceRegisterEvents: {e}"),
+            ));
+        }
+        Ok(Xids {
+            events,
+            last: HashMap::new(),
+        })
+    }
+
+    /// Takes in the XIDs raised since the last call, without waiting.
+    pub fn read(&mut self, topology: &Topology) {
+        for _ in 0..MAX_PER_COLLECTION {
+            match self.events.next() {
+                Ok(Some(x)) => {
+                    if let Some(e) = entity_of(&x, topology) {
+                        self.last.insert(e, x.xid as i64);
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!("nvmlEventSetWait_v2: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The latest XID of an exported entity, if it has had one.
+    pub fn last(&self, e: Entity) -> Option<i64> {
+        self.last.get(&e).copied()
+    }
+}
+
+/// The entity DCGM stores an XID event on; `None` where it drops it or stores it on a
+/// compute instance.
+fn entity_of(x: &Xid, topology: &Topology) -> Option<Entity> {
+    let mig = topology.instances.iter().any(|i| i.gpu == x.gpu);
+    match (x.gpu_instance, x.compute_instance) {
+        _ if !mig => Some(Entity::gpu(x.gpu)),
+        (None, None) => Some(Entity::gpu(x.gpu)),
+        (_, Some(_)) => None,
+        (Some(gi), None) => {
+            let e = Entity::new(EntityGroup::GpuInstance, x.gpu * INSTANCES_PER_GPU + gi);
+            topology
+                .instances
+                .iter()
+                .any(|i| i.entity == e)
+                .then_some(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::topology::Instance;
+
+    fn xid(gpu: u32, gi: Option<u32>, ci: Option<u32>) -> Xid {
+        Xid {
+            gpu,
+            xid: 13,
+            gpu_instance: gi,
+            compute_instance: ci,
+        }
+    }
+
+    #[test]
+    fn an_xid_lands_on_the_entity_dcgm_stores_it_on() {
+        let gi = Entity::new(EntityGroup::GpuInstance, 16 + 7);
+        let topology = Topology {
+            instances: vec![Instance {
+                entity: gi,
+                gpu: 1,
+                gpu_instance: gi.id,
+                nvml_instance_id: 7,
+                compute_instance: None,
+                profile: String::new(),
+            }],
+            ..Topology::default()
+        };
+        // MIG off: the GPU, whatever the event says.
+        assert_eq!(
+            entity_of(&xid(0, Some(7), None), &topology),
+            Some(Entity::gpu(0))
+        );
+        // MIG on: the GPU when no instance is named, else the instance.
+        assert_eq!(
+            entity_of(&xid(1, None, None), &topology),
+            Some(Entity::gpu(1))
+        );
+        assert_eq!(entity_of(&xid(1, Some(7), None), &topology), Some(gi));
+        // An instance DCGM does not know, and compute instances: no exported series.
+        assert_eq!(entity_of(&xid(1, Some(3), None), &topology), None);
+        assert_eq!(entity_of(&xid(1, Some(7), Some(0)), &topology), None);
+    }
+}
