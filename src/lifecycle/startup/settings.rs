@@ -6,6 +6,7 @@
 use crate::attribution;
 use crate::collect;
 use crate::config::{cli, hostname, selector};
+use crate::lifecycle::app::engines::RemoteEngine;
 use crate::lifecycle::app::Engine;
 use crate::output::http::HttpSettings;
 use crate::output::SinkSettings;
@@ -15,6 +16,9 @@ use std::time::Duration;
 /// Every stage's settings, made once at start.
 pub struct Stages {
     pub engine: Engine,
+    /// Several host engines (`-r a,b`, `sources.dcgm.hostEngines`); empty with one, which
+    /// is `engine` alone.
+    pub engines: Vec<RemoteEngine>,
     /// `--dcgm-library`.
     pub dcgm_library: Option<PathBuf>,
     /// `--backend`.
@@ -94,12 +98,15 @@ pub struct AttributionSettings {
 /// Every stage's settings from the command line (and the config file it names).
 pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
     let file_settings = crate::config::file::apply(&mut config)?;
-    let engine = match config.remote_hostengine() {
-        Some(addr) => Engine::Remote(
-            dcgm_sys::ConnectTarget::parse(addr)
-                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
-        ),
+    let listed = remote_engines(&config, &file_settings.host_engines)?;
+    let engine = match listed.first() {
+        Some((_, t)) => Engine::Remote(t.clone()),
         None => Engine::Embedded,
+    };
+    let engines = if listed.len() > 1 {
+        engine_labels(&config, listed)
+    } else {
+        Vec::new()
     };
     let collect = collect_settings(&config, file_settings.watch_groups, &engine)?;
     let interval = Duration::from_millis(collect.interval_ms);
@@ -144,7 +151,78 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
         exit_if_unreachable: config.exit_if_hostengine_unreachable,
         collect,
         engine,
+        engines,
     })
+}
+
+/// The host engines to use: `-r`'s comma-separated list, else the config file's
+/// `sources.dcgm.hostEngines` (with their names); each address as `-r` takes one, none
+/// twice. Empty: the embedded engine.
+fn remote_engines(
+    config: &cli::Config,
+    file: &[crate::config::file::HostEngine],
+) -> Result<Vec<(Option<String>, dcgm_sys::ConnectTarget)>, String> {
+    const FLAG: &str = "-r/--remote-hostengine-info";
+    let listed: Vec<(Option<String>, String, String)> = match config.remote_hostengine() {
+        Some(list) if list.contains(',') => list
+            .split(',')
+            .enumerate()
+            .map(|(i, a)| (None, a.to_string(), format!("{FLAG} (element {})", i + 1)))
+            .collect(),
+        Some(one) => vec![(None, one.to_string(), FLAG.to_string())],
+        None => file
+            .iter()
+            .map(|e| {
+                let whence = format!("{}: {}.address", config.config_file, e.key);
+                (Some(e.name.clone()), e.address.clone(), whence)
+            })
+            .collect(),
+    };
+    let mut out: Vec<(Option<String>, dcgm_sys::ConnectTarget)> = Vec::new();
+    for (name, address, whence) in listed {
+        let t = dcgm_sys::ConnectTarget::parse(&address).map_err(|e| format!("{whence}: {e}"))?;
+        if out.iter().any(|(_, o)| o.to_string() == t.to_string()) {
+            return Err(format!("{whence}: the host engine {t} is listed twice"));
+        }
+        out.push((name, t));
+    }
+    Ok(out)
+}
+
+/// Each engine's label value: its name, else its host as the hostname label's loopback
+/// rule gives it; where two would be equal, the address itself (two engines on one host).
+fn engine_labels(
+    config: &cli::Config,
+    listed: Vec<(Option<String>, dcgm_sys::ConnectTarget)>,
+) -> Vec<RemoteEngine> {
+    let node = std::env::var("NODE_NAME").ok();
+    let host_label = |t: &dcgm_sys::ConnectTarget, kubernetes: bool, none: bool| {
+        let host = t.host();
+        hostname::resolve(none, kubernetes, host.as_deref(), node.as_deref(), config.emulate_version)
+    };
+    let derived: Vec<String> = listed
+        .iter()
+        .map(|(name, t)| match name {
+            Some(n) => n.clone(),
+            None => host_label(t, false, false).unwrap_or_else(|| t.to_string()),
+        })
+        .collect();
+    listed
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let shared = derived.iter().filter(|d| **d == derived[i]).count() > 1;
+            RemoteEngine {
+                label: if shared && name.is_none() {
+                    t.to_string()
+                } else {
+                    derived[i].clone()
+                },
+                target: t.clone(),
+                hostname: host_label(t, config.kubernetes, config.no_hostname),
+            }
+        })
+        .collect()
 }
 
 fn collect_settings(
