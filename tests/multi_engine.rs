@@ -111,15 +111,15 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     assert_eq!(code, 200, "{body}");
 
     // Killed: its series go, the others keep serving.
-    engines[2].kill();
-    let page = e.scrape_until(20, |p| of(p, TEMP, names[2]).is_empty());
-    assert_eq!(engine_up(&page, names[2]), Some(0.0));
+    engines[1].kill();
+    let page = e.scrape_until(20, |p| of(p, TEMP, names[1]).is_empty());
+    assert_eq!(engine_up(&page, names[1]), Some(0.0));
     assert_eq!(of(&page, TEMP, names[0]).len(), 8);
     advancing(&e, names[0], 3);
-    advancing(&e, names[1], 3);
+    advancing(&e, names[2], 3);
     let (code, body) = e.get("/health");
     assert_eq!(code, 200, "degraded, not failed: {body}");
-    assert!(body.contains(names[2]), "/health names the engine down: {body}");
+    assert!(body.contains(names[1]), "/health names the engine down: {body}");
 
     // Stopped: a call to it hangs; its series go within the collection deadline, and
     // the remaining engine keeps advancing meanwhile.
@@ -133,17 +133,18 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     };
     sig("-STOP");
     let page = e.scrape_until(20, |p| of(p, TEMP, names[0]).is_empty());
-    assert_eq!(of(&page, TEMP, names[1]).len(), 1);
-    advancing(&e, names[1], 4);
+    assert_eq!(of(&page, TEMP, names[2]).len(), 1);
+    advancing(&e, names[2], 4);
     let (code, body) = e.get("/health");
     assert_eq!(code, 200, "{body}");
 
-    // The killed one returns on its port: its series are back.
-    engines[2] = HostEngine::start(ports[2], Some(profiles[2]));
-    let page = e.scrape_until(30, |p| of(p, TEMP, names[2]).len() == 1);
-    assert_eq!(engine_up(&page, names[2]), Some(1.0));
+    // The killed one returns on its port: its series are back, with its own values.
+    engines[1] = HostEngine::start(ports[1], Some(profiles[1]));
+    let page = e.scrape_until(30, |p| of(p, TEMP, names[1]).len() == 1);
+    assert_eq!(of(&page, TEMP, names[1])[0].value, 45.0);
+    assert_eq!(engine_up(&page, names[1]), Some(1.0));
     advancing(&e, names[2], 2);
-    let reconnects = of(&page, "dcgm_exporter_engine_reconnects_total", names[2]);
+    let reconnects = of(&page, "dcgm_exporter_engine_reconnects_total", names[1]);
     assert!(reconnects[0].value >= 1.0, "{}", dump(&page));
 
     sig("-CONT");
