@@ -563,4 +563,40 @@ mod tests {
             assert!(e.starts_with(flag), "{args:?}: {e}");
         }
     }
+
+    /// `-r a,b`: each element checked as `-r` checks one, errors naming the flag and the
+    /// element; none twice; one element is today's single engine (no engine label).
+    #[test]
+    fn a_list_of_host_engines() {
+        let s = stages(&["-r", "10.0.0.1:5555"]).unwrap();
+        assert!(s.engines.is_empty(), "one engine is the one-engine path");
+        let s = stages(&["-r", "10.0.0.1:5555,10.0.0.2:5555,unix:///run/e.sock"]).unwrap();
+        let got: Vec<(String, String)> = s
+            .engines
+            .iter()
+            .map(|e| (e.label.clone(), e.target.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1".to_string(), "10.0.0.1:5555".to_string()),
+                ("10.0.0.2".into(), "10.0.0.2:5555".into()),
+                // A socket is this node, whose name the other engines do not share.
+                (crate::config::hostname::os_hostname().unwrap(), "unix:///run/e.sock".into()),
+            ]
+        );
+        assert_eq!(s.engines[1].hostname.as_deref(), Some("10.0.0.2"));
+        // Two engines on one host: labelled by their addresses.
+        let s = stages(&["-r", "h:1,h:2"]).unwrap();
+        let labels: Vec<&str> = s.engines.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["h:1", "h:2"]);
+        for (list, wants) in [
+            ("h:1,h:1", "-r/--remote-hostengine-info (element 2): the host engine h:1 is listed twice"),
+            ("h:1,", "-r/--remote-hostengine-info (element 2): empty host engine address"),
+            ("h:1,unix://", "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path"),
+        ] {
+            let e = stages(&["-r", list]).err().expect(list);
+            assert!(e.starts_with(wants), "{list}: {e}");
+        }
+    }
 }
