@@ -135,7 +135,7 @@ fn serve(
         settings: stages.collect.clone(),
         shared: shared.clone(),
         current: Default::default(),
-        bind_unbind: stages.bind_unbind,
+        bind_unbind: bind_unbind_watch(&stages),
         sinks,
         attribution: Arc::new(std::sync::Mutex::new(attribution)),
         hand_off: None,
@@ -213,6 +213,19 @@ fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Ru
         }));
     }
     Ok(out)
+}
+
+/// `--enable-gpu-bind-unbind-watch`'s poll interval: its watch lives on one session, so
+/// with several host engines it is off (said once).
+fn bind_unbind_watch(stages: &settings::Stages) -> Option<Duration> {
+    if stages.bind_unbind.is_some() && !stages.engines.is_empty() {
+        tracing::warn!(
+            "--enable-gpu-bind-unbind-watch has no effect with several host engines: \
+             each engine's GPU changes are seen by its own rebuilds"
+        );
+        return None;
+    }
+    stages.bind_unbind
 }
 
 /// Starts collecting: one engine connects here (see `start_collecting`); several connect
