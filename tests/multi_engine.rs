@@ -55,7 +55,10 @@ fn advancing(e: &Exporter, engine: &str, intervals: usize) {
         loop {
             let now = energy(&e.scrape(), engine);
             if now.len() == before.len()
-                && now.iter().zip(&before).all(|(a, b)| a.0 == b.0 && a.1 > b.1)
+                && now
+                    .iter()
+                    .zip(&before)
+                    .all(|(a, b)| a.0 == b.0 && a.1 > b.1)
             {
                 before = now;
                 break;
@@ -72,7 +75,11 @@ fn advancing(e: &Exporter, engine: &str, intervals: usize) {
 #[test]
 fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     let ports = [free_port(), free_port(), free_port()];
-    let profiles = ["h100-8gpu-nvswitch.toml", "units-fixed.toml", "one-gpu.toml"];
+    let profiles = [
+        "h100-8gpu-nvswitch.toml",
+        "units-fixed.toml",
+        "one-gpu.toml",
+    ];
     let mut engines: Vec<HostEngine> = ports
         .iter()
         .zip(profiles)
@@ -119,7 +126,10 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     advancing(&e, names[2], 3);
     let (code, body) = e.get("/health");
     assert_eq!(code, 200, "degraded, not failed: {body}");
-    assert!(body.contains(names[1]), "/health names the engine down: {body}");
+    assert!(
+        body.contains(names[1]),
+        "/health names the engine down: {body}"
+    );
 
     // Stopped: a call to it hangs; its series go within the collection deadline, and
     // the remaining engine keeps advancing meanwhile.
@@ -151,4 +161,81 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     e.scrape_until(60, |p| of(p, TEMP, names[0]).len() == 8);
     advancing(&e, names[0], 2);
     assert!(e.signal_and_wait("TERM").success(), "{}", e.stderr());
+}
+
+/// `-k` and `--low-cardinality` with two engines that both have a gpu 0: a pod holding
+/// one engine's GPU (by UUID) labels that engine's series only, and each engine's data
+/// series join on exactly one `DCGM_EXP_GPU_INFO` series of the same engine, which carries
+/// that engine's UUID.
+#[test]
+fn kubernetes_and_low_cardinality_per_engine() {
+    use support::kubelet::{pod, FakeKubelet};
+    let ports = [free_port(), free_port()];
+    let _engines = [
+        HostEngine::start(ports[0], Some("h100-8gpu-nvswitch.toml")),
+        HostEngine::start(ports[1], Some("one-gpu.toml")),
+    ];
+    let names = [
+        format!("127.0.0.1:{}", ports[0]),
+        format!("127.0.0.1:{}", ports[1]),
+    ];
+    let kubelet = FakeKubelet::start();
+    let e = exporter()
+        .args(&[
+            "-r",
+            &names.join(","),
+            "-c",
+            "300",
+            "-k",
+            "--low-cardinality",
+        ])
+        .args(&[
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .env("NODE_NAME", "gpu-node-3")
+        .start();
+    let info = |p: &[Sample], engine: &str, gpu: &str| -> Vec<String> {
+        series(p, "DCGM_EXP_GPU_INFO")
+            .into_iter()
+            .filter(|s| s.label("engine") == Some(engine) && s.label("gpu") == Some(gpu))
+            .map(|s| s.label("UUID").unwrap_or_default().to_string())
+            .collect()
+    };
+    let page = e.scrape_until(30, |p| {
+        info(p, &names[0], "7").len() == 1 && info(p, &names[1], "0").len() == 1
+    });
+    let (uuid_a, uuid_b) = (info(&page, &names[0], "0"), info(&page, &names[1], "0"));
+    assert_eq!((uuid_a.len(), uuid_b.len()), (1, 1), "{}", dump(&page));
+    assert_ne!(uuid_a, uuid_b, "two engines, two GPUs 0");
+    // Every data series joins on one info series of its own engine; none keeps a UUID.
+    for s in series(&page, TEMP) {
+        let engine = s.label("engine").expect("engine label");
+        assert_eq!(s.label("UUID"), None, "{:?}", s.labels);
+        assert_eq!(info(&page, engine, s.label("gpu").unwrap()).len(), 1);
+    }
+    kubelet.set_pods(vec![
+        pod("ns", "on-a", "c", &[("nvidia.com/gpu", &[&uuid_a[0]])]),
+        pod("ns", "on-b", "c", &[("nvidia.com/gpu", &[&uuid_b[0]])]),
+    ]);
+    let page = e.scrape_until(20, |p| {
+        series(p, TEMP)
+            .iter()
+            .any(|s| s.label("pod") == Some("on-a"))
+            && series(p, TEMP)
+                .iter()
+                .any(|s| s.label("pod") == Some("on-b"))
+    });
+    for s in series(&page, TEMP) {
+        let want = match (s.label("engine"), s.label("gpu")) {
+            (Some(e), Some("0")) if e == names[0] => Some("on-a"),
+            (Some(e), Some("0")) if e == names[1] => Some("on-b"),
+            _ => None,
+        };
+        assert_eq!(s.label("pod"), want, "{:?}", s.labels);
+    }
+    // The info series are never copied to pods.
+    assert!(series(&page, "DCGM_EXP_GPU_INFO")
+        .iter()
+        .all(|s| s.label("pod").is_none()));
 }

@@ -1244,7 +1244,12 @@ fn two_real_host_engines_in_one_exporter() {
             .count()
     };
     let page = e.scrape_until(30, |p| count(p, "vm-a") == 2 && count(p, "vm-b") == 3);
-    assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 5, "{}", dump(&page));
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_GPU_TEMP").len(),
+        5,
+        "{}",
+        dump(&page)
+    );
     // Both engines have a gpu 0 (and the same UUIDs): the label keeps them apart.
     assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "0"), [40.0]);
     assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "1"), [41.0]);
@@ -1263,7 +1268,12 @@ fn two_real_host_engines_in_one_exporter() {
     let t0 = std::time::Instant::now();
     while t0.elapsed() < std::time::Duration::from_secs(2) {
         let p = e.scrape();
-        assert_eq!((count(&p, "vm-a"), count(&p, "vm-b")), (0, 3), "{}", dump(&p));
+        assert_eq!(
+            (count(&p, "vm-a"), count(&p, "vm-b")),
+            (0, 3),
+            "{}",
+            dump(&p)
+        );
         assert_eq!(of(&p, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "1"), [61.0]);
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
@@ -1271,7 +1281,11 @@ fn two_real_host_engines_in_one_exporter() {
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("vm-a"), "{body}");
     assert_eq!(
-        self_metric(&e.scrape(), "dcgm_exporter_engine_up", &[("engine", "vm-a")]),
+        self_metric(
+            &e.scrape(),
+            "dcgm_exporter_engine_up",
+            &[("engine", "vm-a")]
+        ),
         0.0
     );
     engine_a.restart(kit);

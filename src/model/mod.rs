@@ -52,6 +52,11 @@ impl DropReason {
     }
 }
 
+/// The label naming the host engine of a series when one exporter serves several
+/// (`lifecycle::app::engines`); attribution keys GPUs by it where an index alone would
+/// name one GPU of every engine.
+pub const ENGINE_LABEL: &str = "engine";
+
 /// Whether Prometheus accepts `name` as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`, and not
 /// `__`-prefixed (reserved for Prometheus' own labels).
 pub fn is_valid_label_name(name: &str) -> bool {

@@ -239,7 +239,13 @@ fn a_recycled_page_comes_back_empty_with_its_storage() {
 fn appended_pages_kept_apart_by_a_label() {
     let engine_page = |v| {
         let mut p = Page::default();
-        p.add("T", "h", PromType::Gauge, &[("gpu", "0"), ("UUID", "GPU-0")], v);
+        p.add(
+            "T",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "0"), ("UUID", "GPU-0")],
+            v,
+        );
         p
     };
     let mut all = Page::default();

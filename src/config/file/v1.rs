@@ -2,7 +2,8 @@
 //! retention keys added by 4.8.4), read into the shared [`Model`].
 
 use super::model::{
-    Group, Interval, IntervalText, RawHostEngine, Model, RawDetect, RawMetrics, RawServer, RetentionText,
+    Group, Interval, IntervalText, Model, RawDetect, RawHostEngine, RawMetrics, RawServer,
+    RetentionText,
 };
 use serde::Deserialize;
 

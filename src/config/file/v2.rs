@@ -3,7 +3,8 @@
 //! default cadence and retention.
 
 use super::model::{
-    Group, Interval, RawHostEngine, IntervalText, Model, RawDetect, RawMetrics, RawServer, RetentionText,
+    Group, Interval, IntervalText, Model, RawDetect, RawHostEngine, RawMetrics, RawServer,
+    RetentionText,
 };
 use serde::Deserialize;
 

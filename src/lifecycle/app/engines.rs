@@ -9,16 +9,15 @@
 //! series are withdrawn from the served page at once, the others keep serving.
 
 use super::{Collected, Dcgm, Runner};
-use crate::lifecycle::worker::Worker;
 use crate::lifecycle::control::Control;
+use crate::lifecycle::worker::Worker;
 use crate::model::Page;
 use dcgm_sys::ConnectTarget;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-/// The label naming the host engine of a series (never one of attribution's labels).
-pub const ENGINE_LABEL: &str = "engine";
+pub use crate::model::ENGINE_LABEL;
 
 /// One host engine of several.
 #[derive(Clone, Debug)]
@@ -330,7 +329,9 @@ fn publish_round(
 fn withdraw(main: &Runner, last: Option<Page>, gone: &[String], down: Vec<String>) -> Option<Page> {
     let mut page = last?;
     page.rewrite(|_, s| {
-        let theirs = s.label(ENGINE_LABEL).is_some_and(|e| gone.iter().any(|g| g == e));
+        let theirs = s
+            .label(ENGINE_LABEL)
+            .is_some_and(|e| gone.iter().any(|g| g == e));
         if theirs {
             Vec::new()
         } else {
@@ -342,7 +343,10 @@ fn withdraw(main: &Runner, last: Option<Page>, gone: &[String], down: Vec<String
             .any(|s| s.labels().any(|(k, _)| k == ENGINE_LABEL))
     });
     if !keeps {
-        main.failed(&format!("no host engine serves: {}", down.join("; ")), false);
+        main.failed(
+            &format!("no host engine serves: {}", down.join("; ")),
+            false,
+        );
         page.recycle();
         return None;
     }

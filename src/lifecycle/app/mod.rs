@@ -292,7 +292,10 @@ impl Runner {
     ) -> Result<TickResult, Failure> {
         let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
         let with_sinks = !self.sinks.is_empty()
-            || self.hand_off.as_ref().is_some_and(|h| h.combiner.wants_topology);
+            || self
+                .hand_off
+                .as_ref()
+                .is_some_and(|h| h.combiner.wants_topology);
         let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
             if let Some(n) = d.nvml.as_mut() {
                 return collect_nvml(n, with_sinks);

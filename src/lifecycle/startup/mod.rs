@@ -191,7 +191,12 @@ fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Ru
     let counters = main.counters();
     let mut out = Vec::new();
     for (index, e) in stages.engines.iter().enumerate() {
-        tracing::info!("host engine {} at {} (label engine=\"{}\")", index + 1, e.target, e.label);
+        tracing::info!(
+            "host engine {} at {} (label engine=\"{}\")",
+            index + 1,
+            e.target,
+            e.label
+        );
         let mut settings = stages.collect.clone();
         settings.hostname = e.hostname.clone();
         out.push(Arc::new(Runner {

@@ -198,7 +198,13 @@ fn engine_labels(
     let node = std::env::var("NODE_NAME").ok();
     let host_label = |t: &dcgm_sys::ConnectTarget, kubernetes: bool, none: bool| {
         let host = t.host();
-        hostname::resolve(none, kubernetes, host.as_deref(), node.as_deref(), config.emulate_version)
+        hostname::resolve(
+            none,
+            kubernetes,
+            host.as_deref(),
+            node.as_deref(),
+            config.emulate_version,
+        )
     };
     let derived: Vec<String> = listed
         .iter()
@@ -582,7 +588,10 @@ mod tests {
                 ("10.0.0.1".to_string(), "10.0.0.1:5555".to_string()),
                 ("10.0.0.2".into(), "10.0.0.2:5555".into()),
                 // A socket is this node, whose name the other engines do not share.
-                (crate::config::hostname::os_hostname().unwrap(), "unix:///run/e.sock".into()),
+                (
+                    crate::config::hostname::os_hostname().unwrap(),
+                    "unix:///run/e.sock".into()
+                ),
             ]
         );
         assert_eq!(s.engines[1].hostname.as_deref(), Some("10.0.0.2"));
@@ -591,9 +600,18 @@ mod tests {
         let labels: Vec<&str> = s.engines.iter().map(|e| e.label.as_str()).collect();
         assert_eq!(labels, ["h:1", "h:2"]);
         for (list, wants) in [
-            ("h:1,h:1", "-r/--remote-hostengine-info (element 2): the host engine h:1 is listed twice"),
-            ("h:1,", "-r/--remote-hostengine-info (element 2): empty host engine address"),
-            ("h:1,unix://", "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path"),
+            (
+                "h:1,h:1",
+                "-r/--remote-hostengine-info (element 2): the host engine h:1 is listed twice",
+            ),
+            (
+                "h:1,",
+                "-r/--remote-hostengine-info (element 2): empty host engine address",
+            ),
+            (
+                "h:1,unix://",
+                "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path",
+            ),
         ] {
             let e = stages(&["-r", list]).err().expect(list);
             assert!(e.starts_with(wants), "{list}: {e}");
