@@ -119,9 +119,11 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
 
     // Killed: its series go, the others keep serving.
     engines[1].kill();
-    let page = e.scrape_until(20, |p| of(p, TEMP, names[1]).is_empty());
-    assert_eq!(engine_up(&page, names[1]), Some(0.0));
-    assert_eq!(of(&page, TEMP, names[0]).len(), 8);
+    e.scrape_until(20, |p| {
+        of(p, TEMP, names[1]).is_empty()
+            && engine_up(p, names[1]) == Some(0.0)
+            && of(p, TEMP, names[0]).len() == 8
+    });
     advancing(&e, names[0], 3);
     advancing(&e, names[2], 3);
     let (code, body) = e.get("/health");
@@ -142,8 +144,11 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
             .success())
     };
     sig("-STOP");
-    let page = e.scrape_until(20, |p| of(p, TEMP, names[0]).is_empty());
-    assert_eq!(of(&page, TEMP, names[2]).len(), 1);
+    e.scrape_until(20, |p| {
+        of(p, TEMP, names[0]).is_empty()
+            && engine_up(p, names[0]) == Some(0.0)
+            && of(p, TEMP, names[2]).len() == 1
+    });
     advancing(&e, names[2], 4);
     let (code, body) = e.get("/health");
     assert_eq!(code, 200, "{body}");

@@ -2,7 +2,7 @@
 //! Each engine keeps the one-engine loop (`Runner::run` on a thread of its own: its session,
 //! worker, reconnect back-off, abandoned stuck workers, rebuilds, freshness), but hands its
 //! collected page to the [`Combiner`] instead of publishing it. The combiner waits for
-//! every live engine's page of this interval (at most one interval), merges them into one
+//! every live engine's page of this interval (one and a half intervals at most), merges them into one
 //! page with the engine label on every series, and attributes, renders and publishes that
 //! page once (`Runner::publish_collected` of the main runner, which owns the attribution
 //! stage, the served state and the sinks). An engine that fails contributes nothing: its
@@ -199,7 +199,7 @@ impl Combiner {
     }
 
     /// Waits for a page or a withdrawal, then for the other live engines' pages of this
-    /// interval (one interval at most). `None` when stopping.
+    /// interval (one and a half intervals at most). `None` when stopping.
     fn next_round(&self) -> Option<MutexGuard<'_, State>> {
         let st = self.lock();
         let mut st = self
@@ -208,7 +208,9 @@ impl Combiner {
                 !s.stopping && !s.any_fresh() && !s.slots.iter().any(|s| s.withdraw)
             })
             .unwrap_or_else(|p| p.into_inner());
-        let deadline = Instant::now() + self.interval;
+        // Half an interval more than one: a loop late by some jitter (a busy machine)
+        // still makes this round instead of leaving a gap in its series.
+        let deadline = Instant::now() + self.interval * 3 / 2;
         while !st.stopping && st.any_fresh() && !st.all_up_fresh() {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
