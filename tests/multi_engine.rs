@@ -201,7 +201,7 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
 fn kubernetes_and_low_cardinality_per_engine() {
     use support::kubelet::{pod, FakeKubelet};
     let ports = [free_port(), free_port()];
-    let _engines = [
+    let mut engines = [
         HostEngine::start(ports[0], Some("h100-8gpu-nvswitch.toml")),
         HostEngine::start(ports[1], Some("one-gpu.toml")),
     ];
@@ -268,4 +268,20 @@ fn kubernetes_and_low_cardinality_per_engine() {
     assert!(series(&page, "DCGM_EXP_GPU_INFO")
         .iter()
         .all(|s| s.label("pod").is_none()));
+
+    // Every engine gone: nothing served, /health fails.
+    for en in &mut engines {
+        en.kill();
+    }
+    let page = e.scrape_until(20, |p| {
+        p.iter().all(|s| !s.name.starts_with("DCGM_"))
+            && names.iter().all(|n| engine_up(p, n) == Some(0.0))
+    });
+    assert!(series(&page, TEMP).is_empty());
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 503, "{body}");
+    e.wait_for_log(
+        5,
+        &format!("host engine {} ({}) is down", names[1], names[1]),
+    );
 }

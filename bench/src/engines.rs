@@ -71,7 +71,11 @@ fn measure(dir: &Path, profile: &Path, csv: &Path, engines: usize) -> Result<Fig
     let pid = child.0.id();
     let url = format!("http://127.0.0.1:{port}/metrics");
     let t0 = Instant::now();
-    let temps = |p: &str| p.lines().filter(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{")).count();
+    let temps = |p: &str| {
+        p.lines()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_GPU_TEMP{"))
+            .count()
+    };
     let first = get(&url).map(|p| temps(&p)).unwrap_or(0);
     let mut per_engine = first;
     while per_engine == 0 || get(&url).map(|p| temps(&p)).unwrap_or(0) < per_engine * engines {

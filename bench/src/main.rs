@@ -58,10 +58,10 @@
 //! server serving the same bytes (`throughput.rs`).
 
 mod backend;
+mod engines;
 mod exit_codes;
 mod faults;
 mod lowcard;
-mod engines;
 mod memory;
 mod otlp;
 mod scale;

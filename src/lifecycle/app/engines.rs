@@ -163,7 +163,11 @@ impl Combiner {
             old.page.recycle();
         }
         slot.up = true;
-        slot.down = None;
+        if slot.down.take().is_some() {
+            // The engine loops' own lines do not say which engine they are.
+            let e = &self.engines[i];
+            tracing::info!("host engine {} ({}) serves again", e.label, e.target);
+        }
         drop(st);
         self.changed.notify_all();
     }
@@ -177,7 +181,14 @@ impl Combiner {
         let slot = &mut st.slots[i];
         slot.fresh = None;
         slot.up = false;
-        slot.down = Some(why.to_string());
+        if slot.down.replace(why.to_string()).is_none() {
+            let e = &self.engines[i];
+            tracing::warn!(
+                "host engine {} ({}) is down: {why}; its series are withdrawn, the other engines' served",
+                e.label,
+                e.target
+            );
+        }
         slot.withdraw = slot.published;
         drop(st);
         self.changed.notify_all();
