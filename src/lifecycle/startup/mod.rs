@@ -293,7 +293,15 @@ fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(
         crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters)
             .map_err(|e| format!("{}: {e}", stages.config_file))?;
     }
-    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &stages.engine {
+    let targets = match &stages.engine {
+        _ if !stages.engines.is_empty() => stages.engines.iter().map(|e| &e.target).collect(),
+        Engine::Remote(t) => vec![t],
+        Engine::Embedded => Vec::new(),
+    };
+    for t in targets {
+        let dcgm_sys::ConnectTarget::Vsock { cid, port } = t else {
+            continue;
+        };
         // A kernel without vsock is a set-up error, not an engine still starting.
         match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
             dcgm_sys::vsock::Probe::Unsupported(why) => {
@@ -418,6 +426,9 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
         library.path().display()
     );
     match &stages.engine {
+        _ if !stages.engines.is_empty() => {
+            tracing::info!("mode: {} remote DCGM host engines", stages.engines.len())
+        }
         Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
         Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
     }

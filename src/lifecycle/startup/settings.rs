@@ -617,4 +617,42 @@ mod tests {
             assert!(e.starts_with(wants), "{list}: {e}");
         }
     }
+
+    /// `sources.dcgm.hostEngines`: the engines and their names, `-r` given wins, and a bad
+    /// or repeated address is an error naming the file and the key.
+    #[test]
+    fn host_engines_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |engines: &str| {
+            let p = dir.path().join("c.yaml");
+            let text = format!("version: 2\nsources: {{dcgm: {{hostEngines: [{engines}]}}}}\n");
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let ok = file("{name: vm0, address: \"h:1\"}, {name: vm1, address: \"unix:///s\"}");
+        let s = stages(&["--config-file", &ok]).unwrap();
+        let got: Vec<(&str, String)> = s
+            .engines
+            .iter()
+            .map(|e| (e.label.as_str(), e.target.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [("vm0", "h:1".to_string()), ("vm1", "unix:///s".into())]
+        );
+        let s = stages(&["--config-file", &ok, "-r", "other:5555"]).unwrap();
+        assert!(s.engines.is_empty(), "-r given wins");
+        let bad = file("{name: a, address: \"h:1\"}, {name: b, address: \"unix://\"}");
+        let e = stages(&["--config-file", &bad]).err().unwrap();
+        assert!(
+            e.starts_with(&format!("{bad}: sources.dcgm.hostEngines[1].address: ")),
+            "{e}"
+        );
+        let twice = file("{name: a, address: \"h:1\"}, {name: b, address: \"h:1\"}");
+        let e = stages(&["--config-file", &twice]).err().unwrap();
+        assert!(
+            e.contains("hostEngines[1].address: the host engine h:1 is listed twice"),
+            "{e}"
+        );
+    }
 }
