@@ -236,6 +236,19 @@ impl Combiner {
     }
 }
 
+/// An engine loop that panicked ends the combiner, and so the collection thread and the
+/// process, as the one-engine loop's panic does: never a page that silently lacks an engine.
+struct EndsAllOnPanic(Arc<Combiner>);
+
+impl Drop for EndsAllOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("a host engine's collection loop panicked");
+            self.0.stop();
+        }
+    }
+}
+
 /// Runs every engine's loop and the combiner until told to stop.
 pub fn run(
     main: &Runner,
@@ -255,14 +268,19 @@ pub fn run(
     for (i, (r, worker)) in engines.into_iter().enumerate() {
         let (tx, rx) = std::sync::mpsc::channel();
         inboxes.push(tx);
+        let ends = EndsAllOnPanic(combiner.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("engine-{i}"))
-            .spawn(move || r.run(worker, rx));
+            .spawn(move || {
+                let _ends = ends;
+                r.run(worker, rx)
+            });
         match spawned {
             Ok(t) => threads.push(t),
             Err(e) => tracing::error!("cannot start the thread of host engine {i}: {e}"),
         }
     }
+    let stops = inboxes.clone();
     let forward = combiner.clone();
     // Control messages reach every engine's loop; a stop also ends the combiner.
     let forwarder = std::thread::Builder::new()
@@ -288,12 +306,15 @@ pub fn run(
     while let Some(st) = combiner.next_round() {
         last = publish_round(main, &combiner, st, last);
     }
+    // Also when the combiner ended for a panicked loop rather than a stop. The forwarder
+    // is not waited for: it ends with the control channel.
+    for tx in &stops {
+        let _ = tx.send(Control::Stop);
+    }
     for t in threads {
         let _ = t.join();
     }
-    if let Ok(f) = forwarder {
-        let _ = f.join();
-    }
+    drop(forwarder);
 }
 
 /// Publishes this round's pages merged; without any, removes the withdrawn engines'
