@@ -1195,3 +1195,100 @@ fn xid_totals_carry_across_a_rebuild() {
     assert_eq!(total(&page, "13"), Some(1.0), "{}", dump(&page));
     assert_eq!(total(&page, "31"), Some(1.0), "{}", dump(&page));
 }
+
+/// Two real nv-hostengines with different injected GPUs, named in the configuration file
+/// (`sources.dcgm.hostEngines`), served by one exporter: their series apart by the
+/// `engine` label with the injected values; one killed while the other keeps serving on
+/// every scrape, then back.
+#[test]
+fn two_real_host_engines_in_one_exporter() {
+    let Some(kit) = kit() else { return };
+    let (dir_a, dir_b) = (Scratch::new("multi-a"), Scratch::new("multi-b"));
+    let yaml_a = dir_a.yaml(&four_gpus()[..2]);
+    let gpus_b: Vec<Gpu> = (0..3u32)
+        .map(|i| Gpu {
+            temp_c: 60 + i,
+            power_mw: 200_000 + 1_000 * i,
+            ..Gpu::default()
+        })
+        .collect();
+    let yaml_b = dir_b.yaml(&gpus_b);
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut engine_a = RealHostEngine::start(kit, &yaml_a, &dir_a.0, port_a);
+    let _engine_b = RealHostEngine::start(kit, &yaml_b, &dir_b.0, port_b);
+    let config = dir_a.0.join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 2\nsources:\n  dcgm:\n    hostEngines:\n      - {{name: vm-a, address: \"127.0.0.1:{port_a}\"}}\n      - {{name: vm-b, address: \"127.0.0.1:{port_b}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let e = exporter()
+        .arg("--dcgm-library")
+        .arg(kit.lib().to_str().unwrap())
+        .args(&["--config-file", config.to_str().unwrap(), "-c", "300"])
+        .env("LD_LIBRARY_PATH", kit.lib_dir().to_str().unwrap())
+        .start();
+    let of = |p: &[Sample], name: &str, engine: &str, gpu: &str| -> Vec<f64> {
+        series(p, name)
+            .into_iter()
+            .filter(|s| s.label("engine") == Some(engine) && s.label("gpu") == Some(gpu))
+            .map(|s| s.value)
+            .collect()
+    };
+    let count = |p: &[Sample], engine: &str| {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .filter(|s| s.label("engine") == Some(engine))
+            .count()
+    };
+    let page = e.scrape_until(30, |p| count(p, "vm-a") == 2 && count(p, "vm-b") == 3);
+    assert_eq!(
+        series(&page, "DCGM_FI_DEV_GPU_TEMP").len(),
+        5,
+        "{}",
+        dump(&page)
+    );
+    // Both engines have a gpu 0 (and the same UUIDs): the label keeps them apart.
+    assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "0"), [40.0]);
+    assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "1"), [41.0]);
+    assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "0"), [60.0]);
+    assert_eq!(of(&page, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "2"), [62.0]);
+    assert_eq!(of(&page, "DCGM_FI_DEV_POWER_USAGE", "vm-a", "1"), [85.0]);
+    assert_eq!(of(&page, "DCGM_FI_DEV_POWER_USAGE", "vm-b", "1"), [201.0]);
+    assert!(page
+        .iter()
+        .filter(|s| s.name.starts_with("DCGM_"))
+        .all(|s| s.label("engine").is_some()));
+
+    engine_a.kill();
+    // From the first page without vm-a, every page still has vm-b's three GPUs.
+    e.scrape_until(20, |p| count(p, "vm-a") == 0);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < std::time::Duration::from_secs(2) {
+        let p = e.scrape();
+        assert_eq!(
+            (count(&p, "vm-a"), count(&p, "vm-b")),
+            (0, 3),
+            "{}",
+            dump(&p)
+        );
+        assert_eq!(of(&p, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "1"), [61.0]);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("vm-a"), "{body}");
+    assert_eq!(
+        self_metric(
+            &e.scrape(),
+            "dcgm_exporter_engine_up",
+            &[("engine", "vm-a")]
+        ),
+        0.0
+    );
+    engine_a.restart(kit);
+    let back = e.scrape_until(30, |p| count(p, "vm-a") == 2 && count(p, "vm-b") == 3);
+    assert_eq!(of(&back, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "1"), [41.0]);
+}

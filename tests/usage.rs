@@ -594,3 +594,92 @@ fn low_cardinality_strips_the_usage_series_too() {
         Some(60.0)
     );
 }
+
+/// Usage accounting with two host engines that both have a gpu 0: the engine running this
+/// node's GPUs (NVML sees the same node) books its pods' shares on its own GPU 0, labelled
+/// with that engine; the other engine's gpu 0, which no pod holds, gets nothing of theirs.
+#[test]
+fn usage_accounting_per_host_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("usage.toml");
+    std::fs::write(&profile, PROFILE.replace("GPU0_UTIL", "90.0")).unwrap();
+    let procs = dir.path().join("proc");
+    proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
+    let api = FakeApiServer::start();
+    for (ns, name, uid) in [("ml", "trainer-a", UID_A), ("ml", "notebook-b", UID_B)] {
+        api.apply(api_pod(ns, name, uid, "node-a", &[]));
+    }
+    let (port_a, port_b) = (support::free_port(), support::free_port());
+    let _a = support::HostEngine::start(port_a, profile.to_str());
+    let _b = support::HostEngine::start(port_b, Some("one-gpu.toml"));
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "version: 2\nsources:\n  dcgm:\n    hostEngines:\n      - {{name: here, address: \"127.0.0.1:{port_a}\"}}\n      - {{name: other, address: \"127.0.0.1:{port_b}\"}}\n"
+        ),
+    )
+    .unwrap();
+    let kubelet = FakeKubelet::start();
+    // Engine `here` and the in-process simulated NVML read the same profile.
+    let e = with_sim_nvml(exporter())
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .env("NODE_NAME", "node-a")
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .args(&[
+            "-k",
+            "--usage-accounting",
+            "--proc-root",
+            procs.to_str().unwrap(),
+        ])
+        .args(&["--config-file", config.to_str().unwrap()])
+        .args(&[
+            "--pod-resources-kubelet-socket",
+            kubelet.socket().to_str().unwrap(),
+        ])
+        .start();
+    let page = e.scrape_until(20, |p| {
+        ["here", "other"].iter().all(|n| {
+            series(p, "DCGM_FI_DEV_GPU_TEMP")
+                .iter()
+                .any(|s| s.label("engine") == Some(n))
+        })
+    });
+    let gpu0 = series(&page, "DCGM_FI_DEV_GPU_TEMP")
+        .into_iter()
+        .find(|s| s.label("engine") == Some("here") && s.label("gpu") == Some("0"))
+        .and_then(|s| s.label("UUID").map(str::to_string))
+        .expect("GPU 0 of engine here");
+    let gpu = "nvidia.com/gpu";
+    kubelet.set_pods(vec![
+        pod(
+            "ml",
+            "trainer-a",
+            "main",
+            &[(gpu, &[&format!("{gpu0}::0")])],
+        ),
+        pod("ml", "notebook-b", "nb", &[(gpu, &[&format!("{gpu0}::1")])]),
+    ]);
+    let share = |p: &[Sample], engine: &str, pod: &str| -> Vec<f64> {
+        series(p, "DCGM_EXP_UTIL_SHARE")
+            .into_iter()
+            .filter(|s| s.label("engine") == Some(engine) && s.label("pod") == Some(pod))
+            .map(|s| s.value)
+            .collect()
+    };
+    let page = e.scrape_until(20, |p| {
+        share(p, "here", "trainer-a") == [60.0] && share(p, "here", "notebook-b") == [20.0]
+    });
+    for s in series(&page, "DCGM_EXP_UTIL_SHARE") {
+        assert!(s.label("engine").is_some(), "{s:?}");
+        if s.label("pod").is_some() {
+            assert_eq!(s.label("engine"), Some("here"), "{s:?}");
+            assert_eq!(s.label("gpu"), Some("0"), "{s:?}");
+        }
+    }
+    // The other engine's gpu 0 is booked to nobody.
+    assert!(series(&page, "DCGM_EXP_ENERGY_JOULES_TOTAL")
+        .iter()
+        .filter(|s| s.label("engine") == Some("other"))
+        .all(|s| s.label("pod").is_none()));
+}

@@ -34,6 +34,10 @@
 //! page and RSS of `--backend nvml` beside `--backend dcgm` on the same simulated node
 //! (`backend.rs`).
 //!
+//! `cargo run --release -p bench -- engines [--build debug]` prints CPU per collection and
+//! RSS of one exporter serving 1, 2 and 3 simulated host engines of one profile
+//! (`engines.rs`).
+//!
 //! `cargo run --release -p bench -- usage [--build debug]` prints CPU per collection, series
 //! and RSS of 8 GPUs x 16 pods x 4 processes with per-pod series and `--usage-accounting`
 //! against the same node without (`usage.rs`).
@@ -54,6 +58,7 @@
 //! server serving the same bytes (`throughput.rs`).
 
 mod backend;
+mod engines;
 mod exit_codes;
 mod faults;
 mod lowcard;
@@ -95,6 +100,7 @@ fn main() {
         Some("serving") => run_serving(),
         Some("backend") => run_backend(),
         Some("otlp") => run_otlp(),
+        Some("engines") => run_engines(),
         _ => run(),
     };
     if let Err(e) = r {
@@ -159,6 +165,14 @@ fn run_lowcard() -> Result<(), String> {
     let root = repo_root()?;
     let build = build_binaries(&root)?;
     lowcard::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and simulator (`--build release|debug`) and measures the cost of
+/// each extra host engine (`engines.rs`).
+fn run_engines() -> Result<(), String> {
+    let root = repo_root()?;
+    let build = build_binaries(&root)?;
+    engines::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and simulator (`--build release|debug`) and measures the OTLP

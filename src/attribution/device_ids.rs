@@ -69,6 +69,8 @@ pub fn keys(
             if let Some(gpu) = gpu_index(&loc.parent_uuid) {
                 out.push(format!("{gpu}-{}", loc.gpu_instance));
             }
+            // What a MIG series of one of several host engines is keyed by (`merge::pod_key`).
+            out.push(format!("{}/{}", loc.parent_uuid, loc.gpu_instance));
         }
         out.push(mig_uuid.to_string());
     } else if let Some((gpu, gi)) = gke_mig(id) {
@@ -145,10 +147,19 @@ mod tests {
     fn keys_of_every_form() {
         let k = |id: &str| keys(id, &mig_at_gi3, &index);
         assert_eq!(k(U), [U]);
-        assert_eq!(k(&format!("MIG-{U}")), ["0-3", U, &format!("MIG-{U}")]);
+        // The parent's UUID and GPU instance key it among several host engines.
+        assert_eq!(
+            k(&format!("MIG-{U}")),
+            ["0-3", "GPU-parent/3", U, &format!("MIG-{U}")]
+        );
         assert_eq!(
             k(&format!("MIG-{U}::4")),
-            ["0-3", &format!("{U}::4"), &format!("MIG-{U}::4")]
+            [
+                "0-3",
+                "GPU-parent/3",
+                &format!("{U}::4"),
+                &format!("MIG-{U}::4")
+            ]
         );
         assert_eq!(k("nvidia0/gi3"), ["0-3", "nvidia0/gi3"]);
         assert_eq!(k("nvidia1/gi12/vgpu0"), ["1-12", "nvidia1/gi12/vgpu0"]);
@@ -166,10 +177,10 @@ mod tests {
             keys(&format!("MIG-{U}"), &none, &index),
             [U, &format!("MIG-{U}")]
         );
-        // Resolved, but the parent is not a GPU we export.
+        // Resolved, but the parent is not a GPU of the page's index (only its UUID key).
         assert_eq!(
             keys(&format!("MIG-{U}"), &mig_at_gi3, &|_| None),
-            [U, &format!("MIG-{U}")]
+            ["GPU-parent/3", U, &format!("MIG-{U}")]
         );
     }
 }

@@ -82,6 +82,8 @@ struct Subject {
     uuid: String,
     device: String,
     instance: Option<String>,
+    /// The host engine, when one exporter serves several.
+    engine: Option<String>,
 }
 
 impl Subject {
@@ -103,16 +105,19 @@ impl Subject {
             uuid: get("UUID").or_else(|| get("uuid")).unwrap_or_default(),
             device: get("device").unwrap_or_default(),
             instance: if profiled { get("GPU_I_ID") } else { None },
+            engine: get(crate::model::ENGINE_LABEL),
         })
     }
 
-    /// dcgm-exporter's `GetIDOfType`: MIG series by `"<gpu>-<gi>"`, others by UUID or name.
     fn pod_key(&self, id_type: IdType) -> String {
-        match (&self.instance, id_type) {
-            (Some(gi), _) => format!("{}-{gi}", self.gpu),
-            (None, IdType::Uid) => self.uuid.clone(),
-            (None, IdType::DeviceName) => self.device.clone(),
-        }
+        pod_key(
+            &self.gpu,
+            &self.uuid,
+            &self.device,
+            self.instance.as_deref(),
+            self.engine.as_deref(),
+            id_type,
+        )
     }
 
     fn hpc_key(&self) -> String {
@@ -120,6 +125,28 @@ impl Subject {
             Some(gi) => format!("{}.{gi}", self.gpu),
             None => self.gpu.clone(),
         }
+    }
+}
+
+/// dcgm-exporter's `GetIDOfType`: MIG series by `"<gpu>-<gi>"`, others by UUID or name.
+/// With several host engines (`engine` set) every engine has a gpu 0 and an `nvidia0`: a
+/// MIG instance is then keyed by its parent's UUID (`"<uuid>/<gi>"`, which
+/// `device_ids::keys` also gives a MIG device), and a device name, which cannot say which
+/// engine it is on, by a key no kubelet id matches.
+pub(crate) fn pod_key(
+    gpu: &str,
+    uuid: &str,
+    device: &str,
+    instance: Option<&str>,
+    engine: Option<&str>,
+    id_type: IdType,
+) -> String {
+    match (instance, engine, id_type) {
+        (Some(gi), None, _) => format!("{gpu}-{gi}"),
+        (Some(gi), Some(_), _) => format!("{uuid}/{gi}"),
+        (None, _, IdType::Uid) => uuid.to_string(),
+        (None, None, IdType::DeviceName) => device.to_string(),
+        (None, Some(e), IdType::DeviceName) => format!("{e}\n{device}"),
     }
 }
 

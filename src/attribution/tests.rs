@@ -1052,3 +1052,58 @@ fn per_pod_utilisation_is_the_interval_mean_clamped_to_the_gpu() {
     assert!((pods["gpu-pod-0"] - 48.0).abs() < 1e-9, "{pods:?}");
     assert!((pods["gpu-pod-1"] - 40.0).abs() < 1e-9, "{pods:?}");
 }
+
+/// Two host engines each have a gpu 0 with GPU instance 3 and a device `nvidia0`: a MIG
+/// device the kubelet names by MIG UUID (on `PARENT`'s instance 3) labels the instance of
+/// the engine whose GPU is `PARENT` only, and `nvidia0`, which cannot say which engine it
+/// is on, labels neither. One engine (no engine label) keeps dcgm-exporter's keys.
+#[test]
+fn gpu_indexes_of_several_engines_are_kept_apart() {
+    for id_type in [IdType::Uid, IdType::DeviceName] {
+        let mut o = opts();
+        o.id_type = id_type;
+        let ids = ["MIG-42f0f413-f7b0-58cc-aced-c1d1fb54db26", "nvidia0"];
+        let snap = Snapshot {
+            pods: pod_map(
+                &mock_kubelet("nvidia.com/gpu", &ids),
+                &o,
+                &mock_mig,
+                &mock_index,
+                None,
+            ),
+            ..Snapshot::default()
+        };
+        let mut page = Page::default();
+        for (engine, uuid) in [("a", PARENT), ("b", U)] {
+            for profile in ["1g.10gb", ""] {
+                let mut l = vec![("gpu", "0"), ("UUID", uuid), ("device", "nvidia0")];
+                if !profile.is_empty() {
+                    l.extend([("GPU_I_PROFILE", profile), ("GPU_I_ID", "3")]);
+                }
+                l.push(("engine", engine));
+                page.add("DCGM_FI_DEV_POWER_USAGE", "h", PromType::Gauge, &l, 1.0);
+            }
+        }
+        merge(&mut page, &snap, &o);
+        let pods: Vec<(String, bool, Option<String>)> = series(page)
+            .into_iter()
+            .map(|(l, _)| {
+                (
+                    l["engine"].clone(),
+                    l.contains_key("GPU_I_ID"),
+                    l.get("pod").cloned(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pods,
+            [
+                ("a".into(), true, Some("gpu-pod-0".into())),
+                ("a".into(), false, None),
+                ("b".into(), true, None),
+                ("b".into(), false, None),
+            ],
+            "{id_type:?}"
+        );
+    }
+}

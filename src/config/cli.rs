@@ -157,7 +157,8 @@ pub struct Config {
     )]
     pub configmap_data: String,
     /// Use this nv-hostengine instead of an embedded one: host:port, [v6]:port, tcp://...,
-    /// unix:///path, vsock://CID:PORT. Setting the env var alone also selects remote mode.
+    /// unix:///path, vsock://CID:PORT; a comma-separated list for several host engines (each
+    /// series then labelled `engine`). Setting the env var alone also selects remote mode.
     #[arg(
         short = 'r',
         long,

@@ -1,6 +1,7 @@
 //! Messages to the collection loop, from start-up, signals and the rebuild triggers.
 
 /// Messages to the collection thread.
+#[derive(Clone, Copy, Debug)]
 pub enum Control {
     /// Remove the watches and return.
     Stop,

@@ -52,6 +52,11 @@ impl DropReason {
     }
 }
 
+/// The label naming the host engine of a series when one exporter serves several
+/// (`lifecycle::app::engines`); attribution keys GPUs by it where an index alone would
+/// name one GPU of every engine.
+pub const ENGINE_LABEL: &str = "engine";
+
 /// Whether Prometheus accepts `name` as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`, and not
 /// `__`-prefixed (reserved for Prometheus' own labels).
 pub fn is_valid_label_name(name: &str) -> bool {
@@ -532,6 +537,16 @@ impl Page {
     /// Adds every series of another page (a piece collected on its own), with the same
     /// duplicate and conflict checks.
     pub fn append(&mut self, other: Page) {
+        self.append_with(other, None);
+    }
+
+    /// [`Page::append`] with one more label, last, on every series of `other`: the pages
+    /// of several host engines kept apart in one (`extra` = the engine label).
+    pub fn append_labelled(&mut self, other: Page, name: &str, value: &str) {
+        self.append_with(other, Some((name, value)));
+    }
+
+    fn append_with(&mut self, other: Page, extra: Option<(&str, &str)>) {
         for (r, n) in other.dropped {
             *self.dropped.entry(r).or_default() += n;
         }
@@ -552,6 +567,7 @@ impl Page {
                         .iter()
                         .map(|p| (other.keys.name(p.key), other.store.value(p))),
                 );
+                labels.extend(extra);
                 self.add(&fam.name, &fam.help, fam.ty, &labels, row.value);
             }
             if let Some(f) = fam.field {

@@ -232,3 +232,33 @@ fn a_recycled_page_comes_back_empty_with_its_storage() {
     // Only one page is kept: the next one is new.
     assert_eq!(Page::reuse_from(&spare).store.pairs.capacity(), 0);
 }
+
+/// Two host engines both have a gpu 0: with the engine label they are two series, not a
+/// duplicate dropped.
+#[test]
+fn appended_pages_kept_apart_by_a_label() {
+    let engine_page = |v| {
+        let mut p = Page::default();
+        p.add(
+            "T",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "0"), ("UUID", "GPU-0")],
+            v,
+        );
+        p
+    };
+    let mut all = Page::default();
+    all.append_labelled(engine_page(1.0), "engine", "a");
+    all.append_labelled(engine_page(2.0), "engine", "b");
+    let s = series(&all);
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert_eq!(s[0].1.last().unwrap(), &("engine".into(), "a".into()));
+    assert_eq!((s[1].1.last().unwrap().1.as_str(), s[1].2), ("b", 2.0));
+    assert!(all.dropped.is_empty());
+    // Without it, the second gpu 0 is a duplicate.
+    let mut plain = Page::default();
+    plain.append(engine_page(1.0));
+    plain.append(engine_page(2.0));
+    assert_eq!(series(&plain).len(), 1);
+}

@@ -551,7 +551,12 @@ impl HostEngine {
             cmd.env("DCGM_SIM_CONTROL", c);
         }
         if let Some(p) = profile {
-            cmd.env("DCGM_SIM_PROFILE", repo(&format!("etc/sim/{p}")));
+            // A name under etc/sim/, or a profile a test wrote (an absolute path).
+            let path = match Path::new(p).is_absolute() {
+                true => PathBuf::from(p),
+                false => repo(&format!("etc/sim/{p}")),
+            };
+            cmd.env("DCGM_SIM_PROFILE", path);
         }
         let mut child = cmd.spawn().expect("start dcgm-sim-hostengine");
         let out = child.stdout.take().expect("piped stdout");

@@ -91,20 +91,29 @@ fn identify(labels: Vec<(String, String)>, id_type: IdType) -> Option<Reading> {
     let get = |n: &str| labels.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
     let profiled = get("GPU_I_PROFILE").is_some_and(|p| !p.is_empty());
     let instance = if profiled { get("GPU_I_ID") } else { None };
+    let engine = get(crate::model::ENGINE_LABEL);
     // A GPU without a UUID label (a fake GPU) is still a device of its own.
     let uuid = get("UUID")
         .or_else(|| get("uuid"))
         .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| format!("gpu{gpu}"));
+        .unwrap_or_else(|| match &engine {
+            // A fake GPU's index is its only name, one per engine.
+            Some(e) => format!("{e}/gpu{gpu}"),
+            None => format!("gpu{gpu}"),
+        });
     let gi = match &instance {
         Some(gi) => Some(gi.parse::<u32>().ok()?),
         None => None,
     };
-    let pod_key = match (&instance, id_type) {
-        (Some(gi), _) => format!("{gpu}-{gi}"),
-        (None, IdType::Uid) => uuid.clone(),
-        (None, IdType::DeviceName) => get("device").unwrap_or_default(),
-    };
+    let device = get("device").unwrap_or_default();
+    let pod_key = crate::attribution::merge::pod_key(
+        gpu,
+        &uuid,
+        &device,
+        instance.as_deref(),
+        engine.as_deref(),
+        id_type,
+    );
     Some(Reading {
         key: (uuid, gi),
         gpu: gpu.clone(),

@@ -621,3 +621,48 @@ fn energy_waits_for_shares_while_nvml_gives_no_processes() {
     assert!(close(get(&v, IDLE_ENERGY, 0, "").unwrap(), idle), "{v:?}");
     assert_eq!(a.books[&key(0)].waiting(), (0, 0.0));
 }
+
+/// Two host engines each with a gpu 0 without a UUID, and each with GPU instance 2 of a
+/// GPU: four devices, the MIG ones keyed for pods by their parent's UUID.
+#[test]
+fn devices_of_several_engines_are_kept_apart() {
+    let mut page = Page::default();
+    page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
+    for (engine, uuid) in [("a", "GPU-A"), ("b", "GPU-B")] {
+        page.add(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "h",
+            PromType::Gauge,
+            &[("gpu", "0"), ("UUID", ""), ("engine", engine)],
+            1.0,
+        );
+        page.add(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "h",
+            PromType::Gauge,
+            &[
+                ("gpu", "1"),
+                ("UUID", uuid),
+                ("GPU_I_PROFILE", "1g.10gb"),
+                ("GPU_I_ID", "2"),
+                ("engine", engine),
+            ],
+            1.0,
+        );
+    }
+    page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
+    let r = readings::read(&page, IdType::Uid);
+    let keys: Vec<(String, Option<u32>, String)> = r
+        .iter()
+        .map(|r| (r.key.0.clone(), r.key.1, r.pod_key.clone()))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("GPU-A".to_string(), Some(2), "GPU-A/2".to_string()),
+            ("GPU-B".into(), Some(2), "GPU-B/2".into()),
+            ("a/gpu0".into(), None, "a/gpu0".into()),
+            ("b/gpu0".into(), None, "b/gpu0".into()),
+        ]
+    );
+}

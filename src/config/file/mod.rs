@@ -10,6 +10,9 @@
 //!   dcgm:
 //!     watch: {maxKeepAge: 10m, maxKeepSamples: 0}
 //!     detectBindUnbind: {enabled: true, pollInterval: 1s}
+//!     hostEngines:                 # ours: several nv-hostengines (each series: engine=NAME)
+//!       - {name: vm0, address: "10.0.0.1:5555"}
+//!       - {name: vm1, address: "unix:///run/dcgm/vm1.sock"}
 //! server:
 //!   maxConcurrentScrapes: 16
 //! collections:
@@ -49,7 +52,7 @@ mod v1;
 mod v2;
 
 pub use globs::{check_watch_groups, field_matches, glob_match};
-pub use model::{FileSettings, Retention, WatchGroup};
+pub use model::{FileSettings, HostEngine, Retention, WatchGroup};
 
 use crate::config::cli::Config;
 use crate::config::counters::{self, Counters};

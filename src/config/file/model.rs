@@ -47,6 +47,16 @@ pub(super) struct RawDetect {
     poll_interval: Option<String>,
 }
 
+/// `sources.dcgm.hostEngines[]` (ours): one remote host engine of several.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHostEngine {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    address: Option<String>,
+}
+
 #[derive(Deserialize)]
 #[serde(untagged)]
 pub(super) enum Interval {
@@ -65,6 +75,8 @@ pub(super) struct Model<'a> {
     pub server: Option<&'a RawServer>,
     pub metrics: Option<&'a RawMetrics>,
     pub detect: Option<&'a RawDetect>,
+    /// `sources.dcgm.hostEngines` (ours).
+    pub host_engines: Option<&'a [RawHostEngine]>,
     /// The default cadence (version 1's `collection.interval`).
     pub interval: Option<IntervalText<'a>>,
     /// The default retention (`collection.retention`, `sources.dcgm.watch`).
@@ -154,6 +166,18 @@ pub struct FileSettings {
     pub exporter_metrics: Option<bool>,
     /// `server.maxConcurrentScrapes`.
     pub max_concurrent_scrapes: Option<i64>,
+    /// `sources.dcgm.hostEngines` (ours): each engine's name (the `engine` label) and
+    /// address as written; the address is checked where `-r`'s are.
+    pub host_engines: Vec<HostEngine>,
+}
+
+/// One entry of `sources.dcgm.hostEngines`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostEngine {
+    pub name: String,
+    pub address: String,
+    /// `sources.dcgm.hostEngines[i]`, for errors about the address.
+    pub key: String,
 }
 
 impl Model<'_> {
@@ -196,6 +220,9 @@ impl Model<'_> {
             out.retention = retention(name, r)?;
         }
         self.check_groups(name, &mut out)?;
+        if let Some(list) = self.host_engines {
+            out.host_engines = host_engines(name, list)?;
+        }
         Ok(out)
     }
 
@@ -237,6 +264,34 @@ impl Model<'_> {
         }
         Ok(())
     }
+}
+
+/// `sources.dcgm.hostEngines`: at least one engine, each with an address and a name of
+/// its own (the label telling their series apart).
+fn host_engines(file: &str, list: &[RawHostEngine]) -> Result<Vec<HostEngine>, String> {
+    const KEY: &str = "sources.dcgm.hostEngines";
+    if list.is_empty() {
+        return Err(format!("{file}: {KEY}: must list at least one host engine"));
+    }
+    let mut out: Vec<HostEngine> = Vec::new();
+    for (i, e) in list.iter().enumerate() {
+        let key = format!("{KEY}[{i}]");
+        let address = match e.address.as_deref().map(str::trim) {
+            Some(a) if !a.is_empty() => a.to_string(),
+            _ => return Err(format!("{file}: {key}.address: missing")),
+        };
+        let name = match e.name.as_deref().map(str::trim) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => return Err(format!("{file}: {key}.name: missing")),
+        };
+        if let Some(j) = out.iter().position(|o| o.name == name) {
+            return Err(format!(
+                "{file}: {key}.name: \"{name}\" is already the name of {KEY}[{j}]"
+            ));
+        }
+        out.push(HostEngine { name, address, key });
+    }
+    Ok(out)
 }
 
 /// A positive whole number of milliseconds that DCGM can take in microseconds as an i64

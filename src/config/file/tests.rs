@@ -342,3 +342,42 @@ fn errors_name_the_file_key_and_line() {
         "{e}"
     );
 }
+
+/// `sources.dcgm.hostEngines` (ours), in both schemas: each engine's name and address in
+/// order; a missing name or address, a repeated name or an empty list is an error naming
+/// the key.
+#[test]
+fn host_engines_are_listed_with_a_name_each() {
+    for version in [1, 2] {
+        let text = format!(
+            "version: {version}\nsources:\n  dcgm:\n    hostEngines:\n      - {{name: vm0, address: \"10.0.0.1:5555\"}}\n      - {{name: vm1, address: unix:///run/vm1.sock}}\n"
+        );
+        let fs = parse_text(&text).unwrap();
+        let got: Vec<(&str, &str, &str)> = fs
+            .host_engines
+            .iter()
+            .map(|e| (e.name.as_str(), e.address.as_str(), e.key.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("vm0", "10.0.0.1:5555", "sources.dcgm.hostEngines[0]"),
+                ("vm1", "unix:///run/vm1.sock", "sources.dcgm.hostEngines[1]")
+            ]
+        );
+    }
+    for (list, wants) in [
+        ("[]", "sources.dcgm.hostEngines: must list at least one"),
+        ("[{name: a}]", "sources.dcgm.hostEngines[0].address: missing"),
+        ("[{address: \"h:1\"}]", "sources.dcgm.hostEngines[0].name: missing"),
+        (
+            "[{name: a, address: \"h:1\"}, {name: a, address: \"h:2\"}]",
+            "sources.dcgm.hostEngines[1].name: \"a\" is already the name of sources.dcgm.hostEngines[0]",
+        ),
+        ("[{name: a, address: \"h:1\", port: 2}]", "unknown field `port`"),
+    ] {
+        let text = format!("version: 2\nsources: {{dcgm: {{hostEngines: {list}}}}}\n");
+        let e = parse_text(&text).unwrap_err();
+        assert!(e.contains(wants), "{list}: {e}");
+    }
+}

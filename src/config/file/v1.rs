@@ -2,7 +2,8 @@
 //! retention keys added by 4.8.4), read into the shared [`Model`].
 
 use super::model::{
-    Group, Interval, IntervalText, Model, RawDetect, RawMetrics, RawServer, RetentionText,
+    Group, Interval, IntervalText, Model, RawDetect, RawHostEngine, RawMetrics, RawServer,
+    RetentionText,
 };
 use serde::Deserialize;
 
@@ -42,6 +43,8 @@ struct Sources {
 struct Dcgm {
     #[serde(default)]
     detect_bind_unbind: Option<RawDetect>,
+    #[serde(default)]
+    host_engines: Option<Vec<RawHostEngine>>,
 }
 
 #[derive(Deserialize)]
@@ -103,6 +106,11 @@ impl RawV1 {
                 .as_ref()
                 .and_then(|s| s.dcgm.as_ref())
                 .and_then(|d| d.detect_bind_unbind.as_ref()),
+            host_engines: self
+                .sources
+                .as_ref()
+                .and_then(|s| s.dcgm.as_ref())
+                .and_then(|d| d.host_engines.as_deref()),
             interval: c.and_then(|c| c.interval.as_ref()).map(|i| IntervalText {
                 key: "collection.interval".into(),
                 value: i,

@@ -3,7 +3,8 @@
 //! default cadence and retention.
 
 use super::model::{
-    Group, Interval, IntervalText, Model, RawDetect, RawMetrics, RawServer, RetentionText,
+    Group, Interval, IntervalText, Model, RawDetect, RawHostEngine, RawMetrics, RawServer,
+    RetentionText,
 };
 use serde::Deserialize;
 
@@ -61,6 +62,8 @@ struct Dcgm {
     watch: Option<Watch>,
     #[serde(default)]
     detect_bind_unbind: Option<RawDetect>,
+    #[serde(default)]
+    host_engines: Option<Vec<RawHostEngine>>,
 }
 
 /// A collection's own sources: only the watch policy (exporter-wide settings such as
@@ -116,6 +119,7 @@ impl RawV2 {
             server: self.server.as_ref(),
             metrics: self.metrics.as_ref(),
             detect: dcgm.and_then(|d| d.detect_bind_unbind.as_ref()),
+            host_engines: dcgm.and_then(|d| d.host_engines.as_deref()),
             interval: None,
             retention: dcgm
                 .and_then(|d| d.watch.as_ref())

@@ -14,6 +14,8 @@
 //! Scrapes never call DCGM; they read the last published page, which also stops being
 //! served once its oldest sample is too old (`collect::freshness`).
 
+pub mod engines;
+pub use engines::HandOff;
 mod fallback;
 mod run_loop;
 
@@ -138,8 +140,12 @@ pub struct Runner {
     pub bind_unbind: Option<Duration>,
     /// Where each published page also goes (textfile, dumps); see `output::sink`.
     pub sinks: Vec<Box<dyn Sink>>,
-    /// Pod / MIG / HPC attribution, merged into each page before it is rendered.
-    pub attribution: Mutex<Attribution>,
+    /// Pod / MIG / HPC attribution, merged into each page before it is rendered (shared
+    /// by the loops of several host engines, whose pages are merged once).
+    pub attribution: Arc<Mutex<Attribution>>,
+    /// With several host engines: where this engine's loop hands its pages, in place of
+    /// attributing and publishing them itself (`engines`).
+    pub hand_off: Option<engines::HandOff>,
 }
 
 impl Runner {
@@ -151,6 +157,9 @@ impl Runner {
         match self.open(&worker, &mut || stop()) {
             Ok(()) => {
                 self.shared.set_connected(true);
+                if let Some(h) = &self.hand_off {
+                    h.combiner.connected(h.index);
+                }
                 self.current.set(Some(&worker));
                 Ok(worker)
             }
@@ -170,7 +179,7 @@ impl Runner {
         Duration::from_millis(self.settings.interval_ms)
     }
 
-    fn counters(&self) -> Arc<Counters> {
+    pub(crate) fn counters(&self) -> Arc<Counters> {
         self.counters
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -282,7 +291,11 @@ impl Runner {
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<TickResult, Failure> {
         let deadline = Instant::now() + self.interval().max(MIN_COLLECT_DEADLINE);
-        let with_sinks = !self.sinks.is_empty();
+        let with_sinks = !self.sinks.is_empty()
+            || self
+                .hand_off
+                .as_ref()
+                .is_some_and(|h| h.combiner.wants_topology);
         let done = worker.call(deadline, stop, move |d: &mut Dcgm| {
             if let Some(n) = d.nvml.as_mut() {
                 return collect_nvml(n, with_sinks);
@@ -360,7 +373,19 @@ impl Runner {
     }
 
     /// Publishes a collection; `backend` names the source that served it ("dcgm" or "nvml").
+    /// With several host engines, the page goes to the combiner instead.
     fn succeeded(&self, c: Collected, took: Duration, backend: &'static str) {
+        if let Some(h) = &self.hand_off {
+            self.shared.set_connected(true);
+            self.shared.set_error(None);
+            h.combiner.offer(h.index, c, took);
+            return;
+        }
+        self.publish_collected(c, took, backend).recycle();
+    }
+
+    /// Attributes, renders and publishes a page; hands it back as served.
+    fn publish_collected(&self, c: Collected, took: Duration, backend: &'static str) -> Page {
         let Collected {
             mut page,
             topology,
@@ -409,11 +434,11 @@ impl Runner {
                 s.published(topology, &page, published.text());
             }
         }
-        page.recycle();
         self.shared.set_last_success(Instant::now());
         self.shared.set_connected(true);
         self.shared.set_error(None);
         self.shared.set_backend(backend);
+        page
     }
 
     /// Whether `--backend auto` can serve from NVML while DCGM cannot be used.
@@ -444,6 +469,9 @@ impl Runner {
             .collections
             .with_label_values(&["error"])
             .inc();
+        if let Some(h) = &self.hand_off {
+            h.combiner.down(h.index, why);
+        }
     }
 }
 

@@ -257,6 +257,9 @@ impl Loop<'_> {
                     Engine::Embedded => tracing::info!("started the embedded DCGM host engine"),
                 }
                 self.runner.shared.metrics.reconnects.inc();
+                if let Some(h) = &self.runner.hand_off {
+                    h.combiner.connected(h.index);
+                }
                 self.runner.shared.set_connected(true);
                 self.backoff = self.runner.first_backoff();
                 self.runner.current.set(Some(&worker));

@@ -132,15 +132,18 @@ fn serve(
         engine: stages.engine.clone(),
         collectors,
         counters: std::sync::RwLock::new(counters),
-        settings: stages.collect,
+        settings: stages.collect.clone(),
         shared: shared.clone(),
         current: Default::default(),
-        bind_unbind: stages.bind_unbind,
+        bind_unbind: bind_unbind_watch(&stages),
         sinks,
-        attribution: std::sync::Mutex::new(attribution),
+        attribution: Arc::new(std::sync::Mutex::new(attribution)),
+        hand_off: None,
     });
-    let worker = match start_collecting(&runner, stages.exit_if_unreachable, &|| signals.stopping())
-    {
+    let engines = engine_runners(&stages, &runner)?;
+    let worker = match start_engines(&runner, &engines, stages.exit_if_unreachable, &|| {
+        signals.stopping()
+    }) {
         Err(Started::Stopped) => {
             tracing::info!("stopped during start-up");
             return Ok(());
@@ -150,9 +153,13 @@ fn serve(
     };
     watchers::start(&runner, &control_tx)?;
     let loop_runner = runner.clone();
-    let (collection, ended_rx) =
-        spawn_watched("collector", move || loop_runner.run(worker, control_rx))
-            .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    let (collection, ended_rx) = spawn_watched("collector", move || match worker {
+        Workers::One(worker) => loop_runner.run(worker, control_rx),
+        Workers::Engines(workers) => {
+            app::engines::run(&loop_runner, engines.into_iter().zip(workers), control_rx)
+        }
+    })
+    .map_err(|e| format!("cannot start the collection thread: {e}"))?;
     let served = rt.block_on(serve_http(server, shared, &signals, ended_rx));
     let _ = control_tx.send(Control::Stop);
     collection.join().map_err(thread_panic)?;
@@ -163,6 +170,94 @@ fn serve(
         }
     }
     served
+}
+
+/// With several host engines: one runner per engine, each handing its pages to one
+/// combiner that publishes through `main` (empty with one engine).
+fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Runner>>, String> {
+    if stages.engines.is_empty() {
+        return Ok(Vec::new());
+    }
+    let interval = Duration::from_millis(stages.collect.interval_ms);
+    let combiner = Arc::new(app::engines::Combiner::new(
+        stages.engines.clone(),
+        interval,
+        &main.shared.metrics,
+        !main.sinks.is_empty(),
+    )?);
+    if main.library.is_none() {
+        return Err("several host engines (-r a,b) need libdcgm (--backend dcgm)".into());
+    }
+    let counters = main.counters();
+    let mut out = Vec::new();
+    for (index, e) in stages.engines.iter().enumerate() {
+        tracing::info!(
+            "host engine {} at {} (label engine=\"{}\")",
+            index + 1,
+            e.target,
+            e.label
+        );
+        let mut settings = stages.collect.clone();
+        settings.hostname = e.hostname.clone();
+        out.push(Arc::new(Runner {
+            library: main.library.clone(),
+            nvml: None,
+            engine: Engine::Remote(e.target.clone()),
+            collectors: main.collectors.clone(),
+            counters: std::sync::RwLock::new(counters.clone()),
+            settings,
+            shared: Arc::new(Shared::new(interval)),
+            current: Default::default(),
+            bind_unbind: None,
+            sinks: Vec::new(),
+            attribution: main.attribution.clone(),
+            hand_off: Some(app::HandOff {
+                combiner: combiner.clone(),
+                index,
+            }),
+        }));
+    }
+    Ok(out)
+}
+
+/// `--enable-gpu-bind-unbind-watch`'s poll interval: its watch lives on one session, so
+/// with several host engines it is off (said once).
+fn bind_unbind_watch(stages: &settings::Stages) -> Option<Duration> {
+    if stages.bind_unbind.is_some() && !stages.engines.is_empty() {
+        tracing::warn!(
+            "--enable-gpu-bind-unbind-watch has no effect with several host engines: \
+             each engine's GPU changes are seen by its own rebuilds"
+        );
+        return None;
+    }
+    stages.bind_unbind
+}
+
+/// Starts collecting: one engine connects here (see `start_collecting`); several connect
+/// in their own loops, unless `--exit-if-hostengine-unreachable` wants each reached first.
+fn start_engines(
+    main: &Runner,
+    engines: &[Arc<Runner>],
+    exit_if_unreachable: bool,
+    stop: &dyn Fn() -> bool,
+) -> Result<Workers, Started> {
+    if engines.is_empty() {
+        return start_collecting(main, exit_if_unreachable, stop).map(Workers::One);
+    }
+    let mut workers = Vec::new();
+    for e in engines {
+        workers.push(match exit_if_unreachable {
+            true => start_collecting(e, true, stop)?,
+            false => None,
+        });
+    }
+    Ok(Workers::Engines(workers))
+}
+
+/// The workers connected at start: the one engine's, or each of several engines'.
+enum Workers {
+    One(Option<Worker<Dcgm>>),
+    Engines(Vec<Option<Worker<Dcgm>>>),
 }
 
 /// What the collection loop and the HTTP side share, with its self-metrics set up, and the
@@ -198,7 +293,15 @@ fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(
         crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters)
             .map_err(|e| format!("{}: {e}", stages.config_file))?;
     }
-    if let Engine::Remote(t @ dcgm_sys::ConnectTarget::Vsock { cid, port }) = &stages.engine {
+    let targets = match &stages.engine {
+        _ if !stages.engines.is_empty() => stages.engines.iter().map(|e| &e.target).collect(),
+        Engine::Remote(t) => vec![t],
+        Engine::Embedded => Vec::new(),
+    };
+    for t in targets {
+        let dcgm_sys::ConnectTarget::Vsock { cid, port } = t else {
+            continue;
+        };
         // A kernel without vsock is a set-up error, not an engine still starting.
         match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
             dcgm_sys::vsock::Probe::Unsupported(why) => {
@@ -323,6 +426,9 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
         library.path().display()
     );
     match &stages.engine {
+        _ if !stages.engines.is_empty() => {
+            tracing::info!("mode: {} remote DCGM host engines", stages.engines.len())
+        }
         Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
         Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
     }

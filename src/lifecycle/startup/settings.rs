@@ -6,6 +6,7 @@
 use crate::attribution;
 use crate::collect;
 use crate::config::{cli, hostname, selector};
+use crate::lifecycle::app::engines::RemoteEngine;
 use crate::lifecycle::app::Engine;
 use crate::output::http::HttpSettings;
 use crate::output::SinkSettings;
@@ -15,6 +16,9 @@ use std::time::Duration;
 /// Every stage's settings, made once at start.
 pub struct Stages {
     pub engine: Engine,
+    /// Several host engines (`-r a,b`, `sources.dcgm.hostEngines`); empty with one, which
+    /// is `engine` alone.
+    pub engines: Vec<RemoteEngine>,
     /// `--dcgm-library`.
     pub dcgm_library: Option<PathBuf>,
     /// `--backend`.
@@ -94,12 +98,15 @@ pub struct AttributionSettings {
 /// Every stage's settings from the command line (and the config file it names).
 pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
     let file_settings = crate::config::file::apply(&mut config)?;
-    let engine = match config.remote_hostengine() {
-        Some(addr) => Engine::Remote(
-            dcgm_sys::ConnectTarget::parse(addr)
-                .map_err(|e| format!("-r/--remote-hostengine-info: {e}"))?,
-        ),
+    let listed = remote_engines(&config, &file_settings.host_engines)?;
+    let engine = match listed.first() {
+        Some((_, t)) => Engine::Remote(t.clone()),
         None => Engine::Embedded,
+    };
+    let engines = if listed.len() > 1 {
+        engine_labels(&config, listed)
+    } else {
+        Vec::new()
     };
     let collect = collect_settings(&config, file_settings.watch_groups, &engine)?;
     let interval = Duration::from_millis(collect.interval_ms);
@@ -144,7 +151,84 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
         exit_if_unreachable: config.exit_if_hostengine_unreachable,
         collect,
         engine,
+        engines,
     })
+}
+
+/// The host engines to use: `-r`'s comma-separated list, else the config file's
+/// `sources.dcgm.hostEngines` (with their names); each address as `-r` takes one, none
+/// twice. Empty: the embedded engine.
+fn remote_engines(
+    config: &cli::Config,
+    file: &[crate::config::file::HostEngine],
+) -> Result<Vec<(Option<String>, dcgm_sys::ConnectTarget)>, String> {
+    const FLAG: &str = "-r/--remote-hostengine-info";
+    let listed: Vec<(Option<String>, String, String)> = match config.remote_hostengine() {
+        Some(list) if list.contains(',') => list
+            .split(',')
+            .enumerate()
+            .map(|(i, a)| (None, a.to_string(), format!("{FLAG} (element {})", i + 1)))
+            .collect(),
+        Some(one) => vec![(None, one.to_string(), FLAG.to_string())],
+        None => file
+            .iter()
+            .map(|e| {
+                let whence = format!("{}: {}.address", config.config_file, e.key);
+                (Some(e.name.clone()), e.address.clone(), whence)
+            })
+            .collect(),
+    };
+    let mut out: Vec<(Option<String>, dcgm_sys::ConnectTarget)> = Vec::new();
+    for (name, address, whence) in listed {
+        let t = dcgm_sys::ConnectTarget::parse(&address).map_err(|e| format!("{whence}: {e}"))?;
+        if out.iter().any(|(_, o)| o.to_string() == t.to_string()) {
+            return Err(format!("{whence}: the host engine {t} is listed twice"));
+        }
+        out.push((name, t));
+    }
+    Ok(out)
+}
+
+/// Each engine's label value: its name, else its host as the hostname label's loopback
+/// rule gives it; where two would be equal, the address itself (two engines on one host).
+fn engine_labels(
+    config: &cli::Config,
+    listed: Vec<(Option<String>, dcgm_sys::ConnectTarget)>,
+) -> Vec<RemoteEngine> {
+    let node = std::env::var("NODE_NAME").ok();
+    let host_label = |t: &dcgm_sys::ConnectTarget, kubernetes: bool, none: bool| {
+        let host = t.host();
+        hostname::resolve(
+            none,
+            kubernetes,
+            host.as_deref(),
+            node.as_deref(),
+            config.emulate_version,
+        )
+    };
+    let derived: Vec<String> = listed
+        .iter()
+        .map(|(name, t)| match name {
+            Some(n) => n.clone(),
+            None => host_label(t, false, false).unwrap_or_else(|| t.to_string()),
+        })
+        .collect();
+    listed
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| {
+            let shared = derived.iter().filter(|d| **d == derived[i]).count() > 1;
+            RemoteEngine {
+                label: if shared && name.is_none() {
+                    t.to_string()
+                } else {
+                    derived[i].clone()
+                },
+                target: t.clone(),
+                hostname: host_label(t, config.kubernetes, config.no_hostname),
+            }
+        })
+        .collect()
 }
 
 fn collect_settings(
@@ -484,5 +568,91 @@ mod tests {
                 .unwrap_or_else(|| panic!("{args:?} accepted"));
             assert!(e.starts_with(flag), "{args:?}: {e}");
         }
+    }
+
+    /// `-r a,b`: each element checked as `-r` checks one, errors naming the flag and the
+    /// element; none twice; one element is today's single engine (no engine label).
+    #[test]
+    fn a_list_of_host_engines() {
+        let s = stages(&["-r", "10.0.0.1:5555"]).unwrap();
+        assert!(s.engines.is_empty(), "one engine is the one-engine path");
+        let s = stages(&["-r", "10.0.0.1:5555,10.0.0.2:5555,unix:///run/e.sock"]).unwrap();
+        let got: Vec<(String, String)> = s
+            .engines
+            .iter()
+            .map(|e| (e.label.clone(), e.target.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1".to_string(), "10.0.0.1:5555".to_string()),
+                ("10.0.0.2".into(), "10.0.0.2:5555".into()),
+                // A socket is this node, whose name the other engines do not share.
+                (
+                    crate::config::hostname::os_hostname().unwrap(),
+                    "unix:///run/e.sock".into()
+                ),
+            ]
+        );
+        assert_eq!(s.engines[1].hostname.as_deref(), Some("10.0.0.2"));
+        // Two engines on one host: labelled by their addresses.
+        let s = stages(&["-r", "h:1,h:2"]).unwrap();
+        let labels: Vec<&str> = s.engines.iter().map(|e| e.label.as_str()).collect();
+        assert_eq!(labels, ["h:1", "h:2"]);
+        for (list, wants) in [
+            (
+                "h:1,h:1",
+                "-r/--remote-hostengine-info (element 2): the host engine h:1 is listed twice",
+            ),
+            (
+                "h:1,",
+                "-r/--remote-hostengine-info (element 2): empty host engine address",
+            ),
+            (
+                "h:1,unix://",
+                "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path",
+            ),
+        ] {
+            let e = stages(&["-r", list]).err().expect(list);
+            assert!(e.starts_with(wants), "{list}: {e}");
+        }
+    }
+
+    /// `sources.dcgm.hostEngines`: the engines and their names, `-r` given wins, and a bad
+    /// or repeated address is an error naming the file and the key.
+    #[test]
+    fn host_engines_from_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |engines: &str| {
+            let p = dir.path().join("c.yaml");
+            let text = format!("version: 2\nsources: {{dcgm: {{hostEngines: [{engines}]}}}}\n");
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let ok = file("{name: vm0, address: \"h:1\"}, {name: vm1, address: \"unix:///s\"}");
+        let s = stages(&["--config-file", &ok]).unwrap();
+        let got: Vec<(&str, String)> = s
+            .engines
+            .iter()
+            .map(|e| (e.label.as_str(), e.target.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [("vm0", "h:1".to_string()), ("vm1", "unix:///s".into())]
+        );
+        let s = stages(&["--config-file", &ok, "-r", "other:5555"]).unwrap();
+        assert!(s.engines.is_empty(), "-r given wins");
+        let bad = file("{name: a, address: \"h:1\"}, {name: b, address: \"unix://\"}");
+        let e = stages(&["--config-file", &bad]).err().unwrap();
+        assert!(
+            e.starts_with(&format!("{bad}: sources.dcgm.hostEngines[1].address: ")),
+            "{e}"
+        );
+        let twice = file("{name: a, address: \"h:1\"}, {name: b, address: \"h:1\"}");
+        let e = stages(&["--config-file", &twice]).err().unwrap();
+        assert!(
+            e.contains("hostEngines[1].address: the host engine h:1 is listed twice"),
+            "{e}"
+        );
     }
 }

@@ -1,0 +1,433 @@
+//! Several host engines in one exporter (`-r a:5555,b:5555`, `sources.dcgm.hostEngines`).
+//! Each engine keeps the one-engine loop (`Runner::run` on a thread of its own: its session,
+//! worker, reconnect back-off, abandoned stuck workers, rebuilds, freshness), but hands its
+//! collected page to the [`Combiner`] instead of publishing it. The combiner waits for
+//! every live engine's page of this interval (one and a half intervals at most), merges them into one
+//! page with the engine label on every series, and attributes, renders and publishes that
+//! page once (`Runner::publish_collected` of the main runner, which owns the attribution
+//! stage, the served state and the sinks). An engine that fails contributes nothing: its
+//! series are withdrawn from the served page at once, the others keep serving.
+
+use super::{Collected, Dcgm, Runner};
+use crate::lifecycle::control::Control;
+use crate::lifecycle::worker::Worker;
+use crate::model::Page;
+use dcgm_sys::ConnectTarget;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use crate::model::ENGINE_LABEL;
+
+/// One host engine of several.
+#[derive(Clone, Debug)]
+pub struct RemoteEngine {
+    /// The engine label's value: its configured name, else its host.
+    pub label: String,
+    pub target: ConnectTarget,
+    /// The `hostname` label of its series (its host, by the loopback rule).
+    pub hostname: Option<String>,
+}
+
+/// Where an engine's loop hands its pages.
+pub struct HandOff {
+    pub combiner: Arc<Combiner>,
+    pub index: usize,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// The page collected since the last publish, and how long it took.
+    fresh: Option<(Box<Collected>, Duration)>,
+    up: bool,
+    /// Why the engine is down (`None` while up, or before its first try ended).
+    down: Option<String>,
+    /// Its series are on the served page and must go.
+    withdraw: bool,
+    /// Its series are on the served page.
+    published: bool,
+    /// A session to it was opened before (the next one is a reconnect).
+    connected_before: bool,
+}
+
+#[derive(Default)]
+struct State {
+    slots: Vec<Slot>,
+    stopping: bool,
+}
+
+impl State {
+    fn any_fresh(&self) -> bool {
+        self.slots.iter().any(|s| s.fresh.is_some())
+    }
+
+    fn all_up_fresh(&self) -> bool {
+        self.slots.iter().all(|s| !s.up || s.fresh.is_some())
+    }
+}
+
+/// The pages of every engine, joined into one per interval.
+pub struct Combiner {
+    engines: Vec<RemoteEngine>,
+    /// The sinks need the node's topology with each page.
+    pub wants_topology: bool,
+    interval: Duration,
+    state: Mutex<State>,
+    changed: Condvar,
+    /// `dcgm_exporter_engine_up{engine}`.
+    up: prometheus::IntGaugeVec,
+    /// `dcgm_exporter_engine_reconnects_total{engine}`.
+    reconnects: prometheus::IntCounterVec,
+    /// `dcgm_exporter_engine_collections_total{engine,status}`.
+    collections: prometheus::IntCounterVec,
+}
+
+impl Combiner {
+    pub fn new(
+        engines: Vec<RemoteEngine>,
+        interval: Duration,
+        metrics: &crate::output::selfmetrics::SelfMetrics,
+        wants_topology: bool,
+    ) -> Result<Combiner, String> {
+        let prefix = crate::common::PREFIX;
+        let opts = |n: &str, h: &str| prometheus::Opts::new(format!("{prefix}{n}"), h);
+        let bad = |e: prometheus::Error| format!("engine self-metrics: {e}");
+        let up = prometheus::IntGaugeVec::new(
+            opts(
+                "engine_up",
+                "1 while this host engine's last collection succeeded (its series are served).",
+            ),
+            &[ENGINE_LABEL],
+        )
+        .map_err(bad)?;
+        let reconnects = prometheus::IntCounterVec::new(
+            opts(
+                "engine_reconnects_total",
+                "Sessions opened to this host engine after the first.",
+            ),
+            &[ENGINE_LABEL],
+        )
+        .map_err(bad)?;
+        let collections = prometheus::IntCounterVec::new(
+            opts(
+                "engine_collections_total",
+                "Collections from this host engine by outcome.",
+            ),
+            &[ENGINE_LABEL, "status"],
+        )
+        .map_err(bad)?;
+        for e in &engines {
+            up.with_label_values(&[&e.label]).set(0);
+            reconnects.with_label_values(&[&e.label]);
+            for status in ["success", "error"] {
+                collections.with_label_values(&[&e.label, status]);
+            }
+        }
+        metrics.register(Box::new(up.clone()));
+        metrics.register(Box::new(reconnects.clone()));
+        metrics.register(Box::new(collections.clone()));
+        let slots = engines.iter().map(|_| Slot::default()).collect();
+        Ok(Combiner {
+            engines,
+            wants_topology,
+            interval,
+            state: Mutex::new(State {
+                slots,
+                stopping: false,
+            }),
+            changed: Condvar::new(),
+            up,
+            reconnects,
+            collections,
+        })
+    }
+
+    pub fn engines(&self) -> &[RemoteEngine] {
+        &self.engines
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Engine `i` collected `c`; an older page not yet merged is replaced.
+    pub(super) fn offer(&self, i: usize, c: Collected, took: Duration) {
+        let label = &self.engines[i].label;
+        self.up.with_label_values(&[label]).set(1);
+        self.collections
+            .with_label_values(&[label, "success"])
+            .inc();
+        let mut st = self.lock();
+        let slot = &mut st.slots[i];
+        if let Some((old, _)) = slot.fresh.replace((Box::new(c), took)) {
+            old.page.recycle();
+        }
+        slot.up = true;
+        if slot.down.take().is_some() {
+            // The engine loops' own lines do not say which engine they are.
+            let e = &self.engines[i];
+            tracing::info!("host engine {} ({}) serves again", e.label, e.target);
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Engine `i` failed (`why`): its series leave the served page now.
+    pub(super) fn down(&self, i: usize, why: &str) {
+        let label = &self.engines[i].label;
+        self.up.with_label_values(&[label]).set(0);
+        self.collections.with_label_values(&[label, "error"]).inc();
+        let mut st = self.lock();
+        let slot = &mut st.slots[i];
+        slot.fresh = None;
+        slot.up = false;
+        if slot.down.replace(why.to_string()).is_none() {
+            let e = &self.engines[i];
+            tracing::warn!(
+                "host engine {} ({}) is down: {why}; its series are withdrawn, the other engines' served",
+                e.label,
+                e.target
+            );
+        }
+        slot.withdraw = slot.published;
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Engine `i` opened a session (counted from the second on).
+    pub(super) fn connected(&self, i: usize) {
+        if !std::mem::replace(&mut self.lock().slots[i].connected_before, true) {
+            return;
+        }
+        self.reconnects
+            .with_label_values(&[&self.engines[i].label])
+            .inc();
+    }
+
+    fn stop(&self) {
+        self.lock().stopping = true;
+        self.changed.notify_all();
+    }
+
+    /// Waits for a page or a withdrawal, then for the other live engines' pages of this
+    /// interval (one and a half intervals at most). `None` when stopping.
+    fn next_round(&self) -> Option<MutexGuard<'_, State>> {
+        let st = self.lock();
+        let mut st = self
+            .changed
+            .wait_while(st, |s| {
+                !s.stopping && !s.any_fresh() && !s.slots.iter().any(|s| s.withdraw)
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        // Half an interval more than one: a loop late by some jitter (a busy machine)
+        // still makes this round instead of leaving a gap in its series.
+        let deadline = Instant::now() + self.interval * 3 / 2;
+        while !st.stopping && st.any_fresh() && !st.all_up_fresh() {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            st = self
+                .changed
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        (!st.stopping).then_some(st)
+    }
+}
+
+/// An engine loop that panicked ends the combiner, and so the collection thread and the
+/// process, as the one-engine loop's panic does: never a page that silently lacks an engine.
+struct EndsAllOnPanic(Arc<Combiner>);
+
+impl Drop for EndsAllOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!("a host engine's collection loop panicked");
+            self.0.stop();
+        }
+    }
+}
+
+/// Runs every engine's loop and the combiner until told to stop.
+pub fn run(
+    main: &Runner,
+    engines: impl Iterator<Item = (Arc<Runner>, Option<Worker<Dcgm>>)>,
+    control: Receiver<Control>,
+) {
+    let engines: Vec<_> = engines.collect();
+    let Some(combiner) = engines
+        .first()
+        .and_then(|(r, _)| r.hand_off.as_ref())
+        .map(|h| h.combiner.clone())
+    else {
+        return;
+    };
+    let mut inboxes: Vec<Sender<Control>> = Vec::new();
+    let mut threads = Vec::new();
+    for (i, (r, worker)) in engines.into_iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        inboxes.push(tx);
+        let ends = EndsAllOnPanic(combiner.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("engine-{i}"))
+            .spawn(move || {
+                let _ends = ends;
+                r.run(worker, rx)
+            });
+        match spawned {
+            Ok(t) => threads.push(t),
+            Err(e) => tracing::error!("cannot start the thread of host engine {i}: {e}"),
+        }
+    }
+    let stops = inboxes.clone();
+    let forward = combiner.clone();
+    // Control messages reach every engine's loop; a stop also ends the combiner.
+    let forwarder = std::thread::Builder::new()
+        .name("engines-control".into())
+        .spawn(move || {
+            while let Ok(m) = control.recv() {
+                let stop = matches!(m, Control::Stop);
+                for tx in &inboxes {
+                    let _ = tx.send(m);
+                }
+                if stop {
+                    break;
+                }
+            }
+            drop(inboxes);
+            forward.stop();
+        });
+    if let Err(e) = &forwarder {
+        tracing::error!("cannot start the engines' control thread: {e}");
+        combiner.stop();
+    }
+    let mut last: Option<Page> = None;
+    while let Some(st) = combiner.next_round() {
+        last = publish_round(main, &combiner, st, last);
+    }
+    // Also when the combiner ended for a panicked loop rather than a stop. The forwarder
+    // is not waited for: it ends with the control channel.
+    for tx in &stops {
+        let _ = tx.send(Control::Stop);
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    drop(forwarder);
+}
+
+/// Publishes this round's pages merged; without any, removes the withdrawn engines'
+/// series from the served page. Returns the page now served.
+fn publish_round(
+    main: &Runner,
+    combiner: &Combiner,
+    mut st: MutexGuard<'_, State>,
+    last: Option<Page>,
+) -> Option<Page> {
+    let mut fresh = Vec::new();
+    let mut withdrawn = Vec::new();
+    let mut down = Vec::new();
+    for (i, slot) in st.slots.iter_mut().enumerate() {
+        let engine = &combiner.engines[i];
+        if std::mem::take(&mut slot.withdraw) {
+            withdrawn.push(engine.label.clone());
+        }
+        if let Some(why) = &slot.down {
+            down.push(format!(
+                "host engine {} ({}) is down: {why}",
+                engine.label, engine.target
+            ));
+        }
+        if let Some(f) = slot.fresh.take() {
+            fresh.push((i, f));
+        }
+    }
+    if !fresh.is_empty() {
+        for (i, slot) in st.slots.iter_mut().enumerate() {
+            slot.published = fresh.iter().any(|(j, _)| *j == i);
+        }
+    }
+    drop(st);
+    if fresh.is_empty() {
+        return withdraw(main, last, &withdrawn, down);
+    }
+    if let Some(l) = last {
+        l.recycle();
+    }
+    let (merged, took) = merge(combiner, fresh, down);
+    Some(main.publish_collected(merged, took, "dcgm"))
+}
+
+/// Serves `last` without the series of the `gone` engines (nothing when none is left).
+fn withdraw(main: &Runner, last: Option<Page>, gone: &[String], down: Vec<String>) -> Option<Page> {
+    let mut page = last?;
+    page.rewrite(|_, s| {
+        let theirs = s
+            .label(ENGINE_LABEL)
+            .is_some_and(|e| gone.iter().any(|g| g == e));
+        if theirs {
+            Vec::new()
+        } else {
+            vec![s]
+        }
+    });
+    let keeps = page.families().any(|f| {
+        f.series()
+            .any(|s| s.labels().any(|(k, _)| k == ENGINE_LABEL))
+    });
+    if !keeps {
+        main.failed(
+            &format!("no host engine serves: {}", down.join("; ")),
+            false,
+        );
+        page.recycle();
+        return None;
+    }
+    let oldest = page.oldest_sample_us.unwrap_or_else(crate::collect::now_us);
+    main.shared.publish(&page, oldest);
+    main.shared.set_notes(down);
+    Some(page)
+}
+
+/// One page of this round's engine pages, each series labelled with its engine; the
+/// longest collection stands for the round's duration.
+fn merge(
+    combiner: &Combiner,
+    fresh: Vec<(usize, (Box<Collected>, Duration))>,
+    mut notes: Vec<String>,
+) -> (Collected, Duration) {
+    let mut page = Page::reuse();
+    let mut info: Option<(Page, crate::collect::info::LowCardinality)> = None;
+    let (mut gpus, mut stalled, mut took) = (0, true, Duration::ZERO);
+    let mut topology = None;
+    let mut oldest: Option<i64> = None;
+    for (i, (c, t)) in fresh {
+        let label = combiner.engines[i].label.as_str();
+        let c = *c;
+        oldest = match (oldest, c.page.oldest_sample_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        page.append_labelled(c.page, ENGINE_LABEL, label);
+        if let Some((p, strip)) = c.low_cardinality {
+            let (all, _) = info.get_or_insert_with(|| (Page::default(), strip));
+            all.append_labelled(p, ENGINE_LABEL, label);
+        }
+        gpus += c.gpus;
+        stalled &= c.stalled;
+        took = took.max(t);
+        topology = topology.or(c.topology);
+        notes.extend(c.unmatched.into_iter().map(|n| format!("{label}: {n}")));
+    }
+    page.oldest_sample_us = oldest;
+    let merged = Collected {
+        page,
+        topology,
+        gpus,
+        unmatched: notes,
+        low_cardinality: info,
+        stalled,
+    };
+    (merged, took)
+}
