@@ -191,3 +191,49 @@ fn a_field_dcgm_refuses_to_watch_costs_only_its_own_series() {
         1
     );
 }
+
+/// A watch DCGM refuses whole is retried field by field, each watched and then unwatched
+/// alone. DCGM removes every pair of an unwatch and reports a failing one after; the real
+/// DCGM 4.6 kit answers NotWatched for the profiling fields of GPUs it samples through GPM.
+/// A probe whose unwatch reports that was still accepted: its field is served.
+#[test]
+fn a_probe_whose_unwatch_reports_not_watched_keeps_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = profile(
+        dir.path(),
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
+         profiling_module = false\n",
+    );
+    let csv = dir.path().join("probe.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, energy\n\
+         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx (refused: no profiling module)\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    let ctl = dir.path().join("control");
+    // DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL (585): NOT_WATCHED (-16).
+    control(&ctl, "unwatch_fails 585 -16");
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", &p)
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let energy = |p: &[Sample]| total(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &[]);
+    let first = e.scrape_until(10, |p| {
+        series(p, "DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL").len() == 2 * 4
+    });
+    let before = energy(&first);
+    let later = e.scrape_until(10, |p| energy(p) > before);
+    assert_eq!(
+        series(&later, "DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL").len(),
+        2 * 4
+    );
+    let log = e.stderr();
+    assert_eq!(log.matches("not collecting").count(), 1, "{log}");
+    assert!(
+        log.contains("not collecting DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK"),
+        "{log}"
+    );
+}

@@ -18,6 +18,7 @@
 //! | `switch_port S P up\|down\|disabled` | changes port P of NvSwitch S |
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
+//! | `unwatch_fails F STATUS` | every later unwatch of a field group holding field F answers STATUS (a negative `DCGM_ST_*`) after removing all its pairs, as DcgmHostEngineHandler::UnwatchFieldGroup keeps going past a failing pair and reports the error at the end (real DCGM 4.6 answers NOT_WATCHED (-16) for profiling fields on GPUs it samples through GPM); `unwatch_fails F 0` undoes it |
 //! | `fail_reads N` | the next N reads of latest values (`dcgmEntitiesGetLatestValues`) fail with DCGM_ST_GENERIC_ERROR while the session stays up: a collection that fails without losing the engine |
 //! | `sampling_stop` / `sampling_resume` | the engine stops taking samples of polled fields (each keeps its last, which grows old, as when DCGM stops sampling) / takes them again from now on |
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
@@ -70,6 +71,11 @@ pub enum Fault {
         msg: String,
     },
     NodeHealthClear,
+    /// Unwatches of field groups holding `field` answer `status` (0: undone).
+    UnwatchFails {
+        field: u16,
+        status: i32,
+    },
     /// The next `count` reads of latest values fail (the session stays up).
     FailReads {
         count: u32,
@@ -386,6 +392,10 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
                 }
             }
         }
+        "unwatch_fails" => Fault::UnwatchFails {
+            field: num(w.next(), "field")?,
+            status: num(w.next(), "status")?,
+        },
         "fail_reads" => Fault::FailReads {
             count: num(w.next(), "count")?,
         },
@@ -552,6 +562,14 @@ mod tests {
             Ok(Fault::FailReads { count: 2 })
         );
         assert!(parse_line("fail_reads").is_err());
+        assert_eq!(
+            parse_line("unwatch_fails 1001 -16"),
+            Ok(Fault::UnwatchFails {
+                field: 1001,
+                status: -16
+            })
+        );
+        assert!(parse_line("unwatch_fails 1001").is_err());
         assert_eq!(
             parse_line("health_clear 3"),
             Ok(Fault::HealthClear { gpu: 3 })

@@ -36,6 +36,8 @@ pub struct FaultState {
     pub xids: Vec<((u32, u32), i64, i64)>,
     /// `sampling_stop`: polled fields take no new samples.
     pub sampling_stopped: bool,
+    /// `unwatch_fails F STATUS`: what an unwatch of a field group holding F answers.
+    pub unwatch_fails: HashMap<u16, i32>,
     /// `fail_reads N`: reads of latest values still to fail.
     pub fail_reads: u32,
     /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.

@@ -389,6 +389,12 @@ impl Engine {
             Fault::NodeHealthClear => self.health.clear_node(),
             Fault::Sampling { stopped } => self.world.faults.sampling_stopped = *stopped,
             Fault::FailReads { count } => self.world.faults.fail_reads = *count,
+            Fault::UnwatchFails { field, status: 0 } => {
+                self.world.faults.unwatch_fails.remove(field);
+            }
+            Fault::UnwatchFails { field, status } => {
+                self.world.faults.unwatch_fails.insert(*field, *status);
+            }
             Fault::AttributesFail { gpu, fail } => match self.world.node.gpu_mut(*gpu) {
                 Some(g) => g.attributes_fail = *fail,
                 None => no_gpu(*gpu),

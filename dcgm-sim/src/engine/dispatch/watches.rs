@@ -62,6 +62,11 @@ impl Engine {
                 let fg = self.field_group_fields(*field_group_id)?;
                 let keys = self.watch_keys(&entities, &fg);
                 self.unwatch(conn, &keys, now)?;
+                // After every pair is gone, as the real handler reports a failing pair.
+                let faults = &self.world.faults.unwatch_fails;
+                if let Some(status) = fg.iter().find_map(|f| faults.get(f)) {
+                    return Err(*status);
+                }
                 Reply::Ok
             }
             // AUTO mode samples on its own (lazily); an explicit cycle brings everything due
