@@ -343,7 +343,9 @@ impl From<String> for Started {
 }
 
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by
-/// the loop (`None`), unless `--exit-if-hostengine-unreachable`.
+/// the loop (`None`), unless `--exit-if-hostengine-unreachable`; under `--backend auto`
+/// with NVML loaded, an engine that cannot be used at all (an embedded one that does not
+/// start, a remote one with that flag) is retried the same way while NVML serves.
 fn start_collecting(
     runner: &Runner,
     exit_if_unreachable: bool,
@@ -354,20 +356,27 @@ fn start_collecting(
         Err(app::StartupError::Stopped) => Err(Started::Stopped),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
         Err(app::StartupError::Config(msg)) => Err(msg.into()),
-        Err(app::StartupError::Dcgm(e)) => match &runner.engine {
-            Engine::Remote(t) if !exit_if_unreachable => {
+        Err(app::StartupError::Dcgm(e)) => {
+            let nvml_serves = runner.library.is_some() && runner.nvml.is_some();
+            let why = match &runner.engine {
+                Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e}"),
+                Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
+            };
+            match &runner.engine {
+                _ if nvml_serves => tracing::warn!(
+                    "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
+                ),
                 // In a sidecar set-up the exporter often starts before the engine: retried
                 // like an engine lost later, with /health 503 meanwhile.
-                let why = format!("cannot use the DCGM host engine at {t}: {e}");
-                tracing::warn!(
+                Engine::Remote(_) if !exit_if_unreachable => tracing::warn!(
                     "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
-                );
-                runner.unreachable_at_start(&why);
-                Ok(None)
+                ),
+                Engine::Remote(_) => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
+                Engine::Embedded => return Err(why.into()),
             }
-            Engine::Remote(t) => Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
-            Engine::Embedded => Err(format!("cannot start the embedded DCGM host engine: {e}").into()),
-        },
+            runner.unreachable_at_start(&why);
+            Ok(None)
+        }
     }
 }
 
