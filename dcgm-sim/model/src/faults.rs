@@ -465,11 +465,11 @@ pub fn embedded_start_refused(path: &std::path::Path) -> bool {
         return false;
     };
     text.lines()
-        .filter_map(|l| match parse_line(l.trim()) {
+        .rev()
+        .find_map(|l| match parse_line(l.trim()) {
             Ok(Fault::EmbeddedStart { fails }) => Some(fails),
             _ => None,
         })
-        .last()
         .unwrap_or(false)
 }
 
