@@ -186,6 +186,26 @@ fn the_nvml_backend_never_loads_libdcgm_and_says_it_serves() {
     assert_eq!(e.get("/health"), (200, "OK\nbackend: nvml".to_string()));
 }
 
+/// The runtime serving HTTP has two workers whatever the node's CPUs: tokio's default, one
+/// per CPU, is emulated for a 16-CPU node through the variable it reads.
+#[test]
+fn the_runtime_keeps_two_workers_on_a_many_core_node() {
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .env("TOKIO_WORKER_THREADS", "16")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", e.child.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    let workers = names.iter().filter(|n| *n == "tokio-rt-worker").count();
+    assert!((1..=2).contains(&workers), "{names:?}");
+    // Still serving.
+    assert!(!series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").is_empty());
+}
+
 #[test]
 fn a_dcgm_page_says_dcgm_served_it() {
     let e = exporter().profile("units-fixed.toml").start();
