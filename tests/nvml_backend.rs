@@ -214,6 +214,26 @@ fn the_nvml_backend_never_loads_libdcgm_and_says_it_serves() {
     assert_eq!(e.get("/health"), (200, "OK\nbackend: nvml".to_string()));
 }
 
+/// The runtime serving HTTP has two workers whatever the node's CPUs: tokio's default, one
+/// per CPU, is emulated for a 16-CPU node through the variable it reads.
+#[test]
+fn the_runtime_keeps_two_workers_on_a_many_core_node() {
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .env("TOKIO_WORKER_THREADS", "16")
+        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
+        .start();
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", e.child.id()))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect();
+    let workers = names.iter().filter(|n| *n == "tokio-rt-worker").count();
+    assert!((1..=2).contains(&workers), "{names:?}");
+    // Still serving.
+    assert!(!series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").is_empty());
+}
+
 #[test]
 fn a_dcgm_page_says_dcgm_served_it() {
     let e = exporter().profile("units-fixed.toml").start();
@@ -441,6 +461,161 @@ fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
             .count(),
         1,
         "{log}"
+    );
+}
+
+fn collections_total(p: &[Sample]) -> f64 {
+    series(p, "dcgm_exporter_collections_total")
+        .iter()
+        .map(|s| s.value)
+        .sum()
+}
+
+#[test]
+fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_dcgm() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    // As the real libdcgm when its engine cannot initialise: DCGM_ST_INIT_ERROR.
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let nvml = nvml_library();
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let page = e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
+    assert!(
+        series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+        "{}",
+        dump(&page)
+    );
+    let info = series(&page, "dcgm_exporter_build_info");
+    assert_eq!(info[0].label("backend"), Some("nvml"), "{}", dump(&page));
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("backend: nvml") && body.contains("DCGM is unavailable (dcgmStartEmbedded: "),
+        "{body}"
+    );
+    // Still served, and fresh, several intervals on while DCGM keeps failing to start.
+    let never_blind = |p: &[Sample]| assert_eq!(temps(p), [45.0], "blind or wrong:\n{}", dump(p));
+    let n = collections_total(&page);
+    let (page, _) = watch_until(&e, 10, never_blind, |p| collections_total(p) >= n + 3.0);
+    assert_eq!(backend(&page), Some("nvml"));
+    control(&ctl, "embedded_start_ok");
+    let (page, _) = watch_until(&e, 20, never_blind, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(
+        series(&page, "dcgm_exporter_build_info")[0].label("backend"),
+        Some("dcgm")
+    );
+    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+    // DCGM keeps serving after its return, not one page only.
+    let n = collections_total(&page);
+    let (page, _) = watch_until(&e, 10, never_blind, |p| collections_total(p) >= n + 3.0);
+    assert_eq!(backend(&page), Some("dcgm"));
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
+    assert!(
+        log.contains("started the embedded DCGM host engine"),
+        "{log}"
+    );
+}
+
+#[test]
+fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    for nvml in [Some(nvml_library()), None] {
+        let mut args = vec!["--backend", "dcgm"];
+        let path = nvml.as_ref().map(|n| n.to_str().unwrap().to_string());
+        if let Some(p) = &path {
+            args.extend(["--nvml-library", p]);
+        }
+        let (code, err) = exporter()
+            .profile("units-fixed.toml")
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(&args)
+            .run_to_exit();
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains("cannot start the embedded DCGM host engine"),
+            "{err}"
+        );
+    }
+    // auto without an NVML to serve: the same exit.
+    let (code, err) = exporter()
+        .profile("units-fixed.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "--backend",
+            "auto",
+            "--nvml-library",
+            "/nonexistent/libnvidia-ml.so.1",
+        ])
+        .run_to_exit();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot start the embedded DCGM host engine"),
+        "{err}"
+    );
+}
+
+#[test]
+fn auto_serves_from_nvml_when_exit_if_unreachable_would_have_exited() {
+    let port = free_port();
+    let nvml = nvml_library();
+    let target = format!("127.0.0.1:{port}");
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .args(&[
+            "-r",
+            &target,
+            "-c",
+            "300",
+            "--exit-if-hostengine-unreachable",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
+    let _engine = HostEngine::start(port, Some("units-fixed.toml"));
+    let never_blind = |p: &[Sample]| assert_eq!(temps(p), [45.0], "blind or wrong:\n{}", dump(p));
+    watch_until(&e, 30, never_blind, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    // With --backend dcgm the flag still exits at start.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let (code, err) = exporter()
+        .args(&[
+            "-r",
+            &nobody,
+            "--backend",
+            "dcgm",
+            "--exit-if-hostengine-unreachable",
+        ])
+        .run_to_exit();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("is nv-hostengine running and reachable?"),
+        "{err}"
     );
 }
 

@@ -1,7 +1,8 @@
 //! The NVML backend against NVIDIA's own NVML injection library (issue 31, item 4): the
 //! kit's `libnvml_injection.so.1` answers NVML from the same YAML the real DCGM 4.6 reads,
 //! so the page `--backend nvml` serves must equal the real DCGM's (embedded) for every field
-//! both serve, value for value, over every row of the NVML table.
+//! both serve, value for value, over every row of the NVML table; and `auto` serves from
+//! NVML while the real embedded engine cannot start.
 
 mod support;
 use std::collections::BTreeMap;
@@ -284,4 +285,67 @@ fn auto_survives_a_real_engine_killed_and_stopped_without_going_blind() {
         "{log}"
     );
     assert_eq!(log.matches("DCGM is back").count(), 2, "{log}");
+}
+
+/// The real libdcgm whose embedded engine cannot start (DCGM_ST_INIT_ERROR: its NVML, the
+/// injection library, finds no YAML to initialise from) under `--backend auto`: the core
+/// series come from the exporter's own NVML (the simulated driver's, another library than
+/// the engine's), the start is retried, and DCGM serves once its NVML can initialise.
+#[test]
+fn auto_serves_from_nvml_while_the_real_embedded_engine_cannot_start() {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-embedded-start");
+    let ready = scratch.yaml(&gpus());
+    let yaml = scratch.0.join("later.yaml");
+    let nvml = nvml_library();
+    let e = kit
+        .embedded(&yaml)
+        .profile("units-fixed.toml")
+        .args(&[
+            "-c",
+            "500",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let from_sim = vec![("0".to_string(), 45.0)];
+    let page = e.scrape_until(30, |p| backend(p) == Some("nvml") && temps(p) == from_sim);
+    assert!(
+        series(&page, "DCGM_EXP_GPU_COUNT").is_empty(),
+        "{}",
+        dump(&page)
+    );
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body.contains("backend: nvml") && body.contains("dcgmStartEmbedded"),
+        "{body}"
+    );
+    let never_blind = |p: &[Sample]| assert!(!temps(p).is_empty(), "blind:\n{}", dump(p));
+    let n: f64 = series(&page, "dcgm_exporter_collections_total")
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    watch_until(&e, 20, never_blind, |p| {
+        series(p, "dcgm_exporter_collections_total")
+            .iter()
+            .map(|s| s.value)
+            .sum::<f64>()
+            >= n + 3.0
+    });
+    std::fs::rename(&ready, &yaml).unwrap();
+    let (page, back) = watch_until(&e, 60, never_blind, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    assert_eq!(temps(&page), injected(), "{}", dump(&page));
+    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+    let log = e.stderr();
+    assert!(
+        log.contains("started the embedded DCGM host engine"),
+        "{log}"
+    );
+    assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
+    eprintln!("real kit: DCGM again {back:?} after its NVML could initialise (-c 500)");
 }

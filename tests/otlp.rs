@@ -415,12 +415,17 @@ fn a_receiver_that_hangs_refuses_resets_or_is_down_is_survived() {
     }
 }
 
-/// An answer a retry cannot change (HTTP 400, gRPC INVALID_ARGUMENT) drops the push at
-/// once: one failed try per push, each counted as refused, none retried.
+/// An answer a retry cannot change (HTTP 400, gRPC INVALID_ARGUMENT, and gRPC
+/// RESOURCE_EXHAUSTED without the RetryInfo that says the receiver can recover) drops the
+/// push at once: one failed try per push, each counted as refused, none retried.
 #[test]
 fn a_push_the_receiver_rejects_is_dropped_without_retries() {
-    for protocol in [Protocol::Http, Protocol::Grpc] {
-        let r = Receiver::start(protocol, Mode::BadRequest);
+    for (protocol, mode) in [
+        (Protocol::Http, Mode::BadRequest),
+        (Protocol::Grpc, Mode::BadRequest),
+        (Protocol::Grpc, Mode::Exhausted),
+    ] {
+        let r = Receiver::start(protocol, mode);
         let e = exporter()
             .args(&[
                 "--otlp-endpoint",
@@ -453,13 +458,131 @@ fn a_push_the_receiver_rejects_is_dropped_without_retries() {
         // The push in flight may have failed without being counted as dropped yet.
         assert!(
             failed - refused <= 1.0,
-            "{protocol:?}: {failed} tries, {refused} refused"
+            "{protocol:?} {mode:?}: {failed} tries, {refused} refused"
         );
         assert_eq!(
             get("dcgm_exporter_otlp_pushes_total", &[("result", "sent")]),
             0.0
         );
         assert!(e.stderr().contains("OTLP push failed"), "{}", e.stderr());
+    }
+}
+
+fn otlp_exporter(r: &Receiver, args: &[&str]) -> Exporter {
+    exporter()
+        .args(&[
+            "--otlp-endpoint",
+            &r.endpoint(),
+            "--otlp-protocol",
+            r.protocol.flag(),
+        ])
+        .args(args)
+        .start()
+}
+
+/// Waits until `r` has seen `n` requests, refused or not.
+fn attempts(r: &Receiver, n: usize, secs: u64) -> Vec<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let a = r.attempts();
+        if a.len() >= n {
+            return a;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} requests, wanted {n}",
+            a.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The specification's throttling: HTTP 429/503 with `Retry-After` (seconds, or an
+/// HTTP-date) and gRPC UNAVAILABLE/RESOURCE_EXHAUSTED with `google.rpc.RetryInfo`. The
+/// next request waits the hint, not the 0.5 s first back-off, and the push then arrives.
+#[test]
+fn a_receivers_back_off_hint_is_waited_for_before_the_retry() {
+    for (protocol, mode, at_least) in [
+        (Protocol::Http, Mode::ThrottleSeconds(2), 1.9),
+        // An HTTP-date has whole seconds: 3 s from now is at least 2 s away.
+        (Protocol::Http, Mode::ThrottleDate(3), 1.9),
+        (Protocol::Grpc, Mode::ThrottleSeconds(2), 1.9),
+        (Protocol::Grpc, Mode::ThrottleDate(2), 1.9),
+    ] {
+        let r = Receiver::start(protocol, mode);
+        let e = otlp_exporter(&r, &["-c", "200"]);
+        attempts(&r, 1, 20);
+        r.set_mode(Mode::Accept);
+        let a = attempts(&r, 2, 20);
+        let gap = a[1].duration_since(a[0]).as_secs_f64();
+        assert!(
+            gap >= at_least,
+            "{protocol:?} {mode:?}: retried after {gap:.2} s"
+        );
+        r.wait_for(1, 20);
+        let log = e.stderr();
+        assert!(log.contains("retry after"), "{protocol:?} {mode:?}: {log}");
+    }
+}
+
+/// SIGTERM with pushes queued behind a receiver that throttled (asking for 30 s): the exit
+/// sends them at once, within its flush deadline, and says so.
+#[test]
+fn a_clean_exit_sends_what_is_queued() {
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::ThrottleSeconds(30));
+        let mut e = otlp_exporter(&r, &["-c", "200", "--otlp-queue-size", "8"]);
+        attempts(&r, 1, 20);
+        e.scrape_until(20, |_| {
+            self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]) >= 3.0
+        });
+        r.set_mode(Mode::Accept);
+        let term = Instant::now();
+        let status = e.signal_and_wait("TERM");
+        assert!(status.success(), "{protocol:?}: {status:?}");
+        let after = r.pushes().iter().filter(|p| p.at >= term).count();
+        assert!(
+            after >= 3,
+            "{protocol:?}: {after} pushes at exit\n{}",
+            e.stderr()
+        );
+        let log = e.stderr();
+        assert!(
+            log.contains("queued OTLP push(es) before exiting"),
+            "{protocol:?}: {log}"
+        );
+    }
+}
+
+/// SIGTERM with pushes queued for a receiver that hangs (and a push timeout far beyond the
+/// flush deadline): the exit does not wait for it beyond its deadline, and says what was
+/// not sent.
+#[test]
+fn a_hung_receiver_does_not_hold_the_exit() {
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::Hang);
+        let mut e = exporter()
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                protocol.flag(),
+                "-c",
+                "200",
+            ])
+            .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
+            .start();
+        e.scrape_until(20, |_| {
+            self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]) >= 2.0
+        });
+        // signal_and_wait fails past its own bound (15 s), far below the push timeout.
+        let status = e.signal_and_wait("TERM");
+        assert!(status.success(), "{protocol:?}: {status:?}");
+        let log = e.stderr();
+        assert!(
+            log.contains("not sent by the exit's 5s flush deadline"),
+            "{protocol:?}: {log}"
+        );
     }
 }
 

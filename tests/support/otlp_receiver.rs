@@ -2,7 +2,8 @@
 //! `MetricsService`) or OTLP/HTTP (hyper, `POST /v1/metrics`), decoding every push with the
 //! messages generated from OpenTelemetry's official `.proto` files. It can also misbehave,
 //! switched at run time: hang (accept and never answer), reset (accept and close with RST),
-//! or answer an error status.
+//! or answer an error status, also with the specification's back-off hints (HTTP
+//! `Retry-After`, gRPC `google.rpc.RetryInfo` built with tonic-types' official messages).
 
 use dcgm_exporter::output::otlp::proto::collector::metrics_service_server::{
     MetricsService, MetricsServiceServer,
@@ -44,6 +45,56 @@ pub enum Mode {
     Unavailable,
     /// Answers HTTP 400 / gRPC INVALID_ARGUMENT (nothing a retry can change).
     BadRequest,
+    /// Throttles, asking for a retry in N seconds: HTTP 429 with `Retry-After: N`, gRPC
+    /// UNAVAILABLE with a RetryInfo of N s.
+    ThrottleSeconds(u64),
+    /// Throttles until N seconds from now: HTTP 503 with `Retry-After` an HTTP-date, gRPC
+    /// RESOURCE_EXHAUSTED with a RetryInfo of N s.
+    ThrottleDate(u64),
+    /// gRPC RESOURCE_EXHAUSTED without RetryInfo: the receiver cannot recover, so the
+    /// specification says not to retry (HTTP: 429 without a hint, which is retried).
+    Exhausted,
+}
+
+impl Mode {
+    /// Whether connections are taken and answered (with whatever status).
+    fn answers(self) -> bool {
+        !matches!(self, Mode::Hang | Mode::Reset)
+    }
+
+    /// The HTTP status and `Retry-After` of a refusing mode.
+    fn http_refusal(self) -> Option<(u16, Option<String>)> {
+        let in_secs =
+            |n: u64| httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(n));
+        match self {
+            Mode::Unavailable => Some((503, None)),
+            Mode::BadRequest => Some((400, None)),
+            Mode::ThrottleSeconds(n) => Some((429, Some(n.to_string()))),
+            Mode::ThrottleDate(n) => Some((503, Some(in_secs(n)))),
+            Mode::Exhausted => Some((429, None)),
+            Mode::Accept | Mode::Hang | Mode::Reset => None,
+        }
+    }
+
+    /// The gRPC status of a refusing mode.
+    fn grpc_refusal(self) -> Option<tonic::Status> {
+        use tonic_types::{ErrorDetails, StatusExt};
+        let throttle = |code, n: u64| {
+            tonic::Status::with_error_details(
+                code,
+                "told to throttle",
+                ErrorDetails::with_retry_info(Some(Duration::from_secs(n))),
+            )
+        };
+        match self {
+            Mode::Unavailable => Some(tonic::Status::unavailable("told to refuse")),
+            Mode::BadRequest => Some(tonic::Status::invalid_argument("told to reject")),
+            Mode::ThrottleSeconds(n) => Some(throttle(tonic::Code::Unavailable, n)),
+            Mode::ThrottleDate(n) => Some(throttle(tonic::Code::ResourceExhausted, n)),
+            Mode::Exhausted => Some(tonic::Status::resource_exhausted("told to be full")),
+            Mode::Accept | Mode::Hang | Mode::Reset => None,
+        }
+    }
 }
 
 /// One decoded push.
@@ -57,6 +108,8 @@ pub struct Push {
 struct State {
     mode: Mutex<Option<Mode>>,
     pushes: Mutex<Vec<Arc<Push>>>,
+    /// When each request arrived, refused or not.
+    attempts: Mutex<Vec<Instant>>,
     /// Connections held open by `Hang`.
     held: Mutex<Vec<tokio::net::TcpStream>>,
 }
@@ -64,6 +117,12 @@ struct State {
 impl State {
     fn mode(&self) -> Mode {
         self.mode.lock().unwrap().unwrap_or(Mode::Accept)
+    }
+
+    /// A request arrived: its time is recorded, and the mode it is answered in returned.
+    fn attempt(&self) -> Mode {
+        self.attempts.lock().unwrap().push(Instant::now());
+        self.mode()
     }
 
     fn record(&self, request: ExportMetricsServiceRequest, headers: BTreeMap<String, String>) {
@@ -161,6 +220,11 @@ impl Receiver {
         self.state.pushes.lock().unwrap().clone()
     }
 
+    /// When each request arrived, refused ones included.
+    pub fn attempts(&self) -> Vec<Instant> {
+        self.state.attempts.lock().unwrap().clone()
+    }
+
     /// Waits until `n` pushes have arrived (panics after `secs`).
     pub fn wait_for(&self, n: usize, secs: u64) -> Vec<Arc<Push>> {
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -207,7 +271,7 @@ async fn serve(
     let accept = async move {
         while let Ok((stream, _)) = listener.accept().await {
             match state.mode() {
-                Mode::Accept | Mode::Unavailable | Mode::BadRequest if tls.is_some() => {
+                m if m.answers() && tls.is_some() => {
                     let (acceptor, state) = (tls.clone().unwrap(), state.clone());
                     tokio::spawn(async move {
                         // A client without an acceptable certificate fails here.
@@ -219,11 +283,11 @@ async fn serve(
                         }
                     });
                 }
-                Mode::Accept | Mode::Unavailable | Mode::BadRequest => {
+                m if m.answers() => {
                     let _ = tx.send(stream).await;
                 }
                 Mode::Hang => state.held.lock().unwrap().push(stream),
-                Mode::Reset => {
+                _ => {
                     let std = stream.into_std().expect("a std socket");
                     let _ = socket2::SockRef::from(&std).set_linger(Some(Duration::ZERO));
                     drop(std);
@@ -242,10 +306,8 @@ impl MetricsService for Grpc {
         &self,
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
-        match self.0.mode() {
-            Mode::Unavailable => return Err(tonic::Status::unavailable("told to refuse")),
-            Mode::BadRequest => return Err(tonic::Status::invalid_argument("told to reject")),
-            _ => {}
+        if let Some(status) = self.0.attempt().grpc_refusal() {
+            return Err(status);
         }
         let headers = request
             .metadata()
@@ -289,10 +351,11 @@ where
                 .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
                 .collect();
             let body = req.into_body().collect().await.map(|b| b.to_bytes());
-            let status = match (state.mode(), ok, body) {
-                (Mode::Unavailable, _, _) => 503,
-                (Mode::BadRequest, _, _) => 400,
-                (_, true, Ok(body)) => {
+            let refusal = state.attempt().http_refusal();
+            let retry_after = refusal.as_ref().and_then(|r| r.1.clone());
+            let status = match (refusal, ok, body) {
+                (Some((status, _)), _, _) => status,
+                (None, true, Ok(body)) => {
                     match <ExportMetricsServiceRequest as prost::Message>::decode(body) {
                         Ok(r) => {
                             state.record(r, headers);
@@ -304,12 +367,14 @@ where
                 _ => 400,
             };
             let body = prost::Message::encode_to_vec(&ExportMetricsServiceResponse::default());
+            let mut resp = hyper::Response::builder()
+                .status(status)
+                .header("content-type", "application/x-protobuf");
+            if let Some(v) = retry_after {
+                resp = resp.header("retry-after", v);
+            }
             Ok::<_, std::convert::Infallible>(
-                hyper::Response::builder()
-                    .status(status)
-                    .header("content-type", "application/x-protobuf")
-                    .body(Full::new(bytes::Bytes::from(body)))
-                    .unwrap(),
+                resp.body(Full::new(bytes::Bytes::from(body))).unwrap(),
             )
         }
     });

@@ -29,6 +29,7 @@
 //! | `attributes_fail G` / `attributes_ok G` | dcgmGetDeviceAttributes of GPU G fails with NOT_SUPPORTED / works again |
 //! | `library_gone` | the library is gone for good: every later call answers `DCGM_ST_UNINITIALIZED`, as after `dcgmShutdown` (a driver unload, a crashed engine). An embedded engine started afterwards replays the control file and is gone too |
 //! | `library_restored` | undoes `library_gone` for an engine that has not answered since it went: an embedded engine started afterwards (the exporter reconnecting after the loss) works again; one that answered UNINITIALIZED stays gone, as a shut-down libdcgm does |
+//! | `embedded_start_fail` / `embedded_start_ok` | from now on `dcgmStartEmbedded*` fails with `DCGM_ST_INIT_ERROR`, as the real library does when its host engine cannot initialise (no driver, NVML failing) / starts again; an engine already running is not affected |
 //! | `process_start PID GPU [KEY=VALUE...]` | (NVML) a process starts on GPU G; keys as in `[[processes]]`: `gpu_instance`, `compute_instance`, `used_memory_mib`, `sm_util`, `mem_util`, `name`, `kind` |
 //! | `process_stop PID [GPU]` | (NVML) process PID exits (on every GPU, or only on GPU G) |
 //! | `process_util PID SM [MEM]` | (NVML) process PID's SM (and memory) utilisation in percent from now on (replaces a `sm_util_gen`) |
@@ -146,6 +147,11 @@ pub enum Fault {
     LibraryGone,
     /// An embedded engine started afterwards works again (DCGM loaded anew).
     LibraryRestored,
+    /// Whether a later `dcgmStartEmbedded*` fails (read by the C export before any
+    /// engine exists: [`embedded_start_refused`]); nothing to a running engine.
+    EmbeddedStart {
+        fails: bool,
+    },
     /// A process starts (the simulated NVML's business; DCGM does not see processes).
     ProcessStart {
         process: Box<ProcessSpec>,
@@ -434,6 +440,9 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         },
         "library_gone" => Fault::LibraryGone,
         "library_restored" => Fault::LibraryRestored,
+        "embedded_start_fail" | "embedded_start_ok" => Fault::EmbeddedStart {
+            fails: verb == "embedded_start_fail",
+        },
         // Takes the rest of the line.
         "process_start" => process_start(&mut w)?,
         "process_stop" => Fault::ProcessStop {
@@ -455,6 +464,23 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         return Err(format!("unexpected '{extra}'"));
     }
     Ok(f)
+}
+
+/// Whether the control file at `path` last said `embedded_start_fail` (and not
+/// `embedded_start_ok` after it): the embedded engine's start is refused. Read whole at
+/// each start, since no engine (which follows the file) exists yet; an unreadable file
+/// refuses nothing.
+pub fn embedded_start_refused(path: &std::path::Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    text.lines()
+        .rev()
+        .find_map(|l| match parse_line(l.trim()) {
+            Ok(Fault::EmbeddedStart { fails }) => Some(fails),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
 
 /// Follows an append-only control file: returns the faults of whole lines added since the
@@ -727,6 +753,15 @@ mod tests {
         );
         assert_eq!(parse_line("library_gone"), Ok(Fault::LibraryGone));
         assert_eq!(parse_line("library_restored"), Ok(Fault::LibraryRestored));
+        assert_eq!(
+            parse_line("embedded_start_fail"),
+            Ok(Fault::EmbeddedStart { fails: true })
+        );
+        assert_eq!(
+            parse_line("embedded_start_ok"),
+            Ok(Fault::EmbeddedStart { fails: false })
+        );
+        assert!(parse_line("embedded_start_fail now").is_err());
         assert_eq!(
             parse_line("library_gone 1"),
             Err("unexpected '1'".to_string())

@@ -72,6 +72,12 @@ fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
         return Err(DCGM_ST_UNINITIALIZED);
     }
     if g.embedded.is_none() {
+        if start_refused() {
+            // The real library's answer when DcgmHostEngineHandler::Init fails (no driver,
+            // NVML not initialising): INIT_ERROR, nothing started, a later call may succeed.
+            eprintln!("dcgm-sim: cannot start the embedded engine: embedded_start_fail");
+            return Err(DCGM_ST_INIT_ERROR);
+        }
         let engine = Engine::from_env().map_err(|e| {
             // The C API has no channel for the reason; stderr is where nv-hostengine's
             // start-up failures go too.
@@ -82,6 +88,13 @@ fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
         g.engine_started = true;
     }
     Ok(())
+}
+
+/// Whether the control file's `embedded_start_fail` refuses a start now.
+fn start_refused() -> bool {
+    std::env::var_os("DCGM_SIM_CONTROL")
+        .filter(|c| !c.is_empty())
+        .is_some_and(|c| crate::engine::faults::embedded_start_refused(std::path::Path::new(&c)))
 }
 
 /// `dcgmReturn_t dcgmStartEmbedded_v2(dcgmStartEmbeddedV2Params_v1 *params)`: params

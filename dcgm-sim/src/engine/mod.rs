@@ -411,6 +411,8 @@ impl Engine {
             },
             Fault::LibraryGone => self.gone = true,
             Fault::LibraryRestored => self.gone = self.gone_for_good,
+            // Read by dcgmStartEmbedded before an engine exists; a running one goes on.
+            Fault::EmbeddedStart { .. } => {}
             // Processes are the simulated NVML's; DCGM does not list them.
             Fault::ProcessStart { .. }
             | Fault::ProcessStop { .. }

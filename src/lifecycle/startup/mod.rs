@@ -92,6 +92,19 @@ pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), String> {
     }
 }
 
+/// The async runtime's workers: it serves scrapes of a page the collection thread has
+/// already rendered, and signals, which two workers carry on any node (one more than one,
+/// so a slow client or a bcrypt check never stalls the rest). Tokio's default, one per CPU
+/// (`TOKIO_WORKER_THREADS` otherwise), would cost a stack and a malloc arena per core of a
+/// large GPU node for nothing.
+fn http_workers(cpus: usize) -> usize {
+    cpus.clamp(1, 2)
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Threads of this process (Linux), `None` where that cannot be told.
 fn threads() -> Option<usize> {
     std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
@@ -105,6 +118,7 @@ fn serve(
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
     // First: the signal handlers live in it, before anything slow (DCGM's start: 30 s).
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(http_workers(available_cpus()))
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -449,7 +463,9 @@ impl From<String> for Started {
 }
 
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by
-/// the loop (`None`), unless `--exit-if-hostengine-unreachable`.
+/// the loop (`None`), unless `--exit-if-hostengine-unreachable`; under `--backend auto`
+/// with NVML loaded, an engine that cannot be used at all (an embedded one that does not
+/// start, a remote one with that flag) is retried the same way while NVML serves.
 fn start_collecting(
     runner: &Runner,
     exit_if_unreachable: bool,
@@ -460,20 +476,27 @@ fn start_collecting(
         Err(app::StartupError::Stopped) => Err(Started::Stopped),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
         Err(app::StartupError::Config(msg)) => Err(msg.into()),
-        Err(app::StartupError::Dcgm(e)) => match &runner.engine {
-            Engine::Remote(t) if !exit_if_unreachable => {
+        Err(app::StartupError::Dcgm(e)) => {
+            let nvml_serves = runner.library.is_some() && runner.nvml.is_some();
+            let why = match &runner.engine {
+                Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e}"),
+                Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
+            };
+            match &runner.engine {
+                _ if nvml_serves => tracing::warn!(
+                    "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
+                ),
                 // In a sidecar set-up the exporter often starts before the engine: retried
                 // like an engine lost later, with /health 503 meanwhile.
-                let why = format!("cannot use the DCGM host engine at {t}: {e}");
-                tracing::warn!(
+                Engine::Remote(_) if !exit_if_unreachable => tracing::warn!(
                     "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
-                );
-                runner.unreachable_at_start(&why);
-                Ok(None)
+                ),
+                Engine::Remote(_) => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
+                Engine::Embedded => return Err(why.into()),
             }
-            Engine::Remote(t) => Err(format!("cannot use the DCGM host engine at {t}: {e} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
-            Engine::Embedded => Err(format!("cannot start the embedded DCGM host engine: {e}").into()),
-        },
+            runner.unreachable_at_start(&why);
+            Ok(None)
+        }
     }
 }
 
@@ -800,6 +823,15 @@ mod tests {
         let e = set_dcgm_log_env(&c).unwrap_err();
         assert!(e.contains("before any thread starts"), "{e}");
         assert_ne!(std::env::var("__DCGM_DBG_LVL").as_deref(), Ok("WARN"));
+    }
+
+    #[test]
+    fn the_runtime_has_two_workers_at_most_whatever_the_cpus() {
+        use super::http_workers;
+        assert_eq!(http_workers(1), 1);
+        assert_eq!(http_workers(2), 2);
+        assert_eq!(http_workers(192), 2);
+        assert_eq!(http_workers(0), 1);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 //! bounded [`queue::Queue`]; a thread of its own sends it (`transport`: gRPC or HTTP, TLS
 //! by `tls`), retrying with exponential back-off. The collection thread never waits on the
 //! receiver: a receiver that is down, slow or hanging costs at most the queue's bound, and
-//! each push dropped is counted in the self-metrics.
+//! each push dropped is counted in the self-metrics. A receiver's back-off hint (HTTP
+//! `Retry-After`, gRPC `RetryInfo`) sets the wait before the retry, up to
+//! [`MAX_RETRY_AFTER`]. A clean exit sends what is queued within [`FLUSH_DEADLINE`].
 
 mod convert;
 pub mod proto;
@@ -23,7 +25,7 @@ use convert::Converter;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use queue::{Batch, Queue};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use transport::Transport;
 
 pub use convert::Converter as PageConverter;
@@ -36,12 +38,22 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Tries of one push before it is dropped.
 const MAX_ATTEMPTS: u32 = 5;
+/// The longest wait a receiver's back-off hint is followed for: a hint of hours would park
+/// the sender while the queue drops the oldest pushes anyway, so a longer one is cut to it.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How long a clean exit waits for the queued pushes to be sent. A receiver that hangs
+/// then costs this much, not a process that never ends.
+const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
+/// Beyond the flush deadline, how long the exit waits for a push begun before it (bounded
+/// by the push timeout) before leaving the sender behind.
+const FLUSH_GRACE: Duration = Duration::from_millis(500);
 
 /// The push's self-metrics.
 struct Metrics {
     /// `otlp_pushes_total{result}`: `sent` (accepted) or `failed` (each failed try).
     pushes: IntCounterVec,
-    /// `otlp_pushes_dropped_total{reason}`: `queue_full`, `retries_exhausted`, `refused`.
+    /// `otlp_pushes_dropped_total{reason}`: `queue_full`, `retries_exhausted`, `refused`,
+    /// `shutdown`.
     dropped: IntCounterVec,
     /// The data points of the pushes dropped.
     dropped_points: IntCounter,
@@ -81,9 +93,10 @@ impl Metrics {
             dropped: vec(
                 "otlp_pushes_dropped_total",
                 "OTLP pushes given up, by reason: queue_full (the oldest waiting push made room \
-                 for a new one), retries_exhausted, refused (an answer a retry cannot change).",
+                 for a new one), retries_exhausted, refused (an answer a retry cannot change), \
+                 shutdown (not sent by the flush deadline of a clean exit).",
                 "reason",
-                &["queue_full", "retries_exhausted", "refused"],
+                &["queue_full", "retries_exhausted", "refused", "shutdown"],
             ),
             dropped_points,
             queue_length: gauge(
@@ -117,6 +130,8 @@ pub struct Otlp {
     queue: Arc<Queue>,
     metrics: Arc<Metrics>,
     url: String,
+    /// Disconnected once the sender thread has ended (taken by `close`).
+    sender_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 fn now_ns() -> u64 {
@@ -144,9 +159,14 @@ impl Otlp {
             metrics: metrics.clone(),
             url: settings.url.clone(),
         };
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("otlp".into())
-            .spawn(move || sender.run(runtime, transport))
+            .spawn(move || {
+                // Dropped when the thread ends, however it ends.
+                let _done = done_tx;
+                sender.run(runtime, transport)
+            })
             .map_err(|e| format!("cannot start the OTLP thread: {e}"))?;
         tracing::info!(
             endpoint = %settings.url,
@@ -162,7 +182,39 @@ impl Otlp {
             queue,
             metrics,
             url: settings.url.clone(),
+            sender_done: Mutex::new(Some(done_rx)),
         })
+    }
+
+    /// Sends what is queued within [`FLUSH_DEADLINE`], then stops the sender; what could
+    /// not be sent is counted (`shutdown`) and logged.
+    fn flush_and_stop(&self) {
+        let (queued, _) = self.queue.len();
+        self.queue.finish(Instant::now() + FLUSH_DEADLINE);
+        let done = self
+            .sender_done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let ended = done.is_some_and(|rx| {
+            matches!(
+                rx.recv_timeout(FLUSH_DEADLINE + FLUSH_GRACE),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected)
+            )
+        });
+        self.queue.close();
+        let left = self.queue.drain();
+        self.metrics.drop_batches("shutdown", &left);
+        // A push begun before the exit and still waiting for its timeout is lost too.
+        let lost = self.metrics.dropped.with_label_values(&["shutdown"]).get() + u64::from(!ended);
+        if lost > 0 {
+            tracing::warn!(
+                endpoint = %self.url,
+                "{lost} queued OTLP push(es) not sent by the exit's {FLUSH_DEADLINE:?} flush deadline"
+            );
+        } else if queued > 0 {
+            tracing::info!(endpoint = %self.url, "sent the {queued} queued OTLP push(es) before exiting");
+        }
     }
 
     /// Converts and enqueues `page` (the work a collection pays for the push).
@@ -191,7 +243,7 @@ impl Sink for Otlp {
     }
 
     fn close(&self) {
-        self.queue.close();
+        self.flush_and_stop();
     }
 }
 
@@ -207,42 +259,98 @@ impl Sender {
         let mut failing = false;
         while let Some(batch) = self.queue.pop() {
             self.metrics.observe(&self.queue);
-            let mut backoff = FIRST_BACKOFF;
-            for attempt in 1..=MAX_ATTEMPTS {
-                let result = runtime.block_on(transport.push(batch.body.clone()));
-                match result {
-                    Ok(()) => {
-                        self.metrics.pushes.with_label_values(&["sent"]).inc();
-                        if std::mem::take(&mut failing) {
-                            tracing::info!(endpoint = %self.url, "OTLP pushes are accepted again");
-                        }
-                        break;
-                    }
-                    Err(e) => {
-                        self.metrics.pushes.with_label_values(&["failed"]).inc();
-                        if !std::mem::replace(&mut failing, true) {
-                            tracing::warn!(endpoint = %self.url, "OTLP push failed: {}", e.why);
-                        } else {
-                            tracing::debug!(endpoint = %self.url, attempt, "OTLP push failed: {}", e.why);
-                        }
-                        let reason = if !e.retryable {
-                            "refused"
-                        } else if attempt == MAX_ATTEMPTS {
-                            "retries_exhausted"
-                        } else if self.queue.sleep(backoff) {
-                            backoff = (backoff * 2).min(MAX_BACKOFF);
-                            continue;
-                        } else {
-                            return;
-                        };
-                        self.metrics
-                            .drop_batches(reason, std::slice::from_ref(&batch));
-                        break;
-                    }
-                }
+            if !self.deliver(&runtime, &mut transport, &batch, &mut failing) {
+                break;
             }
         }
     }
+
+    /// Sends `batch`, retrying as its failure allows, after the receiver's back-off hint
+    /// where it gave one. False when the sender must stop: closed, or the exit's flush
+    /// deadline came before the push could be sent (it is then counted as `shutdown`).
+    fn deliver(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        transport: &mut Transport,
+        batch: &Batch,
+        failing: &mut bool,
+    ) -> bool {
+        let mut backoff = FIRST_BACKOFF;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let e = match self.try_once(runtime, transport, batch) {
+                Ok(()) => {
+                    self.metrics.pushes.with_label_values(&["sent"]).inc();
+                    if std::mem::take(failing) {
+                        tracing::info!(endpoint = %self.url, "OTLP pushes are accepted again");
+                    }
+                    return true;
+                }
+                Err(e) => e,
+            };
+            self.metrics.pushes.with_label_values(&["failed"]).inc();
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(endpoint = %self.url, "OTLP push failed: {}", e.why);
+            } else {
+                tracing::debug!(endpoint = %self.url, attempt, "OTLP push failed: {}", e.why);
+            }
+            let give_up = if !e.retryable {
+                Some("refused")
+            } else if attempt == MAX_ATTEMPTS {
+                Some("retries_exhausted")
+            } else {
+                None
+            };
+            if let Some(reason) = give_up {
+                self.metrics
+                    .drop_batches(reason, std::slice::from_ref(batch));
+                return true;
+            }
+            let wait = retry_wait(e.retry_after, backoff);
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            if self
+                .queue
+                .flush_by()
+                .is_some_and(|by| Instant::now() + wait > by)
+            {
+                self.metrics
+                    .drop_batches("shutdown", std::slice::from_ref(batch));
+                return false;
+            }
+            // Woken early by the exit's flush: the retry is made at once.
+            if !self.queue.sleep(wait) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One try; during the exit's flush, cut at its deadline.
+    fn try_once(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        transport: &mut Transport,
+        batch: &Batch,
+    ) -> Result<(), transport::PushError> {
+        let push = transport.push(batch.body.clone());
+        match self.queue.flush_by() {
+            None => runtime.block_on(push),
+            Some(by) => runtime.block_on(async move {
+                tokio::time::timeout(by.saturating_duration_since(Instant::now()), push)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(transport::PushError::retry(
+                            "not answered before the exit's flush deadline",
+                        ))
+                    })
+            }),
+        }
+    }
+}
+
+/// The wait before a retry: the receiver's hint where it gave one (at most
+/// [`MAX_RETRY_AFTER`]), else the exponential back-off.
+fn retry_wait(hint: Option<Duration>, backoff: Duration) -> Duration {
+    hint.map_or(backoff, |h| h.min(MAX_RETRY_AFTER))
 }
 
 #[cfg(test)]

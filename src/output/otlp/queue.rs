@@ -1,11 +1,12 @@
 //! The bounded queue between the collection thread (which encodes each push and never
 //! waits) and the sender thread: at most `capacity` pushes and `max_bytes` bytes; a push
-//! that does not fit drops the oldest ones, which are counted.
+//! that does not fit drops the oldest ones, which are counted. At a clean exit the queue is
+//! finished: the sender empties it until a deadline, then it is closed.
 
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One encoded `ExportMetricsServiceRequest`.
 #[derive(Clone, Debug)]
@@ -19,6 +20,8 @@ struct State {
     items: VecDeque<Batch>,
     bytes: usize,
     closed: bool,
+    /// Set by [`Queue::finish`]: what is queued is sent by then, nothing is waited for.
+    flush_by: Option<Instant>,
 }
 
 pub struct Queue {
@@ -62,7 +65,7 @@ impl Queue {
         dropped
     }
 
-    /// The oldest push, waiting for one; `None` once closed.
+    /// The oldest push, waiting for one; `None` once closed, or once finished and empty.
     pub fn pop(&self) -> Option<Batch> {
         let mut s = self.lock();
         loop {
@@ -73,18 +76,41 @@ impl Queue {
                 s.bytes -= b.body.len();
                 return Some(b);
             }
+            if s.flush_by.is_some() {
+                return None;
+            }
             s = self.wake.wait(s).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    /// Waits `d` (a back-off) unless the queue is closed first; `false` when closed.
+    /// Waits `d` (a back-off) unless the queue is closed or finished first (a flush does
+    /// not wait out a back-off); `false` when closed.
     pub fn sleep(&self, d: Duration) -> bool {
         let s = self.lock();
+        let finished = s.flush_by.is_some();
         let (s, _) = self
             .wake
-            .wait_timeout_while(s, d, |s| !s.closed)
+            .wait_timeout_while(s, d, |s| !s.closed && s.flush_by.is_some() == finished)
             .unwrap_or_else(|p| p.into_inner());
         !s.closed
+    }
+
+    /// The exit has begun: what is queued is to be sent by `deadline`; wakes the sender.
+    pub fn finish(&self, deadline: Instant) {
+        self.lock().flush_by = Some(deadline);
+        self.wake.notify_all();
+    }
+
+    /// The deadline set by [`Queue::finish`], once the exit has begun.
+    pub fn flush_by(&self) -> Option<Instant> {
+        self.lock().flush_by
+    }
+
+    /// Takes every push still queued.
+    pub fn drain(&self) -> Vec<Batch> {
+        let mut s = self.lock();
+        s.bytes = 0;
+        s.items.drain(..).collect()
     }
 
     /// Pushes and bytes waiting.
@@ -143,5 +169,29 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         q.close();
         assert_eq!(t.join().unwrap(), (true, false));
+    }
+
+    #[test]
+    fn a_finished_queue_still_yields_its_pushes_then_ends_and_cuts_a_back_off_short() {
+        let q = std::sync::Arc::new(Queue::new(4, 100));
+        q.push(batch(1));
+        q.push(batch(2));
+        let q2 = q.clone();
+        let sleeper = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            (q2.sleep(Duration::from_secs(60)), t0.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        q.finish(Instant::now() + Duration::from_secs(5));
+        let (open, slept) = sleeper.join().unwrap();
+        assert!(open && slept < Duration::from_secs(60), "{slept:?}");
+        assert!(q.flush_by().is_some());
+        assert_eq!(q.pop().map(|b| b.points), Some(1));
+        assert_eq!(q.pop().map(|b| b.points), Some(2));
+        // Empty and finished: the sender ends instead of waiting for more.
+        assert!(q.pop().is_none());
+        q.push(batch(3));
+        assert_eq!(q.drain().len(), 1);
+        assert_eq!(q.len(), (0, 0));
     }
 }

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::rustls;
@@ -20,18 +20,21 @@ use tokio_rustls::rustls;
 /// message).
 const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 
-/// Why a push failed, and whether trying it again may help.
+/// Why a push failed, whether trying it again may help, and when the receiver asked to
+/// be tried again (HTTP `Retry-After`, gRPC `RetryInfo`), if it did.
 #[derive(Debug)]
 pub struct PushError {
     pub why: String,
     pub retryable: bool,
+    pub retry_after: Option<Duration>,
 }
 
 impl PushError {
-    fn retry(why: impl Into<String>) -> PushError {
+    pub(super) fn retry(why: impl Into<String>) -> PushError {
         PushError {
             why: why.into(),
             retryable: true,
+            retry_after: None,
         }
     }
 
@@ -39,8 +42,29 @@ impl PushError {
         PushError {
             why: why.into(),
             retryable: false,
+            retry_after: None,
         }
     }
+
+    fn after(mut self, hint: Option<Duration>) -> PushError {
+        if let Some(d) = hint {
+            self.why = format!("{} (retry after {:.1}s)", self.why, d.as_secs_f64());
+        }
+        self.retry_after = hint;
+        self
+    }
+}
+
+/// An HTTP `Retry-After` value (RFC 9110 10.2.3): delay-seconds, or an HTTP-date, whose
+/// wait is counted from `now` (a date already past: no wait). Anything else is no hint.
+pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Too many digits for u64 is a very long wait all the same (capped by the sender).
+        return Some(Duration::from_secs(value.parse().unwrap_or(u64::MAX)));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
 /// A plain or TLS connection to the receiver.
@@ -250,6 +274,11 @@ impl Http {
             .await
             .map_err(|e| PushError::retry(format!("request: {e}")))?;
         let status = resp.status();
+        let hint = resp
+            .headers()
+            .get(hyper::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| retry_after(v, SystemTime::now()));
         let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
             .collect()
             .await
@@ -260,9 +289,11 @@ impl Http {
             return accepted(&body);
         }
         let why = format!("HTTP {status}: {}", printable(&body));
-        // The specification's retryable answers; anything else would fail again.
+        // The specification's retryable answers; anything else would fail again. Its
+        // throttling answers may say when to come back.
         match status.as_u16() {
-            429 | 502 | 503 | 504 => Err(PushError::retry(why)),
+            429 | 503 => Err(PushError::retry(why).after(hint)),
+            502 | 504 => Err(PushError::retry(why)),
             _ => Err(PushError::fatal(why)),
         }
     }
@@ -353,11 +384,19 @@ impl Grpc {
             Ok(resp) => partial(resp.get_ref()),
             Err(status) => {
                 use tonic::Code::*;
+                use tonic_types::StatusExt;
                 let why = format!("gRPC {:?}: {}", status.code(), status.message());
-                // The specification's retryable codes.
+                // The throttling answers' google.rpc.RetryInfo, when the details hold one.
+                let hint = status.get_details_retry_info().and_then(|r| r.retry_delay);
+                // The specification's retryable codes; RESOURCE_EXHAUSTED only with the
+                // RetryInfo that says the receiver can recover (else it would fail again).
                 match status.code() {
-                    Cancelled | DeadlineExceeded | ResourceExhausted | Aborted | OutOfRange
-                    | Unavailable | DataLoss => {
+                    Unavailable | ResourceExhausted if hint.is_some() => {
+                        self.reset();
+                        Err(PushError::retry(why).after(hint))
+                    }
+                    Cancelled | DeadlineExceeded | Aborted | OutOfRange | Unavailable
+                    | DataLoss => {
                         self.reset();
                         Err(PushError::retry(why))
                     }
