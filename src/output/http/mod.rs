@@ -485,8 +485,9 @@ fn answer(
 ) -> Answered {
     // An HTTP/2 stream has a deadline of its own (a late one loses only its stream); an
     // HTTP/1 response's is the connection's.
-    if !stream::set_deadline(tokio::time::Instant::now() + write_timeout) {
-        request.writing(write_timeout);
+    let at = tokio::time::Instant::now() + write_timeout;
+    if !stream::set_deadline(at) {
+        request.writing_until(at);
     }
     resp.map(|inner| Tracked {
         inner,

@@ -120,6 +120,7 @@ impl Activity {
     }
 
     /// How many times an [`Activity::watch`] has been polled so far.
+    #[cfg(test)]
     pub(crate) fn watch_polls(&self) -> u64 {
         self.polls.load(Ordering::Relaxed)
     }
@@ -192,9 +193,14 @@ pub struct Request {
 impl Request {
     /// The response head is ready: its writing must be done within `timeout`.
     pub fn writing(&mut self, timeout: Duration) {
+        self.writing_until(Instant::now() + timeout);
+    }
+
+    /// The response head is ready: its writing must be done by `at`.
+    pub fn writing_until(&mut self, at: Instant) {
         let d = Deadline {
             id: self.id,
-            at: Instant::now() + timeout,
+            at,
             body_done: false,
         };
         self.activity.writes().push(d);
