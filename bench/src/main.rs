@@ -64,6 +64,7 @@ mod faults;
 mod lowcard;
 mod memory;
 mod otlp;
+mod perfcount;
 mod scale;
 mod serving;
 mod throughput;

@@ -9,16 +9,18 @@
 //! same load, and the rounds show how much that load (other builds on a shared machine)
 //! moves it. Next to requests per second, each server's CPU time per request (the
 //! exporter's process, the static server's threads of this process): on a loaded machine
-//! it moves far less than the rates do.
+//! it moves far less than the rates do. Per request also: syscalls and context switches
+//! (`perf stat`, where perf runs; more events with `BENCH_PERF_EVENTS=ev1,ev2`) and the CPU
+//! time split into user and system (`/proc/.../stat`), which tell where a gap lies.
 //!
 //! `cargo run --release -p bench -- serving --builds before=DIR,after=DIR [--rounds 3]
-//! [--phase-seconds 3] [--profile etc/sim/large-bench.toml]
+//! [--phase-seconds 3] [--gzip off|on|both] [--profile etc/sim/large-bench.toml]
 //! [--collectors bench/bench-counters.csv]`
 //!
 //! Without `--builds`, the workspace's release build is made and measured alone.
 
 use crate::scale::{self, Build};
-use crate::{arg, throughput};
+use crate::{arg, perfcount, throughput};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -35,20 +37,47 @@ struct Pair {
     rounds: Vec<(Measured, Measured)>,
 }
 
-/// One phase: what the clients saw and the server's CPU time per request.
+/// One phase: what the clients saw and the server's CPU time, syscalls and context
+/// switches per request.
 struct Measured {
     load: throughput::Load,
     cpu_us: f64,
+    /// `None` where perf could not count.
+    per_request: Option<perfcount::Counts>,
+    /// User and system CPU µs per request (clock ticks).
+    user_us: f64,
+    sys_us: f64,
 }
 
-/// `rate` with the CPU time `cpu` says the server spent meanwhile, per request.
-fn measure(addr: SocketAddr, gzip: bool, phase: Duration, cpu: impl Fn() -> f64) -> Measured {
-    let c0 = cpu();
+/// `rate` with the CPU time `cpu` says the server spent meanwhile, and what perf counted
+/// of `target`, per request.
+fn measure(
+    addr: SocketAddr,
+    gzip: bool,
+    phase: Duration,
+    cpu: impl Fn() -> f64,
+    target: &perfcount::Target,
+) -> Measured {
+    let counting = perfcount::start(target);
+    let (c0, (u0, s0)) = (cpu(), perfcount::user_sys_s(target));
     let load = throughput::rate(addr, "/metrics", gzip, phase);
     let spent = cpu() - c0;
-    let requests = load.per_second * phase.as_secs_f64();
+    let (u1, s1) = perfcount::user_sys_s(target);
+    let counted = counting.stop();
+    let requests = (load.per_second * phase.as_secs_f64()).max(1.0);
     Measured {
-        cpu_us: spent * 1e6 / requests.max(1.0),
+        cpu_us: spent * 1e6 / requests,
+        user_us: (u1 - u0) * 1e6 / requests,
+        sys_us: (s1 - s0) * 1e6 / requests,
+        per_request: counted.map(|c| perfcount::Counts {
+            syscalls: c.syscalls / requests,
+            switches: c.switches / requests,
+            extra: c
+                .extra
+                .into_iter()
+                .map(|(e, v)| (e, v / requests))
+                .collect(),
+        }),
         load,
     }
 }
@@ -70,6 +99,12 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
     );
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
+    let encodings: &[bool] = match arg("--gzip", "both").as_str() {
+        "both" => &[false, true],
+        "off" => &[false],
+        "on" => &[true],
+        other => return Err(format!("--gzip {other:?}: off, on or both")),
+    };
     let running = builds
         .iter()
         .map(|b| scale::start(b, &profile, &csv, 1000, "serving"))
@@ -77,7 +112,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
     let mut pairs = Vec::new();
     for (i, r) in running.iter().enumerate() {
         let ours: SocketAddr = ([127, 0, 0, 1], r.port).into();
-        for gzip in [false, true] {
+        for &gzip in encodings {
             let (headers, body) = throughput::fetch(ours, "/metrics", gzip)?;
             let bytes = body.len();
             let fixed = throughput::static_server(headers, body)?;
@@ -101,16 +136,20 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
     for round in 0..rounds {
         let n = pairs.len();
         for k in 0..n {
-            // Rotate by two (one build's pair of encodings) per round.
-            let p = &mut pairs[(k + 2 * round) % n];
+            // Rotate by one build's pairs of encodings per round.
+            let p = &mut pairs[(k + encodings.len() * round) % n];
             let pid = p.pid;
             let ours_cpu = move || scale::cpu_s(pid).unwrap_or(f64::NAN);
+            let ours_t = perfcount::Target::Process(pid);
+            let fixed_t =
+                perfcount::Target::Threads(perfcount::threads_named(throughput::STATIC_THREADS));
             let (ours, fixed) = if round % 2 == 0 {
-                let o = measure(p.ours, p.gzip, phase, ours_cpu);
-                (o, measure(p.fixed, p.gzip, phase, throughput::static_cpu_s))
+                let o = measure(p.ours, p.gzip, phase, ours_cpu, &ours_t);
+                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s, &fixed_t);
+                (o, f)
             } else {
-                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s);
-                (measure(p.ours, p.gzip, phase, ours_cpu), f)
+                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s, &fixed_t);
+                (measure(p.ours, p.gzip, phase, ours_cpu, &ours_t), f)
             };
             p.rounds.push((ours, fixed));
         }
@@ -154,6 +193,7 @@ fn report(builds: &[Build], pairs: &[Pair]) {
     }
     println!("(medians over the rounds; CPU: the server's own time per request, the exporter's");
     println!(" process with its collections, the static server's threads; lower is better)");
+    counts(builds, pairs);
     println!("p99 latency ours / static, median of the rounds:");
     for p in pairs {
         let p99: Vec<f64> = p
@@ -167,5 +207,53 @@ fn report(builds: &[Build], pairs: &[Pair]) {
             if p.gzip { "on" } else { "off" },
             median(p99)
         );
+    }
+}
+
+/// Syscalls, context switches (and `BENCH_PERF_EVENTS`), user and system CPU time per
+/// request of each server, medians of the rounds.
+fn counts(builds: &[Build], pairs: &[Pair]) {
+    println!(
+        "per request, median of the rounds (the exporter's process, the static server's threads;"
+    );
+    println!(" syscalls and switches: perf stat; user and system time: /proc, 10 ms ticks):");
+    println!(
+        "{:<8} {:<4}  {:>19}  {:>19}  {:>19}  {:>19}",
+        "build", "gzip", "syscalls o / s", "ctx switches o / s", "user µs o / s", "sys µs o / s"
+    );
+    for p in pairs {
+        // Rounds perf could not count are left out.
+        let of = |f: &dyn Fn(&(Measured, Measured)) -> Option<f64>| -> String {
+            let v: Vec<f64> = p.rounds.iter().filter_map(f).collect();
+            match v.is_empty() {
+                true => "n/a".into(),
+                false => format!("{:.2}", median(v)),
+            }
+        };
+        let count = |m: &Measured, f: fn(&perfcount::Counts) -> f64| m.per_request.as_ref().map(f);
+        println!(
+            "{:<8} {:<4}  {:>8} / {:>8}  {:>8} / {:>8}  {:>8} / {:>8}  {:>8} / {:>8}",
+            builds[p.build].name,
+            if p.gzip { "on" } else { "off" },
+            of(&|(o, _)| count(o, |c| c.syscalls)),
+            of(&|(_, f)| count(f, |c| c.syscalls)),
+            of(&|(o, _)| count(o, |c| c.switches)),
+            of(&|(_, f)| count(f, |c| c.switches)),
+            of(&|(o, _)| Some(o.user_us)),
+            of(&|(_, f)| Some(f.user_us)),
+            of(&|(o, _)| Some(o.sys_us)),
+            of(&|(_, f)| Some(f.sys_us)),
+        );
+        for (i, event) in perfcount::extra_events().iter().enumerate() {
+            let extra = |m: &Measured| {
+                let c = m.per_request.as_ref()?;
+                c.extra.get(i).map(|(_, v)| *v)
+            };
+            println!(
+                "  {event:<40} {:>8} / {:>8}",
+                of(&|(o, _)| extra(o)),
+                of(&|(_, f)| extra(f))
+            );
+        }
     }
 }

@@ -1,6 +1,8 @@
 //! What one collection publishes: the page in every format a scrape can ask for, rendered and
 //! compressed once on the collection thread, never per scrape, and held as shared [`Bytes`]:
-//! a scrape's body is that very buffer (a reference count, no copy) followed by a small tail.
+//! a scrape's body is that very buffer (a reference count, no copy) followed by a small tail
+//! (where the tail does not change per scrape, the HTTP side joins the two once per build
+//! and sends one buffer: `output/http/routes.rs`).
 //!
 //! The exporter's own metrics change between scrapes and are appended per request. To keep
 //! the big page compressed once, its gzip variant is cached as a gzip header plus deflate

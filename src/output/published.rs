@@ -117,6 +117,17 @@ impl Shared {
         p.page.clone()
     }
 
+    /// [`Shared::page`] lent to `f` with the time it was looked at (Unix µs), without a
+    /// reference count changed: a scrape reads it on every core at once.
+    pub fn with_page<R>(&self, f: impl FnOnce(&Arc<Exposition>, i64) -> R) -> R {
+        let p = self.page.load();
+        let now = now_us();
+        if now > p.expires_us {
+            return f(&self.empty, now);
+        }
+        f(&p.page, now)
+    }
+
     /// Renders every served format of the page, once per collection.
     pub fn publish(&self, page: &Page, oldest_sample_us: i64) {
         // Saturating: the largest `-c` accepted (i64::MAX µs) must not wrap into the past.

@@ -73,12 +73,14 @@ impl Source {
 }
 
 /// Counts one /metrics request while it is served (see [`SelfMetrics::scrape`]).
-pub struct ScrapeGuard<'a>(&'a SelfMetrics);
+pub struct ScrapeGuard<'a>(Option<&'a SelfMetrics>);
 
 impl Drop for ScrapeGuard<'_> {
     fn drop(&mut self) {
-        self.0.http_in_flight.dec();
-        self.0.http_ok.inc();
+        if let Some(m) = self.0 {
+            m.http_in_flight.dec();
+            m.http_ok.inc();
+        }
     }
 }
 
@@ -264,10 +266,15 @@ impl SelfMetrics {
         }
     }
 
-    /// Call while serving /metrics; the request is counted when the guard drops.
+    /// Call while serving /metrics; the request is counted when the guard drops. Only
+    /// where the handler metrics are served (`--enable-exporter-metrics`): otherwise nobody
+    /// reads them, and every scrape would write counters that all cores share.
     pub fn scrape(&self) -> ScrapeGuard<'_> {
-        self.http_in_flight.inc();
-        ScrapeGuard(self)
+        let live = self.live().then_some(self);
+        if let Some(m) = live {
+            m.http_in_flight.inc();
+        }
+        ScrapeGuard(live)
     }
 
     /// Adds a later stage's own metrics (e.g. the attribution sources') to this registry.
@@ -445,6 +452,18 @@ fn counter_vec(name: String, help: &str, labels: &[&str]) -> IntCounterVec {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn scrapes_are_counted_only_where_the_handler_metrics_are_served() {
+        let m = super::SelfMetrics::new();
+        drop(m.scrape());
+        assert_eq!((m.http_ok.get(), m.http_in_flight.get()), (0, 0));
+        m.enable_exporter_metrics();
+        let held = m.scrape();
+        assert_eq!(m.http_in_flight.get(), 1);
+        drop(held);
+        assert_eq!((m.http_ok.get(), m.http_in_flight.get()), (1, 0));
+    }
+
     #[test]
     fn build_info_is_one_series_and_every_duration_lands_in_the_histogram() {
         let m = super::SelfMetrics::new();

@@ -272,13 +272,8 @@ async fn connection(
     serve(&ctx, io, h2, activity, stop).await
 }
 
-async fn serve<I>(
-    ctx: &Ctx,
-    io: I,
-    h2: bool,
-    activity: Arc<Activity>,
-    mut stop: watch::Receiver<bool>,
-) where
+async fn serve<I>(ctx: &Ctx, io: I, h2: bool, activity: Arc<Activity>, stop: watch::Receiver<bool>)
+where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     // No header_read_timeout for HTTP/1: hyper would arm and drop a timer for every request
@@ -308,16 +303,12 @@ async fn serve<I>(
         conn.as_mut().graceful_shutdown();
     }
     let grace = ctx.opts.write_timeout;
-    let watch = activity.watch(Some(ctx.opts.read_timeout), Some(ctx.opts.write_timeout));
+    let (mut told, _watcher) = watcher(activity.clone(), stop, &ctx.opts);
     let result = tokio::select! {
         biased;
         r = conn.as_mut() => r,
-        _ = stop.changed() => {
-            conn.as_mut().graceful_shutdown();
-            closing(conn, &activity, grace).await
-        }
-        ended = watch => match ended {
-            Ended::Idle => {
+        why = &mut told => match why {
+            Ok(Why::Ended(Ended::Idle)) => {
                 conn.as_mut().graceful_shutdown();
                 // With nothing left to write, what can hold an idle HTTP/1 connection open
                 // is a request head that never ends: the read timeout again at most.
@@ -328,12 +319,56 @@ async fn serve<I>(
                 };
                 closing(conn, &activity, grace).await
             }
-            Ended::Overdue => Err(OVERDUE.into()),
+            Ok(Why::Ended(Ended::Overdue)) => Err(OVERDUE.into()),
+            // The server stops (or the runtime does, taking the watcher with it).
+            Ok(Why::Stop) | Err(_) => {
+                conn.as_mut().graceful_shutdown();
+                closing(conn, &activity, grace).await
+            }
         },
     };
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
     }
+}
+
+/// Why a connection's watcher tells it to end.
+enum Why {
+    Stop,
+    Ended(Ended),
+}
+
+/// The task of [`watcher`], ended with its connection.
+struct Watcher(tokio::task::AbortHandle);
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Watches a connection's idle and write deadlines and the server's stop on a task of its
+/// own, which wakes only for its timer or the stop. Selected beside the connection, they
+/// would be polled at every wake-up of the connection, that is for every request:
+/// `watch::Receiver::changed` takes a lock that all connections share each time it is
+/// polled, and the deadlines read the clock and reset a timer. The connection looks at a
+/// oneshot instead (an atomic load).
+fn watcher(
+    activity: Arc<Activity>,
+    mut stop: watch::Receiver<bool>,
+    opts: &Options,
+) -> (tokio::sync::oneshot::Receiver<Why>, Watcher) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (idle, overdue) = (opts.read_timeout, opts.write_timeout);
+    let task = tokio::spawn(async move {
+        let why = tokio::select! {
+            biased;
+            _ = stop.changed() => Why::Stop,
+            ended = activity.watch(Some(idle), Some(overdue)) => Why::Ended(ended),
+        };
+        let _ = tx.send(why);
+    });
+    (rx, Watcher(task.abort_handle()))
 }
 
 const OVERDUE: &str = "a response was not written within the write timeout";
@@ -450,8 +485,9 @@ fn answer(
 ) -> Answered {
     // An HTTP/2 stream has a deadline of its own (a late one loses only its stream); an
     // HTTP/1 response's is the connection's.
-    if !stream::set_deadline(tokio::time::Instant::now() + write_timeout) {
-        request.writing(write_timeout);
+    let at = tokio::time::Instant::now() + write_timeout;
+    if !stream::set_deadline(at) {
+        request.writing_until(at);
     }
     resp.map(|inner| Tracked {
         inner,
@@ -501,5 +537,79 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+    fn ctx(opts: &Options) -> Ctx {
+        let web = Web::load(None, false).unwrap();
+        let shared = Arc::new(Shared::new(Duration::from_secs(1)));
+        Ctx {
+            routes: Routes::new(shared, opts.clone(), web.clone()),
+            web,
+            opts: opts.clone(),
+            handshakes: Arc::new(HandshakeErrors::new()),
+        }
+    }
+
+    /// Reads one response (head and a Content-Length body); its status line.
+    async fn response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
+        let (mut status, mut len) = (String::new(), 0usize);
+        r.read_line(&mut status).await.unwrap();
+        loop {
+            let mut line = String::new();
+            r.read_line(&mut line).await.unwrap();
+            let line = line.trim_end().to_ascii_lowercase();
+            if line.is_empty() {
+                break;
+            }
+            if let Some(v) = line.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body).await.unwrap();
+        status
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_do_not_wake_the_connection_watch() {
+        let opts = Options {
+            telemetry_path: "/metrics".into(),
+            max_concurrent_scrapes: 4,
+            read_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
+            pprof: false,
+            openmetrics: false,
+        };
+        let ctx = ctx(&opts);
+        let (server, client) = tokio::io::duplex(1 << 20);
+        let activity = Arc::new(Activity::default());
+        let (_stop_tx, stop) = watch::channel(false);
+        let io = WriteDeadline::new(server, activity.clone(), opts.write_timeout);
+        let served = activity.clone();
+        let conn = tokio::spawn(async move { serve(&ctx, io, false, served, stop).await });
+        let (r, mut w) = tokio::io::split(client);
+        let mut r = BufReader::new(r);
+        let requests = 200;
+        for i in 0..requests {
+            let path = if i % 2 == 0 { "/metrics" } else { "/health" };
+            let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+            w.write_all(req.as_bytes()).await.unwrap();
+            let status = response(&mut r).await;
+            assert!(status.starts_with("HTTP/1.1 "), "{status:?}");
+        }
+        // Polled when the connection began; next when a timeout (a minute) is due.
+        let polls = activity.watch_polls();
+        assert!(
+            polls <= 2,
+            "the watch was polled {polls} times for {requests} requests"
+        );
+        drop((r, w));
+        conn.await.unwrap();
     }
 }

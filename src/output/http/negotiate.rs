@@ -5,29 +5,27 @@
 use crate::output::exposition::Format;
 use hyper::header::HeaderValue;
 
-/// (media range, parameters, q) of each comma-separated element.
-fn elements(h: &str) -> impl Iterator<Item = (String, Vec<(String, String)>, f32)> + '_ {
+/// (media range, its parameters as written, q) of each comma-separated element. Borrowed,
+/// compared without regard to case: a scrape allocates nothing to negotiate.
+fn elements(h: &str) -> impl Iterator<Item = (&str, &str, f32)> + '_ {
     h.split(',').filter_map(|el| {
-        let mut parts = el.split(';').map(str::trim);
-        let range = parts.next()?.to_ascii_lowercase();
+        let (range, params) = el.split_once(';').unwrap_or((el, ""));
+        let range = range.trim();
         if range.is_empty() {
             return None;
         }
-        let mut q = 1.0f32;
-        let mut params = Vec::new();
-        for p in parts {
-            let Some((k, v)) = p.split_once('=') else {
-                continue;
-            };
-            let k = k.trim().to_ascii_lowercase();
-            let v = v.trim().trim_matches('"').to_string();
-            if k == "q" {
-                q = v.parse().unwrap_or(0.0);
-            } else {
-                params.push((k, v));
-            }
-        }
+        let q = param(params, "q").map_or(1.0, |v| v.parse().unwrap_or(0.0));
         Some((range, params, q))
+    })
+}
+
+/// The value of parameter `name` among `params` (`a=1; b="2"`), unquoted.
+fn param<'a>(params: &'a str, name: &str) -> Option<&'a str> {
+    params.split(';').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().trim_matches('"'))
     })
 }
 
@@ -38,14 +36,17 @@ pub fn format(accept: Option<&HeaderValue>) -> Format {
     };
     let mut best: Option<(f32, Format)> = None;
     for (range, params, q) in elements(h) {
-        let version = params
-            .iter()
-            .find(|(k, _)| k == "version")
-            .map(|(_, v)| v.as_str());
-        let f = match (range.as_str(), version) {
-            ("application/openmetrics-text", None | Some("1.0.0")) => Format::OpenMetrics,
-            ("text/plain", None | Some("0.0.4")) | ("text/*" | "*/*", _) => Format::Text,
-            _ => continue,
+        let version = param(params, "version");
+        let is = |r: &str| range.eq_ignore_ascii_case(r);
+        let f = if is("application/openmetrics-text") && matches!(version, None | Some("1.0.0")) {
+            Format::OpenMetrics
+        } else if (is("text/plain") && matches!(version, None | Some("0.0.4")))
+            || is("text/*")
+            || is("*/*")
+        {
+            Format::Text
+        } else {
+            continue;
         };
         // Ties keep the earlier element, the client's own order.
         if q > 0.0 && !matches!(best, Some((bq, _)) if q <= bq) {
@@ -63,10 +64,10 @@ pub fn gzip(accept_encoding: Option<&HeaderValue>) -> bool {
     let mut gzip = None;
     let mut any = None;
     for (coding, _, q) in elements(h) {
-        match coding.as_str() {
-            "gzip" | "x-gzip" => gzip = Some(q),
-            "*" => any = Some(q),
-            _ => {}
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            gzip = Some(q);
+        } else if coding == "*" {
+            any = Some(q);
         }
     }
     gzip.or(any).is_some_and(|q| q > 0.0)
@@ -119,5 +120,23 @@ mod tests {
         assert!(!g("identity"));
         assert!(!g("br, *;q=0"));
         assert!(!gzip(None));
+        // Codings, parameter names and media ranges are case-insensitive.
+        assert!(g("GZip;Q=0.5"));
+        assert!(!g("gzip; Q=0"));
+        assert!(!g("identity;q=1, X-GZIP;q=0"));
+    }
+
+    #[test]
+    fn media_ranges_and_parameters_ignore_case_and_quotes() {
+        assert_eq!(
+            f("Application/OpenMetrics-Text; Version=\"1.0.0\""),
+            Format::OpenMetrics
+        );
+        assert_eq!(
+            f("text/plain;q=0.2, application/openmetrics-text;q=0.3"),
+            Format::OpenMetrics
+        );
+        assert_eq!(f("application/openmetrics-text;q=0"), Format::Text);
+        assert_eq!(f(",;, text/*;q=0.5"), Format::Text);
     }
 }

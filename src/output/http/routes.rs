@@ -17,9 +17,8 @@ use bytes::Bytes;
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 use warp::filters::path::FullPath;
 use warp::filters::BoxedFilter;
 use warp::reject::Rejection;
@@ -28,21 +27,59 @@ use warp::Filter;
 /// How long the self-metrics tail built for one page, format and encoding is reused. The
 /// page changes only per collection; within this time only the process self-metrics could
 /// move, and encoding them per scrape would cost more than the rest of the scrape.
-const TAIL_REUSE: Duration = Duration::from_secs(1);
+const TAIL_REUSE_US: i64 = 1_000_000;
 
 /// A body built for one page, format and encoding.
 struct Built {
     page: Arc<Exposition>,
-    at: Instant,
+    /// Unix µs.
+    at_us: i64,
     format: Format,
+    /// The page and tail in one buffer, copied once per build: a scrape then sends one
+    /// shared buffer, as a server of fixed bytes does.
     body: Body,
+}
+
+/// At most `max` scrapes being answered at once (`--max-concurrent-scrapes`). Never waited
+/// for, so one atomic counter: tokio's `Semaphore` takes its waiters' lock, shared by every
+/// core, at each release.
+struct Limit {
+    taken: AtomicUsize,
+    max: usize,
+}
+
+/// One place of a [`Limit`], given back when dropped.
+struct Taken<'a>(&'a AtomicUsize);
+
+impl Limit {
+    fn new(max: usize) -> Limit {
+        Limit {
+            taken: AtomicUsize::new(0),
+            max,
+        }
+    }
+
+    fn try_take(&self) -> Option<Taken<'_>> {
+        self.taken
+            .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Taken(&self.taken))
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Release);
+    }
 }
 
 /// The endpoints' state, shared by every connection.
 pub struct Endpoints {
     shared: Arc<Shared>,
     opts: Options,
-    scrapes: Semaphore,
+    scrapes: Limit,
     landing: Bytes,
     /// One slot per (asked format, gzip), swapped whole: scrapes never wait on each other.
     built: [ArcSwapOption<Built>; 4],
@@ -237,34 +274,43 @@ impl Endpoints {
         );
         Endpoints {
             shared,
-            scrapes: Semaphore::new(opts.max_concurrent_scrapes),
+            scrapes: Limit::new(opts.max_concurrent_scrapes),
             opts,
             landing: Bytes::from(landing),
             built: Default::default(),
         }
     }
 
-    /// The page as published (shared, not copied) and this scrape's self-metrics.
+    /// The page as published and this scrape's self-metrics: shared, not copied, where
+    /// the self-metrics change per scrape; else the body built for this page, format and
+    /// encoding within [`TAIL_REUSE_US`], in one buffer.
     fn body(&self, wanted: Format, gzip: bool) -> (Format, Body) {
-        let page = self.shared.page();
-        let build = || page.body(wanted, &self.shared.metrics.gather(), gzip);
-        if self.shared.metrics.live() {
-            return build();
-        }
-        let slot = &self.built[usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip)];
-        if let Some(b) = &*slot.load() {
-            if Arc::ptr_eq(&b.page, &page) && b.at.elapsed() < TAIL_REUSE {
-                return (b.format, b.body.clone());
+        self.shared.with_page(|page, now_us| {
+            let build = || page.body(wanted, &self.shared.metrics.gather(), gzip);
+            if self.shared.metrics.live() {
+                return build();
             }
-        }
-        let (format, body) = build();
-        slot.store(Some(Arc::new(Built {
-            page: page.clone(),
-            at: Instant::now(),
-            format,
-            body: body.clone(),
-        })));
-        (format, body)
+            let i = usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip);
+            let slot = &self.built[i];
+            if let Some(b) = &*slot.load() {
+                let age = now_us.saturating_sub(b.at_us);
+                if Arc::ptr_eq(&b.page, page) && (0..TAIL_REUSE_US).contains(&age) {
+                    return (b.format, b.body.clone());
+                }
+            }
+            let (format, body) = build();
+            let body = Body {
+                page: Bytes::from(body.to_vec()),
+                tail: Bytes::new(),
+            };
+            slot.store(Some(Arc::new(Built {
+                page: page.clone(),
+                at_us: now_us,
+                format,
+                body: body.clone(),
+            })));
+            (format, body)
+        })
     }
 
     fn metrics(
@@ -274,7 +320,7 @@ impl Endpoints {
     ) -> hyper::Response<PageBody> {
         // Excess scrapes are refused rather than queued, as upstream's
         // --max-concurrent-scrapes does.
-        let Ok(_permit) = self.scrapes.try_acquire() else {
+        let Some(_taken) = self.scrapes.try_take() else {
             let mut r = hyper::Response::new(PageBody::from(Bytes::from(format!(
                 "too many concurrent scrapes (--max-concurrent-scrapes={})\n",
                 self.opts.max_concurrent_scrapes
@@ -365,6 +411,7 @@ impl Endpoints {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+    use std::time::Duration;
     use tower::Service;
 
     fn opts(max: usize) -> Options {
@@ -431,10 +478,58 @@ mod tests {
         assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
     }
 
+    /// Data frames of a scrape's body and its bytes.
+    async fn frames(mut body: PageBody) -> (usize, Vec<u8>) {
+        let (mut n, mut bytes) = (0, Vec::new());
+        while let Some(f) = body.frame().await {
+            if let Ok(d) = f.unwrap().into_data() {
+                n += 1;
+                bytes.extend_from_slice(&d);
+            }
+        }
+        (n, bytes)
+    }
+
+    #[tokio::test]
+    async fn a_scrape_sends_one_buffer_unless_the_self_metrics_are_live() {
+        let shared = shared();
+        let mut page = crate::model::Page::default();
+        let labels = [("gpu", "0"), ("UUID", "GPU-0")];
+        let ty = crate::config::counters::PromType::Gauge;
+        page.add("DCGM_FI_DEV_POWER_USAGE", "h", ty, &labels, 1.0);
+        shared.publish(&page, crate::collect::now_us());
+        let ep = Endpoints::new(shared.clone(), opts(4));
+        for gzip in [None, Some(HeaderValue::from_static("gzip"))] {
+            let (n, first) = frames(ep.metrics(None, gzip.as_ref()).into_body()).await;
+            assert_eq!(n, 1, "gzip {gzip:?}");
+            // The same body again, from the slot.
+            let (_, again) = frames(ep.metrics(None, gzip.as_ref()).into_body()).await;
+            assert_eq!(first, again);
+            let text = match gzip {
+                None => String::from_utf8(first).unwrap(),
+                Some(_) => {
+                    let mut d = flate2::read::GzDecoder::new(&first[..]);
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut d, &mut text).unwrap();
+                    text
+                }
+            };
+            assert!(text.contains("DCGM_FI_DEV_POWER_USAGE{gpu=\"0\""), "{text}");
+            assert!(text.contains("dcgm_exporter_"), "{text}");
+        }
+        // --enable-exporter-metrics: the page as published, then this scrape's own tail,
+        // counting this scrape.
+        shared.metrics.enable_exporter_metrics();
+        let (n, bytes) = frames(ep.metrics(None, None).into_body()).await;
+        assert_eq!(n, 2);
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("promhttp_metric_handler_requests_in_flight 1"));
+    }
+
     #[tokio::test]
     async fn excess_scrapes_get_503_while_the_limit_is_taken() {
         let ep = Endpoints::new(shared(), opts(1));
-        let held = ep.scrapes.try_acquire().unwrap();
+        let held = ep.scrapes.try_take().unwrap();
         assert_eq!(
             ep.metrics(None, None).status(),
             StatusCode::SERVICE_UNAVAILABLE
@@ -505,7 +600,7 @@ mod tests {
                 }
                 let req = req.body(http_body_util::Empty::<Bytes>::new()).unwrap();
                 for held in [false, true] {
-                    let permit = held.then(|| routes.ep.scrapes.try_acquire().unwrap());
+                    let permit = held.then(|| routes.ep.scrapes.try_take().unwrap());
                     let fast = routes.scrape(&req).expect("the scrape path takes it");
                     let (fast_parts, body) = fast.into_parts();
                     let fast_body = body.collect().await.unwrap().to_bytes();

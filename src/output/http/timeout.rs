@@ -58,6 +58,9 @@ pub struct Activity {
     /// How many of `writing` wait only for a flush: a flush looks here, not at the lock.
     flushing: AtomicUsize,
     next_id: AtomicU64,
+    /// How many times an [`Activity::watch`] has been polled (were it polled for every
+    /// request, its timer would be too: the tests count them).
+    polls: AtomicU64,
 }
 
 impl Default for Activity {
@@ -69,6 +72,7 @@ impl Default for Activity {
             writing: Mutex::new(Vec::new()),
             flushing: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
+            polls: AtomicU64::new(0),
         }
     }
 }
@@ -115,6 +119,12 @@ impl Activity {
         self.flushing.store(0, Ordering::Release);
     }
 
+    /// How many times an [`Activity::watch`] has been polled so far.
+    #[cfg(test)]
+    pub(crate) fn watch_polls(&self) -> u64 {
+        self.polls.load(Ordering::Relaxed)
+    }
+
     /// Whether a response still has bytes to write (or to flush).
     pub fn writing(&self) -> bool {
         !self.writes().is_empty()
@@ -134,6 +144,17 @@ impl Activity {
     /// written (`overdue`: the write timeout; a response the client's flow control holds
     /// writes nothing, so no write can fail for it).
     pub async fn watch(&self, idle: Option<Duration>, overdue: Option<Duration>) -> Ended {
+        let looking = self.looks(idle, overdue);
+        tokio::pin!(looking);
+        std::future::poll_fn(|cx| {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            looking.as_mut().poll(cx)
+        })
+        .await
+    }
+
+    /// [`Activity::watch`], uncounted.
+    async fn looks(&self, idle: Option<Duration>, overdue: Option<Duration>) -> Ended {
         let timer = sleep(Duration::ZERO);
         tokio::pin!(timer);
         loop {
@@ -172,9 +193,14 @@ pub struct Request {
 impl Request {
     /// The response head is ready: its writing must be done within `timeout`.
     pub fn writing(&mut self, timeout: Duration) {
+        self.writing_until(Instant::now() + timeout);
+    }
+
+    /// The response head is ready: its writing must be done by `at`.
+    pub fn writing_until(&mut self, at: Instant) {
         let d = Deadline {
             id: self.id,
-            at: Instant::now() + timeout,
+            at,
             body_done: false,
         };
         self.activity.writes().push(d);
