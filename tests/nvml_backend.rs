@@ -214,26 +214,6 @@ fn the_nvml_backend_never_loads_libdcgm_and_says_it_serves() {
     assert_eq!(e.get("/health"), (200, "OK\nbackend: nvml".to_string()));
 }
 
-/// The runtime serving HTTP has two workers whatever the node's CPUs: tokio's default, one
-/// per CPU, is emulated for a 16-CPU node through the variable it reads.
-#[test]
-fn the_runtime_keeps_two_workers_on_a_many_core_node() {
-    let e = exporter()
-        .profile("units-fixed.toml")
-        .env("TOKIO_WORKER_THREADS", "16")
-        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
-        .start();
-    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", e.child.id()))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .map(|n| n.trim().to_string())
-        .collect();
-    let workers = names.iter().filter(|n| *n == "tokio-rt-worker").count();
-    assert!((1..=2).contains(&workers), "{names:?}");
-    // Still serving.
-    assert!(!series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").is_empty());
-}
-
 #[test]
 fn a_dcgm_page_says_dcgm_served_it() {
     let e = exporter().profile("units-fixed.toml").start();
@@ -576,8 +556,11 @@ fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
     );
 }
 
+/// A remote engine unreachable at start: `auto` serves NVML until it answers. An operator who
+/// asked for dcgm-exporter's exit (`--exit-if-hostengine-unreachable`, so that the
+/// orchestrator restarts the pod) gets it, NVML or not.
 #[test]
-fn auto_serves_from_nvml_when_exit_if_unreachable_would_have_exited() {
+fn auto_serves_from_nvml_while_the_remote_engine_is_unreachable_at_start_unless_told_to_exit() {
     let port = free_port();
     let nvml = nvml_library();
     let target = format!("127.0.0.1:{port}");
@@ -588,7 +571,6 @@ fn auto_serves_from_nvml_when_exit_if_unreachable_would_have_exited() {
             &target,
             "-c",
             "300",
-            "--exit-if-hostengine-unreachable",
             "--backend",
             "auto",
             "--nvml-library",
@@ -601,22 +583,26 @@ fn auto_serves_from_nvml_when_exit_if_unreachable_would_have_exited() {
     watch_until(&e, 30, never_blind, |p| {
         backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
     });
-    // With --backend dcgm the flag still exits at start.
-    let nobody = format!("127.0.0.1:{}", free_port());
-    let (code, err) = exporter()
-        .args(&[
-            "-r",
-            &nobody,
-            "--backend",
-            "dcgm",
-            "--exit-if-hostengine-unreachable",
-        ])
-        .run_to_exit();
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("is nv-hostengine running and reachable?"),
-        "{err}"
-    );
+    for backend in ["auto", "dcgm"] {
+        let nobody = format!("127.0.0.1:{}", free_port());
+        let (code, err) = exporter()
+            .profile("units-fixed.toml")
+            .args(&[
+                "-r",
+                &nobody,
+                "--backend",
+                backend,
+                "--nvml-library",
+                nvml.to_str().unwrap(),
+                "--exit-if-hostengine-unreachable",
+            ])
+            .run_to_exit();
+        assert_eq!(code, 1, "--backend {backend}: {err}");
+        assert!(
+            err.contains("is nv-hostengine running and reachable?"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -434,8 +434,8 @@ pub struct Config {
     #[arg(long, env = "DCGM_EXPORTER_HEALTH_REQUIRE_GPUS")]
     pub health_require_gpus: bool,
     /// Exit at start when the remote host engine (-r) cannot be reached, as dcgm-exporter
-    /// does; by default the exporter serves /health 503 and retries with backoff. Under
-    /// --backend auto with NVML loaded, NVML serves instead and DCGM is retried.
+    /// does (also under --backend auto); by default the exporter serves /health 503 and
+    /// retries with backoff, and under --backend auto with NVML loaded NVML serves meanwhile.
     #[arg(long, env = "DCGM_EXPORTER_EXIT_IF_HOSTENGINE_UNREACHABLE")]
     pub exit_if_hostengine_unreachable: bool,
     /// Also export the exporter's process and HTTP handler metrics.

@@ -92,19 +92,6 @@ pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), String> {
     }
 }
 
-/// The async runtime's workers: it serves scrapes of a page the collection thread has
-/// already rendered, and signals, which two workers carry on any node (one more than one,
-/// so a slow client or a bcrypt check never stalls the rest). Tokio's default, one per CPU
-/// (`TOKIO_WORKER_THREADS` otherwise), would cost a stack and a malloc arena per core of a
-/// large GPU node for nothing.
-fn http_workers(cpus: usize) -> usize {
-    cpus.clamp(1, 2)
-}
-
-fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Threads of this process (Linux), `None` where that cannot be told.
 fn threads() -> Option<usize> {
     std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
@@ -118,7 +105,6 @@ fn serve(
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
     // First: the signal handlers live in it, before anything slow (DCGM's start: 30 s).
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(http_workers(available_cpus()))
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
@@ -483,15 +469,17 @@ fn start_collecting(
                 Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
             };
             match &runner.engine {
+                // The operator asked for dcgm-exporter's exit (the orchestrator restarts the
+                // pod), NVML or not.
+                Engine::Remote(_) if exit_if_unreachable => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
                 _ if nvml_serves => tracing::warn!(
                     "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
                 ),
                 // In a sidecar set-up the exporter often starts before the engine: retried
                 // like an engine lost later, with /health 503 meanwhile.
-                Engine::Remote(_) if !exit_if_unreachable => tracing::warn!(
+                Engine::Remote(_) => tracing::warn!(
                     "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
                 ),
-                Engine::Remote(_) => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
                 Engine::Embedded => return Err(why.into()),
             }
             runner.unreachable_at_start(&why);
@@ -823,15 +811,6 @@ mod tests {
         let e = set_dcgm_log_env(&c).unwrap_err();
         assert!(e.contains("before any thread starts"), "{e}");
         assert_ne!(std::env::var("__DCGM_DBG_LVL").as_deref(), Ok("WARN"));
-    }
-
-    #[test]
-    fn the_runtime_has_two_workers_at_most_whatever_the_cpus() {
-        use super::http_workers;
-        assert_eq!(http_workers(1), 1);
-        assert_eq!(http_workers(2), 2);
-        assert_eq!(http_workers(192), 2);
-        assert_eq!(http_workers(0), 1);
     }
 
     #[test]
