@@ -527,19 +527,14 @@ fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
         if let Some(p) = &path {
             args.extend(["--nvml-library", p]);
         }
-        let (code, err) = exporter()
+        let e = exporter()
             .profile("units-fixed.toml")
             .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-            .args(&args)
-            .run_to_exit();
-        assert_eq!(code, 1, "{err}");
-        assert!(
-            err.contains("cannot start the embedded DCGM host engine"),
-            "{err}"
-        );
+            .args(&args);
+        refuses_to_start(e, "cannot start the embedded DCGM host engine");
     }
     // auto without an NVML to serve: the same exit.
-    let (code, err) = exporter()
+    let e = exporter()
         .profile("units-fixed.toml")
         .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
         .args(&[
@@ -547,13 +542,15 @@ fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
             "auto",
             "--nvml-library",
             "/nonexistent/libnvidia-ml.so.1",
-        ])
-        .run_to_exit();
+        ]);
+    refuses_to_start(e, "cannot start the embedded DCGM host engine");
+}
+
+/// An exporter that must refuse to start: exit 1, its log saying `why`.
+fn refuses_to_start(e: ExporterBuilder, why: &str) {
+    let (code, err) = e.run_to_exit();
     assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains("cannot start the embedded DCGM host engine"),
-        "{err}"
-    );
+    assert!(err.contains(why), "{err}");
 }
 
 /// A remote engine unreachable at start: `auto` serves NVML until it answers. An operator who
@@ -585,23 +582,16 @@ fn auto_serves_from_nvml_while_the_remote_engine_is_unreachable_at_start_unless_
     });
     for backend in ["auto", "dcgm"] {
         let nobody = format!("127.0.0.1:{}", free_port());
-        let (code, err) = exporter()
-            .profile("units-fixed.toml")
-            .args(&[
-                "-r",
-                &nobody,
-                "--backend",
-                backend,
-                "--nvml-library",
-                nvml.to_str().unwrap(),
-                "--exit-if-hostengine-unreachable",
-            ])
-            .run_to_exit();
-        assert_eq!(code, 1, "--backend {backend}: {err}");
-        assert!(
-            err.contains("is nv-hostengine running and reachable?"),
-            "{err}"
-        );
+        let e = exporter().profile("units-fixed.toml").args(&[
+            "-r",
+            &nobody,
+            "--backend",
+            backend,
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+            "--exit-if-hostengine-unreachable",
+        ]);
+        refuses_to_start(e, "is nv-hostengine running and reachable?");
     }
 }
 
