@@ -157,27 +157,40 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
     assert!(prom::promtool_problems(&nvml.get("/metrics").1).is_empty());
 }
 
-#[test]
-fn fields_nvml_cannot_answer_are_named_once_at_start() {
+/// Starts the NVML backend on `profile`, checks that none of `names` is on its page after a
+/// few collections, and returns each name's start-up lines that skip it.
+fn skipped_at_start(profile: &str, names: &[&str]) -> Vec<Vec<String>> {
     let e = exporter()
-        .profile("units-fixed.toml")
+        .profile(profile)
         .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
         .start();
-    let before = e.scrape_until(10, |p| collections(p) >= 3.0);
-    assert!(collections(&before) >= 3.0);
+    let page = e.scrape_until(10, |p| collections(p) >= 3.0);
     let log = e.stderr();
-    for name in [
+    names
+        .iter()
+        .map(|name| {
+            assert!(series(&page, name).is_empty(), "{name} guessed");
+            log.lines()
+                .filter(|l| l.contains(&format!("skipping {name}:")))
+                .map(str::to_string)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn fields_nvml_cannot_answer_are_named_once_at_start() {
+    let names = [
         "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_EXP_GPU_COUNT",
         "DCGM_EXP_XID_ERRORS_TOTAL",
-    ] {
-        let lines = log
-            .lines()
-            .filter(|l| l.contains(&format!("skipping {name}:")))
-            .count();
-        assert_eq!(lines, 1, "{name}:\n{log}");
-        assert!(series(&before, name).is_empty(), "{name} guessed");
+    ];
+    for (name, lines) in names
+        .iter()
+        .zip(skipped_at_start("units-fixed.toml", &names))
+    {
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
     }
 }
 
@@ -934,25 +947,17 @@ fn nvlink_error_totals_from_nvml_equal_dcgms() {
 /// H100 pages above); on an A100, which has no GPM, they are named at start and left out.
 #[test]
 fn profiling_ratios_are_left_out_where_no_gpu_has_gpm() {
-    let e = exporter()
-        .profile("a100-mixed-mig.toml")
-        .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
-        .start();
-    let page = e.scrape_until(10, |p| collections(p) >= 2.0);
-    assert!(collections(&page) >= 2.0);
-    let log = e.stderr();
-    for name in [
+    let names = [
         "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
         "DCGM_FI_PROF_DRAM_ACTIVE",
-    ] {
-        let lines: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains(&format!("skipping {name}:")))
-            .collect();
-        assert_eq!(lines.len(), 1, "{name}:\n{log}");
+    ];
+    for (name, lines) in names
+        .iter()
+        .zip(skipped_at_start("a100-mixed-mig.toml", &names))
+    {
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
         assert!(lines[0].contains("GPM"), "{}", lines[0]);
-        assert!(series(&page, name).is_empty(), "{name} guessed");
     }
 }
 
