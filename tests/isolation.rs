@@ -144,24 +144,33 @@ fn cpu_rows_on_a_node_without_the_sysmon_module_cost_nothing_else() {
     );
 }
 
+/// Two H100s with 4 NVLinks each and no profiling module, and counters whose link set holds
+/// a per-link profiling field DCGM refuses (so that set is probed field by field): the
+/// profile's path and the counters file.
+fn links_without_profiling(dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let p = profile(
+        dir,
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
+         profiling_module = false\n",
+    );
+    let csv = dir.join("links.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, energy\n\
+         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx\n\
+         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+    )
+    .unwrap();
+    (p, csv)
+}
+
 /// A watch DCGM refuses whole for one field (here a per-link profiling field while the
 /// profiling module is absent) is retried field by field: only the refused field is lost.
 #[test]
 fn a_field_dcgm_refuses_to_watch_costs_only_its_own_series() {
     let dir = tempfile::tempdir().unwrap();
-    let p = profile(
-        dir.path(),
-        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
-         profiling_module = false\n",
-    );
-    let csv = dir.path().join("links.csv");
-    std::fs::write(
-        &csv,
-        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
-         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx\n\
-         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
-    )
-    .unwrap();
+    let (p, csv) = links_without_profiling(dir.path());
     let e = exporter()
         .env("DCGM_SIM_PROFILE", &p)
         .args(&["-f", csv.to_str().unwrap()])
@@ -199,19 +208,7 @@ fn a_field_dcgm_refuses_to_watch_costs_only_its_own_series() {
 #[test]
 fn a_probe_whose_unwatch_reports_not_watched_keeps_its_field() {
     let dir = tempfile::tempdir().unwrap();
-    let p = profile(
-        dir.path(),
-        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
-         profiling_module = false\n",
-    );
-    let csv = dir.path().join("probe.csv");
-    std::fs::write(
-        &csv,
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, counter, energy\n\
-         DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, per-link tx (refused: no profiling module)\n\
-         DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
-    )
-    .unwrap();
+    let (p, csv) = links_without_profiling(dir.path());
     let ctl = dir.path().join("control");
     // DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL (585): NOT_WATCHED (-16).
     control(&ctl, "unwatch_fails 585 -16");
