@@ -285,3 +285,47 @@ fn kubernetes_and_low_cardinality_per_engine() {
         &format!("host engine {} ({}) is down", names[1], names[1]),
     );
 }
+
+/// `-d g:5` where one engine's node has 8 GPUs and the other's one: the start stops with
+/// the one-engine error, naming the engine that lacks GPU 5 and the flag, exit 1 (on
+/// main that engine's loop retried the selector every tick and the exporter served on).
+#[test]
+fn a_selector_one_engine_cannot_meet_stops_the_start_naming_it() {
+    let ports = [free_port(), free_port()];
+    let _engines: Vec<HostEngine> = ports
+        .iter()
+        .zip(["h100-8gpu-nvswitch.toml", "one-gpu.toml"])
+        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
+        .collect();
+    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut e = exporter()
+        .args(&["-r", &addr.join(","), "-d", "g:5", "-c", "300"])
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        if let Ok(Some(st)) = e.child.try_wait() {
+            break st.code();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running with a selector an engine cannot meet:\n{}",
+            e.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = e.stderr();
+    assert_eq!(code, Some(1), "{log}");
+    let fatal = log
+        .lines()
+        .find(|l| l.contains("level=fatal"))
+        .unwrap_or_else(|| panic!("no fatal line:\n{log}"));
+    assert!(
+        fatal.contains(&format!("host engine {}", addr[1])),
+        "the engine lacking GPU 5 is not named: {fatal}"
+    );
+    assert!(
+        !fatal.contains(&format!("host engine {}", addr[0])),
+        "the engine with GPU 5 is blamed: {fatal}"
+    );
+    assert!(fatal.contains("-d"), "the flag is not named: {fatal}");
+}

@@ -233,25 +233,55 @@ fn bind_unbind_watch(stages: &settings::Stages) -> Option<Duration> {
     stages.bind_unbind
 }
 
-/// Starts collecting: one engine connects here (see `start_collecting`); several connect
-/// in their own loops, unless `--exit-if-hostengine-unreachable` wants each reached first.
+/// Starts collecting: one engine connects here (see `start_collecting`), several each
+/// in a thread of its own, so an engine that does not answer delays none of the others.
+/// A flag that does not fit one engine's node (`-d g:5` where it lacks GPU 5) stops the
+/// start as it does with one engine, naming that engine.
 fn start_engines(
     main: &Runner,
     engines: &[Arc<Runner>],
     exit_if_unreachable: bool,
-    stop: &dyn Fn() -> bool,
+    stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<Workers, Started> {
     if engines.is_empty() {
         return start_collecting(main, exit_if_unreachable, stop).map(Workers::One);
     }
+    let started: Vec<_> = std::thread::scope(|s| {
+        let tries: Vec<_> = engines
+            .iter()
+            .map(|e| s.spawn(move || start_collecting(e, exit_if_unreachable, stop)))
+            .collect();
+        tries.into_iter().map(|t| t.join()).collect()
+    });
     let mut workers = Vec::new();
-    for e in engines {
-        workers.push(match exit_if_unreachable {
-            true => start_collecting(e, true, stop)?,
-            false => None,
-        });
+    for (e, started) in engines.iter().zip(started) {
+        let label = engine_label(e);
+        match started {
+            Ok(Ok(w)) => workers.push(w),
+            Ok(Err(Started::Failed(why))) => {
+                return Err(Started::Failed(format!("host engine {label}: {why}")))
+            }
+            Ok(Err(Started::Stopped)) => return Err(Started::Stopped),
+            Err(_) => {
+                return Err(Started::Failed(format!(
+                    "host engine {label}: its start panicked"
+                )))
+            }
+        }
     }
     Ok(Workers::Engines(workers))
+}
+
+/// An engine runner's name in messages: its label and address.
+fn engine_label(e: &Runner) -> String {
+    let target = match &e.engine {
+        Engine::Remote(t) => t.to_string(),
+        Engine::Embedded => "embedded".into(),
+    };
+    match &e.hand_off {
+        Some(h) => format!("{} ({target})", h.combiner.engines()[h.index].label),
+        None => target,
+    }
 }
 
 /// The workers connected at start: the one engine's, or each of several engines'.
