@@ -329,3 +329,56 @@ fn a_selector_one_engine_cannot_meet_stops_the_start_naming_it() {
     );
     assert!(fatal.contains("-d"), "the flag is not named: {fatal}");
 }
+
+/// Every line an engine's loop logs names its engine (`"engine":"NAME"` in JSON,
+/// `engine=NAME` in text): its session lost and opened again here. On main only the
+/// combiner's down/back lines said which engine. One engine: no engine field.
+#[test]
+fn each_engines_lines_name_it() {
+    let ports = [free_port(), free_port()];
+    let mut engines: Vec<HostEngine> = ports
+        .iter()
+        .map(|p| HostEngine::start(*p, Some("one-gpu.toml")))
+        .collect();
+    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut e = exporter()
+        .args(&["-r", &addr.join(","), "-c", "300", "--log-format", "json"])
+        .start();
+    e.scrape_until(30, |p| of(p, TEMP, &addr[1]).len() == 1);
+    engines[1].kill();
+    e.wait_for_log(20, "lost the DCGM session");
+    engines[1] = HostEngine::start(ports[1], Some("one-gpu.toml"));
+    let connected = format!("connected to the DCGM host engine at {}", addr[1]);
+    e.wait_for_log(30, &connected);
+    let log = e.stderr();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let engine_of = |needle: &str| -> Vec<String> {
+        lines
+            .iter()
+            .filter(|l| l["msg"].as_str().is_some_and(|m| m.contains(needle)))
+            .map(|l| l["engine"].as_str().unwrap_or("(none)").to_string())
+            .collect()
+    };
+    assert_eq!(
+        engine_of("lost the DCGM session"),
+        vec![addr[1].clone()],
+        "{log}"
+    );
+    assert_eq!(engine_of(&connected), vec![addr[1].clone()], "{log}");
+    // The start's own lines name nobody: they are the process's.
+    assert_eq!(
+        engine_of("mode: 2 remote DCGM host engines"),
+        vec!["(none)"],
+        "{log}"
+    );
+    terminate(&mut e);
+
+    // One engine: today's lines, in text, without the field.
+    let mut one = exporter().args(&["-r", &addr[0], "-c", "300"]).start();
+    one.scrape_until(30, |p| !series(p, TEMP).is_empty());
+    terminate(&mut one);
+    assert!(!one.stderr().contains("engine="), "{}", one.stderr());
+}

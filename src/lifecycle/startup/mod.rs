@@ -249,7 +249,16 @@ fn start_engines(
     let started: Vec<_> = std::thread::scope(|s| {
         let tries: Vec<_> = engines
             .iter()
-            .map(|e| s.spawn(move || start_collecting(e, exit_if_unreachable, stop)))
+            .map(|e| {
+                let label = e.hand_off.as_ref().map(|h| {
+                    let name: Arc<str> = h.combiner.engines()[h.index].label.as_str().into();
+                    name
+                });
+                s.spawn(move || {
+                    crate::logging::set_thread_engine(label);
+                    start_collecting(e, exit_if_unreachable, stop)
+                })
+            })
             .collect();
         tries.into_iter().map(|t| t.join()).collect()
     });
