@@ -1199,7 +1199,8 @@ fn xid_totals_carry_across_a_rebuild() {
 /// Two real nv-hostengines with different injected GPUs, named in the configuration file
 /// (`sources.dcgm.hostEngines`), served by one exporter: their series apart by the
 /// `engine` label with the injected values; one killed while the other keeps serving on
-/// every scrape, then back.
+/// every scrape, then back; then stopped (SIGSTOP) while the other's collections advance
+/// interval after interval, then continued (SIGCONT) and its series back.
 #[test]
 fn two_real_host_engines_in_one_exporter() {
     let Some(kit) = kit() else { return };
@@ -1291,4 +1292,42 @@ fn two_real_host_engines_in_one_exporter() {
     engine_a.restart(kit);
     let back = e.scrape_until(30, |p| count(p, "vm-a") == 2 && count(p, "vm-b") == 3);
     assert_eq!(of(&back, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "1"), [41.0]);
+
+    // Stopped rather than killed: its calls hang; its series go within the collection
+    // deadline while vm-b's collections go on, interval after interval, with its values.
+    let collections = |p: &[Sample], engine: &str| {
+        self_metric(
+            p,
+            "dcgm_exporter_engine_collections_total",
+            &[("engine", engine), ("status", "success")],
+        )
+    };
+    engine_a.signal("STOP");
+    e.scrape_until(20, |p| count(p, "vm-a") == 0);
+    let mut before = collections(&e.scrape(), "vm-b");
+    for _ in 0..4 {
+        let p = e.scrape_until(10, |p| collections(p, "vm-b") > before);
+        assert_eq!(
+            (count(&p, "vm-a"), count(&p, "vm-b")),
+            (0, 3),
+            "{}",
+            dump(&p)
+        );
+        assert_eq!(of(&p, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "2"), [62.0]);
+        assert_eq!(
+            self_metric(&p, "dcgm_exporter_engine_up", &[("engine", "vm-a")]),
+            0.0
+        );
+        before = collections(&p, "vm-b");
+    }
+    let (code, body) = e.get("/health");
+    assert_eq!(code, 200, "{body}");
+    // Continued: its series return, and both engines' collections advance again.
+    engine_a.signal("CONT");
+    let back = e.scrape_until(60, |p| count(p, "vm-a") == 2 && count(p, "vm-b") == 3);
+    assert_eq!(of(&back, "DCGM_FI_DEV_GPU_TEMP", "vm-a", "0"), [40.0]);
+    let (a, b) = (collections(&back, "vm-a"), collections(&back, "vm-b"));
+    e.scrape_until(10, |p| {
+        collections(p, "vm-a") >= a + 2.0 && collections(p, "vm-b") >= b + 2.0
+    });
 }

@@ -36,9 +36,12 @@ impl<S: Default + 'static> Worker<S> {
         let (jobs, inbox) = mpsc::channel::<Job<S>>();
         let token = Arc::new(());
         let running = Arc::downgrade(&token);
+        // Its DCGM calls' lines name the engine its session is with.
+        let engine = crate::logging::thread_engine();
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                crate::logging::set_thread_engine(engine);
                 let _alive = token;
                 let mut state = S::default();
                 // Ends when the worker is dropped or abandoned, after the current job.

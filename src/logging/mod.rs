@@ -32,6 +32,23 @@ const QUIET_TARGETS: [&str; 12] = [
     "pprof",
 ];
 
+thread_local! {
+    /// The host engine this thread works for, with several (`-r a,b`): each line it logs
+    /// carries `engine=NAME`, so a reader knows whose session was lost or rebuilt.
+    static ENGINE: std::cell::RefCell<Option<std::sync::Arc<str>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Names the engine of the lines this thread logs from now on (`None`: no engine field).
+pub fn set_thread_engine(engine: Option<std::sync::Arc<str>>) {
+    ENGINE.with(|e| *e.borrow_mut() = engine);
+}
+
+/// The engine this thread's lines name; a thread it starts for that engine names it too.
+pub fn thread_engine() -> Option<std::sync::Arc<str>> {
+    ENGINE.with(|e| e.borrow().clone())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
     Text,
@@ -166,6 +183,9 @@ where
     ) -> std::fmt::Result {
         let mut f = Fields::default();
         event.record(&mut f);
+        if let Some(e) = thread_engine() {
+            f.kv.entry("engine".into()).or_insert_with(|| (*e).into());
+        }
         let line = render(
             self.format,
             self.color,

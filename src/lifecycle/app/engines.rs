@@ -269,9 +269,11 @@ pub fn run(
         let (tx, rx) = std::sync::mpsc::channel();
         inboxes.push(tx);
         let ends = EndsAllOnPanic(combiner.clone());
+        let label: Arc<str> = combiner.engines[i].label.as_str().into();
         let spawned = std::thread::Builder::new()
             .name(format!("engine-{i}"))
             .spawn(move || {
+                crate::logging::set_thread_engine(Some(label));
                 let _ends = ends;
                 r.run(worker, rx)
             });

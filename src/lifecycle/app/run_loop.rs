@@ -28,6 +28,7 @@ impl Runner {
             inbox: Inbox {
                 control,
                 stopping: false,
+                stop_seen: None,
                 reload: false,
             },
             backoff: self.first_backoff(),
@@ -45,6 +46,9 @@ impl Runner {
 struct Inbox {
     control: Receiver<Control>,
     stopping: bool,
+    /// When the stop arrived: the watches' removal is timed from it, not from the end of
+    /// the step this loop was in (every engine's loop then ends by the same time).
+    stop_seen: Option<Instant>,
     /// A SIGHUP arrived and is not handled yet.
     reload: bool,
 }
@@ -53,7 +57,10 @@ impl Inbox {
     fn take(&mut self, m: Result<Control, ()>) {
         match m {
             Ok(Control::Reload) => self.reload = true,
-            Ok(Control::Stop) | Err(()) => self.stopping = true,
+            Ok(Control::Stop) | Err(()) => {
+                self.stopping = true;
+                self.stop_seen.get_or_insert_with(Instant::now);
+            }
         }
     }
 
@@ -320,7 +327,7 @@ impl Loop<'_> {
         self.runner.current.set(None);
         if let Some(w) = self.worker.take() {
             let done = w.call(
-                Instant::now() + STOP_DEADLINE,
+                self.inbox.stop_seen.unwrap_or_else(Instant::now) + STOP_DEADLINE,
                 || false,
                 |d: &mut Dcgm| {
                     if let Some(c) = d.collector.take() {

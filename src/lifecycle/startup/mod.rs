@@ -14,7 +14,7 @@ use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
 use crate::output::{self, http};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How a run ended: the result for the exit code, and whether DCGM was shut down in time.
 pub struct Outcome {
@@ -26,8 +26,9 @@ pub struct Outcome {
 
 /// How long the sessions still open at exit may take to end by themselves.
 const SESSIONS_GRACE: Duration = Duration::from_secs(2);
-/// How long DCGM may take to shut down at exit, sessions included; past it the process
-/// exits anyway (a host engine that stopped answering holds a call for 60 s).
+/// How long the exit may take from the stop (a signal), the watches' removal included
+/// (every engine's at once, however many), then DCGM's shutdown with what is left; past it
+/// the process exits anyway (a host engine that stopped answering holds a call for 60 s).
 const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Runs the exporter until a signal (or a fatal error), then shuts DCGM down in order:
@@ -35,17 +36,21 @@ const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 /// own threads, within [`SHUTDOWN_DEADLINE`].
 pub fn run(config: cli::Config) -> Outcome {
     let mut library = None;
-    let result = serve(config, &mut library);
+    let mut stopped_at = None;
+    let result = serve(config, &mut library, &mut stopped_at);
     let dcgm = match library {
-        Some(lib) => shut_down_dcgm(&lib),
+        Some(lib) => shut_down_dcgm(&lib, stopped_at.unwrap_or_else(Instant::now)),
         None => dcgm_sys::Shutdown::Done,
     };
     Outcome { result, dcgm }
 }
 
-fn shut_down_dcgm(library: &dcgm_sys::Library) -> dcgm_sys::Shutdown {
+/// One deadline from `stopped_at` for the whole exit: with several engines a stuck one's
+/// watches' removal, and the shutdown after it, must not add up past one engine's bound.
+fn shut_down_dcgm(library: &dcgm_sys::Library, stopped_at: Instant) -> dcgm_sys::Shutdown {
     let open = library.live_sessions();
-    let done = library.shutdown(SESSIONS_GRACE, SHUTDOWN_DEADLINE);
+    let left = SHUTDOWN_DEADLINE.saturating_sub(stopped_at.elapsed());
+    let done = library.shutdown(SESSIONS_GRACE.min(left), left);
     match done {
         dcgm_sys::Shutdown::Done => tracing::debug!("DCGM shut down"),
         dcgm_sys::Shutdown::TimedOut => tracing::warn!(
@@ -100,6 +105,7 @@ fn threads() -> Option<usize> {
 fn serve(
     config: cli::Config,
     library_out: &mut Option<Arc<dcgm_sys::Library>>,
+    stopped_at: &mut Option<Instant>,
 ) -> Result<(), String> {
     let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
@@ -161,6 +167,7 @@ fn serve(
     })
     .map_err(|e| format!("cannot start the collection thread: {e}"))?;
     let served = rt.block_on(serve_http(server, shared, &signals, ended_rx));
+    *stopped_at = Some(Instant::now());
     let _ = control_tx.send(Control::Stop);
     collection.join().map_err(thread_panic)?;
     if served.is_ok() {
@@ -233,25 +240,66 @@ fn bind_unbind_watch(stages: &settings::Stages) -> Option<Duration> {
     stages.bind_unbind
 }
 
-/// Starts collecting: one engine connects here (see `start_collecting`); several connect
-/// in their own loops, unless `--exit-if-hostengine-unreachable` wants each reached first.
+/// Starts collecting: one engine connects here (see `start_collecting`), several each
+/// in a thread of its own, so an engine that does not answer delays none of the others.
+/// A flag that does not fit one engine's node (`-d g:5` where it lacks GPU 5) stops the
+/// start as it does with one engine, naming that engine.
 fn start_engines(
     main: &Runner,
     engines: &[Arc<Runner>],
     exit_if_unreachable: bool,
-    stop: &dyn Fn() -> bool,
+    stop: &(dyn Fn() -> bool + Sync),
 ) -> Result<Workers, Started> {
     if engines.is_empty() {
         return start_collecting(main, exit_if_unreachable, stop).map(Workers::One);
     }
+    let started: Vec<_> = std::thread::scope(|s| {
+        let tries: Vec<_> = engines
+            .iter()
+            .map(|e| {
+                let label = e.hand_off.as_ref().map(|h| {
+                    let name: Arc<str> = h.combiner.engines()[h.index].label.as_str().into();
+                    name
+                });
+                s.spawn(move || {
+                    crate::logging::set_thread_engine(label);
+                    start_collecting(e, exit_if_unreachable, stop)
+                })
+            })
+            .collect();
+        tries.into_iter().map(|t| t.join()).collect()
+    });
     let mut workers = Vec::new();
-    for e in engines {
-        workers.push(match exit_if_unreachable {
-            true => start_collecting(e, true, stop)?,
-            false => None,
-        });
+    for (e, started) in engines.iter().zip(started) {
+        let label = engine_label(e);
+        match started {
+            Ok(Ok(w)) => workers.push(w),
+            Ok(Err(Started::Failed(why))) => {
+                return Err(Started::Failed(format!("host engine {label}: {why}")))
+            }
+            Ok(Err(Started::Stopped)) => return Err(Started::Stopped),
+            Err(_) => {
+                return Err(Started::Failed(format!(
+                    "host engine {label}: its start panicked"
+                )))
+            }
+        }
     }
     Ok(Workers::Engines(workers))
+}
+
+/// An engine runner's name in messages: its label and address.
+fn engine_label(e: &Runner) -> String {
+    let target = match &e.engine {
+        Engine::Remote(t) => t.to_string(),
+        Engine::Embedded => "embedded".into(),
+    };
+    match &e.hand_off {
+        Some(h) if h.combiner.engines()[h.index].label != target => {
+            format!("{} ({target})", h.combiner.engines()[h.index].label)
+        }
+        _ => target,
+    }
 }
 
 /// The workers connected at start: the one engine's, or each of several engines'.
