@@ -7,8 +7,8 @@
 //! `cargo run --release -p bench -- backend [--build debug] [--profile etc/sim/h100-8gpu-nvswitch.toml]
 //! [--collectors etc/default-counters.csv] [--interval-ms 100] [--collections 100]`
 
-use crate::scale::{cpu_s, status_kib};
-use crate::{arg, free_port, get, self_metric, Killed};
+use crate::scale::status_kib;
+use crate::{arg, cpu_us_per_collection, free_port, get, Killed};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,24 +57,12 @@ fn measure(dir: &Path, profile: &Path, csv: &Path, nvml: bool) -> Result<Figures
         }
         std::thread::sleep(Duration::from_millis(2));
     };
-    let collections = || {
-        get(&url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"))
-    };
-    let warm = collections()? + 5.0;
-    while collections()? < warm {
-        std::thread::sleep(Duration::from_millis(interval_ms));
-    }
-    let (c0, cpu0) = (collections()?, cpu_s(pid)?);
-    std::thread::sleep(Duration::from_millis(n * interval_ms));
-    let (c1, cpu1) = (collections()?, cpu_s(pid)?);
-    if c1 <= c0 {
-        return Err("no collection during the measurement".into());
-    }
+    let cpu_us = cpu_us_per_collection(&url, pid, interval_ms, n)?;
     let page = get(&url)?;
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| e.to_string())?;
     Ok(Figures {
         first_page,
-        cpu_us: (cpu1 - cpu0) * 1e6 / (c1 - c0),
+        cpu_us,
         rss_kib: status_kib(pid, "VmRSS:")?,
         hwm_kib: status_kib(pid, "VmHWM:")?,
         series: page.lines().filter(|l| l.starts_with("DCGM_")).count(),

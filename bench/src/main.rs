@@ -616,6 +616,24 @@ fn cpu_seconds(pid: u32) -> Result<f64, String> {
     Ok(ticks / 100.0)
 }
 
+/// The exporter's CPU per successful collection over `n` intervals, after 5 collections to
+/// warm up, read from its `/metrics` at `url` and `/proc/<pid>/stat`.
+fn cpu_us_per_collection(url: &str, pid: u32, interval_ms: u64, n: u64) -> Result<f64, String> {
+    let collections =
+        || get(url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"));
+    let warm = collections()? + 5.0;
+    while collections()? < warm {
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
+    let (c0, cpu0) = (collections()?, scale::cpu_s(pid)?);
+    std::thread::sleep(Duration::from_millis(n * interval_ms));
+    let (c1, cpu1) = (collections()?, scale::cpu_s(pid)?);
+    if c1 <= c0 {
+        return Err("no collection during the measurement".into());
+    }
+    Ok((cpu1 - cpu0) * 1e6 / (c1 - c0))
+}
+
 fn self_metric(page: &str, key: &str) -> f64 {
     page.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
