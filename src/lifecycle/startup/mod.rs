@@ -498,8 +498,8 @@ impl From<String> for Started {
 
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by
 /// the loop (`None`), unless `--exit-if-hostengine-unreachable`; under `--backend auto`
-/// with NVML loaded, an engine that cannot be used at all (an embedded one that does not
-/// start, a remote one with that flag) is retried the same way while NVML serves.
+/// with NVML loaded, an embedded engine that does not start is retried the same way, and
+/// NVML serves while either is retried.
 fn start_collecting(
     runner: &Runner,
     exit_if_unreachable: bool,
