@@ -22,6 +22,26 @@ fn four_gpus() -> Vec<Gpu> {
         .collect()
 }
 
+/// Two of `four_gpus`, GPU 0 split into a 3g.40gb (GPU instance 2) and a 1g.10gb (GPU
+/// instance 9) through NVML injection.
+fn two_gpus_the_first_split() -> Vec<Gpu> {
+    let mut gpus = four_gpus();
+    gpus.truncate(2);
+    gpus[0].mig = vec![
+        nvml_yaml::MigInstance {
+            slices: 3,
+            nvml_id: 2,
+            start: 0,
+        },
+        nvml_yaml::MigInstance {
+            slices: 1,
+            nvml_id: 9,
+            start: 6,
+        },
+    ];
+    gpus
+}
+
 fn one(page: &[Sample], name: &str, gpu: &str) -> f64 {
     let s: Vec<&Sample> = series(page, name)
         .into_iter()
@@ -358,20 +378,7 @@ fn an_xid_injected_into_the_host_engine_is_exported_on_its_gpu() {
 fn a_gpu_level_xid_on_a_mig_gpu_counts_once_on_each_instance() {
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("mig-xid");
-    let mut gpus = four_gpus();
-    gpus.truncate(2);
-    gpus[0].mig = vec![
-        nvml_yaml::MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        nvml_yaml::MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    let gpus = two_gpus_the_first_split();
     let yaml = dir.yaml(&gpus);
     let port = free_port();
     let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
@@ -560,20 +567,7 @@ fn a_refused_per_link_profiling_field_costs_only_itself() {
 fn mig_instances_are_exported_with_their_labels_and_the_parents_gpu_values() {
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("mig");
-    let mut gpus = four_gpus();
-    gpus.truncate(2);
-    gpus[0].mig = vec![
-        nvml_yaml::MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        nvml_yaml::MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    let gpus = two_gpus_the_first_split();
     let yaml = dir.yaml(&gpus);
     let e = kit.embedded(&yaml).start();
     let page = e.scrape();
