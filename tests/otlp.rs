@@ -626,72 +626,18 @@ fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
     }
 }
 
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run openssl");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it.
 fn certificates(dir: &std::path::Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=otlp-test-ca"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
-    openssl(dir, &ca);
-    for (name, ext) in [
-        (
-            "server",
-            "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
-        ),
-        ("client", "extendedKeyUsage=clientAuth\n"),
-    ] {
-        let (key, csr, crt, extf) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-            format!("{name}.ext"),
-        );
-        let subj = format!("/CN={name}");
-        let mut req = vec!["req", "-subj", &subj, "-keyout", &key, "-out", &csr];
-        req.extend(ec);
-        openssl(dir, &req);
-        std::fs::write(dir.join(&extf), format!("basicConstraints=CA:FALSE\n{ext}")).unwrap();
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-days",
-                "2",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-extfile",
-                &extf,
-                "-out",
-                &crt,
-            ],
-        );
-    }
+    certs::ca(dir, "otlp-test-ca");
+    let v3 = "basicConstraints=CA:FALSE\n";
+    let server = "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+    certs::signed(dir, "server", "server", &format!("{v3}{server}"));
+    certs::signed(
+        dir,
+        "client",
+        "client",
+        &format!("{v3}extendedKeyUsage=clientAuth\n"),
+    );
 }
 
 #[test]

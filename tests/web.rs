@@ -9,6 +9,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use support::certs::openssl;
 use support::*;
 
 /// From `htpasswd -nBC 10 alice`, password "password" (upstream's own test fixture).
@@ -29,116 +30,26 @@ fn run(cmd: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = run(Command::new("openssl").current_dir(dir).args(args));
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A CA, a server certificate for 127.0.0.1 signed by it (`server`, CN given), a client
 /// certificate signed by it (`client`) and a self-signed client certificate (`stranger`).
 fn certificates(dir: &Path) {
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509", "-days", "2", "-subj", "/CN=test-ca"];
-    ca.extend(ec);
-    ca.extend(["-keyout", "ca.key", "-out", "ca.crt"]);
-    openssl(dir, &ca);
+    certs::ca(dir, "test-ca");
     server_cert(dir, "server-one");
-    for (name, signed) in [("client", true), ("stranger", false)] {
-        let subj = format!("/CN={name}");
-        let (key, csr, crt) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-        );
-        let mut req = vec!["req", "-subj", &subj, "-keyout", &key];
-        req.extend(ec);
-        if signed {
-            req.extend(["-out", &csr]);
-            openssl(dir, &req);
-            // Extensions make it an X.509 v3 certificate, which WebPKI verifiers require.
-            std::fs::write(
-                dir.join("client.ext"),
-                "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
-            )
-            .unwrap();
-            openssl(
-                dir,
-                &[
-                    "x509",
-                    "-req",
-                    "-days",
-                    "2",
-                    "-in",
-                    &csr,
-                    "-CA",
-                    "ca.crt",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-extfile",
-                    "client.ext",
-                    "-out",
-                    &crt,
-                ],
-            );
-        } else {
-            req.extend(["-x509", "-days", "2", "-out", &crt]);
-            openssl(dir, &req);
-        }
-    }
+    certs::signed(
+        dir,
+        "client",
+        "client",
+        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+    );
+    let mut stranger = vec!["req", "-subj", "/CN=stranger", "-keyout", "stranger.key"];
+    stranger.extend(certs::EC_KEY);
+    stranger.extend(["-x509", "-days", "2", "-out", "stranger.crt"]);
+    certs::openssl(dir, &stranger);
 }
 
 /// (Re)writes server.crt/server.key: a certificate for 127.0.0.1 with the given CN.
 fn server_cert(dir: &Path, cn: &str) {
-    let subj = format!("/CN={cn}");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            &subj,
-            "-keyout",
-            "new.key",
-            "-out",
-            "new.csr",
-        ],
-    );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-days",
-            "2",
-            "-in",
-            "new.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-extfile",
-            "san.ext",
-            "-out",
-            "new.crt",
-        ],
-    );
+    certs::signed(dir, "new", cn, "subjectAltName=IP:127.0.0.1\n");
     // Replaced by rename, as a Kubernetes secret volume (and cert-manager) does.
     std::fs::rename(dir.join("new.key"), dir.join("server.key")).unwrap();
     std::fs::rename(dir.join("new.crt"), dir.join("server.crt")).unwrap();

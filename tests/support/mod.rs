@@ -2,6 +2,7 @@
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
 #![allow(dead_code)]
 
+pub mod certs;
 pub mod fake_apiserver;
 pub mod kubelet;
 pub mod nvml_yaml;
