@@ -152,6 +152,14 @@ const fn gpm(field: u16, metric: u32) -> Row {
     }
 }
 
+/// A GPM throughput metric (MiB/s) for a DCGM field in bytes per second.
+const fn gpm_bytes(field: u16, metric: u32) -> Row {
+    Row {
+        convert: Convert::MibToBytes,
+        ..gpm(field, metric)
+    }
+}
+
 /// DCGM field id -> NVML call -> conversion.
 pub const TABLE: &[Row] = &[
     row(1, Call::DriverVersion),
@@ -223,22 +231,10 @@ pub const TABLE: &[Row] = &[
     gpm(1005, 10),
     // DCGM_FI_PROF_{PCIE,NVLINK}_{TX,RX}_BYTES: NVML_GPM_METRIC_PCIE_{TX,RX}_PER_SEC,
     // NVML_GPM_METRIC_NVLINK_TOTAL_{TX,RX}_PER_SEC, MiB/s.
-    Row {
-        convert: Convert::MibToBytes,
-        ..gpm(1009, 20)
-    },
-    Row {
-        convert: Convert::MibToBytes,
-        ..gpm(1010, 21)
-    },
-    Row {
-        convert: Convert::MibToBytes,
-        ..gpm(1011, 61)
-    },
-    Row {
-        convert: Convert::MibToBytes,
-        ..gpm(1012, 60)
-    },
+    gpm_bytes(1009, 20),
+    gpm_bytes(1010, 21),
+    gpm_bytes(1011, 61),
+    gpm_bytes(1012, 60),
 ];
 
 /// The row of a DCGM field, `None` when NVML cannot answer it.
