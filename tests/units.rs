@@ -55,8 +55,12 @@ fn the_4_9_0_page_on_a_dcgm_4_6_simulator_matches_the_fixture() {
         .profile("units-fixed.toml")
         .args(&["-f", csv.to_str().unwrap(), v49()])
         .start();
+    // NVLink throughput is a rate between two of DCGM's samples: 0 on the first.
     let page = e.scrape_until(30, |p| {
         !series(p, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL").is_empty()
+            && series(p, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND")
+                .iter()
+                .any(|s| s.value != 0.0)
     });
     let text = e.get("/metrics").1;
     let got = page_summary(&text, &page);

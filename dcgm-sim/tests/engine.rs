@@ -2171,3 +2171,112 @@ fn gpu_unbind_leaves_the_gpu_listed_as_detached_and_records_bind_unbind_events()
     clock.advance_ms(500);
     assert_eq!(one(&mut e, (GPU, 3), 150).status, 0);
 }
+
+/// One H100 with NVLinks whose NVLink KiB counters grow 100.25 MB/s (TX) and 200.25 MB/s
+/// (RX); `extra` is appended.
+fn nvlink_engine(extra: &str) -> (Engine, ManualClock) {
+    engine_str(&format!(
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 2\n\
+         [[nvml_fields]]\nid = 138\ngen = {{ kind = \"counter\", per_s = 100250.0, start = 1.0e6 }}\n\
+         [[nvml_fields]]\nid = 139\ngen = {{ kind = \"counter\", per_s = 200250.0, start = 2.0e6 }}\n{extra}"
+    ))
+}
+
+/// DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL (449), _TX_ (843) and _RX_THROUGHPUT_TOTAL (897) are
+/// what the real DCGM's cache manager makes of NVML's NVLink KiB counters: the first
+/// sample of a watch 0, then each sample the rate since the previous one / 1000,
+/// truncated; a live read (no previous sample) 0; watched again, the rate since the last
+/// kept sample.
+#[test]
+fn nvlink_throughput_is_the_rate_dcgm_computes_from_the_nvml_counters() {
+    let (mut e, clock) = nvlink_engine("");
+    let fields = [449, 843, 897];
+    let (g, f) = watch(&mut e, 0, &[(GPU, 0)], &fields, 1000, 600.0);
+    let vals =
+        |e: &mut Engine| -> Vec<i64> { latest(e, &[(GPU, 0)], &fields).iter().map(int).collect() };
+    assert_eq!(
+        vals(&mut e),
+        [0, 0, 0],
+        "the first sample has none before it"
+    );
+    clock.advance_ms(1000);
+    assert_eq!(vals(&mut e), [300, 100, 200]);
+    clock.advance_ms(3500);
+    let (all, _) = since(&mut e, g, f, 0);
+    let series: Vec<(i64, i64)> = all
+        .iter()
+        .filter(|s| s.field_id == 449)
+        .map(|s| (s.ts_us, int(s)))
+        .collect();
+    let want: Vec<(i64, i64)> = (0..5)
+        .map(|i| (T0 + i * S, if i == 0 { 0 } else { 300 }))
+        .collect();
+    assert_eq!(series, want);
+    assert_eq!(
+        live(&mut e, &[(GPU, 0)], &fields)
+            .iter()
+            .map(int)
+            .collect::<Vec<_>>(),
+        [0, 0, 0],
+        "a live read has no previous sample"
+    );
+    // Unwatched for 10 s and watched again: DCGM kept the time series, so the first new
+    // sample is the rate since the last kept one, not 0.
+    unwatch(&mut e, 0, g, f);
+    clock.advance_ms(10_000);
+    watch_group(&mut e, 0, g, f, 1000, 600.0, 0);
+    assert_eq!(vals(&mut e), [300, 100, 200]);
+    // Refused by NVML (the DCGM field made unsupported): DCGM's NOT_SUPPORTED.
+    e.inject(Fault::FieldNotSupported {
+        gpu: Some(0),
+        field: 449,
+    });
+    clock.advance_ms(1000);
+    assert_eq!(int(&one(&mut e, (GPU, 0), 449)), INT64_NOT_SUPPORTED);
+}
+
+/// A counter that goes back (a driver reload) gives DCGM's signed difference: a negative
+/// rate for that interval, never a huge wrapped one; a zero sum gives 0.
+#[test]
+fn an_nvlink_counter_reset_is_dcgms_negative_rate_and_a_zero_sum_is_zero() {
+    let (mut e, clock) = nvlink_engine(
+        "[[nvml_fields]]\nid = 138\n\
+         gen = { kind = \"ramp\", start = 0.0, per_s = 100000.0, max = 250000.0, wrap = true }\n\
+         [[nvml_fields]]\nid = 139\ngen = { kind = \"constant\", value = 0.0 }\n",
+    );
+    watch(&mut e, 0, &[(GPU, 0)], &[449], 1000, 600.0);
+    let mut got = Vec::new();
+    for _ in 0..6 {
+        got.push(int(&one(&mut e, (GPU, 0), 449)));
+        clock.advance_ms(1000);
+    }
+    // Counter: 0 (a zero sum), 100000, 200000, 50000 (reset at 2.5 s), 150000, 0 (5 s).
+    assert_eq!(got, [0, 100, 100, -150, 100, 0]);
+}
+
+/// The rates are no reading of their own: a profile cannot set them, only the counters,
+/// and only the counters the simulated NVML has.
+#[test]
+fn profiles_set_the_nvlink_counters_not_the_rates() {
+    let err = Profile::parse(
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[fields]]\nid = 449\ngen = { kind = \"constant\", value = 5.0 }\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("fields[0]") && err.contains("[[nvml_fields]]"),
+        "{err}"
+    );
+    let err = Profile::parse(
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[nvml_fields]]\nid = 140\ngen = { kind = \"constant\", value = 5.0 }\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("nvml_fields[0]") && err.contains("140"),
+        "{err}"
+    );
+    let err = Profile::parse(
+        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[nvml_fields]]\nid = 138\ngen = { kind = \"text\", value = \"x\" }\n",
+    )
+    .unwrap_err();
+    assert!(err.contains("nvml_fields[0]"), "{err}");
+}

@@ -37,6 +37,10 @@ pub struct Gpu {
     pub remapped_rows: (u64, u64, u64, u64),
     /// All links' NVLink error totals: flit CRC, data CRC, replay, recovery.
     pub nvlink_errors: (u64, u64, u64, u64),
+    /// NVLink KiB counters of all links (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}`):
+    /// static in the injection library, so DCGM's rate of them is 0 from the second sample
+    /// on (non-zero here so that the sum is not the 0 DCGM publishes without computing).
+    pub nvlink_data_kib: (u64, u64),
     /// State of each NVLink (true: up); empty means no NVLink.
     pub nvlinks: Vec<bool>,
     /// NVML's P2P status (`nvmlGpuP2PStatus_t`, 0 OK) over NVLink to every other GPU; `None`
@@ -104,6 +108,8 @@ impl Default for Gpu {
             ecc_aggregate: (0, 0),
             remapped_rows: (0, 0, 0, 0),
             nvlink_errors: (0, 0, 0, 0),
+            // etc/sim/real-kit.toml's counters.
+            nvlink_data_kib: (1_234_567, 7_654_321),
             nvlinks: Vec::new(),
             p2p: None,
             clocks_event_reasons: 1,
@@ -477,8 +483,8 @@ fn device(y: &mut String, i: usize, g: &Gpu, uuids: &[String]) {
         fv(45, 3, g.nvlink_errors.1),          // NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
         fv(52, 3, g.nvlink_errors.2),          // NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
         fv(59, 3, g.nvlink_errors.3),          // NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
-        fv(138, 3, 0),                         // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
-        fv(139, 3, 0),                         // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+        fv(138, 3, g.nvlink_data_kib.0),       // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+        fv(139, 3, g.nvlink_data_kib.1),       // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
         fv(142, 1, g.remapped_rows.0),         // NVML_FI_DEV_REMAPPED_COR
         fv(143, 1, g.remapped_rows.1),         // NVML_FI_DEV_REMAPPED_UNC
         fv(144, 1, g.remapped_rows.2),         // NVML_FI_DEV_REMAPPED_PENDING

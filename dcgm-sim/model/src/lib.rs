@@ -10,6 +10,7 @@ pub mod faults;
 pub mod fields;
 pub mod generator;
 pub mod node;
+pub mod nvlink;
 pub mod profile;
 pub mod values;
 

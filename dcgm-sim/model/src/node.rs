@@ -135,6 +135,8 @@ pub struct Node {
     pub metric_groups: Vec<MetricGroup>,
     pub p2p_mode: String,
     pub p2p_overrides: Vec<(u32, u32, u32)>,
+    /// The profile's `[[nvml_fields]]`: the NVLink KiB counters (`nvlink.rs`).
+    pub nvml_fields: Vec<super::profile::NvmlFieldOverride>,
 }
 
 /// Link dcgm_link_t packing: `type | index << 8 | parent << 24` (dcgm_structs.h:537-556).
@@ -479,6 +481,7 @@ impl Node {
                 .unwrap_or_else(default_metric_groups),
             p2p_mode: d.p2p.clone(),
             p2p_overrides: d.p2p_overrides.clone(),
+            nvml_fields: p.nvml_fields.clone(),
         };
         for m in &p.mig {
             node.set_mig(m.gpu, Some(&m.gi_specs()));

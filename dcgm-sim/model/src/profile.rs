@@ -29,6 +29,10 @@ pub struct Profile {
     /// Generator overrides (`[[fields]]` tables).
     #[serde(default)]
     pub fields: Vec<FieldOverride>,
+    /// Generators of NVML counters that are no DCGM field (`[[nvml_fields]]` tables): the
+    /// NVLink KiB counters DCGM's throughput rates are computed from.
+    #[serde(default)]
+    pub nvml_fields: Vec<NvmlFieldOverride>,
     /// Faults applied `at_s` seconds after the engine starts (`[[faults]]` tables).
     #[serde(default)]
     pub faults: Vec<ScheduledFault>,
@@ -357,6 +361,17 @@ pub struct FieldOverride {
     /// Only entities of this group: gpu, gpu_i, gpu_ci, switch, link, cpu, cpu_core.
     #[serde(default)]
     pub entity_group: Option<String>,
+    pub gen: Generator,
+}
+
+/// `[[nvml_fields]]`: an NVML field id (`NVML_FI_*`) with its generator.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NvmlFieldOverride {
+    pub id: u32,
+    /// Only these GPUs.
+    #[serde(default)]
+    pub gpus: Option<Vec<u32>>,
     pub gen: Generator,
 }
 
@@ -783,6 +798,28 @@ impl Profile {
             f.gen
                 .validate()
                 .map_err(|e| format!("fields[{i}] (field {}): {e}", f.id))?;
+            if crate::nvlink::sources(f.id).is_some() {
+                return Err(format!(
+                    "fields[{i}]: field {} is no reading but the rate DCGM computes from NVML's \
+                     NVLink KiB counters: give those as [[nvml_fields]] id = 138 (TX) / 139 (RX)",
+                    f.id
+                ));
+            }
+        }
+        for (i, f) in self.nvml_fields.iter().enumerate() {
+            if ![crate::nvlink::DATA_TX, crate::nvlink::DATA_RX].contains(&f.id) {
+                return Err(format!(
+                    "nvml_fields[{i}]: NVML field {} is not simulated (138 and 139 are: \
+                     NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/RX)",
+                    f.id
+                ));
+            }
+            if matches!(f.gen, Generator::String { .. }) {
+                return Err(format!("nvml_fields[{i}]: a counter cannot be text"));
+            }
+            f.gen
+                .validate()
+                .map_err(|e| format!("nvml_fields[{i}] (NVML field {}): {e}", f.id))?;
         }
         for (i, f) in self.faults.iter().enumerate() {
             if !(f.at_s >= 0.0 && f.at_s.is_finite()) {

@@ -264,6 +264,12 @@ impl World {
         {
             return gen.eval(ty, t_s, k);
         }
+        if let (Some(ids), Ent::Gpu(g)) = (crate::nvlink::sources(f), &e) {
+            return match self.nvlink_rate(g, ids, t, prev) {
+                Some(v) => (Value::Int64(v), ST_OK),
+                None => (Sentinel::NotSupported.value(ty), ST_OK),
+            };
+        }
         if let Some(gen) = self.profile_override(ent, &e, f) {
             return gen.eval(ty, t_s, k);
         }
@@ -271,6 +277,36 @@ impl World {
             return (v, ST_OK);
         }
         default_for(f, meta.name, ty, &Self::scale(&e)).eval(ty, t_s, k)
+    }
+
+    /// NVML's NVLink KiB counter `id` (`nvlink::DATA_TX`/`DATA_RX`) of `gpu` at `t`; `None`
+    /// where NVML refuses it: the profile says so, or `not_supported G 449` (DCGM's field
+    /// computed from it) is in force.
+    pub fn nvlink_kib(&self, gpu: &crate::node::Gpu, id: u32, t: i64) -> Option<u64> {
+        let off = |g: Option<u32>| self.faults.not_supported.contains(&(g, 449));
+        if off(None) || off(Some(gpu.id)) {
+            return None;
+        }
+        let n = &self.node;
+        crate::nvlink::counter_kib(&n.nvml_fields, n.seed, gpu, id, self.t_s(t))
+    }
+
+    /// DCGM's NVLink rate field on `gpu` for the sample at `t`, the watch's previous sample
+    /// being at `prev` (`prev >= t`: none, as the first sample of a watch and a live read).
+    fn nvlink_rate(&self, gpu: &crate::node::Gpu, ids: &[u32], t: i64, prev: i64) -> Option<i64> {
+        let sum = |at: i64| {
+            ids.iter().try_fold(0i64, |s, &id| {
+                Some(s.wrapping_add(self.nvlink_kib(gpu, id, at)? as i64))
+            })
+        };
+        let now = sum(t)?;
+        // A previous sample NVML refused was never stored: DCGM has no sum to compare with.
+        let before = if prev < t {
+            sum(prev).map(|s| (s, prev))
+        } else {
+            None
+        };
+        Some(crate::nvlink::rate((now, t), before))
     }
 
     /// A base-unit field: the legacy field's reading in the base unit (a blank or

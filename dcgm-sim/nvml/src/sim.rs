@@ -702,6 +702,17 @@ impl Sim {
         }
     }
 
+    /// NVLink KiB counter `id` (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`/`RX`) of the
+    /// device's GPU, all links, at `now_us` (the answer's timestamp): the counters the
+    /// simulated DCGM computes its NVLink rates from. NOT_SUPPORTED where the profile or a
+    /// fault makes NVML refuse it.
+    pub fn nvlink_kib(&self, dev: &Dev<'_>, id: u32, now_us: i64) -> Result<u64, Return> {
+        alive(dev)?;
+        self.world
+            .nvlink_kib(dev.gpu(), id, now_us)
+            .ok_or(ffi::ERROR_NOT_SUPPORTED)
+    }
+
     /// (total, reserved, used) bytes: total and reserved as the simulated DCGM's FB_TOTAL
     /// and FB_RESERVED; used is what the device's processes hold where the node runs any
     /// on it (the profile's `[[processes]]`, started and stopped at run time), else DCGM's

@@ -618,3 +618,79 @@ fn gpm_samples_and_metrics_follow_nvml_h() {
     }
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
 }
+
+/// `nvmlFieldValue_t` (nvml.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+struct FieldValue {
+    field_id: c_uint,
+    scope_id: c_uint,
+    timestamp: i64,
+    latency_usec: i64,
+    value_type: c_uint,
+    nvml_return: c_uint,
+    value: u64,
+}
+
+fn field_values(nvml: &Nvml, d: Device, asks: &[(c_uint, c_uint)]) -> Vec<FieldValue> {
+    let mut fv: Vec<FieldValue> = asks
+        .iter()
+        .map(|&(field_id, scope_id)| FieldValue {
+            field_id,
+            scope_id,
+            ..FieldValue::default()
+        })
+        .collect();
+    // SAFETY: (nvmlDevice_t, int, nvmlFieldValue_t*) as declared; `fv` holds that many.
+    let rc = unsafe {
+        nvml.sym::<unsafe extern "C" fn(Device, i32, *mut FieldValue) -> c_uint>(
+            "nvmlDeviceGetFieldValues",
+        )(d, fv.len() as i32, fv.as_mut_ptr())
+    };
+    assert_eq!(rc, SUCCESS);
+    fv
+}
+
+/// NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (138) / _RX (139) of all links (scope UINT_MAX, as
+/// DCGM asks) are KiB counters from the profile that grow with time, stamped; a single
+/// link's (scope 0) is not simulated, and a counter the profile refuses is refused.
+#[test]
+fn nvlink_throughput_counters_grow_for_all_links_only() {
+    let _l = lock();
+    let dir = std::env::temp_dir().join(format!("nvml-sim-nvlink-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("p.toml");
+    std::fs::write(
+        &profile,
+        "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\nnvlinks = 4\n\
+         [[nvml_fields]]\nid = 138\ngen = { kind = \"counter\", per_s = 1.0e6, start = 5.0e6 }\n\
+         [[nvml_fields]]\nid = 139\ngen = { kind = \"constant\", value = 777.0 }\n\
+         [[nvml_fields]]\nid = 138\ngpus = [1]\ngen = { kind = \"sentinel\", which = \"not_supported\" }\n",
+    )
+    .unwrap();
+    std::env::set_var("DCGM_SIM_PROFILE", &profile);
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    let all = c_uint::MAX;
+    let d0 = nvml.handle(0);
+    let a = field_values(&nvml, d0, &[(138, all), (139, all), (138, 0)]);
+    assert_eq!((a[0].nvml_return, a[0].value_type), (SUCCESS, 3), "{a:?}");
+    assert!(a[0].value >= 5_000_000 && a[0].timestamp > 0, "{a:?}");
+    assert_eq!((a[1].nvml_return, a[1].value), (SUCCESS, 777));
+    assert_eq!(a[2].nvml_return, NOT_SUPPORTED, "link 0 alone");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let b = field_values(&nvml, d0, &[(138, all)]);
+    let dt_s = (b[0].timestamp - a[0].timestamp) as f64 / 1e6;
+    let kib = (b[0].value - a[0].value) as f64;
+    assert!(
+        dt_s >= 0.3 && (kib - 1.0e6 * dt_s).abs() <= 2.0,
+        "{kib} KiB in {dt_s} s"
+    );
+    let c = field_values(&nvml, nvml.handle(1), &[(138, all), (139, all)]);
+    assert_eq!(
+        (c[0].nvml_return, c[1].nvml_return),
+        (NOT_SUPPORTED, SUCCESS)
+    );
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+    let _ = std::fs::remove_dir_all(dir);
+}

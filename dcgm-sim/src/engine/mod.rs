@@ -13,7 +13,7 @@ mod watch;
 
 /// The node model lives in its own crate (shared with nvml-sim); its modules keep their
 /// paths here.
-pub use dcgm_sim_model::{faults, fields, generator, node, profile, values};
+pub use dcgm_sim_model::{faults, fields, generator, node, nvlink, profile, values};
 
 pub use clock::{Clock, ManualClock, WallClock};
 pub use faults::Fault;
@@ -570,7 +570,12 @@ impl Engine {
             value: Sentinel::Blank.value(meta.field_type),
         };
         if live {
-            let (value, status) = self.world.read(ent, meta, now, now - 1_000_000);
+            // A live read has no previous sample: DCGM's NVLink rates read 0 there.
+            let prev = match nvlink::sources(field) {
+                Some(_) => now,
+                None => now - 1_000_000,
+            };
+            let (value, status) = self.world.read(ent, meta, now, prev);
             if status == ST_NO_DATA {
                 return blank(status);
             }

@@ -195,18 +195,26 @@ impl Watch {
         if t > now {
             return;
         }
+        // The sample before the first one taken now: the one kept from an earlier watch of
+        // the pair (DCGM keeps a time series across an unwatch), else none at all. Only the
+        // NVLink rates compare two samples; other fields read events since `t - freq`.
+        let mut first = (self.last_ts.is_none()
+            && crate::engine::nvlink::sources(meta.id).is_some())
+        .then(|| self.samples.back().map_or(t, |s| s.ts));
         // Samples older than the retention would be dropped at once: skip to the ones kept.
         let due = (now - t) / freq + 1;
         let keep = (self.age_us / freq + 2).clamp(1, MAX_HISTORY as i64);
         if due > keep {
             t += (due - keep) * freq;
+            first = None;
         }
         // An instance gone with a MIG re-partition keeps its last samples and takes no more.
         // So does every watch of an engine told to stop sampling (`sampling_stop`).
         let exists = world.node.resolve(ent).is_some() && !world.faults.sampling_stopped;
         while t <= now {
+            let prev = first.take().unwrap_or(t - freq);
             if exists {
-                let (value, status) = world.read(ent, meta, t, t - freq);
+                let (value, status) = world.read(ent, meta, t, prev);
                 self.push(t, status, value);
             }
             t += freq;

@@ -278,6 +278,16 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         for fv in out.iter_mut() {
             fv.timestamp = now;
             fv.latency_usec = 0;
+            if let Some(v) = nvlink_counter(sim, &dev, fv, now) {
+                match v {
+                    Ok(kib) => {
+                        fv.set(ffi::VALUE_TYPE_UNSIGNED_LONG_LONG, kib);
+                        fv.nvml_return = ffi::SUCCESS;
+                    }
+                    Err(e) => fv.nvml_return = e,
+                }
+                continue;
+            }
             let Some(&(_, field, ty, factor)) = FIELD_VALUES.iter().find(|r| r.0 == fv.field_id)
             else {
                 fv.nvml_return = ffi::ERROR_NOT_SUPPORTED;
@@ -298,4 +308,24 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
         }
         Ok(())
     })
+}
+
+/// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}` (KiB), `None` for another field. Only the
+/// sum over all links (scope `UINT_MAX`, as DCGM asks) is simulated: a single link's
+/// counter (any other scope) is NOT_SUPPORTED, so a client that asks for link 0 while
+/// meaning all of them is caught.
+fn nvlink_counter(
+    sim: &Sim,
+    dev: &Dev<'_>,
+    fv: &ffi::FieldValue,
+    now_us: i64,
+) -> Option<Result<u64, Return>> {
+    use dcgm_sim_model::nvlink::{DATA_RX, DATA_TX};
+    if fv.field_id != DATA_TX && fv.field_id != DATA_RX {
+        return None;
+    }
+    if fv.scope_id != c_uint::MAX {
+        return Some(Err(ffi::ERROR_NOT_SUPPORTED));
+    }
+    Some(sim.nvlink_kib(dev, fv.field_id, now_us))
 }
