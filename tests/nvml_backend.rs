@@ -101,8 +101,14 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
             && x.iter()
                 .any(|s| s.label("gpu") == Some("0") && s.value == 31.0)
     };
-    dcgm.scrape_until(30, xids_seen);
-    nvml.scrape_until(30, xids_seen);
+    // NVLink throughput is 0 on each backend's first sample (no previous one), then the
+    // rate of the profile's counters (250.5 MB/s, truncated).
+    let rated = |p: &[Sample]| {
+        let bw = series(p, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
+        xids_seen(p) && bw.len() == 2 && bw.iter().all(|s| s.value == 250.0)
+    };
+    dcgm.scrape_until(30, rated);
+    nvml.scrape_until(30, rated);
     let (d, n) = (
         families(&dcgm.get("/metrics").1),
         families(&nvml.get("/metrics").1),
@@ -129,6 +135,7 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
         "DCGM_FI_DEV_FB_FREE",
         "DCGM_FI_DEV_FB_USED",
         "DCGM_FI_DEV_FB_RESERVED",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
@@ -181,7 +188,6 @@ fn skipped_at_start(profile: &str, names: &[&str]) -> Vec<Vec<String>> {
 #[test]
 fn fields_nvml_cannot_answer_are_named_once_at_start() {
     let names = [
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
         "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
         "DCGM_EXP_GPU_COUNT",
         "DCGM_EXP_XID_ERRORS_TOTAL",
@@ -676,8 +682,14 @@ fn low_cardinality_and_4_9_0_names_are_the_same_from_nvml() {
         .profile("units-fixed.toml")
         .args(&nvml_flags)
         .start();
+    // Past each backend's first NVLink sample (0 on both): DCGM's 250 MB/s in bytes/s.
     let text = |e: &Exporter| {
-        e.scrape_until(20, |p| !series(p, "DCGM_EXP_GPU_INFO").is_empty());
+        e.scrape_until(20, |p| {
+            !series(p, "DCGM_EXP_GPU_INFO").is_empty()
+                && series(p, "DCGM_FI_DEV_NVLINK_THROUGHPUT_BYTES_PER_SECOND")
+                    .iter()
+                    .any(|s| s.value == 2.5e8)
+        });
         e.get("/metrics").1
     };
     let prefixes = ["DCGM_FI_", "DCGM_EXP_GPU_INFO"];
@@ -1101,4 +1113,233 @@ fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
         let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
         assert_eq!(xid(&p), Some(48.0), "{}", dump(&p));
     }
+}
+
+/// NVLink throughput rows: all links, TX and RX.
+const NVLINK_CSV: &str = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink all\n\
+DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL, gauge, NVLink TX\n\
+DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_TOTAL, gauge, NVLink RX\n\
+DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n";
+
+/// `units-fixed.toml` on `gpus` GPUs (its NVLink counters: 125.25 MB/s each way, 250.5 in
+/// all), with `extra` appended (later `[[nvml_fields]]` win), and a counters CSV.
+fn nvlink_node(dir: &std::path::Path, gpus: u32, extra: &str) -> (String, String) {
+    let base = std::fs::read_to_string(repo("etc/sim/units-fixed.toml")).unwrap();
+    let p = base.replace("count = 1", &format!("count = {gpus}")) + extra;
+    let profile = dir.join("nvlink.toml");
+    std::fs::write(&profile, p).unwrap();
+    let csv = dir.join("nvlink.csv");
+    std::fs::write(&csv, NVLINK_CSV).unwrap();
+    (
+        profile.to_str().unwrap().into(),
+        csv.to_str().unwrap().into(),
+    )
+}
+
+/// Per GPU: (all links, TX, RX) of a page, in GPU order.
+fn nvlink_rates(p: &[Sample]) -> Vec<(String, [f64; 3])> {
+    let mut out: BTreeMap<String, [f64; 3]> = BTreeMap::new();
+    let names = [
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_TOTAL",
+    ];
+    for (i, name) in names.iter().enumerate() {
+        for s in series(p, name) {
+            let gpu = s.label("gpu").unwrap_or_default().to_string();
+            out.entry(gpu).or_insert([f64::NAN; 3])[i] = s.value;
+        }
+    }
+    out.into_iter().collect()
+}
+
+fn rates_are(want: &[[f64; 3]]) -> impl Fn(&[Sample]) -> bool + '_ {
+    move |p: &[Sample]| {
+        let got: Vec<[f64; 3]> = nvlink_rates(p).into_iter().map(|(_, r)| r).collect();
+        got == want
+    }
+}
+
+/// Watches `e` over `n` more collections and checks each page's rates.
+fn rates_hold(e: &Exporter, n: f64, want: &[[f64; 3]]) {
+    let start = collections(&e.scrape());
+    let mut seen = std::collections::BTreeSet::new();
+    while (seen.len() as f64) < n {
+        let p = e.scrape();
+        assert!(rates_are(want)(&p), "{:?} != {want:?}", nvlink_rates(&p));
+        let c = collections(&p);
+        if c > start {
+            seen.insert(c as u64);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(150));
+    }
+}
+
+/// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (and TX, RX) from NVML is the rate DCGM computes from
+/// the same KiB counters: 0 on the first collection, then the counters' rate over several
+/// collections, equal to the DCGM backend's on the same simulated node; when one GPU's RX
+/// traffic stops, both backends follow and keep computing.
+#[test]
+fn nvlink_throughput_is_dcgms_rate_of_the_nvml_counters_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    // GPU 1: 1000.25 MB/s TX, 2000.25 MB/s RX, whose counter stops after 20 s.
+    let (profile, csv) = nvlink_node(
+        dir.path(),
+        2,
+        "[[nvml_fields]]\nid = 138\ngpus = [1]\n\
+         gen = { kind = \"counter\", per_s = 1000250.0, start = 5.0e9 }\n\
+         [[nvml_fields]]\nid = 139\ngpus = [1]\n\
+         gen = { kind = \"ramp\", start = 7.0e9, per_s = 2000250.0, max = 7.040005e9 }\n",
+    );
+    let flags = ["-f", csv.as_str(), "-c", "1000"];
+    let dcgm = exporter()
+        .env("DCGM_SIM_PROFILE", &profile)
+        .args(&flags)
+        .start();
+    let mut nvml_flags = flags.to_vec();
+    let extra = nvml_args();
+    nvml_flags.extend(extra.iter().map(String::as_str));
+    let nvml = exporter()
+        .env("DCGM_SIM_PROFILE", &profile)
+        .args(&nvml_flags)
+        .start();
+    // The first collection has no previous sample: 0 everywhere, as a new DCGM watch.
+    let first = nvml.scrape_until(20, |p| nvlink_rates(p).len() == 2);
+    assert!(
+        rates_are(&[[0.0; 3], [0.0; 3]])(&first),
+        "{:?}",
+        nvlink_rates(&first)
+    );
+    assert!(
+        !nvml.stderr().contains("skipping DCGM_FI_DEV_NVLINK"),
+        "{}",
+        nvml.stderr()
+    );
+    let busy = [[250.0, 125.0, 125.0], [3000.0, 1000.0, 2000.0]];
+    for e in [&nvml, &dcgm] {
+        e.scrape_until(20, rates_are(&busy));
+    }
+    rates_hold(&nvml, 3.0, &busy);
+    rates_hold(&dcgm, 3.0, &busy);
+    // 20 s after each simulator started, GPU 1's RX counter stops: its rate is 0 (a
+    // computed 0: the sum is not), the total TX's.
+    let quiet = [[250.0, 125.0, 125.0], [1000.0, 1000.0, 0.0]];
+    for e in [&nvml, &dcgm] {
+        e.scrape_until(30, rates_are(&quiet));
+    }
+    rates_hold(&nvml, 3.0, &quiet);
+    rates_hold(&dcgm, 3.0, &quiet);
+}
+
+/// A counter that goes back (a driver reload resets NVML's NVLink counters) gives the
+/// negative rate DCGM computes for that one interval (its signed difference), never a
+/// wrapped huge number, on both backends alike; the next intervals are the rate again.
+#[test]
+fn an_nvlink_counter_reset_gives_dcgms_negative_rate_then_the_rate_again() {
+    let dir = tempfile::tempdir().unwrap();
+    // TX 200.25 MB/s, reset every 5.5 s; RX still (a non-zero sum).
+    let (profile, csv) = nvlink_node(
+        dir.path(),
+        1,
+        "[[nvml_fields]]\nid = 138\n\
+         gen = { kind = \"ramp\", start = 1.0e6, per_s = 200250.0, max = 2101375.0, wrap = true }\n\
+         [[nvml_fields]]\nid = 139\ngen = { kind = \"constant\", value = 1000.0 }\n",
+    );
+    let flags = ["-f", csv.as_str(), "-c", "1000"];
+    let dcgm = exporter()
+        .env("DCGM_SIM_PROFILE", &profile)
+        .args(&flags)
+        .start();
+    let mut nvml_flags = flags.to_vec();
+    let extra = nvml_args();
+    nvml_flags.extend(extra.iter().map(String::as_str));
+    let nvml = exporter()
+        .env("DCGM_SIM_PROFILE", &profile)
+        .args(&nvml_flags)
+        .start();
+    for e in [&nvml, &dcgm] {
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // Until a reset was seen and the rate came back after it.
+        while !(seen.iter().any(|v: &f64| *v < 0.0)
+            && seen.iter().rposition(|v| *v < 0.0) < seen.iter().rposition(|v| *v == 200.0))
+        {
+            assert!(std::time::Instant::now() < deadline, "{seen:?}");
+            if let Some([all, tx, rx]) = nvlink_rates(&e.scrape()).first().map(|(_, r)| *r) {
+                // 0 (first sample; RX's still counter), the rate, or the reset's
+                // (200_250 * dt - 1_101_375) / dt / 1000: -901 for the 1 s interval, more
+                // or less for a late or early collection, never positive.
+                assert_eq!(rx, 0.0);
+                for v in [all, tx] {
+                    assert!(
+                        v == 0.0 || v == 200.0 || (-2500.0..-100.0).contains(&v),
+                        "{v}: {seen:?}"
+                    );
+                }
+                if seen.last() != Some(&all) {
+                    seen.push(all);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// On a MIG node each GPU instance's NVLink throughput is its GPU's (a GPU-level field
+/// DCGM reads on the parent, the "practical entity"), on both backends, value for value.
+#[test]
+fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    // 250.5 MB/s on every GPU, 1000.5 on GPU 0 (in MIG mode).
+    let mut p = base;
+    for (gpus, per_s) in [("[0, 1, 2, 3, 4, 5, 6, 7]", 125_250.0), ("[0]", 500_250.0)] {
+        for id in [138, 139] {
+            p.push_str(&format!(
+                "[[nvml_fields]]\nid = {id}\ngpus = {gpus}\n\
+                 gen = {{ kind = \"counter\", per_s = {per_s:.1}, start = 1.0e9 }}\n"
+            ));
+        }
+    }
+    let profile = dir.path().join("mig.toml");
+    std::fs::write(&profile, p).unwrap();
+    let csv = dir.path().join("c.csv");
+    std::fs::write(&csv, NVLINK_CSV).unwrap();
+    let flags = ["-f", csv.to_str().unwrap()];
+    let profile = profile.to_str().unwrap();
+    let dcgm = exporter()
+        .env("DCGM_SIM_PROFILE", profile)
+        .args(&flags)
+        .start();
+    let mut nvml_flags = flags.to_vec();
+    let extra = nvml_args();
+    nvml_flags.extend(extra.iter().map(String::as_str));
+    let nvml = exporter()
+        .env("DCGM_SIM_PROFILE", profile)
+        .args(&nvml_flags)
+        .start();
+    let settled = |p: &[Sample]| {
+        let bw = series(p, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
+        bw.len() > 8
+            && bw.iter().all(|s| {
+                let want = if s.label("gpu") == Some("0") {
+                    1000.0
+                } else {
+                    250.0
+                };
+                s.value == want
+            })
+    };
+    let lines = |e: &Exporter| {
+        e.scrape_until(30, settled);
+        families(&e.get("/metrics").1)["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].clone()
+    };
+    let (d, n) = (lines(&dcgm), lines(&nvml));
+    assert_eq!(n, d);
+    // GPU 0's instances (7 of them) carry GPU 0's rate.
+    let on_gpu0: Vec<&String> = n.1.iter().filter(|l| l.contains("gpu=\"0\"")).collect();
+    assert_eq!(on_gpu0.len(), 7, "{on_gpu0:?}");
+    assert!(on_gpu0
+        .iter()
+        .all(|l| l.contains("GPU_I_ID=") && l.ends_with(" 1000")));
 }

@@ -29,6 +29,9 @@ DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, NVLink flit CRC\n\
 DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, NVLink data CRC\n\
 DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, NVLink replays\n\
 DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, NVLink recoveries\n\
+DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink throughput\n\
+DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL, gauge, NVLink TX\n\
+DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_TOTAL, gauge, NVLink RX\n\
 DCGM_FI_DEV_GPU_UTIL, gauge, GPU utilisation\n\
 DCGM_FI_DEV_MEM_COPY_UTIL, gauge, memory utilisation\n\
 DCGM_FI_DEV_ENC_UTIL, gauge, encoder utilisation\n\
@@ -69,6 +72,7 @@ fn gpus() -> Vec<Gpu> {
         remapped_rows: (5, 2, 1, 1),
         nvlink_errors: (4, 3, 2, 1),
         clocks_event_reasons: 0x4,
+        nvlink_data_kib: (5_000_000, 9_000_000),
         ..Gpu::default()
     };
     vec![Gpu::default(), busy]
@@ -157,8 +161,37 @@ fn the_nvml_page_equals_the_real_dcgms_on_the_same_injected_gpus() {
         "DCGM_FI_DEV_ROW_REMAP_FAILURE",
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_TOTAL",
     ] {
         assert!(n.contains_key(name), "NVML lacks {name}: {:?}", n.keys());
+    }
+    // The injection NVML's NVLink KiB counters are the YAML's, static and non-zero: DCGM's
+    // rate of them is 0 from its first sample on (no previous one, then no difference),
+    // and so is the NVML backend's.
+    for name in [
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL",
+        "DCGM_FI_DEV_NVLINK_RX_THROUGHPUT_TOTAL",
+    ] {
+        let rows: Vec<&String> = n[name].iter().filter(|l| !l.starts_with('#')).collect();
+        assert_eq!(rows.len(), 2, "{name}: {rows:?}");
+        assert!(rows.iter().all(|l| l.ends_with(" 0")), "{name}: {rows:?}");
+    }
+    // Several collections on, both still compute it, still equal.
+    let later = |e: &Exporter| {
+        e.scrape_until(30, |p| {
+            series(p, "dcgm_exporter_collections_total")
+                .iter()
+                .any(|s| s.label("result") == Some("success") && s.value >= 6.0)
+        });
+        families(&e.get("/metrics").1)
+    };
+    let (d6, n6) = (later(&dcgm), later(&nvml));
+    for name in ["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_GPU_TEMP"] {
+        assert_eq!(d6.get(name), n6.get(name), "{name}");
+        assert!(n6.contains_key(name), "{name}");
     }
     // A field the real DCGM serves that NVML's page lacks must be one NVML left out at
     // start with its line, never silently.
@@ -348,4 +381,68 @@ fn auto_serves_from_nvml_while_the_real_embedded_engine_cannot_start() {
     );
     assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
     eprintln!("real kit: DCGM again {back:?} after its NVML could initialise (-c 500)");
+}
+
+/// NVLink throughput on a MIG GPU of the injected node: the real DCGM answers field 449
+/// asked of a GPU instance from its "practical entity", the parent GPU (a GPU-level
+/// field), so each instance has a series with its GPU's value, as the NVML backend reads
+/// it (`On::of`; compared value for value on the simulated MIG node in
+/// tests/nvml_backend.rs: the injection NVML answers nvmlDeviceGetMigDeviceHandleByIndex
+/// with INVALID_ARGUMENT for this YAML, so the NVML backend sees no instance here).
+#[test]
+fn the_real_dcgm_serves_nvlink_throughput_on_gpu_instances_from_their_gpu() {
+    use support::nvml_yaml::MigInstance;
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-nvlink-mig");
+    let mut gpus = gpus();
+    gpus[0].mig = vec![
+        MigInstance {
+            slices: 3,
+            nvml_id: 2,
+            start: 0,
+        },
+        MigInstance {
+            slices: 1,
+            nvml_id: 9,
+            start: 6,
+        },
+    ];
+    let yaml = scratch.yaml(&gpus);
+    let csv = scratch.0.join("counters.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
+         DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink throughput\n",
+    )
+    .unwrap();
+    let dcgm = kit
+        .embedded(&yaml)
+        .args(&["-f", csv.to_str().unwrap()])
+        .start();
+    let d = families(&page_after_two_collections(&dcgm));
+    let rows = |name: &str| -> Vec<String> {
+        d[name]
+            .iter()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.rsplit_once(' ').map_or(l.clone(), |(k, _)| k.to_string()))
+            .collect()
+    };
+    // The same entities as a GPU-level field read from the parent (the temperature): GPU
+    // 0's two instances and GPU 1, each with its GPU's (static counters: 0) value.
+    let bw = rows("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
+    assert_eq!(bw.len(), 3, "{bw:?}");
+    assert_eq!(
+        bw.iter().filter(|l| l.contains("GPU_I_ID=")).count(),
+        2,
+        "{bw:?}"
+    );
+    let temp: Vec<String> = rows("DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .map(|l| l.replace("DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"))
+        .collect();
+    assert_eq!(bw, temp);
+    assert!(d["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"]
+        .iter()
+        .filter(|l| !l.starts_with('#'))
+        .all(|l| l.ends_with(" 0")));
 }

@@ -1,6 +1,7 @@
 //! NVML calls the `nvml-wrapper` crate does not wrap. The exporter forbids unsafe code, so
 //! the raw calls it needs live here, behind safe functions: the GPU-instance id of a MIG
-//! device (pod attribution) and XID events with their MIG instance (the NVML backend).
+//! device (pod attribution), XID events with their MIG instance, GPM samples and the
+//! all-links NVLink field values (the NVML backend).
 
 use nvml_wrapper::error::{nvml_try, NvmlError};
 use nvml_wrapper::{Device, Nvml};
@@ -31,6 +32,45 @@ pub fn is_null(device: &Device) -> bool {
     // SAFETY: `handle()` only copies the opaque pointer out of the `Device`; it is compared
     // with NULL, never dereferenced or passed to the library here.
     unsafe { device.handle() }.is_null()
+}
+
+/// One field of an [`all_links_field_values`] call: its 64-bit value (`ullVal`, as DCGM
+/// reads the NVLink counters) and NVML's timestamp (µs, 0 when it gave none), or the
+/// field's own error.
+pub type FieldAnswer = Result<(u64, i64), NvmlError>;
+
+/// `nvmlDeviceGetFieldValues` of `ids` in one call with scope `UINT_MAX`, which NVML reads
+/// as "all links" for per-link fields: how DCGM asks for the NVLink throughput counters.
+/// nvml-wrapper's `field_values_for` always sends scope 0, which is link 0 alone there.
+/// `Err` when the call itself fails.
+pub fn all_links_field_values(device: &Device, ids: &[u32]) -> Result<Vec<FieldAnswer>, NvmlError> {
+    use nvml_wrapper_sys::bindings::nvmlFieldValue_t;
+    let get = sym(&device.nvml().lib().nvmlDeviceGetFieldValues)?;
+    let mut values: Vec<nvmlFieldValue_t> = ids
+        .iter()
+        .map(|&id| {
+            // SAFETY: nvmlFieldValue_t is plain data (integers and a union of numbers): all
+            // zeroes is a valid value, and a zeroed union reads 0 in every member.
+            let mut v: nvmlFieldValue_t = unsafe { std::mem::zeroed() };
+            v.fieldId = id;
+            v.scopeId = std::os::raw::c_uint::MAX;
+            v
+        })
+        .collect();
+    let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
+    // SAFETY: `get` was resolved from the initialised library that owns `device`'s live
+    // handle, with nvml.h's signature; `values` holds `count` initialised entries the
+    // call reads (fieldId, scopeId) and overwrites in place.
+    nvml_try(unsafe { get(device.handle(), count, values.as_mut_ptr()) })?;
+    Ok(values
+        .iter()
+        .map(|v| {
+            nvml_try(v.nvmlReturn)?;
+            // SAFETY: every member of the union is a plain number; the entry started zeroed,
+            // so a narrower member NVML wrote leaves the rest 0, as in DCGM's zeroed array.
+            Ok((unsafe { v.value.ullVal }, v.timestamp))
+        })
+        .collect())
 }
 
 /// One XID the driver reported (`nvmlEventTypeXidCriticalError`).

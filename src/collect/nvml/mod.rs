@@ -3,7 +3,8 @@
 //! through `nvml-wrapper`), into the same page, with the same names, labels, types and units
 //! as the DCGM collector gives for the same counters CSV. Which field comes from which call,
 //! converted how, is `table.rs`; XIDs come from NVML events (`events.rs`), the profiling
-//! activity ratios from GPM samples (`gpm.rs`). A CSV row NVML cannot answer (a field not
+//! activity ratios from GPM samples (`gpm.rs`), the NVLink throughput from the rate of
+//! NVML's KiB counters between collections (`nvlink.rs`). A CSV row NVML cannot answer (a field not
 //! in the table, a `DCGM_EXP_*` metric computed from DCGM's sample history, XIDs or GPM
 //! where NVML has none) is left out with one start-up line naming it.
 //!
@@ -13,6 +14,7 @@
 mod discover;
 mod events;
 mod gpm;
+mod nvlink;
 pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
@@ -65,6 +67,8 @@ pub struct NvmlCollector {
     xids: Option<events::Xids>,
     /// GPM samples, when a counter asks for a profiling ratio and a GPU supports GPM.
     gpm: Option<gpm::Gpm>,
+    /// The previous NVLink counter sample of each GPU, for DCGM's throughput rates.
+    nvlink: nvlink::Rates,
 }
 
 /// One call's answer: up to four numbers (see [`Call`]) or a text.
@@ -143,6 +147,7 @@ impl NvmlCollector {
             info: None,
             xids: xids.ok().flatten(),
             gpm: gpm.ok().flatten(),
+            nvlink: nvlink::Rates::default(),
         })
     }
 
@@ -213,10 +218,12 @@ impl NvmlCollector {
         if let Some(x) = &mut self.xids {
             x.read(&self.topology);
         }
+        let rows: Vec<&Row> = active.value_rows.iter().map(|&(_, r)| r).collect();
         if let Some(g) = &mut self.gpm {
-            let rows: Vec<&Row> = active.value_rows.iter().map(|&(_, r)| r).collect();
             g.sample(&active.set.targets, &rows, &mut answers);
         }
+        self.nvlink
+            .sample(&self.nvml, &active.set.targets, &rows, &mut answers);
         let ask = Ask {
             nvml: &self.nvml,
             answers: &mut answers,
@@ -478,9 +485,9 @@ fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
         }
         Call::ClocksEventReasons => one(d.current_throttle_reasons()?.bits()),
         Call::FieldValue(id) => field_value(&d, id),
-        // Events, read by `events::Xids`, and GPM metrics, answered by `gpm::Gpm` before
-        // any row is read: never asked.
-        Call::XidEvent | Call::Gpm(_) => Err(NvmlError::NotSupported),
+        // Events, read by `events::Xids`, GPM metrics and NVLink rates, answered by
+        // `gpm::Gpm` and `nvlink::Rates` before any row is read: never asked.
+        Call::XidEvent | Call::Gpm(_) | Call::NvLinkThroughput(_) => Err(NvmlError::NotSupported),
     }
 }
 

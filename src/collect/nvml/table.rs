@@ -13,6 +13,15 @@ pub enum ClockKind {
     Video,
 }
 
+/// Which NVLink KiB counters a throughput field sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// RX + TX (DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL).
+    All,
+    Tx,
+    Rx,
+}
+
 /// One NVML call on one device (or on the system); a collection makes each at most once
 /// per device, whatever number of fields it answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +55,9 @@ pub enum Call {
     /// `nvmlGpmMetricsGet` of one `NVML_GPM_METRIC_*` id between the samples of two
     /// collections (`gpm.rs`).
     Gpm(u32),
+    /// `nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{RX,TX})`, all links:
+    /// DCGM's rate of the KiB counters between two collections (`nvlink.rs`).
+    NvLinkThroughput(Direction),
 }
 
 impl Call {
@@ -66,6 +78,9 @@ impl Call {
             Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
             Call::XidEvent => "nvmlEventSetWait_v2(nvmlEventTypeXidCriticalError)".into(),
             Call::Gpm(m) => format!("nvmlGpmMetricsGet({m})"),
+            Call::NvLinkThroughput(d) => {
+                format!("nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA {d:?}, all links)")
+            }
         }
     }
 }
@@ -214,6 +229,11 @@ pub const TABLE: &[Row] = &[
     row(419, Call::FieldValue(45)),
     row(429, Call::FieldValue(52)),
     row(439, Call::FieldValue(59)),
+    // DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL (= _BANDWIDTH_TOTAL), _TX_, _RX_THROUGHPUT_TOTAL:
+    // MiB/s, computed from the KiB counters of two collections as DCGM does.
+    row(449, Call::NvLinkThroughput(Direction::All)),
+    row(843, Call::NvLinkThroughput(Direction::Tx)),
+    row(897, Call::NvLinkThroughput(Direction::Rx)),
     // NVML_FI_DEV_RETIRED_DBE, NVML_FI_DEV_RETIRED_PENDING.
     row(391, Call::FieldValue(30)),
     row(392, Call::FieldValue(31)),
