@@ -102,6 +102,7 @@ fn main() {
         Some("backend") => run_backend(),
         Some("otlp") => run_otlp(),
         Some("engines") => run_engines(),
+        Some("static-serve") => throughput::run_static_serve(),
         _ => run(),
     };
     if let Err(e) = r {

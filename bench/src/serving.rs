@@ -7,8 +7,10 @@
 //! ours and its static server one right after the other (which goes first alternates by
 //! round, the builds' order rotates): the ratio of one round compares two servers under the
 //! same load, and the rounds show how much that load (other builds on a shared machine)
-//! moves it. Next to requests per second, each server's CPU time per request (the
-//! exporter's process, the static server's threads of this process): on a loaded machine
+//! moves it. Each static server runs twice: as threads of this process, beside the
+//! clients, and as a process of its own (`static-serve`), across the same process boundary
+//! as the exporter; the report compares ours with each. Next to requests per second, each server's CPU time per request (the
+//! exporter's process, the static server's threads or process): on a loaded machine
 //! it moves far less than the rates do. Per request also: syscalls and context switches
 //! (`perf stat`, where perf runs; more events with `BENCH_PERF_EVENTS=ev1,ev2`) and the CPU
 //! time split into user and system (`/proc/.../stat`), which tell where a gap lies.
@@ -33,8 +35,11 @@ struct Pair {
     ours: SocketAddr,
     pid: u32,
     fixed: SocketAddr,
-    /// (ours, static) per round.
-    rounds: Vec<(Measured, Measured)>,
+    /// The same static server in a process of its own.
+    apart: SocketAddr,
+    apart_pid: u32,
+    /// (ours, static, static in its own process) per round.
+    rounds: Vec<(Measured, Measured, Measured)>,
 }
 
 /// One phase: what the clients saw and the server's CPU time, syscalls and context
@@ -110,11 +115,15 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         .map(|b| scale::start(b, &profile, &csv, 1000, "serving"))
         .collect::<Result<Vec<_>, String>>()?;
     let mut pairs = Vec::new();
+    let mut apart_servers = Vec::new();
     for (i, r) in running.iter().enumerate() {
         let ours: SocketAddr = ([127, 0, 0, 1], r.port).into();
         for &gzip in encodings {
             let (headers, body) = throughput::fetch(ours, "/metrics", gzip)?;
             let bytes = body.len();
+            let (apart, server) = throughput::static_process(headers.clone(), body.clone())?;
+            let apart_pid = server.0.id();
+            apart_servers.push(server);
             let fixed = throughput::static_server(headers, body)?;
             pairs.push(Pair {
                 build: i,
@@ -123,6 +132,8 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
                 ours,
                 pid: r.pid(),
                 fixed,
+                apart,
+                apart_pid,
                 rounds: Vec::new(),
             });
         }
@@ -143,22 +154,61 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             let ours_t = perfcount::Target::Process(pid);
             let fixed_t =
                 perfcount::Target::Threads(perfcount::threads_named(throughput::STATIC_THREADS));
-            let (ours, fixed) = if round % 2 == 0 {
-                let o = measure(p.ours, p.gzip, phase, ours_cpu, &ours_t);
-                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s, &fixed_t);
-                (o, f)
+            let apart_pid = p.apart_pid;
+            let apart_cpu = move || scale::cpu_s(apart_pid).unwrap_or(f64::NAN);
+            let apart_t = perfcount::Target::Process(apart_pid);
+            let o = || measure(p.ours, p.gzip, phase, ours_cpu, &ours_t);
+            let f = || measure(p.fixed, p.gzip, phase, throughput::static_cpu_s, &fixed_t);
+            let a = || measure(p.apart, p.gzip, phase, apart_cpu, &apart_t);
+            let m = if round % 2 == 0 {
+                let (o, f) = (o(), f());
+                (o, f, a())
             } else {
-                let f = measure(p.fixed, p.gzip, phase, throughput::static_cpu_s, &fixed_t);
-                (measure(p.ours, p.gzip, phase, ours_cpu, &ours_t), f)
+                let (a, f) = (a(), f());
+                (o(), f, a)
             };
-            p.rounds.push((ours, fixed));
+            p.rounds.push(m);
         }
     }
     report(&builds, &pairs);
     Ok(())
 }
 
+/// Which static server a report compares against.
+#[derive(Clone, Copy)]
+enum Yardstick {
+    /// Threads of this process, beside the clients.
+    Threads,
+    /// A process of its own, as the exporter is.
+    Process,
+}
+
+type Versus<'a> = (&'a Measured, &'a Measured);
+
+fn versus(r: &(Measured, Measured, Measured), y: Yardstick) -> Versus<'_> {
+    match y {
+        Yardstick::Threads => (&r.0, &r.1),
+        Yardstick::Process => (&r.0, &r.2),
+    }
+}
+
 fn report(builds: &[Build], pairs: &[Pair]) {
+    for (y, what) in [
+        (
+            Yardstick::Threads,
+            "the static server's threads in the bench's (the clients') process",
+        ),
+        (
+            Yardstick::Process,
+            "the static server in a process of its own, as the exporter is",
+        ),
+    ] {
+        println!("against {what}:");
+        report_versus(builds, pairs, y);
+    }
+}
+
+fn report_versus(builds: &[Build], pairs: &[Pair], y: Yardstick) {
     println!(
         "{:<8} {:<4} {:>7}  {:>22}  {:>6}  {:<30}  {:>17}  {:>6}",
         "build",
@@ -171,8 +221,8 @@ fn report(builds: &[Build], pairs: &[Pair]) {
         "ratio"
     );
     for p in pairs {
-        let per_round = |f: &dyn Fn(&(Measured, Measured)) -> f64| -> Vec<f64> {
-            p.rounds.iter().map(f).collect()
+        let per_round = |f: &dyn Fn(&Versus) -> f64| -> Vec<f64> {
+            p.rounds.iter().map(|r| f(&versus(r, y))).collect()
         };
         let ratios = per_round(&|(o, f)| o.load.per_second / f.load.per_second.max(1e-9));
         let each: Vec<String> = ratios.iter().map(|r| format!("{r:.3}")).collect();
@@ -192,13 +242,14 @@ fn report(builds: &[Build], pairs: &[Pair]) {
         );
     }
     println!("(medians over the rounds; CPU: the server's own time per request, the exporter's");
-    println!(" process with its collections, the static server's threads; lower is better)");
-    counts(builds, pairs);
+    println!(" process with its collections, the static server's; lower is better)");
+    counts(builds, pairs, y);
     println!("p99 latency ours / static, median of the rounds:");
     for p in pairs {
         let p99: Vec<f64> = p
             .rounds
             .iter()
+            .map(|r| versus(r, y))
             .map(|(o, f)| o.load.p99 / f.load.p99.max(1e-9))
             .collect();
         println!(
@@ -212,10 +263,8 @@ fn report(builds: &[Build], pairs: &[Pair]) {
 
 /// Syscalls, context switches (and `BENCH_PERF_EVENTS`), user and system CPU time per
 /// request of each server, medians of the rounds.
-fn counts(builds: &[Build], pairs: &[Pair]) {
-    println!(
-        "per request, median of the rounds (the exporter's process, the static server's threads;"
-    );
+fn counts(builds: &[Build], pairs: &[Pair], y: Yardstick) {
+    println!("per request, median of the rounds (the exporter's process, the static server's;");
     println!(" syscalls and switches: perf stat; user and system time: /proc, 10 ms ticks):");
     println!(
         "{:<8} {:<4}  {:>19}  {:>19}  {:>19}  {:>19}",
@@ -223,8 +272,8 @@ fn counts(builds: &[Build], pairs: &[Pair]) {
     );
     for p in pairs {
         // Rounds perf could not count are left out.
-        let of = |f: &dyn Fn(&(Measured, Measured)) -> Option<f64>| -> String {
-            let v: Vec<f64> = p.rounds.iter().filter_map(f).collect();
+        let of = |f: &dyn Fn(&Versus) -> Option<f64>| -> String {
+            let v: Vec<f64> = p.rounds.iter().filter_map(|r| f(&versus(r, y))).collect();
             match v.is_empty() {
                 true => "n/a".into(),
                 false => format!("{:.2}", median(v)),

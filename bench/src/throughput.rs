@@ -144,6 +144,70 @@ pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> Load {
 /// A static server: every request gets `body` with `headers`. Runs until the process ends.
 pub fn static_server(headers: Vec<(String, String)>, body: Vec<u8>) -> Result<SocketAddr, String> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    serve_static(listener, headers, body)
+}
+
+/// A static server in a process of its own (this binary's `static-serve` mode), so that
+/// it stands where the exporter stands: across a process boundary from the clients. Its
+/// threads in this process would share the clients' address space, which makes every
+/// switch between a client and the server cheaper than one into the exporter's process.
+pub fn static_process(
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> Result<(SocketAddr, crate::Killed), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let (h, b) = (dir.path().join("headers"), dir.path().join("body"));
+    let lines: Vec<String> = headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    std::fs::write(&h, lines.join("\n")).map_err(|e| e.to_string())?;
+    std::fs::write(&b, body).map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(exe)
+        .arg("static-serve")
+        .args([&h, &b])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("static-serve: {e}"))?;
+    let out = child.stdout.take().ok_or("static-serve: no stdout")?;
+    let child = crate::Killed(child);
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .map_err(|e| format!("static-serve: {e}"))?;
+    let addr = line
+        .trim()
+        .parse()
+        .map_err(|_| format!("static-serve said {line:?}, not an address"))?;
+    Ok((addr, child))
+}
+
+/// `bench static-serve HEADERS BODY`: a static server answering every request with the
+/// file `BODY` and the `name: value` lines of `HEADERS`; prints its address and serves
+/// until killed.
+pub fn run_static_serve() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().collect();
+    let (Some(h), Some(b)) = (args.get(2), args.get(3)) else {
+        return Err("usage: bench static-serve HEADERS BODY".into());
+    };
+    let headers = std::fs::read_to_string(h)
+        .map_err(|e| format!("{h}: {e}"))?
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let body = std::fs::read(b).map_err(|e| format!("{b}: {e}"))?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+    println!("{}", listener.local_addr().map_err(|e| e.to_string())?);
+    serve_static(listener, headers, body)?;
+    loop {
+        std::thread::park();
+    }
+}
+
+fn serve_static(
+    listener: std::net::TcpListener,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+) -> Result<SocketAddr, String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let body = hyper::body::Bytes::from(body);
