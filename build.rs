@@ -3,16 +3,19 @@
 //! server is the test suite's receiver) from OpenTelemetry's own `.proto` files, vendored
 //! unchanged under `proto/opentelemetry/` (opentelemetry-proto v1.11.0). protox parses them
 //! in pure Rust, so a clean clone builds without protoc. It also embeds the git commit for
-//! the start-up line.
+//! the start-up line, and orders the release binary's text by use (`build/symbol_order.rs`).
 
 use std::process::Command;
 
 #[path = "build/commit.rs"]
 mod commit;
+#[path = "build/symbol_order.rs"]
+mod symbol_order;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     embed_commit();
     println!("cargo:rerun-if-changed=build/commit.rs");
+    order_symbols();
     let proto = "proto/podresources.proto";
     println!("cargo:rerun-if-changed={proto}");
     let descriptors = protox::compile([proto], ["proto"])?;
@@ -28,6 +31,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(descriptors)?;
     Ok(())
+}
+
+/// The release binary's text laid out by use, where the linker can (`build/symbol_order.rs`).
+fn order_symbols() {
+    println!("cargo:rerun-if-changed=build/symbol_order.rs");
+    println!("cargo:rerun-if-changed={}", symbol_order::LIST);
+    println!("cargo:rerun-if-env-changed=DCGM_EXPORTER_SYMBOL_ORDER");
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER");
+    // Test and debug builds keep the default layout: memory is measured on release.
+    if std::env::var("PROFILE").as_deref() != Ok("release") {
+        return;
+    }
+    match symbol_order::link_args() {
+        Ok(args) => {
+            for a in args {
+                println!("cargo:rustc-link-arg-bin=dcgm-exporter={a}");
+            }
+        }
+        // Not an error: the binary is the same, its text only laid out by name.
+        Err(why) => println!("cargo:warning=text not ordered by use: {why}"),
+    }
 }
 
 /// Sets `DCGM_EXPORTER_COMMIT` to the checkout's commit, or

@@ -219,23 +219,28 @@ fn run_serving() -> Result<(), String> {
 
 /// Builds the exporter and the simulator in the `--build` profile (release unless told
 /// otherwise): the name of that profile's target folder.
+///
+/// The exporter is built alone, as users build it: built beside the simulators its
+/// dependencies' features (and so their symbols' names) would differ from the ones
+/// `etc/symbol-order.txt` names, and its text would not be laid out by use.
 fn build_binaries(root: &Path) -> Result<String, String> {
     let build = arg("--build", "release");
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-p", "dcgm-exporter", "-p", "dcgm-sim"]);
-    match build.as_str() {
-        "release" => {
+    if !matches!(build.as_str(), "release" | "debug") {
+        return Err(format!("--build: debug or release, not {build}"));
+    }
+    for packages in [&["-p", "dcgm-exporter"][..], &["-p", "dcgm-sim"]] {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q"]).args(packages);
+        if build == "release" {
             cargo.arg("--release");
         }
-        "debug" => {}
-        other => return Err(format!("--build: debug or release, not {other}")),
-    }
-    let status = cargo
-        .current_dir(root)
-        .status()
-        .map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err(format!("{build} build failed"));
+        let status = cargo
+            .current_dir(root)
+            .status()
+            .map_err(|e| format!("cargo build: {e}"))?;
+        if !status.success() {
+            return Err(format!("{build} build of {} failed", packages[1]));
+        }
     }
     Ok(build)
 }
