@@ -101,9 +101,21 @@ fn failed_start_cycle(b: ExporterBuilder) -> (ExitStatus, String) {
     }
 }
 
-/// A loopback port nothing listens on.
-fn closed_port() -> u16 {
-    free_port()
+/// A loopback port nothing listens on, and nothing else can take while the socket lives:
+/// bound, never listening, so a connection to it is refused. (A port found free and let go
+/// could be taken by another test's host engine meanwhile.)
+fn closed_port() -> (u16, socket2::Socket) {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bind");
+    let port = s
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("bound address")
+        .port();
+    (port, s)
 }
 
 fn strict(b: ExporterBuilder) -> ExporterBuilder {
@@ -131,7 +143,7 @@ fn sim_remote_sigterm_exits_0_every_time() {
 #[test]
 fn sim_failed_connect_exits_1_every_time() {
     let r = run_cycles(SIM_CYCLES, PARALLEL_WAITING, "exit 1", || {
-        let port = closed_port();
+        let (port, _held) = closed_port();
         failed_start_cycle(strict(exporter()).args(&[
             "-r",
             &format!("127.0.0.1:{port}"),
@@ -173,10 +185,8 @@ fn real_remote_sigterm_exits_0_over_40_cycles() {
 fn real_failed_connect_exits_1_over_40_cycles() {
     let Some(kit) = kit() else { return };
     let r = run_cycles(REAL_CYCLES, PARALLEL_WAITING, "exit 1", || {
-        failed_start_cycle(
-            kit.remote(closed_port())
-                .arg("--exit-if-hostengine-unreachable"),
-        )
+        let (port, _held) = closed_port();
+        failed_start_cycle(kit.remote(port).arg("--exit-if-hostengine-unreachable"))
     });
     assert_all("real failed connect", REAL_CYCLES, "exit 1", r);
 }
