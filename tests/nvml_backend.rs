@@ -42,6 +42,18 @@ fn nvml_args() -> Vec<String> {
     ]
 }
 
+/// The DCGM backend and the NVML backend on the simulated node `profile`, with `flags`.
+fn both_backends(profile: &str, flags: &[&str]) -> (Exporter, Exporter) {
+    let start = |extra: &[String]| {
+        let mut args = flags.to_vec();
+        args.extend(extra.iter().map(String::as_str));
+        exporter()
+            .env("DCGM_SIM_PROFILE", profile)
+            .args(&args)
+            .start()
+    };
+    (start(&[]), start(&nvml_args()))
+}
 /// Per `DCGM_FI_*` family: its TYPE and HELP lines and its series (labels, value).
 fn families(text: &str) -> BTreeMap<String, (Vec<String>, Vec<String>)> {
     let mut out: BTreeMap<String, (Vec<String>, Vec<String>)> = BTreeMap::new();
@@ -1192,17 +1204,7 @@ fn nvlink_throughput_is_dcgms_rate_of_the_nvml_counters_on_both_backends() {
          gen = { kind = \"ramp\", start = 7.0e9, per_s = 2000250.0, max = 7.040005e9 }\n",
     );
     let flags = ["-f", csv.as_str(), "-c", "1000"];
-    let dcgm = exporter()
-        .env("DCGM_SIM_PROFILE", &profile)
-        .args(&flags)
-        .start();
-    let mut nvml_flags = flags.to_vec();
-    let extra = nvml_args();
-    nvml_flags.extend(extra.iter().map(String::as_str));
-    let nvml = exporter()
-        .env("DCGM_SIM_PROFILE", &profile)
-        .args(&nvml_flags)
-        .start();
+    let (dcgm, nvml) = both_backends(&profile, &flags);
     // The first collection has no previous sample: 0 everywhere, as a new DCGM watch.
     let first = nvml.scrape_until(20, |p| nvlink_rates(p).len() == 2);
     assert!(
@@ -1246,17 +1248,7 @@ fn an_nvlink_counter_reset_gives_dcgms_negative_rate_then_the_rate_again() {
          [[nvml_fields]]\nid = 139\ngen = { kind = \"constant\", value = 1000.0 }\n",
     );
     let flags = ["-f", csv.as_str(), "-c", "1000"];
-    let dcgm = exporter()
-        .env("DCGM_SIM_PROFILE", &profile)
-        .args(&flags)
-        .start();
-    let mut nvml_flags = flags.to_vec();
-    let extra = nvml_args();
-    nvml_flags.extend(extra.iter().map(String::as_str));
-    let nvml = exporter()
-        .env("DCGM_SIM_PROFILE", &profile)
-        .args(&nvml_flags)
-        .start();
+    let (dcgm, nvml) = both_backends(&profile, &flags);
     for e in [&nvml, &dcgm] {
         let mut seen = Vec::new();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -1307,17 +1299,7 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
     std::fs::write(&csv, NVLINK_CSV).unwrap();
     let flags = ["-f", csv.to_str().unwrap()];
     let profile = profile.to_str().unwrap();
-    let dcgm = exporter()
-        .env("DCGM_SIM_PROFILE", profile)
-        .args(&flags)
-        .start();
-    let mut nvml_flags = flags.to_vec();
-    let extra = nvml_args();
-    nvml_flags.extend(extra.iter().map(String::as_str));
-    let nvml = exporter()
-        .env("DCGM_SIM_PROFILE", profile)
-        .args(&nvml_flags)
-        .start();
+    let (dcgm, nvml) = both_backends(profile, &flags);
     let settled = |p: &[Sample]| {
         let bw = series(p, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL");
         bw.len() > 8
