@@ -311,18 +311,7 @@ fn the_mig_hierarchy_agrees_with_the_real_library() {
     );
     let Some(kit) = kit() else { return };
     let mut gpus = vec![Gpu::default(); 4];
-    gpus[0].mig = vec![
-        MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    gpus[0].mig = MigInstance::three_and_one();
     let yaml = dir.yaml(&gpus);
     let real = observe_mig(&kit.embedded(&yaml).start());
     check("MIG", &sim, &real);

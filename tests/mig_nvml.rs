@@ -167,18 +167,7 @@ fn a_pod_on_a_mig_device_is_labelled_through_dcgms_injection_nvml() {
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("mig-nvml");
     let mut gpus = vec![Gpu::default(); 2];
-    gpus[0].mig = vec![
-        MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    gpus[0].mig = MigInstance::three_and_one();
     gpus[0].mig_uuids = true;
     let yaml = dir.yaml(&gpus);
     let nvml_dir = injection_as_libnvidia_ml(&kit.lib_dir(), &dir.0);

@@ -395,18 +395,7 @@ fn the_real_dcgm_serves_nvlink_throughput_on_gpu_instances_from_their_gpu() {
     let Some(kit) = kit() else { return };
     let scratch = Scratch::new("nvml-nvlink-mig");
     let mut gpus = gpus();
-    gpus[0].mig = vec![
-        MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    gpus[0].mig = MigInstance::three_and_one();
     let yaml = scratch.yaml(&gpus);
     let csv = scratch.0.join("counters.csv");
     std::fs::write(

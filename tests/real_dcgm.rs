@@ -27,18 +27,7 @@ fn four_gpus() -> Vec<Gpu> {
 fn two_gpus_the_first_split() -> Vec<Gpu> {
     let mut gpus = four_gpus();
     gpus.truncate(2);
-    gpus[0].mig = vec![
-        nvml_yaml::MigInstance {
-            slices: 3,
-            nvml_id: 2,
-            start: 0,
-        },
-        nvml_yaml::MigInstance {
-            slices: 1,
-            nvml_id: 9,
-            start: 6,
-        },
-    ];
+    gpus[0].mig = nvml_yaml::MigInstance::three_and_one();
     gpus
 }
 

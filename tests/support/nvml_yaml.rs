@@ -68,6 +68,25 @@ pub struct MigInstance {
     pub start: u32,
 }
 
+impl MigInstance {
+    /// The split the real tier uses: a 3g.40gb (GPU instance 2) at slice 0 and a 1g.10gb
+    /// (GPU instance 9) at slice 6.
+    pub fn three_and_one() -> Vec<MigInstance> {
+        vec![
+            MigInstance {
+                slices: 3,
+                nvml_id: 2,
+                start: 0,
+            },
+            MigInstance {
+                slices: 1,
+                nvml_id: 9,
+                start: 6,
+            },
+        ]
+    }
+}
+
 /// NVML's GPU-instance profiles of an H100 80GB, by profile index: (profile id, slices,
 /// memory MiB). DCGM names a profile `{slices}g.{ceil(memory / 1024)}gb`.
 const GI_PROFILES: [(u32, u32, u32); 5] = [
