@@ -48,6 +48,13 @@ fn order_symbols() {
             for a in args {
                 println!("cargo:rustc-link-arg-bin=dcgm-exporter={a}");
             }
+            // A new list under the same name must relink: cargo rebuilds on a changed
+            // build-script output, not on a file the linker reads.
+            let list = std::fs::read(symbol_order::LIST).unwrap_or_default();
+            let hash = list.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
+            });
+            println!("cargo:rustc-env=DCGM_EXPORTER_SYMBOL_ORDER_FNV={hash:016x}");
         }
         // Not an error: the binary is the same, its text only laid out by name.
         Err(why) => println!("cargo:warning=text not ordered by use: {why}"),
