@@ -2,9 +2,9 @@
 //! configuration (`webconfig`, `state`: TLS through rustls in `tls`, basic auth in `auth`,
 //! reloaded by a watcher thread), the endpoints as warp filters (`routes`, `negotiate`,
 //! `pprof`). The filter becomes a service (`warp::service`) that hyper 1 serves through
-//! hyper-util's HTTP/1 + HTTP/2 connection builder over plain TCP, rustls streams or
-//! systemd's sockets, so that TLS, client certificates, certificate reload, handshake
-//! errors (`handshake`) and timeouts (`timeout`) stay under our control.
+//! its HTTP/1 or HTTP/2 connection (HTTP/2 where TLS negotiated it) over plain TCP, rustls
+//! streams or systemd's sockets, so that TLS, client certificates, certificate reload,
+//! handshake errors (`handshake`) and timeouts (`timeout`) stay under our control.
 
 pub mod auth;
 pub mod handshake;
@@ -23,8 +23,8 @@ use crate::config::duration;
 use crate::output::published::Shared;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use reply::{PageBody, Response};
 use routes::Routes;
 use state::Web;
@@ -276,28 +276,63 @@ async fn serve<I>(ctx: &Ctx, io: I, h2: bool, activity: Arc<Activity>, stop: wat
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    // No header_read_timeout for HTTP/1: hyper would arm and drop a timer for every request
-    // head; the connection's watch closes it when no request has been in progress for the
-    // read timeout, which bounds a slow or missing head the same way (`timeout`).
-    let mut builder = auto::Builder::new(StreamExec);
-    // A peer that stops answering pings loses the connection, whatever it keeps open.
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .keep_alive_interval(ctx.opts.read_timeout)
-        .keep_alive_timeout(ctx.opts.write_timeout);
-    // HTTP/2 only where TLS negotiated it (no h2c, as Go).
-    let builder = if h2 {
-        builder.http2_only()
-    } else {
-        builder.http1_only()
-    };
     let svc = Svc {
         routes: ctx.routes.clone(),
         activity: activity.clone(),
         write_timeout: ctx.opts.write_timeout,
     };
-    let conn = builder.serve_connection(TokioIo::new(io), svc);
+    let io = TokioIo::new(io);
+    // The protocol is known before the first byte (HTTP/2 only where TLS negotiated it, no
+    // h2c, as Go): hyper's own connection, without hyper-util's `auto` wrapper, which would
+    // look at every read and poll for the version it was told.
+    if h2 {
+        let mut builder = http2::Builder::new(StreamExec);
+        // A peer that stops answering pings loses the connection, whatever it keeps open.
+        builder
+            .timer(TokioTimer::new())
+            .keep_alive_interval(ctx.opts.read_timeout)
+            .keep_alive_timeout(ctx.opts.write_timeout);
+        drive(ctx, builder.serve_connection(io, svc), h2, activity, stop).await
+    } else {
+        // No header_read_timeout: hyper would arm and drop a timer for every request head;
+        // the connection's watch closes it when no request has been in progress for the
+        // read timeout, which bounds a slow or missing head the same way (`timeout`).
+        let conn = http1::Builder::new().serve_connection(io, svc);
+        drive(ctx, conn, h2, activity, stop).await
+    }
+}
+
+/// A hyper connection that can be told to finish what it is doing and close.
+trait Graceful: Future<Output = Result<(), hyper::Error>> {
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I> Graceful for http1::Connection<TokioIo<I>, Svc>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::Connection::graceful_shutdown(self)
+    }
+}
+
+impl<I> Graceful for http2::Connection<TokioIo<I>, Svc, StreamExec>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http2::Connection::graceful_shutdown(self)
+    }
+}
+
+/// Runs a connection until it ends, is idle or overdue, or the server stops.
+async fn drive<C: Graceful>(
+    ctx: &Ctx,
+    conn: C,
+    h2: bool,
+    activity: Arc<Activity>,
+    stop: watch::Receiver<bool>,
+) {
     tokio::pin!(conn);
     if *stop.borrow() {
         conn.as_mut().graceful_shutdown();
@@ -306,7 +341,7 @@ where
     let (mut told, _watcher) = watcher(activity.clone(), stop, &ctx.opts);
     let result = tokio::select! {
         biased;
-        r = conn.as_mut() => r,
+        r = conn.as_mut() => r.map_err(Into::into),
         why = &mut told => match why {
             Ok(Why::Ended(Ended::Idle)) => {
                 conn.as_mut().graceful_shutdown();
@@ -486,12 +521,15 @@ fn answer(
     // An HTTP/2 stream has a deadline of its own (a late one loses only its stream); an
     // HTTP/1 response's is the connection's.
     let at = tokio::time::Instant::now() + write_timeout;
-    if !stream::set_deadline(at) {
+    let h2 = stream::set_deadline(at);
+    if !h2 {
         request.writing_until(at);
     }
     resp.map(|inner| Tracked {
         inner,
         request: Some(request),
+        tell_end: !h2,
+        gave: false,
     })
 }
 
@@ -500,6 +538,11 @@ fn answer(
 pub struct Tracked<B> {
     inner: B,
     request: Option<timeout::Request>,
+    /// Whether hyper may be told the end with the last frame (HTTP/1; see
+    /// [`Tracked::is_end_stream`]).
+    tell_end: bool,
+    /// Whether a frame has been given.
+    gave: bool,
 }
 
 impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
@@ -525,14 +568,20 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
                 r.body_done();
             }
         }
+        if matches!(polled, Poll::Ready(Some(_))) {
+            self.gave = true;
+        }
         polled
     }
 
-    /// Never: told the end ahead, hyper's HTTP/2 side would hand h2 the last frame beyond
-    /// the client's flow-control window and end the stream's task, and with it the stream's
-    /// deadline ([`stream`]). Asked once more, the body answers `None` when it is done.
+    /// Never under HTTP/2: told the end ahead, hyper's HTTP/2 side would hand h2 the last
+    /// frame beyond the client's flow-control window and end the stream's task, and with it
+    /// the stream's deadline ([`stream`]). Asked once more, the body answers `None` when it
+    /// is done. HTTP/1 is told with the last frame, which spares hyper a round of its
+    /// write loop per response: the frame has marked the body done by then. A body that
+    /// gave no frame yet is polled to its end all the same, so that it is marked too.
     fn is_end_stream(&self) -> bool {
-        false
+        self.tell_end && self.gave && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
@@ -574,6 +623,51 @@ mod tests {
         let mut body = vec![0u8; len];
         r.read_exact(&mut body).await.unwrap();
         status
+    }
+
+    /// A scrape's body as `answer` wraps it, and whether hyper may be told its end.
+    fn tracked(tell_end: bool, page: &'static [u8]) -> Tracked<Out> {
+        let activity = Arc::new(Activity::default());
+        let body = PageBody::new(bytes::Bytes::from_static(page), bytes::Bytes::new());
+        Tracked {
+            inner: http_body_util::Either::Left(body),
+            request: Some(activity.request()),
+            tell_end,
+            gave: false,
+        }
+    }
+
+    fn frame(body: &mut Tracked<Out>) -> Option<usize> {
+        use hyper::body::Body as _;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match Pin::new(body).poll_frame(&mut cx) {
+            Poll::Ready(Some(Ok(f))) => Some(f.into_data().map_or(0, |d| d.len())),
+            Poll::Ready(None) => None,
+            other => panic!("a scrape's body is never pending or failing: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn http1_is_told_the_end_with_the_last_frame_http2_never() {
+        use hyper::body::Body as _;
+        let mut h1 = tracked(true, b"page");
+        assert!(!h1.is_end_stream(), "no frame given yet");
+        assert_eq!(frame(&mut h1), Some(4));
+        assert!(h1.is_end_stream(), "HTTP/1: the last frame was given");
+
+        let mut h2 = tracked(false, b"page");
+        assert_eq!(frame(&mut h2), Some(4));
+        assert!(
+            !h2.is_end_stream(),
+            "HTTP/2 waits for the window: asked once more"
+        );
+        assert_eq!(frame(&mut h2), None);
+        assert!(!h2.is_end_stream());
+
+        // An empty body gives no frame: hyper polls it to its end, which marks it done.
+        let mut empty = tracked(true, b"");
+        assert!(!empty.is_end_stream());
+        assert_eq!(frame(&mut empty), None);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -58,6 +58,10 @@ pub fn format(accept: Option<&HeaderValue>) -> Format {
 
 /// Whether `Accept-Encoding` allows gzip.
 pub fn gzip(accept_encoding: Option<&HeaderValue>) -> bool {
+    // What Prometheus sends, on every scrape: nothing to parse.
+    if accept_encoding.is_some_and(|h| h.as_bytes() == b"gzip") {
+        return true;
+    }
     let Some(h) = accept_encoding.and_then(|h| h.to_str().ok()) else {
         return false;
     };

@@ -62,10 +62,15 @@ impl PageBody {
     /// The same response for warp (the filter's replies have warp's boxed body).
     pub fn into_warp(resp: hyper::Response<PageBody>) -> Response {
         let (parts, body) = resp.into_parts();
+        let len = body.left();
         let chunks = body.parts.map(Ok::<_, Infallible>);
         let mut r = warp::reply::stream(futures_util::stream::iter(chunks)).into_response();
         *r.status_mut() = parts.status;
         *r.headers_mut() = parts.headers;
+        // A stream's length is unknown to hyper: stated here, as hyper states it for the
+        // body as it is.
+        r.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
         r
     }
 }

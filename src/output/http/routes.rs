@@ -14,7 +14,7 @@ use crate::output::exposition::{Body, Exposition, Format};
 use crate::output::published::Shared;
 use arc_swap::ArcSwapOption;
 use bytes::Bytes;
-use hyper::header::{self, HeaderValue};
+use hyper::header::{self, HeaderMap, HeaderValue};
 use hyper::StatusCode;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -34,45 +34,63 @@ struct Built {
     page: Arc<Exposition>,
     /// Unix µs.
     at_us: i64,
-    format: Format,
     /// The page and tail in one buffer, copied once per build: a scrape then sends one
     /// shared buffer, as a server of fixed bytes does.
     body: Body,
+    /// The response's headers, cloned per scrape rather than hashed and inserted anew.
+    headers: HeaderMap,
 }
 
 /// At most `max` scrapes being answered at once (`--max-concurrent-scrapes`). Never waited
 /// for, so one atomic counter: tokio's `Semaphore` takes its waiters' lock, shared by every
-/// core, at each release.
+/// core, at each release. A scrape holds its place only while its handler runs, which never
+/// waits, so no more scrapes hold one than threads run handlers: with at least as many
+/// places (the default 16 on up to 16 cores), no scrape can be refused, and the counter,
+/// written by every core for every scrape, is left alone.
 struct Limit {
     taken: AtomicUsize,
     max: usize,
+    counted: bool,
 }
 
 /// One place of a [`Limit`], given back when dropped.
-struct Taken<'a>(&'a AtomicUsize);
+struct Taken<'a>(Option<&'a AtomicUsize>);
 
 impl Limit {
-    fn new(max: usize) -> Limit {
+    /// `runners`: how many threads may run a handler at once.
+    fn new(max: usize, runners: usize) -> Limit {
         Limit {
             taken: AtomicUsize::new(0),
             max,
+            counted: max < runners,
         }
     }
 
     fn try_take(&self) -> Option<Taken<'_>> {
+        if !self.counted {
+            return Some(Taken(None));
+        }
         self.taken
             .fetch_update(Ordering::Acquire, Ordering::Relaxed, |n| {
                 (n < self.max).then_some(n + 1)
             })
             .ok()
-            .map(|_| Taken(&self.taken))
+            .map(|_| Taken(Some(&self.taken)))
     }
 }
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Release);
+        if let Some(taken) = self.0 {
+            taken.fetch_sub(1, Ordering::Release);
+        }
     }
+}
+
+/// The threads that run handlers: the workers of the runtime the server starts on (every
+/// connection and HTTP/2 stream is a task of it); unknown outside one, so every thread.
+fn handler_threads() -> usize {
+    tokio::runtime::Handle::try_current().map_or(usize::MAX, |h| h.metrics().num_workers())
 }
 
 /// The endpoints' state, shared by every connection.
@@ -155,9 +173,10 @@ impl Routes {
             return None;
         }
         let h = req.headers();
+        let accept = self.ep.opts.openmetrics.then(|| h.get(header::ACCEPT));
         let mut resp = self
             .ep
-            .metrics(h.get(header::ACCEPT), h.get(header::ACCEPT_ENCODING));
+            .metrics(accept.flatten(), h.get(header::ACCEPT_ENCODING));
         configured_headers(resp.headers_mut(), &state.headers);
         Some(resp)
     }
@@ -274,28 +293,31 @@ impl Endpoints {
         );
         Endpoints {
             shared,
-            scrapes: Limit::new(opts.max_concurrent_scrapes),
+            scrapes: Limit::new(opts.max_concurrent_scrapes, handler_threads()),
             opts,
             landing: Bytes::from(landing),
             built: Default::default(),
         }
     }
 
-    /// The page as published and this scrape's self-metrics: shared, not copied, where
-    /// the self-metrics change per scrape; else the body built for this page, format and
-    /// encoding within [`TAIL_REUSE_US`], in one buffer.
-    fn body(&self, wanted: Format, gzip: bool) -> (Format, Body) {
+    /// The page as published and this scrape's self-metrics, with the response's headers:
+    /// shared, not copied, where the self-metrics change per scrape; else the body and
+    /// headers built for this page, format and encoding within [`TAIL_REUSE_US`], the body
+    /// in one buffer.
+    fn reply(&self, wanted: Format, gzip: bool) -> (Body, HeaderMap) {
         self.shared.with_page(|page, now_us| {
             let build = || page.body(wanted, &self.shared.metrics.gather(), gzip);
             if self.shared.metrics.live() {
-                return build();
+                let (format, body) = build();
+                let headers = self.headers(format, gzip);
+                return (body, headers);
             }
             let i = usize::from(wanted == Format::OpenMetrics) * 2 + usize::from(gzip);
             let slot = &self.built[i];
             if let Some(b) = &*slot.load() {
                 let age = now_us.saturating_sub(b.at_us);
                 if Arc::ptr_eq(&b.page, page) && (0..TAIL_REUSE_US).contains(&age) {
-                    return (b.format, b.body.clone());
+                    return (b.body.clone(), b.headers.clone());
                 }
             }
             let (format, body) = build();
@@ -303,14 +325,42 @@ impl Endpoints {
                 page: Bytes::from(body.to_vec()),
                 tail: Bytes::new(),
             };
+            let headers = self.headers(format, gzip);
             slot.store(Some(Arc::new(Built {
                 page: page.clone(),
                 at_us: now_us,
-                format,
                 body: body.clone(),
+                headers: headers.clone(),
             })));
-            (format, body)
+            (body, headers)
         })
+    }
+
+    /// A scrape's response headers, as promhttp sends them.
+    fn headers(&self, format: Format, gzip: bool) -> HeaderMap {
+        // No Content-Length: hyper writes it from the body's exact size (a value of our own
+        // would be a shared buffer whose count every core changes for every scrape).
+        let mut hs = HeaderMap::with_capacity(4);
+        hs.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(format.content_type()),
+        );
+        hs.insert(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        );
+        hs.insert(
+            header::VARY,
+            HeaderValue::from_static(if self.opts.openmetrics {
+                "Accept-Encoding, Accept"
+            } else {
+                "Accept-Encoding"
+            }),
+        );
+        if gzip {
+            hs.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        }
+        hs
     }
 
     fn metrics(
@@ -344,32 +394,9 @@ impl Endpoints {
         } else {
             Format::Text
         };
-        let gzip = negotiate::gzip(encoding);
-        let (format, body) = self.body(wanted, gzip);
-        let len = body.len();
+        let (body, headers) = self.reply(wanted, negotiate::gzip(encoding));
         let mut r = hyper::Response::new(PageBody::new(body.page, body.tail));
-        let hs = r.headers_mut();
-        // The body is two shared buffers; its length is known all the same.
-        hs.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
-        hs.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(format.content_type()),
-        );
-        hs.insert(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        );
-        hs.insert(
-            header::VARY,
-            HeaderValue::from_static(if self.opts.openmetrics {
-                "Accept-Encoding, Accept"
-            } else {
-                "Accept-Encoding"
-            }),
-        );
-        if gzip {
-            hs.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        }
+        *r.headers_mut() = headers;
         r
     }
 
@@ -526,7 +553,40 @@ mod tests {
         assert!(text.contains("promhttp_metric_handler_requests_in_flight 1"));
     }
 
-    #[tokio::test]
+    #[test]
+    fn a_limit_as_large_as_the_handler_threads_counts_nothing() {
+        for (max, runners, counted) in [
+            (16, 16, false),
+            (16, 2, false),
+            (2, 2, false),
+            (1, 2, true),
+            (15, 16, true),
+        ] {
+            let limit = Limit::new(max, runners);
+            let held: Vec<_> = (0..max).map(|_| limit.try_take()).collect();
+            assert!(held.iter().all(Option::is_some), "{max} places of {max}");
+            assert_eq!(
+                limit.try_take().is_none(),
+                counted,
+                "max {max}, {runners} threads"
+            );
+            assert_eq!(
+                limit.taken.load(Ordering::Relaxed),
+                if counted { max } else { 0 }
+            );
+            drop(held);
+            assert_eq!(limit.taken.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 3)]
+    async fn the_limit_knows_the_servers_threads() {
+        assert!(Endpoints::new(shared(), opts(2)).scrapes.counted);
+        assert!(!Endpoints::new(shared(), opts(3)).scrapes.counted);
+    }
+
+    // Two threads run handlers: one place can be wanted twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn excess_scrapes_get_503_while_the_limit_is_taken() {
         let ep = Endpoints::new(shared(), opts(1));
         let held = ep.scrapes.try_take().unwrap();
@@ -572,7 +632,7 @@ mod tests {
     /// it answers what the filter answers (status, headers, bytes), the configured headers
     /// and a refused scrape (503) included; it leaves basic auth and other paths to the
     /// filter.
-    #[tokio::test]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_scrape_path_answers_as_the_filter() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("web.yml");
@@ -602,7 +662,14 @@ mod tests {
                 for held in [false, true] {
                     let permit = held.then(|| routes.ep.scrapes.try_take().unwrap());
                     let fast = routes.scrape(&req).expect("the scrape path takes it");
-                    let (fast_parts, body) = fast.into_parts();
+                    let (mut fast_parts, body) = fast.into_parts();
+                    // hyper states the length of a body that knows it, as the filter's
+                    // reply states it.
+                    let len = hyper::body::Body::size_hint(&body).exact().unwrap();
+                    assert!(!fast_parts.headers.contains_key(header::CONTENT_LENGTH));
+                    fast_parts
+                        .headers
+                        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
                     let fast_body = body.collect().await.unwrap().to_bytes();
                     let (status, h, body) = call(&routes.filter, method, target, &headers).await;
                     drop(permit);
