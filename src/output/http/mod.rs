@@ -529,7 +529,7 @@ fn answer(
         inner,
         request: Some(request),
         tell_end: !h2,
-        gave: false,
+        done: false,
     })
 }
 
@@ -541,8 +541,8 @@ pub struct Tracked<B> {
     /// Whether hyper may be told the end with the last frame (HTTP/1; see
     /// [`Tracked::is_end_stream`]).
     tell_end: bool,
-    /// Whether a frame has been given.
-    gave: bool,
+    /// Whether the body has given its last frame (or said it has none left).
+    done: bool,
 }
 
 impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
@@ -564,12 +564,10 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
         // Until hyper drops the body, the frame may still wait in hyper (for HTTP/2 flow
         // control window): the deadline is left to the guard's drop.
         if done {
+            self.done = true;
             if let Some(r) = &mut self.request {
                 r.body_done();
             }
-        }
-        if matches!(polled, Poll::Ready(Some(_))) {
-            self.gave = true;
         }
         polled
     }
@@ -581,7 +579,7 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
     /// write loop per response: the frame has marked the body done by then. A body that
     /// gave no frame yet is polled to its end all the same, so that it is marked too.
     fn is_end_stream(&self) -> bool {
-        self.tell_end && self.gave && self.inner.is_end_stream()
+        self.tell_end && self.done
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
@@ -633,7 +631,7 @@ mod tests {
             inner: http_body_util::Either::Left(body),
             request: Some(activity.request()),
             tell_end,
-            gave: false,
+            done: false,
         }
     }
 
