@@ -239,20 +239,30 @@ impl ExporterBuilder {
 
     /// Starts the exporter and waits until `path` (plain HTTP) has DCGM series.
     pub fn start_at(self, path: &str) -> Exporter {
-        let e = self.spawn();
-        e.wait_until(30, |e| {
+        let ready = |e: &Exporter| {
             e.try_get(path).is_ok_and(|body| {
                 body.lines().any(|l| {
                     l.starts_with("DCGM_")
                         || l.starts_with("dcgm_") && !l.starts_with("dcgm_exporter_")
                 })
             })
-        });
-        e
+        };
+        // A port found free can be taken before the exporter binds it (as the ephemeral
+        // port of any connection on the machine): the exporter then exits at once saying
+        // so, and starts again on another port.
+        let mut tries = 3;
+        loop {
+            let e = self.spawn();
+            match e.poll_until(30, ready) {
+                Ok(()) => return e,
+                Err(why) if tries > 1 && why.contains("Address already in use") => tries -= 1,
+                Err(why) => panic!("{why}"),
+            }
+        }
     }
 
     /// Starts the exporter without waiting for it (`-a ""` has no HTTP to wait on).
-    pub fn spawn(self) -> Exporter {
+    pub fn spawn(&self) -> Exporter {
         sim_built();
         let port = free_port();
         Exporter::spawn(self.command(port), port)
@@ -290,19 +300,32 @@ impl Exporter {
 impl Exporter {
     /// Polls `ready` until it holds; panics after `secs` or when the exporter exits.
     pub fn wait_until(&self, secs: u64, ready: impl Fn(&Exporter) -> bool) {
+        if let Err(why) = self.poll_until(secs, ready) {
+            panic!("{why}");
+        }
+    }
+
+    /// Polls `ready` until it holds; why not, after `secs` or when the exporter exits.
+    fn poll_until(&self, secs: u64, ready: impl Fn(&Exporter) -> bool) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             if let Ok(Some(st)) = self.child_status() {
-                panic!("dcgm-exporter exited early ({st}): {}", self.stderr());
+                // The reader thread may still hold the last lines.
+                std::thread::sleep(Duration::from_millis(200));
+                return Err(format!(
+                    "dcgm-exporter exited early ({st}): {}",
+                    self.stderr()
+                ));
             }
             if ready(self) {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "exporter was not ready in {secs} s: {}",
-                self.stderr()
-            );
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "exporter was not ready in {secs} s: {}",
+                    self.stderr()
+                ));
+            }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
