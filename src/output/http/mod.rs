@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use stream::StreamExec;
-use timeout::{Activity, Ended, WriteDeadline};
+use timeout::{Activity, Ended, Timers, WriteDeadline};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -160,11 +160,14 @@ impl Server {
         self.web.watch_reporting(&shared)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
+        let timers =
+            Timers::start().map_err(|e| format!("cannot start the HTTP timers' thread: {e}"))?;
         let ctx = Arc::new(Ctx {
             routes: Routes::new(shared, self.options.clone(), self.web.clone()),
             web: self.web,
             opts: self.options,
             handshakes,
+            timers,
         });
         let mut loops = Vec::new();
         for l in self.listeners {
@@ -193,6 +196,8 @@ struct Ctx {
     web: Web,
     opts: Options,
     handshakes: Arc<HandshakeErrors>,
+    /// Where the connections' watches sleep.
+    timers: Timers,
 }
 
 /// Accepts until `stop`; returns the connections still open.
@@ -239,7 +244,7 @@ async fn connection(
     let state = ctx.web.current();
     let activity = Arc::new(Activity::default());
     let Some(acceptor) = state.tls.clone() else {
-        let io = WriteDeadline::new(stream, activity.clone(), ctx.opts.write_timeout);
+        let io = WriteDeadline::new(stream, activity.clone());
         return serve(&ctx, io, false, activity, stop).await;
     };
     // As Go: the handshake has the shorter of the read and write timeouts.
@@ -268,7 +273,7 @@ async fn connection(
         Err(_) => return ctx.handshakes.record(peer, &Failure::Timeout(limit)),
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = WriteDeadline::new(tls, activity.clone(), ctx.opts.write_timeout);
+    let io = WriteDeadline::new(tls, activity.clone());
     serve(&ctx, io, h2, activity, stop).await
 }
 
@@ -338,7 +343,7 @@ async fn drive<C: Graceful>(
         conn.as_mut().graceful_shutdown();
     }
     let grace = ctx.opts.write_timeout;
-    let (mut told, _watcher) = watcher(activity.clone(), stop, &ctx.opts);
+    let (mut told, _watcher) = watcher(ctx, activity.clone(), stop);
     let result = tokio::select! {
         biased;
         r = conn.as_mut() => r.map_err(Into::into),
@@ -354,7 +359,7 @@ async fn drive<C: Graceful>(
                 };
                 closing(conn, &activity, grace).await
             }
-            Ok(Why::Ended(Ended::Overdue)) => Err(OVERDUE.into()),
+            Ok(Why::Ended(ended)) => Err(ended.reason().into()),
             // The server stops (or the runtime does, taking the watcher with it).
             Ok(Why::Stop) | Err(_) => {
                 conn.as_mut().graceful_shutdown();
@@ -387,15 +392,16 @@ impl Drop for Watcher {
 /// would be polled at every wake-up of the connection, that is for every request:
 /// `watch::Receiver::changed` takes a lock that all connections share each time it is
 /// polled, and the deadlines read the clock and reset a timer. The connection looks at a
-/// oneshot instead (an atomic load).
+/// oneshot instead (an atomic load). The task runs on the timers' thread, so that no timer
+/// of a watch is ever armed on the serving runtime (see [`timeout`]).
 fn watcher(
+    ctx: &Ctx,
     activity: Arc<Activity>,
     mut stop: watch::Receiver<bool>,
-    opts: &Options,
 ) -> (tokio::sync::oneshot::Receiver<Why>, Watcher) {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let (idle, overdue) = (opts.read_timeout, opts.write_timeout);
-    let task = tokio::spawn(async move {
+    let (idle, overdue) = (ctx.opts.read_timeout, ctx.opts.write_timeout);
+    let task = ctx.timers.spawn(async move {
         let why = tokio::select! {
             biased;
             _ = stop.changed() => Why::Stop,
@@ -405,8 +411,6 @@ fn watcher(
     });
     (rx, Watcher(task.abort_handle()))
 }
-
-const OVERDUE: &str = "a response was not written within the write timeout";
 
 /// The end of a connection told to close: what it still writes keeps its deadlines, and the
 /// close itself (an HTTP/2 GOAWAY whose ping is never answered, a stream waiting for window)
@@ -423,7 +427,7 @@ where
     tokio::select! {
         biased;
         r = conn => r.map_err(Into::into),
-        _ = activity.watch(None, Some(grace)) => Err(OVERDUE.into()),
+        ended = activity.watch(None, Some(grace)) => Err(ended.reason().into()),
         _ = tokio::time::sleep(grace) => Err("the connection did not close within the write timeout".into()),
     }
 }
@@ -600,6 +604,7 @@ mod tests {
             web,
             opts: opts.clone(),
             handshakes: Arc::new(HandshakeErrors::new()),
+            timers: Timers::start().unwrap(),
         }
     }
 
@@ -682,7 +687,7 @@ mod tests {
         let (server, client) = tokio::io::duplex(1 << 20);
         let activity = Arc::new(Activity::default());
         let (_stop_tx, stop) = watch::channel(false);
-        let io = WriteDeadline::new(server, activity.clone(), opts.write_timeout);
+        let io = WriteDeadline::new(server, activity.clone());
         let served = activity.clone();
         let conn = tokio::spawn(async move { serve(&ctx, io, false, served, stop).await });
         let (r, mut w) = tokio::io::split(client);
@@ -703,5 +708,52 @@ mod tests {
         );
         drop((r, w));
         conn.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connections_watch_sleeps_off_the_serving_runtime() {
+        // A timer on the serving runtime, even one that never fires, costs every worker a
+        // clock read and a look through the wheel each time it parks.
+        let opts = Options {
+            telemetry_path: "/metrics".into(),
+            max_concurrent_scrapes: 4,
+            read_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
+            pprof: false,
+            openmetrics: false,
+        };
+        let ctx = Arc::new(ctx(&opts));
+        let serving = tokio::runtime::Handle::current().metrics();
+        let before = serving.num_alive_tasks();
+        let (server, client) = tokio::io::duplex(1 << 20);
+        let activity = Arc::new(Activity::default());
+        let (_stop_tx, stop) = watch::channel(false);
+        let io = WriteDeadline::new(server, activity.clone());
+        let conn = tokio::spawn({
+            let ctx = ctx.clone();
+            async move { serve(&ctx, io, false, activity, stop).await }
+        });
+        let (r, mut w) = tokio::io::split(client);
+        let mut r = BufReader::new(r);
+        w.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(response(&mut r).await.starts_with("HTTP/1.1 200"));
+        assert_eq!(ctx.timers.tasks(), 1, "the connection's watch");
+        assert_eq!(
+            serving.num_alive_tasks(),
+            before + 1,
+            "the serving runtime holds the connection alone"
+        );
+        drop((r, w));
+        conn.await.unwrap();
+        // The watch ends with its connection.
+        for _ in 0..100 {
+            if ctx.timers.tasks() == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the watch outlived its connection");
     }
 }

@@ -5,7 +5,7 @@
 //! is dropped, which h2 answers with RST_STREAM(CANCEL), discarding what it buffered for
 //! that stream: only the stream is lost, the connection, its keep-alive and its other
 //! streams go on. A connection whose socket stops taking bytes is another matter: that is
-//! the write stall of [`super::timeout::WriteDeadline`], which ends the connection.
+//! a write stall ([`super::timeout::Ended::Stalled`]), which ends the connection.
 //!
 //! The response body never tells hyper it is at its end (`Tracked::is_end_stream`), so
 //! hyper waits for flow-control window before it ends the stream instead of handing h2

@@ -11,16 +11,19 @@
 //!   byte went out. The deadline outlives the response body: hyper takes the last frame
 //!   (or drops the body) long before a client that does not read has the bytes, so a
 //!   finished body leaves its deadline in force until the connection's I/O next completes
-//!   a flush. [`WriteDeadline`] fails a write that cannot go on past it; [`Activity::watch`]
-//!   ends the connection when an HTTP/1 response has not gone out by then even though
-//!   nothing is being written. An HTTP/2 response's deadline is its stream's
-//!   (`super::stream`): a stream the client grants no window is reset, not the connection.
-//! * a write that cannot make progress for the write timeout fails even when no response
-//!   is being written (hyper's own replies, HTTP/2 control frames): nothing the server
-//!   writes may wait on a client for longer.
+//!   a flush ([`WriteDeadline`] tells). [`Activity::watch`] ends the connection when an
+//!   HTTP/1 response has not gone out by then, whether or not anything is being written.
+//!   An HTTP/2 response's deadline is its stream's (`super::stream`): a stream the client
+//!   grants no window is reset, not the connection.
+//! * a write that cannot make progress for the write timeout ends the connection even when
+//!   no response is being written (hyper's own replies, HTTP/2 control frames): nothing
+//!   the server writes may wait on a client for longer ([`Ended::Stalled`]).
 //!
 //! Per request this costs a few atomics and one uncontended lock: no timer is armed, no
-//! task woken (`bench serving` compares it with a server that only sends the bytes).
+//! task woken (`bench serving` compares it with a server that only sends the bytes). The
+//! watches sleep on a runtime of their own ([`Timers`]): a timer armed on the serving
+//! runtime, even one that never fires, makes each of its workers read the clock and look
+//! through the timer wheel every time it parks, that is for about every request.
 
 use std::future::Future;
 use std::io;
@@ -30,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{sleep, Instant, Sleep};
+use tokio::time::{sleep, Instant};
 
 /// A response's write deadline; once its body is done it lasts until the next completed
 /// flush of the connection.
@@ -58,6 +61,9 @@ pub struct Activity {
     /// How many of `writing` wait only for a flush: a flush looks here, not at the lock.
     flushing: AtomicUsize,
     next_id: AtomicU64,
+    /// Since when a write of the connection has been refused (none accepted since), in
+    /// nanoseconds after `born`, plus one; 0 while writes go on.
+    blocked_since: AtomicU64,
     /// How many times an [`Activity::watch`] has been polled (were it polled for every
     /// request, its timer would be too: the tests count them).
     polls: AtomicU64,
@@ -72,6 +78,7 @@ impl Default for Activity {
             writing: Mutex::new(Vec::new()),
             flushing: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
+            blocked_since: AtomicU64::new(0),
             polls: AtomicU64::new(0),
         }
     }
@@ -84,6 +91,19 @@ pub enum Ended {
     Idle,
     /// A response was not written by its deadline.
     Overdue,
+    /// A write made no progress for the write timeout.
+    Stalled,
+}
+
+impl Ended {
+    /// Why the connection ends, for its log line.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Ended::Idle => "no request for the read timeout",
+            Ended::Overdue => "a response was not written within the write timeout",
+            Ended::Stalled => "the client took no bytes for the write timeout",
+        }
+    }
 }
 
 impl Activity {
@@ -119,6 +139,26 @@ impl Activity {
         self.flushing.store(0, Ordering::Release);
     }
 
+    /// A write was refused after one that was not: the connection stalls from now unless
+    /// one is accepted within the write timeout.
+    fn blocked(&self) {
+        let since = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
+        self.blocked_since.store(since + 1, Ordering::Release);
+    }
+
+    /// A write was accepted (or a flush completed): no stall.
+    fn unblocked(&self) {
+        self.blocked_since.store(0, Ordering::Release);
+    }
+
+    /// When the write refused since [`Activity::blocked`] becomes a stall.
+    fn stalled_at(&self, stall: Duration) -> Option<Instant> {
+        match self.blocked_since.load(Ordering::Acquire) {
+            0 => None,
+            since => Some(self.born + Duration::from_nanos(since - 1) + stall),
+        }
+    }
+
     /// How many times an [`Activity::watch`] has been polled so far.
     #[cfg(test)]
     pub(crate) fn watch_polls(&self) -> u64 {
@@ -139,10 +179,10 @@ impl Activity {
         Some(self.born + quiet + timeout)
     }
 
-    /// Resolves once no request has been in progress for `idle` (when given), or once a
+    /// Resolves once no request has been in progress for `idle` (when given), once a
     /// response has not been written by its deadline, whether or not anything is being
-    /// written (`overdue`: the write timeout; a response the client's flow control holds
-    /// writes nothing, so no write can fail for it).
+    /// written (a response the client's flow control holds writes nothing), or once a
+    /// write has been refused for `overdue` (the write timeout) without a byte accepted.
     pub async fn watch(&self, idle: Option<Duration>, overdue: Option<Duration>) -> Ended {
         let looking = self.looks(idle, overdue);
         tokio::pin!(looking);
@@ -173,6 +213,12 @@ impl Activity {
             if let Some(at) = overdue.and_then(|_| self.write_deadline()) {
                 if at <= now {
                     return Ended::Overdue;
+                }
+                next = next.min(at);
+            }
+            if let Some(at) = overdue.and_then(|t| self.stalled_at(t)) {
+                if at <= now {
+                    return Ended::Stalled;
                 }
                 next = next.min(at);
             }
@@ -238,62 +284,40 @@ impl Drop for Request {
     }
 }
 
-/// The connection's I/O with the write deadline of the responses being written: a write
-/// that cannot go on past it, or that makes no progress for `stall`, fails the connection.
-/// Reads are never timed here.
+/// The connection's I/O, telling its [`Activity`] when a write is refused and when one is
+/// accepted or flushed; [`Activity::watch`] ends a connection whose write stalls or whose
+/// response is late. Nothing here arms a timer (see the module's doc). Reads are never
+/// timed here.
 pub struct WriteDeadline<S> {
     inner: S,
     activity: Arc<Activity>,
-    stall: Duration,
-    /// Since when writes have been refused (none accepted since).
-    blocked_since: Option<Instant>,
-    timer: Pin<Box<Sleep>>,
+    /// Whether the last write was refused (then `activity` knows since when).
+    blocked: bool,
 }
 
 impl<S> WriteDeadline<S> {
-    pub fn new(inner: S, activity: Arc<Activity>, stall: Duration) -> WriteDeadline<S> {
+    pub fn new(inner: S, activity: Arc<Activity>) -> WriteDeadline<S> {
         WriteDeadline {
             inner,
             activity,
-            stall,
-            blocked_since: None,
-            timer: Box::pin(sleep(Duration::ZERO)),
+            blocked: false,
         }
     }
 
-    /// A pending write: an error once a deadline has passed, else wake up at it.
-    fn pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        let since = *self.blocked_since.get_or_insert_with(Instant::now);
-        let stalled = since + self.stall;
-        let deadline = match self.activity.write_deadline() {
-            Some(d) => d.min(stalled),
-            None => stalled,
-        };
-        if self.timer.deadline() != deadline {
-            self.timer.as_mut().reset(deadline);
-        }
-        match self.timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "writing to the client took longer than the write timeout",
-            )),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    /// What a write call answered: pending is timed, anything else is progress.
-    fn timed<T>(
-        &mut self,
-        cx: &mut Context<'_>,
-        polled: Poll<io::Result<T>>,
-    ) -> Poll<io::Result<T>> {
-        match polled {
-            Poll::Pending => self.pending(cx).map(Err),
-            ready => {
-                self.blocked_since = None;
-                ready
+    /// What a write call answered: pending starts a stall, anything else ends it.
+    fn timed<T>(&mut self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match (&polled, self.blocked) {
+            (Poll::Pending, false) => {
+                self.blocked = true;
+                self.activity.blocked();
             }
+            (Poll::Ready(_), true) => {
+                self.blocked = false;
+                self.activity.unblocked();
+            }
+            _ => {}
         }
+        polled
     }
 }
 
@@ -314,7 +338,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
-        self.timed(cx, polled)
+        self.timed(polled)
     }
 
     fn poll_write_vectored(
@@ -323,7 +347,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
-        self.timed(cx, polled)
+        self.timed(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -335,13 +359,56 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WriteDeadline<S> {
         if let Poll::Ready(Ok(())) = polled {
             self.activity.flushed();
         }
-        self.timed(cx, polled)
+        self.timed(polled)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         // A TLS close_notify is a write too.
         let polled = Pin::new(&mut self.inner).poll_shutdown(cx);
-        self.timed(cx, polled)
+        self.timed(polled)
+    }
+}
+
+/// The runtime the connections' watches sleep on: a thread of its own, with a timer driver
+/// and nothing else, ended (with the watches left on it) when this is dropped.
+pub struct Timers {
+    handle: tokio::runtime::Handle,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Timers {
+    pub fn start() -> io::Result<Timers> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()?;
+        let handle = rt.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("http-timers".into())
+            // A watch is a few hundred bytes of future; the runtime polls them in turn.
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _ = rt.block_on(stopped);
+            })?;
+        Ok(Timers {
+            handle,
+            _stop: stop,
+        })
+    }
+
+    /// Runs `fut` on the timers' thread.
+    pub fn spawn<F>(&self, fut: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(fut)
+    }
+
+    /// How many tasks sleep here.
+    #[cfg(test)]
+    pub(crate) fn tasks(&self) -> usize {
+        self.handle.metrics().num_alive_tasks()
     }
 }
 
@@ -350,24 +417,40 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// Writes `n` bytes to `io` on a task of its own; the task ends with the write.
+    fn writer<S: AsyncWrite + Unpin + Send + 'static>(
+        mut io: S,
+        n: usize,
+    ) -> tokio::task::JoinHandle<io::Result<()>> {
+        tokio::spawn(async move { io.write_all(&vec![0u8; n]).await })
+    }
+
+    /// Watches `activity` on a task of its own, with no idle timeout.
+    fn watching(activity: &Arc<Activity>, overdue: u64) -> tokio::task::JoinHandle<Ended> {
+        let a = activity.clone();
+        tokio::spawn(async move { a.watch(None, Some(Duration::from_secs(overdue))).await })
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_response_nobody_reads_fails_at_the_write_timeout() {
+    async fn a_response_nobody_reads_is_overdue_at_its_deadline() {
         let (server, _client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let io = WriteDeadline::new(server, activity.clone());
         let mut req = activity.request();
         let t0 = Instant::now();
         req.writing(Duration::from_secs(3));
-        let err = io.write_all(&[0u8; 1024]).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let write = writer(io, 1024);
+        assert_eq!(watching(&activity, 5).await.unwrap(), Ended::Overdue);
         assert_eq!(t0.elapsed(), Duration::from_secs(3));
+        assert!(!write.is_finished(), "the write still waits for the client");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_slow_handler_and_a_silent_reader_are_not_write_timeouts() {
         let (server, mut client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let watch = watching(&activity, 3);
+        let mut io = WriteDeadline::new(server, activity.clone());
         // A request whose handler runs for a minute: no deadline while it works, and reads
         // are never timed.
         let mut req = activity.request();
@@ -378,7 +461,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_secs(60)).await;
         client.write_all(b"x").await.unwrap();
-        let (mut io, byte) = read.await.unwrap();
+        let (io, byte) = read.await.unwrap();
         assert_eq!(byte.unwrap(), b'x');
         // Then the response goes out to a client that reads it.
         req.writing(Duration::from_secs(3));
@@ -386,25 +469,27 @@ mod tests {
             let mut got = vec![0u8; 4096];
             client.read_exact(&mut got).await.map(|_| got.len())
         });
-        io.write_all(&[1u8; 4096]).await.unwrap();
+        writer(io, 4096).await.unwrap().unwrap();
         assert_eq!(reader.await.unwrap().unwrap(), 4096);
         drop(req);
         assert!(activity.write_deadline().is_none());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!watch.is_finished(), "{:?}", watch.await);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_finished_body_keeps_its_deadline_until_the_bytes_are_flushed() {
         let (server, _client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let io = WriteDeadline::new(server, activity.clone());
         let mut req = activity.request();
         let t0 = Instant::now();
         req.writing(Duration::from_secs(3));
         // hyper took the last frame and dropped the body; the bytes are still to be written.
         req.body_done();
         drop(req);
-        let err = io.write_all(&[0u8; 1024]).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let _write = writer(io, 1024);
+        assert_eq!(watching(&activity, 5).await.unwrap(), Ended::Overdue);
         assert_eq!(t0.elapsed(), Duration::from_secs(3));
     }
 
@@ -412,7 +497,7 @@ mod tests {
     async fn a_completed_flush_retires_finished_responses_only() {
         let (server, mut client) = tokio::io::duplex(4096);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity.clone(), Duration::from_secs(3600));
+        let mut io = WriteDeadline::new(server, activity.clone());
         let mut done = activity.request();
         done.writing(Duration::from_secs(3));
         done.body_done();
@@ -454,14 +539,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_write_stalled_without_any_response_fails_after_the_stall_limit() {
+    async fn a_write_refused_without_any_response_stalls_after_the_write_timeout() {
         let (server, _client) = tokio::io::duplex(64);
         let activity = Arc::new(Activity::default());
-        let mut io = WriteDeadline::new(server, activity, Duration::from_secs(7));
         let t0 = Instant::now();
-        let err = io.write_all(&[0u8; 1024]).await.unwrap_err();
-        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let _write = writer(WriteDeadline::new(server, activity.clone()), 1024);
+        assert_eq!(watching(&activity, 7).await.unwrap(), Ended::Stalled);
         assert_eq!(t0.elapsed(), Duration::from_secs(7));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_counts_from_the_last_write_accepted() {
+        let (server, mut client) = tokio::io::duplex(64);
+        let activity = Arc::new(Activity::default());
+        let t0 = Instant::now();
+        let write = writer(WriteDeadline::new(server, activity.clone()), 1024);
+        let watch = watching(&activity, 7);
+        // The client takes a few bytes after 5 s, then no more.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let mut got = [0u8; 64];
+        client.read_exact(&mut got).await.unwrap();
+        tokio::task::yield_now().await;
+        assert_eq!(watch.await.unwrap(), Ended::Stalled);
+        assert_eq!(t0.elapsed(), Duration::from_secs(12));
+        assert!(!write.is_finished());
     }
 
     #[tokio::test(start_paused = true)]
