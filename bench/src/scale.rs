@@ -94,7 +94,7 @@ impl Running {
     fn url(&self) -> String {
         format!("http://127.0.0.1:{}/metrics", self.port)
     }
-    fn collections(&self) -> Result<f64, String> {
+    pub(crate) fn collections(&self) -> Result<f64, String> {
         let page = get(&self.url())?;
         Ok(crate::self_metric(
             &page,

@@ -93,6 +93,9 @@ pub struct Load {
     pub per_second: f64,
     /// 99th percentile of one request's latency (request written to response read), seconds.
     pub p99: f64,
+    /// Mean size of a response's body, bytes: a server sending more per request is slower
+    /// for that alone.
+    pub body_bytes: f64,
 }
 
 /// Requests per second and the latency of each request over `d` with `CONNECTIONS`
@@ -104,7 +107,7 @@ pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> Load {
         .map(|_| {
             let req = request(path, gzip);
             std::thread::spawn(move || {
-                let mut latencies = Vec::new();
+                let (mut latencies, mut bytes) = (Vec::new(), 0usize);
                 while Instant::now() < end {
                     let Ok(s) = TcpStream::connect(addr) else {
                         std::thread::sleep(Duration::from_millis(10));
@@ -118,27 +121,38 @@ pub fn rate(addr: SocketAddr, path: &str, gzip: bool, d: Duration) -> Load {
                     let mut r = BufReader::with_capacity(256 * 1024, s);
                     while Instant::now() < end {
                         let t = Instant::now();
-                        if w.write_all(req.as_bytes()).is_err() || read_response(&mut r).is_err() {
+                        if w.write_all(req.as_bytes()).is_err() {
                             break;
                         }
+                        let Ok((_, body)) = read_response(&mut r) else {
+                            break;
+                        };
                         latencies.push(t.elapsed().as_secs_f64());
+                        bytes += body.len();
                     }
                 }
-                latencies
+                (latencies, bytes)
             })
         })
         .collect();
-    let mut all: Vec<f64> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap_or_default())
-        .collect();
+    let (mut all, mut bytes) = (Vec::new(), 0usize);
+    for t in threads {
+        let (latencies, b) = t.join().unwrap_or_default();
+        all.extend(latencies);
+        bytes += b;
+    }
     let per_second = all.len() as f64 / start.elapsed().as_secs_f64();
+    let body_bytes = bytes as f64 / (all.len() as f64).max(1.0);
     all.sort_by(f64::total_cmp);
     let p99 = all
         .get(((all.len() as f64 - 1.0) * 0.99) as usize)
         .copied()
         .unwrap_or(f64::NAN);
-    Load { per_second, p99 }
+    Load {
+        per_second,
+        p99,
+        body_bytes,
+    }
 }
 
 /// A static server: every request gets `body` with `headers`. Runs until the process ends.
