@@ -29,40 +29,36 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep, Instant};
 
-/// A response's write deadline; once its body is done it lasts until the next completed
-/// flush of the connection.
-#[derive(Clone, Copy)]
-struct Deadline {
-    id: u64,
-    at: Instant,
-    body_done: bool,
-}
-
 /// One connection's requests in progress, since when it has had none, and the write
 /// deadlines of its responses. Nothing here wakes anybody: [`Activity::watch`] looks at it
 /// when a deadline it knows of comes, and at least once per timeout, which is soon enough
 /// for anything that began since (a deadline is always a full timeout away from its start).
-/// A request then costs a few atomics and one uncontended lock, never a timer.
+/// A request then costs a few atomics, never a lock or a timer. Times are nanoseconds
+/// after `born`, plus one, 0 standing for none: one word each, so that the connection's
+/// requests touch one small struct and the watch reads it from another thread as it is.
+///
+/// Write deadlines are HTTP/1's (an HTTP/2 stream keeps its own, `super::stream`), and
+/// HTTP/1 writes one response at a time: hyper reads the next request head only once the
+/// response before it has been handed its last frame. So one response is open at most,
+/// and every response done before it waits for the same flush.
 pub struct Activity {
     /// Requests received whose response body has not ended yet.
     in_flight: AtomicUsize,
-    /// When `in_flight` last fell to zero (or the connection began), in nanoseconds after
-    /// `born`.
+    /// When `in_flight` last fell to zero (none: since the connection began).
     quiet_since: AtomicU64,
     born: Instant,
-    /// Responses being written, oldest first.
-    writing: Mutex<Vec<Deadline>>,
-    /// How many of `writing` wait only for a flush: a flush looks here, not at the lock.
-    flushing: AtomicUsize,
-    next_id: AtomicU64,
-    /// Since when a write of the connection has been refused (none accepted since), in
-    /// nanoseconds after `born`, plus one; 0 while writes go on.
+    /// The deadline of the response being written.
+    open: AtomicU64,
+    /// The earliest deadline of the responses whose bodies are done and whose bytes wait
+    /// for the connection's next completed flush.
+    unflushed: AtomicU64,
+    /// Since when a write of the connection has been refused (none accepted since).
     blocked_since: AtomicU64,
     /// How many times an [`Activity::watch`] has been polled (were it polled for every
     /// request, its timer would be too: the tests count them).
@@ -75,9 +71,8 @@ impl Default for Activity {
             in_flight: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
             born: Instant::now(),
-            writing: Mutex::new(Vec::new()),
-            flushing: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            unflushed: AtomicU64::new(0),
             blocked_since: AtomicU64::new(0),
             polls: AtomicU64::new(0),
         }
@@ -113,37 +108,52 @@ impl Activity {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         Request {
             activity: self.clone(),
-            id: self.next_id.fetch_add(1, Ordering::Relaxed),
             writing: false,
             body_done: false,
         }
     }
 
-    fn writes(&self) -> std::sync::MutexGuard<'_, Vec<Deadline>> {
-        self.writing.lock().unwrap_or_else(|p| p.into_inner())
+    /// `at` as stored: nanoseconds after `born`, plus one.
+    fn stamp(&self, at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(self.born).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// A stored time as an instant; `None` for none.
+    fn instant(&self, stamp: u64) -> Option<Instant> {
+        stamp
+            .checked_sub(1)
+            .map(|ns| self.born + Duration::from_nanos(ns))
     }
 
     /// The earliest deadline of the responses being written.
     fn write_deadline(&self) -> Option<Instant> {
-        self.writes().iter().map(|d| d.at).min()
+        // Loaded in the order a finished response moves them (`Request::drop` sets
+        // `unflushed` before it clears `open`), so that its deadline is seen in one or the
+        // other.
+        let open = self.open.load(Ordering::Acquire);
+        let unflushed = self.unflushed.load(Ordering::Acquire);
+        let earliest = match (open, unflushed) {
+            (0, u) => u,
+            (o, 0) => o,
+            (o, u) => o.min(u),
+        };
+        self.instant(earliest)
     }
 
     /// The connection's I/O completed a flush: every response whose body was done before
     /// it has left the process.
     fn flushed(&self) {
-        if self.flushing.load(Ordering::Acquire) == 0 {
-            return;
+        if self.unflushed.load(Ordering::Acquire) != 0 {
+            self.unflushed.store(0, Ordering::Release);
         }
-        let mut writes = self.writes();
-        writes.retain(|d| !d.body_done);
-        self.flushing.store(0, Ordering::Release);
     }
 
     /// A write was refused after one that was not: the connection stalls from now unless
     /// one is accepted within the write timeout.
     fn blocked(&self) {
-        let since = u64::try_from(self.born.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        self.blocked_since.store(since + 1, Ordering::Release);
+        self.blocked_since
+            .store(self.stamp(Instant::now()), Ordering::Release);
     }
 
     /// A write was accepted (or a flush completed): no stall.
@@ -153,10 +163,8 @@ impl Activity {
 
     /// When the write refused since [`Activity::blocked`] becomes a stall.
     fn stalled_at(&self, stall: Duration) -> Option<Instant> {
-        match self.blocked_since.load(Ordering::Acquire) {
-            0 => None,
-            since => Some(self.born + Duration::from_nanos(since - 1) + stall),
-        }
+        self.instant(self.blocked_since.load(Ordering::Acquire))
+            .map(|since| since + stall)
     }
 
     /// How many times an [`Activity::watch`] has been polled so far.
@@ -167,7 +175,7 @@ impl Activity {
 
     /// Whether a response still has bytes to write (or to flush).
     pub fn writing(&self) -> bool {
-        !self.writes().is_empty()
+        self.write_deadline().is_some()
     }
 
     /// When the connection turns idle if no request comes: `None` while one is in progress.
@@ -175,8 +183,8 @@ impl Activity {
         if self.in_flight.load(Ordering::SeqCst) != 0 {
             return None;
         }
-        let quiet = Duration::from_nanos(self.quiet_since.load(Ordering::SeqCst));
-        Some(self.born + quiet + timeout)
+        let quiet = self.instant(self.quiet_since.load(Ordering::SeqCst));
+        Some(quiet.unwrap_or(self.born) + timeout)
     }
 
     /// Resolves once no request has been in progress for `idle` (when given), once a
@@ -231,7 +239,6 @@ impl Activity {
 /// A request in progress, from its head to the end of its response.
 pub struct Request {
     activity: Arc<Activity>,
-    id: u64,
     writing: bool,
     body_done: bool,
 }
@@ -242,14 +249,15 @@ impl Request {
         self.writing_until(Instant::now() + timeout);
     }
 
-    /// The response head is ready: its writing must be done by `at`.
+    /// The response head is ready: its writing must be done by `at`. Were another response
+    /// of the connection still open (HTTP/1 has none), the earlier deadline holds for both.
     pub fn writing_until(&mut self, at: Instant) {
-        let d = Deadline {
-            id: self.id,
-            at,
-            body_done: false,
+        let a = &self.activity;
+        let at = match a.open.load(Ordering::Acquire) {
+            0 => a.stamp(at),
+            open => open.min(a.stamp(at)),
         };
-        self.activity.writes().push(d);
+        a.open.store(at, Ordering::Release);
         self.writing = true;
     }
 
@@ -263,23 +271,25 @@ impl Request {
 
 impl Drop for Request {
     fn drop(&mut self) {
+        let a = &self.activity;
         if self.writing {
-            let mut writes = self.activity.writes();
-            if let Some(i) = writes.iter().position(|d| d.id == self.id) {
-                if self.body_done {
-                    writes[i].body_done = true;
-                    self.activity.flushing.fetch_add(1, Ordering::AcqRel);
-                } else {
-                    writes.remove(i);
-                }
+            let open = a.open.load(Ordering::Acquire);
+            if self.body_done && open != 0 {
+                // Its bytes wait for a flush: moved before `open` is cleared, so that the
+                // watch always sees the deadline in one of the two.
+                let earliest = match a.unflushed.load(Ordering::Acquire) {
+                    0 => open,
+                    u => u.min(open),
+                };
+                a.unflushed.store(earliest, Ordering::Release);
             }
+            a.open.store(0, Ordering::Release);
         }
         // Stored before the count falls: whoever sees no request in progress sees this
         // end too (were it stored after, an old quiet time could close the connection the
         // moment a long request ended).
-        let a = &self.activity;
-        let quiet = u64::try_from(a.born.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        a.quiet_since.fetch_max(quiet, Ordering::SeqCst);
+        a.quiet_since
+            .fetch_max(a.stamp(Instant::now()), Ordering::SeqCst);
         a.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -498,16 +508,23 @@ mod tests {
         let (server, mut client) = tokio::io::duplex(4096);
         let activity = Arc::new(Activity::default());
         let mut io = WriteDeadline::new(server, activity.clone());
+        // Given up (a failed body): nothing of it is left to write.
+        let mut given_up = activity.request();
+        given_up.writing(Duration::from_secs(1));
+        drop(given_up);
+        assert!(activity.write_deadline().is_none());
+        // Done, its bytes not yet flushed; then the next response opens (HTTP/1: one at a
+        // time), and the earlier deadline holds.
         let mut done = activity.request();
         done.writing(Duration::from_secs(3));
         done.body_done();
         drop(done);
         let mut open = activity.request();
         open.writing(Duration::from_secs(5));
-        // Given up (a reset stream): nothing of it is left to write.
-        let mut reset = activity.request();
-        reset.writing(Duration::from_secs(1));
-        drop(reset);
+        assert_eq!(
+            activity.write_deadline(),
+            Some(Instant::now() + Duration::from_secs(3))
+        );
         io.write_all(b"tail").await.unwrap();
         io.flush().await.unwrap();
         let mut got = [0u8; 4];
@@ -518,6 +535,7 @@ mod tests {
         );
         drop(open);
         assert!(activity.write_deadline().is_none());
+        assert!(!activity.writing());
     }
 
     #[tokio::test(start_paused = true)]
