@@ -673,16 +673,21 @@ mod tests {
         assert_eq!(frame(&mut empty), None);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn requests_do_not_wake_the_connection_watch() {
-        let opts = Options {
+    /// `/metrics` served with a minute for each timeout: none is due in a test.
+    fn minute_timeouts() -> Options {
+        Options {
             telemetry_path: "/metrics".into(),
             max_concurrent_scrapes: 4,
             read_timeout: Duration::from_secs(60),
             write_timeout: Duration::from_secs(60),
             pprof: false,
             openmetrics: false,
-        };
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn requests_do_not_wake_the_connection_watch() {
+        let opts = minute_timeouts();
         let ctx = ctx(&opts);
         let (server, client) = tokio::io::duplex(1 << 20);
         let activity = Arc::new(Activity::default());
@@ -714,14 +719,7 @@ mod tests {
     async fn a_connections_watch_sleeps_off_the_serving_runtime() {
         // A timer on the serving runtime, even one that never fires, costs every worker a
         // clock read and a look through the wheel each time it parks.
-        let opts = Options {
-            telemetry_path: "/metrics".into(),
-            max_concurrent_scrapes: 4,
-            read_timeout: Duration::from_secs(60),
-            write_timeout: Duration::from_secs(60),
-            pprof: false,
-            openmetrics: false,
-        };
+        let opts = minute_timeouts();
         let ctx = Arc::new(ctx(&opts));
         let serving = tokio::runtime::Handle::current().metrics();
         let before = serving.num_alive_tasks();
