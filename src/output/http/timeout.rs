@@ -19,8 +19,8 @@
 //!   no response is being written (hyper's own replies, HTTP/2 control frames): nothing
 //!   the server writes may wait on a client for longer ([`Ended::Stalled`]).
 //!
-//! Per request this costs a few atomics and one uncontended lock: no timer is armed, no
-//! task woken (`bench serving` compares it with a server that only sends the bytes). The
+//! Per request this costs a few atomics: no lock is taken, no timer armed, no task woken
+//! (`bench serving` compares it with a server that only sends the bytes). The
 //! watches sleep on a runtime of their own ([`Timers`]): a timer armed on the serving
 //! runtime, even one that never fires, makes each of its workers read the clock and look
 //! through the timer wheel every time it parks, that is for about every request.
