@@ -133,12 +133,7 @@ impl Activity {
         // other.
         let open = self.open.load(Ordering::Acquire);
         let unflushed = self.unflushed.load(Ordering::Acquire);
-        let earliest = match (open, unflushed) {
-            (0, u) => u,
-            (o, 0) => o,
-            (o, u) => o.min(u),
-        };
-        self.instant(earliest)
+        self.instant(earliest(open, unflushed))
     }
 
     /// The connection's I/O completed a flush: every response whose body was done before
@@ -236,6 +231,14 @@ impl Activity {
     }
 }
 
+/// The earlier of two stored times, 0 (none) giving way to any other.
+fn earliest(a: u64, b: u64) -> u64 {
+    match (a, b) {
+        (0, t) | (t, 0) => t,
+        (a, b) => a.min(b),
+    }
+}
+
 /// A request in progress, from its head to the end of its response.
 pub struct Request {
     activity: Arc<Activity>,
@@ -253,10 +256,7 @@ impl Request {
     /// of the connection still open (HTTP/1 has none), the earlier deadline holds for both.
     pub fn writing_until(&mut self, at: Instant) {
         let a = &self.activity;
-        let at = match a.open.load(Ordering::Acquire) {
-            0 => a.stamp(at),
-            open => open.min(a.stamp(at)),
-        };
+        let at = earliest(a.open.load(Ordering::Acquire), a.stamp(at));
         a.open.store(at, Ordering::Release);
         self.writing = true;
     }
@@ -277,11 +277,8 @@ impl Drop for Request {
             if self.body_done && open != 0 {
                 // Its bytes wait for a flush: moved before `open` is cleared, so that the
                 // watch always sees the deadline in one of the two.
-                let earliest = match a.unflushed.load(Ordering::Acquire) {
-                    0 => open,
-                    u => u.min(open),
-                };
-                a.unflushed.store(earliest, Ordering::Release);
+                let unflushed = earliest(a.unflushed.load(Ordering::Acquire), open);
+                a.unflushed.store(unflushed, Ordering::Release);
             }
             a.open.store(0, Ordering::Release);
         }
