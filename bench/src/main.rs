@@ -42,9 +42,10 @@
 //! and RSS of 8 GPUs x 16 pods x 4 processes with per-pod series and `--usage-accounting`
 //! against the same node without (`usage.rs`).
 //!
-//! `cargo run --release -p bench -- serving [--builds before=DIR,after=DIR]` measures the
-//! serving path of each build against a static server with the same bytes, interleaved
-//! over `--rounds` (`serving.rs`).
+//! `cargo run --release -p bench -- serving [--builds before=DIR,after=DIR] [--pin CPUS]`
+//! measures the serving path of each build against a static server with the same bytes,
+//! interleaved over `--rounds`, pooled with a 95 % interval (`serving.rs`); `--pin` keeps
+//! the servers on CPUS and the clients on the others (`pin.rs`).
 //!
 //! `--real DIR --gpus N` runs the same measurements against NVIDIA's real libdcgm.so.4 (an
 //! unpacked DCGM 4.6 kit, see ../shared/dcgm-real) embedded, over N injected idle H100s
@@ -65,6 +66,7 @@ mod lowcard;
 mod memory;
 mod otlp;
 mod perfcount;
+mod pin;
 mod scale;
 mod serving;
 mod throughput;

@@ -16,12 +16,21 @@
 //! (`perf stat`, where perf runs; more events with `BENCH_PERF_EVENTS=ev1,ev2`) and the CPU
 //! time split into user and system (`/proc/.../stat`), which tell where a gap lies.
 //!
+//! Before the rounds, every server gets one phase of the same load unmeasured: by hand
+//! here, the first phase after the idle start-up ran 18-30 % below the phases after it.
+//! Each ratio is reported three ways: the median of the rounds' ratios, the ratio of the
+//! rates summed over the rounds ("pooled", which weighs a slow round as the clients saw it),
+//! and a 95 % interval for the pooled ratio from resampling the rounds: a ratio whose
+//! interval holds 1.0 is one this run cannot tell from 1.0.
+//!
 //! `cargo run --release -p bench -- serving --builds before=DIR,after=DIR [--rounds 3]
 //! [--phase-seconds 3] [--gzip off|on|both] [--profile etc/sim/large-bench.toml]
-//! [--collectors bench/bench-counters.csv]`
+//! [--collectors bench/bench-counters.csv] [--pin CPUS]`
 //!
-//! Without `--builds`, the workspace's release build is made and measured alone.
+//! Without `--builds`, the workspace's release build is made and measured alone. `--pin`
+//! keeps the servers on CPUS and the clients on the others (`pin.rs`).
 
+use crate::pin::Pinning;
 use crate::scale::{self, Build};
 use crate::{arg, perfcount, throughput};
 use std::net::SocketAddr;
@@ -111,6 +120,60 @@ fn settle(running: &[scale::Running]) -> Result<(), String> {
     Ok(())
 }
 
+/// `stat` of every round, and the 2.5th and 97.5th percentiles of `stat` over 2000
+/// resamplings of the `n` rounds (indices drawn with replacement: a round's measurements
+/// stay together). A fixed seed: the same rounds give the same interval.
+fn resampled(n: usize, stat: impl Fn(&mut dyn Iterator<Item = usize>) -> f64) -> (f64, f64, f64) {
+    let whole = stat(&mut (0..n));
+    if n < 2 {
+        return (whole, f64::NAN, f64::NAN);
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        // xorshift64*: enough to draw indices.
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        (seed.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    };
+    let mut draws: Vec<f64> = (0..2000)
+        .map(|_| {
+            let picks: Vec<usize> = (0..n).map(|_| next()).collect();
+            stat(&mut picks.into_iter())
+        })
+        .collect();
+    draws.sort_by(f64::total_cmp);
+    (whole, draws[50], draws[1949])
+}
+
+/// Σ ours / Σ static over the rounds, with [`resampled`]'s interval.
+fn pooled(rounds: &[(f64, f64)]) -> (f64, f64, f64) {
+    resampled(rounds.len(), |picks| {
+        let (o, s) = picks.fold((0.0, 0.0), |(a, b), i| (a + rounds[i].0, b + rounds[i].1));
+        o / s.max(1e-9)
+    })
+}
+
+/// One server's phase: (CPU µs per request, requests per second).
+type Spent = (f64, f64);
+
+/// CPU time per request, pooled: (Σ time / Σ requests) of ours over the same of the static
+/// server. `rounds` holds (ours, static) per round; a phase's requests are its rate times
+/// the phase length, the same for every phase.
+fn pooled_cpu(rounds: &[(Spent, Spent)]) -> (f64, f64, f64) {
+    resampled(rounds.len(), |picks| {
+        let mut sum = [0.0f64; 4];
+        for i in picks {
+            let ((oc, or), (fc, fr)) = rounds[i];
+            sum[0] += oc * or;
+            sum[1] += or;
+            sum[2] += fc * fr;
+            sum[3] += fr;
+        }
+        (sum[0] / sum[1].max(1e-9)) / (sum[2] / sum[3].max(1e-9)).max(1e-9)
+    })
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
@@ -134,10 +197,20 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         "on" => &[true],
         other => return Err(format!("--gzip {other:?}: off, on or both")),
     };
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let pin = match arg("--pin", "").as_str() {
+        "" => None,
+        cpus => Some(Pinning::new(cpus)?),
+    };
     let running = builds
         .iter()
         .map(|b| scale::start(b, &profile, &csv, 1000, "serving"))
         .collect::<Result<Vec<_>, String>>()?;
+    if let Some(pin) = &pin {
+        running
+            .iter()
+            .try_for_each(|r| pin.server_process(r.pid()))?;
+    }
     settle(&running)?;
     let mut pairs = Vec::new();
     let mut apart_servers = Vec::new();
@@ -149,6 +222,9 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             let apart_pid = server.0.id();
             apart_servers.push(server);
             let fixed = throughput::static_server(headers, body)?;
+            if let Some(pin) = &pin {
+                pin.server_process(apart_pid)?;
+            }
             pairs.push(Pair {
                 build: i,
                 gzip,
@@ -161,12 +237,26 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             });
         }
     }
+    if let Some(pin) = &pin {
+        pin.server_threads(&perfcount::threads_named(throughput::STATIC_THREADS))?;
+        pin.clients()?;
+    }
     println!(
-        "serving: {} at 64 keep-alive connections, {:.1} s per phase, {rounds} rounds, {} cores",
+        "serving: {} at 64 keep-alive connections, {:.1} s per phase, {rounds} rounds, {} cores{}",
         profile.display(),
         phase.as_secs_f64(),
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        cores,
+        match &pin {
+            Some(p) => format!(", servers on CPUs {}, clients on {}", p.server, p.clients),
+            None => ", unpinned".into(),
+        }
     );
+    // One phase each, unmeasured (see the module's doc).
+    for p in &pairs {
+        for addr in [p.ours, p.fixed, p.apart] {
+            throughput::rate(addr, "/metrics", p.gzip, phase);
+        }
+    }
     for round in 0..rounds {
         let n = pairs.len();
         for k in 0..n {
@@ -267,6 +357,43 @@ fn report_versus(builds: &[Build], pairs: &[Pair], y: Yardstick) {
     }
     println!("(medians over the rounds; CPU: the server's own time per request, the exporter's");
     println!(" process with its collections, the static server's; lower is better)");
+    println!("pooled over the rounds (summed rates; CPU: summed time over summed requests), 95 % interval from resampling the rounds:");
+    for p in pairs {
+        let rates: Vec<(f64, f64)> = p
+            .rounds
+            .iter()
+            .map(|r| versus(r, y))
+            .map(|(o, f)| (o.load.per_second, f.load.per_second))
+            .collect();
+        let cpu: Vec<(Spent, Spent)> = p
+            .rounds
+            .iter()
+            .map(|r| versus(r, y))
+            .map(|(o, f)| ((o.cpu_us, o.load.per_second), (f.cpu_us, f.load.per_second)))
+            .collect();
+        let (r, r_lo, r_hi) = pooled(&rates);
+        let (c, c_lo, c_hi) = pooled_cpu(&cpu);
+        let per = |side: fn(&(Spent, Spent)) -> Spent| {
+            let (t, n) = cpu
+                .iter()
+                .map(side)
+                .fold((0.0, 0.0), |(t, n), (c, r)| (t + c * r, n + r));
+            t / n.max(1e-9)
+        };
+        let (co, cf) = (per(|x| x.0), per(|x| x.1));
+        println!(
+            "  {:<10} gzip {:<3} req/s ours / static {r:.3} [{r_lo:.3}, {r_hi:.3}]{}   CPU µs/req {co:.1} / {cf:.1} = {c:.3} [{c_lo:.3}, {c_hi:.3}]",
+            builds[p.build].name,
+            if p.gzip { "on" } else { "off" },
+            if r_lo > 1.0 {
+                " (above 1.0)"
+            } else if r_hi < 1.0 {
+                " (below 1.0)"
+            } else {
+                " (holds 1.0)"
+            },
+        );
+    }
     counts(builds, pairs, y);
     println!("p99 latency ours / static, median of the rounds:");
     for p in pairs {
@@ -328,5 +455,36 @@ fn counts(builds: &[Build], pairs: &[Pair], y: Yardstick) {
                 of(&|(_, f)| extra(f))
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pooled_ratio_weighs_rounds_by_their_rates_and_its_interval_holds_it() {
+        // A slow round (both servers at half speed) counts half as much as a fast one.
+        let rounds = [(100.0, 100.0), (50.0, 40.0), (100.0, 100.0), (100.0, 100.0)];
+        let (r, lo, hi) = pooled(&rounds);
+        assert!((r - 350.0 / 340.0).abs() < 1e-12);
+        assert!(lo <= r && r <= hi, "{lo} {r} {hi}");
+        assert!(lo >= 1.0 && hi <= 50.0 / 40.0, "{lo} {hi}");
+        // The same rounds, the same interval.
+        assert_eq!(pooled(&rounds), (r, lo, hi));
+        // Every round equal: no spread.
+        let (r, lo, hi) = pooled(&[(2.0, 1.0); 5]);
+        assert_eq!((r, lo, hi), (2.0, 2.0, 2.0));
+        // One round has no interval.
+        assert!(pooled(&[(1.0, 1.0)]).1.is_nan());
+        // CPU per request: 2 µs at 100 req/s and 4 µs at 50 against 2 µs throughout is
+        // (200 + 200) / 150 µs against 2 µs.
+        let cpu = [((2.0, 100.0), (2.0, 100.0)), ((4.0, 50.0), (2.0, 50.0))];
+        let (c, lo, hi) = pooled_cpu(&cpu);
+        assert!((c - (400.0 / 150.0) / 2.0).abs() < 1e-12, "{c}");
+        assert!(
+            lo <= c && c <= hi && lo >= 1.0 && hi <= 2.0,
+            "{lo} {c} {hi}"
+        );
     }
 }
