@@ -1325,3 +1325,80 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
         .iter()
         .all(|l| l.contains("GPU_I_ID=") && l.ends_with(" 1000")));
 }
+
+/// A reload rebuilds the collector (the NVML backend's with a new event set) and the XID
+/// seen before it stays the latest value, as DCGM's cache keeps it through a rebuild of
+/// the watches: on both backends the XID is served on every scrape over five collections
+/// after the reload, with the reloaded counters in place.
+#[test]
+fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n",
+    )
+    .unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(&["-f", csv.to_str().unwrap(), "-c", "200"]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    wait_for_page(&dcgm);
+    wait_for_page(&nvml);
+    control(&ctl, "xid 1 48");
+    let xid = |p: &[Sample]| {
+        series(p, "DCGM_FI_DEV_XID_ERRORS")
+            .iter()
+            .find(|s| s.label("gpu") == Some("1"))
+            .map(|s| s.value)
+    };
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
+        assert_eq!(xid(&p), Some(48.0), "{}", e.stderr());
+    }
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\nDCGM_FI_DEV_POWER_USAGE, gauge, p\n",
+    )
+    .unwrap();
+    let collections = |p: &[Sample]| {
+        series(p, "dcgm_exporter_collections_total")
+            .iter()
+            .find(|s| s.label("result") == Some("success"))
+            .map_or(0.0, |s| s.value)
+    };
+    for e in [&dcgm, &nvml] {
+        std::process::Command::new("kill")
+            .args(["-HUP", &e.child.id().to_string()])
+            .status()
+            .unwrap();
+        let p = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_POWER_USAGE").len() == 2);
+        assert_eq!(
+            series(&p, "DCGM_FI_DEV_POWER_USAGE").len(),
+            2,
+            "{}",
+            e.stderr()
+        );
+        let since = collections(&p);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let p = e.scrape();
+            assert_eq!(xid(&p), Some(48.0), "after the reload: {}", dump(&p));
+            if collections(&p) >= since + 5.0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{}", e.stderr());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}

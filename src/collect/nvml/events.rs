@@ -80,6 +80,40 @@ impl Xids {
     pub fn last(&self, e: Entity) -> Option<i64> {
         self.last.get(&e).copied()
     }
+
+    /// The latest XIDs, the events still queued read in first, for the collector that
+    /// replaces this one: DCGM's cache keeps an entity's latest XID through a rebuild of
+    /// the watches (a reload, a MIG change), while a new event set starts empty and would
+    /// withdraw every XID series until the GPU raised another.
+    pub fn hand_over(mut self, topology: &Topology) -> HashMap<Entity, i64> {
+        self.read(topology);
+        self.last
+    }
+
+    /// Takes over the XIDs a replaced collector saw ([`Xids::hand_over`]) for the
+    /// entities `topology` still has; a GPU instance destroyed since loses its XID, as in
+    /// DCGM. What this set has read already is newer and stays.
+    pub fn carry(&mut self, before: HashMap<Entity, i64>, topology: &Topology) {
+        carry_into(&mut self.last, before, topology);
+    }
+}
+
+fn carry_into(last: &mut HashMap<Entity, i64>, before: HashMap<Entity, i64>, topology: &Topology) {
+    for (e, xid) in before {
+        if still_there(e, topology) {
+            last.entry(e).or_insert(xid);
+        }
+    }
+}
+
+/// Whether `topology` has entity `e` (a GPU, lost or not, or a GPU instance).
+fn still_there(e: Entity, topology: &Topology) -> bool {
+    match e.group {
+        EntityGroup::Gpu => {
+            topology.gpus.iter().any(|g| g.id == e.id) || topology.lost_gpus.contains(&e.id)
+        }
+        _ => topology.instances.iter().any(|i| i.entity == e),
+    }
 }
 
 /// The entity DCGM stores an XID event on; `None` where it drops it or stores it on a
@@ -104,7 +138,7 @@ fn entity_of(x: &Xid, topology: &Topology) -> Option<Entity> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::collect::topology::Instance;
+    use crate::collect::topology::{Gpu, Instance};
 
     fn xid(gpu: u32, gi: Option<u32>, ci: Option<u32>) -> Xid {
         Xid {
@@ -143,5 +177,45 @@ mod tests {
         // An instance DCGM does not know, and compute instances: no exported series.
         assert_eq!(entity_of(&xid(1, Some(3), None), &topology), None);
         assert_eq!(entity_of(&xid(1, Some(7), Some(0)), &topology), None);
+    }
+
+    #[test]
+    fn a_rebuilt_collector_keeps_the_xids_of_what_is_still_there() {
+        let (kept, gone) = (
+            Entity::new(EntityGroup::GpuInstance, 16 + 7),
+            Entity::new(EntityGroup::GpuInstance, 16 + 3),
+        );
+        let topology = Topology {
+            gpus: vec![Gpu {
+                id: 1,
+                uuid: "GPU-1".into(),
+                pci_bus_id: String::new(),
+                model: String::new(),
+            }],
+            lost_gpus: vec![2],
+            instances: vec![Instance {
+                entity: kept,
+                gpu: 1,
+                gpu_instance: kept.id,
+                nvml_instance_id: 7,
+                compute_instance: None,
+                profile: String::new(),
+            }],
+            ..Topology::default()
+        };
+        let before: HashMap<Entity, i64> = [
+            (Entity::gpu(1), 48),
+            (Entity::gpu(2), 79),
+            (Entity::gpu(5), 13),
+            (kept, 43),
+            (gone, 31),
+        ]
+        .into();
+        // GPU 1's XID read since the rebuild is newer than the one handed over.
+        let mut last: HashMap<Entity, i64> = [(Entity::gpu(1), 63)].into();
+        carry_into(&mut last, before, &topology);
+        let expected: HashMap<Entity, i64> =
+            [(Entity::gpu(1), 63), (Entity::gpu(2), 79), (kept, 43)].into();
+        assert_eq!(last, expected);
     }
 }

@@ -155,6 +155,16 @@ impl NvmlCollector {
         &self.topology
     }
 
+    /// Takes over the latest XIDs of `old`, the collector this one replaces (a reload, a
+    /// MIG change): they stay the latest values, as DCGM's cache keeps them through a
+    /// rebuild of its watches (`events::Xids::hand_over`).
+    pub fn replacing(&mut self, mut old: NvmlCollector) {
+        let (Some(new), Some(before)) = (self.xids.as_mut(), old.xids.take()) else {
+            return;
+        };
+        new.carry(before.hand_over(&old.topology), &self.topology);
+    }
+
     pub fn unmatched(&self) -> &[String] {
         &self.unmatched
     }

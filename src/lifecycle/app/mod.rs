@@ -277,8 +277,12 @@ impl Runner {
         };
         let settings = self.settings.clone();
         let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
-            d.nvml =
-                Some(NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?);
+            let mut new =
+                NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?;
+            if let Some(old) = d.nvml.take() {
+                new.replacing(old);
+            }
+            d.nvml = Some(new);
             Ok(())
         });
         built.unwrap_or_else(|e| Err(job_failure(e)))
