@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use stream::StreamExec;
-use timeout::{Activity, Ended, Timers, WriteDeadline};
+use timeout::{Activity, Ended, Timers, Told, WriteDeadline};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -343,12 +343,12 @@ async fn drive<C: Graceful>(
         conn.as_mut().graceful_shutdown();
     }
     let grace = ctx.opts.write_timeout;
-    let (mut told, _watcher) = watcher(ctx, activity.clone(), stop);
+    let _watcher = watcher(ctx, activity.clone(), stop);
     let result = tokio::select! {
         biased;
         r = conn.as_mut() => r.map_err(Into::into),
-        why = &mut told => match why {
-            Ok(Why::Ended(Ended::Idle)) => {
+        why = activity.told() => match why {
+            Told::Ended(Ended::Idle) => {
                 conn.as_mut().graceful_shutdown();
                 // With nothing left to write, what can hold an idle HTTP/1 connection open
                 // is a request head that never ends: the read timeout again at most.
@@ -359,9 +359,9 @@ async fn drive<C: Graceful>(
                 };
                 closing(conn, &activity, grace).await
             }
-            Ok(Why::Ended(ended)) => Err(ended.reason().into()),
+            Told::Ended(ended) => Err(ended.reason().into()),
             // The server stops (or the runtime does, taking the watcher with it).
-            Ok(Why::Stop) | Err(_) => {
+            Told::Stop => {
                 conn.as_mut().graceful_shutdown();
                 closing(conn, &activity, grace).await
             }
@@ -370,12 +370,6 @@ async fn drive<C: Graceful>(
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
     }
-}
-
-/// Why a connection's watcher tells it to end.
-enum Why {
-    Stop,
-    Ended(Ended),
 }
 
 /// The task of [`watcher`], ended with its connection.
@@ -387,29 +381,36 @@ impl Drop for Watcher {
     }
 }
 
+/// Tells its connection to stop when dropped untold: the watch's runtime ended, taking
+/// the watch with it.
+struct StopUntold(Arc<Activity>);
+
+impl Drop for StopUntold {
+    fn drop(&mut self) {
+        self.0.tell(Told::Stop);
+    }
+}
+
 /// Watches a connection's idle and write deadlines and the server's stop on a task of its
-/// own, which wakes only for its timer or the stop. Selected beside the connection, they
-/// would be polled at every wake-up of the connection, that is for every request:
+/// own, which wakes only for its timer or the stop, and tells the connection through its
+/// [`Activity`] ([`Activity::tell`]). Selected beside the connection, they would be polled
+/// at every wake-up of the connection, that is for every request:
 /// `watch::Receiver::changed` takes a lock that all connections share each time it is
-/// polled, and the deadlines read the clock and reset a timer. The connection looks at a
-/// oneshot instead (an atomic load). The task runs on the timers' thread, so that no timer
+/// polled, and the deadlines read the clock and reset a timer. The connection looks at one
+/// word of its `Activity` instead. The task runs on the timers' thread, so that no timer
 /// of a watch is ever armed on the serving runtime (see [`timeout`]).
-fn watcher(
-    ctx: &Ctx,
-    activity: Arc<Activity>,
-    mut stop: watch::Receiver<bool>,
-) -> (tokio::sync::oneshot::Receiver<Why>, Watcher) {
-    let (tx, rx) = tokio::sync::oneshot::channel();
+fn watcher(ctx: &Ctx, activity: Arc<Activity>, mut stop: watch::Receiver<bool>) -> Watcher {
     let (idle, overdue) = (ctx.opts.read_timeout, ctx.opts.write_timeout);
     let task = ctx.timers.spawn(async move {
+        let untold = StopUntold(activity);
         let why = tokio::select! {
             biased;
-            _ = stop.changed() => Why::Stop,
-            ended = activity.watch(Some(idle), Some(overdue)) => Why::Ended(ended),
+            _ = stop.changed() => Told::Stop,
+            ended = untold.0.watch(Some(idle), Some(overdue)) => Told::Ended(ended),
         };
-        let _ = tx.send(why);
+        untold.0.tell(why);
     });
-    (rx, Watcher(task.abort_handle()))
+    Watcher(task.abort_handle())
 }
 
 /// The end of a connection told to close: what it still writes keeps its deadlines, and the
@@ -713,6 +714,28 @@ mod tests {
         );
         drop((r, w));
         conn.await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_watch_tells_its_connection_the_servers_stop_or_its_own_end() {
+        let ctx = ctx(&minute_timeouts());
+        let told = |a: Arc<Activity>| async move {
+            tokio::time::timeout(Duration::from_secs(10), a.told())
+                .await
+                .ok()
+        };
+        // The server stops.
+        let activity = Arc::new(Activity::default());
+        let (stop_tx, stop) = watch::channel(false);
+        let _watcher = watcher(&ctx, activity.clone(), stop);
+        stop_tx.send(true).unwrap();
+        assert_eq!(told(activity).await, Some(Told::Stop));
+        // The timers' runtime ends, taking the watch with it.
+        let activity = Arc::new(Activity::default());
+        let (_stop_tx, stop) = watch::channel(false);
+        let _watcher = watcher(&ctx, activity.clone(), stop);
+        drop(ctx);
+        assert_eq!(told(activity).await, Some(Told::Stop));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
