@@ -1081,19 +1081,20 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
     compare(0.625);
 }
 
-/// An XID stays the latest value for good, but not on a GPU that fell off the bus: both
-/// backends stop serving it while the GPU's polled values fail, and serve it again once
-/// the GPU answers.
-#[test]
-fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
-    let dir = tempfile::tempdir().unwrap();
-    let profile = two_gpu_profile(dir.path());
-    let ctl = dir.path().join("control");
+/// Both backends with `flags` on the two-GPU node, its control file beside, once both
+/// serve XID 48 on GPU 1.
+fn xid_48_on_gpu_1(
+    dir: &std::path::Path,
+    flags: &[&str],
+) -> (Exporter, Exporter, std::path::PathBuf) {
+    let profile = two_gpu_profile(dir);
+    let ctl = dir.join("control");
     std::fs::write(&ctl, "").unwrap();
     let start = |nvml: bool| {
         let mut b = exporter()
             .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap());
+            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .args(flags);
         if nvml {
             b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
         }
@@ -1103,16 +1104,29 @@ fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
     wait_for_page(&dcgm);
     wait_for_page(&nvml);
     control(&ctl, "xid 1 48");
-    let xid = |p: &[Sample]| {
-        series(p, "DCGM_FI_DEV_XID_ERRORS")
-            .iter()
-            .find(|s| s.label("gpu") == Some("1"))
-            .map(|s| s.value)
-    };
     for e in [&dcgm, &nvml] {
-        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
-        assert_eq!(xid(&p), Some(48.0), "{}", e.stderr());
+        let p = e.scrape_until(30, |p| gpu_1_xid(p) == Some(48.0));
+        assert_eq!(gpu_1_xid(&p), Some(48.0), "{}", e.stderr());
     }
+    (dcgm, nvml, ctl)
+}
+
+/// GPU 1's DCGM_FI_DEV_XID_ERRORS.
+fn gpu_1_xid(p: &[Sample]) -> Option<f64> {
+    series(p, "DCGM_FI_DEV_XID_ERRORS")
+        .iter()
+        .find(|s| s.label("gpu") == Some("1"))
+        .map(|s| s.value)
+}
+
+/// An XID stays the latest value for good, but not on a GPU that fell off the bus: both
+/// backends stop serving it while the GPU's polled values fail, and serve it again once
+/// the GPU answers.
+#[test]
+fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (dcgm, nvml, ctl) = xid_48_on_gpu_1(dir.path(), &[]);
+    let xid = gpu_1_xid;
     control(&ctl, "gpu_lost 1");
     for e in [&dcgm, &nvml] {
         let p = e.scrape_until(30, |p| xid(p).is_none());
@@ -1333,39 +1347,15 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
 #[test]
 fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
-    let profile = two_gpu_profile(dir.path());
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
     let csv = dir.path().join("counters.csv");
     std::fs::write(
         &csv,
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n",
     )
     .unwrap();
-    let start = |nvml: bool| {
-        let mut b = exporter()
-            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-            .args(&["-f", csv.to_str().unwrap(), "-c", "200"]);
-        if nvml {
-            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
-        }
-        b.start()
-    };
-    let (dcgm, nvml) = (start(false), start(true));
-    wait_for_page(&dcgm);
-    wait_for_page(&nvml);
-    control(&ctl, "xid 1 48");
-    let xid = |p: &[Sample]| {
-        series(p, "DCGM_FI_DEV_XID_ERRORS")
-            .iter()
-            .find(|s| s.label("gpu") == Some("1"))
-            .map(|s| s.value)
-    };
-    for e in [&dcgm, &nvml] {
-        let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
-        assert_eq!(xid(&p), Some(48.0), "{}", e.stderr());
-    }
+    let (dcgm, nvml, _ctl) =
+        xid_48_on_gpu_1(dir.path(), &["-f", csv.to_str().unwrap(), "-c", "200"]);
+    let xid = gpu_1_xid;
     std::fs::write(
         &csv,
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\nDCGM_FI_DEV_POWER_USAGE, gauge, p\n",
