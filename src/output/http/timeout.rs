@@ -63,9 +63,9 @@ pub struct Activity {
     /// How many times an [`Activity::watch`] has been polled (were it polled for every
     /// request, its timer would be too: the tests count them).
     polls: AtomicU64,
-    /// What the connection's watch told it ([`Told::code`]), 0 for nothing yet. Beside
-    /// the request counts, on a line the connection's requests touch anyway: the
-    /// connection looks here at every wake of its task.
+    /// What the connection's watch told it ([`Told::code`]), 0 for nothing yet. In the
+    /// block every request of the connection touches anyway, not an allocation of its own:
+    /// the connection looks here at every wake of its task.
     told: AtomicU8,
     /// The connection's task, left by [`Activity::told`]'s first poll, woken once by
     /// [`Activity::tell`].
