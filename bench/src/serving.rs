@@ -157,20 +157,27 @@ fn pooled(rounds: &[(f64, f64)]) -> (f64, f64, f64) {
 /// One server's phase: (CPU µs per request, requests per second).
 type Spent = (f64, f64);
 
-/// CPU time per request, pooled: (Σ time / Σ requests) of ours over the same of the static
-/// server. `rounds` holds (ours, static) per round; a phase's requests are its rate times
-/// the phase length, the same for every phase.
+/// One side's CPU time per request over the rounds `picks`: Σ time / Σ requests (a phase's
+/// requests are its rate times the phase length, the same for every phase).
+fn per_request(
+    rounds: &[(Spent, Spent)],
+    picks: impl Iterator<Item = usize>,
+    side: fn(&(Spent, Spent)) -> Spent,
+) -> f64 {
+    let (t, n) = picks
+        .map(|i| side(&rounds[i]))
+        .fold((0.0, 0.0), |(t, n), (c, r)| (t + c * r, n + r));
+    t / n.max(1e-9)
+}
+
+/// CPU time per request, pooled ([`per_request`]), of ours over the static server's;
+/// `rounds` holds (ours, static) per round.
 fn pooled_cpu(rounds: &[(Spent, Spent)]) -> (f64, f64, f64) {
     resampled(rounds.len(), |picks| {
-        let mut sum = [0.0f64; 4];
-        for i in picks {
-            let ((oc, or), (fc, fr)) = rounds[i];
-            sum[0] += oc * or;
-            sum[1] += or;
-            sum[2] += fc * fr;
-            sum[3] += fr;
-        }
-        (sum[0] / sum[1].max(1e-9)) / (sum[2] / sum[3].max(1e-9)).max(1e-9)
+        let picks: Vec<usize> = picks.collect();
+        let ours = per_request(rounds, picks.iter().copied(), |x| x.0);
+        let theirs = per_request(rounds, picks.iter().copied(), |x| x.1);
+        ours / theirs.max(1e-9)
     })
 }
 
@@ -359,28 +366,19 @@ fn report_versus(builds: &[Build], pairs: &[Pair], y: Yardstick) {
     println!(" process with its collections, the static server's; lower is better)");
     println!("pooled over the rounds (summed rates; CPU: summed time over summed requests), 95 % interval from resampling the rounds:");
     for p in pairs {
-        let rates: Vec<(f64, f64)> = p
-            .rounds
-            .iter()
-            .map(|r| versus(r, y))
-            .map(|(o, f)| (o.load.per_second, f.load.per_second))
-            .collect();
         let cpu: Vec<(Spent, Spent)> = p
             .rounds
             .iter()
             .map(|r| versus(r, y))
             .map(|(o, f)| ((o.cpu_us, o.load.per_second), (f.cpu_us, f.load.per_second)))
             .collect();
+        let rates: Vec<(f64, f64)> = cpu.iter().map(|(o, f)| (o.1, f.1)).collect();
         let (r, r_lo, r_hi) = pooled(&rates);
         let (c, c_lo, c_hi) = pooled_cpu(&cpu);
-        let per = |side: fn(&(Spent, Spent)) -> Spent| {
-            let (t, n) = cpu
-                .iter()
-                .map(side)
-                .fold((0.0, 0.0), |(t, n), (c, r)| (t + c * r, n + r));
-            t / n.max(1e-9)
-        };
-        let (co, cf) = (per(|x| x.0), per(|x| x.1));
+        let (co, cf) = (
+            per_request(&cpu, 0..cpu.len(), |x| x.0),
+            per_request(&cpu, 0..cpu.len(), |x| x.1),
+        );
         println!(
             "  {:<10} gzip {:<3} req/s ours / static {r:.3} [{r_lo:.3}, {r_hi:.3}]{}   CPU µs/req {co:.1} / {cf:.1} = {c:.3} [{c_lo:.3}, {c_hi:.3}]",
             builds[p.build].name,
