@@ -611,7 +611,14 @@ mod tests {
 
     /// Reads one response (head and a Content-Length body); its status line.
     async fn response<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> String {
-        let (mut status, mut len) = (String::new(), 0usize);
+        whole_response(r).await.0
+    }
+
+    /// Reads one response: its status line, its header lines (lower case) and its body.
+    async fn whole_response<R: tokio::io::AsyncBufRead + Unpin>(
+        r: &mut R,
+    ) -> (String, Vec<String>, String) {
+        let (mut status, mut len, mut head) = (String::new(), 0usize, Vec::new());
         r.read_line(&mut status).await.unwrap();
         loop {
             let mut line = String::new();
@@ -623,10 +630,11 @@ mod tests {
             if let Some(v) = line.strip_prefix("content-length:") {
                 len = v.trim().parse().unwrap();
             }
+            head.push(line);
         }
         let mut body = vec![0u8; len];
         r.read_exact(&mut body).await.unwrap();
-        status
+        (status, head, String::from_utf8(body).unwrap())
     }
 
     /// A scrape's body as `answer` wraps it, and whether hyper may be told its end.
@@ -713,6 +721,101 @@ mod tests {
             "the watch was polled {polls} times for {requests} requests"
         );
         drop((r, w));
+        conn.await.unwrap();
+    }
+
+    /// One keep-alive connection is answered, at each request, from what is in force then:
+    /// every newly published page, a page's expiry, self-metrics turned live, and a reload
+    /// of the web configuration that adds basic auth and a header. Whatever a scrape reuses
+    /// (the built reply; any cache a later change adds) never outlives any of them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_connection_is_answered_from_what_is_in_force_at_each_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let web_yml = dir.path().join("web.yml");
+        std::fs::write(&web_yml, "").unwrap();
+        let web = Web::load(Some(&web_yml), false).unwrap();
+        web.watch().unwrap();
+        let interval = Duration::from_secs(1);
+        let shared = Arc::new(Shared::new(interval));
+        let opts = minute_timeouts();
+        let ctx = Ctx {
+            routes: Routes::new(shared.clone(), opts.clone(), web.clone()),
+            web: web.clone(),
+            opts: opts.clone(),
+            handshakes: Arc::new(HandshakeErrors::new()),
+            timers: Timers::start().unwrap(),
+        };
+        let (server, client) = tokio::io::duplex(1 << 20);
+        let activity = Arc::new(Activity::default());
+        let (_stop_tx, stop) = watch::channel(false);
+        let io = WriteDeadline::new(server, activity.clone());
+        let conn = tokio::spawn(async move { serve(&ctx, io, false, activity, stop).await });
+        let (r, mut w) = tokio::io::split(client);
+        let mut r = BufReader::new(r);
+        let mut scrape = async move || {
+            w.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            whole_response(&mut r).await
+        };
+        let power = |watts: f64| {
+            let mut page = crate::model::Page::default();
+            let ty = crate::config::counters::PromType::Gauge;
+            page.add("DCGM_FI_DEV_POWER_USAGE", "h", ty, &[("gpu", "0")], watts);
+            page
+        };
+        for watts in [1.0, 2.0, 3.0] {
+            shared.publish(&power(watts), crate::collect::now_us());
+            for _ in 0..3 {
+                let (status, _, body) = scrape().await;
+                assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+                assert!(
+                    body.contains(&format!("DCGM_FI_DEV_POWER_USAGE{{gpu=\"0\"}} {watts}\n")),
+                    "{watts} W published: {body}"
+                );
+            }
+        }
+        // A page whose oldest sample turns too old to serve in 300 ms.
+        let age = crate::collect::freshness::max_served_age(interval);
+        let oldest = crate::collect::now_us() - i64::try_from(age.as_micros()).unwrap() + 300_000;
+        shared.publish(&power(4.0), oldest);
+        assert!(scrape().await.2.contains("DCGM_FI_DEV_POWER_USAGE"));
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (status, _, body) = scrape().await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        assert!(!body.contains("DCGM_FI_DEV_POWER_USAGE"), "expired: {body}");
+        // Basic auth and a header, put in force while the connection is open.
+        shared.publish(&power(5.0), crate::collect::now_us());
+        assert!(scrape().await.2.contains("} 5\n"));
+        // Self-metrics that change per scrape are never kept.
+        shared.metrics.enable_exporter_metrics();
+        for _ in 0..2 {
+            let body = scrape().await.2;
+            assert!(
+                body.contains("promhttp_metric_handler_requests_in_flight 1"),
+                "{body}"
+            );
+        }
+        std::fs::write(
+            &web_yml,
+            "http_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n  \
+             alice: $2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa\n",
+        )
+        .unwrap();
+        for _ in 0..200 {
+            if web.current().auth.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(web.current().auth.is_some(), "the watcher did not reload");
+        let (status, head, _) = scrape().await;
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        assert!(
+            head.iter().any(|h| h == "x-frame-options: deny"),
+            "{head:?}"
+        );
+        drop(scrape);
         conn.await.unwrap();
     }
 
