@@ -116,7 +116,7 @@ fn observe(e: &Exporter) -> Observations {
         .map(|s| format!("{:?}", s.labels))
         .collect();
     o.insert("unhealthy", format!("{health:?}"));
-    o.insert("health endpoint", e.get("/health").0.to_string());
+    o.insert("health endpoint", e.get("/ready").0.to_string());
     o
 }
 

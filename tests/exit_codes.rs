@@ -247,7 +247,7 @@ fn signal(pid: u32, sig: &str) {
 fn sigterm_with_a_stopped_engine(e: &mut Exporter, engine_pid: u32) {
     signal(engine_pid, "STOP");
     e.wait_until(30, |e| {
-        e.get("/health").0 == 503 && e.stderr().contains("no answer from DCGM")
+        e.get("/ready").0 == 503 && e.stderr().contains("no answer from DCGM")
     });
     signal(e.child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(60);

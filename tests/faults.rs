@@ -175,7 +175,7 @@ fn host_engine_killed_and_restarted_20_times_under_scrapes() {
     let page = e.scrape();
     assert!(gauge(&page, "dcgm_exporter_reconnects_total") >= 20.0);
     assert!(failed_collections(&page) >= 20.0);
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
     assert_no_panic(&e);
 }
 
@@ -205,7 +205,7 @@ fn a_stopped_host_engine_withdraws_the_gpu_series_and_they_return_on_sigcont() {
     assert!(failed_collections(&page) >= 1.0);
     // Self metrics stay.
     assert!(!series(&page, "dcgm_exporter_collections_total").is_empty());
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("no answer from DCGM"), "{body}");
     // Stay stopped well past the served-age bound: nothing may come back meanwhile.
@@ -220,7 +220,7 @@ fn a_stopped_host_engine_withdraws_the_gpu_series_and_they_return_on_sigcont() {
         series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1
             && gauge(p, "dcgm_exporter_dcgm_connected") == 1.0
     });
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
     let (_, stale) = scraper.finish();
     assert!(stale.is_empty(), "stale samples served: {stale:#?}");
     assert_no_panic(&e);
@@ -248,7 +248,7 @@ fn a_gpu_falling_off_the_bus_takes_only_its_own_series() {
         .filter(|s| s.name.starts_with("DCGM_FI_DEV_") && s.label("gpu") == Some("3"))
         .collect();
     assert!(left.is_empty(), "{left:#?}");
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
 
     // Back on the bus: its watches were never removed.
     control(&ctl, "gpu_recovered 3");
@@ -272,7 +272,7 @@ fn a_gpu_falling_off_the_bus_takes_only_its_own_series() {
     wait_for(&e, 10, "collections after the reload", |p| {
         temps_by_gpu(p) == ["0", "1", "2", "4", "5", "6", "7"]
     });
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
     assert_no_panic(&e);
     assert!(e.signal_and_wait("TERM").success());
 }
@@ -315,7 +315,7 @@ fn lost_at_start(attributes: &str) {
         "no warning: {}",
         e.stderr()
     );
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
 
     // A MIG change on a healthy GPU rebuilds the watches without the lost one.
     let before = series(&page, "DCGM_FI_DEV_FB_USED")
@@ -332,7 +332,7 @@ fn lost_at_start(attributes: &str) {
     });
     let page = e.scrape();
     assert!(page.iter().all(|s| s.label("gpu") != Some("1")));
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
     assert_no_panic(&e);
 }
 
@@ -383,7 +383,7 @@ fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
     assert!(dcgm_series(&e.scrape()) > 0);
     control(&ctl, "mig 0 none");
     wait_for(&e, 10, "the page withdrawn", |p| dcgm_series(p) == 0);
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
     assert!(
         body.contains("the last collection failed") && body.contains("does not exist"),
@@ -396,7 +396,7 @@ fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
     wait_for(&e, 10, "retries", |p| failed_collections(p) > failures);
     control(&ctl, "mig 0 1g.10gb,1g.10gb");
     wait_for(&e, 10, "recovered", |p| dcgm_series(p) > 0);
-    assert_eq!(e.get("/health").0, 200);
+    assert_eq!(e.get("/ready").0, 200);
     assert_no_panic(&e);
 }
 
@@ -419,7 +419,7 @@ fn the_library_vanishing_in_embedded_mode_is_a_clear_error_not_a_crash() {
     wait_for(&e, 10, "further attempts", |p| {
         failed_collections(p) > failures
     });
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("not connected"), "{body}");
     assert!(
@@ -448,7 +448,7 @@ fn unbind_after_reconnect_rebuilds(e: &Exporter, ctl: &std::path::Path) {
     e.wait_for_log(5, "reinitialization completed");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let (code, body) = e.get("/health");
+        let (code, body) = e.get("/ready");
         if code == 200 && !body.contains("bind/unbind") {
             break;
         }

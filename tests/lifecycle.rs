@@ -114,9 +114,9 @@ fn the_bind_unbind_watch_waits_for_a_late_engine() {
     let page = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 1);
     // The watch was set up on the session the loop opened: its polls work.
-    e.wait_until(10, |e| e.get("/health").0 == 200);
+    e.wait_until(10, |e| e.get("/ready").0 == 200);
     std::thread::sleep(Duration::from_secs(1));
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(!body.contains("bind/unbind"), "{body}");
 }
@@ -124,9 +124,11 @@ fn the_bind_unbind_watch_waits_for_a_late_engine() {
 /// Connected, watched, every call answered, yet DCGM samples none of the watched fields:
 /// the node's only GPU unbound from its driver with no bind/unbind watch to rebuild (DCGM
 /// 4.6 drops a detached GPU's watches and samples). The page holds no DCGM series; that is
-/// an outage, not health, and it ends when the GPU is back and sampled.
+/// an outage: `/ready` fails until the GPU is back and sampled. `/health` keeps upstream's
+/// liveness contract (200) and says why in its body: NVIDIA's liveness probe must not
+/// restart an exporter for what a restart cannot fix.
 #[test]
-fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
+fn ready_is_503_and_health_200_while_dcgm_samples_nothing_the_page_could_serve() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = dir.path().join("ctl");
     std::fs::write(&ctl, "").unwrap();
@@ -135,14 +137,20 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
         .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
         .args(&["-c", "300"])
         .start();
-    e.wait_until(10, |e| e.get("/health").0 == 200);
+    e.wait_until(10, |e| e.get("/ready").0 == 200);
     control(&ctl, "gpu_unbind 0");
     e.wait_until(15, |e| {
-        e.try_get("/health")
+        e.try_get("/ready")
             .is_ok_and(|b| b.contains("sampled none of the watched fields"))
     });
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
+    let (code, health) = e.get("/health");
+    assert_eq!(code, 200, "{health}");
+    assert!(
+        health.starts_with("OK - not ready: DCGM has sampled none of the watched fields"),
+        "{health}"
+    );
     // The gauge follows at the next collection.
     let stalled = |p: &[Sample]| series(p, "dcgm_exporter_dcgm_sampling_stalled")[0].value;
     let page = e.scrape_until(5, |p| stalled(p) == 1.0);
@@ -151,7 +159,7 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
     // Bound again and rebuilt (a SIGHUP): sampled, healthy, the gauge back to 0.
     control(&ctl, "gpu_bind 0");
     signal(e.child.id(), "HUP");
-    e.wait_until(15, |e| e.get("/health").0 == 200);
+    e.wait_until(15, |e| e.get("/ready").0 == 200);
     let page = e.scrape_until(10, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1);
     assert_eq!(stalled(&page), 0.0);
 }
@@ -162,7 +170,7 @@ fn health_is_503_while_dcgm_samples_nothing_the_page_could_serve() {
 /// watch group slower than `-c` is no such case: its samples are fresh for its own
 /// interval, `tests/config_v2.rs`.)
 #[test]
-fn health_is_503_while_dcgm_stops_sampling_every_field() {
+fn ready_is_503_while_dcgm_stops_sampling_every_field() {
     let dir = tempfile::tempdir().unwrap();
     let ctl = dir.path().join("control");
     std::fs::write(&ctl, "").unwrap();
@@ -185,12 +193,12 @@ fn health_is_503_while_dcgm_stops_sampling_every_field() {
     });
     control(&ctl, "sampling_stop");
     e.wait_until(15, |e| {
-        e.try_get("/health")
+        e.try_get("/ready")
             .is_ok_and(|b| b.contains("sampled none of the watched fields"))
     });
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
-    // /health judges the stall when asked; the page's gauge is set by the collection that
+    // /ready judges the stall when asked; the page's gauge is set by the collection that
     // follows, at most one interval later.
     let page = e.scrape_until(15, |p| {
         series(p, "dcgm_exporter_dcgm_sampling_stalled")
@@ -205,7 +213,7 @@ fn health_is_503_while_dcgm_stops_sampling_every_field() {
     assert_eq!(series(&page, "dcgm_exporter_dcgm_connected")[0].value, 1.0);
     // Sampling again: healthy once fresh values are read.
     control(&ctl, "sampling_resume");
-    e.wait_until(15, |e| e.get("/health").0 == 200);
+    e.wait_until(15, |e| e.get("/ready").0 == 200);
 }
 
 /// The exporter on one simulated GPU with `--config-file` holding `yaml` (the builder's

@@ -139,7 +139,7 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
         );
         assert_eq!(engine_up(&page, n), Some(1.0));
     }
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
 
     // Killed: its series go, the others keep serving.
@@ -151,7 +151,7 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     });
     advancing(&e, names[0], 3);
     advancing(&e, names[2], 3);
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "degraded, not failed: {body}");
     assert!(
         body.contains(names[1]),
@@ -175,7 +175,7 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
             && of(p, TEMP, names[2]).len() == 1
     });
     advancing(&e, names[2], 4);
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
 
     // The killed one returns on its port: its series are back, with its own values.
@@ -278,7 +278,7 @@ fn kubernetes_and_low_cardinality_per_engine() {
             && names.iter().all(|n| engine_up(p, n) == Some(0.0))
     });
     assert!(series(&page, TEMP).is_empty());
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
     e.wait_for_log(
         5,

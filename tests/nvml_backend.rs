@@ -242,7 +242,7 @@ fn the_nvml_backend_never_loads_libdcgm_and_says_it_serves() {
         (backend[0].label("backend"), backend[0].value),
         (Some("nvml"), 1.0)
     );
-    assert_eq!(e.get("/health"), (200, "OK\nbackend: nvml".to_string()));
+    assert_eq!(e.get("/ready"), (200, "OK\nbackend: nvml".to_string()));
 }
 
 #[test]
@@ -256,7 +256,7 @@ fn a_dcgm_page_says_dcgm_served_it() {
     let backend = series(&page, "dcgm_exporter_backend");
     assert_eq!(backend.len(), 1, "{}", dump(&page));
     assert_eq!(backend[0].label("backend"), Some("dcgm"));
-    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+    assert_eq!(e.get("/ready"), (200, "OK".to_string()));
 }
 
 #[test]
@@ -400,7 +400,7 @@ fn outage_and_return(e: &Exporter, what: &str, stop: &mut dyn FnMut(), resume: &
         "{what}: DCGM-only series kept:\n{}",
         dump(&page)
     );
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(
         body.contains("backend: nvml") && body.contains("DCGM is unavailable"),
@@ -425,7 +425,7 @@ fn outage_and_return(e: &Exporter, what: &str, stop: &mut dyn FnMut(), resume: &
         backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
     });
     assert_eq!(temps(&page), [45.0]);
-    assert_eq!(e.get("/health"), (200, "OK".to_string()), "{what}");
+    assert_eq!(e.get("/ready"), (200, "OK".to_string()), "{what}");
     eprintln!(
         "failover timing ({what}, sim, -c 300): NVML after {took:?}, DCGM again after {back:?}"
     );
@@ -509,7 +509,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
     );
     let info = series(&page, "dcgm_exporter_build_info");
     assert_eq!(info[0].label("backend"), Some("nvml"), "{}", dump(&page));
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(
         body.contains("backend: nvml") && body.contains("DCGM is unavailable (dcgmStartEmbedded: "),
@@ -528,7 +528,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
         series(&page, "dcgm_exporter_build_info")[0].label("backend"),
         Some("dcgm")
     );
-    assert_eq!(e.get("/health"), (200, "OK".to_string()));
+    assert_eq!(e.get("/ready"), (200, "OK".to_string()));
     // DCGM keeps serving after its return, not one page only.
     let n = collections_total(&page);
     let (page, _) = watch_until(&e, 10, never_blind, |p| collections_total(p) >= n + 3.0);
@@ -651,7 +651,11 @@ fn without_nvml_auto_withdraws_as_before() {
         "{}",
         dump(&page)
     );
-    assert_eq!(e.get("/health").0, 503);
+    assert_eq!(e.get("/ready").0, 503);
+    // Liveness keeps upstream's 200: a restart brings no engine back.
+    let (code, health) = e.get("/health");
+    assert_eq!(code, 200, "{health}");
+    assert!(health.starts_with("OK - not ready: "), "{health}");
 }
 
 /// Per family of `prefixes`: its TYPE/HELP lines and sorted series lines.

@@ -557,19 +557,24 @@ fn health_require_gpus_fails_health_when_no_gpu_is_collected() {
         e
     };
     let e = start(&[]);
+    assert_eq!(e.get("/ready").0, 200);
     assert_eq!(e.get("/health").0, 200);
     drop(e);
+    // Upstream's opt-in: the liveness endpoint fails too, as the flag asks.
     let e = start(&["--health-require-gpus"]);
-    let (code, body) = e.get("/health");
-    assert_eq!(code, 503, "{body}");
-    assert!(body.contains("no GPU"), "{body}");
+    for path in ["/ready", "/health"] {
+        let (code, body) = e.get(path);
+        assert_eq!(code, 503, "{path}: {body}");
+        assert!(body.contains("no GPU"), "{path}: {body}");
+    }
     drop(e);
     // With GPU fields the same flag is healthy.
     let e = exporter()
         .profile("one-gpu.toml")
         .env("DCGM_EXPORTER_HEALTH_REQUIRE_GPUS", "true")
         .start();
-    wait_until(10, "healthy", || e.get("/health").0 == 200);
+    wait_until(10, "healthy", || e.get("/ready").0 == 200);
+    assert_eq!(e.get("/health").0, 200);
 }
 
 #[test]

@@ -160,7 +160,7 @@ fn check_upstream_csv(e: &Exporter, csv: &str) {
         0.0,
         "{csv}"
     );
-    let (code, _) = e.get("/health");
+    let (code, _) = e.get("/ready");
     assert_eq!(code, 200, "{csv}");
 }
 
@@ -307,12 +307,12 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
             outage.iter().all(|s| !s.name.starts_with("DCGM_")),
             "round {round}: stale DCGM values served during the outage"
         );
-        assert_eq!(e.get("/health").0, 503);
+        assert_eq!(e.get("/ready").0, 503);
         engine.restart(kit);
         let back = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
         assert_eq!(one(&back, "DCGM_FI_DEV_POWER_USAGE", "2"), 95.0);
         assert!(self_metric(&back, "dcgm_exporter_reconnects_total", &[]) >= f64::from(round + 1));
-        assert_eq!(e.get("/health").0, 200);
+        assert_eq!(e.get("/ready").0, 200);
     }
 }
 
@@ -459,7 +459,7 @@ fn a_stopped_host_engine_is_not_served_as_live_and_recovers_after_sigcont() {
         stopped.elapsed()
     );
     assert_eq!(self_metric(&page, "dcgm_exporter_dcgm_connected", &[]), 0.0);
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
     engine.signal("CONT");
     let resumed = std::time::Instant::now();
@@ -749,7 +749,7 @@ fn bind_unbind_events_from_the_real_host_engine_rebuild_also_after_a_restart() {
     // have a baseline by waiting for a working /health.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        let (code, body) = e.get("/health");
+        let (code, body) = e.get("/ready");
         if code == 200 && !body.contains("bind/unbind") {
             break;
         }
@@ -797,7 +797,7 @@ fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
         .map(|s| s.value)
         .collect();
     assert_eq!(restarts, [0.0], "{}", dump(&page));
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(!body.contains("bind"), "{body}");
     assert!(
@@ -816,7 +816,7 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
     let yaml = dir.yaml(&four_gpus());
     let port = free_port();
     let e = kit.remote(port).spawn();
-    e.wait_until(60, |e| e.get_with("/health", &[]).0 == 503);
+    e.wait_until(60, |e| e.get_with("/ready", &[]).0 == 503);
     assert!(
         e.stderr().contains("), DCGM library 4.6.0 ("),
         "{}",
@@ -825,7 +825,7 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
     let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
     let page = e.scrape_until(60, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
-    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
+    e.wait_until(30, |e| e.get_with("/ready", &[]).0 == 200);
 }
 
 /// What the real DCGM 4.6 answers for the health action's sources, recorded. The NVML
@@ -1099,7 +1099,7 @@ fn rebuilds_keep_every_series_fresh(e: &Exporter, csv: &std::path::Path) {
         );
         let page = e.scrape_until(5, |p| dcgm_series(p) == before);
         assert_eq!(dcgm_series(&page), before, "after the counters were {how}");
-        let (code, body) = e.get("/health");
+        let (code, body) = e.get("/ready");
         assert_eq!(code, 200, "after the counters were {how}: {body}");
     }
 }
@@ -1261,7 +1261,7 @@ fn two_real_host_engines_in_one_exporter() {
         assert_eq!(of(&p, "DCGM_FI_DEV_GPU_TEMP", "vm-b", "1"), [61.0]);
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("vm-a"), "{body}");
     assert_eq!(
@@ -1303,7 +1303,7 @@ fn two_real_host_engines_in_one_exporter() {
         );
         before = collections(&p, "vm-b");
     }
-    let (code, body) = e.get("/health");
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     // Continued: its series return, and both engines' collections advance again.
     engine_a.signal("CONT");

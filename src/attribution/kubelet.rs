@@ -91,11 +91,7 @@ impl Kubelet {
     /// Every device allocation the kubelet knows, or why not, within `deadline`.
     pub fn list(&mut self, deadline: Duration) -> Result<Listing, String> {
         let socket = self.socket.display().to_string();
-        if !self.socket.exists() {
-            return Err(format!(
-                "kubelet socket {socket} does not exist (is /var/lib/kubelet/pod-resources mounted?)"
-            ));
-        }
+        reachable(&self.socket)?;
         let call = self.client.list(proto::ListPodResourcesRequest {});
         let reply = self
             .runtime
@@ -110,6 +106,29 @@ impl Kubelet {
             })?
             .into_inner();
         Ok(listing(reply))
+    }
+}
+
+/// Why the socket cannot be used, told apart: missing, or in a directory this uid may not
+/// enter (the kubelet makes `pod-resources` root's, mode 0750). `Path::exists` would call
+/// both "does not exist".
+fn reachable(socket: &Path) -> Result<(), String> {
+    use std::io::ErrorKind;
+    let shown = socket.display();
+    match std::fs::metadata(socket) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+            let uid = crate::common::process::effective_uid()
+                .map_or_else(|e| format!("unknown ({e})"), |u| u.to_string());
+            Err(format!(
+                "kubelet socket {shown}: permission denied for uid {uid} (the kubelet's \
+                 pod-resources directory is root's, mode 0750: run as root, as NVIDIA's image does)"
+            ))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => Err(format!(
+            "kubelet socket {shown} does not exist (is /var/lib/kubelet/pod-resources mounted?)"
+        )),
+        Err(e) => Err(format!("kubelet socket {shown}: {e}")),
     }
 }
 

@@ -21,6 +21,7 @@
 //!
 //! Errors name the flag and the path at fault.
 
+use crate::common::process::effective_uid;
 use std::ffi::OsStr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
@@ -46,18 +47,6 @@ impl Kind {
 /// The sticky bit and the group- and world-write bits of a mode.
 const STICKY: u32 = 0o1000;
 const WRITABLE_BY_OTHERS: u32 = 0o022;
-
-/// This process's effective uid, from `/proc/self/status` (the exporter forbids unsafe code,
-/// so it does not call `geteuid(2)` itself).
-pub fn effective_uid() -> Result<u32, String> {
-    let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("cannot read /proc/self/status for the effective uid: {e}"))?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|ids| ids.split_whitespace().nth(1)?.parse().ok())
-        .ok_or_else(|| "/proc/self/status has no effective uid".to_string())
-}
 
 /// The path's components below the root, absolute (relative to the working directory).
 fn components(dir: &Path) -> Result<Vec<&OsStr>, String> {
@@ -281,16 +270,5 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let e = prepare(&file, Kind::Shared, "--textfile-directory").unwrap_err();
         assert!(e.contains("is not a directory"), "{e}");
-    }
-
-    #[test]
-    fn the_effective_uid_is_the_owner_of_what_we_create() {
-        let base = tempfile::tempdir().unwrap();
-        let f = base.path().join("f");
-        std::fs::write(&f, "").unwrap();
-        assert_eq!(
-            effective_uid().unwrap(),
-            std::fs::metadata(&f).unwrap().uid()
-        );
     }
 }

@@ -212,6 +212,15 @@ impl Shared {
         *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
     }
 
+    /// What fails even the liveness probe: only what the user asked for
+    /// (`--health-require-gpus`, upstream's opt-in: no GPU collected).
+    pub fn liveness(&self) -> Result<(), String> {
+        if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
+            return Err("no GPU is being collected (--health-require-gpus)".into());
+        }
+        Ok(())
+    }
+
     /// `Ok(())` while DCGM is connected and the page holds fresh values; else why not.
     pub fn health(&self) -> Result<(), String> {
         let why = self
@@ -228,9 +237,7 @@ impl Shared {
         if let Some(why) = why {
             return Err(format!("the last collection failed: {why}"));
         }
-        if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
-            return Err("no GPU is being collected (--health-require-gpus)".into());
-        }
+        self.liveness()?;
         if let Some(d) = self.stalled_for() {
             return Err(format!(
                 "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): \

@@ -116,7 +116,8 @@ fn serve(
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let signals = Signals::install(&rt, control_tx.clone());
     let kube_api = kube_api_for(&stages.kube)?;
-    let collectors = counters_source(&stages.counters, kube_api.as_ref(), &control_tx)?;
+    let interval = Duration::from_millis(stages.collect.interval_ms);
+    let collectors = counters_source(&stages.counters, interval, kube_api.as_ref(), &control_tx)?;
     watchers::watch_counters_file(&collectors, &control_tx)?;
     let counters = Arc::new(collectors.load_for(stages.collect.emulate)?);
     check_before_dcgm(&stages, &counters)?;
@@ -477,10 +478,30 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
         _ if !stages.engines.is_empty() => {
             tracing::info!("mode: {} remote DCGM host engines", stages.engines.len())
         }
-        Engine::Embedded => tracing::info!("mode: embedded DCGM host engine"),
+        Engine::Embedded => {
+            tracing::info!("mode: embedded DCGM host engine");
+            warn_without_profiling_rights();
+        }
         Engine::Remote(t) => tracing::info!("mode: remote DCGM host engine at {t}"),
     }
     Ok((library, dcgm_version))
+}
+
+/// The embedded engine runs with our rights, and DCGM's profiling fields need root with
+/// `CAP_SYS_ADMIN` (capabilities a runtime adds reach uid 0 only): said once at start, as
+/// upstream does, since DCGM itself only refuses the fields.
+fn warn_without_profiling_rights() {
+    use crate::common::process::{effective_uid, has_cap_sys_admin};
+    match (effective_uid(), has_cap_sys_admin()) {
+        (Ok(0), Ok(true)) => {}
+        (Ok(uid), Ok(cap)) => tracing::warn!(
+            "running as uid {uid} {} CAP_SYS_ADMIN: the embedded host engine cannot serve \
+             profiling fields (DCGM_FI_PROF_*), which need root with CAP_SYS_ADMIN (NVIDIA's \
+             image runs as root; add SYS_ADMIN to the container)",
+            if cap { "with" } else { "without" }
+        ),
+        (Err(e), _) | (_, Err(e)) => tracing::debug!("cannot tell our rights: {e}"),
+    }
 }
 
 /// Why the start did not lead to a collection loop.
@@ -716,9 +737,11 @@ fn dra_devices(
     Some(attribution::dra::watch(api?))
 }
 
-/// `-f`, or with `-m` the ConfigMap, whose changes reload the counters.
+/// `-f`, or with `-m` the ConfigMap, whose changes reload the counters (polled no more
+/// often than every collection `interval` where RBAC refuses its watch).
 fn counters_source(
     counters: &settings::CountersSettings,
+    interval: Duration,
     api: Option<&KubeApi>,
     control: &std::sync::mpsc::Sender<Control>,
 ) -> Result<configmap::CountersSource, String> {
@@ -736,7 +759,7 @@ fn counters_source(
         )
     })?;
     let control = std::sync::Mutex::new(control.clone());
-    configmap::open(api, &namespace, &name, move || {
+    configmap::open(api, &namespace, &name, interval, move || {
         let _ = control
             .lock()
             .unwrap_or_else(|p| p.into_inner())

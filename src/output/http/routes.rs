@@ -1,5 +1,5 @@
 //! The endpoints as warp filters, answering as upstream's gorilla/mux router does: the
-//! metrics path (default `/metrics`), `/health`, `/` and, with `--enable-pprof`,
+//! metrics path (default `/metrics`), `/health`, `/ready`, `/` and, with `--enable-pprof`,
 //! `/debug/pprof/`. Routes accept every method, as upstream registers them without a method
 //! filter (`HEAD` gets the headers without the body), so no path answers 405; other paths
 //! get Go's `404 page not found`. Basic auth, when configured, is a filter in front of every
@@ -218,6 +218,10 @@ fn filter(ep: Arc<Endpoints>, opts: Options, web: Web) -> BoxedFilter<(Response,
         let ep = ep.clone();
         exact("/health".into()).map(move || ep.health())
     };
+    let ready = {
+        let ep = ep.clone();
+        exact("/ready".into()).map(move || ep.ready())
+    };
     let landing = {
         let ep = ep.clone();
         exact("/".into()).map(move || html(ep.landing.clone()))
@@ -236,6 +240,8 @@ fn filter(ep: Arc<Endpoints>, opts: Options, web: Web) -> BoxedFilter<(Response,
     };
     let endpoints = metrics
         .or(health)
+        .unify()
+        .or(ready)
         .unify()
         .or(landing)
         .unify()
@@ -400,38 +406,68 @@ impl Endpoints {
         r
     }
 
-    /// 200 `OK` as upstream while collections succeed (with upstream's headers); 503 with
-    /// the reason otherwise, so probes see a stalled or disconnected exporter.
+    /// Upstream's liveness contract: 200 whenever the exporter answers, as NVIDIA's probes
+    /// (liveness on `/health`, 3 failures 5 s apart) expect; a restart cannot bring back an
+    /// unbound GPU or a stopped host engine, and would take away the self-metrics that say
+    /// what is wrong. The truth stays in the body (`OK - not ready: why`, as upstream's
+    /// `OK - reload in progress`) and `X-Registry-Available`; `/ready` fails on it. Only
+    /// upstream's opt-in `--health-require-gpus` fails it (503 while no GPU is collected).
     fn health(&self) -> Response {
-        match self.shared.health() {
-            Ok(()) => {
-                // Degraded attribution sources (a kubelet that is down) are reported but do
-                // not make the exporter unhealthy: GPU metrics are still served.
-                // A page served without DCGM says so; DCGM's keeps upstream's plain "OK".
-                let backend = self.shared.backend();
-                let body = std::iter::once("OK".to_string())
-                    .chain((backend != "dcgm").then(|| format!("backend: {backend}")))
-                    .chain(
-                        self.shared
-                            .notes()
-                            .into_iter()
-                            .map(|n| format!("degraded: {n}")),
-                    )
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                let mut r = text(StatusCode::OK, body);
-                r.headers_mut()
-                    .insert("X-Registry-Available", HeaderValue::from_static("true"));
-                r
-            }
-            Err(why) => {
-                let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}"));
-                r.headers_mut()
-                    .insert("X-Registry-Available", HeaderValue::from_static("false"));
-                r
-            }
+        if let Err(why) = self.shared.liveness() {
+            let mut r = text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}"));
+            r.headers_mut()
+                .insert("X-Registry-Available", registry_available(false));
+            return r;
         }
+        let (ready, body) = self.state();
+        let body = match &ready {
+            Ok(()) => body,
+            Err(why) => std::iter::once(format!("OK - not ready: {why}"))
+                .chain(body.lines().skip(1).map(str::to_string))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        };
+        let mut r = text(StatusCode::OK, body);
+        r.headers_mut()
+            .insert("X-Registry-Available", registry_available(ready.is_ok()));
+        r
     }
+
+    /// The strict probe (our chart's readiness probe): 200 `OK` while collections succeed;
+    /// 503 with the reason while DCGM is unreachable, the last collection failed or values
+    /// are stale.
+    fn ready(&self) -> Response {
+        let (ready, body) = self.state();
+        let mut r = match &ready {
+            Ok(()) => text(StatusCode::OK, body),
+            Err(why) => text(StatusCode::SERVICE_UNAVAILABLE, format!("unhealthy: {why}")),
+        };
+        r.headers_mut()
+            .insert("X-Registry-Available", registry_available(ready.is_ok()));
+        r
+    }
+
+    /// Whether the page is fresh, and the healthy body: `OK`, the backend when it is not
+    /// DCGM, and one `degraded:` line per failing attribution source (those do not make the
+    /// exporter unready: GPU metrics are still served).
+    fn state(&self) -> (Result<(), String>, String) {
+        let backend = self.shared.backend();
+        let body = std::iter::once("OK".to_string())
+            .chain((backend != "dcgm").then(|| format!("backend: {backend}")))
+            .chain(
+                self.shared
+                    .notes()
+                    .into_iter()
+                    .map(|n| format!("degraded: {n}")),
+            )
+            .collect::<Vec<_>>()
+            .join("\n");
+        (self.shared.health(), body)
+    }
+}
+
+fn registry_available(yes: bool) -> HeaderValue {
+    HeaderValue::from_static(if yes { "true" } else { "false" })
 }
 
 #[cfg(test)]
@@ -503,6 +539,51 @@ mod tests {
         let (_, h, body) = call(&f, "GET", "/", &[]).await;
         assert!(String::from_utf8_lossy(&body).contains("href=\"./gpu/metrics\""));
         assert_eq!(h[header::CONTENT_TYPE], "text/html; charset=utf-8");
+    }
+
+    /// `/health` is upstream's liveness contract (200 whenever we answer); `/ready` is the
+    /// strict one. Both say why in the body and `X-Registry-Available`.
+    #[tokio::test]
+    async fn health_stays_200_for_liveness_and_ready_fails_with_the_reason() {
+        let shared = shared();
+        let f = Routes::new(shared.clone(), opts(4), Web::load(None, false).unwrap()).filter;
+        let probe = |path: &'static str| {
+            let f = f.clone();
+            async move {
+                let (status, h, body) = call(&f, "GET", path, &[]).await;
+                let avail = h["X-Registry-Available"].to_str().unwrap().to_string();
+                (status, avail, String::from_utf8_lossy(&body).into_owned())
+            }
+        };
+        // Not connected yet: not ready, yet alive.
+        let (status, avail, body) = probe("/health").await;
+        assert_eq!((status, avail.as_str()), (StatusCode::OK, "false"));
+        assert!(
+            body.starts_with("OK - not ready: DCGM host engine not connected"),
+            "{body}"
+        );
+        let (status, avail, body) = probe("/ready").await;
+        assert_eq!(
+            (status, avail.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "false")
+        );
+        assert!(
+            body.starts_with("unhealthy: DCGM host engine not connected"),
+            "{body}"
+        );
+        // A fresh page: both 200 with upstream's plain body; a failing source is a line.
+        shared.set_connected(true);
+        shared.publish(&crate::model::Page::default(), crate::collect::now_us());
+        shared.set_last_success(std::time::Instant::now());
+        shared.set_notes(vec!["kubelet: down".into()]);
+        for path in ["/health", "/ready"] {
+            let (status, avail, body) = probe(path).await;
+            assert_eq!(
+                (status, avail.as_str(), body.as_str()),
+                (StatusCode::OK, "true", "OK\ndegraded: kubelet: down"),
+                "{path}"
+            );
+        }
     }
 
     /// Data frames of a scrape's body and its bytes.
