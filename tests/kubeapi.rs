@@ -109,6 +109,187 @@ fn configmap_failures_stop_the_start_with_a_clear_error() {
     }
 }
 
+const TEMP_ONLY: &str = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n";
+const TEMP_AND_POWER: &str = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\nDCGM_FI_DEV_POWER_USAGE, gauge, Power draw (in W).\n";
+
+/// How long each run under NVIDIA's RBAC is watched, from the exporter's start.
+const RBAC_WINDOW: Duration = Duration::from_secs(12);
+/// The poll period those runs set through `DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL`.
+const RBAC_POLL_S: u64 = 5;
+
+/// What the exporter did with `-m` under a Role granting only `verbs` on configmaps, over
+/// [`RBAC_WINDOW`], with the ConfigMap edited (one name -> two) once it served.
+struct RbacRun {
+    /// The requests for configmaps the API server received.
+    requests: Vec<String>,
+    /// Log lines at warning level about the ConfigMap or a refusal.
+    warnings: Vec<String>,
+    /// The page's DCGM metric names at the window's end.
+    names: std::collections::BTreeSet<String>,
+    stderr: String,
+}
+
+fn configmap_requests(api: &FakeApiServer) -> Vec<String> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.contains("/configmaps"))
+        .collect()
+}
+
+fn rbac_warnings(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("level=warning"))
+        .filter(|l| {
+            let l = l.to_lowercase();
+            l.contains("configmap") || l.contains("403") || l.contains("forbidden")
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+fn configmap_under_a_role(verbs: &[&str]) -> RbacRun {
+    let api = FakeApiServer::start();
+    api.allow_only("configmaps", verbs);
+    api.apply(configmap("gpu", CM, &[("metrics", TEMP_ONLY)]));
+    let begun = Instant::now();
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-m", &format!("gpu:{CM}")])
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .env(
+            "DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL",
+            &format!("{RBAC_POLL_S}s"),
+        )
+        .start();
+    let first = e.scrape_until(10, |s| !names(s).is_empty());
+    assert_eq!(names(&first), ["DCGM_FI_DEV_GPU_TEMP".to_string()].into());
+    api.apply(configmap("gpu", CM, &[("metrics", TEMP_AND_POWER)]));
+    std::thread::sleep(RBAC_WINDOW.saturating_sub(begun.elapsed()));
+    let requests = configmap_requests(&api);
+    let stderr = e.stderr();
+    RbacRun {
+        requests,
+        warnings: rbac_warnings(&stderr),
+        names: names(&e.scrape()),
+        stderr,
+    }
+}
+
+/// NVIDIA's Role grants `verbs` and no `watch`: the refused watch is one warning naming the
+/// missing verb and the poll, then a `get` every period, never a request per second; an edit
+/// reaches the page through the poll.
+fn configmap_is_polled_under(role: &str, verbs: &[&str]) {
+    let run = configmap_under_a_role(verbs);
+    eprintln!(
+        "{role} (configmaps: {verbs:?}): {} requests and {} warnings in {RBAC_WINDOW:?}\n{:#?}\n{:#?}",
+        run.requests.len(),
+        run.warnings.len(),
+        run.requests,
+        run.warnings
+    );
+    // The start-up GET, one refused watch, a poll every RBAC_POLL_S at most.
+    let bound = 2 + RBAC_WINDOW.as_secs().div_ceil(RBAC_POLL_S) as usize;
+    assert!(
+        run.requests.len() <= bound,
+        "{role}: {} requests for configmaps in {RBAC_WINDOW:?} (at most {bound}): {:#?}",
+        run.requests.len(),
+        run.requests
+    );
+    let watches = run.requests.iter().filter(|r| r.contains("watch=true"));
+    assert!(watches.count() <= 1, "{role}: {:#?}", run.requests);
+    assert_eq!(run.warnings.len(), 1, "{role}: {:#?}", run.warnings);
+    let w = &run.warnings[0];
+    assert!(w.contains("forbidden by RBAC"), "{role}: {w}");
+    assert!(
+        w.contains("\\\"watch\\\""),
+        "{role}: names the missing verb: {w}"
+    );
+    assert!(
+        w.contains(&format!("every {RBAC_POLL_S}s")),
+        "{role}: says it polls: {w}"
+    );
+    assert!(
+        run.names.contains("DCGM_FI_DEV_POWER_USAGE"),
+        "{role}: the edit is applied through the poll: {:?}\n{}",
+        run.names,
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("changed: reloading the counters"),
+        "{role}: {}",
+        run.stderr
+    );
+}
+
+/// NVIDIA's chart 4.8.x Role: configmaps `get` only (S10a of the deployment survey).
+#[test]
+fn under_nvidias_chart_role_get_only_the_configmap_is_polled_without_a_storm() {
+    configmap_is_polled_under("NVIDIA's chart Role", &["get"]);
+}
+
+/// The GPU operator's Role: configmaps `get` and `list`, no `watch`.
+#[test]
+fn under_the_gpu_operators_role_get_list_the_configmap_is_polled_without_a_storm() {
+    configmap_is_polled_under("the GPU operator's Role", &["get", "list"]);
+}
+
+/// Once polling, a `get` refused too backs off (never a request per second) with one
+/// warning, and when it is granted again the next poll applies what changed meanwhile.
+#[test]
+fn a_get_refused_after_start_backs_off_with_one_warning_per_change() {
+    let api = FakeApiServer::start();
+    api.allow_only("configmaps", &["get"]);
+    api.apply(configmap("gpu", CM, &[("metrics", TEMP_ONLY)]));
+    let e = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-m", &format!("gpu:{CM}")])
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .env("DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL", "1s")
+        .start();
+    e.wait_for_log(10, "forbidden by RBAC");
+    api.allow_only("configmaps", &[]);
+    let (before, refused) = (configmap_requests(&api).len(), Instant::now());
+    std::thread::sleep(Duration::from_secs(10));
+    let during = configmap_requests(&api)[before..].to_vec();
+    let warnings = rbac_warnings(&e.stderr());
+    eprintln!(
+        "get refused: {} requests in {:?}: {during:#?}\n{warnings:#?}",
+        during.len(),
+        refused.elapsed()
+    );
+    // Polls after 1 s, then 4 s, then 8 s later: backing off, not once a second.
+    assert!(during.len() <= 3, "{during:#?}");
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings[1].contains("\\\"get\\\"") && warnings[1].contains("forbidden"),
+        "{}",
+        warnings[1]
+    );
+
+    api.allow_only("configmaps", &["get"]);
+    api.apply(configmap("gpu", CM, &[("metrics", TEMP_AND_POWER)]));
+    e.scrape_until(20, |s| names(s).contains("DCGM_FI_DEV_POWER_USAGE"));
+    assert_eq!(rbac_warnings(&e.stderr()).len(), 2, "{}", e.stderr());
+}
+
+/// A `get` refused at start stays fatal, with the reason, as upstream.
+#[test]
+fn a_get_refused_at_start_stops_it_with_a_clear_error() {
+    let api = FakeApiServer::start();
+    api.allow_only("configmaps", &["list", "watch"]);
+    api.apply(configmap("gpu", CM, &[("metrics", TEMP_ONLY)]));
+    let (code, stderr) = exporter()
+        .profile("one-gpu.toml")
+        .args(&["-m", &format!("gpu:{CM}")])
+        .env("KUBECONFIG", api.kubeconfig().to_str().unwrap())
+        .run_to_exit();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cannot read the ConfigMap"), "{stderr}");
+    assert!(stderr.contains("forbidden"), "{stderr}");
+    assert_eq!(configmap_requests(&api).len(), 1, "{:#?}", api.requests());
+}
+
 #[test]
 fn the_pod_watch_gives_uids_and_labels_of_this_nodes_pods() {
     let server = FakeApiServer::start();

@@ -98,6 +98,57 @@ impl KubeApi {
     }
 }
 
+/// A failed API request, by what the caller can do about it: told by the HTTP status the
+/// server answered, never by its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApiError {
+    /// 403: RBAC refuses this verb on this resource; asking again soon cannot help.
+    Forbidden(String),
+    /// 404: no such object.
+    NotFound(String),
+    /// 410: the resourceVersion a watch resumes from is too old; read the object again.
+    Gone(String),
+    /// Anything else (no answer, a server error, a broken stream): worth another try later.
+    Other(String),
+}
+
+impl ApiError {
+    /// From the Status the server answered (a failed request or a watch's ERROR event).
+    pub fn of_status(status: &kube::core::Status) -> ApiError {
+        let text = if status.message.is_empty() {
+            format!("HTTP {} {}", status.code, status.reason)
+        } else {
+            status.message.clone()
+        };
+        match status.code {
+            403 => ApiError::Forbidden(text),
+            404 => ApiError::NotFound(text),
+            410 => ApiError::Gone(text),
+            _ => ApiError::Other(text),
+        }
+    }
+}
+
+impl From<kube::Error> for ApiError {
+    fn from(e: kube::Error) -> ApiError {
+        match &e {
+            kube::Error::Api(status) => ApiError::of_status(status),
+            _ => ApiError::Other(e.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiError::Forbidden(m) => write!(f, "forbidden: {m}"),
+            ApiError::NotFound(m) => write!(f, "not found: {m}"),
+            ApiError::Gone(m) => write!(f, "gone: {m}"),
+            ApiError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
 /// Logs a watch error once per streak of errors, so a long API outage is one line (and
 /// one when it ends), not one per retry.
 #[derive(Default)]
@@ -118,5 +169,43 @@ impl ErrorStreak {
             tracing::info!("{what}: working again");
             self.failing = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ApiError;
+
+    fn status(code: u16, reason: &str, message: &str) -> kube::Error {
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn api_errors_are_told_apart_by_status_code() {
+        let e = ApiError::from(status(403, "Forbidden", "cannot watch resource"));
+        assert_eq!(e, ApiError::Forbidden("cannot watch resource".into()));
+        assert_eq!(e.to_string(), "forbidden: cannot watch resource");
+        // The code decides, whatever the words.
+        assert!(matches!(
+            ApiError::from(status(403, "", "")),
+            ApiError::Forbidden(m) if m == "HTTP 403 "
+        ));
+        assert!(matches!(
+            ApiError::from(status(500, "Forbidden", "forbidden")),
+            ApiError::Other(_)
+        ));
+        assert!(matches!(
+            ApiError::from(status(404, "NotFound", "x")),
+            ApiError::NotFound(_)
+        ));
+        assert!(matches!(
+            ApiError::from(status(410, "Expired", "x")),
+            ApiError::Gone(_)
+        ));
     }
 }

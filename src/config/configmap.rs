@@ -1,16 +1,19 @@
 //! Where the counters come from: the `-f` file, or with `-m <namespace>:<name>` key
 //! `metrics` of a ConfigMap read through the Kubernetes API. dcgm-exporter reads the
-//! ConfigMap at startup (any failure is fatal) and on a reload; we also watch it, so an
-//! edit reloads the counters without a signal.
+//! ConfigMap at startup (any failure is fatal) and on a reload; we also follow it (a watch,
+//! or a `get` every poll period where RBAC refuses the watch: `follow`), so an edit reloads
+//! the counters without a signal.
+
+mod follow;
 
 use super::counters::{self, Counters};
-use crate::common::kubeapi::{ErrorStreak, KubeApi, STARTUP_DEADLINE};
-use futures_util::StreamExt;
+use crate::common::kubeapi::{KubeApi, STARTUP_DEADLINE};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+pub use follow::{poll_period, POLL_DEFAULT, POLL_ENV};
 
 /// The ConfigMap key holding the CSV, as upstream.
 pub const KEY: &str = "metrics";
@@ -26,7 +29,7 @@ pub enum CountersSource {
         /// Picks the built-in set.
         emulate: crate::config::emulate::UpstreamVersion,
     },
-    /// The latest `metrics` text of the ConfigMap (kept current by its watch).
+    /// The latest `metrics` text of the ConfigMap (kept current by its watch or poll).
     ConfigMap {
         name: String,
         text: Arc<RwLock<String>>,
@@ -77,7 +80,7 @@ impl CountersSource {
         Ok(rename::for_generation(counters, &self.describe(), names))
     }
 
-    /// The file to watch for changes on disk (a ConfigMap has its own watch).
+    /// The file to watch for changes on disk (a ConfigMap is followed through the API).
     pub fn path(&self) -> Option<&PathBuf> {
         match self {
             CountersSource::File { path, .. } => Some(path),
@@ -107,14 +110,18 @@ fn metrics_of(cm: &ConfigMap) -> Option<String> {
     cm.data.as_ref()?.get(KEY).cloned()
 }
 
-/// Reads the ConfigMap now, then follows it: each change of its `metrics` text is stored in
-/// the returned source and announced through `changed` (which triggers a reload).
+/// Reads the ConfigMap now, then follows it (see `follow`): each change of its `metrics`
+/// text is stored in the returned source and announced through `changed` (which triggers a
+/// reload). `interval`: the collection interval, which the poll period is never shorter than
+/// unless [`POLL_ENV`] says otherwise.
 pub fn open(
     api: &KubeApi,
     namespace: &str,
     name: &str,
-    changed: impl Fn() + Send + 'static,
+    interval: Duration,
+    changed: impl Fn() + Send + Sync + 'static,
 ) -> Result<CountersSource, String> {
+    let poll = poll_period(interval, std::env::var(POLL_ENV).ok().as_deref())?;
     let label = format!("configmap {namespace}/{name} key {KEY}");
     let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(api.client(), namespace);
     let cm = api.block_on(STARTUP_DEADLINE, async {
@@ -128,45 +135,15 @@ pub fn open(
     // Validated now so that a bad list stops the start, as a bad -f file does.
     counters::parse_str(&label, &text).map_err(|e| e.to_string())?;
     let shared = Arc::new(RwLock::new(text));
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let (latest, what) = (shared.clone(), label.clone());
-    api.spawn(async move {
-        let mut events = watcher::watcher(configmaps, config)
-            .default_backoff()
-            .boxed();
-        let mut streak = ErrorStreak::default();
-        while let Some(event) = events.next().await {
-            let cm = match event {
-                Ok(Event::Apply(cm) | Event::InitApply(cm)) => cm,
-                Ok(Event::Delete(_)) => {
-                    tracing::warn!(
-                        "{what}: the ConfigMap was deleted; keeping the counters in use"
-                    );
-                    continue;
-                }
-                Ok(Event::Init) => continue,
-                Ok(Event::InitDone) => {
-                    streak.ok(&what);
-                    continue;
-                }
-                Err(e) => {
-                    streak.error(&what, &e);
-                    continue;
-                }
-            };
-            let Some(text) = metrics_of(&cm) else {
-                tracing::warn!("{what}: key {KEY:?} is gone; keeping the counters in use");
-                continue;
-            };
-            let mut current = latest.write().unwrap_or_else(|p| p.into_inner());
-            if *current != text {
-                *current = text;
-                drop(current);
-                tracing::info!("{what} changed: reloading the counters");
-                changed();
-            }
-        }
-    });
+    let target = follow::Target {
+        api: configmaps,
+        name: name.to_string(),
+        what: label.clone(),
+        latest: shared.clone(),
+        changed: Box::new(changed),
+        poll,
+    };
+    api.spawn(follow::follow(target, cm.metadata.resource_version.clone()));
     Ok(CountersSource::ConfigMap {
         name: label,
         text: shared,

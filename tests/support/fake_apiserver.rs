@@ -5,8 +5,9 @@
 //! (`?watch=true&resourceVersion=N`) as a chunked stream of
 //! `{"type":"ADDED|MODIFIED|DELETED|BOOKMARK","object":...}` lines replaying what happened
 //! after N, and group discovery at `/apis`. Field selectors `a.b=value` are applied as the
-//! real server does for `spec.nodeName`, `spec.driver` and `metadata.name`. Every request
-//! line is recorded.
+//! real server does for `spec.nodeName`, `spec.driver` and `metadata.name`. RBAC can refuse
+//! a whole resource (`forbid`) or grant only some verbs on it (`allow_only`), answered 403
+//! as a real server does. Every request line is recorded.
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -31,6 +32,9 @@ struct State {
     groups: Vec<(String, Vec<String>)>,
     /// Resources the exporter's service account may not read (answered 403).
     forbidden: Vec<String>,
+    /// Resource -> the only verbs (`get`, `list`, `watch`) its RBAC grants; the others are
+    /// answered 403. A resource not here grants every verb.
+    verbs: BTreeMap<String, Vec<String>>,
 }
 
 pub struct FakeApiServer {
@@ -132,6 +136,19 @@ impl FakeApiServer {
         if forbidden {
             s.forbidden.push(resource.to_string());
         }
+    }
+
+    /// Grants only these verbs on `resource` (`get` one object, `list`, `watch`), as a Role
+    /// with that rule does: NVIDIA's chart grants configmaps `get`, the GPU operator `get`
+    /// and `list`. The other verbs are answered 403 Forbidden, naming the verb.
+    pub fn allow_only(&self, resource: &str, verbs: &[&str]) {
+        let verbs = verbs.iter().map(|v| v.to_string()).collect();
+        self.state
+            .0
+            .lock()
+            .unwrap()
+            .verbs
+            .insert(resource.to_string(), verbs);
     }
 
     pub fn requests(&self) -> Vec<String> {
@@ -310,6 +327,21 @@ fn not_found(what: &str) -> Value {
            "message": format!("{what} not found"), "reason": "NotFound", "code": 404})
 }
 
+/// Whether the verbs granted on `resource` (see `FakeApiServer::allow_only`) leave out `verb`.
+fn refuses(state: &Arc<(Mutex<State>, Condvar)>, resource: &str, verb: &str) -> bool {
+    let s = state.0.lock().unwrap();
+    s.verbs
+        .get(resource)
+        .is_some_and(|granted| !granted.iter().any(|v| v == verb))
+}
+
+/// The Status a real API server answers when RBAC refuses `verb` on `resource`.
+fn forbidden(resource: &str, verb: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "reason": "Forbidden", "code": 403, "details": {"kind": resource},
+           "message": format!("{resource} is forbidden: User \"system:serviceaccount:gpu:dcgm-exporter\" cannot {verb} resource \"{resource}\" in API group \"\" in the namespace \"gpu\"")})
+}
+
 fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
     let mut reader = BufReader::new(conn.try_clone().unwrap());
     let mut conn = conn;
@@ -365,6 +397,23 @@ fn serve(conn: TcpStream, state: Arc<(Mutex<State>, Condvar)>) {
                 "status": "Failure", "reason": "Forbidden", "code": 403,
                 "message": format!("{resource} is forbidden: User \"system:serviceaccount:gpu:dcgm-exporter\" cannot list resource \"{resource}\"")});
             if respond(&mut conn, "403 Forbidden", &status).is_err() {
+                return;
+            }
+            continue;
+        }
+        let verb = if name.is_some() {
+            "get"
+        } else if req
+            .query
+            .get("watch")
+            .is_some_and(|w| w == "true" || w == "1")
+        {
+            "watch"
+        } else {
+            "list"
+        };
+        if refuses(&state, &resource, verb) {
+            if respond(&mut conn, "403 Forbidden", &forbidden(&resource, verb)).is_err() {
                 return;
             }
             continue;
