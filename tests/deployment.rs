@@ -7,6 +7,7 @@
 //! Tests that need a tool skip, saying why, when it is absent, and fail under CI (.ci/run
 //! installs them).
 
+mod nvidia_deployments;
 mod support;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -47,7 +48,11 @@ fn helper(args: &[&str], stdin: &str) -> Option<String> {
 /// The chart rendered with `values` (release dcgm-exporter, namespace gpu-monitoring),
 /// optionally also written to `out` one object per file.
 fn render(values: &Value, out: Option<&Path>) -> Option<Vec<Value>> {
-    let chart = repo("deployment");
+    render_chart(&repo("deployment"), values, out)
+}
+
+/// A chart (ours or NVIDIA's) rendered as `render` does.
+fn render_chart(chart: &Path, values: &Value, out: Option<&Path>) -> Option<Vec<Value>> {
     let mut args = vec!["render", chart.to_str().unwrap(), "-"];
     if let Some(o) = out {
         args.extend(["--out", o.to_str().unwrap()]);
@@ -276,12 +281,25 @@ fn the_default_chart_gives_the_binary_nvidias_environment_and_arguments() {
     );
     let pod = &one(&objects, "DaemonSet")["spec"]["template"]["spec"];
     assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(
+        one(&objects, "ServiceAccount")["automountServiceAccountToken"],
+        false
+    );
     assert_eq!(pod["priorityClassName"], "system-node-critical");
     assert_eq!(
         pod["volumes"][0]["hostPath"]["path"],
         "/var/lib/kubelet/pod-resources"
     );
+    // Liveness as NVIDIA's (/health, which always answers while the process serves);
+    // readiness on the strict /ready.
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/health");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/ready");
+    // NVIDIA 4.8.3's ServiceMonitor defaults.
+    let ep = &one(&objects, "ServiceMonitor")["spec"]["endpoints"][0];
+    assert_eq!(
+        (&ep["interval"], &ep["scrapeTimeout"]),
+        (&json!("30s"), &json!("25s"))
+    );
     assert_eq!(
         c["securityContext"]["capabilities"]["add"],
         json!(["SYS_ADMIN"])
@@ -351,6 +369,7 @@ fn every_value_people_set_in_nvidias_chart_takes_effect() {
     assert_eq!(c["ports"][0]["containerPort"], 9500);
     // Basic auth would answer the kubelet's HTTP probe with 401: NVIDIA's chart probes TCP.
     assert_eq!(c["livenessProbe"]["tcpSocket"]["port"], 9500);
+    assert_eq!(c["readinessProbe"]["tcpSocket"]["port"], 9500);
     let ds = one(&objects, "DaemonSet");
     let pod = &ds["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
@@ -609,6 +628,12 @@ fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
         (
             "usage accounting",
             json!({"usageAccounting": {"enabled": true, "idleWindow": "30m"}}),
+        ),
+        (
+            "-m in another namespace, a digest pin, empty timeouts",
+            json!({"arguments": ["-m", "ml:team-metrics"],
+                   "image": {"digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+                   "service": {"webReadTimeout": "", "webWriteTimeout": ""}}),
         ),
         (
             "own TLS, no service",
@@ -1136,4 +1161,361 @@ fn the_prometheus_rule_carries_the_usage_rules_when_usage_accounting_is_on() {
     .unwrap();
     let out = support::prom::promtool_in(dir.path(), &["check", "rules", "rules.yml"]);
     assert!(out.contains("SUCCESS"), "{out}");
+}
+
+// NVIDIA's chart 4.8.3 (tests/fixtures/nvidia/chart-4.8.3/README.md): what it renders for
+// each values file there, the names of its values, and what ours renders for the same.
+
+const NVIDIA_483: &str = "tests/fixtures/nvidia/chart-4.8.3";
+
+/// The values files both charts are rendered with, by name.
+fn nvidia_value_sets() -> Vec<(String, Value)> {
+    let dir = repo(NVIDIA_483).join("values");
+    let mut sets: Vec<(String, Value)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_str().unwrap().to_string();
+            let text = std::fs::read_to_string(&p).unwrap();
+            let values: Value =
+                serde_norway::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (name, values)
+        })
+        .collect();
+    sets.sort_by(|a, b| a.0.cmp(&b.0));
+    sets
+}
+
+/// Where `want` and `ours` differ, one line per JSON pointer.
+fn json_diff(path: &str, want: &Value, ours: &Value, out: &mut Vec<String>) {
+    let absent = |p: &str, v: Option<&Value>, w: Option<&Value>| {
+        let show = |x: Option<&Value>| x.map_or("absent".to_string(), Value::to_string);
+        format!("{p}: want {}, ours {}", show(v), show(w))
+    };
+    match (want, ours) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                let p = format!("{path}/{k}");
+                match (x.get(k), y.get(k)) {
+                    (Some(v), Some(w)) => json_diff(&p, v, w, out),
+                    (v, w) => out.push(absent(&p, v, w)),
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let p = format!("{path}/{i}");
+                match (x.get(i), y.get(i)) {
+                    (Some(v), Some(w)) => json_diff(&p, v, w, out),
+                    (v, w) => out.push(absent(&p, v, w)),
+                }
+            }
+        }
+        _ if want != ours => out.push(absent(path, Some(want), Some(ours))),
+        _ => {}
+    }
+}
+
+/// The value sets where ours mounts the service-account token and NVIDIA's does not: `-m`
+/// (in `arguments` or as DCGM_EXPORTER_CONFIGMAP_DATA) reads its ConfigMap through the API
+/// server, and without the token it exits at start; NVIDIA's chart mounts none unless
+/// `serviceAccount.automountServiceAccountToken` says so.
+const TOKEN_FOR_CONFIGMAP_DATA: [&str; 2] = ["arguments-configmap", "extra-env-configmap"];
+
+/// What NVIDIA's chart renders turned into what ours must render: the differences on
+/// purpose, each listed here. Anything else that differs is a failure.
+fn nvidia_made_ours(case: &str, values: &Value, mut object: Value) -> Value {
+    let chart: Value =
+        serde_norway::from_str(&std::fs::read_to_string(repo("deployment/Chart.yaml")).unwrap())
+            .unwrap();
+    let (version, app) = (
+        chart["version"].as_str().unwrap(),
+        chart["appVersion"].as_str().unwrap(),
+    );
+    // 1. The chart's own name and version in the objects' labels.
+    let labels = &mut object["metadata"]["labels"];
+    labels["helm.sh/chart"] = json!(format!("dcgm-exporter-{version}"));
+    labels["app.kubernetes.io/version"] = json!(app);
+    if object["kind"] != "DaemonSet" {
+        return object;
+    }
+    let pod = &mut object["spec"]["template"]["spec"];
+    let c = &mut pod["containers"][0];
+    // 2. The image: our repository and tag where the values name none (a digest pin is
+    //    rendered as NVIDIA's: repository@digest).
+    let mut image = c["image"].as_str().unwrap().to_string();
+    if values["image"]["repository"].is_null() {
+        image = image.replacen("nvcr.io/nvidia/k8s/dcgm-exporter", "dcgm-exporter", 1);
+    }
+    if values["image"]["tag"].is_null() {
+        image = image.replace(":4.6.0-4.8.3-distroless", &format!(":{app}"));
+    }
+    c["image"] = json!(image);
+    // 3. Readiness on the strict /ready (liveness stays on /health, as NVIDIA's).
+    if c["readinessProbe"]["httpGet"].is_object() {
+        c["readinessProbe"]["httpGet"]["path"] = json!("/ready");
+    }
+    // 4. The token `-m` needs.
+    if TOKEN_FOR_CONFIGMAP_DATA.contains(&case) {
+        assert_eq!(pod["automountServiceAccountToken"], false, "{case}");
+        pod["automountServiceAccountToken"] = json!(true);
+    }
+    object
+}
+
+/// Item 3 of issue 42: every value of NVIDIA's chart 4.8.3 means the same in ours. Both
+/// charts rendered with each values file of tests/fixtures/nvidia/chart-4.8.3/values/: the
+/// DaemonSets and ServiceMonitors are NVIDIA's but for the differences `nvidia_made_ours`
+/// lists. With NVIDIA_CHART_4_8_3=<NVIDIA's chart directory> NVIDIA's chart is rendered too
+/// and must render what expected/ holds.
+#[test]
+fn our_chart_renders_the_daemonset_of_nvidias_4_8_3_chart() {
+    let nvidia_chart = std::env::var_os("NVIDIA_CHART_4_8_3").map(PathBuf::from);
+    let sets = nvidia_value_sets();
+    assert!(sets.len() >= 20, "{} values files", sets.len());
+    let mut failures = Vec::new();
+    for (case, values) in &sets {
+        let Some(ours) = render(values, None) else {
+            skip(SKIP_PY);
+            return;
+        };
+        let file = repo(NVIDIA_483).join(format!("expected/{case}.json"));
+        let nvidia: Vec<Value> = serde_json::from_str(
+            &std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())),
+        )
+        .unwrap();
+        if let Some(chart) = &nvidia_chart {
+            let live: Vec<Value> = render_chart(chart, values, None)
+                .expect("rendered ours above")
+                .into_iter()
+                .filter(|o| o["kind"] == "DaemonSet" || o["kind"] == "ServiceMonitor")
+                .collect();
+            let mut diff = Vec::new();
+            json_diff(
+                "",
+                &Value::from(live),
+                &Value::from(nvidia.clone()),
+                &mut diff,
+            );
+            assert!(
+                diff.is_empty(),
+                "{case}: {} is not what NVIDIA's chart renders (want: NVIDIA's; ours: the file):\n  {}",
+                file.display(),
+                diff.join("\n  ")
+            );
+        }
+        for kind in ["DaemonSet", "ServiceMonitor"] {
+            let want = nvidia_made_ours(case, values, one(&nvidia, kind).clone());
+            let mut diff = Vec::new();
+            json_diff("", &want, one(&ours, kind), &mut diff);
+            if !diff.is_empty() {
+                failures.push(format!("{case}: {kind}:\n  {}", diff.join("\n  ")));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "our chart renders what NVIDIA's 4.8.3 does not (want: NVIDIA's, with the differences on purpose):\n{}",
+        failures.join("\n")
+    );
+}
+
+/// Every key of NVIDIA's 4.8.3 values.yaml is one of ours (so `helm show values` lists it
+/// and a values file written for NVIDIA's chart names nothing ours lacks).
+#[test]
+fn every_key_of_nvidias_4_8_3_values_is_a_key_of_ours() {
+    let ours: Value =
+        serde_norway::from_str(&std::fs::read_to_string(repo("deployment/values.yaml")).unwrap())
+            .unwrap();
+    let keys = std::fs::read_to_string(repo(NVIDIA_483).join("values-keys.txt")).unwrap();
+    let missing: Vec<&str> = keys
+        .lines()
+        .filter(|k| {
+            let (parent, last) = k.rsplit_once('.').unwrap_or(("", k));
+            let mut v = &ours;
+            for part in parent.split('.').filter(|p| !p.is_empty()) {
+                v = &v[part];
+            }
+            v.as_object().is_none_or(|m| !m.contains_key(last))
+        })
+        .collect();
+    assert!(keys.lines().count() >= 80);
+    assert!(
+        missing.is_empty(),
+        "not in deployment/values.yaml: {missing:?}"
+    );
+}
+
+/// `image.digest` (NVIDIA 4.8.3) pins the image: repository@digest, the tag ignored.
+#[test]
+fn a_digest_pin_renders_the_digest() {
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let Some(objects) = render(
+        &json!({"image": {"repository": "registry.example/gpu/dcgm-exporter", "tag": "9.9.9", "digest": digest}}),
+        None,
+    ) else {
+        skip(SKIP_PY);
+        return;
+    };
+    assert_eq!(
+        container(&objects)["image"],
+        format!("registry.example/gpu/dcgm-exporter@{digest}")
+    );
+    let objects = render(&json!({"image": {"tag": "9.9.9", "digest": ""}}), None).unwrap();
+    assert_eq!(container(&objects)["image"], "dcgm-exporter:9.9.9");
+}
+
+/// The RBAC objects that let the pod's service account `get` ConfigMap `name` in `ns`.
+fn may_get_configmap(objects: &[Value], ns: &str, name: &str) -> bool {
+    let account =
+        one(objects, "DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"].clone();
+    find(objects, "RoleBinding").iter().any(|b| {
+        b["metadata"]["namespace"] == ns
+            && b["roleRef"]["kind"] == "Role"
+            && b["subjects"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["kind"] == "ServiceAccount" && s["name"] == account)
+            && find(objects, "Role").iter().any(|r| {
+                r["metadata"]["namespace"] == ns
+                    && r["metadata"]["name"] == b["roleRef"]["name"]
+                    && r["rules"].as_array().unwrap().iter().any(|rule| {
+                        let has = |k: &str, v: &str| {
+                            rule[k].as_array().is_some_and(|a| a.iter().any(|x| x == v))
+                        };
+                        has("apiGroups", "")
+                            && has("resources", "configmaps")
+                            && has("verbs", "get")
+                            && (rule.get("resourceNames").is_none() || has("resourceNames", name))
+                    })
+            })
+    })
+}
+
+/// `-m`/`--configmap-data` (in `arguments`, any spelling the binary takes, or as
+/// DCGM_EXPORTER_CONFIGMAP_DATA in `extraEnv`) reads a ConfigMap through the API server:
+/// the chart mounts the service-account token (on the pod and the ServiceAccount) and
+/// renders a Role and RoleBinding that let the account `get` that ConfigMap, also one of
+/// another name or namespace. `serviceAccount.automountServiceAccountToken` wins, as in
+/// NVIDIA's chart; `-m none` is no ConfigMap.
+#[test]
+fn configmap_data_mounts_the_token_and_may_read_its_configmap() {
+    let token = |objects: &[Value]| {
+        let pod = one(objects, "DaemonSet")["spec"]["template"]["spec"]
+            ["automountServiceAccountToken"]
+            .clone();
+        assert_eq!(
+            one(objects, "ServiceAccount")["automountServiceAccountToken"],
+            pod,
+            "the ServiceAccount says what the pod does"
+        );
+        pod
+    };
+    let cm = "gpu-monitoring:exporter-metrics-config-map";
+    let env = |v: &str| json!({"extraEnv": [{"name": "DCGM_EXPORTER_CONFIGMAP_DATA", "value": v}]});
+    for values in [
+        json!({"arguments": ["-m", cm]}),
+        json!({"arguments": ["-d", "g", "--configmap-data", cm]}),
+        json!({"arguments": [format!("--configmap-data={cm}")]}),
+        json!({"arguments": [format!("-m={cm}")]}),
+        json!({"arguments": ["-configmap-data", cm]}),
+        env(cm),
+    ] {
+        let Some(objects) = render(&values, None) else {
+            skip(SKIP_PY);
+            return;
+        };
+        assert_eq!(token(&objects), true, "{values}");
+        assert!(
+            may_get_configmap(&objects, "gpu-monitoring", "exporter-metrics-config-map"),
+            "{values}"
+        );
+        assert!(
+            find(&objects, "ClusterRole").is_empty(),
+            "-m reads no pods: {values}"
+        );
+    }
+    for values in [
+        json!({}),
+        json!({"arguments": ["-m", "none"]}),
+        json!({"arguments": ["-f", "/etc/dcgm-exporter/default-counters.csv"]}),
+        env("none"),
+        env(""),
+        json!({"arguments": ["-m", cm], "serviceAccount": {"automountServiceAccountToken": false}}),
+    ] {
+        let objects = render(&values, None).unwrap();
+        assert_eq!(token(&objects), false, "{values}");
+    }
+    // The chart's own ConfigMap may be read whatever the arguments (NVIDIA's Role grants
+    // `get` on it); another name or namespace gets a Role of its own.
+    let objects = render(&json!({}), None).unwrap();
+    assert!(may_get_configmap(
+        &objects,
+        "gpu-monitoring",
+        "exporter-metrics-config-map"
+    ));
+    for (arg, ns, name) in [
+        (
+            "gpu-monitoring:site-metrics",
+            "gpu-monitoring",
+            "site-metrics",
+        ),
+        ("ml:team-metrics", "ml", "team-metrics"),
+    ] {
+        for values in [json!({"arguments": ["-m", arg]}), env(arg)] {
+            let objects = render(&values, None).unwrap();
+            assert_eq!(token(&objects), true, "{values}");
+            assert!(
+                may_get_configmap(&objects, ns, name),
+                "{values}: {objects:#?}"
+            );
+            assert!(may_get_configmap(
+                &objects,
+                "gpu-monitoring",
+                "exporter-metrics-config-map"
+            ));
+        }
+    }
+    // Pod labels with RBAC managed by hand (kubernetes.rbac.create: false) still need the
+    // token: NVIDIA's chart mounts none then.
+    let objects = render(
+        &json!({"kubernetes": {"enablePodLabels": true, "rbac": {"create": false}}}),
+        None,
+    )
+    .unwrap();
+    assert_eq!(token(&objects), true);
+    assert!(find(&objects, "ClusterRole").is_empty(), "RBAC by hand");
+}
+
+/// NVIDIA's chart renders an empty or null web timeout as an empty variable; the binary
+/// takes an empty variable as unset (its default), so the pod starts and serves.
+#[test]
+fn the_binary_serves_with_empty_web_timeouts_as_nvidias_chart_renders_them() {
+    let values = on_free_port(json!({}));
+    let mut values = values;
+    values["service"]["webReadTimeout"] = json!("");
+    values["service"]["webWriteTimeout"] = Value::Null;
+    let Some(objects) = render(&values, None) else {
+        skip(SKIP_PY);
+        return;
+    };
+    let env = env_of(container(&objects));
+    for k in [
+        "DCGM_EXPORTER_WEB_READ_TIMEOUT",
+        "DCGM_EXPORTER_WEB_WRITE_TIMEOUT",
+    ] {
+        assert!(
+            env.contains(&(k.to_string(), String::new())),
+            "{k}: {env:?}"
+        );
+    }
+    let (e, samples, _root) = run_as_the_pod(&objects, "a100-mixed-mig.toml");
+    assert!(
+        !series(&samples, "DCGM_FI_DEV_GPU_TEMP").is_empty(),
+        "{}",
+        e.stderr()
+    );
 }

@@ -3,9 +3,9 @@
 the PyPI package helm-python-sdk) or loads a plain manifest file, and prints the objects as
 one JSON list; with --out DIR it also writes each object to DIR as YAML for schema checks.
 
-  helm_render.py render CHART_DIR VALUES_JSON [--out DIR]   (values '-' = stdin)
+  helm_render.py render CHART_DIR VALUES [--out DIR]   (values: a JSON or YAML file, '-' = stdin)
   helm_render.py load MANIFEST.yaml [--out DIR]
-  helm_render.py lint CHART_DIR VALUES_JSON
+  helm_render.py lint CHART_DIR VALUES
 
 Exit 3 when a needed Python package is missing (the Rust tests skip then)."""
 import json
@@ -30,7 +30,8 @@ def helm():
 
 def read_values(arg):
     text = sys.stdin.read() if arg == "-" else open(arg).read()
-    return json.loads(text) if text.strip() else {}
+    # JSON is YAML too; an empty file is no values.
+    return yaml.safe_load(text) or {}
 
 
 def documents(texts):
@@ -55,7 +56,10 @@ def main(argv):
         rendered = chart.render(
             read_values(argv[3]), name="dcgm-exporter", namespace="gpu-monitoring", is_install=True
         )
-        texts = [(k, v) for k, v in sorted(rendered.items()) if k.endswith(".yaml")]
+        # Every rendered template is a manifest, whatever its extension (NVIDIA's chart has a
+        # config-configmap.tpl), except NOTES.txt, as `helm install` and `helm template` do;
+        # partials (_*.tpl) are not in the result.
+        texts = [(k, v) for k, v in sorted(rendered.items()) if not k.endswith("/NOTES.txt")]
     elif cmd == "load":
         texts = [(argv[2], open(argv[2]).read())]
     elif cmd == "lint":
