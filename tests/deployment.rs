@@ -783,10 +783,11 @@ fn the_image_copies_only_files_the_build_context_has() {
     }
     assert!(dockerfile.contains("datacenter-gpu-manager-4-core"));
     assert!(dockerfile.contains("cuda-keyring"));
-    assert!(
-        dockerfile.contains("\nUSER 1000:1000\n"),
-        "runs unprivileged by default"
-    );
+    // As NVIDIA's image: root, no CMD (tests/nvidia_deployments runs it that way), the
+    // unprivileged user kept for `--user 1000`.
+    assert!(dockerfile.contains("\nUSER root:root\n"), "runs as root");
+    assert!(!dockerfile.lines().any(|l| l.starts_with("CMD")), "no CMD");
+    assert!(dockerfile.contains("useradd -r -g dcgm-exporter -u 1000"));
 }
 
 /// The files a pod's mounts put in place, recreated under `root`: ConfigMap keys (with

@@ -1,5 +1,5 @@
 //! NVIDIA's deployments of dcgm-exporter, each run exactly as it runs the image, with ours
-//! swapped in: the GPU operator's ClusterPolicy and GPUCluster/DRA DaemonSets (copies in
+//! swapped in: the GPU operator's ClusterPolicy and GPUCluster/DRA DaemonSets (from
 //! tests/fixtures/nvidia/gpu-operator/, with the operator's own transform of them), the
 //! `docker run` quick start, the systemd unit, NVIDIA's entrypoint paths, and the charts'
 //! YAML configuration file.
@@ -416,6 +416,12 @@ fn the_gpu_operators_daemonset_gets_its_metric_list_pod_labels_and_profiling() {
         "the image default's rows {default_only:?} are not served: {served:?}"
     );
     assert!(served.iter().any(|n| n.starts_with("DCGM_FI_PROF_")));
+    // Typed as the operator's image (4.8.3) types it.
+    let text = p.e.get("/metrics").1;
+    assert!(
+        text.contains("\n# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL gauge\n"),
+        "{text}"
+    );
     // The kubelet's socket in its root 0750 directory: GPU 0's series carry the pod.
     let page = p.e.scrape_until(45, |pg| !with_pod(pg).is_empty());
     let s = with_pod(&page)[0];
@@ -587,58 +593,12 @@ fn the_liveness_probe_passes_while_the_engine_is_away_and_ready_fails() {
     engine.kill();
 }
 
-/// The GPU operator's GPUCluster/DRA DaemonSet (manifests/state-dcgm-exporter/0700, a Go
-/// template the operator renders with its state), rendered by Helm's engine with the
-/// template's own fields as values, as the operator renders it by default: the dcp list, a
-/// standalone engine at `nvidia-dcgm-dra:5555`, DRA on.
+/// The GPU operator's GPUCluster/DRA DaemonSet (manifests/state-dcgm-exporter/0700) as the
+/// operator renders it by default: the dcp list, a standalone engine at
+/// `nvidia-dcgm-dra:5555`, DRA on, the token mounted.
 fn operator_dra(engine_port: u16) -> Run {
-    let template = std::fs::read_to_string(repo(
-        "tests/fixtures/nvidia/gpu-operator/manifests-0700_daemonset.yaml",
-    ))
-    .unwrap();
-    // The operator's state struct is the template's root; in a chart it is `.Values`.
-    let mut chart_template = template.clone();
-    for field in [
-        "Namespace",
-        "Daemonsets",
-        "DCGMExporter",
-        "HostPID",
-        "HostNetwork",
-        "Collectors",
-        "RemoteHostEngine",
-        "HPCJobMappingDir",
-        "EnablePodLabels",
-        "EnablePodUID",
-        "PodLabelAllowlistRegex",
-        "MetricsConfigName",
-        "PodResourcesDir",
-    ] {
-        chart_template =
-            chart_template.replace(&format!(" .{field}"), &format!(" $.Values.{field}"));
-    }
-    let chart = tempfile::tempdir().unwrap();
-    std::fs::create_dir(chart.path().join("templates")).unwrap();
-    std::fs::write(
-        chart.path().join("Chart.yaml"),
-        "apiVersion: v2\nname: operator-dra\nversion: 0.0.0\n",
-    )
-    .unwrap();
-    std::fs::write(chart.path().join("templates/ds.yaml"), chart_template).unwrap();
-    let state = json!({
-        "Namespace": "gpu-operator",
-        "Daemonsets": {"Labels": {}, "Annotations": {}, "Tolerations": []},
-        "DCGMExporter": {"ImagePath": "registry.example/gpu/dcgm-exporter:0.1.0",
-                         "Spec": {"Env": [], "Args": [], "Annotations": {}}},
-        "Collectors": "/etc/dcgm-exporter/dcp-metrics-included.csv",
-        "RemoteHostEngine": "nvidia-dcgm-dra:5555",
-        "PodResourcesDir": "/var/lib/kubelet/pod-resources",
-    });
-    let text = helper(
-        &["render", chart.path().to_str().unwrap(), "-"],
-        &state.to_string(),
-    )
-    .expect(SKIP_PY);
-    let objects: Vec<Value> = serde_json::from_str(&text).unwrap();
+    let path = repo("tests/fixtures/nvidia/gpu-operator/dra-0700_daemonset.rendered.yaml");
+    let objects = load_manifest(&path, None).expect(SKIP_PY);
     let c = container(&objects);
     assert!(
         c.get("args").is_none() && c.get("command").is_none(),
