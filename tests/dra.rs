@@ -314,3 +314,61 @@ fn without_dra_in_the_cluster_or_an_api_configuration_it_is_off_with_one_line() 
         .start();
     wait_for_log(&e, "--kubernetes-enable-dra has no effect without -k");
 }
+
+/// The claim's `dra_mig_profile` on the one GPU's series, once a claimed series is there.
+fn claimed_profile(page: &[Sample], pod: &str) -> Option<Option<String>> {
+    claimed(page, pod)
+        .first()
+        .map(|s| s.label("dra_mig_profile").map(str::to_string))
+}
+
+/// NVIDIA's driver publishing its complete set of slices again with the same pool
+/// generation (reinstalled, or its MIG layout changed by hand): the claims' `dra_*` labels
+/// follow the new set as soon as it is listed, while the old slice is still there and after
+/// it is withdrawn, whichever of the two comes first (dcgm-exporter 4.10.0's fix).
+#[test]
+fn a_complete_slice_set_replaced_with_the_same_generation_refreshes_the_dra_labels() {
+    let server = FakeApiServer::start();
+    server.serve_group("resource.k8s.io", &["v1"]);
+    let (kubelet, e, uuid) = one_gpu_with_dra(&server);
+    server.wait_for_request(
+        &["/apis/resource.k8s.io/v1/resourceslices?", "watch=true"],
+        10,
+    );
+    // One device, a MIG device of the node's GPU whose profile each set names.
+    let slice = |name: &str, profile: &str| {
+        resource_slice(
+            "resource.k8s.io/v1",
+            name,
+            "node-d",
+            json!([{"name": "gpu-0-mig-0", "attributes": {
+                "type": {"string": "mig"}, "parentUUID": {"string": uuid},
+                "profile": {"string": profile}}}]),
+        )
+    };
+    server.apply(slice("node-d-gpu.nvidia.com-aaaaa", "1g.10gb"));
+    kubelet.set_pods(vec![dra_pod(
+        "jobs",
+        "train-1",
+        "cuda",
+        vec![claim("c", "jobs", &[("node-d", "gpu-0-mig-0")])],
+    )]);
+    let profile = |p: &str| Some(Some(p.to_string()));
+    e.scrape_until(15, |s| claimed_profile(s, "train-1") == profile("1g.10gb"));
+
+    // The new set is published before the old one is withdrawn: the new one holds.
+    server.apply(slice("node-d-gpu.nvidia.com-bbbbb", "2g.20gb"));
+    e.scrape_until(15, |s| claimed_profile(s, "train-1") == profile("2g.20gb"));
+    server.delete("ResourceSlice", "", "node-d-gpu.nvidia.com-aaaaa");
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(claimed_profile(&e.scrape(), "train-1"), profile("2g.20gb"));
+    }
+
+    // Withdrawn first, then published again under a new name: the claim follows.
+    server.delete("ResourceSlice", "", "node-d-gpu.nvidia.com-bbbbb");
+    server.apply(slice("node-d-gpu.nvidia.com-ccccc", "3g.40gb"));
+    e.scrape_until(15, |s| claimed_profile(s, "train-1") == profile("3g.40gb"));
+    let (code, health) = e.get("/health");
+    assert_eq!((code, health.trim()), (200, "OK"), "{}", e.stderr());
+}

@@ -16,7 +16,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -63,10 +63,12 @@ pub trait DraDevices: Send + Sync {
     }
 }
 
-/// One ResourceSlice of the GPU driver: its pool and its devices by name.
+/// One ResourceSlice of the GPU driver: its pool, the pool's generation it was published
+/// for, and its devices by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Slice {
     pub pool: String,
+    pub generation: i64,
     pub devices: HashMap<String, SliceDevice>,
 }
 
@@ -100,7 +102,12 @@ fn parse_spec(spec: &Value, unknown: &Unknown) -> Option<Slice> {
     if spec.get("driver")?.as_str()? != GPU_DRIVER {
         return None;
     }
-    let pool = spec.get("pool")?.get("name")?.as_str()?.to_string();
+    let pool_spec = spec.get("pool")?;
+    let pool = pool_spec.get("name")?.as_str()?.to_string();
+    let generation = pool_spec
+        .get("generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
     let mut devices = HashMap::new();
     for dev in spec
         .get("devices")
@@ -135,16 +142,28 @@ fn parse_spec(spec: &Value, unknown: &Unknown) -> Option<Slice> {
             devices.insert(name.to_string(), d);
         }
     }
-    Some(Slice { pool, devices })
+    Some(Slice {
+        pool,
+        generation,
+        devices,
+    })
+}
+
+/// A slice and its place in the order slices arrived (later ones higher).
+struct Held {
+    arrived: u64,
+    slice: Slice,
 }
 
 /// ResourceSlice name -> the slice.
-type Slices = HashMap<String, Slice>;
+type Slices = HashMap<String, Held>;
 
 /// The cache the watch fills.
 #[derive(Default)]
 pub struct SliceCache {
     slices: RwLock<Slices>,
+    /// How many slices have arrived (each apply, each slice of a relist).
+    arrivals: AtomicU64,
     synced: AtomicBool,
     unknown: Unknown,
     problem: Mutex<Option<Problem>>,
@@ -165,13 +184,20 @@ enum Problem {
 const PROBLEM_SHOWN_FOR: Duration = Duration::from_secs(65);
 
 impl DraDevices for SliceCache {
+    /// A pool may span several slices (there are few: a scan is cheap). Only the pool's
+    /// newest generation counts (older slices are stale, as the DRA API defines them), and
+    /// where two slices of it name the device, the one that arrived last: a driver that
+    /// publishes its complete set again under the same generation (new slice names, the old
+    /// slices deleted after) is followed at once (dcgm-exporter 4.10.0's fix).
     fn lookup(&self, pool: &str, device: &str) -> Option<SliceDevice> {
         let slices = self.slices.read().unwrap_or_else(|p| p.into_inner());
-        // A pool may span several slices; there are few, so a scan is cheap.
-        slices
-            .values()
-            .filter(|s| s.pool == pool)
-            .find_map(|s| s.devices.get(device).cloned())
+        let of_pool = || slices.values().filter(|h| h.slice.pool == pool);
+        let newest = of_pool().map(|h| h.slice.generation).max()?;
+        of_pool()
+            .filter(|h| h.slice.generation == newest)
+            .filter_map(|h| Some((h.arrived, h.slice.devices.get(device)?)))
+            .max_by_key(|(arrived, _)| *arrived)
+            .map(|(_, d)| d.clone())
     }
 
     fn synced(&self) -> bool {
@@ -211,10 +237,19 @@ impl SliceCache {
         self.slices.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The slice, stamped as the latest to arrive.
+    fn held(&self, slice: Slice) -> Held {
+        Held {
+            arrived: self.arrivals.fetch_add(1, Ordering::Relaxed),
+            slice,
+        }
+    }
+
     /// A slice added or changed (a slice of another driver is ignored).
     pub fn apply(&self, obj: &Value) {
         if let Some((name, slice)) = self.parse(obj) {
-            self.write().insert(name, slice);
+            let held = self.held(slice);
+            self.write().insert(name, held);
         }
     }
 
@@ -229,9 +264,13 @@ impl SliceCache {
     }
 
     /// A complete list, replacing whatever was known (slices deleted while the watch was
-    /// down disappear).
+    /// down disappear); in the list's order of arrival.
     pub fn replace(&self, objects: &[Value]) {
-        let all = objects.iter().filter_map(|o| self.parse(o)).collect();
+        let all = objects
+            .iter()
+            .filter_map(|o| self.parse(o))
+            .map(|(name, slice)| (name, self.held(slice)))
+            .collect();
         *self.write() = all;
         self.synced.store(true, Ordering::Release);
     }
@@ -451,6 +490,58 @@ mod tests {
         }
         c.set_problem(Some(Problem::Lasting("no API".into())));
         assert_eq!(c.problem().as_deref(), Some("no API"));
+    }
+
+    /// The GPU UUID pool `p`'s device `gpu-0` resolves to.
+    fn gpu0(c: &SliceCache) -> Option<String> {
+        c.lookup("p", "gpu-0").map(|d| d.gpu_uuid().to_string())
+    }
+
+    #[test]
+    fn a_set_published_again_with_the_same_generation_replaces_the_old_one_at_once() {
+        // Many caches and names: a pick by the map's order would fail some of them.
+        for i in 0..32 {
+            let c = SliceCache::default();
+            let old = v1_slice(&format!("old-{i}"), "p", json!([gpu("gpu-0", "GPU-old")]));
+            let new = v1_slice(&format!("new-{i}"), "p", json!([gpu("gpu-0", "GPU-new")]));
+            c.apply(&old);
+            assert_eq!(gpu0(&c).as_deref(), Some("GPU-old"));
+            c.apply(&new);
+            assert_eq!(
+                gpu0(&c).as_deref(),
+                Some("GPU-new"),
+                "{i}: old still listed"
+            );
+            c.delete(&old);
+            assert_eq!(gpu0(&c).as_deref(), Some("GPU-new"), "{i}: old withdrawn");
+            // A relist holding both: the one listed last is the newest.
+            c.replace(&[new.clone(), old.clone()]);
+            assert_eq!(gpu0(&c).as_deref(), Some("GPU-old"), "{i}: relist");
+        }
+    }
+
+    #[test]
+    fn only_the_newest_generation_of_a_pool_is_read() {
+        let at = |name: &str, generation: i64, uuid: &str, device: &str| {
+            let mut s = v1_slice(name, "p", json!([gpu(device, uuid)]));
+            s["spec"]["pool"]["generation"] = json!(generation);
+            s
+        };
+        let c = SliceCache::default();
+        c.apply(&at("b", 2, "GPU-2", "gpu-0"));
+        // A slice of an older generation arriving late is stale, also for its other devices.
+        c.apply(&at("a", 1, "GPU-1", "gpu-0"));
+        c.apply(&at("x", 1, "GPU-x", "gpu-1"));
+        assert_eq!(gpu0(&c).as_deref(), Some("GPU-2"));
+        assert_eq!(c.lookup("p", "gpu-1"), None);
+        // The newer generation withdrawn: the older one is all there is.
+        c.delete(&at("b", 2, "", ""));
+        assert_eq!(gpu0(&c).as_deref(), Some("GPU-1"));
+        // Another pool's generation does not matter.
+        let mut q = at("q", 9, "GPU-q", "gpu-0");
+        q["spec"]["pool"]["name"] = json!("q");
+        c.apply(&q);
+        assert_eq!(gpu0(&c).as_deref(), Some("GPU-1"));
     }
 
     #[test]
