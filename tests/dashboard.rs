@@ -3,7 +3,8 @@
 //! from a real Prometheus scraping the exporter on a simulated node (MIG panels on the mixed
 //! MIG profile), in 4.8.x names, in dcgm-exporter 4.9.0's names and units, and on a fleet
 //! running both (each node's series once); with and without `--low-cardinality`, where the
-//! inventory and MIG panels take the static labels from the `DCGM_EXP_*_INFO` series.
+//! inventory and MIG panels take the static labels from the `DCGM_EXP_*_INFO` series. Every
+//! legend that shows the host shows it under both spellings of the label.
 
 mod support;
 use serde_json::Value;
@@ -19,11 +20,18 @@ fn dashboard() -> Value {
 
 /// (panel title, expression) for every query target, rows' nested panels included.
 fn expressions(dash: &Value) -> Vec<(String, String)> {
-    fn walk(panels: &[Value], out: &mut Vec<(String, String)>) {
+    queries(dash).into_iter().map(|(t, e, _)| (t, e)).collect()
+}
+
+/// (panel title, expression, legend format) for every query target.
+fn queries(dash: &Value) -> Vec<(String, String, String)> {
+    fn walk(panels: &[Value], out: &mut Vec<(String, String, String)>) {
         for p in panels {
             for t in p["targets"].as_array().into_iter().flatten() {
                 if let Some(e) = t["expr"].as_str() {
-                    out.push((p["title"].as_str().unwrap_or("").to_string(), e.into()));
+                    let title = p["title"].as_str().unwrap_or("").to_string();
+                    let legend = t["legendFormat"].as_str().unwrap_or("").to_string();
+                    out.push((title, e.into(), legend));
                 }
             }
             walk(p["panels"].as_array().map_or(&[], |v| v), out);
@@ -32,6 +40,40 @@ fn expressions(dash: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     walk(dash["panels"].as_array().expect("panels"), &mut out);
     out
+}
+
+/// The host in a legend under both spellings of the label: `hostname` (dcgm-exporter
+/// 4.8.3 on, the default) and `Hostname` (4.8.2); only one is ever set on a series.
+const HOST: &str = "{{hostname}}{{Hostname}}";
+
+/// Every legend that shows the host shows it under both label spellings (dcgm-exporter
+/// 4.10.0's dashboard shows the host; `{{Hostname}}` alone is empty under the default
+/// `hostname`), and a query behind such a legend that aggregates keeps both labels.
+#[test]
+fn every_legend_shows_the_host_under_both_label_spellings() {
+    let all = queries(&dashboard());
+    let mut with_host = 0;
+    for (title, expr, legend) in &all {
+        let bare = legend.replace(HOST, "");
+        assert!(
+            !bare.to_lowercase().contains("{{hostname}}"),
+            "{title}: {legend:?} names the host under one spelling only"
+        );
+        if !legend.contains(HOST) {
+            continue;
+        }
+        with_host += 1;
+        for clause in expr.split(" by (").skip(1) {
+            let labels = clause.split(')').next().unwrap_or_default();
+            assert!(
+                labels.contains("hostname") && labels.contains("Hostname"),
+                "{title}: {expr} drops a host label its legend {legend:?} shows"
+            );
+        }
+    }
+    // The per-GPU panels: temperature, power, clocks, utilisation, memory, tensor, energy,
+    // XIDs, the MIG panels and the health row.
+    assert!(with_host >= 13, "{with_host} legends show the host");
 }
 
 /// Grafana's interpolation of a multi-value variable in a regex matcher: `(a|b)`, or the
@@ -160,6 +202,13 @@ fn every_gpu_and_mig_query_returns_both_generations_of_a_mixed_fleet() {
     gpu_and_mig_queries(&[("4.8.4", false), ("4.9.0", false)]);
 }
 
+/// The oldest and the newest release emulated side by side: `Hostname` on one node,
+/// `hostname` and 4.10.0's names on the other; every legend that shows the host has it.
+#[test]
+fn every_gpu_and_mig_query_returns_a_fleet_of_4_8_2_and_4_10_0() {
+    gpu_and_mig_queries(&[("4.8.2", false), ("4.10.0", true)]);
+}
+
 /// Starts one exporter per (emulated release, `--low-cardinality`) on the MIG profile, one
 /// Prometheus scraping all of them, and checks every GPU and MIG query of the dashboard
 /// against it.
@@ -216,7 +265,7 @@ fn gpu_and_mig_queries(nodes: &[(&str, bool)]) {
     );
     for (e, v) in exporters.iter().zip(&versions) {
         let i = format!("instance=\"127.0.0.1:{}\"", e.port);
-        let (temp, xid, energy) = if *v == "4.9.0" {
+        let (temp, xid, energy) = if matches!(*v, "4.9.0" | "4.10.0") {
             (
                 "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
                 "DCGM_FI_DEV_XID_ERROR",
@@ -242,13 +291,23 @@ fn gpu_and_mig_queries(nodes: &[(&str, bool)]) {
     assert_eq!(vars["instance"], format!("({})", instances.join("|")));
     assert_eq!(vars["gpu"], "(0|1|2|3|4|5|6|7)", "every GPU of the profile");
     let mut checked = 0;
-    for (title, expr) in expressions(&dash) {
+    for (title, expr, legend) in queries(&dash) {
         if needs_pods(&expr) {
             continue;
         }
         let q = interpolate(&expr, &vars);
         let result = prom.wait_for(&q, 20);
         checked += 1;
+        // The legend's host is there, under whichever spelling the node's release uses.
+        if legend.contains(HOST) {
+            for r in &result {
+                let m = &r["metric"];
+                assert!(
+                    nonempty(m, "hostname") || nonempty(m, "Hostname"),
+                    "{title}: no host for {legend:?}: {r}"
+                );
+            }
+        }
         // Each node's series once, whichever generation it runs (panels that aggregate
         // over nodes drop the instance label).
         let mut per_series: BTreeMap<String, usize> = BTreeMap::new();
