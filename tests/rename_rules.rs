@@ -1,7 +1,8 @@
-//! The two-way recording rules for dcgm-exporter 4.9.0's renames
+//! The two-way recording rules for dcgm-exporter 4.9.0's and 4.10.0's renames
 //! (etc/prometheus/dcgm-rename.rules.yml): they pass the real `promtool check rules` and
-//! `promtool test rules`, and they hold every rename of the exporter's own table
-//! (`config::rename`) for the default counter set, with its conversion in both directions.
+//! `promtool test rules`, and they hold every rename of the exporter's own tables
+//! (`config::rename`: 4.9.0's for the default counter set, with its conversion, and 4.10.0's
+//! four renamed byte rates) in both directions.
 
 mod support;
 use dcgm_exporter::config::rename::{self, Op, Rename};
@@ -33,7 +34,7 @@ fn the_rename_rules_pass_promtool_check_and_unit_tests() {
     }
     let dir = support::repo("etc/prometheus");
     let out = support::prom::promtool_in(&dir, &["check", "rules", "dcgm-rename.rules.yml"]);
-    assert!(out.contains("SUCCESS: 44 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 52 rules found"), "{out}");
     let out = support::prom::promtool_in(&dir, &["test", "rules", "dcgm-rename.rules.test.yml"]);
     assert!(out.contains("SUCCESS"), "{out}");
     // Rules in 4.8.x names (the HPA recipe) over a 4.8.4 node and a 4.9.0 node.
@@ -57,7 +58,7 @@ fn the_rules_hold_every_rename_of_the_default_set_both_ways() {
     let text = std::fs::read_to_string(support::repo("etc/prometheus/dcgm-rename.rules.yml"))
         .expect("read rules");
     let file: RuleFile = serde_norway::from_str(&text).expect("parse rules");
-    assert_eq!(file.groups.len(), 2);
+    assert_eq!(file.groups.len(), 4);
     let (to_new, to_old) = (&file.groups[0], &file.groups[1]);
     assert_eq!(to_new.name, "dcgm-exporter-4.9-names-from-4.8");
     let csv = std::fs::read_to_string(support::repo("etc/default-counters.csv")).unwrap();
@@ -109,4 +110,41 @@ fn the_rules_hold_every_rename_of_the_default_set_both_ways() {
     assert_eq!(expected, 22);
     assert_eq!(to_new.rules.len(), expected);
     assert_eq!(to_old.rules.len(), expected);
+}
+
+#[test]
+fn the_rules_hold_4_10_0s_renames_both_ways_unconverted() {
+    let text = std::fs::read_to_string(support::repo("etc/prometheus/dcgm-rename.rules.yml"))
+        .expect("read rules");
+    let file: RuleFile = serde_norway::from_str(&text).expect("parse rules");
+    let (to_new, to_old) = (&file.groups[2], &file.groups[3]);
+    assert_eq!(to_new.name, "dcgm-exporter-4.10-names-from-4.9");
+    assert_eq!(to_old.name, "dcgm-exporter-4.9-names-from-4.10");
+    for r in rename::RENAMED_4_10 {
+        let rule = to_new
+            .rules
+            .iter()
+            .find(|x| x.record == r.name)
+            .unwrap_or_else(|| panic!("no rule records {} from {}", r.name, r.legacy_name));
+        assert_eq!(op_of(&rule.expr, r.legacy_name), "", "{}", r.name);
+        assert_eq!(rule.labels["dcgm_renamed"], "from-4.9");
+        // A 4.8.x node's driver label takes 4.9.0's (and 4.10.0's) name.
+        assert!(rule
+            .expr
+            .contains("\"DCGM_FI_SYSTEM_DRIVER_VERSION\", \"$1\", \"DCGM_FI_DRIVER_VERSION\""));
+        let rule = to_old
+            .rules
+            .iter()
+            .find(|x| x.record == r.legacy_name)
+            .unwrap_or_else(|| panic!("no rule records {} from {}", r.legacy_name, r.name));
+        assert_eq!(rule.expr, format!("{}{{dcgm_renamed=\"\"}}", r.name));
+        assert_eq!(rule.labels["dcgm_renamed"], "from-4.10");
+    }
+    assert_eq!(to_new.rules.len(), rename::RENAMED_4_10.len());
+    assert_eq!(to_old.rules.len(), rename::RENAMED_4_10.len());
+    // Both PCIe rates are in 4.10.0's default set under their new names.
+    let csv = std::fs::read_to_string(support::repo("etc/default-counters-4.10.0.csv")).unwrap();
+    for r in &rename::RENAMED_4_10[..2] {
+        assert!(csv.contains(&format!("\n{},", r.name)), "{}", r.name);
+    }
 }

@@ -54,6 +54,12 @@ fn fixture(version: &str) -> Fixture {
 /// Runs the exporter without -f (so the built-in set of the emulated release applies) until
 /// it serves GPU temperatures; returns the page.
 fn page_without_f(dir: &tempfile::TempDir, extra: &[&str]) -> String {
+    page_with(dir, extra, &["DCGM_FI_DEV_GPU_TEMP"])
+}
+
+/// As [`page_without_f`], until the page has a series of each of `ready` (the profiling
+/// fields have none in the first collection).
+fn page_with(dir: &tempfile::TempDir, extra: &[&str], ready: &[&str]) -> String {
     sim_built();
     let profile = dir.path().join("node.toml");
     std::fs::write(&profile, PROFILE).unwrap();
@@ -76,14 +82,14 @@ fn page_without_f(dir: &tempfile::TempDir, extra: &[&str]) -> String {
     let deadline = Instant::now() + Duration::from_secs(30);
     let page = loop {
         if let Ok((200, body)) = http_get(&format!("http://127.0.0.1:{port}/metrics")) {
-            if body.contains("DCGM_FI_DEV_GPU_TEMP{") {
+            if ready.iter().all(|n| body.contains(&format!("\n{n}{{"))) {
                 break body;
             }
         }
         if let Ok(Some(st)) = child.try_wait() {
             panic!("exited early: {st}");
         }
-        assert!(Instant::now() < deadline, "no GPU series within 30 s");
+        assert!(Instant::now() < deadline, "no {ready:?} series within 30 s");
         std::thread::sleep(Duration::from_millis(100));
     };
     let _ = child.kill();
@@ -106,10 +112,27 @@ fn help_and_type(page: &str) -> BTreeMap<String, (String, String)> {
     out
 }
 
-fn check_default_page(version: &str, extra: &[&str]) {
+/// The rows that changed between 4.8.2 and 4.8.4 (help or type), on the simulated page so
+/// that the comparison covers them.
+const CHANGED_IN_4_8: [&str; 6] = [
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_FB_USED",
+];
+
+fn check_default_page(version: &str, extra: &[&str]) -> String {
+    check_page_of(version, extra, &CHANGED_IN_4_8)
+}
+
+/// Checks the page of the release's built-in set against its fixture; `present`: rows the
+/// comparison must cover. Returns the page.
+fn check_page_of(version: &str, extra: &[&str], present: &[&str]) -> String {
     let want = fixture(version);
     let dir = tempfile::tempdir().unwrap();
-    let page = page_without_f(&dir, extra);
+    let page = page_with(&dir, extra, present);
     let got = help_and_type(&page);
     // Every DCGM family on the page is a row of the release's set, with its HELP and TYPE.
     let dcgm: Vec<&String> = got.keys().filter(|n| n.starts_with("DCGM_FI_")).collect();
@@ -120,21 +143,23 @@ fn check_default_page(version: &str, extra: &[&str]) {
             "{version}: {name}\n{page}"
         );
     }
-    // The rows that changed between releases are on the simulated page, so the comparison
-    // covers them.
-    for name in [
-        "DCGM_FI_DEV_SM_CLOCK",
-        "DCGM_FI_DEV_GPU_TEMP",
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_DEV_FB_USED",
-    ] {
-        assert!(got.contains_key(name), "{version}: {name} missing\n{page}");
+    for name in present {
+        assert!(got.contains_key(*name), "{version}: {name} missing\n{page}");
     }
     let samples = parse(&page);
     let gpu_labels = &want.labels["GPU"];
-    for s in series(&samples, "DCGM_FI_DEV_GPU_TEMP") {
+    // The release's one `label` row: the driver version, under that release's name.
+    let (label, _) = want
+        .families
+        .iter()
+        .find(|(_, (ty, _))| ty == "label")
+        .expect("a label row");
+    let temp = samples
+        .iter()
+        .find(|s| s.name.starts_with("DCGM_FI_DEV_GPU_TEMP"))
+        .map(|s| s.name.clone())
+        .expect("a GPU temperature");
+    for s in series(&samples, &temp) {
         assert_eq!(
             &s.label_order[..gpu_labels.len()],
             &gpu_labels[..],
@@ -142,12 +167,13 @@ fn check_default_page(version: &str, extra: &[&str]) {
         );
         assert_eq!(s.label(gpu_labels.last().unwrap()), Some("testhost"));
         // The `label` row of the set: a label on every GPU series, after the identity.
-        assert_eq!(want.families["DCGM_FI_DRIVER_VERSION"].0, "label");
         assert_eq!(
-            s.label_order.get(gpu_labels.len()).map(String::as_str),
-            Some("DCGM_FI_DRIVER_VERSION")
+            s.label_order.get(gpu_labels.len()),
+            Some(label),
+            "{version}"
         );
     }
+    page
 }
 
 /// The default: 4.8.4's set and labels (upstream d5e5f51's Test_render / TestMetrics).
@@ -161,6 +187,98 @@ fn the_default_page_is_4_8_4s() {
 #[test]
 fn emulating_4_8_2_gives_4_8_2s_page() {
     check_default_page("4.8.2", &["--emulate-version", "4.8.2"]);
+}
+
+/// 4.10.0: 4.9.0's names and units with the PCIe byte rates named `..._BYTES_PER_SECOND`,
+/// and none of them under its old name.
+#[test]
+fn emulating_4_10_0_gives_4_10_0s_page() {
+    for extra in [
+        ["--emulate-version", "4.10.0"],
+        ["--emulate-version", "4.8.0-4.10.0"],
+    ] {
+        let page = check_page_of(
+            "4.10.0",
+            &extra,
+            &[
+                "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+                "DCGM_FI_DEV_SM_CLOCK_HERTZ",
+                "DCGM_FI_DEV_FB_USED_BYTES",
+                "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+                "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",
+            ],
+        );
+        for old in [
+            "DCGM_FI_PROF_PCIE_TX_BYTES{",
+            "DCGM_FI_PROF_PCIE_RX_BYTES{",
+            "DCGM_FI_DEV_GPU_TEMP{",
+        ] {
+            assert!(!page.contains(old), "{old}\n{page}");
+        }
+        assert!(page.contains("emulated=\"4.10.0\""), "{page}");
+    }
+}
+
+/// A counters file in either name of the four fields 4.10.0 renamed works under every
+/// release, and the page shows the emulated release's name, with one warning per row
+/// written in the other generation's name.
+#[test]
+fn either_name_of_the_pcie_rates_works_under_every_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, tx: &str, rx: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(
+            &p,
+            format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{tx}, gauge, tx\n{rx}, gauge, rx\n"),
+        )
+        .unwrap();
+        p
+    };
+    let old = write(
+        "old.csv",
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+    );
+    let new = write(
+        "new.csv",
+        "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+        "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",
+    );
+    for version in ["4.8.2", "4.8.4", "4.9.0", "4.10.0"] {
+        let suffix = if version == "4.10.0" {
+            "_PER_SECOND"
+        } else {
+            ""
+        };
+        let (tx, rx) = (
+            format!("DCGM_FI_PROF_PCIE_TX_BYTES{suffix}"),
+            format!("DCGM_FI_PROF_PCIE_RX_BYTES{suffix}"),
+        );
+        for (csv, renamed) in [(&old, !suffix.is_empty()), (&new, suffix.is_empty())] {
+            let e = exporter()
+                .args(&["-f", csv.to_str().unwrap(), "--emulate-version", version])
+                .start();
+            let page = e.scrape_until(20, |p| {
+                !series(p, &tx).is_empty() && !series(p, &rx).is_empty()
+            });
+            let file = csv.file_name().unwrap().to_string_lossy();
+            assert_eq!(series(&page, &tx).len(), 8, "{version} {file}");
+            // The same field under either name: one family per direction, bytes/s.
+            let names: std::collections::BTreeSet<&str> = page
+                .iter()
+                .filter(|s| s.name.starts_with("DCGM_FI_PROF_PCIE_"))
+                .map(|s| s.name.as_str())
+                .collect();
+            assert_eq!(names, [rx.as_str(), tx.as_str()].into(), "{version} {file}");
+            let log = e.stderr();
+            let warned = log.lines().filter(|l| l.contains("4.10.0")).count();
+            assert_eq!(
+                warned,
+                if renamed { 2 } else { 0 },
+                "{version} {file}: {log}"
+            );
+        }
+    }
 }
 
 /// Switch, link, CPU and core series carry the labels of upstream's Test_render cases, in
@@ -287,7 +405,7 @@ fn an_unknown_release_to_emulate_stops_the_start() {
         let (code, err) = b.run_to_exit();
         assert_eq!(code, 1, "{args:?} {env:?}");
         assert!(
-            err.contains("--emulate-version") && err.contains("use 4.8.2, 4.8.4 or 4.9.0"),
+            err.contains("--emulate-version") && err.contains("use 4.8.2, 4.8.4, 4.9.0 or 4.10.0"),
             "{err}"
         );
         assert_eq!(
@@ -296,4 +414,103 @@ fn an_unknown_release_to_emulate_stops_the_start() {
             "{err}"
         );
     }
+}
+
+/// The XID counters with the XID field also a `label` row (dcgm-exporter 4.10.0's fix,
+/// held in every emulated release here): the window count and the total count each XID,
+/// the gauge shows the last one and the label carries it on the GPU's series. A label row
+/// and a metric row of one name are a label and a metric, never "listed again": in 4.9.0
+/// and later the label row written in 4.8.x's name takes the gauge's 4.9.0 name.
+#[test]
+fn xid_counters_keep_counting_when_the_xid_field_is_also_a_label_row() {
+    // (release, the label row's name, the gauge row's name, both as exported)
+    for (version, label, gauge, exported) in [
+        (
+            "4.8.4",
+            "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_XID_ERRORS",
+        ),
+        (
+            "4.10.0",
+            "DCGM_FI_DEV_XID_ERRORS",
+            "DCGM_FI_DEV_XID_ERROR",
+            "DCGM_FI_DEV_XID_ERROR",
+        ),
+    ] {
+        let csv = format!(
+            "DCGM_FI_DEV_GPU_TEMP, gauge, t\n{label}, label, last xid\n\
+             {gauge}, gauge, last xid value\n\
+             DCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n\
+             DCGM_EXP_XID_ERRORS_TOTAL, counter, xids since start\n"
+        );
+        xid_label_row(version, &csv, exported);
+    }
+}
+
+fn xid_label_row(version: &str, csv_text: &str, name: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let csv = dir.path().join("xid.csv");
+    std::fs::write(&csv, csv_text).unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-f", csv.to_str().unwrap(), "-c", "250"])
+        .args(&["--emulate-version", version])
+        .start();
+    // Before any XID: one zero total and one zero window count per GPU.
+    let page = e.scrape_until(15, |p| series(p, "DCGM_EXP_XID_ERRORS_TOTAL").len() == 8);
+    assert_eq!(
+        series(&page, "DCGM_EXP_XID_ERRORS_COUNT").len(),
+        8,
+        "{version}: {}",
+        dump(&page)
+    );
+    let counted = |p: &[Sample], metric: &str, xid: &str| -> Vec<(String, f64)> {
+        series(p, metric)
+            .into_iter()
+            .filter(|s| s.label("xid") == Some(xid))
+            .map(|s| (s.label("gpu").unwrap_or_default().to_string(), s.value))
+            .collect()
+    };
+    for (n, xid) in [(1, "79"), (2, "13")] {
+        control(&ctl, &format!("xid 2 {xid}"));
+        let page = e.scrape_until(15, |p| {
+            !counted(p, "DCGM_EXP_XID_ERRORS_TOTAL", xid).is_empty()
+                && !counted(p, "DCGM_EXP_XID_ERRORS_COUNT", xid).is_empty()
+                && series(p, "DCGM_EXP_XID_ERRORS_TOTAL")
+                    .iter()
+                    .any(|s| s.label(name) == Some(xid))
+        });
+        let one = vec![("2".to_string(), 1.0)];
+        assert_eq!(
+            counted(&page, "DCGM_EXP_XID_ERRORS_TOTAL", xid),
+            one,
+            "{version}, XID {n}: {}",
+            dump(&page)
+        );
+        assert_eq!(counted(&page, "DCGM_EXP_XID_ERRORS_COUNT", xid), one);
+        let last = series(&page, name);
+        assert_eq!(last.len(), 1, "{version}: {}", dump(&page));
+        assert_eq!(last[0].label("gpu"), Some("2"));
+        assert_eq!(last[0].value, xid.parse::<f64>().unwrap());
+        assert_eq!(last[0].label("err_code"), Some(xid));
+        // The label is on GPU 2's series only, the XID counters' included.
+        let labelled = |s: &&Sample| s.label(name).is_some_and(|v| !v.is_empty());
+        let on: Vec<&str> = page
+            .iter()
+            .filter(labelled)
+            .map(|s| s.name.as_str())
+            .collect();
+        assert!(
+            on.iter().any(|n| n.starts_with("DCGM_FI_DEV_GPU_TEMP")),
+            "{version}: {on:?}"
+        );
+        for s in page.iter().filter(labelled) {
+            assert_eq!(s.label("gpu"), Some("2"), "{version}: {s:?}");
+        }
+    }
+    assert!(!e.stderr().contains("listed again"), "{}", e.stderr());
 }

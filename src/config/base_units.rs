@@ -1,7 +1,8 @@
 //! The table of dcgm-exporter 4.9.0's base-unit metrics (`config::rename` uses it to rename
 //! counter sets; `config::counters` to resolve a CSV name): for each, the legacy DCGM 4.6
-//! field that measures the same thing and the exact conversion. Imports no other config
-//! module, so both can use it.
+//! field that measures the same thing and the exact conversion; and 4.10.0's new names of
+//! four DCGM 4.6 fields ([`RENAMED_4_10`]). Imports no other config module, so both can use
+//! it.
 
 use dcgm_sys::fields::{self, FieldMeta};
 
@@ -340,4 +341,60 @@ pub fn resolve(name: &str) -> Option<(&'static BaseUnit, String)> {
         .ok()
         .filter(|_| name.bytes().all(|c| c.is_ascii_digit()))?;
     by_id(id).map(|b| (b, b.name.to_string()))
+}
+
+/// A DCGM 4.6 field dcgm-exporter 4.10.0 exports under another name: same field id, same
+/// unit, no conversion.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Renamed {
+    /// dcgm-exporter 4.10.0's name (DCGM 4.8's, by its release notes).
+    pub name: &'static str,
+    /// The field, in DCGM 4.6's `dcgm_fields.h` under `legacy_name`.
+    pub id: u16,
+    /// DCGM 4.6's name, which dcgm-exporter 4.9.0 and earlier export.
+    pub legacy_name: &'static str,
+}
+
+/// dcgm-exporter 4.10.0's four renamed profiling metrics (bytes per second in both names).
+/// The names rest on 4.10.0's release notes; that the ids are DCGM 4.6's 1009-1012 is our
+/// reading of "same unit, the old names still parse" (DCGM 4.8's headers are not readable
+/// here).
+pub static RENAMED_4_10: &[Renamed] = &[
+    Renamed {
+        name: "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+        id: 1009,
+        legacy_name: "DCGM_FI_PROF_PCIE_TX_BYTES",
+    },
+    Renamed {
+        name: "DCGM_FI_PROF_PCIE_RX_BYTES_PER_SECOND",
+        id: 1010,
+        legacy_name: "DCGM_FI_PROF_PCIE_RX_BYTES",
+    },
+    Renamed {
+        name: "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND",
+        id: 1011,
+        legacy_name: "DCGM_FI_PROF_NVLINK_TX_BYTES",
+    },
+    Renamed {
+        name: "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+        id: 1012,
+        legacy_name: "DCGM_FI_PROF_NVLINK_RX_BYTES",
+    },
+];
+
+impl Renamed {
+    /// DCGM 4.6's metadata of the field.
+    pub fn meta(&self) -> &'static FieldMeta {
+        fields::by_id(self.id).expect("every renamed field is in the DCGM 4.6 table")
+    }
+}
+
+/// The 4.10.0 rename whose new name is `name`.
+pub fn by_4_10_name(name: &str) -> Option<&'static Renamed> {
+    RENAMED_4_10.iter().find(|r| r.name == name)
+}
+
+/// The 4.10.0 rename of DCGM 4.6's `legacy_name`.
+pub fn by_4_10_legacy_name(legacy_name: &str) -> Option<&'static Renamed> {
+    RENAMED_4_10.iter().find(|r| r.legacy_name == legacy_name)
 }

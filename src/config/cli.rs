@@ -446,8 +446,8 @@ pub struct Config {
     /// label fields), which every other series drops.
     #[arg(long, env = "DCGM_EXPORTER_LOW_CARDINALITY")]
     pub low_cardinality: bool,
-    /// The dcgm-exporter release to emulate: 4.8.4, 4.9.0 or 4.8.2 (label names, metric
-    /// types and help, default counters, config-file schemas, timeout defaults).
+    /// The dcgm-exporter release to emulate: 4.8.4, 4.8.2, 4.9.0 or 4.10.0 (label names,
+    /// metric names, types and help, default counters, config-file schemas, timeouts).
     #[arg(long, env = "DCGM_EXPORTER_EMULATE_VERSION", value_name = "VERSION", default_value = "4.8.4", value_parser = clap::builder::ValueParser::new(str::parse::<UpstreamVersion>))]
     pub emulate_version: UpstreamVersion,
     /// Push every collection as OTLP metrics to this URL (http:// or https://; unset:

@@ -122,6 +122,15 @@ pub struct Counter {
     pub unit: Option<&'static super::base_units::BaseUnit>,
 }
 
+impl Counter {
+    /// Whether a row `name` of type `ty` is this row listed again. A `label` row and a
+    /// metric row of one name are a label and a metric, both kept (the XID field as a label
+    /// beside its gauge: dcgm-exporter 4.10.0 keeps both).
+    pub fn is_listed_again(&self, name: &str, ty: PromType) -> bool {
+        self.name == name && (self.prom_type == PromType::Label) == (ty == PromType::Label)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Counters {
     /// Records in file order.
@@ -174,6 +183,8 @@ pub fn load(path: &Path) -> Result<Counters, CountersError> {
 const BUILTIN_CSV: &str = include_str!("../../etc/default-counters.csv");
 /// 4.8.2's set, for `--emulate-version=4.8.2`.
 const BUILTIN_CSV_4_8_2: &str = include_str!("../../etc/default-counters-4.8.2.csv");
+/// 4.10.0's set, for `--emulate-version=4.10.0` (its names are 4.10.0's already).
+const BUILTIN_CSV_4_10_0: &str = include_str!("../../etc/default-counters-4.10.0.csv");
 /// How errors and warnings name the built-in set.
 pub const BUILTIN_SOURCE: &str = "built-in default-counters.csv";
 
@@ -188,6 +199,7 @@ pub fn builtin_default_for(version: UpstreamVersion) -> Result<Counters, Counter
     let text = match version {
         UpstreamVersion::V4_8_2 => BUILTIN_CSV_4_8_2,
         UpstreamVersion::V4_8_4 | UpstreamVersion::V4_9_0 => BUILTIN_CSV,
+        UpstreamVersion::V4_10_0 => BUILTIN_CSV_4_10_0,
     };
     parse_str(BUILTIN_SOURCE, text)
 }
@@ -258,7 +270,11 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         // A metric listed twice: dcgm-exporter files its values under the first row
         // (its collector finds the first counter of a field), so the first row wins. Its
         // own 1.x-compatibility CSV lists the PCIe byte counters twice.
-        if let Some(prev) = out.all.iter().find(|c| c.name == metric_name) {
+        if let Some(prev) = out
+            .all
+            .iter()
+            .find(|c| c.is_listed_again(&metric_name, prom_type))
+        {
             out.warnings.push(format!(
                 "{source_name}:{line}: {metric_name} is listed again (first on line {}); \
                  using line {}",
@@ -331,6 +347,10 @@ fn resolve(name: &str) -> Result<(CounterField, String), String> {
     }
     if let Some(x) = ExpField::by_name(name) {
         return Ok((CounterField::Exp(x), name.to_string()));
+    }
+    // dcgm-exporter 4.10.0's names of DCGM 4.6 fields (the generation's name: rename.rs).
+    if let Some(r) = super::base_units::by_4_10_name(name) {
+        return Ok((CounterField::Dcgm(r.meta()), name.to_string()));
     }
     if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {
         let m = name

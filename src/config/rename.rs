@@ -43,21 +43,28 @@ pub enum Names {
     Legacy,
     /// 4.9.0: 4.8.x names become 4.9.0's (one warning per renamed row); a ratio is 0-1.
     V4_9_0,
+    /// 4.10.0: as 4.9.0, and the four profiling byte rates take 4.10.0's names.
+    V4_10_0,
 }
 
 /// The names an emulated release reads counters with.
 pub fn names_of(version: super::emulate::UpstreamVersion) -> Names {
-    if version >= super::emulate::UpstreamVersion::V4_9_0 {
+    use super::emulate::UpstreamVersion;
+    if version >= UpstreamVersion::V4_10_0 {
+        Names::V4_10_0
+    } else if version >= UpstreamVersion::V4_9_0 {
         Names::V4_9_0
     } else {
         Names::Legacy
     }
 }
 
-/// Reads `counters` for a generation. For 4.9.0 every row under a 4.8.x name is exported
+/// Reads `counters` for a generation. From 4.9.0 every row under a 4.8.x name is exported
 /// under the 4.9.0 name and unit, with one warning naming its line;
 /// `DCGM_FI_DEV_GPU_UTIL_RATIO` is the 0-1 ratio. For 4.8.x, `DCGM_FI_DEV_GPU_UTIL_RATIO`
-/// stays DCGM 4.6's field 203 in percent, with a warning. Warnings are logged and kept.
+/// stays DCGM 4.6's field 203 in percent, with a warning. The four fields 4.10.0 renamed
+/// take the name of the generation, either way, with a warning. Warnings are logged and
+/// kept. A `label` row and a metric row of one name are a label and a metric, both kept.
 pub fn for_generation(mut counters: Counters, source: &str, names: Names) -> Counters {
     let mut out = Counters {
         all: Vec::with_capacity(counters.all.len()),
@@ -69,56 +76,19 @@ pub fn for_generation(mut counters: Counters, source: &str, names: Names) -> Cou
     };
     let mut rows = Vec::with_capacity(counters.all.len());
     for mut c in counters.all {
-        let CounterField::Dcgm(m) = c.field else {
-            rows.push(c);
-            continue;
-        };
-        let gpu_util_ratio = c.name == "DCGM_FI_DEV_GPU_UTIL_RATIO" && c.unit.is_none();
-        match names {
-            Names::Legacy if gpu_util_ratio => warn(format!(
-                "{source}:{}: DCGM_FI_DEV_GPU_UTIL_RATIO is field {} in integer percent, as \
-                 dcgm-exporter 4.8.x exports it; in 4.9.0 mode it is a 0-1 ratio",
-                c.line, m.id
-            )),
-            Names::Legacy => {}
-            Names::V4_9_0 if gpu_util_ratio => {
-                c.unit = by_name("DCGM_FI_DEV_GPU_UTIL_RATIO");
+        if let CounterField::Dcgm(m) = c.field {
+            if let Some(w) = rename_row(&mut c, m, source, names) {
+                warn(w);
             }
-            Names::V4_9_0 => match renamed_in_4_9(&c.name) {
-                None => {}
-                Some(Rename::Name(canon)) => {
-                    warn(format!(
-                        "{source}:{}: {} is named {} in dcgm-exporter 4.9.0 (DCGM field {}, same \
-                         unit); exported as {}",
-                        c.line, c.name, canon.name, canon.id, canon.name
-                    ));
-                    c.name = canon.name.to_string();
-                }
-                Some(Rename::Unit(b)) => {
-                    warn(format!(
-                        "{source}:{}: {} ({}) is {} ({}) in dcgm-exporter 4.9.0; exported as {}, \
-                         its values converted ({} {})",
-                        c.line,
-                        c.name,
-                        b.conv.from,
-                        b.name,
-                        b.conv.to,
-                        b.name,
-                        b.conv.from,
-                        b.conv.op.describe()
-                    ));
-                    c.name = b.name.to_string();
-                    c.unit = Some(b);
-                    if let Some(help) = help_4_9(b.name) {
-                        c.help = help.to_string();
-                    }
-                }
-            },
         }
         rows.push(c);
     }
     for c in rows {
-        if let Some(prev) = out.all.iter().find(|p| p.name == c.name) {
+        if let Some(prev) = out
+            .all
+            .iter()
+            .find(|p| p.is_listed_again(&c.name, c.prom_type))
+        {
             let w = format!(
                 "{source}:{}: {} is listed again (first on line {}); using line {}",
                 c.line, c.name, prev.line, prev.line
@@ -129,6 +99,85 @@ pub fn for_generation(mut counters: Counters, source: &str, names: Names) -> Cou
         out.all.push(c);
     }
     out
+}
+
+/// Renames one row of field `m` for a generation; the warning to log, if any.
+fn rename_row(c: &mut Counter, m: &FieldMeta, source: &str, names: Names) -> Option<String> {
+    if let Some(w) = rename_4_10(c, source, names) {
+        return Some(w);
+    }
+    let gpu_util_ratio = c.name == "DCGM_FI_DEV_GPU_UTIL_RATIO" && c.unit.is_none();
+    match names {
+        Names::Legacy if gpu_util_ratio => Some(format!(
+            "{source}:{}: DCGM_FI_DEV_GPU_UTIL_RATIO is field {} in integer percent, as \
+             dcgm-exporter 4.8.x exports it; in 4.9.0 mode it is a 0-1 ratio",
+            c.line, m.id
+        )),
+        Names::Legacy => None,
+        Names::V4_9_0 | Names::V4_10_0 if gpu_util_ratio => {
+            c.unit = by_name("DCGM_FI_DEV_GPU_UTIL_RATIO");
+            None
+        }
+        Names::V4_9_0 | Names::V4_10_0 => rename_4_9(c, source),
+    }
+}
+
+/// A row under one of the four names 4.10.0 changed, in the generation's name.
+fn rename_4_10(c: &mut Counter, source: &str, names: Names) -> Option<String> {
+    let (r, w) = if names == Names::V4_10_0 {
+        let r = by_4_10_legacy_name(&c.name)?;
+        let w = format!(
+            "{source}:{}: {} is named {} in dcgm-exporter 4.10.0 (DCGM field {}, same unit); \
+             exported as {}",
+            c.line, c.name, r.name, r.id, r.name
+        );
+        (r.name, w)
+    } else {
+        let r = by_4_10_name(&c.name)?;
+        let w = format!(
+            "{source}:{}: {} is dcgm-exporter 4.10.0's name of DCGM field {}, named {} before \
+             4.10.0 (same unit); exported as {}",
+            c.line, c.name, r.id, r.legacy_name, r.legacy_name
+        );
+        (r.legacy_name, w)
+    };
+    c.name = r.to_string();
+    Some(w)
+}
+
+/// A row under a 4.8.x name in 4.9.0's name (and unit); the warning, when renamed.
+fn rename_4_9(c: &mut Counter, source: &str) -> Option<String> {
+    match renamed_in_4_9(&c.name)? {
+        Rename::Name(canon) => {
+            let w = format!(
+                "{source}:{}: {} is named {} in dcgm-exporter 4.9.0 (DCGM field {}, same unit); \
+                 exported as {}",
+                c.line, c.name, canon.name, canon.id, canon.name
+            );
+            c.name = canon.name.to_string();
+            Some(w)
+        }
+        Rename::Unit(b) => {
+            let w = format!(
+                "{source}:{}: {} ({}) is {} ({}) in dcgm-exporter 4.9.0; exported as {}, its \
+                 values converted ({} {})",
+                c.line,
+                c.name,
+                b.conv.from,
+                b.name,
+                b.conv.to,
+                b.name,
+                b.conv.from,
+                b.conv.op.describe()
+            );
+            c.name = b.name.to_string();
+            c.unit = Some(b);
+            if let Some(help) = help_4_9(b.name) {
+                c.help = help.to_string();
+            }
+            Some(w)
+        }
+    }
 }
 
 /// The help text of a row of the built-in 4.9.0 counter set.
@@ -154,6 +203,10 @@ pub fn builtin_default_4_9_0() -> Result<Counters, super::counters::CountersErro
     super::counters::parse_str(BUILTIN_4_9_0_SOURCE, DEFAULT_4_9_0)
         .map(|c| for_generation(c, BUILTIN_4_9_0_SOURCE, Names::V4_9_0))
 }
+
+/// dcgm-exporter 4.10.0's default counter set, as far as its release notes describe it
+/// (the built-in set of 4.10.0 mode: `counters::builtin_default_for`).
+pub const DEFAULT_4_10_0: &str = include_str!("../../etc/default-counters-4.10.0.csv");
 
 /// Where a base-unit row's values come from on the loaded library.
 #[derive(Clone, Debug, PartialEq)]
@@ -459,6 +512,13 @@ mod tests {
         assert!(!field_matches("DCGM_FI_DEV_SM_CLOCK_HERTZ", 101));
         assert!(!field_matches("DCGM_FI_DEV_MEMORY_CLOCK_HERTZ", 1603));
         assert!(field_matches("DCGM_FI_DEV_GPU_TEMP", 150));
+        // 4.10.0's names of fields 1009-1012 select them too, in every mode.
+        assert!(field_matches("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND", 1009));
+        assert!(field_matches("DCGM_FI_PROF_*_BYTES_PER_SECOND", 1012));
+        assert!(!field_matches(
+            "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+            1010
+        ));
     }
 
     #[test]
@@ -697,5 +757,173 @@ mod tests {
                 assert_eq!(r.unit, Some(b), "{}", r.name);
             }
         }
+    }
+
+    #[test]
+    fn the_4_10_renames_are_dcgm_4_6s_fields_1009_to_1012_under_names_it_lacks() {
+        assert_eq!(RENAMED_4_10.len(), 4);
+        for (r, id) in RENAMED_4_10.iter().zip(1009..) {
+            assert_eq!(r.id, id, "{}", r.name);
+            assert_eq!(r.meta().name, r.legacy_name);
+            assert_eq!(r.name, format!("{}_PER_SECOND", r.legacy_name));
+            // DCGM 4.6 knows the old name only; no 4.9.0 rename touches either.
+            assert!(fields::by_name(r.name).is_none(), "{}", r.name);
+            assert_eq!(renamed_in_4_9(r.legacy_name), None);
+            assert_eq!(renamed_in_4_9(r.name), None);
+        }
+    }
+
+    #[test]
+    fn either_name_of_a_4_10_rename_is_read_in_every_generation_under_its_own_name() {
+        let text = "DCGM_FI_PROF_PCIE_TX_BYTES, gauge, tx\n\
+                    DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND, gauge, rx\n\
+                    DCGM_FI_DEV_GPU_TEMP, gauge, t\n";
+        for (names, want) in [
+            (
+                Names::Legacy,
+                [
+                    "DCGM_FI_PROF_PCIE_TX_BYTES",
+                    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                    "DCGM_FI_DEV_GPU_TEMP",
+                ],
+            ),
+            (
+                Names::V4_9_0,
+                [
+                    "DCGM_FI_PROF_PCIE_TX_BYTES",
+                    "DCGM_FI_PROF_NVLINK_RX_BYTES",
+                    "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+                ],
+            ),
+            (
+                Names::V4_10_0,
+                [
+                    "DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND",
+                    "DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND",
+                    "DCGM_FI_DEV_GPU_TEMP_CELSIUS",
+                ],
+            ),
+        ] {
+            let c = for_generation(parse(text), "t.csv", names);
+            let got: Vec<(&str, u16)> = c
+                .all
+                .iter()
+                .map(|r| match r.field {
+                    CounterField::Dcgm(m) => (r.name.as_str(), m.id),
+                    CounterField::Exp(_) => (r.name.as_str(), 0),
+                })
+                .collect();
+            assert_eq!(got, [(want[0], 1009), (want[1], 1012), (want[2], 150)]);
+            assert!(c.all.iter().all(|r| r.unit.is_none()), "{names:?}");
+            // One warning per row in a name of the other generation, naming its line.
+            let w = &c.warnings;
+            match names {
+                Names::V4_10_0 => assert_eq!(
+                    w[0],
+                    "t.csv:1: DCGM_FI_PROF_PCIE_TX_BYTES is named \
+                     DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND in dcgm-exporter 4.10.0 (DCGM field \
+                     1009, same unit); exported as DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND"
+                ),
+                _ => assert_eq!(
+                    w[0],
+                    "t.csv:2: DCGM_FI_PROF_NVLINK_RX_BYTES_PER_SECOND is dcgm-exporter \
+                     4.10.0's name of DCGM field 1012, named DCGM_FI_PROF_NVLINK_RX_BYTES before \
+                     4.10.0 (same unit); exported as DCGM_FI_PROF_NVLINK_RX_BYTES"
+                ),
+            }
+            let expected = if names == Names::Legacy { 1 } else { 2 };
+            assert_eq!(w.len(), expected, "{names:?}: {w:?}");
+        }
+        // Both names of one field in a 4.10.0 file: one metric, the first row's.
+        let both = for_generation(
+            parse("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND, gauge, a\nDCGM_FI_PROF_PCIE_TX_BYTES, gauge, b\n"),
+            "t.csv",
+            Names::V4_10_0,
+        );
+        assert_eq!(both.all.len(), 1);
+        assert_eq!(both.all[0].help, "a");
+        assert!(both.warnings[1].contains("is listed again (first on line 1)"));
+    }
+
+    #[test]
+    fn a_label_row_and_a_metric_row_of_one_name_are_both_kept() {
+        // The XID field as a label beside its gauge, in 4.8.x's names (one name) and in a
+        // 4.9.0 file that kept the label's 4.8.x name (renamed to the gauge's).
+        for (text, names) in [
+            (
+                "DCGM_FI_DEV_XID_ERRORS, label, l\nDCGM_FI_DEV_XID_ERRORS, gauge, g\n",
+                Names::Legacy,
+            ),
+            (
+                "DCGM_FI_DEV_XID_ERRORS, label, l\nDCGM_FI_DEV_XID_ERROR, gauge, g\n",
+                Names::V4_10_0,
+            ),
+        ] {
+            let c = for_generation(parse(text), "t.csv", names);
+            let types: Vec<PromType> = c.all.iter().map(|r| r.prom_type).collect();
+            assert_eq!(types, [PromType::Label, PromType::Gauge], "{names:?}");
+            assert_eq!(c.all[0].name, c.all[1].name);
+            assert!(
+                !c.warnings.iter().any(|w| w.contains("listed again")),
+                "{:?}",
+                c.warnings
+            );
+        }
+        // Two label rows of one name are still one label.
+        let c = for_generation(
+            parse("DCGM_FI_DRIVER_VERSION, label, a\nDCGM_FI_DRIVER_VERSION, label, b\n"),
+            "t.csv",
+            Names::Legacy,
+        );
+        assert_eq!(c.all.len(), 1);
+    }
+
+    #[test]
+    fn the_builtin_4_10_0_set_is_4_9_0s_with_the_pcie_rates_renamed() {
+        let v410 = for_generation(
+            super::super::counters::parse_str("x", DEFAULT_4_10_0).unwrap(),
+            "x",
+            Names::V4_10_0,
+        );
+        assert!(v410.warnings.is_empty(), "{:?}", v410.warnings);
+        let v49 = builtin_default_4_9_0().unwrap();
+        let renamed = for_generation(v49.clone(), "x", Names::V4_10_0);
+        assert_eq!(renamed.warnings.len(), 2, "{:?}", renamed.warnings);
+        let names =
+            |c: &Counters| -> Vec<String> { c.all.iter().map(|r| r.name.clone()).collect() };
+        assert_eq!(names(&v410), names(&renamed));
+        for (a, b) in v410.all.iter().zip(&v49.all) {
+            assert_eq!(
+                (a.prom_type, &a.help, a.unit),
+                (b.prom_type, &b.help, b.unit)
+            );
+        }
+        let n = names(&v410);
+        for r in &RENAMED_4_10[..2] {
+            assert!(n.contains(&r.name.to_string()) && !n.contains(&r.legacy_name.to_string()));
+        }
+        // The NVLink rates are optional (commented out), as in 4.10.0's notes.
+        assert!(DEFAULT_4_10_0.contains("\n# DCGM_FI_PROF_NVLINK_TX_BYTES_PER_SECOND,"));
+        assert_eq!(
+            super::super::counters::builtin_default_for(
+                super::super::emulate::UpstreamVersion::V4_10_0
+            )
+            .unwrap(),
+            super::super::counters::parse_str(
+                super::super::counters::BUILTIN_SOURCE,
+                DEFAULT_4_10_0
+            )
+            .unwrap()
+        );
+    }
+
+    #[test]
+    fn each_release_reads_counters_with_its_generations_names() {
+        use super::super::emulate::UpstreamVersion::*;
+        let got = [V4_8_2, V4_8_4, V4_9_0, V4_10_0].map(names_of);
+        assert_eq!(
+            got,
+            [Names::Legacy, Names::Legacy, Names::V4_9_0, Names::V4_10_0]
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! the configured fields.
 
 use super::WatchGroup;
-use crate::config::base_units::{BaseUnit, BASE_UNITS};
+use crate::config::base_units::{BaseUnit, BASE_UNITS, RENAMED_4_10};
 use crate::config::counters::{self, Counters};
 
 /// Upstream's start-up rule for the narrower collections (watch groups): each must match
@@ -45,7 +45,8 @@ pub fn check_watch_groups(groups: &[WatchGroup], counters: &Counters) -> Result<
 }
 
 /// Whether a watch-group glob matches a field: its DCGM 4.6 name or any alias of it
-/// (`DCGM_FI_DEV_GPU_TEMP` is an alias of `DCGM_FI_DEV_GPU_TEMP_CELSIUS`).
+/// (`DCGM_FI_DEV_GPU_TEMP` is an alias of `DCGM_FI_DEV_GPU_TEMP_CELSIUS`), or its
+/// dcgm-exporter 4.10.0 name.
 pub fn field_matches(pattern: &str, id: u16) -> bool {
     // A 4.9.0 base-unit metric is watched as its own field or as its legacy one: its name
     // matches both, and a base-unit field also matches by its legacy name.
@@ -64,6 +65,9 @@ pub fn field_matches(pattern: &str, id: u16) -> bool {
         || dcgm_sys::fields::ALIASES
             .iter()
             .any(|(alias, name)| *name == meta.name && glob_match(pattern, alias))
+        || RENAMED_4_10
+            .iter()
+            .any(|r| r.id == id && glob_match(pattern, r.name))
 }
 
 /// `*` (any run) and `?` (one character) glob over ASCII names.

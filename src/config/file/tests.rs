@@ -333,7 +333,7 @@ fn errors_name_the_file_key_and_line() {
     assert!(e.contains("not both"), "{e}");
     let e = err("version: 1\nemulateVersion: 4.8.3\n");
     assert!(
-        e.contains("emulateVersion") && e.contains("4.8.2, 4.8.4 or 4.9.0"),
+        e.contains("emulateVersion") && e.contains("4.8.2, 4.8.4, 4.9.0 or 4.10.0"),
         "{e}"
     );
     let e = err("version: 1\nextra: 1\n");
