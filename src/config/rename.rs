@@ -10,6 +10,9 @@
 //! the legacy field and converts its values ([`BaseUnit::convert`]). A field is never taken
 //! by name alone across DCGM releases: `DCGM_FI_DEV_GPU_UTIL_RATIO` is field 203 in integer
 //! percent in DCGM 4.6 and another field holding a 0-1 double in 4.7.
+//!
+//! dcgm-exporter 4.10.0 renames four more, same field and unit ([`RENAMED_4_10`]): either
+//! name is read in every mode and exported under the emulated release's.
 
 pub use super::base_units::*;
 use super::counters::{Counter, CounterField, Counters, PromType};
