@@ -232,6 +232,8 @@ pub enum Request {
     },
     /// dcgmFieldGroupGetAll: every field group the engine knows, as `Reply::FieldGroups`.
     FieldGroupGetAll,
+    /// dcgmModuleGetStatuses: `Reply::ModuleStatuses`.
+    ModuleGetStatuses,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -270,4 +272,6 @@ pub enum Reply {
         incidents: Vec<Incident>,
     },
     FieldGroups(Vec<FieldGroupEntry>),
+    /// (dcgmModuleId_t, dcgmModuleStatus_t) of every module.
+    ModuleStatuses(Vec<(u32, u32)>),
 }

@@ -1026,14 +1026,15 @@ fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_who
         max_keep_samples: 0,
     };
     assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
-    // Nothing of the refused watch is sampled, but DCGM made (and unwatched) its pairs: an
-    // unwatch of them is no error.
+    // Nothing of the refused watch is sampled, but DCGM made (and unwatched) its pairs; an
+    // unwatch of them removes them and then asks the profiling module, which cannot load:
+    // MODULE_NOT_LOADED, as the real kit answers (DcgmHostEngineHandler::UnwatchFieldGroup).
     assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, -16);
     let unwatch_mixed = Request::UnwatchFields {
         group_id: g,
         field_group_id: mixed,
     };
-    assert_eq!(e.handle(0, &unwatch_mixed), Reply::Ok);
+    assert_eq!(e.handle(0, &unwatch_mixed), Reply::Error(-33));
     let plain = field_group(&mut e, 0, &[150, 155]);
     assert_eq!(e.handle(0, &watch_req(plain)), Reply::Ok);
     assert_eq!(latest(&mut e, &[(GPU, 0)], &[150])[0].status, 0);
@@ -1060,6 +1061,144 @@ fn without_the_profiling_module_a_watch_holding_a_profiling_field_is_refused_who
     assert_eq!(e.handle(0, &watch_req(mixed)), Reply::Error(-33));
     clock.advance_ms(2000);
     assert_eq!(one(&mut e, (GPU, 1), 150).ts_us, T0 + 6500 * 1000);
+}
+
+fn module_state(e: &mut Engine, id: u32) -> u32 {
+    match e.handle(0, &Request::ModuleGetStatuses) {
+        Reply::ModuleStatuses(list) => list.iter().find(|m| m.0 == id).unwrap().1,
+        other => panic!("expected module statuses, got {other:?}"),
+    }
+}
+
+const PROFILING: u32 = 8;
+const NOT_LOADED: u32 = 0;
+const DENYLISTED: u32 = 1;
+const FAILED: u32 = 2;
+const LOADED: u32 = 3;
+
+/// Which requests load DCGM 4.6's profiling module (traced in its source, checked on the
+/// real kit): the metric-group query of a GPU not sampled through GPM, and a watch or
+/// unwatch of a profiling field on such a GPU; a GPM GPU's profiling never does, and reads
+/// never do. Denied, it stays denied and those requests answer MODULE_NOT_LOADED, the GPM
+/// GPU's rows still work.
+#[test]
+fn the_profiling_module_loads_only_for_gpus_without_gpm_and_never_when_denied() {
+    let toml = "[gpus]\ncount = 2\nmodel = \"NVIDIA H100 80GB HBM3\"\ngpm = true\n\n[[gpu]]\nid = 1\ngpm = false\n";
+    for deny in [false, true] {
+        let (mut e, clock) = engine_str(toml);
+        if deny {
+            e.deny_modules(&[PROFILING]).unwrap();
+        }
+        let quiet = if deny { DENYLISTED } else { NOT_LOADED };
+        assert_eq!(module_state(&mut e, PROFILING), quiet);
+        assert!(matches!(
+            e.handle(0, &Request::ProfGetSupportedMetricGroups { gpu_id: 0 }),
+            Reply::MetricGroups(_)
+        ));
+        let g0 = group(&mut e, 0, &[(GPU, 0)]);
+        let prof = field_group(&mut e, 0, &[150, 1001]);
+        watch_group(&mut e, 0, g0, prof, 1000, 0.0, 4);
+        clock.advance_ms(1500);
+        assert_eq!(one(&mut e, (GPU, 0), 1001).status, 0);
+        let unwatch = Request::UnwatchFields {
+            group_id: g0,
+            field_group_id: prof,
+        };
+        assert_eq!(e.handle(0, &unwatch), Reply::Ok);
+        assert_eq!(
+            module_state(&mut e, PROFILING),
+            quiet,
+            "GPM only (deny {deny})"
+        );
+        let groups = e.handle(0, &Request::ProfGetSupportedMetricGroups { gpu_id: 1 });
+        if deny {
+            assert_eq!(groups, Reply::Error(-33));
+            assert_eq!(module_state(&mut e, PROFILING), DENYLISTED);
+        } else {
+            assert!(matches!(groups, Reply::MetricGroups(_)));
+            assert_eq!(module_state(&mut e, PROFILING), LOADED);
+        }
+        let g1 = group(&mut e, 0, &[(GPU, 1)]);
+        let w1 = Request::WatchFields {
+            group_id: g1,
+            field_group_id: prof,
+            update_freq_us: S,
+            max_keep_age_s: 0.0,
+            max_keep_samples: 4,
+        };
+        let expect = if deny { Reply::Error(-33) } else { Reply::Ok };
+        assert_eq!(e.handle(0, &w1), expect);
+    }
+    // Absent (the open-source build): the first request that needs it fails its load.
+    let (mut e, _) = engine_str("[gpus]\ncount = 1\nmodel = \"x\"\nprofiling_module = false\n");
+    assert_eq!(module_state(&mut e, PROFILING), NOT_LOADED);
+    assert_eq!(
+        e.handle(0, &Request::ProfGetSupportedMetricGroups { gpu_id: 0 }),
+        Reply::Error(-33)
+    );
+    assert_eq!(module_state(&mut e, PROFILING), FAILED);
+}
+
+/// DCGM#303 as `prof_stuck`: after it the GPU's profiling fields read 0 (or fail with the
+/// status given) while its other fields read on; a re-arm (unwatch, then watch) of them
+/// heals it, a watch alone does not; `restart` only a new engine heals.
+#[test]
+fn stuck_profiling_reads_zero_until_its_watch_is_re_armed() {
+    let (mut e, clock) = engine("h100-8gpu-nvswitch.toml");
+    let g = group(&mut e, 0, &[(GPU, 0), (GPU, 1)]);
+    let fg = field_group(&mut e, 0, &[203, 1001]);
+    watch_group(&mut e, 0, g, fg, 1000, 0.0, 4);
+    clock.advance_ms(1500);
+    let before = dbl(&one(&mut e, (GPU, 0), 1001));
+    assert!(before > 0.0, "{before}");
+    e.inject(Fault::ProfStuck {
+        gpu: 0,
+        status: 0,
+        restart_only: false,
+    });
+    clock.advance_ms(1000);
+    assert_eq!(dbl(&one(&mut e, (GPU, 0), 1001)), 0.0);
+    assert!(dbl(&one(&mut e, (GPU, 1), 1001)) > 0.0);
+    assert!(int(&one(&mut e, (GPU, 0), 203)) > 0);
+    // Watched again without an unwatch: still stuck.
+    watch_group(&mut e, 0, g, fg, 1000, 0.0, 4);
+    clock.advance_ms(1000);
+    assert_eq!(dbl(&one(&mut e, (GPU, 0), 1001)), 0.0);
+    // A re-arm of GPU 0 alone.
+    let g0 = group(&mut e, 0, &[(GPU, 0)]);
+    let prof = field_group(&mut e, 0, &[1001]);
+    let unwatch = Request::UnwatchFields {
+        group_id: g0,
+        field_group_id: prof,
+    };
+    assert_eq!(e.handle(0, &unwatch), Reply::Ok);
+    watch_group(&mut e, 0, g0, prof, 1000, 0.0, 4);
+    clock.advance_ms(1000);
+    assert!(dbl(&one(&mut e, (GPU, 0), 1001)) > 0.0);
+    // Failing with -37, and healed only by a new engine.
+    e.inject(Fault::ProfStuck {
+        gpu: 1,
+        status: -37,
+        restart_only: true,
+    });
+    clock.advance_ms(1000);
+    let s = one(&mut e, (GPU, 1), 1001);
+    assert_eq!(s.status, -37);
+    assert_eq!(e.handle(0, &unwatch), Reply::Ok);
+    let g1 = group(&mut e, 0, &[(GPU, 1)]);
+    assert_eq!(
+        e.handle(
+            0,
+            &Request::UnwatchFields {
+                group_id: g1,
+                field_group_id: prof
+            }
+        ),
+        Reply::Ok
+    );
+    watch_group(&mut e, 0, g1, prof, 1000, 0.0, 4);
+    clock.advance_ms(1000);
+    assert_eq!(one(&mut e, (GPU, 1), 1001).status, -37);
 }
 
 #[test]

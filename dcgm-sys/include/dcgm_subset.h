@@ -206,6 +206,35 @@ typedef enum
     DcgmLoggingSeverityVerbose     = 6
 } DcgmLoggingSeverity_t;
 
+/* Modules of the host engine and their states (dcgm_structs.h, DCGM 4.6.0). Modules are
+   loaded lazily, by the first request a module serves; a denylisted one is never loaded. */
+typedef enum
+{
+    DcgmModuleIdCore       = 0,
+    DcgmModuleIdNvSwitch   = 1,
+    DcgmModuleIdVGPU       = 2,
+    DcgmModuleIdIntrospect = 3,
+    DcgmModuleIdHealth     = 4,
+    DcgmModuleIdPolicy     = 5,
+    DcgmModuleIdConfig     = 6,
+    DcgmModuleIdDiag       = 7,
+    DcgmModuleIdProfiling  = 8,
+    DcgmModuleIdSysmon     = 9,
+    DcgmModuleIdMnDiag     = 10,
+    DcgmModuleIdCount
+} dcgmModuleId_t;
+
+typedef enum
+{
+    DcgmModuleStatusNotLoaded  = 0,
+    DcgmModuleStatusDenylisted = 1,
+    DcgmModuleStatusFailed     = 2,
+    DcgmModuleStatusLoaded     = 3,
+    DcgmModuleStatusUnloaded   = 4,
+    DcgmModuleStatusPaused     = 5,
+    DcgmModuleStatusReloadable = 6
+} dcgmModuleStatus_t;
+
 typedef enum dcgmNvLinkLinkState_enum
 {
     DcgmNvLinkLinkStateNotSupported = 0,
@@ -365,6 +394,23 @@ typedef struct
     const char *serviceAccount;
     unsigned int denyList[16];
 } dcgmStartEmbeddedV2Params_v3;
+
+#define DCGM_MODULE_STATUSES_CAPACITY 16
+
+typedef struct
+{
+    dcgmModuleId_t id;
+    dcgmModuleStatus_t status;
+} dcgmModuleGetStatusesModule_t;
+
+typedef struct
+{
+    unsigned int version;
+    unsigned int numStatuses;
+    dcgmModuleGetStatusesModule_t statuses[DCGM_MODULE_STATUSES_CAPACITY];
+} dcgmModuleGetStatuses_v1;
+
+#define dcgmModuleGetStatuses_version1 MAKE_DCGM_VERSION(dcgmModuleGetStatuses_v1, 1)
 
 /* ------------------------------------------------------ groups and MIG */
 typedef struct
@@ -673,6 +719,7 @@ dcgmReturn_t dcgmGetNvLinkP2PStatus(dcgmHandle_t dcgmHandle, dcgmNvLinkP2PStatus
 dcgmReturn_t dcgmGetCpuHierarchy(dcgmHandle_t dcgmHandle, dcgmCpuHierarchy_v1 *cpuHierarchy);
 dcgmReturn_t dcgmGetCpuHierarchy_v2(dcgmHandle_t dcgmHandle, dcgmCpuHierarchy_v2 *cpuHierarchy);
 dcgmReturn_t dcgmProfGetSupportedMetricGroups(dcgmHandle_t pDcgmHandle, dcgmProfGetMetricGroups_v3 *metricGroups);
+dcgmReturn_t dcgmModuleGetStatuses(dcgmHandle_t pDcgmHandle, dcgmModuleGetStatuses_v1 *moduleStatuses);
 
 dcgmReturn_t dcgmGroupCreate(dcgmHandle_t pDcgmHandle, dcgmGroupType_t type, const char *groupName, dcgmGpuGrp_t *pDcgmGrpId);
 dcgmReturn_t dcgmGroupDestroy(dcgmHandle_t pDcgmHandle, dcgmGpuGrp_t groupId);

@@ -28,6 +28,7 @@ pub const DCGM_MAX_TOPOLOGY_PATHS: u32 = 31;
 pub const DCGM_AFFINITY_BITMASK_ARRAY_SIZE: u32 = 8;
 pub const DCGM_HE_PORT_NUMBER: u32 = 5555;
 pub const DCGM_MAX_AGE_USEC_DEFAULT: u32 = 30000000;
+pub const DCGM_MODULE_STATUSES_CAPACITY: u32 = 16;
 pub const DCGM_GEGE_FLAG_ONLY_SUPPORTED: u32 = 1;
 pub const DCGM_FV_FLAG_LIVE_DATA: u32 = 1;
 pub const DCGM_EMBEDDED_HANDLE: u32 = 2147483647;
@@ -167,6 +168,27 @@ pub const DcgmLoggingSeverityInfo: DcgmLoggingSeverity_t = 4;
 pub const DcgmLoggingSeverityDebug: DcgmLoggingSeverity_t = 5;
 pub const DcgmLoggingSeverityVerbose: DcgmLoggingSeverity_t = 6;
 pub type DcgmLoggingSeverity_t = ::std::os::raw::c_int;
+pub const DcgmModuleIdCore: dcgmModuleId_t = 0;
+pub const DcgmModuleIdNvSwitch: dcgmModuleId_t = 1;
+pub const DcgmModuleIdVGPU: dcgmModuleId_t = 2;
+pub const DcgmModuleIdIntrospect: dcgmModuleId_t = 3;
+pub const DcgmModuleIdHealth: dcgmModuleId_t = 4;
+pub const DcgmModuleIdPolicy: dcgmModuleId_t = 5;
+pub const DcgmModuleIdConfig: dcgmModuleId_t = 6;
+pub const DcgmModuleIdDiag: dcgmModuleId_t = 7;
+pub const DcgmModuleIdProfiling: dcgmModuleId_t = 8;
+pub const DcgmModuleIdSysmon: dcgmModuleId_t = 9;
+pub const DcgmModuleIdMnDiag: dcgmModuleId_t = 10;
+pub const DcgmModuleIdCount: dcgmModuleId_t = 11;
+pub type dcgmModuleId_t = ::std::os::raw::c_uint;
+pub const DcgmModuleStatusNotLoaded: dcgmModuleStatus_t = 0;
+pub const DcgmModuleStatusDenylisted: dcgmModuleStatus_t = 1;
+pub const DcgmModuleStatusFailed: dcgmModuleStatus_t = 2;
+pub const DcgmModuleStatusLoaded: dcgmModuleStatus_t = 3;
+pub const DcgmModuleStatusUnloaded: dcgmModuleStatus_t = 4;
+pub const DcgmModuleStatusPaused: dcgmModuleStatus_t = 5;
+pub const DcgmModuleStatusReloadable: dcgmModuleStatus_t = 6;
+pub type dcgmModuleStatus_t = ::std::os::raw::c_uint;
 pub const DcgmNvLinkLinkStateNotSupported: dcgmNvLinkLinkState_enum = 0;
 pub const DcgmNvLinkLinkStateDisabled: dcgmNvLinkLinkState_enum = 1;
 pub const DcgmNvLinkLinkStateDown: dcgmNvLinkLinkState_enum = 2;
@@ -323,6 +345,19 @@ pub struct dcgmStartEmbeddedV2Params_v3 {
     pub denyListCount: ::std::os::raw::c_uint,
     pub serviceAccount: *const ::std::os::raw::c_char,
     pub denyList: [::std::os::raw::c_uint; 16usize],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dcgmModuleGetStatusesModule_t {
+    pub id: dcgmModuleId_t,
+    pub status: dcgmModuleStatus_t,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct dcgmModuleGetStatuses_v1 {
+    pub version: ::std::os::raw::c_uint,
+    pub numStatuses: ::std::os::raw::c_uint,
+    pub statuses: [dcgmModuleGetStatusesModule_t; 16usize],
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -724,6 +759,13 @@ pub struct DcgmLib {
         ) -> dcgmReturn_t,
         ::libloading::Error,
     >,
+    pub dcgmModuleGetStatuses: Result<
+        unsafe extern "C" fn(
+            pDcgmHandle: dcgmHandle_t,
+            moduleStatuses: *mut dcgmModuleGetStatuses_v1,
+        ) -> dcgmReturn_t,
+        ::libloading::Error,
+    >,
     pub dcgmGroupCreate: Result<
         unsafe extern "C" fn(
             pDcgmHandle: dcgmHandle_t,
@@ -916,12 +958,11 @@ impl DcgmLib {
         let dcgmGetNvLinkLinkStatus = __library.get(b"dcgmGetNvLinkLinkStatus\0").map(|sym| *sym);
         let dcgmGetNvLinkP2PStatus = __library.get(b"dcgmGetNvLinkP2PStatus\0").map(|sym| *sym);
         let dcgmGetCpuHierarchy = __library.get(b"dcgmGetCpuHierarchy\0").map(|sym| *sym);
-        let dcgmGetCpuHierarchy_v2 = __library
-            .get(b"dcgmGetCpuHierarchy_v2\0")
-            .map(|sym| *sym);
+        let dcgmGetCpuHierarchy_v2 = __library.get(b"dcgmGetCpuHierarchy_v2\0").map(|sym| *sym);
         let dcgmProfGetSupportedMetricGroups = __library
             .get(b"dcgmProfGetSupportedMetricGroups\0")
             .map(|sym| *sym);
+        let dcgmModuleGetStatuses = __library.get(b"dcgmModuleGetStatuses\0").map(|sym| *sym);
         let dcgmGroupCreate = __library.get(b"dcgmGroupCreate\0").map(|sym| *sym);
         let dcgmGroupDestroy = __library.get(b"dcgmGroupDestroy\0").map(|sym| *sym);
         let dcgmGroupAddDevice = __library.get(b"dcgmGroupAddDevice\0").map(|sym| *sym);
@@ -969,6 +1010,7 @@ impl DcgmLib {
             dcgmGetCpuHierarchy,
             dcgmGetCpuHierarchy_v2,
             dcgmProfGetSupportedMetricGroups,
+            dcgmModuleGetStatuses,
             dcgmGroupCreate,
             dcgmGroupDestroy,
             dcgmGroupAddDevice,
@@ -1192,6 +1234,16 @@ impl DcgmLib {
             .dcgmProfGetSupportedMetricGroups
             .as_ref()
             .expect("Expected function, got error."))(pDcgmHandle, metricGroups)
+    }
+    pub unsafe fn dcgmModuleGetStatuses(
+        &self,
+        pDcgmHandle: dcgmHandle_t,
+        moduleStatuses: *mut dcgmModuleGetStatuses_v1,
+    ) -> dcgmReturn_t {
+        (self
+            .dcgmModuleGetStatuses
+            .as_ref()
+            .expect("Expected function, got error."))(pDcgmHandle, moduleStatuses)
     }
     pub unsafe fn dcgmGroupCreate(
         &self,

@@ -39,6 +39,9 @@ pub struct Library {
     /// Set as `dcgmShutdown` starts: no call goes into the library after that (a remote
     /// call would bring DCGM's client threads back).
     closed: AtomicBool,
+    /// Modules every embedded engine started from this library is started without
+    /// ([`Library::set_module_denylist`]).
+    denylist: Mutex<Vec<crate::modules::Module>>,
 }
 
 #[derive(Default)]
@@ -97,6 +100,7 @@ impl Library {
                         state: Mutex::new(State::default()),
                         idle: Condvar::new(),
                         closed: AtomicBool::new(false),
+                        denylist: Mutex::new(Vec::new()),
                     })
                 }
                 Err(e) => tried.push(format!("{}: {e}", candidate.display())),
@@ -111,6 +115,27 @@ impl Library {
     /// What was loaded, as given to the dynamic linker.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The modules an embedded engine started from now on is started without (through
+    /// `dcgmStartEmbedded_v2`'s denylist; at most 10). Empty (the default): every module
+    /// may load, as with `dcgmStartEmbedded`.
+    pub fn set_module_denylist(&self, modules: &[crate::modules::Module]) {
+        let mut d = self.denylist.lock().unwrap_or_else(PoisonError::into_inner);
+        d.clear();
+        for m in modules {
+            if !d.contains(m) {
+                d.push(*m);
+            }
+        }
+    }
+
+    /// See [`Library::set_module_denylist`].
+    pub fn module_denylist(&self) -> Vec<crate::modules::Module> {
+        self.denylist
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn raw(&self) -> &DcgmLib {
@@ -325,6 +350,7 @@ pub fn build_info_version(raw: &str) -> Option<&str> {
 pub(crate) fn introduced_in(function: &str) -> &'static str {
     match function {
         "dcgmConnect_v3" => "4.5.0",
+        "dcgmStartEmbedded_v2" | "dcgmModuleGetStatuses" => "2.0.0",
         "dcgmGetCpuHierarchy" => "3.2.0",
         "dcgmGetNvLinkP2PStatus" => "3.3.0",
         _ => "4.0.0",

@@ -5,6 +5,7 @@ use crate::error::{Error, Result, Status};
 use crate::ffi;
 use crate::handles::{FieldGroup, Group};
 use crate::loader::{sym, Library};
+use crate::modules::{Module, ModuleStatus};
 use crate::types::*;
 use crate::value::{c_buf_to_string, decode, FieldReading, Reading};
 use crate::versions;
@@ -233,8 +234,59 @@ pub const MAX_VALUES_PER_CALL: usize = 512;
 
 impl Session {
     /// Starts an embedded host engine in this process (`DCGM_OPERATION_MODE_AUTO`: DCGM
-    /// samples watched fields on its own threads).
+    /// samples watched fields on its own threads), without the modules of the library's
+    /// denylist ([`Library::set_module_denylist`]; none by default).
     pub fn embedded(lib: Arc<Library>) -> Result<Session> {
+        let deny = lib.module_denylist();
+        Self::embedded_denying(lib, &deny)
+    }
+
+    /// Starts an embedded host engine through `dcgmStartEmbedded_v2` (parameters version 2)
+    /// with `deny` on its module denylist: DCGM marks them before it could load any
+    /// (`DcgmHostEngineHandler::Init` -> `ApplyModuleDenylist`), and every request one of
+    /// them would serve answers `DCGM_ST_MODULE_NOT_LOADED`. No log file and the
+    /// environment's severity, as `dcgmStartEmbedded` (which is this call with an empty
+    /// denylist in DCGM). A library without `dcgmStartEmbedded_v2` (before DCGM 2.0) is
+    /// started through `dcgmStartEmbedded` when nothing is denied.
+    pub fn embedded_denying(lib: Arc<Library>, deny: &[Module]) -> Result<Session> {
+        let mut list = [0u32; 10];
+        if deny.len() > list.len() {
+            return Err(Error::InvalidArgument(format!(
+                "at most {} DCGM modules can be denied, not {}",
+                list.len(),
+                deny.len()
+            )));
+        }
+        for (slot, m) in list.iter_mut().zip(deny) {
+            *slot = m.id();
+        }
+        if lib.raw().dcgmStartEmbedded_v2.is_err() && deny.is_empty() {
+            return Self::embedded_v1(lib);
+        }
+        lib.enter()?;
+        let entered = Entered(&lib);
+        let f = sym!(lib, dcgmStartEmbedded_v2);
+        let mut params = ffi::dcgmStartEmbeddedV2Params_v2 {
+            version: versions::START_EMBEDDED_V2_PARAMS_V2,
+            opMode: ffi::DCGM_OPERATION_MODE_AUTO,
+            dcgmHandle: 0,
+            logFile: std::ptr::null(),
+            severity: ffi::DcgmLoggingSeverityUnspecified,
+            denyListCount: deny.len() as u32,
+            serviceAccount: std::ptr::null(),
+            denyList: list,
+        };
+        // SAFETY: `params` is a version-2 struct of the size its version names, valid for
+        // reads and writes for the call; its two pointers are NULL, which DCGM reads as
+        // "no log file" and "no service account"; the function takes it through its v1
+        // pointer type and dispatches on `version` (DcgmApi.cpp dcgmStartEmbedded_v2).
+        let rc = unsafe { f((&mut params as *mut ffi::dcgmStartEmbeddedV2Params_v2).cast()) };
+        lib.check("dcgmStartEmbedded_v2", rc)?;
+        std::mem::forget(entered);
+        Ok(Self::wrap(lib, params.dcgmHandle, SessionKind::Embedded))
+    }
+
+    fn embedded_v1(lib: Arc<Library>) -> Result<Session> {
         lib.enter()?;
         let entered = Entered(&lib);
         let f = sym!(lib, dcgmStartEmbedded);
@@ -579,6 +631,31 @@ impl Session {
                 field_ids: g.fieldIds[..(g.numFieldIds as usize).min(g.fieldIds.len())].to_vec(),
             })
             .collect())
+    }
+
+    /// What the host engine says of each of its modules (`dcgmModuleGetStatuses`): which
+    /// are loaded, denied, failed to load or not loaded yet.
+    pub fn module_statuses(&self) -> Result<Vec<(u32, ModuleStatus)>> {
+        let f = sym!(self.lib(), dcgmModuleGetStatuses);
+        let mut m = boxed_zeroed::<ffi::dcgmModuleGetStatuses_v1>();
+        m.version = versions::MODULE_GET_STATUSES_V1;
+        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
+        let rc = unsafe { f(self.h(), &mut *m) };
+        self.lib().check("dcgmModuleGetStatuses", rc)?;
+        let n = (m.numStatuses as usize).min(m.statuses.len());
+        Ok(m.statuses[..n]
+            .iter()
+            .map(|s| (s.id, ModuleStatus::from_raw(s.status)))
+            .collect())
+    }
+
+    /// The status of one module (`None` when the engine does not list it).
+    pub fn module_status(&self, module: Module) -> Result<Option<ModuleStatus>> {
+        Ok(self
+            .module_statuses()?
+            .into_iter()
+            .find(|(id, _)| *id == module.id())
+            .map(|(_, s)| s))
     }
 
     /// Creates an empty group and adds `entities`. The group is destroyed when dropped.

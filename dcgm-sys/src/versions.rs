@@ -48,6 +48,7 @@ versioned! {
     PROF_GET_METRIC_GROUPS_V3 = dcgmProfGetMetricGroups_v3, 3, 1376, 0x0300_0560;
     HEALTH_RESPONSE_V5 = dcgmHealthResponse_v5, 5, 1_069_068, 0x0510_500c;
     CPU_HIERARCHY_V2 = dcgmCpuHierarchy_v2, 2, 3208, 0x0200_0c88;
+    MODULE_GET_STATUSES_V1 = dcgmModuleGetStatuses_v1, 1, 136, 0x0100_0088;
 }
 
 /// Version 1 of `dcgmNvLinkP2PStatus_t` (size not listed in the reference; computed from
@@ -74,6 +75,11 @@ const _: () = assert!(std::mem::offset_of!(dcgmNvLinkStatus_v5, numNvSwitches) =
 const _: () = assert!(std::mem::offset_of!(dcgmNvLinkStatus_v5, nvSwitches) == 4748);
 const _: () = assert!(std::mem::offset_of!(dcgmNvLinkStatus_v4, numNvSwitches) == 2440);
 const _: () = assert!(std::mem::offset_of!(dcgmStartEmbeddedV2Params_v2, denyList) == 40);
+const _: () = assert!(std::mem::offset_of!(dcgmStartEmbeddedV2Params_v2, denyListCount) == 28);
+const _: () = assert!(std::mem::offset_of!(dcgmStartEmbeddedV2Params_v2, serviceAccount) == 32);
+const _: () = assert!(std::mem::offset_of!(dcgmStartEmbeddedV2Params_v1, denyList) == 32);
+const _: () = assert!(std::mem::offset_of!(dcgmStartEmbeddedV2Params_v3, denyList) == 40);
+const _: () = assert!(size_of::<dcgmModuleGetStatusesModule_t>() == 8);
 const _: () = assert!(size_of::<dcgmMigHierarchyInfo_v2>() == 164);
 const _: () = assert!(size_of::<dcgmMigEntityInfo_t>() == 148);
 const _: () = assert!(size_of::<dcgmGroupEntityPair_t>() == 8);

@@ -401,3 +401,63 @@ fn field_metadata_comes_from_the_librarys_own_table() {
     drop(g);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `dcgmStartEmbedded_v2` with the profiling module on its denylist (parameters version 2):
+/// the engine reports it denylisted from the start and a profiling request answers
+/// MODULE_NOT_LOADED; without a denylist it is not loaded until a request needs it. The
+/// simulated host engine takes nv-hostengine's `--denylist-modules` the same way.
+#[test]
+fn an_embedded_engine_started_with_the_profiling_module_denied_never_loads_it() {
+    let g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::remove_var("DCGM_SIM_PROFILE");
+    let lib = library();
+    lib.set_module_denylist(&[Module::Profiling]);
+    assert_eq!(lib.module_denylist(), vec![Module::Profiling]);
+    let s = Session::embedded(lib.clone()).expect("start with a denylist");
+    assert_eq!(
+        s.module_status(Module::Profiling).unwrap(),
+        Some(ModuleStatus::Denylisted)
+    );
+    let e = s.supported_metric_groups(0).unwrap_err();
+    assert_eq!(e.status(), Some(Status::ModuleNotLoaded), "{e}");
+    assert_eq!(
+        s.module_status(Module::Core).unwrap(),
+        Some(ModuleStatus::Loaded)
+    );
+    drop(s);
+    lib.set_module_denylist(&[]);
+    let s = Session::embedded(lib).expect("start without a denylist");
+    assert_eq!(
+        s.module_status(Module::Profiling).unwrap(),
+        Some(ModuleStatus::NotLoaded)
+    );
+    assert!(!s.supported_metric_groups(0).unwrap().is_empty());
+    assert_eq!(
+        s.module_status(Module::Profiling).unwrap(),
+        Some(ModuleStatus::Loaded)
+    );
+    drop(s);
+    drop(g);
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut c = Command::new(sim_dir().join("dcgm-sim-hostengine"))
+        .args(["-n", "-p", &port.to_string(), "--denylist-modules", "8"])
+        .env_remove("DCGM_SIM_PROFILE")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start dcgm-sim-hostengine");
+    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _engine = Engine(c);
+    let target = ConnectTarget::parse(&format!("127.0.0.1:{port}")).unwrap();
+    let r = Session::connect(library(), &target, 2000).unwrap();
+    assert_eq!(
+        r.module_status(Module::Profiling).unwrap(),
+        Some(ModuleStatus::Denylisted)
+    );
+}

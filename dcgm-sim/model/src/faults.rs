@@ -19,6 +19,7 @@
 //! | `health G SYSTEM RESULT CODE [MESSAGE]` | a health incident on GPU G (system bit, 10 warn / 20 fail, DCGM_FR_* code) |
 //! | `health_clear G` | forgets GPU G's incidents and XID history |
 //! | `unwatch_fails F STATUS` | every later unwatch of a field group holding field F answers STATUS (a negative `DCGM_ST_*`) after removing all its pairs, as DcgmHostEngineHandler::UnwatchFieldGroup keeps going past a failing pair and reports the error at the end (real DCGM 4.6 answers NOT_WATCHED (-16) for profiling fields on GPUs it samples through GPM); `unwatch_fails F 0` undoes it |
+//! | `prof_stuck G [STATUS] [restart]` | DCGM#303 (profiling stuck after an XID 31): every DCGM_FI_PROF_* field of GPU G (and of its MIG instances) reads 0, or fails with STATUS (a negative `DCGM_ST_*`, e.g. -37 PROFILING_LIBRARY_ERROR), while every other field, DCGM_FI_DEV_GPU_UTIL included, reads on, until the GPU's profiling watches are re-armed (a `dcgmUnwatchFields` then a `dcgmWatchFields` of a profiling field on the GPU); with `restart` only a new engine heals it. An engine that starts with the line already in the file comes up healthy (the state is the running engine's). The simulated NVML's GPM is not affected |
 //! | `fail_reads N` | the next N reads of latest values (`dcgmEntitiesGetLatestValues`) fail with DCGM_ST_GENERIC_ERROR while the session stays up: a collection that fails without losing the engine |
 //! | `sampling_stop` / `sampling_resume` | the engine stops taking samples of polled fields (each keeps its last, which grows old, as when DCGM stops sampling) / takes them again from now on |
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
@@ -76,6 +77,13 @@ pub enum Fault {
     UnwatchFails {
         field: u16,
         status: i32,
+    },
+    /// DCGM#303: the profiling fields of a GPU read 0 (`status` 0) or fail with `status`
+    /// until re-armed (or, `restart_only`, until the engine restarts).
+    ProfStuck {
+        gpu: u32,
+        status: i32,
+        restart_only: bool,
     },
     /// The next `count` reads of latest values fail (the session stays up).
     FailReads {
@@ -402,6 +410,7 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
             field: num(w.next(), "field")?,
             status: num(w.next(), "status")?,
         },
+        "prof_stuck" => prof_stuck(&mut w)?,
         "fail_reads" => Fault::FailReads {
             count: num(w.next(), "count")?,
         },
@@ -464,6 +473,30 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         return Err(format!("unexpected '{extra}'"));
     }
     Ok(f)
+}
+
+/// `prof_stuck G [STATUS] [restart]`.
+fn prof_stuck(w: &mut std::str::SplitWhitespace<'_>) -> Result<Fault, String> {
+    let gpu = num(w.next(), "gpu")?;
+    let mut status = 0;
+    let mut restart_only = false;
+    for word in w.by_ref() {
+        match word {
+            "restart" => restart_only = true,
+            s if status == 0 && !restart_only => {
+                status = num(Some(s), "status")?;
+                if status > 0 {
+                    return Err(format!("status {status}: a DCGM error status is negative"));
+                }
+            }
+            other => return Err(format!("unexpected '{other}'")),
+        }
+    }
+    Ok(Fault::ProfStuck {
+        gpu,
+        status,
+        restart_only,
+    })
 }
 
 /// Whether the control file at `path` last said `embedded_start_fail` (and not
@@ -588,6 +621,25 @@ mod tests {
             Ok(Fault::FailReads { count: 2 })
         );
         assert!(parse_line("fail_reads").is_err());
+        assert_eq!(
+            parse_line("prof_stuck 1"),
+            Ok(Fault::ProfStuck {
+                gpu: 1,
+                status: 0,
+                restart_only: false
+            })
+        );
+        assert_eq!(
+            parse_line("prof_stuck 0 -37 restart"),
+            Ok(Fault::ProfStuck {
+                gpu: 0,
+                status: -37,
+                restart_only: true
+            })
+        );
+        assert!(parse_line("prof_stuck").is_err());
+        assert!(parse_line("prof_stuck 0 37").is_err());
+        assert!(parse_line("prof_stuck 0 restart -37").is_err());
         assert_eq!(
             parse_line("unwatch_fails 1001 -16"),
             Ok(Fault::UnwatchFails {

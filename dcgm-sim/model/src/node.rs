@@ -69,6 +69,8 @@ pub struct Gpu {
     pub links: Vec<u32>,
     /// `Some` when MIG mode is on (possibly with no instances yet).
     pub mig: Option<Vec<Gi>>,
+    /// DCGM samples its profiling fields through NVML's GPM (no profiling module needed).
+    pub gpm: bool,
 }
 
 impl Gpu {
@@ -407,6 +409,7 @@ impl Node {
                     attributes_fail: false,
                     links,
                     mig: None,
+                    gpm: spec.gpm.unwrap_or(d.gpm),
                     model,
                 }
             })

@@ -219,6 +219,14 @@ pub struct GpuDefaults {
     /// DCGM_FI_PROF_* field answer -33 (MODULE_NOT_LOADED), as real DCGM 4.6 does.
     #[serde(default = "d_true")]
     pub profiling_module: bool,
+    /// Whether DCGM samples the GPUs' profiling fields through NVML's GPM
+    /// (`nvmlGpmQueryDeviceSupport`, Hopper and newer on a real node), in DCGM's core: then
+    /// neither the metric groups nor the watches of those fields need the profiling module
+    /// (`DcgmModuleCore::ProcessProfGetMetricGroups`, `GetProfModuleServicedEntities`).
+    /// Default false: the profiling module serves them, as on the real-DCGM kit. Per GPU:
+    /// `[[gpu]] gpm`.
+    #[serde(default)]
+    pub gpm: bool,
     /// DCP metric groups; default: every profiling field of a Hopper GPU.
     #[serde(default)]
     pub metric_groups: Option<Vec<MetricGroupSpec>>,
@@ -261,6 +269,8 @@ pub struct GpuSpec {
     /// The GPU starts fallen off the bus.
     #[serde(default)]
     pub lost: bool,
+    /// Overrides `[gpus] gpm` for this GPU.
+    pub gpm: Option<bool>,
 }
 
 #[derive(Clone, Debug, Deserialize)]

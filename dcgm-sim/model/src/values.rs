@@ -42,6 +42,8 @@ pub struct FaultState {
     pub fail_reads: u32,
     /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.
     pub bind_events: Vec<(i64, i64)>,
+    /// `prof_stuck`: GPU -> the status its profiling fields' samples get (0: they read 0).
+    pub prof_stuck: HashMap<u32, i32>,
 }
 
 impl FaultState {
@@ -239,6 +241,15 @@ impl World {
         let faults = &self.faults;
         if faults.not_supported.contains(&(None, f)) || faults.not_supported.contains(&(gid, f)) {
             return (Sentinel::NotSupported.value(ty), ST_OK);
+        }
+        if let Some(status) = gid.and_then(|g| faults.prof_stuck.get(&g)) {
+            if is_profiling(f) {
+                return match *status {
+                    0 if ty == b'd' => (Value::Double(0.0), ST_OK),
+                    0 => (Value::Int64(0), ST_OK),
+                    st => (Sentinel::Blank.value(ty), st),
+                };
+            }
         }
         if let Some((legacy, factor)) = crate::fields::base_unit_source(f) {
             return self.base_unit(ent, meta, legacy, factor, t, prev);

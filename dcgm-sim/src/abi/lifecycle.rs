@@ -63,7 +63,9 @@ pub extern "C" fn dcgmShutdown() -> dcgmReturn_t {
 }
 
 /// Starts (or finds) the embedded engine; the common part of every StartEmbedded version.
-fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
+/// `deny`: the module ids of the parameters' denylist, applied to an engine started now (a
+/// running one keeps its own, as DCGM answers "already running").
+fn start_embedded(op_mode: dcgmOperationMode_t, deny: &[u32]) -> Result<(), dcgmReturn_t> {
     if op_mode != DCGM_OPERATION_MODE_AUTO && op_mode != DCGM_OPERATION_MODE_MANUAL {
         return Err(DCGM_ST_BADPARAM);
     }
@@ -78,10 +80,15 @@ fn start_embedded(op_mode: dcgmOperationMode_t) -> Result<(), dcgmReturn_t> {
             eprintln!("dcgm-sim: cannot start the embedded engine: embedded_start_fail");
             return Err(DCGM_ST_INIT_ERROR);
         }
-        let engine = Engine::from_env().map_err(|e| {
+        let mut engine = Engine::from_env().map_err(|e| {
             // The C API has no channel for the reason; stderr is where nv-hostengine's
             // start-up failures go too.
             eprintln!("dcgm-sim: cannot start the embedded engine: {e}");
+            DCGM_ST_INIT_ERROR
+        })?;
+        // ApplyModuleDenylist failing makes DcgmHostEngineHandler::Init throw: INIT_ERROR.
+        engine.deny_modules(deny).map_err(|_| {
+            eprintln!("dcgm-sim: cannot start the embedded engine: module denylist {deny:?}");
             DCGM_ST_INIT_ERROR
         })?;
         g.embedded = Some(Arc::new(Mutex::new(engine)));
@@ -122,9 +129,65 @@ pub unsafe extern "C" fn dcgmStartEmbedded_v2(
         // all three versions (checked in layouts.rs), and the caller's struct is at least
         // as large as the v1 view.
         let op_mode = unsafe { (*params).opMode };
-        start_embedded(op_mode)?;
+        // SAFETY: the version says which struct the caller passed, so reading that type's
+        // denylist stays within it.
+        let deny = unsafe { denylist(params, version) };
+        start_embedded(op_mode, &deny)?;
         // SAFETY: as above.
         unsafe { (*params).dcgmHandle = EMBEDDED_HANDLE };
+        Ok(())
+    })
+}
+
+/// The module ids of a `dcgmStartEmbedded_v2` parameter struct's denylist, as DCGM copies
+/// them: a v3 list is cut to the v2 capacity with its count; v1 and v2 count entries of
+/// their 10 are taken as given (DCGM does not check that count; here it is capped).
+///
+/// # Safety
+/// `params` points to a readable struct of the version `version` names.
+unsafe fn denylist(params: *const dcgmStartEmbeddedV2Params_v1, version: u32) -> Vec<u32> {
+    let (count, list): (u32, &[u32]) = if version == START_EMBEDDED_V2_PARAMS_V1 {
+        // SAFETY: the caller's struct is a v1 one, per the contract.
+        let p = unsafe { &*params };
+        (p.denyListCount, &p.denyList)
+    } else if version == START_EMBEDDED_V2_PARAMS_V2 {
+        // SAFETY: the caller's struct is a v2 one, per the contract.
+        let p = unsafe { &*params.cast::<dcgmStartEmbeddedV2Params_v2>() };
+        (p.denyListCount, &p.denyList)
+    } else {
+        // SAFETY: the caller's struct is a v3 one (the only other version let through).
+        let p = unsafe { &*params.cast::<dcgmStartEmbeddedV2Params_v3>() };
+        (p.denyListCount, &p.denyList)
+    };
+    list[..(count as usize).min(list.len())].to_vec()
+}
+
+/// `dcgmReturn_t dcgmModuleGetStatuses(dcgmHandle_t, dcgmModuleGetStatuses_t *)`.
+#[no_mangle]
+pub unsafe extern "C" fn dcgmModuleGetStatuses(
+    handle: dcgmHandle_t,
+    statuses: *mut dcgmModuleGetStatuses_v1,
+) -> dcgmReturn_t {
+    api(|| {
+        if statuses.is_null() {
+            return Err(DCGM_ST_BADPARAM);
+        }
+        // SAFETY: non-NULL; the struct starts with its version.
+        if unsafe { version_of(statuses) } != dcgm_sys::versions::MODULE_GET_STATUSES_V1 {
+            return Err(DCGM_ST_VER_MISMATCH);
+        }
+        let list = match call(handle, Request::ModuleGetStatuses)? {
+            Reply::ModuleStatuses(l) => l,
+            r => return super::unexpected(r),
+        };
+        // SAFETY: non-NULL and, per its version, a whole dcgmModuleGetStatuses_v1.
+        let out = unsafe { &mut *statuses };
+        let n = list.len().min(out.statuses.len());
+        for (slot, (id, status)) in out.statuses.iter_mut().zip(&list) {
+            slot.id = *id;
+            slot.status = *status;
+        }
+        out.numStatuses = n as u32;
         Ok(())
     })
 }
@@ -139,7 +202,7 @@ pub unsafe extern "C" fn dcgmStartEmbedded(
         if handle.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
-        let result = start_embedded(op_mode);
+        let result = start_embedded(op_mode, &[]);
         // The real library writes the handle whatever happened (0 on failure).
         // SAFETY: non-NULL and, per the API, points to a writable handle.
         unsafe { *handle = if result.is_ok() { EMBEDDED_HANDLE } else { 0 } };

@@ -82,7 +82,6 @@ stubs! {
     dcgmJobStopStats(dcgmHandle_t, *mut c_char);
     dcgmMarkModulesReloadable(dcgmHandle_t, Ptr);
     dcgmModuleDenylist(dcgmHandle_t, u32);
-    dcgmModuleGetStatuses(dcgmHandle_t, Ptr);
     dcgmMultinodeRequest(dcgmHandle_t, Ptr);
     dcgmNvswitchGetBackend(dcgmHandle_t, *mut bool, *mut c_char, u32);
     dcgmPauseTelemetryForDiag(dcgmHandle_t);

@@ -3,7 +3,8 @@
 //! `libdcgm.so.4` (`dcgmConnect_v2` / `dcgmConnect_v3`), over TCP or a unix socket.
 //!
 //! Options follow nv-hostengine: `-p/--port`, `-b/--bind-interface`, `-d/--domain-socket`,
-//! `-n/--no-daemon`, `--pid`, `-t/--term`, `-f/--log-filename`, `--log-level`. Once
+//! `-n/--no-daemon`, `--pid`, `-t/--term`, `-f/--log-filename`, `--log-level`,
+//! `--denylist-modules` (module ids, comma-separated, as nv-hostengine takes them). Once
 //! listening it prints one line `dcgm-sim-hostengine listening on <address>` to stdout.
 //! SIGTERM and SIGINT stop it cleanly (socket file and pid file removed).
 
@@ -34,6 +35,7 @@ usage: dcgm-sim-hostengine [options]
   -t, --term                   stop the daemon named by the pid file
   -f, --log-filename FILE      append connection events to FILE
       --log-level LEVEL        NONE, FATAL, ERROR, WARN, INFO, DEBUG or VERB
+      --denylist-modules IDS   DCGM module ids never to load, comma-separated (8: profiling)
   -h, --help                   this text
 The simulated node comes from DCGM_SIM_PROFILE (built-in 8-GPU node when unset).";
 
@@ -47,6 +49,7 @@ struct Options {
     pid_file: Option<PathBuf>,
     log_file: Option<PathBuf>,
     log_level: usize,
+    denylist: Vec<u32>,
 }
 
 enum Parsed {
@@ -65,6 +68,7 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
         log_file: None,
         // nv-hostengine logs errors by default.
         log_level: 2,
+        denylist: Vec::new(),
     };
     let mut i = 0;
     while i < args.len() {
@@ -133,6 +137,14 @@ fn parse_args(args: &[String]) -> Result<Parsed, String> {
                             LOG_LEVELS.join(", ")
                         )
                     })?;
+            }
+            "--denylist-modules" => {
+                let v = value()?;
+                for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    o.denylist.push(id.parse().map_err(|_| {
+                        format!("option {flag}: '{id}' is not a module id (dcgmModuleId_t)")
+                    })?);
+                }
             }
             "-h" | "--help" => return Ok(Parsed::Help),
             _ => return Err(format!("unknown option '{arg}'")),
@@ -340,7 +352,13 @@ fn run(o: &Options) -> Result<(), String> {
     // already stop us cleanly; the handlers survive the daemon's fork.
     install_signal_handlers()?;
     // Profile errors are reported before daemonising, while stderr is still visible.
-    let engine = Engine::from_env()?;
+    let mut engine = Engine::from_env()?;
+    engine.deny_modules(&o.denylist).map_err(|_| {
+        format!(
+            "--denylist-modules: {:?} holds an unknown module id",
+            o.denylist
+        )
+    })?;
     let log = event_log(o)?;
     let listener = match &o.socket {
         Some(path) => Listener::bind_unix(path)

@@ -9,6 +9,7 @@
 pub mod clock;
 mod dispatch;
 mod health;
+pub mod modules;
 mod watch;
 
 /// The node model lives in its own crate (shared with nvml-sim); its modules keep their
@@ -145,6 +146,13 @@ pub struct Engine {
     gone: bool,
     /// The engine answered UNINITIALIZED: `library_restored` does not bring it back.
     gone_for_good: bool,
+    /// The host engine's modules: denied, loaded or not yet (`modules`).
+    modules: modules::Modules,
+    /// `prof_stuck` GPUs -> (heals only with a new engine, its profiling watches were
+    /// removed since).
+    prof_stuck: HashMap<u32, (bool, bool)>,
+    /// The control file has been read once: what it held then was before this engine.
+    control_read: bool,
 }
 
 impl Engine {
@@ -213,7 +221,21 @@ impl Engine {
             persistent: HashSet::new(),
             gone: false,
             gone_for_good: false,
+            modules: modules::Modules::default(),
+            prof_stuck: HashMap::new(),
+            control_read: false,
         }
+    }
+
+    /// Puts modules on the denylist before any request (`dcgmStartEmbedded_v2`'s denylist,
+    /// `nv-hostengine --denylist-modules`); BADPARAM for an id past the last module.
+    pub fn deny_modules(&mut self, ids: &[u32]) -> Result<(), i32> {
+        self.modules.deny(ids)
+    }
+
+    /// The status (`dcgmModuleStatus_t`) of a module, for tests.
+    pub fn module_state(&self, id: u32) -> modules::State {
+        self.modules.state(id)
     }
 
     /// Handles one request of connection `conn` (0 in embedded mode).
@@ -275,7 +297,13 @@ impl Engine {
             }
         }
         let from_file = self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
+        let before_start = !std::mem::replace(&mut self.control_read, true);
         for f in from_file {
+            // DCGM#303's state belongs to the engine it happened in: one started later
+            // (DCGM restarted) comes up healthy.
+            if before_start && matches!(f, Fault::ProfStuck { .. }) {
+                continue;
+            }
             self.inject_at(f, now);
         }
     }
@@ -387,6 +415,18 @@ impl Engine {
                 .health
                 .inject_node(*system, *health, *code, msg.clone()),
             Fault::NodeHealthClear => self.health.clear_node(),
+            Fault::ProfStuck {
+                gpu,
+                status,
+                restart_only,
+            } => {
+                if *gpu < gpus {
+                    self.world.faults.prof_stuck.insert(*gpu, *status);
+                    self.prof_stuck.insert(*gpu, (*restart_only, false));
+                } else {
+                    no_gpu(*gpu);
+                }
+            }
             Fault::Sampling { stopped } => self.world.faults.sampling_stopped = *stopped,
             Fault::FailReads { count } => self.world.faults.fail_reads = *count,
             Fault::UnwatchFails { field, status: 0 } => {
@@ -721,6 +761,7 @@ impl Engine {
             Request::HealthSet { .. } | Request::HealthGet { .. } | Request::HealthCheck { .. } => {
                 self.health_request(conn, req, now)
             }
+            Request::ModuleGetStatuses => Ok(Reply::ModuleStatuses(self.modules.statuses())),
         }
     }
 

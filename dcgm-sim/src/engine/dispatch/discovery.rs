@@ -106,10 +106,15 @@ impl Engine {
                     .collect(),
             ),
             Request::ProfGetSupportedMetricGroups { gpu_id } => {
-                let node = &self.world.node;
-                if !node.profiling_module {
-                    return Err(ST_MODULE_NOT_LOADED);
+                // DCGM's core answers a GPU it samples through GPM itself; any other GPU
+                // (an unknown id too) is the profiling module's, loaded by this request
+                // (DcgmModuleCore::ProcessProfGetMetricGroups).
+                let gpm = self.world.node.gpu(*gpu_id).is_some_and(|g| g.gpm);
+                if !gpm {
+                    let available = self.world.node.profiling_module;
+                    self.modules.load(modules::PROFILING, available)?;
                 }
+                let node = &self.world.node;
                 let g = node.gpu(*gpu_id).ok_or(ST_BADPARAM)?;
                 if !node.dcp {
                     return Err(node.dcp_error);

@@ -27,12 +27,13 @@ impl Engine {
                 let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 let fg = self.field_group_fields(*field_group_id)?;
                 let keys = self.watch_keys(&entities, &fg);
-                // The profiling module serves DCGM_FI_PROF_*; without it DCGM fails the watch
-                // after adding the cache manager's watches, and then unwatches every pair of
+                // The profiling module serves DCGM_FI_PROF_* on entities not sampled through
+                // GPM; loaded by this request, or denied or absent: then DCGM fails the
+                // watch after adding the cache manager's watches, and unwatches every pair of
                 // the group and field group for this connection
                 // (DcgmHostEngineHandler::WatchFieldGroup, GETOUT), also pairs the connection
                 // had watched before through other field groups.
-                if !self.world.node.profiling_module && fg.iter().any(|f| is_profiling(*f)) {
+                if let Err(status) = self.load_profiling_for(&keys, &fg) {
                     // The cache manager made an entry for every pair before the failure.
                     for key in &keys {
                         self.watches
@@ -41,17 +42,18 @@ impl Engine {
                     }
                     // Every pair has an entry now: nothing more to report.
                     let _ = self.unwatch(conn, &keys, now);
-                    return Err(ST_MODULE_NOT_LOADED);
+                    return Err(status);
                 }
                 let age = watch::retention_us(*update_freq_us, *max_keep_age_s, *max_keep_samples);
                 log_watch(*update_freq_us, *max_keep_age_s, *max_keep_samples, &fg);
-                for key in keys {
+                for &key in &keys {
                     let w = self
                         .watches
                         .entry(key)
                         .or_insert_with(|| Watch::new(key.2, now));
                     w.add_watcher(conn, *update_freq_us, age, now);
                 }
+                self.rearmed(&keys, now);
                 Reply::Ok
             }
             Request::UnwatchFields {
@@ -62,6 +64,10 @@ impl Engine {
                 let fg = self.field_group_fields(*field_group_id)?;
                 let keys = self.watch_keys(&entities, &fg);
                 self.unwatch(conn, &keys, now)?;
+                self.disarmed(&keys);
+                // The profiling module is asked to unwatch too; one that cannot load fails
+                // the call after every pair is gone (UnwatchFieldGroup keeps going).
+                self.load_profiling_for(&keys, &fg)?;
                 // After every pair is gone, as the real handler reports a failing pair.
                 let faults = &self.world.faults.unwatch_fails;
                 if let Some(status) = fg.iter().find_map(|f| faults.get(f)) {
@@ -133,6 +139,64 @@ impl Engine {
 }
 
 impl Engine {
+    /// Loads the profiling module for a watch or unwatch of `fields` on the entities of
+    /// `keys` when it holds a DCGM_FI_PROF_* field and an entity DCGM does not sample
+    /// through GPM (`GetProfModuleServicedEntities`: only GPUs, their instances and their
+    /// links can be, where the GPU has GPM); MODULE_NOT_LOADED when it is denied or absent.
+    fn load_profiling_for(&mut self, keys: &[Key], fields: &[u16]) -> Result<(), i32> {
+        if !fields.iter().any(|f| is_profiling(*f)) {
+            return Ok(());
+        }
+        let node = &self.world.node;
+        let serviced = keys.iter().any(|k| {
+            !node
+                .resolve((k.0, k.1))
+                .and_then(|e| e.gpu())
+                .is_some_and(|g| g.gpm)
+        });
+        if !serviced {
+            return Ok(());
+        }
+        let available = node.profiling_module;
+        self.modules.load(modules::PROFILING, available)
+    }
+
+    /// The physical GPU of each profiling pair of `keys`.
+    fn profiling_gpus(&self, keys: &[Key]) -> HashSet<u32> {
+        keys.iter()
+            .filter(|k| is_profiling(k.2))
+            .filter_map(|k| self.world.node.resolve((k.0, k.1)).and_then(|e| e.gpu()))
+            .map(|g| g.id)
+            .collect()
+    }
+
+    /// `prof_stuck`: an unwatch of a stuck GPU's profiling fields is half of a re-arm.
+    fn disarmed(&mut self, keys: &[Key]) {
+        for gpu in self.profiling_gpus(keys) {
+            if let Some(s) = self.prof_stuck.get_mut(&gpu) {
+                s.1 = true;
+            }
+        }
+    }
+
+    /// `prof_stuck`: a watch of a stuck GPU's profiling fields after an unwatch of them
+    /// heals it (unless only a restart does); the samples before keep reading stuck.
+    fn rearmed(&mut self, keys: &[Key], now: i64) {
+        let healed: Vec<u32> = self
+            .profiling_gpus(keys)
+            .into_iter()
+            .filter(|g| self.prof_stuck.get(g) == Some(&(false, true)))
+            .collect();
+        if healed.is_empty() {
+            return;
+        }
+        self.catch_up_all(now);
+        for gpu in healed {
+            self.prof_stuck.remove(&gpu);
+            self.world.faults.prof_stuck.remove(&gpu);
+        }
+    }
+
     /// The (entity, field) pairs a watch or unwatch of these members and fields touches:
     /// detached entities are left out (DcgmHostEngineHandler::WatchFieldGroup and
     /// UnwatchFieldGroup), and so are entities that do not exist.
