@@ -127,12 +127,13 @@ fn every_push_decodes_and_equals_the_page_for_every_series() {
         };
         // The simulator's values move: equal pages are no accident.
         assert_ne!(push_series(&first), push_series(&later), "{protocol:?}");
-        // A sum keeps its start from push to push; no point is timed before it.
+        // A sum keeps its start from push to push; no point is timed before it (a DCGM
+        // counter's first point is timed at its start: `unknown_starts_...` below).
         let starts = |p: &Push| -> BTreeMap<Key, u64> {
             otlp_receiver::points(&p.request)
                 .into_iter()
                 .filter(|pt| pt.kind == Kind::MonotonicSum)
-                .inspect(|pt| assert!(pt.start_ns > 0 && pt.start_ns < pt.time_ns, "{pt:?}"))
+                .inspect(|pt| assert!(pt.start_ns > 0 && pt.start_ns <= pt.time_ns, "{pt:?}"))
                 .map(|pt| ((pt.metric, pt.attributes), pt.start_ns))
                 .collect()
         };
@@ -156,8 +157,78 @@ fn every_push_decodes_and_equals_the_page_for_every_series() {
                 "{protocol:?}"
             );
         }
-        let sent = self_metric(&e, "dcgm_exporter_otlp_pushes_total", &[("result", "sent")]);
-        assert!(sent >= 2.0, "{protocol:?}: {sent} sent");
+        // The receiver keeps a push before it answers: the sender counts it a moment later.
+        e.scrape_until(10, |p| {
+            p.iter()
+                .filter(|s| {
+                    s.name == "dcgm_exporter_otlp_pushes_total" && s.label("result") == Some("sent")
+                })
+                .any(|s| s.value >= 2.0)
+        });
+    }
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
+
+/// The point of `metric` (its first series) in each push, as (start, time).
+fn start_and_time(pushes: &[Arc<Push>], metric: &str) -> Vec<(u64, u64)> {
+    pushes
+        .iter()
+        .map(|p| {
+            let pt = otlp_receiver::points(&p.request)
+                .into_iter()
+                .find(|pt| pt.metric == metric)
+                .unwrap_or_else(|| panic!("no {metric} in a push"));
+            assert_eq!(pt.kind, Kind::MonotonicSum, "{metric}");
+            (pt.start_ns, pt.time_ns)
+        })
+        .collect()
+}
+
+/// OpenTelemetry's data model: a cumulative series whose count began before the exporter
+/// saw it (DCGM's energy since the driver loaded) starts with a point whose start equals
+/// its time, and keeps that start; a count the exporter begins from zero at its start
+/// (`DCGM_EXP_XID_ERRORS_TOTAL`) carries that start. Both again after a restart.
+#[test]
+fn unknown_starts_begin_at_the_first_point_and_the_exporters_own_at_its_start() {
+    let energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
+    let xids = "DCGM_EXP_XID_ERRORS_TOTAL";
+    let r = Receiver::start(Protocol::Http, Mode::Accept);
+    let mut seen = 0;
+    for run in ["first", "after a restart"] {
+        let spawned = unix_ns();
+        let e = otlp_exporter(&r, &["-c", "300"]);
+        let pushes = r.wait_for(seen + 3, 30)[seen..].to_vec();
+        let e_points = start_and_time(&pushes, energy);
+        let (first_start, first_time) = e_points[0];
+        assert_eq!(
+            first_start,
+            first_time,
+            "{run}: the first {energy} point claims its count since {first_start} \
+             ({} ms before it)",
+            (first_time - first_start) / 1_000_000
+        );
+        for (start, time) in &e_points[1..] {
+            assert_eq!(*start, first_start, "{run}: {e_points:?}");
+            assert!(time > start, "{run}: {e_points:?}");
+        }
+        let x_points = start_and_time(&pushes, xids);
+        let exporter_start = x_points[0].0;
+        assert!(
+            exporter_start >= spawned && exporter_start < x_points[0].1,
+            "{run}: {xids} starts at {exporter_start}, the exporter at {spawned}: {x_points:?}"
+        );
+        assert!(
+            x_points.iter().all(|(s, _)| *s == exporter_start),
+            "{run}: {x_points:?}"
+        );
+        drop(e);
+        seen = r.pushes().len();
     }
 }
 
@@ -523,6 +594,84 @@ fn a_receivers_back_off_hint_is_waited_for_before_the_retry() {
         let log = e.stderr();
         assert!(log.contains("retry after"), "{protocol:?} {mode:?}: {log}");
     }
+}
+
+/// A receiver that keeps throttling over HTTP (429 with `Retry-After` in seconds, 503 with
+/// an HTTP-date) gets one request per try, each the asked wait after the one before: a
+/// throttled answer on a kept connection is an answer, never re-sent at once on a new
+/// connection. Every request is a failed try in `otlp_pushes_total{result="failed"}`.
+#[test]
+fn a_throttled_push_is_one_request_per_try_each_waited_for_and_counted() {
+    // An HTTP-date has whole seconds: 3 s from now is at least 2 s away.
+    for (mode, at_least) in [
+        (Mode::ThrottleSeconds(2), 1.9),
+        (Mode::ThrottleDate(3), 1.9),
+    ] {
+        let r = Receiver::start(Protocol::Http, mode);
+        let e = otlp_exporter(&r, &["-c", "200"]);
+        // Four tries of the first push (the fifth is its last, after which the next push's
+        // first try follows at once).
+        let a = attempts(&r, 4, 30);
+        // Between two tries: the last one answered and counted, the next not yet made.
+        std::thread::sleep(Duration::from_millis(500));
+        let failed = self_metric(
+            &e,
+            "dcgm_exporter_otlp_pushes_total",
+            &[("result", "failed")],
+        );
+        let requests = r.attempts().len();
+        let gaps: Vec<f64> = a[..4]
+            .windows(2)
+            .map(|w| w[1].duration_since(w[0]).as_secs_f64())
+            .collect();
+        assert!(
+            gaps.iter().all(|g| *g >= at_least),
+            "{mode:?}: requests {gaps:.3?} s apart, wanted one per try, {at_least} s apart"
+        );
+        assert_eq!(
+            failed, requests as f64,
+            "{mode:?}: {requests} requests, {failed} counted as failed tries"
+        );
+    }
+}
+
+/// A kept HTTP connection the receiver hangs up on as a request arrives (unanswered: a
+/// connection-level failure, unlike any status) is the one case tried again at once, on a
+/// new connection: every push arrives, and the unanswered try is counted as failed.
+#[test]
+fn an_unanswered_request_on_a_kept_connection_is_sent_again_at_once_and_counted() {
+    let r = Receiver::start(Protocol::Http, Mode::HangUpOnReuse);
+    let e = otlp_exporter(&r, &["-c", "300"]);
+    r.wait_for(4, 30);
+    // Between two collections: the last push answered and counted, the next not begun.
+    let (requests, pushes, failed, sent) = loop {
+        let before = r.attempts().len();
+        std::thread::sleep(Duration::from_millis(100));
+        let failed = self_metric(
+            &e,
+            "dcgm_exporter_otlp_pushes_total",
+            &[("result", "failed")],
+        );
+        let sent = self_metric(&e, "dcgm_exporter_otlp_pushes_total", &[("result", "sent")]);
+        let (requests, pushes) = (r.attempts().len(), r.pushes().len());
+        if requests == before && requests == r.attempts().len() && sent == pushes as f64 {
+            break (requests, pushes, failed, sent);
+        }
+    };
+    assert_eq!(
+        sent, pushes as f64,
+        "every push arrived and was counted sent"
+    );
+    // One unanswered request per push after the first (each on the connection the one
+    // before kept), each a failed try; no push dropped.
+    assert_eq!(
+        requests,
+        2 * pushes - 1,
+        "{requests} requests for {pushes} pushes"
+    );
+    assert_eq!(failed, (pushes - 1) as f64, "{failed} failed tries counted");
+    let dropped = self_metric(&e, "dcgm_exporter_otlp_pushes_dropped_total", &[]);
+    assert_eq!(dropped, 0.0);
 }
 
 /// SIGTERM with pushes queued behind a receiver that throttled (asking for 30 s): the exit

@@ -54,6 +54,9 @@ pub enum Mode {
     /// gRPC RESOURCE_EXHAUSTED without RetryInfo: the receiver cannot recover, so the
     /// specification says not to retry (HTTP: 429 without a hint, which is retried).
     Exhausted,
+    /// HTTP: answers a connection's first request and hangs up on the next one without
+    /// answering (a receiver closing an idle keep-alive connection as a request arrives).
+    HangUpOnReuse,
 }
 
 impl Mode {
@@ -72,7 +75,7 @@ impl Mode {
             Mode::ThrottleSeconds(n) => Some((429, Some(n.to_string()))),
             Mode::ThrottleDate(n) => Some((503, Some(in_secs(n)))),
             Mode::Exhausted => Some((429, None)),
-            Mode::Accept | Mode::Hang | Mode::Reset => None,
+            Mode::Accept | Mode::Hang | Mode::Reset | Mode::HangUpOnReuse => None,
         }
     }
 
@@ -92,7 +95,7 @@ impl Mode {
             Mode::ThrottleSeconds(n) => Some(throttle(tonic::Code::Unavailable, n)),
             Mode::ThrottleDate(n) => Some(throttle(tonic::Code::ResourceExhausted, n)),
             Mode::Exhausted => Some(tonic::Status::resource_exhausted("told to be full")),
-            Mode::Accept | Mode::Hang | Mode::Reset => None,
+            Mode::Accept | Mode::Hang | Mode::Reset | Mode::HangUpOnReuse => None,
         }
     }
 }
@@ -335,9 +338,17 @@ where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     use http_body_util::{BodyExt, Full};
+    // Requests this connection got.
+    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let state = state.clone();
+        let nth = requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         async move {
+            if nth > 0 && state.mode() == Mode::HangUpOnReuse {
+                state.attempt();
+                // An error from the service makes hyper close the connection unanswered.
+                return Err("hung up".to_string());
+            }
             let ok = req.method() == hyper::Method::POST
                 && req.uri().path() == "/v1/metrics"
                 && req
@@ -373,9 +384,7 @@ where
             if let Some(v) = retry_after {
                 resp = resp.header("retry-after", v);
             }
-            Ok::<_, std::convert::Infallible>(
-                resp.body(Full::new(bytes::Bytes::from(body))).unwrap(),
-            )
+            Ok::<_, String>(resp.body(Full::new(bytes::Bytes::from(body))).unwrap())
         }
     });
     let _ = hyper::server::conn::http1::Builder::new()

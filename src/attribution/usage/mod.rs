@@ -56,7 +56,7 @@ pub struct Settings {
 }
 
 mod cap;
-mod families;
+pub mod families;
 pub mod ledger;
 pub mod pods;
 pub mod readings;

@@ -2,12 +2,17 @@
 //! gauge, or a monotonic cumulative sum for a counter), each series a data point whose
 //! attributes are its labels, in the page's names or semconv's (`semconv`).
 //!
-//! A cumulative sum needs the time its count started. DCGM's counters count from before the
-//! exporter started and survive an engine reconnect, so a sum's start is kept per series
-//! across pushes (and across collections that failed, while the engine was away) and only
-//! moves when the counter goes down (a reset: the driver reloaded, a GPU was reset): the
-//! new start is the last time the old count was seen. A series first seen at the first push
-//! starts at the exporter's start; one that appears later, at the push before it.
+//! A cumulative sum needs the time its count started. DCGM's counters (energy since the
+//! driver loaded, ECC and replay counts, NVLink errors, remapped rows) began long before the
+//! exporter saw them, at a time nobody knows: OpenTelemetry's data model ("Cumulative
+//! streams: handling unknown start time") has such a series begin with a point whose start
+//! equals its time, and keep that start; a start before it would claim the whole count as
+//! an increase since then (a spike for cumulative-to-delta and created-timestamp consumers
+//! at every restart, new pod series and series back after an absence). Only the counts the
+//! exporter itself begins carry an earlier start ([`Origin`]). A start is kept per series
+//! across pushes (and across collections that failed, while the engine was away) and moves
+//! only when the counter goes down (a reset: the driver reloaded, a GPU was reset): the new
+//! count began after the old one was last seen, a real start.
 
 use super::proto::collector::ExportMetricsServiceRequest;
 use super::proto::common::{any_value, AnyValue, InstrumentationScope, KeyValue};
@@ -17,6 +22,7 @@ use super::proto::metrics::{
 };
 use super::proto::resource::Resource;
 use super::semconv::{self, Instrument, Mapping};
+use crate::attribution::usage::families as usage;
 use crate::config::otlp::Naming;
 use crate::model::{FamilyRef, Page};
 use std::collections::HashMap;
@@ -36,19 +42,52 @@ struct Start {
     seen_ns: u64,
 }
 
+/// Where a sum's count began, as far as the exporter knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// Before the exporter saw it, when unknown (DCGM's and the driver's counters, and
+    /// every up-down sum): the first point's start is its time.
+    Unknown,
+    /// From zero at the exporter's start (`DCGM_EXP_XID_ERRORS_TOTAL`,
+    /// `DCGM_EXP_CLOCK_EVENTS_TOTAL`, kept across reloads): however late a series shows
+    /// (a first XID of its kind), its count is the exporter's since then.
+    ExporterStart,
+    /// From zero when the series appears (usage accounting: a consumer's energy since it
+    /// was first seen on its device, a device's idle energy since it was first seen, both
+    /// afresh when forgotten and back): since the push before.
+    FirstSeen,
+}
+
+impl Origin {
+    fn of(family: &str) -> Origin {
+        if family == usage::ENERGY || family == usage::IDLE_ENERGY {
+            Origin::FirstSeen
+        } else if family.starts_with("DCGM_EXP_") && family.ends_with("_TOTAL") {
+            Origin::ExporterStart
+        } else {
+            Origin::Unknown
+        }
+    }
+}
+
 /// The start times of the cumulative sums, by series.
 struct Starts {
     map: HashMap<u128, Start>,
-    /// The exporter's start: the start of the sums seen at the first push.
+    /// The exporter's start: the start of the counts it begins there.
     exporter_start_ns: u64,
-    /// The previous push: the start of a series first seen after the first push.
+    /// The previous push: the start of a count that begins with its series.
     previous_ns: Option<u64>,
     pushes: u64,
 }
 
 impl Starts {
-    fn start(&mut self, key: u128, value: f64, monotonic: bool, now_ns: u64) -> u64 {
-        let first = self.previous_ns.unwrap_or(self.exporter_start_ns);
+    fn start(&mut self, key: u128, value: f64, sum: (bool, Origin), now_ns: u64) -> u64 {
+        let (monotonic, origin) = sum;
+        let first = match origin {
+            Origin::Unknown => now_ns,
+            Origin::ExporterStart => self.exporter_start_ns,
+            Origin::FirstSeen => self.previous_ns.unwrap_or(self.exporter_start_ns),
+        };
         let s = self.map.entry(key).or_insert(Start {
             start_ns: first.min(now_ns),
             last: value,
@@ -144,13 +183,14 @@ impl Converter {
     /// A family under its page name: a counter is a monotonic sum, anything else a gauge.
     fn plain(&mut self, fam: FamilyRef<'_>, now_ns: u64) -> Metric {
         let counter = fam.is_counter();
+        let origin = Origin::of(fam.name());
         let points = fam
             .series()
             .map(|s| {
                 let attributes: Vec<KeyValue> = s.labels().map(|(k, v)| key_value(k, v)).collect();
                 let start = counter.then(|| {
                     let key = series_key(fam.name(), s.labels());
-                    self.starts.start(key, s.value(), true, now_ns)
+                    self.starts.start(key, s.value(), (true, origin), now_ns)
                 });
                 point(attributes, s.value(), start, now_ns)
             })
@@ -199,7 +239,8 @@ impl Converter {
                 // Each point comes from one series of the page: that names it.
                 let key = series_key(fam.name(), labels.iter().copied());
                 let monotonic = m.instrument == Instrument::Counter;
-                self.starts.start(key, value, monotonic, now_ns)
+                let sum = (monotonic, Origin::of(fam.name()));
+                self.starts.start(key, value, sum, now_ns)
             });
             let p = point(attributes, value, start, now_ns);
             match &mut b.metrics[idx].data {

@@ -277,7 +277,7 @@ impl Sender {
     ) -> bool {
         let mut backoff = FIRST_BACKOFF;
         for attempt in 1..=MAX_ATTEMPTS {
-            let e = match self.try_once(runtime, transport, batch) {
+            let e = match self.try_fresh(runtime, transport, batch) {
                 Ok(()) => {
                     self.metrics.pushes.with_label_values(&["sent"]).inc();
                     if std::mem::take(failing) {
@@ -322,6 +322,25 @@ impl Sender {
             }
         }
         true
+    }
+
+    /// One try, and where it failed on a stale kept connection before any answer, one more
+    /// at once on a new connection (not one of the [`MAX_ATTEMPTS`], no back-off: the
+    /// receiver never saw the first). Each failed try is counted.
+    fn try_fresh(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+        transport: &mut Transport,
+        batch: &Batch,
+    ) -> Result<(), transport::PushError> {
+        match self.try_once(runtime, transport, batch) {
+            Err(e) if e.stale => {
+                self.metrics.pushes.with_label_values(&["failed"]).inc();
+                tracing::debug!(endpoint = %self.url, "OTLP push failed on a kept connection, again on a new one: {}", e.why);
+                self.try_once(runtime, transport, batch)
+            }
+            r => r,
+        }
     }
 
     /// One try; during the exit's flush, cut at its deadline.

@@ -27,6 +27,11 @@ pub struct PushError {
     pub why: String,
     pub retryable: bool,
     pub retry_after: Option<Duration>,
+    /// A kept HTTP connection failed before any answer (the receiver closed it while it
+    /// was idle, as the request went out): the request never reached a receiver that
+    /// meant to answer it, so the next try is made at once on a new connection. Never
+    /// set once an answer came, whatever its status.
+    pub stale: bool,
 }
 
 impl PushError {
@@ -35,6 +40,7 @@ impl PushError {
             why: why.into(),
             retryable: true,
             retry_after: None,
+            stale: false,
         }
     }
 
@@ -43,6 +49,15 @@ impl PushError {
             why: why.into(),
             retryable: false,
             retry_after: None,
+            stale: false,
+        }
+    }
+
+    /// A failure before any answer came on a connection that was kept from before.
+    fn unanswered(why: impl Into<String>, reused: bool) -> PushError {
+        PushError {
+            stale: reused,
+            ..PushError::retry(why)
         }
     }
 
@@ -239,26 +254,16 @@ fn authority(host: &str, port: u16) -> String {
 }
 
 impl Http {
+    /// One request. The connection is kept only after an answer: one that failed is
+    /// dropped, so a try after a stale one dials afresh.
     async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
-        let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
-        match self.send(body.clone()).await {
-            // A kept connection the receiver closed meanwhile: once more on a new one.
-            Err(e) if reused && e.retryable => {
-                self.conn = None;
-                self.send(body).await
-            }
-            r => r,
-        }
-    }
-
-    async fn send(&mut self, body: Bytes) -> Result<(), PushError> {
-        let mut conn = match self.conn.take() {
-            Some(c) if !c.is_closed() => c,
-            _ => self.connect().await?,
+        let (mut conn, reused) = match self.conn.take() {
+            Some(c) if !c.is_closed() => (c, true),
+            _ => (self.connect().await?, false),
         };
         conn.ready()
             .await
-            .map_err(|e| PushError::retry(format!("connection: {e}")))?;
+            .map_err(|e| PushError::unanswered(format!("connection: {e}"), reused))?;
         let mut req = hyper::Request::post(self.path.as_str())
             .header(hyper::header::HOST, self.authority.as_str())
             .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
@@ -272,7 +277,7 @@ impl Http {
         let resp = conn
             .send_request(req)
             .await
-            .map_err(|e| PushError::retry(format!("request: {e}")))?;
+            .map_err(|e| PushError::unanswered(format!("request: {e}"), reused))?;
         let status = resp.status();
         let hint = resp
             .headers()

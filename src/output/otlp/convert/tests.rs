@@ -85,7 +85,8 @@ fn gauges_and_counters_keep_the_page_names_labels_and_values() {
                 s.aggregation_temporality,
                 AggregationTemporality::Cumulative as i32
             );
-            assert_eq!(s.data_points[0].start_time_unix_nano, 100);
+            // DCGM's count began before the exporter saw it: start = time.
+            assert_eq!(s.data_points[0].start_time_unix_nano, 1_000);
         }
         _ => panic!("a counter must be a sum"),
     }
@@ -98,28 +99,79 @@ fn a_sum_keeps_its_start_across_absences_and_moves_it_only_on_a_reset() {
     let mut c = Converter::new(Naming::Dcgm, &[], 100);
     let e = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
     let start = |r: &ExportMetricsServiceRequest| points(r, e)[0].start_time_unix_nano;
-    assert_eq!(start(&c.request(&page(5000.0, 60.0), 1_000)), 100);
-    assert_eq!(start(&c.request(&page(6000.0, 60.0), 2_000)), 100);
+    // An unknown start: the first point is zero-length, and its start is kept.
+    assert_eq!(start(&c.request(&page(5000.0, 60.0), 1_000)), 1_000);
+    assert_eq!(start(&c.request(&page(6000.0, 60.0), 2_000)), 1_000);
     // The engine is away: pages without the series (a failed collection pushes nothing).
     let empty = Page::default();
     c.request(&empty, 3_000);
     c.request(&empty, 4_000);
     // Back, still counting: the same start.
-    assert_eq!(start(&c.request(&page(9000.0, 60.0), 5_000)), 100);
+    assert_eq!(start(&c.request(&page(9000.0, 60.0), 5_000)), 1_000);
     // A reset (the driver reloaded): the count began after it was last seen.
     assert_eq!(start(&c.request(&page(10.0, 60.0), 6_000)), 5_000);
     assert_eq!(start(&c.request(&page(20.0, 60.0), 7_000)), 5_000);
 }
 
 #[test]
-fn a_series_that_appears_later_starts_at_the_push_before() {
+fn a_dcgm_series_that_appears_later_starts_at_its_first_point() {
     let mut c = Converter::new(Naming::Dcgm, &[], 100);
     c.request(&Page::default(), 1_000);
     let req = c.request(&page(1.0, 60.0), 2_000);
     assert_eq!(
         points(&req, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")[0].start_time_unix_nano,
-        1_000
+        2_000
     );
+    // Gone for longer than the starts are kept, then back: unknown again.
+    let later = 2_000 + KEEP_ABSENT_NS + 1;
+    for i in 1..=SWEEP_EVERY {
+        c.request(&Page::default(), 2_000 + i);
+    }
+    c.request(&Page::default(), later);
+    for i in 1..=SWEEP_EVERY {
+        c.request(&Page::default(), later + i);
+    }
+    let back = later + SWEEP_EVERY + 1;
+    let req = c.request(&page(9.0, 60.0), back);
+    assert_eq!(
+        points(&req, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")[0].start_time_unix_nano,
+        back
+    );
+}
+
+fn ours(name: &str, value: f64, labels: &[(&str, &str)]) -> Page {
+    let mut p = Page::default();
+    p.add(name, "Ours.", PromType::Counter, labels, value);
+    p
+}
+
+/// The counts the exporter begins at its start keep it, however late a series appears;
+/// usage accounting's begin with their series (the push before).
+#[test]
+fn the_exporters_own_counts_carry_their_real_start() {
+    let mut c = Converter::new(Naming::Dcgm, &[], 100);
+    let xid = "DCGM_EXP_XID_ERRORS_TOTAL";
+    let start = |r: &ExportMetricsServiceRequest, n: &str| points(r, n)[0].start_time_unix_nano;
+    assert_eq!(start(&c.request(&ours(xid, 0.0, &[]), 1_000), xid), 100);
+    assert_eq!(start(&c.request(&ours(xid, 0.0, &[]), 2_000), xid), 100);
+    // A first XID 79 three pushes in: counted since the exporter started.
+    let r = c.request(&ours(xid, 1.0, &[("xid", "79")]), 3_000);
+    assert_eq!(start(&r, xid), 100);
+    let clocks = "DCGM_EXP_CLOCK_EVENTS_TOTAL";
+    assert_eq!(
+        start(&c.request(&ours(clocks, 4.0, &[]), 4_000), clocks),
+        100
+    );
+    // A consumer first seen now: its energy counts from the collection before.
+    let energy = "DCGM_EXP_ENERGY_JOULES_TOTAL";
+    let r = c.request(&ours(energy, 2.5, &[("pod", "a")]), 5_000);
+    assert_eq!(start(&r, energy), 4_000);
+    let idle = "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL";
+    assert_eq!(start(&c.request(&ours(idle, 0.0, &[]), 6_000), idle), 5_000);
+    // A counter the CSV declares of a DCGM_EXP_ value that is no count of ours.
+    let health = "DCGM_EXP_GPU_HEALTH_STATUS";
+    let r = c.request(&ours(health, 20.0, &[]), 7_000);
+    assert_eq!(start(&r, health), 7_000);
 }
 
 #[test]
@@ -133,7 +185,7 @@ fn semconv_names_scale_to_the_conventions_units_and_keep_the_rest() {
     assert_eq!(attr(u, "gpu"), Some("0"));
     let e = &points(&req, "hw.energy")[0];
     assert_eq!((value(e), attr(e, "hw.type")), (5.0, Some("gpu")));
-    assert_eq!(e.start_time_unix_nano, 100);
+    assert_eq!(e.start_time_unix_nano, 1_000);
     let t = &points(&req, "hw.temperature")[0];
     assert_eq!(attr(t, "hw.sensor_location"), Some("gpu"));
     // No mapping: pushed under the page's name.
