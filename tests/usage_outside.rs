@@ -539,3 +539,107 @@ fn an_unreadable_hpc_file_keeps_its_jobs_for_a_grace() {
         dump(&back)
     );
 }
+
+/// The HPC job directory itself failing to list (`EIO` or `ESTALE` on NFS, `EMFILE`, a
+/// permission change; here a file put in its place, as root lists every mode) is every
+/// job file failing that read: for less than the grace each GPU keeps its `hpc_job` label
+/// and each job its usage counter (not restarted from 0); for longer, they go, as a
+/// failing file's do; listed again, they are back.
+#[test]
+fn an_unlistable_hpc_directory_keeps_every_job_for_a_grace() {
+    sim_built();
+    let task =
+        |job: u32| format!("0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n");
+    let node = Node::new(&[(5001, task(101)), (5002, task(102)), (5011, task(200))]);
+    let jobs = node.dir.path().join("hpc");
+    let aside = node.dir.path().join("hpc.aside");
+    std::fs::create_dir(&jobs).unwrap();
+    std::fs::write(jobs.join("0"), "101\n102\n").unwrap();
+    std::fs::write(jobs.join("1"), "200\n").unwrap();
+    let e = node
+        .exporter()
+        .args(&["--hpc-job-mapping-dir", jobs.to_str().unwrap(), "-c", "400"])
+        .start();
+    // The jobs labelling a GPU's series (one copy per job), joined.
+    let job_on = |s: &[Sample], gpu: &str| -> Option<String> {
+        let mut jobs: Vec<&str> = series(s, GPU_UTIL)
+            .into_iter()
+            .filter(|x| x.label("gpu") == Some(gpu))
+            .filter_map(|x| x.label("hpc_job"))
+            .collect();
+        jobs.sort_unstable();
+        (!jobs.is_empty()).then(|| jobs.join(","))
+    };
+    let energy = |s: &[Sample]| {
+        by_consumer(s, ENERGY, "hpc_job")
+            .get(&("1".into(), "200".into()))
+            .copied()
+    };
+    let unlistable = |on: bool| {
+        if on {
+            std::fs::rename(&jobs, &aside).unwrap();
+            std::fs::write(&jobs, "not a directory").unwrap();
+        } else {
+            std::fs::remove_file(&jobs).unwrap();
+            std::fs::rename(&aside, &jobs).unwrap();
+        }
+    };
+    let failing = |want: bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while e.get("/health").1.contains("hpc-job-mapping-dir") != want {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{}",
+                e.get("/health").1
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    let before = e.scrape_until(40, |s| energy(s).is_some_and(|j| j > 0.0));
+    assert_eq!(job_on(&before, "1").as_deref(), Some("200"));
+    assert_eq!(
+        job_on(&before, "0").as_deref(),
+        Some("101,102"),
+        "{}",
+        dump(&before)
+    );
+    // Shorter than the grace (10 collections of 0.4 s): a read or two.
+    unlistable(true);
+    failing(true);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let during = e.scrape();
+    unlistable(false);
+    assert_eq!(
+        job_on(&during, "1").as_deref(),
+        Some("200"),
+        "{}",
+        dump(&during)
+    );
+    assert_eq!(
+        job_on(&during, "0").as_deref(),
+        Some("101,102"),
+        "{}",
+        dump(&during)
+    );
+    let kept = energy(&during);
+    assert!(
+        kept.is_some_and(|j| j >= energy(&before).unwrap()),
+        "job 200's energy kept, not restarted: {kept:?}"
+    );
+    failing(false);
+    let after = e.scrape_until(10, |s| energy(s) > kept);
+    assert!(energy(&after) > kept, "{}", dump(&after));
+    // Longer than the grace: gone from labels and usage.
+    unlistable(true);
+    let gone = e.scrape_until(20, |s| job_on(s, "1").is_none() && energy(s).is_none());
+    assert_eq!(job_on(&gone, "0"), None, "{}", dump(&gone));
+    // Listed again: back.
+    unlistable(false);
+    let back = e.scrape_until(20, |s| job_on(s, "1").as_deref() == Some("200"));
+    assert_eq!(
+        job_on(&back, "0").as_deref(),
+        Some("101,102"),
+        "{}",
+        dump(&back)
+    );
+}
