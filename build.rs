@@ -33,12 +33,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// The release binary's text laid out by use, where the linker can (`build/symbol_order.rs`).
+/// The release binary's text laid out by use, where the linker is lld (`build/symbol_order.rs`).
 fn order_symbols() {
     println!("cargo:rerun-if-changed=build/symbol_order.rs");
     println!("cargo:rerun-if-changed={}", symbol_order::LIST);
     println!("cargo:rerun-if-env-changed=DCGM_EXPORTER_SYMBOL_ORDER");
-    println!("cargo:rerun-if-env-changed=CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER");
+    // The configured linker (`build/symbol_order.rs` asks rustc with it; RUSTFLAGS rebuild
+    // everything anyway).
+    for v in [
+        "RUSTC_LINKER",
+        "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER",
+    ] {
+        println!("cargo:rerun-if-env-changed={v}");
+    }
     // Test and debug builds keep the default layout: memory is measured on release.
     if std::env::var("PROFILE").as_deref() != Ok("release") {
         return;
