@@ -1396,3 +1396,271 @@ fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
         }
     }
 }
+
+/// Threads of process `pid` (`Threads:` of /proc/PID/status).
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 43 item 2: `--backend auto` while the embedded engine cannot start and NVML hangs
+/// (a MIG lookup that never returns, holding the driver: every NVML call then waits). The
+/// NVML workers left stuck are bounded as the DCGM path's are (on main: one more thread
+/// every interval, 10 -> 71), the log names NVML as what hung (main: "no answer from
+/// DCGM"), SIGHUP is still taken, and SIGTERM ends the process within the documented 10 s
+/// (two more for a loaded machine; main: still collecting 30 s later, until SIGKILL).
+#[test]
+fn a_hung_nvml_during_failover_holds_few_threads_and_signals_are_still_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("hung.toml");
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    assert!(!base.contains("[nvml]"), "the profile has its own [nvml]");
+    std::fs::write(
+        &profile,
+        format!("{base}\n[nvml]\nhang_mig_lookup = true\n"),
+    )
+    .unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let nvml = nvml_library();
+    let mut e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .spawn();
+    e.wait_until(20, |e| e.try_get("/health").is_ok());
+    let pid = e.child.id();
+    let t0 = std::time::Instant::now();
+    let at = |secs: u64| {
+        let until = t0 + std::time::Duration::from_secs(secs);
+        std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+        threads(pid)
+    };
+    let (start, early, late) = (at(0), at(10), at(20));
+    eprintln!("threads with NVML hung: {start} at start, {early} after 10 s, {late} after 20 s");
+    assert!(
+        late <= early + 2 && late <= start + 8,
+        "threads grow while NVML hangs: {start} -> {early} -> {late}\n{}",
+        e.stderr()
+    );
+    let log = e.stderr();
+    assert!(log.contains("no answer from NVML"), "{log}");
+    assert!(!log.contains("no answer from DCGM"), "{log}");
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    kill("-HUP");
+    e.wait_for_log(
+        5,
+        &format!("reloaded {}", repo("etc/default-counters.csv").display()),
+    );
+    let t0 = std::time::Instant::now();
+    kill("-TERM");
+    let bound = std::time::Duration::from_secs(12);
+    let st = loop {
+        if let Ok(Some(st)) = e.child.try_wait() {
+            break st;
+        }
+        if t0.elapsed() > bound {
+            kill("-KILL");
+            panic!("no exit {bound:?} after SIGTERM:\n{}", e.stderr());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    eprintln!("exit {:?} after SIGTERM with NVML hung", t0.elapsed());
+    assert!(st.success(), "{st}: {}", e.stderr());
+}
+
+/// `path`'s counters without the rows of `fields`.
+fn without(path: &std::path::Path, fields: &[&str]) {
+    let all = std::fs::read_to_string(repo("etc/default-counters.csv")).unwrap();
+    let kept: Vec<&str> = all
+        .lines()
+        .filter(|l| !fields.iter().any(|f| l.starts_with(&format!("{f},"))))
+        .collect();
+    assert!(kept.len() + fields.len() <= all.lines().count());
+    std::fs::write(path, kept.join("\n") + "\n").unwrap();
+}
+
+/// Issue 43 item 3: the failover's NVML collector follows the configuration. A row removed
+/// while DCGM serves stays removed when NVML stands in again (on main the second failover
+/// served the first one's counters: GPU_TEMP 1 -> 0 -> 1), and a counters file changed while
+/// NVML serves changes NVML's page (main: nothing changed until the process restarted).
+#[test]
+fn the_failover_collector_follows_reloads_and_a_second_failover_serves_the_current_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("counters.csv");
+    without(&csv, &[]);
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let nvml = nvml_library();
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-f",
+            csv.to_str().unwrap(),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let power = |p: &[Sample]| series(p, "DCGM_FI_DEV_POWER_USAGE").len();
+    e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
+    control(&ctl, "embedded_start_ok");
+    e.scrape_until(20, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    without(&csv, &["DCGM_FI_DEV_GPU_TEMP"]);
+    e.scrape_until(20, |p| {
+        backend(p) == Some("dcgm") && temps(p).is_empty() && power(p) == 1
+    });
+    control(&ctl, "library_gone");
+    let removed = |p: &[Sample]| {
+        assert!(
+            temps(p).is_empty(),
+            "a row removed before this failover is back:\n{}",
+            dump(p)
+        )
+    };
+    let (_, _) = watch_until(&e, 20, removed, |p| {
+        backend(p) == Some("nvml") && power(p) == 1
+    });
+    // Still NVML serving: a reload changes its page.
+    without(&csv, &["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"]);
+    let page = e.scrape_until(20, |p| {
+        backend(p) == Some("nvml") && power(p) == 0 && !series(p, "DCGM_FI_DEV_SM_CLOCK").is_empty()
+    });
+    assert!(temps(&page).is_empty(), "{}", dump(&page));
+}
+
+/// Issue 43 item 6: `-d i:<ids>` names DCGM's GPU-instance entity ids on both backends, so
+/// NVML (and a failover to it) exports the same instances. DCGM 4.6 numbers a GPU's
+/// instances `gpu * nvmlDeviceGetMaxMigDeviceCount + index`, the index in its walk by
+/// instance profile, then instance id (`DcgmCacheManager::InitializeGpuInstances`). The
+/// simulated NVML answers 7 for an A100, as a real one; the simulated DCGM takes its
+/// multiplier from the profile's `max_mig_devices` (default 8), set to 7 here so that both
+/// simulate the same machine. On main NVML numbered instances `gpu * 16 + GPU_I_ID`: `i:3`
+/// matched nothing there (the start failed), and `i:8` was GPU 0 GI 8 where DCGM's is GPU 1.
+#[test]
+fn dash_d_instance_ids_select_the_same_instances_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("mixed-mig.toml");
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    assert!(!base.contains("max_mig_devices"), "the profile sets its own");
+    let with_7 = base.replacen("[gpus]\n", "[gpus]\nmax_mig_devices = 7\n", 1);
+    assert_ne!(with_7, base);
+    std::fs::write(&profile, with_7).unwrap();
+    let (dcgm, nvml) = both_backends(profile.to_str().unwrap(), &["-d", "i:3,7,9,14,22"]);
+    let instances = |e: &Exporter| {
+        let p = e.scrape_until(20, |p| !series(p, "DCGM_FI_DEV_FB_USED").is_empty());
+        let mut v: Vec<String> = series(&p, "DCGM_FI_DEV_FB_USED")
+            .iter()
+            .map(|s| {
+                ["gpu", "GPU_I_ID", "GPU_I_PROFILE"]
+                    .map(|l| s.label(l).unwrap_or("-"))
+                    .join(",")
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let d = instances(&dcgm);
+    assert_eq!(
+        d,
+        [
+            "0,10,1g.10gb",
+            "1,3,2g.20gb",
+            "1,7,1g.10gb",
+            "2,0,7g.80gb",
+            "3,1,4g.40gb"
+        ],
+        "DCGM's numbering (per GPU: gpu * 7 + index by profile, then GI id)"
+    );
+    assert_eq!(instances(&nvml), d);
+}
+
+/// Drivers whose `nvmlDeviceGetFieldValues` gets the value type wrong, as DCGM 4.6 works
+/// around them (`DcgmCacheManager.cpp`; the simulated NVML's `[nvml] field_value_bugs`):
+/// the memory temperature typed double though it is `uiVal` (r545, nvbugs/4300930) and the
+/// ECC counts typed double though they are `ullVal` (NVML bug 2032468) read as DCGM reads
+/// them, equal to the DCGM page; ECC and retired-page fields NVML never filled (ECC
+/// disabled, NVML bug 2009232) are not supported: no series, as from DCGM, never 0.
+#[test]
+fn field_values_nvml_mistypes_are_read_as_dcgm_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut base = std::fs::read_to_string(repo("etc/sim/units-fixed.toml")).unwrap();
+    for (field, value) in [
+        (310, 5.0),
+        (311, 1.0),
+        (312, 4211.0),
+        (313, 3.0),
+        (391, 2.0),
+    ] {
+        base.push_str(&format!(
+            "[[fields]]\nid = {field}\ngen = {{ kind = \"constant\", value = {value} }}\n"
+        ));
+    }
+    let csv = dir.path().join("counters.csv");
+    std::fs::write(
+        &csv,
+        "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_MEMORY_TEMP, gauge, m\n\
+         DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, a\nDCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, b\n\
+         DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, c\nDCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, d\n\
+         DCGM_FI_DEV_RETIRED_DBE, counter, e\n",
+    )
+    .unwrap();
+    let page = |bugs: &str, nvml: bool| {
+        let profile = dir
+            .path()
+            .join(format!("{}.toml", bugs.replace(['"', ',', ' '], "")));
+        std::fs::write(
+            &profile,
+            format!("{base}[nvml]\nfield_value_bugs = [{bugs}]\n"),
+        )
+        .unwrap();
+        let mut args = vec!["-f".to_string(), csv.to_str().unwrap().into()];
+        if nvml {
+            args.extend(nvml_args());
+        }
+        let e = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .args(&args.iter().map(String::as_str).collect::<Vec<_>>())
+            .start();
+        e.scrape_until(30, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+        let fams = families(&e.get("/metrics").1);
+        fams.into_iter()
+            .map(|(k, v)| (k, v.1))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let dcgm = page("", false);
+    assert_eq!(dcgm.len(), 7, "{dcgm:#?}");
+    let mistyped = page(r#""memory_temp_as_double", "ecc_type_unset""#, true);
+    assert_eq!(mistyped, dcgm);
+    let unfilled = page(r#""ecc_uninitialised""#, true);
+    let names: Vec<&str> = unfilled.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP"],
+        "{unfilled:#?}"
+    );
+}

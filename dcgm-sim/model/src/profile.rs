@@ -60,6 +60,26 @@ pub struct NvmlSpec {
     /// [`DEFAULT_SAMPLE_HISTORY_S`].
     #[serde(default)]
     pub process_sample_history_s: Option<u32>,
+    /// `nvmlDeviceGetFieldValues` answers as drivers with the NVML bugs DCGM 4.6 works
+    /// around give them (`DcgmCacheManager.cpp`).
+    #[serde(default)]
+    pub field_value_bugs: Vec<FieldValueBug>,
+}
+
+/// An NVML bug in `nvmlDeviceGetFieldValues`'s answers that DCGM works around.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldValueBug {
+    /// `NVML_FI_DEV_MEMORY_TEMP` says `NVML_VALUE_TYPE_DOUBLE` while its value is the °C
+    /// as `uiVal` (r545 drivers, nvbugs/4300930).
+    MemoryTempAsDouble,
+    /// The ECC fields' value type is left at 0 (`NVML_VALUE_TYPE_DOUBLE`) while the count
+    /// is `ullVal` (NVML bug 2032468).
+    EccTypeUnset,
+    /// With ECC disabled, the ECC and retired-page fields (`NVML_FI_DEV_ECC_CURRENT` to
+    /// `NVML_FI_DEV_RETIRED_PENDING`) are left as the caller zeroed them: success, no
+    /// timestamp, no latency, a double 0 (NVML bug 2009232).
+    EccUninitialised,
 }
 
 /// Seconds of per-process utilisation samples the simulated driver keeps by default: enough

@@ -147,6 +147,7 @@ pub struct Utilization {
 }
 
 /// `nvmlValueType_t` values the simulator writes.
+pub const VALUE_TYPE_DOUBLE: c_uint = 0;
 pub const VALUE_TYPE_UNSIGNED_INT: c_uint = 1;
 pub const VALUE_TYPE_UNSIGNED_LONG_LONG: c_uint = 3;
 

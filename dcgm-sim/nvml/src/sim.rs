@@ -15,7 +15,9 @@ use crate::ffi::{self, Return};
 use dcgm_sim_model::faults::{self, ControlFile, Fault};
 use dcgm_sim_model::generator::mix;
 use dcgm_sim_model::node::{Ci, Gi, Gpu, Node};
-use dcgm_sim_model::profile::{GiSpec, MigLookup, ProcessSpec, Profile, ScheduledFault};
+use dcgm_sim_model::profile::{
+    FieldValueBug, GiSpec, MigLookup, ProcessSpec, Profile, ScheduledFault,
+};
 use dcgm_sim_model::values::World;
 use dcgm_sim_model::FE_GPU;
 use std::collections::{BTreeMap, VecDeque};
@@ -95,6 +97,8 @@ pub struct Sim {
     pub mig_lookup: MigLookup,
     /// MIG lookups never return (`[nvml] hang_mig_lookup`).
     pub hang_mig_lookup: bool,
+    /// How `nvmlDeviceGetFieldValues` misanswers (`[nvml] field_value_bugs`).
+    pub field_value_bugs: Vec<FieldValueBug>,
     /// nvmlInit calls not yet matched by nvmlShutdown.
     pub refcount: u32,
     /// Event sets by id (`nvmlEventSetCreate`).
@@ -184,6 +188,7 @@ impl Sim {
             history_s: u64::from(profile.nvml.sample_history_s()),
             mig_lookup: profile.nvml.mig_lookup,
             hang_mig_lookup: profile.nvml.hang_mig_lookup,
+            field_value_bugs: profile.nvml.field_value_bugs.clone(),
             refcount: 0,
             event_sets: BTreeMap::new(),
             next_event_set: 0,

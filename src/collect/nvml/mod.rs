@@ -501,21 +501,15 @@ fn ask(nvml: &Nvml, on: On, call: Call) -> Result<Answer, NvmlError> {
     }
 }
 
-/// One `nvmlDeviceGetFieldValues` field, whatever its value type.
+/// One `nvmlDeviceGetFieldValues` field, read as DCGM reads it (`table::field_number`).
 fn field_value(d: &Device, id: u32) -> Result<Answer, NvmlError> {
-    use nvml_wrapper::enums::device::SampleValue;
     use nvml_wrapper::structs::device::FieldId;
     let sample = d
         .field_values_for(&[FieldId(id)])?
         .into_iter()
         .next()
         .ok_or(NvmlError::Unknown)??;
-    let v = match sample.value? {
-        SampleValue::F64(v) => v,
-        SampleValue::U32(v) => v.into(),
-        SampleValue::U64(v) => v as f64,
-        SampleValue::I64(v) => v as f64,
-    };
+    let v = table::field_number(id, sample)?;
     Ok(Answer::Numbers([v, 0.0, 0.0, 0.0]))
 }
 

@@ -262,6 +262,69 @@ pub fn lookup(field: u16) -> Option<&'static Row> {
     TABLE.iter().find(|r| r.field == field)
 }
 
+/// `NVML_FI_DEV_MEMORY_TEMP`.
+const NVML_MEMORY_TEMP: u32 = 82;
+/// DCGM's highest plausible memory temperature: above it, its value is blank.
+const MAX_MEMORY_TEMP_C: u32 = 200;
+
+/// The number DCGM 4.6 makes of an `nvmlDeviceGetFieldValues` answer for NVML field `id`
+/// (`DcgmCacheManager.cpp`), NaN where DCGM stores a blank, `NotSupported` where it stores
+/// that. DCGM does not trust NVML's value type everywhere: the memory temperature is read
+/// as `uiVal` whatever its type says (nvbugs/4300930: r545 drivers call it a double) and
+/// blank above 200 °C; the ECC fields (DCGM 300-333) are read as `ullVal` (NVML bug
+/// 2032468: their type left 0, a double); an ECC or retired-page field (NVML 3-31) with
+/// no timestamp, no latency and a double's type was never filled (NVML bug 2009232, ECC
+/// disabled): not supported. Every other value by its type, a double truncated for DCGM's
+/// integer fields (`NvmlFieldValueToInt64`).
+pub fn field_number(
+    id: u32,
+    sample: nvml_wrapper::struct_wrappers::device::FieldValueSample,
+) -> Result<f64, nvml_wrapper::error::NvmlError> {
+    use nvml_wrapper::enums::device::SampleValue;
+    // The union's 8 bytes as `ullVal` (`uiVal` their low 4), and whether NVML said double.
+    // nvml-wrapper zeroes the entry first, so a narrower member leaves the rest 0.
+    let value = sample.value?;
+    let (bits, double) = match value {
+        SampleValue::F64(v) => (v.to_bits(), true),
+        SampleValue::U32(v) => (u64::from(v), false),
+        SampleValue::U64(v) => (v, false),
+        SampleValue::I64(v) => (v as u64, false),
+    };
+    if id == NVML_MEMORY_TEMP {
+        let c = bits as u32;
+        return Ok(if c > MAX_MEMORY_TEMP_C {
+            f64::NAN
+        } else {
+            c.into()
+        });
+    }
+    if double && sample.timestamp == 0 && sample.latency == 0 && (3..=31).contains(&id) {
+        return Err(nvml_wrapper::error::NvmlError::NotSupported);
+    }
+    let field = TABLE
+        .iter()
+        .find(|r| r.call == Call::FieldValue(id))
+        .map(|r| r.field);
+    if field.is_some_and(|f| (300..=333).contains(&f)) {
+        return Ok(bits as f64);
+    }
+    Ok(match value {
+        SampleValue::F64(v) => {
+            let int64 = field
+                .and_then(dcgm_sys::fields::by_id)
+                .is_some_and(|m| m.field_type == b'i');
+            if int64 {
+                v.trunc()
+            } else {
+                v
+            }
+        }
+        SampleValue::U32(v) => v.into(),
+        SampleValue::U64(v) => v as f64,
+        SampleValue::I64(v) => v as f64,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +350,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// DCGM's reading of field values whose type NVML got wrong, and of those it got
+    /// right (`DcgmCacheManager.cpp`, DCGM 4.6).
+    #[test]
+    fn field_values_are_read_as_dcgm_reads_them() {
+        use nvml_wrapper::enums::device::SampleValue;
+        use nvml_wrapper::error::NvmlError;
+        use nvml_wrapper::struct_wrappers::device::FieldValueSample;
+        use nvml_wrapper::structs::device::FieldId;
+        let at = |id: u32, value: SampleValue, timestamp: i64| FieldValueSample {
+            field: FieldId(id),
+            timestamp,
+            latency: 0,
+            value: Ok(value),
+        };
+        let read = |id, value, ts| field_number(id, at(id, value, ts));
+        // r545: 71 °C as uiVal, typed double (a denormal when read as one).
+        let as_double = f64::from_bits(71);
+        assert!(as_double > 0.0 && as_double < 1e-300);
+        assert_eq!(read(82, SampleValue::F64(as_double), 1).unwrap(), 71.0);
+        assert_eq!(read(82, SampleValue::U32(64), 1).unwrap(), 64.0);
+        assert!(read(82, SampleValue::U32(201), 1).unwrap().is_nan());
+        // ECC counts as ullVal whatever the type says.
+        let count = f64::from_bits(123_456);
+        assert_eq!(read(3, SampleValue::F64(count), 1).unwrap(), 123_456.0);
+        assert_eq!(read(6, SampleValue::U64(7), 1).unwrap(), 7.0);
+        // Never filled (ECC disabled): not supported, ECC counts and retired pages alike.
+        for id in [3, 4, 5, 6, 30, 31] {
+            let e = read(id, SampleValue::F64(0.0), 0).unwrap_err();
+            assert!(matches!(e, NvmlError::NotSupported), "{id}: {e:?}");
+        }
+        // Filled (a timestamp): a double's type is a double's value, truncated for an
+        // integer field.
+        assert_eq!(read(30, SampleValue::F64(2.75), 5).unwrap(), 2.0);
+        assert_eq!(
+            read(83, SampleValue::U64(1_367_122_340), 0).unwrap(),
+            1_367_122_340.0
+        );
+        assert_eq!(read(38, SampleValue::I64(12), 5).unwrap(), 12.0);
+        let failed = FieldValueSample {
+            value: Err(NvmlError::NoPermission),
+            ..at(5, SampleValue::U64(1), 1)
+        };
+        assert!(matches!(
+            field_number(5, failed),
+            Err(NvmlError::NoPermission)
+        ));
     }
 
     #[test]

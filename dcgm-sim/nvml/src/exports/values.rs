@@ -6,6 +6,7 @@
 use super::{put, with_device};
 use crate::ffi::{self, Device, Return};
 use crate::sim::{Dev, Sim};
+use dcgm_sim_model::profile::FieldValueBug;
 use std::ffi::{c_int, c_uint, c_ulonglong};
 
 /// A DCGM field's reading on the device, as an unsigned integer (NVML's counters and
@@ -302,12 +303,38 @@ pub unsafe extern "C" fn nvmlDeviceGetFieldValues(
                 Ok(v) => {
                     fv.set(ty, (v.max(0.0) * factor).round() as u64);
                     fv.nvml_return = ffi::SUCCESS;
+                    misanswer(&sim.field_value_bugs, fv);
                 }
                 Err(e) => fv.nvml_return = e,
             }
         }
         Ok(())
     })
+}
+
+/// A successful answer as a driver with `bugs` gives it (`[nvml] field_value_bugs`).
+fn misanswer(bugs: &[FieldValueBug], fv: &mut ffi::FieldValue) {
+    for bug in bugs {
+        match bug {
+            // NVML_FI_DEV_MEMORY_TEMP: the °C stays uiVal, the type says double.
+            FieldValueBug::MemoryTempAsDouble if fv.field_id == 82 => {
+                fv.value_type = ffi::VALUE_TYPE_DOUBLE;
+            }
+            // NVML_FI_DEV_ECC_CURRENT to NVML_FI_DEV_ECC_DBE_AGG_TEX: the count stays
+            // ullVal, the type is left 0.
+            FieldValueBug::EccTypeUnset if (1..=28).contains(&fv.field_id) => {
+                fv.value_type = ffi::VALUE_TYPE_DOUBLE;
+            }
+            // NVML_FI_DEV_ECC_CURRENT to NVML_FI_DEV_RETIRED_PENDING, ECC disabled: the
+            // entry as the caller zeroed it.
+            FieldValueBug::EccUninitialised if (1..=31).contains(&fv.field_id) => {
+                fv.timestamp = 0;
+                fv.latency_usec = 0;
+                fv.set(ffi::VALUE_TYPE_DOUBLE, 0);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_{TX,RX}` (KiB), `None` for another field. Only the
