@@ -127,5 +127,20 @@ fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
             b.conv.op.describe()
         )?;
     }
+    // dcgm-exporter 4.10.0's names of four DCGM 4.6 fields: the same field, unit and values.
+    for r in dcgm_exporter::config::rename::RENAMED_4_10 {
+        let m = r.meta();
+        writeln!(
+            out,
+            "{:<58} {:>5} {:<4} {:<9} {:<6} {} (dcgm-exporter 4.10.0's name of {})",
+            r.name,
+            r.id,
+            m.field_type as char,
+            dcgm_sys::fields::entity_group_name(m.entity_level),
+            m.unit.trim(),
+            m.tag,
+            r.legacy_name
+        )?;
+    }
     out.flush()
 }

@@ -4,7 +4,8 @@
 //!
 //! * the release's label names: the hostname label as the release spells it on every series
 //!   (links keep `hostname`), self-metrics included;
-//! * the release's units: 4.9.0's ratios within 0-1 and no 4.8.x names; 4.8.x's percent;
+//! * the release's units: 4.9.0's and 4.10.0's ratios within 0-1 and no 4.8.x names; 4.8.x's
+//!   percent;
 //! * per-pod shares never above the device: per GPU (or GPU instance), the pods' copies of the
 //!   utilisation add up to no more than the device's own value, and the usage shares to no
 //!   more than 100 %;
@@ -25,7 +26,12 @@ use support::nvml_yaml::Gpu;
 use support::real_dcgm::{kit, RealHostEngine, Scratch};
 use support::*;
 
-const VERSIONS: [&str; 3] = ["4.8.2", "4.8.4", "4.9.0"];
+const VERSIONS: [&str; 4] = ["4.8.2", "4.8.4", "4.9.0", "4.10.0"];
+
+/// 4.9.0 and later export base units (4.10.0 is 4.9.0 with four profiling metrics renamed).
+fn base_units(version: &str) -> bool {
+    matches!(version, "4.9.0" | "4.10.0")
+}
 
 /// The features crossed with each release.
 const FEATURES: [&str; 7] = [
@@ -191,10 +197,10 @@ fn problems(version: &str, page: &[Sample]) -> Vec<String> {
             out.push(format!("{}: {theirs} instead of {ours}: {x:?}", x.name));
         }
     }
-    let (util, scale) = if version == "4.9.0" {
+    let (util, scale) = if base_units(version) {
         for gone in ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED"] {
             if !series(page, gone).is_empty() {
-                out.push(format!("{gone} under 4.9.0"));
+                out.push(format!("{gone} under {version}"));
             }
         }
         for x in page.iter().filter(|x| x.name.ends_with("_RATIO")) {
@@ -247,7 +253,7 @@ fn shares_within(page: &[Sample], family: &str, by: &str, ceiling: Option<f64>) 
 /// Job `job-a` holds GPU 4 alone: its share is the GPU's utilisation, in percent whatever
 /// unit the release exports the utilisation in.
 fn exclusive_share(version: &str, page: &[Sample]) -> Vec<String> {
-    let (util, to_percent) = if version == "4.9.0" {
+    let (util, to_percent) = if base_units(version) {
         ("DCGM_FI_DEV_GPU_UTIL_RATIO", 100.0)
     } else {
         ("DCGM_FI_DEV_GPU_UTIL", 1.0)

@@ -334,6 +334,16 @@ fn list_fields_shows_the_base_unit_metrics_and_their_legacy_source() {
     assert!(text
         .lines()
         .any(|l| l.starts_with("DCGM_FI_DEV_GPU_UTIL_RATIO ") && l.contains(" 1613 ")));
+    // dcgm-exporter 4.10.0's names: the same fields.
+    let tx = text
+        .lines()
+        .find(|l| l.starts_with("DCGM_FI_PROF_PCIE_TX_BYTES_PER_SECOND "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        tx.contains(" 1009 ")
+            && tx.ends_with("(dcgm-exporter 4.10.0's name of DCGM_FI_PROF_PCIE_TX_BYTES)"),
+        "{tx}"
+    );
 }
 
 #[test]
