@@ -702,6 +702,7 @@ dcgmReturn_t dcgmStopEmbedded(dcgmHandle_t pDcgmHandle);
 dcgmReturn_t dcgmConnect_v2(const char *ipAddress, dcgmConnectV2Params_v2 *connectParams, dcgmHandle_t *pDcgmHandle);
 dcgmReturn_t dcgmConnect_v3(const char *connectionString, dcgmConnectV3Params_v1 *connectParams, dcgmHandle_t *pDcgmHandle);
 dcgmReturn_t dcgmDisconnect(dcgmHandle_t pDcgmHandle);
+dcgmReturn_t dcgmHostengineVersionInfo(dcgmHandle_t pDcgmHandle, dcgmVersionInfo_v2 *pVersionInfo);
 const char *errorString(dcgmReturn_t result);
 
 dcgmReturn_t dcgmGetAllDevices(dcgmHandle_t pDcgmHandle, unsigned int gpuIdList[DCGM_MAX_NUM_DEVICES], int *count);

@@ -671,6 +671,13 @@ pub struct DcgmLib {
         unsafe extern "C" fn(pDcgmHandle: dcgmHandle_t) -> dcgmReturn_t,
         ::libloading::Error,
     >,
+    pub dcgmHostengineVersionInfo: Result<
+        unsafe extern "C" fn(
+            pDcgmHandle: dcgmHandle_t,
+            pVersionInfo: *mut dcgmVersionInfo_v2,
+        ) -> dcgmReturn_t,
+        ::libloading::Error,
+    >,
     pub errorString: Result<
         unsafe extern "C" fn(result: dcgmReturn_t) -> *const ::std::os::raw::c_char,
         ::libloading::Error,
@@ -942,6 +949,9 @@ impl DcgmLib {
         let dcgmConnect_v2 = __library.get(b"dcgmConnect_v2\0").map(|sym| *sym);
         let dcgmConnect_v3 = __library.get(b"dcgmConnect_v3\0").map(|sym| *sym);
         let dcgmDisconnect = __library.get(b"dcgmDisconnect\0").map(|sym| *sym);
+        let dcgmHostengineVersionInfo = __library
+            .get(b"dcgmHostengineVersionInfo\0")
+            .map(|sym| *sym);
         let errorString = __library.get(b"errorString\0").map(|sym| *sym);
         let dcgmGetAllDevices = __library.get(b"dcgmGetAllDevices\0").map(|sym| *sym);
         let dcgmGetAllSupportedDevices = __library
@@ -998,6 +1008,7 @@ impl DcgmLib {
             dcgmConnect_v2,
             dcgmConnect_v3,
             dcgmDisconnect,
+            dcgmHostengineVersionInfo,
             errorString,
             dcgmGetAllDevices,
             dcgmGetAllSupportedDevices,
@@ -1105,6 +1116,16 @@ impl DcgmLib {
             .dcgmDisconnect
             .as_ref()
             .expect("Expected function, got error."))(pDcgmHandle)
+    }
+    pub unsafe fn dcgmHostengineVersionInfo(
+        &self,
+        pDcgmHandle: dcgmHandle_t,
+        pVersionInfo: *mut dcgmVersionInfo_v2,
+    ) -> dcgmReturn_t {
+        (self
+            .dcgmHostengineVersionInfo
+            .as_ref()
+            .expect("Expected function, got error."))(pDcgmHandle, pVersionInfo)
     }
     pub unsafe fn errorString(&self, result: dcgmReturn_t) -> *const ::std::os::raw::c_char {
         (self

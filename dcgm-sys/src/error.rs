@@ -176,6 +176,30 @@ pub enum Error {
     /// The call came after `dcgmShutdown` (the process is exiting).
     #[error("DCGM is shut down")]
     ShutDown,
+    /// The library and the remote host engine are of releases DCGM itself does not let work
+    /// together: the engine answers the library's requests for values with
+    /// `FunctionNotFound` (a 4.6 library reads values through a request older engines lack).
+    #[error(
+        "{VERSION_SKEW} library {library} and host engine {engine}: the host engine answers \
+         {function} with {status}, so no value can be read; use the host engine's own \
+         libdcgm.so.4 ({library} is newer than the engine; --dcgm-library) or a host engine \
+         of DCGM {library} or later"
+    )]
+    VersionSkew {
+        library: String,
+        engine: String,
+        function: &'static str,
+        status: Status,
+    },
+}
+
+/// How every [`Error::VersionSkew`] message starts, so that a caller holding only its text
+/// (through a layer that keeps errors as strings) can still tell it: [`is_version_skew`].
+pub const VERSION_SKEW: &str = "DCGM refuses this pair of releases:";
+
+/// Whether an error's text is an [`Error::VersionSkew`] (possibly behind a prefix).
+pub fn is_version_skew(message: &str) -> bool {
+    message.contains(VERSION_SKEW)
 }
 
 impl Error {

@@ -242,22 +242,11 @@ impl Library {
     /// `4.6.0`), for the start-up line. Needs no `dcgmInit`.
     pub fn version(&self) -> Result<String> {
         let f = sym!(self, dcgmVersionInfo);
-        // SAFETY: an all-zero dcgmVersionInfo_v2 (integers and a char array) is valid.
-        let mut info: crate::ffi::dcgmVersionInfo_v2 = unsafe { std::mem::zeroed() };
-        info.version = crate::versions::VERSION_INFO_V2;
+        let mut info = version_info();
         // SAFETY: a valid, writable struct of the size its version field announces.
         let rc = unsafe { f(&mut info) };
         self.check("dcgmVersionInfo", rc)?;
-        // SAFETY: reinterpreting c_char as u8 of the same size; the array lives in `info`.
-        let raw: &[u8] = unsafe {
-            std::slice::from_raw_parts(
-                info.rawBuildInfoString.as_ptr().cast::<u8>(),
-                info.rawBuildInfoString.len(),
-            )
-        };
-        let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-        let text = String::from_utf8_lossy(&raw[..end]);
-        Ok(build_info_version(&text).unwrap_or("unknown").to_string())
+        Ok(release_of(&info))
     }
 
     /// What this library's own field table says of field `id` (`DcgmFieldsInit`, then
@@ -335,6 +324,27 @@ impl Library {
             }),
         }
     }
+}
+
+/// An empty `dcgmVersionInfo_v2` with its version set, for `dcgmVersionInfo` and
+/// `dcgmHostengineVersionInfo` to fill.
+pub(crate) fn version_info() -> crate::ffi::dcgmVersionInfo_v2 {
+    crate::ffi::dcgmVersionInfo_v2 {
+        version: crate::versions::VERSION_INFO_V2,
+        rawBuildInfoString: [0; 512],
+    }
+}
+
+/// The release a filled `dcgmVersionInfo_v2` names (`unknown` when it names none).
+pub(crate) fn release_of(info: &crate::ffi::dcgmVersionInfo_v2) -> String {
+    let raw: Vec<u8> = info
+        .rawBuildInfoString
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
+    let text = String::from_utf8_lossy(&raw);
+    build_info_version(&text).unwrap_or("unknown").to_string()
 }
 
 /// The `version:` entry of DCGM's raw build information

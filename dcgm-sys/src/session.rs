@@ -4,8 +4,9 @@
 use crate::error::{Error, Result, Status};
 use crate::ffi;
 use crate::handles::{FieldGroup, Group};
-use crate::loader::{sym, Library};
+use crate::loader::{release_of, sym, version_info, Library};
 use crate::modules::{Module, ModuleStatus};
+use crate::releases::Versions;
 use crate::types::*;
 use crate::value::{c_buf_to_string, decode, FieldReading, Reading};
 use crate::versions;
@@ -120,6 +121,8 @@ pub(crate) struct Inner {
     lib: Arc<Library>,
     handle: ffi::dcgmHandle_t,
     kind: SessionKind,
+    /// The DCGM releases of the library and of the host engine.
+    versions: Versions,
     /// Reused output buffer for dcgmEntitiesGetLatestValues (4128 B per value; megabytes
     /// on a large node), so a collection does not allocate it each time.
     scratch: Mutex<Vec<ffi::dcgmFieldValue_v2>>,
@@ -210,6 +213,22 @@ fn owned_cores(owned: &ffi::dcgmCpuHierarchyOwnedCores_v1) -> Vec<u32> {
     cores
 }
 
+/// One GPU's or switch's link states, in link order.
+fn link_states(id: u32, raw: &[ffi::dcgmNvLinkLinkState_t]) -> (u32, Vec<LinkState>) {
+    (id, raw.iter().map(|&x| LinkState::from_raw(x)).collect())
+}
+
+/// The release a remote host engine reports (`dcgmHostengineVersionInfo`).
+fn engine_version(lib: &Library, handle: ffi::dcgmHandle_t) -> Result<String> {
+    let f = sym!(lib, dcgmHostengineVersionInfo);
+    let mut info = version_info();
+    // SAFETY: the handle was just connected; `info` is a valid, writable struct of the size
+    // its version field announces.
+    let rc = unsafe { f(handle, &mut info) };
+    lib.check("dcgmHostengineVersionInfo", rc)?;
+    Ok(release_of(&info))
+}
+
 /// Allocates a zeroed DCGM struct on the heap (several are far too large for a stack).
 fn boxed_zeroed<T>() -> Box<T> {
     // SAFETY: every DCGM struct we use is plain data (integers, floats, char arrays and
@@ -283,7 +302,13 @@ impl Session {
         let rc = unsafe { f((&mut params as *mut ffi::dcgmStartEmbeddedV2Params_v2).cast()) };
         lib.check("dcgmStartEmbedded_v2", rc)?;
         std::mem::forget(entered);
-        Ok(Self::wrap(lib, params.dcgmHandle, SessionKind::Embedded))
+        let versions = Versions::embedded(&lib);
+        Ok(Self::wrap(
+            lib,
+            params.dcgmHandle,
+            SessionKind::Embedded,
+            versions,
+        ))
     }
 
     fn embedded_v1(lib: Arc<Library>) -> Result<Session> {
@@ -295,7 +320,8 @@ impl Session {
         let rc = unsafe { f(ffi::DCGM_OPERATION_MODE_AUTO, &mut handle) };
         lib.check("dcgmStartEmbedded", rc)?;
         std::mem::forget(entered);
-        Ok(Self::wrap(lib, handle, SessionKind::Embedded))
+        let versions = Versions::embedded(&lib);
+        Ok(Self::wrap(lib, handle, SessionKind::Embedded, versions))
     }
 
     /// Connects to a remote host engine. `timeout_ms` 0 means DCGM's default (5 s).
@@ -320,7 +346,7 @@ impl Session {
         let rc = unsafe { f(addr.as_ptr(), &mut params, &mut handle) };
         lib.check("dcgmConnect_v2", rc)?;
         std::mem::forget(entered);
-        Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
+        Self::meet(lib, handle, SessionKind::Remote(target.clone()))
     }
 
     /// `dcgmConnect_v3` with a connection string (vsock is reachable only through it).
@@ -340,18 +366,66 @@ impl Session {
         let rc = unsafe { f(uri.as_ptr(), &mut params, &mut handle) };
         lib.check("dcgmConnect_v3", rc)?;
         std::mem::forget(entered);
-        Ok(Self::wrap(lib, handle, SessionKind::Remote(target.clone())))
+        Self::meet(lib, handle, SessionKind::Remote(target.clone()))
     }
 
-    fn wrap(lib: Arc<Library>, handle: ffi::dcgmHandle_t, kind: SessionKind) -> Session {
+    /// A remote session just connected: asks the host engine's release and, where it is
+    /// not the library's, whether the engine answers the library's request for values at
+    /// all. A 4.6 library reads values through a request that older engines answer with
+    /// `FunctionNotFound` (NVIDIA's own dcgmi included): that pair is refused here, with
+    /// both releases named, instead of failing every collection. Other pairs of releases
+    /// work, each side knowing less than the other: see [`crate::releases`].
+    fn meet(lib: Arc<Library>, handle: ffi::dcgmHandle_t, kind: SessionKind) -> Result<Session> {
+        let versions = Versions {
+            library: lib.version().ok(),
+            engine: engine_version(&lib, handle).ok(),
+        };
+        let session = Self::wrap(lib, handle, kind, versions);
+        let (Some(library), Some(engine)) = (
+            session.inner.versions.library.clone(),
+            session.inner.versions.engine.clone(),
+        ) else {
+            return Ok(session);
+        };
+        if library == engine {
+            return Ok(session);
+        }
+        // DCGM_FI_DRIVER_VERSION of the node (entity NONE): every engine has it.
+        let probe = session.latest_values(&[Entity::new(EntityGroup::None, 0)], &[1], false);
+        match probe {
+            Err(e) if e.status() == Some(Status::FunctionNotFound) => {
+                // Dropping the session disconnects it.
+                Err(Error::VersionSkew {
+                    library,
+                    engine,
+                    function: "dcgmEntitiesGetLatestValues",
+                    status: Status::FunctionNotFound,
+                })
+            }
+            _ => Ok(session),
+        }
+    }
+
+    fn wrap(
+        lib: Arc<Library>,
+        handle: ffi::dcgmHandle_t,
+        kind: SessionKind,
+        versions: Versions,
+    ) -> Session {
         Session {
             inner: Arc::new(Inner {
                 lib,
                 handle,
                 kind,
+                versions,
                 scratch: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// The DCGM releases of the library and of the host engine of this session.
+    pub fn versions(&self) -> &Versions {
+        &self.inner.versions
     }
 
     pub fn kind(&self) -> &SessionKind {
@@ -507,39 +581,56 @@ impl Session {
             .collect())
     }
 
-    /// NVLink state of every GPU link and switch port (the 4.6 `v5` layout, 36 links/GPU).
+    /// NVLink state of every GPU link and switch port: the 4.6 `v5` layout (36 links per
+    /// GPU), or, from a library older than 4.6 (which answers `VerMismatch` to v5), the `v4`
+    /// layout every DCGM 4 knows (18 links per GPU). Each answer is read through the layout
+    /// of the version the library accepted.
     pub fn link_status(&self) -> Result<LinkStatus> {
         let f = sym!(self.lib(), dcgmGetNvLinkLinkStatus);
         let mut s = boxed_zeroed::<ffi::dcgmNvLinkStatus_v5>();
         s.version = versions::NVLINK_STATUS_V5;
         // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
         let rc = unsafe { f(self.h(), &mut *s) };
+        match self.lib().check("dcgmGetNvLinkLinkStatus", rc) {
+            Err(e) if e.status() == Some(Status::VerMismatch) => return self.link_status_v4(),
+            r => r?,
+        }
+        let gpus = &s.gpus[..(s.numGpus as usize).min(s.gpus.len())];
+        let switches = &s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())];
+        Ok(LinkStatus {
+            gpus: gpus
+                .iter()
+                .map(|g| link_states(g.entityId, &g.linkState))
+                .collect(),
+            switches: switches
+                .iter()
+                .map(|w| link_states(w.entityId, &w.linkState))
+                .collect(),
+        })
+    }
+
+    /// `dcgmGetNvLinkLinkStatus` with `dcgmNvLinkStatus_v4`, as DCGM 4.0 to 4.5 define it.
+    fn link_status_v4(&self) -> Result<LinkStatus> {
+        let f = sym!(self.lib(), dcgmGetNvLinkLinkStatus);
+        let mut s = boxed_zeroed::<ffi::dcgmNvLinkStatus_v4>();
+        s.version = versions::NVLINK_STATUS_V4;
+        // SAFETY: the library reads the version first and then writes only as many bytes
+        // as that version's struct has: a heap-allocated `dcgmNvLinkStatus_v4`, whose
+        // pointer is cast to the type the 4.6 prototype names.
+        let rc = unsafe { f(self.h(), (&mut *s as *mut ffi::dcgmNvLinkStatus_v4).cast()) };
         self.lib().check("dcgmGetNvLinkLinkStatus", rc)?;
-        let gpus = s.gpus[..(s.numGpus as usize).min(s.gpus.len())]
-            .iter()
-            .map(|g| {
-                (
-                    g.entityId,
-                    g.linkState
-                        .iter()
-                        .map(|&x| LinkState::from_raw(x))
-                        .collect(),
-                )
-            })
-            .collect();
-        let switches = s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())]
-            .iter()
-            .map(|w| {
-                (
-                    w.entityId,
-                    w.linkState
-                        .iter()
-                        .map(|&x| LinkState::from_raw(x))
-                        .collect(),
-                )
-            })
-            .collect();
-        Ok(LinkStatus { gpus, switches })
+        let gpus = &s.gpus[..(s.numGpus as usize).min(s.gpus.len())];
+        let switches = &s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())];
+        Ok(LinkStatus {
+            gpus: gpus
+                .iter()
+                .map(|g| link_states(g.entityId, &g.linkState))
+                .collect(),
+            switches: switches
+                .iter()
+                .map(|w| link_states(w.entityId, &w.linkState))
+                .collect(),
+        })
     }
 
     pub fn p2p_status(&self) -> Result<P2PMatrix> {

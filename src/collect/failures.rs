@@ -19,6 +19,7 @@ pub fn reason(e: &Error) -> String {
         Error::InvalidArgument(_) => "InvalidArgument".into(),
         Error::Load(_) => "Load".into(),
         Error::ShutDown => "ShutDown".into(),
+        Error::VersionSkew { .. } => "VersionSkew".into(),
     }
 }
 

@@ -541,6 +541,9 @@ fn start_collecting(
                 // The operator asked for dcgm-exporter's exit (the orchestrator restarts the
                 // pod), NVML or not.
                 Engine::Remote(_) if exit_if_unreachable => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
+                // DCGM itself refuses this pair of releases (the message names both): no
+                // retry helps until the library or the engine changes, so the start stops.
+                Engine::Remote(_) if dcgm_sys::is_version_skew(&e) => return Err(why.into()),
                 _ if nvml_serves => tracing::warn!(
                     "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
                 ),
