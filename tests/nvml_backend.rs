@@ -512,7 +512,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
     let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(
-        body.contains("backend: nvml") && body.contains("DCGM is unavailable (dcgmStartEmbedded: "),
+        body.contains("backend: nvml") && body.contains("DCGM is unavailable (dcgmStartEmbedded"),
         "{body}"
     );
     // Still served, and fresh, several intervals on while DCGM keeps failing to start.
@@ -584,11 +584,14 @@ fn refuses_to_start(e: ExporterBuilder, why: &str) {
     assert!(err.contains(why), "{err}");
 }
 
-/// A remote engine unreachable at start: `auto` serves NVML until it answers. An operator who
-/// asked for dcgm-exporter's exit (`--exit-if-hostengine-unreachable`, so that the
-/// orchestrator restarts the pod) gets it, NVML or not.
+/// A remote engine unreachable at start (issue 43 item 1): nothing has said which GPUs it
+/// has, and it may be another machine's, so NVML does not stand in for it (blind, `/ready`
+/// 503, as `--backend dcgm`) until it has answered once; then it does, for its GPUs. On main
+/// NVML served this machine's GPUs at once. An operator who asked for dcgm-exporter's exit
+/// (`--exit-if-hostengine-unreachable`, so that the orchestrator restarts the pod) gets it,
+/// NVML or not.
 #[test]
-fn auto_serves_from_nvml_while_the_remote_engine_is_unreachable_at_start_unless_told_to_exit() {
+fn a_remote_engine_unreachable_at_start_gets_nvml_once_it_named_its_gpus_unless_told_to_exit() {
     let port = free_port();
     let nvml = nvml_library();
     let target = format!("127.0.0.1:{port}");
@@ -604,13 +607,30 @@ fn auto_serves_from_nvml_while_the_remote_engine_is_unreachable_at_start_unless_
             "--nvml-library",
             nvml.to_str().unwrap(),
         ])
-        .start();
-    e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
-    let _engine = HostEngine::start(port, Some("units-fixed.toml"));
-    let never_blind = |p: &[Sample]| assert_eq!(temps(p), [45.0], "blind or wrong:\n{}", dump(p));
-    watch_until(&e, 30, never_blind, |p| {
+        .spawn();
+    e.wait_until(20, |e| e.try_get("/health").is_ok());
+    e.wait_for_log(10, "cannot use the DCGM host engine");
+    let t0 = std::time::Instant::now();
+    // The loop's first connect waits up to 5 s too: NVML served after it on main.
+    while t0.elapsed() < std::time::Duration::from_secs(8) {
+        let p = e.scrape();
+        assert!(
+            backend(&p) != Some("nvml") && temps(&p).is_empty(),
+            "NVML stood in for an engine that never said which GPUs it has:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(e.get("/ready").0, 503);
+    let engine = HostEngine::start(port, Some("units-fixed.toml"));
+    e.scrape_until(30, |p| {
         backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
     });
+    e.wait_for_log(5, "NVML stands in for the host engine's 1 GPU");
+    // Its GPU is this machine's (the same node): NVML stands in once it is lost.
+    let mut engine = engine;
+    engine.kill();
+    e.scrape_until(20, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
     for backend in ["auto", "dcgm"] {
         let nobody = format!("127.0.0.1:{}", free_port());
         let e = exporter().profile("units-fixed.toml").args(&[
@@ -624,6 +644,97 @@ fn auto_serves_from_nvml_while_the_remote_engine_is_unreachable_at_start_unless_
         ]);
         refuses_to_start(e, "is nv-hostengine running and reachable?");
     }
+}
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+/// Series of this machine's NVML GPUs (the 8 H100s of its profile) on a page.
+fn h100s(p: &[Sample]) -> usize {
+    series(p, "DCGM_FI_DEV_GPU_TEMP")
+        .iter()
+        .filter(|s| s.label("modelName") == Some(H100))
+        .count()
+}
+
+/// After the engine is killed: `secs` seconds of pages, none with this machine's GPUs
+/// (nor NVML named as their source), the engine's series withdrawn.
+fn never_the_local_gpus(e: &Exporter, secs: u64, what: &str) {
+    let t0 = std::time::Instant::now();
+    let mut blank = false;
+    while t0.elapsed() < std::time::Duration::from_secs(secs) || !blank {
+        let p = e.scrape();
+        assert!(
+            h100s(&p) == 0 && backend(&p) != Some("nvml"),
+            "{what}: this machine's GPUs served for the remote engine ({} H100 series, backend {:?}):\n{}",
+            h100s(&p),
+            backend(&p),
+            dump(&p)
+        );
+        blank = temps(&p).is_empty();
+        assert!(
+            t0.elapsed().as_secs() < secs + 20,
+            "{what}: never withdrawn"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(e.get("/ready").0, 503, "{what}");
+}
+
+/// Issue 43 item 1: `--backend auto` with a remote engine whose GPUs are not this
+/// machine's (an A100 node; this machine's NVML has eight H100s). NVML stands in for an
+/// engine only for GPUs whose UUIDs it reported, checked at every connect: killed, the
+/// A100 engine's series are withdrawn and this machine's GPUs never served in their place
+/// (on main: eight H100 series under the engine's hostname, `backend="nvml"`); an engine
+/// on this machine's GPUs (the H100 profile) on the same address fails over to NVML, with
+/// the same hostname; and the A100 node back on that address is checked again.
+#[test]
+fn a_remote_engines_failover_serves_only_the_gpus_it_reported() {
+    let port = free_port();
+    let nvml = nvml_library();
+    let mut engine = HostEngine::start(port, Some("one-gpu.toml"));
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("NODE_NAME", "gpu-node-7")
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{port}"),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let page = e.scrape_until(10, |p| temps(p).len() == 1);
+    assert_eq!(h100s(&page), 0, "{}", dump(&page));
+    engine.kill();
+    never_the_local_gpus(&e, 4, "A100 engine killed");
+    e.wait_for_log(5, "NVML failover is off for the host engine at");
+
+    // An engine on this machine's GPUs on that address: NVML stands in once it is lost.
+    let mut engine = HostEngine::start(port, Some("h100-8gpu-nvswitch.toml"));
+    let page = e.scrape_until(30, |p| backend(p) == Some("dcgm") && h100s(p) == 8);
+    let host = series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].labels["hostname"].clone();
+    e.wait_for_log(5, "NVML stands in for the host engine's 8 GPUs");
+    engine.kill();
+    let page = e.scrape_until(20, |p| backend(p) == Some("nvml") && h100s(p) == 8);
+    for s in series(&page, "DCGM_FI_DEV_GPU_TEMP") {
+        assert_eq!(s.label("hostname"), Some(host.as_str()), "{:?}", s.labels);
+    }
+
+    // The A100 node again: checked at this reconnect too.
+    let mut engine = HostEngine::start(port, Some("one-gpu.toml"));
+    e.scrape_until(30, |p| backend(p) == Some("dcgm") && temps(p).len() == 1);
+    engine.kill();
+    never_the_local_gpus(&e, 4, "A100 engine back, then killed");
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("NVML failover is off for the host engine at")
+            .count(),
+        2,
+        "one line per connect that changed it:\n{log}"
+    );
 }
 
 #[test]
@@ -1395,6 +1506,211 @@ fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+}
+
+/// Threads of process `pid` (`Threads:` of /proc/PID/status).
+fn threads(pid: u32) -> usize {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Issue 43 item 2: `--backend auto` while the embedded engine cannot start and NVML hangs
+/// (a MIG lookup that never returns, holding the driver: every NVML call then waits). The
+/// NVML workers left stuck are bounded as the DCGM path's are (on main: one more thread
+/// every interval, 10 -> 71), the log names NVML as what hung (main: "no answer from
+/// DCGM"), SIGHUP is still taken, and SIGTERM ends the process within the documented 10 s
+/// (two more for a loaded machine; main: still collecting 30 s later, until SIGKILL).
+#[test]
+fn a_hung_nvml_during_failover_holds_few_threads_and_signals_are_still_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("hung.toml");
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    assert!(!base.contains("[nvml]"), "the profile has its own [nvml]");
+    std::fs::write(
+        &profile,
+        format!("{base}\n[nvml]\nhang_mig_lookup = true\n"),
+    )
+    .unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let nvml = nvml_library();
+    let mut e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .spawn();
+    e.wait_until(20, |e| e.try_get("/health").is_ok());
+    let pid = e.child.id();
+    let t0 = std::time::Instant::now();
+    let at = |secs: u64| {
+        let until = t0 + std::time::Duration::from_secs(secs);
+        std::thread::sleep(until.saturating_duration_since(std::time::Instant::now()));
+        threads(pid)
+    };
+    let (start, early, late) = (at(0), at(10), at(20));
+    eprintln!("threads with NVML hung: {start} at start, {early} after 10 s, {late} after 20 s");
+    assert!(
+        late <= early + 2 && late <= start + 8,
+        "threads grow while NVML hangs: {start} -> {early} -> {late}\n{}",
+        e.stderr()
+    );
+    let log = e.stderr();
+    assert!(log.contains("no answer from NVML"), "{log}");
+    assert!(!log.contains("no answer from DCGM"), "{log}");
+    let kill = |sig: &str| {
+        std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    kill("-HUP");
+    e.wait_for_log(
+        5,
+        &format!("reloaded {}", repo("etc/default-counters.csv").display()),
+    );
+    let t0 = std::time::Instant::now();
+    kill("-TERM");
+    let bound = std::time::Duration::from_secs(12);
+    let st = loop {
+        if let Ok(Some(st)) = e.child.try_wait() {
+            break st;
+        }
+        if t0.elapsed() > bound {
+            kill("-KILL");
+            panic!("no exit {bound:?} after SIGTERM:\n{}", e.stderr());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    eprintln!("exit {:?} after SIGTERM with NVML hung", t0.elapsed());
+    assert!(st.success(), "{st}: {}", e.stderr());
+}
+
+/// `path`'s counters without the rows of `fields`.
+fn without(path: &std::path::Path, fields: &[&str]) {
+    let all = std::fs::read_to_string(repo("etc/default-counters.csv")).unwrap();
+    let kept: Vec<&str> = all
+        .lines()
+        .filter(|l| !fields.iter().any(|f| l.starts_with(&format!("{f},"))))
+        .collect();
+    assert!(kept.len() + fields.len() <= all.lines().count());
+    std::fs::write(path, kept.join("\n") + "\n").unwrap();
+}
+
+/// Issue 43 item 3: the failover's NVML collector follows the configuration. A row removed
+/// while DCGM serves stays removed when NVML stands in again (on main the second failover
+/// served the first one's counters: GPU_TEMP 1 -> 0 -> 1), and a counters file changed while
+/// NVML serves changes NVML's page (main: nothing changed until the process restarted).
+#[test]
+fn the_failover_collector_follows_reloads_and_a_second_failover_serves_the_current_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("counters.csv");
+    without(&csv, &[]);
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let nvml = nvml_library();
+    let e = exporter()
+        .profile("units-fixed.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&[
+            "-f",
+            csv.to_str().unwrap(),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+        ])
+        .start();
+    let power = |p: &[Sample]| series(p, "DCGM_FI_DEV_POWER_USAGE").len();
+    e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
+    control(&ctl, "embedded_start_ok");
+    e.scrape_until(20, |p| {
+        backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
+    });
+    without(&csv, &["DCGM_FI_DEV_GPU_TEMP"]);
+    e.scrape_until(20, |p| {
+        backend(p) == Some("dcgm") && temps(p).is_empty() && power(p) == 1
+    });
+    control(&ctl, "library_gone");
+    let removed = |p: &[Sample]| {
+        assert!(
+            temps(p).is_empty(),
+            "a row removed before this failover is back:\n{}",
+            dump(p)
+        )
+    };
+    let (_, _) = watch_until(&e, 20, removed, |p| {
+        backend(p) == Some("nvml") && power(p) == 1
+    });
+    // Still NVML serving: a reload changes its page.
+    without(&csv, &["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE"]);
+    let page = e.scrape_until(20, |p| {
+        backend(p) == Some("nvml") && power(p) == 0 && !series(p, "DCGM_FI_DEV_SM_CLOCK").is_empty()
+    });
+    assert!(temps(&page).is_empty(), "{}", dump(&page));
+}
+
+/// Issue 43 item 6: `-d i:<ids>` names DCGM's GPU-instance entity ids on both backends, so
+/// NVML (and a failover to it) exports the same instances. DCGM 4.6 numbers a GPU's
+/// instances `gpu * nvmlDeviceGetMaxMigDeviceCount + index`, the index in its walk by
+/// instance profile, then instance id (`DcgmCacheManager::InitializeGpuInstances`). The
+/// simulated NVML answers 7 for an A100, as a real one; the simulated DCGM takes its
+/// multiplier from the profile's `max_mig_devices` (default 8), set to 7 here so that both
+/// simulate the same machine. On main NVML numbered instances `gpu * 16 + GPU_I_ID`: `i:3`
+/// matched nothing there (the start failed), and `i:8` was GPU 0 GI 8 where DCGM's is GPU 1.
+#[test]
+fn dash_d_instance_ids_select_the_same_instances_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("mixed-mig.toml");
+    let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
+    assert!(
+        !base.contains("max_mig_devices"),
+        "the profile sets its own"
+    );
+    let with_7 = base.replacen("[gpus]\n", "[gpus]\nmax_mig_devices = 7\n", 1);
+    assert_ne!(with_7, base);
+    std::fs::write(&profile, with_7).unwrap();
+    let (dcgm, nvml) = both_backends(profile.to_str().unwrap(), &["-d", "i:3,7,9,14,22"]);
+    let instances = |e: &Exporter| {
+        let p = e.scrape_until(20, |p| !series(p, "DCGM_FI_DEV_FB_USED").is_empty());
+        let mut v: Vec<String> = series(&p, "DCGM_FI_DEV_FB_USED")
+            .iter()
+            .map(|s| {
+                ["gpu", "GPU_I_ID", "GPU_I_PROFILE"]
+                    .map(|l| s.label(l).unwrap_or("-"))
+                    .join(",")
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let d = instances(&dcgm);
+    assert_eq!(
+        d,
+        [
+            "0,10,1g.10gb",
+            "1,3,2g.20gb",
+            "1,7,1g.10gb",
+            "2,0,7g.80gb",
+            "3,1,4g.40gb"
+        ],
+        "DCGM's numbering (per GPU: gpu * 7 + index by profile, then GI id)"
+    );
+    assert_eq!(instances(&nvml), d);
 }
 
 /// Drivers whose `nvmlDeviceGetFieldValues` gets the value type wrong, as DCGM 4.6 works

@@ -320,6 +320,72 @@ fn auto_survives_a_real_engine_killed_and_stopped_without_going_blind() {
     assert_eq!(log.matches("DCGM is back").count(), 2, "{log}");
 }
 
+/// Issue 43 item 1 on the real DCGM 4.6: a remote nv-hostengine whose GPUs (the YAML's) are
+/// not this machine's, whose NVML is the simulated 8x H100 driver. The engine reported its
+/// GPUs at connect, none of them NVML's: failover off, said at that connect; killed, its
+/// series are withdrawn and the H100s never served in their place (on main: eight H100
+/// series, `backend="nvml"`).
+#[test]
+fn auto_never_serves_this_machines_gpus_for_a_real_engine_on_other_gpus() {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-other-machine");
+    let yaml = scratch.yaml(&gpus());
+    let port = free_port();
+    let mut he = support::real_dcgm::RealHostEngine::start(kit, &yaml, &scratch.0, port);
+    let sim = nvml_library();
+    let e = kit
+        .remote(port)
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&[
+            "-c",
+            "500",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            sim.to_str().unwrap(),
+        ])
+        .start();
+    let uuids = |p: &[Sample]| -> Vec<String> {
+        series(p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .map(|s| s.label("UUID").unwrap_or_default().to_string())
+            .collect()
+    };
+    let (page, _) = watch_until(
+        &e,
+        30,
+        |_| {},
+        |p| backend(p) == Some("dcgm") && temps(p) == injected(),
+    );
+    let engines = uuids(&page);
+    e.wait_for_log(10, "NVML failover is off for the host engine at");
+    he.kill();
+    let t0 = std::time::Instant::now();
+    loop {
+        let p = e.scrape();
+        let others: Vec<String> = uuids(&p)
+            .into_iter()
+            .filter(|u| !engines.contains(u))
+            .collect();
+        assert!(
+            others.is_empty() && backend(&p) != Some("nvml"),
+            "this machine's GPUs served for the engine ({} series):\n{}",
+            others.len(),
+            dump(&p)
+        );
+        if t0.elapsed().as_secs() >= 5 && temps(&p).is_empty() {
+            break;
+        }
+        assert!(
+            t0.elapsed().as_secs() < 30,
+            "never withdrawn:\n{}",
+            dump(&p)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(e.get("/ready").0, 503);
+}
+
 /// The real libdcgm whose embedded engine cannot start (DCGM_ST_INIT_ERROR: its NVML, the
 /// injection library, finds no YAML to initialise from) under `--backend auto`: the core
 /// series come from the exporter's own NVML (the simulated driver's, another library than

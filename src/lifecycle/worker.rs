@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 
-/// Why a job gave no result.
+/// Why a job gave no result. The first field of `Stuck` and `Panicked` names what the
+/// worker calls into ("DCGM", "NVML"): a warning must name what hung.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JobError {
-    #[error("no answer from DCGM within {0:.1?}")]
-    Stuck(Duration),
-    #[error("the DCGM worker thread panicked: {0}")]
-    Panicked(String),
+    #[error("no answer from {0} within {1:.1?}")]
+    Stuck(&'static str, Duration),
+    #[error("the {0} worker thread panicked: {1}")]
+    Panicked(&'static str, String),
     /// The waiter was told to stop while the job ran.
     #[error("interrupted")]
     Interrupted,
@@ -29,10 +30,13 @@ pub struct Worker<S> {
     jobs: Sender<Job<S>>,
     /// Alive while the thread runs (it holds the only strong reference).
     running: Weak<()>,
+    /// What its jobs call into, for messages: "NVML" for the `nvml` thread, else "DCGM".
+    source: &'static str,
 }
 
 impl<S: Default + 'static> Worker<S> {
     pub fn spawn(name: &str) -> std::io::Result<Worker<S>> {
+        let source = if name == "nvml" { "NVML" } else { "DCGM" };
         let (jobs, inbox) = mpsc::channel::<Job<S>>();
         let token = Arc::new(());
         let running = Arc::downgrade(&token);
@@ -49,7 +53,11 @@ impl<S: Default + 'static> Worker<S> {
                     job(&mut state);
                 }
             })?;
-        Ok(Worker { jobs, running })
+        Ok(Worker {
+            jobs,
+            running,
+            source,
+        })
     }
 
     /// Runs `f` on the worker's state and waits until `deadline` for its result. `interrupt`
@@ -62,7 +70,7 @@ impl<S: Default + 'static> Worker<S> {
         mut interrupt: impl FnMut() -> bool,
         f: impl FnOnce(&mut S) -> R + Send + 'static,
     ) -> Result<R, JobError> {
-        call_on(&self.jobs, deadline, &mut interrupt, f)
+        call_on(&self.jobs, self.source, deadline, &mut interrupt, f)
     }
 
     /// True while the thread has not ended (it may be stuck in a DCGM call).
@@ -123,7 +131,7 @@ impl<S: 'static> Current<S> {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or(CurrentError::NoWorker)?;
-        Ok(call_on(&jobs, deadline, || false, f)?)
+        Ok(call_on(&jobs, "DCGM", deadline, || false, f)?)
     }
 }
 
@@ -138,6 +146,7 @@ impl Abandoned {
 
 fn call_on<S, R: Send + 'static>(
     jobs: &Sender<Job<S>>,
+    source: &'static str,
     deadline: Instant,
     mut interrupt: impl FnMut() -> bool,
     f: impl FnOnce(&mut S) -> R + Send + 'static,
@@ -150,9 +159,12 @@ fn call_on<S, R: Send + 'static>(
         let _ = tx.send(r);
     });
     if jobs.send(job).is_err() {
-        return Err(JobError::Panicked("the worker thread is gone".into()));
+        return Err(JobError::Panicked(
+            source,
+            "the worker thread is gone".into(),
+        ));
     }
-    wait(&rx, started, deadline, &mut interrupt)
+    wait(&rx, source, started, deadline, &mut interrupt)
 }
 
 /// How often a wait checks whether it was interrupted.
@@ -160,6 +172,7 @@ const POLL: Duration = Duration::from_millis(50);
 
 fn wait<R>(
     rx: &Receiver<Result<R, String>>,
+    source: &'static str,
     started: Instant,
     deadline: Instant,
     interrupt: &mut impl FnMut() -> bool,
@@ -168,17 +181,19 @@ fn wait<R>(
         let now = Instant::now();
         if now >= deadline {
             return match rx.try_recv() {
-                Ok(r) => r.map_err(JobError::Panicked),
-                Err(TryRecvError::Empty) => Err(JobError::Stuck(now - started)),
+                Ok(r) => r.map_err(|e| JobError::Panicked(source, e)),
+                Err(TryRecvError::Empty) => Err(JobError::Stuck(source, now - started)),
                 Err(TryRecvError::Disconnected) => Err(JobError::Panicked(
+                    source,
                     "the worker thread ended during the job".into(),
                 )),
             };
         }
         match rx.recv_timeout((deadline - now).min(POLL)) {
-            Ok(r) => return r.map_err(JobError::Panicked),
+            Ok(r) => return r.map_err(|e| JobError::Panicked(source, e)),
             Err(RecvTimeoutError::Disconnected) => {
                 return Err(JobError::Panicked(
+                    source,
                     "the worker thread ended during the job".into(),
                 ))
             }
@@ -249,7 +264,7 @@ mod tests {
                 },
             )
             .unwrap_err();
-        assert!(matches!(e, JobError::Stuck(_)), "{e:?}");
+        assert!(matches!(e, JobError::Stuck("DCGM", _)), "{e:?}");
         assert!(t0.elapsed() < Duration::from_secs(2));
         let gone = w.abandon();
         assert!(!gone.has_ended());
@@ -258,12 +273,29 @@ mod tests {
     }
 
     #[test]
+    fn an_nvml_worker_says_nvml_did_not_answer() {
+        let w = Worker::<()>::spawn("nvml").unwrap();
+        let e = w
+            .call(
+                soon(50),
+                || false,
+                |_| std::thread::sleep(Duration::from_millis(300)),
+            )
+            .unwrap_err();
+        assert!(matches!(e, JobError::Stuck("NVML", _)), "{e:?}");
+        assert!(
+            e.to_string().starts_with("no answer from NVML within"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_panic_comes_back_as_an_error_with_its_message() {
         let w = Worker::<()>::spawn("t").unwrap();
         let e = w
             .call(soon(5000), || false, |_| -> u32 { panic!("boom") })
             .unwrap_err();
-        assert_eq!(e, JobError::Panicked("boom".into()));
+        assert_eq!(e, JobError::Panicked("DCGM", "boom".into()));
         // The thread survives the job that panicked.
         assert_eq!(w.call(soon(5000), || false, |_| 7).unwrap(), 7);
     }

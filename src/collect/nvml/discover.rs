@@ -10,10 +10,6 @@ use nvml_wrapper::Nvml;
 /// answers a nonsensical maximum.
 const MAX_MIG_SLOTS: u32 = 64;
 
-/// GPU-instance entity ids per GPU: the entity of NVML GPU instance `gi` of GPU `gpu` is
-/// `gpu * INSTANCES_PER_GPU + gi` (NVML numbers GPU instances from 1 to 14 at most).
-pub const INSTANCES_PER_GPU: u32 = 16;
-
 pub fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, String> {
     let count = nvml
         .device_count()
@@ -59,7 +55,11 @@ fn gpu(nvml: &Nvml, index: u32) -> Result<Gpu, NvmlError> {
     })
 }
 
-/// The GPU instances of every MIG-enabled GPU, ordered by GPU then NVML GPU-instance id.
+/// The GPU instances of every MIG-enabled GPU, numbered as DCGM 4.6 numbers them, so that
+/// `-d i:<ids>` selects the same instances on both backends
+/// (`DcgmCacheManager::InitializeGpuInstances`): per GPU, `gpu * max MIG devices + index`,
+/// the index in DCGM's walk (by GPU-instance profile, then by NVML instance id within one).
+/// Ordered by entity id, as DCGM lists them.
 pub fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
     let mut out: Vec<Instance> = Vec::new();
     for g in gpus {
@@ -72,6 +72,7 @@ pub fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
         let slots = d
             .mig_device_count()
             .map_err(|e| format!("GPU {}: nvmlDeviceGetMaxMigDeviceCount: {e}", g.id))?;
+        let mut found: Vec<(u32, String)> = Vec::new();
         for slot in 0..slots.min(MAX_MIG_SLOTS) {
             let Ok(mig) = d.mig_device_by_index(slot) else {
                 continue;
@@ -82,27 +83,75 @@ pub fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
             let Some(gi) = dcgm_sys::nvml_ext::gpu_instance_id(&mig) else {
                 continue;
             };
-            if out
-                .iter()
-                .any(|i| i.gpu == g.id && i.nvml_instance_id == gi)
-            {
-                // A further compute instance of a GPU instance already listed.
-                continue;
+            // A further compute instance of a GPU instance already listed is skipped.
+            if !found.iter().any(|(i, _)| *i == gi) {
+                found.push((gi, profile_of(&mig.name().unwrap_or_default())));
             }
-            let name = mig.name().unwrap_or_default();
-            let id = g.id * INSTANCES_PER_GPU + gi;
+        }
+        let memory_mib = d.memory_info().map_or(0, |m| m.total >> 20);
+        found.sort_by_key(|(gi, p)| (profile_rank(p, memory_mib), *gi));
+        for (index, (gi, profile)) in (0u32..).zip(found) {
+            let id = g.id * slots + index;
             out.push(Instance {
                 entity: Entity::new(EntityGroup::GpuInstance, id),
                 gpu: g.id,
                 gpu_instance: id,
                 nvml_instance_id: gi,
                 compute_instance: None,
-                profile: profile_of(&name),
+                profile,
             });
         }
     }
-    out.sort_by_key(|i| (i.gpu, i.nvml_instance_id));
+    out.sort_by_key(|i| (i.gpu, i.entity.id));
     Ok(out)
+}
+
+/// Keeps the GPUs of `uuids` (and their instances) alone; GPUs lost at discovery, whose
+/// UUID is unknown, go too.
+pub fn keep_only(t: &mut Topology, uuids: &[String]) {
+    t.gpus.retain(|g| uuids.contains(&g.uuid));
+    let kept: Vec<u32> = t.gpus.iter().map(|g| g.id).collect();
+    t.instances.retain(|i| kept.contains(&i.gpu));
+    t.lost_gpus.clear();
+}
+
+/// The rank of a GPU-instance profile in DCGM's walk: NVML's profile index
+/// (`NVML_GPU_INSTANCE_PROFILE_*`) of its name. 1, 2, 3, 4, 7, 8 and 6 slices are 0-6; `+me`
+/// one and two slices 7 and 8; one slice with twice the memory (1g.20gb on an 80 GB GPU) 9;
+/// `+gfx` 10-12; `-me` 13 and 14; `+me.all` 15 and 16; a name not understood after them all.
+fn profile_rank(profile: &str, gpu_memory_mib: u64) -> u32 {
+    const UNKNOWN: u32 = 64;
+    let Some((slices, rest)) = profile.split_once("g.") else {
+        return UNKNOWN;
+    };
+    let Some((gb, suffix)) = rest.split_once("gb") else {
+        return UNKNOWN;
+    };
+    let (Ok(slices), Ok(gb)) = (slices.parse::<u32>(), gb.parse::<u64>()) else {
+        return UNKNOWN;
+    };
+    // A slice's share of the GPU's memory is an eighth; "twice" allows for the reserve.
+    let double = gpu_memory_mib > 0 && gb * 1024 * 8 * 10 > gpu_memory_mib * 16;
+    match (suffix, slices) {
+        ("", 1) if double => 9,
+        ("", 1) => 0,
+        ("", 2) => 1,
+        ("", 3) => 2,
+        ("", 4) => 3,
+        ("", 7) => 4,
+        ("", 8) => 5,
+        ("", 6) => 6,
+        ("+me", 1) => 7,
+        ("+me", 2) => 8,
+        ("+gfx", 1) => 10,
+        ("+gfx", 2) => 11,
+        ("+gfx", 4) => 12,
+        ("-me", 1) => 13,
+        ("-me", 2) => 14,
+        ("+me.all", 1) => 15,
+        ("+me.all", 2) => 16,
+        _ => UNKNOWN,
+    }
 }
 
 /// The MIG slot (index under its GPU) of the first MIG device of a GPU instance.
@@ -136,6 +185,29 @@ fn profile_of(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn profiles_rank_in_nvmls_profile_order() {
+        let rank = |p: &str| super::profile_rank(p, 81920);
+        let order = [
+            "1g.10gb",
+            "2g.20gb",
+            "3g.40gb",
+            "4g.40gb",
+            "7g.80gb",
+            "1g.10gb+me",
+            "1g.20gb",
+            "1g.10gb+gfx",
+            "1g.10gb-me",
+            "1g.10gb+me.all",
+        ];
+        let ranks: Vec<u32> = order.iter().map(|p| rank(p)).collect();
+        assert_eq!(ranks, [0, 1, 2, 3, 4, 7, 9, 10, 13, 15]);
+        // An A100 40GB: 1g.5gb is the plain one-slice profile, 1g.10gb the double one.
+        assert_eq!(super::profile_rank("1g.5gb", 40960), 0);
+        assert_eq!(super::profile_rank("1g.10gb", 40960), 9);
+        assert_eq!(rank("MIG"), 64);
+    }
+
     #[test]
     fn the_profile_is_the_end_of_the_mig_device_name() {
         assert_eq!(

@@ -12,7 +12,6 @@
 //! NVML backend exports no compute instances, so their XIDs show on no series, as on the
 //! DCGM backend without `--compute-instances`.
 
-use super::discover::INSTANCES_PER_GPU;
 use crate::collect::topology::Topology;
 use dcgm_sys::nvml_ext::{Xid, XidEvents};
 use dcgm_sys::{Entity, EntityGroup};
@@ -124,14 +123,11 @@ fn entity_of(x: &Xid, topology: &Topology) -> Option<Entity> {
         _ if !mig => Some(Entity::gpu(x.gpu)),
         (None, None) => Some(Entity::gpu(x.gpu)),
         (_, Some(_)) => None,
-        (Some(gi), None) => {
-            let e = Entity::new(EntityGroup::GpuInstance, x.gpu * INSTANCES_PER_GPU + gi);
-            topology
-                .instances
-                .iter()
-                .any(|i| i.entity == e)
-                .then_some(e)
-        }
+        (Some(gi), None) => topology
+            .instances
+            .iter()
+            .find(|i| i.gpu == x.gpu && i.nvml_instance_id == gi && i.compute_instance.is_none())
+            .map(|i| i.entity),
     }
 }
 

@@ -6,7 +6,7 @@
 //! the first collection has no value yet. A GPU where `nvmlGpmQueryDeviceSupport` says no
 //! has none; where no GPU supports GPM the rows are named at start and left out.
 
-use super::{discover, Answer, Answers, On, Refused};
+use super::{Answer, Answers, On, Refused};
 use crate::collect::nvml::table::{Call, Row};
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
@@ -49,7 +49,7 @@ impl Gpm {
         for t in targets {
             for r in rows.iter().filter(|r| answers_for(t, r)) {
                 if let Call::Gpm(m) = r.call {
-                    let ids = wanted.entry(On::of(t, r)).or_default();
+                    let ids = wanted.entry(On::of(t, r, &answers.gis)).or_default();
                     if !ids.contains(&m) {
                         ids.push(m);
                     }
@@ -59,7 +59,7 @@ impl Gpm {
         for (on, ids) in wanted {
             let (gpu, gi) = match on {
                 On::Gpu(g) => (g, None),
-                On::Mig(g, gi) => (g, Some(gi % discover::INSTANCES_PER_GPU)),
+                On::Mig(g, gi) => (g, Some(gi)),
                 On::System => continue,
             };
             let got = if self.supported.contains(&gpu) {

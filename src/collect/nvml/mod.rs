@@ -46,6 +46,17 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
         .map_err(|e| format!("cannot load NVML ({}): {e}", lib.to_string_lossy()))
 }
 
+/// The UUIDs of the GPUs NVML lists (one whose UUID cannot be read is left out): this
+/// machine's GPUs, which `--backend auto` compares with a remote engine's.
+pub fn gpu_uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
+    let count = nvml
+        .device_count()
+        .map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
+    Ok((0..count)
+        .filter_map(|i| nvml.device_by_index(i).and_then(|d| d.uuid()).ok())
+        .collect())
+}
+
 /// The GPU rows NVML answers, on the targets they are exported for.
 struct ActiveSet {
     set: WatchSet,
@@ -80,14 +91,20 @@ enum Answer {
 
 impl NvmlCollector {
     /// Discovers the GPUs through NVML, applies the selectors and decides, per CSV row,
-    /// whether NVML can answer it. Selector errors come back as `Err`.
-    pub fn start(
+    /// whether NVML can answer it. Selector errors come back as `Err`. `only`: the GPUs
+    /// (UUIDs) NVML serves, where it stands in for a remote engine (its GPUs, never this
+    /// machine's others); `None`: every GPU NVML lists.
+    pub fn start_on(
         nvml: Arc<Nvml>,
         counters: Arc<Counters>,
         settings: &Settings,
+        only: Option<&[String]>,
     ) -> Result<NvmlCollector, String> {
         let counters = Arc::new(legacy_units(&counters));
-        let topology = discover::topology(&nvml, settings.fake_gpus)?;
+        let mut topology = discover::topology(&nvml, settings.fake_gpus)?;
+        if let Some(only) = only {
+            discover::keep_only(&mut topology, only);
+        }
         for w in &topology.warnings {
             tracing::warn!("{w}");
         }
@@ -195,7 +212,7 @@ impl NvmlCollector {
             self.info = self.info_page(&HashMap::new());
             return Ok(());
         };
-        let mut answers = Answers::default();
+        let mut answers = Answers::on(&self.topology);
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
         let mut reached = 0;
         let mut last_error = None;
@@ -399,8 +416,8 @@ enum On {
 impl On {
     /// Where DCGM reads `row`'s field for target `t`: GPU-level fields of a MIG instance
     /// on its GPU (DCGM's "practical entity"), instance-level ones (the framebuffer) on
-    /// the instance's MIG device.
-    fn of(t: &Target, row: &Row) -> On {
+    /// the instance's MIG device; `gis`: GPU-instance entity id -> NVML GPU-instance id.
+    fn of(t: &Target, row: &Row, gis: &HashMap<u32, u32>) -> On {
         use crate::collect::fields::level;
         if row.call == Call::DriverVersion {
             return On::System;
@@ -409,7 +426,8 @@ impl On {
         let lvl = dcgm_sys::fields::by_id(row.field).map_or(level::GPU, |m| m.entity_level);
         match t.entity.group {
             dcgm_sys::EntityGroup::GpuInstance if matches!(lvl, level::GPU_I | level::GPU_CI) => {
-                On::Mig(gpu, t.entity.id % discover::INSTANCES_PER_GPU)
+                // Not one of the collector's instances: no MIG device answers this id.
+                On::Mig(gpu, gis.get(&t.entity.id).copied().unwrap_or(u32::MAX))
             }
             _ => On::Gpu(gpu),
         }
@@ -418,9 +436,10 @@ impl On {
 
 /// The answers of one collection, one call per (device, call): several fields share a call
 /// (the four framebuffer figures, GPU and memory utilisation).
-#[derive(Default)]
 struct Answers {
     answers: HashMap<(On, Call), Result<Answer, Refused>>,
+    /// GPU-instance entity id -> NVML GPU-instance id (entities are numbered as DCGM's).
+    gis: HashMap<u32, u32>,
 }
 
 /// Why NVML gave no answer: unsupported (DCGM stores its NOT_SUPPORTED sentinel) or any
@@ -432,6 +451,18 @@ enum Refused {
 }
 
 impl Answers {
+    fn on(topology: &Topology) -> Answers {
+        Answers {
+            answers: HashMap::new(),
+            gis: topology
+                .instances
+                .iter()
+                .filter(|i| i.compute_instance.is_none())
+                .map(|i| (i.entity.id, i.nvml_instance_id))
+                .collect(),
+        }
+    }
+
     /// Checks that the target's GPU answers to its handle.
     fn device_of(&self, nvml: &Nvml, t: &Target) -> Result<(), NvmlError> {
         nvml.device_by_index(t.gpu.unwrap_or(t.entity.id))
@@ -439,7 +470,7 @@ impl Answers {
     }
 
     fn get(&mut self, nvml: &Nvml, t: &Target, row: &Row) -> Result<Answer, Refused> {
-        let on = On::of(t, row);
+        let on = On::of(t, row, &self.gis);
         self.answers
             .entry((on, row.call))
             .or_insert_with(|| {

@@ -43,7 +43,7 @@ impl Rates {
                 let Call::NvLinkThroughput(dir) = r.call else {
                     continue;
                 };
-                let on = On::of(t, r);
+                let on = On::of(t, r, &answers.gis);
                 let On::Gpu(gpu) = on else { continue };
                 if answers.answers.contains_key(&(on, r.call)) {
                     continue;

@@ -17,6 +17,7 @@
 pub mod engines;
 pub use engines::HandOff;
 mod fallback;
+pub use fallback::EngineGpus;
 mod run_loop;
 
 use crate::attribution::Attribution;
@@ -146,13 +147,18 @@ pub struct Runner {
     /// With several host engines: where this engine's loop hands its pages, in place of
     /// attributing and publishing them itself (`engines`).
     pub hand_off: Option<engines::HandOff>,
+    /// `--backend auto` with a remote engine: this machine's GPUs (UUIDs) as NVML listed
+    /// them at start; NVML stands in only for the engine's GPUs among them.
+    pub failover_gpus: Vec<String>,
+    /// The GPUs the engine's watches were last built on (see `fallback`).
+    pub engine_gpus: EngineGpus,
 }
 
 impl Runner {
     /// Connects and sets up watches once, at startup, where failure is fatal.
     /// `stop` is asked while waiting: a SIGTERM during a start that can take 30 s.
     pub fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
-        let worker = Worker::spawn("dcgm")
+        let worker = Worker::spawn(self.backend())
             .map_err(|e| StartupError::Dcgm(format!("cannot start a thread: {e}")))?;
         match self.open(&worker, &mut || stop()) {
             Ok(()) => {
@@ -228,8 +234,9 @@ impl Runner {
     ) -> Result<(), Failure> {
         let settings = self.settings.clone();
         if self.library.is_none() {
-            return self.build_nvml_within(worker, counters, self.setup_deadline(), stop);
+            return self.build_nvml_within(worker, counters, self.setup_deadline(), None, stop);
         }
+        let engine_gpus = self.engine_gpus.clone();
         let built = worker.call(
             Instant::now() + self.setup_deadline(),
             stop,
@@ -242,6 +249,10 @@ impl Runner {
                     Ok(new) => {
                         let replaced = replace(d, new);
                         reassert_bind_watch(d);
+                        if let (Ok(()), Some(c)) = (&replaced, &d.collector) {
+                            engine_gpus
+                                .set(c.topology().gpus.iter().map(|g| g.uuid.clone()).collect());
+                        }
                         replaced
                     }
                     Err(e) => {
@@ -264,12 +275,13 @@ impl Runner {
     }
 
     /// Starts the NVML source's collector in the worker, in place of the one in use,
-    /// waiting `within` at most.
+    /// waiting `within` at most; `only`: on these GPUs (UUIDs) alone.
     fn build_nvml_within(
         &self,
         worker: &Worker<Dcgm>,
         counters: Arc<Counters>,
         within: Duration,
+        only: Option<Vec<String>>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
         let Some(nvml) = self.nvml.clone() else {
@@ -277,8 +289,8 @@ impl Runner {
         };
         let settings = self.settings.clone();
         let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
-            let mut new =
-                NvmlCollector::start(nvml, counters, &settings).map_err(Failure::Config)?;
+            let mut new = NvmlCollector::start_on(nvml, counters, &settings, only.as_deref())
+                .map_err(Failure::Config)?;
             if let Some(old) = d.nvml.take() {
                 new.replacing(old);
             }
@@ -360,6 +372,10 @@ impl Runner {
         let Some(worker) = worker else {
             // Used when the next connection builds its watches.
             *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
+            tracing::info!(
+                "reloaded {} (DCGM's watches are made with it once DCGM answers)",
+                self.collectors.describe()
+            );
             return Ok(false);
         };
         match self.build(worker, new.clone(), stop) {
@@ -450,7 +466,8 @@ impl Runner {
         self.library.is_some() && self.nvml.is_some()
     }
 
-    /// The backend serving when DCGM is the configured source: "nvml" without libdcgm.
+    /// The backend serving when DCGM is the configured source: "nvml" without libdcgm (also
+    /// the name of the worker thread, which messages about a call that hangs name).
     fn backend(&self) -> &'static str {
         if self.library.is_some() {
             "dcgm"

@@ -79,6 +79,8 @@ impl Inbox {
     fn wait_until(&mut self, until: Instant) {
         while !self.stopping && !self.reload {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
+                // A step that took the whole wait (a hung NVML) must not hide a stop.
+                self.poll();
                 return;
             };
             match self.control.recv_timeout(left) {
@@ -109,7 +111,7 @@ struct Loop<'a> {
 /// DCGM is away.
 fn waiting(inbox: &mut Inbox, fallback: &mut Option<Fallback>, runner: &Runner) -> bool {
     if let Some(f) = fallback.as_mut() {
-        f.keep_serving(runner);
+        f.keep_serving(runner, &mut || inbox.poll());
     }
     inbox.poll()
 }
@@ -119,7 +121,12 @@ impl Loop<'_> {
         let interval = self.runner.interval();
         loop {
             let started = Instant::now();
-            let wait = match self.tick() {
+            let ticked = self.tick();
+            if let Some(f) = self.fallback.as_mut() {
+                // The engine's GPUs, as (re)connecting found them, decide what NVML serves.
+                f.observe(self.runner);
+            }
+            let wait = match ticked {
                 Ok(()) => {
                     if let Some(f) = self.fallback.as_mut() {
                         f.disengage();
@@ -163,17 +170,24 @@ impl Loop<'_> {
 
     /// DCGM cannot be used: NVML serves where it can, else the series are withdrawn.
     fn without_dcgm(&mut self, why: &str) {
-        let served = match self.fallback.as_mut() {
-            // Already served by the wait's poll within this interval.
+        let Loop {
+            runner,
+            inbox,
+            fallback,
+            ..
+        } = self;
+        let mut stop = || inbox.poll();
+        let served = match fallback.as_mut() {
+            // Already served by the wait's poll within this interval, or withdrawn there.
             Some(f) if f.engaged() => {
-                f.keep_serving(self.runner);
+                f.keep_serving(runner, &mut stop);
                 true
             }
-            Some(f) => f.engage(self.runner, why),
+            Some(f) => f.engage(runner, why, &mut stop),
             None => false,
         };
         if !served {
-            self.runner.failed(why, false);
+            runner.failed(why, false);
         }
     }
 
@@ -245,11 +259,12 @@ impl Loop<'_> {
         };
         if self.abandoned.len() > limit {
             return Err(Failure::Session(format!(
-                "waiting for {} abandoned DCGM session(s) stuck in a call to return",
-                self.abandoned.len()
+                "waiting for {} abandoned {} session(s) stuck in a call to return",
+                self.abandoned.len(),
+                self.runner.backend().to_uppercase()
             )));
         }
-        let worker = Worker::spawn("dcgm")
+        let worker = Worker::spawn(self.runner.backend())
             .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
         let Loop {
             runner,
@@ -303,9 +318,17 @@ impl Loop<'_> {
             runner,
             worker,
             inbox,
+            fallback,
             ..
         } = self;
-        match runner.reload(worker.as_ref(), &mut || inbox.poll()) {
+        let before = runner.counters();
+        let reloaded = runner.reload(worker.as_ref(), &mut || inbox.poll());
+        if let Some(f) = fallback.as_mut() {
+            if !std::sync::Arc::ptr_eq(&before, &runner.counters()) {
+                f.reload(runner, &mut || inbox.poll());
+            }
+        }
+        match reloaded {
             // Also after a failed collection dropped the watches: built now, not next tick.
             Ok(true) => self.built = true,
             Ok(false) => {}
@@ -341,5 +364,36 @@ impl Loop<'_> {
                 tracing::warn!("removing the watches at shutdown: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inbox() -> (std::sync::mpsc::Sender<Control>, Inbox) {
+        let (tx, control) = std::sync::mpsc::channel();
+        let inbox = Inbox {
+            control,
+            stopping: false,
+            stop_seen: None,
+            reload: false,
+        };
+        (tx, inbox)
+    }
+
+    /// A step that outlasted its wait (a hung NVML try) must not hide a stop or a reload.
+    #[test]
+    fn a_wait_already_over_still_takes_what_arrived() {
+        let past = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        let (tx, mut i) = inbox();
+        tx.send(Control::Reload).unwrap();
+        i.wait_until(past);
+        assert!(i.reload && !i.stopping);
+        let (tx, mut i) = inbox();
+        tx.send(Control::Stop).unwrap();
+        i.wait_until(past);
+        assert!(i.stopping && i.stop_seen.is_some());
     }
 }

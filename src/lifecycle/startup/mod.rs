@@ -136,6 +136,8 @@ fn serve(
     let runner = Arc::new(Runner {
         library: source.library,
         nvml: source.nvml,
+        failover_gpus: source.failover_gpus,
+        engine_gpus: Default::default(),
         engine: stages.engine.clone(),
         collectors,
         counters: std::sync::RwLock::new(counters),
@@ -210,6 +212,8 @@ fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Ru
         out.push(Arc::new(Runner {
             library: main.library.clone(),
             nvml: None,
+            failover_gpus: Vec::new(),
+            engine_gpus: Default::default(),
             engine: Engine::Remote(e.target.clone()),
             collectors: main.collectors.clone(),
             counters: std::sync::RwLock::new(counters.clone()),
@@ -370,6 +374,9 @@ struct Source {
     library: Option<Arc<dcgm_sys::Library>>,
     dcgm_version: String,
     nvml: Option<Arc<nvml_wrapper::Nvml>>,
+    /// With libdcgm and NVML (`auto`): the GPUs NVML lists (UUIDs), which NVML may stand
+    /// in for when a remote engine reports them too.
+    failover_gpus: Vec<String>,
 }
 
 impl Source {
@@ -403,11 +410,13 @@ fn load_source(stages: &settings::Stages) -> Result<Source, String> {
         Backend::Nvml => None,
         Backend::Dcgm | Backend::Auto => match load_library(stages) {
             Ok((library, dcgm_version)) => {
+                let (nvml, failover_gpus) = failover_nvml(stages).unzip();
                 return Ok(Source {
                     library: Some(library),
                     dcgm_version,
-                    nvml: failover_nvml(stages),
-                })
+                    nvml,
+                    failover_gpus: failover_gpus.unwrap_or_default(),
+                });
             }
             Err(e) if stages.backend == Backend::Dcgm => return Err(e),
             Err(e) => Some(e),
@@ -435,27 +444,47 @@ fn load_source(stages: &settings::Stages) -> Result<Source, String> {
         library: None,
         dcgm_version: "none".into(),
         nvml: Some(nvml),
+        failover_gpus: Vec::new(),
     })
 }
 
-/// `--backend auto` with DCGM: NVML too, to serve the core series while DCGM cannot. Its
-/// absence only means no failover.
-fn failover_nvml(stages: &settings::Stages) -> Option<Arc<nvml_wrapper::Nvml>> {
+/// `--backend auto` with DCGM: NVML too, to serve the core series while DCGM cannot, and
+/// the GPUs (UUIDs) it lists. Its absence only means no failover. NVML sees this machine's
+/// GPUs: it stands in for the embedded engine, for a remote one only on the GPUs it reports
+/// that are these (`app::fallback`), and for none of several engines.
+fn failover_nvml(stages: &settings::Stages) -> Option<(Arc<nvml_wrapper::Nvml>, Vec<String>)> {
     if stages.backend != crate::config::cli::Backend::Auto {
         return None;
     }
-    match crate::collect::nvml::load(stages.nvml_library.as_deref()) {
-        Ok(n) => {
-            tracing::info!(
-                "NVML loaded: it serves the core GPU series while DCGM cannot (--backend auto)"
-            );
-            Some(n)
-        }
+    if !stages.engines.is_empty() {
+        tracing::info!(
+            "NVML failover is off with several host engines: NVML sees this machine's GPUs, \
+             not the engines' (an engine down has its series withdrawn)"
+        );
+        return None;
+    }
+    let nvml = match crate::collect::nvml::load(stages.nvml_library.as_deref()) {
+        Ok(n) => n,
         Err(e) => {
             tracing::info!("{e}: no NVML failover while DCGM is unavailable");
-            None
+            return None;
         }
+    };
+    let gpus = crate::collect::nvml::gpu_uuids(&nvml).unwrap_or_else(|e| {
+        tracing::warn!("NVML lists no GPU ({e}): it stands in for no remote engine's");
+        Vec::new()
+    });
+    match &stages.engine {
+        Engine::Embedded => tracing::info!(
+            "NVML loaded: it serves the core GPU series while DCGM cannot (--backend auto)"
+        ),
+        Engine::Remote(t) => tracing::info!(
+            "NVML loaded: it serves the core GPU series of the host engine at {t} while DCGM \
+             cannot, for the engine's GPUs that are this machine's (the same UUIDs, checked each \
+             time it connects) (--backend auto)"
+        ),
     }
+    Some((nvml, gpus))
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
@@ -532,7 +561,10 @@ fn start_collecting(
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
         Err(app::StartupError::Config(msg)) => Err(msg.into()),
         Err(app::StartupError::Dcgm(e)) => {
-            let nvml_serves = runner.library.is_some() && runner.nvml.is_some();
+            // Nothing says yet which GPUs a remote engine has: NVML stands in once it did.
+            let nvml_serves = runner.library.is_some()
+                && runner.nvml.is_some()
+                && matches!(runner.engine, Engine::Embedded);
             let why = match &runner.engine {
                 Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e}"),
                 Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
@@ -549,6 +581,10 @@ fn start_collecting(
                 ),
                 // In a sidecar set-up the exporter often starts before the engine: retried
                 // like an engine lost later, with /health 503 meanwhile.
+                Engine::Remote(_) if runner.nvml.is_some() => tracing::warn!(
+                    "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits \
+                     instead); NVML stands in for none of its GPUs until it has said which it has"
+                ),
                 Engine::Remote(_) => tracing::warn!(
                     "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
                 ),
