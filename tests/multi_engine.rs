@@ -429,3 +429,107 @@ fn sigterm_with_one_of_three_engines_stopped_exits_within_the_bound() {
     eprintln!("exit after SIGTERM with one engine stopped: {took:?}");
     assert!(st.success(), "{st}: {}", e.stderr());
 }
+
+/// The GPUs (UUIDs) of every device-info dump in `dir`, one list per file.
+fn dumped_gpus(dir: &std::path::Path) -> Vec<Vec<String>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("deviceinfo-GPU-") && n.ends_with(".json"))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter_map(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|v| {
+            v["gpus"]
+                .as_array()
+                .map(|g| {
+                    g.iter()
+                        .filter_map(|g| g["uuid"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// Issue 43 item 10, with two engines under `--backend auto`: the start-up log says NVML's
+/// failover is off (main said "NVML loaded: it serves the core GPU series while DCGM
+/// cannot" though no engine had it), the debug dumps' device info lists both engines' GPUs
+/// (main: the first engine's only, 8 of 9), and `dcgm_exporter_reconnects_total` is the sum
+/// of the engines' reconnects (main: 0 with `engine_reconnects_total` 1).
+#[test]
+fn several_engines_say_no_failover_dump_every_engines_gpus_and_count_reconnects() {
+    let ports = [free_port(), free_port()];
+    let profiles = ["h100-8gpu-nvswitch.toml", "one-gpu.toml"];
+    let mut engines: Vec<HostEngine> = ports
+        .iter()
+        .zip(profiles)
+        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
+        .collect();
+    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let dumps = dir.path().join("dumps");
+    let nvml = nvml_library();
+    let mut e = exporter()
+        .args(&[
+            "-r",
+            &addr.join(","),
+            "-c",
+            "300",
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().unwrap(),
+            "--dump-enabled",
+            "--dump-directory",
+            dumps.to_str().unwrap(),
+            "--dump-compression=false",
+        ])
+        .start();
+    e.scrape_until(30, |p| {
+        of(p, TEMP, &addr[0]).len() == 8 && of(p, TEMP, &addr[1]).len() == 1
+    });
+    let log = e.stderr();
+    assert!(!log.contains("it serves the core GPU series"), "{log}");
+    assert!(
+        log.contains("NVML failover is off with several host engines"),
+        "{log}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = dumped_gpus(&dumps);
+        if seen.iter().any(|g| {
+            let mut u = g.clone();
+            u.sort();
+            u.dedup();
+            u.len() == 9
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no device-info dump with both engines' 9 GPUs: {:?}",
+            seen.iter().map(Vec::len).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    engines[1].kill();
+    e.scrape_until(20, |p| engine_up(p, &addr[1]) == Some(0.0));
+    engines[1] = HostEngine::start(ports[1], Some(profiles[1]));
+    let page = e.scrape_until(30, |p| of(p, TEMP, &addr[1]).len() == 1);
+    let per_engine: f64 = series(&page, "dcgm_exporter_engine_reconnects_total")
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    let total = series(&page, "dcgm_exporter_reconnects_total")
+        .first()
+        .map_or(-1.0, |s| s.value);
+    assert!(per_engine >= 1.0, "{}", dump(&page));
+    assert_eq!(total, per_engine, "{}", dump(&page));
+    terminate(&mut e);
+}

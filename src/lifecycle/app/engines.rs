@@ -78,6 +78,8 @@ pub struct Combiner {
     up: prometheus::IntGaugeVec,
     /// `dcgm_exporter_engine_reconnects_total{engine}`.
     reconnects: prometheus::IntCounterVec,
+    /// `dcgm_exporter_reconnects_total`: every engine's reconnects, summed.
+    all_reconnects: prometheus::IntCounter,
     /// `dcgm_exporter_engine_collections_total{engine,status}`.
     collections: prometheus::IntCounterVec,
 }
@@ -138,6 +140,7 @@ impl Combiner {
             changed: Condvar::new(),
             up,
             reconnects,
+            all_reconnects: metrics.reconnects.clone(),
             collections,
         })
     }
@@ -202,6 +205,7 @@ impl Combiner {
         self.reconnects
             .with_label_values(&[&self.engines[i].label])
             .inc();
+        self.all_reconnects.inc();
     }
 
     fn stop(&self) {
@@ -419,7 +423,9 @@ fn merge(
         gpus += c.gpus;
         stalled &= c.stalled;
         took = took.max(t);
-        topology = topology.or(c.topology);
+        if let Some(t) = c.topology {
+            join(topology.get_or_insert_with(Default::default), t);
+        }
         notes.extend(c.unmatched.into_iter().map(|n| format!("{label}: {n}")));
     }
     page.oldest_sample_us = oldest;
@@ -432,4 +438,27 @@ fn merge(
         stalled,
     };
     (merged, took)
+}
+
+/// Adds engine `t`'s entities to `all`: the sinks describe every engine's GPUs (their ids
+/// may repeat across engines, as on the page, where the engine label tells them apart).
+fn join(all: &mut crate::collect::topology::Topology, t: crate::collect::topology::Topology) {
+    let crate::collect::topology::Topology {
+        gpus,
+        lost_gpus,
+        instances,
+        mig_rows,
+        switches,
+        links,
+        cpus,
+        warnings,
+    } = t;
+    all.gpus.extend(gpus);
+    all.lost_gpus.extend(lost_gpus);
+    all.instances.extend(instances);
+    all.mig_rows.extend(mig_rows);
+    all.switches.extend(switches);
+    all.links.extend(links);
+    all.cpus.extend(cpus);
+    all.warnings.extend(warnings);
 }
