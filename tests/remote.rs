@@ -29,13 +29,15 @@ fn survives_a_host_engine_restart_without_serving_stale_values() {
         outage.iter().all(|s| !s.name.starts_with("DCGM_")),
         "stale DCGM values served during the outage"
     );
-    let (code, body) = e.get("/health");
+    // Not ready; alive (upstream's liveness contract: a restart brings no engine back).
+    let (code, body) = e.get("/ready");
     assert_eq!(code, 503, "{body}");
+    assert_eq!(e.get("/health").0, 200);
 
     let _engine = HostEngine::start(port, Some("h100-8gpu-nvswitch.toml"));
     let back = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 8);
     assert!(series(&back, "dcgm_exporter_reconnects_total")[0].value >= 1.0);
-    let (code, _) = e.get("/health");
+    let (code, _) = e.get("/ready");
     assert_eq!(code, 200);
     assert!(e.signal_and_wait("TERM").success());
 }
@@ -57,18 +59,19 @@ fn remote_mode_is_selected_by_the_environment_variable_alone() {
     assert_eq!(temp.label("hostname"), None);
 }
 
-/// In a sidecar set-up the exporter often starts before the engine: it serves /health 503
-/// (HTTP up) and connects once the engine comes, with the start-up lines naming the engine.
+/// In a sidecar set-up the exporter often starts before the engine: it serves /ready 503
+/// (HTTP up; /health 200, saying why) and connects once the engine comes, with the start-up
+/// lines naming the engine.
 #[test]
-fn an_engine_not_reachable_at_start_is_retried_with_health_503_meanwhile() {
+fn an_engine_not_reachable_at_start_is_retried_with_ready_503_meanwhile() {
     let port = free_port();
     let e = exporter()
         .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
         .spawn();
     // The HTTP server answers while DCGM is not there (status 0: no answer yet).
-    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 503);
+    e.wait_until(30, |e| e.get_with("/ready", &[]).0 == 503);
     let (code, body) = e.get("/health");
-    assert_eq!(code, 503, "{body}");
+    assert_eq!(code, 200, "{body}");
     assert!(body.contains(&format!("127.0.0.1:{port}")), "{body}");
     assert!(
         e.stderr()
@@ -80,7 +83,7 @@ fn an_engine_not_reachable_at_start_is_retried_with_health_503_meanwhile() {
     let _engine = HostEngine::start(port, Some("h100-8gpu-nvswitch.toml"));
     let page = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 8);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
-    e.wait_until(30, |e| e.get_with("/health", &[]).0 == 200);
+    e.wait_until(30, |e| e.get_with("/ready", &[]).0 == 200);
     assert!(
         e.stderr().contains(&format!(
             "connected to the DCGM host engine at 127.0.0.1:{port}"
