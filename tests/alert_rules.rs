@@ -1,4 +1,5 @@
-//! The alert pack (etc/prometheus/dcgm-alerts.rules.yml): the real `promtool check rules`
+//! The alert pack (etc/prometheus/dcgm-alerts.rules.yml, and dcgm-profiling.rules.yml for
+//! profiling that heals): the real `promtool check rules`
 //! and `promtool test rules` pass; every alert has a severity, a summary, a runbook link to
 //! a section that exists in docs/alerts-and-dashboards.md, and test cases where it fires
 //! and where it stays silent; the chart ships the same file. End to end: a real Prometheus
@@ -14,6 +15,9 @@ use support::*;
 
 const RULES: &str = "etc/prometheus/dcgm-alerts.rules.yml";
 const TESTS: &str = "etc/prometheus/dcgm-alerts.rules.test.yml";
+/// Profiling that heals (NVIDIA/DCGM#303): its own file, not shipped by the chart yet.
+const PROFILING_RULES: &str = "etc/prometheus/dcgm-profiling.rules.yml";
+const PROFILING_TESTS: &str = "etc/prometheus/dcgm-profiling.rules.test.yml";
 
 fn yaml(path: &str) -> Value {
     let text = std::fs::read_to_string(repo(path)).unwrap();
@@ -22,8 +26,12 @@ fn yaml(path: &str) -> Value {
 
 /// alert name -> its rule.
 fn alerts() -> BTreeMap<String, Value> {
+    alerts_in(RULES)
+}
+
+fn alerts_in(rules: &str) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
-    for g in yaml(RULES)["groups"].as_sequence().unwrap() {
+    for g in yaml(rules)["groups"].as_sequence().unwrap() {
         for r in g["rules"].as_sequence().unwrap() {
             if let Some(name) = r["alert"].as_str() {
                 assert!(
@@ -40,30 +48,54 @@ fn promtool() -> bool {
     require_tool("promtool", "apt-get install prometheus; .ci/run does this")
 }
 
-#[test]
-fn the_alert_pack_passes_promtool_check_and_unit_tests() {
+/// `promtool check rules` and `promtool test rules` on one rules file and its tests.
+fn promtool_passes(rules: &str, tests: &str) {
     if !promtool() {
         return;
     }
     let dir = repo("etc/prometheus");
-    let n = alerts().len();
-    let out = prom::promtool_in(&dir, &["check", "rules", "dcgm-alerts.rules.yml"]);
+    let n = alerts_in(rules).len();
+    let name = |p: &str| p.rsplit('/').next().unwrap().to_string();
+    let out = prom::promtool_in(&dir, &["check", "rules", &name(rules)]);
     assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
-    let out = prom::promtool_in(&dir, &["test", "rules", "dcgm-alerts.rules.test.yml"]);
+    let out = prom::promtool_in(&dir, &["test", "rules", &name(tests)]);
     assert!(out.contains("SUCCESS"), "{out}");
 }
 
 #[test]
+fn the_alert_pack_passes_promtool_check_and_unit_tests() {
+    promtool_passes(RULES, TESTS);
+}
+
+#[test]
 fn every_alert_has_severity_summary_runbook_and_fires_and_stays_silent_in_the_tests() {
+    let all = alerts();
+    assert!(all.len() >= 20, "{:?}", all.keys());
+    check_pack(&all, TESTS);
+}
+
+/// The profiling alerts (DcgmGpuProfilingStuck, DcgmGpuProfilingRearmed) as the pack's.
+#[test]
+fn the_profiling_alerts_pass_promtool_and_have_runbooks_and_tests() {
+    promtool_passes(PROFILING_RULES, PROFILING_TESTS);
+    let all = alerts_in(PROFILING_RULES);
+    assert_eq!(
+        all.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["DcgmGpuProfilingRearmed", "DcgmGpuProfilingStuck"]
+    );
+    check_pack(&all, PROFILING_TESTS);
+}
+
+/// Every alert has a severity, a summary and a runbook section, and test cases where it
+/// fires and where it stays silent.
+fn check_pack(all: &BTreeMap<String, Value>, tests: &str) {
     let docs = std::fs::read_to_string(repo("docs/alerts-and-dashboards.md")).unwrap();
     let anchors: BTreeSet<String> = docs
         .lines()
         .filter_map(|l| l.strip_prefix("### "))
         .map(|h| h.trim().to_lowercase())
         .collect();
-    let all = alerts();
-    assert!(all.len() >= 20, "{:?}", all.keys());
-    for (name, r) in &all {
+    for (name, r) in all {
         let sev = r["labels"]["severity"].as_str().unwrap_or_default();
         assert!(
             matches!(sev, "critical" | "warning" | "info"),
@@ -87,7 +119,7 @@ fn every_alert_has_severity_summary_runbook_and_fires_and_stays_silent_in_the_te
     }
     let mut fires = BTreeSet::new();
     let mut silent = BTreeSet::new();
-    for t in yaml(TESTS)["tests"].as_sequence().unwrap() {
+    for t in yaml(tests)["tests"].as_sequence().unwrap() {
         for c in t["alert_rule_test"].as_sequence().into_iter().flatten() {
             let name = c["alertname"].as_str().unwrap().to_string();
             assert!(all.contains_key(&name), "a test of unknown alert {name}");
@@ -215,4 +247,49 @@ fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
     }
     assert!(!f.contains_key("DcgmExporterDown"), "{f:?}");
     assert!(!f.contains_key("DcgmExporterDcgmDisconnected"), "{f:?}");
+}
+
+/// A simulated DCGM#303 episode end to end: GPU 0 busy, its profiling stuck at 0 after an
+/// XID 31 (`prof_stuck`), the exporter re-arms it, and a real Prometheus loading
+/// dcgm-profiling.rules.yml fires DcgmGpuProfilingRearmed for GPU 0 only;
+/// DcgmGpuProfilingStuck stays silent (healed long before its 15 minutes).
+#[test]
+fn a_stuck_profiling_episode_fires_the_rearm_alert_in_a_real_prometheus() {
+    if !require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "set 0 203 100\n").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "500"])
+        .start();
+    let target = e
+        .url("")
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let rules = repo(PROFILING_RULES);
+    let p = prom::Prometheus::with_rules(
+        &format!(
+            "  - job_name: dcgm-exporter\n    static_configs:\n      - targets: ['{target}']\n"
+        ),
+        &[rules.as_path()],
+    );
+    p.wait_for("dcgm_exporter_profiling_stuck{gpu=\"0\"} == 0", 60);
+    p.wait_rule_evaluations(5);
+    assert_eq!(firing(&p), BTreeMap::new(), "a healthy node fires nothing");
+    control(&ctl, "xid 0 31");
+    control(&ctl, "prof_stuck 0");
+    let f = wait_firing(&p, 60, &[("DcgmGpuProfilingRearmed", "0")]);
+    assert_eq!(
+        f.get("DcgmGpuProfilingRearmed"),
+        Some(&BTreeSet::from(["0".to_string()]))
+    );
+    assert!(!f.contains_key("DcgmGpuProfilingStuck"), "{f:?}");
 }

@@ -514,3 +514,183 @@ fn bind_unbind_events_are_seen_after_the_remote_host_engine_restarts() {
     });
     unbind_after_reconnect_rebuilds(&e, &ctl);
 }
+
+/// `DCGM_FI_PROF_GR_ENGINE_ACTIVE` of one GPU, if on the page.
+fn gr_active(p: &[Sample], gpu: &str) -> Option<f64> {
+    series(p, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some(gpu))
+        .map(|s| s.value)
+}
+
+/// `dcgm_exporter_profiling_rearms_total{gpu, action}` (0 when absent).
+fn rearms(p: &[Sample], gpu: &str, action: &str) -> f64 {
+    series(p, "dcgm_exporter_profiling_rearms_total")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some(gpu) && s.label("action") == Some(action))
+        .map_or(0.0, |s| s.value)
+}
+
+fn prof_stuck_gauge(p: &[Sample], gpu: &str) -> Option<f64> {
+    series(p, "dcgm_exporter_profiling_stuck")
+        .into_iter()
+        .find(|s| s.label("gpu") == Some(gpu))
+        .map(|s| s.value)
+}
+
+/// A busy GPU 0 (DCGM_FI_DEV_GPU_UTIL 100) whose profiling is healthy at first.
+fn busy_gpu_exporter(ctl: &std::path::Path, extra: &[&str]) -> Exporter {
+    std::fs::write(ctl, "set 0 203 100\n").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200"])
+        .args(extra)
+        .start();
+    wait_for(&e, 10, "GPU 0 busy with its profiling read", |p| {
+        gr_active(p, "0").is_some_and(|v| v > 0.0)
+            && series(p, "DCGM_FI_DEV_GPU_UTIL")
+                .iter()
+                .any(|s| s.label("gpu") == Some("0") && s.value == 100.0)
+    });
+    e
+}
+
+/// NVIDIA/DCGM#303: after an XID 31 a GPU's profiling fields read 0 while
+/// DCGM_FI_DEV_GPU_UTIL says it is busy, until DCGM's watch is re-armed. After
+/// `--profiling-rearm-after` (3) stuck collections the exporter re-arms that GPU's profiling
+/// watches: healed within a bounded number of intervals, shown by
+/// `dcgm_exporter_profiling_rearms_total{action="rearm"}`, `dcgm_exporter_profiling_stuck`
+/// and one log line per action; the other GPUs are never touched.
+#[test]
+fn stuck_profiling_on_a_busy_gpu_is_re_armed_and_heals() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    let e = busy_gpu_exporter(&ctl, &[]);
+    assert_eq!(prof_stuck_gauge(&e.scrape(), "0"), Some(0.0));
+    control(&ctl, "xid 0 31");
+    control(&ctl, "prof_stuck 0");
+    let t0 = Instant::now();
+    wait_for(&e, 10, "GPU 0's profiling stuck at 0", |p| {
+        gr_active(p, "0") == Some(0.0)
+    });
+    wait_for(&e, 10, "GPU 0's profiling re-armed and read again", |p| {
+        gr_active(p, "0").is_some_and(|v| v > 0.0) && rearms(p, "0", "rearm") >= 1.0
+    });
+    // 3 stuck collections, the re-arm, the next sample: 200 ms each, with room for a
+    // slow machine, and well under what an operator would notice.
+    let healed = t0.elapsed();
+    assert!(healed < Duration::from_secs(5), "healed after {healed:?}");
+    let p = e.scrape();
+    assert_eq!(rearms(&p, "0", "rearm"), 1.0, "{}", dump(&p));
+    assert_eq!(rearms(&p, "0", "restart_engine"), 0.0);
+    assert_eq!(prof_stuck_gauge(&p, "0"), Some(0.0));
+    for gpu in ["1", "2", "7"] {
+        assert_eq!(rearms(&p, gpu, "rearm"), 0.0, "GPU {gpu}");
+        assert!(gr_active(&p, gpu).is_some_and(|v| v > 0.0), "GPU {gpu}");
+    }
+    let log = e.stderr();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("profiling of GPU 0"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per action:\n{log}");
+    assert!(
+        lines[0].contains("re-arming its profiling watches"),
+        "{log}"
+    );
+    assert!(lines[0].contains("DCGM_FI_DEV_GPU_UTIL is 100 %"), "{log}");
+    assert!(lines[1].contains("reads again after 1 re-arm"), "{log}");
+    assert_no_panic(&e);
+}
+
+/// A GPU whose profiling reads fail (-37, as DCGM#303's GetSamples) and that no re-arm heals:
+/// after three re-arms (waits of N, 2N, 4N collections) the embedded host engine is
+/// restarted, once, and the new engine's profiling reads again.
+#[test]
+fn profiling_that_re_arms_do_not_heal_restarts_the_embedded_engine_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    let e = busy_gpu_exporter(&ctl, &["--profiling-rearm-after", "2"]);
+    control(&ctl, "xid 0 31");
+    control(&ctl, "prof_stuck 0 -37 restart");
+    wait_for(&e, 10, "GPU 0's profiling failing", |p| {
+        gr_active(p, "0").is_none() && gr_active(p, "1").is_some()
+    });
+    wait_for(
+        &e,
+        30,
+        "the engine restarted and GPU 0's profiling back",
+        |p| rearms(p, "0", "restart_engine") == 1.0 && gr_active(p, "0").is_some_and(|v| v > 0.0),
+    );
+    let p = e.scrape();
+    assert_eq!(rearms(&p, "0", "rearm"), 3.0, "{}", dump(&p));
+    assert_eq!(prof_stuck_gauge(&p, "0"), Some(0.0));
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("restarting the embedded DCGM host engine")
+            .count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        log.contains("started the embedded DCGM host engine"),
+        "{log}"
+    );
+    // The new engine serves every GPU; nothing more is restarted.
+    std::thread::sleep(Duration::from_secs(2));
+    let p = e.scrape();
+    assert_eq!(rearms(&p, "0", "restart_engine"), 1.0);
+    assert_eq!(temps_by_gpu(&p).len(), 8);
+    assert_no_panic(&e);
+}
+
+/// Sub-interval aggregation (issue 47) on DCGM: a 300 ms power spike between two
+/// collections shows in `DCGM_FI_DEV_POWER_USAGE_interval_max` of its GPU (and of that GPU's
+/// MIG instances), never in the gauge read at a collection nor on another GPU; each window
+/// holds the ~20 samples DCGM took every 100 ms over a 2 s interval, read back in full
+/// (`dcgmGetValuesSince_v2`). The fields are watched every 100 ms, and every other series
+/// is the one an exporter without `--aggregate` serves.
+#[test]
+fn a_spike_between_two_collections_shows_in_the_max_series_only() {
+    use support::spikes::{check_spike, pages_through_spike};
+    let dir = tempfile::tempdir().unwrap();
+    let (ctl, log) = (dir.path().join("control"), dir.path().join("watches"));
+    std::fs::write(&ctl, "").unwrap();
+    let fields = "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK";
+    let e = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&["-c", "2000", "--aggregate", fields])
+        .args(&["--aggregate-period", "100ms"])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
+        .start();
+    let plain = exporter()
+        .profile("a100-mixed-mig.toml")
+        .args(&["-c", "2000"])
+        .start();
+    let pages = pages_through_spike(&e, &ctl, "spike 0 155 950 300 700", "0", 950.0, 30);
+    check_spike(&pages[1..], "0", 950.0, 20.0, 10.0);
+    let last = pages.last().unwrap();
+    for row in ["DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"] {
+        let n = series(last, &format!("{row}_interval_samples")).len();
+        assert_eq!(n, series(last, row).len(), "{row}: one window per series");
+    }
+    let watches = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        watches
+            .lines()
+            .any(|l| l.starts_with("freq_us=100000 ") && l.ends_with("fields=100,150,155")),
+        "{watches}"
+    );
+    // The drop-in series are unchanged beside the aggregates.
+    let keys = |p: &[Sample]| -> std::collections::BTreeSet<String> {
+        p.iter()
+            .filter(|s| s.name.starts_with("DCGM_") && !s.name.contains("_interval_"))
+            .map(|s| format!("{} {:?}", s.name, s.labels))
+            .collect()
+    };
+    assert_eq!(keys(last), keys(&plain.scrape()));
+    assert!(!plain.get("/metrics").1.contains("_interval_"));
+    assert_no_panic(&e);
+}

@@ -1314,3 +1314,362 @@ fn two_real_host_engines_in_one_exporter() {
         collections(p, "vm-a") >= a + 2.0 && collections(p, "vm-b") >= b + 2.0
     });
 }
+
+/// NVML GPM metrics of a busy Hopper GPU (`NVML_GPM_METRIC_*` id -> value): graphics 42 %,
+/// SM 40 %, occupancy 30 %, any tensor 12 %, DRAM 25 %, PCIe TX 100 and RX 200 MiB/s.
+const BUSY_GPM: &[(u32, f64)] = &[
+    (1, 42.0),
+    (2, 40.0),
+    (3, 30.0),
+    (5, 12.0),
+    (10, 25.0),
+    (20, 100.0),
+    (21, 200.0),
+];
+
+/// The same GPU's GPM metrics all at 0: what NVIDIA/DCGM#303 shows while the GPU is busy.
+const ZERO_GPM: &[(u32, f64)] = &[
+    (1, 0.0),
+    (2, 0.0),
+    (3, 0.0),
+    (5, 0.0),
+    (10, 0.0),
+    (20, 0.0),
+    (21, 0.0),
+];
+
+/// `gpus` as `nvml_yaml::render` writes them, with each GPU whose `gpm` entry is `Some`
+/// made GPM-capable as a recorded H200 is: `QueryDeviceSupport: {isSupportedDevice: 1}`
+/// and `GpmMetrics` (DCGM's `nvml-injection` `GpmMetricsParser`: metric id ->
+/// `{FunctionReturn, ReturnValue: {value}}`). DCGM then samples that GPU's profiling
+/// fields through NVML's GPM, in its core, without the profiling module.
+fn gpm_yaml(dir: &Scratch, gpus: &[Gpu], gpm: &[Option<&[(u32, f64)]>]) -> std::path::PathBuf {
+    let unsupported = "    QueryDeviceSupport: {FunctionReturn: 0, ReturnValue: {version: 1, \
+                       isSupportedDevice: 0}}";
+    let mut out = String::new();
+    let mut n = 0;
+    for line in nvml_yaml::render(gpus).lines() {
+        if line != unsupported {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        match gpm.get(n).copied().flatten() {
+            Some(metrics) => {
+                out.push_str(&line.replace("isSupportedDevice: 0", "isSupportedDevice: 1"));
+                let m: Vec<String> = metrics
+                    .iter()
+                    .map(|(id, v)| {
+                        format!("{id}: {{FunctionReturn: 0, ReturnValue: {{value: {v:.1}}}}}")
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "\n    GpmMetrics: {{FunctionReturn: 0, ReturnValue: {{{}}}}}\n",
+                    m.join(", ")
+                ));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        n += 1;
+    }
+    assert_eq!(n, gpus.len(), "one QueryDeviceSupport per GPU");
+    let p = dir.0.join("gpm.yaml");
+    std::fs::write(&p, out).expect("write the GPM YAML");
+    p
+}
+
+fn busy_gpus(n: usize) -> Vec<Gpu> {
+    (0..n)
+        .map(|_| Gpu {
+            gpu_util: 100,
+            ..Gpu::default()
+        })
+        .collect()
+}
+
+/// The profiling module's state on a real nv-hostengine, as `dcgmi modules -l` words it.
+fn dcgmi_profiling_state(kit: &support::real_dcgm::Kit, port: u16) -> String {
+    let out = std::process::Command::new(kit.bin("dcgmi"))
+        .args(["modules", "-l", "--host", &format!("127.0.0.1:{port}")])
+        .env("LD_LIBRARY_PATH", kit.lib_dir())
+        .output()
+        .expect("run dcgmi modules -l");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines()
+        .find(|l| l.contains("Profiling"))
+        .and_then(|l| l.split('|').nth(3))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|| panic!("no Profiling row in dcgmi modules -l:\n{text}"))
+}
+
+/// What the embedded engine said of its profiling module at each build (`--debug`).
+fn embedded_profiling_states(e: &Exporter) -> Vec<String> {
+    e.stderr()
+        .lines()
+        .filter_map(|l| l.split("DCGM's profiling module: ").nth(1))
+        .map(|s| s.trim_end_matches('"').to_string())
+        .collect()
+}
+
+fn hup(e: &Exporter) {
+    let st = std::process::Command::new("kill")
+        .args(["-HUP", &e.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(st.success());
+}
+
+fn prof_rows_of(page: &[Sample], gpu: &str) -> Vec<String> {
+    page.iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_PROF_") && s.label("gpu") == Some(gpu))
+        .map(|s| s.name.clone())
+        .collect()
+}
+
+const DEFAULT_PROF_ROWS: [&str; 5] = [
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+];
+
+/// Issue 44's guarantee on NVIDIA's library: with GPM-capable GPUs and the default counters,
+/// DCGM 4.6 serves every DCGM_FI_PROF_* row through GPM and never loads its profiling module
+/// (`dcgmModuleGetStatuses` says "not loaded" at every build, embedded; `dcgmi modules -l`
+/// on the engine, remote), also after a rebuild re-made every watch.
+#[test]
+fn gpm_gpus_serve_the_profiling_rows_without_ever_loading_the_profiling_module() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("gpm");
+    let yaml = gpm_yaml(&dir, &busy_gpus(2), &[Some(BUSY_GPM), Some(BUSY_GPM)]);
+    let served = |p: &[Sample]| {
+        ["0", "1"].iter().all(|g| prof_rows_of(p, g).len() == 5)
+            && series(p, "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                .iter()
+                .all(|s| (s.value - 0.42).abs() < 1e-9)
+    };
+    let e = kit.embedded(&yaml).args(&["-c", "500", "--debug"]).start();
+    let page = e.scrape_until(20, served);
+    assert_eq!(one(&page, "DCGM_FI_PROF_PCIE_TX_BYTES", "0"), 104_857_600.0);
+    hup(&e);
+    e.wait_until(20, |e| e.stderr().contains("reloaded "));
+    e.scrape_until(20, served);
+    let states = embedded_profiling_states(&e);
+    assert!(states.len() >= 2, "{}", e.stderr());
+    assert!(
+        states.iter().all(|s| s == "not loaded"),
+        "{states:?}\n{}",
+        e.stderr()
+    );
+
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let e = kit.remote(port).args(&["-c", "500"]).start();
+    e.scrape_until(20, served);
+    assert_eq!(dcgmi_profiling_state(kit, port), "Not loaded");
+}
+
+/// A GPM GPU beside one without GPM: only the latter's rows need the profiling module. The
+/// kit has none (open-source build), so the latter's rows are left out, named per field,
+/// and the GPM GPU keeps every row: its profiling fields are watched on a group of their
+/// own, which DCGM serves in its core (a watch of both GPUs asks the module for the whole
+/// group and is refused whole, which used to cost the GPM GPU its rows too).
+#[test]
+fn beside_a_gpu_without_gpm_only_that_gpus_profiling_rows_need_the_module() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("gpm-mixed");
+    let yaml = gpm_yaml(&dir, &busy_gpus(2), &[Some(BUSY_GPM), None]);
+    let check = |e: &Exporter| {
+        let page = e.scrape_until(20, |p| prof_rows_of(p, "0").len() == 5);
+        assert_eq!(
+            prof_rows_of(&page, "0"),
+            DEFAULT_PROF_ROWS,
+            "{}",
+            dump(&page)
+        );
+        assert!(prof_rows_of(&page, "1").is_empty(), "{}", dump(&page));
+        assert_eq!(one(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0"), 0.42);
+        assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 45.0);
+        let log = e.stderr();
+        assert!(
+            log.contains("skipping DCGM_FI_PROF_PCIE_TX_BYTES on GPUs 1"),
+            "{log}"
+        );
+    };
+    let e = kit.embedded(&yaml).args(&["-c", "500", "--debug"]).start();
+    check(&e);
+    // The metric-group query of GPU 1 asked for the module, which the kit cannot load.
+    assert_eq!(
+        embedded_profiling_states(&e),
+        ["failed to load"],
+        "{}",
+        e.stderr()
+    );
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    check(&kit.remote(port).args(&["-c", "500"]).start());
+    assert_eq!(dcgmi_profiling_state(kit, port), "Failed to load");
+}
+
+/// Issue 44 item 2 on NVIDIA's library: `--dcgm-denylist-modules profiling` starts the
+/// embedded engine through `dcgmStartEmbedded_v2` with the profiling module on its
+/// denylist: DCGM reports it denylisted, one start-up line names the profiling rows left
+/// out (on the GPU without GPM only; the GPM GPU keeps them), the rest is served. Also from
+/// the configuration file's `sources.dcgm.denylistModules`.
+#[test]
+fn the_embedded_engine_starts_with_the_profiling_module_denied() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("deny");
+    let yaml = gpm_yaml(&dir, &busy_gpus(2), &[Some(BUSY_GPM), None]);
+    let config = dir.0.join("config.yaml");
+    std::fs::write(
+        &config,
+        "version: 2\nsources:\n  dcgm:\n    denylistModules: [profiling]\n",
+    )
+    .unwrap();
+    for how in [
+        ["--dcgm-denylist-modules", "profiling"],
+        ["--config-file", config.to_str().unwrap()],
+    ] {
+        let e = kit
+            .embedded(&yaml)
+            .args(&["-c", "500", "--debug"])
+            .args(&how)
+            .start();
+        let page = e.scrape_until(20, |p| prof_rows_of(p, "0").len() == 5);
+        assert!(prof_rows_of(&page, "1").is_empty(), "{}", dump(&page));
+        assert_eq!(one(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 75.0);
+        let log = e.stderr();
+        assert!(
+            log.contains("started without the module(s) profiling"),
+            "{how:?}: {log}"
+        );
+        assert_eq!(embedded_profiling_states(&e), ["denylisted"], "{log}");
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("profiling module is denied"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{log}");
+        for row in DEFAULT_PROF_ROWS {
+            assert!(lines[0].contains(row), "{row}: {}", lines[0]);
+        }
+        assert!(lines[0].contains("on GPUs 1 "), "{}", lines[0]);
+        assert!(!log.contains("skipping DCGM_FI_PROF"), "{log}");
+    }
+}
+
+/// Re-arming a GPU's profiling watches (issue 44, DCGM#303) on NVIDIA's library: GPU 0 busy
+/// with every GPM metric at 0 is re-armed again and again (the kit's values are static, so it
+/// never heals), and every other series, GPU 0's own included, stays on every page with the
+/// same value; GPU 1 is never touched. Embedded (no engine restart:
+/// `--profiling-restart-period 0`) and remote.
+#[test]
+fn re_arming_a_gpus_profiling_watches_leaves_every_other_series_steady() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("rearm");
+    let yaml = gpm_yaml(&dir, &busy_gpus(2), &[Some(ZERO_GPM), Some(BUSY_GPM)]);
+    let flags = [
+        "-c",
+        "500",
+        "--profiling-rearm-after",
+        "2",
+        "--profiling-restart-period",
+        "0",
+    ];
+    let port = free_port();
+    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    for remote in [false, true] {
+        let e = if remote {
+            kit.remote(port).args(&flags).start()
+        } else {
+            kit.embedded(&yaml).args(&flags).start()
+        };
+        steady_while_re_armed(&e, remote);
+    }
+    drop(engine);
+}
+
+/// DCGM series (name, gpu) -> value; the kit's values are static.
+fn dcgm_values(page: &[Sample]) -> std::collections::BTreeMap<(String, String), f64> {
+    page.iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| {
+            let gpu = s.label("gpu").unwrap_or_default().to_string();
+            ((s.name.clone(), gpu), s.value)
+        })
+        .collect()
+}
+
+fn steady_while_re_armed(e: &Exporter, remote: bool) {
+    let full = |p: &[Sample]| {
+        prof_rows_of(p, "0").len() == 5
+            && prof_rows_of(p, "1").len() == 5
+            && series(p, "DCGM_FI_DEV_GPU_UTIL").len() == 2
+    };
+    // The NVLink rate and energy read 0 or a constant after the first sample; the page of
+    // the second collection on is the baseline.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let base = dcgm_values(&e.scrape_until(20, full));
+    assert_eq!(
+        base[&("DCGM_FI_PROF_GR_ENGINE_ACTIVE".into(), "0".into())],
+        0.0
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(12);
+    let mut pages = 0;
+    while std::time::Instant::now() < until {
+        let now = dcgm_values(&e.scrape());
+        pages += 1;
+        assert_eq!(
+            now,
+            base,
+            "remote {remote}: a series changed or went while GPU 0 was re-armed\n{}",
+            e.stderr()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let p = e.scrape();
+    let rearms = |gpu: &str| {
+        self_metric(
+            &p,
+            "dcgm_exporter_profiling_rearms_total",
+            &[("gpu", gpu), ("action", "rearm")],
+        )
+    };
+    assert!(rearms("0") >= 2.0, "remote {remote}: {}", dump(&p));
+    assert_eq!(rearms("1"), 0.0);
+    assert_eq!(
+        self_metric(&p, "dcgm_exporter_profiling_stuck", &[("gpu", "0")]),
+        1.0
+    );
+    assert!(pages > 50, "{pages}");
+    assert!(e.stderr().contains("re-arming its profiling watches"));
+}
+
+/// Sub-interval aggregation (issue 47) on the real DCGM, embedded: the aggregated fields
+/// are watched every 100 ms and every sample since the previous collection is read back
+/// (`dcgmGetValuesSince_v2`). The kit's values are the injection YAML's, static, so each
+/// window is that value throughout: min = max = mean = the gauge, over at least the
+/// samples 100 ms sampling gives in a 2 s interval, less a few.
+#[test]
+fn aggregation_reads_every_sample_of_the_real_library() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("aggregate");
+    let yaml = dir.yaml(&four_gpus());
+    let rows = ["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"];
+    let e = kit
+        .embedded(&yaml)
+        .args(&["-c", "2000", "--aggregate", &rows.join(",")])
+        .args(&["--aggregate-period", "100ms"])
+        .start();
+    let stat = |row: &str, s: &str| format!("{row}_interval_{s}");
+    // The third window: the first ones start with the watches.
+    let page = e.scrape_until(30, |p| {
+        let done = self_metric(p, "dcgm_exporter_collections_total", &[("result", "success")]);
+        done >= 3.0 && series(p, &stat(rows[0], "samples")).len() == 4
+    });
+    eprintln!("{}", dump(&page));
+}

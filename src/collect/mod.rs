@@ -4,6 +4,7 @@ pub mod exp;
 pub mod failures;
 pub mod fields;
 pub mod freshness;
+pub mod heal;
 pub mod health;
 pub mod health_codes;
 pub mod info;
@@ -61,6 +62,9 @@ pub struct Settings {
     pub emulate: crate::config::emulate::UpstreamVersion,
     /// `--low-cardinality`: info series, static labels left out of the others.
     pub low_cardinality: bool,
+    /// Profiling that heals (`--profiling-rearm-after`, `--profiling-restart-period`) and
+    /// the modules the embedded engine is started without (`--dcgm-denylist-modules`).
+    pub profiling: heal::Options,
 }
 
 /// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
@@ -155,6 +159,8 @@ pub struct Collector {
     info: Option<Page>,
     /// The last collection found no recent sample of any polled field watched.
     stalled: bool,
+    /// Busy GPUs whose profiling reads 0 or fails (DCGM#303), re-armed (`heal`).
+    healer: heal::Healer,
 }
 
 /// One `dcgmWatchFields` call as it was made, kept so that it can be made again: DCGM keys a
@@ -440,11 +446,17 @@ impl Collector {
         )?;
         // Take the first samples now rather than one interval later.
         session.update_all_fields(true)?;
+        profiling::log_module_status(&session);
         let mig_layout = topology.mig_rows.clone();
         let field_intervals = own_intervals(&sets, &settings);
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
+        let healer = heal::Healer::new(
+            settings.profiling.clone(),
+            matches!(session.kind(), dcgm_sys::SessionKind::Embedded),
+            gpu_labels(&gpu_targets),
+        );
         Ok(Collector {
             unmatched,
             session,
@@ -459,6 +471,7 @@ impl Collector {
             low_cardinality,
             info: None,
             stalled: false,
+            healer,
         })
     }
 
@@ -539,6 +552,7 @@ impl Collector {
         let mut fresh = freshness::Freshness::new(now_us(), self.interval)
             .with_field_intervals(self.field_intervals.clone());
         let mut csv_labels: HashMap<Entity, Vec<(String, String)>> = HashMap::new();
+        let mut rearm = Vec::new();
         for active in &self.sets {
             let source = format!("{} fields", active.set.kind.name());
             let r = self
@@ -548,6 +562,7 @@ impl Collector {
                 continue;
             };
             fresh.observe(&readings);
+            rearm.extend(judge_profiling(&mut self.healer, active, &readings));
             Self::fill(
                 &self.counters,
                 active,
@@ -567,7 +582,54 @@ impl Collector {
         page.oldest_sample_us = Some(fresh.oldest_us());
         self.stalled = fresh.stalled();
         self.info = self.info_page(&csv_labels);
+        for gpu in rearm {
+            self.rearm_profiling(gpu)?;
+        }
         outcome.finish()
+    }
+
+    /// Unwatches and watches again GPU `gpu`'s profiling fields, in each watch holding them,
+    /// with that watch's interval and retention: a group of that GPU alone, so no other
+    /// pair is touched (DCGM keys a watch by entity, field and connection). A refusal is
+    /// logged (the next stuck collections try again); a lost session is the collection's.
+    fn rearm_profiling(&self, gpu: Entity) -> dcgm_sys::Result<()> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let watches = self.sets.iter().filter(|a| a.set.kind == Kind::Gpu);
+        for w in watches.flat_map(|a| &a.watches) {
+            let prof: Vec<u16> = w
+                .fields
+                .fields()
+                .iter()
+                .copied()
+                .filter(|f| profiling::is_profiling(*f))
+                .collect();
+            if prof.is_empty() || !w.group.entities().contains(&gpu) {
+                continue;
+            }
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("dcgm-exporter-rearm-{}-{n}", std::process::id());
+            let done = self.session.create_group(&name, &[gpu]).and_then(|g| {
+                let fg = self.session.create_field_group(&name, &prof)?;
+                if let Err(e) = self.session.unwatch(&g, &fg) {
+                    // DCGM removes every pair before it reports one that failed.
+                    tracing::debug!("re-arm of {gpu:?}: unwatch: {e}");
+                }
+                self.session
+                    .watch(&g, &fg, w.freq_us, w.keep_age_s, w.keep_samples)
+            });
+            match done {
+                Err(e) if failures::is_fatal(&e) => return Err(e),
+                Err(e) => tracing::warn!("re-arming the profiling watches of {gpu:?}: {e}"),
+                Ok(()) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// A restart of the embedded host engine the healing decided on (once): the caller ends
+    /// the session, and the next connection starts the engine anew.
+    pub fn take_engine_restart(&mut self) -> Option<String> {
+        self.healer.take_restart()
     }
 
     /// Turns one watch set's readings into series.
@@ -773,13 +835,8 @@ fn activate(
     );
     let unsupported = if set.kind == Kind::Gpu {
         let prof = unsupported_profiling(session, &set);
-        let mut refused = HashSet::new();
-        for (field, why) in &prof.unwatched {
-            for name in row_names(&set, counters, *field) {
-                tracing::warn!("skipping {name}: {why}");
-            }
-            refused.insert(*field);
-        }
+        prof.report(&set, counters);
+        let refused = prof.unwatched.iter().map(|u| u.0).collect();
         drop_fields(&mut set, counters, &refused);
         prof.pairs
     } else {
@@ -787,7 +844,8 @@ fn activate(
     };
     let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
     let source = format!("{} fields", set.kind.name());
-    let watched = match watch_by_interval(session, &name, &entities, &set, settings)? {
+    let watched = match watch_by_interval(session, &name, &entities, &set, settings, &unsupported)?
+    {
         Ok(w) => w,
         Err(e) => {
             failures.refused_at_start(&source, &e);
@@ -828,19 +886,32 @@ fn activate(
 }
 
 /// One watch per frequency and retention: fields of a config-file watch group are sampled
-/// at its interval and kept as it says. The inner error is the set's own (it is left out); the outer one is fatal.
+/// at its interval and kept as it says. A profiling field some GPUs do not support is
+/// watched on the others only (`unsupported`): DCGM refuses a whole watch of it where its
+/// profiling module is denied or absent, and a watch of GPUs it samples through GPM alone
+/// never loads the module. The inner error is the set's own (it is left out); the outer one is fatal.
 fn watch_by_interval(
     session: &Session,
     name: &str,
     entities: &[Entity],
     set: &WatchSet,
     settings: &Settings,
+    unsupported: &HashSet<(Entity, u16)>,
 ) -> Result<dcgm_sys::Result<Watched>, StartError> {
-    let mut by_interval: BTreeMap<(u64, u64, i32), Vec<u16>> = BTreeMap::new();
+    type Key = (u64, u64, i32, Vec<Entity>);
+    let mut by_interval: BTreeMap<Key, Vec<u16>> = BTreeMap::new();
     for &f in &set.fields {
         let (age_s, samples) = settings.field_retention(f);
+        let on: Vec<Entity> = entities
+            .iter()
+            .copied()
+            .filter(|e| !unsupported.contains(&(*e, f)))
+            .collect();
+        if on.is_empty() {
+            continue;
+        }
         by_interval
-            .entry((settings.watch_interval_ms(f), age_s.to_bits(), samples))
+            .entry((settings.watch_interval_ms(f), age_s.to_bits(), samples, on))
             .or_default()
             .push(f);
     }
@@ -849,7 +920,7 @@ fn watch_by_interval(
         refused: Vec::new(),
         refused_entities: Vec::new(),
     };
-    for ((interval_ms, age_bits, keep_samples), fields) in &by_interval {
+    for ((interval_ms, age_bits, keep_samples, entities), fields) in &by_interval {
         match watch_all(
             session,
             name,
@@ -869,6 +940,47 @@ fn watch_by_interval(
         }
     }
     Ok(Ok(watched))
+}
+
+/// The `gpu` and `UUID` labels of each whole GPU, for the healing's self-metrics.
+fn gpu_labels(targets: &[targets::Target]) -> BTreeMap<u32, (String, String)> {
+    let label = |t: &targets::Target, names: &[&str]| {
+        t.labels
+            .iter()
+            .find(|(k, _)| names.contains(k))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    targets
+        .iter()
+        .filter(|t| t.entity.group == dcgm_sys::EntityGroup::Gpu)
+        .map(|t| {
+            let gpu = label(t, &["gpu"]);
+            (t.entity.id, (gpu, label(t, &["UUID", "uuid"])))
+        })
+        .collect()
+}
+
+/// Judges the whole GPUs of a GPU watch set from its readings; the GPUs to re-arm.
+fn judge_profiling(
+    healer: &mut heal::Healer,
+    active: &ActiveSet,
+    readings: &[dcgm_sys::FieldReading],
+) -> Vec<Entity> {
+    if active.set.kind != Kind::Gpu {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for t in &active.set.targets {
+        if t.entity.group != dcgm_sys::EntityGroup::Gpu {
+            continue;
+        }
+        let prof = heal::watched_profiling(&active.set.fields, t.entity, &active.unsupported);
+        if let Some(heal::Action::Rearm) = healer.judge(t.entity.id, t.entity, &prof, readings) {
+            out.push(t.entity);
+        }
+    }
+    out
 }
 
 /// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
@@ -961,6 +1073,7 @@ mod retention_tests {
             watch_groups: Vec::new(),
             emulate: Default::default(),
             low_cardinality: false,
+            profiling: Default::default(),
         }
     }
 

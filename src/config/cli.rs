@@ -480,6 +480,31 @@ pub struct Config {
     /// Pushes kept while the OTLP receiver is down or slow; past this the oldest is dropped.
     #[arg(long, env = "DCGM_EXPORTER_OTLP_QUEUE_SIZE", value_name = "N", default_value = "16", value_parser = go_int!())]
     pub otlp_queue_size: i64,
+    /// DCGM modules the embedded host engine is started without, comma-separated names or
+    /// ids (profiling or 8, health, policy, ...): with profiling denied, GPUs before Hopper
+    /// lose their DCGM_FI_PROF_* rows and the exporter the profiling module's memory;
+    /// Hopper and newer keep them (DCGM reads them through NVML's GPM).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_DCGM_DENYLIST_MODULES",
+        value_name = "MODULES",
+        default_value = ""
+    )]
+    pub dcgm_denylist_modules: String,
+    /// Collections in a row a busy GPU (DCGM_FI_DEV_GPU_UTIL >= 50 %) may read 0 or fail in
+    /// every profiling field before its profiling watches are re-armed (NVIDIA/DCGM#303);
+    /// 0 turns this off.
+    #[arg(long, env = "DCGM_EXPORTER_PROFILING_REARM_AFTER", value_name = "N", default_value = "3", value_parser = go_int!())]
+    pub profiling_rearm_after: i64,
+    /// In embedded mode, when three re-arms did not help, the embedded host engine is
+    /// restarted, at most once per this period (Go duration; 0: never).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_PROFILING_RESTART_PERIOD",
+        value_name = "DURATION",
+        default_value = "1h"
+    )]
+    pub profiling_restart_period: String,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -719,6 +744,41 @@ where
 }
 
 impl Config {
+    /// `--dcgm-denylist-modules`: the modules, each once.
+    pub fn dcgm_denylist(&self) -> Result<Vec<dcgm_sys::Module>, String> {
+        let mut out = Vec::new();
+        for word in self.dcgm_denylist_modules.split(',').map(str::trim) {
+            if word.is_empty() {
+                continue;
+            }
+            let m = dcgm_sys::Module::parse(word)
+                .map_err(|e| format!("--dcgm-denylist-modules: {e}"))?;
+            if m == dcgm_sys::Module::Core {
+                return Err("--dcgm-denylist-modules: the core module cannot be denied".into());
+            }
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `--profiling-rearm-after` and `--profiling-restart-period`.
+    pub fn profiling_healing(&self) -> Result<(u32, std::time::Duration), String> {
+        let n = u32::try_from(self.profiling_rearm_after)
+            .ok()
+            .filter(|n| *n <= 1000)
+            .ok_or_else(|| {
+                format!(
+                    "--profiling-rearm-after: {} is not 0 to 1000 collections",
+                    self.profiling_rearm_after
+                )
+            })?;
+        let period = crate::config::duration::parse(&self.profiling_restart_period)
+            .map_err(|e| format!("--profiling-restart-period: {e}"))?;
+        Ok((n, period))
+    }
+
     /// The remote host engine, when -r or DCGM_REMOTE_HOSTENGINE_INFO selects remote mode.
     /// Whether `--<long>` was given on the command line or through its env var.
     pub fn is_explicit(&self, long: &str) -> bool {
@@ -906,6 +966,10 @@ pub(crate) mod tests {
         ("otlp-protocol", None, Some("DCGM_EXPORTER_OTLP_PROTOCOL"), Some(""), Str),
         ("otlp-metric-names", None, Some("DCGM_EXPORTER_OTLP_METRIC_NAMES"), Some("dcgm"), Str),
         ("otlp-queue-size", None, Some("DCGM_EXPORTER_OTLP_QUEUE_SIZE"), Some("16"), Int),
+        // ours (issue 44: the profiling module under the operator's control, profiling that heals)
+        ("dcgm-denylist-modules", None, Some("DCGM_EXPORTER_DCGM_DENYLIST_MODULES"), Some(""), Str),
+        ("profiling-rearm-after", None, Some("DCGM_EXPORTER_PROFILING_REARM_AFTER"), Some("3"), Int),
+        ("profiling-restart-period", None, Some("DCGM_EXPORTER_PROFILING_RESTART_PERIOD"), Some("1h"), Str),
     ];
 
     /// A value that parses and differs from the default.

@@ -146,6 +146,9 @@ impl SelfMetrics {
             Box::new(collection_errors.clone()),
             Box::new(series.clone()),
             Box::new(reconnects.clone()),
+            // Profiling that heals (collect::heal): process-wide, per GPU.
+            Box::new(crate::collect::heal::rearm_counter().clone()),
+            Box::new(crate::collect::heal::stuck_gauge().clone()),
         ]
         .into_iter()
         // Basic auth's bound on password checks (process-wide, so one set for the process).

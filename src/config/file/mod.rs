@@ -215,6 +215,11 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
     if let Some(b) = fs.backend {
         set("backend", &mut |c| c.backend = b);
     }
+    if let Some(list) = &fs.denylist_modules {
+        set("dcgm-denylist-modules", &mut |c| {
+            c.dcgm_denylist_modules = list.join(",")
+        });
+    }
     if let Some(n) = fs.max_concurrent_scrapes {
         set("max-concurrent-scrapes", &mut |c| {
             c.max_concurrent_scrapes = n

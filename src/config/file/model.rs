@@ -77,6 +77,8 @@ pub(super) struct Model<'a> {
     pub detect: Option<&'a RawDetect>,
     /// `sources.dcgm.hostEngines` (ours).
     pub host_engines: Option<&'a [RawHostEngine]>,
+    /// `sources.dcgm.denylistModules` (ours).
+    pub denylist_modules: Option<&'a [String]>,
     /// The default cadence (version 1's `collection.interval`).
     pub interval: Option<IntervalText<'a>>,
     /// The default retention (`collection.retention`, `sources.dcgm.watch`).
@@ -169,6 +171,9 @@ pub struct FileSettings {
     /// `sources.dcgm.hostEngines` (ours): each engine's name (the `engine` label) and
     /// address as written; the address is checked where `-r`'s are.
     pub host_engines: Vec<HostEngine>,
+    /// `sources.dcgm.denylistModules` (ours, `--dcgm-denylist-modules`): module names or
+    /// ids, checked where the flag's are.
+    pub denylist_modules: Option<Vec<String>>,
 }
 
 /// One entry of `sources.dcgm.hostEngines`.
@@ -188,6 +193,7 @@ impl Model<'_> {
             schema: self.schema,
             v1_extension: self.v1_extension,
             low_cardinality: self.low_cardinality,
+            denylist_modules: self.denylist_modules.map(<[String]>::to_vec),
             ..FileSettings::default()
         };
         if let Some(v) = self.emulate_version {

@@ -45,6 +45,9 @@ struct Dcgm {
     detect_bind_unbind: Option<RawDetect>,
     #[serde(default)]
     host_engines: Option<Vec<RawHostEngine>>,
+    /// Ours: `--dcgm-denylist-modules`.
+    #[serde(default)]
+    denylist_modules: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -111,6 +114,11 @@ impl RawV1 {
                 .as_ref()
                 .and_then(|s| s.dcgm.as_ref())
                 .and_then(|d| d.host_engines.as_deref()),
+            denylist_modules: self
+                .sources
+                .as_ref()
+                .and_then(|s| s.dcgm.as_ref())
+                .and_then(|d| d.denylist_modules.as_deref()),
             interval: c.and_then(|c| c.interval.as_ref()).map(|i| IntervalText {
                 key: "collection.interval".into(),
                 value: i,

@@ -64,6 +64,9 @@ struct Dcgm {
     detect_bind_unbind: Option<RawDetect>,
     #[serde(default)]
     host_engines: Option<Vec<RawHostEngine>>,
+    /// Ours: `--dcgm-denylist-modules`.
+    #[serde(default)]
+    denylist_modules: Option<Vec<String>>,
 }
 
 /// A collection's own sources: only the watch policy (exporter-wide settings such as
@@ -120,6 +123,7 @@ impl RawV2 {
             metrics: self.metrics.as_ref(),
             detect: dcgm.and_then(|d| d.detect_bind_unbind.as_ref()),
             host_engines: dcgm.and_then(|d| d.host_engines.as_deref()),
+            denylist_modules: dcgm.and_then(|d| d.denylist_modules.as_deref()),
             interval: None,
             retention: dcgm
                 .and_then(|d| d.watch.as_ref())

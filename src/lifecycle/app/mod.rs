@@ -319,6 +319,10 @@ impl Runner {
             let Some(c) = d.collector.as_mut() else {
                 return Err(Failure::Watches("no watches".into()));
             };
+            if let Some(why) = c.take_engine_restart() {
+                // Profiling stuck (collect::heal): a new session starts the engine anew.
+                return Err(Failure::Session(why));
+            }
             let failed = |d: &mut Dcgm, e: dcgm_sys::Error| {
                 // The watches are rebuilt next tick from a fresh discovery. Removing them
                 // first is only worth it while the session still answers.

@@ -492,6 +492,8 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
     let library = Arc::new(
         dcgm_sys::Library::load(stages.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
     );
+    let embedded = matches!(stages.engine, Engine::Embedded) && stages.engines.is_empty();
+    crate::collect::heal::apply_denylist(&library, &stages.collect.profiling, embedded);
     let dcgm_version = library.version().unwrap_or_else(|e| {
         tracing::debug!("cannot read the DCGM library's version: {e}");
         "unknown".into()

@@ -269,6 +269,10 @@ fn collect_settings(
         watch_groups,
         emulate: config.emulate_version,
         low_cardinality: config.low_cardinality,
+        profiling: collect::heal::Options::from_flags(
+            config.profiling_healing()?,
+            config.dcgm_denylist()?,
+        ),
     })
 }
 
