@@ -144,6 +144,9 @@ pub enum Request {
     /// Sent once by a remote client after connecting.
     Login {
         persist_after_disconnect: bool,
+        /// The client library's DCGM release (`[node] dcgm_version` of its profile).
+        #[serde(default)]
+        library: Option<String>,
     },
     GetAllDevices {
         only_supported: bool,
@@ -234,6 +237,8 @@ pub enum Request {
     FieldGroupGetAll,
     /// dcgmModuleGetStatuses: `Reply::ModuleStatuses`.
     ModuleGetStatuses,
+    /// dcgmHostengineVersionInfo: `Reply::Version` with the engine's DCGM release.
+    EngineVersion,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -274,4 +279,6 @@ pub enum Reply {
     FieldGroups(Vec<FieldGroupEntry>),
     /// (dcgmModuleId_t, dcgmModuleStatus_t) of every module.
     ModuleStatuses(Vec<(u32, u32)>),
+    /// A DCGM release (`4.5.3`).
+    Version(String),
 }

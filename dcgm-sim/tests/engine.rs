@@ -1643,7 +1643,8 @@ fn a_connection_takes_its_groups_and_watches_with_it_unless_it_persists() {
         e.handle(
             10,
             &Request::Login {
-                persist_after_disconnect: true
+                persist_after_disconnect: true,
+                library: None,
             }
         ),
         Reply::Ok

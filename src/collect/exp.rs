@@ -442,7 +442,8 @@ impl Actions {
             }
         }
         let ents: Vec<Entity> = self.targets.iter().map(|t| t.entity).collect();
-        if !self.watches.is_empty() {
+        let recovery = super::versions::knows(session, fields::GPU_RECOVERY_ACTION);
+        if !self.watches.is_empty() && recovery {
             for r in session.latest_values(&ents, &[fields::GPU_RECOVERY_ACTION], false)? {
                 if let (Reading::Value(Value::Int64(v)), Some(e)) =
                     (r.reading, ev.get_mut(&r.entity.id))
@@ -869,12 +870,13 @@ impl Actions {
         let ents: Vec<Entity> = whole_gpus.iter().map(|t| t.entity).collect();
         let (keep_age_s, keep_samples) = settings.window_retention(a.window_ms);
         let source = a.source().to_string();
+        let watched = action_fields(session);
         match watch_all(
             session,
             "dcgm-exporter-health-action",
             &ents,
-            &[fields::XID_ERRORS, fields::GPU_RECOVERY_ACTION],
-            fastest_interval_ms(settings, &[fields::XID_ERRORS, fields::GPU_RECOVERY_ACTION]),
+            &watched,
+            fastest_interval_ms(settings, &watched),
             keep_age_s,
             keep_samples,
         ) {
@@ -931,6 +933,16 @@ impl Actions {
             }
         }
     }
+}
+
+/// The fields the health action watches: the XIDs, and the driver's recovery action where
+/// both sides of the session know it (DCGM 4.5.0 and later; `super::versions` says so once).
+fn action_fields(session: &Session) -> Vec<u16> {
+    let mut f = vec![fields::XID_ERRORS];
+    if super::versions::knows(session, fields::GPU_RECOVERY_ACTION) {
+        f.push(fields::GPU_RECOVERY_ACTION);
+    }
+    f
 }
 
 /// The GPU index a GPU or compute instance belongs to (a compute instance through its GPU

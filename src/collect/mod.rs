@@ -12,6 +12,7 @@ pub mod nvml;
 mod profiling;
 pub mod targets;
 pub mod topology;
+pub mod versions;
 pub mod xid;
 
 use crate::config::counters::{Counter, CounterField, Counters, PromType};
@@ -402,7 +403,7 @@ impl Collector {
         counters: Arc<Counters>,
         settings: Settings,
     ) -> Result<Collector, StartError> {
-        let counters = bind_units(&session, counters)?;
+        let counters = versions::supported(&session, bind_units(&session, counters)?);
         let topology = Topology::discover(&session, settings.fake_gpus)?;
         for w in &topology.warnings {
             tracing::debug!("{w}");

@@ -1,10 +1,12 @@
-//! The real DCGM 4.6 (NVIDIA's `libdcgm.so.4` and `nv-hostengine`, built from source, with
+//! The real DCGM 4 (NVIDIA's `libdcgm.so.4` and `nv-hostengine`, built from source, with
 //! DCGM's NVML injection library underneath) for the real-DCGM test tier.
 //!
-//! The kit is `../shared/dcgm-real/dcgm-4.6.0-nvml-injection-linux-x86_64.tar.xz` (rebuilt
-//! with `../shared/dcgm-real/build.sh`), unpacked once under the target directory, or an
-//! unpacked kit named by `DCGM_REAL_DIR`. Where it is absent or cannot run here, [`kit`]
-//! says why and the tests return early.
+//! The kit most tests use is 4.6.0, `../shared/dcgm-real/dcgm-4.6.0-nvml-injection-linux-x86_64.tar.xz`
+//! (rebuilt with `../shared/dcgm-real/build.sh`), unpacked once under the target directory, or
+//! an unpacked kit named by `DCGM_REAL_DIR`. The older releases a host may run, 4.4.2 and
+//! 4.5.3, are kits in `tests/dcgm-kits/` (built with `tests/dcgm-kits/build.sh`), found by
+//! [`kit_of`]. Where a kit is absent or cannot run here, [`kit`] and [`kit_of`] say why and
+//! the tests return early.
 
 use super::{bin_dir, free_port, repo, ExporterBuilder};
 use std::net::TcpStream;
@@ -15,9 +17,24 @@ use std::time::{Duration, Instant};
 
 pub const ARCHIVE: &str = "../shared/dcgm-real/dcgm-4.6.0-nvml-injection-linux-x86_64.tar.xz";
 
+/// Every DCGM 4 release with a kit, oldest first, and its archive (relative to the repo).
+pub const RELEASES: [(&str, &str); 3] = [
+    (
+        "4.4.2",
+        "tests/dcgm-kits/dcgm-4.4.2-nvml-injection-linux-x86_64.tar.xz",
+    ),
+    (
+        "4.5.3",
+        "tests/dcgm-kits/dcgm-4.5.3-nvml-injection-linux-x86_64.tar.xz",
+    ),
+    ("4.6.0", ARCHIVE),
+];
+
 /// An unpacked kit: `bin/nv-hostengine`, `bin/dcgmi`, `lib/libdcgm.so.4`...
 pub struct Kit {
     pub root: PathBuf,
+    /// The DCGM release (`4.6.0`).
+    pub version: &'static str,
 }
 
 /// The kit, or `None` after printing why the real-DCGM tests are skipped here. Under CI
@@ -33,15 +50,53 @@ pub fn kit() -> Option<&'static Kit> {
     }
 }
 
+/// The kit of DCGM `version` (one of [`RELEASES`]), or `None` after printing why it cannot
+/// run here (a failure under CI, as for [`kit`]). 4.6.0 is [`kit`]'s.
+pub fn kit_of(version: &str) -> Option<&'static Kit> {
+    static KITS: OnceLock<Vec<Result<Kit, String>>> = OnceLock::new();
+    let i = RELEASES.iter().position(|(v, _)| *v == version)?;
+    if RELEASES[i].1 == ARCHIVE {
+        return kit();
+    }
+    let all = KITS.get_or_init(|| {
+        RELEASES
+            .iter()
+            .map(|(v, a)| {
+                if *a == ARCHIVE {
+                    Err("see kit()".into())
+                } else {
+                    open(v, unpack(a, &format!("real-dcgm-{v}"), v))
+                }
+            })
+            .collect()
+    });
+    match &all[i] {
+        Ok(k) => Some(k),
+        Err(why) => {
+            super::skip(&format!(
+                "the real-DCGM {version} kit cannot run here: {why}"
+            ));
+            None
+        }
+    }
+}
+
 fn find() -> Result<Kit, String> {
+    let root = match std::env::var_os("DCGM_REAL_DIR") {
+        Some(d) => Ok(PathBuf::from(d)),
+        None => unpack(ARCHIVE, "real-dcgm", "4.6.0"),
+    };
+    open("4.6.0", root)
+}
+
+fn open(version: &'static str, root: Result<PathBuf, String>) -> Result<Kit, String> {
     if !(cfg!(target_os = "linux") && cfg!(target_arch = "x86_64")) {
         return Err("the kit is built for x86-64 Linux".into());
     }
-    let root = match std::env::var_os("DCGM_REAL_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => unpack()?,
+    let kit = Kit {
+        root: root?,
+        version,
     };
-    let kit = Kit { root };
     for f in [kit.lib(), kit.bin("nv-hostengine"), kit.bin("dcgmi")] {
         if !f.exists() {
             return Err(format!("{} is missing", f.display()));
@@ -51,17 +106,18 @@ fn find() -> Result<Kit, String> {
     Ok(kit)
 }
 
-/// Unpacks the archive once into `target/real-dcgm/` (shared by every test binary).
-fn unpack() -> Result<PathBuf, String> {
-    let archive = repo(ARCHIVE);
+/// Unpacks `archive` once into `target/<cache>/` (shared by every test binary); the kit's
+/// root is `dcgm-<version>` in it.
+fn unpack(archive: &str, cache: &str, version: &str) -> Result<PathBuf, String> {
+    let archive = repo(archive);
     if !archive.exists() {
         return Err(format!("{} is absent", archive.display()));
     }
     let cache = bin_dir()
         .parent()
         .ok_or("target dir has no parent")?
-        .join("real-dcgm");
-    let root = cache.join("dcgm-4.6.0");
+        .join(cache);
+    let root = cache.join(format!("dcgm-{version}"));
     let stamp = cache.join(".unpacked");
     let archive_len = std::fs::metadata(&archive)
         .map_err(|e| e.to_string())?

@@ -1,11 +1,32 @@
 //! DCGM's field table as this simulated DCGM knows it: DCGM 4.6.0's, plus the base-unit
 //! fields of DCGM 4.6.1 and 4.7 (`dcgm_sys::fields::BASE_UNIT_FIELDS`) when the profile sets
-//! `[node] base_unit_fields = true`, as a later library would.
+//! `[node] base_unit_fields = true`, as a later library would; less the fields added after
+//! the release the profile's `[node] dcgm_version` names (`dcgm_sys::releases`).
 
 pub use dcgm_sys::fields::*;
-use std::sync::atomic::{AtomicBool, Ordering};
+use dcgm_sys::releases::{knows_field, Release, BINDINGS};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 static BASE_UNITS: AtomicBool = AtomicBool::new(false);
+
+/// The release whose fields this process's engine knows, as `major << 32 | minor << 16 |
+/// patch`; set by each engine from its profile, like the base-unit fields.
+static RELEASE: AtomicU64 = AtomicU64::new(encode(BINDINGS));
+
+const fn encode(r: Release) -> u64 {
+    (r.major as u64) << 32 | (r.minor as u64) << 16 | r.patch as u64
+}
+
+/// Set by each engine from its profile's `[node] dcgm_version`.
+pub fn set_release(r: Release) {
+    RELEASE.store(encode(r), Ordering::SeqCst);
+}
+
+/// The release this process's engine answers as.
+pub fn release() -> Release {
+    let v = RELEASE.load(Ordering::SeqCst);
+    Release::new((v >> 32) as u16, (v >> 16) as u16, v as u16)
+}
 
 /// Set by each engine from its profile: the table is process-wide, as the real library's.
 pub fn set_base_units(on: bool) {
@@ -18,6 +39,9 @@ pub fn base_units() -> bool {
 
 /// The field with this id in the table this DCGM knows.
 pub fn by_id(id: u16) -> Option<&'static FieldMeta> {
+    if !knows_field(release(), id) {
+        return None;
+    }
     dcgm_sys::fields::by_id(id).or_else(|| base_units().then(|| base_unit_by_id(id)).flatten())
 }
 

@@ -129,6 +129,23 @@ pub struct NodeSpec {
     /// in J, ratios, bytes), as a library of those releases does; DCGM 4.6.0 has none.
     #[serde(default)]
     pub base_unit_fields: bool,
+    /// The DCGM release this simulated DCGM answers as (`"4.4.2"`; default 4.6.0, the
+    /// bindings' own): what `dcgmVersionInfo` and `dcgmHostengineVersionInfo` report, the
+    /// fields it knows (`dcgm_sys::releases`: a host engine refuses a field group holding a
+    /// field of a later release, a library will not read one), the NvLink status versions
+    /// the library accepts (v5 from 4.6.0), and, as a 4.6 library meeting an older host
+    /// engine, values refused with FUNCTION_NOT_FOUND. The library of a remote exporter
+    /// reads it from its own `DCGM_SIM_PROFILE`, `dcgm-sim-hostengine` from its profile.
+    #[serde(default = "d_dcgm_version")]
+    pub dcgm_version: String,
+}
+
+impl NodeSpec {
+    /// [`NodeSpec::dcgm_version`] parsed (a loaded profile has a valid one).
+    pub fn release(&self) -> dcgm_sys::releases::Release {
+        dcgm_sys::releases::Release::parse(&self.dcgm_version)
+            .unwrap_or(dcgm_sys::releases::BINDINGS)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
@@ -148,8 +165,13 @@ impl Default for NodeSpec {
             seed: d_seed(),
             lost_gpu_attributes: LostAttributes::Error,
             base_unit_fields: false,
+            dcgm_version: d_dcgm_version(),
         }
     }
+}
+
+fn d_dcgm_version() -> String {
+    dcgm_sys::releases::BINDINGS.to_string()
 }
 
 fn d_driver() -> String {
@@ -691,6 +713,12 @@ impl Profile {
     }
 
     fn validate(&self) -> Result<(), String> {
+        if dcgm_sys::releases::Release::parse(&self.node.dcgm_version).is_none() {
+            return Err(format!(
+                "node.dcgm_version must be a DCGM release such as \"4.5.3\", not '{}'",
+                self.node.dcgm_version
+            ));
+        }
         let g = &self.gpus;
         if g.count == 0 || g.count > 32 {
             return Err(format!("gpus.count must be 1..=32, not {}", g.count));

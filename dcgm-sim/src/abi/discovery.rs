@@ -248,7 +248,8 @@ fn put_states(dst: &mut [dcgmNvLinkLinkState_t], states: &[u32]) {
 }
 
 /// `dcgmReturn_t dcgmGetNvLinkLinkStatus(dcgmHandle_t, dcgmNvLinkStatus_v5 *)`: accepts
-/// the 4.6 layout (v5, 36 links per GPU) and the 4.0–4.5 one (v4, 18 links per GPU).
+/// the 4.6 layout (v5, 36 links per GPU; VER_MISMATCH from a library of an older release)
+/// and the 4.0–4.5 one (v4, 18 links per GPU).
 #[no_mangle]
 pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
     handle: dcgmHandle_t,
@@ -260,7 +261,9 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
         }
         // SAFETY: non-NULL.
         let version = unsafe { version_of(status) };
-        if version != NVLINK_STATUS_V5 && version != NVLINK_STATUS_V4 {
+        // v5 is a 4.6.0 struct: a library of an older release does not know it.
+        let v5 = super::lifecycle::library_release() >= dcgm_sys::releases::NVLINK_STATUS_V5;
+        if !(version == NVLINK_STATUS_V5 && v5) && version != NVLINK_STATUS_V4 {
             return Err(DCGM_ST_VER_MISMATCH);
         }
         let ls = match call(handle, Request::GetNvLinkLinkStatus)? {

@@ -114,10 +114,15 @@ fn meta_by_id(id: u16) -> *const dcgm_field_meta_t {
     }
 }
 
-/// DCGM 4.6.0's fields always; the later base-unit fields when this process's engine or the
-/// profile named by `DCGM_SIM_PROFILE` (a remote client's view of its library) enables them.
+/// DCGM 4.6.0's fields (less those after the library's release); the later base-unit fields
+/// when this process's engine or the profile named by `DCGM_SIM_PROFILE` (a remote client's
+/// view of its library) enables them.
 fn shown(id: u16) -> bool {
     static FROM_ENV: OnceLock<bool> = OnceLock::new();
+    // A library of an older release (`[node] dcgm_version`) lacks the fields added since.
+    if !dcgm_sys::releases::knows_field(super::lifecycle::library_release(), id) {
+        return false;
+    }
     dcgm_sys::fields::by_id(id).is_some()
         || crate::engine::fields::base_units()
         || *FROM_ENV.get_or_init(|| {

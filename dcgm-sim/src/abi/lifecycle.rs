@@ -16,10 +16,26 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// What `dcgmVersionInfo` reports: the DCGM release whose ABI is simulated, with the keys in
+/// What `dcgmVersionInfo` reports: the DCGM release simulated (`release`), with the keys in
 /// the order and shape the real 4.6.0 library gives them (an empty entry before `crc`).
-const BUILD_INFO: &str = "version:4.6.0;arch:x86_64;buildtype:Release;buildid:;builddate:;\
-     commit:dcgm-sim;branch:dcgm-sim;buildplatform:dcgm-sim;;crc:";
+fn build_info(release: &str) -> String {
+    format!(
+        "version:{release};arch:x86_64;buildtype:Release;buildid:;builddate:;\
+         commit:dcgm-sim;branch:dcgm-sim;buildplatform:dcgm-sim;;crc:"
+    )
+}
+
+/// The DCGM release this library answers as: `[node] dcgm_version` of the profile named by
+/// `DCGM_SIM_PROFILE` (the embedded engine's too), else 4.6.0.
+pub(crate) fn library_release() -> dcgm_sys::Release {
+    static RELEASE: std::sync::OnceLock<dcgm_sys::Release> = std::sync::OnceLock::new();
+    *RELEASE.get_or_init(|| {
+        std::env::var_os("DCGM_SIM_PROFILE")
+            .filter(|p| !p.is_empty())
+            .and_then(|p| crate::engine::profile::Profile::load(std::path::Path::new(&p)).ok())
+            .map_or(dcgm_sys::releases::BINDINGS, |p| p.node.release())
+    })
+}
 
 /// `dcgmReturn_t dcgmInit(void)`: idempotent; also initialises the field table.
 #[no_mangle]
@@ -254,6 +270,7 @@ fn connect(addr: Address, timeout_ms: u32, persist: bool) -> Result<dcgmHandle_t
     let client = Client::connect(&addr, timeout)?;
     let login = client.request(&Request::Login {
         persist_after_disconnect: persist,
+        library: Some(library_release().to_string()),
     });
     drop(counted);
     match login? {
@@ -392,7 +409,7 @@ pub extern "C" fn dcgmDisconnect(handle: dcgmHandle_t) -> dcgmReturn_t {
 
 /// # Safety
 /// `info` is NULL or points to a writable `dcgmVersionInfo_v2`-sized struct.
-unsafe fn fill_version_info(info: *mut VersionInfoV2) -> Result<(), dcgmReturn_t> {
+unsafe fn fill_version_info(info: *mut VersionInfoV2, release: &str) -> Result<(), dcgmReturn_t> {
     if info.is_null() {
         return Err(DCGM_ST_BADPARAM);
     }
@@ -403,7 +420,7 @@ unsafe fn fill_version_info(info: *mut VersionInfoV2) -> Result<(), dcgmReturn_t
     // SAFETY: the version says the caller's struct is a full `dcgmVersionInfo_v2`.
     unsafe {
         zero_keep_version(info);
-        put_str(&mut (*info).raw_build_info_string, BUILD_INFO);
+        put_str(&mut (*info).raw_build_info_string, &build_info(release));
     }
     Ok(())
 }
@@ -412,8 +429,9 @@ unsafe fn fill_version_info(info: *mut VersionInfoV2) -> Result<(), dcgmReturn_t
 /// answers before `dcgmInit` (it reads the library's own build information).
 #[no_mangle]
 pub unsafe extern "C" fn dcgmVersionInfo(info: *mut VersionInfoV2) -> dcgmReturn_t {
+    let release = library_release().to_string();
     // SAFETY: the caller's pointer, checked inside.
-    guard(|| unsafe { fill_version_info(info) })
+    guard(|| unsafe { fill_version_info(info, &release) })
 }
 
 /// Round-trips a cheap request, so that a dead connection reports -21.
@@ -437,9 +455,18 @@ pub unsafe extern "C" fn dcgmHostengineVersionInfo(
         if info.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
-        ping(handle)?;
+        // The embedded engine is this library's; a remote one says its own release.
+        let release = if handle == EMBEDDED_HANDLE {
+            ping(handle)?;
+            library_release().to_string()
+        } else {
+            match call(handle, Request::EngineVersion)? {
+                Reply::Version(v) => v,
+                r => return super::unexpected(r),
+            }
+        };
         // SAFETY: non-NULL; checked and filled inside.
-        unsafe { fill_version_info(info) }
+        unsafe { fill_version_info(info, &release) }
     })
 }
 

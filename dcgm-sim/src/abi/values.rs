@@ -307,6 +307,15 @@ unsafe fn values_since(
             } => (samples, next_since_us, status),
             r => return unexpected(r),
         };
+        // A library of an older release will not read a field it does not know (the real
+        // 4.4.2 library: UNKNOWN_FIELD for DCGM_FI_DEV_GPU_RECOVERY_ACTION from a 4.6 engine).
+        let release = super::lifecycle::library_release();
+        if samples
+            .iter()
+            .any(|s| !dcgm_sys::releases::knows_field(release, s.field_id))
+        {
+            return Err(DCGM_ST_UNKNOWN_FIELD);
+        }
         // SAFETY: the caller's callback and user data.
         let completed = unsafe { enumerate(&samples, cb, user_data) };
         if !completed {

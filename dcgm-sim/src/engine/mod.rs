@@ -45,6 +45,7 @@ pub const ST_MAX_LIMIT: i32 = -24;
 pub const ST_DUPLICATE_KEY: i32 = -26;
 pub const ST_MODULE_NOT_LOADED: i32 = -33;
 pub const ST_PROFILING_NOT_SUPPORTED: i32 = -36;
+pub const ST_FUNCTION_NOT_FOUND: i32 = -20;
 
 // dcgm_field_entity_group_t.
 pub use dcgm_sim_model::{
@@ -153,6 +154,10 @@ pub struct Engine {
     prof_stuck: HashMap<u32, (bool, bool)>,
     /// The control file has been read once: what it held then was before this engine.
     control_read: bool,
+    /// The DCGM release this engine answers as (`[node] dcgm_version`).
+    release: dcgm_sys::Release,
+    /// The library release each remote connection logged in with.
+    client_releases: HashMap<u64, dcgm_sys::Release>,
 }
 
 impl Engine {
@@ -178,6 +183,7 @@ impl Engine {
     /// An engine on a given clock (tests pass a [`ManualClock`]).
     pub fn with_clock(profile: Profile, clock: Box<dyn Clock>) -> Engine {
         fields::set_base_units(profile.node.base_unit_fields);
+        fields::set_release(profile.node.release());
         let start_us = clock.now_us();
         let mut scheduled: Vec<(i64, Fault)> = profile
             .faults
@@ -224,7 +230,26 @@ impl Engine {
             modules: modules::Modules::default(),
             prof_stuck: HashMap::new(),
             control_read: false,
+            release: profile.node.release(),
+            client_releases: HashMap::new(),
         }
+    }
+
+    /// A 4.6 library reads values through a request (`DCGM_CORE_SR_ENTITIES_GET_LATEST_VALUES_V4`)
+    /// that host engines before 4.6.0 do not know: they answer FUNCTION_NOT_FOUND to its
+    /// value reads (device attributes are read that way too), as the real 4.4.2 and 4.5.3
+    /// engines answer NVIDIA's own 4.6.0 dcgmi.
+    fn refuses(&self, conn: u64, req: &Request) -> bool {
+        const V4_VALUES: dcgm_sys::Release = dcgm_sys::Release::new(4, 6, 0);
+        let newer_client = self
+            .client_releases
+            .get(&conn)
+            .is_some_and(|c| *c >= V4_VALUES && self.release < V4_VALUES);
+        newer_client
+            && matches!(
+                req,
+                Request::EntitiesGetLatestValues { .. } | Request::GetDeviceAttributes { .. }
+            )
     }
 
     /// Puts modules on the denylist before any request (`dcgmStartEmbedded_v2`'s denylist,
@@ -255,6 +280,7 @@ impl Engine {
     /// Forgets the groups, field groups and watches a connection created, unless it logged
     /// in with persistAfterDisconnect.
     pub fn disconnect(&mut self, conn: u64) {
+        self.client_releases.remove(&conn);
         if self.persistent.remove(&conn) {
             return;
         }
@@ -732,6 +758,9 @@ impl Engine {
 
     /// Routes a request to the handler of its family (`dispatch/`).
     fn dispatch(&mut self, conn: u64, req: &Request, now: i64) -> Result<Reply, i32> {
+        if self.refuses(conn, req) {
+            return Err(ST_FUNCTION_NOT_FOUND);
+        }
         match req {
             Request::Login { .. }
             | Request::GetAllDevices { .. }
@@ -762,6 +791,7 @@ impl Engine {
                 self.health_request(conn, req, now)
             }
             Request::ModuleGetStatuses => Ok(Reply::ModuleStatuses(self.modules.statuses())),
+            Request::EngineVersion => Ok(Reply::Version(self.release.to_string())),
         }
     }
 

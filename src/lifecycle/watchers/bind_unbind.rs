@@ -120,6 +120,11 @@ pub fn poll_in<D: WatchSlot>(d: &mut D, interval: Duration) -> Result<Option<(i6
         Some(w) => w,
         None => {
             let session = session.ok_or("no DCGM session")?;
+            // A DCGM before 4.5.0 on either side has no such field: the flag is left out.
+            if crate::collect::versions::left_out(&session, FIELD, "--enable-gpu-bind-unbind-watch")
+            {
+                return Ok(None);
+            }
             let w = Watch::start(session, interval)
                 .map_err(|e| format!("cannot watch field {FIELD}: {e}"))?;
             *slot = Some(w);

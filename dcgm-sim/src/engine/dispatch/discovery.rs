@@ -12,7 +12,12 @@ impl Engine {
         Ok(match req {
             Request::Login {
                 persist_after_disconnect,
+                library,
             } => {
+                match library.as_deref().and_then(dcgm_sys::Release::parse) {
+                    Some(r) => self.client_releases.insert(conn, r),
+                    None => self.client_releases.remove(&conn),
+                };
                 if *persist_after_disconnect {
                     self.persistent.insert(conn);
                 } else {
