@@ -1,7 +1,9 @@
 //! `RealNvml` against the simulated NVML (loaded in this process): each ask for a GPU's
 //! processes carries the utilisation samples newer than the previous ask's, so consecutive
 //! asks get disjoint samples with none skipped, and changes made through the simulator's
-//! control file (`DCGM_SIM_CONTROL`) show in the next samples.
+//! control file (`DCGM_SIM_CONTROL`) show in the next samples. And the exporter's NVML
+//! backend reads the driver's device sample buffers (`nvmlDeviceGetSamples`) for
+//! sub-interval aggregation: a spike between two collections reaches the max series.
 
 mod support;
 
@@ -113,4 +115,39 @@ fn asks_get_every_sample_once_and_follow_the_control_file() {
     let pids: Vec<(u32, Option<u64>)> = last.iter().map(|p| (p.pid, p.memory_bytes)).collect();
     assert_eq!(pids, [(4141, Some(1024 << 20)), (9001, Some(64 << 20))]);
     assert_eq!(last[1].sm_util, Some(5));
+}
+
+/// Sub-interval aggregation (issue 47) on the NVML backend: the driver's own sample
+/// buffers (`nvmlDeviceGetSamples`: the simulated NVML keeps a power and clock sample every
+/// 100 ms) are read in full at each collection, so a 300 ms power spike between two
+/// collections shows in `DCGM_FI_DEV_POWER_USAGE_interval_max` of its GPU (and its MIG
+/// instances), never in the gauge (`nvmlDeviceGetPowerUsage` at the collection) nor on
+/// another GPU. NVML keeps no temperature samples: that row is named at start and left out.
+#[test]
+fn a_spike_between_two_collections_shows_in_the_nvml_max_series_only() {
+    use support::spikes::{check_spike, pages_through_spike};
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let fields = "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK";
+    let e = support::with_sim_nvml(support::exporter())
+        .profile("a100-mixed-mig.toml")
+        .args(&["--backend", "nvml", "-c", "2000", "--aggregate", fields])
+        .args(&["--aggregate-period", "100ms"])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .start();
+    let pages = pages_through_spike(&e, &ctl, "spike 0 155 950 300 700", "0", 950.0, 30);
+    check_spike(&pages[1..], "0", 950.0, 20.0, 10.0);
+    let last = pages.last().unwrap();
+    let clocks = support::series(last, "DCGM_FI_DEV_SM_CLOCK_interval_max");
+    assert_eq!(
+        clocks.len(),
+        support::series(last, "DCGM_FI_DEV_SM_CLOCK").len()
+    );
+    assert!(support::series(last, "DCGM_FI_DEV_GPU_TEMP_interval_max").is_empty());
+    let log = e.stderr();
+    assert!(
+        log.contains("not aggregating DCGM_FI_DEV_GPU_TEMP: NVML keeps no samples of field 150"),
+        "{log}"
+    );
 }

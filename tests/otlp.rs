@@ -925,3 +925,96 @@ mod real {
         assert!(reconnects >= 1.0);
     }
 }
+
+/// Sub-interval aggregation (issue 47) in OTLP: a row's four `_interval_*` families of the
+/// page are one DELTA histogram `<row>_interval` per push (count, sum, min, max, no
+/// buckets), each point equal to the page's series of the same collection, its window
+/// starting at the push before; every other series is pushed as without aggregation.
+#[test]
+fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
+    use support::otlp_receiver::histograms;
+    let r = Receiver::start(Protocol::Http, Mode::Accept);
+    let e = exporter()
+        .args(&[
+            "--otlp-endpoint",
+            &r.endpoint(),
+            "--otlp-protocol",
+            "http/protobuf",
+        ])
+        .args(&["-c", "1000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+        .args(&["--aggregate-period", "100ms"])
+        .start();
+    let stat = |s: &str| format!("DCGM_FI_DEV_POWER_USAGE_interval_{s}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (page, push) = loop {
+        let text = e.get("/metrics").1;
+        let page = parse(&text);
+        std::thread::sleep(Duration::from_millis(150));
+        let windows: BTreeMap<BTreeMap<String, String>, (u64, f64, f64, f64)> =
+            series(&page, &stat("samples"))
+                .into_iter()
+                .map(|s| {
+                    let at = |n: &str| {
+                        series(&page, &stat(n))
+                            .into_iter()
+                            .find(|x| x.labels == s.labels)
+                            .map_or(f64::NAN, |x| x.value)
+                    };
+                    let key = s.labels.clone();
+                    (key, (s.value as u64, at("min"), at("max"), at("mean")))
+                })
+                .collect();
+        // The sum is the mean times the count: equal to a rounding.
+        let same = |p: &Push| {
+            let h = histograms(&p.request);
+            !windows.is_empty()
+                && h.len() == windows.len()
+                && h.iter().all(|h| {
+                    windows.get(&h.attributes).is_some_and(|w| {
+                        let mean = h.sum.unwrap() / h.count as f64;
+                        (h.count, h.min, h.max) == (w.0, Some(w.1), Some(w.2))
+                            && (mean - w.3).abs() <= 1e-9 * w.3.abs()
+                    })
+                })
+        };
+        if let Some(p) = r.pushes().iter().rev().find(|p| same(p)) {
+            break (text, p.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no push equal to the page's windows:\n{text}"
+        );
+    };
+    let hist = histograms(&push.request);
+    assert!(hist
+        .iter()
+        .all(|h| h.metric == "DCGM_FI_DEV_POWER_USAGE_interval"
+            && h.delta
+            && h.buckets == 0
+            && h.count >= 5
+            && h.start_ns < h.time_ns));
+    assert_eq!(
+        hist.len(),
+        series(&parse(&page), "DCGM_FI_DEV_POWER_USAGE").len()
+    );
+    // The rest of the push is the rest of the page, and no gauge holds a statistic.
+    let rest: BTreeMap<Key, (f64, bool)> = page_series(&page)
+        .into_iter()
+        .filter(|((n, _), _)| !n.contains("_interval_"))
+        .collect();
+    assert_eq!(push_series(&push), rest);
+    // Each window starts where the push before ended.
+    let pushes = r.wait_for(r.pushes().len() + 2, 10);
+    let windows: Vec<(u64, u64)> = pushes
+        .iter()
+        .filter_map(|p| {
+            histograms(&p.request)
+                .first()
+                .map(|h| (h.start_ns, h.time_ns))
+        })
+        .collect();
+    assert!(
+        windows.windows(2).any(|w| w[1].0 == w[0].1),
+        "windows do not follow one another: {windows:?}"
+    );
+}

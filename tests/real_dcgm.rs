@@ -1659,7 +1659,11 @@ fn aggregation_reads_every_sample_of_the_real_library() {
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("aggregate");
     let yaml = dir.yaml(&four_gpus());
-    let rows = ["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK"];
+    let rows = [
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SM_CLOCK",
+    ];
     let e = kit
         .embedded(&yaml)
         .args(&["-c", "2000", "--aggregate", &rows.join(",")])
@@ -1668,8 +1672,71 @@ fn aggregation_reads_every_sample_of_the_real_library() {
     let stat = |row: &str, s: &str| format!("{row}_interval_{s}");
     // The third window: the first ones start with the watches.
     let page = e.scrape_until(30, |p| {
-        let done = self_metric(p, "dcgm_exporter_collections_total", &[("result", "success")]);
+        let done = self_metric(
+            p,
+            "dcgm_exporter_collections_total",
+            &[("result", "success")],
+        );
         done >= 3.0 && series(p, &stat(rows[0], "samples")).len() == 4
     });
-    eprintln!("{}", dump(&page));
+    for row in rows {
+        for gpu in ["0", "1", "2", "3"] {
+            let gauge = one(&page, row, gpu);
+            for s in ["min", "max", "mean"] {
+                assert_eq!(
+                    one(&page, &stat(row, s), gpu),
+                    gauge,
+                    "{row} {s} of GPU {gpu}"
+                );
+            }
+            let n = one(&page, &stat(row, "samples"), gpu);
+            assert!(
+                n >= 15.0,
+                "{row} of GPU {gpu}: {n} samples in 2 s at 100 ms"
+            );
+        }
+    }
+}
+
+/// The real host engine's cache takes a value injected live (`dcgmi test --inject`, as
+/// DCGM's own tests do) between its 100 ms NVML samples: a 900 W power sample of GPU 1
+/// between two collections shows in its max, while the gauge at the next collection is the
+/// YAML's again.
+#[test]
+fn a_power_sample_injected_into_the_real_host_engine_shows_in_the_max_only() {
+    let Some(kit) = kit() else { return };
+    let dir = Scratch::new("aggregate-inject");
+    let yaml = dir.yaml(&four_gpus());
+    let port = free_port();
+    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let e = kit
+        .remote(port)
+        .args(&["-c", "2000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+        .args(&["--aggregate-period", "100ms"])
+        .start();
+    let max = "DCGM_FI_DEV_POWER_USAGE_interval_max";
+    let collections = |p: &[Sample]| {
+        self_metric(
+            p,
+            "dcgm_exporter_collections_total",
+            &[("result", "success")],
+        )
+    };
+    let before = e.scrape_until(30, |p| series(p, max).len() == 4);
+    // Just after a collection, so that the next one is some 2 s (20 NVML samples) away.
+    let n = collections(&before);
+    e.scrape_until(10, |p| collections(p) > n);
+    kit.inject(port, 1, 155, 900);
+    let page = e.scrape_until(15, |p| series(p, max).iter().any(|s| s.value == 900.0));
+    assert_eq!(one(&page, max, "1"), 900.0, "{}", dump(&page));
+    assert_eq!(one(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 85.0);
+    let mean = one(&page, "DCGM_FI_DEV_POWER_USAGE_interval_mean", "1");
+    assert!(mean > 85.0 && mean < 900.0, "{mean}");
+    assert_eq!(
+        one(&page, "DCGM_FI_DEV_POWER_USAGE_interval_min", "1"),
+        85.0
+    );
+    for (gpu, w) in [("0", 75.0), ("2", 95.0), ("3", 105.0)] {
+        assert_eq!(one(&page, max, gpu), w, "GPU {gpu}");
+    }
 }

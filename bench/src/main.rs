@@ -34,6 +34,10 @@
 //! page and RSS of `--backend nvml` beside `--backend dcgm` on the same simulated node
 //! (`backend.rs`).
 //!
+//! `cargo run --release -p bench -- aggregate [--build debug]` prints CPU per collection
+//! with power, GPU temperature and SM clock aggregated at 100 ms (`--aggregate`) against
+//! the same 8-GPU node without, on the DCGM and the NVML backend (`aggregate.rs`).
+//!
 //! `cargo run --release -p bench -- engines [--build debug]` prints CPU per collection and
 //! RSS of one exporter serving 1, 2 and 3 simulated host engines of one profile
 //! (`engines.rs`).
@@ -58,6 +62,7 @@
 //! Each run also measures throughput at 64 connections, gzip off and on, against a static
 //! server serving the same bytes (`throughput.rs`).
 
+mod aggregate;
 mod backend;
 mod engines;
 mod exit_codes;
@@ -102,6 +107,7 @@ fn main() {
         Some("usage") => run_usage(),
         Some("serving") => run_serving(),
         Some("backend") => run_backend(),
+        Some("aggregate") => run_aggregate(),
         Some("otlp") => run_otlp(),
         Some("engines") => run_engines(),
         Some("static-serve") => throughput::run_static_serve(),
@@ -161,6 +167,15 @@ fn run_backend() -> Result<(), String> {
     let build = build_binaries(&root)?;
     build_nvml_sim(&root, &build)?;
     backend::run(&root, &root.join("target").join(&build))
+}
+
+/// Builds the exporter and both simulators (`--build release|debug`) and measures what
+/// sub-interval aggregation costs per collection on either backend (`aggregate.rs`).
+fn run_aggregate() -> Result<(), String> {
+    let root = repo_root()?;
+    let build = build_binaries(&root)?;
+    build_nvml_sim(&root, &build)?;
+    aggregate::run(&root, &root.join("target").join(&build))
 }
 
 /// Builds the exporter and simulator (`--build release|debug`) and measures

@@ -1,5 +1,6 @@
 //! One DCGM session's watches and the collection that turns their latest values into a page.
 
+pub mod aggregate;
 pub mod exp;
 pub mod failures;
 pub mod fields;
@@ -66,6 +67,9 @@ pub struct Settings {
     /// Profiling that heals (`--profiling-rearm-after`, `--profiling-restart-period`) and
     /// the modules the embedded engine is started without (`--dcgm-denylist-modules`).
     pub profiling: heal::Options,
+    /// Sub-interval aggregation (`--aggregate`): fields sampled faster, with their
+    /// min/max/mean/count per collection.
+    pub aggregate: aggregate::Options,
 }
 
 /// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
@@ -109,20 +113,23 @@ impl Settings {
 
     /// The watch frequency of a field: the first watch group matching its name, else -c.
     pub fn watch_interval_ms(&self, field: u16) -> u64 {
-        self.watch_group(field)
-            .map_or(self.interval_ms, |g| g.interval_ms)
+        let own = self
+            .watch_group(field)
+            .map_or(self.interval_ms, |g| g.interval_ms);
+        self.aggregate.interval_ms(field, own)
     }
 
     /// The retention of a field whose latest value is read: its watch group's own, each
     /// property over the default retention, else [`Settings::latest_retention`].
     pub fn field_retention(&self, field: u16) -> (f64, i32) {
-        match self.watch_group(field) {
+        let own = match self.watch_group(field) {
             Some(g) if g.keep_age_s.is_some() || g.keep_samples.is_some() => (
                 g.keep_age_s.unwrap_or(self.keep_age_s),
                 g.keep_samples.unwrap_or(self.keep_samples),
             ),
             _ => self.latest_retention(),
-        }
+        };
+        self.aggregate.retention(field, own, self.interval_ms)
     }
 }
 
@@ -162,6 +169,8 @@ pub struct Collector {
     stalled: bool,
     /// Busy GPUs whose profiling reads 0 or fails (DCGM#303), re-armed (`heal`).
     healer: heal::Healer,
+    /// Sub-interval aggregation's reads (`aggregate`).
+    aggregate: aggregate::Dcgm,
 }
 
 /// One `dcgmWatchFields` call as it was made, kept so that it can be made again: DCGM keys a
@@ -450,6 +459,8 @@ impl Collector {
         profiling::log_module_status(&session);
         let mig_layout = topology.mig_rows.clone();
         let field_intervals = own_intervals(&sets, &settings);
+        let aggregate =
+            aggregate::Dcgm::new(&settings.aggregate, &sets, &counters, settings.interval_ms);
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
@@ -473,6 +484,7 @@ impl Collector {
             info: None,
             stalled: false,
             healer,
+            aggregate,
         })
     }
 
@@ -579,6 +591,14 @@ impl Collector {
             page,
             &mut self.failures,
             &mut outcome,
+        )?;
+        self.aggregate.collect(
+            &self.session,
+            &self.sets,
+            &self.counters,
+            &csv_labels,
+            &mut self.failures,
+            page,
         )?;
         page.oldest_sample_us = Some(fresh.oldest_us());
         self.stalled = fresh.stalled();
@@ -1075,6 +1095,7 @@ mod retention_tests {
             emulate: Default::default(),
             low_cardinality: false,
             profiling: Default::default(),
+            aggregate: Default::default(),
         }
     }
 

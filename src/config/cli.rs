@@ -505,6 +505,26 @@ pub struct Config {
         default_value = "1h"
     )]
     pub profiling_restart_period: String,
+    /// Sub-interval aggregation: these DCGM fields (comma-separated names, globs or ids) are
+    /// sampled every --aggregate-period, and each collection also exports the min, max and
+    /// mean of their samples since the previous one and the sample count
+    /// (<NAME>_interval_min, _interval_max, _interval_mean, _interval_samples).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_AGGREGATE",
+        value_name = "FIELDS",
+        default_value = ""
+    )]
+    pub aggregate: String,
+    /// How often DCGM samples an --aggregate field (Go duration, at least 100ms and below
+    /// the collection interval).
+    #[arg(
+        long,
+        env = "DCGM_EXPORTER_AGGREGATE_PERIOD",
+        value_name = "DURATION",
+        default_value = "1s"
+    )]
+    pub aggregate_period: String,
     /// Print the version and exit.
     #[arg(short = 'v', long, action = ArgAction::Version)]
     version: Option<bool>,
@@ -961,6 +981,9 @@ pub(crate) mod tests {
         ("usage-idle-window", None, Some("DCGM_EXPORTER_USAGE_IDLE_WINDOW"), Some("10m"), Str),
         ("usage-max-consumers-per-gpu", None, Some("DCGM_EXPORTER_USAGE_MAX_CONSUMERS_PER_GPU"), Some("64"), Int),
         ("proc-root", None, Some("DCGM_EXPORTER_PROC_ROOT"), Some("/proc"), Str),
+        // ours (issue 47: sub-interval aggregation)
+        ("aggregate", None, Some("DCGM_EXPORTER_AGGREGATE"), Some(""), Str),
+        ("aggregate-period", None, Some("DCGM_EXPORTER_AGGREGATE_PERIOD"), Some("1s"), Str),
         // ours (issue 32: OTLP push)
         ("otlp-endpoint", None, Some("DCGM_EXPORTER_OTLP_ENDPOINT"), Some(""), Str),
         ("otlp-protocol", None, Some("DCGM_EXPORTER_OTLP_PROTOCOL"), Some(""), Str),

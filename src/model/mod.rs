@@ -205,9 +205,38 @@ struct Family {
     /// base-unit row's own id, whichever field it is read from): later stages find a
     /// measurement by field, never by the name it is exported under in one release.
     field: Option<u16>,
+    /// What the family holds of a field's samples between two collections, for a family of
+    /// sub-interval aggregation (`collect::aggregate`); `None` for every other family.
+    stat: Option<Stat>,
     rows: Vec<Row>,
     /// Label-set hash -> the first row with that hash (duplicates are found through it).
     seen: SeenMap,
+}
+
+/// One statistic of a field's samples taken between two collections (sub-interval
+/// aggregation): the family `<row name><suffix>` holds it, one series per series of the
+/// row, with the same labels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stat {
+    Min,
+    Max,
+    Mean,
+    /// How many samples the other three are of.
+    Samples,
+}
+
+impl Stat {
+    pub const ALL: [Stat; 4] = [Stat::Min, Stat::Max, Stat::Mean, Stat::Samples];
+
+    /// What the family's name adds to the row's.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Stat::Min => "_interval_min",
+            Stat::Max => "_interval_max",
+            Stat::Mean => "_interval_mean",
+            Stat::Samples => "_interval_samples",
+        }
+    }
 }
 
 impl Family {
@@ -215,6 +244,7 @@ impl Family {
         help.clone_into(&mut self.help);
         self.ty = ty;
         self.field = None;
+        self.stat = None;
         self.rows.clear();
         self.seen.clear();
     }
@@ -465,6 +495,7 @@ impl Page {
                 help: help.to_string(),
                 ty,
                 field: None,
+                stat: None,
                 rows: Vec::new(),
                 seen: SeenMap::default(),
             },
@@ -508,6 +539,14 @@ impl Page {
     pub fn set_field(&mut self, name: &str, field: u16) {
         if let Some(&i) = self.index.get(name) {
             self.families[i].field = Some(field);
+        }
+    }
+
+    /// Says which statistic of a field's samples family `name` holds (see `Family::stat`);
+    /// nothing when the page has no such family.
+    pub fn set_stat(&mut self, name: &str, stat: Stat) {
+        if let Some(&i) = self.index.get(name) {
+            self.families[i].stat = Some(stat);
         }
     }
 
@@ -572,6 +611,9 @@ impl Page {
             }
             if let Some(f) = fam.field {
                 self.set_field(&fam.name, f);
+            }
+            if let Some(st) = fam.stat {
+                self.set_stat(&fam.name, st);
             }
         }
     }
@@ -663,6 +705,12 @@ impl<'a> FamilyRef<'a> {
     /// The DCGM field the family holds, in its exported unit (`None`: not a DCGM field).
     pub fn field(&self) -> Option<u16> {
         self.fam.field
+    }
+
+    /// The statistic of a field's samples the family holds (sub-interval aggregation);
+    /// `None` for every other family.
+    pub fn stat(&self) -> Option<Stat> {
+        self.fam.stat
     }
 
     /// Counter, or gauge for every other type: a DCGM field is one number, it cannot be a

@@ -10,6 +10,7 @@ pub mod otlp_receiver;
 pub mod prom;
 pub mod real_dcgm;
 pub mod skip;
+pub mod spikes;
 
 #[allow(unused_imports)]
 pub use skip::{have_tool, require_tool, skip};

@@ -476,6 +476,8 @@ pub fn points(r: &ExportMetricsServiceRequest) -> Vec<Point> {
                             &s.data_points,
                         )
                     }
+                    // Sub-interval aggregation's (`histograms`): no number points.
+                    Some(metric::Data::Histogram(_)) => continue,
                     other => panic!("{}: unexpected data {other:?}", m.name),
                 };
                 for p in dps {
@@ -497,6 +499,56 @@ pub fn points(r: &ExportMetricsServiceRequest) -> Vec<Point> {
                     });
                 }
             }
+        }
+    }
+    out
+}
+
+/// A histogram point (sub-interval aggregation: count, sum, min, max, no buckets).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistogramPoint {
+    pub metric: String,
+    /// Whether the metric's temporality is DELTA.
+    pub delta: bool,
+    pub attributes: BTreeMap<String, String>,
+    pub count: u64,
+    pub sum: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub buckets: usize,
+    pub start_ns: u64,
+    pub time_ns: u64,
+}
+
+/// Every histogram point of a push.
+pub fn histograms(r: &ExportMetricsServiceRequest) -> Vec<HistogramPoint> {
+    let mut out = Vec::new();
+    for m in r
+        .resource_metrics
+        .iter()
+        .flat_map(|rm| &rm.scope_metrics)
+        .flat_map(|sm| &sm.metrics)
+    {
+        let Some(metric::Data::Histogram(h)) = m.data.as_ref() else {
+            continue;
+        };
+        for p in &h.data_points {
+            out.push(HistogramPoint {
+                metric: m.name.clone(),
+                delta: h.aggregation_temporality == 1,
+                attributes: p
+                    .attributes
+                    .iter()
+                    .map(|kv| (kv.key.clone(), string(kv.value.as_ref())))
+                    .collect(),
+                count: p.count,
+                sum: p.sum,
+                min: p.min,
+                max: p.max,
+                buckets: p.bucket_counts.len() + p.explicit_bounds.len(),
+                start_ns: p.start_time_unix_nano,
+                time_ns: p.time_unix_nano,
+            });
         }
     }
     out

@@ -12,6 +12,7 @@
 //! | `not_supported G F` | field F of GPU G reads DCGM_*_NOT_SUPPORTED (`*`: every entity) |
 //! | `restored G F` | undoes `not_supported` (and `set`) |
 //! | `set G F VALUE` | field F of GPU G (`*`: every entity) reads VALUE from now on (a number or a string) |
+//! | `spike G F VALUE MS [AFTER_MS]` | field F of GPU G (`*`: every entity) reads VALUE in the samples taken in the MS milliseconds that start AFTER_MS (default 0) after the line is read, and its usual values before and after: a short excursion between two collections, which a gauge read at a collection does not show and sub-interval aggregation's max does (DCGM's samples and NVML's `nvmlDeviceGetSamples` alike) |
 //! | `sentinel G F WHICH` | field F of GPU G (`*`: every entity) reads DCGM's `blank`, `not_found`, `not_supported` or `not_permissioned` sentinel of its type, status OK, until `restored` |
 //! | `mig G P1,P2,...` | reconfigures GPU G's MIG instances (`P:N` for N compute instances; `mig G none`: MIG off) |
 //! | `link_state G L up\|down\|disabled` | changes NVLink L of GPU G |
@@ -105,6 +106,15 @@ pub enum Fault {
     FieldRestored {
         gpu: Option<u32>,
         field: u16,
+    },
+    /// The field reads `value` in the samples of (`after_ms`, `after_ms` + `ms`] after the
+    /// line is read.
+    Spike {
+        gpu: Option<u32>,
+        field: u16,
+        value: f64,
+        ms: u64,
+        after_ms: u64,
     },
     /// The field reads from this generator until restored.
     SetField {
@@ -313,6 +323,7 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
                 Fault::FieldNotSupported { gpu, field }
             }
         }
+        "spike" => spike(&mut w)?,
         "set" => {
             let gpu = gpu_or_all(w.next())?;
             let field = num(w.next(), "field id")?;
@@ -476,6 +487,30 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
 }
 
 /// `prof_stuck G [STATUS] [restart]`.
+/// `spike G F VALUE MS [AFTER_MS]`.
+fn spike(w: &mut std::str::SplitWhitespace<'_>) -> Result<Fault, String> {
+    let gpu = gpu_or_all(w.next())?;
+    let field = num(w.next(), "field id")?;
+    let text = w.next().ok_or("missing value")?;
+    let value = match int(Some(text), "value") {
+        Ok(v) => v as f64,
+        Err(_) => text
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| format!("value '{text}' is not a number"))?,
+    };
+    let ms = num(w.next(), "duration (ms)")?;
+    let after_ms = w.next().map(|a| num(Some(a), "delay (ms)")).transpose()?;
+    Ok(Fault::Spike {
+        gpu,
+        field,
+        value,
+        ms,
+        after_ms: after_ms.unwrap_or(0),
+    })
+}
+
 fn prof_stuck(w: &mut std::str::SplitWhitespace<'_>) -> Result<Fault, String> {
     let gpu = num(w.next(), "gpu")?;
     let mut status = 0;
@@ -666,6 +701,28 @@ mod tests {
     #[test]
     fn control_lines() {
         assert_eq!(parse_line("xid 2 79"), Ok(Fault::Xid { gpu: 2, xid: 79 }));
+        assert_eq!(
+            parse_line("spike 0 155 900.5 300"),
+            Ok(Fault::Spike {
+                gpu: Some(0),
+                field: 155,
+                value: 900.5,
+                ms: 300,
+                after_ms: 0
+            })
+        );
+        assert_eq!(
+            parse_line("spike * 100 0x10 50 1000"),
+            Ok(Fault::Spike {
+                gpu: None,
+                field: 100,
+                value: 16.0,
+                ms: 50,
+                after_ms: 1000
+            })
+        );
+        assert!(parse_line("spike 0 155 high 300").is_err());
+        assert!(parse_line("spike 0 155 900").is_err());
         assert_eq!(
             parse_line("clock_event 1 0x48"),
             Ok(Fault::ClockEvent {

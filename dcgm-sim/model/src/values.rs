@@ -44,9 +44,41 @@ pub struct FaultState {
     pub bind_events: Vec<(i64, i64)>,
     /// `prof_stuck`: GPU -> the status its profiling fields' samples get (0: they read 0).
     pub prof_stuck: HashMap<u32, i32>,
+    /// `spike`: (GPU or every entity, field, value, from µs, until µs), oldest first.
+    pub spikes: VecDeque<(Option<u32>, u16, f64, i64, i64)>,
 }
 
+/// How many spikes are remembered (older ones can no longer be sampled).
+const SPIKES_KEPT: usize = 256;
+
 impl FaultState {
+    /// A `spike` read at `at` (µs): samples in (at + after, at + after + ms] read `value`.
+    pub fn add_spike(
+        &mut self,
+        gpu: Option<u32>,
+        field: u16,
+        value: f64,
+        ms: u64,
+        after_ms: u64,
+        at: i64,
+    ) {
+        let from = at.saturating_add((after_ms as i64).saturating_mul(1000));
+        let until = from.saturating_add((ms as i64).saturating_mul(1000));
+        self.spikes.push_back((gpu, field, value, from, until));
+        while self.spikes.len() > SPIKES_KEPT {
+            self.spikes.pop_front();
+        }
+    }
+
+    /// The value a spike gives `field` of GPU `gpu` in a sample at `t`, the latest spike's.
+    pub fn spike_at(&self, gpu: Option<u32>, field: u16, t: i64) -> Option<f64> {
+        self.spikes
+            .iter()
+            .rev()
+            .find(|s| s.1 == field && (s.0.is_none() || s.0 == gpu) && s.3 < t && t <= s.4)
+            .map(|s| s.2)
+    }
+
     pub fn add_clock_event(&mut self, gpu: u32, ts: i64, mask: i64) {
         let q = self.clock_events.entry(gpu).or_default();
         q.push_back((ts, mask));
@@ -250,6 +282,9 @@ impl World {
                     st => (Sentinel::Blank.value(ty), st),
                 };
             }
+        }
+        if let Some(v) = faults.spike_at(gid, f, t) {
+            return (generator::number(ty, v), ST_OK);
         }
         if let Some((legacy, factor)) = crate::fields::base_unit_source(f) {
             return self.base_unit(ent, meta, legacy, factor, t, prev);

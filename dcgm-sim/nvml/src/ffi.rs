@@ -284,3 +284,40 @@ const _: () = {
     assert!(offset_of!(GpmMetricsGet, metrics) == 24);
     assert!(size_of::<GpmSupport>() == 8);
 };
+
+/// `nvmlSamplingType_t` values the simulator keeps device samples of.
+pub const TOTAL_POWER_SAMPLES: c_uint = 0;
+pub const GPU_UTILIZATION_SAMPLES: c_uint = 1;
+pub const MEMORY_UTILIZATION_SAMPLES: c_uint = 2;
+pub const ENC_UTILIZATION_SAMPLES: c_uint = 3;
+pub const DEC_UTILIZATION_SAMPLES: c_uint = 4;
+pub const PROCESSOR_CLK_SAMPLES: c_uint = 5;
+pub const MEMORY_CLK_SAMPLES: c_uint = 6;
+
+/// `nvmlSample_t`: a CPU timestamp in µs and the `nvmlValue_t` union, written as its
+/// 8 bytes (the simulator writes `uiVal`, as nvml.h says power, utilisation and clock
+/// samples are: the low 4 bytes on a little-endian machine).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Sample {
+    pub time_stamp: c_ulonglong,
+    pub sample_value: [u8; 8],
+}
+
+impl Sample {
+    /// A sample whose value is the unsigned int `v` (`NVML_VALUE_TYPE_UNSIGNED_INT`).
+    pub fn uint(time_stamp: u64, v: u32) -> Sample {
+        let mut sample_value = [0; 8];
+        sample_value[..4].copy_from_slice(&v.to_ne_bytes());
+        Sample {
+            time_stamp,
+            sample_value,
+        }
+    }
+}
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Sample>() == 16);
+    assert!(offset_of!(Sample, sample_value) == 8);
+};

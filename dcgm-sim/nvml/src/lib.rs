@@ -8,4 +8,5 @@
 
 pub mod exports;
 pub mod ffi;
+pub mod samples;
 pub mod sim;

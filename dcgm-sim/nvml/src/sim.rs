@@ -107,6 +107,8 @@ pub struct Sim {
     /// GPM samples by id (`nvmlGpmSampleAlloc`), each empty until taken.
     gpm_samples: BTreeMap<usize, Option<GpmTaken>>,
     next_gpm_sample: usize,
+    /// The device sample buffers clients asked for (`nvmlDeviceGetSamples`).
+    device_samples: crate::samples::DeviceSamples,
 }
 
 /// A GPM sample taken (`nvmlGpmSampleGet`, `nvmlGpmMigSampleGet`): of which entity, when.
@@ -194,6 +196,7 @@ impl Sim {
             next_event_set: 0,
             gpm_samples: BTreeMap::new(),
             next_gpm_sample: 0,
+            device_samples: Default::default(),
         }
     }
 
@@ -218,6 +221,7 @@ impl Sim {
         for f in due {
             let at_us = self.start_us + (f.at_s * 1e6) as u64;
             self.sample_through((at_us / US).saturating_sub(1));
+            self.device_samples.catch_up(&self.world, at_us);
             // Profile validation parsed every action already.
             if let Ok(fault) = faults::parse_line(&f.action) {
                 self.apply(&fault, at_us);
@@ -225,6 +229,7 @@ impl Sim {
         }
         let now_s = now_us / US;
         self.sample_through(now_s.saturating_sub(1));
+        self.device_samples.catch_up(&self.world, now_us);
         let polled = self.control.as_mut().map(ControlFile::poll);
         for f in polled.unwrap_or_default() {
             self.apply(&f, now_us);
@@ -312,6 +317,13 @@ impl Sim {
             Fault::SetField { gpu, field, gen } => {
                 faults.set.insert((*gpu, *field), gen.clone());
             }
+            Fault::Spike {
+                gpu,
+                field,
+                value,
+                ms,
+                after_ms,
+            } => faults.add_spike(*gpu, *field, *value, *ms, *after_ms, at),
             _ => {}
         }
         match fault {
@@ -705,6 +717,26 @@ impl Sim {
             Value::Double(d) if d < FP64_BLANK => Ok(d),
             _ => Err(ffi::ERROR_NOT_SUPPORTED),
         }
+    }
+
+    /// The samples of buffer `kind` (`nvmlSamplingType_t`) of the GPU behind `handle` newer
+    /// than `last_seen` (`nvmlDeviceGetSamples`): a MIG device or a type without a buffer
+    /// NOT_SUPPORTED, a lost GPU GPU_IS_LOST.
+    pub fn device_samples(
+        &mut self,
+        handle: usize,
+        kind: std::ffi::c_uint,
+        last_seen: u64,
+    ) -> Result<Vec<ffi::Sample>, Return> {
+        let dev = self.device(handle).ok_or(ffi::ERROR_INVALID_ARGUMENT)?;
+        alive(&dev)?;
+        let Dev::Gpu(g) = dev else {
+            return Err(ffi::ERROR_NOT_SUPPORTED);
+        };
+        let gpu = g.id;
+        self.device_samples
+            .newer(&self.world, gpu, kind, last_seen, now_us())
+            .ok_or(ffi::ERROR_NOT_SUPPORTED)
     }
 
     /// NVLink KiB counter `id` (`NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX`/`RX`) of the

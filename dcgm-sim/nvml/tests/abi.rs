@@ -8,6 +8,7 @@
 mod support;
 
 use libloading::{Library, Symbol};
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_uint, c_void, CStr};
 use support::*;
 
@@ -693,4 +694,119 @@ fn nvlink_throughput_counters_grow_for_all_links_only() {
     );
     assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `nvmlSample_t`: a timestamp and the 8-byte `nvmlValue_t` union.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug)]
+struct Sample {
+    time_stamp: u64,
+    value: [u8; 8],
+}
+
+type SamplesFn =
+    unsafe extern "C" fn(Device, c_uint, u64, *mut c_uint, *mut c_uint, *mut Sample) -> c_uint;
+
+/// (value type, samples) newer than `last_seen` of buffer `kind`, through the count query
+/// then the read; the error code otherwise.
+fn device_samples(
+    f: &Symbol<'_, SamplesFn>,
+    d: Device,
+    kind: c_uint,
+    last_seen: u64,
+) -> Result<(c_uint, Vec<(u64, u32)>), c_uint> {
+    let (mut ty, mut n) = (99, 0);
+    // SAFETY: a count query: no buffer.
+    match unsafe { f(d, kind, last_seen, &mut ty, &mut n, std::ptr::null_mut()) } {
+        SUCCESS => {}
+        rc => return Err(rc),
+    }
+    let mut buf = vec![Sample::default(); n as usize];
+    // SAFETY: `buf` holds `n` samples.
+    match unsafe { f(d, kind, last_seen, &mut ty, &mut n, buf.as_mut_ptr()) } {
+        SUCCESS => {}
+        rc => return Err(rc),
+    }
+    buf.truncate(n as usize);
+    let uint = |s: &Sample| u32::from_ne_bytes(s.value[..4].try_into().unwrap());
+    Ok((ty, buf.iter().map(|s| (s.time_stamp, uint(s))).collect()))
+}
+
+#[test]
+fn device_samples_keep_the_power_and_clocks_dcgm_reads_and_catch_a_spike() {
+    const POWER: c_uint = 0;
+    const PROCESSOR_CLK: c_uint = 5;
+    const UNSIGNED_INT: c_uint = 1;
+    let _l = lock();
+    use_profile("a100-mixed-mig.toml");
+    let control = std::env::temp_dir().join(format!("nvml-sim-samples-{}", std::process::id()));
+    std::fs::write(&control, "").unwrap();
+    std::env::set_var("DCGM_SIM_CONTROL", &control);
+    let nvml = Nvml::open();
+    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+    std::env::remove_var("DCGM_SIM_CONTROL");
+    let f = nvml.sym::<SamplesFn>("nvmlDeviceGetSamples");
+    let d = nvml.handle(4);
+
+    // The buffer as first asked: the newest samples the driver keeps, 100 ms apart,
+    // unsigned ints (mW, MHz), oldest first.
+    let (ty, power) = device_samples(&f, d, POWER, 0).unwrap();
+    assert_eq!(ty, UNSIGNED_INT);
+    assert!(power.len() > 100, "{}", power.len());
+    assert!(power.windows(2).all(|w| w[1].0 - w[0].0 == 100_000));
+    assert!(
+        power.iter().all(|s| s.1 > 10_000 && s.1 < 1_000_000),
+        "{power:?}"
+    );
+    let (_, clocks) = device_samples(&f, d, PROCESSOR_CLK, 0).unwrap();
+    assert!(clocks.iter().all(|s| s.1 > 100 && s.1 < 3000), "{clocks:?}");
+    // Nothing newer than the newest: NOT_FOUND. A short buffer gets the oldest that fit.
+    let newest = power.last().unwrap().0;
+    assert_eq!(device_samples(&f, d, POWER, newest).err(), Some(NOT_FOUND));
+    let (mut ty, mut n) = (0, 2);
+    let mut two = [Sample::default(); 2];
+    // SAFETY: `two` holds 2 samples.
+    assert_eq!(
+        unsafe { f(d, POWER, 0, &mut ty, &mut n, two.as_mut_ptr()) },
+        SUCCESS
+    );
+    assert_eq!((n, two[0].time_stamp), (2, power[0].0));
+    // No buffer of this type here; none on a MIG device (GPU 0 is split).
+    assert_eq!(device_samples(&f, d, 8, 0).err(), Some(NOT_SUPPORTED));
+    let mut mig: Device = std::ptr::null_mut();
+    // SAFETY: (nvmlDevice_t, uint, nvmlDevice_t*) as declared.
+    let rc = unsafe {
+        nvml.sym::<unsafe extern "C" fn(Device, c_uint, *mut Device) -> c_uint>(
+            "nvmlDeviceGetMigDeviceHandleByIndex",
+        )(nvml.handle(0), 0, &mut mig)
+    };
+    assert_eq!(rc, SUCCESS);
+    assert_eq!(device_samples(&f, mig, POWER, 0).err(), Some(NOT_SUPPORTED));
+
+    // A 300 ms spike of 950 W read in now: three samples of 950 000 mW between two reads,
+    // the samples before it untouched.
+    std::fs::write(&control, "spike 4 155 950 300 200\n").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let spiked = loop {
+        let got = device_samples(&f, d, POWER, newest)
+            .map(|x| x.1)
+            .unwrap_or_default();
+        let high: Vec<u64> = got.iter().filter(|s| s.1 == 950_000).map(|s| s.0).collect();
+        if high.len() == 3 && got.last().is_some_and(|l| l.0 > high[2]) {
+            break high;
+        }
+        assert!(std::time::Instant::now() < deadline, "no spike: {got:?}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(spiked.windows(2).all(|w| w[1] - w[0] == 100_000));
+    // The samples before it read as they did.
+    let before: BTreeMap<u64, u32> = power.iter().copied().collect();
+    for (t, v) in device_samples(&f, d, POWER, 0).unwrap().1 {
+        assert!(before.get(&t).is_none_or(|b| *b == v), "{t}: {v}");
+    }
+    // A lost GPU: GPU_IS_LOST.
+    std::fs::write(&control, "spike 4 155 950 300 200\ngpu_lost 4\n").unwrap();
+    assert_eq!(device_samples(&f, d, POWER, 0).err(), Some(GPU_IS_LOST));
+    assert_eq!(nvml.call0("nvmlShutdown"), SUCCESS);
+    std::fs::remove_file(&control).unwrap();
 }

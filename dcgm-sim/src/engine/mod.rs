@@ -381,6 +381,16 @@ impl Engine {
             Fault::SetField { gpu, field, gen } => {
                 self.world.faults.set.insert((*gpu, *field), gen.clone());
             }
+            Fault::Spike {
+                gpu,
+                field,
+                value,
+                ms,
+                after_ms,
+            } => self
+                .world
+                .faults
+                .add_spike(*gpu, *field, *value, *ms, *after_ms, at),
             Fault::MigReconfigure { gpu, instances } => self.reconfigure_mig(*gpu, instances),
             Fault::LinkState { gpu, link, state } => {
                 match self

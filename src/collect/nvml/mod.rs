@@ -15,6 +15,7 @@ mod discover;
 mod events;
 mod gpm;
 mod nvlink;
+mod samples;
 pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
@@ -80,6 +81,8 @@ pub struct NvmlCollector {
     gpm: Option<gpm::Gpm>,
     /// The previous NVLink counter sample of each GPU, for DCGM's throughput rates.
     nvlink: nvlink::Rates,
+    /// Sub-interval aggregation from NVML's sample buffers (`--aggregate`).
+    samples: samples::Samples,
 }
 
 /// One call's answer: up to four numbers (see [`Call`]) or a text.
@@ -154,6 +157,7 @@ impl NvmlCollector {
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
+        let samples = samples::Samples::start(&nvml, &settings.aggregate, &counters, set.as_ref());
         Ok(NvmlCollector {
             nvml,
             counters,
@@ -165,6 +169,7 @@ impl NvmlCollector {
             xids: xids.ok().flatten(),
             gpm: gpm.ok().flatten(),
             nvlink: nvlink::Rates::default(),
+            samples,
         })
     }
 
@@ -257,6 +262,8 @@ impl NvmlCollector {
             xids: self.xids.as_ref(),
         };
         fill(&self.counters, active, ask, &csv_labels, page);
+        self.samples
+            .collect(&self.nvml, active, &self.counters, &csv_labels, page);
         page.oldest_sample_us = Some(now_us());
         self.info = self.info_page(&csv_labels);
         Ok(())

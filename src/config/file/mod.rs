@@ -215,6 +215,12 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
     if let Some(b) = fs.backend {
         set("backend", &mut |c| c.backend = b);
     }
+    if let Some(f) = &fs.aggregate_fields {
+        set("aggregate", &mut |c| c.aggregate = f.join(","));
+    }
+    if let Some(p) = &fs.aggregate_period {
+        set("aggregate-period", &mut |c| c.aggregate_period = p.clone());
+    }
     if let Some(list) = &fs.denylist_modules {
         set("dcgm-denylist-modules", &mut |c| {
             c.dcgm_denylist_modules = list.join(",")

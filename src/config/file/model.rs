@@ -47,6 +47,16 @@ pub(super) struct RawDetect {
     poll_interval: Option<String>,
 }
 
+/// `aggregate` (ours): sub-interval aggregation, `--aggregate` and `--aggregate-period`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAggregate {
+    #[serde(default)]
+    fields: Vec<String>,
+    #[serde(default)]
+    period: Option<String>,
+}
+
 /// `sources.dcgm.hostEngines[]` (ours): one remote host engine of several.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -71,6 +81,8 @@ pub(super) struct Model<'a> {
     pub v1_extension: Option<&'static str>,
     pub emulate_version: Option<&'a str>,
     pub low_cardinality: Option<bool>,
+    /// `aggregate` (ours).
+    pub aggregate: Option<&'a RawAggregate>,
     pub backend: Option<&'a str>,
     pub server: Option<&'a RawServer>,
     pub metrics: Option<&'a RawMetrics>,
@@ -156,6 +168,10 @@ pub struct FileSettings {
     pub emulate: Option<UpstreamVersion>,
     /// `lowCardinality` (ours).
     pub low_cardinality: Option<bool>,
+    /// `aggregate.fields` and `aggregate.period` (ours): `--aggregate` (joined with
+    /// commas) and `--aggregate-period`, checked where the flags are.
+    pub aggregate_fields: Option<Vec<String>>,
+    pub aggregate_period: Option<String>,
     /// `backend` (ours).
     pub backend: Option<crate::config::cli::Backend>,
     /// The default watch retention: `sources.dcgm.watch` and the all-fields collection's
@@ -204,6 +220,9 @@ impl Model<'_> {
         }
         if let Some(b) = self.backend {
             out.backend = Some(b.parse().map_err(|e| format!("{name}: backend: {e}"))?);
+        }
+        if let Some(a) = self.aggregate {
+            aggregate(name, a, &mut out)?;
         }
         if let Some(n) = self.server.and_then(|s| s.max_concurrent_scrapes) {
             if n <= 0 {
@@ -504,4 +523,24 @@ pub(super) fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counter
         out.all.extend(parsed.all);
     }
     Ok(out)
+}
+
+/// `aggregate` (ours): the fields (names, globs or ids; each a string) and the period (a Go
+/// duration); what they name is checked where `--aggregate`'s are.
+fn aggregate(name: &str, a: &RawAggregate, out: &mut FileSettings) -> Result<(), String> {
+    if let Some(f) = a
+        .fields
+        .iter()
+        .find(|f| f.trim().is_empty() || f.contains(','))
+    {
+        return Err(format!(
+            "{name}: aggregate.fields: \"{f}\" is not one field name, glob or id"
+        ));
+    }
+    if let Some(p) = &a.period {
+        duration::parse(p).map_err(|e| format!("{name}: aggregate.period: {e}"))?;
+        out.aggregate_period = Some(p.clone());
+    }
+    out.aggregate_fields = Some(a.fields.clone());
+    Ok(())
 }

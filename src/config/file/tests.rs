@@ -381,3 +381,47 @@ fn host_engines_are_listed_with_a_name_each() {
         assert!(e.contains(wants), "{list}: {e}");
     }
 }
+
+#[test]
+fn aggregation_comes_from_the_file_unless_given_explicitly() {
+    for schema in [1, 2] {
+        let (_d, p) = write(&format!(
+            "version: {schema}\naggregate:\n  fields: [DCGM_FI_DEV_POWER_USAGE, \"DCGM_FI_DEV_*_TEMP\", \"100\"]\n  period: 250ms\n"
+        ));
+        let path = p.display().to_string();
+        let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
+        assert_eq!(
+            (c.aggregate.as_str(), c.aggregate_period.as_str()),
+            ("", "1s")
+        );
+        apply(&mut c).unwrap();
+        assert_eq!(
+            c.aggregate,
+            "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_*_TEMP,100"
+        );
+        assert_eq!(c.aggregate_period, "250ms");
+        let mut c = crate::config::cli::parse_from([
+            "x",
+            "--config-file",
+            &path,
+            "--aggregate",
+            "DCGM_FI_DEV_SM_CLOCK",
+        ])
+        .unwrap();
+        apply(&mut c).unwrap();
+        assert_eq!(c.aggregate, "DCGM_FI_DEV_SM_CLOCK");
+        assert_eq!(c.aggregate_period, "250ms");
+    }
+    for (text, needle) in [
+        ("aggregate:\n  fields: [\"a,b\"]\n", "aggregate.fields"),
+        (
+            "aggregate:\n  fields: [x]\n  period: soon\n",
+            "aggregate.period",
+        ),
+        ("aggregate:\n  field: [x]\n", "field"),
+    ] {
+        let (_d, p) = write(&format!("version: 2\n{text}"));
+        let e = load(&p).unwrap_err();
+        assert!(e.contains(needle), "{e}");
+    }
+}

@@ -18,6 +18,9 @@ pub(super) struct RawV1 {
     /// Ours: `--low-cardinality`.
     #[serde(default)]
     low_cardinality: Option<bool>,
+    /// Ours: `--aggregate`, `--aggregate-period`.
+    #[serde(default)]
+    aggregate: Option<super::model::RawAggregate>,
     /// Ours: `--backend`.
     #[serde(default)]
     backend: Option<String>,
@@ -101,6 +104,7 @@ impl RawV1 {
             v1_extension: self.extension(),
             emulate_version: self.emulate_version.as_deref(),
             low_cardinality: self.low_cardinality,
+            aggregate: self.aggregate.as_ref(),
             backend: self.backend.as_deref(),
             server: self.server.as_ref(),
             metrics: self.metrics.as_ref(),

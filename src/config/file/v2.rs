@@ -3,8 +3,8 @@
 //! default cadence and retention.
 
 use super::model::{
-    Group, Interval, IntervalText, Model, RawDetect, RawHostEngine, RawMetrics, RawServer,
-    RetentionText,
+    Group, Interval, IntervalText, Model, RawAggregate, RawDetect, RawHostEngine, RawMetrics,
+    RawServer, RetentionText,
 };
 use serde::Deserialize;
 
@@ -17,6 +17,9 @@ pub(super) struct RawV2 {
     emulate_version: Option<String>,
     #[serde(default)]
     low_cardinality: Option<bool>,
+    /// Ours: `--aggregate`, `--aggregate-period`.
+    #[serde(default)]
+    aggregate: Option<RawAggregate>,
     #[serde(default)]
     backend: Option<String>,
     #[serde(default)]
@@ -118,6 +121,7 @@ impl RawV2 {
             v1_extension: None,
             emulate_version: self.emulate_version.as_deref(),
             low_cardinality: self.low_cardinality,
+            aggregate: self.aggregate.as_ref(),
             backend: self.backend.as_deref(),
             server: self.server.as_ref(),
             metrics: self.metrics.as_ref(),

@@ -273,6 +273,11 @@ fn collect_settings(
             config.profiling_healing()?,
             config.dcgm_denylist()?,
         ),
+        aggregate: collect::aggregate::Options::from_flags(
+            &config.aggregate,
+            &config.aggregate_period,
+            millis("-c", config.collect_interval, false)?,
+        )?,
     })
 }
 

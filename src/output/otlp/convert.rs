@@ -117,6 +117,8 @@ pub struct Converter {
     naming: Naming,
     resource: Resource,
     starts: Starts,
+    /// Sub-interval aggregation's histograms (`aggregates`).
+    aggregates: aggregates::Deltas,
 }
 
 /// Where the points of one metric of the request are gathered.
@@ -140,6 +142,7 @@ impl Converter {
                 previous_ns: None,
                 pushes: 0,
             },
+            aggregates: aggregates::Deltas::new(exporter_start_ns),
         }
     }
 
@@ -149,7 +152,7 @@ impl Converter {
             metrics: Vec::new(),
             mapped: HashMap::new(),
         };
-        for fam in page.families() {
+        for fam in page.families().filter(|f| f.stat().is_none()) {
             let mapping = match self.naming {
                 Naming::Semconv => fam.field().and_then(semconv::mapping),
                 Naming::Dcgm => None,
@@ -162,6 +165,7 @@ impl Converter {
                 }
             }
         }
+        self.aggregates.add(page, now_ns, &mut b.metrics);
         self.starts.pushed(now_ns);
         ExportMetricsServiceRequest {
             resource_metrics: vec![ResourceMetrics {
@@ -303,5 +307,6 @@ fn series_key<'a>(name: &str, labels: impl Iterator<Item = (&'a str, &'a str)>) 
     (u128::from(a.finish()) << 64) | u128::from(b.finish())
 }
 
+mod aggregates;
 #[cfg(test)]
 mod tests;

@@ -22,6 +22,7 @@ pub mod events;
 pub mod gpm;
 pub mod mig;
 pub mod process;
+pub mod samples;
 pub mod stubs;
 pub mod system;
 pub mod values;

@@ -1,0 +1,105 @@
+//! `aggregate`: what sub-interval aggregation costs (issue 47): process CPU per collection
+//! (no scrapes) with power, GPU temperature and SM clock aggregated (`--aggregate`, sampled
+//! every `--period`) against the same node without, on the simulated 8-GPU node, for the
+//! DCGM backend (dcgm-sim embedded: its sampling, as a real embedded engine's, runs in the
+//! exporter's process and is counted) and the NVML backend (nvml-sim's sample buffers).
+//! Runs alternate off/on `--rounds` times, so that a machine's drift touches both alike.
+//!
+//! `cargo run --release -p bench -- aggregate [--build debug] [--profile etc/sim/h100-8gpu-nvswitch.toml]
+//! [--collectors etc/default-counters.csv] [--interval-ms 1000] [--period 100ms]
+//! [--collections 60] [--rounds 2]`
+
+use crate::{arg, cpu_us_per_collection, free_port, get, Killed};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The fields issue 47's target names.
+const FIELDS: &str = "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK";
+
+/// One run: CPU µs per collection and the page's DCGM series.
+fn measure(
+    dir: &Path,
+    profile: &Path,
+    csv: &Path,
+    nvml: bool,
+    on: bool,
+) -> Result<(f64, usize), String> {
+    let interval_ms: u64 = arg("--interval-ms", "1000")
+        .parse()
+        .map_err(|_| "--interval-ms: not a number")?;
+    let n: u64 = arg("--collections", "60")
+        .parse()
+        .map_err(|_| "--collections: not a number")?;
+    let port = free_port()?;
+    let mut cmd = Command::new(dir.join("dcgm-exporter"));
+    cmd.args(["-f", csv.to_str().ok_or("path")?])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-c", &interval_ms.to_string()])
+        .env("DCGM_SIM_PROFILE", profile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if nvml {
+        cmd.args(["--backend", "nvml", "--nvml-library"])
+            .arg(dir.join("libnvidia-ml.so.1"));
+    } else {
+        cmd.args(["--backend", "dcgm", "--dcgm-library"])
+            .arg(dir.join("libdcgm.so.4"));
+    }
+    if on {
+        cmd.args(["--aggregate", FIELDS, "--aggregate-period"])
+            .arg(arg("--period", "100ms"));
+    }
+    let child = Killed(cmd.spawn().map_err(|e| format!("dcgm-exporter: {e}"))?);
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let t0 = Instant::now();
+    while !get(&url).is_ok_and(|p| p.contains("DCGM_FI_DEV_GPU_TEMP{")) {
+        if t0.elapsed() > Duration::from_secs(120) {
+            return Err("no page within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cpu_us = cpu_us_per_collection(&url, child.0.id(), interval_ms, n)?;
+    let page = get(&url)?;
+    let series = page.lines().filter(|l| l.starts_with("DCGM_")).count();
+    if on && !page.contains("DCGM_FI_DEV_POWER_USAGE_interval_max{") {
+        return Err("no aggregate on the page".into());
+    }
+    Ok((cpu_us, series))
+}
+
+pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
+    let profile = root.join(arg("--profile", "etc/sim/h100-8gpu-nvswitch.toml"));
+    let csv = root.join(arg("--collectors", "etc/default-counters.csv"));
+    let rounds: usize = arg("--rounds", "2")
+        .parse()
+        .map_err(|_| "--rounds: not a number")?;
+    println!(
+        "aggregate: {} with {}, every {} ms, {FIELDS} at {}",
+        profile.display(),
+        csv.display(),
+        arg("--interval-ms", "1000"),
+        arg("--period", "100ms")
+    );
+    println!(
+        "{:<6} {:>4} {:>9} {:>9} {:>16}",
+        "source", "agg", "series", "round", "CPU/collection"
+    );
+    for (name, nvml) in [("dcgm", false), ("nvml", true)] {
+        let mut sums = [0.0f64; 2];
+        for round in 0..rounds {
+            for (i, on) in [false, true].into_iter().enumerate() {
+                let (cpu_us, series) = measure(dir, &profile, &csv, nvml, on)?;
+                sums[i] += cpu_us;
+                let agg = if on { "on" } else { "off" };
+                println!("{name:<6} {agg:>4} {series:>9} {round:>9} {cpu_us:>13.0} µs");
+            }
+        }
+        let (off, on) = (sums[0] / rounds as f64, sums[1] / rounds as f64);
+        println!(
+            "{name}: {off:.0} µs off, {on:.0} µs on: CPU per collection with / without {:.3} (target <= 1.10)",
+            on / off
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,197 @@
+//! Sub-interval aggregation on the NVML backend (`collect::aggregate`): the driver keeps a
+//! buffer of recent samples of a GPU's power, utilisation and clocks, read with
+//! `nvmlDeviceGetSamples` (through nvml-wrapper's `Device::samples`), every sample newer
+//! than the last one read. NVML samples at the driver's own pace (`--aggregate-period`
+//! applies to DCGM only) and keeps what its buffer holds: `_interval_samples` says how many
+//! a window had. A field NVML keeps no samples of (the GPU temperature, ...) is named at
+//! start and not aggregated.
+//!
+//! Each GPU's read position is its own and starts, when the collector is built, after the
+//! newest sample the driver holds then (NVML's timestamps are its own clock: nothing is
+//! compared with ours): a collector built anew (a reload, a failover to NVML) never counts
+//! samples of the windows before it. A MIG instance shows its GPU's aggregates, as it shows
+//! its GPU's gauge. A refused read (the GPU lost, NVML failing) costs that GPU's aggregates.
+
+use super::ActiveSet;
+use crate::collect::aggregate::{self, Acc, Row};
+use crate::config::counters::Counters;
+use crate::model::Page;
+use dcgm_sys::Entity;
+use nvml_wrapper::enum_wrappers::device::Sampling;
+use nvml_wrapper::enums::device::SampleValue;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use std::collections::{BTreeMap, HashMap};
+
+/// The NVML sample buffer a DCGM field is read from, and the factor from NVML's unit to
+/// DCGM's (power: mW -> W, as DCGM converts `nvmlDeviceGetPowerUsage`).
+fn sampling(field: u16) -> Option<(Sampling, f64)> {
+    Some(match field {
+        // DCGM_FI_DEV_SM_CLOCK: NVML's processor (graphics/SM) clock samples, MHz.
+        100 => (Sampling::ProcessorClock, 1.0),
+        101 => (Sampling::MemoryClock, 1.0),
+        155 => (Sampling::Power, 1.0 / 1000.0),
+        203 => (Sampling::GpuUtilization, 1.0),
+        204 => (Sampling::MemoryUtilization, 1.0),
+        206 => (Sampling::EncoderUtilization, 1.0),
+        207 => (Sampling::DecoderUtilization, 1.0),
+        _ => return None,
+    })
+}
+
+fn number(v: &SampleValue) -> f64 {
+    match *v {
+        SampleValue::F64(f) => f,
+        SampleValue::U32(u) => f64::from(u),
+        SampleValue::U64(u) => u as f64,
+        SampleValue::I64(i) => i as f64,
+    }
+}
+
+/// The aggregated rows NVML keeps samples of, and each (GPU, field)'s read position.
+#[derive(Default)]
+pub struct Samples {
+    rows: Vec<Row>,
+    /// (NVML GPU index, DCGM field) -> the newest sample's timestamp read (NVML's clock).
+    last_seen: BTreeMap<(u32, u16), u64>,
+}
+
+impl Samples {
+    /// The rows of `set` to aggregate, each GPU's read position set after the newest sample
+    /// NVML holds now.
+    pub(super) fn start(
+        nvml: &Nvml,
+        options: &aggregate::Options,
+        counters: &Counters,
+        set: Option<&ActiveSet>,
+    ) -> Samples {
+        let (Some(set), true) = (set, options.is_on()) else {
+            return Samples::default();
+        };
+        let indices: Vec<usize> = set.value_rows.iter().map(|r| r.0).collect();
+        let (rows, refused): (Vec<Row>, Vec<Row>) = aggregate::rows(options, counters, &indices)
+            .into_iter()
+            .partition(|r| sampling(r.field).is_some());
+        for r in &refused {
+            tracing::warn!(
+                "not aggregating {}: NVML keeps no samples of field {} (--backend nvml)",
+                counters.all[r.index].name,
+                r.field
+            );
+        }
+        let all: Vec<&Row> = rows.iter().chain(&refused).collect();
+        aggregate::warn_unmatched(options, counters, &all);
+        let mut out = Samples {
+            rows,
+            last_seen: BTreeMap::new(),
+        };
+        for key in out.pairs(set) {
+            // Only the position: the samples before the collector are not its own.
+            let newest = read(nvml, key, 0).map(|s| s.iter().map(|x| x.0).max());
+            out.last_seen
+                .insert(key, newest.ok().flatten().unwrap_or(0));
+        }
+        out
+    }
+
+    /// The (GPU, field) pairs the rows need on the set's targets.
+    fn pairs(&self, set: &ActiveSet) -> Vec<(u32, u16)> {
+        let mut out = Vec::new();
+        for t in &set.set.targets {
+            let gpu = t.gpu.unwrap_or(t.entity.id);
+            for r in &self.rows {
+                if !out.contains(&(gpu, r.field)) {
+                    out.push((gpu, r.field));
+                }
+            }
+        }
+        out
+    }
+
+    /// Reads every GPU's new samples and adds the rows' series for the targets read in
+    /// this collection (those in `csv_labels`).
+    pub(super) fn collect(
+        &mut self,
+        nvml: &Nvml,
+        set: &ActiveSet,
+        counters: &Counters,
+        csv_labels: &HashMap<Entity, Vec<(String, String)>>,
+        page: &mut Page,
+    ) {
+        if self.rows.is_empty() {
+            return;
+        }
+        let mut per_gpu: HashMap<(u32, u16), Acc> = HashMap::new();
+        for key in self.pairs(set) {
+            let since = self.last_seen.get(&key).copied().unwrap_or(0);
+            match read(nvml, key, since) {
+                Ok(samples) => {
+                    let acc = per_gpu.entry(key).or_default();
+                    let mut newest = since;
+                    for &(ts, v) in samples.iter().filter(|s| s.0 > since) {
+                        acc.add(v);
+                        newest = newest.max(ts);
+                    }
+                    self.last_seen.insert(key, newest);
+                }
+                Err(e) => {
+                    tracing::debug!("nvmlDeviceGetSamples of GPU {} field {}: {e}", key.0, key.1);
+                    page.piece_failed("sub-interval samples", &format!("{e:?}"));
+                }
+            }
+        }
+        let mut windows: HashMap<(Entity, u16), Acc> = HashMap::new();
+        let mut targets = Vec::new();
+        for t in set
+            .set
+            .targets
+            .iter()
+            .filter(|t| csv_labels.contains_key(&t.entity))
+        {
+            let gpu = t.gpu.unwrap_or(t.entity.id);
+            for r in &self.rows {
+                if let Some(acc) = per_gpu.get(&(gpu, r.field)) {
+                    windows.insert((t.entity, r.field), *acc);
+                }
+            }
+            targets.push((t.entity, t.labels_with(csv_labels)));
+        }
+        for r in &self.rows {
+            r.add_to(&counters.all[r.index], &targets, &windows, page);
+        }
+    }
+}
+
+/// The samples of `key`'s buffer newer than `since` as (NVML timestamp, value in DCGM's
+/// unit); none newer is an empty answer (NVML: NOT_FOUND).
+fn read(nvml: &Nvml, (gpu, field): (u32, u16), since: u64) -> Result<Vec<(u64, f64)>, NvmlError> {
+    let Some((kind, scale)) = sampling(field) else {
+        return Ok(Vec::new());
+    };
+    match nvml.device_by_index(gpu)?.samples(kind, since) {
+        Ok(s) => Ok(s
+            .iter()
+            .map(|x| (x.timestamp, number(&x.value) * scale))
+            .collect()),
+        Err(NvmlError::NotFound) => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_buffers_are_nvmls_own_for_the_fields_dcgm_reads_from_them() {
+        assert_eq!(sampling(155), Some((Sampling::Power, 0.001)));
+        assert_eq!(sampling(100).map(|s| s.0), Some(Sampling::ProcessorClock));
+        assert_eq!(
+            sampling(204).map(|s| s.0),
+            Some(Sampling::MemoryUtilization)
+        );
+        // No NVML buffer of temperatures.
+        assert_eq!(sampling(150), None);
+        assert_eq!(number(&SampleValue::U32(250_000)) * 0.001, 250.0);
+    }
+}
