@@ -377,6 +377,40 @@ fn each_release_embedded_serves_the_default_counters_through_reloads() {
     }
 }
 
+/// The NvLink links of each release's embedded engine: a library before 4.6.0 refuses the
+/// 4.6 status struct (v5), so the links are read through v4, and every release watches the
+/// same 18 links of each of the two GPUs.
+#[test]
+fn each_release_embedded_watches_the_nvlinks() {
+    let Some(_) = kits() else { return };
+    for release in RELEASES {
+        let dir = Scratch::new(&format!("versions-links-{release}"));
+        let gpus = vec![
+            Gpu {
+                nvlinks: vec![true; 18],
+                ..Gpu::default()
+            };
+            2
+        ];
+        let yaml = dir.yaml(&gpus);
+        let links = csv(
+            &dir.0,
+            "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, counter, NVLink bandwidth\n\
+             DCGM_FI_DEV_NVLINK_PPCNT_PHYSICAL_LINK_DOWN_TOTAL, counter, link down events\n",
+        );
+        let e = kit(release)
+            .embedded(&yaml)
+            .args(&["-f", links.to_str().unwrap()])
+            .start();
+        e.scrape_until(20, |p| successes(p) >= 1.0);
+        assert!(
+            e.stderr().contains(" 36 NvLink entities x "),
+            "{release}: {}",
+            e.stderr()
+        );
+    }
+}
+
 /// Every library against every engine: the pair serves what 4.6.0 serves embedded (values
 /// fresh on every scrape) with the older side's gaps named once, or DCGM refuses it and the
 /// start stops naming both releases.
