@@ -1,9 +1,10 @@
 //! Generates the kubelet PodResources client and server (the server serves the test suite's
-//! fake kubelet) from `proto/podresources.proto`, and the OTLP metrics client and server (the
-//! server is the test suite's receiver) from OpenTelemetry's own `.proto` files, vendored
-//! unchanged under `proto/opentelemetry/` (opentelemetry-proto v1.11.0). protox parses them
-//! in pure Rust, so a clean clone builds without protoc. It also embeds the git commit for
-//! the start-up line, and orders the release binary's text by use (`build/symbol_order.rs`).
+//! fake kubelet) from `proto/podresources.proto`, and the OTLP metrics and logs clients and
+//! servers (the servers are the test suite's receiver) from OpenTelemetry's own `.proto`
+//! files, vendored unchanged under `proto/opentelemetry/` (opentelemetry-proto v1.11.0).
+//! protox parses them in pure Rust, so a clean clone builds without protoc. It also embeds
+//! the git commit for the start-up line, and orders the release binary's text by use
+//! (`build/symbol_order.rs`).
 
 use std::process::Command;
 
@@ -24,8 +25,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .compile_fds(descriptors)?;
     let otlp = "proto/opentelemetry/proto/collector/metrics/v1/metrics_service.proto";
+    // The logs service: the event history's events as OTLP log records.
+    let logs = "proto/opentelemetry/proto/collector/logs/v1/logs_service.proto";
     println!("cargo:rerun-if-changed=proto/opentelemetry");
-    let descriptors = protox::compile([otlp], ["proto"])?;
+    let descriptors = protox::compile([otlp, logs], ["proto"])?;
     tonic_build::configure()
         .build_client(true)
         .build_server(true)

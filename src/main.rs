@@ -9,6 +9,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // `dcgm-exporter events ...` asks a running exporter; the exporter's own flags take no
+    // positional argument, so this word never reached them.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "events") {
+        let args = std::env::args_os().skip(1);
+        return ExitCode::from(dcgm_exporter::lifecycle::events_cmd::main(args));
+    }
     let config = match cli::parse_from(std::env::args_os()) {
         Ok(c) => c,
         Err(e) => {

@@ -694,3 +694,143 @@ fn a_spike_between_two_collections_shows_in_the_max_series_only() {
     assert!(!plain.get("/metrics").1.contains("_interval_"));
     assert_no_panic(&e);
 }
+
+/// The event history (issue 47): an XID, a GPU falling off the bus, the host engine killed
+/// and back, and a reload are events in that order, each on its entity and at its time (the
+/// XID at DCGM's timestamp); `dcgm-exporter events --since 10m` against the running exporter
+/// lists them in the same order, as a table and as JSON.
+#[test]
+fn the_event_history_lists_an_xid_a_lost_gpu_an_engine_restart_and_a_reload_in_order() {
+    use support::events::{events, events_command, has, position, wait_for_events};
+    let dir = tempfile::tempdir().unwrap();
+    let (ctl, ctl2) = (dir.path().join("control"), dir.path().join("control2"));
+    std::fs::write(&ctl, "").unwrap();
+    std::fs::write(&ctl2, "").unwrap();
+    let port = free_port();
+    let mut engine = HostEngine::start_with(port, None, Some(&ctl));
+    let mut e = exporter()
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "200"])
+        .start();
+    let t0 = std::time::SystemTime::now();
+    control(&ctl, "xid 0 43");
+    wait_for_events(&e, 10, "type=xid", |ev| has(ev, "xid", "gpu:0"));
+    control(&ctl, "gpu_lost 1");
+    wait_for_events(&e, 10, "", |ev| has(ev, "gpu_lost", "gpu:1"));
+    engine.kill();
+    let at = format!("engine:127.0.0.1:{port}");
+    wait_for_events(&e, 10, "", |ev| has(ev, "engine_down", &at));
+    // A new engine, without the old one's faults: GPU 1 is back with it.
+    let _engine = HostEngine::start_with(port, None, Some(&ctl2));
+    wait_for_events(&e, 20, "", |ev| {
+        has(ev, "engine_up", &at) && has(ev, "gpu_found", "gpu:1")
+    });
+    signal(e.child.id(), "HUP");
+    let all = wait_for_events(&e, 10, "since=10m", |ev| has(ev, "reload", "exporter"));
+    // The engine's session at start comes first; then the happenings, in order.
+    assert_eq!(position(&all, "engine_up", &at), Some(0), "{all:#?}");
+    let mut order = vec![0];
+    for (k, en) in [
+        ("xid", "gpu:0"),
+        ("gpu_lost", "gpu:1"),
+        ("engine_down", at.as_str()),
+        ("engine_up", at.as_str()),
+        ("gpu_found", "gpu:1"),
+        ("reload", "exporter"),
+    ] {
+        let from = order.last().unwrap() + 1;
+        let at = position(&all[from..], k, en).unwrap_or_else(|| panic!("{k} {en}: {all:#?}"));
+        order.push(from + at);
+    }
+    // Served in time order, each after the test began; the XID at DCGM's own time.
+    let times: Vec<&str> = all.iter().map(|v| v["time"].as_str().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:#?}");
+    let t0_us = t0
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64;
+    let began = dcgm_exporter::model::events::rfc3339_us(t0_us);
+    let xid = &all[order[1]];
+    assert_eq!(xid["time_source"], "dcgm", "{xid}");
+    assert_eq!(xid["details"]["xid"], 43, "{xid}");
+    assert_eq!(xid["details"]["gpu"], 0, "{xid}");
+    assert!(
+        xid["time"].as_str().unwrap() >= began.as_str(),
+        "{xid} {began}"
+    );
+    assert!(xid["time"].as_str() <= xid["recorded"].as_str(), "{xid}");
+    assert_eq!(all[order[6]]["details"]["outcome"], "ok");
+    assert_eq!(all[order[2]]["severity"], "error");
+    // Filters: one entity (and what lies within it), one type.
+    let gpu1 = events(&e, "entity=gpu:1");
+    assert!(gpu1.iter().all(|v| v["entity"] == "gpu:1"), "{gpu1:#?}");
+    assert!(has(&gpu1, "gpu_lost", "gpu:1"));
+    // The subcommand lists them in the same order.
+    let addr = format!("127.0.0.1:{}", e.port);
+    let (code, table, err) = events_command(&["--since", "10m", "-a", &addr]);
+    assert_eq!(code, 0, "{err}");
+    let line = |kind: &str, entity: &str| {
+        table
+            .lines()
+            .position(|l| {
+                let cols: Vec<&str> = l.split_whitespace().collect();
+                cols.get(1) == Some(&kind) && cols.get(2) == Some(&entity)
+            })
+            .unwrap_or_else(|| panic!("{kind} {entity} not listed:\n{table}"))
+    };
+    let lines = [
+        line("xid", "gpu:0"),
+        line("gpu_lost", "gpu:1"),
+        line("engine_down", &at),
+    ];
+    assert!(lines.windows(2).all(|w| w[0] < w[1]), "{table}");
+    // The engine's return: the engine_up line after its loss.
+    let back = table
+        .lines()
+        .enumerate()
+        .skip(lines[2])
+        .any(|(_, l)| l.split_whitespace().nth(1) == Some("engine_up"));
+    assert!(back, "{table}");
+    assert!(table.starts_with("TIME"), "{table}");
+    let (code, json, err) =
+        events_command(&["--since", "10m", "-a", &addr, "--json", "--type", "xid"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["events"][0]["seq"], xid["seq"], "{json}");
+    // An exporter that is not there: a clear error, exit 1.
+    let (code, _, err) = events_command(&["-a", &format!("127.0.0.1:{}", free_port())]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot connect"), "{err}");
+    assert_no_panic(&e);
+    assert!(e.signal_and_wait("TERM").success());
+}
+
+/// The history keeps `--events-max-count` events: the oldest make room, and
+/// `dcgm_exporter_events_dropped_total` counts them.
+#[test]
+fn the_event_history_drops_its_oldest_events_and_counts_them() {
+    use support::events::{events, wait_for_events};
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .args(&["-c", "200", "--events-max-count", "3"])
+        .start();
+    for gpu in 0..6 {
+        control(&ctl, &format!("xid {gpu} 13"));
+        let entity = format!("gpu:{gpu}");
+        wait_for_events(&e, 10, "type=xid", |ev| {
+            ev.iter().any(|v| v["entity"] == entity.as_str())
+        });
+    }
+    let kept = events(&e, "");
+    assert_eq!(kept.len(), 3, "{kept:#?}");
+    assert_eq!(kept.last().unwrap()["entity"], "gpu:5");
+    let p = e.scrape();
+    let recorded = gauge(&p, "dcgm_exporter_events_recorded_total");
+    let dropped = gauge(&p, "dcgm_exporter_events_dropped_total");
+    assert!(dropped >= 3.0, "{dropped}");
+    assert_eq!(recorded, dropped + 3.0);
+    assert_no_panic(&e);
+}

@@ -1018,3 +1018,118 @@ fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
         "windows do not follow one another: {windows:?}"
     );
 }
+
+/// The event history as OTLP log records (issue 47), over both protocols: an XID, a GPU
+/// lost, the host engine killed and back arrive at the receiver (`/v1/logs`,
+/// `LogsService/Export`, decoded with the official messages) in that order, each as
+/// `/events` serves it (type, entity, time, message), under the metrics' own resource.
+#[test]
+fn the_event_history_arrives_as_otlp_log_records_with_the_metrics_resource() {
+    use support::events::{events, position};
+    for protocol in [Protocol::Http, Protocol::Grpc] {
+        let r = Receiver::start(protocol, Mode::Accept);
+        let dir = tempfile::tempdir().unwrap();
+        let ctl = dir.path().join("control");
+        std::fs::write(&ctl, "").unwrap();
+        let port = free_port();
+        let mut engine = HostEngine::start_with(port, None, Some(&ctl));
+        let e = exporter()
+            .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "200"])
+            .args(&[
+                "--otlp-endpoint",
+                &r.endpoint(),
+                "--otlp-protocol",
+                protocol.flag(),
+            ])
+            .env("OTEL_SERVICE_NAME", "gpu-telemetry")
+            .env("NODE_NAME", "node-a")
+            .start();
+        let at = format!("engine:127.0.0.1:{port}");
+        let named = |recs: &[otlp_receiver::LogEntry], kind: &str, entity: &str| {
+            recs.iter().position(|l| {
+                l.event_name == format!("dcgm_exporter.{kind}")
+                    && l.attributes.get("dcgm.entity").map(String::as_str) == Some(entity)
+            })
+        };
+        control(&ctl, "xid 0 43");
+        r.wait_for_logs(20, |l| named(l, "xid", "gpu:0").is_some());
+        control(&ctl, "gpu_lost 1");
+        r.wait_for_logs(20, |l| named(l, "gpu_lost", "gpu:1").is_some());
+        engine.kill();
+        r.wait_for_logs(20, |l| named(l, "engine_down", &at).is_some());
+        let fresh = dir.path().join("fresh");
+        std::fs::write(&fresh, "").unwrap();
+        let _engine = HostEngine::start_with(port, None, Some(&fresh));
+        // Back: a second session, and GPU 1 with it.
+        let recs = r.wait_for_logs(20, |l| {
+            let ups = l
+                .iter()
+                .filter(|x| x.event_name == "dcgm_exporter.engine_up");
+            ups.count() == 2 && named(l, "gpu_found", "gpu:1").is_some()
+        });
+        let order: Vec<usize> = [
+            ("xid", "gpu:0"),
+            ("gpu_lost", "gpu:1"),
+            ("engine_down", &at),
+        ]
+        .iter()
+        .map(|(k, en)| named(&recs, k, en).unwrap())
+        .collect();
+        assert!(
+            order.windows(2).all(|w| w[0] < w[1]),
+            "{protocol:?}: {recs:#?}"
+        );
+        // Each record is the event /events serves.
+        let served = events(&e, "since=10m");
+        for rec in &recs {
+            let seq: u64 = rec.attributes["dcgm.event.seq"].parse().unwrap();
+            let ev = served
+                .iter()
+                .find(|v| v["seq"] == seq)
+                .unwrap_or_else(|| panic!("{protocol:?}: seq {seq} not served"));
+            assert_eq!(
+                rec.event_name,
+                format!("dcgm_exporter.{}", ev["type"].as_str().unwrap())
+            );
+            assert_eq!(rec.body, ev["message"].as_str().unwrap());
+            assert_eq!(
+                rec.attributes["dcgm.entity"],
+                ev["entity"].as_str().unwrap()
+            );
+            let time = dcgm_exporter::model::events::rfc3339_us((rec.time_ns / 1000) as i64);
+            assert_eq!(time, ev["time"].as_str().unwrap(), "{protocol:?}");
+        }
+        let xid = &recs[order[0]];
+        assert_eq!(xid.attributes["dcgm.xid"], "43");
+        assert_eq!(xid.attributes["dcgm.time_source"], "dcgm");
+        assert_eq!(xid.severity, 13, "WARN");
+        assert_eq!(recs[order[2]].severity, 17, "ERROR");
+        assert!(
+            position(&served, "gpu_found", "gpu:1").is_some(),
+            "{served:#?}"
+        );
+        // The same resource as the metrics pushes.
+        let metrics = r.wait_for(1, 10);
+        let resource = otlp_receiver::resource(&metrics[0].request);
+        assert_eq!(
+            resource.get("host.name").map(String::as_str),
+            Some("node-a")
+        );
+        assert_eq!(
+            resource.get("service.name").map(String::as_str),
+            Some("gpu-telemetry")
+        );
+        assert!(recs.iter().all(|l| l.resource == resource), "{protocol:?}");
+        e.scrape_until(10, |_| {
+            self_metric(
+                &e,
+                "dcgm_exporter_otlp_log_pushes_total",
+                &[("result", "sent")],
+            ) >= 1.0
+        });
+        assert_eq!(
+            self_metric(&e, "dcgm_exporter_otlp_log_records_dropped_total", &[]),
+            0.0
+        );
+    }
+}

@@ -1061,3 +1061,120 @@ fn a_web_config_that_lowers_the_tls_version_or_drops_a_header_is_refused() {
     assert!(!health.contains("degraded"), "{health}");
     assert_ne!(tls12(&e), 0);
 }
+
+/// The event history (issue 47) behind the web config: `/events` asks for the same client
+/// certificate and basic auth as `/metrics`; hostile queries (a `since` out of range, before
+/// 1970 or in the future, unknown types, parameters or entity shapes, a query too long) get
+/// a clear 4xx and nothing else; `dcgm-exporter events` reaches it over TLS with flags or a
+/// client file; a refused web-config change is itself an event.
+#[test]
+fn the_event_history_behind_tls_and_basic_auth_refuses_hostile_queries() {
+    use support::events::events_command;
+    require!("curl", "openssl");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    certificates(d);
+    let ctl = d.join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let tls = "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n";
+    let cfg = write_web_config(d, tls, &format!("basic_auth_users:\n  alice: {ALICE}\n"));
+    let e = exporter()
+        .args(&["--web-config-file", cfg.to_str().unwrap(), "-c", "200"])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .spawn();
+    let with_cert = [&AUTH[..], &CERT[..]].concat();
+    e.wait_until(30, |e| curl(d, e.port, "/metrics", &with_cert).1 == 200);
+    control(&ctl, "xid 0 13");
+    e.wait_until(10, |e| {
+        let (_, status, body) = curl(d, e.port, "/events?type=xid", &with_cert);
+        status == 200 && body.contains("\"entity\":\"gpu:0\"")
+    });
+    let (_, _, resp) = curl(d, e.port, "/events?since=10m", &with_cert);
+    assert!(
+        resp.to_ascii_lowercase()
+            .contains("content-type: application/json"),
+        "{resp}"
+    );
+    for args in [vec![], vec!["-u", "alice:wrong"]] {
+        let (_, status, resp) = curl(
+            d,
+            e.port,
+            "/events?since=10m",
+            &[&args[..], &CERT[..]].concat(),
+        );
+        assert_eq!(status, 401, "{args:?}: {resp}");
+        assert!(!resp.contains("xid"), "{resp}");
+    }
+    let long = format!("entity={}", "gpu:1,".repeat(500));
+    for (query, want, why) in [
+        ("since=99999999999999h", 400, "out of range"),
+        ("since=1000000h", 400, "before 1970"),
+        ("since=9999-01-01T00:00:00Z", 400, "in the future"),
+        ("since=2026-13-01T00:00:00Z", 400, "not an RFC 3339 time"),
+        ("type=bogus", 400, "unknown type"),
+        ("entity=gpu:0%3Brm", 400, "not an entity"),
+        ("limit=0", 400, "not 1 to"),
+        ("drop=1", 400, "unknown parameter"),
+        ("since=%E0%A4", 400, "UTF-8"),
+        (long.as_str(), 414, "longer than"),
+    ] {
+        let (_, status, resp) = curl(d, e.port, &format!("/events?{query}"), &with_cert);
+        assert_eq!(status, want, "{query}: {resp}");
+        assert!(
+            resp.contains(why) && !resp.contains("\"events\""),
+            "{query}: {resp}"
+        );
+    }
+    // The subcommand, with flags: TLS to the exporter's CA, the client certificate, the user.
+    let file = |n: &str| d.join(n).to_str().unwrap().to_string();
+    let url = format!("https://127.0.0.1:{}", e.port);
+    let tls_flags = [
+        "--ca-file",
+        &file("ca.crt"),
+        "--cert-file",
+        &file("client.crt"),
+    ];
+    let key = ["--key-file", &file("client.key")];
+    let flags = [&tls_flags[..], &key[..], &["-a", &url, "--since", "10m"]].concat();
+    let (code, table, err) =
+        events_command(&[&flags[..], &["-u", "alice", "--password", "password"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(" xid ") && l.contains("gpu:0")),
+        "{table}"
+    );
+    let (code, _, err) = events_command(&flags);
+    assert_eq!(code, 1);
+    assert!(err.contains("401"), "{err}");
+    // With a client file (Prometheus' HTTP client shape), the certificate not checked.
+    std::fs::write(d.join("pw"), "password\n").unwrap();
+    let client = d.join("client.yml");
+    std::fs::write(
+        &client,
+        "basic_auth: {username: alice, password_file: pw}\n\
+         tls_config: {cert_file: client.crt, key_file: client.key, insecure_skip_verify: true}\n",
+    )
+    .unwrap();
+    let (code, json, err) = events_command(&[
+        "-a",
+        &url,
+        "--http-config-file",
+        client.to_str().unwrap(),
+        "--json",
+        "--type",
+        "xid",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["events"][0]["details"]["xid"], 13, "{json}");
+    // A change that would drop basic auth is refused, and recorded.
+    write_web_config(d, tls, "");
+    e.wait_until(10, |e| {
+        let (_, _, body) = curl(d, e.port, "/events?type=web_config_refused", &with_cert);
+        body.contains("\"reason\":\"lowers_security\"")
+    });
+    assert_eq!(curl(d, e.port, "/events", &CERT).1, 401);
+    assert!(!e.stderr().contains("panicked"), "{}", e.stderr());
+}

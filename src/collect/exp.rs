@@ -148,6 +148,9 @@ impl Windowed {
                 }
             }
             if s.ts_us > self.last_ts {
+                if self.field == fields::XID_ERRORS && v != 0 {
+                    crate::model::events::dcgm_xid(s.entity, v, s.ts_us, super::xid::describe(v));
+                }
                 for key in self.total_keys(s.entity, v) {
                     *self
                         .totals
@@ -416,6 +419,7 @@ impl Actions {
             }
         }
         let count = health::count(&self.expected, &listed, &lost_now);
+        crate::model::events::gpus(&self.expected, &listed, &lost_now);
         let mut ev: HashMap<u32, health::Evidence> = HashMap::new();
         for t in &self.targets {
             let Some(g) = t.gpu else { continue };
@@ -494,6 +498,8 @@ impl Actions {
                     continue;
                 };
                 let (action, reason) = health::decide(e);
+                let gpu = t.gpu.unwrap_or_default();
+                crate::model::events::health_action(gpu, action.label(), reason);
                 let l = exp_labels(
                     t,
                     csv_labels,
@@ -753,6 +759,7 @@ impl ExpCollectors {
             let r = session.health_check(&h.group);
             let source = h.source().to_string();
             if let Some(resp) = outcome.piece(&source, r, failures, page)? {
+                crate::model::events::health(&resp);
                 h.add(&resp, csv_labels, page);
                 checked = Some(resp);
             }

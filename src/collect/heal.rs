@@ -233,6 +233,7 @@ impl Healer {
             "profiling of GPU {g} ({uuid}) reads 0 or fails while DCGM_FI_DEV_GPU_UTIL is \
              {util} % for {stuck} collections (NVIDIA/DCGM#303)"
         );
+        crate::model::events::profiling_rearm(gpu, &uuid, action.label(), &why);
         match action {
             Action::Rearm => tracing::warn!(
                 "{why}: re-arming its profiling watches (re-arm {rearms}; after {MAX_REARMS}, {})",

@@ -74,6 +74,8 @@ impl Topology {
             }
             Err(e) => t.warnings.push(format!("no CPUs: {e}")),
         }
+        // The event history's names, MIG changes and GPUs lost, back, unbound or bound.
+        crate::model::events::topology(&t);
         Ok(t)
     }
 

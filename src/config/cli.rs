@@ -480,6 +480,14 @@ pub struct Config {
     /// Pushes kept while the OTLP receiver is down or slow; past this the oldest is dropped.
     #[arg(long, env = "DCGM_EXPORTER_OTLP_QUEUE_SIZE", value_name = "N", default_value = "16", value_parser = go_int!())]
     pub otlp_queue_size: i64,
+    /// Events the event history (/events, OTLP logs) keeps; past this the oldest is dropped
+    /// and counted; 0 keeps no history.
+    #[arg(long, env = "DCGM_EXPORTER_EVENTS_MAX_COUNT", value_name = "N", default_value = "10000", value_parser = go_int!())]
+    pub events_max_count: i64,
+    /// Bytes the event history may take (at least 16384); past this the oldest events are
+    /// dropped and counted.
+    #[arg(long, env = "DCGM_EXPORTER_EVENTS_MAX_BYTES", value_name = "BYTES", default_value = "4194304", value_parser = go_int!())]
+    pub events_max_bytes: i64,
     /// DCGM modules the embedded host engine is started without, comma-separated names or
     /// ids (profiling or 8, health, policy, ...): with profiling denied, GPUs before Hopper
     /// lose their DCGM_FI_PROF_* rows and the exporter the profiling module's memory;
@@ -783,6 +791,29 @@ impl Config {
         Ok(out)
     }
 
+    /// `--events-max-count` and `--events-max-bytes`, checked: (events, bytes).
+    pub fn events_bounds(&self) -> Result<(usize, usize), String> {
+        let count = usize::try_from(self.events_max_count)
+            .ok()
+            .filter(|n| *n <= 10_000_000)
+            .ok_or_else(|| {
+                format!(
+                    "--events-max-count: {} is not 0 to 10000000 events",
+                    self.events_max_count
+                )
+            })?;
+        let bytes = usize::try_from(self.events_max_bytes)
+            .ok()
+            .filter(|n| (16 << 10..=1 << 30).contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "--events-max-bytes: {} is not 16384 to 1073741824 bytes",
+                    self.events_max_bytes
+                )
+            })?;
+        Ok((count, bytes))
+    }
+
     /// `--profiling-rearm-after` and `--profiling-restart-period`.
     pub fn profiling_healing(&self) -> Result<(u32, std::time::Duration), String> {
         let n = u32::try_from(self.profiling_rearm_after)
@@ -989,6 +1020,9 @@ pub(crate) mod tests {
         ("otlp-protocol", None, Some("DCGM_EXPORTER_OTLP_PROTOCOL"), Some(""), Str),
         ("otlp-metric-names", None, Some("DCGM_EXPORTER_OTLP_METRIC_NAMES"), Some("dcgm"), Str),
         ("otlp-queue-size", None, Some("DCGM_EXPORTER_OTLP_QUEUE_SIZE"), Some("16"), Int),
+        // ours (issue 47: the event history)
+        ("events-max-count", None, Some("DCGM_EXPORTER_EVENTS_MAX_COUNT"), Some("10000"), Int),
+        ("events-max-bytes", None, Some("DCGM_EXPORTER_EVENTS_MAX_BYTES"), Some("4194304"), Int),
         // ours (issue 44: the profiling module under the operator's control, profiling that heals)
         ("dcgm-denylist-modules", None, Some("DCGM_EXPORTER_DCGM_DENYLIST_MODULES"), Some(""), Str),
         ("profiling-rearm-after", None, Some("DCGM_EXPORTER_PROFILING_REARM_AFTER"), Some("3"), Int),

@@ -9,6 +9,7 @@ pub mod configmap;
 pub mod counters;
 pub mod duration;
 pub mod emulate;
+pub mod events_cmd;
 pub mod file;
 pub mod gocsv;
 pub mod hostname;

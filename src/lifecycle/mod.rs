@@ -2,11 +2,13 @@
 //! `startup::settings` turns the command line into each stage's settings), `app` (one
 //! collection's steps and the loop that drives them), `control` (the loop's messages),
 //! `worker` (the thread that owns the DCGM session, so every DCGM step has a deadline),
-//! `watchers` (threads that ask the loop to rebuild). Side threads run under
+//! `watchers` (threads that ask the loop to rebuild), `events_cmd` (`dcgm-exporter events`:
+//! a client of a running exporter's `/events`). Side threads run under
 //! `common::supervisor`.
 
 pub mod app;
 pub mod control;
+pub mod events_cmd;
 pub mod startup;
 pub mod watchers;
 pub mod worker;

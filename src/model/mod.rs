@@ -11,6 +11,7 @@
 //! label name Prometheus refuses) is dropped and counted instead, so that no renderer ever
 //! writes one.
 
+pub mod events;
 pub mod node;
 
 use crate::config::counters::PromType;

@@ -153,6 +153,8 @@ impl SelfMetrics {
         .into_iter()
         // Basic auth's bound on password checks (process-wide, so one set for the process).
         .chain(crate::output::http::auth::Gate::global().collectors())
+        // The event history's counts (process-wide, as the history).
+        .chain(crate::model::events::collectors())
         {
             registry.register(c).expect("metric names are unique");
         }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod events;
 pub mod fake_apiserver;
 pub mod kubelet;
 pub mod nvml_yaml;

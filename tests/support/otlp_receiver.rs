@@ -1,6 +1,8 @@
 //! An OTLP metrics receiver for the tests: OTLP/gRPC (tonic's server of the generated
 //! `MetricsService`) or OTLP/HTTP (hyper, `POST /v1/metrics`), decoding every push with the
-//! messages generated from OpenTelemetry's official `.proto` files. It can also misbehave,
+//! messages generated from OpenTelemetry's official `.proto` files. It takes the logs signal
+//! too (`LogsService`, `POST /v1/logs`: the event history's log records), kept apart: a log
+//! push is neither a metrics push nor one of the `attempts`. It can also misbehave,
 //! switched at run time: hang (accept and never answer), reset (accept and close with RST),
 //! or answer an error status, also with the specification's back-off hints (HTTP
 //! `Retry-After`, gRPC `google.rpc.RetryInfo` built with tonic-types' official messages).
@@ -12,6 +14,12 @@ use dcgm_exporter::output::otlp::proto::collector::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
 use dcgm_exporter::output::otlp::proto::common::any_value;
+use dcgm_exporter::output::otlp::proto::logs_collector::logs_service_server::{
+    LogsService, LogsServiceServer,
+};
+use dcgm_exporter::output::otlp::proto::logs_collector::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
 use dcgm_exporter::output::otlp::proto::metrics::{metric, number_data_point, NumberDataPoint};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -107,10 +115,17 @@ pub struct Push {
     pub at: Instant,
 }
 
+/// One decoded push of log records.
+pub struct LogPush {
+    pub request: ExportLogsServiceRequest,
+    pub at: Instant,
+}
+
 #[derive(Default)]
 struct State {
     mode: Mutex<Option<Mode>>,
     pushes: Mutex<Vec<Arc<Push>>>,
+    logs: Mutex<Vec<Arc<LogPush>>>,
     /// When each request arrived, refused or not.
     attempts: Mutex<Vec<Instant>>,
     /// Connections held open by `Hang`.
@@ -223,6 +238,36 @@ impl Receiver {
         self.state.pushes.lock().unwrap().clone()
     }
 
+    /// The log pushes received (the event history's events).
+    pub fn logs(&self) -> Vec<Arc<LogPush>> {
+        self.state.logs.lock().unwrap().clone()
+    }
+
+    /// Every log record received so far, in the order received.
+    pub fn log_records(&self) -> Vec<LogEntry> {
+        self.logs()
+            .iter()
+            .flat_map(|p| log_records(&p.request))
+            .collect()
+    }
+
+    /// Waits until the log records received satisfy `done` (panics after `secs`).
+    pub fn wait_for_logs(&self, secs: u64, done: impl Fn(&[LogEntry]) -> bool) -> Vec<LogEntry> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let l = self.log_records();
+            if done(&l) {
+                return l;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "log records within {secs} s: {:#?}",
+                l.iter().map(|r| &r.event_name).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// When each request arrived, refused ones included.
     pub fn attempts(&self) -> Vec<Instant> {
         self.state.attempts.lock().unwrap().clone()
@@ -263,7 +308,8 @@ async fn serve(
                     rx.recv().await.map(|s| (Ok::<_, std::io::Error>(s), rx))
                 });
                 tonic::transport::Server::builder()
-                    .add_service(MetricsServiceServer::new(Grpc(served)))
+                    .add_service(MetricsServiceServer::new(Grpc(served.clone())))
+                    .add_service(LogsServiceServer::new(Grpc(served)))
                     .serve_with_incoming(incoming)
                     .await
                     .expect("gRPC receiver serves");
@@ -327,6 +373,43 @@ impl MetricsService for Grpc {
     }
 }
 
+#[tonic::async_trait]
+impl LogsService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportLogsServiceRequest>,
+    ) -> Result<tonic::Response<ExportLogsServiceResponse>, tonic::Status> {
+        if let Some(status) = self.0.mode().grpc_refusal() {
+            return Err(status);
+        }
+        self.0.logs.lock().unwrap().push(Arc::new(LogPush {
+            request: request.into_inner(),
+            at: Instant::now(),
+        }));
+        Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
+    }
+}
+
+/// A `POST /v1/logs`: recorded apart from the metrics pushes and attempts; the status.
+fn http_logs(state: &State, body: Result<bytes::Bytes, hyper::Error>) -> u16 {
+    if let Some((status, _)) = state.mode().http_refusal() {
+        return status;
+    }
+    let decoded = body
+        .ok()
+        .and_then(|b| <ExportLogsServiceRequest as prost::Message>::decode(b).ok());
+    match decoded {
+        Some(request) => {
+            state.logs.lock().unwrap().push(Arc::new(LogPush {
+                request,
+                at: Instant::now(),
+            }));
+            200
+        }
+        None => 400,
+    }
+}
+
 async fn serve_http(mut rx: tokio::sync::mpsc::Receiver<tokio::net::TcpStream>, state: Arc<State>) {
     while let Some(stream) = rx.recv().await {
         tokio::spawn(serve_http_conn(stream, state.clone()));
@@ -348,6 +431,14 @@ where
                 state.attempt();
                 // An error from the service makes hyper close the connection unanswered.
                 return Err("hung up".to_string());
+            }
+            if req.method() == hyper::Method::POST && req.uri().path() == "/v1/logs" {
+                let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                let status = http_logs(&state, body);
+                let resp = hyper::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/x-protobuf");
+                return Ok(resp.body(Full::new(bytes::Bytes::new())).unwrap());
             }
             let ok = req.method() == hyper::Method::POST
                 && req.uri().path() == "/v1/metrics"
@@ -398,7 +489,8 @@ async fn serve_grpc_conn<I>(io: I, state: Arc<State>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let svc = MetricsServiceServer::new(Grpc(state));
+    let svc = tonic::service::Routes::new(MetricsServiceServer::new(Grpc(state.clone())))
+        .add_service(LogsServiceServer::new(Grpc(state)));
     let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         tower::ServiceExt::oneshot(svc.clone(), req)
     });
@@ -573,4 +665,52 @@ fn string(v: Option<&dcgm_exporter::output::otlp::proto::common::AnyValue>) -> S
         Some(any_value::Value::StringValue(s)) => s.clone(),
         other => panic!("a non-string attribute: {other:?}"),
     }
+}
+
+/// One log record of a push, its attributes as text.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogEntry {
+    pub event_name: String,
+    pub body: String,
+    pub severity: i32,
+    pub time_ns: u64,
+    pub observed_ns: u64,
+    pub attributes: BTreeMap<String, String>,
+    pub resource: BTreeMap<String, String>,
+}
+
+/// Every log record of a push, with its resource's attributes.
+pub fn log_records(r: &ExportLogsServiceRequest) -> Vec<LogEntry> {
+    let text = |v: Option<&dcgm_exporter::output::otlp::proto::common::AnyValue>| match v
+        .and_then(|v| v.value.as_ref())
+    {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(i)) => i.to_string(),
+        other => panic!("an attribute of another type: {other:?}"),
+    };
+    let mut out = Vec::new();
+    for rl in &r.resource_logs {
+        let resource: BTreeMap<String, String> = rl
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+            .collect();
+        for rec in rl.scope_logs.iter().flat_map(|s| &s.log_records) {
+            out.push(LogEntry {
+                event_name: rec.event_name.clone(),
+                body: text(rec.body.as_ref()),
+                severity: rec.severity_number,
+                time_ns: rec.time_unix_nano,
+                observed_ns: rec.observed_time_unix_nano,
+                attributes: rec
+                    .attributes
+                    .iter()
+                    .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
+                    .collect(),
+                resource: resource.clone(),
+            });
+        }
+    }
+    out
 }

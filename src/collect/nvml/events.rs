@@ -62,6 +62,9 @@ impl Xids {
         for _ in 0..MAX_PER_COLLECTION {
             match self.events.next() {
                 Ok(Some(x)) => {
+                    let (xid, at) = (x.xid as i64, (x.gpu_instance, x.compute_instance));
+                    let what = crate::collect::xid::describe(xid);
+                    crate::model::events::nvml_xid(x.gpu, at, xid, what);
                     if let Some(e) = entity_of(&x, topology) {
                         self.last.insert(e, x.xid as i64);
                     }

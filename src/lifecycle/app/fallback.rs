@@ -122,6 +122,7 @@ impl Fallback {
                 "DCGM is unavailable ({why}): serving the core GPU series from NVML until it returns (--backend auto)"
             );
             self.serving = Some((why.to_string(), Instant::now()));
+            crate::model::events::failover_engaged(&runner.engine.name(), why);
         }
         if self.next_due.is_some_and(|t| Instant::now() < t) {
             // Backing off after NVML failed: the page stays withdrawn meanwhile.
@@ -160,6 +161,7 @@ impl Fallback {
                 "DCGM is back: serving from DCGM again (NVML served for {:.1}s)",
                 since.elapsed().as_secs_f64()
             );
+            crate::model::events::failover_released(since.elapsed().as_secs_f64());
         }
         self.worker = None;
         self.next_due = None;

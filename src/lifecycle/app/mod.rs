@@ -58,6 +58,14 @@ impl Engine {
             Engine::Remote(_) => "remote",
         }
     }
+
+    /// Its name in events: the address, or `embedded`.
+    pub fn name(&self) -> String {
+        match self {
+            Engine::Embedded => "embedded".into(),
+            Engine::Remote(t) => t.to_string(),
+        }
+    }
 }
 
 /// What the worker thread owns: the session and the watches built on it.
@@ -178,6 +186,7 @@ impl Runner {
     /// Records a start without DCGM (a remote engine not reachable yet): /health answers
     /// 503 with `why` until the collection loop connects.
     pub fn unreachable_at_start(&self, why: &str) {
+        crate::model::events::engine_down(&self.engine.name(), why);
         self.failed(why, false);
     }
 
@@ -213,7 +222,8 @@ impl Runner {
             Ok::<(), dcgm_sys::Error>(())
         });
         match opened {
-            Ok(Ok(())) => {}
+            // Before the build: what the build finds (GPUs back) follows the engine's return.
+            Ok(Ok(())) => crate::model::events::engine_up(&self.engine.name()),
             Ok(Err(e)) => return Err(Failure::Session(e.to_string())),
             Err(e) => return Err(job_failure(e)),
         }
@@ -370,6 +380,7 @@ impl Runner {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
+                crate::model::events::reload("counters", Err(&e));
                 return Ok(false);
             }
         };
@@ -380,16 +391,19 @@ impl Runner {
                 "reloaded {} (DCGM's watches are made with it once DCGM answers)",
                 self.collectors.describe()
             );
+            crate::model::events::reload("counters", Ok(&self.collectors.describe()));
             return Ok(false);
         };
         match self.build(worker, new.clone(), stop) {
             Ok(()) => {
                 *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
                 tracing::info!("reloaded {}", self.collectors.describe());
+                crate::model::events::reload("counters", Ok(&self.collectors.describe()));
                 Ok(true)
             }
             Err(Failure::Watches(e) | Failure::Config(e)) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
+                crate::model::events::reload("counters", Err(&e));
                 Ok(false)
             }
             Err(f) => Err(f),

@@ -142,6 +142,7 @@ impl Loop<'_> {
                 }
                 Err(Failure::Session(why)) if self.worker.is_some() => {
                     tracing::error!("lost the DCGM session: {why}; reconnecting");
+                    crate::model::events::engine_down(&self.runner.engine.name(), &why);
                     self.abandon();
                     self.without_dcgm(&why);
                     Duration::ZERO
@@ -339,6 +340,7 @@ impl Loop<'_> {
             }
             Err(Failure::Session(why)) => {
                 tracing::error!("lost the DCGM session during reload: {why}; reconnecting");
+                crate::model::events::engine_down(&self.runner.engine.name(), &why);
                 self.abandon();
                 self.runner.failed(&why, false);
             }

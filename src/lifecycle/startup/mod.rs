@@ -107,6 +107,7 @@ fn serve(
     library_out: &mut Option<Arc<dcgm_sys::Library>>,
     stopped_at: &mut Option<Instant>,
 ) -> Result<(), String> {
+    event_history_bounds(&config)?;
     let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
     // First: the signal handlers live in it, before anything slow (DCGM's start: 30 s).
@@ -180,6 +181,16 @@ fn serve(
         }
     }
     served
+}
+
+/// The event history's bounds, set before anything can happen on the node.
+fn event_history_bounds(config: &cli::Config) -> Result<(), String> {
+    let (max_events, max_bytes) = config.events_bounds()?;
+    crate::model::events::global().set_bounds(crate::model::events::Bounds {
+        max_events,
+        max_bytes,
+    });
+    Ok(())
 }
 
 /// With several host engines: one runner per engine, each handing its pages to one

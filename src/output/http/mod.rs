@@ -7,6 +7,7 @@
 //! handshake errors (`handshake`) and timeouts (`timeout`) stay under our control.
 
 pub mod auth;
+pub mod events;
 pub mod handshake;
 pub mod listen;
 pub mod negotiate;

@@ -1,10 +1,11 @@
 //! The endpoints as warp filters, answering as upstream's gorilla/mux router does: the
-//! metrics path (default `/metrics`), `/health`, `/ready`, `/` and, with `--enable-pprof`,
-//! `/debug/pprof/`. Routes accept every method, as upstream registers them without a method
-//! filter (`HEAD` gets the headers without the body), so no path answers 405; other paths
-//! get Go's `404 page not found`. Basic auth, when configured, is a filter in front of every
-//! path, as exporter-toolkit applies it; its rejection becomes 401 with `WWW-Authenticate`.
-//! The web configuration's headers go on every response, refusals included.
+//! metrics path (default `/metrics`), `/health`, `/ready`, `/events`, `/` and, with
+//! `--enable-pprof`, `/debug/pprof/`. Routes accept every method, as upstream registers
+//! them without a method filter (`HEAD` gets the headers without the body), so no path
+//! answers 405; other paths get Go's `404 page not found`. Basic auth, when configured, is
+//! a filter in front of every path, as exporter-toolkit applies it; its rejection becomes
+//! 401 with `WWW-Authenticate`. The web configuration's headers go on every response,
+//! refusals included.
 
 use super::auth::Outcome;
 use super::reply::{html, text, PageBody, Response};
@@ -226,6 +227,9 @@ fn filter(ep: Arc<Endpoints>, opts: Options, web: Web) -> BoxedFilter<(Response,
         let ep = ep.clone();
         exact("/".into()).map(move || html(ep.landing.clone()))
     };
+    let events = exact("/events".into())
+        .and(warp::query::raw().or(warp::any().map(String::new)).unify())
+        .map(|query: String| super::events::reply(&query));
     let pprof = {
         let (enabled, write_timeout) = (opts.pprof, opts.write_timeout);
         warp::path::full()
@@ -244,6 +248,8 @@ fn filter(ep: Arc<Endpoints>, opts: Options, web: Web) -> BoxedFilter<(Response,
         .or(ready)
         .unify()
         .or(landing)
+        .unify()
+        .or(events)
         .unify()
         .or(pprof)
         .unify();

@@ -285,6 +285,7 @@ impl ReloadStatus {
 
     fn refused(&self, reason: &str, why: String) {
         tracing::error!("{why}");
+        crate::model::events::web_config_refused(reason, &why);
         self.refused.with_label_values(&[reason]).inc();
         self.last_successful.set(0);
         *self.note.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);

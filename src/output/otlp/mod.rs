@@ -9,6 +9,7 @@
 //! [`MAX_RETRY_AFTER`]. A clean exit sends what is queued within [`FLUSH_DEADLINE`].
 
 mod convert;
+pub mod logs;
 pub mod proto;
 mod queue;
 pub mod semconv;
@@ -132,6 +133,8 @@ pub struct Otlp {
     url: String,
     /// Disconnected once the sender thread has ended (taken by `close`).
     sender_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// The event history's events as OTLP log records (`logs`).
+    logs: logs::Logs,
 }
 
 fn now_ns() -> u64 {
@@ -183,6 +186,7 @@ impl Otlp {
             metrics,
             url: settings.url.clone(),
             sender_done: Mutex::new(Some(done_rx)),
+            logs: logs::Logs::start(settings, self_metrics)?,
         })
     }
 
@@ -190,7 +194,9 @@ impl Otlp {
     /// not be sent is counted (`shutdown`) and logged.
     fn flush_and_stop(&self) {
         let (queued, _) = self.queue.len();
-        self.queue.finish(Instant::now() + FLUSH_DEADLINE);
+        let deadline = Instant::now() + FLUSH_DEADLINE;
+        self.logs.finish(deadline);
+        self.queue.finish(deadline);
         let done = self
             .sender_done
             .lock()
@@ -203,6 +209,8 @@ impl Otlp {
             )
         });
         self.queue.close();
+        self.logs
+            .stop((deadline + FLUSH_GRACE).saturating_duration_since(Instant::now()));
         let left = self.queue.drain();
         self.metrics.drop_batches("shutdown", &left);
         // A push begun before the exit and still waiting for its timeout is lost too.

@@ -177,6 +177,8 @@ pub struct Grpc {
         tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
     )>,
     timeout: Duration,
+    /// The service method pushes call: the metrics', or the logs' (`Transport::for_logs`).
+    method: &'static str,
 }
 
 impl Transport {
@@ -219,6 +221,16 @@ impl Transport {
             }),
             Protocol::Grpc => Transport::Grpc(grpc(s, dialer)?),
         })
+    }
+
+    /// The same receiver's logs signal (the event history's log records): OTLP/HTTP posts
+    /// to `http_path`, gRPC calls `LogsService/Export`.
+    pub fn for_logs(mut self, http_path: &str) -> Transport {
+        match &mut self {
+            Transport::Http(h) => h.path = http_path.to_string(),
+            Transport::Grpc(g) => g.method = super::proto::LOGS_EXPORT_PATH,
+        }
+        self
     }
 
     /// Sends one encoded request; within the timeout, connection included.
@@ -359,6 +371,7 @@ fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
         channel: Box::new(channel),
         headers,
         timeout: s.timeout,
+        method: EXPORT_PATH,
     })
 }
 
@@ -384,7 +397,7 @@ impl Grpc {
             req.metadata_mut().insert(k.clone(), v.clone());
         }
         req.set_timeout(self.timeout);
-        let path = hyper::http::uri::PathAndQuery::from_static(EXPORT_PATH);
+        let path = hyper::http::uri::PathAndQuery::from_static(self.method);
         match self.client.unary(req, path, RawCodec).await {
             Ok(resp) => partial(resp.get_ref()),
             Err(status) => {
