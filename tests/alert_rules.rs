@@ -10,6 +10,7 @@
 mod support;
 use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -139,12 +140,15 @@ fn check_pack(all: &BTreeMap<String, Value>, tests: &str) {
 
 #[test]
 fn the_chart_ships_the_same_rules() {
-    let ours = std::fs::read_to_string(repo(RULES)).unwrap();
-    let chart = std::fs::read_to_string(repo("deployment/files/dcgm-alerts.rules.yml")).unwrap();
-    assert!(
-        ours == chart,
-        "deployment/files/dcgm-alerts.rules.yml differs from {RULES}: cp {RULES} deployment/files/"
-    );
+    for rules in [RULES, "etc/prometheus/dcgm-profiling.rules.yml"] {
+        let ours = std::fs::read_to_string(repo(rules)).unwrap();
+        let name = Path::new(rules).file_name().unwrap().to_str().unwrap();
+        let chart = std::fs::read_to_string(repo(&format!("deployment/files/{name}"))).unwrap();
+        assert!(
+            ours == chart,
+            "deployment/files/{name} differs from {rules}: cp {rules} deployment/files/"
+        );
+    }
 }
 
 /// Alert name -> the `gpu` labels (or "" for node-level) of its firing alerts.

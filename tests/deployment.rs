@@ -503,10 +503,11 @@ fn check_service_monitor(objects: &[Value]) {
 fn check_prometheus_rule(objects: &[Value]) {
     for pr in find(objects, "PrometheusRule") {
         let groups = &pr["spec"]["groups"];
-        let shipped: serde_norway::Value = serde_norway::from_str(
-            &std::fs::read_to_string(repo("etc/prometheus/dcgm-alerts.rules.yml")).unwrap(),
-        )
-        .unwrap();
+        let shipped = ["dcgm-alerts", "dcgm-profiling"].map(|f| {
+            let text = std::fs::read_to_string(repo(&format!("etc/prometheus/{f}.rules.yml")));
+            let yaml: serde_norway::Value = serde_norway::from_str(&text.unwrap()).unwrap();
+            serde_json::to_value(&yaml["groups"]).unwrap()
+        });
         let names = |g: &Value| -> Vec<String> {
             g.as_array()
                 .unwrap()
@@ -515,8 +516,9 @@ fn check_prometheus_rule(objects: &[Value]) {
                 .map(|r| r["alert"].as_str().unwrap().to_string())
                 .collect()
         };
-        let shipped = serde_json::to_value(&shipped["groups"]).unwrap();
-        assert_eq!(names(groups), names(&shipped));
+        // The alert pack, then the profiling-healing alerts.
+        let shipped: Vec<String> = shipped.iter().flat_map(names).collect();
+        assert_eq!(names(groups), shipped);
         if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
             continue;
         }
