@@ -501,3 +501,231 @@ fn the_real_dcgm_serves_nvlink_throughput_on_gpu_instances_from_their_gpu() {
         .filter(|l| !l.starts_with('#'))
         .all(|l| l.ends_with(" 0")));
 }
+
+/// The collections counted so far (every result).
+fn collections(p: &[Sample]) -> f64 {
+    series(p, "dcgm_exporter_collections_total")
+        .iter()
+        .map(|s| s.value)
+        .sum()
+}
+
+/// Issue 43 item 3 on the real DCGM 4.6: the failover's NVML collector follows the
+/// configuration. A remote nv-hostengine over the injected H100s, the exporter's NVML the
+/// same injection library (so the engine's GPU UUIDs are NVML's and NVML stands in for it).
+/// Killed, NVML serves; a row removed from the counters file while NVML serves goes from
+/// NVML's page (on main the failover collector was built once: nothing changed); the engine
+/// back, a second row removed while DCGM serves; killed again, NVML serves the current
+/// counters, neither removed row back (main: the first failover's counters). Collections
+/// go on counting, the injected values on every page, for several intervals after each.
+#[test]
+fn the_failover_collector_follows_reloads_and_a_second_failover_serves_the_current_counters_on_the_real_kit(
+) {
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-failover-reload");
+    let yaml = scratch.yaml(&gpus());
+    let csv = scratch.0.join("counters.csv");
+    let rows = [
+        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature",
+        "DCGM_FI_DEV_POWER_USAGE, gauge, power",
+        "DCGM_FI_DEV_SM_CLOCK, gauge, SM clock",
+        "DCGM_FI_DEV_MEM_CLOCK, gauge, memory clock",
+    ];
+    let write = |without: &[&str]| {
+        let kept: Vec<&str> = rows
+            .iter()
+            .copied()
+            .filter(|r| !without.iter().any(|f| r.starts_with(&format!("{f},"))))
+            .collect();
+        assert_eq!(kept.len() + without.len(), rows.len());
+        // Written beside and renamed, so no collection reads half a file.
+        let tmp = scratch.0.join("counters.csv.new");
+        std::fs::write(&tmp, kept.join("\n") + "\n").unwrap();
+        std::fs::rename(&tmp, &csv).unwrap();
+    };
+    write(&[]);
+    let port = free_port();
+    let mut he = support::real_dcgm::RealHostEngine::start(kit, &yaml, &scratch.0, port);
+    let injection = kit.lib_dir().join("libnvml_injection.so.1");
+    let mut b = kit.remote(port).args(&[
+        "-f",
+        csv.to_str().unwrap(),
+        "-c",
+        "500",
+        "--backend",
+        "auto",
+        "--nvml-library",
+        injection.to_str().unwrap(),
+    ]);
+    for (k, v) in kit.env(&yaml) {
+        b = b.env(&k, &v);
+    }
+    let e = b.start();
+    let has = |p: &[Sample], name: &str| !series(p, name).is_empty();
+    let (power, mem_clock) = ("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_MEM_CLOCK");
+    // Every page until the first failover: the injected temperatures.
+    let never_blind =
+        |p: &[Sample]| assert_eq!(temps(p), injected(), "blind or wrong:\n{}", dump(p));
+    // `secs` of pages checked with `check` until `from` serves, then until it has counted
+    // 3 more collections (several intervals on: values still advancing).
+    let serves = |from: &str, secs: u64, check: &dyn Fn(&[Sample]), what: &str| {
+        let (page, took) = watch_until(
+            &e,
+            secs,
+            |p| check(p),
+            |p| backend(p) == Some(from) && temps(p) == injected(),
+        );
+        let n = collections(&page);
+        let (page, _) = watch_until(
+            &e,
+            20,
+            |p| check(p),
+            |p| backend(p) == Some(from) && collections(p) >= n + 3.0,
+        );
+        eprintln!("real kit, -c 500: {what}: {from} after {took:?}");
+        page
+    };
+    let page = serves("dcgm", 30, &|_| {}, "start");
+    assert!(
+        has(&page, power) && has(&page, mem_clock),
+        "{}",
+        dump(&page)
+    );
+    e.wait_for_log(10, "NVML stands in for the host engine's 2 GPUs");
+
+    he.kill();
+    let page = serves("nvml", 30, &never_blind, "engine killed");
+    assert!(
+        has(&page, power) && has(&page, mem_clock),
+        "{}",
+        dump(&page)
+    );
+
+    // While NVML serves: a row removed goes from NVML's page, the others stay.
+    write(&["DCGM_FI_DEV_POWER_USAGE"]);
+    let (page, took) = watch_until(&e, 20, never_blind, |p| {
+        backend(p) == Some("nvml") && !has(p, power)
+    });
+    eprintln!("real kit: a row removed while NVML serves gone after {took:?}");
+    assert!(
+        has(&page, mem_clock) && has(&page, "DCGM_FI_DEV_SM_CLOCK"),
+        "{}",
+        dump(&page)
+    );
+    let power_gone = |p: &[Sample]| {
+        never_blind(p);
+        assert!(!has(p, power), "the removed row is back:\n{}", dump(p));
+    };
+    serves("nvml", 5, &power_gone, "after the reload");
+
+    // The engine back: DCGM serves the current counters; a second row removed there.
+    he.restart(kit);
+    let page = serves("dcgm", 90, &power_gone, "engine restarted");
+    assert!(has(&page, mem_clock), "{}", dump(&page));
+    write(&["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_MEM_CLOCK"]);
+    e.scrape_until(20, |p| backend(p) == Some("dcgm") && !has(p, mem_clock));
+
+    // Killed again: NVML serves the current counters, neither removed row back.
+    let both_gone = |p: &[Sample]| {
+        power_gone(p);
+        assert!(
+            !has(p, mem_clock),
+            "a row removed while DCGM served is back:\n{}",
+            dump(p)
+        );
+    };
+    he.kill();
+    let page = serves("nvml", 30, &both_gone, "engine killed again");
+    assert!(has(&page, "DCGM_FI_DEV_SM_CLOCK"), "{}", dump(&page));
+    let log = e.stderr();
+    assert_eq!(
+        log.matches("serving the core GPU series from NVML until it returns")
+            .count(),
+        2,
+        "{log}"
+    );
+}
+
+/// Issue 43 item 6 on the real DCGM 4.6: `-d i:<ids>` names DCGM's GPU-instance entity ids
+/// on both backends. Both GPUs of the injected node are split, their MIG devices named by
+/// UUID (`MigDeviceUUID`, a `MigDevice` section) so that the injection NVML's
+/// `nvmlDeviceGetMigDeviceHandleByIndex` finds them: GPU 0 a 3g.40gb (GI 2) and a 1g.10gb
+/// (GI 9), GPU 1 a 4g.40gb (GI 1) and a 2g.20gb (GI 5). DCGM numbers a GPU's instances
+/// `gpu * 7 + index`, the index by profile then GI id: 0 is GPU 0's GI 9, 1 its GI 2, 7
+/// GPU 1's GI 5, 8 its GI 1. `-d i:0,8` selects the same two instances on the embedded real
+/// library and on the injection NVML (on main NVML numbered them `gpu * 16 + GI id`: 9, 2,
+/// 21, 17, so `i:0,8` matched nothing there).
+#[test]
+fn dash_d_instance_ids_select_the_same_instances_on_the_real_dcgm_and_the_injection_nvml() {
+    use support::nvml_yaml::MigInstance;
+    let Some(kit) = kit() else { return };
+    let scratch = Scratch::new("nvml-mig-selection");
+    let mut gpus = gpus();
+    gpus[0].mig = MigInstance::three_and_one();
+    gpus[1].mig = vec![
+        MigInstance {
+            slices: 4,
+            nvml_id: 1,
+            start: 0,
+        },
+        MigInstance {
+            slices: 2,
+            nvml_id: 5,
+            start: 4,
+        },
+    ];
+    for g in &mut gpus {
+        g.mig_uuids = true;
+    }
+    let yaml = scratch.yaml(&gpus);
+    let csv = scratch.0.join("counters.csv");
+    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n").unwrap();
+    let csv = csv.to_str().unwrap();
+    let injection = kit.lib_dir().join("libnvml_injection.so.1");
+    let selected = |e: &Exporter| -> Vec<String> {
+        let p = e.scrape_until(30, |p| collections(p) >= 2.0);
+        let mut v: Vec<String> = series(&p, "DCGM_FI_DEV_GPU_TEMP")
+            .iter()
+            .map(|s| {
+                ["gpu", "GPU_I_ID", "GPU_I_PROFILE"]
+                    .map(|l| s.label(l).unwrap_or("-"))
+                    .join(",")
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let pages = |sel: &[&str]| {
+        let dcgm = kit.embedded(&yaml).args(&["-f", csv]).args(sel).start();
+        let mut b = exporter().args(&[
+            "-f",
+            csv,
+            "--backend",
+            "nvml",
+            "--nvml-library",
+            injection.to_str().unwrap(),
+        ]);
+        b = b.args(sel);
+        for (k, v) in kit.env(&yaml) {
+            b = b.env(&k, &v);
+        }
+        let nvml = b.start();
+        (selected(&dcgm), selected(&nvml), nvml.stderr())
+    };
+    // Unselected, both see the same four instances.
+    let (d, n, log) = pages(&[]);
+    assert_eq!(
+        d,
+        ["0,2,3g.40gb", "0,9,1g.10gb", "1,1,4g.40gb", "1,5,2g.20gb"],
+        "the real DCGM's instances"
+    );
+    assert_eq!(n, d, "the injection NVML's instances:\n{log}");
+    for (ids, want) in [
+        ("i:0,8", ["0,9,1g.10gb", "1,1,4g.40gb"]),
+        ("i:1,7", ["0,2,3g.40gb", "1,5,2g.20gb"]),
+    ] {
+        let (d, n, log) = pages(&["-d", ids]);
+        assert_eq!(d, want, "-d {ids} on the real DCGM");
+        assert_eq!(n, d, "-d {ids} on the injection NVML:\n{log}");
+    }
+}
