@@ -4,13 +4,16 @@
 //! DCGM backend (dcgm-sim embedded: its sampling, as a real embedded engine's, runs in the
 //! exporter's process and is counted) and the NVML backend (nvml-sim's sample buffers).
 //! Runs alternate off/on `--rounds` times, so that a machine's drift touches both alike.
+//! `--real DIR --gpus N` runs the DCGM backend on NVIDIA's real `libdcgm.so.4` (an unpacked
+//! DCGM 4.6 kit) embedded over N injected H100s instead: DCGM's own 100 ms sampling is then
+//! the real library's.
 //!
 //! `cargo run --release -p bench -- aggregate [--build debug] [--profile etc/sim/h100-8gpu-nvswitch.toml]
 //! [--collectors etc/default-counters.csv] [--interval-ms 1000] [--period 100ms]
-//! [--collections 60] [--rounds 2]`
+//! [--collections 60] [--rounds 2] [--real DIR --gpus 8]`
 
-use crate::{arg, cpu_us_per_collection, free_port, get, Killed};
-use std::path::Path;
+use crate::{arg, cpu_us_per_collection, free_port, get, real_kit, Killed};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,18 @@ fn measure(
     if nvml {
         cmd.args(["--backend", "nvml", "--nvml-library"])
             .arg(dir.join("libnvidia-ml.so.1"));
+    } else if let Some(kit) = std::env::args()
+        .any(|a| a == "--real")
+        .then(|| arg("--real", ""))
+    {
+        let gpus: usize = arg("--gpus", "8")
+            .parse()
+            .map_err(|_| "--gpus: not a number")?;
+        let yaml = std::env::temp_dir().join(format!("bench-agg-{}.yaml", std::process::id()));
+        let (library, env) = real_kit(&PathBuf::from(kit), gpus, &yaml)?;
+        cmd.args(["--backend", "dcgm", "--dcgm-library"])
+            .arg(library)
+            .envs(env);
     } else {
         cmd.args(["--backend", "dcgm", "--dcgm-library"])
             .arg(dir.join("libdcgm.so.4"));
@@ -85,7 +100,13 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
         "{:<6} {:>4} {:>9} {:>9} {:>16}",
         "source", "agg", "series", "round", "CPU/collection"
     );
-    for (name, nvml) in [("dcgm", false), ("nvml", true)] {
+    let real = std::env::args().any(|a| a == "--real");
+    let sources: &[(&str, bool)] = if real {
+        &[("dcgm", false)]
+    } else {
+        &[("dcgm", false), ("nvml", true)]
+    };
+    for &(name, nvml) in sources {
         let mut sums = [0.0f64; 2];
         for round in 0..rounds {
             for (i, on) in [false, true].into_iter().enumerate() {

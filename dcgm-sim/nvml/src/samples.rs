@@ -7,6 +7,7 @@
 //! `spike` line's samples are the ones in its window). A lost GPU takes no samples.
 
 use crate::ffi;
+use dcgm_sim_model::fields::FieldMeta;
 use dcgm_sim_model::generator::{FP64_BLANK, INT64_BLANK};
 use dcgm_sim_model::values::{World, ST_OK};
 use dcgm_sim_model::{Value, FE_GPU};
@@ -32,6 +33,7 @@ pub const KEPT: usize = 1200;
 /// One buffer: the grid time of the newest sample due, and the samples kept, oldest first.
 struct Ring {
     kind: usize,
+    meta: &'static FieldMeta,
     through_us: u64,
     samples: VecDeque<ffi::Sample>,
 }
@@ -62,37 +64,35 @@ impl DeviceSamples {
         now_us: u64,
     ) -> Option<Vec<ffi::Sample>> {
         let k = KINDS.iter().position(|x| x.0 == kind)?;
+        let meta = dcgm_sim_model::fields::by_id(KINDS[k].1)?;
         let ring = self.rings.entry((gpu, kind)).or_insert_with(|| {
             let period = KINDS[k].3;
             Ring {
                 kind: k,
+                meta,
                 through_us: (now_us / period).saturating_sub(KEPT as u64) * period,
                 samples: VecDeque::new(),
             }
         });
         ring.catch_up(world, gpu, now_us);
-        Some(
-            ring.samples
-                .iter()
-                .filter(|s| s.time_stamp > last_seen)
-                .copied()
-                .collect(),
-        )
+        let first = ring.samples.partition_point(|s| s.time_stamp <= last_seen);
+        Some(ring.samples.range(first..).copied().collect())
     }
 }
 
 impl Ring {
     fn catch_up(&mut self, world: &World, gpu: u32, now_us: u64) {
-        let (_, field, scale, period) = KINDS[self.kind];
-        let Some(meta) = dcgm_sim_model::fields::by_id(field) else {
-            return;
-        };
-        let first =
-            (self.through_us / period + 1).max((now_us / period).saturating_sub(KEPT as u64));
+        let (_, _, scale, period) = KINDS[self.kind];
         let last = now_us / period;
+        if last <= self.through_us / period {
+            // Nothing due since the last call (most calls).
+            return;
+        }
+        let first = (self.through_us / period + 1).max(last.saturating_sub(KEPT as u64));
         for n in first..=last {
             let t = n * period;
-            let (value, status) = world.read((FE_GPU, gpu), meta, t as i64, (t - period) as i64);
+            let prev = (t - period) as i64;
+            let (value, status) = world.read((FE_GPU, gpu), self.meta, t as i64, prev);
             let v = match value {
                 _ if status != ST_OK => continue,
                 Value::Int64(i) if i < INT64_BLANK => i as f64,

@@ -20,7 +20,7 @@ use dcgm_sys::Entity;
 use nvml_wrapper::enum_wrappers::device::Sampling;
 use nvml_wrapper::enums::device::SampleValue;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::Nvml;
+use nvml_wrapper::{Device, Nvml};
 use std::collections::{BTreeMap, HashMap};
 
 /// The NVML sample buffer a DCGM field is read from, and the factor from NVML's unit to
@@ -87,7 +87,7 @@ impl Samples {
         };
         for key in out.pairs(set) {
             // Only the position: the samples before the collector are not its own.
-            let newest = read(nvml, key, 0).map(|s| s.iter().map(|x| x.0).max());
+            let newest = read(&mut Devices::new(nvml), key, 0).map(|s| s.iter().map(|x| x.0).max());
             out.last_seen
                 .insert(key, newest.ok().flatten().unwrap_or(0));
         }
@@ -122,9 +122,10 @@ impl Samples {
             return;
         }
         let mut per_gpu: HashMap<(u32, u16), Acc> = HashMap::new();
+        let mut devices = Devices::new(nvml);
         for key in self.pairs(set) {
             let since = self.last_seen.get(&key).copied().unwrap_or(0);
-            match read(nvml, key, since) {
+            match read(&mut devices, key, since) {
                 Ok(samples) => {
                     let acc = per_gpu.entry(key).or_default();
                     let mut newest = since;
@@ -162,19 +163,58 @@ impl Samples {
     }
 }
 
+/// The GPUs' handles, each asked of NVML once per collection.
+struct Devices<'a> {
+    nvml: &'a Nvml,
+    by_index: HashMap<u32, Result<Device<'a>, NvmlError>>,
+}
+
+impl<'a> Devices<'a> {
+    fn new(nvml: &'a Nvml) -> Devices<'a> {
+        Devices {
+            nvml,
+            by_index: HashMap::new(),
+        }
+    }
+}
+
 /// The samples of `key`'s buffer newer than `since` as (NVML timestamp, value in DCGM's
 /// unit); none newer is an empty answer (NVML: NOT_FOUND).
-fn read(nvml: &Nvml, (gpu, field): (u32, u16), since: u64) -> Result<Vec<(u64, f64)>, NvmlError> {
+fn read(
+    devices: &mut Devices<'_>,
+    (gpu, field): (u32, u16),
+    since: u64,
+) -> Result<Vec<(u64, f64)>, NvmlError> {
     let Some((kind, scale)) = sampling(field) else {
         return Ok(Vec::new());
     };
-    match nvml.device_by_index(gpu)?.samples(kind, since) {
+    let nvml = devices.nvml;
+    let device = devices
+        .by_index
+        .entry(gpu)
+        .or_insert_with(|| nvml.device_by_index(gpu));
+    let device = match device {
+        Ok(d) => d,
+        Err(e) => return Err(copy(e)),
+    };
+    match device.samples(kind, since) {
         Ok(s) => Ok(s
             .iter()
             .map(|x| (x.timestamp, number(&x.value) * scale))
             .collect()),
         Err(NvmlError::NotFound) => Ok(Vec::new()),
         Err(e) => Err(e),
+    }
+}
+
+/// An error of the handle, again (`NvmlError` is not `Clone`): what a read of that GPU says.
+fn copy(e: &NvmlError) -> NvmlError {
+    match e {
+        NvmlError::GpuLost => NvmlError::GpuLost,
+        NvmlError::NotSupported => NvmlError::NotSupported,
+        NvmlError::InvalidArg => NvmlError::InvalidArg,
+        NvmlError::NotFound => NvmlError::NotFound,
+        _ => NvmlError::Unknown,
     }
 }
 
