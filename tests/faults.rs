@@ -834,3 +834,60 @@ fn the_event_history_drops_its_oldest_events_and_counts_them() {
     assert_eq!(recorded, dropped + 3.0);
     assert_no_panic(&e);
 }
+
+/// Sub-interval aggregation across a reload (issue 47): the collector a SIGHUP builds
+/// mid-interval starts its windows when it is built, so a spike the collector it replaced
+/// saw, before the rebuild, reaches no window of the new one, and the new collector's first
+/// window holds less than a whole interval of samples.
+#[test]
+fn a_reload_mid_interval_starts_the_windows_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["-c", "4000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+        .args(&["--aggregate-period", "100ms"])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .start();
+    let (max, samples) = (
+        "DCGM_FI_DEV_POWER_USAGE_interval_max",
+        "DCGM_FI_DEV_POWER_USAGE_interval_samples",
+    );
+    let collected = |p: &[Sample]| {
+        p.iter()
+            .find(|s| s.name == "dcgm_exporter_last_successful_collection_timestamp_seconds")
+            .map_or(0.0, |s| s.value)
+    };
+    let first = e.scrape_until(30, |p| !series(p, samples).is_empty());
+    // Read in by the next collection, the spike is over 300 ms later; the reload comes after.
+    control(&ctl, "spike 0 155 950 300");
+    let t = collected(&first);
+    let spiked = e.scrape_until(10, |p| collected(p) > t);
+    std::thread::sleep(Duration::from_millis(800));
+    let reloads = e.stderr().matches("reloaded").count();
+    signal(e.child.id(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.stderr().matches("reloaded").count() == reloads {
+        assert!(Instant::now() < deadline, "no reload: {}", e.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut t = collected(&spiked);
+    for n in 0..2 {
+        let p = e.scrape_until(15, |p| collected(p) > t);
+        t = collected(&p);
+        for s in series(&p, max) {
+            assert_ne!(
+                s.value, 950.0,
+                "the old collector's spike after the reload: {s:?}"
+            );
+        }
+        if n == 0 {
+            // A whole interval is 40 samples.
+            for s in series(&p, samples) {
+                assert!(s.value < 38.0, "{s:?}");
+            }
+        }
+    }
+    assert_no_panic(&e);
+}
