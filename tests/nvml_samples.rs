@@ -151,3 +151,63 @@ fn a_spike_between_two_collections_shows_in_the_nvml_max_series_only() {
         "{log}"
     );
 }
+
+/// Sub-interval aggregation across a failover (issue 47): when DCGM goes away and NVML
+/// stands in (`--backend auto`), NVML's first window begins when its collector is built:
+/// the samples its driver buffered while DCGM served (the simulated NVML fills back 1200
+/// of them, two minutes, when first asked) never count. A window holds the samples since
+/// NVML's previous collection, which the failover takes between the engine's reconnect
+/// tries (every 2 s here, some 3.5 s apart while those back off): tens, never hundreds.
+#[test]
+fn a_failover_to_nvml_starts_its_windows_afresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = support::with_sim_nvml(support::exporter())
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["--backend", "auto", "-c", "2000"])
+        .args(&[
+            "--aggregate",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "--aggregate-period",
+            "100ms",
+        ])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .start();
+    let source = |p: &[support::Sample]| {
+        support::series(p, "dcgm_exporter_backend")
+            .into_iter()
+            .find(|s| s.value == 1.0)
+            .and_then(|s| s.label("backend").map(str::to_string))
+    };
+    let samples = "DCGM_FI_DEV_POWER_USAGE_interval_samples";
+    let windows = |p: &[support::Sample]| -> Vec<f64> {
+        support::series(p, samples)
+            .iter()
+            .map(|s| s.value)
+            .collect()
+    };
+    e.scrape_until(30, |p| {
+        source(p).as_deref() == Some("dcgm") && !windows(p).is_empty()
+    });
+    support::control(&ctl, "library_gone");
+    // Every NVML page from the first.
+    let (page, _) = support::watch_until(
+        &e,
+        30,
+        |p| {
+            if source(p).as_deref() == Some("nvml") {
+                assert!(windows(p).iter().all(|n| *n <= 60.0), "{:?}", windows(p));
+            }
+        },
+        |p| source(p).as_deref() == Some("nvml") && windows(p).len() == 8,
+    );
+    let again = e.scrape_until(10, |p| {
+        windows(p) != windows(&page) && source(p).as_deref() == Some("nvml")
+    });
+    assert!(
+        windows(&again).iter().all(|n| *n >= 10.0 && *n <= 60.0),
+        "{:?}",
+        windows(&again)
+    );
+}
