@@ -891,3 +891,40 @@ fn a_reload_mid_interval_starts_the_windows_afresh() {
     }
     assert_no_panic(&e);
 }
+
+/// Sub-interval aggregation and a GPU lost mid-interval (issue 47): its window holds the
+/// samples taken before the loss and nothing after (DCGM stores blanks for a lost GPU, and
+/// a blank never counts), then it has no window at all, while the other GPUs' go on.
+#[test]
+fn a_gpu_lost_mid_interval_keeps_only_its_samples_before_the_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let e = exporter()
+        .profile("h100-8gpu-nvswitch.toml")
+        .args(&["-c", "2000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+        .args(&["--aggregate-period", "100ms"])
+        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .start();
+    let samples = "DCGM_FI_DEV_POWER_USAGE_interval_samples";
+    let of = |p: &[Sample], gpu: &str| {
+        series(p, samples)
+            .into_iter()
+            .find(|s| s.label("gpu") == Some(gpu))
+            .map(|s| s.value)
+    };
+    e.scrape_until(30, |p| of(p, "3").is_some_and(|n| n >= 15.0));
+    control(&ctl, "gpu_lost 3");
+    let check = |p: &[Sample]| {
+        for s in series(p, "DCGM_FI_DEV_POWER_USAGE_interval_max") {
+            assert!(s.value < 1e6, "a blank counted: {s:?}");
+        }
+        assert!(of(p, "3").is_none_or(|n| n <= 30.0), "{:?}", of(p, "3"));
+    };
+    let (page, _) = watch_until(&e, 20, check, |p| {
+        of(p, "3").is_none() && of(p, "2").is_some()
+    });
+    assert_eq!(series(&page, samples).len(), 7, "{}", dump(&page));
+    assert!(of(&page, "2").is_some_and(|n| n >= 10.0));
+    assert_no_panic(&e);
+}
