@@ -191,17 +191,12 @@ fn wait_firing(
     }
 }
 
-#[test]
-fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
-    if !require_tool(
-        "prometheus",
-        "apt-get install prometheus; .ci/run does this",
-    ) {
-        return;
-    }
+/// The simulated 8-GPU node at `-c 500` with a control file starting as `control`, scraped
+/// by a real Prometheus that loads `rules`: (the control file's directory, the exporter, it).
+fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, prom::Prometheus) {
     let dir = tempfile::tempdir().unwrap();
     let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    std::fs::write(&ctl, control).unwrap();
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
@@ -212,13 +207,26 @@ fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
         .trim_start_matches("http://")
         .trim_end_matches('/')
         .to_string();
-    let rules = repo(RULES);
+    let rules = repo(rules);
     let p = prom::Prometheus::with_rules(
         &format!(
             "  - job_name: dcgm-exporter\n    static_configs:\n      - targets: ['{target}']\n"
         ),
         &[rules.as_path()],
     );
+    (dir, e, p)
+}
+
+#[test]
+fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
+    if !require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    ) {
+        return;
+    }
+    let (dir, _e, p) = scraped_with(RULES, "");
+    let ctl = dir.path().join("control");
     // Healthy: the exporter is scraped, its GPUs counted, and nothing fires.
     p.wait_for("DCGM_EXP_GPU_COUNT{state=\"present\"} == 8", 60);
     p.wait_rule_evaluations(30);
@@ -265,26 +273,9 @@ fn a_stuck_profiling_episode_fires_the_rearm_alert_in_a_real_prometheus() {
     ) {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    // GPU 0 busy (DCGM_FI_DEV_GPU_UTIL 100).
+    let (dir, _e, p) = scraped_with(PROFILING_RULES, "set 0 203 100\n");
     let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "set 0 203 100\n").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "500"])
-        .start();
-    let target = e
-        .url("")
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_string();
-    let rules = repo(PROFILING_RULES);
-    let p = prom::Prometheus::with_rules(
-        &format!(
-            "  - job_name: dcgm-exporter\n    static_configs:\n      - targets: ['{target}']\n"
-        ),
-        &[rules.as_path()],
-    );
     p.wait_for("dcgm_exporter_profiling_stuck{gpu=\"0\"} == 0", 60);
     p.wait_rule_evaluations(5);
     assert_eq!(firing(&p), BTreeMap::new(), "a healthy node fires nothing");
