@@ -2,7 +2,7 @@
 //! profiling metric groups.
 
 use super::layouts::{CpuHierarchyV2, CPU_HIERARCHY_V2};
-use super::{api, call, put_str, unexpected, version_of, zero_keep_version};
+use super::{api, ask, check_version, cleared, put_str, version_of, zero_keep_version};
 use crate::proto::{DeviceAttributes, Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::*;
@@ -20,10 +20,11 @@ unsafe fn all_devices(
         if list.is_null() || count.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
-        let ids = match call(handle, Request::GetAllDevices { only_supported })? {
-            Reply::Ids(ids) => ids,
-            r => return unexpected(r),
-        };
+        let ids = ask!(
+            handle,
+            Request::GetAllDevices { only_supported },
+            Reply::Ids
+        );
         let n = ids.len().min(DCGM_MAX_NUM_DEVICES as usize);
         // SAFETY: the API gives `list` room for DCGM_MAX_NUM_DEVICES ids and `n` is at most
         // that; `count` is non-NULL and writable.
@@ -111,17 +112,13 @@ pub unsafe extern "C" fn dcgmGetDeviceAttributes(
     attr: *mut dcgmDeviceAttributes_v3,
 ) -> dcgmReturn_t {
     api(|| {
-        if attr.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(attr) } != DEVICE_ATTRIBUTES {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
-        let a = match call(handle, Request::GetDeviceAttributes { gpu_id })? {
-            Reply::DeviceAttributes(a) => a,
-            r => return unexpected(r),
-        };
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(attr, DEVICE_ATTRIBUTES) }?;
+        let a = ask!(
+            handle,
+            Request::GetDeviceAttributes { gpu_id },
+            Reply::DeviceAttributes
+        );
         // SAFETY: the version says the caller's struct is a full v3, and it is plain data.
         unsafe {
             zero_keep_version(attr);
@@ -144,10 +141,7 @@ pub unsafe extern "C" fn dcgmGetGpuStatus(
         }
         // SAFETY: non-NULL and writable per the API; "unknown" until the engine answers.
         unsafe { *status = DcgmEntityStatusUnknown };
-        let s = match call(handle, Request::GetGpuStatus { gpu_id })? {
-            Reply::Status(s) => s,
-            r => return unexpected(r),
-        };
+        let s = ask!(handle, Request::GetGpuStatus { gpu_id }, Reply::Status);
         // SAFETY: as above.
         unsafe { *status = s };
         Ok(())
@@ -172,16 +166,14 @@ pub unsafe extern "C" fn dcgmGetEntityGroupEntities(
         // SAFETY: non-NULL and readable per the API.
         let capacity = usize::try_from(unsafe { *num_entities }).unwrap_or(0);
         let only_supported = flags & DCGM_GEGE_FLAG_ONLY_SUPPORTED != 0;
-        let ids = match call(
+        let ids = ask!(
             handle,
             Request::GetEntityGroupEntities {
                 entity_group,
                 only_supported,
             },
-        )? {
-            Reply::Ids(ids) => ids,
-            r => return unexpected(r),
-        };
+            Reply::Ids
+        );
         // SAFETY: `num_entities` as above.
         unsafe { *num_entities = c_int::try_from(ids.len()).unwrap_or(c_int::MAX) };
         if ids.len() > capacity {
@@ -201,23 +193,16 @@ pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(
     hierarchy: *mut dcgmMigHierarchy_v2,
 ) -> dcgmReturn_t {
     api(|| {
-        if hierarchy.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(hierarchy) } != MIG_HIERARCHY_V2 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
-        let rows = match call(handle, Request::GetGpuInstanceHierarchy)? {
-            Reply::MigHierarchy(rows) => rows,
-            r => return unexpected(r),
-        };
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(hierarchy, MIG_HIERARCHY_V2) }?;
+        let rows = ask!(
+            handle,
+            Request::GetGpuInstanceHierarchy,
+            Reply::MigHierarchy
+        );
         // SAFETY: the version says the caller's struct is a full v2 (73 KB; written in
         // place, never copied to the stack).
-        let h = unsafe {
-            zero_keep_version(hierarchy);
-            &mut *hierarchy
-        };
+        let h = unsafe { cleared(hierarchy) };
         let n = rows.len().min(h.entityList.len());
         h.count = n as u32;
         for (slot, row) in h.entityList.iter_mut().zip(&rows[..n]) {
@@ -266,10 +251,7 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
         if !(version == NVLINK_STATUS_V5 && v5) && version != NVLINK_STATUS_V4 {
             return Err(DCGM_ST_VER_MISMATCH);
         }
-        let ls = match call(handle, Request::GetNvLinkLinkStatus)? {
-            Reply::LinkStatus(ls) => ls,
-            r => return unexpected(r),
-        };
+        let ls = ask!(handle, Request::GetNvLinkLinkStatus, Reply::LinkStatus);
         let gpus = &ls.gpus[..ls.gpus.len().min(DCGM_MAX_NUM_DEVICES as usize)];
         let switches = &ls.switches[..ls.switches.len().min(DCGM_MAX_NUM_SWITCHES as usize)];
         macro_rules! fill {
@@ -289,18 +271,12 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
         }
         if version == NVLINK_STATUS_V5 {
             // SAFETY: the version says the caller's struct is a full v5.
-            fill!(unsafe {
-                zero_keep_version(status);
-                &mut *status
-            });
+            fill!(unsafe { cleared(status) });
         } else {
             let v4 = status.cast::<dcgmNvLinkStatus_v4>();
             // SAFETY: the version says the caller's struct is a (smaller) v4; only that
             // much is touched.
-            fill!(unsafe {
-                zero_keep_version(v4);
-                &mut *v4
-            });
+            fill!(unsafe { cleared(v4) });
         }
         Ok(())
     })
@@ -313,22 +289,11 @@ pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(
     status: *mut dcgmNvLinkP2PStatus_v1,
 ) -> dcgmReturn_t {
     api(|| {
-        if status.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(status) } != NVLINK_P2P_STATUS_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
-        let rows = match call(handle, Request::GetNvLinkP2PStatus)? {
-            Reply::P2PStatus(rows) => rows,
-            r => return unexpected(r),
-        };
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(status, NVLINK_P2P_STATUS_V1) }?;
+        let rows = ask!(handle, Request::GetNvLinkP2PStatus, Reply::P2PStatus);
         // SAFETY: the version says the caller's struct is a full v1.
-        let s = unsafe {
-            zero_keep_version(status);
-            &mut *status
-        };
+        let s = unsafe { cleared(status) };
         let n = rows.len().min(s.gpus.len());
         s.numGpus = n as u32;
         for (slot, (id, peers)) in s.gpus.iter_mut().zip(&rows[..n]) {
@@ -355,10 +320,7 @@ fn core_bitmask(cores: &[u32]) -> dcgmCpuHierarchyOwnedCores_v1 {
 }
 
 fn cpu_rows(handle: dcgmHandle_t) -> Result<Vec<(u32, Vec<u32>, String)>, dcgmReturn_t> {
-    match call(handle, Request::GetCpuHierarchy)? {
-        Reply::CpuHierarchy(rows) => Ok(rows),
-        r => unexpected(r),
-    }
+    Ok(ask!(handle, Request::GetCpuHierarchy, Reply::CpuHierarchy))
 }
 
 /// `dcgmReturn_t dcgmGetCpuHierarchy(dcgmHandle_t, dcgmCpuHierarchy_v1 *)`.
@@ -368,19 +330,11 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy(
     h: *mut dcgmCpuHierarchy_v1,
 ) -> dcgmReturn_t {
     api(|| {
-        if h.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(h) } != CPU_HIERARCHY_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(h, CPU_HIERARCHY_V1) }?;
         let rows = cpu_rows(handle)?;
         // SAFETY: the version says the caller's struct is a full v1.
-        let h = unsafe {
-            zero_keep_version(h);
-            &mut *h
-        };
+        let h = unsafe { cleared(h) };
         let n = rows.len().min(h.cpus.len());
         h.numCpus = n as u32;
         for (slot, (id, cores, _)) in h.cpus.iter_mut().zip(&rows[..n]) {
@@ -399,19 +353,11 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
     h: *mut CpuHierarchyV2,
 ) -> dcgmReturn_t {
     api(|| {
-        if h.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(h) } != CPU_HIERARCHY_V2 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(h, CPU_HIERARCHY_V2) }?;
         let rows = cpu_rows(handle)?;
         // SAFETY: the version says the caller's struct is a full v2.
-        let h = unsafe {
-            zero_keep_version(h);
-            &mut *h
-        };
+        let h = unsafe { cleared(h) };
         let n = rows.len().min(h.cpus.len());
         h.num_cpus = n as u32;
         for (slot, (id, cores, serial)) in h.cpus.iter_mut().zip(&rows[..n]) {
@@ -431,24 +377,17 @@ pub unsafe extern "C" fn dcgmProfGetSupportedMetricGroups(
     groups: *mut dcgmProfGetMetricGroups_v3,
 ) -> dcgmReturn_t {
     api(|| {
-        if groups.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(groups) } != PROF_GET_METRIC_GROUPS_V3 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(groups, PROF_GET_METRIC_GROUPS_V3) }?;
         // SAFETY: the version says the caller's struct is a full v3.
         let gpu_id = unsafe { (*groups).gpuId };
-        let list = match call(handle, Request::ProfGetSupportedMetricGroups { gpu_id })? {
-            Reply::MetricGroups(list) => list,
-            r => return unexpected(r),
-        };
+        let list = ask!(
+            handle,
+            Request::ProfGetSupportedMetricGroups { gpu_id },
+            Reply::MetricGroups
+        );
         // SAFETY: as above.
-        let g = unsafe {
-            zero_keep_version(groups);
-            &mut *groups
-        };
+        let g = unsafe { cleared(groups) };
         g.gpuId = gpu_id;
         let n = list.len().min(g.metricGroups.len());
         g.numMetricGroups = n as u32;

@@ -2,7 +2,8 @@
 
 use super::layouts::{AllFieldGroupV1, ALL_FIELD_GROUP_V1};
 use super::{
-    api, call, call_ok, group_id, put_str, read_str, unexpected, version_of, zero_keep_version,
+    api, ask, call, call_ok, check_version, cleared, group_id, put_str, read_str, unexpected,
+    zero_keep_version,
 };
 use crate::proto::{FieldGroupEntry, Reply, Request};
 use dcgm_sys::ffi::*;
@@ -37,10 +38,7 @@ pub unsafe extern "C" fn dcgmGroupCreate(
         }
         // SAFETY: NULL is rejected inside; otherwise the API requires a C string.
         let name = truncate(unsafe { read_str(name) }?, MAX_NAME);
-        let id = match call(handle, Request::GroupCreate { group_type, name })? {
-            Reply::Id(id) => id,
-            r => return unexpected(r),
-        };
+        let id = ask!(handle, Request::GroupCreate { group_type, name }, Reply::Id);
         // SAFETY: non-NULL and writable per the API.
         unsafe { *group = id as dcgmGpuGrp_t };
         Ok(())
@@ -115,23 +113,15 @@ pub unsafe extern "C" fn dcgmGroupGetInfo(
     info: *mut dcgmGroupInfo_v3,
 ) -> dcgmReturn_t {
     api(|| {
-        if info.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(info) } != GROUP_INFO_V3 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(info, GROUP_INFO_V3) }?;
         let (name, entities) = group_info(handle, group)?;
         if entities.len() > DCGM_GROUP_MAX_ENTITIES_V2 as usize {
             // What the real client does when the engine claims more than fits.
             return Err(DCGM_ST_GENERIC_ERROR);
         }
         // SAFETY: the version says the caller's struct is a full v3.
-        let out = unsafe {
-            zero_keep_version(info);
-            &mut *info
-        };
+        let out = unsafe { cleared(info) };
         put_str(&mut out.groupName, &name);
         out.count = entities.len() as u32;
         for (slot, &(g, e)) in out.entityList.iter_mut().zip(&entities) {
@@ -170,16 +160,14 @@ pub unsafe extern "C" fn dcgmFieldGroupCreate(
         }
         // SAFETY: the caller passes `numFieldIds` ids at `fieldIds` (non-NULL, checked).
         let ids = unsafe { std::slice::from_raw_parts(field_ids, n) }.to_vec();
-        let id = match call(
+        let id = ask!(
             handle,
             Request::FieldGroupCreate {
                 field_ids: ids,
                 name,
             },
-        )? {
-            Reply::Id(id) => id,
-            r => return unexpected(r),
-        };
+            Reply::Id
+        );
         // SAFETY: non-NULL and writable per the API.
         unsafe { *field_group = id as dcgmFieldGrp_t };
         Ok(())
@@ -235,13 +223,8 @@ pub unsafe extern "C" fn dcgmFieldGroupGetInfo(
     info: *mut dcgmFieldGroupInfo_v1,
 ) -> dcgmReturn_t {
     api(|| {
-        if info.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(info) } != FIELD_GROUP_INFO_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(info, FIELD_GROUP_INFO_V1) }?;
         // SAFETY: the version says the caller's struct is a full v1.
         let id = unsafe { (*info).fieldGroupId };
         let fg = field_group_info(handle, id)?;
@@ -261,22 +244,11 @@ pub unsafe extern "C" fn dcgmFieldGroupGetAll(
     all: *mut AllFieldGroupV1,
 ) -> dcgmReturn_t {
     api(|| {
-        if all.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(all) } != ALL_FIELD_GROUP_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
-        let list = match call(handle, Request::FieldGroupGetAll)? {
-            Reply::FieldGroups(list) => list,
-            r => return unexpected(r),
-        };
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(all, ALL_FIELD_GROUP_V1) }?;
+        let list = ask!(handle, Request::FieldGroupGetAll, Reply::FieldGroups);
         // SAFETY: the version says the caller's struct is a full v1 (34 KB, written in place).
-        let out = unsafe {
-            zero_keep_version(all);
-            &mut *all
-        };
+        let out = unsafe { cleared(all) };
         let n = list.len().min(out.field_groups.len());
         out.num_field_groups = n as u32;
         for (slot, fg) in out.field_groups.iter_mut().zip(&list[..n]) {

@@ -1,7 +1,7 @@
 //! Health watches.
 
 use super::layouts::{HealthSetParamsV2, HEALTH_SET_PARAMS_V2};
-use super::{api, call, call_ok, group_id, put_str, unexpected, version_of, zero_keep_version};
+use super::{api, ask, call, call_ok, check_version, cleared, group_id, put_str, unexpected};
 use crate::proto::{Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::HEALTH_RESPONSE_V5;
@@ -33,13 +33,8 @@ pub unsafe extern "C" fn dcgmHealthSet_v2(
     params: *mut HealthSetParamsV2,
 ) -> dcgmReturn_t {
     api(|| {
-        if params.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(params) } != HEALTH_SET_PARAMS_V2 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(params, HEALTH_SET_PARAMS_V2) }?;
         // SAFETY: the version says the caller's struct is a full v2.
         let p = unsafe { &*params };
         call_ok(
@@ -63,15 +58,13 @@ pub unsafe extern "C" fn dcgmHealthGet(
         if systems.is_null() {
             return Err(DCGM_ST_BADPARAM);
         }
-        let s = match call(
+        let s = ask!(
             handle,
             Request::HealthGet {
                 group_id: group_id(group),
             },
-        )? {
-            Reply::HealthSystems(s) => s,
-            r => return unexpected(r),
-        };
+            Reply::HealthSystems
+        );
         // SAFETY: non-NULL and writable per the API.
         unsafe { *systems = s };
         Ok(())
@@ -87,13 +80,8 @@ pub unsafe extern "C" fn dcgmHealthCheck(
     results: *mut dcgmHealthResponse_v5,
 ) -> dcgmReturn_t {
     api(|| {
-        if results.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(results) } != HEALTH_RESPONSE_V5 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(results, HEALTH_RESPONSE_V5) }?;
         let (overall, incidents) = match call(
             handle,
             Request::HealthCheck {
@@ -105,10 +93,7 @@ pub unsafe extern "C" fn dcgmHealthCheck(
         };
         // SAFETY: the version says the caller's struct is a full v5; a reference to it
         // lives in place, nothing is copied to the stack.
-        let out = unsafe {
-            zero_keep_version(results);
-            &mut *results
-        };
+        let out = unsafe { cleared(results) };
         out.overallHealth = overall;
         let n = incidents.len().min(out.incidents.len());
         out.incidentCount = n as u32;

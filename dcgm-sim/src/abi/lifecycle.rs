@@ -2,7 +2,8 @@
 
 use super::layouts::{HostengineHealthV1, VersionInfoV2, HOSTENGINE_HEALTH_V1, VERSION_INFO_V2};
 use super::{
-    api, call, globals, guard, put_str, read_str, version_of, zero_keep_version, EMBEDDED_HANDLE,
+    api, ask, call, check_version, globals, guard, put_str, read_str, version_of,
+    zero_keep_version, EMBEDDED_HANDLE,
 };
 use crate::engine::Engine;
 use crate::proto::{Reply, Request};
@@ -185,17 +186,9 @@ pub unsafe extern "C" fn dcgmModuleGetStatuses(
     statuses: *mut dcgmModuleGetStatuses_v1,
 ) -> dcgmReturn_t {
     api(|| {
-        if statuses.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL; the struct starts with its version.
-        if unsafe { version_of(statuses) } != dcgm_sys::versions::MODULE_GET_STATUSES_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
-        let list = match call(handle, Request::ModuleGetStatuses)? {
-            Reply::ModuleStatuses(l) => l,
-            r => return super::unexpected(r),
-        };
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(statuses, dcgm_sys::versions::MODULE_GET_STATUSES_V1) }?;
+        let list = ask!(handle, Request::ModuleGetStatuses, Reply::ModuleStatuses);
         // SAFETY: non-NULL and, per its version, a whole dcgmModuleGetStatuses_v1.
         let out = unsafe { &mut *statuses };
         let n = list.len().min(out.statuses.len());
@@ -410,13 +403,8 @@ pub extern "C" fn dcgmDisconnect(handle: dcgmHandle_t) -> dcgmReturn_t {
 /// # Safety
 /// `info` is NULL or points to a writable `dcgmVersionInfo_v2`-sized struct.
 unsafe fn fill_version_info(info: *mut VersionInfoV2, release: &str) -> Result<(), dcgmReturn_t> {
-    if info.is_null() {
-        return Err(DCGM_ST_BADPARAM);
-    }
-    // SAFETY: non-NULL per the check above.
-    if unsafe { version_of(info) } != VERSION_INFO_V2 {
-        return Err(DCGM_ST_VER_MISMATCH);
-    }
+    // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+    unsafe { check_version(info, VERSION_INFO_V2) }?;
     // SAFETY: the version says the caller's struct is a full `dcgmVersionInfo_v2`.
     unsafe {
         zero_keep_version(info);
@@ -460,10 +448,7 @@ pub unsafe extern "C" fn dcgmHostengineVersionInfo(
             ping(handle)?;
             library_release().to_string()
         } else {
-            match call(handle, Request::EngineVersion)? {
-                Reply::Version(v) => v,
-                r => return super::unexpected(r),
-            }
+            ask!(handle, Request::EngineVersion, Reply::Version)
         };
         // SAFETY: non-NULL; checked and filled inside.
         unsafe { fill_version_info(info, &release) }
@@ -478,13 +463,8 @@ pub unsafe extern "C" fn dcgmHostengineIsHealthy(
     health: *mut HostengineHealthV1,
 ) -> dcgmReturn_t {
     api(|| {
-        if health.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL.
-        if unsafe { version_of(health) } != HOSTENGINE_HEALTH_V1 {
-            return Err(DCGM_ST_VER_MISMATCH);
-        }
+        // SAFETY: NULL or the caller's versioned struct (dcgm_agent.h).
+        unsafe { check_version(health, HOSTENGINE_HEALTH_V1) }?;
         ping(handle)?;
         // SAFETY: the version says the struct is a full `dcgmHostengineHealth_v1`.
         unsafe { (*health).overall_health = 0 };

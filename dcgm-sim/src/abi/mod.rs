@@ -181,6 +181,18 @@ pub(crate) fn unexpected<T>(_: Reply) -> Result<T, dcgmReturn_t> {
     Err(DCGM_ST_GENERIC_ERROR)
 }
 
+/// Sends a request and takes the payload of the one `Reply` variant it answers with; any
+/// other reply ends the calling body with [`unexpected`]'s error.
+macro_rules! ask {
+    ($handle:expr, $req:expr, $variant:path) => {
+        match $crate::abi::call($handle, $req)? {
+            $variant(payload) => payload,
+            r => return $crate::abi::unexpected(r),
+        }
+    };
+}
+pub(crate) use ask;
+
 /// Group ids travel as `uintptr_t` but the host engine keeps only the low 32 bits.
 pub(crate) fn group_id(g: dcgmGpuGrp_t) -> u64 {
     u64::from(g as u32)
@@ -228,16 +240,14 @@ fn put_value(dst: &mut [u8; DCGM_MAX_BLOB_LENGTH as usize], v: &Value) {
     }
 }
 
-/// Fills a `dcgmFieldValue_v1` from a sample (zeroing it first).
-///
-/// # Safety
-/// `dst` is valid for writes of one `dcgmFieldValue_v1` and properly aligned.
-pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
-    // SAFETY: `dst` is valid and aligned per the contract; all-zero is a valid value of this
-    // plain-data struct, and the union is then addressed as the 4096 raw bytes it is.
-    unsafe {
+/// Zeroes a `dcgmFieldValue_v1`/`_v2` and writes the members both versions share from a
+/// sample. Expands inside the caller's `unsafe` block: `$dst` is valid for writes of one
+/// struct and aligned.
+macro_rules! put_sample {
+    ($dst:expr, $version:expr, $s:expr) => {{
+        let (dst, s) = ($dst, $s);
         std::ptr::write_bytes(dst, 0, 1);
-        (*dst).version = dcgm_sys::versions::FIELD_VALUE_V1;
+        (*dst).version = $version;
         (*dst).fieldId = s.field_id;
         (*dst).fieldType = u16::from(s.field_type);
         (*dst).status = s.status;
@@ -246,7 +256,17 @@ pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
             &mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(),
             &s.value,
         );
-    }
+    }};
+}
+
+/// Fills a `dcgmFieldValue_v1` from a sample (zeroing it first).
+///
+/// # Safety
+/// `dst` is valid for writes of one `dcgmFieldValue_v1` and properly aligned.
+pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
+    // SAFETY: `dst` is valid and aligned per the contract; all-zero is a valid value of this
+    // plain-data struct, and the union is then addressed as the 4096 raw bytes it is.
+    unsafe { put_sample!(dst, dcgm_sys::versions::FIELD_VALUE_V1, s) }
 }
 
 /// Fills a `dcgmFieldValue_v2` from a sample (zeroing it first).
@@ -256,18 +276,9 @@ pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
 pub(crate) unsafe fn write_fv2(dst: *mut dcgmFieldValue_v2, s: &Sample) {
     // SAFETY: as in `write_fv1`.
     unsafe {
-        std::ptr::write_bytes(dst, 0, 1);
-        (*dst).version = dcgm_sys::versions::FIELD_VALUE_V2;
+        put_sample!(dst, dcgm_sys::versions::FIELD_VALUE_V2, s);
         (*dst).entityGroupId = s.entity_group;
         (*dst).entityId = s.entity_id;
-        (*dst).fieldId = s.field_id;
-        (*dst).fieldType = u16::from(s.field_type);
-        (*dst).status = s.status;
-        (*dst).ts = s.ts_us;
-        put_value(
-            &mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(),
-            &s.value,
-        );
     }
 }
 
@@ -290,6 +301,35 @@ pub(crate) unsafe fn zero_keep_version<T>(p: *mut T) {
         let version = std::ptr::read(p.cast::<u32>());
         std::ptr::write_bytes(p, 0, 1);
         std::ptr::write(p.cast::<u32>(), version);
+    }
+}
+
+/// Checks a caller's versioned struct: NULL → `DCGM_ST_BADPARAM`, a `version` other than
+/// `want` → `DCGM_ST_VER_MISMATCH`.
+///
+/// # Safety
+/// `p` is NULL, or aligned and pointing to at least 4 readable bytes.
+pub(crate) unsafe fn check_version<T>(p: *const T, want: u32) -> Result<(), dcgmReturn_t> {
+    if p.is_null() {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    // SAFETY: non-NULL; the rest per the contract.
+    if unsafe { version_of(p) } != want {
+        return Err(DCGM_ST_VER_MISMATCH);
+    }
+    Ok(())
+}
+
+/// [`zero_keep_version`], then the struct lent for filling in place (the large ones are
+/// never copied to the stack).
+///
+/// # Safety
+/// As [`zero_keep_version`]; nothing else refers to `*p` while the reference lives.
+pub(crate) unsafe fn cleared<'a, T>(p: *mut T) -> &'a mut T {
+    // SAFETY: per the contract.
+    unsafe {
+        zero_keep_version(p);
+        &mut *p
     }
 }
 

@@ -17,20 +17,29 @@ pub extern "C" fn dcgmWatchFields(
     max_keep_age: f64,
     max_keep_samples: c_int,
 ) -> dcgmReturn_t {
+    watch_call(handle, group, field_group, |group_id, field_group_id| {
+        Request::WatchFields {
+            group_id,
+            field_group_id,
+            update_freq_us: update_freq,
+            max_keep_age_s: max_keep_age,
+            max_keep_samples,
+        }
+    })
+}
+
+/// A watch request for a group and field group; group 0 is rejected by the client.
+fn watch_call(
+    handle: dcgmHandle_t,
+    group: dcgmGpuGrp_t,
+    field_group: dcgmFieldGrp_t,
+    request: impl FnOnce(u64, u64) -> Request,
+) -> dcgmReturn_t {
     api(|| {
         if group == 0 {
             return Err(DCGM_ST_BADPARAM);
         }
-        call_ok(
-            handle,
-            Request::WatchFields {
-                group_id: group_id(group),
-                field_group_id: field_group as u64,
-                update_freq_us: update_freq,
-                max_keep_age_s: max_keep_age,
-                max_keep_samples,
-            },
-        )
+        call_ok(handle, request(group_id(group), field_group as u64))
     })
 }
 
@@ -41,17 +50,11 @@ pub extern "C" fn dcgmUnwatchFields(
     group: dcgmGpuGrp_t,
     field_group: dcgmFieldGrp_t,
 ) -> dcgmReturn_t {
-    api(|| {
-        if group == 0 {
-            return Err(DCGM_ST_BADPARAM);
+    watch_call(handle, group, field_group, |group_id, field_group_id| {
+        Request::UnwatchFields {
+            group_id,
+            field_group_id,
         }
-        call_ok(
-            handle,
-            Request::UnwatchFields {
-                group_id: group_id(group),
-                field_group_id: field_group as u64,
-            },
-        )
     })
 }
 
@@ -331,58 +334,6 @@ unsafe fn values_since(
     })
 }
 
-/// `dcgmReturn_t dcgmGetValuesSince_v2(dcgmHandle_t, dcgmGpuGrp_t, dcgmFieldGrp_t, long long since,
-/// long long *nextSinceTimestamp, dcgmFieldValueEntityEnumeration_f, void *userData)`.
-#[no_mangle]
-pub unsafe extern "C" fn dcgmGetValuesSince_v2(
-    handle: dcgmHandle_t,
-    group: dcgmGpuGrp_t,
-    field_group: dcgmFieldGrp_t,
-    since: c_longlong,
-    next: *mut c_longlong,
-    cb: dcgmFieldValueEntityEnumeration_f,
-    user_data: *mut c_void,
-) -> dcgmReturn_t {
-    // SAFETY: the caller's pointers and callback, passed on under the same contract.
-    unsafe {
-        values_since(
-            handle,
-            group,
-            field_group,
-            since,
-            next,
-            cb.map(Callback::V2),
-            user_data,
-        )
-    }
-}
-
-/// `dcgmReturn_t dcgmGetValuesSince(...)`: v1 callback; NOT_SUPPORTED for groups holding
-/// non-GPU entities.
-#[no_mangle]
-pub unsafe extern "C" fn dcgmGetValuesSince(
-    handle: dcgmHandle_t,
-    group: dcgmGpuGrp_t,
-    field_group: dcgmFieldGrp_t,
-    since: c_longlong,
-    next: *mut c_longlong,
-    cb: dcgmFieldValueEnumeration_f,
-    user_data: *mut c_void,
-) -> dcgmReturn_t {
-    // SAFETY: the caller's pointers and callback, passed on under the same contract.
-    unsafe {
-        values_since(
-            handle,
-            group,
-            field_group,
-            since,
-            next,
-            cb.map(Callback::V1),
-            user_data,
-        )
-    }
-}
-
 /// # Safety
 /// The callback and `user_data` are the caller's.
 unsafe fn latest_values(
@@ -410,29 +361,41 @@ unsafe fn latest_values(
     })
 }
 
-/// `dcgmReturn_t dcgmGetLatestValues_v2(dcgmHandle_t, dcgmGpuGrp_t, dcgmFieldGrp_t,
-/// dcgmFieldValueEntityEnumeration_f, void *)`: one value per (entity, field).
-#[no_mangle]
-pub unsafe extern "C" fn dcgmGetLatestValues_v2(
-    handle: dcgmHandle_t,
-    group: dcgmGpuGrp_t,
-    field_group: dcgmFieldGrp_t,
-    cb: dcgmFieldValueEntityEnumeration_f,
-    user_data: *mut c_void,
-) -> dcgmReturn_t {
-    // SAFETY: the caller's callback and user data, passed on.
-    unsafe { latest_values(handle, group, field_group, cb.map(Callback::V2), user_data) }
+/// The exports that report through a callback, v1 (GPUs only) and v2 (any entity): the
+/// caller's arguments passed on, the callback wrapped as its version.
+macro_rules! callback_exports {
+    ($(
+        $(#[$doc:meta])*
+        fn $name:ident($($arg:ident: $ty:ty,)*) $cb:ty => $variant:path, $inner:ident;
+    )*) => {$(
+        $(#[$doc])*
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            handle: dcgmHandle_t,
+            group: dcgmGpuGrp_t,
+            field_group: dcgmFieldGrp_t,
+            $($arg: $ty,)*
+            cb: $cb,
+            user_data: *mut c_void,
+        ) -> dcgmReturn_t {
+            // SAFETY: the caller's pointers and callback, passed on under the same contract.
+            unsafe { $inner(handle, group, field_group, $($arg,)* cb.map($variant), user_data) }
+        }
+    )*};
 }
 
-/// `dcgmReturn_t dcgmGetLatestValues(...)`: v1 callback; non-GPU entities are skipped.
-#[no_mangle]
-pub unsafe extern "C" fn dcgmGetLatestValues(
-    handle: dcgmHandle_t,
-    group: dcgmGpuGrp_t,
-    field_group: dcgmFieldGrp_t,
-    cb: dcgmFieldValueEnumeration_f,
-    user_data: *mut c_void,
-) -> dcgmReturn_t {
-    // SAFETY: the caller's callback and user data, passed on.
-    unsafe { latest_values(handle, group, field_group, cb.map(Callback::V1), user_data) }
+callback_exports! {
+    /// `dcgmReturn_t dcgmGetValuesSince_v2(dcgmHandle_t, dcgmGpuGrp_t, dcgmFieldGrp_t, long long since,
+    /// long long *nextSinceTimestamp, dcgmFieldValueEntityEnumeration_f, void *userData)`.
+    fn dcgmGetValuesSince_v2(since: c_longlong, next: *mut c_longlong,)
+        dcgmFieldValueEntityEnumeration_f => Callback::V2, values_since;
+    /// `dcgmReturn_t dcgmGetValuesSince(...)`: v1 callback; NOT_SUPPORTED for groups holding
+    /// non-GPU entities.
+    fn dcgmGetValuesSince(since: c_longlong, next: *mut c_longlong,)
+        dcgmFieldValueEnumeration_f => Callback::V1, values_since;
+    /// `dcgmReturn_t dcgmGetLatestValues_v2(dcgmHandle_t, dcgmGpuGrp_t, dcgmFieldGrp_t,
+    /// dcgmFieldValueEntityEnumeration_f, void *)`: one value per (entity, field).
+    fn dcgmGetLatestValues_v2() dcgmFieldValueEntityEnumeration_f => Callback::V2, latest_values;
+    /// `dcgmReturn_t dcgmGetLatestValues(...)`: v1 callback; non-GPU entities are skipped.
+    fn dcgmGetLatestValues() dcgmFieldValueEnumeration_f => Callback::V1, latest_values;
 }
