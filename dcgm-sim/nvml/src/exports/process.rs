@@ -57,104 +57,43 @@ fn v1(list: &[ffi::ProcessInfo]) -> Vec<ffi::ProcessInfoV1> {
         .collect()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_t.
-    listing(device, false, |l| unsafe { fill(count, infos, l) })
+/// Every simulated process is listed as running; none runs under MPS.
+fn none<T>(_: &[ffi::ProcessInfo]) -> Vec<T> {
+    Vec::new()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v2(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_v2_t (same layout).
-    listing(device, false, |l| unsafe { fill(count, infos, l) })
+/// The `_v2`/`_v3` structs are `nvmlProcessInfo_t` itself.
+fn same(list: &[ffi::ProcessInfo]) -> Vec<ffi::ProcessInfo> {
+    list.to_vec()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfoV1,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_v1_t.
-    listing(device, false, |l| unsafe { fill(count, infos, &v1(l)) })
+/// The `*RunningProcesses*` exports: symbol, entry struct, whether it lists graphics
+/// processes, and how the device's list becomes entries.
+macro_rules! running_processes {
+    ($($name:ident($info:ty, graphics: $graphics:literal, $entries:ident);)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            device: Device,
+            count: *mut c_uint,
+            infos: *mut $info,
+        ) -> Return {
+            // SAFETY: nvml.h: `infos` holds `*infoCount` entries of the struct version the
+            // symbol names (`_v2` and `_v3` share one layout).
+            listing(device, $graphics, |l| unsafe { fill(count, infos, &$entries(l)) })
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v3(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_t.
-    listing(device, true, |l| unsafe { fill(count, infos, l) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses_v2(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_v2_t (same layout).
-    listing(device, true, |l| unsafe { fill(count, infos, l) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGraphicsRunningProcesses(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfoV1,
-) -> Return {
-    // SAFETY: nvml.h: `infos` holds `*infoCount` nvmlProcessInfo_v1_t.
-    listing(device, true, |l| unsafe { fill(count, infos, &v1(l)) })
-}
-
-/// No simulated process runs under MPS: an empty list.
-///
-/// # Safety
-/// As the `*RunningProcesses` exports: `count` is NULL or a valid uint, `infos` NULL or
-/// valid for `*count` entries.
-unsafe fn mps<T: Copy>(device: Device, count: *mut c_uint, infos: *mut T) -> Return {
-    // SAFETY: the caller's contract, passed on.
-    listing(device, false, |_| unsafe { fill::<T>(count, infos, &[]) })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v3(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h's contract for this export is the one `mps` requires.
-    unsafe { mps(device, count, infos) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses_v2(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfo,
-) -> Return {
-    // SAFETY: nvml.h's contract for this export is the one `mps` requires.
-    unsafe { mps(device, count, infos) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMPSComputeRunningProcesses(
-    device: Device,
-    count: *mut c_uint,
-    infos: *mut ffi::ProcessInfoV1,
-) -> Return {
-    // SAFETY: nvml.h's contract for this export is the one `mps` requires.
-    unsafe { mps(device, count, infos) }
+running_processes! {
+    nvmlDeviceGetComputeRunningProcesses_v3(ffi::ProcessInfo, graphics: false, same);
+    nvmlDeviceGetComputeRunningProcesses_v2(ffi::ProcessInfo, graphics: false, same);
+    nvmlDeviceGetComputeRunningProcesses(ffi::ProcessInfoV1, graphics: false, v1);
+    nvmlDeviceGetGraphicsRunningProcesses_v3(ffi::ProcessInfo, graphics: true, same);
+    nvmlDeviceGetGraphicsRunningProcesses_v2(ffi::ProcessInfo, graphics: true, same);
+    nvmlDeviceGetGraphicsRunningProcesses(ffi::ProcessInfoV1, graphics: true, v1);
+    nvmlDeviceGetMPSComputeRunningProcesses_v3(ffi::ProcessInfo, graphics: false, none);
+    nvmlDeviceGetMPSComputeRunningProcesses_v2(ffi::ProcessInfo, graphics: false, none);
+    nvmlDeviceGetMPSComputeRunningProcesses(ffi::ProcessInfoV1, graphics: false, none);
 }
 
 /// Samples newer than `lastSeenTimeStamp` (µs); none → NOT_FOUND, as nvml.h says. A NULL
