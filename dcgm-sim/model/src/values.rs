@@ -7,6 +7,7 @@
 pub const ST_OK: i32 = 0;
 pub const ST_NO_DATA: i32 = -14;
 
+use crate::faults::Fault;
 use crate::generator::{self, default_for, Generator, Scale, Sentinel};
 use crate::node::{Ent, Node, LINK_UP};
 use crate::profile::{FieldOverride, ENTITY_GROUP_NAMES};
@@ -68,6 +69,33 @@ impl FaultState {
         while self.spikes.len() > SPIKES_KEPT {
             self.spikes.pop_front();
         }
+    }
+
+    /// Applies a fault that changes how one field reads (`not_supported`, `restored`, `set`,
+    /// `spike`) at `at` (µs), the same in the simulated DCGM and NVML; false for any other
+    /// fault, which the caller applies itself.
+    pub fn apply_field_fault(&mut self, fault: &Fault, at: i64) -> bool {
+        match fault {
+            Fault::FieldNotSupported { gpu, field } => {
+                self.not_supported.insert((*gpu, *field));
+            }
+            Fault::FieldRestored { gpu, field } => {
+                self.not_supported.remove(&(*gpu, *field));
+                self.set.remove(&(*gpu, *field));
+            }
+            Fault::SetField { gpu, field, gen } => {
+                self.set.insert((*gpu, *field), gen.clone());
+            }
+            Fault::Spike {
+                gpu,
+                field,
+                value,
+                ms,
+                after_ms,
+            } => self.add_spike(*gpu, *field, *value, *ms, *after_ms, at),
+            _ => return false,
+        }
+        true
     }
 
     /// The value a spike gives `field` of GPU `gpu` in a sample at `t`, the latest spike's.

@@ -307,24 +307,9 @@ impl Sim {
             Fault::ClockEvent { gpu, reasons } if *gpu < gpus => {
                 faults.add_clock_event(*gpu, at, *reasons)
             }
-            Fault::FieldNotSupported { gpu, field } => {
-                faults.not_supported.insert((*gpu, *field));
+            _ => {
+                faults.apply_field_fault(fault, at);
             }
-            Fault::FieldRestored { gpu, field } => {
-                faults.not_supported.remove(&(*gpu, *field));
-                faults.set.remove(&(*gpu, *field));
-            }
-            Fault::SetField { gpu, field, gen } => {
-                faults.set.insert((*gpu, *field), gen.clone());
-            }
-            Fault::Spike {
-                gpu,
-                field,
-                value,
-                ms,
-                after_ms,
-            } => faults.add_spike(*gpu, *field, *value, *ms, *after_ms, at),
-            _ => {}
         }
         match fault {
             Fault::GpuLost { gpu } => {

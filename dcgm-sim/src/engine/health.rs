@@ -116,6 +116,15 @@ fn xid_rule(xid: i64) -> Option<XidRule> {
 }
 
 /// The DCGM_FR_* message of a code, formatted for a GPU (dcgm_errors.h `*_MSG`).
+/// An injected incident's message: the fault's own, or the real one for its code.
+fn or_default(msg: String, default: impl FnOnce() -> String) -> String {
+    if msg.is_empty() {
+        default()
+    } else {
+        msg
+    }
+}
+
 fn code_message(code: u32, gpu: u32, xid: i64) -> String {
     match code {
         FR_XID_ERROR => format!("Detected XID {xid} for GPU {gpu}"),
@@ -153,33 +162,30 @@ impl Health {
     }
 
     pub fn inject(&mut self, gpu: u32, system: u32, health: u32, code: u32, msg: String) {
-        let msg = if msg.is_empty() {
-            code_message(code, gpu, 0)
-        } else {
-            msg
-        };
-        self.injected.push(Incident {
-            system,
-            health,
-            msg,
-            code,
-            entity: (FE_GPU, gpu),
-        });
+        let msg = or_default(msg, || code_message(code, gpu, 0));
+        self.push_injected((FE_GPU, gpu), system, health, code, msg);
     }
 
     /// A node-level incident (entity NONE), part of every health check.
     pub fn inject_node(&mut self, system: u32, health: u32, code: u32, msg: String) {
-        let msg = if msg.is_empty() {
-            "Health incident on the node".to_string()
-        } else {
-            msg
-        };
+        let msg = or_default(msg, || "Health incident on the node".to_string());
+        self.push_injected((FE_NONE, 0), system, health, code, msg);
+    }
+
+    fn push_injected(
+        &mut self,
+        entity: (u32, u32),
+        system: u32,
+        health: u32,
+        code: u32,
+        msg: String,
+    ) {
         self.injected.push(Incident {
             system,
             health,
             msg,
             code,
-            entity: (FE_NONE, 0),
+            entity,
         });
     }
 

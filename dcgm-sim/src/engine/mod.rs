@@ -371,26 +371,12 @@ impl Engine {
                     no_gpu(*gpu);
                 }
             }
-            Fault::FieldNotSupported { gpu, field } => {
-                self.world.faults.not_supported.insert((*gpu, *field));
+            Fault::FieldNotSupported { .. }
+            | Fault::FieldRestored { .. }
+            | Fault::SetField { .. }
+            | Fault::Spike { .. } => {
+                self.world.faults.apply_field_fault(&fault, at);
             }
-            Fault::FieldRestored { gpu, field } => {
-                self.world.faults.not_supported.remove(&(*gpu, *field));
-                self.world.faults.set.remove(&(*gpu, *field));
-            }
-            Fault::SetField { gpu, field, gen } => {
-                self.world.faults.set.insert((*gpu, *field), gen.clone());
-            }
-            Fault::Spike {
-                gpu,
-                field,
-                value,
-                ms,
-                after_ms,
-            } => self
-                .world
-                .faults
-                .add_spike(*gpu, *field, *value, *ms, *after_ms, at),
             Fault::MigReconfigure { gpu, instances } => self.reconfigure_mig(*gpu, instances),
             Fault::LinkState { gpu, link, state } => {
                 match self
@@ -739,27 +725,34 @@ impl Engine {
         let mut rows = Vec::new();
         for g in self.world.node.gpus.iter().filter(|g| !g.unbound) {
             for gi in g.instances() {
-                rows.push(MigEntry {
-                    entity: (FE_GPU_I, gi.entity_id),
-                    parent: (FE_GPU, g.id),
+                // A GI row, then its CIs' rows; GI rows carry no compute instance id.
+                let row = |entity, parent, ci_id, profile_id, slices| MigEntry {
+                    entity,
+                    parent,
                     gpu_uuid: g.uuid.clone(),
                     nvml_gpu_index: g.id,
                     nvml_instance_id: gi.nvml_id,
-                    nvml_compute_instance_id: u32::MAX,
-                    nvml_mig_profile_id: gi.profile_id,
-                    nvml_profile_slices: gi.slices,
-                });
+                    nvml_compute_instance_id: ci_id,
+                    nvml_mig_profile_id: profile_id,
+                    nvml_profile_slices: slices,
+                };
+                let gi_entity = (FE_GPU_I, gi.entity_id);
+                rows.push(row(
+                    gi_entity,
+                    (FE_GPU, g.id),
+                    u32::MAX,
+                    gi.profile_id,
+                    gi.slices,
+                ));
                 for ci in &gi.cis {
-                    rows.push(MigEntry {
-                        entity: (FE_GPU_CI, ci.entity_id),
-                        parent: (FE_GPU_I, gi.entity_id),
-                        gpu_uuid: g.uuid.clone(),
-                        nvml_gpu_index: g.id,
-                        nvml_instance_id: gi.nvml_id,
-                        nvml_compute_instance_id: ci.nvml_id,
-                        nvml_mig_profile_id: ci.profile_id,
-                        nvml_profile_slices: ci.slices,
-                    });
+                    let ci_entity = (FE_GPU_CI, ci.entity_id);
+                    rows.push(row(
+                        ci_entity,
+                        gi_entity,
+                        ci.nvml_id,
+                        ci.profile_id,
+                        ci.slices,
+                    ));
                 }
             }
         }
@@ -772,8 +765,14 @@ impl Engine {
             return Err(ST_FUNCTION_NOT_FOUND);
         }
         match req {
-            Request::Login { .. }
-            | Request::GetAllDevices { .. }
+            Request::Login {
+                persist_after_disconnect,
+                library,
+            } => {
+                self.login(conn, *persist_after_disconnect, library.as_deref());
+                Ok(Reply::Ok)
+            }
+            Request::GetAllDevices { .. }
             | Request::GetDeviceAttributes { .. }
             | Request::GetGpuStatus { .. }
             | Request::GetEntityGroupEntities { .. }
@@ -781,9 +780,7 @@ impl Engine {
             | Request::GetNvLinkLinkStatus
             | Request::GetNvLinkP2PStatus
             | Request::GetCpuHierarchy
-            | Request::ProfGetSupportedMetricGroups { .. } => {
-                self.discovery_request(conn, req, now)
-            }
+            | Request::ProfGetSupportedMetricGroups { .. } => self.discovery_request(req, now),
             Request::GroupCreate { .. }
             | Request::GroupDestroy { .. }
             | Request::GroupAddEntity { .. }
@@ -791,14 +788,14 @@ impl Engine {
             | Request::FieldGroupCreate { .. }
             | Request::FieldGroupDestroy { .. }
             | Request::FieldGroupGetInfo { .. }
-            | Request::FieldGroupGetAll => self.group_request(conn, req, now),
+            | Request::FieldGroupGetAll => self.group_request(conn, req),
             Request::WatchFields { .. }
             | Request::UnwatchFields { .. }
             | Request::UpdateAllFields { .. }
             | Request::EntitiesGetLatestValues { .. }
             | Request::GetValuesSince { .. } => self.watch_request(conn, req, now),
             Request::HealthSet { .. } | Request::HealthGet { .. } | Request::HealthCheck { .. } => {
-                self.health_request(conn, req, now)
+                self.health_request(req, now)
             }
             Request::ModuleGetStatuses => Ok(Reply::ModuleStatuses(self.modules.statuses())),
             Request::EngineVersion => Ok(Reply::Version(self.release.to_string())),

@@ -3,28 +3,25 @@
 use crate::engine::*;
 
 impl Engine {
+    /// A connection's login: the client library's release and whether its state outlives it.
+    pub(in crate::engine) fn login(&mut self, conn: u64, persist: bool, library: Option<&str>) {
+        match library.and_then(dcgm_sys::Release::parse) {
+            Some(r) => self.client_releases.insert(conn, r),
+            None => self.client_releases.remove(&conn),
+        };
+        if persist {
+            self.persistent.insert(conn);
+        } else {
+            self.persistent.remove(&conn);
+        }
+    }
+
     pub(in crate::engine) fn discovery_request(
         &mut self,
-        conn: u64,
         req: &Request,
         now: i64,
     ) -> Result<Reply, i32> {
         Ok(match req {
-            Request::Login {
-                persist_after_disconnect,
-                library,
-            } => {
-                match library.as_deref().and_then(dcgm_sys::Release::parse) {
-                    Some(r) => self.client_releases.insert(conn, r),
-                    None => self.client_releases.remove(&conn),
-                };
-                if *persist_after_disconnect {
-                    self.persistent.insert(conn);
-                } else {
-                    self.persistent.remove(&conn);
-                }
-                Reply::Ok
-            }
             Request::GetAllDevices { only_supported } => Reply::Ids(
                 self.world
                     .node

@@ -2,12 +2,23 @@
 
 use crate::engine::*;
 
+/// Stores `value` under the next unused id (ids are never reused) and returns that id.
+fn insert_next<K: Ord + Copy + std::ops::AddAssign + From<u8>, V>(
+    map: &mut BTreeMap<K, V>,
+    next: &mut K,
+    value: V,
+) -> K {
+    let id = *next;
+    *next += K::from(1);
+    map.insert(id, value);
+    id
+}
+
 impl Engine {
     pub(in crate::engine) fn group_request(
         &mut self,
         conn: u64,
         req: &Request,
-        _now: i64,
     ) -> Result<Reply, i32> {
         Ok(match req {
             Request::GroupCreate { group_type, name } => {
@@ -26,17 +37,16 @@ impl Engine {
                         .collect(),
                     _ => return Err(ST_BADPARAM),
                 };
-                let id = self.next_group;
-                self.next_group += 1;
-                self.groups.insert(
-                    id,
-                    Group {
-                        name: name.clone(),
-                        entities,
-                        owner: conn,
-                    },
-                );
-                Reply::Id(u64::from(id))
+                let group = Group {
+                    name: name.clone(),
+                    entities,
+                    owner: conn,
+                };
+                Reply::Id(u64::from(insert_next(
+                    &mut self.groups,
+                    &mut self.next_group,
+                    group,
+                )))
             }
             Request::GroupDestroy { group_id } => {
                 let id = *group_id as u32;
@@ -105,17 +115,16 @@ impl Engine {
                 if self.field_groups.values().any(|f| &f.name == name) {
                     return Err(ST_DUPLICATE_KEY);
                 }
-                let id = self.next_field_group;
-                self.next_field_group += 1;
-                self.field_groups.insert(
-                    id,
-                    FieldGroupDef {
-                        name: name.clone(),
-                        fields: field_ids.clone(),
-                        owner: Some(conn),
-                    },
-                );
-                Reply::Id(id)
+                let def = FieldGroupDef {
+                    name: name.clone(),
+                    fields: field_ids.clone(),
+                    owner: Some(conn),
+                };
+                Reply::Id(insert_next(
+                    &mut self.field_groups,
+                    &mut self.next_field_group,
+                    def,
+                ))
             }
             Request::FieldGroupDestroy { field_group_id } => {
                 let f = *field_group_id;

@@ -10,7 +10,6 @@ const INT64_SENTINEL_MIN: i64 = 0x7fff_ffff_ffff_fff0;
 impl Engine {
     pub(in crate::engine) fn health_request(
         &mut self,
-        _conn: u64,
         req: &Request,
         now: i64,
     ) -> Result<Reply, i32> {
