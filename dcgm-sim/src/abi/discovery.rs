@@ -2,7 +2,7 @@
 //! profiling metric groups.
 
 use super::layouts::{CpuHierarchyV2, CPU_HIERARCHY_V2};
-use super::{api, ask, check_version, cleared, put_str, version_of, zero_keep_version};
+use super::{api, ask, check_version, cleared, fill_slots, put_str, version_of, zero_keep_version};
 use crate::proto::{DeviceAttributes, Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::*;
@@ -60,13 +60,13 @@ pub unsafe extern "C" fn dcgmGetAllSupportedDevices(
 
 fn fill_attributes(out: &mut dcgmDeviceAttributes_v3, a: &DeviceAttributes) {
     out.clockSets.version = DEVICE_SUPPORTED_CLOCK_SETS_V1;
-    let n = a.clock_sets.len().min(DCGM_MAX_CLOCKS as usize);
-    out.clockSets.count = n as u32;
-    for (slot, &(mem, sm)) in out.clockSets.clockSet.iter_mut().zip(&a.clock_sets[..n]) {
+    // `clockSet` holds DCGM_MAX_CLOCKS entries.
+    let sets = &mut out.clockSets;
+    sets.count = fill_slots(&mut sets.clockSet, &a.clock_sets, |slot, &(mem, sm)| {
         slot.version = 1;
         slot.memClock = mem;
         slot.smClock = sm;
-    }
+    });
     out.thermalSettings.version = DEVICE_THERMALS_V1;
     out.thermalSettings.slowdownTemp = a.slowdown_temp;
     out.thermalSettings.shutdownTemp = a.shutdown_temp;
@@ -203,9 +203,7 @@ pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(
         // SAFETY: the version says the caller's struct is a full v2 (73 KB; written in
         // place, never copied to the stack).
         let h = unsafe { cleared(hierarchy) };
-        let n = rows.len().min(h.entityList.len());
-        h.count = n as u32;
-        for (slot, row) in h.entityList.iter_mut().zip(&rows[..n]) {
+        h.count = fill_slots(&mut h.entityList, &rows, |slot, row| {
             slot.entity = dcgmGroupEntityPair_t {
                 entityGroupId: row.entity.0,
                 entityId: row.entity.1,
@@ -220,7 +218,7 @@ pub unsafe extern "C" fn dcgmGetGpuInstanceHierarchy(
             slot.info.nvmlComputeInstanceId = row.nvml_compute_instance_id;
             slot.info.nvmlMigProfileId = row.nvml_mig_profile_id;
             slot.info.nvmlProfileSlices = row.nvml_profile_slices;
-        }
+        });
         Ok(())
     })
 }
@@ -294,14 +292,12 @@ pub unsafe extern "C" fn dcgmGetNvLinkP2PStatus(
         let rows = ask!(handle, Request::GetNvLinkP2PStatus, Reply::P2PStatus);
         // SAFETY: the version says the caller's struct is a full v1.
         let s = unsafe { cleared(status) };
-        let n = rows.len().min(s.gpus.len());
-        s.numGpus = n as u32;
-        for (slot, (id, peers)) in s.gpus.iter_mut().zip(&rows[..n]) {
+        s.numGpus = fill_slots(&mut s.gpus, &rows, |slot, (id, peers)| {
             slot.entityId = *id;
             for (d, &p) in slot.linkStatus.iter_mut().zip(peers) {
                 *d = p;
             }
-        }
+        });
         Ok(())
     })
 }
@@ -335,12 +331,10 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy(
         let rows = cpu_rows(handle)?;
         // SAFETY: the version says the caller's struct is a full v1.
         let h = unsafe { cleared(h) };
-        let n = rows.len().min(h.cpus.len());
-        h.numCpus = n as u32;
-        for (slot, (id, cores, _)) in h.cpus.iter_mut().zip(&rows[..n]) {
+        h.numCpus = fill_slots(&mut h.cpus, &rows, |slot, (id, cores, _)| {
             slot.cpuId = *id;
             slot.ownedCores = core_bitmask(cores);
-        }
+        });
         Ok(())
     })
 }
@@ -358,13 +352,11 @@ pub unsafe extern "C" fn dcgmGetCpuHierarchy_v2(
         let rows = cpu_rows(handle)?;
         // SAFETY: the version says the caller's struct is a full v2.
         let h = unsafe { cleared(h) };
-        let n = rows.len().min(h.cpus.len());
-        h.num_cpus = n as u32;
-        for (slot, (id, cores, serial)) in h.cpus.iter_mut().zip(&rows[..n]) {
+        h.num_cpus = fill_slots(&mut h.cpus, &rows, |slot, (id, cores, serial)| {
             slot.cpu_id = *id;
             slot.owned_cores = core_bitmask(cores);
             put_str(&mut slot.serial, serial);
-        }
+        });
         Ok(())
     })
 }
@@ -389,15 +381,11 @@ pub unsafe extern "C" fn dcgmProfGetSupportedMetricGroups(
         // SAFETY: as above.
         let g = unsafe { cleared(groups) };
         g.gpuId = gpu_id;
-        let n = list.len().min(g.metricGroups.len());
-        g.numMetricGroups = n as u32;
-        for (slot, mg) in g.metricGroups.iter_mut().zip(&list[..n]) {
+        g.numMetricGroups = fill_slots(&mut g.metricGroups, &list, |slot, mg| {
             slot.majorId = mg.major_id;
             slot.minorId = mg.minor_id;
-            let k = mg.field_ids.len().min(slot.fieldIds.len());
-            slot.numFieldIds = k as u32;
-            slot.fieldIds[..k].copy_from_slice(&mg.field_ids[..k]);
-        }
+            slot.numFieldIds = fill_slots(&mut slot.fieldIds, &mg.field_ids, |d, &id| *d = id);
+        });
         Ok(())
     })
 }

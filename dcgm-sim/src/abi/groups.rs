@@ -2,8 +2,8 @@
 
 use super::layouts::{AllFieldGroupV1, ALL_FIELD_GROUP_V1};
 use super::{
-    api, ask, call, call_ok, check_version, cleared, group_id, put_str, read_str, unexpected,
-    zero_keep_version,
+    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, put_str, read_str,
+    unexpected, zero_keep_version,
 };
 use crate::proto::{FieldGroupEntry, Reply, Request};
 use dcgm_sys::ffi::*;
@@ -210,9 +210,7 @@ fn fill_field_group(out: &mut dcgmFieldGroupInfo_v1, fg: &FieldGroupEntry) {
     out.version = FIELD_GROUP_INFO_V1;
     out.fieldGroupId = fg.id as dcgmFieldGrp_t;
     put_str(&mut out.fieldGroupName, &fg.name);
-    let n = fg.field_ids.len().min(out.fieldIds.len());
-    out.numFieldIds = n as u32;
-    out.fieldIds[..n].copy_from_slice(&fg.field_ids[..n]);
+    out.numFieldIds = fill_slots(&mut out.fieldIds, &fg.field_ids, |d, &id| *d = id);
 }
 
 /// `dcgmReturn_t dcgmFieldGroupGetInfo(dcgmHandle_t, dcgmFieldGroupInfo_t *)`: looks up
@@ -249,11 +247,7 @@ pub unsafe extern "C" fn dcgmFieldGroupGetAll(
         let list = ask!(handle, Request::FieldGroupGetAll, Reply::FieldGroups);
         // SAFETY: the version says the caller's struct is a full v1 (34 KB, written in place).
         let out = unsafe { cleared(all) };
-        let n = list.len().min(out.field_groups.len());
-        out.num_field_groups = n as u32;
-        for (slot, fg) in out.field_groups.iter_mut().zip(&list[..n]) {
-            fill_field_group(slot, fg);
-        }
+        out.num_field_groups = fill_slots(&mut out.field_groups, &list, fill_field_group);
         Ok(())
     })
 }

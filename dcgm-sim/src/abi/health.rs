@@ -1,7 +1,9 @@
 //! Health watches.
 
 use super::layouts::{HealthSetParamsV2, HEALTH_SET_PARAMS_V2};
-use super::{api, ask, call, call_ok, check_version, cleared, group_id, put_str, unexpected};
+use super::{
+    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, put_str, unexpected,
+};
 use crate::proto::{Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::HEALTH_RESPONSE_V5;
@@ -95,9 +97,7 @@ pub unsafe extern "C" fn dcgmHealthCheck(
         // lives in place, nothing is copied to the stack.
         let out = unsafe { cleared(results) };
         out.overallHealth = overall;
-        let n = incidents.len().min(out.incidents.len());
-        out.incidentCount = n as u32;
-        for (slot, inc) in out.incidents.iter_mut().zip(&incidents[..n]) {
+        out.incidentCount = fill_slots(&mut out.incidents, &incidents, |slot, inc| {
             slot.system = inc.system;
             slot.health = inc.health;
             put_str(&mut slot.error.msg, &inc.msg);
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn dcgmHealthCheck(
                 entityGroupId: inc.entity.0,
                 entityId: inc.entity.1,
             };
-        }
+        });
         Ok(())
     })
 }

@@ -2,7 +2,7 @@
 
 use super::layouts::{HostengineHealthV1, VersionInfoV2, HOSTENGINE_HEALTH_V1, VERSION_INFO_V2};
 use super::{
-    api, ask, call, check_version, globals, guard, put_str, read_str, version_of,
+    api, ask, call, check_version, fill_slots, globals, guard, put_str, read_str, version_of,
     zero_keep_version, EMBEDDED_HANDLE,
 };
 use crate::engine::Engine;
@@ -191,12 +191,10 @@ pub unsafe extern "C" fn dcgmModuleGetStatuses(
         let list = ask!(handle, Request::ModuleGetStatuses, Reply::ModuleStatuses);
         // SAFETY: non-NULL and, per its version, a whole dcgmModuleGetStatuses_v1.
         let out = unsafe { &mut *statuses };
-        let n = list.len().min(out.statuses.len());
-        for (slot, (id, status)) in out.statuses.iter_mut().zip(&list) {
-            slot.id = *id;
-            slot.status = *status;
-        }
-        out.numStatuses = n as u32;
+        out.numStatuses = fill_slots(&mut out.statuses, &list, |slot, &(id, status)| {
+            slot.id = id;
+            slot.status = status;
+        });
         Ok(())
     })
 }

@@ -210,6 +210,20 @@ pub(crate) fn put_str(dst: &mut [c_char], s: &str) {
     dst[n] = 0;
 }
 
+/// Writes as many of `rows` as fit into a caller's fixed array, one `put` each, and returns
+/// how many that was (the count the caller's struct reports).
+pub(crate) fn fill_slots<S, R>(
+    slots: &mut [S],
+    rows: &[R],
+    mut put: impl FnMut(&mut S, &R),
+) -> u32 {
+    let n = rows.len().min(slots.len());
+    for (slot, row) in slots.iter_mut().zip(&rows[..n]) {
+        put(slot, row);
+    }
+    n as u32
+}
+
 /// Reads a caller's C string; NULL → `DCGM_ST_BADPARAM`. Invalid UTF-8 is replaced.
 ///
 /// # Safety

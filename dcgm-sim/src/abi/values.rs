@@ -275,63 +275,58 @@ unsafe fn values_since(
     field_group: dcgmFieldGrp_t,
     since: c_longlong,
     next: *mut c_longlong,
-    cb: Option<Callback>,
+    cb: Callback,
     user_data: *mut c_void,
-) -> dcgmReturn_t {
-    api(|| {
-        let Some(cb) = cb else {
-            return Err(DCGM_ST_BADPARAM);
-        };
-        if next.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
-        // SAFETY: non-NULL and writable per the API; unchanged unless the call completes.
-        unsafe { *next = since };
-        if let Callback::V1(_) = cb {
-            // The v1 API cannot name non-GPU entities, so it refuses such groups outright.
-            let (_, entities) = group_info(handle, group)?;
-            if entities
-                .iter()
-                .any(|&(g, _)| g != DCGM_FE_GPU && g != DCGM_FE_NONE)
-            {
-                return Err(DCGM_ST_NOT_SUPPORTED);
-            }
-        }
-        let req = Request::GetValuesSince {
-            group_id: group_id(group),
-            field_group_id: field_group as u64,
-            since_us: since,
-        };
-        let (samples, next_since, status) = match call(handle, req)? {
-            Reply::ValuesSince {
-                samples,
-                next_since_us,
-                status,
-            } => (samples, next_since_us, status),
-            r => return unexpected(r),
-        };
-        // A library of an older release will not read a field it does not know (the real
-        // 4.4.2 library: UNKNOWN_FIELD for DCGM_FI_DEV_GPU_RECOVERY_ACTION from a 4.6 engine).
-        let release = super::lifecycle::library_release();
-        if samples
+) -> Result<(), dcgmReturn_t> {
+    if next.is_null() {
+        return Err(DCGM_ST_BADPARAM);
+    }
+    // SAFETY: non-NULL and writable per the API; unchanged unless the call completes.
+    unsafe { *next = since };
+    if let Callback::V1(_) = cb {
+        // The v1 API cannot name non-GPU entities, so it refuses such groups outright.
+        let (_, entities) = group_info(handle, group)?;
+        if entities
             .iter()
-            .any(|s| !dcgm_sys::releases::knows_field(release, s.field_id))
+            .any(|&(g, _)| g != DCGM_FE_GPU && g != DCGM_FE_NONE)
         {
-            return Err(DCGM_ST_UNKNOWN_FIELD);
+            return Err(DCGM_ST_NOT_SUPPORTED);
         }
-        // SAFETY: the caller's callback and user data.
-        let completed = unsafe { enumerate(&samples, cb, user_data) };
-        if !completed {
-            // A callback that stopped early ends the call with OK and `next` unchanged.
-            return Ok(());
-        }
-        if status != DCGM_ST_OK {
-            return Err(status);
-        }
-        // SAFETY: as above.
-        unsafe { *next = next_since };
-        Ok(())
-    })
+    }
+    let req = Request::GetValuesSince {
+        group_id: group_id(group),
+        field_group_id: field_group as u64,
+        since_us: since,
+    };
+    let (samples, next_since, status) = match call(handle, req)? {
+        Reply::ValuesSince {
+            samples,
+            next_since_us,
+            status,
+        } => (samples, next_since_us, status),
+        r => return unexpected(r),
+    };
+    // A library of an older release will not read a field it does not know (the real
+    // 4.4.2 library: UNKNOWN_FIELD for DCGM_FI_DEV_GPU_RECOVERY_ACTION from a 4.6 engine).
+    let release = super::lifecycle::library_release();
+    if samples
+        .iter()
+        .any(|s| !dcgm_sys::releases::knows_field(release, s.field_id))
+    {
+        return Err(DCGM_ST_UNKNOWN_FIELD);
+    }
+    // SAFETY: the caller's callback and user data.
+    let completed = unsafe { enumerate(&samples, cb, user_data) };
+    if !completed {
+        // A callback that stopped early ends the call with OK and `next` unchanged.
+        return Ok(());
+    }
+    if status != DCGM_ST_OK {
+        return Err(status);
+    }
+    // SAFETY: as above.
+    unsafe { *next = next_since };
+    Ok(())
 }
 
 /// # Safety
@@ -340,25 +335,20 @@ unsafe fn latest_values(
     handle: dcgmHandle_t,
     group: dcgmGpuGrp_t,
     field_group: dcgmFieldGrp_t,
-    cb: Option<Callback>,
+    cb: Callback,
     user_data: *mut c_void,
-) -> dcgmReturn_t {
-    api(|| {
-        let Some(cb) = cb else {
-            return Err(DCGM_ST_BADPARAM);
-        };
-        // The real engine resolves both ids itself; asking for the members and fields and
-        // then for their values gives the same answer with the requests we have.
-        let (_, entities) = group_info(handle, group)?;
-        let fields = field_group_info(handle, field_group)?.field_ids;
-        if entities.is_empty() || fields.is_empty() {
-            return Ok(());
-        }
-        let samples = latest(handle, entities, fields, false)?;
-        // SAFETY: the caller's callback and user data.
-        unsafe { enumerate(&samples, cb, user_data) };
-        Ok(())
-    })
+) -> Result<(), dcgmReturn_t> {
+    // The real engine resolves both ids itself; asking for the members and fields and
+    // then for their values gives the same answer with the requests we have.
+    let (_, entities) = group_info(handle, group)?;
+    let fields = field_group_info(handle, field_group)?.field_ids;
+    if entities.is_empty() || fields.is_empty() {
+        return Ok(());
+    }
+    let samples = latest(handle, entities, fields, false)?;
+    // SAFETY: the caller's callback and user data.
+    unsafe { enumerate(&samples, cb, user_data) };
+    Ok(())
 }
 
 /// The exports that report through a callback, v1 (GPUs only) and v2 (any entity): the
@@ -378,8 +368,14 @@ macro_rules! callback_exports {
             cb: $cb,
             user_data: *mut c_void,
         ) -> dcgmReturn_t {
-            // SAFETY: the caller's pointers and callback, passed on under the same contract.
-            unsafe { $inner(handle, group, field_group, $($arg,)* cb.map($variant), user_data) }
+            api(|| {
+                let Some(cb) = cb.map($variant) else {
+                    return Err(DCGM_ST_BADPARAM);
+                };
+                // SAFETY: the caller's pointers and callback, passed on under the same
+                // contract.
+                unsafe { $inner(handle, group, field_group, $($arg,)* cb, user_data) }
+            })
         }
     )*};
 }
