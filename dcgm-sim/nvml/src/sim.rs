@@ -119,6 +119,30 @@ struct GpmTaken {
 }
 
 /// GPM sample handles, tagged like the others.
+/// Stores `value` under the next key of a table of driver-side objects and returns its
+/// handle, the key tagged with the table's `base`.
+fn table_insert<T>(
+    table: &mut BTreeMap<usize, T>,
+    next: &mut usize,
+    base: usize,
+    value: T,
+) -> usize {
+    let id = *next;
+    *next += 1;
+    table.insert(id, value);
+    base | id
+}
+
+/// The key behind a handle of the table tagged `base`: a handle of another kind, or one
+/// freed or never given out, is INVALID_ARGUMENT.
+fn table_id<T>(table: &BTreeMap<usize, T>, base: usize, handle: usize) -> Result<usize, Return> {
+    let id = handle & !HANDLE_TAG_MASK;
+    if handle & HANDLE_TAG_MASK != base || !table.contains_key(&id) {
+        return Err(ffi::ERROR_INVALID_ARGUMENT);
+    }
+    Ok(id)
+}
+
 const GPM_SAMPLE_BASE: usize = 0x6e76_6700_0000;
 
 /// NVML GPM metric id -> the profiling field the simulated DCGM reads for it
@@ -393,18 +417,12 @@ impl Sim {
 
     /// A new, empty event set's handle.
     pub fn create_event_set(&mut self) -> usize {
-        let id = self.next_event_set;
-        self.next_event_set += 1;
-        self.event_sets.insert(id, EventSetState::default());
-        EVENT_SET_BASE | id
+        let (sets, next) = (&mut self.event_sets, &mut self.next_event_set);
+        table_insert(sets, next, EVENT_SET_BASE, EventSetState::default())
     }
 
     fn event_set_id(&self, handle: usize) -> Result<usize, Return> {
-        let id = handle & !HANDLE_TAG_MASK;
-        if handle & HANDLE_TAG_MASK != EVENT_SET_BASE || !self.event_sets.contains_key(&id) {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        }
-        Ok(id)
+        table_id(&self.event_sets, EVENT_SET_BASE, handle)
     }
 
     pub fn check_event_set(&self, handle: usize) -> Result<(), Return> {
@@ -461,18 +479,12 @@ impl Sim {
     }
 
     pub fn gpm_alloc(&mut self) -> usize {
-        let id = self.next_gpm_sample;
-        self.next_gpm_sample += 1;
-        self.gpm_samples.insert(id, None);
-        GPM_SAMPLE_BASE | id
+        let (samples, next) = (&mut self.gpm_samples, &mut self.next_gpm_sample);
+        table_insert(samples, next, GPM_SAMPLE_BASE, None)
     }
 
     fn gpm_id(&self, handle: usize) -> Result<usize, Return> {
-        let id = handle & !HANDLE_TAG_MASK;
-        if handle & HANDLE_TAG_MASK != GPM_SAMPLE_BASE || !self.gpm_samples.contains_key(&id) {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        }
-        Ok(id)
+        table_id(&self.gpm_samples, GPM_SAMPLE_BASE, handle)
     }
 
     pub fn gpm_free(&mut self, handle: usize) -> Result<(), Return> {

@@ -1,7 +1,7 @@
 //! Enumeration and identity: counts, handles by index / UUID / PCI bus id, UUID, name,
 //! index, minor number, PCI info, memory, compute capability.
 
-use super::{api, get_str, put, put_str, with_device};
+use super::{api, check_version, get_str, put, put_str, with_device};
 use crate::ffi::{self, Device, Return};
 use crate::sim::{self, alive, Dev};
 use dcgm_sim_model::profile::MigLookup;
@@ -91,28 +91,21 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
     unsafe { nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id, device) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetUUID(
-    device: Device,
-    uuid: *mut c_char,
-    length: c_uint,
-) -> Return {
-    // SAFETY: nvml.h: `uuid` holds `length` bytes.
-    with_device(device, |_, dev| unsafe {
-        put_str(uuid, length, &sim::uuid(&dev))
-    })
+/// The device's strings, written as NVML's string getters write (`out` holds `length`
+/// bytes; too small → INSUFFICIENT_SIZE).
+macro_rules! device_strings {
+    ($($name:ident => $text:path;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(device: Device, out: *mut c_char, length: c_uint) -> Return {
+            // SAFETY: nvml.h: `out` holds `length` bytes.
+            with_device(device, |_, dev| unsafe { put_str(out, length, &$text(&dev)) })
+        }
+    )*};
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetName(
-    device: Device,
-    name: *mut c_char,
-    length: c_uint,
-) -> Return {
-    // SAFETY: nvml.h: `name` holds `length` bytes.
-    with_device(device, |_, dev| unsafe {
-        put_str(name, length, &sim::name(&dev))
-    })
+device_strings! {
+    nvmlDeviceGetUUID => sim::uuid;
+    nvmlDeviceGetName => sim::name;
 }
 
 /// The NVML index of a GPU (= the simulated DCGM's GPU id). MIG devices have none.
@@ -179,24 +172,18 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     memory: *mut ffi::MemoryV2,
 ) -> Return {
     with_device(device, |sim, dev| {
-        if memory.is_null() {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: non-NULL; nvml.h: points to an nvmlMemory_v2_t whose version the caller set.
-        let version = unsafe { (*memory).version };
-        if version != ffi::MEMORY_V2 {
-            return Err(ffi::ERROR_ARGUMENT_VERSION_MISMATCH);
-        }
+        // SAFETY: nvml.h: NULL or an nvmlMemory_v2_t whose version the caller set.
+        unsafe { check_version(memory, ffi::MEMORY_V2) }?;
         alive(&dev)?;
         let (total, reserved, used) = sim.memory(&dev);
         let m = ffi::MemoryV2 {
-            version,
+            version: ffi::MEMORY_V2,
             total,
             reserved,
             free: total - reserved - used,
             used,
         };
-        // SAFETY: as above.
+        // SAFETY: as above, valid for a write of nvmlMemory_v2_t.
         unsafe { put(memory, m) }
     })
 }

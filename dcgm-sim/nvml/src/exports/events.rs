@@ -2,7 +2,7 @@
 //! control lines that give the simulated DCGM its DCGM_FI_DEV_XID_ERRORS samples (the
 //! model's XID log), attributed to the MIG instance the line names, as the driver does.
 
-use super::{api_mut, guard, put, with_device};
+use super::{api_mut, create, guard, put, with_device};
 use crate::ffi::{self, Device, EventData, EventSet, Return, NO_INSTANCE};
 use crate::sim::{Dev, XidEvent};
 use std::ffi::{c_uint, c_ulonglong};
@@ -10,14 +10,8 @@ use std::time::{Duration, Instant};
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut EventSet) -> Return {
-    if set.is_null() {
-        return guard(|| Err(ffi::ERROR_INVALID_ARGUMENT));
-    }
-    api_mut(|sim| {
-        let handle = sim.create_event_set();
-        // SAFETY: nvml.h: `set` is an output handle (checked non-NULL above).
-        unsafe { put(set, handle as EventSet) }
-    })
+    // SAFETY: nvml.h: `set` is an output handle.
+    unsafe { create(set, |sim| sim.create_event_set() as EventSet) }
 }
 
 #[no_mangle]

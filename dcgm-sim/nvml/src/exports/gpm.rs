@@ -3,7 +3,7 @@
 //! GPU instance (percent where DCGM has a ratio), so the NVML backend's
 //! `DCGM_FI_PROF_*` equivalents equal the simulated DCGM's.
 
-use super::{api, api_mut, guard, put, with_device};
+use super::{api, api_mut, check_version, create, put, with_device};
 use crate::ffi::{self, Device, GpmMetricsGet, GpmSample, GpmSupport, Return};
 use crate::sim::Dev;
 use std::ffi::c_uint;
@@ -14,17 +14,11 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     support: *mut GpmSupport,
 ) -> Return {
     with_device(device, |sim, dev| {
-        if support.is_null() {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: non-NULL; nvml.h: an nvmlGpmSupport_t whose version the caller set.
-        let version = unsafe { (*support).version };
-        if version != ffi::GPM_SUPPORT_VERSION {
-            return Err(ffi::ERROR_ARGUMENT_VERSION_MISMATCH);
-        }
+        // SAFETY: nvml.h: NULL or an nvmlGpmSupport_t whose version the caller set.
+        unsafe { check_version(support, ffi::GPM_SUPPORT_VERSION) }?;
         let supported = matches!(dev, Dev::Gpu(g) if sim.gpm_supported(g));
         let out = GpmSupport {
-            version,
+            version: ffi::GPM_SUPPORT_VERSION,
             is_supported_device: c_uint::from(supported),
         };
         // SAFETY: as above, valid for a write of nvmlGpmSupport_t.
@@ -34,14 +28,8 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut GpmSample) -> Return {
-    if sample.is_null() {
-        return guard(|| Err(ffi::ERROR_INVALID_ARGUMENT));
-    }
-    api_mut(|sim| {
-        let h = sim.gpm_alloc();
-        // SAFETY: nvml.h: `gpmSample` is an output handle (checked non-NULL).
-        unsafe { put(sample, h as GpmSample) }
-    })
+    // SAFETY: nvml.h: `gpmSample` is an output handle.
+    unsafe { create(sample, |sim| sim.gpm_alloc() as GpmSample) }
 }
 
 #[no_mangle]
@@ -87,14 +75,10 @@ pub unsafe extern "C" fn nvmlGpmMigSampleGet(
 #[no_mangle]
 pub unsafe extern "C" fn nvmlGpmMetricsGet(request: *mut GpmMetricsGet) -> Return {
     api(|sim| {
-        if request.is_null() {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: non-NULL; nvml.h: a caller-owned nvmlGpmMetricsGet_t.
+        // SAFETY: nvml.h: NULL or a caller-owned nvmlGpmMetricsGet_t.
+        unsafe { check_version(request, ffi::GPM_METRICS_GET_VERSION) }?;
+        // SAFETY: non-NULL (checked); a caller-owned nvmlGpmMetricsGet_t.
         let r = unsafe { &mut *request };
-        if r.version != ffi::GPM_METRICS_GET_VERSION {
-            return Err(ffi::ERROR_ARGUMENT_VERSION_MISMATCH);
-        }
         let n = r.num_metrics as usize;
         if n == 0 || n > ffi::GPM_METRIC_MAX {
             return Err(ffi::ERROR_INVALID_ARGUMENT);

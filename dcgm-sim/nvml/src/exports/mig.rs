@@ -3,8 +3,21 @@
 use super::{api, put, with_device};
 use crate::ffi::{self, Device, Return};
 use crate::sim::Dev;
+use dcgm_sim_model::node::Gpu;
 use dcgm_sim_model::profile::MigLookup;
 use std::ffi::c_uint;
+
+/// A whole GPU of a model with MIG: a MIG device handle answers `on_mig_device`, a GPU
+/// without MIG (T4) NOT_SUPPORTED.
+fn mig_capable(dev: Dev<'_>, on_mig_device: Return) -> Result<&Gpu, Return> {
+    let Dev::Gpu(g) = dev else {
+        return Err(on_mig_device);
+    };
+    if g.mig_slices <= 0 {
+        return Err(ffi::ERROR_NOT_SUPPORTED);
+    }
+    Ok(g)
+}
 
 /// Current and pending mode; models without MIG (T4) answer NOT_SUPPORTED.
 #[no_mangle]
@@ -14,12 +27,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigMode(
     pending: *mut c_uint,
 ) -> Return {
     with_device(device, |_, dev| {
-        let Dev::Gpu(g) = dev else {
-            return Err(ffi::ERROR_NOT_SUPPORTED);
-        };
-        if g.mig_slices <= 0 {
-            return Err(ffi::ERROR_NOT_SUPPORTED);
-        }
+        let g = mig_capable(dev, ffi::ERROR_NOT_SUPPORTED)?;
         if current.is_null() || pending.is_null() {
             return Err(ffi::ERROR_INVALID_ARGUMENT);
         }
@@ -88,12 +96,7 @@ pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
     mig_device: *mut Device,
 ) -> Return {
     with_device(device, |sim, dev| {
-        let Dev::Gpu(g) = dev else {
-            return Err(ffi::ERROR_INVALID_ARGUMENT);
-        };
-        if g.mig_slices <= 0 {
-            return Err(ffi::ERROR_NOT_SUPPORTED);
-        }
+        let g = mig_capable(dev, ffi::ERROR_INVALID_ARGUMENT)?;
         sim.hang_if_asked();
         if mig_device.is_null() || index >= sim.max_mig_devices(g).max(1) {
             return Err(ffi::ERROR_INVALID_ARGUMENT);

@@ -96,6 +96,38 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> Result<(), Return> {
     Ok(())
 }
 
+/// Creates a driver-side object (event set, GPM sample) and writes its handle to `out`;
+/// a NULL `out` is refused before anything is created.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+pub(crate) unsafe fn create<T>(out: *mut T, make: impl FnOnce(&mut Sim) -> T) -> Return {
+    if out.is_null() {
+        return guard(|| Err(ffi::ERROR_INVALID_ARGUMENT));
+    }
+    api_mut(|sim| {
+        let handle = make(sim);
+        // SAFETY: non-NULL (checked above) and valid for a write per the contract.
+        unsafe { put(out, handle) }
+    })
+}
+
+/// Checks a caller's versioned struct: NULL → INVALID_ARGUMENT, a `version` (its first
+/// member) other than `want` → ARGUMENT_VERSION_MISMATCH.
+///
+/// # Safety
+/// `p` is NULL or points to a readable struct that starts with its `c_uint` version.
+pub(crate) unsafe fn check_version<T>(p: *const T, want: c_uint) -> Result<(), Return> {
+    if p.is_null() {
+        return Err(ffi::ERROR_INVALID_ARGUMENT);
+    }
+    // SAFETY: non-NULL; the struct starts with its version per the contract.
+    if unsafe { p.cast::<c_uint>().read() } != want {
+        return Err(ffi::ERROR_ARGUMENT_VERSION_MISMATCH);
+    }
+    Ok(())
+}
+
 /// Writes a NUL-terminated string into a caller's buffer of `len` bytes; too small →
 /// INSUFFICIENT_SIZE, as NVML's string getters answer.
 ///

@@ -15,13 +15,25 @@ fn whole(sim: &Sim, dev: &Dev<'_>, field: u16) -> Result<u64, Return> {
     sim.reading(dev, field).map(|v| v.max(0.0).round() as u64)
 }
 
-/// One unsigned int output from one DCGM field.
-unsafe fn uint_from(device: Device, out: *mut c_uint, field: u16) -> Return {
+/// One unsigned output from one DCGM field, converted by `cast`.
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+unsafe fn unsigned_from<T>(device: Device, out: *mut T, field: u16, cast: fn(u64) -> T) -> Return {
     with_device(device, |sim, dev| {
         let v = whole(sim, &dev, field)?;
-        // SAFETY: nvml.h: `out` is an output uint.
-        unsafe { put(out, v as c_uint) }
+        // SAFETY: the caller's contract.
+        unsafe { put(out, cast(v)) }
     })
+}
+
+/// One unsigned int output from one DCGM field.
+///
+/// # Safety
+/// `out` is NULL or an output uint.
+unsafe fn uint_from(device: Device, out: *mut c_uint, field: u16) -> Return {
+    // SAFETY: the caller's contract.
+    unsafe { unsigned_from(device, out, field, |v| v as c_uint) }
 }
 
 /// `NVML_TEMPERATURE_GPU` (0) only; DCGM_FI_DEV_GPU_TEMP.
@@ -96,11 +108,8 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEnergyConsumption(
     device: Device,
     mj: *mut c_ulonglong,
 ) -> Return {
-    with_device(device, |sim, dev| {
-        let v = whole(sim, &dev, 156)?;
-        // SAFETY: nvml.h: `energy` is an output unsigned long long.
-        unsafe { put(mj, v) }
-    })
+    // SAFETY: nvml.h: `energy` is an output unsigned long long.
+    unsafe { unsigned_from(device, mj, 156, |v| v) }
 }
 
 #[no_mangle]
@@ -167,11 +176,8 @@ pub unsafe extern "C" fn nvmlDeviceGetCurrentClocksEventReasons(
     device: Device,
     reasons: *mut c_ulonglong,
 ) -> Return {
-    with_device(device, |sim, dev| {
-        let v = whole(sim, &dev, 112)?;
-        // SAFETY: nvml.h: `clocksEventReasons` is an output unsigned long long.
-        unsafe { put(reasons, v) }
-    })
+    // SAFETY: nvml.h: `clocksEventReasons` is an output unsigned long long.
+    unsafe { unsigned_from(device, reasons, 112, |v| v) }
 }
 
 /// The older name of the same call (nvml-wrapper uses it).
