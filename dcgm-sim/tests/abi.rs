@@ -757,55 +757,28 @@ fn entities_latest_values_fill_v2_records() {
             (DCGM_ST_OK, DCGM_INT64_NOT_SUPPORTED as i64)
         );
 
+        // Too many entities (1025), too many fields (129), no entities, no fields.
         let too_many = vec![entities[0]; 1025];
-        assert_eq!(
-            dcgmEntitiesGetLatestValues(
-                h,
-                too_many.as_ptr(),
-                1025,
-                fields.as_ptr(),
-                1,
-                0,
-                out.as_mut_ptr()
-            ),
-            DCGM_ST_BADPARAM
-        );
-        assert_eq!(
-            dcgmEntitiesGetLatestValues(
-                h,
-                entities.as_ptr(),
-                2,
-                fields.as_ptr(),
-                129,
-                0,
-                out.as_mut_ptr()
-            ),
-            DCGM_ST_BADPARAM
-        );
-        assert_eq!(
-            dcgmEntitiesGetLatestValues(
-                h,
-                entities.as_ptr(),
-                0,
-                fields.as_ptr(),
-                1,
-                0,
-                out.as_mut_ptr()
-            ),
-            DCGM_ST_BADPARAM
-        );
-        assert_eq!(
-            dcgmEntitiesGetLatestValues(
-                h,
-                entities.as_ptr(),
-                1,
-                fields.as_ptr(),
-                0,
-                0,
-                out.as_mut_ptr()
-            ),
-            DCGM_ST_BADPARAM
-        );
+        for (list, n_entities, n_fields) in [
+            (too_many.as_ptr(), 1025, 1),
+            (entities.as_ptr(), 2, 129),
+            (entities.as_ptr(), 0, 1),
+            (entities.as_ptr(), 1, 0),
+        ] {
+            assert_eq!(
+                dcgmEntitiesGetLatestValues(
+                    h,
+                    list,
+                    n_entities,
+                    fields.as_ptr(),
+                    n_fields,
+                    0,
+                    out.as_mut_ptr()
+                ),
+                DCGM_ST_BADPARAM,
+                "{n_entities} entities, {n_fields} fields"
+            );
+        }
         assert_eq!(dcgmShutdown(), DCGM_ST_OK);
     }
 }

@@ -2398,25 +2398,33 @@ fn an_nvlink_counter_reset_is_dcgms_negative_rate_and_a_zero_sum_is_zero() {
 /// and only the counters the simulated NVML has.
 #[test]
 fn profiles_set_the_nvlink_counters_not_the_rates() {
-    let err = Profile::parse(
-        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[fields]]\nid = 449\ngen = { kind = \"constant\", value = 5.0 }\n",
-    )
-    .unwrap_err();
-    assert!(
-        err.contains("fields[0]") && err.contains("[[nvml_fields]]"),
-        "{err}"
-    );
-    let err = Profile::parse(
-        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[nvml_fields]]\nid = 140\ngen = { kind = \"constant\", value = 5.0 }\n",
-    )
-    .unwrap_err();
-    assert!(
-        err.contains("nvml_fields[0]") && err.contains("140"),
-        "{err}"
-    );
-    let err = Profile::parse(
-        "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n[[nvml_fields]]\nid = 138\ngen = { kind = \"text\", value = \"x\" }\n",
-    )
-    .unwrap_err();
-    assert!(err.contains("nvml_fields[0]"), "{err}");
+    const H100: &str = "[gpus]\ncount = 1\nmodel = \"NVIDIA H100 80GB HBM3\"\n";
+    // (section, field id, generator, what the error names)
+    for (section, id, gen, names) in [
+        (
+            "fields",
+            449,
+            "{ kind = \"constant\", value = 5.0 }",
+            &["fields[0]", "[[nvml_fields]]"][..],
+        ),
+        (
+            "nvml_fields",
+            140,
+            "{ kind = \"constant\", value = 5.0 }",
+            &["nvml_fields[0]", "140"],
+        ),
+        (
+            "nvml_fields",
+            138,
+            "{ kind = \"text\", value = \"x\" }",
+            &["nvml_fields[0]"],
+        ),
+    ] {
+        let err =
+            Profile::parse(&format!("{H100}[[{section}]]\nid = {id}\ngen = {gen}\n")).unwrap_err();
+        assert!(
+            names.iter().all(|n| err.contains(n)),
+            "{section} {id}: {err}"
+        );
+    }
 }

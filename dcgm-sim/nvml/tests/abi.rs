@@ -44,6 +44,18 @@ struct MemoryV2 {
 struct Nvml(Library);
 
 impl Nvml {
+    /// The simulator initialised on `a100-mixed-mig.toml`, reading faults from a fresh
+    /// control file that starts as `lines`; its path comes back for the test to write to.
+    fn init_with_control(tag: &str, lines: &str) -> (Nvml, std::path::PathBuf) {
+        use_profile("a100-mixed-mig.toml");
+        let control = std::env::temp_dir().join(format!("nvml-sim-{tag}-{}", std::process::id()));
+        std::fs::write(&control, lines).unwrap();
+        std::env::set_var("DCGM_SIM_CONTROL", &control);
+        let nvml = Nvml::open();
+        assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
+        std::env::remove_var("DCGM_SIM_CONTROL");
+        (nvml, control)
+    }
     fn open() -> Nvml {
         // SAFETY: loading the simulator runs no initialisers with preconditions.
         Nvml(unsafe { Library::new(nvml_library()) }.expect("dlopen libnvidia-ml.so.1"))
@@ -287,13 +299,7 @@ fn wait_for(
 #[test]
 fn process_utilization_keeps_per_second_samples_and_follows_the_control_file() {
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let control = std::env::temp_dir().join(format!("nvml-sim-util-{}", std::process::id()));
-    std::fs::write(&control, "").unwrap();
-    std::env::set_var("DCGM_SIM_CONTROL", &control);
-    let nvml = Nvml::open();
-    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
-    std::env::remove_var("DCGM_SIM_CONTROL");
+    let (nvml, control) = Nvml::init_with_control("util", "");
     let util = nvml.sym::<UtilFn>("nvmlDeviceGetProcessUtilization");
     let d = nvml.handle(4);
 
@@ -367,13 +373,7 @@ fn process_utilization_keeps_per_second_samples_and_follows_the_control_file() {
 #[test]
 fn control_file_faults_reach_nvml_as_they_reach_dcgm() {
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let control = std::env::temp_dir().join(format!("nvml-sim-control-{}", std::process::id()));
-    std::fs::write(&control, "").unwrap();
-    std::env::set_var("DCGM_SIM_CONTROL", &control);
-    let nvml = Nvml::open();
-    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
-    std::env::remove_var("DCGM_SIM_CONTROL");
+    let (nvml, control) = Nvml::init_with_control("control", "");
     let d4 = nvml.handle(4);
     assert_eq!(nvml.max_mig(d4), (SUCCESS, 0));
 
@@ -442,13 +442,7 @@ const NO_INSTANCE: c_uint = 0xFFFF_FFFF;
 #[test]
 fn xid_control_lines_are_events_of_the_sets_that_registered_their_gpu() {
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let control = std::env::temp_dir().join(format!("nvml-sim-events-{}", std::process::id()));
-    std::fs::write(&control, "xid 1 31\n").unwrap();
-    std::env::set_var("DCGM_SIM_CONTROL", &control);
-    let nvml = Nvml::open();
-    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
-    std::env::remove_var("DCGM_SIM_CONTROL");
+    let (nvml, control) = Nvml::init_with_control("events", "xid 1 31\n");
     type Set = *mut c_void;
     let create = nvml.sym::<unsafe extern "C" fn(*mut Set) -> c_uint>("nvmlEventSetCreate");
     let register =
@@ -738,13 +732,7 @@ fn device_samples_keep_the_power_and_clocks_dcgm_reads_and_catch_a_spike() {
     const PROCESSOR_CLK: c_uint = 5;
     const UNSIGNED_INT: c_uint = 1;
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let control = std::env::temp_dir().join(format!("nvml-sim-samples-{}", std::process::id()));
-    std::fs::write(&control, "").unwrap();
-    std::env::set_var("DCGM_SIM_CONTROL", &control);
-    let nvml = Nvml::open();
-    assert_eq!(nvml.call0("nvmlInit_v2"), SUCCESS);
-    std::env::remove_var("DCGM_SIM_CONTROL");
+    let (nvml, control) = Nvml::init_with_control("samples", "");
     let f = nvml.sym::<SamplesFn>("nvmlDeviceGetSamples");
     let d = nvml.handle(4);
 

@@ -10,19 +10,22 @@ use nvml_wrapper::Nvml;
 use std::collections::BTreeMap;
 use support::*;
 
-fn init() -> Nvml {
-    Nvml::builder()
+/// The `a100-mixed-mig.toml` node as the simulated DCGM reports it, and nvml-wrapper
+/// initialised on the simulated NVML serving the same node.
+fn mixed_mig() -> (Vec<DcgmGpu>, Nvml) {
+    use_profile("a100-mixed-mig.toml");
+    let dcgm = dcgm_view();
+    let nvml = Nvml::builder()
         .lib_path(nvml_library().as_os_str())
         .init()
-        .expect("nvml-wrapper initialises the simulated NVML")
+        .expect("nvml-wrapper initialises the simulated NVML");
+    (dcgm, nvml)
 }
 
 #[test]
 fn gpus_and_mig_devices_match_the_simulated_dcgm() {
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let dcgm = dcgm_view();
-    let nvml = init();
+    let (dcgm, nvml) = mixed_mig();
     assert_eq!(nvml.sys_driver_version().unwrap(), "550.54.15");
     assert_eq!(nvml.device_count().unwrap() as usize, dcgm.len());
     for g in &dcgm {
@@ -87,9 +90,7 @@ fn gpus_and_mig_devices_match_the_simulated_dcgm() {
 #[test]
 fn processes_and_their_utilisation() {
     let _l = lock();
-    use_profile("a100-mixed-mig.toml");
-    let dcgm = dcgm_view();
-    let nvml = init();
+    let (dcgm, nvml) = mixed_mig();
     const MIB: u64 = 1024 * 1024;
     let used = |m: &UsedGpuMemory| match m {
         UsedGpuMemory::Used(b) => *b,
