@@ -2,7 +2,9 @@
 //! profiling metric groups.
 
 use super::layouts::{CpuHierarchyV2, CPU_HIERARCHY_V2};
-use super::{api, ask, check_version, cleared, fill_slots, put_str, version_of, zero_keep_version};
+use super::{
+    api, ask, check_version, cleared, fill_slots, non_null, put_str, version_of, zero_keep_version,
+};
 use crate::proto::{DeviceAttributes, Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::*;
@@ -17,9 +19,8 @@ unsafe fn all_devices(
     only_supported: bool,
 ) -> dcgmReturn_t {
     api(|| {
-        if list.is_null() || count.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(list)?;
+        non_null(count)?;
         let ids = ask!(
             handle,
             Request::GetAllDevices { only_supported },
@@ -136,9 +137,7 @@ pub unsafe extern "C" fn dcgmGetGpuStatus(
     status: *mut DcgmEntityStatus_t,
 ) -> dcgmReturn_t {
     api(|| {
-        if status.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(status)?;
         // SAFETY: non-NULL and writable per the API; "unknown" until the engine answers.
         unsafe { *status = DcgmEntityStatusUnknown };
         let s = ask!(handle, Request::GetGpuStatus { gpu_id }, Reply::Status);
@@ -160,9 +159,8 @@ pub unsafe extern "C" fn dcgmGetEntityGroupEntities(
     flags: u32,
 ) -> dcgmReturn_t {
     api(|| {
-        if entities.is_null() || num_entities.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(entities)?;
+        non_null(num_entities)?;
         // SAFETY: non-NULL and readable per the API.
         let capacity = usize::try_from(unsafe { *num_entities }).unwrap_or(0);
         let only_supported = flags & DCGM_GEGE_FLAG_ONLY_SUPPORTED != 0;
@@ -239,9 +237,7 @@ pub unsafe extern "C" fn dcgmGetNvLinkLinkStatus(
     status: *mut dcgmNvLinkStatus_v5,
 ) -> dcgmReturn_t {
     api(|| {
-        if status.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(status)?;
         // SAFETY: non-NULL.
         let version = unsafe { version_of(status) };
         // v5 is a 4.6.0 struct: a library of an older release does not know it.

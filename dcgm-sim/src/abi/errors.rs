@@ -1,6 +1,6 @@
 //! `errorString` and the other error-description exports.
 
-use super::{api, guard};
+use super::{api, guard, non_null};
 use dcgm_sys::ffi::*;
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;
@@ -130,9 +130,7 @@ const MODULE_NAMES: [&CStr; 11] = [
 #[no_mangle]
 pub unsafe extern "C" fn dcgmModuleIdToName(id: u32, name: *mut *const c_char) -> dcgmReturn_t {
     api(|| {
-        if name.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(name)?;
         let text = MODULE_NAMES.get(id as usize).ok_or(DCGM_ST_BADPARAM)?;
         // SAFETY: `name` is non-NULL and, per the API, points to a writable `const char *`.
         unsafe { *name = text.as_ptr() };

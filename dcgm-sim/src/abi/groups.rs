@@ -2,8 +2,8 @@
 
 use super::layouts::{AllFieldGroupV1, ALL_FIELD_GROUP_V1};
 use super::{
-    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, put_str, read_str,
-    unexpected, zero_keep_version,
+    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, non_null, put_str,
+    read_str, unexpected, zero_keep_version,
 };
 use crate::proto::{FieldGroupEntry, Reply, Request};
 use dcgm_sys::ffi::*;
@@ -33,9 +33,7 @@ pub unsafe extern "C" fn dcgmGroupCreate(
     group: *mut dcgmGpuGrp_t,
 ) -> dcgmReturn_t {
     api(|| {
-        if group.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(group)?;
         // SAFETY: NULL is rejected inside; otherwise the API requires a C string.
         let name = truncate(unsafe { read_str(name) }?, MAX_NAME);
         let id = ask!(handle, Request::GroupCreate { group_type, name }, Reply::Id);

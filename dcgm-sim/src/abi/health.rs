@@ -2,7 +2,8 @@
 
 use super::layouts::{HealthSetParamsV2, HEALTH_SET_PARAMS_V2};
 use super::{
-    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, put_str, unexpected,
+    api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, non_null, put_str,
+    unexpected,
 };
 use crate::proto::{Reply, Request};
 use dcgm_sys::ffi::*;
@@ -57,9 +58,7 @@ pub unsafe extern "C" fn dcgmHealthGet(
     systems: *mut dcgmHealthSystems_t,
 ) -> dcgmReturn_t {
     api(|| {
-        if systems.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(systems)?;
         let s = ask!(
             handle,
             Request::HealthGet {

@@ -1,6 +1,8 @@
 //! DCGM 4.6.0 structs that only the simulator needs, so they are not in dcgm-sys's header
 //! subset. Layouts follow dcgm_structs.h; sizes and versions are checked at compile time.
 
+#![forbid(unsafe_code)]
+
 use dcgm_sys::ffi::{dcgmCpuHierarchyOwnedCores_v1, dcgmFieldGroupInfo_v1, dcgmGpuGrp_t};
 use dcgm_sys::versions::make_version;
 use std::ffi::c_char;

@@ -2,8 +2,8 @@
 
 use super::layouts::{HostengineHealthV1, VersionInfoV2, HOSTENGINE_HEALTH_V1, VERSION_INFO_V2};
 use super::{
-    api, ask, call, check_version, fill_slots, globals, guard, put_str, read_str, version_of,
-    zero_keep_version, EMBEDDED_HANDLE,
+    api, ask, call, check_version, fill_slots, globals, guard, non_null, put_str, read_str,
+    version_of, zero_keep_version, EMBEDDED_HANDLE,
 };
 use crate::engine::Engine;
 use crate::proto::{Reply, Request};
@@ -128,9 +128,7 @@ pub unsafe extern "C" fn dcgmStartEmbedded_v2(
     params: *mut dcgmStartEmbeddedV2Params_v1,
 ) -> dcgmReturn_t {
     guard(|| {
-        if params.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(params)?;
         // SAFETY: non-NULL; every version starts with `version`.
         let version = unsafe { version_of(params) };
         if ![
@@ -206,9 +204,7 @@ pub unsafe extern "C" fn dcgmStartEmbedded(
     handle: *mut dcgmHandle_t,
 ) -> dcgmReturn_t {
     guard(|| {
-        if handle.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(handle)?;
         let result = start_embedded(op_mode, &[]);
         // The real library writes the handle whatever happened (0 on failure).
         // SAFETY: non-NULL and, per the API, points to a writable handle.
@@ -438,9 +434,7 @@ pub unsafe extern "C" fn dcgmHostengineVersionInfo(
     info: *mut VersionInfoV2,
 ) -> dcgmReturn_t {
     api(|| {
-        if info.is_null() {
-            return Err(DCGM_ST_BADPARAM);
-        }
+        non_null(info)?;
         // The embedded engine is this library's; a remote one says its own release.
         let release = if handle == EMBEDDED_HANDLE {
             ping(handle)?;

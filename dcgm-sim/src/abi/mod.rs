@@ -229,9 +229,7 @@ pub(crate) fn fill_slots<S, R>(
 /// # Safety
 /// `p` is NULL or points to a NUL-terminated string that outlives the call.
 pub(crate) unsafe fn read_str(p: *const c_char) -> Result<String, dcgmReturn_t> {
-    if p.is_null() {
-        return Err(DCGM_ST_BADPARAM);
-    }
+    non_null(p)?;
     // SAFETY: non-NULL and NUL-terminated per this function's contract.
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
@@ -318,15 +316,22 @@ pub(crate) unsafe fn zero_keep_version<T>(p: *mut T) {
     }
 }
 
+/// A caller's pointer the call needs: NULL → `DCGM_ST_BADPARAM`.
+pub(crate) fn non_null<T>(p: *const T) -> Result<(), dcgmReturn_t> {
+    if p.is_null() {
+        Err(DCGM_ST_BADPARAM)
+    } else {
+        Ok(())
+    }
+}
+
 /// Checks a caller's versioned struct: NULL → `DCGM_ST_BADPARAM`, a `version` other than
 /// `want` → `DCGM_ST_VER_MISMATCH`.
 ///
 /// # Safety
 /// `p` is NULL, or aligned and pointing to at least 4 readable bytes.
 pub(crate) unsafe fn check_version<T>(p: *const T, want: u32) -> Result<(), dcgmReturn_t> {
-    if p.is_null() {
-        return Err(DCGM_ST_BADPARAM);
-    }
+    non_null(p)?;
     // SAFETY: non-NULL; the rest per the contract.
     if unsafe { version_of(p) } != want {
         return Err(DCGM_ST_VER_MISMATCH);

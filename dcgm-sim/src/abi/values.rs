@@ -1,7 +1,7 @@
 //! Watches and value reads.
 
 use super::groups::{field_group_info, group_info};
-use super::{api, call, call_ok, group_id, unexpected, write_fv1, write_fv2};
+use super::{api, call, call_ok, group_id, non_null, unexpected, write_fv1, write_fv2};
 use crate::proto::{Reply, Request, Sample};
 use dcgm_sys::ffi::*;
 use std::ffi::{c_int, c_longlong, c_void};
@@ -278,9 +278,7 @@ unsafe fn values_since(
     cb: Callback,
     user_data: *mut c_void,
 ) -> Result<(), dcgmReturn_t> {
-    if next.is_null() {
-        return Err(DCGM_ST_BADPARAM);
-    }
+    non_null(next)?;
     // SAFETY: non-NULL and writable per the API; unchanged unless the call completes.
     unsafe { *next = since };
     if let Callback::V1(_) = cb {
