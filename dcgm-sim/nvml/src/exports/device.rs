@@ -147,23 +147,39 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfo(device: Device, pci: *mut ffi::Pci
     unsafe { nvmlDeviceGetPciInfo_v3(device, pci) }
 }
 
+/// The device's memory, (total, reserved, used) bytes, as the struct `make` builds; `check`
+/// runs first, before the lost-GPU check (the v2 struct's version).
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+unsafe fn memory_info<T>(
+    device: Device,
+    out: *mut T,
+    check: impl FnOnce() -> Result<(), Return>,
+    make: impl FnOnce(u64, u64, u64) -> T,
+) -> Return {
+    with_device(device, |sim, dev| {
+        check()?;
+        alive(&dev)?;
+        let (total, reserved, used) = sim.memory(&dev);
+        // SAFETY: the caller's contract.
+        unsafe { put(out, make(total, reserved, used)) }
+    })
+}
+
 /// v1: `used` includes the reserved memory, so total = free + used.
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(
     device: Device,
     memory: *mut ffi::Memory,
 ) -> Return {
-    with_device(device, |sim, dev| {
-        alive(&dev)?;
-        let (total, reserved, used) = sim.memory(&dev);
-        let m = ffi::Memory {
-            total,
-            free: total - reserved - used,
-            used: reserved + used,
-        };
-        // SAFETY: nvml.h: `memory` points to an nvmlMemory_t.
-        unsafe { put(memory, m) }
-    })
+    let v1 = |total, reserved, used| ffi::Memory {
+        total,
+        free: total - reserved - used,
+        used: reserved + used,
+    };
+    // SAFETY: nvml.h: `memory` points to an nvmlMemory_t.
+    unsafe { memory_info(device, memory, || Ok(()), v1) }
 }
 
 #[no_mangle]
@@ -171,21 +187,17 @@ pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(
     device: Device,
     memory: *mut ffi::MemoryV2,
 ) -> Return {
-    with_device(device, |sim, dev| {
-        // SAFETY: nvml.h: NULL or an nvmlMemory_v2_t whose version the caller set.
-        unsafe { check_version(memory, ffi::MEMORY_V2) }?;
-        alive(&dev)?;
-        let (total, reserved, used) = sim.memory(&dev);
-        let m = ffi::MemoryV2 {
-            version: ffi::MEMORY_V2,
-            total,
-            reserved,
-            free: total - reserved - used,
-            used,
-        };
-        // SAFETY: as above, valid for a write of nvmlMemory_v2_t.
-        unsafe { put(memory, m) }
-    })
+    // SAFETY: nvml.h: NULL or an nvmlMemory_v2_t whose version the caller set.
+    let version = || unsafe { check_version(memory, ffi::MEMORY_V2) };
+    let v2 = |total, reserved, used| ffi::MemoryV2 {
+        version: ffi::MEMORY_V2,
+        total,
+        reserved,
+        free: total - reserved - used,
+        used,
+    };
+    // SAFETY: as above, valid for a write of nvmlMemory_v2_t.
+    unsafe { memory_info(device, memory, version, v2) }
 }
 
 /// From the model (compute capability 90 → 9.0); a MIG device reports its parent's.
