@@ -188,6 +188,17 @@ pub fn default_metric_groups() -> Vec<MetricGroup> {
 /// NVML_GPU_INSTANCE_PROFILE_* index of a profile (the order NVML enumerates instances in,
 /// which is the order DCGM numbers them in): 1 slice 0, 2 → 1, 3 → 2, 4 → 3, 7 → 4, 8 → 5,
 /// 6 → 6, 1 slice +me 7, 2 slices +me 8, 1 slice with double memory 9.
+/// A link's or port's initial state: down or disabled where the profile lists it, else up.
+fn link_state(down: &[(u32, u32)], disabled: &[(u32, u32)], at: (u32, u32)) -> u32 {
+    if down.contains(&at) {
+        LINK_DOWN
+    } else if disabled.contains(&at) {
+        LINK_DISABLED
+    } else {
+        LINK_UP
+    }
+}
+
 fn profile_index(slices: u32, gb: u32, suffix: &str, gpu_memory_mib: i64) -> u32 {
     let per_slice_gb = gpu_memory_mib as f64 / 1024.0 / 8.0;
     match (slices, suffix.starts_with("+me")) {
@@ -352,15 +363,7 @@ impl Node {
                 let info = profile::model_info(&model);
                 let links = spec.links.clone().unwrap_or_else(|| {
                     (0..d.nvlinks)
-                        .map(|l| {
-                            if d.down_links.contains(&(id, l)) {
-                                LINK_DOWN
-                            } else if d.disabled_links.contains(&(id, l)) {
-                                LINK_DISABLED
-                            } else {
-                                LINK_UP
-                            }
-                        })
+                        .map(|l| link_state(&d.down_links, &d.disabled_links, (id, l)))
                         .collect()
                 });
                 Gpu {
@@ -422,15 +425,7 @@ impl Node {
                     .map(|sw| Switch {
                         id: sw,
                         ports: (0..s.ports)
-                            .map(|port| {
-                                if s.down_ports.contains(&(sw, port)) {
-                                    LINK_DOWN
-                                } else if s.disabled_ports.contains(&(sw, port)) {
-                                    LINK_DISABLED
-                                } else {
-                                    LINK_UP
-                                }
-                            })
+                            .map(|port| link_state(&s.down_ports, &s.disabled_ports, (sw, port)))
                             .collect(),
                     })
                     .collect()
