@@ -2,6 +2,8 @@
 //! moves by hand: groups and field groups, sampling at the watch frequency, retention,
 //! blanks and sentinels, MIG, links, health, faults, the control file, connections.
 
+#![forbid(unsafe_code)]
+
 use dcgm_sim::engine::{Engine, Fault, ManualClock, Profile};
 use dcgm_sim::proto::*;
 
@@ -2107,9 +2109,7 @@ fn scheduled_faults_apply_at_their_time_even_when_nobody_asked_meanwhile() {
 
 #[test]
 fn the_control_file_injects_faults_at_run_time() {
-    let dir = std::env::temp_dir().join(format!("dcgm-sim-engine-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ctl = dir.join("control");
+    let ctl = std::env::temp_dir().join(format!("dcgm-sim-engine-ctl-{}", std::process::id()));
     std::fs::write(&ctl, "").unwrap();
     std::env::set_var("DCGM_SIM_CONTROL", &ctl);
     std::env::remove_var("DCGM_SIM_PROFILE");
@@ -2135,7 +2135,7 @@ fn the_control_file_injects_faults_at_run_time() {
         4,
         "two GPU instances with one compute instance each"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&ctl).unwrap();
 }
 
 // ------------------------------------------------------------------------------ cost

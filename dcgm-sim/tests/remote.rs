@@ -10,7 +10,7 @@ use std::ffi::{c_int, CString};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, MutexGuard};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -82,12 +82,15 @@ fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
-fn init_remote_only() {
+/// The test lock, held while the library is initialised afresh with no embedded engine.
+fn remote_only() -> MutexGuard<'static, ()> {
+    let guard = lock();
     // SAFETY: no arguments.
     unsafe {
         assert_eq!(dcgmShutdown(), DCGM_ST_OK);
         assert_eq!(dcgmInit(), DCGM_ST_OK);
     }
+    guard
 }
 
 fn connect_v2(
@@ -167,8 +170,7 @@ fn latest(h: dcgmHandle_t) -> Result<[dcgmFieldValue_v1; 2], dcgmReturn_t> {
 
 #[test]
 fn tcp_engine_outage_and_restart() {
-    let _g = lock();
-    init_remote_only();
+    let _g = remote_only();
     let engine = HostEngine::start(&["-n", "-p", "0"]);
     let addr = engine.tcp();
     let h = connect_v2(&addr, false, 5000, false).expect("connect over TCP");
@@ -230,8 +232,7 @@ fn tcp_engine_outage_and_restart() {
 
 #[test]
 fn unix_socket_engines_and_connection_scoped_state() {
-    let _g = lock();
-    init_remote_only();
+    let _g = remote_only();
     let dir = temp_dir("unix");
     let sock = dir.join("he.sock");
     let engine = HostEngine::start(&["--no-daemon", "--domain-socket", sock.to_str().unwrap()]);
@@ -308,8 +309,7 @@ fn wait_until(mut f: impl FnMut() -> bool) -> bool {
 
 #[test]
 fn connecting_to_nothing_times_out() {
-    let _g = lock();
-    init_remote_only();
+    let _g = remote_only();
     // A port nobody listens on: bind one, then free it.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -397,8 +397,7 @@ fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
 
 #[test]
 fn daemon_mode_writes_a_pid_file_and_term_stops_it() {
-    let _g = lock();
-    init_remote_only();
+    let _g = remote_only();
     let dir = temp_dir("daemon");
     let pid_file = dir.join("he.pid");
     let sock = dir.join("he.sock");

@@ -971,9 +971,7 @@ mod tests {
 
     #[test]
     fn the_control_file_applies_each_new_whole_line_once() {
-        let dir = std::env::temp_dir().join(format!("dcgm-sim-ctl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join("c");
+        let p = std::env::temp_dir().join(format!("dcgm-sim-ctl-{}", std::process::id()));
         std::fs::write(&p, "xid 0 13\nbogus\n# comment\n\n").unwrap();
         let mut c = ControlFile::new(p.clone());
         assert_eq!(c.poll(), vec![Fault::Xid { gpu: 0, xid: 13 }]);
@@ -992,6 +990,5 @@ mod tests {
         // A missing file is simply quiet.
         std::fs::remove_file(&p).unwrap();
         assert_eq!(c.poll(), vec![]);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -11,6 +11,8 @@
 //!
 //! Everything here is safe Rust; the exports translate pointers to and from these answers.
 
+#![forbid(unsafe_code)]
+
 use crate::ffi::{self, Return};
 use dcgm_sim_model::faults::{self, ControlFile, Fault};
 use dcgm_sim_model::generator::mix;
@@ -1110,9 +1112,7 @@ mod tests {
 
     #[test]
     fn control_commands_change_processes_from_the_second_they_are_read() {
-        let dir = std::env::temp_dir().join(format!("nvml-sim-ctl-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ctl = dir.join("control");
+        let ctl = std::env::temp_dir().join(format!("nvml-sim-ctl-{}", std::process::id()));
         std::fs::write(&ctl, "").unwrap();
         let mut s = timed("");
         s.control = Some(ControlFile::new(ctl.clone()));
@@ -1151,7 +1151,7 @@ mod tests {
         writeln!(f, "process_stop 40 1").unwrap();
         s.catch_up_at(T0 + 4 * US);
         assert!(seen(&s, 1, (T0_S + 3) * US).is_empty());
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_file(&ctl).unwrap();
     }
 
     #[test]
