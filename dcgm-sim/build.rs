@@ -3,6 +3,8 @@
 //! makes an unmodified client's `dlopen("libdcgm.so.4")` (go-dcgm, DCGM's Python bindings,
 //! dcgm-sys) load the simulator.
 
+#![forbid(unsafe_code)]
+
 include!("build_links.rs");
 
 fn main() {

@@ -3,6 +3,8 @@
 //! `LD_LIBRARY_PATH=target/<profile>` makes an unmodified NVML client (nvml-wrapper,
 //! NVIDIA's Python bindings, go-nvml) load the simulator.
 
+#![forbid(unsafe_code)]
+
 include!("../build_links.rs");
 
 fn main() {

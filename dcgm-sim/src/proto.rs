@@ -7,6 +7,8 @@
 //!
 //! Status codes are raw `dcgmReturn_t` values (i32); the C layer passes them through.
 
+#![forbid(unsafe_code)]
+
 use serde::{Deserialize, Serialize};
 
 /// Defined with the node model, which generates them.

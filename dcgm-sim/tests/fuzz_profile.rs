@@ -3,6 +3,8 @@
 //! answer about (discovery, MIG, links, values, scheduled faults). 10 000 cases per
 //! property (`PROPTEST_CASES` overrides); findings become named tests.
 
+#![forbid(unsafe_code)]
+
 use dcgm_sim::engine::{Engine, ManualClock, Profile};
 use dcgm_sim::proto::{Reply, Request};
 use proptest::prelude::*;

@@ -6,6 +6,8 @@
 //! fields stay on the instance; profiling fields are answered per instance by the
 //! profiling module (device-level ones are N/A on MIG); global fields are node-wide.
 
+#![forbid(unsafe_code)]
+
 use dcgm_sim::engine::{Engine, ManualClock, Profile};
 use dcgm_sim::proto::*;
 use dcgm_sys::fields::FieldMeta;

@@ -6,6 +6,8 @@
 //! A plain library: no C exports and no link arguments, so a simulator's cdylib can depend
 //! on it without taking in the other simulator's symbols or SONAME.
 
+#![forbid(unsafe_code)]
+
 pub mod faults;
 pub mod fields;
 pub mod generator;

@@ -3,6 +3,8 @@
 //! and the structs it fills. Layouts are pinned below with compile-time size and offset
 //! checks taken from the header (`sizeof`/`offsetof` of a C build against `nvml.h`).
 
+#![forbid(unsafe_code)]
+
 use std::ffi::{c_char, c_uint, c_ulonglong, c_void};
 
 /// `nvmlReturn_t`.

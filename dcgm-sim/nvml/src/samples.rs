@@ -6,6 +6,8 @@
 //! shows from the moment it is read in and never rewrites the samples before it (a
 //! `spike` line's samples are the ones in its window). A lost GPU takes no samples.
 
+#![forbid(unsafe_code)]
+
 use crate::ffi;
 use dcgm_sim_model::fields::FieldMeta;
 use dcgm_sim_model::generator::{FP64_BLANK, INT64_BLANK};

@@ -2,6 +2,8 @@
 //! MIG devices and processes of a profile and gets what the simulated DCGM reports for the
 //! same node.
 
+#![forbid(unsafe_code)]
+
 mod support;
 
 use nvml_wrapper::enums::device::UsedGpuMemory;

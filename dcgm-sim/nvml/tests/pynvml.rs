@@ -3,6 +3,8 @@
 //! and processes agree with what the simulated DCGM reports for the same profile.
 //! Skipped, with the reason printed, when python3 or pynvml is missing (fails under CI).
 
+#![forbid(unsafe_code)]
+
 mod support;
 
 use serde_json::Value;

@@ -6,6 +6,8 @@
 //! (values over time), `values` (what a field reads on an entity), `watch` (the sample
 //! cache), `health`, [`faults`] (run-time faults and the control file), [`clock`].
 
+#![forbid(unsafe_code)]
+
 pub mod clock;
 mod dispatch;
 mod health;

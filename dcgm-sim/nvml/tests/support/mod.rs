@@ -4,6 +4,7 @@
 //! Both simulators keep process-wide state and read `DCGM_SIM_PROFILE` at init, so tests
 //! that load them in-process hold [`lock`] for their whole body.
 
+#![forbid(unsafe_code)]
 #![allow(dead_code)]
 
 /// Skipping honestly (fails under CI), shared with the exporter's tests.
