@@ -183,6 +183,23 @@ impl Drop for Entered<'_> {
     }
 }
 
+/// Opens a session through `open`, which calls the library's start or connect function
+/// with the handle to fill and returns its code: the session counts as live from before
+/// that call and stops counting if it fails.
+fn opening(
+    lib: &Library,
+    function: &'static str,
+    open: impl FnOnce(&mut ffi::dcgmHandle_t) -> Result<i32>,
+) -> Result<ffi::dcgmHandle_t> {
+    lib.enter()?;
+    let entered = Entered(lib);
+    let mut handle: ffi::dcgmHandle_t = 0;
+    let rc = open(&mut handle)?;
+    lib.check(function, rc)?;
+    std::mem::forget(entered);
+    Ok(handle)
+}
+
 /// A live host-engine handle. Cheap to clone; the engine is stopped (embedded) or the
 /// connection closed (remote) when the last clone and every group made from it are gone.
 #[derive(Clone)]
@@ -230,6 +247,74 @@ fn engine_version(lib: &Library, handle: ffi::dcgmHandle_t) -> Result<String> {
 }
 
 /// Allocates a zeroed DCGM struct on the heap (several are far too large for a stack).
+/// Calls a DCGM query that fills a versioned struct, `function(handle, args..., &mut
+/// struct)`, with the struct zeroed on the heap (the large ones stay off the stack) and its
+/// `version` set. The filled struct, or the call's error.
+macro_rules! versioned {
+    ($session:expr, $function:ident($($arg:expr),*), $version:expr) => {{
+        let f = sym!($session.lib(), $function);
+        let (out, rc) = zeroed_versioned($version, |out| {
+            // SAFETY: a heap-allocated struct of the exact size its version names, valid
+            // for reads and writes for the call.
+            unsafe { f($session.h(), $($arg,)* out) }
+        });
+        $session.lib().check(stringify!($function), rc).map(|()| out)
+    }};
+}
+
+/// The GPU links and switch ports of a `dcgmNvLinkStatus_v4` or `_v5` (the same members;
+/// v5 has more links per GPU).
+macro_rules! link_status_of {
+    ($s:expr) => {{
+        let s = $s;
+        LinkStatus {
+            gpus: counted(&s.gpus, s.numGpus)
+                .iter()
+                .map(|g| link_states(g.entityId, &g.linkState))
+                .collect(),
+            switches: counted(&s.nvSwitches, s.numNvSwitches)
+                .iter()
+                .map(|w| link_states(w.entityId, &w.linkState))
+                .collect(),
+        }
+    }};
+}
+
+/// The CPUs of a `dcgmCpuHierarchy_v1` or `_v2` (the same members; v2 adds a serial
+/// number), each serial number what `serial` makes of its entry.
+macro_rules! cpus_of {
+    ($h:expr, |$c:pat_param| $serial:expr) => {
+        counted(&$h.cpus, $h.numCpus)
+            .iter()
+            .map(|c| {
+                let $c = c;
+                Cpu {
+                    id: c.cpuId,
+                    cores: owned_cores(&c.ownedCores),
+                    serial: $serial,
+                }
+            })
+            .collect()
+    };
+}
+
+/// The first `count` entries of a fixed array DCGM filled (all of it if `count` claims
+/// more).
+fn counted<T>(list: &[T], count: u32) -> &[T] {
+    &list[..(count as usize).min(list.len())]
+}
+
+/// A zeroed `T` on the heap with `version` set, handed to `call` to fill.
+fn zeroed_versioned<T>(version: u32, call: impl FnOnce(*mut T) -> i32) -> (Box<T>, i32) {
+    let mut out = boxed_zeroed::<T>();
+    let p: *mut T = &mut *out;
+    // SAFETY: every versioned DCGM struct starts with its `unsigned int version`, and `p`
+    // points to a whole, writable `T`.
+    unsafe { p.cast::<u32>().write(version) };
+    let rc = call(p);
+    (out, rc)
+}
+
 fn boxed_zeroed<T>() -> Box<T> {
     // SAFETY: every DCGM struct we use is plain data (integers, floats, char arrays and
     // unions of them) for which all-zero bytes are a valid value.
@@ -282,44 +367,36 @@ impl Session {
         if lib.raw().dcgmStartEmbedded_v2.is_err() && deny.is_empty() {
             return Self::embedded_v1(lib);
         }
-        lib.enter()?;
-        let entered = Entered(&lib);
-        let f = sym!(lib, dcgmStartEmbedded_v2);
-        let mut params = ffi::dcgmStartEmbeddedV2Params_v2 {
-            version: versions::START_EMBEDDED_V2_PARAMS_V2,
-            opMode: ffi::DCGM_OPERATION_MODE_AUTO,
-            dcgmHandle: 0,
-            logFile: std::ptr::null(),
-            severity: ffi::DcgmLoggingSeverityUnspecified,
-            denyListCount: deny.len() as u32,
-            serviceAccount: std::ptr::null(),
-            denyList: list,
-        };
-        // SAFETY: `params` is a version-2 struct of the size its version names, valid for
-        // reads and writes for the call; its two pointers are NULL, which DCGM reads as
-        // "no log file" and "no service account"; the function takes it through its v1
-        // pointer type and dispatches on `version` (DcgmApi.cpp dcgmStartEmbedded_v2).
-        let rc = unsafe { f((&mut params as *mut ffi::dcgmStartEmbeddedV2Params_v2).cast()) };
-        lib.check("dcgmStartEmbedded_v2", rc)?;
-        std::mem::forget(entered);
+        let handle = opening(&lib, "dcgmStartEmbedded_v2", |handle| {
+            let f = sym!(lib, dcgmStartEmbedded_v2);
+            let mut params = ffi::dcgmStartEmbeddedV2Params_v2 {
+                version: versions::START_EMBEDDED_V2_PARAMS_V2,
+                opMode: ffi::DCGM_OPERATION_MODE_AUTO,
+                dcgmHandle: 0,
+                logFile: std::ptr::null(),
+                severity: ffi::DcgmLoggingSeverityUnspecified,
+                denyListCount: deny.len() as u32,
+                serviceAccount: std::ptr::null(),
+                denyList: list,
+            };
+            // SAFETY: `params` is a version-2 struct of the size its version names, valid for
+            // reads and writes for the call; its two pointers are NULL, which DCGM reads as
+            // "no log file" and "no service account"; the function takes it through its v1
+            // pointer type and dispatches on `version` (DcgmApi.cpp dcgmStartEmbedded_v2).
+            let rc = unsafe { f((&mut params as *mut ffi::dcgmStartEmbeddedV2Params_v2).cast()) };
+            *handle = params.dcgmHandle;
+            Ok(rc)
+        })?;
         let versions = Versions::embedded(&lib);
-        Ok(Self::wrap(
-            lib,
-            params.dcgmHandle,
-            SessionKind::Embedded,
-            versions,
-        ))
+        Ok(Self::wrap(lib, handle, SessionKind::Embedded, versions))
     }
 
     fn embedded_v1(lib: Arc<Library>) -> Result<Session> {
-        lib.enter()?;
-        let entered = Entered(&lib);
-        let f = sym!(lib, dcgmStartEmbedded);
-        let mut handle: ffi::dcgmHandle_t = 0;
-        // SAFETY: `handle` is a valid out-pointer for the duration of the call.
-        let rc = unsafe { f(ffi::DCGM_OPERATION_MODE_AUTO, &mut handle) };
-        lib.check("dcgmStartEmbedded", rc)?;
-        std::mem::forget(entered);
+        let handle = opening(&lib, "dcgmStartEmbedded", |handle| {
+            let f = sym!(lib, dcgmStartEmbedded);
+            // SAFETY: `handle` is a valid out-pointer for the duration of the call.
+            Ok(unsafe { f(ffi::DCGM_OPERATION_MODE_AUTO, handle) })
+        })?;
         let versions = Versions::embedded(&lib);
         Ok(Self::wrap(lib, handle, SessionKind::Embedded, versions))
     }
@@ -331,41 +408,35 @@ impl Session {
             ConnectTarget::Unix(p) => (cstring("socket path", &p.to_string_lossy())?, 1),
             ConnectTarget::Vsock { .. } => return Self::connect_v3(lib, target, timeout_ms),
         };
-        lib.enter()?;
-        let entered = Entered(&lib);
-        let f = sym!(lib, dcgmConnect_v2);
-        let mut params = ffi::dcgmConnectV2Params_v2 {
-            version: versions::CONNECT_V2_PARAMS_V2,
-            persistAfterDisconnect: 0,
-            timeoutMs: timeout_ms,
-            addressIsUnixSocket: unix,
-        };
-        let mut handle: ffi::dcgmHandle_t = 0;
-        // SAFETY: `addr` is NUL-terminated and outlives the call; params and handle are
-        // valid for reads/writes of their own types.
-        let rc = unsafe { f(addr.as_ptr(), &mut params, &mut handle) };
-        lib.check("dcgmConnect_v2", rc)?;
-        std::mem::forget(entered);
+        let handle = opening(&lib, "dcgmConnect_v2", |handle| {
+            let f = sym!(lib, dcgmConnect_v2);
+            let mut params = ffi::dcgmConnectV2Params_v2 {
+                version: versions::CONNECT_V2_PARAMS_V2,
+                persistAfterDisconnect: 0,
+                timeoutMs: timeout_ms,
+                addressIsUnixSocket: unix,
+            };
+            // SAFETY: `addr` is NUL-terminated and outlives the call; params and handle are
+            // valid for reads/writes of their own types.
+            Ok(unsafe { f(addr.as_ptr(), &mut params, handle) })
+        })?;
         Self::meet(lib, handle, SessionKind::Remote(target.clone()))
     }
 
     /// `dcgmConnect_v3` with a connection string (vsock is reachable only through it).
     fn connect_v3(lib: Arc<Library>, target: &ConnectTarget, timeout_ms: u32) -> Result<Session> {
         let uri = cstring("host engine address", &target.to_string())?;
-        lib.enter()?;
-        let entered = Entered(&lib);
-        let f = sym!(lib, dcgmConnect_v3);
-        let mut params = ffi::dcgmConnectV3Params_v1 {
-            version: versions::CONNECT_V3_PARAMS_V1,
-            persistAfterDisconnect: 0,
-            timeoutMs: timeout_ms,
-        };
-        let mut handle: ffi::dcgmHandle_t = 0;
-        // SAFETY: `uri` is NUL-terminated and outlives the call; params and handle are
-        // valid for reads/writes of their own types.
-        let rc = unsafe { f(uri.as_ptr(), &mut params, &mut handle) };
-        lib.check("dcgmConnect_v3", rc)?;
-        std::mem::forget(entered);
+        let handle = opening(&lib, "dcgmConnect_v3", |handle| {
+            let f = sym!(lib, dcgmConnect_v3);
+            let mut params = ffi::dcgmConnectV3Params_v1 {
+                version: versions::CONNECT_V3_PARAMS_V1,
+                persistAfterDisconnect: 0,
+                timeoutMs: timeout_ms,
+            };
+            // SAFETY: `uri` is NUL-terminated and outlives the call; params and handle are
+            // valid for reads/writes of their own types.
+            Ok(unsafe { f(uri.as_ptr(), &mut params, handle) })
+        })?;
         Self::meet(lib, handle, SessionKind::Remote(target.clone()))
     }
 
@@ -492,12 +563,11 @@ impl Session {
     }
 
     pub fn device_attributes(&self, gpu: u32) -> Result<DeviceAttributes> {
-        let f = sym!(self.lib(), dcgmGetDeviceAttributes);
-        let mut a = boxed_zeroed::<ffi::dcgmDeviceAttributes_v3>();
-        a.version = versions::DEVICE_ATTRIBUTES_V3;
-        // SAFETY: `a` is a properly sized, versioned, heap-allocated struct.
-        let rc = unsafe { f(self.h(), gpu, &mut *a) };
-        self.lib().check("dcgmGetDeviceAttributes", rc)?;
+        let a = versioned!(
+            self,
+            dcgmGetDeviceAttributes(gpu),
+            versions::DEVICE_ATTRIBUTES_V3
+        )?;
         let id = &a.identifiers;
         Ok(DeviceAttributes {
             brand: c_buf_to_string(&id.brandName),
@@ -549,14 +619,12 @@ impl Session {
 
     /// GPU and compute instances of every MIG-enabled GPU (empty when MIG is off).
     pub fn mig_hierarchy(&self) -> Result<Vec<MigEntity>> {
-        let f = sym!(self.lib(), dcgmGetGpuInstanceHierarchy);
-        let mut h = boxed_zeroed::<ffi::dcgmMigHierarchy_v2>();
-        h.version = versions::MIG_HIERARCHY_V2;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *h) };
-        self.lib().check("dcgmGetGpuInstanceHierarchy", rc)?;
-        let n = (h.count as usize).min(h.entityList.len());
-        Ok(h.entityList[..n]
+        let h = versioned!(
+            self,
+            dcgmGetGpuInstanceHierarchy(),
+            versions::MIG_HIERARCHY_V2
+        )?;
+        Ok(counted(&h.entityList, h.count)
             .iter()
             .map(|e| {
                 let entity = Entity::new(
@@ -586,64 +654,38 @@ impl Session {
     /// layout every DCGM 4 knows (18 links per GPU). Each answer is read through the layout
     /// of the version the library accepted.
     pub fn link_status(&self) -> Result<LinkStatus> {
-        let f = sym!(self.lib(), dcgmGetNvLinkLinkStatus);
-        let mut s = boxed_zeroed::<ffi::dcgmNvLinkStatus_v5>();
-        s.version = versions::NVLINK_STATUS_V5;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *s) };
-        match self.lib().check("dcgmGetNvLinkLinkStatus", rc) {
+        let s = match versioned!(self, dcgmGetNvLinkLinkStatus(), versions::NVLINK_STATUS_V5) {
             Err(e) if e.status() == Some(Status::VerMismatch) => return self.link_status_v4(),
             r => r?,
-        }
-        let gpus = &s.gpus[..(s.numGpus as usize).min(s.gpus.len())];
-        let switches = &s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())];
-        Ok(LinkStatus {
-            gpus: gpus
-                .iter()
-                .map(|g| link_states(g.entityId, &g.linkState))
-                .collect(),
-            switches: switches
-                .iter()
-                .map(|w| link_states(w.entityId, &w.linkState))
-                .collect(),
-        })
+        };
+        Ok(link_status_of!(s))
     }
 
     /// `dcgmGetNvLinkLinkStatus` with `dcgmNvLinkStatus_v4`, as DCGM 4.0 to 4.5 define it.
     fn link_status_v4(&self) -> Result<LinkStatus> {
         let f = sym!(self.lib(), dcgmGetNvLinkLinkStatus);
-        let mut s = boxed_zeroed::<ffi::dcgmNvLinkStatus_v4>();
-        s.version = versions::NVLINK_STATUS_V4;
-        // SAFETY: the library reads the version first and then writes only as many bytes
-        // as that version's struct has: a heap-allocated `dcgmNvLinkStatus_v4`, whose
-        // pointer is cast to the type the 4.6 prototype names.
-        let rc = unsafe { f(self.h(), (&mut *s as *mut ffi::dcgmNvLinkStatus_v4).cast()) };
+        let v4 = |s: *mut ffi::dcgmNvLinkStatus_v4| {
+            // SAFETY: the library reads the version first and then writes only as many
+            // bytes as that version's struct has: a heap-allocated `dcgmNvLinkStatus_v4`,
+            // whose pointer is cast to the type the 4.6 prototype names.
+            unsafe { f(self.h(), s.cast()) }
+        };
+        let (s, rc) = zeroed_versioned(versions::NVLINK_STATUS_V4, v4);
         self.lib().check("dcgmGetNvLinkLinkStatus", rc)?;
-        let gpus = &s.gpus[..(s.numGpus as usize).min(s.gpus.len())];
-        let switches = &s.nvSwitches[..(s.numNvSwitches as usize).min(s.nvSwitches.len())];
-        Ok(LinkStatus {
-            gpus: gpus
-                .iter()
-                .map(|g| link_states(g.entityId, &g.linkState))
-                .collect(),
-            switches: switches
-                .iter()
-                .map(|w| link_states(w.entityId, &w.linkState))
-                .collect(),
-        })
+        Ok(link_status_of!(s))
     }
 
     pub fn p2p_status(&self) -> Result<P2PMatrix> {
-        let f = sym!(self.lib(), dcgmGetNvLinkP2PStatus);
-        let mut s = boxed_zeroed::<ffi::dcgmNvLinkP2PStatus_v1>();
-        s.version = versions::NVLINK_P2P_STATUS_V1;
         // numGpus 0 asks for every GPU.
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *s) };
-        self.lib().check("dcgmGetNvLinkP2PStatus", rc)?;
-        let n = (s.numGpus as usize).min(s.gpus.len());
+        let s = versioned!(
+            self,
+            dcgmGetNvLinkP2PStatus(),
+            versions::NVLINK_P2P_STATUS_V1
+        )?;
+        let gpus = counted(&s.gpus, s.numGpus);
+        let n = gpus.len();
         Ok(P2PMatrix {
-            gpus: s.gpus[..n]
+            gpus: gpus
                 .iter()
                 .map(|g| {
                     (
@@ -669,57 +711,38 @@ impl Session {
     }
 
     fn cpu_hierarchy_v2(&self) -> Result<Vec<Cpu>> {
-        let f = sym!(self.lib(), dcgmGetCpuHierarchy_v2);
-        let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v2>();
-        h.version = versions::CPU_HIERARCHY_V2;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *h) };
-        self.lib().check("dcgmGetCpuHierarchy_v2", rc)?;
-        let n = (h.numCpus as usize).min(h.cpus.len());
-        Ok(h.cpus[..n]
-            .iter()
-            .map(|c| Cpu {
-                id: c.cpuId,
-                cores: owned_cores(&c.ownedCores),
-                serial: c_buf_to_string(&c.serial).trim().to_string(),
-            })
-            .collect())
+        let h = versioned!(self, dcgmGetCpuHierarchy_v2(), versions::CPU_HIERARCHY_V2)?;
+        Ok(cpus_of!(h, |c| c_buf_to_string(&c.serial)
+            .trim()
+            .to_string()))
     }
 
     fn cpu_hierarchy_v1(&self) -> Result<Vec<Cpu>> {
-        let f = sym!(self.lib(), dcgmGetCpuHierarchy);
-        let mut h = boxed_zeroed::<ffi::dcgmCpuHierarchy_v1>();
-        h.version = versions::CPU_HIERARCHY_V1;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *h) };
-        self.lib().check("dcgmGetCpuHierarchy", rc)?;
-        let n = (h.numCpus as usize).min(h.cpus.len());
-        Ok(h.cpus[..n]
-            .iter()
-            .map(|c| Cpu {
-                id: c.cpuId,
-                cores: owned_cores(&c.ownedCores),
-                serial: String::new(),
-            })
-            .collect())
+        let h = versioned!(self, dcgmGetCpuHierarchy(), versions::CPU_HIERARCHY_V1)?;
+        Ok(cpus_of!(h, |_| String::new()))
     }
 
     /// Profiling (DCP) metric groups a GPU supports.
     pub fn supported_metric_groups(&self, gpu: u32) -> Result<Vec<MetricGroup>> {
         let f = sym!(self.lib(), dcgmProfGetSupportedMetricGroups);
-        let mut m = boxed_zeroed::<ffi::dcgmProfGetMetricGroups_v3>();
-        m.version = versions::PROF_GET_METRIC_GROUPS_V3;
-        m.gpuId = gpu;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *m) };
+        let (m, rc) = zeroed_versioned(
+            versions::PROF_GET_METRIC_GROUPS_V3,
+            |m: *mut ffi::dcgmProfGetMetricGroups_v3| {
+                // SAFETY: a heap-allocated, versioned struct of the exact size the API expects;
+                // `gpuId` is its one input besides the version.
+                unsafe {
+                    (*m).gpuId = gpu;
+                    f(self.h(), m)
+                }
+            },
+        );
         self.lib().check("dcgmProfGetSupportedMetricGroups", rc)?;
-        let n = (m.numMetricGroups as usize).min(m.metricGroups.len());
-        Ok(m.metricGroups[..n]
+        Ok(counted(&m.metricGroups, m.numMetricGroups)
             .iter()
             .map(|g| MetricGroup {
                 major_id: g.majorId,
                 minor_id: g.minorId,
-                field_ids: g.fieldIds[..(g.numFieldIds as usize).min(g.fieldIds.len())].to_vec(),
+                field_ids: counted(&g.fieldIds, g.numFieldIds).to_vec(),
             })
             .collect())
     }
@@ -727,14 +750,12 @@ impl Session {
     /// What the host engine says of each of its modules (`dcgmModuleGetStatuses`): which
     /// are loaded, denied, failed to load or not loaded yet.
     pub fn module_statuses(&self) -> Result<Vec<(u32, ModuleStatus)>> {
-        let f = sym!(self.lib(), dcgmModuleGetStatuses);
-        let mut m = boxed_zeroed::<ffi::dcgmModuleGetStatuses_v1>();
-        m.version = versions::MODULE_GET_STATUSES_V1;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), &mut *m) };
-        self.lib().check("dcgmModuleGetStatuses", rc)?;
-        let n = (m.numStatuses as usize).min(m.statuses.len());
-        Ok(m.statuses[..n]
+        let m = versioned!(
+            self,
+            dcgmModuleGetStatuses(),
+            versions::MODULE_GET_STATUSES_V1
+        )?;
+        Ok(counted(&m.statuses, m.numStatuses)
             .iter()
             .map(|s| (s.id, ModuleStatus::from_raw(s.status)))
             .collect())
@@ -773,16 +794,14 @@ impl Session {
 
     /// Name and members of a group as the engine sees it.
     pub fn group_info(&self, group_id: u64) -> Result<(String, Vec<Entity>)> {
-        let f = sym!(self.lib(), dcgmGroupGetInfo);
-        let mut g = boxed_zeroed::<ffi::dcgmGroupInfo_v3>();
-        g.version = versions::GROUP_INFO_V3;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), group_id as ffi::dcgmGpuGrp_t, &mut *g) };
-        self.lib().check("dcgmGroupGetInfo", rc)?;
-        let n = (g.count as usize).min(g.entityList.len());
+        let g = versioned!(
+            self,
+            dcgmGroupGetInfo(group_id as ffi::dcgmGpuGrp_t),
+            versions::GROUP_INFO_V3
+        )?;
         Ok((
             c_buf_to_string(&g.groupName),
-            g.entityList[..n]
+            counted(&g.entityList, g.count)
                 .iter()
                 .map(|p| Entity::new(EntityGroup::from_raw(p.entityGroupId), p.entityId))
                 .collect(),
@@ -1023,17 +1042,16 @@ impl Session {
     }
 
     pub fn health_check(&self, group: &Group) -> Result<HealthResponse> {
-        let f = sym!(self.lib(), dcgmHealthCheck);
         // 1 MB: must live on the heap.
-        let mut r = boxed_zeroed::<ffi::dcgmHealthResponse_v5>();
-        r.version = versions::HEALTH_RESPONSE_V5;
-        // SAFETY: heap-allocated, versioned struct of the exact size the API expects.
-        let rc = unsafe { f(self.h(), group.id as ffi::dcgmGpuGrp_t, &mut *r) };
-        self.lib().check("dcgmHealthCheck", rc)?;
-        let n = (r.incidentCount as usize).min(r.incidents.len());
+        let group_id = group.id as ffi::dcgmGpuGrp_t;
+        let r = versioned!(
+            self,
+            dcgmHealthCheck(group_id),
+            versions::HEALTH_RESPONSE_V5
+        )?;
         Ok(HealthResponse {
             overall: r.overallHealth,
-            incidents: r.incidents[..n]
+            incidents: counted(&r.incidents, r.incidentCount)
                 .iter()
                 .map(|i| HealthIncident {
                     system: i.system,
@@ -1132,30 +1150,25 @@ mod tests {
 
     #[test]
     fn connect_targets_parse_like_dcgm() {
-        assert_eq!(
-            ConnectTarget::parse("localhost:5555"),
-            Ok(ConnectTarget::Tcp("localhost:5555".into()))
-        );
-        assert_eq!(
-            ConnectTarget::parse("tcp://10.0.0.1:5555"),
-            Ok(ConnectTarget::Tcp("10.0.0.1:5555".into()))
-        );
-        assert_eq!(
-            ConnectTarget::parse("[::1]:5555"),
-            Ok(ConnectTarget::Tcp("[::1]:5555".into()))
-        );
-        assert_eq!(
-            ConnectTarget::parse("host"),
-            Ok(ConnectTarget::Tcp("host".into()))
-        );
-        assert_eq!(
-            ConnectTarget::parse("unix:///tmp/he"),
-            Ok(ConnectTarget::Unix("/tmp/he".into()))
-        );
-        assert_eq!(
-            ConnectTarget::parse("/run/nv-hostengine"),
-            Ok(ConnectTarget::Unix("/run/nv-hostengine".into()))
-        );
+        for (text, target) in [
+            (
+                "localhost:5555",
+                ConnectTarget::Tcp("localhost:5555".into()),
+            ),
+            (
+                "tcp://10.0.0.1:5555",
+                ConnectTarget::Tcp("10.0.0.1:5555".into()),
+            ),
+            ("[::1]:5555", ConnectTarget::Tcp("[::1]:5555".into())),
+            ("host", ConnectTarget::Tcp("host".into())),
+            ("unix:///tmp/he", ConnectTarget::Unix("/tmp/he".into())),
+            (
+                "/run/nv-hostengine",
+                ConnectTarget::Unix("/run/nv-hostengine".into()),
+            ),
+        ] {
+            assert_eq!(ConnectTarget::parse(text), Ok(target), "{text}");
+        }
         assert!(ConnectTarget::parse("::1:5555")
             .unwrap_err()
             .contains("brackets"));
@@ -1187,20 +1200,15 @@ mod tests {
             .unwrap_err()
             .contains("vsock://"));
         assert!(ConnectTarget::parse("").is_err());
-        assert_eq!(
-            ConnectTarget::parse("[fe80::1]:5555")
-                .unwrap()
-                .host()
-                .as_deref(),
-            Some("fe80::1")
-        );
-        assert_eq!(
-            ConnectTarget::parse("gpu-node-3:5555")
-                .unwrap()
-                .host()
-                .as_deref(),
-            Some("gpu-node-3")
-        );
+        for (text, host) in [
+            ("[fe80::1]:5555", "fe80::1"),
+            ("gpu-node-3:5555", "gpu-node-3"),
+        ] {
+            assert_eq!(
+                ConnectTarget::parse(text).unwrap().host().as_deref(),
+                Some(host)
+            );
+        }
     }
 
     fn bytes_of(v: &ffi::dcgmFieldValue_v2) -> &[u8] {
