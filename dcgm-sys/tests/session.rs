@@ -1,40 +1,18 @@
 //! The safe layer end to end: dcgm-sys loads the simulated libdcgm.so.4 through the same
 //! code path it uses for NVIDIA's, in embedded and remote mode.
 
+mod support;
+
 use dcgm_sys::*;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Builds dcgm-sim once (cargo test does not build another package's cdylib) and returns
-/// the directory holding libdcgm.so.4 and dcgm-sim-hostengine: the profile directory this
-/// test binary was built into (`<target>/<profile>/deps/<binary>`), built with that same
-/// profile, so that `cargo test --release` neither loads nor rebuilds a debug simulator.
+/// Builds dcgm-sim's library and `dcgm-sim-hostengine` once; the directory holding them.
 fn sim_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let exe = std::env::current_exe().expect("path of the test binary");
-        let dir = exe
-            .parent()
-            .and_then(|deps| deps.parent())
-            .expect("the test binary lives in <target>/<profile>/deps")
-            .to_path_buf();
-        let profile = match dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev".to_string(),
-            Some(other) => other.to_string(),
-        };
-        let target = dir.parent().expect("a target directory above the profile");
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "dcgm-sim", "--lib", "--bins"])
-            .args(["--profile", &profile, "--target-dir"])
-            .arg(target)
-            .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
-            .status()
-            .expect("run cargo build -p dcgm-sim");
-        assert!(st.success(), "building dcgm-sim failed");
-        dir
-    })
+    DIR.get_or_init(|| support::build_simulator(&["--bins"]))
 }
 
 /// The embedded engine is process-wide (as in the real library): tests that use it run
@@ -52,6 +30,15 @@ fn embedded() -> (std::sync::MutexGuard<'static, ()>, Session) {
         g,
         Session::embedded(library()).expect("start the embedded engine"),
     )
+}
+
+/// The embedded engine started on the profile at `path`.
+fn embedded_on(path: impl AsRef<std::ffi::OsStr>) -> (std::sync::MutexGuard<'static, ()>, Session) {
+    let g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
+    std::env::set_var("DCGM_SIM_PROFILE", path);
+    let s = Session::embedded(library()).expect("start the embedded engine");
+    std::env::remove_var("DCGM_SIM_PROFILE");
+    (g, s)
 }
 
 fn profile(name: &str) -> String {
@@ -245,10 +232,7 @@ fn values_change_only_at_the_watch_frequency() {
 
 #[test]
 fn cpu_hierarchy_on_the_grace_node() {
-    let _g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
-    std::env::set_var("DCGM_SIM_PROFILE", profile("large-bench.toml"));
-    let s = Session::embedded(library()).unwrap();
-    std::env::remove_var("DCGM_SIM_PROFILE");
+    let (_g, s) = embedded_on(profile("large-bench.toml"));
     let cpus = s.cpu_hierarchy().unwrap();
     assert_eq!(cpus.len(), 2);
     assert_eq!(cpus[1].cores, (72..144).collect::<Vec<u32>>());
@@ -257,10 +241,7 @@ fn cpu_hierarchy_on_the_grace_node() {
 
 #[test]
 fn mig_hierarchy_and_health_on_the_mixed_node() {
-    let _g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
-    std::env::set_var("DCGM_SIM_PROFILE", profile("a100-mixed-mig.toml"));
-    let s = Session::embedded(library()).unwrap();
-    std::env::remove_var("DCGM_SIM_PROFILE");
+    let (_g, s) = embedded_on(profile("a100-mixed-mig.toml"));
     let h = s.mig_hierarchy().unwrap();
     let gis: Vec<&MigEntity> = h
         .iter()
@@ -302,9 +283,12 @@ impl Drop for Engine {
     }
 }
 
-fn start_engine(port: u16) -> Engine {
+/// `dcgm-sim-hostengine` in the foreground on `port`, with `extra` arguments, once it
+/// says it listens.
+fn start_engine(port: u16, extra: &[&str]) -> Engine {
     let mut c = Command::new(sim_dir().join("dcgm-sim-hostengine"))
         .args(["-n", "-p", &port.to_string()])
+        .args(extra)
         .env_remove("DCGM_SIM_PROFILE")
         .stdout(Stdio::piped())
         .spawn()
@@ -318,11 +302,7 @@ fn start_engine(port: u16) -> Engine {
 
 #[test]
 fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restart() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = support::free_port();
     let target = ConnectTarget::parse(&format!("127.0.0.1:{port}")).unwrap();
     let lib = library();
     let t0 = Instant::now();
@@ -331,7 +311,7 @@ fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restar
     assert!(e.is_connection_lost());
     assert!(t0.elapsed() < Duration::from_secs(3));
 
-    let engine = start_engine(port);
+    let engine = start_engine(port, &[]);
     let s = Session::connect(lib.clone(), &target, 2000).unwrap();
     assert_eq!(s.gpus(false).unwrap().len(), 8);
     let group = s.create_group("r", &[Entity::gpu(0)]).unwrap();
@@ -353,7 +333,7 @@ fn remote_sessions_fail_cleanly_when_the_engine_dies_and_work_again_after_restar
         "stays dead"
     );
 
-    let _engine = start_engine(port);
+    let _engine = start_engine(port, &[]);
     let s2 = Session::connect(lib, &target, 2000).unwrap();
     assert_eq!(
         s2.group_info(gid).unwrap_err().status(),
@@ -389,10 +369,7 @@ fn field_metadata_comes_from_the_librarys_own_table() {
         one.replace("seed = 7\n", "seed = 7\nbase_unit_fields = true\n"),
     )
     .unwrap();
-    let g = EMBEDDED.lock().unwrap_or_else(|p| p.into_inner());
-    std::env::set_var("DCGM_SIM_PROFILE", &p);
-    let s = Session::embedded(library()).expect("start the embedded engine");
-    std::env::remove_var("DCGM_SIM_PROFILE");
+    let (g, s) = embedded_on(&p);
     let hz = s.library().field_meta(1603).unwrap().expect("field 1603");
     assert_eq!((hz.field_type, hz.unit.as_str()), (b'i', "Hz"));
     let ratio = s.library().field_meta(1613).unwrap().expect("field 1613");
@@ -439,21 +416,8 @@ fn an_embedded_engine_started_with_the_profiling_module_denied_never_loads_it() 
     drop(s);
     drop(g);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut c = Command::new(sim_dir().join("dcgm-sim-hostengine"))
-        .args(["-n", "-p", &port.to_string(), "--denylist-modules", "8"])
-        .env_remove("DCGM_SIM_PROFILE")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start dcgm-sim-hostengine");
-    let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    let _engine = Engine(c);
+    let port = support::free_port();
+    let _engine = start_engine(port, &["--denylist-modules", "8"]);
     let target = ConnectTarget::parse(&format!("127.0.0.1:{port}")).unwrap();
     let r = Session::connect(library(), &target, 2000).unwrap();
     assert_eq!(

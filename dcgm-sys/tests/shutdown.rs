@@ -1,52 +1,26 @@
 //! `Library::shutdown` against the simulated libdcgm.so.4, in a test binary of its own:
 //! dcgmShutdown is process-wide and would end the sessions of tests running beside it.
 
+mod support;
+
 use dcgm_sys::*;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Builds dcgm-sim with this test's profile (cargo test does not build another package's
-/// cdylib) and returns the directory holding libdcgm.so.4.
-fn sim_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("path of the test binary");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in <target>/<profile>/deps")
-        .to_path_buf();
-    let profile = match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") | None => "dev".to_string(),
-        Some(other) => other.to_string(),
-    };
-    let target = dir.parent().expect("a target directory above the profile");
-    let st = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "dcgm-sim", "--lib"])
-        .args(["--profile", &profile, "--target-dir"])
-        .arg(target)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .status()
-        .expect("run cargo build -p dcgm-sim");
-    assert!(st.success(), "building dcgm-sim failed");
-    dir
-}
 
 #[test]
 fn shutdown_lets_sessions_end_then_ends_dcgm_and_refuses_later_calls() {
     std::env::remove_var("DCGM_SIM_PROFILE");
-    let lib = Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
+    let lib = Arc::new(
+        Library::load(Some(&support::build_simulator(&[]).join("libdcgm.so.4")))
+            .expect("load the sim"),
+    );
     // Nothing started yet: nothing to shut down, and nothing is refused afterwards.
     assert_eq!(lib.live_sessions(), 0);
 
     let s = Session::embedded(lib.clone()).expect("start the embedded engine");
     assert_eq!(lib.live_sessions(), 1);
     // A connect that fails is not a live session.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = support::free_port();
     let target = ConnectTarget::parse(&format!("127.0.0.1:{closed}")).unwrap();
     assert!(Session::connect(lib.clone(), &target, 200).is_err());
     assert_eq!(lib.live_sessions(), 1);
@@ -76,7 +50,10 @@ fn shutdown_lets_sessions_end_then_ends_dcgm_and_refuses_later_calls() {
 
     // A session still open when the grace ends: dcgmShutdown closes it, and the session
     // refuses calls from then on. (Same test: DCGM's state is process-wide.)
-    let lib = Arc::new(Library::load(Some(&sim_dir().join("libdcgm.so.4"))).expect("load the sim"));
+    let lib = Arc::new(
+        Library::load(Some(&support::build_simulator(&[]).join("libdcgm.so.4")))
+            .expect("load the sim"),
+    );
     let s = Session::embedded(lib.clone()).expect("DCGM starts again after dcgmShutdown");
     assert_eq!(
         lib.shutdown(Duration::ZERO, Duration::from_secs(30)),
