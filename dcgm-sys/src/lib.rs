@@ -25,6 +25,7 @@ pub mod fields;
 mod handles;
 pub mod loader;
 mod modules;
+pub mod nvlink;
 pub mod nvml_ext;
 pub mod releases;
 mod session;
