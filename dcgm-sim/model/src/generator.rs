@@ -114,18 +114,28 @@ pub enum Generator {
     },
 }
 
+/// `Err(message)` unless `ok`.
+fn require(ok: bool, message: &str) -> Result<(), String> {
+    if ok {
+        Ok(())
+    } else {
+        Err(message.to_string())
+    }
+}
+
 fn d_interval() -> f64 {
     1.0
 }
 
 impl Generator {
     pub fn validate(&self) -> Result<(), String> {
-        let finite = |name: &str, v: f64| {
-            if v.is_finite() {
-                Ok(())
-            } else {
-                Err(format!("{name} must be a finite number"))
-            }
+        let finite =
+            |name: &str, v: f64| require(v.is_finite(), &format!("{name} must be a finite number"));
+        let positive = |name: &str, v: f64| {
+            require(
+                v.is_finite() && v > 0.0,
+                &format!("{name} must be positive"),
+            )
         };
         match self {
             Generator::Constant { value } => finite("value", *value),
@@ -138,10 +148,10 @@ impl Generator {
                 finite("start", *start)?;
                 finite("per_s", *per_s)?;
                 finite("max", *max)?;
-                if *wrap && max <= start {
-                    return Err("a wrapping ramp needs max > start".into());
-                }
-                Ok(())
+                require(
+                    !(*wrap && max <= start),
+                    "a wrapping ramp needs max > start",
+                )
             }
             Generator::Sine {
                 mid,
@@ -150,10 +160,7 @@ impl Generator {
             } => {
                 finite("mid", *mid)?;
                 finite("amplitude", *amplitude)?;
-                if !(period_s.is_finite() && *period_s > 0.0) {
-                    return Err("period_s must be positive".into());
-                }
-                Ok(())
+                positive("period_s", *period_s)
             }
             Generator::RandomWalk {
                 start,
@@ -166,16 +173,10 @@ impl Generator {
                 for (n, v) in [("start", start), ("step", step), ("min", min), ("max", max)] {
                     finite(n, *v)?;
                 }
-                if min >= max {
-                    return Err("random_walk needs min < max".into());
-                }
-                if *step < 0.0 {
-                    return Err("random_walk step must not be negative".into());
-                }
-                if !(interval_s.is_finite() && *interval_s > 0.0) {
-                    return Err("interval_s must be positive".into());
-                }
-                Ok(())
+                // All finite by now: `<` and `>=` are each other's negation.
+                require(min < max, "random_walk needs min < max")?;
+                require(*step >= 0.0, "random_walk step must not be negative")?;
+                positive("interval_s", *interval_s)
             }
             Generator::Counter {
                 per_s,
@@ -183,18 +184,16 @@ impl Generator {
                 jitter,
                 ..
             } => {
-                if !(per_s.is_finite() && *per_s >= 0.0) {
-                    return Err("counter per_s must be a non-negative number".into());
-                }
+                let per_s_ok = per_s.is_finite() && *per_s >= 0.0;
+                require(per_s_ok, "counter per_s must be a non-negative number")?;
                 if let Some(s) = start {
                     finite("start", *s)?;
                 }
-                if !(0.0..=1.0).contains(jitter) {
-                    return Err(
-                        "counter jitter must be within 0..=1 (it must never count down)".into(),
-                    );
-                }
-                Ok(())
+                let jitter_ok = (0.0..=1.0).contains(jitter);
+                require(
+                    jitter_ok,
+                    "counter jitter must be within 0..=1 (it must never count down)",
+                )
             }
             Generator::String { .. } => Ok(()),
             Generator::Sentinel { which } => Sentinel::parse(which).map(|_| ()).ok_or_else(|| {
@@ -538,6 +537,15 @@ fn by_name(name: &str, field_type: u8, s: &Scale) -> Generator {
 mod tests {
     use super::*;
 
+    fn jittery(per_s: f64, jitter: f64, seed: Option<u64>) -> Generator {
+        Generator::Counter {
+            per_s,
+            start: None,
+            jitter,
+            seed,
+        }
+    }
+
     fn f(v: (Value, i32)) -> f64 {
         match v.0 {
             Value::Double(x) => x,
@@ -587,12 +595,7 @@ mod tests {
 
     #[test]
     fn counters_never_decrease_even_with_jitter() {
-        let g = Generator::Counter {
-            per_s: 10.0,
-            start: None,
-            jitter: 1.0,
-            seed: Some(9),
-        };
+        let g = jittery(10.0, 1.0, Some(9));
         let vals: Vec<f64> = (0..5000)
             .map(|i| f(g.eval(b'd', i as f64 * 0.1, 5)))
             .collect();
@@ -602,20 +605,14 @@ mod tests {
 
     #[test]
     fn ramps_clamp_or_wrap_and_sentinels_fill_the_payload() {
-        let r = Generator::Ramp {
+        let ramp = |wrap| Generator::Ramp {
             start: 0.0,
             per_s: 10.0,
             max: 100.0,
-            wrap: false,
+            wrap,
         };
-        assert_eq!(f(r.eval(b'i', 50.0, 0)), 100.0);
-        let w = Generator::Ramp {
-            start: 0.0,
-            per_s: 10.0,
-            max: 100.0,
-            wrap: true,
-        };
-        assert_eq!(f(w.eval(b'i', 12.0, 0)), 20.0);
+        assert_eq!(f(ramp(false).eval(b'i', 50.0, 0)), 100.0);
+        assert_eq!(f(ramp(true).eval(b'i', 12.0, 0)), 20.0);
         let s = Generator::Sentinel {
             which: "not_supported".into(),
         };
@@ -630,14 +627,7 @@ mod tests {
         let e = Generator::Error { status: -6 };
         assert_eq!(e.eval(b'd', 0.0, 0), (Value::Double(FP64_BLANK), -6));
         assert!(Generator::Error { status: 1 }.validate().is_err());
-        assert!(Generator::Counter {
-            per_s: 1.0,
-            start: None,
-            jitter: 1.5,
-            seed: None
-        }
-        .validate()
-        .is_err());
+        assert!(jittery(1.0, 1.5, None).validate().is_err());
     }
 
     #[test]
