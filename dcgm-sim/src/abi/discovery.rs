@@ -2,9 +2,7 @@
 //! profiling metric groups.
 
 use super::layouts::{CpuHierarchyV2, CPU_HIERARCHY_V2};
-use super::{
-    api, ask, check_version, cleared, fill_slots, non_null, put_str, version_of, zero_keep_version,
-};
+use super::{api, ask, check_version, cleared, fill_slots, non_null, put_str, version_of};
 use crate::proto::{DeviceAttributes, Reply, Request};
 use dcgm_sys::ffi::*;
 use dcgm_sys::versions::*;
@@ -121,10 +119,7 @@ pub unsafe extern "C" fn dcgmGetDeviceAttributes(
             Reply::DeviceAttributes
         );
         // SAFETY: the version says the caller's struct is a full v3, and it is plain data.
-        unsafe {
-            zero_keep_version(attr);
-            fill_attributes(&mut *attr, &a);
-        }
+        fill_attributes(unsafe { cleared(attr) }, &a);
         Ok(())
     })
 }

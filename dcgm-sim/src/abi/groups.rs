@@ -3,7 +3,7 @@
 use super::layouts::{AllFieldGroupV1, ALL_FIELD_GROUP_V1};
 use super::{
     api, ask, call, call_ok, check_version, cleared, fill_slots, group_id, non_null, put_str,
-    read_str, unexpected, zero_keep_version,
+    read_str, unexpected,
 };
 use crate::proto::{FieldGroupEntry, Reply, Request};
 use dcgm_sys::ffi::*;
@@ -225,10 +225,7 @@ pub unsafe extern "C" fn dcgmFieldGroupGetInfo(
         let id = unsafe { (*info).fieldGroupId };
         let fg = field_group_info(handle, id)?;
         // SAFETY: as above.
-        unsafe {
-            zero_keep_version(info);
-            fill_field_group(&mut *info, &fg);
-        }
+        fill_field_group(unsafe { cleared(info) }, &fg);
         Ok(())
     })
 }
