@@ -10,12 +10,10 @@
 
 use dcgm_sim::engine::{Engine, ManualClock, Profile};
 use dcgm_sim::proto::*;
+use dcgm_sim_model::{FE_GPU as GPU, FE_GPU_CI as GPU_CI, FE_GPU_I as GPU_I};
 use dcgm_sys::fields::FieldMeta;
 
 const T0: i64 = 1_700_000_000_000_000;
-const GPU: u32 = 1;
-const GPU_I: u32 = 4;
-const GPU_CI: u32 = 5;
 const FS_GLOBAL: i32 = 0;
 
 const INT64_NOT_SUPPORTED: i64 = 0x7fff_ffff_ffff_fff2;
