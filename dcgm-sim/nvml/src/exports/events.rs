@@ -2,22 +2,19 @@
 //! control lines that give the simulated DCGM its DCGM_FI_DEV_XID_ERRORS samples (the
 //! model's XID log), attributed to the MIG instance the line names, as the driver does.
 
-use super::{api_mut, create, guard, put, with_device};
+use super::{api_mut, guard, object_exports, put, with_device};
 use crate::ffi::{self, Device, EventData, EventSet, Return, NO_INSTANCE};
 use crate::sim::{Dev, XidEvent};
 use std::ffi::{c_uint, c_ulonglong};
 use std::time::{Duration, Instant};
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetCreate(set: *mut EventSet) -> Return {
-    // SAFETY: nvml.h: `set` is an output handle.
-    unsafe { create(set, |sim| sim.create_event_set() as EventSet) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlEventSetFree(set: EventSet) -> Return {
-    api_mut(|sim| sim.free_event_set(set as usize))
-}
+object_exports!(
+    nvmlEventSetCreate,
+    nvmlEventSetFree,
+    EventSet,
+    create_event_set,
+    free_event_set
+);
 
 /// Whole GPUs raise XIDs; MIG device handles raise none of their own.
 #[no_mangle]

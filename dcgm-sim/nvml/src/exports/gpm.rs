@@ -3,7 +3,7 @@
 //! GPU instance (percent where DCGM has a ratio), so the NVML backend's
 //! `DCGM_FI_PROF_*` equivalents equal the simulated DCGM's.
 
-use super::{api, api_mut, check_version, create, put, with_device};
+use super::{api, api_mut, check_version, object_exports, put, with_device};
 use crate::ffi::{self, Device, GpmMetricsGet, GpmSample, GpmSupport, Return};
 use crate::sim::Dev;
 use std::ffi::c_uint;
@@ -26,16 +26,13 @@ pub unsafe extern "C" fn nvmlGpmQueryDeviceSupport(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmSampleAlloc(sample: *mut GpmSample) -> Return {
-    // SAFETY: nvml.h: `gpmSample` is an output handle.
-    unsafe { create(sample, |sim| sim.gpm_alloc() as GpmSample) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn nvmlGpmSampleFree(sample: GpmSample) -> Return {
-    api_mut(|sim| sim.gpm_free(sample as usize))
-}
+object_exports!(
+    nvmlGpmSampleAlloc,
+    nvmlGpmSampleFree,
+    GpmSample,
+    gpm_alloc,
+    gpm_free
+);
 
 /// The GPU a handle names, for a whole GPU only (MIG device handles: INVALID_ARGUMENT).
 fn whole_gpu(device: Device) -> Result<u32, Return> {

@@ -96,6 +96,25 @@ pub(crate) unsafe fn put<T>(p: *mut T, v: T) -> Result<(), Return> {
     Ok(())
 }
 
+/// The two exports of a kind of driver-side object (event sets, GPM samples): `$create`
+/// writes the handle of a new one (made by `Sim::$new`), `$free` lets it go
+/// (`Sim::$drop`, INVALID_ARGUMENT for a handle not of this kind or already freed).
+macro_rules! object_exports {
+    ($create:ident, $free:ident, $handle:ty, $new:ident, $drop:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $create(out: *mut $handle) -> Return {
+            // SAFETY: nvml.h: `out` is an output handle.
+            unsafe { super::create(out, |sim| sim.$new() as $handle) }
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $free(handle: $handle) -> Return {
+            super::api_mut(|sim| sim.$drop(handle as usize))
+        }
+    };
+}
+pub(crate) use object_exports;
+
 /// Creates a driver-side object (event set, GPM sample) and writes its handle to `out`;
 /// a NULL `out` is refused before anything is created.
 ///
