@@ -56,16 +56,19 @@ pub fn library_path() -> PathBuf {
         return p;
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "dcgm-sim", "--lib", "--target-dir"]);
-    cmd.arg(
-        dir.parent()
-            .expect("a target directory above the profile directory"),
-    );
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd
+    // The profile this test binary was built with (`release` or the default `dev`).
+    let profile = if dir.file_name().is_some_and(|n| n == "release") {
+        "release"
+    } else {
+        "dev"
+    };
+    let target = dir
+        .parent()
+        .expect("a target directory above the profile directory");
+    let status = Command::new(cargo)
+        .args(["build", "-p", "dcgm-sim", "--lib", "--profile", profile])
+        .arg("--target-dir")
+        .arg(target)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("run cargo build -p dcgm-sim");
