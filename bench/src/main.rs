@@ -26,6 +26,10 @@
 //! table (entities, series, bytes, CPU per collection and per series, RSS, first page) per
 //! profile and build, idle CPU, RSS under 64 connections and over 10 minutes (`scale.rs`).
 //!
+//! `cargo run --release -p bench -- builds [--against REV]` builds REV (the newest `v*` tag,
+//! else `HEAD`) in a temporary worktree and this tree, and runs the scale mode on both
+//! (`builds.rs`).
+//!
 //! `cargo run --release -p bench -- lowcard [--build debug]` prints bytes per scrape, labels
 //! per series and a real Prometheus's head series, chunks and memory without and with
 //! `--low-cardinality` on the large profile (`lowcard.rs`).
@@ -57,7 +61,6 @@
 //! (no second full build on a shared machine). `--remote HOST:PORT` connects to a running
 //! host engine instead (real `nv-hostengine` or `dcgm-sim-hostengine`), so RSS and CPU are
 //! the exporter's alone.
-
 //!
 //! Each run also measures throughput at 64 connections, gzip off and on, against a static
 //! server serving the same bytes (`throughput.rs`).
