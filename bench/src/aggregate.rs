@@ -12,9 +12,9 @@
 //! [--collectors etc/default-counters.csv] [--interval-ms 1000] [--period 100ms]
 //! [--collections 60] [--rounds 2] [--real DIR --gpus 8]`
 
-use crate::{arg, cpu_us_per_collection, free_port, get, real_kit, Killed};
+use crate::{arg, cpu_us_per_collection, exporter, free_port, get, real_kit, Killed};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// The fields issue 47's target names.
@@ -28,20 +28,10 @@ fn measure(
     nvml: bool,
     on: bool,
 ) -> Result<(f64, usize), String> {
-    let interval_ms: u64 = arg("--interval-ms", "1000")
-        .parse()
-        .map_err(|_| "--interval-ms: not a number")?;
-    let n: u64 = arg("--collections", "60")
-        .parse()
-        .map_err(|_| "--collections: not a number")?;
+    let interval_ms: u64 = crate::number("--interval-ms", "1000")?;
+    let n: u64 = crate::number("--collections", "60")?;
     let port = free_port()?;
-    let mut cmd = Command::new(dir.join("dcgm-exporter"));
-    cmd.args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .args(["-c", &interval_ms.to_string()])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = exporter(dir, profile, csv, port, interval_ms);
     if nvml {
         cmd.args(["--backend", "nvml", "--nvml-library"])
             .arg(dir.join("libnvidia-ml.so.1"));
@@ -49,9 +39,7 @@ fn measure(
         .any(|a| a == "--real")
         .then(|| arg("--real", ""))
     {
-        let gpus: usize = arg("--gpus", "8")
-            .parse()
-            .map_err(|_| "--gpus: not a number")?;
+        let gpus: usize = crate::number("--gpus", "8")?;
         let yaml = std::env::temp_dir().join(format!("bench-agg-{}.yaml", std::process::id()));
         let (library, env) = real_kit(&PathBuf::from(kit), gpus, &yaml)?;
         cmd.args(["--backend", "dcgm", "--dcgm-library"])
@@ -86,9 +74,7 @@ fn measure(
 pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
     let profile = root.join(arg("--profile", "etc/sim/h100-8gpu-nvswitch.toml"));
     let csv = root.join(arg("--collectors", "etc/default-counters.csv"));
-    let rounds: usize = arg("--rounds", "2")
-        .parse()
-        .map_err(|_| "--rounds: not a number")?;
+    let rounds: usize = crate::number("--rounds", "2")?;
     println!(
         "aggregate: {} with {}, every {} ms, {FIELDS} at {}",
         profile.display(),

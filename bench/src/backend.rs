@@ -8,9 +8,9 @@
 //! [--collectors etc/default-counters.csv] [--interval-ms 100] [--collections 100]`
 
 use crate::scale::status_kib;
-use crate::{arg, cpu_us_per_collection, free_port, get, Killed};
+use crate::{arg, cpu_us_per_collection, exporter, free_port, get, Killed};
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 struct Figures {
@@ -23,20 +23,10 @@ struct Figures {
 }
 
 fn measure(dir: &Path, profile: &Path, csv: &Path, nvml: bool) -> Result<Figures, String> {
-    let interval_ms: u64 = arg("--interval-ms", "100")
-        .parse()
-        .map_err(|_| "--interval-ms: not a number")?;
-    let n: u64 = arg("--collections", "100")
-        .parse()
-        .map_err(|_| "--collections: not a number")?;
+    let interval_ms: u64 = crate::number("--interval-ms", "100")?;
+    let n: u64 = crate::number("--collections", "100")?;
     let port = free_port()?;
-    let mut cmd = Command::new(dir.join("dcgm-exporter"));
-    cmd.args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .args(["-c", &interval_ms.to_string()])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = exporter(dir, profile, csv, port, interval_ms);
     if nvml {
         cmd.args(["--backend", "nvml", "--nvml-library"])
             .arg(dir.join("libnvidia-ml.so.1"));

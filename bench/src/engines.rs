@@ -9,7 +9,6 @@
 
 use crate::scale::status_kib;
 use crate::{arg, cpu_us_per_collection, free_port, get, Killed};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,30 +23,12 @@ struct Figures {
 /// Starts a simulated host engine on a free port; it has printed its listening line.
 fn engine(dir: &Path, profile: &Path) -> Result<(Killed, u16), String> {
     let port = free_port()?;
-    let mut child = Command::new(dir.join("dcgm-sim-hostengine"))
-        .args(["-n", "-p", &port.to_string()])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("dcgm-sim-hostengine: {e}"))?;
-    let out = child.stdout.take().ok_or("no stdout")?;
-    let mut lines = BufReader::new(out).lines();
-    match lines.next() {
-        Some(Ok(l)) if l.contains("listening") => {}
-        other => return Err(format!("dcgm-sim-hostengine did not listen: {other:?}")),
-    }
-    std::thread::spawn(move || for _ in lines {});
-    Ok((Killed(child), port))
+    Ok((crate::faults::start_engine(dir, port, profile)?, port))
 }
 
 fn measure(dir: &Path, profile: &Path, csv: &Path, engines: usize) -> Result<Figures, String> {
-    let interval_ms: u64 = arg("--interval-ms", "100")
-        .parse()
-        .map_err(|_| "--interval-ms: not a number")?;
-    let n: u64 = arg("--collections", "100")
-        .parse()
-        .map_err(|_| "--collections: not a number")?;
+    let interval_ms: u64 = crate::number("--interval-ms", "100")?;
+    let n: u64 = crate::number("--collections", "100")?;
     let mut running = Vec::new();
     let mut addresses = Vec::new();
     for _ in 0..engines {

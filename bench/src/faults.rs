@@ -21,7 +21,8 @@ pub struct Options {
     pub root: PathBuf,
 }
 
-fn start_engine(bin: &Path, port: u16, profile: &Path) -> Result<Killed, String> {
+/// A simulated host engine of `bin` on `port`, once it has printed its listening line.
+pub(crate) fn start_engine(bin: &Path, port: u16, profile: &Path) -> Result<Killed, String> {
     let mut child = Command::new(bin.join("dcgm-sim-hostengine"))
         .args(["-n", "-p", &port.to_string()])
         .env("DCGM_SIM_PROFILE", profile)
@@ -66,10 +67,7 @@ fn signal(pid: u32, sig: &str) {
 }
 
 fn vm_rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+    crate::scale::status_kib(pid, "VmRSS:").ok()
 }
 
 fn ms(d: &[Duration], q: f64) -> f64 {

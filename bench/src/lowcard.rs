@@ -11,7 +11,7 @@
 //! [--profile etc/sim/large-bench.toml] [--collectors bench/bench-counters.csv]
 //! [--scrape-ms 250] [--scrapes 120] [--prometheus /usr/bin/prometheus]`
 
-use crate::{arg, free_port, get, self_metric, Killed};
+use crate::{arg, exporter, free_port, get, self_metric, Killed};
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -136,17 +136,8 @@ fn prometheus_after(target: &str, scrapes: u64, scrape_ms: u64) -> Result<Head, 
 
 fn one(dir: &Path, profile: &Path, csv: &Path, low: bool) -> Result<(Page, Head), String> {
     let port = free_port()?;
-    let mut cmd = Command::new(dir.join("dcgm-exporter"));
-    cmd.args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .args(["-c", "1000"])
-        .args([
-            "--dcgm-library",
-            dir.join("libdcgm.so.4").to_str().ok_or("path")?,
-        ])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = exporter(dir, profile, csv, port, 1000);
+    cmd.arg("--dcgm-library").arg(dir.join("libdcgm.so.4"));
     if low {
         cmd.arg("--low-cardinality");
     }
@@ -156,10 +147,8 @@ fn one(dir: &Path, profile: &Path, csv: &Path, low: bool) -> Result<(Page, Head)
         get(&url).is_ok_and(|p| p.contains("DCGM_FI_") && (!low || p.contains("_INFO{")))
     })?;
     let page = page_figures(&get(&url)?);
-    let scrape_ms: u64 = arg("--scrape-ms", "250")
-        .parse()
-        .map_err(|_| "--scrape-ms")?;
-    let scrapes: u64 = arg("--scrapes", "120").parse().map_err(|_| "--scrapes")?;
+    let scrape_ms: u64 = crate::number("--scrape-ms", "250")?;
+    let scrapes: u64 = crate::number("--scrapes", "120")?;
     let head = prometheus_after(&format!("127.0.0.1:{port}"), scrapes, scrape_ms)?;
     Ok((page, head))
 }

@@ -26,6 +26,10 @@
 //! table (entities, series, bytes, CPU per collection and per series, RSS, first page) per
 //! profile and build, idle CPU, RSS under 64 connections and over 10 minutes (`scale.rs`).
 //!
+//! `cargo run --release -p bench -- builds [--against REV]` builds REV (the newest `v*` tag,
+//! else `HEAD`) in a temporary worktree and this tree, and runs the scale mode on both
+//! (`builds.rs`).
+//!
 //! `cargo run --release -p bench -- lowcard [--build debug]` prints bytes per scrape, labels
 //! per series and a real Prometheus's head series, chunks and memory without and with
 //! `--low-cardinality` on the large profile (`lowcard.rs`).
@@ -57,13 +61,13 @@
 //! (no second full build on a shared machine). `--remote HOST:PORT` connects to a running
 //! host engine instead (real `nv-hostengine` or `dcgm-sim-hostengine`), so RSS and CPU are
 //! the exporter's alone.
-
 //!
 //! Each run also measures throughput at 64 connections, gzip off and on, against a static
 //! server serving the same bytes (`throughput.rs`).
 
 mod aggregate;
 mod backend;
+mod builds;
 mod engines;
 mod exit_codes;
 mod faults;
@@ -101,15 +105,17 @@ fn main() {
     let r = match std::env::args().nth(1).as_deref() {
         Some("faults") => run_faults(),
         Some("exit-codes") => run_exit_codes(),
-        Some("memory") => run_memory(),
+        Some("memory") => with_built(false, memory::run),
         Some("scale") => run_scale(),
-        Some("lowcard") => run_lowcard(),
-        Some("usage") => run_usage(),
+        Some("builds") => repo_root().and_then(|root| builds::run(&root)),
+        Some("lowcard") => with_built(false, lowcard::run),
+        // The simulated NVML too: pods are mapped through its processes.
+        Some("usage") => with_built(true, usage::run),
         Some("serving") => run_serving(),
-        Some("backend") => run_backend(),
-        Some("aggregate") => run_aggregate(),
-        Some("otlp") => run_otlp(),
-        Some("engines") => run_engines(),
+        Some("backend") => with_built(true, backend::run),
+        Some("aggregate") => with_built(true, aggregate::run),
+        Some("otlp") => with_built(false, otlp::run),
+        Some("engines") => with_built(false, engines::run),
         Some("static-serve") => throughput::run_static_serve(),
         _ => run(),
     };
@@ -128,13 +134,6 @@ fn arg(name: &str, default: &str) -> String {
         .unwrap_or_else(|| default.to_string())
 }
 
-/// Builds the exporter and simulator (`--build release|debug`) and runs the memory mode.
-fn run_memory() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    memory::run(&root, &root.join("target").join(&build))
-}
-
 /// The workspace's root (this crate's parent).
 fn repo_root() -> Result<PathBuf, String> {
     Ok(Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -143,73 +142,22 @@ fn repo_root() -> Result<PathBuf, String> {
         .to_path_buf())
 }
 
-/// Builds the simulated NVML (`libnvidia-ml.so.1`) in `build`'s profile.
-fn build_nvml_sim(root: &Path, build: &str) -> Result<(), String> {
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo.args(["build", "-q", "-p", "nvml-sim"]);
-    if build == "release" {
-        cargo.arg("--release");
+/// Builds the exporter and the simulated DCGM (`--build release|debug`), and the simulated
+/// NVML (`libnvidia-ml.so.1`) too where `nvml`: (repository root, binary folder).
+fn built(nvml: bool) -> Result<(PathBuf, PathBuf), String> {
+    let root = repo_root()?;
+    let build = build_binaries(&root)?;
+    if nvml {
+        cargo_build(&root, None, &["-p", "nvml-sim"], &build)?;
     }
-    let status = cargo
-        .current_dir(root)
-        .status()
-        .map_err(|e| format!("cargo build: {e}"))?;
-    if !status.success() {
-        return Err("building nvml-sim failed".into());
-    }
-    Ok(())
+    let bin = root.join("target").join(&build);
+    Ok((root, bin))
 }
 
-/// Builds the exporter and both simulators (`--build release|debug`) and measures the NVML
-/// backend beside DCGM's (`backend.rs`).
-fn run_backend() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    build_nvml_sim(&root, &build)?;
-    backend::run(&root, &root.join("target").join(&build))
-}
-
-/// Builds the exporter and both simulators (`--build release|debug`) and measures what
-/// sub-interval aggregation costs per collection on either backend (`aggregate.rs`).
-fn run_aggregate() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    build_nvml_sim(&root, &build)?;
-    aggregate::run(&root, &root.join("target").join(&build))
-}
-
-/// Builds the exporter and simulator (`--build release|debug`) and measures
-/// `--low-cardinality` (`lowcard.rs`).
-fn run_lowcard() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    lowcard::run(&root, &root.join("target").join(&build))
-}
-
-/// Builds the exporter and simulator (`--build release|debug`) and measures the cost of
-/// each extra host engine (`engines.rs`).
-fn run_engines() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    engines::run(&root, &root.join("target").join(&build))
-}
-
-/// Builds the exporter and simulator (`--build release|debug`) and measures the OTLP
-/// push beside rendering the page (`otlp.rs`).
-fn run_otlp() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    otlp::run(&root, &root.join("target").join(&build))
-}
-
-/// Builds the exporter and both simulators (`--build release|debug`) and measures per-pod
-/// series and `--usage-accounting` (`usage.rs`).
-fn run_usage() -> Result<(), String> {
-    let root = repo_root()?;
-    let build = build_binaries(&root)?;
-    // The simulated NVML (`libnvidia-ml.so.1`) too: pods are mapped through its processes.
-    build_nvml_sim(&root, &build)?;
-    usage::run(&root, &root.join("target").join(&build))
+/// Runs a mode on the binaries [`built`] made.
+fn with_built(nvml: bool, mode: fn(&Path, &Path) -> Result<(), String>) -> Result<(), String> {
+    let (root, bin) = built(nvml)?;
+    mode(&root, &bin)
 }
 
 /// Runs the scale mode on the builds named by `--builds`, or on a release build of the
@@ -217,10 +165,10 @@ fn run_usage() -> Result<(), String> {
 fn run_scale() -> Result<(), String> {
     let root = repo_root()?;
     if std::env::args().any(|a| a == "--builds") {
-        return scale::run(&root, None);
+        return scale::run(&root, &scale::builds(&root, None)?);
     }
-    let build = build_binaries(&root)?;
-    scale::run(&root, Some(&root.join("target").join(&build)))
+    let (root, bin) = built(false)?;
+    scale::run(&root, &scale::builds(&root, Some(&bin))?)
 }
 
 /// Runs the serving mode on the builds named by `--builds`, or on a release build of the
@@ -230,34 +178,59 @@ fn run_serving() -> Result<(), String> {
     if std::env::args().any(|a| a == "--builds") {
         return serving::run(&root, None);
     }
-    let build = build_binaries(&root)?;
-    serving::run(&root, Some(&root.join("target").join(&build)))
+    let (root, bin) = built(false)?;
+    serving::run(&root, Some(&bin))
 }
 
-/// Builds the exporter and the simulator in the `--build` profile (release unless told
-/// otherwise): the name of that profile's target folder.
+/// `cargo build -q` of `packages` in `build`'s profile, in the workspace at `dir`, into
+/// `target` where given (its own `target/` otherwise).
+fn cargo_build(
+    dir: &Path,
+    target: Option<&Path>,
+    packages: &[&str],
+    build: &str,
+) -> Result<(), String> {
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo.args(["build", "-q"]).args(packages);
+    if build == "release" {
+        cargo.arg("--release");
+    }
+    if let Some(t) = target {
+        cargo.arg("--target-dir").arg(t);
+    }
+    let status = cargo
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("{build} build of {} failed", packages.join(" ")));
+    }
+    Ok(())
+}
+
+/// Builds the exporter and the simulator of the workspace at `dir` in `build`'s profile.
 ///
 /// The exporter is built alone, as users build it: built beside the simulators its
 /// dependencies' features (and so their symbols' names) would differ from the ones
 /// `etc/symbol-order.txt` names, and its text would not be laid out by use.
+fn build_in(dir: &Path, target: Option<&Path>, build: &str) -> Result<(), String> {
+    cargo_build(dir, target, &["-p", "dcgm-exporter"], build)?;
+    cargo_build(dir, target, &["-p", "dcgm-sim"], build)
+}
+
+/// Builds the exporter and the simulator in the `--build` profile (release unless told
+/// otherwise): the name of that profile's target folder.
 fn build_binaries(root: &Path) -> Result<String, String> {
+    let build = build_profile()?;
+    build_in(root, None, &build)?;
+    Ok(build)
+}
+
+/// `--build`: release (the default) or debug.
+fn build_profile() -> Result<String, String> {
     let build = arg("--build", "release");
     if !matches!(build.as_str(), "release" | "debug") {
         return Err(format!("--build: debug or release, not {build}"));
-    }
-    for packages in [&["-p", "dcgm-exporter"][..], &["-p", "dcgm-sim"]] {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo.args(["build", "-q"]).args(packages);
-        if build == "release" {
-            cargo.arg("--release");
-        }
-        let status = cargo
-            .current_dir(root)
-            .status()
-            .map_err(|e| format!("cargo build: {e}"))?;
-        if !status.success() {
-            return Err(format!("{build} build of {} failed", packages[1]));
-        }
     }
     Ok(build)
 }
@@ -574,6 +547,21 @@ fn run_faults() -> Result<(), String> {
     faults::run(&bin, &options)
 }
 
+/// The exporter of `dir` serving on `port`, on the simulated node `profile` with the
+/// counters `csv` collected every `interval_ms`, its output dropped; the caller names the
+/// library and the backend.
+fn exporter(dir: &Path, profile: &Path, csv: &Path, port: u16, interval_ms: u64) -> Command {
+    let mut cmd = Command::new(dir.join("dcgm-exporter"));
+    cmd.arg("-f")
+        .arg(csv)
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .args(["-c", &interval_ms.to_string()])
+        .env("DCGM_SIM_PROFILE", profile)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
+
 fn free_port() -> Result<u16, String> {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -622,12 +610,9 @@ fn scrape_for(url: &str, n: usize, d: Duration) -> Vec<f64> {
     all
 }
 
+/// Peak resident set (VmHWM), KiB.
 fn rss_kib(pid: u32) -> Result<u64, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| "no VmHWM in /proc status".into())
+    scale::status_kib(pid, "VmHWM:")
 }
 
 fn cpu_seconds(pid: u32) -> Result<f64, String> {
@@ -645,7 +630,11 @@ fn cpu_us_per_collection(url: &str, pid: u32, interval_ms: u64, n: u64) -> Resul
     let collections =
         || get(url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"));
     let warm = collections()? + 5.0;
+    let t = Instant::now();
     while collections()? < warm {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err("collections do not advance".into());
+        }
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
     let (c0, cpu0) = (collections()?, scale::cpu_s(pid)?);

@@ -11,33 +11,15 @@
 //! [--profile etc/sim/large-bench.toml] [--collectors bench/bench-counters.csv]
 //! [--interval-ms 1000] [--real DIR --gpus 8]`
 
-use crate::{arg, get, Killed};
+use crate::scale::status_kib;
+use crate::{arg, free_port, get, Killed};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn vm_rss_kib(pid: u32) -> Result<u64, String> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
-    s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .ok_or_else(|| format!("pid {pid}: no VmRSS (exited?)"))
-}
-
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
 pub fn run(root: &Path, bin: &Path) -> Result<(), String> {
-    let minutes: f64 = arg("--minutes", "10")
-        .parse()
-        .map_err(|_| "--minutes: not a number")?;
-    let every: u64 = arg("--every", "20")
-        .parse()
-        .map_err(|_| "--every: not a number")?;
+    let minutes: f64 = crate::number("--minutes", "10")?;
+    let every: u64 = crate::number("--every", "20")?;
     let interval_ms = arg("--interval-ms", "1000");
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
@@ -45,9 +27,7 @@ pub fn run(root: &Path, bin: &Path) -> Result<(), String> {
     let mut env: Vec<(String, String)> = Vec::new();
     let (library, what) = if real {
         let kit = PathBuf::from(arg("--real", ""));
-        let gpus: usize = arg("--gpus", "8")
-            .parse()
-            .map_err(|_| "--gpus: not a number")?;
+        let gpus: usize = crate::number("--gpus", "8")?;
         let yaml = std::env::temp_dir().join(format!("bench-mem-{}.yaml", std::process::id()));
         let (library, kit_env) = crate::real_kit(&kit, gpus, &yaml)?;
         env.extend(kit_env);
@@ -110,7 +90,7 @@ pub fn run(root: &Path, bin: &Path) -> Result<(), String> {
         let at = start.elapsed().as_secs();
         let rss = children
             .iter()
-            .map(|(_, c, _)| vm_rss_kib(c.0.id()))
+            .map(|(_, c, _)| status_kib(c.0.id(), "VmRSS:"))
             .collect::<Result<Vec<u64>, String>>()?;
         println!(
             "{at:>6}  {:>10.1} MiB  {:>10.1} MiB",

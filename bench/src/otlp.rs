@@ -14,14 +14,14 @@
 //! [--profile etc/sim/large-bench.toml] [--collectors bench/bench-counters.csv]
 //! [--seconds 20] [--iterations 200]`
 
-use crate::{arg, cpu_seconds, free_port, get, rss_kib, self_metric, Killed};
+use crate::{arg, cpu_seconds, exporter, free_port, get, rss_kib, self_metric, Killed};
 use dcgm_exporter::config::counters::PromType;
 use dcgm_exporter::config::otlp::Naming;
 use dcgm_exporter::model::Page;
 use dcgm_exporter::output::exposition::Exposition;
 use dcgm_exporter::output::otlp::PageConverter;
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
 
 /// The page's DCGM families (the exporter's own metrics left out) as a `Page`.
@@ -160,16 +160,8 @@ struct Process {
 
 fn process(dir: &Path, profile: &Path, csv: &Path, otlp: Option<u16>) -> Result<Process, String> {
     let port = free_port()?;
-    let mut cmd = Command::new(dir.join("dcgm-exporter"));
-    cmd.args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}"), "-c", "1000"])
-        .args([
-            "--dcgm-library",
-            dir.join("libdcgm.so.4").to_str().ok_or("path")?,
-        ])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    let mut cmd = exporter(dir, profile, csv, port, 1000);
+    cmd.arg("--dcgm-library").arg(dir.join("libdcgm.so.4"));
     if let Some(p) = otlp {
         cmd.args(["--otlp-endpoint", &format!("http://127.0.0.1:{p}")]);
     }
@@ -184,7 +176,7 @@ fn process(dir: &Path, profile: &Path, csv: &Path, otlp: Option<u16>) -> Result<
         std::thread::sleep(Duration::from_millis(50));
     }
     let key = "dcgm_exporter_collections_total{result=\"success\"}";
-    let seconds: u64 = arg("--seconds", "20").parse().map_err(|_| "--seconds")?;
+    let seconds: u64 = crate::number("--seconds", "20")?;
     let (c0, cpu0) = (self_metric(&get(&url)?, key), cpu_seconds(pid)?);
     std::thread::sleep(Duration::from_secs(seconds));
     let (cpu1, page) = (cpu_seconds(pid)?, get(&url)?);
@@ -200,9 +192,7 @@ fn process(dir: &Path, profile: &Path, csv: &Path, otlp: Option<u16>) -> Result<
 pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
-    let iterations: usize = arg("--iterations", "200")
-        .parse()
-        .map_err(|_| "--iterations")?;
+    let iterations: usize = crate::number("--iterations", "200")?;
     let plain = process(dir, &profile, &csv, None)?;
     let sink_port = free_port()?;
     sink(sink_port);

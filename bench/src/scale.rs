@@ -19,11 +19,11 @@
 //! [--memory-profiles etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml]`
 //!
 //! A DIR holds `dcgm-exporter` and `libdcgm.so.4` (a `target/release`); without `--builds`
-//! the workspace's release build is made and measured alone.
+//! the workspace's release build is made and measured alone. The `builds` mode
+//! (`builds.rs`) builds a previous revision and this tree and runs this measurement on both.
 
-use crate::{arg, get, throughput, Killed};
+use crate::{arg, free_port, get, throughput, Killed};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Build {
@@ -37,16 +37,18 @@ pub(crate) fn cpu_s(pid: u32) -> Result<f64, String> {
     let mut ns = 0u64;
     for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
         let Ok(t) = t else { continue };
-        // A thread that just ended has no file left: its time is lost either way.
-        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
+        ns += schedstat_ns(&t.path());
     }
     Ok(ns as f64 / 1e9)
+}
+
+/// CPU time of one thread (`/proc/PID/task/TID`) in nanoseconds; 0 for a thread that just
+/// ended, whose file is gone: its time is lost either way.
+pub(crate) fn schedstat_ns(task: &Path) -> u64 {
+    std::fs::read_to_string(task.join("schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
@@ -59,13 +61,6 @@ pub(crate) fn status_kib(pid: u32, key: &str) -> Result<u64, String> {
 
 fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
-}
-
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
 }
 
 pub(crate) fn list(name: &str, default: &str) -> Vec<String> {
@@ -129,16 +124,9 @@ pub(crate) fn start(
     ));
     let err = std::fs::File::create(&log).map_err(|e| e.to_string())?;
     let t0 = Instant::now();
-    let child = Command::new(b.dir.join("dcgm-exporter"))
-        .args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .args(["-c", &interval_ms.to_string()])
-        .args([
-            "--dcgm-library",
-            b.dir.join("libdcgm.so.4").to_str().ok_or("path")?,
-        ])
-        .env("DCGM_SIM_PROFILE", profile)
-        .stdout(Stdio::null())
+    let child = crate::exporter(&b.dir, profile, csv, port, interval_ms)
+        .arg("--dcgm-library")
+        .arg(b.dir.join("libdcgm.so.4"))
         .stderr(err)
         .spawn()
         .map_err(|e| format!("start {}: {e}", b.dir.display()))?;
@@ -187,36 +175,11 @@ struct Row {
     first_page_cpu_s: f64,
 }
 
-/// CPU per collection (µs) over `n` collections, with no scrape in between.
-fn cpu_per_collection(r: &Running, n: u64, interval_ms: u64) -> Result<f64, String> {
-    // Past start-up: a few collections first.
-    let warm = r.collections()? + 5.0;
-    let t = Instant::now();
-    while r.collections()? < warm {
-        if t.elapsed() > Duration::from_secs(60) {
-            return Err("collections do not advance".into());
-        }
-        std::thread::sleep(Duration::from_millis(interval_ms));
-    }
-    let (c0, cpu0) = (r.collections()?, cpu_s(r.pid())?);
-    std::thread::sleep(Duration::from_millis(n * interval_ms));
-    let cpu1 = cpu_s(r.pid())?;
-    let c1 = r.collections()?;
-    if c1 <= c0 {
-        return Err("no collection during the measurement".into());
-    }
-    Ok((cpu1 - cpu0) * 1e6 / (c1 - c0))
-}
-
 fn measure(b: &Build, i: usize, profile: &Path, csv: &Path) -> Result<Row, String> {
-    let interval_ms: u64 = arg("--interval-ms", "100")
-        .parse()
-        .map_err(|_| "--interval-ms: not a number")?;
-    let n: u64 = arg("--collections", "100")
-        .parse()
-        .map_err(|_| "--collections: not a number")?;
+    let interval_ms: u64 = crate::number("--interval-ms", "100")?;
+    let n: u64 = crate::number("--collections", "100")?;
     let r = start(b, profile, csv, interval_ms, "scale")?;
-    let cpu_us = cpu_per_collection(&r, n, interval_ms)?;
+    let cpu_us = crate::cpu_us_per_collection(&r.url(), r.pid(), interval_ms, n)?;
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], r.port).into();
     let (_, plain) = throughput::fetch(addr, "/metrics", false)?;
     let (_, gz) = throughput::fetch(addr, "/metrics", true)?;
@@ -252,9 +215,7 @@ fn first_pages(
     csv: &Path,
     rows: &mut [Row],
 ) -> Result<(), String> {
-    let runs: usize = arg("--first-page-runs", "5")
-        .parse()
-        .map_err(|_| "--first-page-runs: not a number")?;
+    let runs: usize = crate::number("--first-page-runs", "5")?;
     let name = profile
         .file_name()
         .map(|f| f.to_string_lossy().into_owned())
@@ -367,16 +328,15 @@ pub(crate) fn builds(root: &Path, default_build: Option<&Path>) -> Result<Vec<Bu
     Ok(builds)
 }
 
-pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
-    let builds = builds(root, default_build)?;
+/// Measures `builds` side by side (two of them: with their ratios, the second over the
+/// first).
+pub fn run(root: &Path, builds: &[Build]) -> Result<(), String> {
     let profiles = list(
         "--profiles",
         "etc/sim/one-gpu.toml,etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml",
     );
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
-    let minutes: f64 = arg("--memory-minutes", "10")
-        .parse()
-        .map_err(|_| "--memory-minutes: not a number")?;
+    let minutes: f64 = crate::number("--memory-minutes", "10")?;
     let mem_profiles = list(
         "--memory-profiles",
         "etc/sim/large-bench.toml,etc/sim/bench-32gpu.toml",
@@ -386,7 +346,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
     let mut memory = Vec::new();
     if minutes > 0.0 {
         for p in &mem_profiles {
-            for b in &builds {
+            for b in builds {
                 let r = start(b, &root.join(p), &csv, 1000, "memory")?;
                 memory.push((b.name.clone(), p.clone(), r, Instant::now(), None));
             }
@@ -398,7 +358,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         for (i, b) in builds.iter().enumerate() {
             rows.push(measure(b, i, &root.join(p), &csv)?);
         }
-        first_pages(&builds, &root.join(p), &csv, &mut rows)?;
+        first_pages(builds, &root.join(p), &csv, &mut rows)?;
     }
     println!(
         "scale: {} at -c {} ms, CPU over {} collections",
@@ -461,12 +421,10 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
         fits.push((slope, fixed));
     }
 
-    let idle_secs: u64 = arg("--idle-seconds", "60")
-        .parse()
-        .map_err(|_| "--idle-seconds: not a number")?;
+    let idle_secs: u64 = crate::number("--idle-seconds", "60")?;
     let first = root.join(&profiles[0]);
     let idle_csv = root.join("etc/default-counters.csv");
-    let idle = idle(&builds, &first, &idle_csv, idle_secs)?;
+    let idle = idle(builds, &first, &idle_csv, idle_secs)?;
     for (b, ms) in builds.iter().zip(&idle) {
         println!(
             "{:<8} idle CPU, {} with the default counters at the default -c 30000: {ms:.3} ms per s",
@@ -476,7 +434,7 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
 
     let mut bursts = Vec::new();
     for p in &mem_profiles {
-        for b in &builds {
+        for b in builds {
             let (steady, peak, after) = burst(b, &root.join(p), &csv)?;
             println!(
                 "{:<8} {p}: 64 keep-alive connections: RSS {:.1} MiB steady, peak {:.1} MiB (+{:.1}), {:.1} MiB after (+{:.1})",
@@ -547,8 +505,11 @@ pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
             };
             if let (Some(x), Some(y)) = (of(0), of(1)) {
                 println!(
-                    "  {p}: CPU per collection {:.3}, first page {:.3}, gzip bytes {:.3}, bytes {:.3}",
+                    "  {p}: CPU per collection {:.3}, per series {:.3} ({:.2} / {:.2} µs), first page {:.3}, gzip bytes {:.3}, bytes {:.3}",
                     y.cpu_us / x.cpu_us,
+                    (y.cpu_us / y.series as f64) / (x.cpu_us / x.series as f64),
+                    y.cpu_us / y.series as f64,
+                    x.cpu_us / x.series as f64,
                     y.first_page.as_secs_f64() / x.first_page.as_secs_f64(),
                     y.gzip_bytes as f64 / x.gzip_bytes as f64,
                     y.bytes as f64 / x.bytes as f64

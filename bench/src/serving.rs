@@ -188,14 +188,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 pub fn run(root: &Path, default_build: Option<&Path>) -> Result<(), String> {
     let builds: Vec<Build> = scale::builds(root, default_build)?;
-    let rounds: usize = arg("--rounds", "3")
-        .parse()
-        .map_err(|_| "--rounds: not a number")?;
-    let phase = Duration::from_secs_f64(
-        arg("--phase-seconds", "3")
-            .parse()
-            .map_err(|_| "--phase-seconds: not a number")?,
-    );
+    let rounds: usize = crate::number("--rounds", "3")?;
+    let phase = Duration::from_secs_f64(crate::number("--phase-seconds", "3")?);
     let profile = root.join(arg("--profile", "etc/sim/large-bench.toml"));
     let csv = root.join(arg("--collectors", "bench/bench-counters.csv"));
     let encodings: &[bool] = match arg("--gzip", "both").as_str() {

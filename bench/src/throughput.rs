@@ -26,13 +26,7 @@ pub fn static_cpu_s() -> f64 {
         if comm.trim_end() != STATIC_THREADS {
             continue;
         }
-        if let Ok(s) = std::fs::read_to_string(t.path().join("schedstat")) {
-            ns += s
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
+        ns += crate::scale::schedstat_ns(&t.path());
     }
     ns as f64 / 1e9
 }

@@ -30,7 +30,6 @@ use crate::{arg, get, Killed};
 use dcgm_sim_model::node::Node;
 use dcgm_sim_model::profile::Profile;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../../tests/support/kubelet.rs"]
@@ -139,28 +138,17 @@ fn measure(
 ) -> Result<Figures, String> {
     let profile = root.join(arg("--profile", "etc/sim/bench-usage.toml"));
     let csv = root.join(arg("--collectors", "etc/default-counters.csv"));
-    let interval_ms: u64 = arg("--interval-ms", "1000")
-        .parse()
-        .map_err(|_| "--interval-ms: not a number")?;
-    let n: u64 = arg("--collections", "30")
-        .parse()
-        .map_err(|_| "--collections: not a number")?;
+    let interval_ms: u64 = crate::number("--interval-ms", "1000")?;
+    let n: u64 = crate::number("--collections", "30")?;
     let port = crate::free_port()?;
     let log: PathBuf =
         std::env::temp_dir().join(format!("bench-usage-{}-{name}.log", std::process::id()));
     let err = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-    let mut cmd = Command::new(dir.join("dcgm-exporter"));
-    cmd.args(["-f", csv.to_str().ok_or("path")?])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .args(["-c", &interval_ms.to_string()])
-        .args([
-            "--dcgm-library",
-            dir.join("libdcgm.so.4").to_str().ok_or("path")?,
-        ])
-        .env("DCGM_SIM_PROFILE", &profile)
+    let mut cmd = crate::exporter(dir, &profile, &csv, port, interval_ms);
+    cmd.arg("--dcgm-library")
+        .arg(dir.join("libdcgm.so.4"))
         // The simulated NVML, as `libnvidia-ml.so.1`.
         .env("LD_LIBRARY_PATH", dir)
-        .stdout(Stdio::null())
         .stderr(err);
     if k {
         cmd.args(["-k", "--kubernetes-virtual-gpus"])
