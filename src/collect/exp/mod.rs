@@ -80,7 +80,8 @@ pub trait Derived: Any + Send {
         false
     }
 
-    /// Reads and adds its series to `page` (left out whole when this fails).
+    /// Reads, then adds its series to `page`: only once every read succeeded, so that a
+    /// failure leaves the page as it was (the piece's series left out whole).
     fn collect(&mut self, pass: &mut Pass<'_>, page: &mut Page) -> dcgm_sys::Result<()>;
 
     /// Its field watches, in the order they were made.
@@ -139,8 +140,7 @@ impl ExpCollectors {
         Ok(ExpCollectors { parts })
     }
 
-    /// Each derived metric is one piece: the page gets its series only when all of it was
-    /// read.
+    /// Each derived metric is one piece: a failure costs only its own series.
     pub fn collect(
         &mut self,
         session: &Session,
@@ -160,11 +160,8 @@ impl ExpCollectors {
             health: None,
         };
         for p in &mut self.parts {
-            let mut part = Page::default();
-            let r = p.collect(&mut pass, &mut part);
-            if outcome.piece(p.source(), r, failures, page)?.is_some() {
-                page.append(part);
-            }
+            let r = p.collect(&mut pass, page);
+            outcome.piece(p.source(), r, failures, page)?;
         }
         Ok(())
     }

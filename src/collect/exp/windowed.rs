@@ -178,7 +178,9 @@ impl Derived for Windowed {
     fn collect(&mut self, pass: &mut Pass<'_>, page: &mut Page) -> dcgm_sys::Result<()> {
         let since = now_us() - (self.window_ms as i64) * 1000;
         let in_window = self.count_samples(pass.session, since)?;
-        self.render(pass.csv_labels, &in_window, page);
+        let mut part = Page::default();
+        self.render(pass.csv_labels, &in_window, &mut part);
+        page.append(part);
         Ok(())
     }
 
