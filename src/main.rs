@@ -116,7 +116,7 @@ fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
     }
     // The 4.9.0 names DCGM 4.6.0 lacks: read from their field where the loaded library has
     // it, else converted from the legacy field (docs/metrics.md).
-    for b in dcgm_exporter::config::rename::BASE_UNITS {
+    for b in dcgm_exporter::model::naming::base_units::BASE_UNITS {
         let m = b.base_meta();
         writeln!(
             out,
@@ -134,7 +134,7 @@ fn print_fields(out: &mut impl std::io::Write) -> std::io::Result<()> {
         )?;
     }
     // dcgm-exporter 4.10.0's names of four DCGM 4.6 fields: the same field, unit and values.
-    for r in dcgm_exporter::config::rename::RENAMED_4_10 {
+    for r in dcgm_exporter::model::naming::base_units::RENAMED_4_10 {
         let m = r.meta();
         writeln!(
             out,

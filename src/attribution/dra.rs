@@ -9,7 +9,7 @@
 //! the objects are the same in every version, only where device attributes sit differs
 //! (`basic.attributes` in v1alpha3 and v1beta1, `attributes` later), and both are read.
 
-use crate::common::kubeapi::KubeApi;
+use crate::runtime::kubeapi::KubeApi;
 use futures_util::StreamExt;
 use kube::api::{ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};

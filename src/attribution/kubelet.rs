@@ -118,7 +118,7 @@ fn reachable(socket: &Path) -> Result<(), String> {
     match std::fs::metadata(socket) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == ErrorKind::PermissionDenied => {
-            let uid = crate::common::process::effective_uid()
+            let uid = crate::runtime::process::effective_uid()
                 .map_or_else(|e| format!("unknown ({e})"), |u| u.to_string());
             Err(format!(
                 "kubelet socket {shown}: permission denied for uid {uid} (the kubelet's \
@@ -202,7 +202,7 @@ impl Refresher {
         // the collection's count.
         let mut seen = 0u64;
         // No stall limit: the thread waits for triggers, and each call has its deadline.
-        let thread = crate::common::supervisor::Supervisor::global()
+        let thread = crate::runtime::supervisor::Supervisor::global()
             .spawn("kubelet", None, move |beat| {
                 while rx.recv().is_ok() {
                     // Triggers that piled up while a call ran are answered by one call.

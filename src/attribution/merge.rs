@@ -8,7 +8,7 @@ use super::nvml::Process;
 use super::usage::share;
 use super::{dra, kubelet, mig};
 use super::{ClaimMap, ClaimRef, IdType, Options, PodMetadata, PodRef, Snapshot};
-use crate::config::base_units::{Op, BASE_UNITS};
+use crate::model::naming::base_units::{Op, BASE_UNITS};
 use crate::model::{Page, Series};
 use std::collections::HashMap;
 

@@ -1,6 +1,6 @@
 //! Self-metrics of the attribution sources (kubelet, nvml, hpc, ...).
 
-use crate::common::PREFIX;
+use crate::model::naming::PREFIX;
 use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 

@@ -4,7 +4,7 @@
 //! `--kubernetes-pod-label-allowlist-regex`), as dcgm-exporter's pod informer.
 
 use super::{PodMeta, PodMetadata};
-use crate::common::kubeapi::{ErrorStreak, KubeApi};
+use crate::runtime::kubeapi::{ErrorStreak, KubeApi};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher::{self, Event};

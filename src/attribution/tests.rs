@@ -1,7 +1,7 @@
 //! The merge against dcgm-exporter's own test tables (`kubernetes_test.go`, `hpc_test.go`).
 
 use super::*;
-use crate::config::counters::PromType;
+use crate::model::naming::PromType;
 use crate::model::Page;
 use device_ids::MigLocation;
 use kubelet::Allocation;

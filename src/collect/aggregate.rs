@@ -14,8 +14,9 @@
 //! entities or two sources. Blank samples (DCGM's sentinels, a non-OK status, NVML's
 //! refusals) and non-finite numbers never count; a window without a sample adds no series.
 
-use crate::config::counters::{Counter, CounterField, Counters, PromType};
+use crate::config::counters::{Counter, CounterField, Counters};
 use crate::config::file::field_matches;
+use crate::model::naming::PromType;
 use crate::model::{Page, Stat};
 use dcgm_sys::Entity;
 use std::collections::HashMap;
@@ -342,7 +343,7 @@ impl Dcgm {
         counters: &Counters,
         interval_ms: u64,
     ) -> Dcgm {
-        let start_us = super::now_us();
+        let start_us = crate::model::clock::now_us();
         let rows: Vec<Vec<Row>> = sets
             .iter()
             .map(|a| {

@@ -11,7 +11,8 @@
 //! * the page then carries the time of its oldest sample (a field watched at another
 //!   interval than `-c` counted as if taken that difference later), and the server stops
 //!   serving it once that sample is 2 x the collect interval + 1 s old
-//!   (`output::published::Shared::page`), whatever the collection loop is doing.
+//!   (`model::clock::max_served_age`, applied by `output::published::Shared::page`),
+//!   whatever the collection loop is doing.
 //!
 //! Event-driven fields are the exception: DCGM stores a sample of
 //! `DCGM_FI_DEV_XID_ERRORS` only when an XID happens (checked against DCGM 4.6: with no
@@ -24,6 +25,7 @@
 //! (or with no polled field watched at all).
 
 use super::fields;
+use crate::model::clock::SLACK;
 use dcgm_sys::{Entity, FieldReading, Reading};
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -33,17 +35,9 @@ pub fn event_driven(field: u16) -> bool {
     field == fields::XID_ERRORS
 }
 
-/// The slack on top of the interval for DCGM's sampling and our collection.
-const SLACK: Duration = Duration::from_secs(1);
-
 /// The oldest a sample may be when a collection reads it.
 pub fn max_read_age(interval: Duration) -> Duration {
     interval + SLACK
-}
-
-/// The oldest a sample may be while it is served.
-pub fn max_served_age(interval: Duration) -> Duration {
-    interval * 2 + SLACK
 }
 
 fn micros(d: Duration) -> i64 {
@@ -152,6 +146,7 @@ impl Freshness {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::clock::max_served_age;
 
     use dcgm_sys::{EntityGroup, Sentinel, Value};
 

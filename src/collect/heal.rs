@@ -310,7 +310,7 @@ pub fn rearm_counter() -> &'static IntCounterVec {
     C.get_or_init(|| {
         IntCounterVec::new(
             Opts::new(
-                format!("{}profiling_rearms_total", crate::common::PREFIX),
+                format!("{}profiling_rearms_total", crate::model::naming::PREFIX),
                 "Actions taken on a GPU whose profiling fields read 0 or fail while it is busy \
                  (NVIDIA/DCGM#303): rearm (its profiling watches unwatched and watched again) \
                  or restart_engine (the embedded host engine restarted).",
@@ -327,7 +327,7 @@ pub fn stuck_gauge() -> &'static IntGaugeVec {
     G.get_or_init(|| {
         IntGaugeVec::new(
             Opts::new(
-                format!("{}profiling_stuck", crate::common::PREFIX),
+                format!("{}profiling_stuck", crate::model::naming::PREFIX),
                 "1 while a busy GPU's profiling fields have read 0 or failed for \
                  --profiling-rearm-after collections in a row (NVIDIA/DCGM#303), else 0.",
             ),

@@ -7,7 +7,8 @@
 //! (`docs/metrics.md`).
 
 use crate::collect::targets::{Kind, Target};
-use crate::config::counters::{Counters, PromType};
+use crate::config::counters::Counters;
+use crate::model::naming::PromType;
 use crate::model::{Page, Series};
 use dcgm_sys::{Entity, EntityGroup};
 use std::collections::{HashMap, HashSet};

@@ -1,6 +1,12 @@
 //! One DCGM session's watches and the collection that turns their latest values into a page.
+//!
+//! The build: what to watch (`targets`, `topology`), under which settings (`settings`), made
+//! live (`active`, `watch`), plus the derived `DCGM_EXP_*` metrics (`exp`). The other sources
+//! of a page: NVML (`nvml`) and several engines merged (`engines`).
 
+mod active;
 pub mod aggregate;
+pub mod engines;
 pub mod exp;
 pub mod failures;
 pub mod fields;
@@ -11,140 +17,28 @@ pub mod health_codes;
 pub mod info;
 pub mod nvml;
 mod profiling;
+mod settings;
 pub mod targets;
 pub mod topology;
 pub mod versions;
+pub mod watch;
 pub mod xid;
 
-use crate::config::counters::{Counter, CounterField, Counters, PromType};
+pub use settings::{Settings, WatchGroup, LATEST_KEEP_SAMPLES, MAX_KEEP_AGE_S};
+/// For the integration tests that watch through it.
+pub use watch::watch_all;
+
+use crate::config::counters::{Counter, CounterField, Counters};
+use crate::model::clock::now_us;
 use crate::model::{DropReason, Page};
-use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
+use active::{activate, log_watched, own_intervals, ActiveSet};
+use dcgm_sys::{Entity, Reading, Session, Value};
 use exp::ExpCollectors;
 use failures::{Failures, Outcome};
-use profiling::unsupported_profiling;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use targets::{Kind, WatchSet};
+use targets::Kind;
 use topology::Topology;
-
-/// Entities per DCGM group (DCGM_GROUP_MAX_ENTITIES_V2).
-const MAX_GROUP_ENTITIES: usize = 1024;
-/// Fields per field group (the library rejects 128 or more).
-const MAX_FIELD_GROUP_FIELDS: usize = 127;
-/// How long DCGM keeps samples by default (dcgm-exporter's value; --watch-max-keep-age).
-pub const MAX_KEEP_AGE_S: f64 = 600.0;
-
-/// Settings that shape what is watched and how it is labelled.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    pub gpus: crate::config::selector::Selector,
-    pub switches: crate::config::selector::Selector,
-    pub cpus: crate::config::selector::Selector,
-    pub compute_instances: bool,
-    pub use_old_namespace: bool,
-    pub replace_blanks_in_model_name: bool,
-    pub hostname: Option<String>,
-    pub interval_ms: u64,
-    pub xid_window_ms: u64,
-    pub clock_events_window_ms: u64,
-    /// dcgmWatchFields' maxKeepAge (s; 0: no age limit) and maxKeepSamples (0: no limit)
-    /// from --watch-max-keep-age/--watch-max-keep-samples (their defaults unless
-    /// `keep_explicit`).
-    pub keep_age_s: f64,
-    pub keep_samples: i32,
-    /// The user set the retention (flag or environment): every watch keeps what they asked
-    /// for instead of what the exporter reads (see [`Settings::latest_retention`]).
-    pub keep_explicit: bool,
-    /// --fake-gpus: a GPU whose attributes cannot be read is kept as `fake<N>`.
-    pub fake_gpus: bool,
-    /// Watch frequencies for fields matching a glob (the config file's watch groups); a
-    /// field no group matches is watched at `interval_ms`.
-    pub watch_groups: Vec<WatchGroup>,
-    /// The upstream release emulated (`--emulate-version`).
-    pub emulate: crate::config::emulate::UpstreamVersion,
-    /// `--low-cardinality`: info series, static labels left out of the others.
-    pub low_cardinality: bool,
-    /// Profiling that heals (`--profiling-rearm-after`, `--profiling-restart-period`) and
-    /// the modules the embedded engine is started without (`--dcgm-denylist-modules`).
-    pub profiling: heal::Options,
-    /// Sub-interval aggregation (`--aggregate`): fields sampled faster, with their
-    /// min/max/mean/count per collection.
-    pub aggregate: aggregate::Options,
-}
-
-/// Samples DCGM keeps of a field whose latest value is all the exporter reads. Upstream
-/// keeps 600 s of every field, which embedded mode pays for in memory that grows for ten
-/// minutes after start; a count, not an age, so that a field DCGM updates late or rarely
-/// still has its latest value.
-pub const LATEST_KEEP_SAMPLES: i32 = 4;
-
-impl Settings {
-    /// (maxKeepAge s, maxKeepSamples) for a watch of which only the latest value is read.
-    pub fn latest_retention(&self) -> (f64, i32) {
-        if self.keep_explicit {
-            (self.keep_age_s, self.keep_samples)
-        } else {
-            (0.0, LATEST_KEEP_SAMPLES)
-        }
-    }
-
-    /// (maxKeepAge s, maxKeepSamples) for a field read back over `window_ms` (the XID and
-    /// clock-event counts): the whole window, plus one collection interval for the read that
-    /// starts a little after the window's newest sample was taken.
-    pub fn window_retention(&self, window_ms: u64) -> (f64, i32) {
-        if self.keep_explicit {
-            (self.keep_age_s.max(window_ms as f64 / 1000.0), 0)
-        } else {
-            ((window_ms + self.interval_ms) as f64 / 1000.0, 0)
-        }
-    }
-}
-
-pub use crate::config::file::WatchGroup;
-
-impl Settings {
-    fn watch_group(&self, field: u16) -> Option<&WatchGroup> {
-        self.watch_groups.iter().find(|g| {
-            g.fields
-                .iter()
-                .any(|p| crate::config::file::field_matches(p, field))
-        })
-    }
-
-    /// The watch frequency of a field: the first watch group matching its name, else -c.
-    pub fn watch_interval_ms(&self, field: u16) -> u64 {
-        let own = self
-            .watch_group(field)
-            .map_or(self.interval_ms, |g| g.interval_ms);
-        self.aggregate.interval_ms(field, own)
-    }
-
-    /// The retention of a field whose latest value is read: its watch group's own, each
-    /// property over the default retention, else [`Settings::latest_retention`].
-    pub fn field_retention(&self, field: u16) -> (f64, i32) {
-        let own = match self.watch_group(field) {
-            Some(g) if g.keep_age_s.is_some() || g.keep_samples.is_some() => (
-                g.keep_age_s.unwrap_or(self.keep_age_s),
-                g.keep_samples.unwrap_or(self.keep_samples),
-            ),
-            _ => self.latest_retention(),
-        };
-        self.aggregate.retention(field, own, self.interval_ms)
-    }
-}
-
-struct ActiveSet {
-    set: WatchSet,
-    /// CSV `label` rows (indices into `Counters::all`), sorted by name.
-    label_rows: Vec<usize>,
-    /// The other rows, sorted by field id then CSV line (dcgm-exporter's order).
-    value_rows: Vec<usize>,
-    entities: Vec<Entity>,
-    /// (entity, profiling field) pairs the GPU does not support: never exported.
-    unsupported: HashSet<(Entity, u16)>,
-    // Kept alive for the watches; destroyed (after unwatching) on drop.
-    watches: Vec<Watch>,
-}
 
 pub struct Collector {
     session: Session,
@@ -171,237 +65,6 @@ pub struct Collector {
     healer: heal::Healer,
     /// Sub-interval aggregation's reads (`aggregate`).
     aggregate: aggregate::Dcgm,
-}
-
-/// One `dcgmWatchFields` call as it was made, kept so that it can be made again: DCGM keys a
-/// watch by (entity, field, connection), not by group, so removing another group's watch of
-/// the same pairs on this connection removes this one too (see [`Collector::reassert`]).
-pub struct Watch {
-    pub group: Group,
-    pub fields: FieldGroup,
-    freq_us: i64,
-    keep_age_s: f64,
-    keep_samples: i32,
-}
-
-impl Watch {
-    /// A watch just made with (update interval µs, max keep age s, max keep samples).
-    fn made(group: Group, fields: FieldGroup, rate: (i64, f64, i32)) -> Watch {
-        let (freq_us, keep_age_s, keep_samples) = rate;
-        Watch {
-            group,
-            fields,
-            freq_us,
-            keep_age_s,
-            keep_samples,
-        }
-    }
-
-    /// Sets (again) the watch's interval and retention; idempotent in DCGM.
-    pub fn assert(&self, session: &Session) -> dcgm_sys::Result<()> {
-        session.watch(
-            &self.group,
-            &self.fields,
-            self.freq_us,
-            self.keep_age_s,
-            self.keep_samples,
-        )
-    }
-
-    /// Removes this connection's watch of every (entity, field) pair of the watch.
-    pub fn remove(&self, session: &Session) -> dcgm_sys::Result<()> {
-        session.unwatch(&self.group, &self.fields)
-    }
-}
-
-/// What [`watch_all`] set up: the live watches and the fields DCGM refused.
-pub struct Watched {
-    pub watches: Vec<Watch>,
-    /// Fields DCGM would not watch on these entities, each with its error.
-    pub refused: Vec<(u16, dcgm_sys::Error)>,
-    /// Entities DCGM would not take into a group (e.g. a GPU detached since discovery).
-    pub refused_entities: Vec<(Entity, dcgm_sys::Error)>,
-}
-
-/// A group of `entities`. When DCGM refuses one (BADPARAM for a GPU detached from its
-/// driver since the node was discovered), each is tried alone and the refused ones are left
-/// out with their error, so that one entity never costs the others their watches.
-pub fn group_of_accepted(
-    session: &Session,
-    name: &str,
-    entities: &[Entity],
-    refused: &mut Vec<(Entity, dcgm_sys::Error)>,
-) -> dcgm_sys::Result<Group> {
-    let err = match session.create_group(name, entities) {
-        Ok(g) => return Ok(g),
-        Err(e) if failures::is_fatal(&e) || entities.len() < 2 => return Err(e),
-        Err(e) => e,
-    };
-    let mut accepted = Vec::new();
-    for &e in entities {
-        match session.create_group(&format!("{name}-probe"), &[e]) {
-            Ok(_) => accepted.push(e),
-            Err(x) if failures::is_fatal(&x) => return Err(x),
-            Err(x) => {
-                tracing::warn!("{e:?} refused in a group, left out of its watches: {x}");
-                refused.push((e, x));
-            }
-        }
-    }
-    if accepted.is_empty() || accepted.len() == entities.len() {
-        return Err(err);
-    }
-    session.create_group(name, &accepted)
-}
-
-/// Creates groups and field groups for a set of entities and watches them. When DCGM
-/// refuses a whole watch (it rejects all of it for one bad field, e.g. a profiling field
-/// while its module is not loaded), each field is tried alone and only the refused ones are
-/// left out. A lost connection is returned as the error.
-pub fn watch_all(
-    session: &Session,
-    name: &str,
-    entities: &[Entity],
-    fields: &[u16],
-    interval_ms: u64,
-    keep_age_s: f64,
-    keep_samples: i32,
-) -> dcgm_sys::Result<Watched> {
-    // Field-group names must be unique in the engine, also while a rebuilt collector
-    // briefly coexists with the one it replaces.
-    static GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nonce = format!(
-        "{}-{}",
-        std::process::id(),
-        GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let freq_us = (interval_ms * 1000) as i64;
-    let rate = (freq_us, keep_age_s, keep_samples);
-    let mut out = Watched {
-        watches: Vec::new(),
-        refused: Vec::new(),
-        refused_entities: Vec::new(),
-    };
-    for (gi, ents) in entities.chunks(MAX_GROUP_ENTITIES).enumerate() {
-        for (fi, flds) in fields.chunks(MAX_FIELD_GROUP_FIELDS).enumerate() {
-            let mut refused = Vec::new();
-            let group = group_of_accepted(
-                session,
-                &format!("{name}-{nonce}-{gi}-{fi}"),
-                ents,
-                &mut refused,
-            )?;
-            if fi == 0 {
-                out.refused_entities.extend(refused);
-            }
-            let fg_name = format!("{name}-fields-{nonce}-{gi}-{fi}");
-            let fg = session.create_field_group(&fg_name, flds)?;
-            tracing::debug!(
-                "{name}: watching {} entities x fields {flds:?} every {interval_ms} ms (keep {keep_age_s} s, {keep_samples} samples)",
-                ents.len()
-            );
-            let err = match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => {
-                    out.watches.push(Watch::made(group, fg, rate));
-                    continue;
-                }
-                Err(e) if failures::is_fatal(&e) => return Err(e),
-                Err(e) => e,
-            };
-            drop(fg);
-            if flds.len() == 1 {
-                out.refused.push((flds[0], err));
-                continue;
-            }
-            let good = probe_fields(session, &group, &fg_name, flds, rate, &mut out.refused)?;
-            if good.is_empty() {
-                continue;
-            }
-            let fg = session.create_field_group(&fg_name, &good)?;
-            match session.watch(&group, &fg, freq_us, keep_age_s, keep_samples) {
-                Ok(()) => out.watches.push(Watch::made(group, fg, rate)),
-                Err(e) if failures::is_fatal(&e) => return Err(e),
-                // Each field alone was accepted but not together: none of them is watched.
-                Err(e) => out
-                    .refused
-                    .extend(good.iter().map(|f| (*f, failures::copy(&e)))),
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The fields of `flds` DCGM watches on `group` when asked one by one; the others go to
-/// `refused` with their error. Each probe is unwatched at once (the caller watches the good
-/// ones together); pairs it shares with watches in place are made again after the build
-/// (`Collector::reassert`).
-fn probe_fields(
-    session: &Session,
-    group: &Group,
-    fg_name: &str,
-    flds: &[u16],
-    (freq_us, keep_age_s, keep_samples): (i64, f64, i32),
-    refused: &mut Vec<(u16, dcgm_sys::Error)>,
-) -> dcgm_sys::Result<Vec<u16>> {
-    let mut good = Vec::new();
-    for &f in flds {
-        let probe = session.create_field_group(&format!("{fg_name}-probe-{f}"), &[f])?;
-        match session.watch(group, &probe, freq_us, keep_age_s, keep_samples) {
-            Ok(()) => {
-                // DCGM removes every pair of an unwatch and reports a failing one after
-                // (DcgmHostEngineHandler::UnwatchFieldGroup); the real DCGM 4.6 kit answers
-                // NotWatched for profiling fields of GPUs it samples through GPM. The field
-                // was accepted all the same.
-                match session.unwatch(group, &probe) {
-                    Err(e) if failures::is_fatal(&e) => return Err(e),
-                    Err(e) => tracing::debug!("unwatch of the probe of field {f}: {e}"),
-                    Ok(()) => {}
-                }
-                good.push(f);
-            }
-            Err(e) if failures::is_fatal(&e) => return Err(e),
-            Err(e) => refused.push((f, e)),
-        }
-    }
-    Ok(good)
-}
-
-/// One line for what is watched per entity type, and one debug line for the types with
-/// nothing to collect: the build runs at every start, reconnect, reload and MIG change.
-fn log_watched(sets: &[ActiveSet]) {
-    let watched: Vec<String> = sets
-        .iter()
-        .map(|s| {
-            format!(
-                "{} {} entities x {} fields",
-                s.entities.len(),
-                s.set.kind.name(),
-                s.set.fields.len()
-            )
-        })
-        .collect();
-    if watched.is_empty() {
-        tracing::info!("watching no DCGM field");
-    } else {
-        tracing::info!("watching {}", watched.join(", "));
-    }
-    let idle: Vec<&str> = [
-        Kind::Gpu,
-        Kind::Switch,
-        Kind::Link,
-        Kind::Cpu,
-        Kind::CpuCore,
-    ]
-    .into_iter()
-    .filter(|k| !sets.iter().any(|s| s.set.kind == *k))
-    .map(Kind::name)
-    .collect();
-    if !idle.is_empty() {
-        tracing::debug!(
-            "not collecting {} metrics: no such entities selected or no fields apply",
-            idle.join(", ")
-        );
-    }
 }
 
 impl Collector {
@@ -810,16 +473,6 @@ fn bind_units(session: &Session, counters: Arc<Counters>) -> Result<Arc<Counters
     Ok(Arc::new(bound))
 }
 
-/// The watched fields a watch group samples at another interval than `-c`, with theirs.
-fn own_intervals(sets: &[ActiveSet], settings: &Settings) -> HashMap<u16, std::time::Duration> {
-    sets.iter()
-        .flat_map(|a| &a.set.fields)
-        .map(|&f| (f, settings.watch_interval_ms(f)))
-        .filter(|&(_, ms)| ms != settings.interval_ms)
-        .map(|(f, ms)| (f, std::time::Duration::from_millis(ms)))
-        .collect()
-}
-
 /// A label row's value: a base-unit row read from its legacy field is converted here too.
 fn converted_label(c: &Counter, v: &Value) -> Value {
     match (c.unit, v) {
@@ -831,136 +484,6 @@ fn converted_label(c: &Counter, v: &Value) -> Value {
         }
         _ => v.clone(),
     }
-}
-
-/// Microseconds since the Unix epoch, DCGM's timestamp clock.
-pub fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
-}
-
-/// Watches one planned set: the profiling fields DCGM cannot serve are left out first (it
-/// refuses a whole watch holding one), then one watch per frequency; fields DCGM refuses
-/// are dropped and counted. `None` when nothing of the set is left.
-fn activate(
-    session: &Session,
-    mut set: WatchSet,
-    counters: &Counters,
-    settings: &Settings,
-    failures: &mut Failures,
-) -> Result<Option<ActiveSet>, StartError> {
-    let name = format!(
-        "dcgm-exporter-{}",
-        set.kind.name().replace(' ', "-").to_lowercase()
-    );
-    let unsupported = if set.kind == Kind::Gpu {
-        let prof = unsupported_profiling(session, &set);
-        prof.report(&set, counters);
-        let refused = prof.unwatched.iter().map(|u| u.0).collect();
-        drop_fields(&mut set, counters, &refused);
-        prof.pairs
-    } else {
-        HashSet::new()
-    };
-    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
-    let source = format!("{} fields", set.kind.name());
-    let watched = match watch_by_interval(session, &name, &entities, &set, settings, &unsupported)?
-    {
-        Ok(w) => w,
-        Err(e) => {
-            failures.refused_at_start(&source, &e);
-            return Ok(None);
-        }
-    };
-    for (entity, e) in &watched.refused_entities {
-        failures.refused_at_start(&format!("{source} of {entity:?}"), e);
-    }
-    let gone: HashSet<Entity> = watched.refused_entities.iter().map(|r| r.0).collect();
-    set.targets.retain(|t| !gone.contains(&t.entity));
-    let entities: Vec<Entity> = set.targets.iter().map(|t| t.entity).collect();
-    let mut refused = HashSet::new();
-    for (field, e) in &watched.refused {
-        for name in row_names(&set, counters, *field) {
-            failures.refused_at_start(&name, e);
-        }
-        refused.insert(*field);
-    }
-    drop_fields(&mut set, counters, &refused);
-    if set.fields.is_empty() {
-        return Ok(None);
-    }
-    let (mut label_rows, mut value_rows): (Vec<usize>, Vec<usize>) = set
-        .counters
-        .iter()
-        .partition(|&&i| counters.all[i].prom_type == PromType::Label);
-    label_rows.sort_by(|&a, &b| counters.all[a].name.cmp(&counters.all[b].name));
-    value_rows.sort_by_key(|&i| (field_id(&counters.all[i]), counters.all[i].line));
-    Ok(Some(ActiveSet {
-        set,
-        label_rows,
-        value_rows,
-        entities,
-        unsupported,
-        watches: watched.watches,
-    }))
-}
-
-/// One watch per frequency and retention: fields of a config-file watch group are sampled
-/// at its interval and kept as it says. A profiling field some GPUs do not support is
-/// watched on the others only (`unsupported`): DCGM refuses a whole watch of it where its
-/// profiling module is denied or absent, and a watch of GPUs it samples through GPM alone
-/// never loads the module. The inner error is the set's own (it is left out); the outer one is fatal.
-fn watch_by_interval(
-    session: &Session,
-    name: &str,
-    entities: &[Entity],
-    set: &WatchSet,
-    settings: &Settings,
-    unsupported: &HashSet<(Entity, u16)>,
-) -> Result<dcgm_sys::Result<Watched>, StartError> {
-    type Key = (u64, u64, i32, Vec<Entity>);
-    let mut by_interval: BTreeMap<Key, Vec<u16>> = BTreeMap::new();
-    for &f in &set.fields {
-        let (age_s, samples) = settings.field_retention(f);
-        let on: Vec<Entity> = entities
-            .iter()
-            .copied()
-            .filter(|e| !unsupported.contains(&(*e, f)))
-            .collect();
-        if on.is_empty() {
-            continue;
-        }
-        by_interval
-            .entry((settings.watch_interval_ms(f), age_s.to_bits(), samples, on))
-            .or_default()
-            .push(f);
-    }
-    let mut watched = Watched {
-        watches: Vec::new(),
-        refused: Vec::new(),
-        refused_entities: Vec::new(),
-    };
-    for ((interval_ms, age_bits, keep_samples, entities), fields) in &by_interval {
-        match watch_all(
-            session,
-            name,
-            entities,
-            fields,
-            *interval_ms,
-            f64::from_bits(*age_bits),
-            *keep_samples,
-        ) {
-            Ok(w) => {
-                watched.watches.extend(w.watches);
-                watched.refused.extend(w.refused);
-                watched.refused_entities.extend(w.refused_entities);
-            }
-            Err(e) if failures::is_fatal(&e) => return Err(e.into()),
-            Err(e) => return Ok(Err(e)),
-        }
-    }
-    Ok(Ok(watched))
 }
 
 /// The `gpu` and `UUID` labels of each whole GPU, for the healing's self-metrics.
@@ -1004,32 +527,6 @@ fn judge_profiling(
     out
 }
 
-/// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
-fn drop_fields(set: &mut WatchSet, counters: &Counters, refused: &HashSet<u16>) {
-    if refused.is_empty() {
-        return;
-    }
-    set.fields.retain(|f| !refused.contains(f));
-    set.counters
-        .retain(|&i| !refused.contains(&field_id(&counters.all[i])));
-}
-
-/// The CSV names of a watch set's rows reading `field` (what users know it as).
-fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
-    let mut names: Vec<String> = set
-        .counters
-        .iter()
-        .map(|&i| &counters.all[i])
-        .filter(|c| field_id(c) == field)
-        .map(|c| c.name.clone())
-        .collect();
-    names.dedup();
-    if names.is_empty() {
-        names.push(field_name(field).to_string());
-    }
-    names
-}
-
 /// A reading's number, or why it has none (the drop reason and its per-field detail).
 fn numeric(reading: &Reading) -> Result<f64, (DropReason, &'static str)> {
     match reading {
@@ -1068,86 +565,6 @@ pub enum StartError {
     Dcgm(#[from] dcgm_sys::Error),
     #[error("{0}")]
     Config(String),
-}
-
-#[cfg(test)]
-mod retention_tests {
-    use super::*;
-
-    fn settings(explicit: bool, age_s: f64, samples: i32) -> Settings {
-        let all = crate::config::selector::parse("-d", "f").unwrap();
-        Settings {
-            gpus: all.clone(),
-            switches: all.clone(),
-            cpus: all,
-            compute_instances: false,
-            use_old_namespace: false,
-            replace_blanks_in_model_name: false,
-            hostname: None,
-            interval_ms: 30_000,
-            xid_window_ms: 300_000,
-            clock_events_window_ms: 300_000,
-            keep_age_s: age_s,
-            keep_samples: samples,
-            keep_explicit: explicit,
-            fake_gpus: false,
-            watch_groups: Vec::new(),
-            emulate: Default::default(),
-            low_cardinality: false,
-            profiling: Default::default(),
-            aggregate: Default::default(),
-        }
-    }
-
-    /// A config-file watch group with its own retention (version 2's collection
-    /// `sources.dcgm.watch`, version 1's `retention`) overrides each property it states.
-    #[test]
-    fn a_watch_groups_retention_applies_to_its_fields_only() {
-        let mut s = settings(false, 600.0, 0);
-        s.watch_groups = vec![
-            WatchGroup {
-                name: "power".into(),
-                interval_ms: 100,
-                fields: vec!["DCGM_FI_DEV_POWER_*".into()],
-                keep_age_s: Some(0.0),
-                keep_samples: Some(2),
-            },
-            WatchGroup {
-                name: "temp".into(),
-                interval_ms: 200,
-                fields: vec!["DCGM_FI_DEV_GPU_TEMP".into()],
-                keep_age_s: None,
-                keep_samples: Some(9),
-            },
-        ];
-        assert_eq!(s.field_retention(155), (0.0, 2));
-        assert_eq!(s.watch_interval_ms(155), 100);
-        assert_eq!(s.field_retention(150), (600.0, 9));
-        assert_eq!(s.field_retention(100), s.latest_retention());
-        assert_eq!(s.watch_interval_ms(100), 30_000);
-    }
-
-    #[test]
-    fn by_default_latest_fields_keep_a_few_samples_and_windows_their_window() {
-        // The defaults of the flags (600 s, no sample limit), not given by the user.
-        let s = settings(false, 600.0, 0);
-        assert_eq!(s.latest_retention(), (0.0, LATEST_KEEP_SAMPLES));
-        // 5 min window + one 30 s interval, by age: the window's samples, however many.
-        assert_eq!(s.window_retention(300_000), (330.0, 0));
-        assert_eq!(s.window_retention(0), (30.0, 0));
-    }
-
-    #[test]
-    fn a_retention_the_user_sets_wins() {
-        let s = settings(true, 600.0, 0);
-        assert_eq!(s.latest_retention(), (600.0, 0));
-        // Never shorter than a window that is read back.
-        assert_eq!(s.window_retention(300_000), (600.0, 0));
-        assert_eq!(s.window_retention(900_000), (900.0, 0));
-        let s = settings(true, 0.0, 5);
-        assert_eq!(s.latest_retention(), (0.0, 5));
-        assert_eq!(s.window_retention(300_000), (300.0, 0));
-    }
 }
 
 /// The readings of one collection by (entity, field): small integer keys from DCGM, hashed

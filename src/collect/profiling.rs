@@ -27,7 +27,7 @@ impl Profiling {
     pub fn report(&self, set: &WatchSet, counters: &Counters) {
         if !self.denied {
             for (field, why) in &self.unwatched {
-                for name in super::row_names(set, counters, *field) {
+                for name in super::targets::row_names(set, counters, *field) {
                     tracing::warn!("skipping {name}: {why}");
                 }
             }
@@ -41,7 +41,7 @@ impl Profiling {
             .collect();
         let rows: Vec<String> = fields
             .iter()
-            .flat_map(|f| super::row_names(set, counters, *f))
+            .flat_map(|f| super::targets::row_names(set, counters, *f))
             .collect();
         let gpus: Vec<String> = self.lacking.iter().map(u32::to_string).collect();
         if rows.is_empty() {

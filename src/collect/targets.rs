@@ -3,9 +3,10 @@
 
 use crate::collect::fields::level;
 use crate::collect::topology::{Instance, Topology};
-use crate::config::counters::{Counter, CounterField, Counters, PromType};
+use crate::config::counters::{Counter, CounterField, Counters};
 use crate::config::emulate::UpstreamVersion;
 use crate::config::selector::{check_exists, IdSet, Selector};
+use crate::model::naming::PromType;
 use dcgm_sys::{Entity, EntityGroup, LinkState};
 
 /// The entity types dcgm-exporter has a collector for.
@@ -477,4 +478,34 @@ fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Targ
         }
     }
     Ok((cpus, cores))
+}
+
+/// Leaves `refused` fields, and the CSV rows reading them, out of a watch set.
+pub(super) fn drop_fields(
+    set: &mut WatchSet,
+    counters: &Counters,
+    refused: &std::collections::HashSet<u16>,
+) {
+    if refused.is_empty() {
+        return;
+    }
+    set.fields.retain(|f| !refused.contains(f));
+    set.counters
+        .retain(|&i| !refused.contains(&super::field_id(&counters.all[i])));
+}
+
+/// The CSV names of a watch set's rows reading `field` (what users know it as).
+pub(super) fn row_names(set: &WatchSet, counters: &Counters, field: u16) -> Vec<String> {
+    let mut names: Vec<String> = set
+        .counters
+        .iter()
+        .map(|&i| &counters.all[i])
+        .filter(|c| super::field_id(c) == field)
+        .map(|c| c.name.clone())
+        .collect();
+    names.dedup();
+    if names.is_empty() {
+        names.push(super::field_name(field).to_string());
+    }
+    names
 }

@@ -6,7 +6,8 @@
 //! out (`dcgm_sys::releases` has the fields of each release, from NVIDIA's headers).
 
 use super::fields;
-use crate::config::counters::{Counter, CounterField, Counters, ExpField};
+use crate::config::counters::{Counter, CounterField, Counters};
+use crate::model::naming::ExpField;
 use dcgm_sys::releases::{field_since, knows_field};
 use dcgm_sys::Session;
 use std::collections::HashSet;

@@ -1,19 +1,20 @@
 //! Where the counters come from: the `-f` file, or with `-m <namespace>:<name>` key
 //! `metrics` of a ConfigMap read through the Kubernetes API. dcgm-exporter reads the
 //! ConfigMap at startup (any failure is fatal) and on a reload; we also follow it (a watch,
-//! or a `get` every poll period where RBAC refuses the watch: `follow`), so an edit reloads
-//! the counters without a signal.
-
-mod follow;
+//! or a `get` every [`poll_period`] where RBAC refuses the watch:
+//! `lifecycle::watchers::counters_configmap`), so an edit reloads the counters without a
+//! signal.
 
 use super::counters::{self, Counters};
-use crate::common::kubeapi::{KubeApi, STARTUP_DEADLINE};
 use k8s_openapi::api::core::v1::ConfigMap;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-pub use follow::{poll_period, POLL_DEFAULT, POLL_ENV};
+/// The variable that sets the poll period (a Go duration, at least 1s).
+pub const POLL_ENV: &str = "DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL";
+/// The poll period without [`POLL_ENV`], unless the collection interval is longer.
+pub const POLL_DEFAULT: Duration = Duration::from_secs(60);
 
 /// The ConfigMap key holding the CSV, as upstream.
 pub const KEY: &str = "metrics";
@@ -106,53 +107,40 @@ pub fn parse_ref(value: &str) -> Result<(String, String), String> {
     }
 }
 
-fn metrics_of(cm: &ConfigMap) -> Option<String> {
+/// The CSV text of the ConfigMap, `None` without the key.
+pub fn metrics_of(cm: &ConfigMap) -> Option<String> {
     cm.data.as_ref()?.get(KEY).cloned()
 }
 
-/// Reads the ConfigMap now, then follows it (see `follow`): each change of its `metrics`
-/// text is stored in the returned source and announced through `changed` (which triggers a
-/// reload). `interval`: the collection interval, which the poll period is never shorter than
-/// unless [`POLL_ENV`] says otherwise.
-pub fn open(
-    api: &KubeApi,
-    namespace: &str,
-    name: &str,
-    interval: Duration,
-    changed: impl Fn() + Send + Sync + 'static,
-) -> Result<CountersSource, String> {
-    let poll = poll_period(interval, std::env::var(POLL_ENV).ok().as_deref())?;
-    let label = format!("configmap {namespace}/{name} key {KEY}");
-    let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(api.client(), namespace);
-    let cm = api.block_on(STARTUP_DEADLINE, async {
-        configmaps
-            .get(name)
-            .await
-            .map_err(|e| format!("-m {namespace}:{name}: cannot read the ConfigMap: {e}"))
-    })?;
-    let text = metrics_of(&cm)
-        .ok_or_else(|| format!("-m {namespace}:{name}: the ConfigMap has no key {KEY:?}"))?;
-    // Validated now so that a bad list stops the start, as a bad -f file does.
-    counters::parse_str(&label, &text).map_err(|e| e.to_string())?;
-    let shared = Arc::new(RwLock::new(text));
-    let target = follow::Target {
-        api: configmaps,
-        name: name.to_string(),
-        what: label.clone(),
-        latest: shared.clone(),
-        changed: Box::new(changed),
-        poll,
+/// How often the ConfigMap is read when it cannot be watched: [`POLL_ENV`] if set, else
+/// every 60 s or every collection interval, whichever is longer.
+pub fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, String> {
+    let Some(value) = env else {
+        return Ok(interval.max(POLL_DEFAULT));
     };
-    api.spawn(follow::follow(target, cm.metadata.resource_version.clone()));
-    Ok(CountersSource::ConfigMap {
-        name: label,
-        text: shared,
-    })
+    let period = crate::config::duration::parse(value).map_err(|e| format!("{POLL_ENV}: {e}"))?;
+    if period < Duration::from_secs(1) {
+        return Err(format!("{POLL_ENV} {value:?}: at least 1s"));
+    }
+    Ok(period)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_poll_period_is_a_minute_or_the_interval_unless_the_variable_says() {
+        let s = Duration::from_secs;
+        assert_eq!(poll_period(s(30), None), Ok(s(60)));
+        assert_eq!(poll_period(s(300), None), Ok(s(300)));
+        assert_eq!(poll_period(s(30), Some("5s")), Ok(s(5)));
+        assert_eq!(poll_period(s(300), Some("1m30s")), Ok(s(90)));
+        for bad in ["500ms", "0", "soon", "-1s"] {
+            let e = poll_period(s(30), Some(bad)).unwrap_err();
+            assert!(e.starts_with(POLL_ENV), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn counters_are_read_for_the_emulated_release() {

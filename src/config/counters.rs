@@ -2,102 +2,11 @@
 //! as Go's encoding/csv reads it ([`super::gocsv`]), columns trimmed of spaces only.
 
 use crate::config::emulate::UpstreamVersion;
+use crate::model::naming::ExpField;
+/// For the integration tests and the bench that read it here.
+pub use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
-use std::fmt;
 use std::path::Path;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PromType {
-    Gauge,
-    Counter,
-    Histogram,
-    Summary,
-    /// The field's value becomes a label on every series of the entity.
-    Label,
-}
-
-impl PromType {
-    const ALL: [PromType; 5] = [
-        PromType::Gauge,
-        PromType::Counter,
-        PromType::Histogram,
-        PromType::Summary,
-        PromType::Label,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            PromType::Gauge => "gauge",
-            PromType::Counter => "counter",
-            PromType::Histogram => "histogram",
-            PromType::Summary => "summary",
-            PromType::Label => "label",
-        }
-    }
-
-    /// Case-sensitive, as dcgm-exporter matches it.
-    fn parse(s: &str) -> Option<PromType> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-}
-
-/// The CSV word, which is also what `# TYPE` shows.
-impl fmt::Display for PromType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Metrics the exporter synthesises (dcgm-exporter's `DCGM_EXP_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpField {
-    XidErrorsCount,
-    ClockEventsCount,
-    GpuHealthStatus,
-    P2PStatus,
-    XidErrorsTotal,
-    ClockEventsTotal,
-    /// Ours: what each GPU needs now (collect/health.rs).
-    GpuHealthAction,
-    /// Ours: expected, present and lost GPUs of the node.
-    GpuCount,
-}
-
-impl ExpField {
-    const ALL: [ExpField; 8] = [
-        ExpField::XidErrorsCount,
-        ExpField::ClockEventsCount,
-        ExpField::GpuHealthStatus,
-        ExpField::P2PStatus,
-        ExpField::XidErrorsTotal,
-        ExpField::ClockEventsTotal,
-        ExpField::GpuHealthAction,
-        ExpField::GpuCount,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ExpField::XidErrorsCount => "DCGM_EXP_XID_ERRORS_COUNT",
-            ExpField::ClockEventsCount => "DCGM_EXP_CLOCK_EVENTS_COUNT",
-            ExpField::GpuHealthStatus => "DCGM_EXP_GPU_HEALTH_STATUS",
-            ExpField::P2PStatus => "DCGM_EXP_P2P_STATUS",
-            ExpField::XidErrorsTotal => "DCGM_EXP_XID_ERRORS_TOTAL",
-            ExpField::ClockEventsTotal => "DCGM_EXP_CLOCK_EVENTS_TOTAL",
-            ExpField::GpuHealthAction => "DCGM_EXP_GPU_HEALTH_ACTION",
-            ExpField::GpuCount => "DCGM_EXP_GPU_COUNT",
-        }
-    }
-
-    pub fn by_name(name: &str) -> Option<ExpField> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
-
-impl fmt::Display for ExpField {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CounterField {
@@ -119,7 +28,7 @@ pub struct Counter {
     /// A base-unit metric (dcgm-exporter 4.9.0's name): read from the base-unit field where
     /// the library has it, else converted from the legacy field in `field`
     /// (see [`super::rename`]).
-    pub unit: Option<&'static super::base_units::BaseUnit>,
+    pub unit: Option<&'static crate::model::naming::base_units::BaseUnit>,
 }
 
 impl Counter {
@@ -249,7 +158,7 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
         let cols: Vec<&str> = rec.fields.iter().map(|c| c.trim_matches(' ')).collect();
         let (name, ty, help) = (cols[0], cols[1], cols[2]);
         // Resolve the name first, as dcgm-exporter does: an unknown name is the error shown.
-        let (field, metric_name, unit) = match super::base_units::resolve(name) {
+        let (field, metric_name, unit) = match crate::model::naming::base_units::resolve(name) {
             // A base-unit name DCGM 4.6 does not know (all but GPU_UTIL_RATIO, which is field
             // 203 there: which one it means depends on the generation, see rename.rs).
             Some((b, n)) if fields::by_name(name).is_none() => {
@@ -340,7 +249,7 @@ fn malformed(e: &super::gocsv::ParseError) -> (usize, String) {
 
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
 /// decimal field id (our extension, exported under the 4.6 name). Base-unit names and ids
-/// (dcgm-exporter 4.9.0's) are resolved before, by [`super::base_units::resolve`].
+/// (dcgm-exporter 4.9.0's) are resolved before, by [`crate::model::naming::base_units::resolve`].
 fn resolve(name: &str) -> Result<(CounterField, String), String> {
     if let Some(m) = fields::by_name(name) {
         return Ok((CounterField::Dcgm(m), name.to_string()));
@@ -349,7 +258,7 @@ fn resolve(name: &str) -> Result<(CounterField, String), String> {
         return Ok((CounterField::Exp(x), name.to_string()));
     }
     // dcgm-exporter 4.10.0's names of DCGM 4.6 fields (the generation's name: rename.rs).
-    if let Some(r) = super::base_units::by_4_10_name(name) {
+    if let Some(r) = crate::model::naming::base_units::by_4_10_name(name) {
         return Ok((CounterField::Dcgm(r.meta()), name.to_string()));
     }
     if !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()) {

@@ -1,9 +1,10 @@
 //! Configuration: command-line flags and environment (`cli`), the counters CSV
 //! (`counters`, read by `gocsv` as Go's encoding/csv reads it), the `-d`/`-s`/`-p` device
 //! selectors (`selector`), the `Hostname` label's value (`hostname`) and the upstream
-//! release emulated (`emulate`).
+//! release emulated (`emulate`); where the counters come from (`configmap`) and the names
+//! they are read under (`rename`). What a metric is (its type, base unit, names) is
+//! `model::naming`'s: the configuration selects among those.
 
-pub mod base_units;
 pub mod cli;
 pub mod configmap;
 pub mod counters;

@@ -13,9 +13,14 @@
 //!
 //! dcgm-exporter 4.10.0 renames four more, same field and unit ([`RENAMED_4_10`]): either
 //! name is read in every mode and exported under the emulated release's.
+//!
+//! The tables are `model::naming::base_units`'s; this module applies them to counter sets.
 
-pub use super::base_units::*;
-use super::counters::{Counter, CounterField, Counters, PromType};
+use super::counters::{Counter, CounterField, Counters};
+use crate::model::naming::base_units::*;
+/// For the integration tests that read them here.
+pub use crate::model::naming::base_units::{Op, RENAMED_4_10};
+use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 
 /// The name dcgm-exporter 4.9.0 exports a 4.8.x row under: a base-unit metric, or DCGM's

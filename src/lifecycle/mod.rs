@@ -4,7 +4,7 @@
 //! `worker` (the thread that owns the DCGM session, so every DCGM step has a deadline),
 //! `watchers` (threads that ask the loop to rebuild), `events_cmd` (`dcgm-exporter events`:
 //! a client of a running exporter's `/events`). Side threads run under
-//! `common::supervisor`.
+//! `runtime::supervisor`.
 
 pub mod app;
 pub mod control;

@@ -10,11 +10,18 @@
 //! (the same labels twice in a family, a family added again with another type or help, a
 //! label name Prometheus refuses) is dropped and counted instead, so that no renderer ever
 //! writes one.
+//!
+//! Beside the page: what a metric is, for every stage (`naming`: types, the derived
+//! `DCGM_EXP_*` names, base units, the self-metric prefix), the page's clock and how long it
+//! may be served (`clock`), the node it describes (`node`) and the history of events
+//! (`events`).
 
+pub mod clock;
 pub mod events;
+pub mod naming;
 pub mod node;
 
-use crate::config::counters::PromType;
+use naming::PromType;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;

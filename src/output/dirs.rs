@@ -21,7 +21,7 @@
 //!
 //! Errors name the flag and the path at fault.
 
-use crate::common::process::effective_uid;
+use crate::runtime::process::effective_uid;
 use std::ffi::OsStr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};

@@ -90,7 +90,7 @@ impl Dumper {
     pub fn start(self) -> Result<Dumper, String> {
         self.prepare_dir()?;
         let d = self.clone();
-        crate::common::supervisor::Supervisor::global()
+        crate::runtime::supervisor::Supervisor::global()
             .spawn(
                 "dump-cleanup",
                 Some(Duration::from_secs(3 * 3600)),

@@ -228,7 +228,7 @@ impl Exposition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::counters::PromType;
+    use crate::model::naming::PromType;
     use std::io::Read;
 
     fn page(series: usize) -> Page {

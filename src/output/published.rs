@@ -2,12 +2,11 @@
 //! per collection) and until when it may be served, the exporter's health and its degraded
 //! notes, the self-metrics. The collection loop writes it; scrapes never wait on it.
 
-use crate::collect::freshness::max_served_age;
-use crate::collect::now_us;
-use crate::common::supervisor::Supervisor;
+use crate::model::clock::{max_served_age, now_us};
 use crate::model::Page;
 use crate::output::exposition::Exposition;
 use crate::output::selfmetrics::SelfMetrics;
+use crate::runtime::supervisor::Supervisor;
 use arc_swap::ArcSwap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -66,7 +65,7 @@ impl Shared {
         let metrics = SelfMetrics::new();
         metrics.register(Box::new(threads.restarts()));
         let stalled_gauge = prometheus::IntGauge::new(
-            format!("{}dcgm_sampling_stalled", crate::common::PREFIX),
+            format!("{}dcgm_sampling_stalled", crate::model::naming::PREFIX),
             "1 while DCGM is connected and watched but has sampled none of the watched fields \
              for more than two collection intervals (the page then holds no DCGM value).",
         )
@@ -260,7 +259,7 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::Shared;
-    use crate::common::supervisor::Supervisor;
+    use crate::runtime::supervisor::Supervisor;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
 
@@ -280,7 +279,10 @@ mod tests {
         let shared = Shared::new(Duration::from_millis(100));
         let collected = |stalled: bool| {
             shared.observe_sampling(stalled);
-            shared.publish(&crate::model::Page::default(), crate::collect::now_us());
+            shared.publish(
+                &crate::model::Page::default(),
+                crate::model::clock::now_us(),
+            );
             shared.set_connected(true);
             shared.set_last_success(Instant::now());
         };

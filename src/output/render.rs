@@ -110,7 +110,7 @@ use crate::output::openmetrics;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::counters::PromType;
+    use crate::model::naming::PromType;
     use crate::model::DropReason;
 
     fn text(p: Page) -> String {

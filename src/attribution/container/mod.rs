@@ -14,7 +14,7 @@ pub mod http;
 
 use super::usage::{Consumer, Owner};
 use super::{DeviceLabelSource, DeviceLabels};
-use crate::common::supervisor::Supervisor;
+use crate::runtime::supervisor::Supervisor;
 use docker::{GpuRef, Inspect, Listed};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 use super::*;
 use crate::attribution::nvml::MigWalk;
 use crate::attribution::{Attribution, DeviceLabelSource, DeviceLabels, IdType, Options};
-use crate::config::counters::PromType;
+use crate::model::naming::PromType;
 use crate::model::Page;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};

@@ -2,7 +2,7 @@
 //! energy and utilisation series) and, per consumer, the consumer's labels.
 
 use super::ledger::{Book, ConsumerBook};
-use crate::config::counters::PromType;
+use crate::model::naming::PromType;
 use crate::model::Page;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@ use super::families::{ALLOCATED_IDLE, ENERGY, IDLE_ENERGY, UTIL_SHARE};
 use super::*;
 use crate::attribution::nvml::UtilSample;
 use crate::attribution::IdType;
-use crate::config::counters::PromType;
+use crate::model::naming::PromType;
 use std::time::Duration;
 
 const WINDOW: Duration = Duration::from_secs(60);

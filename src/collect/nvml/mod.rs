@@ -20,8 +20,10 @@ pub mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
 use crate::collect::topology::Topology;
-use crate::collect::{info, now_us, Settings};
-use crate::config::counters::{CounterField, Counters, PromType};
+use crate::collect::{info, Settings};
+use crate::config::counters::{CounterField, Counters};
+use crate::model::clock::now_us;
+use crate::model::naming::PromType;
 use crate::model::{DropReason, Page};
 use dcgm_sys::Entity;
 use nvml_wrapper::error::NvmlError;

@@ -73,7 +73,7 @@ impl Rates {
             ts = ts.max(at);
         }
         if ts == 0 {
-            ts = crate::collect::now_us();
+            ts = crate::model::clock::now_us();
         }
         let prev = self.prev.insert((gpu, dir), (sum, ts));
         Ok(rate((sum, ts), prev))

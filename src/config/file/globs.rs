@@ -2,8 +2,8 @@
 //! the configured fields.
 
 use super::WatchGroup;
-use crate::config::base_units::{BaseUnit, BASE_UNITS, RENAMED_4_10};
 use crate::config::counters::{self, Counters};
+use crate::model::naming::base_units::{BaseUnit, BASE_UNITS, RENAMED_4_10};
 
 /// Upstream's start-up rule for the narrower collections (watch groups): each must match
 /// a configured field, and no field may be matched by two of them.

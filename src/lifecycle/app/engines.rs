@@ -1,33 +1,23 @@
-//! Several host engines in one exporter (`-r a:5555,b:5555`, `sources.dcgm.hostEngines`).
-//! Each engine keeps the one-engine loop (`Runner::run` on a thread of its own: its session,
+//! Several host engines in one exporter (`-r a:5555,b:5555`, `sources.dcgm.hostEngines`):
+//! the threads. Each engine keeps the one-engine loop (`Runner::run` on a thread of its own: its session,
 //! worker, reconnect back-off, abandoned stuck workers, rebuilds, freshness), but hands its
 //! collected page to the [`Combiner`] instead of publishing it. The combiner waits for
 //! every live engine's page of this interval (one and a half intervals at most), merges them into one
-//! page with the engine label on every series, and attributes, renders and publishes that
+//! page with the engine label on every series (`collect::engines::merge`), and attributes, renders and publishes that
 //! page once (`Runner::publish_collected` of the main runner, which owns the attribution
 //! stage, the served state and the sinks). An engine that fails contributes nothing: its
 //! series are withdrawn from the served page at once, the others keep serving.
 
-use super::{Collected, Dcgm, Runner};
+use super::{Dcgm, Runner};
+use crate::collect::engines::{self, Collected, RemoteEngine};
 use crate::lifecycle::control::Control;
 use crate::lifecycle::worker::Worker;
 use crate::model::Page;
-use dcgm_sys::ConnectTarget;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 pub use crate::model::ENGINE_LABEL;
-
-/// One host engine of several.
-#[derive(Clone, Debug)]
-pub struct RemoteEngine {
-    /// The engine label's value: its configured name, else its host.
-    pub label: String,
-    pub target: ConnectTarget,
-    /// The `hostname` label of its series (its host, by the loopback rule).
-    pub hostname: Option<String>,
-}
 
 /// Where an engine's loop hands its pages.
 pub struct HandOff {
@@ -91,7 +81,7 @@ impl Combiner {
         metrics: &crate::output::selfmetrics::SelfMetrics,
         wants_topology: bool,
     ) -> Result<Combiner, String> {
-        let prefix = crate::common::PREFIX;
+        let prefix = crate::model::naming::PREFIX;
         let opts = |n: &str, h: &str| prometheus::Opts::new(format!("{prefix}{n}"), h);
         let bad = |e: prometheus::Error| format!("engine self-metrics: {e}");
         let up = prometheus::IntGaugeVec::new(
@@ -361,28 +351,17 @@ fn publish_round(
     if let Some(l) = last {
         l.recycle();
     }
-    let (merged, took) = merge(combiner, fresh, down);
+    let fresh = fresh
+        .into_iter()
+        .map(|(i, (c, t))| (combiner.engines[i].label.as_str(), *c, t));
+    let (merged, took) = engines::merge(fresh, down);
     Some(main.publish_collected(merged, took, "dcgm"))
 }
 
 /// Serves `last` without the series of the `gone` engines (nothing when none is left).
 fn withdraw(main: &Runner, last: Option<Page>, gone: &[String], down: Vec<String>) -> Option<Page> {
     let mut page = last?;
-    page.rewrite(|_, s| {
-        let theirs = s
-            .label(ENGINE_LABEL)
-            .is_some_and(|e| gone.iter().any(|g| g == e));
-        if theirs {
-            Vec::new()
-        } else {
-            vec![s]
-        }
-    });
-    let keeps = page.families().any(|f| {
-        f.series()
-            .any(|s| s.labels().any(|(k, _)| k == ENGINE_LABEL))
-    });
-    if !keeps {
+    if !engines::withdraw(&mut page, gone) {
         main.failed(
             &format!("no host engine serves: {}", down.join("; ")),
             false,
@@ -390,75 +369,10 @@ fn withdraw(main: &Runner, last: Option<Page>, gone: &[String], down: Vec<String
         page.recycle();
         return None;
     }
-    let oldest = page.oldest_sample_us.unwrap_or_else(crate::collect::now_us);
+    let oldest = page
+        .oldest_sample_us
+        .unwrap_or_else(crate::model::clock::now_us);
     main.shared.publish(&page, oldest);
     main.shared.set_notes(down);
     Some(page)
-}
-
-/// One page of this round's engine pages, each series labelled with its engine; the
-/// longest collection stands for the round's duration.
-fn merge(
-    combiner: &Combiner,
-    fresh: Vec<(usize, (Box<Collected>, Duration))>,
-    mut notes: Vec<String>,
-) -> (Collected, Duration) {
-    let mut page = Page::reuse();
-    let mut info: Option<(Page, crate::collect::info::LowCardinality)> = None;
-    let (mut gpus, mut stalled, mut took) = (0, true, Duration::ZERO);
-    let mut topology = None;
-    let mut oldest: Option<i64> = None;
-    for (i, (c, t)) in fresh {
-        let label = combiner.engines[i].label.as_str();
-        let c = *c;
-        oldest = match (oldest, c.page.oldest_sample_us) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        page.append_labelled(c.page, ENGINE_LABEL, label);
-        if let Some((p, strip)) = c.low_cardinality {
-            let (all, _) = info.get_or_insert_with(|| (Page::default(), strip));
-            all.append_labelled(p, ENGINE_LABEL, label);
-        }
-        gpus += c.gpus;
-        stalled &= c.stalled;
-        took = took.max(t);
-        if let Some(t) = c.topology {
-            join(topology.get_or_insert_with(Default::default), t);
-        }
-        notes.extend(c.unmatched.into_iter().map(|n| format!("{label}: {n}")));
-    }
-    page.oldest_sample_us = oldest;
-    let merged = Collected {
-        page,
-        topology,
-        gpus,
-        unmatched: notes,
-        low_cardinality: info,
-        stalled,
-    };
-    (merged, took)
-}
-
-/// Adds engine `t`'s entities to `all`: the sinks describe every engine's GPUs (their ids
-/// may repeat across engines, as on the page, where the engine label tells them apart).
-fn join(all: &mut crate::collect::topology::Topology, t: crate::collect::topology::Topology) {
-    let crate::collect::topology::Topology {
-        gpus,
-        lost_gpus,
-        instances,
-        mig_rows,
-        switches,
-        links,
-        cpus,
-        warnings,
-    } = t;
-    all.gpus.extend(gpus);
-    all.lost_gpus.extend(lost_gpus);
-    all.instances.extend(instances);
-    all.mig_rows.extend(mig_rows);
-    all.switches.extend(switches);
-    all.links.extend(links);
-    all.cpus.extend(cpus);
-    all.warnings.extend(warnings);
 }

@@ -15,6 +15,7 @@
 //! most [`MAX_STUCK`] are let go while still stuck, and tries back off.
 
 use super::{Dcgm, Engine, Failure, Runner, TickResult};
+use crate::collect::engines::Collected;
 use crate::lifecycle::worker::{Abandoned, Worker};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -264,7 +265,7 @@ impl Fallback {
         &mut self,
         runner: &Runner,
         stop: &mut dyn FnMut() -> bool,
-    ) -> Result<super::Collected, Failure> {
+    ) -> Result<Collected, Failure> {
         let interval = runner.interval().max(MIN_DEADLINE);
         let only = self.covers.as_ref().and_then(Covers::only);
         let w = match self.worker.take() {

@@ -21,16 +21,18 @@ pub use fallback::EngineGpus;
 mod run_loop;
 
 use crate::attribution::Attribution;
+use crate::collect::engines::Collected;
 use crate::collect::nvml::NvmlCollector;
-use crate::collect::{now_us, Collector, Settings, StartError};
+use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::worker::{Current, JobError, Worker};
+use crate::model::clock::{now_secs_f64, now_us};
 use crate::model::Page;
 use crate::output::published::Shared;
 use crate::output::sink::Sink;
 use dcgm_sys::{ConnectTarget, Library, Session, Status};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Why the exporter could not start collecting.
 #[derive(Debug)]
@@ -105,22 +107,6 @@ enum Failure {
     Config(String),
     /// Told to stop while waiting.
     Stopping,
-}
-
-/// A finished collection, rendered.
-/// What one collection job hands back to the loop: the page as DCGM filled it (attribution
-/// and rendering happen on the loop's thread, outside the DCGM deadline).
-struct Collected {
-    page: Page,
-    /// The node the page describes, for the sinks (when any).
-    topology: Option<crate::collect::topology::Topology>,
-    gpus: usize,
-    /// Selections that match no entity: degraded notes on /health.
-    unmatched: Vec<String>,
-    /// `--low-cardinality`: the info series and what strips the page's static labels.
-    low_cardinality: Option<(Page, crate::collect::info::LowCardinality)>,
-    /// DCGM sampled none of the polled fields watched (see `Collector::stalled`).
-    stalled: bool,
 }
 
 enum TickResult {
@@ -457,12 +443,7 @@ impl Runner {
         m.observe_page(&page);
         m.collection_duration.set(took.as_secs_f64());
         m.collections.with_label_values(&["success"]).inc();
-        m.last_success.set(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_secs_f64())
-                .unwrap_or(0.0),
-        );
+        m.last_success.set(now_secs_f64());
         let oldest_sample_us = page.oldest_sample_us.unwrap_or_else(now_us);
         self.shared.publish(&page, oldest_sample_us);
         self.shared.set_gpus(gpus);

@@ -4,7 +4,6 @@
 mod settings;
 
 use crate::attribution::{self, Attribution};
-use crate::common::kubeapi::KubeApi;
 use crate::config::counters::Counters;
 use crate::config::{cli, configmap};
 use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
@@ -13,6 +12,7 @@ use crate::lifecycle::watchers;
 use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
 use crate::output::{self, http};
+use crate::runtime::kubeapi::KubeApi;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -533,7 +533,7 @@ fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, St
 /// `CAP_SYS_ADMIN` (capabilities a runtime adds reach uid 0 only): said once at start, as
 /// upstream does, since DCGM itself only refuses the fields.
 fn warn_without_profiling_rights() {
-    use crate::common::process::{effective_uid, has_cap_sys_admin};
+    use crate::runtime::process::{effective_uid, has_cap_sys_admin};
     match (effective_uid(), has_cap_sys_admin()) {
         (Ok(0), Ok(true)) => {}
         (Ok(uid), Ok(cap)) => tracing::warn!(
@@ -811,7 +811,7 @@ fn counters_source(
         )
     })?;
     let control = std::sync::Mutex::new(control.clone());
-    configmap::open(api, &namespace, &name, interval, move || {
+    watchers::counters_configmap::open(api, &namespace, &name, interval, move || {
         let _ = control
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -5,8 +5,8 @@
 
 use crate::attribution;
 use crate::collect;
+use crate::collect::engines::RemoteEngine;
 use crate::config::{cli, hostname, selector};
-use crate::lifecycle::app::engines::RemoteEngine;
 use crate::lifecycle::app::Engine;
 use crate::output::http::HttpSettings;
 use crate::output::SinkSettings;

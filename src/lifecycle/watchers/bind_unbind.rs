@@ -13,9 +13,9 @@
 //! seen by the watch; a poll that finds no watch (its set-up failed) sets it up. A failing
 //! poll is a warning and a /health line until a poll works again.
 
-use crate::common::supervisor::{Beat, Supervisor};
 use crate::lifecycle::control::Control;
 use crate::lifecycle::worker::Current;
+use crate::runtime::supervisor::{Beat, Supervisor};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};

@@ -1,8 +1,10 @@
-//! Threads that ask the collection loop to rebuild: a change of the counters file on disk,
-//! and GPU bind/unbind events. Each sends [`crate::lifecycle::control::Control::Reload`], the same message
+//! What asks the collection loop to rebuild: a change of the counters source (the file on
+//! disk, `counters_file`, or the `-m` ConfigMap, `counters_configmap`), and GPU bind/unbind
+//! events. Each sends [`crate::lifecycle::control::Control::Reload`], the same message
 //! as SIGHUP, so a rebuild re-reads the counters and rediscovers the node.
 
 pub mod bind_unbind;
+pub mod counters_configmap;
 pub mod counters_file;
 
 use crate::config::configmap::CountersSource;

@@ -514,7 +514,7 @@ const COUNTS_HELP: (Help, Help) = (
 );
 
 fn counts_name(n: &str) -> String {
-    format!("{}{n}", crate::common::PREFIX)
+    format!("{}{n}", crate::model::naming::PREFIX)
 }
 
 fn counts_descs() -> &'static [prometheus::core::Desc] {

@@ -5,14 +5,9 @@
 
 use super::track::{Node, Presence};
 use super::{Detail, Event, Kind, Recorder, Severity, TimeSource};
+use crate::model::clock::now_us;
 use crate::model::node::Topology;
 use dcgm_sys::{Entity, HealthResponse};
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
 
 /// One event before the history numbers it.
 struct Draft {

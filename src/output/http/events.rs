@@ -8,6 +8,7 @@
 //! taken under the history's lock, never while holding it.
 
 use super::reply::{text, Response};
+use crate::model::clock::now_us;
 use crate::model::events::{self, Filter, Found, Kind};
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
@@ -39,12 +40,6 @@ pub fn reply(query: &str) -> Response {
         ),
         Err(Refusal::Bad(why)) => text(StatusCode::BAD_REQUEST, format!("{why}\n")),
     }
-}
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 fn json(found: &Found) -> Response {

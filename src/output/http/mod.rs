@@ -761,12 +761,12 @@ mod tests {
         };
         let power = |watts: f64| {
             let mut page = crate::model::Page::default();
-            let ty = crate::config::counters::PromType::Gauge;
+            let ty = crate::model::naming::PromType::Gauge;
             page.add("DCGM_FI_DEV_POWER_USAGE", "h", ty, &[("gpu", "0")], watts);
             page
         };
         for watts in [1.0, 2.0, 3.0] {
-            shared.publish(&power(watts), crate::collect::now_us());
+            shared.publish(&power(watts), crate::model::clock::now_us());
             for _ in 0..3 {
                 let (status, _, body) = scrape().await;
                 assert!(status.starts_with("HTTP/1.1 200"), "{status}");
@@ -777,8 +777,9 @@ mod tests {
             }
         }
         // A page whose oldest sample turns too old to serve in 300 ms.
-        let age = crate::collect::freshness::max_served_age(interval);
-        let oldest = crate::collect::now_us() - i64::try_from(age.as_micros()).unwrap() + 300_000;
+        let age = crate::model::clock::max_served_age(interval);
+        let oldest =
+            crate::model::clock::now_us() - i64::try_from(age.as_micros()).unwrap() + 300_000;
         shared.publish(&power(4.0), oldest);
         assert!(scrape().await.2.contains("DCGM_FI_DEV_POWER_USAGE"));
         tokio::time::sleep(Duration::from_millis(400)).await;
@@ -786,7 +787,7 @@ mod tests {
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
         assert!(!body.contains("DCGM_FI_DEV_POWER_USAGE"), "expired: {body}");
         // Basic auth and a header, put in force while the connection is open.
-        shared.publish(&power(5.0), crate::collect::now_us());
+        shared.publish(&power(5.0), crate::model::clock::now_us());
         assert!(scrape().await.2.contains("} 5\n"));
         // Self-metrics that change per scrape are never kept.
         shared.metrics.enable_exporter_metrics();

@@ -579,7 +579,10 @@ mod tests {
         );
         // A fresh page: both 200 with upstream's plain body; a failing source is a line.
         shared.set_connected(true);
-        shared.publish(&crate::model::Page::default(), crate::collect::now_us());
+        shared.publish(
+            &crate::model::Page::default(),
+            crate::model::clock::now_us(),
+        );
         shared.set_last_success(std::time::Instant::now());
         shared.set_notes(vec!["kubelet: down".into()]);
         for path in ["/health", "/ready"] {
@@ -609,9 +612,9 @@ mod tests {
         let shared = shared();
         let mut page = crate::model::Page::default();
         let labels = [("gpu", "0"), ("UUID", "GPU-0")];
-        let ty = crate::config::counters::PromType::Gauge;
+        let ty = crate::model::naming::PromType::Gauge;
         page.add("DCGM_FI_DEV_POWER_USAGE", "h", ty, &labels, 1.0);
-        shared.publish(&page, crate::collect::now_us());
+        shared.publish(&page, crate::model::clock::now_us());
         let ep = Endpoints::new(shared.clone(), opts(4));
         for gzip in [None, Some(HeaderValue::from_static("gzip"))] {
             let (n, first) = frames(ep.metrics(None, gzip.as_ref()).into_body()).await;

@@ -2,7 +2,7 @@
 //! certificate, the key or the client CA changes on disk (cert-manager rotates certificates in
 //! place) and swaps the new state in atomically; connections and requests only load the
 //! current pointer, never touch the files. The files' directories are watched with inotify
-//! (`common::files`); the files are stat'ed every 500 ms only where inotify cannot be used.
+//! (`runtime::wakeup`); the files are stat'ed every 500 ms only where inotify cannot be used.
 //!
 //! Reloads fail closed: a new version that is broken, empty, or would remove TLS, a
 //! client-certificate check or every basic-auth user is refused (logged once, counted in
@@ -13,8 +13,8 @@
 use super::auth::BasicAuth;
 use super::webconfig::{ClientAuth, Protection, WebConfig};
 use super::{tls, webconfig};
-use crate::common::files::{DirEvents, Wake};
 use crate::output::published::Shared;
+use crate::runtime::wakeup::{DirEvents, Wake};
 use arc_swap::ArcSwap;
 use hyper::header::{HeaderName, HeaderValue};
 use prometheus::{IntCounterVec, IntGauge, Opts};
@@ -239,7 +239,10 @@ impl ReloadStatus {
     fn new() -> ReloadStatus {
         let refused = IntCounterVec::new(
             Opts::new(
-                format!("{}web_config_reload_refused_total", crate::common::PREFIX),
+                format!(
+                    "{}web_config_reload_refused_total",
+                    crate::model::naming::PREFIX
+                ),
                 "Changed web configuration files not put in force, by reason: lowers_security \
                  (it would remove TLS, client-certificate checks or every basic-auth user, \
                  lower the TLS versions, widen the suites or curves, drop or weaken a \
@@ -253,7 +256,10 @@ impl ReloadStatus {
             refused.with_label_values(&[reason]);
         }
         let last_successful = IntGauge::with_opts(Opts::new(
-            format!("{}web_config_last_reload_successful", crate::common::PREFIX),
+            format!(
+                "{}web_config_last_reload_successful",
+                crate::model::naming::PREFIX
+            ),
             "1 while the web configuration in force is the one on disk, 0 after a change was \
              refused (until a later change is put in force).",
         ))

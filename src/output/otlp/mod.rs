@@ -17,6 +17,7 @@ mod tls;
 mod transport;
 
 use crate::config::otlp::Settings;
+use crate::model::clock::now_ns;
 use crate::model::node::Topology;
 use crate::model::Page;
 use crate::output::selfmetrics::{SelfMetrics, PREFIX};
@@ -26,7 +27,7 @@ use convert::Converter;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use queue::{Batch, Queue};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use transport::Transport;
 
 pub use convert::Converter as PageConverter;
@@ -135,13 +136,6 @@ pub struct Otlp {
     sender_done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
     /// The event history's events as OTLP log records (`logs`).
     logs: logs::Logs,
-}
-
-fn now_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 impl Otlp {

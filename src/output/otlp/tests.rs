@@ -1,6 +1,6 @@
 use super::*;
-use crate::config::counters::PromType;
 use crate::config::otlp::{Naming, Protocol};
+use crate::model::naming::PromType;
 
 fn settings(port: u16, queue: usize, protocol: Protocol) -> Settings {
     Settings {

@@ -131,7 +131,7 @@ fn description(help: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::counters::PromType;
+    use crate::model::naming::PromType;
 
     #[test]
     fn four_families_become_one_delta_histogram_per_row() {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::counters::PromType;
+use crate::model::naming::PromType;
 use crate::output::otlp::proto::metrics::metric::Data;
 
 fn page(energy: f64, temp: f64) -> Page {

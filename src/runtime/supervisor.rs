@@ -96,7 +96,7 @@ impl Supervisor {
     pub fn new(policy: Policy) -> Supervisor {
         let restarts = IntCounterVec::new(
             Opts::new(
-                format!("{}thread_restarts_total", crate::common::PREFIX),
+                format!("{}thread_restarts_total", crate::model::naming::PREFIX),
                 "Side threads (kubelet, container labels, watches, dump clean-up) restarted \
                  after a panic or an unexpected stop, by thread.",
             ),

@@ -1,11 +1,13 @@
-//! Following the `-m` ConfigMap after the start-up read. First a watch of that one object
+//! The `-m` ConfigMap: read at start-up ([`open`]), then followed. First a watch of that one object
 //! from the resourceVersion the read returned (RBAC verbs `get` and `watch`; no `list`).
 //! When RBAC refuses the watch (NVIDIA's chart grants configmaps `get` only, the GPU
 //! operator `get` and `list`), one warning, then a `get` every poll period
-//! ([`poll_period`]), backing off while a `get` fails: never a request per second. A watch
+//! ([`configmap::poll_period`]), backing off while a `get` fails: never a request per second. A watch
 //! event and a poll alike go through [`Target::apply`], the one reload path.
 
-use crate::common::kubeapi::{ApiError, ErrorStreak};
+use crate::config::configmap::{self, CountersSource, KEY};
+use crate::config::counters;
+use crate::runtime::kubeapi::{ApiError, ErrorStreak, KubeApi, STARTUP_DEADLINE};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::WatchParams;
@@ -13,10 +15,6 @@ use kube::core::WatchEvent;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-/// The variable that sets the poll period (a Go duration, at least 1s).
-pub const POLL_ENV: &str = "DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL";
-/// The poll period without [`POLL_ENV`], unless the collection interval is longer.
-pub const POLL_DEFAULT: Duration = Duration::from_secs(60);
 /// A failing `get` waits at most this many poll periods before the next.
 const POLL_BACKOFF_CAP: u32 = 16;
 /// A watch that failed is opened again after 1 s, doubling to 30 s.
@@ -24,17 +22,45 @@ const WATCH_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 /// How long the server may keep one watch open before we open the next.
 const WATCH_TIMEOUT_S: u32 = 290;
 
-/// How often the ConfigMap is read when it cannot be watched: [`POLL_ENV`] if set, else
-/// every 60 s or every collection interval, whichever is longer.
-pub fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, String> {
-    let Some(value) = env else {
-        return Ok(interval.max(POLL_DEFAULT));
+/// Reads the ConfigMap now, then follows it (see `follow`): each change of its `metrics`
+/// text is stored in the returned source and announced through `changed` (which triggers a
+/// reload). `interval`: the collection interval, which the poll period is never shorter than
+/// unless [`configmap::POLL_ENV`] says otherwise.
+pub fn open(
+    api: &KubeApi,
+    namespace: &str,
+    name: &str,
+    interval: Duration,
+    changed: impl Fn() + Send + Sync + 'static,
+) -> Result<CountersSource, String> {
+    let poll =
+        configmap::poll_period(interval, std::env::var(configmap::POLL_ENV).ok().as_deref())?;
+    let label = format!("configmap {namespace}/{name} key {KEY}");
+    let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(api.client(), namespace);
+    let cm = api.block_on(STARTUP_DEADLINE, async {
+        configmaps
+            .get(name)
+            .await
+            .map_err(|e| format!("-m {namespace}:{name}: cannot read the ConfigMap: {e}"))
+    })?;
+    let text = configmap::metrics_of(&cm)
+        .ok_or_else(|| format!("-m {namespace}:{name}: the ConfigMap has no key {KEY:?}"))?;
+    // Validated now so that a bad list stops the start, as a bad -f file does.
+    counters::parse_str(&label, &text).map_err(|e| e.to_string())?;
+    let shared = Arc::new(RwLock::new(text));
+    let target = Target {
+        api: configmaps,
+        name: name.to_string(),
+        what: label.clone(),
+        latest: shared.clone(),
+        changed: Box::new(changed),
+        poll,
     };
-    let period = crate::config::duration::parse(value).map_err(|e| format!("{POLL_ENV}: {e}"))?;
-    if period < Duration::from_secs(1) {
-        return Err(format!("{POLL_ENV} {value:?}: at least 1s"));
-    }
-    Ok(period)
+    api.spawn(follow(target, cm.metadata.resource_version.clone()));
+    Ok(CountersSource::ConfigMap {
+        name: label,
+        text: shared,
+    })
 }
 
 /// The ConfigMap followed and where what is read goes.
@@ -47,7 +73,7 @@ pub struct Target {
     pub latest: Arc<RwLock<String>>,
     /// Asks for a reload.
     pub changed: Box<dyn Fn() + Send + Sync>,
-    /// See [`poll_period`].
+    /// See [`configmap::poll_period`].
     pub poll: Duration,
 }
 
@@ -55,7 +81,7 @@ impl Target {
     /// Stores the object's `metrics` text and asks for a reload when it changed; false when
     /// the key is gone (the counters in use stay).
     fn apply(&self, cm: &ConfigMap) -> bool {
-        let Some(text) = super::metrics_of(cm) else {
+        let Some(text) = configmap::metrics_of(cm) else {
             return false;
         };
         let mut current = self.latest.write().unwrap_or_else(|p| p.into_inner());
@@ -283,19 +309,6 @@ impl Pause {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_poll_period_is_a_minute_or_the_interval_unless_the_variable_says() {
-        let s = Duration::from_secs;
-        assert_eq!(poll_period(s(30), None), Ok(s(60)));
-        assert_eq!(poll_period(s(300), None), Ok(s(300)));
-        assert_eq!(poll_period(s(30), Some("5s")), Ok(s(5)));
-        assert_eq!(poll_period(s(300), Some("1m30s")), Ok(s(90)));
-        for bad in ["500ms", "0", "soon", "-1s"] {
-            let e = poll_period(s(30), Some(bad)).unwrap_err();
-            assert!(e.starts_with(POLL_ENV), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn a_failing_get_backs_off_to_minutes_and_a_read_returns_to_the_period() {

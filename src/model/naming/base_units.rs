@@ -1,8 +1,7 @@
 //! The table of dcgm-exporter 4.9.0's base-unit metrics (`config::rename` uses it to rename
-//! counter sets; `config::counters` to resolve a CSV name): for each, the legacy DCGM 4.6
-//! field that measures the same thing and the exact conversion; and 4.10.0's new names of
-//! four DCGM 4.6 fields ([`RENAMED_4_10`]). Imports no other config module, so both can use
-//! it.
+//! counter sets, `config::counters` to resolve a CSV name, `attribution` to convert
+//! per-process values): for each, the legacy DCGM 4.6 field that measures the same thing and
+//! the exact conversion; and 4.10.0's new names of four DCGM 4.6 fields ([`RENAMED_4_10`]).
 
 use dcgm_sys::fields::{self, FieldMeta};
 
@@ -73,8 +72,8 @@ pub struct Conversion {
     pub legacy_units: &'static [&'static str],
 }
 
-pub(super) const INT: &[u8] = b"i";
-pub(super) const NUM: &[u8] = b"id";
+pub(crate) const INT: &[u8] = b"i";
+pub(crate) const NUM: &[u8] = b"id";
 
 const MIB_TO_BYTES: Conversion = Conversion {
     from: "MiB",

@@ -1,0 +1,9 @@
+//! What the stages run on, beneath the data flow: `supervisor` (side threads restarted
+//! after a panic and shown on /health), `wakeup` (inotify wake-ups for files the exporter
+//! re-reads), `process` (our uid and capabilities) and `kubeapi` (the Kubernetes API client
+//! the `-m` ConfigMap, the pod watch and the DRA watch share). Nothing here imports a stage.
+
+pub mod kubeapi;
+pub mod process;
+pub mod supervisor;
+pub mod wakeup;
