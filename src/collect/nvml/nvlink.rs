@@ -9,16 +9,13 @@
 //! call or field gives no value and keeps the previous sample, as DCGM stores nothing then.
 
 use super::{Answer, Answers, On, Refused};
+use dcgm_sys::nvlink::{rate, DATA_RX, DATA_TX};
 use crate::collect::nvml::table::{Call, Direction, Row};
 use crate::collect::targets::Target;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use std::collections::HashMap;
 
-/// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX` (nvml.h).
-const DATA_TX: u32 = 138;
-/// `NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX`.
-const DATA_RX: u32 = 139;
 
 /// The previous sample (KiB sum, µs) of each (GPU, direction). A new collector (a rebuild,
 /// a failover to NVML) starts without: its first value is 0, as a new DCGM watch's.
@@ -84,46 +81,5 @@ fn refused(e: NvmlError) -> Refused {
     match e {
         NvmlError::NotSupported => Refused::NotSupported,
         _ => Refused::Failed,
-    }
-}
-
-/// DCGM's rate of a new sample `now` = (KiB sum, µs) against the previous one.
-pub fn rate(now: (i64, i64), prev: Option<(i64, i64)>) -> i64 {
-    let (sum, ts) = now;
-    let Some((prev_sum, prev_ts)) = prev else {
-        return 0;
-    };
-    if sum == 0 {
-        return 0;
-    }
-    let dt = (ts - prev_ts) as f64 / 1e6;
-    if dt == 0.0 {
-        return 0;
-    }
-    // DCGM: (double) difference / seconds / 1000 ("KiB/s -> MiB/s"), cast to long long.
-    (sum.wrapping_sub(prev_sum) as f64 / dt / 1000.0) as i64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rate_is_dcgms_own() {
-        // 250.5 MiB/s over half a second: truncated.
-        assert_eq!(
-            rate((1_125_250, 1_500_000), Some((1_000_000, 1_000_000))),
-            250
-        );
-        // No previous sample, a zero sum, no time between the samples: 0.
-        assert_eq!(rate((5_000, 10), None), 0);
-        assert_eq!(rate((0, 2_000_000), Some((7, 1_000_000))), 0);
-        assert_eq!(rate((9_000, 1_000_000), Some((7, 1_000_000))), 0);
-        // Truncated toward zero both ways, as C's cast.
-        assert_eq!(rate((2_999, 2_000_000), Some((0, 1_000_000))), 2);
-        assert_eq!(rate((1, 2_000_000), Some((2_999, 1_000_000))), -2);
-        // A counter reset (driver reload): DCGM's signed difference, never a wrapped huge
-        // unsigned number.
-        assert_eq!(rate((1_000, 2_000_000), Some((501_000, 1_000_000))), -500);
     }
 }
