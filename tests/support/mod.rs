@@ -5,6 +5,7 @@
 pub mod certs;
 pub mod events;
 pub mod fake_apiserver;
+pub mod fuzzing;
 pub mod kubelet;
 pub mod nvml_yaml;
 pub mod otlp_receiver;
