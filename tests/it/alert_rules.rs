@@ -7,11 +7,11 @@
 //! exporter on the simulator, and an XID 79 and a lost GPU injected through the control
 //! file bring the matching alerts to firing.
 
+use crate::support::*;
 use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
-use crate::support::*;
+use std::time::Duration;
 
 const RULES: &str = "etc/prometheus/dcgm-alerts.rules.yml";
 const TESTS: &str = "etc/prometheus/dcgm-alerts.rules.test.yml";
@@ -42,10 +42,6 @@ fn alerts_in(rules: &str) -> BTreeMap<String, Value> {
         }
     }
     out
-}
-
-fn promtool() -> bool {
-    require_tool("promtool", "apt-get install prometheus; .ci/run does this")
 }
 
 /// `promtool check rules` and `promtool test rules` on one rules file and its tests.
@@ -171,34 +167,29 @@ fn wait_firing(
     secs: u64,
     want: &[(&str, &str)],
 ) -> BTreeMap<String, BTreeSet<String>> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    poll(secs, Duration::from_millis(500), || {
         let f = firing(p);
         let missing: Vec<_> = want
             .iter()
             .filter(|(a, g)| !f.get(*a).is_some_and(|s| s.contains(*g)))
             .collect();
-        if missing.is_empty() {
-            return f;
+        match missing.is_empty() {
+            true => Ok(f),
+            false => Err(format!(
+                "not firing within {secs}s: {missing:?}; firing: {f:?}; all: {:?}",
+                p.alerts()
+            )),
         }
-        assert!(
-            Instant::now() < deadline,
-            "not firing within {secs}s: {missing:?}; firing: {f:?}; all: {:?}",
-            p.alerts()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    })
 }
 
 /// The simulated 8-GPU node at `-c 500` with a control file starting as `control`, scraped
 /// by a real Prometheus that loads `rules`: (the control file's directory, the exporter, it).
 fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, prom::Prometheus) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, control).unwrap();
+    let (dir, ctl) = temp_file("control", &control);
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "500"])
         .start();
     let target = e

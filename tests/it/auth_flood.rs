@@ -3,10 +3,10 @@
 //! that knows its password is still served throughout. Loopback only; every loop is bounded.
 
 use crate::support;
+use crate::support::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 /// From `htpasswd -nBC 10 alice`, password "password" (upstream's own test fixture).
 const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
@@ -25,9 +25,7 @@ fn value(page: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn a_flood_of_wrong_passwords_stays_within_the_bound_and_a_right_client_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("web.yml");
-    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = Arc::new(
         exporter()
             .args(&["--web-config-file", cfg.to_str().unwrap()])
@@ -128,9 +126,7 @@ fn a_flood_of_wrong_passwords_stays_within_the_bound_and_a_right_client_is_serve
 #[test]
 fn checks_cancelled_while_queued_leave_no_count_behind() {
     use std::io::Write;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("web.yml");
-    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = exporter()
         .args(&["--web-config-file", cfg.to_str().unwrap()])
         .spawn();

@@ -3,29 +3,7 @@
 //! retention (as DCGM's watch calls show), `server` and `sources` apply, and the start-up
 //! rule on collections is upstream's.
 
-use std::path::Path;
 use crate::support::*;
-
-/// (freq µs, maxKeepAge s, maxKeepSamples, fields) of each watch the simulator logged.
-fn watch_log(path: &Path) -> Vec<(i64, f64, i32, Vec<u16>)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let kv: std::collections::HashMap<&str, &str> =
-                l.split(' ').filter_map(|p| p.split_once('=')).collect();
-            (
-                kv["freq_us"].parse().unwrap(),
-                kv["max_keep_age_s"].parse().unwrap(),
-                kv["max_keep_samples"].parse().unwrap(),
-                kv["fields"]
-                    .split(',')
-                    .map(|f| f.parse().unwrap())
-                    .collect(),
-            )
-        })
-        .collect()
-}
 
 const V2: &str = "version: 2\n\
 metrics:\n\
@@ -48,9 +26,7 @@ collections:\n\
 
 #[test]
 fn version_2_sets_cadence_retention_and_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(&cfg, V2).unwrap();
+    let (dir, cfg) = temp_file("config.yaml", &V2);
     let log = dir.path().join("w.log");
     // -f and -c given by the test helper would win over the file: run without them.
     let port = free_port();
@@ -94,13 +70,10 @@ fn version_2_sets_cadence_retention_and_fields() {
 /// configured fields or two overrides match the same field."
 #[test]
 fn collections_that_match_no_configured_field_or_overlap_stop_the_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(
-        &csv,
+    let (dir, csv) = temp_file(
+        "c.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_POWER_USAGE, gauge, p\n",
-    )
-    .unwrap();
+    );
     let cfg = dir.path().join("config.yaml");
     for (collections, needle) in [
         (
@@ -127,9 +100,7 @@ fn collections_that_match_no_configured_field_or_overlap_stop_the_start() {
 /// The same file under --emulate-version=4.8.2 stops with one line naming the file.
 #[test]
 fn version_2_is_refused_when_emulating_4_8_2() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(&cfg, V2).unwrap();
+    let (_dir, cfg) = temp_file("config.yaml", &V2);
     let (code, err) = exporter()
         .args(&[
             "--config-file",
@@ -149,10 +120,8 @@ fn version_2_is_refused_when_emulating_4_8_2() {
 /// is fresh for its own 5 s (+ slack), so every scrape serves it, not one in two.
 #[test]
 fn a_slower_collection_is_served_on_every_scrape() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let (_dir, cfg) = temp_file(
+        "config.yaml",
         "version: 2\n\
          metrics:\n\
          \x20 fields:\n\
@@ -161,8 +130,7 @@ fn a_slower_collection_is_served_on_every_scrape() {
          collections:\n\
          \x20 - {name: scrape, every: 1s, metrics: {include: [\"*\"]}}\n\
          \x20 - {name: slow-power, every: 5s, metrics: {include: [DCGM_FI_DEV_POWER_USAGE]}}\n",
-    )
-    .unwrap();
+    );
     let port = free_port();
     let mut cmd = exporter_command();
     cmd.args(["--config-file", cfg.to_str().unwrap()])

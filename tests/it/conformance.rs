@@ -15,10 +15,10 @@
 
 mod c_api;
 mod lifecycle;
-use std::collections::BTreeMap;
 use crate::support::nvml_yaml::{Gpu, MigInstance};
 use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
 use crate::support::*;
+use std::collections::BTreeMap;
 
 /// (observation, why the simulator differs from the real DCGM there). What the suite
 /// cannot compare is listed in etc/sim/README.md.
@@ -345,76 +345,51 @@ fn health_from_a_row_remap_failure_agrees_with_the_real_library() {
     check("health", &sim, &real);
 }
 
-/// The C-level differential suite, watch model (issue 28): the same client calls against the
-/// simulated and the real `libdcgm.so.4`. Without the kit, the simulator is held to the real
-/// library's recorded answers (`c_api::REAL_WATCH_MODEL`). Today's main's simulator fails it
-/// on watch identity (155 kept advancing after unwatching A; 150 read NOT_WATCHED).
-#[test]
-fn the_c_api_watch_model_agrees_with_the_real_library_embedded() {
-    let Some(sim) = c_api::sim("embedded", false) else {
+/// One C-level comparison: the client in `mode` ("embedded" or "remote", `unbind` or
+/// not) against the simulator, held to the real library's answers recorded in `recorded`,
+/// then against the real library where the kit is here.
+fn c_api_agrees(what: &str, mode: &str, unbind: bool, recorded: &str) {
+    let Some(sim) = c_api::sim(mode, unbind) else {
         return;
     };
-    check_lines(
-        "C API, embedded, recorded",
-        &sim,
-        &c_api::parse_lines(c_api::REAL_WATCH_MODEL),
-    );
-    let Some(real) = c_api::real("embedded", false) else {
+    let recorded_what = format!("{what}, {mode}, recorded");
+    check_lines(&recorded_what, &sim, &c_api::parse_lines(recorded));
+    let Some(real) = c_api::real(mode, unbind) else {
         return;
     };
-    check_lines("C API, embedded", &sim, &real);
+    check_lines(&format!("{what}, {mode}"), &sim, &real);
 }
 
-#[test]
-fn the_c_api_watch_model_agrees_with_the_real_host_engine() {
-    let Some(sim) = c_api::sim("remote", false) else {
-        return;
+/// One test per row: (test, what, mode, unbind, the real library's recorded answers).
+macro_rules! c_api_tests {
+    ($($test:ident: $what:literal, $mode:literal, $unbind:literal, $recorded:expr;)+) => {
+        $(
+            #[test]
+            fn $test() {
+                c_api_agrees($what, $mode, $unbind, $recorded);
+            }
+        )+
     };
-    check_lines(
-        "C API, remote, recorded",
-        &sim,
-        &c_api::parse_lines(c_api::REAL_WATCH_MODEL),
-    );
-    let Some(real) = c_api::real("remote", false) else {
-        return;
-    };
-    check_lines("C API, remote", &sim, &real);
 }
 
-/// An unbound GPU, at the C level: DCGM 4.6 lists it as Detached (7), leaves it out of the
-/// supported lists, refuses it in a group (BADPARAM), takes it out of the groups it was in and
-/// drops its watches, while the other GPUs keep being sampled. The real library's unbind comes
-/// from its NVML injection's system-event file; the simulator's from its control file.
-#[test]
-fn an_unbound_gpu_agrees_with_the_real_library_embedded() {
-    let Some(sim) = c_api::sim("embedded", true) else {
-        return;
-    };
-    check_lines(
-        "unbind, embedded, recorded",
-        &sim,
-        &c_api::parse_lines(c_api::REAL_UNBIND),
-    );
-    let Some(real) = c_api::real("embedded", true) else {
-        return;
-    };
-    check_lines("unbind, embedded", &sim, &real);
-}
-
-#[test]
-fn an_unbound_gpu_agrees_with_the_real_host_engine() {
-    let Some(sim) = c_api::sim("remote", true) else {
-        return;
-    };
-    check_lines(
-        "unbind, remote, recorded",
-        &sim,
-        &c_api::parse_lines(c_api::REAL_UNBIND),
-    );
-    let Some(real) = c_api::real("remote", true) else {
-        return;
-    };
-    check_lines("unbind, remote", &sim, &real);
+// The watch model (issue 28): the same client calls against the simulated and the real
+// `libdcgm.so.4`. Without the kit, the simulator is held to the real library's recorded
+// answers (`c_api::REAL_WATCH_MODEL`). Today's main's simulator fails it on watch identity
+// (155 kept advancing after unwatching A; 150 read NOT_WATCHED).
+//
+// An unbound GPU: DCGM 4.6 lists it as Detached (7), leaves it out of the supported lists,
+// refuses it in a group (BADPARAM), takes it out of the groups it was in and drops its
+// watches, while the other GPUs keep being sampled. The real library's unbind comes from its
+// NVML injection's system-event file; the simulator's from its control file.
+c_api_tests! {
+    the_c_api_watch_model_agrees_with_the_real_library_embedded:
+        "C API", "embedded", false, c_api::REAL_WATCH_MODEL;
+    the_c_api_watch_model_agrees_with_the_real_host_engine:
+        "C API", "remote", false, c_api::REAL_WATCH_MODEL;
+    an_unbound_gpu_agrees_with_the_real_library_embedded:
+        "unbind", "embedded", true, c_api::REAL_UNBIND;
+    an_unbound_gpu_agrees_with_the_real_host_engine:
+        "unbind", "remote", true, c_api::REAL_UNBIND;
 }
 
 /// The life of a process (issue 28, item 3), embedded: after SIGHUP, counters-file rewrites

@@ -3,7 +3,7 @@
 //! Docker 24 sends, for containers started the ways users start GPU containers. Also a
 //! runtime that never answers and a socket that does not exist: the exporter keeps serving.
 
-
+use crate::support::*;
 use dcgm_sim_model::node::Node;
 use dcgm_sim_model::profile::Profile;
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use crate::support::*;
 
 /// A Docker-compatible API on a unix socket, serving a fixed set of running containers.
 struct FakeRuntime {
@@ -439,14 +438,7 @@ fn hostile_runtime(socket: &Path, uuid: String, mode: Arc<AtomicUsize>) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { return };
-            let mut req = Vec::new();
-            let mut b = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut b) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&b[..n]),
-                }
-            }
+            let req = crate::support::request_head(&mut s);
             let ok = |body: String| {
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -476,6 +468,7 @@ fn hostile_runtime(socket: &Path, uuid: String, mode: Arc<AtomicUsize>) {
             };
             let _ = s.write_all(reply.as_bytes());
             // Open until the exporter closes: only the answer itself can end its wait.
+            let mut b = [0u8; 1024];
             while matches!(s.read(&mut b), Ok(n) if n > 0) {}
         }
     });

@@ -25,10 +25,7 @@ fn upstreams_1x_csv_starts_with_a_warning_per_repeated_metric_and_no_duplicate_s
         "the first row's type, once"
     );
     let stderr = e.stderr();
-    let warned: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("is listed again"))
-        .collect();
+    let warned = lines_with(&stderr, "is listed again");
     assert_eq!(warned.len(), 2, "{stderr}");
     assert!(warned[0].contains("upstream-1x-compatibility.csv:42: dcgm_fi_prof_pcie_tx_bytes"));
     assert!(warned[1].contains("upstream-1x-compatibility.csv:43: dcgm_fi_prof_pcie_rx_bytes"));
@@ -54,13 +51,10 @@ fn the_helm_charts_default_configmap_serves_its_counters() {
 
 #[test]
 fn an_unclosed_quote_stops_the_exporter_naming_file_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, csv) = temp_file(
+        "c.csv",
         "DCGM_FI_DEV_SM_CLOCK, gauge, clock\nDCGM_FI_DEV_GPU_TEMP, gauge,\"temp\n",
-    )
-    .unwrap();
+    );
     let (code, stderr) = exporter()
         .args(&["-f", csv.to_str().unwrap()])
         .run_to_exit();

@@ -15,15 +15,14 @@
 //! simulated NVML or MIG (low cardinality, HPC jobs, usage accounting over HPC jobs, a
 //! reload) run again on NVIDIA's real DCGM 4.6 kit (`real_kit_pairs_keep_the_pages_invariants`).
 
-
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::path::Path;
-use std::time::Duration;
 use crate::support::kubelet::{pod, FakeKubelet};
 use crate::support::nvml_yaml::Gpu;
 use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
 use crate::support::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
 
 const VERSIONS: [&str; 4] = ["4.8.2", "4.8.4", "4.9.0", "4.10.0"];
 
@@ -56,14 +55,7 @@ fn fake_runtime(socket: &Path) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { return };
-            let mut req = Vec::new();
-            let mut b = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match s.read(&mut b) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&b[..n]),
-                }
-            }
+            let req = crate::support::request_head(&mut s);
             let id = "c0ffee".repeat(10) + "abcd";
             let body = if req.starts_with(b"GET /containers/json") {
                 format!(r#"[{{"Id":"{id}","Names":["/trainer"]}}]"#)
@@ -164,10 +156,7 @@ fn exercise(feature: &str, e: &Exporter, s: &Setup) -> Vec<Sample> {
         "container-labels" => e.scrape_until(15, |p| any(p, "container")),
         "reload" => {
             let before = e.scrape().len();
-            std::process::Command::new("kill")
-                .args(["-HUP", &e.child.id().to_string()])
-                .status()
-                .unwrap();
+            signal(e.child.id(), "HUP");
             std::thread::sleep(Duration::from_millis(1500));
             e.scrape_until(15, |p| p.len() == before)
         }
@@ -278,7 +267,7 @@ fn exclusive_share(version: &str, page: &[Sample]) -> Vec<String> {
 #[test]
 fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
     // Without promtool the pairs still run; the lint is what is skipped.
-    let promtool = skip::require_tool("promtool", "apt-get install prometheus");
+    let promtool = promtool();
     let mut pairs = 0;
     let mut failed = Vec::new();
     for version in VERSIONS {

@@ -6,10 +6,10 @@
 //! inventory and MIG panels take the static labels from the `DCGM_EXP_*_INFO` series. Every
 //! legend that shows the host shows it under both spellings of the label.
 
-use serde_json::Value;
-use std::collections::BTreeMap;
 use crate::support::prom::Prometheus;
 use crate::support::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
 
 fn dashboard() -> Value {
     let path = repo("etc/dashboards/dcgm-exporter-dashboard.json");
@@ -235,7 +235,7 @@ fn gpu_and_mig_queries(nodes: &[(&str, bool)]) {
         let faults = dir.path().join(format!("control-{i}"));
         let e = exporter()
             .profile("a100-mixed-mig.toml")
-            .env("DCGM_SIM_CONTROL", faults.to_str().unwrap())
+            .control(&faults)
             .args(&[
                 "-f",
                 counters.to_str().unwrap(),
@@ -452,11 +452,7 @@ fn every_pod_query_returns_the_pods_holding_gpus() {
     let kubelet = FakeKubelet::start();
     let e = exporter()
         .profile("a100-mixed-mig.toml")
-        .args(&[
-            "-k",
-            "--pod-resources-kubelet-socket",
-            kubelet.socket().to_str().unwrap(),
-        ])
+        .kubelet(&kubelet)
         .args(&[
             "-f",
             repo("deployment/files/default-counters.csv")

@@ -12,14 +12,13 @@
 //! Without the kits the same paths run on dcgm-sim answering as an older release
 //! (`[node] dcgm_version` in the profile): the fast tier.
 
-use std::collections::BTreeSet;
+use crate::support::nvml_yaml::{uuid, Gpu};
+use crate::support::real_dcgm::{kit_of, Kit, RealHostEngine, Scratch};
+use crate::support::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use crate::support::nvml_yaml::{uuid, Gpu};
-use crate::support::real_dcgm::{kit_of, Kit, RealHostEngine, Scratch};
-use crate::support::*;
 
 const RELEASES: [&str; 3] = ["4.4.2", "4.5.3", "4.6.0"];
 const INTERVAL_MS: u64 = 500;
@@ -31,24 +30,6 @@ DCGM_FI_DEV_POWER_USAGE, gauge, power\n\
 DCGM_FI_DEV_MEMORY_UNREPAIRABLE, gauge, a 4.5.0 field\n\
 DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, gauge, a 4.6.0 field\n\
 DCGM_EXP_GPU_HEALTH_ACTION, gauge, what the GPU needs\n";
-
-type Series = BTreeSet<(String, Option<String>)>;
-
-fn dcgm_series(page: &[Sample]) -> Series {
-    page.iter()
-        .filter(|s| s.name.starts_with("DCGM_FI_"))
-        .map(|s| (s.name.clone(), s.label("gpu").map(str::to_string)))
-        .collect()
-}
-
-fn successes(page: &[Sample]) -> f64 {
-    page.iter()
-        .filter(|s| {
-            s.name == "dcgm_exporter_collections_total" && s.label("result") == Some("success")
-        })
-        .map(|s| s.value)
-        .sum()
-}
 
 fn dcgm_version(page: &[Sample]) -> Option<String> {
     series(page, "dcgm_exporter_build_info")
@@ -271,14 +252,6 @@ fn sim_an_older_library_reads_the_nvlink_status_it_knows() {
     assert_eq!(watched[0], watched[1], "4.6.0 vs 4.5.3 library");
 }
 
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
-}
-
 // ---------------------------------------------------------------------------------------
 // The kit tier: NVIDIA's DCGM 4.4.2, 4.5.3 and 4.6.0.
 
@@ -452,15 +425,16 @@ fn inject(kit: &Kit, port: u16, what: &str, arg: &str) {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     let bin = BIN.get_or_init(|| {
         let out = std::env::temp_dir().join(format!("dcgm-versions-inject-{}", std::process::id()));
-        let st = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-            .args(["-std=c11", "-Wall", "-Werror", "-I"])
-            .arg(repo("dcgm-sys/include"))
-            .arg(repo("tests/c/inject_gpu.c"))
-            .arg("-ldl")
-            .arg("-o")
-            .arg(&out)
-            .status()
-            .expect("a C compiler (the kit's tests need one)");
+        let st = status_within(
+            Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+                .args(["-std=c11", "-Wall", "-Werror", "-I"])
+                .arg(repo("dcgm-sys/include"))
+                .arg(repo("tests/c/inject_gpu.c"))
+                .arg("-ldl")
+                .arg("-o")
+                .arg(&out),
+            BUILD,
+        );
         assert!(st.success(), "compiling tests/c/inject_gpu.c");
         out
     });
@@ -469,7 +443,7 @@ fn inject(kit: &Kit, port: u16, what: &str, arg: &str) {
     hermetic(&mut cmd);
     // The engine's own library: the one that knows its requests.
     cmd.env("LD_LIBRARY_PATH", kit.lib_dir());
-    let out = cmd.output().expect("run inject_gpu");
+    let out = output_within(&mut cmd, QUICK);
     assert!(
         out.status.success(),
         "inject_gpu {what} {arg}: {}{}",

@@ -9,16 +9,15 @@
 
 mod nvidia_deployments;
 use crate::support;
+use crate::support::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use crate::support::*;
 
 const SKIP_PY: &str = "helm-python-sdk or PyYAML is not installed (pip install helm-python-sdk kubernetes-validate; .ci/run does this)";
 
 /// Runs deployment/tests/helm_render.py; None when its Python packages are missing.
 fn helper(args: &[&str], stdin: &str) -> Option<String> {
-    use std::io::Write;
     let mut child = Command::new("python3")
         .arg(repo("deployment/tests/helm_render.py"))
         .args(args)
@@ -27,13 +26,8 @@ fn helper(args: &[&str], stdin: &str) -> Option<String> {
         .stderr(Stdio::piped())
         .spawn()
         .ok()?;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    support::run::feed(&mut child, stdin.as_bytes().to_vec());
+    let out = child_output_within(child, BUILD, "helm_render.py");
     if out.status.code() == Some(3) {
         return None;
     }
@@ -202,9 +196,7 @@ fn the_4_8_4_config_and_timeout_values_render_as_in_nvidias_chart() {
         .expect("config volume");
     assert_eq!(volume["configMap"]["name"], "dcgm-exporter-config");
     // The file the chart writes is one our binary reads.
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("config.yaml");
-    std::fs::write(&file, cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let (_dir, file) = temp_file("config.yaml", &cm["data"]["config.yaml"].as_str().unwrap());
     let read = dcgm_exporter::config::file::load(&file).unwrap();
     assert_eq!((read.schema, read.max_concurrent_scrapes), (2, Some(4)));
     // And the chart's default data too.
@@ -519,16 +511,13 @@ fn check_prometheus_rule(objects: &[Value]) {
         // The alert pack, then the profiling-healing alerts.
         let shipped: Vec<String> = shipped.iter().flat_map(names).collect();
         assert_eq!(names(groups), shipped);
-        if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+        if !support::promtool() {
             continue;
         }
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("rules.yml");
-        std::fs::write(
-            &file,
-            serde_json::to_string(&json!({"groups": groups})).unwrap(),
-        )
-        .unwrap();
+        let (dir, _file) = temp_file(
+            "rules.yml",
+            &serde_json::to_string(&json!({"groups": groups})).unwrap(),
+        );
         let out = support::prom::promtool_in(dir.path(), &["check", "rules", "rules.yml"]);
         assert!(out.contains("SUCCESS"), "{out}");
     }
@@ -595,8 +584,12 @@ fn kubernetes_validate(dir: &Path) -> Option<String> {
                     !p.ends_with("ServiceMonitor.yaml") && !p.ends_with("PrometheusRule.yaml")
                 }),
         )
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .ok()?;
+    let out = child_output_within(out, BUILD, "kubernetes-validate");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -612,10 +605,10 @@ fn kubernetes_validate(dir: &Path) -> Option<String> {
 
 #[test]
 fn rendered_and_plain_manifests_validate_against_the_kubernetes_schemas() {
-    let have = Command::new("kubernetes-validate")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
+    let have = have_tool("kubernetes-validate")
+        && output_within(Command::new("kubernetes-validate").arg("--version"), QUICK)
+            .status
+            .success();
     if !have {
         skip("kubernetes-validate is not installed (pip install kubernetes-validate; .ci/run does this)");
         return;
@@ -689,7 +682,7 @@ fn the_binary_knows_every_variable_and_flag_the_chart_can_render() {
         skip(SKIP_PY);
         return;
     };
-    let help = exporter_command().arg("--help").output().unwrap();
+    let help = output_within(exporter_command().arg("--help"), QUICK);
     let help = String::from_utf8(help.stdout).unwrap();
     let c = container(&objects);
     for (name, _) in env_of(c) {
@@ -977,11 +970,7 @@ fn the_binary_serves_with_the_pod_label_and_dra_values_and_watches_the_api() {
         &["watch=true", "fieldSelector=spec.nodeName=gpu-node-7"],
         15,
     );
-    assert!(
-        e.stderr().contains("watching pods on node gpu-node-7"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged("watching pods on node gpu-node-7");
     api.wait_for_request(
         &[
             "/apis/resource.k8s.io/v1/resourceslices?",
@@ -1047,7 +1036,7 @@ fn usage_accounting_values_turn_on_host_pid_the_host_proc_mount_and_the_flags() 
     // Pod UIDs come from the API server.
     assert_eq!(spec(&on)["automountServiceAccountToken"], json!(true));
     assert_eq!(find(&on, "ClusterRole").len(), 1);
-    let help = exporter_command().arg("--help").output().unwrap();
+    let help = output_within(exporter_command().arg("--help"), QUICK);
     let help = String::from_utf8(help.stdout).unwrap();
     for (name, _) in env.iter().filter(|(k, _)| k != "NODE_NAME") {
         assert!(
@@ -1153,7 +1142,7 @@ fn the_prometheus_rule_carries_the_usage_rules_when_usage_accounting_is_on() {
         .as_str()
         .unwrap()
         .contains("{{ $labels.namespace }}"));
-    if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+    if !support::promtool() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -18,7 +18,6 @@
 //! `expect=TEXT` in the page) before it is stopped; `absent="TEXT"`: never in its stderr.
 //! Without `server`, the block must exit 0 within two minutes.
 
-
 use crate::support;
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
@@ -302,10 +301,12 @@ impl Running {
     fn kill(&mut self) {
         // The whole process group: the block's background servers too.
         let pgid = self.child.id() as i32;
-        let _ = Command::new("kill")
-            .args(["-s", "TERM", "--", &format!("-{pgid}")])
-            .stderr(Stdio::null())
-            .status();
+        let _ = support::status_within(
+            Command::new("kill")
+                .args(["-s", "TERM", "--", &format!("-{pgid}")])
+                .stderr(Stdio::null()),
+            support::QUICK,
+        );
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             // (Reaped first: a zombie leader still counts as a member of its group.)
@@ -315,10 +316,12 @@ impl Running {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = Command::new("kill")
-            .args(["-s", "KILL", "--", &format!("-{pgid}")])
-            .stderr(Stdio::null())
-            .status();
+        let _ = support::status_within(
+            Command::new("kill")
+                .args(["-s", "KILL", "--", &format!("-{pgid}")])
+                .stderr(Stdio::null()),
+            support::QUICK,
+        );
         let _ = self.child.wait();
     }
     fn stderr(&self) -> String {
@@ -333,11 +336,13 @@ impl Drop for Running {
 }
 
 fn group_alive(pgid: i32) -> bool {
-    Command::new("kill")
-        .args(["-0", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    support::status_within(
+        Command::new("kill")
+            .args(["-0", "--", &format!("-{pgid}")])
+            .stderr(Stdio::null()),
+        support::QUICK,
+    )
+    .success()
 }
 
 fn start(script: &str, b: &Block, work: &Path, bin: &Path, ports: &BTreeMap<u16, u16>) -> Running {
@@ -466,7 +471,7 @@ fn docs_and_help_name_systems_not_seed_files() {
         .iter()
         .map(|f| (f.display().to_string(), std::fs::read_to_string(f).unwrap()))
         .collect();
-    let help = support::exporter_command().arg("--help").output().unwrap();
+    let help = support::output_within(support::exporter_command().arg("--help"), support::QUICK);
     texts.push((
         "--help".into(),
         String::from_utf8_lossy(&help.stdout).into_owned(),

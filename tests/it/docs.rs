@@ -12,11 +12,12 @@ struct Flag {
 /// `--long` → env and default, from `dcgm-exporter --help`.
 fn from_help() -> BTreeMap<String, Flag> {
     // Without this process's environment: a set variable shows in --help as its value.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
-        .env_clear()
-        .arg("--help")
-        .output()
-        .expect("run --help");
+    let out = crate::support::output_within(
+        std::process::Command::new(env!("CARGO_BIN_EXE_dcgm-exporter"))
+            .env_clear()
+            .arg("--help"),
+        crate::support::QUICK,
+    );
     let text = String::from_utf8(out.stdout).unwrap();
     let mut flags = BTreeMap::new();
     let mut current: Option<String> = None;

@@ -5,23 +5,16 @@
 //! that speaks list/watch and discovery.
 
 use crate::support;
-use serde_json::json;
-use std::time::{Duration, Instant};
 use crate::support::fake_apiserver::{pod as api_pod, resource_slice, FakeApiServer};
 use crate::support::kubelet::{claim, dra_pod, FakeKubelet};
 use crate::support::{exporter, series, with_sim_nvml, Sample};
+use serde_json::json;
+use std::time::{Duration, Instant};
 
 /// GPU 4's UUID (a whole GPU) and, from the simulated NVML, the first MIG device of GPU 1 (its UUID and
 /// GPU-instance id), for `a100-mixed-mig.toml`.
 fn a100_devices() -> (String, String, String, u32) {
-    std::env::set_var(
-        "DCGM_SIM_PROFILE",
-        support::repo("etc/sim/a100-mixed-mig.toml"),
-    );
-    let nvml = nvml_wrapper::Nvml::builder()
-        .lib_path(support::nvml_library().as_os_str())
-        .init()
-        .expect("simulated NVML");
+    let nvml = support::sim_nvml(&support::repo("etc/sim/a100-mixed-mig.toml"));
     let gpu4 = nvml.device_by_index(4).unwrap().uuid().unwrap();
     let gpu1 = nvml.device_by_index(1).unwrap();
     let mig = gpu1.mig_device_by_index(0).unwrap();
@@ -46,6 +39,7 @@ fn wait_for_log(e: &support::Exporter, needle: &str) {
 
 #[test]
 fn dra_claims_on_a_gpu_and_a_mig_device_get_dra_labels() {
+    crate::support::alone!(dra_claims_on_a_gpu_and_a_mig_device_get_dra_labels);
     let (gpu4, gpu1, mig_uuid, gi) = a100_devices();
     let server = FakeApiServer::start();
     // v1 is preferred over v1beta1 when both are served.

@@ -3,26 +3,15 @@
 //! another user's) must stop the start with an error naming it, and nothing may be written
 //! through a link, at start or when the directory is created again while running.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::path::Path;
+use std::time::Duration;
 
 /// Runs the exporter with `args`, expecting it to refuse to start: (exit code, stderr). An
 /// exporter that starts anyway (the bug) fails the test after 20 s instead of hanging it.
 fn refused_at_start(args: &[&str]) -> (i32, String) {
     let mut e = exporter().args(args).spawn();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(st) = e.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "started anyway with {args:?}: {}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = e.exit_within(20, &format!("started anyway with {args:?}"));
     // The pipe's reader may be a line behind the exit.
     e.wait_for_log(5, "level=fatal");
     (status.code().unwrap_or(-1), e.stderr())

@@ -3,8 +3,8 @@
 //! P2P and a MIG reconfiguration while running.
 
 use crate::support;
-use std::collections::{BTreeMap, BTreeSet};
 use crate::support::*;
+use std::collections::{BTreeMap, BTreeSet};
 
 fn write_csv(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
     let p = dir.path().join(name);
@@ -226,9 +226,7 @@ fn selectors_pick_gpus_and_reject_ids_that_do_not_exist() {
 
 #[test]
 fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control");
-    std::fs::write(&control, "").unwrap();
+    let (dir, control) = temp_file("control", "");
     let csv = write_csv(
         &dir,
         "exp.csv",
@@ -243,7 +241,7 @@ fn xid_and_clock_events_show_in_the_window_then_age_out_and_health_fails() {
     );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", control.to_str().unwrap())
+        .control(&control)
         .args(&[
             "-f",
             &csv,
@@ -344,9 +342,7 @@ fn control_line(path: &std::path::Path, line: &str) {
 
 #[test]
 fn mig_reconfiguration_is_noticed_without_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control");
-    std::fs::write(&control, "").unwrap();
+    let (dir, control) = temp_file("control", "");
     let csv = write_csv(
         &dir,
         "mig.csv",
@@ -354,7 +350,7 @@ fn mig_reconfiguration_is_noticed_without_a_restart() {
     );
     let e = exporter()
         .profile("a100-mixed-mig.toml")
-        .env("DCGM_SIM_CONTROL", control.to_str().unwrap())
+        .control(&control)
         .args(&["-f", &csv, "-c", "300"])
         .start();
     let before: BTreeSet<String> = series(&e.scrape(), "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
@@ -426,13 +422,10 @@ fn cpus_and_cores_are_labelled() {
 
 #[test]
 fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("nodcp.toml");
-    std::fs::write(
-        &profile,
+    let (_dir, profile) = temp_file(
+        "nodcp.toml",
         "[gpus]\ncount = 2\nmodel = \"Tesla T4\"\ndcp = false\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
         .start();
@@ -444,17 +437,5 @@ fn unsupported_profiling_fields_are_skipped_with_one_warning_per_field() {
         dump(&page)
     );
     let log = e.stderr();
-    for row in [
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-    ] {
-        assert_eq!(
-            log.matches(&format!("skipping {row}:")).count(),
-            1,
-            "{row}: {log}"
-        );
-    }
+    assert_profiling_rows_skipped_once(&log);
 }

@@ -5,15 +5,15 @@
 //! DCGM is left initialised with live threads at exit, so the sim tier is deterministic and
 //! the real tier counts. `bench/` runs the long version (`bench exit-codes`).
 
+use crate::support::nvml_yaml::Gpu;
+use crate::support::real_dcgm::{kit, Scratch};
+use crate::support::*;
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::support::nvml_yaml::Gpu;
-use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
-use crate::support::*;
 
 /// Cycles per mode on the real library (the figure: ≥ 40, several at once).
 const REAL_CYCLES: usize = 40;
@@ -169,11 +169,9 @@ fn real_embedded_sigterm_exits_0_over_40_cycles() {
 
 #[test]
 fn real_remote_sigterm_exits_0_over_40_cycles() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("exit-remote");
-    let yaml = dir.yaml(&one_gpu());
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, _dir, _yaml, port, _engine)) = real_engine("exit-remote", &one_gpu()) else {
+        return;
+    };
     let r = run_cycles(REAL_CYCLES, PARALLEL, "exit 0", || {
         sigterm_cycle(kit.remote(port))
     });
@@ -231,14 +229,6 @@ fn sigterm_removes_the_textfile_and_a_missing_directory_is_created() {
     );
 }
 
-fn signal(pid: u32, sig: &str) {
-    let st = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
-}
-
 /// SIGTERM while the host engine is stopped (SIGSTOP): a DCGM call stays stuck, and
 /// dcgmShutdown waits for it (the real one for up to 60 s). The exporter gives DCGM its
 /// shutdown deadline, then exits 0 without running libdcgm's destructors under the stuck
@@ -249,24 +239,9 @@ fn sigterm_with_a_stopped_engine(e: &mut Exporter, engine_pid: u32) {
         e.get("/ready").0 == 503 && e.stderr().contains("no answer from DCGM")
     });
     signal(e.child.id(), "TERM");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let st = loop {
-        if let Some(st) = e.child.try_wait().expect("wait for the exporter") {
-            break st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no exit 60 s after SIGTERM: {}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let st = e.exit_within(60, "no exit 60 s after SIGTERM");
     assert_eq!(outcome(st), "exit 0", "{}", e.stderr());
-    assert!(
-        e.stderr().contains("DCGM did not shut down within"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged("DCGM did not shut down within");
 }
 
 #[test]
@@ -281,11 +256,9 @@ fn sim_sigterm_with_a_stopped_host_engine_exits_0_after_the_shutdown_deadline() 
 
 #[test]
 fn real_sigterm_with_a_stopped_host_engine_exits_0_after_the_shutdown_deadline() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("exit-stopped");
-    let yaml = dir.yaml(&one_gpu());
-    let port = free_port();
-    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, _dir, _yaml, port, engine)) = real_engine("exit-stopped", &one_gpu()) else {
+        return;
+    };
     let mut e = kit.remote(port).args(&["-c", "300"]).start();
     sigterm_with_a_stopped_engine(&mut e, engine.child.id());
 }

@@ -15,12 +15,8 @@ fn after_hostname(s: &Sample) -> Vec<&str> {
 
 #[test]
 fn exp_labels_follow_upstreams_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let control = dir.path().join("control");
-    std::fs::write(&control, "").unwrap();
-    let csv = dir.path().join("exp.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, control, csv) = control_and_file(
+        "exp.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
          DCGM_FI_DRIVER_VERSION, label, driver\n\
          DCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n\
@@ -28,11 +24,10 @@ fn exp_labels_follow_upstreams_order() {
          DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, clock events in window\n\
          DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n\
          DCGM_EXP_P2P_STATUS, gauge, p2p\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", control.to_str().unwrap())
+        .control(&control)
         .args(&["-f", csv.to_str().unwrap(), "-c", "250"])
         .start();
     let mut f = std::fs::OpenOptions::new()

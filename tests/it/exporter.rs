@@ -4,35 +4,6 @@
 use crate::support;
 use crate::support::*;
 
-/// The 26 active rows of etc/default-counters.csv minus the driver-version label and
-/// DCGM_FI_DEV_XID_ERRORS, which has no sample (so no series) until an XID happens, as in
-/// real DCGM.
-const DEFAULT_METRICS: &[&str] = &[
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_ENC_UTIL",
-    "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_PROF_PCIE_TX_BYTES",
-    "DCGM_FI_PROF_PCIE_RX_BYTES",
-];
-
 #[test]
 fn every_default_counter_appears_for_every_gpu_with_dcgm_exporter_labels() {
     let e = exporter()
@@ -155,10 +126,8 @@ fn health_landing_page_and_self_metrics() {
 
 #[test]
 fn csv_with_label_fields_legacy_names_and_numeric_ids() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, csv) = temp_file(
+        "c.csv",
         "# legacy and label rows\n\
          dcgm_gpu_temp, gauge, legacy 1.x name\n\
          DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n\
@@ -166,8 +135,7 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
          155, gauge,\"power, by numeric id\"\n\
          DCGM_FI_DEV_SERIAL, label, serial as a label\n\
          DCGM_FI_DRIVER_VERSION, label, driver\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .arg("-f")
         .arg(csv.to_str().unwrap())
@@ -208,13 +176,10 @@ fn csv_with_label_fields_legacy_names_and_numeric_ids() {
 
 #[test]
 fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
-    let dir = tempfile::tempdir().unwrap();
-    let bad_csv = dir.path().join("bad.csv");
-    std::fs::write(
-        &bad_csv,
+    let (_dir, bad_csv) = temp_file(
+        "bad.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, ok\nDCGM_FI_DEV_GPU_TEMPP, gauge, typo\n",
-    )
-    .unwrap();
+    );
     let cases: Vec<(Vec<String>, &str)> = vec![
         (
             vec!["--dcgm-library".into(), "/nonexistent/libdcgm.so.4".into()],
@@ -292,10 +257,7 @@ fn json_logs_list_fields_and_version() {
     }
     drop(e);
 
-    let out = support::exporter_command()
-        .arg("--list-fields")
-        .output()
-        .unwrap();
+    let out = output_within(support::exporter_command().arg("--list-fields"), QUICK);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().count() > 600, "every DCGM 4.6 field");
@@ -308,7 +270,7 @@ fn json_logs_list_fields_and_version() {
         "{temp}"
     );
 
-    let out = support::exporter_command().arg("-v").output().unwrap();
+    let out = output_within(support::exporter_command().arg("-v"), QUICK);
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("DCGM Exporter version"));
 }
@@ -322,9 +284,7 @@ fn sigquit_also_shuts_down_cleanly() {
 
 #[test]
 fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, t\n").unwrap();
+    let (_dir, csv) = temp_file("c.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, t\n");
     let e = exporter()
         .args(&["-f", csv.to_str().unwrap(), "-n"])
         .start();
@@ -336,10 +296,7 @@ fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
         "-n drops hostname"
     );
     let hup = || {
-        std::process::Command::new("kill")
-            .args(["-HUP", &e.child.id().to_string()])
-            .status()
-            .unwrap();
+        signal(e.child.id(), "HUP");
     };
     std::fs::write(&csv, "DCGM_FI_DEV_POWER_USAGE, gauge, p\n").unwrap();
     hup();
@@ -359,14 +316,15 @@ fn sighup_reloads_the_counters_and_a_bad_csv_keeps_the_old_ones() {
 
 /// The commit the build embedded: the checkout's HEAD, `unknown` without git.
 fn expected_commit() -> String {
-    std::process::Command::new("git")
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .current_dir(repo("."))
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    Some(output_within(
+        std::process::Command::new("git")
+            .args(["rev-parse", "--short=12", "HEAD"])
+            .current_dir(repo(".")),
+        QUICK,
+    ))
+    .filter(|o| o.status.success())
+    .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    .unwrap_or_else(|| "unknown".into())
 }
 
 #[test]
@@ -392,10 +350,7 @@ fn start_up_says_version_commit_dcgm_mode_and_what_is_watched() {
         "{summary}"
     );
     // The types with nothing to collect: one debug line, none at info.
-    let idle: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("not collecting"))
-        .collect();
+    let idle = lines_with(&log, "not collecting");
     assert_eq!(idle.len(), 1, "{log}");
     assert!(idle[0].contains("level=debug"), "{}", idle[0]);
     assert!(idle[0].contains("CPU, CPU core metrics"), "{}", idle[0]);
@@ -446,24 +401,25 @@ fn list_fields_into_a_closed_pipe_exits_0_quietly() {
     // deterministically (a `| head` races with the pipe's buffer).
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     drop(ours);
-    let out = support::exporter_command()
+    let child = support::exporter_command()
         .arg("--list-fields")
         .stdout(std::process::Stdio::from(OwnedFd::from(theirs)))
         .stderr(std::process::Stdio::piped())
-        .output()
+        .spawn()
         .unwrap();
+    let out = child_output_within(child, QUICK, "dcgm-exporter --list-fields");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(stderr, "", "no panic, no message");
     // And as an operator writes it.
-    let out = std::process::Command::new("bash")
-        .args([
+    let out = output_within(
+        std::process::Command::new("bash").args([
             "-c",
             "set -o pipefail; \"$0\" --list-fields | head -n 1",
             env!("CARGO_BIN_EXE_dcgm-exporter"),
-        ])
-        .output()
-        .unwrap();
+        ]),
+        QUICK,
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -511,8 +467,8 @@ fn no_color_is_honoured_on_a_terminal() {
         if let Some(v) = no_color {
             c.env("NO_COLOR", v);
         }
-        let out = c.args(["-q", "-e", "-c", &cmd, "/dev/null"]).output();
-        String::from_utf8_lossy(&out.expect("run script").stdout).into_owned()
+        let out = output_within(c.args(["-q", "-e", "-c", &cmd, "/dev/null"]), QUICK);
+        String::from_utf8_lossy(&out.stdout).into_owned()
     };
     if !require_tool("script", "util-linux: apt-get install bsdutils") {
         return;

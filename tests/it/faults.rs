@@ -4,12 +4,11 @@
 //! panic, no DCGM series older than 2 x interval + 1 s, every outage recovered, healthy GPUs
 //! exported throughout. The long version (100 cycles, a soak with RSS) is `bench -- faults`.
 
+use crate::support::*;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 fn dcgm_series(p: &[Sample]) -> usize {
     p.iter().filter(|s| s.name.starts_with("DCGM_")).count()
@@ -35,14 +34,6 @@ fn temps_by_gpu(p: &[Sample]) -> Vec<String> {
         .collect();
     g.sort();
     g
-}
-
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "kill -{sig} {pid}");
 }
 
 /// A profile under etc/sim/ with extra TOML appended, written to a temp dir.
@@ -227,12 +218,10 @@ fn a_stopped_host_engine_withdraws_the_gpu_series_and_they_return_on_sigcont() {
 
 #[test]
 fn a_gpu_falling_off_the_bus_takes_only_its_own_series() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let mut e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "200"])
         .start();
     assert_eq!(temps_by_gpu(&e.scrape()).len(), 8);
@@ -277,9 +266,7 @@ fn a_gpu_falling_off_the_bus_takes_only_its_own_series() {
 }
 
 fn lost_at_start(attributes: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("control", "");
     let profile = profile_with(
         &dir,
         "a100-mixed-mig.toml",
@@ -294,7 +281,7 @@ fn lost_at_start(attributes: &str) {
     std::fs::write(&profile, text).unwrap();
     let e = exporter()
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "200"])
         .start();
     let page = e.scrape();
@@ -370,13 +357,11 @@ fn a_selected_gpu_lost_at_start_is_skipped_not_a_selector_error() {
 
 #[test]
 fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     // Selects GPU instance 0 (on GPU 0) by id; it goes when GPU 0 leaves MIG mode.
     let e = exporter()
         .profile("a100-mixed-mig.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-d", "i:0", "-c", "200"])
         .start();
     assert!(dcgm_series(&e.scrape()) > 0);
@@ -401,14 +386,8 @@ fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
 
 #[test]
 fn the_library_vanishing_in_embedded_mode_is_a_clear_error_not_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200"])
-        .start();
+    let (_dir, ctl, b) = controlled("one-gpu.toml");
+    let e = b.args(&["-c", "200"]).start();
     control(&ctl, "library_gone");
     wait_for(&e, 10, "series withdrawn", |p| {
         dcgm_series(p) == 0 && gauge(p, "dcgm_exporter_dcgm_connected") == 0.0
@@ -459,11 +438,9 @@ fn unbind_after_reconnect_rebuilds(e: &Exporter, ctl: &std::path::Path) {
 
 #[test]
 fn bind_unbind_events_are_seen_after_an_embedded_engine_is_started_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&[
             "-c",
             "200",
@@ -505,8 +482,7 @@ fn bind_unbind_events_are_seen_after_the_remote_host_engine_restarts() {
     wait_for(&e, 10, "outage noticed", |p| {
         gauge(p, "dcgm_exporter_dcgm_connected") == 0.0 && dcgm_series(p) == 0
     });
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let ctl = write_in(dir.path(), "control", "");
     let _engine = HostEngine::start_with(port, None, Some(&ctl));
     wait_for(&e, 20, "reconnected", |p| {
         gauge(p, "dcgm_exporter_dcgm_connected") == 1.0 && gpus_with_temp(p) == 8
@@ -542,7 +518,7 @@ fn busy_gpu_exporter(ctl: &std::path::Path, extra: &[&str]) -> Exporter {
     std::fs::write(ctl, "set 0 203 100\n").unwrap();
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "200"])
         .args(extra)
         .start();
@@ -589,10 +565,7 @@ fn stuck_profiling_on_a_busy_gpu_is_re_armed_and_heals() {
         assert!(gr_active(&p, gpu).is_some_and(|v| v > 0.0), "GPU {gpu}");
     }
     let log = e.stderr();
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("profiling of GPU 0"))
-        .collect();
+    let lines = lines_with(&log, "profiling of GPU 0");
     assert_eq!(lines.len(), 2, "one line per action:\n{log}");
     assert!(
         lines[0].contains("re-arming its profiling watches"),
@@ -661,7 +634,7 @@ fn a_spike_between_two_collections_shows_in_the_max_series_only() {
         .profile("a100-mixed-mig.toml")
         .args(&["-c", "2000", "--aggregate", fields])
         .args(&["--aggregate-period", "100ms"])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
         .start();
     let plain = exporter()
@@ -808,14 +781,8 @@ fn the_event_history_lists_an_xid_a_lost_gpu_an_engine_restart_and_a_reload_in_o
 #[test]
 fn the_event_history_drops_its_oldest_events_and_counts_them() {
     use crate::support::events::{events, wait_for_events};
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200", "--events-max-count", "3"])
-        .start();
+    let (_dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let e = b.args(&["-c", "200", "--events-max-count", "3"]).start();
     for gpu in 0..6 {
         control(&ctl, &format!("xid {gpu} 13"));
         let entity = format!("gpu:{gpu}");
@@ -840,14 +807,12 @@ fn the_event_history_drops_its_oldest_events_and_counts_them() {
 /// window holds less than a whole interval of samples.
 #[test]
 fn a_reload_mid_interval_starts_the_windows_afresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["-c", "4000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
         .args(&["--aggregate-period", "100ms"])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .start();
     let (max, samples) = (
         "DCGM_FI_DEV_POWER_USAGE_interval_max",
@@ -896,14 +861,12 @@ fn a_reload_mid_interval_starts_the_windows_afresh() {
 /// a blank never counts), then it has no window at all, while the other GPUs' go on.
 #[test]
 fn a_gpu_lost_mid_interval_keeps_only_its_samples_before_the_loss() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["-c", "2000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
         .args(&["--aggregate-period", "100ms"])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .start();
     let samples = "DCGM_FI_DEV_POWER_USAGE_interval_samples";
     let of = |p: &[Sample], gpu: &str| {

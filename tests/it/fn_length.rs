@@ -2,24 +2,10 @@
 //! closing brace, outside test code (`tests.rs` files and what follows `#[cfg(test)]`). A
 //! longer one is listed with file and line: split it into steps with names.
 
-use std::path::{Path, PathBuf};
+use crate::support::rust_files;
+use std::path::Path;
 
 const MAX_LINES: usize = 80;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "rs") {
-            out.push(p);
-        }
-    }
-}
 
 /// The line with string and char literals emptied and its `//` comment cut, so that only
 /// the code's own braces count.

@@ -6,6 +6,7 @@
 #[path = "../../build/commit.rs"]
 mod commit;
 
+use crate::support::{output_within, status_within, QUICK};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -28,13 +29,14 @@ fn http_stack_check(lock: &str) -> Output {
     fs::write(dir.join("Cargo.lock"), lock).unwrap();
     let empty_home = dir.join("cargo-home");
     fs::create_dir_all(&empty_home).unwrap();
-    Command::new("bash")
-        .arg(dir.join(".ci/single-http-stack"))
-        .env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("CARGO_HOME", &empty_home)
-        .output()
-        .unwrap()
+    output_within(
+        Command::new("bash")
+            .arg(dir.join(".ci/single-http-stack"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("CARGO_HOME", &empty_home),
+        QUICK,
+    )
 }
 
 /// A new empty directory (tests run in parallel: one each).
@@ -97,13 +99,14 @@ fn a_lock_that_is_not_ours_fails_the_check_instead_of_passing_as_no_duplicates()
 }
 
 fn git(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .ok()?;
+    let out = output_within(
+        Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1"),
+        QUICK,
+    );
     let text = String::from_utf8(out.stdout).ok()?.trim().to_string();
     (out.status.success() && !text.is_empty()).then_some(text)
 }
@@ -128,14 +131,15 @@ fn repo_with_one_commit() -> Option<PathBuf> {
             "one",
         ],
     ] {
-        let ok = Command::new("git")
-            .args(args)
-            .current_dir(&dir)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .status()
-            .unwrap()
-            .success();
+        let ok = status_within(
+            Command::new("git")
+                .args(args)
+                .current_dir(&dir)
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .env("GIT_CONFIG_NOSYSTEM", "1"),
+            QUICK,
+        )
+        .success();
         assert!(ok, "git {args:?}");
     }
     Some(dir)

@@ -5,8 +5,8 @@
 //! (`support/fuzzing.rs`); what a run finds becomes a named regression test. The other
 //! parsers of outside input are in `tests/fuzz_inputs.rs`.
 
-use dcgm_exporter::config::{cli, counters, selector};
 use crate::support::fuzzing::fuzz;
+use dcgm_exporter::config::{cli, counters, selector};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use std::collections::BTreeSet;

@@ -7,6 +7,7 @@
 //! `fuzz: <parser>: <N> cases` (`support/fuzzing.rs`).
 
 use crate::support;
+use crate::support::fuzzing::fuzz;
 use dcgm_exporter::attribution::container::docker::{Inspect, Listed};
 use dcgm_exporter::attribution::container::http as runtime_http;
 use dcgm_exporter::attribution::dra::SliceCache;
@@ -16,7 +17,6 @@ use dcgm_exporter::attribution::pids;
 use dcgm_exporter::attribution::podmeta::{Allowlist, Options, PodCache};
 use dcgm_exporter::config::file as config_file;
 use dcgm_exporter::output::http::webconfig;
-use crate::support::fuzzing::fuzz;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::io::{Read, Write};

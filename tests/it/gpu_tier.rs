@@ -4,10 +4,10 @@
 //! when the reference is off by more than the tolerance (and not when it is off by less).
 
 use crate::support;
-use std::path::Path;
-use std::process::{Command, Output};
 use crate::support::nvml_yaml::{self, Gpu};
 use crate::support::real_dcgm::{kit, Scratch};
+use std::path::Path;
+use std::process::{Command, Output};
 
 /// nvidia-smi's columns as the script asks for them (gpu_tier.py's COLUMNS).
 const COLUMNS: [&str; 9] = [
@@ -56,7 +56,7 @@ fn run_script(kit_root: &Path, yaml: &Path, out: &Path, reference: Option<&Path>
     if let Some(r) = reference {
         cmd.arg("--reference").arg(r);
     }
-    cmd.output().expect("run tests/gpu/run.sh")
+    support::output_within(&mut cmd, support::BUILD)
 }
 
 fn text(o: &Output) -> String {
@@ -204,11 +204,10 @@ fn the_gpu_tier_script_says_what_it_lacks() {
     let scratch = Scratch::new("gpu-tier-bad");
     let run = |args: &[&str]| {
         let mut cmd = Command::new("bash");
-        let o = support::hermetic(&mut cmd)
+        support::hermetic(&mut cmd)
             .arg(support::repo("tests/gpu/run.sh"))
-            .args(args)
-            .output()
-            .unwrap();
+            .args(args);
+        let o = support::output_within(&mut cmd, support::QUICK);
         (o.status.code(), text(&o))
     };
     let kit_root = kit.root.to_str().unwrap();
@@ -266,12 +265,11 @@ fn the_gpu_mode_only_queries_and_checks_the_recorder_before_starting() {
     );
     let run = |args: &[&str]| {
         let mut cmd = Command::new("bash");
-        let o = support::hermetic(&mut cmd)
+        support::hermetic(&mut cmd)
             .env("PATH", &path)
             .arg(support::repo("tests/gpu/run.sh"))
-            .args(args)
-            .output()
-            .unwrap();
+            .args(args);
+        let o = support::output_within(&mut cmd, support::QUICK);
         (o.status.code(), text(&o))
     };
 
@@ -307,12 +305,13 @@ fn the_gpu_mode_only_queries_and_checks_the_recorder_before_starting() {
         "key_prefixes = [\"nvmlDeviceSet\"]\nclass R:\n    _nvml_not_captured_funcs = [\"nvmlDeviceSetMigMode\", \"nvmlDeviceCreateGpuInstance\"]\n    funcs = [\"nvmlDeviceGetTemperature\"]\n",
     )
     .unwrap();
-    let o = Command::new("python3")
-        .arg(support::repo("tests/gpu/gpu_tier.py"))
-        .arg("check-recorder")
-        .arg(&good)
-        .output()
-        .unwrap();
+    let o = support::output_within(
+        Command::new("python3")
+            .arg(support::repo("tests/gpu/gpu_tier.py"))
+            .arg("check-recorder")
+            .arg(&good),
+        support::QUICK,
+    );
     assert!(o.status.success(), "{}", text(&o));
 }
 
@@ -342,11 +341,7 @@ fn a_recorded_h200_replays_through_the_real_dcgm_with_a_reload_in_the_middle() {
             && value(p, "DCGM_FI_DEV_SM_CLOCK") == Some((uuid, 345.0))
     };
     e.scrape_until(30, expect);
-    let st = Command::new("kill")
-        .args(["-HUP", &e.child.id().to_string()])
-        .status()
-        .expect("kill -HUP");
-    assert!(st.success());
+    support::signal(e.child.id(), "HUP");
     e.wait_for_log(15, "reloaded");
     // Served on every scrape for 5 intervals: sampled anew each interval (a sample is served
     // only while it is at most an interval and a second old).

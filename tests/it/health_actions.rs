@@ -41,14 +41,8 @@ fn wait_action(e: &Exporter, gpu: &str, want: (&str, &str, f64)) {
 
 #[test]
 fn every_source_of_a_health_action_reaches_the_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200"])
-        .start();
+    let (_dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let e = b.args(&["-c", "200"]).start();
     let page = e.scrape_until(10, |p| count(p, "expected").is_some());
     // Healthy node: no action on any GPU, all 8 expected and present.
     for g in 0..8 {
@@ -124,7 +118,7 @@ fn without_the_recovery_action_field_the_other_sources_still_decide() {
     std::fs::write(&ctl, "not_supported * 1523\n").unwrap();
     let e = exporter()
         .profile("one-gpu.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "200"])
         .start();
     wait_action(&e, "0", ("none", "none", 0.0));
@@ -134,12 +128,10 @@ fn without_the_recovery_action_field_the_other_sources_still_decide() {
 
 #[test]
 fn a_gpu_lost_at_start_is_expected_and_counted_lost() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "gpu_lost 2\n").unwrap();
+    let (_dir, ctl) = temp_file("control", "gpu_lost 2\n");
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "200"])
         .start();
     let page = e.scrape_until(10, |p| count(p, "expected").is_some());
@@ -155,20 +147,15 @@ fn a_gpu_lost_at_start_is_expected_and_counted_lost() {
 /// status shows it; it is not GPU 0's, whose entity id it shares.
 #[test]
 fn a_node_level_incident_is_every_gpus_not_gpu_0s() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, ctl, csv) = control_and_file(
+        "c.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
          DCGM_EXP_GPU_HEALTH_ACTION, gauge, a\n\
          DCGM_EXP_GPU_HEALTH_STATUS, gauge, s\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-f", csv.to_str().unwrap(), "-c", "200"])
         .start();
     wait_action(&e, "0", ("none", "none", 0.0));
@@ -201,14 +188,8 @@ fn a_node_level_incident_is_every_gpus_not_gpu_0s() {
 /// there. The GPU's action counts it, with or without `--compute-instances`.
 #[test]
 fn xids_of_mig_instances_reach_their_gpus_action() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("a100-mixed-mig.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200"])
-        .start();
+    let (_dir, ctl, b) = controlled("a100-mixed-mig.toml");
+    let e = b.args(&["-c", "200"]).start();
     wait_action(&e, "0", ("none", "none", 0.0));
     // GPU 0's GPU instance 9 (a 1g.10gb): XID 13 asks to restart the workload.
     control(&ctl, "xid 0/9 13");
@@ -244,25 +225,20 @@ fn xid_totals(p: &[Sample]) -> Vec<(String, String, String, String, f64)> {
 #[test]
 fn mig_xids_count_on_the_instance_series_they_hit() {
     for compute_instances in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let ctl = dir.path().join("control");
-        std::fs::write(&ctl, "").unwrap();
-        let csv = dir.path().join("c.csv");
-        std::fs::write(
-            &csv,
+        let (_dir, ctl, csv) = control_and_file(
+            "c.csv",
             "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
              DCGM_FI_DEV_XID_ERRORS, gauge, last xid\n\
              DCGM_EXP_XID_ERRORS_COUNT, gauge, x\n\
              DCGM_EXP_XID_ERRORS_TOTAL, counter, x\n",
-        )
-        .unwrap();
+        );
         let mut args = vec!["-f", csv.to_str().unwrap(), "-c", "200"];
         if compute_instances {
             args.push("--compute-instances");
         }
         let e = exporter()
             .profile("a100-mixed-mig.toml")
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .control(&ctl)
             .args(&args)
             .start();
         e.scrape_until(10, |p| !series(p, "DCGM_EXP_XID_ERRORS_TOTAL").is_empty());

@@ -2,10 +2,9 @@
 //! an allowlist (`support::hermetic`): a developer's own `DCGM_EXPORTER_*` (or
 //! `DCGM_SIM_*`, `KUBECONFIG`...) settings never reach the programs under test.
 //!
-//! One test in its own binary: it sets this process's environment, which would race with
-//! other tests reading it.
+//! The test sets its process's environment, which every other test would see: it runs
+//! alone in a child process (`support::alone!`).
 
-use crate::support;
 use crate::support::*;
 
 /// Settings that each stop or divert an exporter or a simulated host engine that sees them.
@@ -25,6 +24,7 @@ const DEVELOPERS_ENV: &[(&str, &str)] = &[
 
 #[test]
 fn a_developers_own_settings_do_not_reach_the_exporters_the_tests_start() {
+    crate::support::alone!(a_developers_own_settings_do_not_reach_the_exporters_the_tests_start);
     // What such settings do where they reach the exporter: it will not start, so the runs
     // below would fail if the helpers passed them on.
     for k in [
@@ -37,12 +37,13 @@ fn a_developers_own_settings_do_not_reach_the_exporters_the_tests_start() {
         assert_ne!(code, 0, "{k}={v} was accepted: {err}");
     }
     // (The builder passes -c, which wins over the variable; without it: refused.)
-    let out = exporter_command()
-        .env("DCGM_EXPORTER_INTERVAL", "abc")
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .output()
-        .expect("run the exporter");
+    let out = output_within(
+        exporter_command()
+            .env("DCGM_EXPORTER_INTERVAL", "abc")
+            .arg("--dcgm-library")
+            .arg(sim_library()),
+        QUICK,
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("abc"));
     for (k, v) in DEVELOPERS_ENV {
@@ -61,7 +62,7 @@ fn a_developers_own_settings_do_not_reach_the_exporters_the_tests_start() {
     assert_eq!(series(&e.scrape(), "DCGM_FI_DEV_GPU_TEMP").len(), 1);
     drop(e);
 
-    let out = exporter_command().arg("-v").output().expect("run -v");
+    let out = output_within(exporter_command().arg("-v"), QUICK);
     assert!(
         out.status.success(),
         "{}",

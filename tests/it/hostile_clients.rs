@@ -7,13 +7,13 @@
 //! 200 fields, a long node name) is made larger than those, and the tests check that the
 //! connection did outlive what fits.
 
+use crate::support::*;
 use socket2::{Domain, Socket, Type};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const WRITE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Scheduling on a loaded machine, and the time to fill the kernel's buffers.
@@ -24,15 +24,6 @@ const FOREVER: Duration = Duration::from_secs(25);
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| d.count())
-        .unwrap_or(0)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0)
 }
 
@@ -298,15 +289,6 @@ fn get_metrics() -> Vec<u8> {
     hpack
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new(prom::tool("openssl"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "openssl {args:?}: {out:?}");
-}
-
 /// An HTTP/2 client over TLS that grants `window` bytes per stream and never more; returns
 /// how long the exporter held its connection after `bound`-checking it.
 fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &str) {
@@ -316,7 +298,7 @@ fn http2_client_granting(window: u32, extra: &[&str], bound: Duration, what: &st
 /// A TLS exporter (HTTP/2 offered) with the big page, ready, in `d`; and a scrape over
 /// HTTP/2 by curl that says whether it got a page.
 fn tls_exporter(d: &Path, extra: &[&str]) -> (Exporter, impl Fn() -> bool) {
-    openssl(
+    certs::openssl(
         d,
         &[
             "req",
@@ -347,18 +329,22 @@ fn tls_exporter(d: &Path, extra: &[&str]) -> (Exporter, impl Fn() -> bool) {
     let e = big_exporter(d, &args).spawn();
     let url = format!("https://127.0.0.1:{}/metrics", e.port);
     let scrape = move || {
-        Command::new(prom::tool("curl"))
-            .args(["-skf", "--http2", "-o", "/dev/null", &url])
-            .status()
-            .is_ok_and(|s| s.success())
+        output_within(
+            Command::new(prom::tool("curl")).args(["-skf", "--http2", "-o", "/dev/null", &url]),
+            QUICK,
+        )
+        .status
+        .success()
     };
     // The page with its DCGM series, not the first one of self-metrics only.
     e.wait_until(60, |e| {
-        Command::new(prom::tool("curl"))
-            .args(["-sk", "--http2"])
-            .arg(format!("https://127.0.0.1:{}/metrics", e.port))
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("DCGM_FI_DEV"))
+        let o = output_within(
+            Command::new(prom::tool("curl"))
+                .args(["-sk", "--http2"])
+                .arg(format!("https://127.0.0.1:{}/metrics", e.port)),
+            QUICK,
+        );
+        String::from_utf8_lossy(&o.stdout).contains("DCGM_FI_DEV")
     });
     (e, scrape)
 }

@@ -9,18 +9,13 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-fn promtool() -> Option<&'static str> {
-    support::require_tool("promtool", "apt-get install prometheus; .ci/run does this")
-        .then_some("promtool")
-}
-
 fn run(args: &[&str], dir: &Path) -> String {
     support::prom::promtool_in(dir, args)
 }
 
 #[test]
 fn recording_rules_pass_promtool_check_and_unit_tests() {
-    if promtool().is_none() {
+    if !support::promtool() {
         return;
     }
     let dir = support::repo("etc/prometheus");
@@ -167,7 +162,9 @@ fn the_adapter_config_exposes_the_recorded_averages_and_its_queries_evaluate() {
         want(&|f| (format!("gpu_{f}_avg_in_use"), format!("gpu:{f}:avg_in_use")))
     );
 
-    let Some(_) = promtool() else { return };
+    if !support::promtool() {
+        return;
+    }
     // The queries an HPA in namespace ml (Pods metric over its two pods), one in batch
     // (external, namespace) and a cluster-wide one make, evaluated on the unit test's node.
     let pods_q = expand(

@@ -30,19 +30,7 @@ fn without_the_profiling_module_the_default_counters_load_minus_the_profiling_ro
     assert_eq!(series(&page, "DCGM_FI_DEV_FB_USED").len(), 2);
     assert!(page.iter().all(|s| !s.name.starts_with("DCGM_FI_PROF_")));
     let log = e.stderr();
-    for row in [
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-    ] {
-        assert_eq!(
-            log.matches(&format!("skipping {row}:")).count(),
-            1,
-            "{row}: {log}"
-        );
-    }
+    assert_profiling_rows_skipped_once(&log);
     assert!(log.contains("ModuleNotLoaded"), "{log}");
     assert_eq!(
         total(
@@ -61,14 +49,13 @@ fn a_failing_p2p_query_is_counted_logged_once_and_the_rest_is_served() {
         dir.path(),
         "[gpus]\ncount = 3\nmodel = \"NVIDIA H100 80GB HBM3\"\np2p = \"error\"\n",
     );
-    let csv = dir.path().join("p2p.csv");
-    std::fs::write(
-        &csv,
+    let csv = write_in(
+        dir.path(),
+        "p2p.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
          DCGM_EXP_P2P_STATUS, gauge, P2P status\n\
          DCGM_EXP_XID_ERRORS_COUNT, gauge, XIDs\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .env("DCGM_SIM_PROFILE", &p)
         .args(&["-f", csv.to_str().unwrap(), "-c", "200"])
@@ -103,9 +90,7 @@ fn a_failing_p2p_query_is_counted_logged_once_and_the_rest_is_served() {
 
 #[test]
 fn derived_metrics_alone_are_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("derived.csv");
-    std::fs::write(&csv, "DCGM_EXP_P2P_STATUS, gauge, P2P status\n").unwrap();
+    let (_dir, csv) = temp_file("derived.csv", "DCGM_EXP_P2P_STATUS, gauge, P2P status\n");
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["-f", csv.to_str().unwrap()])
@@ -118,14 +103,11 @@ fn derived_metrics_alone_are_served() {
 
 #[test]
 fn cpu_rows_on_a_node_without_the_sysmon_module_cost_nothing_else() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("cpu.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, csv) = temp_file(
+        "cpu.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
          DCGM_FI_DEV_CPU_UTIL_TOTAL, gauge, CPU utilisation\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("one-gpu.toml")
         .args(&["-f", csv.to_str().unwrap()])
@@ -213,7 +195,7 @@ fn a_probe_whose_unwatch_reports_not_watched_keeps_its_field() {
     control(&ctl, "unwatch_fails 585 -16");
     let e = exporter()
         .env("DCGM_SIM_PROFILE", &p)
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-f", csv.to_str().unwrap()])
         .start();
     let energy = |p: &[Sample]| total(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", &[]);

@@ -2,12 +2,12 @@
 //! protocol on loopback: the `-m` ConfigMap (read at start, reloaded on change, failures
 //! fatal as upstream) and the pod watch that gives UIDs and labels.
 
+use crate::support::fake_apiserver::{configmap, pod, FakeApiServer};
+use crate::support::*;
 use dcgm_exporter::attribution::podmeta::{self, Allowlist};
 use dcgm_exporter::attribution::PodMetadata;
 use dcgm_exporter::common::kubeapi::KubeApi;
 use std::time::{Duration, Instant};
-use crate::support::fake_apiserver::{configmap, pod, FakeApiServer};
-use crate::support::*;
 
 const CM: &str = "exporter-metrics-config-map";
 
@@ -56,11 +56,7 @@ fn counters_come_from_the_configmap_and_a_change_reloads_them() {
     let after = e.scrape_until(15, |s| names(s).contains("DCGM_FI_DEV_POWER_USAGE"));
     assert_eq!(names(&after).len(), 2, "{}", dump(&after));
     eprintln!("reloaded {:?} after the edit", edited.elapsed());
-    assert!(
-        e.stderr().contains("changed: reloading the counters"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged("changed: reloading the counters");
 
     // A broken edit keeps the counters in use and says why.
     api.apply(configmap(

@@ -1,11 +1,10 @@
 //! Pod attribution end to end: the real exporter against the simulator and a fake kubelet
 //! speaking the PodResources gRPC protocol on a unix socket.
 
-
 use crate::support;
-use std::time::{Duration, Instant};
 use crate::support::kubelet::{pod, FakeKubelet};
-use crate::support::{exporter, series, with_sim_nvml, Sample};
+use crate::support::{controlled, exporter, series, with_sim_nvml, Sample};
+use std::time::{Duration, Instant};
 
 /// The UUID of every GPU on the page, by gpu index.
 fn uuids(samples: &[Sample], uuid_label: &str) -> Vec<String> {
@@ -98,11 +97,7 @@ fn pods_appear_within_one_collection_interval_of_the_kubelet_reporting_them() {
 #[test]
 fn a_kubelet_reply_over_4_mib_is_accepted() {
     let kubelet = FakeKubelet::start();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap())
-        .start();
+    let e = exporter().profile("one-gpu.toml").kubelet(&kubelet).start();
     let gpu = uuids(&e.scrape(), "UUID").remove(0);
     // A big node: thousands of pods, most of them without GPUs.
     let mut pods: Vec<_> = (0..40_000)
@@ -271,12 +266,8 @@ fn seed_001_page_with_the_1x_csv_and_o() {
 fn nvidia_daemonset_environment_without_a_kubelet() {
     // NVIDIA's chart: DCGM_EXPORTER_KUBERNETES=true, NODE_NAME, DCGM_EXPORTER_LISTEN=:<port>;
     // here the kubelet socket does not exist.
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+    let (dir, ctl, b) = controlled("one-gpu.toml");
+    let e = b
         .listen_env()
         .env("DCGM_EXPORTER_KUBERNETES", "true")
         .env("NODE_NAME", "gpu-node-7")
@@ -325,14 +316,10 @@ fn nvidia_daemonset_environment_without_a_kubelet() {
 
 #[test]
 fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
+    crate::support::alone!(mig_device_named_by_mig_uuid_is_attributed_through_nvml);
     // The MIG device's UUID and GPU-instance id, as a device plugin would see them.
-    let profile = support::repo("etc/sim/a100-mixed-mig.toml");
-    std::env::set_var("DCGM_SIM_PROFILE", &profile);
     let (mig_uuid, gi) = {
-        let nvml = nvml_wrapper::Nvml::builder()
-            .lib_path(support::nvml_library().as_os_str())
-            .init()
-            .expect("simulated NVML");
+        let nvml = support::sim_nvml(&support::repo("etc/sim/a100-mixed-mig.toml"));
         let gpu1 = nvml.device_by_index(1).unwrap();
         let mig = gpu1.mig_device_by_index(0).unwrap();
         (
@@ -345,8 +332,7 @@ fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
     let kubelet = FakeKubelet::start();
     let e = with_sim_nvml(exporter())
         .profile("a100-mixed-mig.toml")
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap())
+        .kubelet(&kubelet)
         .start();
     // GKE names MIG devices nvidia<gpu>/gi<GPU_I_ID>: no NVML involved.
     let gke_gi = e
@@ -398,11 +384,7 @@ fn mig_device_named_by_mig_uuid_is_attributed_through_nvml() {
         .filter(|s| s.label("gpu") == Some("1") && s.label("GPU_I_ID") == Some(gi.as_str()))
         .count();
     assert_eq!(attributed.len(), of_instance);
-    assert!(
-        !e.stderr().contains("cannot map MIG device"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_not_logged("cannot map MIG device");
 }
 
 #[test]

@@ -3,17 +3,8 @@
 //! bind/unbind watch against an engine that is not up yet, and `/health` on a page DCGM
 //! leaves without a fresh value while connected.
 
-use std::process::Command;
-use std::time::Duration;
 use crate::support::*;
-
-fn signal(pid: u32, sig: &str) {
-    let st = Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
-}
+use std::time::Duration;
 
 /// A simulated host engine that accepts connections but answers nothing until SIGCONT: a
 /// start that stays inside its first DCGM call for as long as the test wants.
@@ -27,11 +18,7 @@ fn stopped_engine(port: u16) -> HostEngine {
 fn starting(e: &Exporter) {
     e.wait_for_log(30, "mode: remote DCGM host engine");
     std::thread::sleep(Duration::from_millis(500));
-    assert!(
-        !e.stderr().contains("connected to the DCGM host engine"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_not_logged("connected to the DCGM host engine");
 }
 
 #[test]
@@ -65,9 +52,7 @@ fn sighup_while_starting_reloads_once_running() {
 
 #[test]
 fn a_counters_file_edited_while_starting_is_reloaded() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("counters.csv");
-    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n").unwrap();
+    let (_dir, csv) = temp_file("counters.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
     let port = free_port();
     let engine = stopped_engine(port);
     let e = exporter()
@@ -128,14 +113,8 @@ fn the_bind_unbind_watch_waits_for_a_late_engine() {
 /// restart an exporter for what a restart cannot fix.
 #[test]
 fn ready_is_503_and_health_200_while_dcgm_samples_nothing_the_page_could_serve() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "300"])
-        .start();
+    let (_dir, ctl, b) = controlled("one-gpu.toml");
+    let e = b.args(&["-c", "300"]).start();
     e.wait_until(10, |e| e.get("/ready").0 == 200);
     control(&ctl, "gpu_unbind 0");
     e.wait_until(15, |e| {
@@ -170,9 +149,7 @@ fn ready_is_503_and_health_200_while_dcgm_samples_nothing_the_page_could_serve()
 /// interval, `tests/config_v2.rs`.)
 #[test]
 fn ready_is_503_while_dcgm_stops_sampling_every_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("control", "");
     let e = with_config_file(
         dir.path(),
         "version: 2\n\
@@ -240,16 +217,8 @@ fn with_config_file(
 
 /// (freq µs, fields) of each `dcgmWatchFields` the simulator logged, in order.
 fn watch_calls(path: &std::path::Path) -> Vec<(i64, Vec<u16>)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let kv: std::collections::HashMap<&str, &str> =
-                l.split(' ').filter_map(|p| p.split_once('=')).collect();
-            let fields = kv["fields"].split(',').map(|f| f.parse().unwrap());
-            (kv["freq_us"].parse().unwrap(), fields.collect())
-        })
-        .collect()
+    let calls = watch_log(path).into_iter();
+    calls.map(|(freq, _, _, fields)| (freq, fields)).collect()
 }
 
 /// DCGM samples a pair at the interval its connection's last `dcgmWatchFields` set. The
@@ -300,14 +269,8 @@ fn the_fastest_interval_of_a_shared_field_wins_also_after_a_rebuild() {
 /// pair the new ones share with it).
 #[test]
 fn a_mig_repartition_keeps_every_other_gpus_series_fresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("a100-mixed-mig.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "300"])
-        .start();
+    let (_dir, ctl, b) = controlled("a100-mixed-mig.toml");
+    let e = b.args(&["-c", "300"]).start();
     let untouched = |p: &[Sample]| -> std::collections::BTreeSet<(String, String)> {
         p.iter()
             .filter(|s| s.name.starts_with("DCGM_FI_") && s.label("gpu") != Some("1"))
@@ -330,15 +293,12 @@ fn a_mig_repartition_keeps_every_other_gpus_series_fresh() {
 /// reload's watches instead of building them a second time.
 #[test]
 fn a_reload_after_a_failed_collection_builds_the_watches_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
     // One watch set and nothing derived: its failed read fails the whole collection.
-    let csv = dir.path().join("counters.csv");
-    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n").unwrap();
+    let (_dir, ctl, csv) =
+        control_and_file("counters.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
     let e = exporter()
         .profile("one-gpu.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-c", "2000", "-f", csv.to_str().unwrap()])
         .start();
     let builds = |e: &Exporter| e.stderr().matches("msg=\"watching ").count();
@@ -365,9 +325,7 @@ fn a_reload_after_a_failed_collection_builds_the_watches_once() {
 /// forever). The watch is made again after every rebuild, so a later unbind still rebuilds.
 #[test]
 fn the_bind_unbind_watch_outlives_a_rebuild_that_unwatched_its_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("ctl", "");
     let csv = dir.path().join("counters.csv");
     let base = "DCGM_FI_DEV_GPU_TEMP, gauge, GPU temperature (in C).\n";
     std::fs::write(
@@ -376,7 +334,7 @@ fn the_bind_unbind_watch_outlives_a_rebuild_that_unwatched_its_field() {
     )
     .unwrap();
     let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&[
             "-c",
             "1000",
@@ -407,13 +365,8 @@ fn the_bind_unbind_watch_outlives_a_rebuild_that_unwatched_its_field() {
 /// redetects it the watches are rebuilt with it, or its series would never come back.
 #[test]
 fn a_gpu_lost_at_start_comes_back_when_it_answers_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "gpu_lost 1\n").unwrap();
-    let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "1000"])
-        .start();
+    let (_dir, ctl) = temp_file("ctl", "gpu_lost 1\n");
+    let e = exporter().control(&ctl).args(&["-c", "1000"]).start();
     let gpus = |p: &[Sample]| -> Vec<String> {
         let mut g: Vec<String> = series(p, "DCGM_FI_DEV_GPU_TEMP")
             .iter()

@@ -3,8 +3,8 @@
 //! back exactly the labels a page without the flag has (in Rust over both pages, and with
 //! the PromQL of docs/metrics.md in a real Prometheus).
 
-use std::collections::{BTreeMap, BTreeSet};
 use crate::support::*;
+use std::collections::{BTreeMap, BTreeSet};
 
 const STATIC: &[&str] = &[
     "UUID",

@@ -1,5 +1,11 @@
-//! The exporter's integration tests: one binary, one module per topic. The helpers they
-//! share are in `tests/support/`.
+//! The exporter's integration tests: one binary, one module per topic. Each module runs the
+//! real `dcgm-exporter` (or a piece of the crate) the way its topic needs; the helpers they
+//! share are in `tests/support/` (whose `skip.rs` the simulators' tests include too).
+//!
+//! All topics share this process: a test that must change the process itself (its
+//! environment, a library loaded into it) runs alone in a child process of this binary
+//! (`support::alone!`), and every child process a test waits on has a deadline
+//! (`support::run`).
 
 #[path = "../support/mod.rs"]
 mod support;

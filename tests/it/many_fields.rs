@@ -2,8 +2,8 @@
 //! more than 128 DCGM fields by batching reads and splitting oversized field groups"; DCGM
 //! refuses a field group of 128 or more).
 
-use std::collections::BTreeSet;
 use crate::support::*;
+use std::collections::BTreeSet;
 
 #[test]
 fn a_csv_of_more_than_128_gpu_fields_is_watched_and_read_whole() {

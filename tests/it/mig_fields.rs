@@ -2,8 +2,8 @@
 //! GPU's values (what NVIDIA's dashboard reads: temperature, power, clocks), as real DCGM
 //! answers them; device-level profiling fields (PCIe bytes) have no value on a MIG slice.
 
-use std::collections::{BTreeMap, BTreeSet};
 use crate::support::*;
+use std::collections::{BTreeMap, BTreeSet};
 
 const GPU_LEVEL: u32 = 1;
 

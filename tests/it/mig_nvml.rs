@@ -2,13 +2,14 @@
 //! MIG calls: the simulated NVML imitating DCGM's injection library, and that library itself
 //! (DCGM 4.6's `libnvml_injection.so.1`) loaded by the exporter as `libnvidia-ml.so.1`.
 
-
 use crate::support;
-use std::path::{Path, PathBuf};
 use crate::support::kubelet::{pod, FakeKubelet};
 use crate::support::nvml_yaml::{self, Gpu, MigInstance};
 use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
-use crate::support::{dump, exporter, free_port, series, with_sim_nvml, Exporter, Sample};
+use crate::support::{
+    dump, exporter, free_port, series, successes, with_sim_nvml, Exporter, Sample,
+};
+use std::path::{Path, PathBuf};
 
 fn pods<'a>(page: &'a [Sample], name: &str) -> Vec<&'a Sample> {
     page.iter()
@@ -88,6 +89,9 @@ fn unknown_device_is_reported(
 /// success with NULL handles, as DCGM's injection library does.
 #[test]
 fn a_pod_on_a_mig_device_is_placed_by_walking_when_direct_lookups_give_null_handles() {
+    crate::support::alone!(
+        a_pod_on_a_mig_device_is_placed_by_walking_when_direct_lookups_give_null_handles
+    );
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("injection-like.toml");
     let base = std::fs::read_to_string(support::repo("etc/sim/a100-mixed-mig.toml")).unwrap();
@@ -98,12 +102,8 @@ fn a_pod_on_a_mig_device_is_placed_by_walking_when_direct_lookups_give_null_hand
     .unwrap();
 
     // The MIG device as a device plugin sees it, and the NVML quirk itself.
-    std::env::set_var("DCGM_SIM_PROFILE", &profile);
     let (mig_uuid, gi) = {
-        let nvml = nvml_wrapper::Nvml::builder()
-            .lib_path(support::nvml_library().as_os_str())
-            .init()
-            .expect("simulated NVML");
+        let nvml = support::sim_nvml(&profile);
         let gpu1 = nvml.device_by_index(1).unwrap();
         let mig = gpu1.mig_device_by_index(0).unwrap();
         let uuid = mig.uuid().unwrap();
@@ -132,8 +132,7 @@ fn a_pod_on_a_mig_device_is_placed_by_walking_when_direct_lookups_give_null_hand
     kubelet.set_pods(vec![llm()]);
     let e = with_sim_nvml(exporter())
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap())
+        .kubelet(&kubelet)
         .start();
     let page = e.scrape_until(15, |s| !pods(s, "llm-0").is_empty());
     labelled_on_exactly(&page, "llm-0", "1", &gi.to_string());
@@ -185,10 +184,7 @@ fn a_pod_on_a_mig_device_is_labelled_through_dcgms_injection_nvml() {
         )
     };
     kubelet.set_pods(vec![llm()]);
-    let mut b = kit
-        .remote(he.port)
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap());
+    let mut b = kit.remote(he.port).kubelet(&kubelet);
     for (k, v) in kit.env(&yaml) {
         b = b.env(&k, &v);
     }
@@ -209,13 +205,6 @@ fn a_pod_on_a_mig_device_is_labelled_through_dcgms_injection_nvml() {
     assert_eq!(e.get("/health"), (200, "OK".to_string()));
 
     unknown_device_is_reported(&e, &kubelet, llm());
-}
-
-fn successes(page: &[Sample]) -> f64 {
-    series(page, "dcgm_exporter_collections_total")
-        .into_iter()
-        .find(|s| s.label("result") == Some("success"))
-        .map_or(0.0, |s| s.value)
 }
 
 /// A driver hung in a MIG lookup (`[nvml] hang_mig_lookup`): collections go on, whole-GPU
@@ -245,8 +234,7 @@ fn a_hung_nvml_mig_lookup_holds_no_collection() {
     kubelet.set_pods(vec![mig()]);
     let mut e = with_sim_nvml(exporter())
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap())
+        .kubelet(&kubelet)
         .start();
     let page = e.scrape();
     let gpu4 = page

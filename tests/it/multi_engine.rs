@@ -3,8 +3,8 @@
 //! label; one killed (-9) and one stopped (SIGSTOP) while the others keep serving with
 //! values advancing; the killed one returning.
 
-use std::time::{Duration, Instant};
 use crate::support::*;
+use std::time::{Duration, Instant};
 
 const TEMP: &str = "DCGM_FI_DEV_GPU_TEMP";
 const ENERGY: &str = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION";
@@ -76,9 +76,10 @@ fn advancing(e: &Exporter, engine: &str, intervals: usize) {
 
 /// SIGTERM: a clean exit, else the exporter's log.
 fn terminate(e: &mut Exporter) {
-    let _ = std::process::Command::new("kill")
-        .args(["-TERM", &e.child.id().to_string()])
-        .status();
+    let _ = status_within(
+        std::process::Command::new("kill").args(["-TERM", &e.child.id().to_string()]),
+        QUICK,
+    );
     // Generous: the abandoned sessions of the stopped engine may still be ending, and
     // DCGM's shutdown has a deadline of its own (a timed-out one is not a clean exit).
     let deadline = Instant::now() + Duration::from_secs(40);
@@ -159,15 +160,9 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
 
     // Stopped: a call to it hangs; its series go within the collection deadline, and
     // the remaining engine keeps advancing meanwhile.
-    let stopped = engines[0].child.id().to_string();
-    let sig = |s: &str| {
-        assert!(std::process::Command::new("kill")
-            .args([s, &stopped])
-            .status()
-            .unwrap()
-            .success())
-    };
-    sig("-STOP");
+    let stopped = engines[0].child.id();
+    let sig = |s: &str| signal(stopped, s);
+    sig("STOP");
     e.scrape_until(20, |p| {
         of(p, TEMP, names[0]).is_empty()
             && engine_up(p, names[0]) == Some(0.0)
@@ -186,7 +181,7 @@ fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
     let reconnects = of(&page, "dcgm_exporter_engine_reconnects_total", names[1]);
     assert!(reconnects[0].value >= 1.0, "{}", dump(&page));
 
-    sig("-CONT");
+    sig("CONT");
     e.scrape_until(60, |p| of(p, TEMP, names[0]).len() == 8);
     advancing(&e, names[0], 2);
     terminate(&mut e);
@@ -399,32 +394,25 @@ fn sigterm_with_one_of_three_engines_stopped_exits_within_the_bound() {
         .args(&["-r", &addr.join(","), "-c", "300"])
         .start();
     e.scrape_until(30, |p| addr.iter().all(|a| of(p, TEMP, a).len() == 1));
-    let stopped = engines[1].child.id().to_string();
-    let sig = |s: &str, pid: &str| {
-        assert!(std::process::Command::new("kill")
-            .args([s, pid])
-            .status()
-            .unwrap()
-            .success())
-    };
-    sig("-STOP", &stopped);
+    let stopped = engines[1].child.id();
+    signal(stopped, "STOP");
     // Its call is stuck now (a collection every 300 ms, each waiting on it).
     std::thread::sleep(Duration::from_millis(700));
     let t0 = Instant::now();
-    sig("-TERM", &e.child.id().to_string());
+    signal(e.child.id(), "TERM");
     let bound = Duration::from_secs(12);
     let st = loop {
         if let Ok(Some(st)) = e.child.try_wait() {
             break st;
         }
         if t0.elapsed() > bound {
-            sig("-CONT", &stopped);
+            signal(stopped, "CONT");
             panic!("no exit {bound:?} after SIGTERM:\n{}", e.stderr());
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let took = t0.elapsed();
-    sig("-CONT", &stopped);
+    signal(stopped, "CONT");
     eprintln!("exit after SIGTERM with one engine stopped: {took:?}");
     assert!(st.success(), "{st}: {}", e.stderr());
 }
@@ -480,15 +468,12 @@ fn several_engines_say_no_failover_dump_every_engines_gpus_and_count_reconnects(
             &addr.join(","),
             "-c",
             "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
             "--dump-enabled",
             "--dump-directory",
             dumps.to_str().unwrap(),
             "--dump-compression=false",
         ])
+        .nvml_fallback(&nvml)
         .start();
     e.scrape_until(30, |p| {
         of(p, TEMP, &addr[0]).len() == 8 && of(p, TEMP, &addr[1]).len() == 1

@@ -1,9 +1,11 @@
 //! What a first run on a fresh machine meets: no counters file at the default path, a
-//! mistyped counters path, a selector naming a device the node lacks.
+//! mistyped counters path, a selector naming a device the node lacks. What this machine has
+//! under /etc/dcgm-exporter never counts: the runs that meet the default path do not see it
+//! (`support::exporter_without_etc`).
 
+use crate::support::*;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 const DEFAULT_PATH: &str = "/etc/dcgm-exporter/default-counters.csv";
 
@@ -13,7 +15,7 @@ fn run_without_f(extra: &[&str], profile_env: Option<&str>) -> (String, String) 
     sim_built();
     let port = free_port();
     // The support builder always passes -f; this run must not.
-    let mut cmd = exporter_command();
+    let mut cmd = exporter_without_etc();
     cmd.args(["-a", &format!("127.0.0.1:{port}"), "-c", "500"])
         .args(extra)
         .arg("--dcgm-library")
@@ -41,7 +43,7 @@ fn run_without_f(extra: &[&str], profile_env: Option<&str>) -> (String, String) 
         std::thread::sleep(Duration::from_millis(100));
     };
     let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
+    let out = child_output_within(child, QUICK, "dcgm-exporter");
     (page, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -58,30 +60,19 @@ fn assert_builtin_set(page: &str, stderr: &str, gpus: usize) {
     assert!(series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0]
         .label("DCGM_FI_DRIVER_VERSION")
         .is_some());
-    let said: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("built-in default counter set"))
-        .collect();
+    let said = lines_with(&stderr, "built-in default counter set");
     assert_eq!(said.len(), 1, "one log line says so: {stderr}");
     assert!(said[0].contains(DEFAULT_PATH), "{}", said[0]);
 }
 
 #[test]
 fn without_f_and_without_the_default_file_the_builtin_counters_run() {
-    if std::path::Path::new(DEFAULT_PATH).exists() {
-        skip(&format!("{DEFAULT_PATH} exists on this machine"));
-        return;
-    }
     let (page, stderr) = run_without_f(&[], Some("one-gpu.toml"));
     assert_builtin_set(&page, &stderr, 1);
 }
 
 #[test]
 fn the_readmes_remote_example_runs_as_written() {
-    if std::path::Path::new(DEFAULT_PATH).exists() {
-        skip(&format!("{DEFAULT_PATH} exists on this machine"));
-        return;
-    }
     sim_built();
     let port = free_port();
     let mut engine = HostEngine::start(port, Some("a100-mixed-mig.toml"));
@@ -99,12 +90,14 @@ fn a_counters_path_that_was_given_must_exist() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("/nonexistent/counters.csv"), "{stderr}");
     assert!(!stderr.contains("built-in"), "{stderr}");
-    // The default path given explicitly is given too.
-    let (code, stderr) = exporter().args(&["-f", DEFAULT_PATH]).run_to_exit();
-    if !std::path::Path::new(DEFAULT_PATH).exists() {
-        assert_eq!(code, 1, "{stderr}");
-        assert!(stderr.contains(DEFAULT_PATH), "{stderr}");
-    }
+    // The default path given explicitly is given too (and nothing is there, whatever this
+    // machine has at that path).
+    let (code, stderr) = exporter()
+        .without_etc()
+        .args(&["-f", DEFAULT_PATH])
+        .run_to_exit();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains(DEFAULT_PATH), "{stderr}");
 }
 
 #[test]
@@ -153,14 +146,11 @@ fn the_documented_nvlink_query_groups_by_labels_the_link_series_carry() {
         .split(',')
         .map(str::trim)
         .collect();
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("links.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, csv) = temp_file(
+        "links.csv",
         "DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, tx\n\
          DCGM_FI_PROF_NVLINK_RX_BYTES_PER_LINK, gauge, rx\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["-f", csv.to_str().unwrap()])

@@ -3,8 +3,8 @@
 //! field both serve; names what it cannot answer once at start; never loads libdcgm; and
 //! `auto` falls back to it where libdcgm does not load.
 
-use std::collections::BTreeMap;
 use crate::support::*;
+use std::collections::BTreeMap;
 
 /// `units-fixed.toml` on two GPUs, the second with its own values for a few fields: a GPU
 /// read under the other's index shows.
@@ -86,8 +86,7 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
     let dir = tempfile::tempdir().unwrap();
     let profile = two_gpu_profile(dir.path());
     let profile = profile.to_str().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let ctl = write_in(dir.path(), "control", "");
     let ctl_env = ctl.to_str().unwrap();
     let dcgm = exporter()
         .env("DCGM_SIM_PROFILE", profile)
@@ -130,32 +129,12 @@ fn the_nvml_page_equals_the_dcgm_page_on_every_field_both_serve() {
     }
     // What both serve: every default field but those NVML cannot answer.
     let shared: Vec<&String> = n.keys().collect();
-    for name in [
-        "DCGM_FI_DEV_SM_CLOCK",
-        "DCGM_FI_DEV_MEM_CLOCK",
-        "DCGM_FI_DEV_MEMORY_TEMP",
-        "DCGM_FI_DEV_GPU_TEMP",
-        "DCGM_FI_DEV_POWER_USAGE",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        "DCGM_FI_DEV_XID_ERRORS",
-        "DCGM_FI_DEV_GPU_UTIL",
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        "DCGM_FI_DEV_ENC_UTIL",
-        "DCGM_FI_DEV_DEC_UTIL",
-        "DCGM_FI_DEV_FB_FREE",
-        "DCGM_FI_DEV_FB_USED",
-        "DCGM_FI_DEV_FB_RESERVED",
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-    ] {
+    // (DCGM_FI_DEV_XID_ERRORS too: this backend serves it from the start.)
+    for name in DEFAULT_METRICS
+        .iter()
+        .copied()
+        .chain(["DCGM_FI_DEV_XID_ERRORS"])
+    {
         assert!(
             shared.iter().any(|s| *s == name),
             "{name} missing: {shared:?}"
@@ -182,7 +161,7 @@ fn skipped_at_start(profile: &str, names: &[&str]) -> Vec<Vec<String>> {
         .profile(profile)
         .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
         .start();
-    let page = e.scrape_until(10, |p| collections(p) >= 3.0);
+    let page = e.scrape_until(10, |p| successes(p) >= 3.0);
     let log = e.stderr();
     names
         .iter()
@@ -209,14 +188,6 @@ fn fields_nvml_cannot_answer_are_named_once_at_start() {
     {
         assert_eq!(lines.len(), 1, "{name}: {lines:?}");
     }
-}
-
-fn collections(p: &[Sample]) -> f64 {
-    series(p, "dcgm_exporter_collections_total")
-        .iter()
-        .filter(|s| s.label("result") == Some("success"))
-        .map(|s| s.value)
-        .sum()
 }
 
 #[test]
@@ -307,12 +278,8 @@ fn auto_uses_nvml_where_libdcgm_does_not_load_and_dcgm_refuses_to() {
 
 #[test]
 fn run_time_changes_show_on_the_nvml_page_and_keep_advancing() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+    let (_dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let e = b
         .args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>())
         .start();
     let energy = |p: &[Sample]| {
@@ -369,16 +336,8 @@ fn failover_exporter(port: u16) -> Exporter {
     let nvml = nvml_library();
     exporter()
         .profile("units-fixed.toml")
-        .args(&[
-            "-r",
-            &format!("127.0.0.1:{port}"),
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
+        .nvml_fallback(&nvml)
         .start()
 }
 
@@ -406,17 +365,8 @@ fn outage_and_return(e: &Exporter, what: &str, stop: &mut dyn FnMut(), resume: &
         "{body}"
     );
     // Still NVML, still fresh, several intervals later.
-    let n = series(&page, "dcgm_exporter_collections_total")
-        .iter()
-        .map(|s| s.value)
-        .sum::<f64>();
-    let (page, _) = watch_until(e, 10, never_blind, |p| {
-        series(p, "dcgm_exporter_collections_total")
-            .iter()
-            .map(|s| s.value)
-            .sum::<f64>()
-            >= n + 3.0
-    });
+    let n = collections(&page);
+    let (page, _) = watch_until(e, 10, never_blind, |p| collections(p) >= n + 3.0);
     assert_eq!(backend(&page), Some("nvml"), "{what}");
     assert!(series(&page, "DCGM_EXP_GPU_COUNT").is_empty());
     resume();
@@ -455,14 +405,10 @@ fn auto_fails_over_to_nvml_while_a_remote_engine_is_killed_and_comes_back() {
 fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
     let port = free_port();
     let engine = HostEngine::start(port, Some("units-fixed.toml"));
-    let pid = engine.child.id().to_string();
+    let pid = engine.child.id();
     let e = failover_exporter(port);
     let sig = |s: &str| {
-        assert!(std::process::Command::new("kill")
-            .args([s, &pid])
-            .status()
-            .unwrap()
-            .success());
+        signal(pid, s.trim_start_matches('-'));
     };
     outage_and_return(&e, "SIGSTOP", &mut || sig("-STOP"), &mut || sig("-CONT"));
     let log = e.stderr();
@@ -474,13 +420,6 @@ fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
     );
 }
 
-fn collections_total(p: &[Sample]) -> f64 {
-    series(p, "dcgm_exporter_collections_total")
-        .iter()
-        .map(|s| s.value)
-        .sum()
-}
-
 #[test]
 fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_dcgm() {
     let dir = tempfile::tempdir().unwrap();
@@ -490,15 +429,9 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
     let nvml = nvml_library();
     let e = exporter()
         .profile("units-fixed.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&[
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .control(&ctl)
+        .args(&["-c", "300"])
+        .nvml_fallback(&nvml)
         .start();
     let page = e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
     assert!(
@@ -516,8 +449,8 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
     );
     // Still served, and fresh, several intervals on while DCGM keeps failing to start.
     let never_blind = |p: &[Sample]| assert_eq!(temps(p), [45.0], "blind or wrong:\n{}", dump(p));
-    let n = collections_total(&page);
-    let (page, _) = watch_until(&e, 10, never_blind, |p| collections_total(p) >= n + 3.0);
+    let n = collections(&page);
+    let (page, _) = watch_until(&e, 10, never_blind, |p| collections(p) >= n + 3.0);
     assert_eq!(backend(&page), Some("nvml"));
     control(&ctl, "embedded_start_ok");
     let (page, _) = watch_until(&e, 20, never_blind, |p| {
@@ -529,8 +462,8 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
     );
     assert_eq!(e.get("/ready"), (200, "OK".to_string()));
     // DCGM keeps serving after its return, not one page only.
-    let n = collections_total(&page);
-    let (page, _) = watch_until(&e, 10, never_blind, |p| collections_total(p) >= n + 3.0);
+    let n = collections(&page);
+    let (page, _) = watch_until(&e, 10, never_blind, |p| collections(p) >= n + 3.0);
     assert_eq!(backend(&page), Some("dcgm"));
     let log = e.stderr();
     assert_eq!(
@@ -548,9 +481,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
 
 #[test]
 fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let (_dir, ctl) = temp_file("control", "embedded_start_fail\n");
     for nvml in [Some(nvml_library()), None] {
         let mut args = vec!["--backend", "dcgm"];
         let path = nvml.as_ref().map(|n| n.to_str().unwrap().to_string());
@@ -559,20 +490,17 @@ fn backend_dcgm_still_exits_when_the_embedded_engine_cannot_start() {
         }
         let e = exporter()
             .profile("units-fixed.toml")
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .control(&ctl)
             .args(&args);
         refuses_to_start(e, "cannot start the embedded DCGM host engine");
     }
     // auto without an NVML to serve: the same exit.
-    let e = exporter()
-        .profile("units-fixed.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&[
-            "--backend",
-            "auto",
-            "--nvml-library",
-            "/nonexistent/libnvidia-ml.so.1",
-        ]);
+    let e = exporter().profile("units-fixed.toml").control(&ctl).args(&[
+        "--backend",
+        "auto",
+        "--nvml-library",
+        "/nonexistent/libnvidia-ml.so.1",
+    ]);
     refuses_to_start(e, "cannot start the embedded DCGM host engine");
 }
 
@@ -596,16 +524,8 @@ fn a_remote_engine_unreachable_at_start_gets_nvml_once_it_named_its_gpus_unless_
     let target = format!("127.0.0.1:{port}");
     let e = exporter()
         .profile("units-fixed.toml")
-        .args(&[
-            "-r",
-            &target,
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .args(&["-r", &target, "-c", "300"])
+        .nvml_fallback(&nvml)
         .spawn();
     e.wait_until(20, |e| e.try_get("/health").is_ok());
     e.wait_for_log(10, "cannot use the DCGM host engine");
@@ -694,16 +614,8 @@ fn a_remote_engines_failover_serves_only_the_gpus_it_reported() {
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .env("NODE_NAME", "gpu-node-7")
-        .args(&[
-            "-r",
-            &format!("127.0.0.1:{port}"),
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .args(&["-r", &format!("127.0.0.1:{port}"), "-c", "300"])
+        .nvml_fallback(&nvml)
         .start();
     let page = e.scrape_until(10, |p| temps(p).len() == 1);
     assert_eq!(h100s(&page), 0, "{}", dump(&page));
@@ -966,9 +878,7 @@ fn mig_instances_are_the_same_entities_from_nvml() {
 /// exports compute instances here).
 #[test]
 fn xids_land_on_the_same_series_from_nvml_on_a_mig_node() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let ctl_env = ctl.to_str().unwrap();
     let dcgm = exporter()
         .profile("a100-mixed-mig.toml")
@@ -1021,19 +931,14 @@ fn xids_land_on_the_same_series_from_nvml_on_a_mig_node() {
 /// equal to DCGM's, and follow changes over several collections.
 #[test]
 fn nvlink_error_totals_from_nvml_equal_dcgms() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let csv = dir.path().join("nvlink.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, ctl, csv) = control_and_file(
+        "nvlink.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n\
          DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL, counter, flit CRC errors\n\
          DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL, counter, data CRC errors\n\
          DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL, counter, replays\n\
          DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL, counter, recoveries\n",
-    )
-    .unwrap();
+    );
     let (ctl_env, csv) = (ctl.to_str().unwrap(), csv.to_str().unwrap());
     let start = |nvml: bool| {
         let mut b = exporter()
@@ -1103,9 +1008,7 @@ fn profiling_ratios_are_left_out_where_no_gpu_has_gpm() {
 /// GPUs and on the GPU instances of a Hopper GPU in MIG mode (`nvmlGpmMigSampleGet`).
 #[test]
 fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("control", "");
     // The mixed-MIG node as H100s: GPU 0 split into seven 1g.10gb instances.
     let base = std::fs::read_to_string(repo("etc/sim/a100-mixed-mig.toml")).unwrap();
     let h100 = base.replace("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3");
@@ -1124,8 +1027,7 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
             "[[fields]]\nid = {id}\ngen = {{ kind = \"constant\", value = {v} }}\n"
         ));
     }
-    let profile = dir.path().join("h100-mig.toml");
-    std::fs::write(&profile, p).unwrap();
+    let profile = write_in(dir.path(), "h100-mig.toml", &p);
     let csv = dir.path().join("prof.csv");
     let mut rows = String::from("DCGM_FI_DEV_GPU_TEMP, gauge, temperature\n");
     for f in [
@@ -1143,7 +1045,7 @@ fn gpm_ratios_follow_changes_and_mig_instances_as_dcgms() {
     let start = |nvml: bool| {
         let mut b = exporter()
             .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .control(&ctl)
             .args(&["-f", csv.to_str().unwrap()]);
         if nvml {
             b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
@@ -1207,7 +1109,7 @@ fn xid_48_on_gpu_1(
     let start = |nvml: bool| {
         let mut b = exporter()
             .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .control(&ctl)
             .args(flags);
         if nvml {
             b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
@@ -1302,12 +1204,12 @@ fn rates_are(want: &[[f64; 3]]) -> impl Fn(&[Sample]) -> bool + '_ {
 
 /// Watches `e` over `n` more collections and checks each page's rates.
 fn rates_hold(e: &Exporter, n: f64, want: &[[f64; 3]]) {
-    let start = collections(&e.scrape());
+    let start = successes(&e.scrape());
     let mut seen = std::collections::BTreeSet::new();
     while (seen.len() as f64) < n {
         let p = e.scrape();
         assert!(rates_are(want)(&p), "{:?} != {want:?}", nvlink_rates(&p));
-        let c = collections(&p);
+        let c = successes(&p);
         if c > start {
             seen.insert(c as u64);
         }
@@ -1340,11 +1242,7 @@ fn nvlink_throughput_is_dcgms_rate_of_the_nvml_counters_on_both_backends() {
         "{:?}",
         nvlink_rates(&first)
     );
-    assert!(
-        !nvml.stderr().contains("skipping DCGM_FI_DEV_NVLINK"),
-        "{}",
-        nvml.stderr()
-    );
+    nvml.assert_not_logged("skipping DCGM_FI_DEV_NVLINK");
     let busy = [[250.0, 125.0, 125.0], [3000.0, 1000.0, 2000.0]];
     for e in [&nvml, &dcgm] {
         e.scrape_until(20, rates_are(&busy));
@@ -1421,10 +1319,8 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
             ));
         }
     }
-    let profile = dir.path().join("mig.toml");
-    std::fs::write(&profile, p).unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(&csv, NVLINK_CSV).unwrap();
+    let profile = write_in(dir.path(), "mig.toml", &p);
+    let csv = write_in(dir.path(), "c.csv", &NVLINK_CSV);
     let flags = ["-f", csv.to_str().unwrap()];
     let profile = profile.to_str().unwrap();
     let (dcgm, nvml) = both_backends(profile, &flags);
@@ -1460,13 +1356,10 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
 /// after the reload, with the reloaded counters in place.
 #[test]
 fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("counters.csv");
-    std::fs::write(
-        &csv,
+    let (dir, csv) = temp_file(
+        "counters.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\n",
-    )
-    .unwrap();
+    );
     let (dcgm, nvml, _ctl) =
         xid_48_on_gpu_1(dir.path(), &["-f", csv.to_str().unwrap(), "-c", "200"]);
     let xid = gpu_1_xid;
@@ -1475,17 +1368,8 @@ fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_XID_ERRORS, gauge, x\nDCGM_FI_DEV_POWER_USAGE, gauge, p\n",
     )
     .unwrap();
-    let collections = |p: &[Sample]| {
-        series(p, "dcgm_exporter_collections_total")
-            .iter()
-            .find(|s| s.label("result") == Some("success"))
-            .map_or(0.0, |s| s.value)
-    };
     for e in [&dcgm, &nvml] {
-        std::process::Command::new("kill")
-            .args(["-HUP", &e.child.id().to_string()])
-            .status()
-            .unwrap();
+        signal(e.child.id(), "HUP");
         let p = e.scrape_until(30, |p| series(p, "DCGM_FI_DEV_POWER_USAGE").len() == 2);
         assert_eq!(
             series(&p, "DCGM_FI_DEV_POWER_USAGE").len(),
@@ -1493,12 +1377,12 @@ fn an_xid_stays_the_latest_value_through_a_reload_on_both_backends() {
             "{}",
             e.stderr()
         );
-        let since = collections(&p);
+        let since = successes(&p);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
             let p = e.scrape();
             assert_eq!(xid(&p), Some(48.0), "after the reload: {}", dump(&p));
-            if collections(&p) >= since + 5.0 {
+            if successes(&p) >= since + 5.0 {
                 break;
             }
             assert!(std::time::Instant::now() < deadline, "{}", e.stderr());
@@ -1536,20 +1420,13 @@ fn a_hung_nvml_during_failover_holds_few_threads_and_signals_are_still_taken() {
         format!("{base}\n[nvml]\nhang_mig_lookup = true\n"),
     )
     .unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let ctl = write_in(dir.path(), "control", "embedded_start_fail\n");
     let nvml = nvml_library();
     let mut e = exporter()
         .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&[
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .control(&ctl)
+        .args(&["-c", "300"])
+        .nvml_fallback(&nvml)
         .spawn();
     e.wait_until(20, |e| e.try_get("/health").is_ok());
     let pid = e.child.id();
@@ -1570,10 +1447,10 @@ fn a_hung_nvml_during_failover_holds_few_threads_and_signals_are_still_taken() {
     assert!(log.contains("no answer from NVML"), "{log}");
     assert!(!log.contains("no answer from DCGM"), "{log}");
     let kill = |sig: &str| {
-        std::process::Command::new("kill")
-            .args([sig, &pid.to_string()])
-            .status()
-            .unwrap()
+        status_within(
+            std::process::Command::new("kill").args([sig, &pid.to_string()]),
+            QUICK,
+        )
     };
     kill("-HUP");
     e.wait_for_log(
@@ -1617,22 +1494,13 @@ fn the_failover_collector_follows_reloads_and_a_second_failover_serves_the_curre
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("counters.csv");
     without(&csv, &[]);
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "embedded_start_fail\n").unwrap();
+    let ctl = write_in(dir.path(), "control", "embedded_start_fail\n");
     let nvml = nvml_library();
     let e = exporter()
         .profile("units-fixed.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&[
-            "-f",
-            csv.to_str().unwrap(),
-            "-c",
-            "300",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .control(&ctl)
+        .args(&["-f", csv.to_str().unwrap(), "-c", "300"])
+        .nvml_fallback(&nvml)
         .start();
     let power = |p: &[Sample]| series(p, "DCGM_FI_DEV_POWER_USAGE").len();
     e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p) == [45.0]);
@@ -1733,15 +1601,14 @@ fn field_values_nvml_mistypes_are_read_as_dcgm_reads_them() {
             "[[fields]]\nid = {field}\ngen = {{ kind = \"constant\", value = {value} }}\n"
         ));
     }
-    let csv = dir.path().join("counters.csv");
-    std::fs::write(
-        &csv,
+    let csv = write_in(
+        dir.path(),
+        "counters.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_MEMORY_TEMP, gauge, m\n\
          DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, counter, a\nDCGM_FI_DEV_ECC_DBE_VOL_TOTAL, counter, b\n\
          DCGM_FI_DEV_ECC_SBE_AGG_TOTAL, counter, c\nDCGM_FI_DEV_ECC_DBE_AGG_TOTAL, counter, d\n\
          DCGM_FI_DEV_RETIRED_DBE, counter, e\n",
-    )
-    .unwrap();
+    );
     let page = |bugs: &str, nvml: bool| {
         let profile = dir
             .path()

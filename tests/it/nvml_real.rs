@@ -5,10 +5,10 @@
 //! NVML while the real embedded engine cannot start.
 
 use crate::support;
-use std::collections::BTreeMap;
 use crate::support::nvml_yaml::Gpu;
 use crate::support::real_dcgm::{kit, Scratch};
 use crate::support::*;
+use std::collections::BTreeMap;
 
 /// Every field of the NVML backend's table (src/collect/nvml/table.rs).
 const CSV: &str = "DCGM_FI_DRIVER_VERSION, label, driver\n\
@@ -290,17 +290,9 @@ fn auto_survives_a_real_engine_killed_and_stopped_without_going_blind() {
             dump(&page)
         );
         // Several NVML pages later: still NVML, still the injected values.
-        let n: f64 = series(&page, "dcgm_exporter_collections_total")
-            .iter()
-            .map(|s| s.value)
-            .sum();
+        let n: f64 = collections(&page);
         watch_until(&e, 20, never_blind, |p| {
-            backend(p) == Some("nvml")
-                && series(p, "dcgm_exporter_collections_total")
-                    .iter()
-                    .map(|s| s.value)
-                    .sum::<f64>()
-                    >= n + 3.0
+            backend(p) == Some("nvml") && collections(p) >= n + 3.0
         });
         if what == "kill -9" {
             he.restart(kit);
@@ -336,14 +328,8 @@ fn auto_never_serves_this_machines_gpus_for_a_real_engine_on_other_gpus() {
     let e = kit
         .remote(port)
         .profile("h100-8gpu-nvswitch.toml")
-        .args(&[
-            "-c",
-            "500",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            sim.to_str().unwrap(),
-        ])
+        .args(&["-c", "500"])
+        .nvml_fallback(&sim)
         .start();
     let uuids = |p: &[Sample]| -> Vec<String> {
         series(p, "DCGM_FI_DEV_GPU_TEMP")
@@ -400,14 +386,8 @@ fn auto_serves_from_nvml_while_the_real_embedded_engine_cannot_start() {
     let e = kit
         .embedded(&yaml)
         .profile("units-fixed.toml")
-        .args(&[
-            "-c",
-            "500",
-            "--backend",
-            "auto",
-            "--nvml-library",
-            nvml.to_str().unwrap(),
-        ])
+        .args(&["-c", "500"])
+        .nvml_fallback(&nvml)
         .start();
     let from_sim = vec![("0".to_string(), 45.0)];
     let page = e.scrape_until(30, |p| backend(p) == Some("nvml") && temps(p) == from_sim);
@@ -423,17 +403,8 @@ fn auto_serves_from_nvml_while_the_real_embedded_engine_cannot_start() {
         "{body}"
     );
     let never_blind = |p: &[Sample]| assert!(!temps(p).is_empty(), "blind:\n{}", dump(p));
-    let n: f64 = series(&page, "dcgm_exporter_collections_total")
-        .iter()
-        .map(|s| s.value)
-        .sum();
-    watch_until(&e, 20, never_blind, |p| {
-        series(p, "dcgm_exporter_collections_total")
-            .iter()
-            .map(|s| s.value)
-            .sum::<f64>()
-            >= n + 3.0
-    });
+    let n: f64 = collections(&page);
+    watch_until(&e, 20, never_blind, |p| collections(p) >= n + 3.0);
     std::fs::rename(&ready, &yaml).unwrap();
     let (page, back) = watch_until(&e, 60, never_blind, |p| {
         backend(p) == Some("dcgm") && !series(p, "DCGM_EXP_GPU_COUNT").is_empty()
@@ -500,14 +471,6 @@ fn the_real_dcgm_serves_nvlink_throughput_on_gpu_instances_from_their_gpu() {
         .iter()
         .filter(|l| !l.starts_with('#'))
         .all(|l| l.ends_with(" 0")));
-}
-
-/// The collections counted so far (every result).
-fn collections(p: &[Sample]) -> f64 {
-    series(p, "dcgm_exporter_collections_total")
-        .iter()
-        .map(|s| s.value)
-        .sum()
 }
 
 /// Issue 43 item 3 on the real DCGM 4.6: the failover's NVML collector follows the

@@ -5,8 +5,7 @@
 //! backend reads the driver's device sample buffers (`nvmlDeviceGetSamples`) for
 //! sub-interval aggregation: a spike between two collections reaches the max series.
 
-
-use crate::support;
+use crate::support::{self, temp_file};
 use dcgm_exporter::attribution::nvml::{NvmlView, Process, RealNvml};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -39,6 +38,7 @@ fn with_samples(ask: &[Process], pid: u32) -> bool {
 
 #[test]
 fn asks_get_every_sample_once_and_follow_the_control_file() {
+    crate::support::alone!(asks_get_every_sample_once_and_follow_the_control_file);
     let dir = tempfile::tempdir().unwrap();
     let (profile, control) = (dir.path().join("p.toml"), dir.path().join("control"));
     std::fs::write(
@@ -50,7 +50,7 @@ fn asks_get_every_sample_once_and_follow_the_control_file() {
     )
     .unwrap();
     std::fs::write(&control, "").unwrap();
-    // Read by the simulator at its first init; this test is alone in its binary.
+    // Read by the simulator at its first init; this test is alone in its process.
     std::env::set_var("DCGM_SIM_PROFILE", &profile);
     std::env::set_var("DCGM_SIM_CONTROL", &control);
     let lib = support::nvml_library();
@@ -126,15 +126,13 @@ fn asks_get_every_sample_once_and_follow_the_control_file() {
 #[test]
 fn a_spike_between_two_collections_shows_in_the_nvml_max_series_only() {
     use crate::support::spikes::{check_spike, pages_through_spike};
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let fields = "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK";
     let e = support::with_sim_nvml(support::exporter())
         .profile("a100-mixed-mig.toml")
         .args(&["--backend", "nvml", "-c", "2000", "--aggregate", fields])
         .args(&["--aggregate-period", "100ms"])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .start();
     let pages = pages_through_spike(&e, &ctl, "spike 0 155 950 300 700", "0", 950.0, 30);
     check_spike(&pages[1..], "0", 950.0, 20.0, 10.0);
@@ -160,9 +158,7 @@ fn a_spike_between_two_collections_shows_in_the_nvml_max_series_only() {
 /// tries (every 2 s here, some 3.5 s apart while those back off): tens, never hundreds.
 #[test]
 fn a_failover_to_nvml_starts_its_windows_afresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (_dir, ctl) = temp_file("control", "");
     let e = support::with_sim_nvml(support::exporter())
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["--backend", "auto", "-c", "2000"])
@@ -172,7 +168,7 @@ fn a_failover_to_nvml_starts_its_windows_afresh() {
             "--aggregate-period",
             "100ms",
         ])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .start();
     let source = |p: &[support::Sample]| {
         support::series(p, "dcgm_exporter_backend")

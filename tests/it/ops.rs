@@ -2,13 +2,12 @@
 //! node-exporter, logs, the YAML configuration, watch retention, health, exporter metrics,
 //! debug dumps, fake GPUs, GPU bind/unbind and the counters-file reload.
 
-
 use crate::support;
+use crate::support::*;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 fn wait_until(secs: u64, what: &str, mut pred: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -28,7 +27,7 @@ impl NodeExporter {
     fn start(dir: &Path) -> Option<NodeExporter> {
         let bin = ["prometheus-node-exporter", "node_exporter"]
             .into_iter()
-            .find(|b| Command::new(b).arg("--version").output().is_ok());
+            .find(|b| have_tool(b));
         let Some(bin) = bin else {
             skip("prometheus-node-exporter is not installed (apt-get install prometheus-node-exporter)");
             return None;
@@ -143,9 +142,7 @@ fn textfile_mode_needs_a_directory_and_checks_it() {
     assert_eq!(code, 1);
     assert!(err.contains("--textfile-directory"), "{err}");
     // A missing directory is created; one that cannot be is a start-up error.
-    let parent = tempfile::tempdir().unwrap();
-    let file = parent.path().join("file");
-    std::fs::write(&file, "").unwrap();
+    let (_parent, file) = temp_file("file", "");
     let bad = file.join("dir");
     let (code, err) = exporter()
         .args(&["--textfile-directory", bad.to_str().unwrap()])
@@ -313,32 +310,9 @@ fn debug_shows_our_lines_not_the_http_stacks() {
     e.wait_for_log(10, "binding client connection");
 }
 
-/// Lines of the simulator's watch log: (freq_us, max_keep_age_s, max_keep_samples, fields).
-fn watch_log(path: &Path) -> Vec<(i64, f64, i32, Vec<u16>)> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let kv: std::collections::HashMap<&str, &str> =
-                l.split(' ').filter_map(|p| p.split_once('=')).collect();
-            (
-                kv["freq_us"].parse().unwrap(),
-                kv["max_keep_age_s"].parse().unwrap(),
-                kv["max_keep_samples"].parse().unwrap(),
-                kv["fields"]
-                    .split(',')
-                    .map(|f| f.parse().unwrap())
-                    .collect(),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn watch_retention_flags_reach_dcgm_watch_fields() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, t\n").unwrap();
+    let (dir, csv) = temp_file("c.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, t\n");
     let log = dir.path().join("default.log");
     let _e = exporter()
         .profile("one-gpu.toml")
@@ -354,12 +328,11 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
 
     // A field read back over a window keeps that window (plus one interval), whatever the
     // count of samples in it.
-    let xid_csv = dir.path().join("xid.csv");
-    std::fs::write(
-        &xid_csv,
+    let xid_csv = write_in(
+        dir.path(),
+        "xid.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n",
-    )
-    .unwrap();
+    );
     let log = dir.path().join("xid.log");
     let _e = exporter()
         .profile("one-gpu.toml")
@@ -425,10 +398,8 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
 
 #[test]
 fn config_file_sets_fields_interval_and_watch_groups_and_flags_win() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("config.yaml");
-    std::fs::write(
-        &cfg,
+    let (dir, cfg) = temp_file(
+        "config.yaml",
         "version: 1\n\
          metrics:\n\
          \x20 fields:\n\
@@ -440,8 +411,7 @@ fn config_file_sets_fields_interval_and_watch_groups_and_flags_win() {
          \x20   - name: power\n\
          \x20     interval: 100ms\n\
          \x20     fields: [\"DCGM_FI_DEV_POWER_*\"]\n",
-    )
-    .unwrap();
+    );
     let log = dir.path().join("w.log");
     // The test helper passes -f and -c itself; give only the config file here.
     let mut e = exporter()
@@ -537,12 +507,11 @@ impl Drop for KillOnDrop {
 fn health_require_gpus_fails_health_when_no_gpu_is_collected() {
     let dir = tempfile::tempdir().unwrap();
     // Only NvSwitch fields: nothing is collected on GPUs.
-    let csv = dir.path().join("switch.csv");
-    std::fs::write(
-        &csv,
+    let csv = write_in(
+        dir.path(),
+        "switch.csv",
         "DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT, gauge, switch temperature\n",
-    )
-    .unwrap();
+    );
     let start = |extra: &[&str]| {
         let mut args = vec!["-f", csv.to_str().unwrap()];
         args.extend_from_slice(extra);
@@ -651,12 +620,11 @@ fn debug_dumps_are_written_per_entity_group_and_files_not_ours_kept() {
         .unwrap();
     std::fs::write(dump_dir.join("notes.txt"), "keep").unwrap();
 
-    let csv = dir.path().join("c.csv");
-    std::fs::write(
-        &csv,
+    let csv = write_in(
+        dir.path(),
+        "c.csv",
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT, gauge, s\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&[
@@ -753,16 +721,11 @@ fn fake_gpus_stand_in_for_gpus_whose_attributes_cannot_be_read() {
     let ctl = dir.path().join("ctl");
     // DCGM cannot read GPU 1's attributes (dcgmGetDeviceAttributes fails).
     control(&ctl, "attributes_fail 1");
-    let (code, err) = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .run_to_exit();
+    let (code, err) = exporter().control(&ctl).run_to_exit();
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("dcgmGetDeviceAttributes"), "{err}");
 
-    let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["--fake-gpus"])
-        .start();
+    let e = exporter().control(&ctl).args(&["--fake-gpus"]).start();
     let page = e.scrape_until(15, |p| {
         series(p, "DCGM_FI_DEV_GPU_TEMP")
             .iter()
@@ -794,11 +757,9 @@ fn gpus_with_temp(p: &[Sample]) -> Vec<String> {
 
 #[test]
 fn gpu_bind_unbind_events_rebuild_the_watches() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("ctl", "");
     let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&[
             "--enable-gpu-bind-unbind-watch",
             "--gpu-bind-unbind-poll-interval=200ms",
@@ -824,11 +785,8 @@ fn gpu_bind_unbind_events_rebuild_the_watches() {
     // takes it out of the groups when the driver re-attaches ("Remove watches on
     // still-detached GPUs", DcgmGroupManager::AttachGpus), so its series leave the page
     // and the other GPUs' stay.
-    let ctl2 = dir.path().join("ctl2");
-    std::fs::write(&ctl2, "").unwrap();
-    let e = exporter()
-        .env("DCGM_SIM_CONTROL", ctl2.to_str().unwrap())
-        .start();
+    let ctl2 = write_in(dir.path(), "ctl2", "");
+    let e = exporter().control(&ctl2).start();
     control(&ctl2, "gpu_unbind 3");
     // Markers after the unbind (the simulator applies the file in order): once GPU 0 shows
     // them, collections ran with GPU 3 unbound.
@@ -848,16 +806,17 @@ fn gpu_bind_unbind_events_rebuild_the_watches() {
 
 #[test]
 fn a_changed_counters_file_reloads_without_a_signal_and_a_broken_one_keeps_the_old() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("c.csv");
-    std::fs::write(&csv, "DCGM_FI_DEV_GPU_TEMP, gauge, t\n").unwrap();
+    let (dir, csv) = temp_file("c.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, t\n");
     let e = exporter()
         .profile("one-gpu.toml")
         .args(&["-f", csv.to_str().unwrap()])
         .start();
     // Replaced by rename, as editors and ConfigMap updates do.
-    let tmp = dir.path().join("c.csv.new");
-    std::fs::write(&tmp, "DCGM_FI_DEV_POWER_USAGE, gauge, p\n").unwrap();
+    let tmp = write_in(
+        dir.path(),
+        "c.csv.new",
+        "DCGM_FI_DEV_POWER_USAGE, gauge, p\n",
+    );
     std::fs::rename(&tmp, &csv).unwrap();
     e.scrape_until(10, |p| {
         !series(p, "DCGM_FI_DEV_POWER_USAGE").is_empty()

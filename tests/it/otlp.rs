@@ -4,11 +4,11 @@
 //! a receiver that hangs, refuses or resets costs the queue's bound, collection goes on and
 //! the drops are counted. On the simulator and on NVIDIA's real DCGM kit.
 
+use crate::support::otlp_receiver::{self, Kind, Mode, Protocol, Push, Receiver};
+use crate::support::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use crate::support::otlp_receiver::{self, Kind, Mode, Protocol, Push, Receiver};
-use crate::support::*;
 
 type Key = (String, BTreeMap<String, String>);
 
@@ -81,14 +81,6 @@ fn matching_push(e: &Exporter, r: &Receiver, secs: u64) -> (BTreeMap<Key, (f64, 
             );
         }
     }
-}
-
-fn self_metric(e: &Exporter, name: &str, labels: &[(&str, &str)]) -> f64 {
-    e.scrape()
-        .iter()
-        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
-        .map(|s| s.value)
-        .sum()
 }
 
 #[test]
@@ -397,15 +389,6 @@ fn semconv_names_carry_the_page_values_in_the_conventions_units() {
     }
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 /// A receiver that misbehaves as `mode` (`None`: nothing listens) from the start.
 fn survive(protocol: Protocol, mode: Option<Mode>) {
     let port = free_port();
@@ -423,10 +406,11 @@ fn survive(protocol: Protocol, mode: Option<Mode>) {
         .env("OTEL_EXPORTER_OTLP_TIMEOUT", "300")
         .start();
     let what = format!("{protocol:?} {mode:?}");
-    let dropped = |e: &Exporter| self_metric(e, "dcgm_exporter_otlp_pushes_dropped_total", &[]);
+    let dropped =
+        |e: &Exporter| self_metric(&e.scrape(), "dcgm_exporter_otlp_pushes_dropped_total", &[]);
     let collections = |e: &Exporter| {
         self_metric(
-            e,
+            &e.scrape(),
             "dcgm_exporter_collections_total",
             &[("result", "success")],
         )
@@ -437,15 +421,19 @@ fn survive(protocol: Protocol, mode: Option<Mode>) {
     e.scrape_until(20, |_| {
         collections(&e) >= c1 + 10.0 && dropped(&e) > d1 + 5.0
     });
-    let queued = self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]);
+    let queued = self_metric(&e.scrape(), "dcgm_exporter_otlp_queue_length", &[]);
     assert!(queued <= 4.0, "{what}: {queued} queued");
     let failed = self_metric(
-        &e,
+        &e.scrape(),
         "dcgm_exporter_otlp_pushes_total",
         &[("result", "failed")],
     );
     assert!(failed >= 1.0, "{what}: no failed try counted");
-    let points = self_metric(&e, "dcgm_exporter_otlp_data_points_dropped_total", &[]);
+    let points = self_metric(
+        &e.scrape(),
+        "dcgm_exporter_otlp_data_points_dropped_total",
+        &[],
+    );
     assert!(points > dropped(&e), "{what}: {points} points dropped");
     let rss2 = rss_kib(e.child.id());
     assert!(
@@ -507,7 +495,7 @@ fn a_push_the_receiver_rejects_is_dropped_without_retries() {
             .start();
         let refused = |e: &Exporter| {
             self_metric(
-                e,
+                &e.scrape(),
                 "dcgm_exporter_otlp_pushes_dropped_total",
                 &[("reason", "refused")],
             )
@@ -552,19 +540,13 @@ fn otlp_exporter(r: &Receiver, args: &[&str]) -> Exporter {
 
 /// Waits until `r` has seen `n` requests, refused or not.
 fn attempts(r: &Receiver, n: usize, secs: u64) -> Vec<Instant> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    poll(secs, Duration::from_millis(20), || {
         let a = r.attempts();
-        if a.len() >= n {
-            return a;
+        match a.len() >= n {
+            true => Ok(a),
+            false => Err(format!("{} requests, wanted {n}", a.len())),
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} requests, wanted {n}",
-            a.len()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 /// The specification's throttling: HTTP 429/503 with `Retry-After` (seconds, or an
@@ -614,7 +596,7 @@ fn a_throttled_push_is_one_request_per_try_each_waited_for_and_counted() {
         // Between two tries: the last one answered and counted, the next not yet made.
         std::thread::sleep(Duration::from_millis(500));
         let failed = self_metric(
-            &e,
+            &e.scrape(),
             "dcgm_exporter_otlp_pushes_total",
             &[("result", "failed")],
         );
@@ -647,11 +629,15 @@ fn an_unanswered_request_on_a_kept_connection_is_sent_again_at_once_and_counted(
         let before = r.attempts().len();
         std::thread::sleep(Duration::from_millis(100));
         let failed = self_metric(
-            &e,
+            &e.scrape(),
             "dcgm_exporter_otlp_pushes_total",
             &[("result", "failed")],
         );
-        let sent = self_metric(&e, "dcgm_exporter_otlp_pushes_total", &[("result", "sent")]);
+        let sent = self_metric(
+            &e.scrape(),
+            "dcgm_exporter_otlp_pushes_total",
+            &[("result", "sent")],
+        );
         let (requests, pushes) = (r.attempts().len(), r.pushes().len());
         if requests == before && requests == r.attempts().len() && sent == pushes as f64 {
             break (requests, pushes, failed, sent);
@@ -669,7 +655,7 @@ fn an_unanswered_request_on_a_kept_connection_is_sent_again_at_once_and_counted(
         "{requests} requests for {pushes} pushes"
     );
     assert_eq!(failed, (pushes - 1) as f64, "{failed} failed tries counted");
-    let dropped = self_metric(&e, "dcgm_exporter_otlp_pushes_dropped_total", &[]);
+    let dropped = self_metric(&e.scrape(), "dcgm_exporter_otlp_pushes_dropped_total", &[]);
     assert_eq!(dropped, 0.0);
 }
 
@@ -682,7 +668,7 @@ fn a_clean_exit_sends_what_is_queued() {
         let mut e = otlp_exporter(&r, &["-c", "200", "--otlp-queue-size", "8"]);
         attempts(&r, 1, 20);
         e.scrape_until(20, |_| {
-            self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]) >= 3.0
+            self_metric(&e.scrape(), "dcgm_exporter_otlp_queue_length", &[]) >= 3.0
         });
         r.set_mode(Mode::Accept);
         let term = Instant::now();
@@ -721,7 +707,7 @@ fn a_hung_receiver_does_not_hold_the_exit() {
             .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
             .start();
         e.scrape_until(20, |_| {
-            self_metric(&e, "dcgm_exporter_otlp_queue_length", &[]) >= 2.0
+            self_metric(&e.scrape(), "dcgm_exporter_otlp_queue_length", &[]) >= 2.0
         });
         // signal_and_wait fails past its own bound (15 s), far below the push timeout.
         let status = e.signal_and_wait("TERM");
@@ -774,27 +760,13 @@ fn bad_otlp_settings_stop_the_start_naming_the_flag_or_variable() {
     }
 }
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, both signed by it.
-fn certificates(dir: &std::path::Path) {
-    certs::ca(dir, "otlp-test-ca");
-    let v3 = "basicConstraints=CA:FALSE\n";
-    let server = "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
-    certs::signed(dir, "server", "server", &format!("{v3}{server}"));
-    certs::signed(
-        dir,
-        "client",
-        "client",
-        &format!("{v3}extendedKeyUsage=clientAuth\n"),
-    );
-}
-
 #[test]
 fn tls_with_a_client_certificate_reaches_a_receiver_that_requires_one() {
     if !require_tool("openssl", "apt-get install openssl") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    certificates(dir.path());
+    certs::ca_server_client(dir.path(), "otlp-test-ca", "server", certs::SERVER_EXT);
     let file = |f: &str| dir.path().join(f).display().to_string();
     for protocol in [Protocol::Http, Protocol::Grpc] {
         let r = Receiver::start_tls(protocol, dir.path());
@@ -827,7 +799,7 @@ fn tls_with_a_client_certificate_reaches_a_receiver_that_requires_one() {
             .start();
         e.scrape_until(20, |_| {
             self_metric(
-                &e,
+                &e.scrape(),
                 "dcgm_exporter_otlp_pushes_total",
                 &[("result", "failed")],
             ) >= 2.0
@@ -920,7 +892,7 @@ mod real {
         e.scrape_until(20, |p| p.iter().any(|s| s.name == "DCGM_FI_DEV_GPU_TEMP"));
         let (_, after) = matching_push(&e, &r, 30);
         assert_eq!(starts(&after), before);
-        let reconnects = self_metric(&e, "dcgm_exporter_reconnects_total", &[]);
+        let reconnects = self_metric(&e.scrape(), "dcgm_exporter_reconnects_total", &[]);
         assert!(reconnects >= 1.0);
     }
 }
@@ -1027,9 +999,7 @@ fn the_event_history_arrives_as_otlp_log_records_with_the_metrics_resource() {
     use crate::support::events::{events, position};
     for protocol in [Protocol::Http, Protocol::Grpc] {
         let r = Receiver::start(protocol, Mode::Accept);
-        let dir = tempfile::tempdir().unwrap();
-        let ctl = dir.path().join("control");
-        std::fs::write(&ctl, "").unwrap();
+        let (dir, ctl) = temp_file("control", "");
         let port = free_port();
         let mut engine = HostEngine::start_with(port, None, Some(&ctl));
         let e = exporter()
@@ -1056,8 +1026,7 @@ fn the_event_history_arrives_as_otlp_log_records_with_the_metrics_resource() {
         r.wait_for_logs(20, |l| named(l, "gpu_lost", "gpu:1").is_some());
         engine.kill();
         r.wait_for_logs(20, |l| named(l, "engine_down", &at).is_some());
-        let fresh = dir.path().join("fresh");
-        std::fs::write(&fresh, "").unwrap();
+        let fresh = write_in(dir.path(), "fresh", "");
         let _engine = HostEngine::start_with(port, None, Some(&fresh));
         // Back: a second session, and GPU 1 with it.
         let recs = r.wait_for_logs(20, |l| {
@@ -1121,13 +1090,17 @@ fn the_event_history_arrives_as_otlp_log_records_with_the_metrics_resource() {
         assert!(recs.iter().all(|l| l.resource == resource), "{protocol:?}");
         e.scrape_until(10, |_| {
             self_metric(
-                &e,
+                &e.scrape(),
                 "dcgm_exporter_otlp_log_pushes_total",
                 &[("result", "sent")],
             ) >= 1.0
         });
         assert_eq!(
-            self_metric(&e, "dcgm_exporter_otlp_log_records_dropped_total", &[]),
+            self_metric(
+                &e.scrape(),
+                "dcgm_exporter_otlp_log_records_dropped_total",
+                &[]
+            ),
             0.0
         );
     }

@@ -2,10 +2,9 @@
 //! simulator profile's page, and a real Prometheus server scrapes the exporter and answers
 //! a PromQL query over it.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 use crate::support::prom::{promtool_check, promtool_problems, tool, Prometheus};
 use crate::support::*;
+use std::process::Command;
 
 #[test]
 fn promtool_finds_nothing_to_report_on_any_profile() {
@@ -40,66 +39,23 @@ fn promtool_finds_nothing_to_report_on_any_profile() {
 #[test]
 fn a_real_prometheus_scrapes_and_answers_promql() {
     let e = exporter().profile("h100-8gpu-nvswitch.toml").start();
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let cfg = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: dcgm\n    static_configs:\n      - targets: ['127.0.0.1:{}']\n",
-            e.port
-        ),
-    )
-    .unwrap();
-    let mut prom = Command::new(tool("prometheus"))
-        .arg(format!("--config.file={}", cfg.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start prometheus");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let query = format!("http://127.0.0.1:{port}/api/v1/query?query=count(DCGM_FI_DEV_GPU_TEMP%7Bjob%3D%22dcgm%22%7D)");
-    let result = loop {
-        if let Ok((200, body)) = http_get(&query) {
-            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-            if let Some(r) = v["data"]["result"].as_array().and_then(|a| a.first()) {
-                break r["value"][1].as_str().unwrap_or("").to_string();
-            }
-        }
-        if Instant::now() > deadline {
-            let _ = prom.kill();
-            panic!("Prometheus never returned DCGM_FI_DEV_GPU_TEMP");
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let up = format!("http://127.0.0.1:{port}/api/v1/query?query=up%7Bjob%3D%22dcgm%22%7D");
-    let (_, body) = http_get(&up).unwrap();
-    let _ = prom.kill();
-    let _ = prom.wait();
+    let prom = Prometheus::start(&[format!("127.0.0.1:{}", e.port)]);
+    let result = prom.value("count(DCGM_FI_DEV_GPU_TEMP{job=\"dcgm\"})");
+    let up = prom.value("up{job=\"dcgm\"}");
     assert_eq!(result, "8", "one temperature series per GPU");
-    assert!(body.contains("\"1\""), "target up: {body}");
+    assert_eq!(up, "1", "target up");
 }
 
 /// Whether this Prometheus knows `scrape_protocols` (2.49 and later); older ones already ask
 /// for OpenMetrics 1.0 first in their default Accept header.
 fn knows_scrape_protocols() -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("p.yml");
-    std::fs::write(
-        &cfg,
-        "scrape_configs:\n  - job_name: x\n    scrape_protocols: [OpenMetricsText1.0.0]\n    static_configs:\n      - targets: ['127.0.0.1:1']\n",
+    let (_dir, cfg) = temp_file("p.yml", "scrape_configs:\n  - job_name: x\n    scrape_protocols: [OpenMetricsText1.0.0]\n    static_configs:\n      - targets: ['127.0.0.1:1']\n");
+    output_within(
+        Command::new(tool("promtool")).args(["check", "config", cfg.to_str().unwrap()]),
+        QUICK,
     )
-    .unwrap();
-    Command::new(tool("promtool"))
-        .args(["check", "config", cfg.to_str().unwrap()])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    .status
+    .success()
 }
 
 #[test]

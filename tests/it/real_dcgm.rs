@@ -31,22 +31,6 @@ fn two_gpus_the_first_split() -> Vec<Gpu> {
     gpus
 }
 
-fn one(page: &[Sample], name: &str, gpu: &str) -> f64 {
-    let s: Vec<&Sample> = series(page, name)
-        .into_iter()
-        .filter(|s| s.label("gpu") == Some(gpu))
-        .collect();
-    assert_eq!(s.len(), 1, "{name} gpu {gpu}:\n{}", dump(page));
-    s[0].value
-}
-
-fn self_metric(page: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
-    page.iter()
-        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
-        .map(|s| s.value)
-        .sum()
-}
-
 /// The rows of an upstream counters CSV (name, is it a profiling field).
 fn csv_rows(file: &str) -> Vec<String> {
     std::fs::read_to_string(repo(file))
@@ -80,11 +64,9 @@ fn embedded_mode_serves_each_upstream_counter_file_without_the_profiling_rows() 
 
 #[test]
 fn remote_mode_serves_each_upstream_counter_file_without_the_profiling_rows() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("csv-remote");
-    let yaml = dir.yaml(&four_gpus());
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, _dir, _yaml, port, _engine)) = real_engine("csv-remote", &four_gpus()) else {
+        return;
+    };
     for csv in UPSTREAM_CSVS {
         let e = kit
             .remote(port)
@@ -121,10 +103,10 @@ fn check_upstream_csv(e: &Exporter, csv: &str) {
     };
     for i in 0..4u32 {
         let g = i.to_string();
-        assert_eq!(one(&page, temp, &g), f64::from(40 + i), "{csv}");
-        assert_eq!(one(&page, power, &g), f64::from(75 + 10 * i), "{csv}");
-        assert_eq!(one(&page, sm, &g), f64::from(345 + 100 * i), "{csv}");
-        assert_eq!(one(&page, used, &g), f64::from(1000 * i), "{csv}");
+        assert_eq!(gpu_value(&page, temp, &g), f64::from(40 + i), "{csv}");
+        assert_eq!(gpu_value(&page, power, &g), f64::from(75 + 10 * i), "{csv}");
+        assert_eq!(gpu_value(&page, sm, &g), f64::from(345 + 100 * i), "{csv}");
+        assert_eq!(gpu_value(&page, used, &g), f64::from(1000 * i), "{csv}");
         let s = series(&page, temp)
             .into_iter()
             .find(|s| s.label("gpu") == Some(&g))
@@ -272,9 +254,9 @@ fn ecc_errors_and_remapped_rows_of_one_gpu_stay_on_that_gpu() {
         ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", 3.0),
         ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", 1.0),
     ] {
-        assert_eq!(one(&page, name, "2"), want, "{name}");
-        assert_eq!(one(&page, name, "0"), 0.0, "{name}");
-        assert_eq!(one(&page, name, "1"), 0.0, "{name}");
+        assert_eq!(gpu_value(&page, name, "2"), want, "{name}");
+        assert_eq!(gpu_value(&page, name, "0"), 0.0, "{name}");
+        assert_eq!(gpu_value(&page, name, "1"), 0.0, "{name}");
     }
 }
 
@@ -292,7 +274,7 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
         .start();
     let page = e.scrape();
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
-    assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "3"), 43.0);
+    assert_eq!(gpu_value(&page, "DCGM_FI_DEV_GPU_TEMP", "3"), 43.0);
     // 4.8.3's rule (#697): a loopback engine is this node, named by NODE_NAME.
     assert_eq!(
         series(&page, "DCGM_FI_DEV_GPU_TEMP")[0].label("hostname"),
@@ -310,7 +292,7 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
         assert_eq!(e.get("/ready").0, 503);
         engine.restart(kit);
         let back = e.scrape_until(20, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
-        assert_eq!(one(&back, "DCGM_FI_DEV_POWER_USAGE", "2"), 95.0);
+        assert_eq!(gpu_value(&back, "DCGM_FI_DEV_POWER_USAGE", "2"), 95.0);
         assert!(self_metric(&back, "dcgm_exporter_reconnects_total", &[]) >= f64::from(round + 1));
         assert_eq!(e.get("/ready").0, 200);
     }
@@ -318,11 +300,9 @@ fn remote_mode_recovers_from_a_killed_and_restarted_host_engine() {
 
 #[test]
 fn an_xid_injected_into_the_host_engine_is_exported_on_its_gpu() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("xid");
-    let yaml = dir.yaml(&four_gpus());
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, dir, _yaml, port, _engine)) = real_engine("xid", &four_gpus()) else {
+        return;
+    };
     let csv = dir.0.join("xid.csv");
     std::fs::write(
         &csv,
@@ -438,11 +418,9 @@ fn a_gpu_level_xid_on_a_mig_gpu_counts_once_on_each_instance() {
 /// /metrics and /health says 503; values come back within two intervals of SIGCONT.
 #[test]
 fn a_stopped_host_engine_is_not_served_as_live_and_recovers_after_sigcont() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("sigstop");
-    let yaml = dir.yaml(&four_gpus());
-    let port = free_port();
-    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, _dir, _yaml, port, engine)) = real_engine("sigstop", &four_gpus()) else {
+        return;
+    };
     let interval_ms = 500u64;
     let e = kit
         .remote(port)
@@ -498,11 +476,7 @@ fn nvlink_states_from_nvml_decide_which_links_are_watched() {
     assert_eq!(series(&page, "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL").len(), 2);
     // Up links only: 18 + 17. (The injected NVML has no per-link counters, so the link
     // series themselves stay empty; see etc/sim/README.md, "Real DCGM and dcgm-sim".)
-    assert!(
-        e.stderr().contains(" 35 NvLink entities x "),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged(" 35 NvLink entities x ");
 }
 
 /// The real library refuses a whole watch of link fields for its one profiling field
@@ -701,7 +675,7 @@ fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
         );
     }
     // The real value, not a placeholder: GPU 1 reads 41 C in the injected YAML.
-    assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 41.0);
+    assert_eq!(gpu_value(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 41.0);
 }
 
 /// How often the log says a bind/unbind event completed.
@@ -800,11 +774,7 @@ fn the_real_embedded_library_accepts_the_bind_unbind_watch() {
     let (code, body) = e.get("/ready");
     assert_eq!(code, 200, "{body}");
     assert!(!body.contains("bind"), "{body}");
-    assert!(
-        !e.stderr().contains("GPU bind/unbind watch:"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_not_logged("GPU bind/unbind watch:");
 }
 
 /// The start-up line reads the version from the real library as from the simulator, and
@@ -817,11 +787,7 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
     let port = free_port();
     let e = kit.remote(port).spawn();
     e.wait_until(60, |e| e.get_with("/ready", &[]).0 == 503);
-    assert!(
-        e.stderr().contains("), DCGM library 4.6.0 ("),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged("), DCGM library 4.6.0 (");
     let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
     let page = e.scrape_until(60, |p| series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 4);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 4);
@@ -838,11 +804,11 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
 /// DCGM_FR_FALLEN_OFF_BUS: the action is reboot_node, decided by the XID's catalog class.
 #[test]
 fn the_real_library_answers_the_health_action_sources() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("action");
-    let yaml = dir.yaml(&[Gpu::default(), Gpu::default()]);
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, dir, _yaml, port, _engine)) =
+        real_engine("action", &[Gpu::default(), Gpu::default()])
+    else {
+        return;
+    };
     let csv = dir.0.join("action.csv");
     std::fs::write(
         &csv,
@@ -1034,15 +1000,6 @@ fn usage_accounting_reads_the_real_library_s_energy_and_utilisation() {
     assert!(idle.iter().all(|s| s.value == 0.0), "{}", dump(&page));
 }
 
-/// The DCGM series of a page, by name and GPU (the kit's values are static: what changes
-/// after a rebuild is whether a series is there at all).
-fn dcgm_series(page: &[Sample]) -> std::collections::BTreeSet<(String, Option<String>)> {
-    page.iter()
-        .filter(|s| s.name.starts_with("DCGM_FI_"))
-        .map(|s| (s.name.clone(), s.label("gpu").map(str::to_string)))
-        .collect()
-}
-
 /// Every rebuild trigger an operator uses (SIGHUP, the counters file rewritten in place and
 /// replaced by a rename) keeps every DCGM series of the page for 5+ intervals after it.
 /// DCGM keys a watch by (entity, field, connection): a rebuild that removes the old watches
@@ -1060,11 +1017,7 @@ fn rebuilds_keep_every_series_fresh(e: &Exporter, csv: &std::path::Path) {
     {
         match how {
             "SIGHUP" => {
-                let st = std::process::Command::new("kill")
-                    .args(["-HUP", &e.child.id().to_string()])
-                    .status()
-                    .expect("run kill");
-                assert!(st.success());
+                signal(e.child.id(), "HUP");
             }
             "rewritten in place" => {
                 std::fs::write(csv, format!("{text}\n# rewritten in place\n")).unwrap();
@@ -1139,11 +1092,10 @@ fn remote_rebuilds_keep_every_series_fresh() {
 /// and one after it is added (a rebuild used to start every total again from nothing).
 #[test]
 fn xid_totals_carry_across_a_rebuild() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("xid-rebuild");
-    let yaml = dir.yaml(&four_gpus()[..2]);
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, dir, _yaml, port, _engine)) = real_engine("xid-rebuild", &four_gpus()[..2])
+    else {
+        return;
+    };
     let csv = dir.0.join("xid.csv");
     std::fs::write(
         &csv,
@@ -1163,11 +1115,7 @@ fn xid_totals_carry_across_a_rebuild() {
     };
     kit.inject(port, 1, 230, 13);
     e.scrape_until(15, |p| total(p, "13") == Some(1.0));
-    let st = std::process::Command::new("kill")
-        .args(["-HUP", &e.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success());
+    signal(e.child.id(), "HUP");
     e.wait_for_log(20, "reloaded ");
     kit.inject(port, 1, 230, 31);
     let page = e.scrape_until(15, |p| total(p, "31") == Some(1.0));
@@ -1392,11 +1340,12 @@ fn busy_gpus(n: usize) -> Vec<Gpu> {
 
 /// The profiling module's state on a real nv-hostengine, as `dcgmi modules -l` words it.
 fn dcgmi_profiling_state(kit: &support::real_dcgm::Kit, port: u16) -> String {
-    let out = std::process::Command::new(kit.bin("dcgmi"))
-        .args(["modules", "-l", "--host", &format!("127.0.0.1:{port}")])
-        .env("LD_LIBRARY_PATH", kit.lib_dir())
-        .output()
-        .expect("run dcgmi modules -l");
+    let out = output_within(
+        std::process::Command::new(kit.bin("dcgmi"))
+            .args(["modules", "-l", "--host", &format!("127.0.0.1:{port}")])
+            .env("LD_LIBRARY_PATH", kit.lib_dir()),
+        QUICK,
+    );
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     text.lines()
         .find(|l| l.contains("Profiling"))
@@ -1415,11 +1364,7 @@ fn embedded_profiling_states(e: &Exporter) -> Vec<String> {
 }
 
 fn hup(e: &Exporter) {
-    let st = std::process::Command::new("kill")
-        .args(["-HUP", &e.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success());
+    signal(e.child.id(), "HUP");
 }
 
 fn prof_rows_of(page: &[Sample], gpu: &str) -> Vec<String> {
@@ -1454,7 +1399,10 @@ fn gpm_gpus_serve_the_profiling_rows_without_ever_loading_the_profiling_module()
     };
     let e = kit.embedded(&yaml).args(&["-c", "500", "--debug"]).start();
     let page = e.scrape_until(20, served);
-    assert_eq!(one(&page, "DCGM_FI_PROF_PCIE_TX_BYTES", "0"), 104_857_600.0);
+    assert_eq!(
+        gpu_value(&page, "DCGM_FI_PROF_PCIE_TX_BYTES", "0"),
+        104_857_600.0
+    );
     hup(&e);
     e.wait_until(20, |e| e.stderr().contains("reloaded "));
     e.scrape_until(20, served);
@@ -1492,8 +1440,8 @@ fn beside_a_gpu_without_gpm_only_that_gpus_profiling_rows_need_the_module() {
             dump(&page)
         );
         assert!(prof_rows_of(&page, "1").is_empty(), "{}", dump(&page));
-        assert_eq!(one(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0"), 0.42);
-        assert_eq!(one(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 45.0);
+        assert_eq!(gpu_value(&page, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "0"), 0.42);
+        assert_eq!(gpu_value(&page, "DCGM_FI_DEV_GPU_TEMP", "1"), 45.0);
         let log = e.stderr();
         assert!(
             log.contains("skipping DCGM_FI_PROF_PCIE_TX_BYTES on GPUs 1"),
@@ -1542,17 +1490,14 @@ fn the_embedded_engine_starts_with_the_profiling_module_denied() {
             .start();
         let page = e.scrape_until(20, |p| prof_rows_of(p, "0").len() == 5);
         assert!(prof_rows_of(&page, "1").is_empty(), "{}", dump(&page));
-        assert_eq!(one(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 75.0);
+        assert_eq!(gpu_value(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 75.0);
         let log = e.stderr();
         assert!(
             log.contains("started without the module(s) profiling"),
             "{how:?}: {log}"
         );
         assert_eq!(embedded_profiling_states(&e), ["denylisted"], "{log}");
-        let lines: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("profiling module is denied"))
-            .collect();
+        let lines = lines_with(&log, "profiling module is denied");
         assert_eq!(lines.len(), 1, "{log}");
         for row in DEFAULT_PROF_ROWS {
             assert!(lines[0].contains(row), "{row}: {}", lines[0]);
@@ -1681,15 +1626,15 @@ fn aggregation_reads_every_sample_of_the_real_library() {
     });
     for row in rows {
         for gpu in ["0", "1", "2", "3"] {
-            let gauge = one(&page, row, gpu);
+            let gauge = gpu_value(&page, row, gpu);
             for s in ["min", "max", "mean"] {
                 assert_eq!(
-                    one(&page, &stat(row, s), gpu),
+                    gpu_value(&page, &stat(row, s), gpu),
                     gauge,
                     "{row} {s} of GPU {gpu}"
                 );
             }
-            let n = one(&page, &stat(row, "samples"), gpu);
+            let n = gpu_value(&page, &stat(row, "samples"), gpu);
             assert!(
                 n >= 15.0,
                 "{row} of GPU {gpu}: {n} samples in 2 s at 100 ms"
@@ -1704,11 +1649,10 @@ fn aggregation_reads_every_sample_of_the_real_library() {
 /// YAML's again.
 #[test]
 fn a_power_sample_injected_into_the_real_host_engine_shows_in_the_max_only() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("aggregate-inject");
-    let yaml = dir.yaml(&four_gpus());
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    let Some((kit, _dir, _yaml, port, _engine)) = real_engine("aggregate-inject", &four_gpus())
+    else {
+        return;
+    };
     let e = kit
         .remote(port)
         .args(&["-c", "2000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
@@ -1728,15 +1672,15 @@ fn a_power_sample_injected_into_the_real_host_engine_shows_in_the_max_only() {
     e.scrape_until(10, |p| collections(p) > n);
     kit.inject(port, 1, 155, 900);
     let page = e.scrape_until(15, |p| series(p, max).iter().any(|s| s.value == 900.0));
-    assert_eq!(one(&page, max, "1"), 900.0, "{}", dump(&page));
-    assert_eq!(one(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 85.0);
-    let mean = one(&page, "DCGM_FI_DEV_POWER_USAGE_interval_mean", "1");
+    assert_eq!(gpu_value(&page, max, "1"), 900.0, "{}", dump(&page));
+    assert_eq!(gpu_value(&page, "DCGM_FI_DEV_POWER_USAGE", "1"), 85.0);
+    let mean = gpu_value(&page, "DCGM_FI_DEV_POWER_USAGE_interval_mean", "1");
     assert!(mean > 85.0 && mean < 900.0, "{mean}");
     assert_eq!(
-        one(&page, "DCGM_FI_DEV_POWER_USAGE_interval_min", "1"),
+        gpu_value(&page, "DCGM_FI_DEV_POWER_USAGE_interval_min", "1"),
         85.0
     );
     for (gpu, w) in [("0", 75.0), ("2", 95.0), ("3", 105.0)] {
-        assert_eq!(one(&page, max, gpu), w, "GPU {gpu}");
+        assert_eq!(gpu_value(&page, max, gpu), w, "GPU {gpu}");
     }
 }

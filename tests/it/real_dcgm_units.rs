@@ -26,15 +26,6 @@ fn gpus() -> Vec<Gpu> {
         .collect()
 }
 
-fn one(page: &[Sample], name: &str, gpu: &str) -> f64 {
-    let s: Vec<&Sample> = series(page, name)
-        .into_iter()
-        .filter(|s| s.label("gpu") == Some(gpu))
-        .collect();
-    assert_eq!(s.len(), 1, "{name} gpu {gpu}:\n{}", dump(page));
-    s[0].value
-}
-
 #[test]
 fn converted_values_equal_the_legacy_ones_on_the_real_library() {
     let Some(kit) = kit() else { return };
@@ -51,7 +42,7 @@ fn converted_values_equal_the_legacy_ones_on_the_real_library() {
     });
     for (i, g) in gpus().iter().enumerate() {
         let gpu = i.to_string();
-        let v = |n: &str| one(&page, n, &gpu);
+        let v = |n: &str| gpu_value(&page, n, &gpu);
         // The injected legacy values, then the 4.9.0 metric in its base unit.
         assert_eq!(v("DCGM_FI_DEV_SM_CLOCK"), f64::from(g.sm_clock_mhz));
         assert_eq!(
@@ -121,20 +112,20 @@ fn the_4_9_0_default_set_on_the_real_library() {
     });
     let g = &gpus()[1];
     assert_eq!(
-        one(&page, "DCGM_FI_DEV_SM_CLOCK_HERTZ", "1"),
+        gpu_value(&page, "DCGM_FI_DEV_SM_CLOCK_HERTZ", "1"),
         f64::from(g.sm_clock_mhz) * 1e6
     );
     assert_eq!(
-        one(&page, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "1"),
+        gpu_value(&page, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL", "1"),
         g.energy_mj as f64 / 1000.0
     );
     // Field 203 in integer percent on DCGM 4.6, the 0-1 ratio in 4.9.0 mode.
     assert_eq!(
-        one(&page, "DCGM_FI_DEV_GPU_UTIL_RATIO", "1"),
+        gpu_value(&page, "DCGM_FI_DEV_GPU_UTIL_RATIO", "1"),
         f64::from(g.gpu_util) / 100.0
     );
     assert_eq!(
-        one(&page, "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "1"),
+        gpu_value(&page, "DCGM_FI_DEV_GPU_TEMP_CELSIUS", "1"),
         f64::from(g.temp_c)
     );
     assert_eq!(

@@ -1,18 +1,17 @@
 //! One entity DCGM refuses in a group costs only itself (issue 28): the exporter's
 //! `watch_all` against the simulated library in this process, with a GPU unbound after the
 //! node was discovered (DCGM 4.6 lists it as Detached and refuses it in a group with
-//! BADPARAM). Its own file: the simulator reads its profile and control file from the
-//! environment, set here before the library starts.
+//! BADPARAM). Alone in a child process: the simulator reads its profile and control file
+//! from the environment, set here before the library starts.
 
+use crate::support::*;
 use dcgm_sys::{Entity, Library, Reading, Session};
 use std::sync::Arc;
-use crate::support::*;
 
 #[test]
 fn a_gpu_refused_in_a_group_leaves_only_itself_out_of_the_watch() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("ctl");
-    std::fs::write(&ctl, "").unwrap();
+    crate::support::alone!(a_gpu_refused_in_a_group_leaves_only_itself_out_of_the_watch);
+    let (_dir, ctl) = temp_file("ctl", "");
     std::env::set_var("DCGM_SIM_PROFILE", repo("etc/sim/h100-8gpu-nvswitch.toml"));
     std::env::set_var("DCGM_SIM_CONTROL", &ctl);
     let lib = Arc::new(Library::load(Some(&sim_library())).expect("load the simulator"));

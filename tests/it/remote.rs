@@ -106,10 +106,7 @@ fn the_flag_keeps_the_exit_at_start() {
     ] {
         let (code, stderr) = b.run_to_exit();
         assert_eq!(code, 1, "{stderr}");
-        let fatal: Vec<&str> = stderr
-            .lines()
-            .filter(|l| l.contains("level=fatal"))
-            .collect();
+        let fatal = lines_with(&stderr, "level=fatal");
         assert_eq!(fatal.len(), 1, "{stderr}");
         assert!(fatal[0].contains(&addr), "{stderr}");
     }

@@ -29,7 +29,7 @@ struct Rule {
 
 #[test]
 fn the_rename_rules_pass_promtool_check_and_unit_tests() {
-    if !support::require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+    if !support::promtool() {
         return;
     }
     let dir = support::repo("etc/prometheus");

@@ -4,10 +4,10 @@
 //! into the model, and both the renderer and the reference encoder
 //! (`src/output/render/reference.rs`) must give back the served bytes.
 
+use crate::support::*;
 use dcgm_exporter::config::counters::PromType;
 use dcgm_exporter::model::Page;
 use dcgm_exporter::output::{openmetrics, render};
-use crate::support::*;
 
 #[path = "../../src/output/render/reference.rs"]
 mod reference;

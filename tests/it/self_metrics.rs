@@ -103,14 +103,8 @@ fn drop_keys(p: &[Sample]) -> Vec<(String, String)> {
 /// while its series are missing.
 #[test]
 fn field_drops_name_the_field_and_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200"])
-        .start();
+    let (_dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let e = b.args(&["-c", "200"]).start();
     let page = e.scrape_until(10, |p| collections_observed(p) >= 1.0);
     assert_eq!(dropped(&page, "DCGM_FI_DEV_GPU_TEMP", "not_supported"), 0.0);
     assert_eq!(series(&page, "DCGM_FI_DEV_GPU_TEMP").len(), 8);
@@ -139,14 +133,8 @@ fn field_drops_name_the_field_and_the_reason() {
 
 /// An exporter on the 8-GPU profile following a fresh control file, every 200 ms.
 fn with_control() -> (tempfile::TempDir, std::path::PathBuf, Exporter) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
-        .args(&["-c", "200"])
-        .start();
+    let (dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let e = b.args(&["-c", "200"]).start();
     (dir, ctl, e)
 }
 
@@ -195,13 +183,7 @@ fn blank_and_refused_values_are_counted_per_field() {
 /// counts as `non_numeric` for it, collection after collection.
 #[test]
 fn non_numeric_values_are_counted_per_field() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("counters.csv");
-    std::fs::write(
-        &csv,
-        "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_VBIOS_VERSION, gauge, not a number\n",
-    )
-    .unwrap();
+    let (_dir, csv) = temp_file("counters.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, temperature\nDCGM_FI_DEV_VBIOS_VERSION, gauge, not a number\n");
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .args(&["-c", "200", "-f", csv.to_str().unwrap()])
@@ -285,9 +267,7 @@ fn entity_series_count_the_page_by_entity_type() {
 /// row, `--low-cardinality`, an XID and a clock event, so each family has series.
 #[test]
 fn every_series_of_ours_is_in_the_metrics_reference() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
+    let (dir, ctl) = temp_file("control", "");
     let csv = dir.path().join("counters.csv");
     let bench = std::fs::read_to_string(repo("bench/bench-counters.csv")).unwrap();
     std::fs::write(
@@ -301,11 +281,10 @@ fn every_series_of_ours_is_in_the_metrics_reference() {
     )
     .unwrap();
     // An empty web configuration (plain HTTP, no users) brings its reload self-metrics.
-    let web = dir.path().join("web.yml");
-    std::fs::write(&web, "").unwrap();
+    let web = write_in(dir.path(), "web.yml", "");
     let e = exporter()
         .profile("large-bench.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&[
             "-c",
             "200",

@@ -23,7 +23,7 @@ fn probe(ci: Option<&str>) -> Output {
     if let Some(v) = ci {
         cmd.env("CI", v);
     }
-    cmd.output().expect("run the probe")
+    support::output_within(&mut cmd, support::QUICK)
 }
 
 #[test]
@@ -35,7 +35,11 @@ fn a_skip_prints_a_countable_line_and_fails_under_ci() {
         .lines()
         .filter(|l| l.starts_with("SKIPPED: "))
         .collect();
-    assert_eq!(lines, ["SKIPPED: skips::skip_probe: probe reason"], "{text}");
+    assert_eq!(
+        lines,
+        ["SKIPPED: skips::skip_probe: probe reason"],
+        "{text}"
+    );
 
     // CI=false is a developer's machine too.
     assert!(probe(Some("false")).status.success());
@@ -59,19 +63,20 @@ fn a_skip_prints_a_countable_line_and_fails_under_ci() {
 fn ci_stops_when_it_cannot_install_what_the_tests_need() {
     let bin = tempfile::tempdir().unwrap();
     for tool in ["bash", "dirname"] {
-        let path = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .unwrap();
+        let path = support::output_within(
+            Command::new("sh").args(["-c", &format!("command -v {tool}")]),
+            support::QUICK,
+        );
         let path = String::from_utf8(path.stdout).unwrap();
         std::os::unix::fs::symlink(path.trim(), bin.path().join(tool)).unwrap();
     }
-    let out = Command::new(bin.path().join("bash"))
-        .arg(support::repo(".ci/run"))
-        .env_clear()
-        .env("PATH", bin.path())
-        .output()
-        .expect("run .ci/run");
+    let out = support::output_within(
+        Command::new(bin.path().join("bash"))
+            .arg(support::repo(".ci/run"))
+            .env_clear()
+            .env("PATH", bin.path()),
+        support::QUICK,
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert_eq!(

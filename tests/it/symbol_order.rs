@@ -7,6 +7,7 @@
 #[path = "../../build/symbol_order.rs"]
 mod symbol_order;
 
+use crate::support::{have_tool, output_within, BUILD, QUICK};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -72,10 +73,6 @@ fn fake_rustc(dir: &Path, name: &str, line: &str, link_error: Option<&str>) -> P
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
-
-/// Held by the tests that set the process's environment (the build script reads it) or
-/// start programs that inherit it.
-static ENV: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 const VARIABLES: [&str; 9] = [
     "TARGET",
@@ -145,11 +142,11 @@ fn the_linker_is_read_from_rustcs_link_line() {
     assert!(e.unwrap_err().contains("default linker"));
 }
 
-// The cases share the process's environment, which is what the build script reads: one
-// test for all that set it (and `ENV` held).
+// The cases set the process's environment, which is what the build script reads: one
+// test for all of them, alone in a child process (every other test shares this one's).
 #[test]
 fn ordering_is_asked_only_where_rustc_links_with_lld() {
-    let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
+    crate::support::alone!(ordering_is_asked_only_where_rustc_links_with_lld);
     let dir = tempfile::tempdir().unwrap();
     let set = |k: &str, v: &str| std::env::set_var(k, v);
     let lld_line = r#"LC_ALL="C" "cc" "-m64" "-B/sysroot/gcc-ld" "-fuse-ld=lld" "-o" "p""#;
@@ -241,10 +238,7 @@ fn real_rustc(dir: &Path) {
             "rustc".into()
         }
     }));
-    let sysroot = Command::new(&rustc)
-        .args(["--print", "sysroot"])
-        .output()
-        .unwrap();
+    let sysroot = output_within(Command::new(&rustc).args(["--print", "sysroot"]), QUICK);
     let sysroot = String::from_utf8(sysroot.stdout).unwrap();
     let own_lld = Path::new(sysroot.trim())
         .join("lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld/ld.lld")
@@ -252,17 +246,18 @@ fn real_rustc(dir: &Path) {
     let source = dir.join("m.rs");
     std::fs::write(&source, "fn main() {}\n").unwrap();
     let link = |extra: &[String]| {
-        Command::new(&rustc)
-            .arg(&source)
-            .arg("-o")
-            .arg(dir.join("m"))
-            .args(
-                extra
-                    .iter()
-                    .flat_map(|a| ["-C".to_string(), format!("link-arg={a}")]),
-            )
-            .output()
-            .unwrap()
+        output_within(
+            Command::new(&rustc)
+                .arg(&source)
+                .arg("-o")
+                .arg(dir.join("m"))
+                .args(
+                    extra
+                        .iter()
+                        .flat_map(|a| ["-C".to_string(), format!("link-arg={a}")]),
+                ),
+            BUILD,
+        )
     };
     plain_build(dir, &rustc);
     match symbol_order::link_args() {
@@ -280,7 +275,7 @@ fn real_rustc(dir: &Path) {
     // A configured C compiler alone keeps rustc's lld: rustc still passes it -fuse-ld=lld.
     set_var("RUSTC_LINKER", "cc");
     assert_eq!(symbol_order::link_args().is_ok(), own_lld);
-    let gnu_ld = Command::new("ld.bfd").arg("--version").output().is_ok();
+    let gnu_ld = have_tool("ld.bfd");
     if gnu_ld {
         // A configured linker that picks GNU ld itself, behind rustc's -fuse-ld=lld: the
         // line says lld, the link with the arguments fails.
@@ -328,7 +323,6 @@ fn set_var(k: &str, v: &str) {
 /// itself, the binary links; without lld a cargo warning says why the text is not ordered.
 #[test]
 fn a_release_build_links_whatever_the_linker() {
-    let _env = ENV.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("src")).unwrap();
@@ -366,20 +360,20 @@ fn a_release_build_links_whatever_the_linker() {
         for k in VARIABLES {
             cmd.env_remove(k);
         }
-        let out = cmd
-            .args(["build", "--release", "--offline"])
-            .current_dir(d)
-            .env("CARGO_TARGET_DIR", d.join(format!("target-{case}")))
-            .env("RUSTFLAGS", rustflags)
-            .output()
-            .unwrap();
+        let out = output_within(
+            cmd.args(["build", "--release", "--offline"])
+                .current_dir(d)
+                .env("CARGO_TARGET_DIR", d.join(format!("target-{case}")))
+                .env("RUSTFLAGS", rustflags),
+            BUILD,
+        );
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "{case}: the link failed:\n{err}");
         err
     };
     let plain = build("lld", "", "");
     assert!(!plain.contains("not ordered"), "{plain}");
-    if Command::new("ld.bfd").arg("--version").output().is_err() {
+    if !have_tool("ld.bfd") {
         return;
     }
     let bfd = build("bfd", "-C link-arg=-fuse-ld=bfd", "");

@@ -2,15 +2,10 @@
 //! real `promtool check rules` and `promtool test rules`: a dcgm.prom left behind by a
 //! crashed exporter fires, a fresh one and one removed by a clean stop do not.
 
-
 use crate::support;
-fn promtool() -> bool {
-    support::require_tool("promtool", "apt-get install prometheus; .ci/run does this")
-}
-
 #[test]
 fn the_textfile_staleness_alert_passes_promtool_check_and_unit_tests() {
-    if !promtool() {
+    if !support::promtool() {
         return;
     }
     let dir = support::repo("etc/prometheus");

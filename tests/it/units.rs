@@ -9,8 +9,8 @@
 //! (`pkg/dcgm/base_unit_fields_test.go`), and its values are the profile's legacy values
 //! converted by hand.
 
-use std::collections::BTreeMap;
 use crate::support::*;
+use std::collections::BTreeMap;
 
 fn gpu0(page: &[Sample], name: &str) -> f64 {
     let s: Vec<&Sample> = series(page, name)
@@ -254,10 +254,7 @@ fn a_4_8_counters_file_in_4_9_0_mode_is_renamed_with_one_warning_per_row() {
         !series(p, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL").is_empty()
     });
     let log = e.stderr();
-    let warned: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("in dcgm-exporter 4.9.0"))
-        .collect();
+    let warned = lines_with(&log, "in dcgm-exporter 4.9.0");
     // 11 rows change field and unit; 11 metrics and the driver label keep their field.
     assert_eq!(warned.len(), 23, "{log}");
     assert!(
@@ -319,7 +316,7 @@ fn a_4_9_0_counters_file_loads_in_the_default_mode_on_dcgm_4_6() {
 
 #[test]
 fn list_fields_shows_the_base_unit_metrics_and_their_legacy_source() {
-    let out = exporter_command().arg("--list-fields").output().unwrap();
+    let out = output_within(exporter_command().arg("--list-fields"), QUICK);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     let hz = text
@@ -390,14 +387,11 @@ fn a_host_engine_older_than_the_library_gets_the_legacy_field() {
 
 #[test]
 fn a_base_unit_label_row_is_converted_too() {
-    let dir = tempfile::tempdir().unwrap();
-    let csv = dir.path().join("label.csv");
-    std::fs::write(
-        &csv,
+    let (_dir, csv) = temp_file(
+        "label.csv",
         "DCGM_FI_DEV_GPU_TEMP_CELSIUS, gauge, t\nDCGM_FI_DEV_FB_CAPACITY_BYTES, label, capacity\n\
          DCGM_FI_DEV_SM_CLOCK_HERTZ, label, clock\n",
-    )
-    .unwrap();
+    );
     let e = exporter()
         .profile("units-fixed.toml")
         .args(&["-f", csv.to_str().unwrap()])

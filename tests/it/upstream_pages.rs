@@ -3,10 +3,10 @@
 //! file and function each part comes from): label names and order per entity group, and the
 //! HELP/TYPE of every row of the release's built-in default counter set.
 
+use crate::support::*;
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use crate::support::*;
 
 /// A node with every entity group upstream's Test_render covers: GPUs with NVLinks, a switch
 /// with ports, a CPU with cores.
@@ -60,8 +60,7 @@ fn page_without_f(dir: &tempfile::TempDir, extra: &[&str]) -> String {
 /// fields have none in the first collection).
 fn page_with(dir: &tempfile::TempDir, extra: &[&str], ready: &[&str]) -> String {
     sim_built();
-    let profile = dir.path().join("node.toml");
-    std::fs::write(&profile, PROFILE).unwrap();
+    let profile = write_in(dir.path(), "node.toml", &PROFILE);
     let port = free_port();
     let mut cmd = exporter_command();
     cmd.args(["-a", &format!("127.0.0.1:{port}"), "-c", "300"])
@@ -292,10 +291,10 @@ fn every_entity_group_is_labelled_as_upstreams_render_test_expects() {
             .unwrap()
             .name
     };
-    let csv = dir.path().join("entities.csv");
-    std::fs::write(
-        &csv,
-        format!(
+    let csv = write_in(
+        dir.path(),
+        "entities.csv",
+        &format!(
             "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
              DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT, gauge, switch\n\
              DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, gpu link\n\
@@ -304,8 +303,7 @@ fn every_entity_group_is_labelled_as_upstreams_render_test_expects() {
             field(7),
             field(8)
         ),
-    )
-    .unwrap();
+    );
     for version in ["4.8.4", "4.8.2"] {
         let want = fixture(version);
         let page = page_without_f(
@@ -349,25 +347,21 @@ fn every_entity_group_is_labelled_as_upstreams_render_test_expects() {
 /// one, and not with --emulate-version=4.8.2.
 #[test]
 fn cpu_series_carry_the_serial_dcgm_reports_from_4_8_3() {
-    let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("serials.toml");
-    std::fs::write(
-        &profile,
+    let (dir, profile) = temp_file(
+        "serials.toml",
         "[gpus]\ncount = 1\nmodel = \"NVIDIA GH200 480GB\"\n\
          [cpus]\ncount = 2\ncores_per_cpu = 2\nserials = [\"0x00000001c0ffee00\"]\n",
-    )
-    .unwrap();
+    );
     let cpu_field = dcgm_sys::fields::FIELDS
         .iter()
         .find(|f| f.entity_level == 7 && (f.field_type == b'd' || f.field_type == b'i'))
         .unwrap()
         .name;
-    let csv = dir.path().join("cpu.csv");
-    std::fs::write(
-        &csv,
-        format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{cpu_field}, gauge, cpu\n"),
-    )
-    .unwrap();
+    let csv = write_in(
+        dir.path(),
+        "cpu.csv",
+        &format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{cpu_field}, gauge, cpu\n"),
+    );
     for (version, serial) in [("4.8.4", Some("0x00000001c0ffee00")), ("4.8.2", None)] {
         let e = exporter()
             .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
@@ -448,14 +442,11 @@ fn xid_counters_keep_counting_when_the_xid_field_is_also_a_label_row() {
 }
 
 fn xid_label_row(version: &str, csv_text: &str, name: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let ctl = dir.path().join("control");
-    std::fs::write(&ctl, "").unwrap();
-    let csv = dir.path().join("xid.csv");
-    std::fs::write(&csv, csv_text).unwrap();
+    let (dir, ctl) = temp_file("control", "");
+    let csv = write_in(dir.path(), "xid.csv", &csv_text);
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .args(&["-f", csv.to_str().unwrap(), "-c", "250"])
         .args(&["--emulate-version", version])
         .start();

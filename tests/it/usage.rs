@@ -7,13 +7,15 @@
 //! Also: the rule files pass `promtool`, and bad flag values stop the start.
 
 use crate::support;
+use crate::support::fake_apiserver::{pod as api_pod, FakeApiServer};
+use crate::support::kubelet::{pod, FakeKubelet};
+use crate::support::{
+    exporter, prom, repo, require_tool, series, temp_file, with_sim_nvml, write_in, Sample,
+};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use crate::support::fake_apiserver::{pod as api_pod, FakeApiServer};
-use crate::support::kubelet::{pod, FakeKubelet};
-use crate::support::{exporter, prom, repo, require_tool, series, with_sim_nvml, Sample};
 
 /// Two A100s: GPU 0 busy at GPU0_UTIL % (DCGM) with two processes at 60 % and 20 % (NVML),
 /// GPU 1 at 0 % with none.
@@ -102,13 +104,10 @@ fn node(extra: &[&str]) -> Node {
 
 /// As [`node`], GPU 0's own utilisation `gpu0_util` %.
 fn node_at(gpu0_util: f64, extra: &[&str]) -> Node {
-    let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("usage.toml");
-    std::fs::write(
-        &profile,
-        PROFILE.replace("GPU0_UTIL", &format!("{gpu0_util:.1}")),
-    )
-    .unwrap();
+    let (dir, profile) = temp_file(
+        "usage.toml",
+        &PROFILE.replace("GPU0_UTIL", &format!("{gpu0_util:.1}")),
+    );
     let procs = dir.path().join("proc");
     proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
     let api = FakeApiServer::start();
@@ -366,7 +365,7 @@ fn a_real_prometheus_records_idle_devices_per_namespace() {
 
 #[test]
 fn usage_rules_pass_promtool() {
-    if !require_tool("promtool", "apt-get install prometheus; .ci/run does this") {
+    if !support::promtool() {
         return;
     }
     let dir = repo("etc/prometheus");
@@ -542,11 +541,7 @@ fn next_collection_of(e: &support::Exporter, than: &[Sample], gpu: &str) -> Vec<
 #[test]
 fn off_by_default() {
     let kubelet = FakeKubelet::start();
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-k", "--pod-resources-kubelet-socket"])
-        .arg(kubelet.socket().to_str().unwrap())
-        .start();
+    let e = exporter().profile("one-gpu.toml").kubelet(&kubelet).start();
     let uuid = field_label(&e.scrape(), "UUID");
     kubelet.set_pods(vec![pod("ml", "p", "c", &[("nvidia.com/gpu", &[&uuid])])]);
     e.scrape_until(10, |s| s.iter().any(|x| x.label("pod") == Some("p")));
@@ -600,9 +595,7 @@ fn low_cardinality_strips_the_usage_series_too() {
 /// with that engine; the other engine's gpu 0, which no pod holds, gets nothing of theirs.
 #[test]
 fn usage_accounting_per_host_engine() {
-    let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("usage.toml");
-    std::fs::write(&profile, PROFILE.replace("GPU0_UTIL", "90.0")).unwrap();
+    let (dir, profile) = temp_file("usage.toml", &PROFILE.replace("GPU0_UTIL", "90.0"));
     let procs = dir.path().join("proc");
     proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
     let api = FakeApiServer::start();
@@ -612,14 +605,13 @@ fn usage_accounting_per_host_engine() {
     let (port_a, port_b) = (support::free_port(), support::free_port());
     let _a = support::HostEngine::start(port_a, profile.to_str());
     let _b = support::HostEngine::start(port_b, Some("one-gpu.toml"));
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
+    let config = write_in(
+        dir.path(),
+        "config.yaml",
+        &format!(
             "version: 2\nsources:\n  dcgm:\n    hostEngines:\n      - {{name: here, address: \"127.0.0.1:{port_a}\"}}\n      - {{name: other, address: \"127.0.0.1:{port_b}\"}}\n"
         ),
-    )
-    .unwrap();
+    );
     let kubelet = FakeKubelet::start();
     // Engine `here` and the in-process simulated NVML read the same profile.
     let e = with_sim_nvml(exporter())

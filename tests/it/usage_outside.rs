@@ -7,13 +7,12 @@
 //! (and a host process of nobody's at 5 %), the GPU itself at 90 %; GPU 1 held by one
 //! consumer alone; GPU 2 held by a consumer that runs nothing on it (the GPU idle).
 
-
+use crate::support::*;
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use crate::support::*;
 
 const ENERGY: &str = "DCGM_EXP_ENERGY_JOULES_TOTAL";
 const IDLE_ENERGY: &str = "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL";
@@ -134,14 +133,7 @@ fn fake_docker(socket: &Path, containers: Running) {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut req = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => req.extend_from_slice(&buf[..n]),
-                }
-            }
+            let req = crate::support::request_head(&mut stream);
             let req = String::from_utf8_lossy(&req);
             let path = req.split(' ').nth(1).unwrap_or("");
             let body = docker_answer(path, &containers.lock().unwrap());

@@ -2,8 +2,8 @@
 //! (no AF_VSOCK, no transport) the start stops with one line saying so instead of retrying
 //! a connection that cannot happen.
 
-use std::time::Duration;
 use crate::support::*;
+use std::time::Duration;
 
 #[test]
 fn a_malformed_vsock_address_is_refused_at_start() {

@@ -3,13 +3,13 @@
 //! rotation), systemd socket activation through `systemd-socket-activate`, gzip, methods,
 //! timeouts and the pprof endpoint.
 
+use crate::support::certs::openssl;
+use crate::support::*;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use crate::support::certs::openssl;
-use crate::support::*;
 
 /// From `htpasswd -nBC 10 alice`, password "password" (upstream's own test fixture).
 const ALICE: &str = "$2y$10$CWCEbs7mt8QFrToJR9OcG.tduEKpx9SROhWnaDHQgQX4Q6hqWNASa";
@@ -24,21 +24,17 @@ macro_rules! require {
 }
 
 fn run(cmd: &mut Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+    output_within(cmd, QUICK)
 }
 
 /// A CA, a server certificate for 127.0.0.1 signed by it (`server`, CN given), a client
 /// certificate signed by it (`client`) and a self-signed client certificate (`stranger`).
 fn certificates(dir: &Path) {
-    certs::ca(dir, "test-ca");
-    server_cert(dir, "server-one");
-    certs::signed(
+    certs::ca_server_client(
         dir,
-        "client",
-        "client",
-        "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n",
+        "test-ca",
+        "server-one",
+        "subjectAltName=IP:127.0.0.1\n",
     );
     let mut stranger = vec!["req", "-subj", "/CN=stranger", "-keyout", "stranger.key"];
     stranger.extend(certs::EC_KEY);
@@ -321,11 +317,7 @@ fn a_rotated_certificate_is_served_without_a_restart() {
     server_cert(d, "server-two");
     e.wait_until(10, |e| subject(e).contains("CN=server-two"));
     assert_eq!(e.child.id(), pid);
-    assert!(
-        e.stderr().contains("reloaded the web configuration"),
-        "{}",
-        e.stderr()
-    );
+    e.assert_logged("reloaded the web configuration");
 }
 
 #[test]
@@ -479,10 +471,7 @@ fn a_refused_client_certificate_is_logged_and_counted() {
     // One warning with the peer and the reason; the repeats within the minute are counted,
     // not logged.
     let stderr = e.stderr();
-    let warnings: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.contains("TLS handshake error from 127.0.0.1:"))
-        .collect();
+    let warnings = lines_with(&stderr, "TLS handshake error from 127.0.0.1:");
     assert_eq!(warnings.len(), 1, "{stderr}");
     assert!(
         warnings[0].contains("level=warning") && warnings[0].contains("UnsupportedCertVersion"),
@@ -573,9 +562,10 @@ fn basic_auth_with_a_hash_from_htpasswd() {
     let out = run(Command::new("htpasswd").args(["-nbBC", "10", "bob", "s3cret"]));
     let line = String::from_utf8(out.stdout).unwrap();
     let (user, hash) = line.trim().split_once(':').unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("web.yml");
-    std::fs::write(&cfg, format!("basic_auth_users:\n  {user}: '{hash}'\n")).unwrap();
+    let (_dir, cfg) = temp_file(
+        "web.yml",
+        &format!("basic_auth_users:\n  {user}: '{hash}'\n"),
+    );
     let e = exporter()
         .args(&["--web-config-file", cfg.to_str().unwrap()])
         .spawn();
@@ -761,9 +751,7 @@ fn a_silent_connection_is_closed_after_the_read_timeout() {
 #[test]
 fn a_profile_longer_than_the_read_timeout_arrives_whole() {
     use pprof::protos::Message;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("web.yml");
-    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
     // The limits in docs/security.md: the read timeout bounds reading the request, not the 20 s the
     // handler takes.
     let e = exporter()
@@ -798,9 +786,7 @@ fn a_profile_longer_than_the_read_timeout_arrives_whole() {
 #[test]
 fn pprof_serves_a_cpu_profile_behind_the_web_config() {
     use pprof::protos::Message;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("web.yml");
-    std::fs::write(&cfg, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
+    let (dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = exporter()
         .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
         .spawn();
@@ -843,15 +829,15 @@ fn pprof_serves_a_cpu_profile_behind_the_web_config() {
     );
     // The client users point at it: Go's own `go tool pprof` reads the profile.
     if require_tool("go", "apt-get install golang-go; .ci/run does this") {
-        let file = dir.path().join("cpu.pb");
-        std::fs::write(&file, &body).unwrap();
-        let out = std::process::Command::new("go")
-            .args(["tool", "pprof", "-symbolize=none", "-raw"])
-            .arg(&file)
-            .env("HOME", dir.path())
-            .env("GOFLAGS", "-mod=mod")
-            .output()
-            .expect("run go tool pprof");
+        let file = write_in(dir.path(), "cpu.pb", &body);
+        let out = output_within(
+            std::process::Command::new("go")
+                .args(["tool", "pprof", "-symbolize=none", "-raw"])
+                .arg(&file)
+                .env("HOME", dir.path())
+                .env("GOFLAGS", "-mod=mod"),
+            BUILD,
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -878,15 +864,17 @@ fn curl_plain(port: u16, path: &str, args: &[&str]) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
-fn self_metric(page: &str, name: &str) -> Option<f64> {
-    page.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
-const REFUSED_LOWERS: &str =
-    "dcgm_exporter_web_config_reload_refused_total{reason=\"lowers_security\"}";
-const REFUSED_INVALID: &str = "dcgm_exporter_web_config_reload_refused_total{reason=\"invalid\"}";
+const REFUSED: &str = "dcgm_exporter_web_config_reload_refused_total";
+const LOWERS: &[(&str, &str)] = &[("reason", "lowers_security")];
+const INVALID: &[(&str, &str)] = &[("reason", "invalid")];
 const LAST_OK: &str = "dcgm_exporter_web_config_last_reload_successful";
+
+/// The series `name` with `labels` on a page as `curl -i` prints it (headers first), or as
+/// the body alone.
+fn reload_metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let body = text.split_once("\r\n\r\n").map_or(text, |(_, body)| body);
+    find_metric(&parse(body), name, labels)
+}
 
 /// Issue 30: a web config truncated in place (`: > web.yml`) or rewritten as garbage keeps
 /// basic auth in force (a client without a password still gets 401), logs an error naming
@@ -909,18 +897,20 @@ fn a_web_config_that_would_drop_basic_auth_is_refused_until_a_restart() {
     let page = |e: &Exporter| curl_plain(e.port, "/metrics", &AUTH).1;
     e.wait_until(30, |e| page(e).contains("DCGM_FI_DEV_GPU_TEMP"));
     assert_eq!(curl_plain(e.port, "/metrics", &[]).0, 401);
-    assert_eq!(self_metric(&page(&e), LAST_OK), Some(1.0));
+    assert_eq!(reload_metric(&page(&e), LAST_OK, &[]), Some(1.0));
 
     // As `: > web.yml` does: the same file, truncated.
     std::fs::File::create(&cfg).unwrap();
-    e.wait_until(10, |e| self_metric(&page(e), REFUSED_LOWERS) == Some(1.0));
+    e.wait_until(10, |e| {
+        reload_metric(&page(e), REFUSED, LOWERS) == Some(1.0)
+    });
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(
         curl_plain(e.port, "/metrics", &[]).0,
         401,
         "open after truncation"
     );
-    assert_eq!(self_metric(&page(&e), LAST_OK), Some(0.0));
+    assert_eq!(reload_metric(&page(&e), LAST_OK, &[]), Some(0.0));
     let (status, health) = curl_plain(e.port, "/health", &AUTH);
     assert_eq!(status, 200, "{health}");
     assert!(
@@ -938,7 +928,9 @@ fn a_web_config_that_would_drop_basic_auth_is_refused_until_a_restart() {
 
     // Garbage: refused as invalid, auth still on.
     std::fs::write(&cfg, "basic_auth_users: [\n  {{{\n").unwrap();
-    e.wait_until(10, |e| self_metric(&page(e), REFUSED_INVALID) == Some(1.0));
+    e.wait_until(10, |e| {
+        reload_metric(&page(e), REFUSED, INVALID) == Some(1.0)
+    });
     assert_eq!(
         curl_plain(e.port, "/metrics", &[]).0,
         401,
@@ -958,7 +950,11 @@ fn a_web_config_that_would_drop_basic_auth_is_refused_until_a_restart() {
     let (_, health) = curl_plain(e.port, "/health", &as_bob);
     assert!(!health.contains("degraded"), "{health}");
     e.wait_until(10, |e| {
-        self_metric(&curl_plain(e.port, "/metrics", &as_bob).1, LAST_OK) == Some(1.0)
+        find_metric(
+            &parse(&curl_plain(e.port, "/metrics", &as_bob).1),
+            LAST_OK,
+            &[],
+        ) == Some(1.0)
     });
 }
 
@@ -984,7 +980,7 @@ fn a_web_config_without_tls_is_refused_and_tls_stays() {
     std::fs::write(&tmp, "http_server_config:\n  http2: true\n").unwrap();
     std::fs::rename(&tmp, &cfg).unwrap();
     e.wait_until(10, |e| {
-        self_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED_LOWERS) == Some(1.0)
+        reload_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED, LOWERS) == Some(1.0)
     });
     std::thread::sleep(Duration::from_millis(700));
     let (code, status, _) = curl(d, e.port, "/metrics", &[]);
@@ -1025,7 +1021,7 @@ fn a_web_config_that_lowers_the_tls_version_or_drops_a_header_is_refused() {
     assert_ne!(tls12(&e), 0, "TLS 1.2 refused at first");
     write_web_config(d, "", "");
     e.wait_until(10, |e| {
-        self_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED_LOWERS) == Some(1.0)
+        reload_metric(&curl(d, e.port, "/metrics", &[]).2, REFUSED, LOWERS) == Some(1.0)
     });
     std::thread::sleep(Duration::from_millis(700));
     assert_ne!(tls12(&e), 0, "TLS 1.2 accepted after the refused change");
@@ -1036,7 +1032,7 @@ fn a_web_config_that_lowers_the_tls_version_or_drops_a_header_is_refused() {
             .contains("strict-transport-security: max-age=31536000"),
         "{page}"
     );
-    assert_eq!(self_metric(&page, LAST_OK), Some(0.0));
+    assert_eq!(reload_metric(&page, LAST_OK, &[]), Some(0.0));
     let (_, _, health) = curl(d, e.port, "/health", &[]);
     for what in [
         "degraded: ",
@@ -1079,7 +1075,7 @@ fn the_event_history_behind_tls_and_basic_auth_refuses_hostile_queries() {
     let cfg = write_web_config(d, tls, &format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = exporter()
         .args(&["--web-config-file", cfg.to_str().unwrap(), "-c", "200"])
-        .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+        .control(&ctl)
         .spawn();
     let with_cert = [&AUTH[..], &CERT[..]].concat();
     e.wait_until(30, |e| curl(d, e.port, "/metrics", &with_cert).1 == 200);

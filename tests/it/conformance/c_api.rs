@@ -4,11 +4,10 @@
 //! `KNOWN_DIFFERENCES` (kept exact by `super::check_lines`). Without the kit, the
 //! simulator's observations are checked against the real library's, recorded below.
 
+use super::Lines;
 use crate::support::nvml_yaml::{uuid, Gpu};
 use crate::support::real_dcgm::{kit, Kit, RealHostEngine, Scratch};
 use crate::support::*;
-use super::Lines;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -69,24 +68,22 @@ fn compiled(name: &'static str, slot: &'static OnceLock<Option<PathBuf>>) -> Opt
     slot.get_or_init(|| {
         let out = std::env::temp_dir().join(format!("dcgm-{name}-{}", std::process::id()));
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        let st = Command::new(&cc)
-            .args(["-std=c11", "-Wall", "-Werror", "-I"])
-            .arg(repo("dcgm-sys/include"))
-            .arg(repo(&format!("tests/c/{name}.c")))
-            .arg("-ldl")
-            .arg("-o")
-            .arg(&out)
-            .status();
-        match st {
-            Err(e) => {
-                skip(&format!("no C compiler ({cc}: {e})"));
-                None
-            }
-            Ok(s) => {
-                assert!(s.success(), "compiling tests/c/{name}.c failed");
-                Some(out)
-            }
+        if !have_tool(&cc) {
+            skip(&format!("no C compiler ({cc})"));
+            return None;
         }
+        let st = status_within(
+            Command::new(&cc)
+                .args(["-std=c11", "-Wall", "-Werror", "-I"])
+                .arg(repo("dcgm-sys/include"))
+                .arg(repo(&format!("tests/c/{name}.c")))
+                .arg("-ldl")
+                .arg("-o")
+                .arg(&out),
+            BUILD,
+        );
+        assert!(st.success(), "compiling tests/c/{name}.c failed");
+        Some(out)
     })
     .as_deref()
 }
@@ -107,7 +104,7 @@ fn inject_real(kit: &Kit, yaml: &Path, port: u16, args: &[&str]) {
     for (k, v) in kit.env(yaml) {
         cmd.env(k, v);
     }
-    let out = cmd.output().expect("run tests/c/inject_gpu");
+    let out = output_within(&mut cmd, QUICK);
     assert!(
         out.status.success(),
         "inject_gpu {args:?}: {}{}",
@@ -160,17 +157,15 @@ fn run(bin: &Path, env: &[(String, String)], target: &str, unbind: Option<&dyn F
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().expect("run the C client");
-    let out = child.stdout.take().expect("piped stdout");
     let mut text = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.expect("client output");
+    read_lines_within(&mut child, QUICK, "the C client", |line| {
         if line == "UNBIND GPU 1" {
             (unbind.expect("asked only with unbind"))();
         }
-        text.push_str(&line);
+        text.push_str(line);
         text.push('\n');
-    }
-    let done = child.wait_with_output().expect("wait for the client");
+    });
+    let done = child_output_within(child, QUICK, "the C client");
     assert!(
         done.status.success() && text.contains("done: yes"),
         "the C client against {target} failed ({}):\n{text}{}",

@@ -18,22 +18,12 @@
 //! that the other GPUs' series stay and GPU 1's come back from its instance.
 
 use super::c_api::{lose_real, partition_real, unbind_real};
+use super::Lines;
 use crate::support::nvml_yaml::{uuid, Gpu};
 use crate::support::real_dcgm::{kit, Kit, RealHostEngine, Scratch};
 use crate::support::*;
-use super::Lines;
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-type Series = BTreeSet<(String, Option<String>)>;
-
-fn dcgm_series(page: &[Sample]) -> Series {
-    page.iter()
-        .filter(|s| s.name.starts_with("DCGM_FI_"))
-        .map(|s| (s.name.clone(), s.label("gpu").map(str::to_string)))
-        .collect()
-}
 
 /// The engine behind an exporter in remote mode, to kill and start again.
 enum Engine {
@@ -94,7 +84,7 @@ fn sim(remote: bool) -> Run {
     } else {
         let e = exporter()
             .profile("real-kit.toml")
-            .env("DCGM_SIM_CONTROL", ctl.to_str().unwrap())
+            .control(&ctl)
             .args(&args)
             .start();
         (e, Engine::None)
@@ -171,14 +161,6 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
         partition,
         _dir: dir,
     }
-}
-
-fn signal(pid: u32, sig: &str) {
-    let st = std::process::Command::new("kill")
-        .args([&format!("-{sig}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
 }
 
 /// Applies one event.
