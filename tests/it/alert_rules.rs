@@ -186,7 +186,7 @@ fn wait_firing(
 /// The simulated 8-GPU node at `-c 500` with a control file starting as `control`, scraped
 /// by a real Prometheus that loads `rules`: (the control file's directory, the exporter, it).
 fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, prom::Prometheus) {
-    let (dir, ctl) = temp_file("control", &control);
+    let (dir, ctl) = temp_file("control", control);
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .control(&ctl)

@@ -25,7 +25,7 @@ fn value(page: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn a_flood_of_wrong_passwords_stays_within_the_bound_and_a_right_client_is_served() {
-    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
+    let (_dir, cfg) = temp_file("web.yml", format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = Arc::new(
         exporter()
             .args(&["--web-config-file", cfg.to_str().unwrap()])
@@ -126,7 +126,7 @@ fn a_flood_of_wrong_passwords_stays_within_the_bound_and_a_right_client_is_serve
 #[test]
 fn checks_cancelled_while_queued_leave_no_count_behind() {
     use std::io::Write;
-    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
+    let (_dir, cfg) = temp_file("web.yml", format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = exporter()
         .args(&["--web-config-file", cfg.to_str().unwrap()])
         .spawn();

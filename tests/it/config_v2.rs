@@ -26,7 +26,7 @@ collections:\n\
 
 #[test]
 fn version_2_sets_cadence_retention_and_fields() {
-    let (dir, cfg) = temp_file("config.yaml", &V2);
+    let (dir, cfg) = temp_file("config.yaml", V2);
     let log = dir.path().join("w.log");
     // -f and -c given by the test helper would win over the file: run without them.
     let port = free_port();
@@ -100,7 +100,7 @@ fn collections_that_match_no_configured_field_or_overlap_stop_the_start() {
 /// The same file under --emulate-version=4.8.2 stops with one line naming the file.
 #[test]
 fn version_2_is_refused_when_emulating_4_8_2() {
-    let (_dir, cfg) = temp_file("config.yaml", &V2);
+    let (_dir, cfg) = temp_file("config.yaml", V2);
     let (code, err) = exporter()
         .args(&[
             "--config-file",

@@ -196,7 +196,7 @@ fn the_4_8_4_config_and_timeout_values_render_as_in_nvidias_chart() {
         .expect("config volume");
     assert_eq!(volume["configMap"]["name"], "dcgm-exporter-config");
     // The file the chart writes is one our binary reads.
-    let (_dir, file) = temp_file("config.yaml", &cm["data"]["config.yaml"].as_str().unwrap());
+    let (_dir, file) = temp_file("config.yaml", cm["data"]["config.yaml"].as_str().unwrap());
     let read = dcgm_exporter::config::file::load(&file).unwrap();
     assert_eq!((read.schema, read.max_concurrent_scrapes), (2, Some(4)));
     // And the chart's default data too.
@@ -516,7 +516,7 @@ fn check_prometheus_rule(objects: &[Value]) {
         }
         let (dir, _file) = temp_file(
             "rules.yml",
-            &serde_json::to_string(&json!({"groups": groups})).unwrap(),
+            serde_json::to_string(&json!({"groups": groups})).unwrap(),
         );
         let out = support::prom::promtool_in(dir.path(), &["check", "rules", "rules.yml"]);
         assert!(out.contains("SUCCESS"), "{out}");

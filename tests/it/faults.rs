@@ -518,7 +518,7 @@ fn busy_gpu_exporter(ctl: &std::path::Path, extra: &[&str]) -> Exporter {
     std::fs::write(ctl, "set 0 203 100\n").unwrap();
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .control(&ctl)
+        .control(ctl)
         .args(&["-c", "200"])
         .args(extra)
         .start();

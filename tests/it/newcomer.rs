@@ -60,7 +60,7 @@ fn assert_builtin_set(page: &str, stderr: &str, gpus: usize) {
     assert!(series(&samples, "DCGM_FI_DEV_GPU_TEMP")[0]
         .label("DCGM_FI_DRIVER_VERSION")
         .is_some());
-    let said = lines_with(&stderr, "built-in default counter set");
+    let said = lines_with(stderr, "built-in default counter set");
     assert_eq!(said.len(), 1, "one log line says so: {stderr}");
     assert!(said[0].contains(DEFAULT_PATH), "{}", said[0]);
 }

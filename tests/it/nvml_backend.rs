@@ -1320,7 +1320,7 @@ fn nvlink_throughput_of_a_gpu_instance_is_its_gpus_on_both_backends() {
         }
     }
     let profile = write_in(dir.path(), "mig.toml", &p);
-    let csv = write_in(dir.path(), "c.csv", &NVLINK_CSV);
+    let csv = write_in(dir.path(), "c.csv", NVLINK_CSV);
     let flags = ["-f", csv.to_str().unwrap()];
     let profile = profile.to_str().unwrap();
     let (dcgm, nvml) = both_backends(profile, &flags);

@@ -4,8 +4,9 @@
 //! over is one lld can read. What it buys (the NVML backend's RSS) is measured in
 //! `bench backend`.
 
+// The build script's own module, included as it is.
 #[path = "../../build/symbol_order.rs"]
-mod symbol_order;
+mod build_script;
 
 use crate::support::{have_tool, output_within, BUILD, QUICK};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ fn root() -> PathBuf {
 
 #[test]
 fn the_list_names_symbols_once_each_in_order() {
-    let text = std::fs::read_to_string(root().join(symbol_order::LIST)).unwrap();
+    let text = std::fs::read_to_string(root().join(build_script::LIST)).unwrap();
     let names: Vec<&str> = text.lines().collect();
     assert!(
         names.len() > 500,
@@ -98,7 +99,7 @@ fn plain_build(out: &Path, rustc: &Path) {
 }
 
 fn ordering_args() -> Vec<String> {
-    let list = root().join(symbol_order::LIST);
+    let list = root().join(build_script::LIST);
     vec![
         format!("-Wl,--symbol-ordering-file={}", list.display()),
         "-Wl,--no-warn-symbol-ordering".to_string(),
@@ -133,12 +134,12 @@ fn the_linker_is_read_from_rustcs_link_line() {
         (r#""/usr/bin/ld.lld" "a.o""#.to_string(), true),
         (r#""x86_64-linux-gnu-gcc" "a\"b.o""#.to_string(), false),
     ] {
-        let got = symbol_order::lld_links(&line);
+        let got = build_script::lld_links(&line);
         assert_eq!(got.is_ok(), lld, "{line}: {got:?}");
     }
-    let e = symbol_order::lld_links(&format!(r#"{env}"cc" {rust_lld} "-fuse-ld=bfd""#));
+    let e = build_script::lld_links(&format!(r#"{env}"cc" {rust_lld} "-fuse-ld=bfd""#));
     assert!(e.unwrap_err().contains("-fuse-ld=bfd"));
-    let e = symbol_order::lld_links(&format!(r#"{env}"cc" "a.o""#));
+    let e = build_script::lld_links(&format!(r#"{env}"cc" "a.o""#));
     assert!(e.unwrap_err().contains("default linker"));
 }
 
@@ -152,12 +153,12 @@ fn ordering_is_asked_only_where_rustc_links_with_lld() {
     let lld_line = r#"LC_ALL="C" "cc" "-m64" "-B/sysroot/gcc-ld" "-fuse-ld=lld" "-o" "p""#;
     let lld = fake_rustc(dir.path(), "rustc-lld", lld_line, None);
     let refused = |what: &str, wanted: &str| {
-        let e = symbol_order::link_args().expect_err(what);
+        let e = build_script::link_args().expect_err(what);
         assert!(e.contains(wanted), "{what}: {e:?} should say {wanted:?}");
     };
 
     plain_build(dir.path(), &lld);
-    assert_eq!(symbol_order::link_args().unwrap(), ordering_args());
+    assert_eq!(build_script::link_args().unwrap(), ordering_args());
     // A rustc whose link line is GNU ld's (a configured linker, RUSTFLAGS choosing bfd, a
     // distribution's rustc without the bundled lld): no ordering, and the reason.
     let bfd = r#""cc" "-m64" "-B/sysroot/gcc-ld" "-fuse-ld=lld" "-fuse-ld=bfd" "-o" "p""#;
@@ -191,10 +192,10 @@ fn ordering_is_asked_only_where_rustc_links_with_lld() {
     plain_build(dir.path(), &lld);
     set("RUSTC_LINKER", "/opt/cc-wrapper");
     set("CARGO_ENCODED_RUSTFLAGS", "-C\x1ftarget-cpu=native");
-    symbol_order::link_args().unwrap();
+    build_script::link_args().unwrap();
     let asked = std::fs::read_to_string(dir.path().join("rustc-lld.args")).unwrap();
     let last = asked.lines().last().unwrap();
-    let list = root().join(symbol_order::LIST);
+    let list = root().join(build_script::LIST);
     for want in [
         "--print=link-args".to_string(),
         "--target=x86_64-unknown-linux-gnu".into(),
@@ -207,7 +208,7 @@ fn ordering_is_asked_only_where_rustc_links_with_lld() {
     plain_build(dir.path(), &lld);
     set("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER", "clang");
     set("RUSTFLAGS", "-C link-arg=-fuse-ld=lld");
-    symbol_order::link_args().unwrap();
+    build_script::link_args().unwrap();
     let asked = std::fs::read_to_string(dir.path().join("rustc-lld.args")).unwrap();
     let last = asked.lines().last().unwrap();
     assert!(
@@ -260,7 +261,7 @@ fn real_rustc(dir: &Path) {
         )
     };
     plain_build(dir, &rustc);
-    match symbol_order::link_args() {
+    match build_script::link_args() {
         Ok(args) => {
             assert!(own_lld, "ordering asked of a toolchain without its lld");
             let out = link(&args);
@@ -274,7 +275,7 @@ fn real_rustc(dir: &Path) {
     }
     // A configured C compiler alone keeps rustc's lld: rustc still passes it -fuse-ld=lld.
     set_var("RUSTC_LINKER", "cc");
-    assert_eq!(symbol_order::link_args().is_ok(), own_lld);
+    assert_eq!(build_script::link_args().is_ok(), own_lld);
     let gnu_ld = have_tool("ld.bfd");
     if gnu_ld {
         // A configured linker that picks GNU ld itself, behind rustc's -fuse-ld=lld: the
@@ -285,7 +286,7 @@ fn real_rustc(dir: &Path) {
         std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
         plain_build(dir, &rustc);
         set_var("RUSTC_LINKER", wrapper.to_str().unwrap());
-        let e = symbol_order::link_args().expect_err("a wrapper choosing GNU ld");
+        let e = build_script::link_args().expect_err("a wrapper choosing GNU ld");
         assert!(e.contains("symbol-ordering-file"), "{e}");
     }
     for (k, v) in [
@@ -299,7 +300,7 @@ fn real_rustc(dir: &Path) {
         plain_build(dir, &rustc);
         set_var("RUSTC_LINKER", "cc");
         set_var(k, v);
-        let e = symbol_order::link_args().expect_err(v);
+        let e = build_script::link_args().expect_err(v);
         assert!(e.contains("-fuse-ld=bfd"), "{v}: {e}");
     }
     if gnu_ld {
@@ -327,7 +328,7 @@ fn a_release_build_links_whatever_the_linker() {
     let d = dir.path();
     std::fs::create_dir_all(d.join("src")).unwrap();
     std::fs::create_dir_all(d.join("etc")).unwrap();
-    std::fs::copy(root().join(symbol_order::LIST), d.join(symbol_order::LIST)).unwrap();
+    std::fs::copy(root().join(build_script::LIST), d.join(build_script::LIST)).unwrap();
     std::fs::write(
         d.join("Cargo.toml"),
         "[package]\nname = \"dcgm-exporter\"\nversion = \"0.0.0\"\nedition = \"2021\"\n[workspace]\n",

@@ -60,7 +60,7 @@ fn page_without_f(dir: &tempfile::TempDir, extra: &[&str]) -> String {
 /// fields have none in the first collection).
 fn page_with(dir: &tempfile::TempDir, extra: &[&str], ready: &[&str]) -> String {
     sim_built();
-    let profile = write_in(dir.path(), "node.toml", &PROFILE);
+    let profile = write_in(dir.path(), "node.toml", PROFILE);
     let port = free_port();
     let mut cmd = exporter_command();
     cmd.args(["-a", &format!("127.0.0.1:{port}"), "-c", "300"])
@@ -294,7 +294,7 @@ fn every_entity_group_is_labelled_as_upstreams_render_test_expects() {
     let csv = write_in(
         dir.path(),
         "entities.csv",
-        &format!(
+        format!(
             "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
              DCGM_FI_DEV_NVSWITCH_TEMPERATURE_CURRENT, gauge, switch\n\
              DCGM_FI_PROF_NVLINK_TX_BYTES_PER_LINK, gauge, gpu link\n\
@@ -360,7 +360,7 @@ fn cpu_series_carry_the_serial_dcgm_reports_from_4_8_3() {
     let csv = write_in(
         dir.path(),
         "cpu.csv",
-        &format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{cpu_field}, gauge, cpu\n"),
+        format!("DCGM_FI_DEV_GPU_TEMP, gauge, t\n{cpu_field}, gauge, cpu\n"),
     );
     for (version, serial) in [("4.8.4", Some("0x00000001c0ffee00")), ("4.8.2", None)] {
         let e = exporter()
@@ -443,7 +443,7 @@ fn xid_counters_keep_counting_when_the_xid_field_is_also_a_label_row() {
 
 fn xid_label_row(version: &str, csv_text: &str, name: &str) {
     let (dir, ctl) = temp_file("control", "");
-    let csv = write_in(dir.path(), "xid.csv", &csv_text);
+    let csv = write_in(dir.path(), "xid.csv", csv_text);
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .control(&ctl)

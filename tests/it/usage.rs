@@ -106,7 +106,7 @@ fn node(extra: &[&str]) -> Node {
 fn node_at(gpu0_util: f64, extra: &[&str]) -> Node {
     let (dir, profile) = temp_file(
         "usage.toml",
-        &PROFILE.replace("GPU0_UTIL", &format!("{gpu0_util:.1}")),
+        PROFILE.replace("GPU0_UTIL", &format!("{gpu0_util:.1}")),
     );
     let procs = dir.path().join("proc");
     proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
@@ -595,7 +595,7 @@ fn low_cardinality_strips_the_usage_series_too() {
 /// with that engine; the other engine's gpu 0, which no pod holds, gets nothing of theirs.
 #[test]
 fn usage_accounting_per_host_engine() {
-    let (dir, profile) = temp_file("usage.toml", &PROFILE.replace("GPU0_UTIL", "90.0"));
+    let (dir, profile) = temp_file("usage.toml", PROFILE.replace("GPU0_UTIL", "90.0"));
     let procs = dir.path().join("proc");
     proc_root(&procs, &[(5001, UID_A), (5002, UID_B)]);
     let api = FakeApiServer::start();
@@ -608,7 +608,7 @@ fn usage_accounting_per_host_engine() {
     let config = write_in(
         dir.path(),
         "config.yaml",
-        &format!(
+        format!(
             "version: 2\nsources:\n  dcgm:\n    hostEngines:\n      - {{name: here, address: \"127.0.0.1:{port_a}\"}}\n      - {{name: other, address: \"127.0.0.1:{port_b}\"}}\n"
         ),
     );

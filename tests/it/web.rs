@@ -564,7 +564,7 @@ fn basic_auth_with_a_hash_from_htpasswd() {
     let (user, hash) = line.trim().split_once(':').unwrap();
     let (_dir, cfg) = temp_file(
         "web.yml",
-        &format!("basic_auth_users:\n  {user}: '{hash}'\n"),
+        format!("basic_auth_users:\n  {user}: '{hash}'\n"),
     );
     let e = exporter()
         .args(&["--web-config-file", cfg.to_str().unwrap()])
@@ -751,7 +751,7 @@ fn a_silent_connection_is_closed_after_the_read_timeout() {
 #[test]
 fn a_profile_longer_than_the_read_timeout_arrives_whole() {
     use pprof::protos::Message;
-    let (_dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
+    let (_dir, cfg) = temp_file("web.yml", format!("basic_auth_users:\n  alice: {ALICE}\n"));
     // The limits in docs/security.md: the read timeout bounds reading the request, not the 20 s the
     // handler takes.
     let e = exporter()
@@ -786,7 +786,7 @@ fn a_profile_longer_than_the_read_timeout_arrives_whole() {
 #[test]
 fn pprof_serves_a_cpu_profile_behind_the_web_config() {
     use pprof::protos::Message;
-    let (dir, cfg) = temp_file("web.yml", &format!("basic_auth_users:\n  alice: {ALICE}\n"));
+    let (dir, cfg) = temp_file("web.yml", format!("basic_auth_users:\n  alice: {ALICE}\n"));
     let e = exporter()
         .args(&["--enable-pprof", "--web-config-file", cfg.to_str().unwrap()])
         .spawn();
