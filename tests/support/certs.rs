@@ -2,7 +2,7 @@
 //! signs (X.509 v3, which WebPKI verifiers require).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 /// A new P-256 key, unencrypted, for `openssl req`.
 pub const EC_KEY: [&str; 5] = [
@@ -13,13 +13,17 @@ pub const EC_KEY: [&str; 5] = [
     "-nodes",
 ];
 
+/// The extensions of a server certificate for 127.0.0.1.
+pub const SERVER_EXT: &str =
+    "basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n";
+/// The extensions of a client certificate.
+pub const CLIENT_EXT: &str = "basicConstraints=CA:FALSE\nextendedKeyUsage=clientAuth\n";
+
 pub fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run openssl");
+    let out = super::output_within(
+        Command::new("openssl").current_dir(dir).args(args),
+        super::QUICK,
+    );
     assert!(
         out.status.success(),
         "openssl {args:?}: {}",
@@ -70,4 +74,13 @@ pub fn signed(dir: &Path, name: &str, cn: &str, ext: &str) {
             &crt,
         ],
     );
+}
+
+/// `ca.key`/`ca.crt` (a CA named `ca_cn`), and signed by it `server.key`/`server.crt`
+/// (named `server_cn`, with the extensions `server_ext`) and `client.key`/`client.crt`
+/// (named `client`).
+pub fn ca_server_client(dir: &Path, ca_cn: &str, server_cn: &str, server_ext: &str) {
+    ca(dir, ca_cn);
+    signed(dir, "server", server_cn, server_ext);
+    signed(dir, "client", "client", CLIENT_EXT);
 }

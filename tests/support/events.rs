@@ -2,7 +2,7 @@
 
 use super::{exporter_command, Exporter};
 use serde_json::Value;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The events `/events?<query>` answers (plain HTTP), in the order served.
 pub fn events(e: &Exporter, query: &str) -> Vec<Value> {
@@ -19,19 +19,16 @@ pub fn wait_for_events(
     query: &str,
     done: impl Fn(&[Value]) -> bool,
 ) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
+    super::poll(secs, Duration::from_millis(50), || {
         let got = events(e, query);
-        if done(&got) {
-            return got;
+        match done(&got) {
+            true => Ok(got),
+            false => Err(format!(
+                "/events?{query} not as wanted within {secs} s: {got:#?}\n{}",
+                e.stderr()
+            )),
         }
-        assert!(
-            Instant::now() < deadline,
-            "/events?{query} not as wanted within {secs} s: {got:#?}\n{}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 /// Whether `events` holds one of type `kind` on `entity`.
@@ -48,12 +45,7 @@ pub fn position(events: &[Value], kind: &str, entity: &str) -> Option<usize> {
 
 /// `dcgm-exporter events <args>`: (exit code, stdout, stderr).
 pub fn events_command(args: &[&str]) -> (i32, String, String) {
-    let out = exporter_command()
-        .arg("events")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run dcgm-exporter events");
+    let out = super::output_within(exporter_command().arg("events").args(args), super::QUICK);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

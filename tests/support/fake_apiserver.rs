@@ -15,7 +15,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// One change: (resourceVersion, resource, event type, object).
 type Change = (u64, String, &'static str, Value);
@@ -38,7 +38,6 @@ struct State {
 }
 
 pub struct FakeApiServer {
-    pub port: u16,
     state: Arc<(Mutex<State>, Condvar)>,
     _dir: tempfile::TempDir,
     kubeconfig: PathBuf,
@@ -66,7 +65,6 @@ impl FakeApiServer {
         )
         .unwrap();
         FakeApiServer {
-            port,
             state,
             _dir: dir,
             kubeconfig,
@@ -157,22 +155,18 @@ impl FakeApiServer {
 
     /// Waits until a request line containing every one of `parts` arrived.
     pub fn wait_for_request(&self, parts: &[&str], secs: u64) -> String {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if let Some(r) = self
-                .requests()
-                .into_iter()
+        super::poll(secs, Duration::from_millis(50), || {
+            let requests = self.requests();
+            match requests
+                .iter()
                 .find(|r| parts.iter().all(|p| r.contains(p)))
             {
-                return r;
+                Some(r) => Ok(r.clone()),
+                None => Err(format!(
+                    "no request with {parts:?} within {secs}s: {requests:#?}"
+                )),
             }
-            assert!(
-                Instant::now() < deadline,
-                "no request with {parts:?} within {secs}s: {:#?}",
-                self.requests()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 }
 

@@ -2,8 +2,6 @@
 //! log (`.ci/run`'s output), so CI shows how many generated inputs each parser took, not
 //! only that a test passed. 10 000 cases a parser unless `PROPTEST_CASES` says otherwise.
 
-#![allow(dead_code)]
-
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use std::io::Write;

@@ -1,19 +1,23 @@
 //! Shared helpers for the exporter's integration tests: build the simulator, start the
 //! real `dcgm-exporter` binary against it, scrape and parse what it serves.
-#![allow(dead_code)]
 
+pub mod alone;
 pub mod certs;
 pub mod events;
 pub mod fake_apiserver;
+pub mod fuzzing;
 pub mod kubelet;
 pub mod nvml_yaml;
 pub mod otlp_receiver;
 pub mod prom;
 pub mod real_dcgm;
+pub mod run;
 pub mod skip;
 pub mod spikes;
 
-#[allow(unused_imports)]
+pub(crate) use alone::alone;
+pub use real_dcgm::real_engine;
+pub use run::{child_output_within, output_within, read_lines_within, status_within, BUILD, QUICK};
 pub use skip::{have_tool, require_tool, skip};
 
 use std::collections::BTreeMap;
@@ -32,34 +36,77 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Builds dcgm-sim (library and host engine) and nvml-sim once per test binary; `cargo
-/// test` on a clean clone does not build another package's cdylib for us.
+/// The simulators' artifacts next to the exporter binary: the files cargo writes when it
+/// builds dcgm-sim (library and host engine) and nvml-sim.
+const SIM_ARTIFACTS: [&str; 3] = ["libdcgm.so.4", "libnvidia-ml.so.1", "dcgm-sim-hostengine"];
+
+/// The sources those artifacts are built from: the simulators' crates (model and NVML
+/// included) and the crate they share with the exporter, less their own tests, and the
+/// lock file.
+const SIM_SOURCES: [&str; 3] = ["dcgm-sim", "dcgm-sys", "Cargo.lock"];
+
+/// Builds dcgm-sim (library and host engine) and nvml-sim once per test process where they
+/// are missing or older than their sources; `cargo test -p dcgm-exporter` does not build
+/// another package's cdylib for us, `cargo test --workspace` does.
+///
+/// Where they are fresh no cargo runs at all: a build with another package selection would
+/// resolve the dependencies' features for that selection alone (resolver 2 unifies
+/// dev-dependencies' features only when tests are built), and compile some 30 crates again
+/// that the `cargo test` running us has just built. Where they are stale the build selects
+/// what `cargo test --workspace` (the README's test command) builds, so that command's own
+/// units are found fresh.
 pub fn sim_built() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = bin_dir();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-q"]);
-        // Built alone, the simulators get their dependencies' features resolved for them
-        // only (resolver 2 resolves per selection, dev-dependencies' features only when
-        // tests are built), so under `cargo test --workspace` some 30 crates would compile
-        // a second time. `.ci/run` says it runs the whole workspace: then the same
-        // selection finds every unit fresh.
-        if std::env::var_os("DCGM_TEST_WORKSPACE_BUILD").is_some_and(|v| v == "1") {
-            cmd.args(["--workspace", "--lib", "--bins", "--tests"]);
-        } else {
-            cmd.args(["-p", "dcgm-sim", "-p", "nvml-sim", "--lib", "--bins"]);
+        if sims_fresh(&dir) {
+            return dir;
         }
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-q", "--workspace", "--lib", "--bins", "--tests"]);
         if dir.file_name().is_some_and(|n| n == "release") {
             cmd.arg("--release");
         }
-        let status = cmd
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build -p dcgm-sim");
+        let status = run::status_within(cmd.current_dir(env!("CARGO_MANIFEST_DIR")), run::BUILD);
         assert!(status.success(), "building dcgm-sim failed");
         dir
     })
+}
+
+/// Whether every simulator artifact in `dir` is newer than every file of [`SIM_SOURCES`].
+fn sims_fresh(dir: &Path) -> bool {
+    let built = SIM_ARTIFACTS
+        .iter()
+        .map(|a| {
+            std::fs::metadata(dir.join(a))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .collect::<Option<Vec<_>>>()
+        .and_then(|times| times.into_iter().min());
+    let Some(built) = built else {
+        return false;
+    };
+    SIM_SOURCES
+        .iter()
+        .all(|s| newest(&repo(s)).is_some_and(|t| t < built))
+}
+
+/// The newest modification time of `path` and the files under it, its `tests/` and
+/// `target/` folders left out (None where one cannot be read).
+fn newest(path: &Path) -> Option<std::time::SystemTime> {
+    let meta = std::fs::metadata(path).ok()?;
+    let mut t = meta.modified().ok()?;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).ok()? {
+            let entry = entry.ok()?;
+            if matches!(entry.file_name().to_str(), Some("tests" | "target")) {
+                continue;
+            }
+            t = t.max(newest(&entry.path())?);
+        }
+    }
+    Some(t)
 }
 
 pub fn sim_library() -> PathBuf {
@@ -112,6 +159,27 @@ pub fn exporter_command() -> Command {
     cmd
 }
 
+/// Hides `/etc/dcgm-exporter` behind an empty tmpfs, then runs the command it is given.
+const HIDE_ETC: &str =
+    "[ ! -d /etc/dcgm-exporter ] || mount -t tmpfs none /etc/dcgm-exporter || exit 97
+exec \"$@\"";
+
+/// [`exporter_command`] where nothing is at the exporter's default paths under
+/// `/etc/dcgm-exporter`, whatever this machine has there: it runs in a mount namespace of
+/// its own (the process is the exporter's: unshare and the shell exec it).
+pub fn exporter_without_etc() -> Command {
+    use std::os::unix::fs::MetadataExt;
+    let mut cmd = Command::new("unshare");
+    hermetic(&mut cmd);
+    cmd.args(["--mount", "--propagation", "private"]);
+    if std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() != 0) {
+        cmd.arg("--map-root-user");
+    }
+    cmd.args(["--", "/bin/sh", "-c", HIDE_ETC, "sh"])
+        .arg(env!("CARGO_BIN_EXE_dcgm-exporter"));
+    cmd
+}
+
 pub fn hostengine_binary() -> PathBuf {
     sim_built().join("dcgm-sim-hostengine")
 }
@@ -128,6 +196,35 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The 26 active rows of etc/default-counters.csv minus the driver-version label and
+/// DCGM_FI_DEV_XID_ERRORS, which has no sample (so no series) until an XID happens, as in
+/// real DCGM.
+pub const DEFAULT_METRICS: &[&str] = &[
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+];
+
 /// A running exporter, killed on drop.
 pub struct Exporter {
     pub child: Child,
@@ -140,6 +237,7 @@ pub struct ExporterBuilder {
     env: Vec<(String, String)>,
     profile: Option<PathBuf>,
     listen_env: bool,
+    without_etc: bool,
 }
 
 pub fn exporter() -> ExporterBuilder {
@@ -148,6 +246,7 @@ pub fn exporter() -> ExporterBuilder {
         env: Vec::new(),
         profile: None,
         listen_env: false,
+        without_etc: false,
     }
 }
 
@@ -169,6 +268,33 @@ impl ExporterBuilder {
         self.listen_env = true;
         self
     }
+    /// The simulator's control file (faults at run time, [`control`]).
+    pub fn control(self, path: &Path) -> Self {
+        self.env("DCGM_SIM_CONTROL", path.to_str().expect("utf-8 path"))
+    }
+    /// Pods from `kubelet` (`-k` and its socket).
+    pub fn kubelet(self, kubelet: &kubelet::FakeKubelet) -> Self {
+        let socket = kubelet.socket();
+        self.args(&[
+            "-k",
+            "--pod-resources-kubelet-socket",
+            socket.to_str().expect("utf-8"),
+        ])
+    }
+    /// `--backend auto`, failing over to the NVML library at `nvml`.
+    pub fn nvml_fallback(self, nvml: &Path) -> Self {
+        self.args(&[
+            "--backend",
+            "auto",
+            "--nvml-library",
+            nvml.to_str().expect("utf-8 path"),
+        ])
+    }
+    /// Run by [`exporter_without_etc`].
+    pub fn without_etc(mut self) -> Self {
+        self.without_etc = true;
+        self
+    }
     /// A simulator profile file under etc/sim/.
     pub fn profile(mut self, name: &str) -> Self {
         self.profile = Some(repo(&format!("etc/sim/{name}")));
@@ -176,7 +302,10 @@ impl ExporterBuilder {
     }
 
     fn command(&self, port: u16) -> Command {
-        let mut cmd = exporter_command();
+        let mut cmd = match self.without_etc {
+            true => exporter_without_etc(),
+            false => exporter_command(),
+        };
         let has = |f: &str| {
             self.args
                 .iter()
@@ -223,11 +352,7 @@ impl ExporterBuilder {
     /// Runs to completion (for startup errors): (exit code, stderr).
     pub fn run_to_exit(self) -> (i32, String) {
         sim_built();
-        let out = self
-            .command(free_port())
-            .stdout(Stdio::null())
-            .output()
-            .expect("run dcgm-exporter");
+        let out = output_within(&mut self.command(free_port()), QUICK);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -362,6 +487,18 @@ impl Exporter {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Fails the test, showing the log, unless the log holds `needle`.
+    pub fn assert_logged(&self, needle: &str) {
+        let log = self.stderr();
+        assert!(log.contains(needle), "no {needle:?} in the log:\n{log}");
+    }
+
+    /// Fails the test, showing the log, where the log holds `needle`.
+    pub fn assert_not_logged(&self, needle: &str) {
+        let log = self.stderr();
+        assert!(!log.contains(needle), "{needle:?} in the log:\n{log}");
+    }
+
     /// Waits until stderr contains `needle` (or `secs` pass).
     pub fn wait_for_log(&self, secs: u64, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(secs);
@@ -411,20 +548,23 @@ impl Exporter {
 
     /// Sends a signal and waits for the exit code.
     pub fn signal_and_wait(&mut self, sig: &str) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if let Ok(Some(st)) = self.child.try_wait() {
-                return st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "exporter did not exit after SIG{sig}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let _ = status_within(
+            Command::new("kill").args([&format!("-{sig}"), &self.child.id().to_string()]),
+            QUICK,
+        );
+        self.exit_within(15, &format!("exporter did not exit after SIG{sig}"))
+    }
+
+    /// Waits for the exporter to exit; after `secs` fails the test with `why` and its log.
+    pub fn exit_within(&mut self, secs: u64, why: &str) -> std::process::ExitStatus {
+        let (child, log) = (&mut self.child, &self.stderr);
+        poll(secs, Duration::from_millis(50), || match child.try_wait() {
+            Ok(Some(st)) => Ok(st),
+            _ => Err(format!(
+                "{why}: {}",
+                log.lock().map(|s| s.clone()).unwrap_or_default()
+            )),
+        })
     }
 }
 
@@ -607,6 +747,16 @@ impl Drop for HostEngine {
     }
 }
 
+/// Sends signal `sig` (its name: `HUP`, `STOP`...) to process `pid`; fails the test where
+/// it cannot be sent.
+pub fn signal(pid: u32, sig: &str) {
+    let kill = status_within(
+        Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]),
+        QUICK,
+    );
+    assert!(kill.success(), "kill -{sig} {pid}");
+}
+
 /// Appends a line to a simulator control file (faults at run time).
 pub fn control(path: &Path, line: &str) {
     use std::io::Write;
@@ -640,4 +790,202 @@ pub fn watch_until(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Lines of the simulator's watch log: (freq_us, max_keep_age_s, max_keep_samples, fields).
+pub fn watch_log(path: &Path) -> Vec<(i64, f64, i32, Vec<u16>)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let kv: std::collections::HashMap<&str, &str> =
+                l.split(' ').filter_map(|p| p.split_once('=')).collect();
+            (
+                kv["freq_us"].parse().unwrap(),
+                kv["max_keep_age_s"].parse().unwrap(),
+                kv["max_keep_samples"].parse().unwrap(),
+                kv["fields"]
+                    .split(',')
+                    .map(|f| f.parse().unwrap())
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// The value of the series `name` whose labels include `labels` on `page`, summed over
+/// those that match; None where none does.
+pub fn find_metric(page: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut matching = page
+        .iter()
+        .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(v)))
+        .peekable();
+    matching.peek()?;
+    Some(matching.map(|s| s.value).sum())
+}
+
+/// [`find_metric`] for the exporter's own series, 0 where the page has none (a counter
+/// not yet counted).
+pub fn self_metric(page: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    find_metric(page, name, labels).unwrap_or(0.0)
+}
+
+/// Whether Prometheus's `promtool` is here; otherwise [`skip`]s (fails under CI).
+pub fn promtool() -> bool {
+    require_tool("promtool", "apt-get install prometheus; .ci/run does this")
+}
+
+/// The resident set of process `pid`, in KiB (0 where it cannot be read).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Calls `attempt` every `every` until it gives a value; after `secs` fails the test with
+/// why the last attempt gave none.
+pub fn poll<T>(secs: u64, every: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        match attempt() {
+            Ok(v) => return v,
+            Err(why) => assert!(Instant::now() < deadline, "{why}"),
+        }
+        std::thread::sleep(every);
+    }
+}
+
+/// A file `name` holding `text` in a new temporary folder, removed with the folder.
+pub fn temp_file(name: &str, text: impl AsRef<[u8]>) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    (dir, path)
+}
+
+/// Writes `text` to the file `name` in `dir`; its path.
+pub fn write_in(dir: &Path, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An empty control file for the simulator ([`control`]) in a new temporary folder, and
+/// the exporter on the simulator profile `profile` following it.
+pub fn controlled(profile: &str) -> (tempfile::TempDir, PathBuf, ExporterBuilder) {
+    let (dir, ctl) = temp_file("control", "");
+    let b = exporter().profile(profile).control(&ctl);
+    (dir, ctl, b)
+}
+
+/// The lines of `text` that hold `needle`.
+pub fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.contains(needle)).collect()
+}
+
+/// What a client sent up to the end of its request's head (the blank line), or up to where
+/// it stopped.
+pub fn request_head(stream: &mut impl Read) -> Vec<u8> {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+    req
+}
+
+/// The simulated NVML loaded into this process on the simulator profile `profile`, which
+/// it reads from the environment at its first init: a test calling it runs [`alone!`].
+pub fn sim_nvml(profile: &Path) -> nvml_wrapper::Nvml {
+    std::env::set_var("DCGM_SIM_PROFILE", profile);
+    nvml_wrapper::Nvml::builder()
+        .lib_path(nvml_library().as_os_str())
+        .init()
+        .expect("simulated NVML")
+}
+
+/// The exporter's collections counted on `page`, whatever their result.
+pub fn collections(page: &[Sample]) -> f64 {
+    self_metric(page, "dcgm_exporter_collections_total", &[])
+}
+
+/// The exporter's successful collections counted on `page`.
+pub fn successes(page: &[Sample]) -> f64 {
+    self_metric(
+        page,
+        "dcgm_exporter_collections_total",
+        &[("result", "success")],
+    )
+}
+
+/// The value of GPU `gpu`'s one series `name` on `page` (fails the test where it has none
+/// or several).
+pub fn gpu_value(page: &[Sample], name: &str, gpu: &str) -> f64 {
+    let s: Vec<&Sample> = series(page, name)
+        .into_iter()
+        .filter(|s| s.label("gpu") == Some(gpu))
+        .collect();
+    assert_eq!(s.len(), 1, "{name} gpu {gpu}:\n{}", dump(page));
+    s[0].value
+}
+
+/// The DCGM series (`DCGM_FI_*`) of a page, by name and GPU.
+pub type Series = std::collections::BTreeSet<(String, Option<String>)>;
+
+/// [`Series`] of `page` (the kit's values are static: what changes after a rebuild is
+/// whether a series is there at all).
+pub fn dcgm_series(page: &[Sample]) -> Series {
+    page.iter()
+        .filter(|s| s.name.starts_with("DCGM_FI_"))
+        .map(|s| (s.name.clone(), s.label("gpu").map(str::to_string)))
+        .collect()
+}
+
+/// The profiling rows of etc/default-counters.csv.
+pub const PROFILING_ROWS: [&str; 5] = [
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+];
+
+/// Each of [`PROFILING_ROWS`] is skipped with one line in `log`.
+pub fn assert_profiling_rows_skipped_once(log: &str) {
+    for row in PROFILING_ROWS {
+        assert_eq!(
+            log.matches(&format!("skipping {row}:")).count(),
+            1,
+            "{row}: {log}"
+        );
+    }
+}
+
+/// An empty simulator control file ([`control`]) and a file `name` holding `text` beside
+/// it, in a new temporary folder: (the folder, the control file, the file).
+pub fn control_and_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let (dir, ctl) = temp_file("control", "");
+    let file = write_in(dir.path(), name, text);
+    (dir, ctl, file)
 }

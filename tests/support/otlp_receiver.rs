@@ -118,7 +118,6 @@ pub struct Push {
 /// One decoded push of log records.
 pub struct LogPush {
     pub request: ExportLogsServiceRequest,
-    pub at: Instant,
 }
 
 #[derive(Default)]
@@ -275,19 +274,16 @@ impl Receiver {
 
     /// Waits until `n` pushes have arrived (panics after `secs`).
     pub fn wait_for(&self, n: usize, secs: u64) -> Vec<Arc<Push>> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
+        super::poll(secs, Duration::from_millis(50), || {
             let p = self.pushes();
-            if p.len() >= n {
-                return p;
+            match p.len() >= n {
+                true => Ok(p),
+                false => Err(format!(
+                    "{} OTLP pushes within {secs} s, wanted {n}",
+                    p.len()
+                )),
             }
-            assert!(
-                Instant::now() < deadline,
-                "{} OTLP pushes within {secs} s, wanted {n}",
-                p.len()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 }
 
@@ -382,10 +378,12 @@ impl LogsService for Grpc {
         if let Some(status) = self.0.mode().grpc_refusal() {
             return Err(status);
         }
-        self.0.logs.lock().unwrap().push(Arc::new(LogPush {
-            request: request.into_inner(),
-            at: Instant::now(),
-        }));
+        let request = request.into_inner();
+        self.0
+            .logs
+            .lock()
+            .unwrap()
+            .push(Arc::new(LogPush { request }));
         Ok(tonic::Response::new(ExportLogsServiceResponse::default()))
     }
 }
@@ -400,10 +398,11 @@ fn http_logs(state: &State, body: Result<bytes::Bytes, hyper::Error>) -> u16 {
         .and_then(|b| <ExportLogsServiceRequest as prost::Message>::decode(b).ok());
     match decoded {
         Some(request) => {
-            state.logs.lock().unwrap().push(Arc::new(LogPush {
-                request,
-                at: Instant::now(),
-            }));
+            state
+                .logs
+                .lock()
+                .unwrap()
+                .push(Arc::new(LogPush { request }));
             200
         }
         None => 400,

@@ -14,12 +14,8 @@ pub struct Prometheus {
 
 /// A tool this test needs, by name; fails the test, saying how to install it, when absent.
 pub fn tool(name: &str) -> String {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {name}")])
-        .output()
-        .map(|o| o.status.success());
     assert!(
-        found.unwrap_or(false),
+        super::have_tool(name),
         "`{name}` is required by this test and was not found: apt-get install prometheus (.ci/run does this)"
     );
     name.to_string()
@@ -28,11 +24,10 @@ pub fn tool(name: &str) -> String {
 /// Runs `promtool ARGS` in `dir` and returns what it printed; fails the test when promtool
 /// does (rules that do not load, a rule test that does not pass).
 pub fn promtool_in(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = Command::new("promtool")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run promtool");
+    let out = super::output_within(
+        Command::new("promtool").args(args).current_dir(dir),
+        super::QUICK,
+    );
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -44,7 +39,6 @@ pub fn promtool_in(dir: &std::path::Path, args: &[&str]) -> String {
 
 /// What `promtool check metrics` reports on a page (empty when it finds nothing).
 pub fn promtool_check(page: &str) -> String {
-    use std::io::Write;
     let mut child = Command::new(tool("promtool"))
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -52,13 +46,8 @@ pub fn promtool_check(page: &str) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run promtool");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(page.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    super::run::feed(&mut child, page.as_bytes().to_vec());
+    let out = super::child_output_within(child, super::QUICK, "promtool check metrics");
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -33,8 +33,6 @@ pub const RELEASES: [(&str, &str); 3] = [
 /// An unpacked kit: `bin/nv-hostengine`, `bin/dcgmi`, `lib/libdcgm.so.4`...
 pub struct Kit {
     pub root: PathBuf,
-    /// The DCGM release (`4.6.0`).
-    pub version: &'static str,
 }
 
 /// The kit, or `None` after printing why the real-DCGM tests are skipped here. Under CI
@@ -65,7 +63,7 @@ pub fn kit_of(version: &str) -> Option<&'static Kit> {
                 if *a == ARCHIVE {
                     Err("see kit()".into())
                 } else {
-                    open(v, unpack(a, &format!("real-dcgm-{v}"), v))
+                    open(unpack(a, &format!("real-dcgm-{v}"), v))
                 }
             })
             .collect()
@@ -86,17 +84,14 @@ fn find() -> Result<Kit, String> {
         Some(d) => Ok(PathBuf::from(d)),
         None => unpack(ARCHIVE, "real-dcgm", "4.6.0"),
     };
-    open("4.6.0", root)
+    open(root)
 }
 
-fn open(version: &'static str, root: Result<PathBuf, String>) -> Result<Kit, String> {
+fn open(root: Result<PathBuf, String>) -> Result<Kit, String> {
     if !(cfg!(target_os = "linux") && cfg!(target_arch = "x86_64")) {
         return Err("the kit is built for x86-64 Linux".into());
     }
-    let kit = Kit {
-        root: root?,
-        version,
-    };
+    let kit = Kit { root: root? };
     for f in [kit.lib(), kit.bin("nv-hostengine"), kit.bin("dcgmi")] {
         if !f.exists() {
             return Err(format!("{} is missing", f.display()));
@@ -129,13 +124,14 @@ fn unpack(archive: &str, cache: &str, version: &str) -> Result<PathBuf, String> 
     let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    let st = Command::new("tar")
-        .arg("-xJf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(&tmp)
-        .status()
-        .map_err(|e| format!("tar: {e}"))?;
+    let st = super::status_within(
+        Command::new("tar")
+            .arg("-xJf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&tmp),
+        super::BUILD,
+    );
     if !st.success() {
         return Err(format!("tar -xJf {} failed", archive.display()));
     }
@@ -163,11 +159,12 @@ impl Kit {
 
     /// The runtime packages (README of the kit) are installed: `ldd` finds every library.
     fn runnable(&self, f: &Path) -> Result<(), String> {
-        let out = Command::new("ldd")
-            .arg(f)
-            .env("LD_LIBRARY_PATH", self.lib_dir())
-            .output()
-            .map_err(|e| format!("ldd: {e}"))?;
+        let out = super::output_within(
+            Command::new("ldd")
+                .arg(f)
+                .env("LD_LIBRARY_PATH", self.lib_dir()),
+            super::QUICK,
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         let missing: Vec<&str> = text
             .lines()
@@ -223,22 +220,21 @@ impl Kit {
     /// Injects a field value into a host engine's cache (`dcgmi test --inject`), the way
     /// DCGM's own tests raise an XID on a GPU that has none.
     pub fn inject(&self, port: u16, gpu: u32, field: u16, value: i64) {
-        let out = Command::new(self.bin("dcgmi"))
-            .args([
-                "test",
-                "--host",
-                &format!("127.0.0.1:{port}"),
-                "--inject",
-                "--gpuid",
-                &gpu.to_string(),
-                "-f",
-                &field.to_string(),
-                "-v",
-                &value.to_string(),
-            ])
-            .env("LD_LIBRARY_PATH", self.lib_dir())
-            .output()
-            .expect("run dcgmi");
+        let mut out = Command::new(self.bin("dcgmi"));
+        out.args([
+            "test",
+            "--host",
+            &format!("127.0.0.1:{port}"),
+            "--inject",
+            "--gpuid",
+            &gpu.to_string(),
+            "-f",
+            &field.to_string(),
+            "-v",
+            &value.to_string(),
+        ])
+        .env("LD_LIBRARY_PATH", self.lib_dir());
+        let out = super::output_within(&mut out, super::QUICK);
         assert!(
             out.status.success(),
             "dcgmi test --inject: {}{}",
@@ -348,11 +344,7 @@ impl RealHostEngine {
     }
 
     pub fn signal(&self, sig: &str) {
-        let st = Command::new("kill")
-            .args([&format!("-{sig}"), &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(st.success(), "kill -{sig} failed");
+        super::signal(self.child.id(), sig);
     }
 }
 
@@ -360,4 +352,19 @@ impl Drop for RealHostEngine {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The kit's host engine on a free port, serving `gpus` from an NVML injection YAML in a
+/// scratch folder named after `name`: (the kit, the folder, the YAML, the port, the
+/// engine); `None` after the skip line where the kit cannot run here.
+pub fn real_engine(
+    name: &str,
+    gpus: &[super::nvml_yaml::Gpu],
+) -> Option<(&'static Kit, Scratch, PathBuf, u16, RealHostEngine)> {
+    let kit = kit()?;
+    let dir = Scratch::new(name);
+    let yaml = dir.yaml(gpus);
+    let port = super::free_port();
+    let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
+    Some((kit, dir, yaml, port, engine))
 }

@@ -9,7 +9,6 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// The prefix `.ci/run` counts.
 pub const SKIPPED: &str = "SKIPPED: ";
@@ -47,14 +46,16 @@ pub fn skip(reason: &str) {
     let _ = std::io::stderr().write_all(line.as_bytes());
 }
 
-/// Whether `name` is a command on PATH.
+/// Whether `name` is a program on PATH (read here, not asked of a shell: no child process
+/// to wait on).
 pub fn have_tool(name: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", "command -v \"$1\"", "sh", name])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }
 
 /// True when `name` is on PATH; otherwise [`skip`]s (fails under CI) naming the tool and

@@ -1,0 +1,16 @@
+//! The staleness alert for textfile mode (etc/prometheus/dcgm-textfile.rules.yml) passes the
+//! real `promtool check rules` and `promtool test rules`: a dcgm.prom left behind by a
+//! crashed exporter fires, a fresh one and one removed by a clean stop do not.
+
+use crate::support;
+#[test]
+fn the_textfile_staleness_alert_passes_promtool_check_and_unit_tests() {
+    if !support::promtool() {
+        return;
+    }
+    let dir = support::repo("etc/prometheus");
+    let out = support::prom::promtool_in(&dir, &["check", "rules", "dcgm-textfile.rules.yml"]);
+    assert!(out.contains("SUCCESS: 1 rules found"), "{out}");
+    let out = support::prom::promtool_in(&dir, &["test", "rules", "dcgm-textfile.rules.test.yml"]);
+    assert!(out.contains("SUCCESS"), "{out}");
+}
