@@ -19,7 +19,3 @@ pub mod logging;
 pub mod model;
 pub mod output;
 pub mod runtime;
-
-/// The old name of [`runtime`], for the integration tests that still import it.
-#[doc(hidden)]
-pub use runtime as common;

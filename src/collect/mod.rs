@@ -25,8 +25,6 @@ pub mod watch;
 pub mod xid;
 
 pub use settings::{Settings, WatchGroup, LATEST_KEEP_SAMPLES, MAX_KEEP_AGE_S};
-/// For the integration tests that watch through it.
-pub use watch::watch_all;
 
 use crate::config::counters::{Counter, CounterField, Counters};
 use crate::model::clock::now_us;

@@ -4,7 +4,7 @@
 use crate::config::emulate::UpstreamVersion;
 use crate::model::naming::ExpField;
 /// For the integration tests and the bench that read it here.
-pub use crate::model::naming::PromType;
+use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 use std::path::Path;
 

@@ -19,7 +19,7 @@
 use super::counters::{Counter, CounterField, Counters};
 use crate::model::naming::base_units::*;
 /// For the integration tests that read them here.
-pub use crate::model::naming::base_units::{Op, RENAMED_4_10};
+use crate::model::naming::base_units::Op;
 use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 
@@ -378,6 +378,7 @@ pub fn counter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::naming::base_units::RENAMED_4_10;
 
     #[test]
     fn the_table_pairs_go_dcgms_ids_with_dcgm_4_6s_legacy_fields() {

@@ -6,7 +6,7 @@ use crate::support::fake_apiserver::{configmap, pod, FakeApiServer};
 use crate::support::*;
 use dcgm_exporter::attribution::podmeta::{self, Allowlist};
 use dcgm_exporter::attribution::PodMetadata;
-use dcgm_exporter::common::kubeapi::KubeApi;
+use dcgm_exporter::runtime::kubeapi::KubeApi;
 use std::time::{Duration, Instant};
 
 const CM: &str = "exporter-metrics-config-map";

@@ -14,7 +14,7 @@ fn expected_on_instances(csv: &str) -> BTreeSet<String> {
     let c = dcgm_exporter::config::counters::load(&repo(csv)).unwrap();
     c.all
         .iter()
-        .filter(|r| r.prom_type != dcgm_exporter::config::counters::PromType::Label)
+        .filter(|r| r.prom_type != dcgm_exporter::model::naming::PromType::Label)
         .filter_map(|r| match &r.field {
             dcgm_exporter::config::counters::CounterField::Dcgm(m) => Some((r, m)),
             _ => None,

@@ -31,7 +31,7 @@ fn a_gpu_refused_in_a_group_leaves_only_itself_out_of_the_watch() {
     }
     // A group of all eight, as a build that discovered the node a moment before makes.
     assert!(session.create_group("all", &gpus).is_err());
-    let w = dcgm_exporter::collect::watch_all(&session, "t", &gpus, &[150], 1000, 0.0, 4)
+    let w = dcgm_exporter::collect::watch::watch_all(&session, "t", &gpus, &[150], 1000, 0.0, 4)
         .expect("the other GPUs are watched");
     let refused: Vec<Entity> = w.refused_entities.iter().map(|r| r.0).collect();
     assert_eq!(refused, [Entity::gpu(3)]);

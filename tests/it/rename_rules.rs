@@ -5,7 +5,8 @@
 //! four renamed byte rates) in both directions.
 
 use crate::support;
-use dcgm_exporter::config::rename::{self, Op, Rename};
+use dcgm_exporter::config::rename::{self, Rename};
+use dcgm_exporter::model::naming::base_units::{Op, RENAMED_4_10};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
@@ -120,7 +121,7 @@ fn the_rules_hold_4_10_0s_renames_both_ways_unconverted() {
     let (to_new, to_old) = (&file.groups[2], &file.groups[3]);
     assert_eq!(to_new.name, "dcgm-exporter-4.10-names-from-4.9");
     assert_eq!(to_old.name, "dcgm-exporter-4.9-names-from-4.10");
-    for r in rename::RENAMED_4_10 {
+    for r in RENAMED_4_10 {
         let rule = to_new
             .rules
             .iter()
@@ -140,11 +141,11 @@ fn the_rules_hold_4_10_0s_renames_both_ways_unconverted() {
         assert_eq!(rule.expr, format!("{}{{dcgm_renamed=\"\"}}", r.name));
         assert_eq!(rule.labels["dcgm_renamed"], "from-4.10");
     }
-    assert_eq!(to_new.rules.len(), rename::RENAMED_4_10.len());
-    assert_eq!(to_old.rules.len(), rename::RENAMED_4_10.len());
+    assert_eq!(to_new.rules.len(), RENAMED_4_10.len());
+    assert_eq!(to_old.rules.len(), RENAMED_4_10.len());
     // Both PCIe rates are in 4.10.0's default set under their new names.
     let csv = std::fs::read_to_string(support::repo("etc/default-counters-4.10.0.csv")).unwrap();
-    for r in &rename::RENAMED_4_10[..2] {
+    for r in &RENAMED_4_10[..2] {
         assert!(csv.contains(&format!("\n{},", r.name)), "{}", r.name);
     }
 }

@@ -5,7 +5,7 @@
 //! (`src/output/render/reference.rs`) must give back the served bytes.
 
 use crate::support::*;
-use dcgm_exporter::config::counters::PromType;
+use dcgm_exporter::model::naming::PromType;
 use dcgm_exporter::model::Page;
 use dcgm_exporter::output::{openmetrics, render};
 
