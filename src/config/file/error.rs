@@ -16,7 +16,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub(super) fn at(file: &str, problem: Problem) -> Error {
+    pub fn at(file: &str, problem: Problem) -> Error {
         Error::File {
             file: file.to_string(),
             problem,
@@ -137,4 +137,16 @@ pub enum Problem {
     Fields { index: usize, source: CountersError },
     #[error("aggregate.fields: \"{field}\" is not one field name, glob or id")]
     NotOneField { field: String },
+    /// A watch group whose patterns match none of the counters' fields.
+    #[error("watch group \"{group}\" ({patterns}) matches none of the configured fields")]
+    GroupMatchesNothing { group: String, patterns: String },
+    #[error(
+        "{field} is matched by watch groups \"{first}\" and \"{second}\": a field may be in \
+         one only"
+    )]
+    FieldInTwoGroups {
+        field: String,
+        first: String,
+        second: String,
+    },
 }

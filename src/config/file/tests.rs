@@ -505,3 +505,33 @@ fn aggregation_comes_from_the_file_unless_given_explicitly() {
         assert!(e.problem().is_some_and(is), "{e:?}");
     }
 }
+
+/// Upstream's start-up rule for watch groups: each matches a configured field, no field is
+/// in two.
+#[test]
+fn watch_groups_must_fit_the_counters() {
+    let counters = counters::parse_str(
+        "t.csv",
+        "DCGM_FI_DEV_GPU_TEMP, gauge, h\nDCGM_FI_DEV_POWER_USAGE, gauge, h\n",
+    )
+    .unwrap();
+    let group = |name: &str, fields: &[&str]| WatchGroup {
+        name: name.into(),
+        interval_ms: 1000,
+        fields: fields.iter().map(|f| f.to_string()).collect(),
+        keep_age_s: None,
+        keep_samples: None,
+    };
+    assert!(check_watch_groups(&[group("t", &["DCGM_FI_DEV_GPU_TEMP"])], &counters).is_ok());
+    let e = check_watch_groups(&[group("c", &["DCGM_FI_DEV_SM_CLOCK"])], &counters).unwrap_err();
+    assert!(
+        matches!(&e, Problem::GroupMatchesNothing { group, patterns } if group == "c" && patterns == "DCGM_FI_DEV_SM_CLOCK"),
+        "{e}"
+    );
+    let both = [group("a", &["DCGM_FI_DEV_*"]), group("b", &["*_TEMP"])];
+    let e = check_watch_groups(&both, &counters).unwrap_err();
+    assert!(
+        matches!(&e, Problem::FieldInTwoGroups { field, first, second } if field == "DCGM_FI_DEV_GPU_TEMP" && first == "a" && second == "b"),
+        "{e}"
+    );
+}

@@ -34,9 +34,9 @@ pub enum Error {
     /// The counters' source: `-m`'s reference or watch, or the counters file's watch.
     #[error("{0}")]
     CountersSource(String),
-    /// The config file's watch groups name fields the counters lack.
-    #[error("{file}: {why}")]
-    WatchGroups { file: String, why: String },
+    /// The config file's watch groups do not fit the counters.
+    #[error(transparent)]
+    WatchGroups(crate::config::file::Error),
     /// `-r vsock://...` on a kernel without vsock.
     #[error("-r/--remote-hostengine-info {target}: {why}")]
     NoVsock { target: ConnectTarget, why: String },

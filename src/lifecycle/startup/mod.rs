@@ -118,14 +118,7 @@ fn serve(
         .map_err(Error::Runtime)?;
     let signals = Signals::install(&rt, control_tx.clone());
     let kube_api = kube_api_for(&stages.kube)?;
-    let interval = Duration::from_millis(stages.collect.interval_ms);
-    let collectors = counters_source(&stages.counters, interval, kube_api.as_ref(), &control_tx)?;
-    watchers::watch_counters_file(&collectors, &control_tx).map_err(Error::CountersSource)?;
-    let counters = Arc::new(
-        collectors
-            .load_for(stages.collect.emulate)
-            .map_err(Error::Counters)?,
-    );
+    let (collectors, counters) = load_counters(&stages, kube_api.as_ref(), &control_tx)?;
     check_before_dcgm(&stages, &counters)?;
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
     let server = match &stages.http {
@@ -186,6 +179,21 @@ fn serve(
         }
     }
     served
+}
+
+/// The counters' source, watched for changes from now on, and what it holds now.
+fn load_counters(
+    stages: &settings::Stages,
+    api: Option<&KubeApi>,
+    control: &std::sync::mpsc::Sender<Control>,
+) -> Result<(configmap::CountersSource, Arc<Counters>), Error> {
+    let interval = Duration::from_millis(stages.collect.interval_ms);
+    let collectors = counters_source(&stages.counters, interval, api, control)?;
+    watchers::watch_counters_file(&collectors, control).map_err(Error::CountersSource)?;
+    let counters = collectors
+        .load_for(stages.collect.emulate)
+        .map_err(Error::Counters)?;
+    Ok((collectors, Arc::new(counters)))
 }
 
 /// The event history's bounds, set before anything can happen on the node.
@@ -363,9 +371,8 @@ fn shared_state(
 fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(), Error> {
     if stages.collect.emulate.at_least_4_8_3() {
         crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters).map_err(
-            |why| Error::WatchGroups {
-                file: stages.config_file.clone(),
-                why,
+            |problem| {
+                Error::WatchGroups(crate::config::file::Error::at(&stages.config_file, problem))
             },
         )?;
     }
