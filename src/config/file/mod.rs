@@ -107,13 +107,18 @@ fn parse_raw(path: &Path) -> Result<(String, Raw), Error> {
 }
 
 /// Reads and checks a configuration file.
-pub fn load(path: &Path) -> Result<FileSettings, Error> {
+pub fn read(path: &Path) -> Result<FileSettings, Error> {
     let (name, raw) = parse_raw(path)?;
     let model = match &raw {
         Raw::V1(r) => r.model(),
         Raw::V2(r) => r.model(&name)?,
     };
     model.check(&name, path)
+}
+
+/// [`read`], its error as the message: the form the fuzz and deployment tests take.
+pub fn load(path: &Path) -> Result<FileSettings, String> {
+    read(path).map_err(|e| e.to_string())
 }
 
 /// The counters at `path`: a counters CSV, or a configuration file with inline
@@ -166,7 +171,7 @@ pub fn apply(config: &mut Config) -> Result<FileSettings, Error> {
         return Ok(FileSettings::default());
     }
     let path = PathBuf::from(&config.config_file);
-    let fs = load(&path)?;
+    let fs = read(&path)?;
     let name = path.display().to_string();
     if !config.is_explicit("emulate-version") {
         if let Some(v) = fs.emulate {

@@ -22,7 +22,7 @@ fn a_full_file() {
     let (_d, p) = write(
         "version: 1\nmetrics:\n  file: c.csv\ncollection:\n  interval: 2s\n  watchGroups:\n    - name: power\n      interval: 250ms\n      fields: [\"DCGM_FI_DEV_POWER_*\"]\n    - name: temp\n      interval: 100\n      fields: [DCGM_FI_DEV_GPU_TEMP]\n",
     );
-    let fs = load(&p).unwrap();
+    let fs = read(&p).unwrap();
     assert_eq!(fs.counters_file, Some(p.parent().unwrap().join("c.csv")));
     assert_eq!(fs.interval_ms, Some(2000));
     assert_eq!(
@@ -51,7 +51,7 @@ fn the_backend_comes_from_the_file_unless_given_explicitly() {
         assert_eq!(c.backend, Backend::Dcgm);
     }
     let (_d, p) = write("version: 2\nbackend: nvlm\n");
-    let e = load(&p).unwrap_err();
+    let e = read(&p).unwrap_err();
     assert!(
         matches!(e.problem(), Some(Problem::Value { key, why }) if key == "backend" && why.contains("nvlm")),
         "{e}"
@@ -78,7 +78,7 @@ fn low_cardinality_comes_from_the_file_unless_given_explicitly() {
         assert!(!c.low_cardinality);
     }
     let (_d, p) = write("version: 2\nlowCardinality: often\n");
-    let e = load(&p).unwrap_err();
+    let e = read(&p).unwrap_err();
     assert!(matches!(e.problem(), Some(Problem::Yaml(_))), "{e}");
     assert!(e.to_string().contains("lowCardinality"), "{e}");
 }
@@ -86,7 +86,7 @@ fn low_cardinality_comes_from_the_file_unless_given_explicitly() {
 #[test]
 fn the_emulated_version_comes_from_the_file_unless_given_explicitly() {
     let (_d, p) = write("version: 1\nemulateVersion: 4.8.2\n");
-    assert_eq!(load(&p).unwrap().emulate, Some(UpstreamVersion::V4_8_2));
+    assert_eq!(read(&p).unwrap().emulate, Some(UpstreamVersion::V4_8_2));
     let path = p.display().to_string();
     let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
     apply(&mut c).unwrap();
@@ -100,7 +100,7 @@ fn the_emulated_version_comes_from_the_file_unless_given_explicitly() {
 
 fn parse_text(text: &str) -> Result<FileSettings, Error> {
     let (_d, p) = write(text);
-    load(&p)
+    read(&p)
 }
 
 /// The cases of upstream 4.8.4's `internal/pkg/appconfig/yaml_config_test.go`
@@ -305,7 +305,7 @@ fn inline_fields_resolve_like_csv_rows() {
     let (_d, p) = write(
         "version: 1\nmetrics:\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n      prometheusType: gauge\n      help: \"Temp, in C.\"\n    - {name: dcgm_power_usage, prometheusType: gauge, help: p}\n",
     );
-    assert!(load(&p).unwrap().inline_fields);
+    assert!(read(&p).unwrap().inline_fields);
     let c = load_counters(&p, true, UpstreamVersion::default()).unwrap();
     assert_eq!(c.all.len(), 2);
     assert_eq!(c.all[0].help, "Temp, in C.");
@@ -316,7 +316,7 @@ fn inline_fields_resolve_like_csv_rows() {
 fn errors_name_the_file_key_and_line() {
     let err = |text: &str| {
         let (_d, p) = write(text);
-        let e = load(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(
             matches!(&e, Error::File { file, .. } if *file == p.display().to_string()),
             "{e}"
@@ -501,7 +501,7 @@ fn aggregation_comes_from_the_file_unless_given_explicitly() {
     ];
     for (text, is) in bad {
         let (_d, p) = write(&format!("version: 2\n{text}"));
-        let e = load(&p).unwrap_err();
+        let e = read(&p).unwrap_err();
         assert!(e.problem().is_some_and(is), "{e:?}");
     }
 }
