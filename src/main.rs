@@ -56,24 +56,27 @@ fn main() -> ExitCode {
     let format = logging::Format::from_flag(&config.log_format);
     // Still a single thread here (flag parsing spawns none): the only safe moment to
     // change the environment, which DCGM reads its log settings from. The function checks.
-    if let Err(msg) = startup::set_dcgm_log_env(&config) {
-        logging::fatal(format, &msg);
-        return ExitCode::FAILURE;
+    if let Err(e) = startup::set_dcgm_log_env(&config) {
+        return ExitCode::from(fatal(format, &e));
     }
     logging::init(format, config.debug);
     let outcome = startup::run(config);
-    let code = match outcome.result {
+    let code = match &outcome.result {
         Ok(()) => 0,
-        Err(msg) => {
-            logging::fatal(format, &msg);
-            1
-        }
+        Err(e) => fatal(format, e),
     };
     if outcome.dcgm == dcgm_sys::Shutdown::TimedOut {
         // A DCGM thread is still in a call: libdcgm's destructors must not run under it.
         dcgm_sys::exit_now(code);
     }
     ExitCode::from(code)
+}
+
+/// The one place a run's error becomes what the operator sees: the fatal log line and the
+/// exit code.
+fn fatal(format: logging::Format, e: &startup::Error) -> u8 {
+    logging::fatal(format, &e.to_string());
+    e.exit_code()
 }
 
 /// The log format asked for when the flags did not parse: the last `--log-format` on the

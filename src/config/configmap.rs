@@ -38,7 +38,7 @@ pub enum CountersSource {
 }
 
 impl CountersSource {
-    pub fn load(&self) -> Result<Counters, String> {
+    pub fn load(&self) -> Result<Counters, crate::config::file::Error> {
         match self {
             CountersSource::File {
                 path,
@@ -47,7 +47,7 @@ impl CountersSource {
             } => crate::config::file::load_counters(path, *given, *emulate),
             CountersSource::ConfigMap { name, text } => {
                 let text = text.read().unwrap_or_else(|p| p.into_inner()).clone();
-                counters::parse_str(name, &text).map_err(|e| e.to_string())
+                Ok(counters::parse_str(name, &text)?)
             }
         }
     }
@@ -58,7 +58,7 @@ impl CountersSource {
     pub fn load_for(
         &self,
         version: crate::config::emulate::UpstreamVersion,
-    ) -> Result<Counters, String> {
+    ) -> Result<Counters, crate::config::file::Error> {
         use crate::config::rename::{self, Names};
         let names = rename::names_of(version);
         if let (
@@ -74,7 +74,7 @@ impl CountersSource {
                      counter set",
                     path.display()
                 );
-                return rename::builtin_default_4_9_0().map_err(|e| e.to_string());
+                return Ok(rename::builtin_default_4_9_0()?);
             }
         }
         let counters = self.load()?;
@@ -166,10 +166,15 @@ mod tests {
             given: true,
             emulate: V4_9_0,
         };
-        assert!(given
-            .load_for(V4_9_0)
-            .unwrap_err()
-            .starts_with("/nonexistent/c.csv: "));
+        let e = given.load_for(V4_9_0).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                crate::config::file::Error::Counters(counters::CountersError::Read { path, .. })
+                    if path == "/nonexistent/c.csv"
+            ),
+            "{e}"
+        );
         // A 4.8.x file in 4.9.0 mode: renamed, a warning per row naming the file and line.
         let old = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("etc/default-counters.csv");
         let file = CountersSource::File {
@@ -217,6 +222,13 @@ mod tests {
         assert_eq!(src.load().unwrap().all.len(), 1);
         *text.write().unwrap() = "DCGM_FI_NOPE, gauge, x\n".into();
         let e = src.load().unwrap_err();
-        assert!(e.starts_with("configmap gpu/m key metrics:1"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                crate::config::file::Error::Counters(counters::CountersError::Line { file, line: 1, .. })
+                    if file == "configmap gpu/m key metrics"
+            ),
+            "{e}"
+        );
     }
 }

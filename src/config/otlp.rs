@@ -4,6 +4,9 @@
 //! generic one; `OTEL_EXPORTER_OTLP_ENDPOINT` gets `/v1/metrics` appended for HTTP), and
 //! anything malformed is an error naming the flag or variable, never silently ignored.
 
+mod error;
+
+pub use error::{Endpoint as EndpointProblem, Error, Item as ItemProblem};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -77,7 +80,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn settings(
     flags: &Flags,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<Settings>, String> {
+) -> Result<Option<Settings>, Error> {
     let env = |k: &str| env(k).filter(|v| !v.trim().is_empty());
     // A metrics-specific variable wins over the generic one.
     let pick = |suffix: &str| -> Option<(String, String)> {
@@ -119,28 +122,17 @@ pub fn settings(
     let client_cert = match (path("CLIENT_CERTIFICATE"), path("CLIENT_KEY")) {
         (Some(c), Some(k)) => Some((c, k)),
         (None, None) => None,
-        _ => {
-            return Err(
-                "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE and OTEL_EXPORTER_OTLP_CLIENT_KEY \
-                 (or their METRICS_ forms) go together: set both or neither"
-                    .into(),
-            )
-        }
+        _ => return Err(Error::HalfClientCertificate),
     };
     let naming = match flags.metric_names {
         "dcgm" => Naming::Dcgm,
         "semconv" => Naming::Semconv,
-        o => return Err(format!("--otlp-metric-names {o}: use dcgm or semconv")),
+        o => return Err(Error::MetricNames(o.to_string())),
     };
     let queue_batches = usize::try_from(flags.queue_size)
         .ok()
         .filter(|n| (1..=4096).contains(n))
-        .ok_or_else(|| {
-            format!(
-                "--otlp-queue-size {}: must be between 1 and 4096",
-                flags.queue_size
-            )
-        })?;
+        .ok_or(Error::QueueSize(flags.queue_size))?;
     Ok(Some(Settings {
         protocol,
         ca_file: path("CERTIFICATE"),
@@ -160,75 +152,79 @@ pub fn settings(
 fn refuse_unimplemented(
     pick: &dyn Fn(&str) -> Option<(String, String)>,
     tls: bool,
-) -> Result<(), String> {
-    if let Some((var, v)) = pick("COMPRESSION") {
-        if !v.trim().eq_ignore_ascii_case("none") {
-            return Err(format!(
-                "{var}={v}: compression is not supported; unset it or set it to none"
-            ));
+) -> Result<(), Error> {
+    if let Some((var, value)) = pick("COMPRESSION") {
+        if !value.trim().eq_ignore_ascii_case("none") {
+            return Err(Error::Compression { var, value });
         }
     }
-    if let Some((var, v)) = pick("INSECURE") {
-        match v.trim().to_ascii_lowercase().as_str() {
+    if let Some((var, value)) = pick("INSECURE") {
+        match value.trim().to_ascii_lowercase().as_str() {
             "true" if tls => {
-                return Err(format!(
-                    "{var}=true contradicts the https:// endpoint; the endpoint's scheme \
-                     (http:// or https://) decides"
-                ))
+                return Err(Error::Insecure {
+                    var,
+                    insecure: true,
+                })
             }
             "false" if !tls => {
-                return Err(format!(
-                    "{var}=false contradicts the http:// endpoint; the endpoint's scheme \
-                     (http:// or https://) decides"
-                ))
+                return Err(Error::Insecure {
+                    var,
+                    insecure: false,
+                })
             }
             "true" | "false" => {}
-            _ => return Err(format!("{var}={v}: use true or false")),
+            _ => return Err(Error::NotBool { var, value }),
         }
     }
     Ok(())
 }
 
-fn protocol(source: &str, v: &str) -> Result<Protocol, String> {
+fn protocol(source: &str, v: &str) -> Result<Protocol, Error> {
+    let origin = source.to_string();
     match v.trim() {
         "grpc" => Ok(Protocol::Grpc),
         "http/protobuf" => Ok(Protocol::HttpProtobuf),
-        "http/json" => Err(format!(
-            "{source} http/json: not supported; use grpc or http/protobuf"
-        )),
-        o => Err(format!("{source} {o}: use grpc or http/protobuf")),
+        "http/json" => Err(Error::HttpJson { origin }),
+        o => Err(Error::Protocol {
+            origin,
+            value: o.to_string(),
+        }),
     }
 }
 
 /// The target of `raw`: for OTLP/HTTP a signal-specific URL is used as given (a bare host
 /// gets `/v1/metrics`) and a base URL gets `v1/metrics` appended to its path; for gRPC the
 /// path must be empty.
-fn endpoint(source: &str, raw: &str, signal: bool, protocol: Protocol) -> Result<Settings, String> {
-    let bad = |why: &str| format!("{source} {raw:?}: {why}");
-    let uri: hyper::Uri = raw.parse().map_err(|e| bad(&format!("not a URL ({e})")))?;
+fn endpoint(source: &str, raw: &str, signal: bool, protocol: Protocol) -> Result<Settings, Error> {
+    let bad = |why| Error::Endpoint {
+        origin: source.to_string(),
+        raw: raw.to_string(),
+        why,
+    };
+    let uri: hyper::Uri = raw
+        .parse()
+        .map_err(|e| bad(EndpointProblem::NotUrl(format!("{e}"))))?;
     let tls = match uri.scheme_str() {
         Some("http") => false,
         Some("https") => true,
-        Some(s) => return Err(bad(&format!("scheme {s}: use http:// or https://"))),
-        None => return Err(bad("no scheme: use http://host:port or https://host:port")),
+        Some(s) => return Err(bad(EndpointProblem::Scheme(s.to_string()))),
+        None => return Err(bad(EndpointProblem::NoScheme)),
     };
     let host = uri
         .host()
         .filter(|h| !h.is_empty())
-        .ok_or_else(|| bad("no host"))?;
+        .ok_or_else(|| bad(EndpointProblem::NoHost))?;
     let host = host
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
     let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
     if uri.query().is_some() && protocol == Protocol::Grpc {
-        return Err(bad("a gRPC endpoint takes no query"));
+        return Err(bad(EndpointProblem::GrpcQuery));
     }
     let given = uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
     let path = match protocol {
-        Protocol::Grpc if given != "/" => {
-            return Err(bad("a gRPC endpoint has no path (gRPC names its own)"))
-        }
+        Protocol::Grpc if given != "/" => return Err(bad(EndpointProblem::GrpcPath)),
         Protocol::Grpc => String::new(),
         Protocol::HttpProtobuf if signal && given != "/" => given.to_string(),
         Protocol::HttpProtobuf => format!("{}/v1/metrics", uri.path().trim_end_matches('/')),
@@ -255,25 +251,31 @@ fn endpoint(source: &str, raw: &str, signal: bool, protocol: Protocol) -> Result
 /// `key1=value1,key2=value2` (W3C Baggage's shape, values percent-decoded), as
 /// OTEL_EXPORTER_OTLP_HEADERS and OTEL_RESOURCE_ATTRIBUTES are written. `header`: each key
 /// must be a valid HTTP header name and each value a valid header value.
-fn key_values(source: &str, raw: &str, header: bool) -> Result<Vec<(String, String)>, String> {
+fn key_values(source: &str, raw: &str, header: bool) -> Result<Vec<(String, String)>, Error> {
     let mut out = Vec::new();
     for (i, item) in raw.split(',').enumerate() {
         let item = item.trim();
         if item.is_empty() {
             continue;
         }
-        let bad = |why: &str| format!("{source}: item {} ({item:?}): {why}", i + 1);
-        let (k, v) = item.split_once('=').ok_or_else(|| bad("not key=value"))?;
+        let bad = |why| Error::Item {
+            origin: source.to_string(),
+            item: i + 1,
+            text: item.to_string(),
+            why,
+        };
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| bad(ItemProblem::NotKeyValue))?;
         let k = k.trim();
-        let v = percent_decode(v.trim()).ok_or_else(|| bad("bad percent-encoding"))?;
+        let v = percent_decode(v.trim()).ok_or_else(|| bad(ItemProblem::PercentEncoding))?;
         if k.is_empty() {
-            return Err(bad("empty key"));
+            return Err(bad(ItemProblem::EmptyKey));
         }
         if header {
             hyper::header::HeaderName::from_bytes(k.as_bytes())
-                .map_err(|_| bad("not a valid HTTP header name"))?;
-            hyper::header::HeaderValue::from_str(&v)
-                .map_err(|_| bad("not a valid HTTP header value"))?;
+                .map_err(|_| bad(ItemProblem::HeaderName))?;
+            hyper::header::HeaderValue::from_str(&v).map_err(|_| bad(ItemProblem::HeaderValue))?;
         }
         out.push((k.to_string(), v));
     }
@@ -297,18 +299,19 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-fn timeout(source: &str, v: &str) -> Result<Duration, String> {
+fn timeout(source: &str, v: &str) -> Result<Duration, Error> {
     match v.trim().parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
-        _ => Err(format!(
-            "{source} {v:?}: milliseconds, a whole number above 0"
-        )),
+        _ => Err(Error::Timeout {
+            origin: source.to_string(),
+            value: v.to_string(),
+        }),
     }
 }
 
 /// The resource: the host, then the exporter as the service, then OTEL_RESOURCE_ATTRIBUTES
 /// (which may override either), then OTEL_SERVICE_NAME (which wins for service.name).
-fn resource(env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>, String> {
+fn resource(env: &dyn Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>, Error> {
     let mut out: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: String| match out.iter_mut().find(|(n, _)| n == k) {
         Some(slot) => slot.1 = v,

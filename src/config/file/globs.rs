@@ -1,13 +1,13 @@
 //! The watch groups' field globs: what a pattern matches, and upstream's start-up rule over
 //! the configured fields.
 
-use super::WatchGroup;
+use super::{Problem, WatchGroup};
 use crate::config::counters::{self, Counters};
 use crate::model::naming::base_units::{BaseUnit, BASE_UNITS, RENAMED_4_10};
 
 /// Upstream's start-up rule for the narrower collections (watch groups): each must match
 /// a configured field, and no field may be matched by two of them.
-pub fn check_watch_groups(groups: &[WatchGroup], counters: &Counters) -> Result<(), String> {
+pub fn check_watch_groups(groups: &[WatchGroup], counters: &Counters) -> Result<(), Problem> {
     // (field id, the name the counters file gives it).
     let ids: Vec<(u16, &str)> = counters
         .all
@@ -20,11 +20,10 @@ pub fn check_watch_groups(groups: &[WatchGroup], counters: &Counters) -> Result<
     let matched = |g: &WatchGroup, id: u16| g.fields.iter().any(|p| field_matches(p, id));
     for g in groups {
         if !ids.iter().any(|&(id, _)| matched(g, id)) {
-            return Err(format!(
-                "watch group \"{}\" ({}) matches none of the configured fields",
-                g.name,
-                g.fields.join(", ")
-            ));
+            return Err(Problem::GroupMatchesNothing {
+                group: g.name.clone(),
+                patterns: g.fields.join(", "),
+            });
         }
     }
     for &(id, field) in &ids {
@@ -35,10 +34,11 @@ pub fn check_watch_groups(groups: &[WatchGroup], counters: &Counters) -> Result<
             .collect();
         by.dedup();
         if by.len() > 1 {
-            return Err(format!(
-                "{field} is matched by watch groups \"{}\" and \"{}\": a field may be in one only",
-                by[0], by[1]
-            ));
+            return Err(Problem::FieldInTwoGroups {
+                field: field.to_string(),
+                first: by[0].to_string(),
+                second: by[1].to_string(),
+            });
         }
     }
     Ok(())

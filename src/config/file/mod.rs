@@ -44,6 +44,7 @@
 //! (`internal/pkg/appconfig/yaml_config.go`). A configuration with inline `metrics.fields`
 //! is its own counters source: reloads (SIGHUP, a change on disk) re-read its fields.
 
+mod error;
 mod globs;
 mod model;
 #[cfg(test)]
@@ -51,6 +52,7 @@ mod tests;
 mod v1;
 mod v2;
 
+pub use error::{Error, Problem};
 pub use globs::{check_watch_groups, field_matches, glob_match};
 pub use model::{FileSettings, HostEngine, Retention, WatchGroup};
 
@@ -76,42 +78,47 @@ impl Raw {
     }
 }
 
-fn parse_raw(path: &Path) -> Result<(String, Raw), String> {
+fn parse_raw(path: &Path) -> Result<(String, Raw), Error> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{name}: {e}"))?;
+    let at = |problem| Error::at(&name, problem);
+    let text = std::fs::read_to_string(path).map_err(|e| at(Problem::Read(e)))?;
     // serde_norway's messages name the key path and the line ("metrics: unknown field
     // `fiels`, expected `file` or `fields` at line 3 column 3"); one value first so that
     // several documents and repeated keys are refused, as upstream does.
     let mut docs = serde_norway::Deserializer::from_str(&text);
-    let first = docs.next().ok_or_else(|| format!("{name}: empty"))?;
-    let header = serde_norway::Value::deserialize(first).map_err(|e| format!("{name}: {e}"))?;
+    let first = docs.next().ok_or_else(|| at(Problem::EmptyFile))?;
+    let header = serde_norway::Value::deserialize(first).map_err(|e| at(Problem::Yaml(e)))?;
     if docs.next().is_some() {
-        return Err(format!("{name}: multiple YAML documents are not supported"));
+        return Err(at(Problem::Documents));
     }
     let version = header
         .get("version")
-        .ok_or_else(|| format!("{name}: version: missing (1 or 2)"))?;
+        .ok_or_else(|| at(Problem::NoVersion))?;
+    let yaml = |e| at(Problem::Yaml(e));
     let raw = match version.as_u64() {
-        Some(1) => Raw::V1(serde_norway::from_str(&text).map_err(|e| format!("{name}: {e}"))?),
-        Some(2) => Raw::V2(serde_norway::from_str(&text).map_err(|e| format!("{name}: {e}"))?),
+        Some(1) => Raw::V1(serde_norway::from_str(&text).map_err(yaml)?),
+        Some(2) => Raw::V2(serde_norway::from_str(&text).map_err(yaml)?),
         _ => {
-            return Err(format!(
-                "{name}: version: {} is not supported (version must be 1 or 2)",
-                serde_norway::to_string(version).unwrap_or_default().trim()
-            ))
+            let v = serde_norway::to_string(version).unwrap_or_default();
+            return Err(at(Problem::Version(v.trim().to_string())));
         }
     };
     Ok((name, raw))
 }
 
 /// Reads and checks a configuration file.
-pub fn load(path: &Path) -> Result<FileSettings, String> {
+pub fn read(path: &Path) -> Result<FileSettings, Error> {
     let (name, raw) = parse_raw(path)?;
     let model = match &raw {
         Raw::V1(r) => r.model(),
         Raw::V2(r) => r.model(&name)?,
     };
     model.check(&name, path)
+}
+
+/// [`read`], its error as the message: the form the fuzz and deployment tests take.
+pub fn load(path: &Path) -> Result<FileSettings, String> {
+    read(path).map_err(|e| e.to_string())
 }
 
 /// The counters at `path`: a counters CSV, or a configuration file with inline
@@ -122,51 +129,49 @@ pub fn load_counters(
     path: &Path,
     given: bool,
     version: UpstreamVersion,
-) -> Result<Counters, String> {
+) -> Result<Counters, Error> {
     let yaml = path
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml"));
     if !yaml {
-        return counters::load_or_builtin(path, given, version).map_err(|e| e.to_string());
+        return Ok(counters::load_or_builtin(path, given, version)?);
     }
     let (name, raw) = parse_raw(path)?;
     match raw.metrics().and_then(|m| m.fields.as_ref()) {
         Some(fields) => inline_counters(&name, fields),
-        None => Err(format!("{name}: metrics.fields: missing")),
+        None => Err(Error::at(
+            &name,
+            Problem::Missing {
+                key: "metrics.fields".into(),
+            },
+        )),
     }
 }
 
 /// 4.8.2 reads only the original version 1: a newer schema or key is refused by name.
-fn check_schema_for_release(config: &Config, fs: &FileSettings, name: &str) -> Result<(), String> {
-    if config.emulate_version.at_least_4_8_3() {
+fn check_schema_for_release(config: &Config, fs: &FileSettings, name: &str) -> Result<(), Error> {
+    let release = config.emulate_version;
+    if release.at_least_4_8_3() {
         return Ok(());
     }
     if fs.schema == 2 {
-        return Err(format!(
-            "{name}: version 2 is dcgm-exporter 4.8.4's schema; with --emulate-version {} \
-             only version 1 is read",
-            config.emulate_version
-        ));
+        return Err(Error::at(name, Problem::SchemaForRelease(release)));
     }
     if let Some(key) = fs.v1_extension {
-        return Err(format!(
-            "{name}: {key}: added to version 1 by dcgm-exporter 4.8.4; not read with \
-             --emulate-version {}",
-            config.emulate_version
-        ));
+        return Err(Error::at(name, Problem::KeyForRelease { key, release }));
     }
     Ok(())
 }
 
 /// Applies `--config-file` to `config`: what the file sets replaces each option that was
 /// not given explicitly. Returns the file's settings (for the watch groups).
-pub fn apply(config: &mut Config) -> Result<FileSettings, String> {
+pub fn apply(config: &mut Config) -> Result<FileSettings, Error> {
     if config.config_file.is_empty() {
         return Ok(FileSettings::default());
     }
     let path = PathBuf::from(&config.config_file);
-    let fs = load(&path)?;
+    let fs = read(&path)?;
     let name = path.display().to_string();
     if !config.is_explicit("emulate-version") {
         if let Some(v) = fs.emulate {

@@ -3,6 +3,7 @@
 //! versions share are deserialised here too.
 
 use super::globs::field_matches;
+use super::{Error, Problem};
 use crate::config::counters::{self, Counters};
 use crate::config::duration;
 use crate::config::emulate::UpstreamVersion;
@@ -204,7 +205,7 @@ pub struct HostEngine {
 impl Model<'_> {
     /// Checks every value; `name` is the file as errors name it, `path` the file itself
     /// (a relative `metrics.file` is read next to it).
-    pub fn check(self, name: &str, path: &Path) -> Result<FileSettings, String> {
+    pub fn check(self, name: &str, path: &Path) -> Result<FileSettings, Error> {
         let mut out = FileSettings {
             schema: self.schema,
             v1_extension: self.v1_extension,
@@ -213,22 +214,18 @@ impl Model<'_> {
             ..FileSettings::default()
         };
         if let Some(v) = self.emulate_version {
-            out.emulate = Some(
-                v.parse()
-                    .map_err(|e| format!("{name}: emulateVersion: {e}"))?,
-            );
+            out.emulate = Some(v.parse().map_err(|e| value(name, "emulateVersion", e))?);
         }
         if let Some(b) = self.backend {
-            out.backend = Some(b.parse().map_err(|e| format!("{name}: backend: {e}"))?);
+            out.backend = Some(b.parse().map_err(|e| value(name, "backend", e))?);
         }
         if let Some(a) = self.aggregate {
             aggregate(name, a, &mut out)?;
         }
         if let Some(n) = self.server.and_then(|s| s.max_concurrent_scrapes) {
             if n <= 0 {
-                return Err(format!(
-                    "{name}: server.maxConcurrentScrapes must be greater than 0"
-                ));
+                let key = "server.maxConcurrentScrapes".into();
+                return Err(Error::at(name, Problem::NotPositive { key }));
             }
             out.max_concurrent_scrapes = Some(n);
         }
@@ -251,7 +248,7 @@ impl Model<'_> {
         Ok(out)
     }
 
-    fn check_groups(&self, name: &str, out: &mut FileSettings) -> Result<(), String> {
+    fn check_groups(&self, name: &str, out: &mut FileSettings) -> Result<(), Error> {
         let mut seen = Vec::new();
         let mut default: Option<String> = None;
         for g in &self.groups {
@@ -266,10 +263,8 @@ impl Model<'_> {
             // others override it for their fields.
             if self.all_fields_is_default && fields == ["*"] {
                 if let Some(first) = &default {
-                    return Err(format!(
-                        "{name}: {} duplicates the all-fields collection \"{first}\"",
-                        g.fields.0
-                    ));
+                    let (key, first) = (g.fields.0.clone(), first.clone());
+                    return Err(Error::at(name, Problem::DuplicateDefault { key, first }));
                 }
                 default = Some(group);
                 out.interval_ms = Some(interval_ms);
@@ -293,26 +288,25 @@ impl Model<'_> {
 
 /// `sources.dcgm.hostEngines`: at least one engine, each with an address and a name of
 /// its own (the label telling their series apart).
-fn host_engines(file: &str, list: &[RawHostEngine]) -> Result<Vec<HostEngine>, String> {
+fn host_engines(file: &str, list: &[RawHostEngine]) -> Result<Vec<HostEngine>, Error> {
     const KEY: &str = "sources.dcgm.hostEngines";
     if list.is_empty() {
-        return Err(format!("{file}: {KEY}: must list at least one host engine"));
+        return Err(Error::at(file, Problem::NoHostEngines));
     }
     let mut out: Vec<HostEngine> = Vec::new();
     for (i, e) in list.iter().enumerate() {
         let key = format!("{KEY}[{i}]");
         let address = match e.address.as_deref().map(str::trim) {
             Some(a) if !a.is_empty() => a.to_string(),
-            _ => return Err(format!("{file}: {key}.address: missing")),
+            _ => return Err(missing(file, format!("{key}.address"))),
         };
         let name = match e.name.as_deref().map(str::trim) {
             Some(n) if !n.is_empty() => n.to_string(),
-            _ => return Err(format!("{file}: {key}.name: missing")),
+            _ => return Err(missing(file, format!("{key}.name"))),
         };
-        if let Some(j) = out.iter().position(|o| o.name == name) {
-            return Err(format!(
-                "{file}: {key}.name: \"{name}\" is already the name of {KEY}[{j}]"
-            ));
+        if let Some(first) = out.iter().position(|o| o.name == name) {
+            let problem = Problem::EngineNameTaken { key, name, first };
+            return Err(Error::at(file, problem));
         }
         out.push(HostEngine { name, address, key });
     }
@@ -322,55 +316,48 @@ fn host_engines(file: &str, list: &[RawHostEngine]) -> Result<Vec<HostEngine>, S
 /// A positive whole number of milliseconds that DCGM can take in microseconds as an i64
 /// (upstream: a Go duration of whole milliseconds; ours in version 1 also a number of
 /// milliseconds).
-fn millis(file: &str, i: &IntervalText) -> Result<u64, String> {
-    let key = &i.key;
+fn millis(file: &str, i: &IntervalText) -> Result<u64, Error> {
+    let key = i.key.clone();
     let ms = match i.value {
         Interval::Millis(n) if !i.numbers => {
-            return Err(format!(
-                "{file}: {key}: time: missing unit in duration \"{n}\""
-            ))
+            return Err(Error::at(file, Problem::MissingUnit { key, value: *n }))
         }
         Interval::Millis(ms) => *ms,
         Interval::Text(t) => {
-            let d = duration::parse(t.trim()).map_err(|e| format!("{file}: {key}: {e}"))?;
+            let d = duration::parse(t.trim()).map_err(|e| value(file, &key, e))?;
             if d.subsec_nanos() % 1_000_000 != 0 {
-                return Err(format!(
-                    "{file}: {key}: '{t}' must be expressed in whole milliseconds or larger"
-                ));
+                let value = t.to_string();
+                return Err(Error::at(file, Problem::SubMillisecond { key, value }));
             }
             d.as_millis() as u64
         }
     };
     if ms == 0 {
-        return Err(format!("{file}: {key}: must be greater than 0"));
+        return Err(Error::at(file, Problem::ZeroInterval { key }));
     }
     if ms > duration::MAX_MS {
-        return Err(format!(
-            "{file}: {key}: {ms} ms is too large (at most {} milliseconds)",
-            duration::MAX_MS
-        ));
+        return Err(Error::at(file, Problem::TooLarge { key, ms }));
     }
     Ok(ms)
 }
 
-fn retention(file: &str, r: &RetentionText) -> Result<Retention, String> {
+fn retention(file: &str, r: &RetentionText) -> Result<Retention, Error> {
     let path = &r.path;
     let ((age_key, age), (samples_key, samples)) = (r.age, r.samples);
     let age_s = age
         .map(|a| {
             duration::parse(a.trim())
                 .map(|d| d.as_secs_f64())
-                .map_err(|e| format!("{file}: {path}.{age_key}: {e}"))
+                .map_err(|e| value(file, &format!("{path}.{age_key}"), e))
         })
         .transpose()?;
     let samples = samples
         .map(|n| {
+            let key = format!("{path}.{samples_key}");
             if n < 0 {
-                Err(format!("{file}: {path}.{samples_key} must not be negative"))
+                Err(Error::at(file, Problem::Negative { key }))
             } else {
-                i32::try_from(n).map_err(|_| {
-                    format!("{file}: {path}.{samples_key} must not exceed {}", i32::MAX)
-                })
+                i32::try_from(n).map_err(|_| Error::at(file, Problem::TooMany { key }))
             }
         })
         .transpose()?;
@@ -378,18 +365,16 @@ fn retention(file: &str, r: &RetentionText) -> Result<Retention, String> {
 }
 
 /// A watch group's own retention: it must keep something.
-fn group_retention(file: &str, r: &RetentionText) -> Result<Retention, String> {
+fn group_retention(file: &str, r: &RetentionText) -> Result<Retention, Error> {
     let keep = retention(file, r)?;
     if keep.age_s == Some(0.0) && keep.samples == Some(0) {
-        return Err(format!(
-            "{file}: {}: {} and {} cannot both be zero",
-            r.path, r.age.0, r.samples.0
-        ));
+        let (key, age, samples) = (r.path.clone(), r.age.0, r.samples.0);
+        return Err(Error::at(file, Problem::KeepsNothing { key, age, samples }));
     }
     Ok(keep)
 }
 
-fn metrics(name: &str, path: &Path, m: &RawMetrics, out: &mut FileSettings) -> Result<(), String> {
+fn metrics(name: &str, path: &Path, m: &RawMetrics, out: &mut FileSettings) -> Result<(), Error> {
     out.exporter_metrics = m.enable_exporter_metrics;
     let file = m
         .file
@@ -397,15 +382,9 @@ fn metrics(name: &str, path: &Path, m: &RawMetrics, out: &mut FileSettings) -> R
         .filter(|f| !f.as_os_str().to_string_lossy().trim().is_empty());
     let fields = m.fields.as_ref().filter(|f| !f.is_empty());
     match (file, fields) {
-        (Some(_), Some(_)) => {
-            return Err(format!(
-                "{name}: metrics must specify exactly one of file or fields, not both"
-            ))
-        }
+        (Some(_), Some(_)) => return Err(Error::at(name, Problem::FileAndFields)),
         (None, None) if m.enable_exporter_metrics.is_none() => {
-            return Err(format!(
-                "{name}: metrics must specify file, fields, or enableExporterMetrics"
-            ))
+            return Err(Error::at(name, Problem::NoMetrics))
         }
         _ => {}
     }
@@ -424,14 +403,15 @@ fn metrics(name: &str, path: &Path, m: &RawMetrics, out: &mut FileSettings) -> R
     Ok(())
 }
 
-fn detect(name: &str, d: &RawDetect, out: &mut FileSettings) -> Result<(), String> {
+fn detect(name: &str, d: &RawDetect, out: &mut FileSettings) -> Result<(), Error> {
     out.bind_unbind = d.enabled;
     if let Some(p) = d.poll_interval.as_deref().map(str::trim) {
         if !p.is_empty() {
             let key = "sources.dcgm.detectBindUnbind.pollInterval";
-            let dur = duration::parse(p).map_err(|e| format!("{name}: {key}: {e}"))?;
+            let dur = duration::parse(p).map_err(|e| value(name, key, e))?;
             if dur.is_zero() {
-                return Err(format!("{name}: {key} must be greater than 0"));
+                let key = key.into();
+                return Err(Error::at(name, Problem::NotPositive { key }));
             }
             out.bind_unbind_poll = Some(p.to_string());
         }
@@ -439,39 +419,41 @@ fn detect(name: &str, d: &RawDetect, out: &mut FileSettings) -> Result<(), Strin
     Ok(())
 }
 
-fn patterns(name: &str, key: &str, fields: &[String]) -> Result<Vec<String>, String> {
+fn patterns(name: &str, key: &str, fields: &[String]) -> Result<Vec<String>, Error> {
     if fields.is_empty() {
-        return Err(format!("{name}: {key} must not be empty"));
+        let key = key.into();
+        return Err(Error::at(name, Problem::EmptyList { key }));
     }
     let mut out = Vec::new();
     for (j, f) in fields.iter().enumerate() {
         let f = f.trim();
         if f.is_empty() {
-            return Err(format!("{name}: {key}[{j}] is required"));
+            return Err(required(name, format!("{key}[{j}]")));
         }
         if !dcgm_sys::fields::FIELDS
             .iter()
             .any(|m| field_matches(f, m.id))
         {
-            return Err(format!("{name}: {key}: '{f}' matches no DCGM field"));
+            let (key, pattern) = (key.into(), f.into());
+            return Err(Error::at(name, Problem::NoSuchField { key, pattern }));
         }
         out.push(f.to_string());
     }
     Ok(out)
 }
 
-fn group_name(
-    name: &str,
-    key: &str,
-    given: &str,
-    seen: &mut Vec<String>,
-) -> Result<String, String> {
+fn group_name(name: &str, key: &str, given: &str, seen: &mut Vec<String>) -> Result<String, Error> {
     let n = given.trim();
     if n.is_empty() {
-        return Err(format!("{name}: {key}.name is required"));
+        return Err(required(name, format!("{key}.name")));
     }
     if seen.iter().any(|s| s == n) {
-        return Err(format!("{name}: {key}.name \"{n}\" is duplicated"));
+        let (key, name_given) = (key.into(), n.into());
+        let problem = Problem::DuplicateGroup {
+            key,
+            name: name_given,
+        };
+        return Err(Error::at(name, problem));
     }
     seen.push(n.to_string());
     Ok(n.to_string())
@@ -479,30 +461,35 @@ fn group_name(
 
 /// `metrics.fields` as counters: each field one counters-CSV record, so that names,
 /// aliases and types resolve exactly as in a counters CSV.
-pub(super) fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counters, String> {
+pub(super) fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counters, Error> {
     if fields.is_empty() {
-        return Err(format!("{file}: metrics.fields: empty"));
+        let key = "metrics.fields".into();
+        return Err(Error::at(file, Problem::EmptyKey { key }));
     }
     let mut out = Counters::default();
     let mut seen: Vec<&str> = Vec::new();
     for (i, f) in fields.iter().enumerate() {
         // Upstream's rules: name, type and help required, each name once.
-        let key = format!("{file}: metrics.fields[{i}]");
+        let key = format!("metrics.fields[{i}]");
         let name = f.name.trim();
         if name.is_empty() {
-            return Err(format!("{key}.name is required"));
+            return Err(required(file, format!("{key}.name")));
         }
         if let Some(first) = seen.iter().position(|s| *s == name) {
-            return Err(format!(
-                "{key}.name duplicates metrics.fields[{first}].name \"{name}\""
-            ));
+            let name = name.to_string();
+            let problem = Problem::DuplicateField {
+                index: i,
+                first,
+                name,
+            };
+            return Err(Error::at(file, problem));
         }
         seen.push(name);
         if f.prometheus_type.trim().is_empty() {
-            return Err(format!("{key}.prometheusType is required"));
+            return Err(required(file, format!("{key}.prometheusType")));
         }
         if f.help.trim().is_empty() {
-            return Err(format!("{key}.help is required"));
+            return Err(required(file, format!("{key}.help")));
         }
         let quote = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
         let line = format!(
@@ -511,11 +498,16 @@ pub(super) fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counter
             quote(&f.prometheus_type),
             quote(&f.help)
         );
-        let mut parsed = counters::parse_str(file, &line).map_err(|e| match e {
-            counters::CountersError::Line { message, .. } => {
-                format!("{file}: metrics.fields[{i}] ({}): {message}", f.name)
-            }
-            other => format!("{file}: metrics.fields[{i}]: {other}"),
+        let mut parsed = counters::parse_str(file, &line).map_err(|e| {
+            let problem = match e {
+                counters::CountersError::Line { message, .. } => Problem::Field {
+                    index: i,
+                    name: f.name.clone(),
+                    message,
+                },
+                source => Problem::Fields { index: i, source },
+            };
+            Error::at(file, problem)
         })?;
         for c in &mut parsed.all {
             c.line = i + 1;
@@ -527,20 +519,33 @@ pub(super) fn inline_counters(file: &str, fields: &[RawField]) -> Result<Counter
 
 /// `aggregate` (ours): the fields (names, globs or ids; each a string) and the period (a Go
 /// duration); what they name is checked where `--aggregate`'s are.
-fn aggregate(name: &str, a: &RawAggregate, out: &mut FileSettings) -> Result<(), String> {
+fn aggregate(name: &str, a: &RawAggregate, out: &mut FileSettings) -> Result<(), Error> {
     if let Some(f) = a
         .fields
         .iter()
         .find(|f| f.trim().is_empty() || f.contains(','))
     {
-        return Err(format!(
-            "{name}: aggregate.fields: \"{f}\" is not one field name, glob or id"
-        ));
+        let field = f.clone();
+        return Err(Error::at(name, Problem::NotOneField { field }));
     }
     if let Some(p) = &a.period {
-        duration::parse(p).map_err(|e| format!("{name}: aggregate.period: {e}"))?;
+        duration::parse(p).map_err(|e| value(name, "aggregate.period", e))?;
         out.aggregate_period = Some(p.clone());
     }
     out.aggregate_fields = Some(a.fields.clone());
     Ok(())
+}
+
+/// `key`'s value refused by its own parser, in its words.
+fn value(file: &str, key: &str, why: impl std::fmt::Display) -> Error {
+    let (key, why) = (key.to_string(), why.to_string());
+    Error::at(file, Problem::Value { key, why })
+}
+
+fn missing(file: &str, key: String) -> Error {
+    Error::at(file, Problem::Missing { key })
+}
+
+fn required(file: &str, key: String) -> Error {
+    Error::at(file, Problem::Required { key })
 }

@@ -22,7 +22,7 @@ fn a_full_file() {
     let (_d, p) = write(
         "version: 1\nmetrics:\n  file: c.csv\ncollection:\n  interval: 2s\n  watchGroups:\n    - name: power\n      interval: 250ms\n      fields: [\"DCGM_FI_DEV_POWER_*\"]\n    - name: temp\n      interval: 100\n      fields: [DCGM_FI_DEV_GPU_TEMP]\n",
     );
-    let fs = load(&p).unwrap();
+    let fs = read(&p).unwrap();
     assert_eq!(fs.counters_file, Some(p.parent().unwrap().join("c.csv")));
     assert_eq!(fs.interval_ms, Some(2000));
     assert_eq!(
@@ -51,8 +51,11 @@ fn the_backend_comes_from_the_file_unless_given_explicitly() {
         assert_eq!(c.backend, Backend::Dcgm);
     }
     let (_d, p) = write("version: 2\nbackend: nvlm\n");
-    let e = load(&p).unwrap_err();
-    assert!(e.contains("backend") && e.contains("nvlm"), "{e}");
+    let e = read(&p).unwrap_err();
+    assert!(
+        matches!(e.problem(), Some(Problem::Value { key, why }) if key == "backend" && why.contains("nvlm")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -75,13 +78,15 @@ fn low_cardinality_comes_from_the_file_unless_given_explicitly() {
         assert!(!c.low_cardinality);
     }
     let (_d, p) = write("version: 2\nlowCardinality: often\n");
-    assert!(load(&p).unwrap_err().contains("lowCardinality"));
+    let e = read(&p).unwrap_err();
+    assert!(matches!(e.problem(), Some(Problem::Yaml(_))), "{e}");
+    assert!(e.to_string().contains("lowCardinality"), "{e}");
 }
 
 #[test]
 fn the_emulated_version_comes_from_the_file_unless_given_explicitly() {
     let (_d, p) = write("version: 1\nemulateVersion: 4.8.2\n");
-    assert_eq!(load(&p).unwrap().emulate, Some(UpstreamVersion::V4_8_2));
+    assert_eq!(read(&p).unwrap().emulate, Some(UpstreamVersion::V4_8_2));
     let path = p.display().to_string();
     let mut c = crate::config::cli::parse_from(["x", "--config-file", &path]).unwrap();
     apply(&mut c).unwrap();
@@ -93,9 +98,9 @@ fn the_emulated_version_comes_from_the_file_unless_given_explicitly() {
     assert_eq!(c.emulate_version, UpstreamVersion::V4_9_0);
 }
 
-fn parse_text(text: &str) -> Result<FileSettings, String> {
+fn parse_text(text: &str) -> Result<FileSettings, Error> {
     let (_d, p) = write(text);
-    load(&p)
+    read(&p)
 }
 
 /// The cases of upstream 4.8.4's `internal/pkg/appconfig/yaml_config_test.go`
@@ -145,7 +150,7 @@ fn upstreams_parse_cases() {
         ("version: 2\n---\nversion: 2\n", "multiple YAML documents"),
     ];
     for (text, needle) in bad {
-        let e = parse_text(text).expect_err(text);
+        let e = parse_text(text).expect_err(text).to_string();
         assert!(e.contains(needle), "{text}\n=> {e}\n(want {needle:?})");
     }
 }
@@ -154,26 +159,27 @@ fn upstreams_parse_cases() {
 /// collection, detectBindUnbind only exporter-wide.
 #[test]
 fn collection_and_retention_rules() {
-    let bad = [
-        ("version: 2\ncollections: []\n", "at least one collection"),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}}\n  - {name: b, every: 2s, metrics: {include: [\"*\"]}}\n", "duplicates the all-fields collection \"a\""),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [DCGM_FI_DEV_GPU_TEMP]}}\n  - {name: a, every: 2s, metrics: {include: [DCGM_FI_DEV_POWER_USAGE]}}\n", "collections[1].name \"a\" is duplicated"),
-        ("version: 2\ncollections:\n  - {every: 1s, metrics: {include: [\"*\"]}}\n", "collections[0].name is required"),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\" \"]}}\n", "collections[0].metrics.include[0] is required"),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [X]}, sources: {dcgm: {watch: {maxKeepAge: 0s, maxKeepSamples: 0}}}}\n", "matches no DCGM field"),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}, sources: {dcgm: {watch: {maxKeepAge: 0s, maxKeepSamples: 0}}}}\n", "cannot both be zero"),
-        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}, sources: {dcgm: {detectBindUnbind: {enabled: true}}}}\n", "unknown field `detectBindUnbind`"),
-        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepAge: -1s}\n", "sources.dcgm.watch.maxKeepAge"),
-        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepSamples: -1}\n", "sources.dcgm.watch.maxKeepSamples must not be negative"),
-        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepSamples: 2147483648}\n", "must not exceed 2147483647"),
-        ("version: 1\ncollection:\n  watchGroups:\n    - {name: g, interval: 1s, fields: [DCGM_FI_DEV_GPU_TEMP], retention: {maxAge: 0s, maxSamples: 0}}\n", "maxAge and maxSamples cannot both be zero"),
-        ("version: 1\ncollection:\n  watchGroups:\n    - {name: g, interval: 1s, fields: [DCGM_FI_DEV_GPU_TEMP]}\n    - {name: g, interval: 2s, fields: [DCGM_FI_DEV_POWER_USAGE]}\n", "collection.watchGroups[1].name \"g\" is duplicated"),
-        ("version: 2\nmetrics: {}\n", "metrics must specify file, fields, or enableExporterMetrics"),
-        ("version: 2\nmetrics:\n  fields:\n    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge}\n", "metrics.fields[0].help is required"),
+    type Is = fn(&Problem) -> bool;
+    let bad: [(&str, Is); 15] = [
+        ("version: 2\ncollections: []\n", |p| matches!(p, Problem::NoCollections)),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}}\n  - {name: b, every: 2s, metrics: {include: [\"*\"]}}\n", |p| matches!(p, Problem::DuplicateDefault { key, first } if key == "collections[1].metrics.include" && first == "a")),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [DCGM_FI_DEV_GPU_TEMP]}}\n  - {name: a, every: 2s, metrics: {include: [DCGM_FI_DEV_POWER_USAGE]}}\n", |p| matches!(p, Problem::DuplicateGroup { key, name } if key == "collections[1]" && name == "a")),
+        ("version: 2\ncollections:\n  - {every: 1s, metrics: {include: [\"*\"]}}\n", |p| matches!(p, Problem::Required { key } if key == "collections[0].name")),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\" \"]}}\n", |p| matches!(p, Problem::Required { key } if key == "collections[0].metrics.include[0]")),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [X]}, sources: {dcgm: {watch: {maxKeepAge: 0s, maxKeepSamples: 0}}}}\n", |p| matches!(p, Problem::NoSuchField { pattern, .. } if pattern == "X")),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}, sources: {dcgm: {watch: {maxKeepAge: 0s, maxKeepSamples: 0}}}}\n", |p| matches!(p, Problem::KeepsNothing { .. })),
+        ("version: 2\ncollections:\n  - {name: a, every: 1s, metrics: {include: [\"*\"]}, sources: {dcgm: {detectBindUnbind: {enabled: true}}}}\n", |p| matches!(p, Problem::Yaml(e) if e.to_string().contains("unknown field `detectBindUnbind`"))),
+        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepAge: -1s}\n", |p| matches!(p, Problem::Value { key, .. } if key == "sources.dcgm.watch.maxKeepAge")),
+        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepSamples: -1}\n", |p| matches!(p, Problem::Negative { key } if key == "sources.dcgm.watch.maxKeepSamples")),
+        ("version: 2\nsources:\n  dcgm:\n    watch: {maxKeepSamples: 2147483648}\n", |p| matches!(p, Problem::TooMany { key } if key == "sources.dcgm.watch.maxKeepSamples")),
+        ("version: 1\ncollection:\n  watchGroups:\n    - {name: g, interval: 1s, fields: [DCGM_FI_DEV_GPU_TEMP], retention: {maxAge: 0s, maxSamples: 0}}\n", |p| matches!(p, Problem::KeepsNothing { key, age: "maxAge", samples: "maxSamples" } if key == "collection.watchGroups[0].retention")),
+        ("version: 1\ncollection:\n  watchGroups:\n    - {name: g, interval: 1s, fields: [DCGM_FI_DEV_GPU_TEMP]}\n    - {name: g, interval: 2s, fields: [DCGM_FI_DEV_POWER_USAGE]}\n", |p| matches!(p, Problem::DuplicateGroup { key, name } if key == "collection.watchGroups[1]" && name == "g")),
+        ("version: 2\nmetrics: {}\n", |p| matches!(p, Problem::NoMetrics)),
+        ("version: 2\nmetrics:\n  fields:\n    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: gauge}\n", |p| matches!(p, Problem::Required { key } if key == "metrics.fields[0].help")),
     ];
-    for (text, needle) in bad {
+    for (text, is) in bad {
         let e = parse_text(text).expect_err(text);
-        assert!(e.contains(needle), "{text}\n=> {e}\n(want {needle:?})");
+        assert!(e.problem().is_some_and(is), "{text}\n=> {e:?}");
     }
     // TestYAMLConfigApplyToCollections / TestYAMLConfigApplyToWatchRetention: the
     // all-fields collection sets the interval and (over sources.dcgm.watch) the
@@ -205,7 +211,7 @@ fn collection_and_retention_rules() {
     );
 }
 
-fn applied(text: &str, args: &[&str]) -> Result<(Config, FileSettings), String> {
+fn applied(text: &str, args: &[&str]) -> Result<(Config, FileSettings), Error> {
     let (_d, p) = write(text);
     let path = p.display().to_string();
     let argv: Vec<&str> = ["x", "--config-file", &path]
@@ -253,20 +259,38 @@ fn version_2_and_extended_version_1_apply_unless_a_flag_was_given() {
 fn emulating_4_8_2_reads_only_the_original_version_1() {
     let v2 = "version: 2\nserver: {maxConcurrentScrapes: 8}\n";
     let e = applied(v2, &["--emulate-version=4.8.2"]).unwrap_err();
-    assert!(e.contains("version 2") && e.contains("4.8.2"), "{e}");
+    assert!(
+        matches!(
+            e.problem(),
+            Some(Problem::SchemaForRelease(UpstreamVersion::V4_8_2))
+        ),
+        "{e}"
+    );
     let e = applied(
         "version: 1\nserver: {maxConcurrentScrapes: 8}\n",
         &["--emulate-version=4.8.2"],
     )
     .unwrap_err();
-    assert!(e.contains("server") && e.contains("4.8.4"), "{e}");
+    assert!(
+        matches!(
+            e.problem(),
+            Some(Problem::KeyForRelease {
+                key: "server",
+                release: UpstreamVersion::V4_8_2
+            })
+        ),
+        "{e}"
+    );
     // The file's own emulateVersion counts, as the flag does.
     let e = applied(
         "version: 2\nemulateVersion: 4.8.2\nserver: {maxConcurrentScrapes: 8}\n",
         &[],
     )
     .unwrap_err();
-    assert!(e.contains("version 2"), "{e}");
+    assert!(
+        matches!(e.problem(), Some(Problem::SchemaForRelease(_))),
+        "{e}"
+    );
     let (c, _) = applied(
         "version: 1\ncollection: {interval: 2s}\n",
         &["--emulate-version=4.8.2"],
@@ -281,7 +305,7 @@ fn inline_fields_resolve_like_csv_rows() {
     let (_d, p) = write(
         "version: 1\nmetrics:\n  fields:\n    - name: DCGM_FI_DEV_GPU_TEMP\n      prometheusType: gauge\n      help: \"Temp, in C.\"\n    - {name: dcgm_power_usage, prometheusType: gauge, help: p}\n",
     );
-    assert!(load(&p).unwrap().inline_fields);
+    assert!(read(&p).unwrap().inline_fields);
     let c = load_counters(&p, true, UpstreamVersion::default()).unwrap();
     assert_eq!(c.all.len(), 2);
     assert_eq!(c.all[0].help, "Temp, in C.");
@@ -292,54 +316,91 @@ fn inline_fields_resolve_like_csv_rows() {
 fn errors_name_the_file_key_and_line() {
     let err = |text: &str| {
         let (_d, p) = write(text);
-        let e = load(&p).unwrap_err();
-        assert!(e.starts_with(&p.display().to_string()), "{e}");
+        let e = read(&p).unwrap_err();
+        assert!(
+            matches!(&e, Error::File { file, .. } if *file == p.display().to_string()),
+            "{e}"
+        );
         e
     };
+    // The parser's own messages name the key and the line.
+    let yaml = |e: &Error, needles: &[&str]| {
+        let text = e.to_string();
+        matches!(e.problem(), Some(Problem::Yaml(_))) && needles.iter().all(|n| text.contains(n))
+    };
     let e = err("version: 1\nmetrics:\n  fiels: []\n");
-    assert!(
-        e.contains("unknown field `fiels`") && e.contains("line 3"),
-        "{e}"
-    );
+    assert!(yaml(&e, &["unknown field `fiels`", "line 3"]), "{e}");
     let e = err("version: 1\ncollection:\n  interval: [1]\n");
     assert!(
-        e.contains("collection.interval") || e.contains("line 3"),
+        yaml(&e, &["collection.interval"]) || yaml(&e, &["line 3"]),
         "{e}"
     );
     let e = err("version: 1\ncollection:\n  interval: soon\n");
     assert!(
-        e.contains("collection.interval") && e.contains("soon"),
+        matches!(e.problem(), Some(Problem::Value { key, why }) if key == "collection.interval" && why.contains("soon")),
         "{e}"
     );
     let e = err("version: 3\n");
-    assert!(e.contains("version: 3") && e.contains("1 or 2"), "{e}");
+    assert!(
+        matches!(e.problem(), Some(Problem::Version(v)) if v == "3"),
+        "{e}"
+    );
     let e = err("metrics: {}\n");
-    assert!(e.contains("version"), "{e}");
+    assert!(matches!(e.problem(), Some(Problem::NoVersion)), "{e}");
     let e = err(
         "version: 1\nmetrics:\n  fields:\n    - {name: DCGM_FI_NOPE, prometheusType: gauge, help: h}\n",
     );
-    assert!(e.contains("metrics.fields[0] (DCGM_FI_NOPE)"), "{e}");
+    assert!(
+        matches!(e.problem(), Some(Problem::Field { index: 0, name, .. }) if name == "DCGM_FI_NOPE"),
+        "{e}"
+    );
     let e = err("version: 1\nmetrics:\n  fields:\n    - {name: DCGM_FI_DEV_GPU_TEMP, prometheusType: meter, help: h}\n");
     assert!(
-        e.contains("metrics.fields[0]") && e.contains("meter"),
+        matches!(e.problem(), Some(Problem::Field { index: 0, message, .. }) if message.contains("meter")),
         "{e}"
     );
     let e = err("version: 1\ncollection:\n  watchGroups:\n    - {name: x, interval: 1s, fields: [NOPE_*]}\n");
     assert!(
-        e.contains("collection.watchGroups[0].fields") && e.contains("NOPE_*"),
+        matches!(e.problem(), Some(Problem::NoSuchField { key, pattern }) if key == "collection.watchGroups[0].fields" && pattern == "NOPE_*"),
         "{e}"
     );
     let e = err("version: 1\nmetrics:\n  file: a.csv\n  fields: [{name: X, prometheusType: gauge, help: h}]\n");
-    assert!(e.contains("not both"), "{e}");
+    assert!(matches!(e.problem(), Some(Problem::FileAndFields)), "{e}");
     let e = err("version: 1\nemulateVersion: 4.8.3\n");
     assert!(
-        e.contains("emulateVersion") && e.contains("4.8.2, 4.8.4, 4.9.0 or 4.10.0"),
+        matches!(e.problem(), Some(Problem::Value { key, why }) if key == "emulateVersion" && why.contains("4.8.2, 4.8.4, 4.9.0 or 4.10.0")),
         "{e}"
     );
     let e = err("version: 1\nextra: 1\n");
-    assert!(
-        e.contains("unknown field `extra`") && e.contains("line 2"),
-        "{e}"
+    assert!(yaml(&e, &["unknown field `extra`", "line 2"]), "{e}");
+}
+
+/// The words of the file's errors: the file, the key, then what is wrong with it.
+#[test]
+fn file_errors_read_file_key_then_problem() {
+    let e = Error::at(
+        "c.yaml",
+        Problem::EngineNameTaken {
+            key: "sources.dcgm.hostEngines[1]".into(),
+            name: "a".into(),
+            first: 0,
+        },
+    );
+    assert_eq!(
+        e.to_string(),
+        "c.yaml: sources.dcgm.hostEngines[1].name: \"a\" is already the name of sources.dcgm.hostEngines[0]"
+    );
+    let key = "collection.interval".to_string();
+    let e = Error::at(
+        "c.yaml",
+        Problem::TooLarge {
+            key,
+            ms: 9223372036854776,
+        },
+    );
+    assert_eq!(
+        e.to_string(),
+        "c.yaml: collection.interval: 9223372036854776 ms is too large (at most 9223372036854775 milliseconds)"
     );
 }
 
@@ -366,19 +427,30 @@ fn host_engines_are_listed_with_a_name_each() {
             ]
         );
     }
-    for (list, wants) in [
-        ("[]", "sources.dcgm.hostEngines: must list at least one"),
-        ("[{name: a}]", "sources.dcgm.hostEngines[0].address: missing"),
-        ("[{address: \"h:1\"}]", "sources.dcgm.hostEngines[0].name: missing"),
+    type Is = fn(&Problem) -> bool;
+    let bad: [(&str, Is); 5] = [
+        ("[]", |p| matches!(p, Problem::NoHostEngines)),
+        (
+            "[{name: a}]",
+            |p| matches!(p, Problem::Missing { key } if key == "sources.dcgm.hostEngines[0].address"),
+        ),
+        (
+            "[{address: \"h:1\"}]",
+            |p| matches!(p, Problem::Missing { key } if key == "sources.dcgm.hostEngines[0].name"),
+        ),
         (
             "[{name: a, address: \"h:1\"}, {name: a, address: \"h:2\"}]",
-            "sources.dcgm.hostEngines[1].name: \"a\" is already the name of sources.dcgm.hostEngines[0]",
+            |p| matches!(p, Problem::EngineNameTaken { key, name, first: 0 } if key == "sources.dcgm.hostEngines[1]" && name == "a"),
         ),
-        ("[{name: a, address: \"h:1\", port: 2}]", "unknown field `port`"),
-    ] {
+        (
+            "[{name: a, address: \"h:1\", port: 2}]",
+            |p| matches!(p, Problem::Yaml(e) if e.to_string().contains("unknown field `port`")),
+        ),
+    ];
+    for (list, is) in bad {
         let text = format!("version: 2\nsources: {{dcgm: {{hostEngines: {list}}}}}\n");
         let e = parse_text(&text).unwrap_err();
-        assert!(e.contains(wants), "{list}: {e}");
+        assert!(e.problem().is_some_and(is), "{list}: {e:?}");
     }
 }
 
@@ -412,16 +484,54 @@ fn aggregation_comes_from_the_file_unless_given_explicitly() {
         assert_eq!(c.aggregate, "DCGM_FI_DEV_SM_CLOCK");
         assert_eq!(c.aggregate_period, "250ms");
     }
-    for (text, needle) in [
-        ("aggregate:\n  fields: [\"a,b\"]\n", "aggregate.fields"),
+    type Is = fn(&Problem) -> bool;
+    let bad: [(&str, Is); 3] = [
+        (
+            "aggregate:\n  fields: [\"a,b\"]\n",
+            |p| matches!(p, Problem::NotOneField { field } if field == "a,b"),
+        ),
         (
             "aggregate:\n  fields: [x]\n  period: soon\n",
-            "aggregate.period",
+            |p| matches!(p, Problem::Value { key, .. } if key == "aggregate.period"),
         ),
-        ("aggregate:\n  field: [x]\n", "field"),
-    ] {
+        (
+            "aggregate:\n  field: [x]\n",
+            |p| matches!(p, Problem::Yaml(e) if e.to_string().contains("field")),
+        ),
+    ];
+    for (text, is) in bad {
         let (_d, p) = write(&format!("version: 2\n{text}"));
-        let e = load(&p).unwrap_err();
-        assert!(e.contains(needle), "{e}");
+        let e = read(&p).unwrap_err();
+        assert!(e.problem().is_some_and(is), "{e:?}");
     }
+}
+
+/// Upstream's start-up rule for watch groups: each matches a configured field, no field is
+/// in two.
+#[test]
+fn watch_groups_must_fit_the_counters() {
+    let counters = counters::parse_str(
+        "t.csv",
+        "DCGM_FI_DEV_GPU_TEMP, gauge, h\nDCGM_FI_DEV_POWER_USAGE, gauge, h\n",
+    )
+    .unwrap();
+    let group = |name: &str, fields: &[&str]| WatchGroup {
+        name: name.into(),
+        interval_ms: 1000,
+        fields: fields.iter().map(|f| f.to_string()).collect(),
+        keep_age_s: None,
+        keep_samples: None,
+    };
+    assert!(check_watch_groups(&[group("t", &["DCGM_FI_DEV_GPU_TEMP"])], &counters).is_ok());
+    let e = check_watch_groups(&[group("c", &["DCGM_FI_DEV_SM_CLOCK"])], &counters).unwrap_err();
+    assert!(
+        matches!(&e, Problem::GroupMatchesNothing { group, patterns } if group == "c" && patterns == "DCGM_FI_DEV_SM_CLOCK"),
+        "{e}"
+    );
+    let both = [group("a", &["DCGM_FI_DEV_*"]), group("b", &["*_TEMP"])];
+    let e = check_watch_groups(&both, &counters).unwrap_err();
+    assert!(
+        matches!(&e, Problem::FieldInTwoGroups { field, first, second } if field == "DCGM_FI_DEV_GPU_TEMP" && first == "a" && second == "b"),
+        "{e}"
+    );
 }

@@ -108,13 +108,11 @@ impl Watch {
 }
 
 impl RawV2 {
-    pub(super) fn model(&self, name: &str) -> Result<Model<'_>, String> {
+    pub(super) fn model(&self, name: &str) -> Result<Model<'_>, super::Error> {
         let dcgm = self.sources.as_ref().and_then(|s| s.dcgm.as_ref());
         let collections = self.collections.as_deref().unwrap_or_default();
         if self.collections.is_some() && collections.is_empty() {
-            return Err(format!(
-                "{name}: collections must contain at least one collection"
-            ));
+            return Err(super::Error::at(name, super::Problem::NoCollections));
         }
         Ok(Model {
             schema: 2,

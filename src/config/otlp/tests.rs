@@ -10,7 +10,7 @@ fn flags(endpoint: &str) -> Flags<'_> {
     }
 }
 
-fn with(env: &[(&str, &str)], f: &Flags) -> Result<Option<Settings>, String> {
+fn with(env: &[(&str, &str)], f: &Flags) -> Result<Option<Settings>, Error> {
     let map: HashMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -84,7 +84,7 @@ fn grpc_endpoints_take_no_path() {
     };
     let e = with(&[], &f).unwrap_err();
     assert!(
-        e.contains("--otlp-endpoint") && e.contains("no path"),
+        matches!(&e, Error::Endpoint { origin, why: EndpointProblem::GrpcPath, .. } if origin == "--otlp-endpoint"),
         "{e}"
     );
     // The protocol comes from the variables when the flag does not say.
@@ -100,58 +100,87 @@ fn grpc_endpoints_take_no_path() {
 #[test]
 fn bad_values_are_errors_naming_their_source() {
     type Env<'a> = &'a [(&'a str, &'a str)];
-    let cases: &[(Env, &str, &str)] = &[
-        (&[], "ftp://x", "--otlp-endpoint"),
-        (&[], "localhost:4318", "no scheme"),
+    type Is = fn(&Error) -> bool;
+    let cases: &[(Env, &str, Is)] = &[
+        (
+            &[],
+            "ftp://x",
+            |e| matches!(e, Error::Endpoint { origin, why: EndpointProblem::Scheme(s), .. } if origin == "--otlp-endpoint" && s == "ftp"),
+        ),
+        (&[], "localhost:4318", |e| {
+            matches!(
+                e,
+                Error::Endpoint {
+                    why: EndpointProblem::NoScheme,
+                    ..
+                }
+            )
+        }),
         (
             &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
             "http://x",
-            "not supported",
+            |e| matches!(e, Error::HttpJson { origin } if origin == "OTEL_EXPORTER_OTLP_PROTOCOL"),
         ),
         (
             &[("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "udp")],
             "http://x",
-            "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+            |e| matches!(e, Error::Protocol { origin, value } if origin == "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL" && value == "udp"),
         ),
         (
             &[("OTEL_EXPORTER_OTLP_HEADERS", "a=1,b")],
             "http://x",
-            "OTEL_EXPORTER_OTLP_HEADERS: item 2",
+            |e| matches!(e, Error::Item { origin, item: 2, why: ItemProblem::NotKeyValue, .. } if origin == "OTEL_EXPORTER_OTLP_HEADERS"),
         ),
         (
             &[("OTEL_EXPORTER_OTLP_HEADERS", "bad key=1")],
             "http://x",
-            "header name",
+            |e| {
+                matches!(
+                    e,
+                    Error::Item {
+                        why: ItemProblem::HeaderName,
+                        ..
+                    }
+                )
+            },
         ),
         (
             &[("OTEL_EXPORTER_OTLP_HEADERS", "k=%zz")],
             "http://x",
-            "percent",
+            |e| {
+                matches!(
+                    e,
+                    Error::Item {
+                        why: ItemProblem::PercentEncoding,
+                        ..
+                    }
+                )
+            },
         ),
         (
             &[("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
             "http://x",
-            "OTEL_EXPORTER_OTLP_TIMEOUT",
+            |e| matches!(e, Error::Timeout { origin, value } if origin == "OTEL_EXPORTER_OTLP_TIMEOUT" && value == "10s"),
         ),
         (
             &[("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "0")],
             "http://x",
-            "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+            |e| matches!(e, Error::Timeout { origin, .. } if origin == "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT"),
         ),
         (
             &[("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/k")],
             "http://x",
-            "set both or neither",
+            |e| matches!(e, Error::HalfClientCertificate),
         ),
         (
             &[("OTEL_RESOURCE_ATTRIBUTES", "=x")],
             "http://x",
-            "OTEL_RESOURCE_ATTRIBUTES",
+            |e| matches!(e, Error::Item { origin, why: ItemProblem::EmptyKey, .. } if origin == "OTEL_RESOURCE_ATTRIBUTES"),
         ),
     ];
-    for (env, endpoint, want) in cases {
+    for (env, endpoint, is) in cases {
         let e = with(env, &flags(endpoint)).unwrap_err();
-        assert!(e.contains(want), "{env:?} {endpoint}: {e}");
+        assert!(is(&e), "{env:?} {endpoint}: {e}");
     }
     let e = with(
         &[],
@@ -161,7 +190,7 @@ fn bad_values_are_errors_naming_their_source() {
         },
     )
     .unwrap_err();
-    assert!(e.contains("--otlp-queue-size"), "{e}");
+    assert!(matches!(e, Error::QueueSize(0)), "{e}");
     let e = with(
         &[],
         &Flags {
@@ -170,7 +199,50 @@ fn bad_values_are_errors_naming_their_source() {
         },
     )
     .unwrap_err();
-    assert!(e.contains("--otlp-metric-names"), "{e}");
+    assert!(matches!(&e, Error::MetricNames(n) if n == "otel"), "{e}");
+}
+
+/// The words that name the source and the value, as the operator reads them.
+#[test]
+fn errors_read_source_value_then_why() {
+    let cases = [
+        (
+            Error::Item {
+                origin: "OTEL_EXPORTER_OTLP_HEADERS".into(),
+                item: 2,
+                text: "b".into(),
+                why: ItemProblem::NotKeyValue,
+            },
+            "OTEL_EXPORTER_OTLP_HEADERS: item 2 (\"b\"): not key=value",
+        ),
+        (
+            Error::Endpoint {
+                origin: "--otlp-endpoint".into(),
+                raw: "ftp://x".into(),
+                why: EndpointProblem::Scheme("ftp".into()),
+            },
+            "--otlp-endpoint \"ftp://x\": scheme ftp: use http:// or https://",
+        ),
+        (
+            Error::Insecure {
+                var: "OTEL_EXPORTER_OTLP_INSECURE".into(),
+                insecure: true,
+            },
+            "OTEL_EXPORTER_OTLP_INSECURE=true contradicts the https:// endpoint; the endpoint's \
+             scheme (http:// or https://) decides",
+        ),
+        (
+            Error::Insecure {
+                var: "OTEL_EXPORTER_OTLP_INSECURE".into(),
+                insecure: false,
+            },
+            "OTEL_EXPORTER_OTLP_INSECURE=false contradicts the http:// endpoint; the endpoint's \
+             scheme (http:// or https://) decides",
+        ),
+    ];
+    for (e, words) in cases {
+        assert_eq!(e.to_string(), words);
+    }
 }
 
 #[test]
@@ -223,7 +295,10 @@ fn compression_and_insecure_are_refused_where_they_would_be_ignored() {
         &flags(""),
     )
     .unwrap_err();
-    assert!(e.contains("OTEL_EXPORTER_OTLP_COMPRESSION=gzip"), "{e}");
+    assert!(
+        matches!(&e, Error::Compression { var, value } if var == "OTEL_EXPORTER_OTLP_COMPRESSION" && value == "gzip"),
+        "{e}"
+    );
     assert!(with(
         &[http[0], ("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "none")],
         &flags("")
@@ -234,7 +309,16 @@ fn compression_and_insecure_are_refused_where_they_would_be_ignored() {
         &flags(""),
     )
     .unwrap_err();
-    assert!(e.contains("contradicts the http://"), "{e}");
+    assert!(
+        matches!(
+            e,
+            Error::Insecure {
+                insecure: false,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(with(
         &[http[0], ("OTEL_EXPORTER_OTLP_INSECURE", "true")],
         &flags("")
@@ -246,11 +330,14 @@ fn compression_and_insecure_are_refused_where_they_would_be_ignored() {
         &flags(""),
     )
     .unwrap_err();
-    assert!(e.contains("contradicts the https://"), "{e}");
+    assert!(matches!(e, Error::Insecure { insecure: true, .. }), "{e}");
     let e = with(
         &[https, ("OTEL_EXPORTER_OTLP_INSECURE", "maybe")],
         &flags(""),
     )
     .unwrap_err();
-    assert!(e.contains("use true or false"), "{e}");
+    assert!(
+        matches!(&e, Error::NotBool { value, .. } if value == "maybe"),
+        "{e}"
+    );
 }

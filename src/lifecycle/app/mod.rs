@@ -34,15 +34,58 @@ use dcgm_sys::{ConnectTarget, Library, Session, Status};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-/// Why the exporter could not start collecting.
-#[derive(Debug)]
+/// Why the exporter could not start collecting (or, in the loop, connect and build the
+/// watches: [`Failure`] is this, classified).
+#[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     /// The flags do not fit the node (a selector naming a GPU it lacks).
+    #[error("{0}")]
     Config(String),
-    /// DCGM could not be started, reached or watched.
-    Dcgm(String),
+    /// DCGM did not start the embedded engine or connect to the remote one.
+    #[error(transparent)]
+    Connect(dcgm_sys::Error),
+    /// DCGM refused to discover the node or watch its fields.
+    #[error(transparent)]
+    Dcgm(#[from] dcgm_sys::Error),
+    /// The source could not be used for another reason: no answer in time, no thread, no
+    /// session, NVML missing.
+    #[error("{0}")]
+    Unavailable(String),
     /// A signal asked the process to stop before the start was done.
+    #[error("stopped")]
     Stopped,
+}
+
+impl StartupError {
+    /// DCGM itself refuses this library and this remote engine together: no retry helps.
+    pub fn is_version_skew(&self) -> bool {
+        matches!(
+            self,
+            StartupError::Connect(dcgm_sys::Error::VersionSkew { .. })
+                | StartupError::Dcgm(dcgm_sys::Error::VersionSkew { .. })
+        )
+    }
+}
+
+impl From<JobError> for StartupError {
+    fn from(e: JobError) -> StartupError {
+        match e {
+            JobError::Interrupted => StartupError::Stopped,
+            e => StartupError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<StartupError> for Failure {
+    fn from(e: StartupError) -> Failure {
+        match e {
+            StartupError::Config(e) => Failure::Config(e),
+            StartupError::Connect(e) => Failure::Session(e.to_string()),
+            StartupError::Dcgm(e) => classify(&e),
+            StartupError::Unavailable(e) => Failure::Session(e),
+            StartupError::Stopped => Failure::Stopping,
+        }
+    }
 }
 
 /// How the exporter reaches DCGM.
@@ -153,20 +196,14 @@ impl Runner {
     /// `stop` is asked while waiting: a SIGTERM during a start that can take 30 s.
     pub fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn(self.backend())
-            .map_err(|e| StartupError::Dcgm(format!("cannot start a thread: {e}")))?;
-        match self.open(&worker, &mut || stop()) {
-            Ok(()) => {
-                self.shared.set_connected(true);
-                if let Some(h) = &self.hand_off {
-                    h.combiner.connected(h.index);
-                }
-                self.current.set(Some(&worker));
-                Ok(worker)
-            }
-            Err(Failure::Config(e)) => Err(StartupError::Config(e)),
-            Err(Failure::Session(e) | Failure::Watches(e)) => Err(StartupError::Dcgm(e)),
-            Err(Failure::Stopping) => Err(StartupError::Stopped),
+            .map_err(|e| StartupError::Unavailable(format!("cannot start a thread: {e}")))?;
+        self.try_open(&worker, &mut || stop())?;
+        self.shared.set_connected(true);
+        if let Some(h) = &self.hand_off {
+            h.combiner.connected(h.index);
         }
+        self.current.set(Some(&worker));
+        Ok(worker)
     }
 
     /// Records a start without DCGM (a remote engine not reachable yet): /health answers
@@ -189,8 +226,17 @@ impl Runner {
 
     /// Opens a session in the worker and builds the watches on it.
     fn open(&self, worker: &Worker<Dcgm>, stop: &mut dyn FnMut() -> bool) -> Result<(), Failure> {
+        Ok(self.try_open(worker, stop)?)
+    }
+
+    /// [`Runner::open`], with the error as it came.
+    fn try_open(
+        &self,
+        worker: &Worker<Dcgm>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), StartupError> {
         let Some(library) = self.library.clone() else {
-            return self.build(worker, self.counters(), stop);
+            return self.try_build(worker, self.counters(), stop);
         };
         let engine = self.engine.clone();
         let setup = self.setup_deadline();
@@ -210,10 +256,10 @@ impl Runner {
         match opened {
             // Before the build: what the build finds (GPUs back) follows the engine's return.
             Ok(Ok(())) => crate::model::events::engine_up(&self.engine.name()),
-            Ok(Err(e)) => return Err(Failure::Session(e.to_string())),
-            Err(e) => return Err(job_failure(e)),
+            Ok(Err(e)) => return Err(StartupError::Connect(e)),
+            Err(e) => return Err(e.into()),
         }
-        self.build(worker, self.counters(), stop)
+        self.try_build(worker, self.counters(), stop)
     }
 
     fn setup_deadline(&self) -> Duration {
@@ -228,9 +274,20 @@ impl Runner {
         counters: Arc<Counters>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
+        Ok(self.try_build(worker, counters, stop)?)
+    }
+
+    /// [`Runner::build`], with the error as it came.
+    fn try_build(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), StartupError> {
         let settings = self.settings.clone();
         if self.library.is_none() {
-            return self.build_nvml_within(worker, counters, self.setup_deadline(), None, stop);
+            let within = self.setup_deadline();
+            return self.try_build_nvml_within(worker, counters, within, None, stop);
         }
         let engine_gpus = self.engine_gpus.clone();
         let built = worker.call(
@@ -238,12 +295,12 @@ impl Runner {
             stop,
             move |d: &mut Dcgm| {
                 let Some(session) = d.session.clone() else {
-                    return Err(Failure::Session("no DCGM session".into()));
+                    return Err(StartupError::Unavailable("no DCGM session".into()));
                 };
                 let started = Collector::start(session, counters, settings);
                 match started {
                     Ok(new) => {
-                        let replaced = replace(d, new);
+                        let replaced = replace(d, new).map_err(StartupError::Dcgm);
                         reassert_bind_watch(d);
                         if let (Ok(()), Some(c)) = (&replaced, &d.collector) {
                             engine_gpus
@@ -260,14 +317,14 @@ impl Runner {
                         }
                         reassert_bind_watch(d);
                         match e {
-                            StartError::Dcgm(e) => Err(classify(&e)),
-                            StartError::Config(e) => Err(Failure::Config(e)),
+                            StartError::Dcgm(e) => Err(StartupError::Dcgm(e)),
+                            StartError::Config(e) => Err(StartupError::Config(e)),
                         }
                     }
                 }
             },
         );
-        built.unwrap_or_else(|e| Err(job_failure(e)))
+        built.unwrap_or_else(|e| Err(e.into()))
     }
 
     /// Starts the NVML source's collector in the worker, in place of the one in use,
@@ -280,20 +337,32 @@ impl Runner {
         only: Option<Vec<String>>,
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), Failure> {
+        Ok(self.try_build_nvml_within(worker, counters, within, only, stop)?)
+    }
+
+    /// [`Runner::build_nvml_within`], with the error as it came.
+    fn try_build_nvml_within(
+        &self,
+        worker: &Worker<Dcgm>,
+        counters: Arc<Counters>,
+        within: Duration,
+        only: Option<Vec<String>>,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> Result<(), StartupError> {
         let Some(nvml) = self.nvml.clone() else {
-            return Err(Failure::Session("NVML is not loaded".into()));
+            return Err(StartupError::Unavailable("NVML is not loaded".into()));
         };
         let settings = self.settings.clone();
         let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
             let mut new = NvmlCollector::start_on(nvml, counters, &settings, only.as_deref())
-                .map_err(Failure::Config)?;
+                .map_err(StartupError::Config)?;
             if let Some(old) = d.nvml.take() {
                 new.replacing(old);
             }
             d.nvml = Some(new);
             Ok(())
         });
-        built.unwrap_or_else(|e| Err(job_failure(e)))
+        built.unwrap_or_else(|e| Err(e.into()))
     }
 
     /// Reads every value and renders the page.
@@ -366,7 +435,7 @@ impl Runner {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                crate::model::events::reload("counters", Err(&e));
+                crate::model::events::reload("counters", Err(&e.to_string()));
                 return Ok(false);
             }
         };
@@ -519,7 +588,7 @@ fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, F
 /// removed after the new ones were made (they stay in use if the new build fails), and
 /// DCGM keys a watch by (entity, field, connection): that removal also removed every pair
 /// the two share, so the new collector makes its watches again (`Collector::reassert`).
-fn replace(d: &mut Dcgm, mut new: Collector) -> Result<(), Failure> {
+fn replace(d: &mut Dcgm, mut new: Collector) -> Result<(), dcgm_sys::Error> {
     let Some(mut old) = d.collector.take() else {
         d.collector = Some(new);
         return Ok(());
@@ -534,7 +603,7 @@ fn replace(d: &mut Dcgm, mut new: Collector) -> Result<(), Failure> {
         Err(e) => {
             // Neither set is fully watched now: the next tick rebuilds from scratch.
             new.stop();
-            Err(classify(&e))
+            Err(e)
         }
     }
 }

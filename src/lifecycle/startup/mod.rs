@@ -1,7 +1,11 @@
 //! From a parsed configuration to a running exporter: load DCGM, start the collection
 //! thread, serve HTTP until a signal arrives.
 
+mod error;
 mod settings;
+
+pub use error::Error;
+pub use settings::Error as SettingsError;
 
 use crate::attribution::{self, Attribution};
 use crate::config::counters::Counters;
@@ -18,7 +22,7 @@ use std::time::{Duration, Instant};
 
 /// How a run ended: the result for the exit code, and whether DCGM was shut down in time.
 pub struct Outcome {
-    pub result: Result<(), String>,
+    pub result: Result<(), Error>,
     /// `TimedOut` when a DCGM call was still stuck at exit: the process must then end
     /// without running libdcgm's destructors (see `dcgm_sys::exit_now`).
     pub dcgm: dcgm_sys::Shutdown,
@@ -78,16 +82,13 @@ pub fn dcgm_log_env(config: &cli::Config) -> Vec<(&'static str, String)> {
 /// Kubernetes client's runtime, tokio's workers, DCGM's own threads all do), so this is
 /// refused unless the process still has a single thread: main calls it before anything
 /// spawns one.
-pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), String> {
+pub fn set_dcgm_log_env(config: &cli::Config) -> Result<(), Error> {
     let vars = dcgm_log_env(config);
     if vars.is_empty() {
         return Ok(());
     }
     match threads() {
-        Some(n) if n > 1 => Err(format!(
-            "internal error: DCGM's log settings must be set before any thread starts \
-             ({n} threads run already)"
-        )),
+        Some(threads) if threads > 1 => Err(Error::LogEnvTooLate { threads }),
         _ => {
             for (k, v) in vars {
                 std::env::set_var(k, v);
@@ -106,7 +107,7 @@ fn serve(
     config: cli::Config,
     library_out: &mut Option<Arc<dcgm_sys::Library>>,
     stopped_at: &mut Option<Instant>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     event_history_bounds(&config)?;
     let stages = settings::from_config(config)?;
     let (control_tx, control_rx) = std::sync::mpsc::channel::<Control>();
@@ -114,20 +115,17 @@ fn serve(
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(Error::Runtime)?;
     let signals = Signals::install(&rt, control_tx.clone());
     let kube_api = kube_api_for(&stages.kube)?;
-    let interval = Duration::from_millis(stages.collect.interval_ms);
-    let collectors = counters_source(&stages.counters, interval, kube_api.as_ref(), &control_tx)?;
-    watchers::watch_counters_file(&collectors, &control_tx)?;
-    let counters = Arc::new(collectors.load_for(stages.collect.emulate)?);
+    let (collectors, counters) = load_counters(&stages, kube_api.as_ref(), &control_tx)?;
     check_before_dcgm(&stages, &counters)?;
     // Bound before DCGM starts: a port in use or a broken web config is reported at once.
     let server = match &stages.http {
-        Some(h) => Some(http::Server::bind(h)?),
+        Some(h) => Some(http::Server::bind(h).map_err(Error::Http)?),
         None => None,
     };
-    let mut sinks = output::open_sinks(&stages.sinks)?;
+    let mut sinks = output::open_sinks(&stages.sinks).map_err(Error::Output)?;
     // DCGM's log variables (--enable-dcgm-log) were set by main, before any thread.
     let source = load_source(&stages)?;
     *library_out = source.library.clone();
@@ -161,7 +159,7 @@ fn serve(
         Err(Started::Failed(e)) => return Err(e),
         Ok(w) => w,
     };
-    watchers::start(&runner, &control_tx)?;
+    watchers::start(&runner, &control_tx).map_err(Error::Watch)?;
     let loop_runner = runner.clone();
     let (collection, ended_rx) = spawn_watched("collector", move || match worker {
         Workers::One(worker) => loop_runner.run(worker, control_rx),
@@ -169,7 +167,7 @@ fn serve(
             app::engines::run(&loop_runner, engines.into_iter().zip(workers), control_rx)
         }
     })
-    .map_err(|e| format!("cannot start the collection thread: {e}"))?;
+    .map_err(Error::CollectionThread)?;
     let served = rt.block_on(serve_http(server, shared, &signals, ended_rx));
     *stopped_at = Some(Instant::now());
     let _ = control_tx.send(Control::Stop);
@@ -183,9 +181,24 @@ fn serve(
     served
 }
 
+/// The counters' source, watched for changes from now on, and what it holds now.
+fn load_counters(
+    stages: &settings::Stages,
+    api: Option<&KubeApi>,
+    control: &std::sync::mpsc::Sender<Control>,
+) -> Result<(configmap::CountersSource, Arc<Counters>), Error> {
+    let interval = Duration::from_millis(stages.collect.interval_ms);
+    let collectors = counters_source(&stages.counters, interval, api, control)?;
+    watchers::watch_counters_file(&collectors, control).map_err(Error::CountersSource)?;
+    let counters = collectors
+        .load_for(stages.collect.emulate)
+        .map_err(Error::Counters)?;
+    Ok((collectors, Arc::new(counters)))
+}
+
 /// The event history's bounds, set before anything can happen on the node.
-fn event_history_bounds(config: &cli::Config) -> Result<(), String> {
-    let (max_events, max_bytes) = config.events_bounds()?;
+fn event_history_bounds(config: &cli::Config) -> Result<(), Error> {
+    let (max_events, max_bytes) = config.events_bounds().map_err(settings::Error::Flag)?;
     crate::model::events::global().set_bounds(crate::model::events::Bounds {
         max_events,
         max_bytes,
@@ -195,19 +208,22 @@ fn event_history_bounds(config: &cli::Config) -> Result<(), String> {
 
 /// With several host engines: one runner per engine, each handing its pages to one
 /// combiner that publishes through `main` (empty with one engine).
-fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Runner>>, String> {
+fn engine_runners(stages: &settings::Stages, main: &Runner) -> Result<Vec<Arc<Runner>>, Error> {
     if stages.engines.is_empty() {
         return Ok(Vec::new());
     }
     let interval = Duration::from_millis(stages.collect.interval_ms);
-    let combiner = Arc::new(app::engines::Combiner::new(
-        stages.engines.clone(),
-        interval,
-        &main.shared.metrics,
-        !main.sinks.is_empty(),
-    )?);
+    let combiner = Arc::new(
+        app::engines::Combiner::new(
+            stages.engines.clone(),
+            interval,
+            &main.shared.metrics,
+            !main.sinks.is_empty(),
+        )
+        .map_err(Error::Engines)?,
+    );
     if main.library.is_none() {
-        return Err("several host engines (-r a,b) need libdcgm (--backend dcgm)".into());
+        return Err(Error::EnginesNeedDcgm);
     }
     let counters = main.counters();
     let mut out = Vec::new();
@@ -291,14 +307,13 @@ fn start_engines(
         match started {
             Ok(Ok(w)) => workers.push(w),
             Ok(Err(Started::Failed(why))) => {
-                return Err(Started::Failed(format!("host engine {label}: {why}")))
+                return Err(Started::Failed(Error::Engine {
+                    label,
+                    source: Box::new(why),
+                }))
             }
             Ok(Err(Started::Stopped)) => return Err(Started::Stopped),
-            Err(_) => {
-                return Err(Started::Failed(format!(
-                    "host engine {label}: its start panicked"
-                )))
-            }
+            Err(_) => return Err(Started::Failed(Error::EnginePanicked { label })),
         }
     }
     Ok(Workers::Engines(workers))
@@ -331,7 +346,7 @@ fn shared_state(
     openmetrics: bool,
     source: &Source,
     sinks: &mut Vec<Box<dyn output::sink::Sink>>,
-) -> Result<Arc<Shared>, String> {
+) -> Result<Arc<Shared>, Error> {
     let shared = Arc::new(Shared::with_openmetrics(
         Duration::from_millis(stages.collect.interval_ms),
         openmetrics,
@@ -345,17 +360,21 @@ fn shared_state(
     }
     source.describe(&shared, stages);
     if let Some(o) = &stages.otlp {
-        sinks.push(Box::new(output::otlp::Otlp::start(o, &shared.metrics)?));
+        let otlp = output::otlp::Otlp::start(o, &shared.metrics).map_err(Error::Output)?;
+        sinks.push(Box::new(otlp));
     }
     Ok(shared)
 }
 
 /// What can be refused before DCGM is loaded: the config file's watch groups against the
 /// counters, and a `vsock://` engine on a kernel without vsock.
-fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(), String> {
+fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(), Error> {
     if stages.collect.emulate.at_least_4_8_3() {
-        crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters)
-            .map_err(|e| format!("{}: {e}", stages.config_file))?;
+        crate::config::file::check_watch_groups(&stages.collect.watch_groups, counters).map_err(
+            |problem| {
+                Error::WatchGroups(crate::config::file::Error::at(&stages.config_file, problem))
+            },
+        )?;
     }
     let targets = match &stages.engine {
         _ if !stages.engines.is_empty() => stages.engines.iter().map(|e| &e.target).collect(),
@@ -369,7 +388,10 @@ fn check_before_dcgm(stages: &settings::Stages, counters: &Counters) -> Result<(
         // A kernel without vsock is a set-up error, not an engine still starting.
         match dcgm_sys::vsock::probe(*cid, *port, Duration::from_secs(2)) {
             dcgm_sys::vsock::Probe::Unsupported(why) => {
-                return Err(format!("-r/--remote-hostengine-info {t}: {why}"))
+                return Err(Error::NoVsock {
+                    target: t.clone(),
+                    why: why.to_string(),
+                })
             }
             dcgm_sys::vsock::Probe::Unreachable(why) => {
                 tracing::warn!("the host engine at {t} does not answer yet: {why}")
@@ -415,7 +437,7 @@ impl Source {
 
 /// Loads what `--backend` asks for: libdcgm (`dcgm`), NVML and never libdcgm (`nvml`), or
 /// libdcgm and, where it does not load, NVML (`auto`).
-fn load_source(stages: &settings::Stages) -> Result<Source, String> {
+fn load_source(stages: &settings::Stages) -> Result<Source, Error> {
     use crate::config::cli::Backend;
     let dcgm_error = match stages.backend {
         Backend::Nvml => None,
@@ -429,17 +451,19 @@ fn load_source(stages: &settings::Stages) -> Result<Source, String> {
                     failover_gpus: failover_gpus.unwrap_or_default(),
                 });
             }
-            Err(e) if stages.backend == Backend::Dcgm => return Err(e),
+            Err(e) if stages.backend == Backend::Dcgm => return Err(Error::LoadDcgm(e)),
             Err(e) => Some(e),
         },
     };
-    let nvml =
-        crate::collect::nvml::load(stages.nvml_library.as_deref()).map_err(
-            |e| match &dcgm_error {
-                Some(d) => format!("{d}; and NVML, which --backend auto uses without DCGM: {e}"),
-                None => e,
-            },
-        )?;
+    let nvml = match crate::collect::nvml::load(stages.nvml_library.as_deref()) {
+        Ok(nvml) => nvml,
+        Err(nvml) => {
+            return Err(match dcgm_error {
+                Some(dcgm) => Error::NoSource { dcgm, nvml },
+                None => Error::LoadNvml(nvml),
+            })
+        }
+    };
     if let Some(e) = &dcgm_error {
         tracing::warn!("{e}: collecting the core GPU series from NVML (--backend auto)");
     }
@@ -499,10 +523,10 @@ fn failover_nvml(stages: &settings::Stages) -> Option<(Arc<nvml_wrapper::Nvml>, 
 }
 
 /// Loads libdcgm and says what runs: the exporter's and the library's versions, the mode.
-fn load_library(stages: &settings::Stages) -> Result<(Arc<dcgm_sys::Library>, String), String> {
-    let library = Arc::new(
-        dcgm_sys::Library::load(stages.dcgm_library.as_deref()).map_err(|e| e.to_string())?,
-    );
+fn load_library(
+    stages: &settings::Stages,
+) -> Result<(Arc<dcgm_sys::Library>, String), dcgm_sys::Error> {
+    let library = Arc::new(dcgm_sys::Library::load(stages.dcgm_library.as_deref())?);
     let embedded = matches!(stages.engine, Engine::Embedded) && stages.engines.is_empty();
     crate::collect::heal::apply_denylist(&library, &stages.collect.profiling, embedded);
     let dcgm_version = library.version().unwrap_or_else(|e| {
@@ -550,13 +574,7 @@ fn warn_without_profiling_rights() {
 enum Started {
     /// A signal asked to stop: a clean exit.
     Stopped,
-    Failed(String),
-}
-
-impl From<String> for Started {
-    fn from(e: String) -> Started {
-        Started::Failed(e)
-    }
+    Failed(Error),
 }
 
 /// Connects and builds the watches once. A remote engine not reachable yet is retried by
@@ -568,45 +586,53 @@ fn start_collecting(
     exit_if_unreachable: bool,
     stop: &dyn Fn() -> bool,
 ) -> Result<Option<Worker<Dcgm>>, Started> {
-    match runner.start(stop) {
-        Ok(w) => Ok(Some(w)),
-        Err(app::StartupError::Stopped) => Err(Started::Stopped),
+    let e = match runner.start(stop) {
+        Ok(w) => return Ok(Some(w)),
+        Err(app::StartupError::Stopped) => return Err(Started::Stopped),
         // A selector naming an entity this node lacks: the flag's error, not DCGM's.
-        Err(app::StartupError::Config(msg)) => Err(msg.into()),
-        Err(app::StartupError::Dcgm(e)) => {
-            // Nothing says yet which GPUs a remote engine has: NVML stands in once it did.
-            let nvml_serves = runner.library.is_some()
-                && runner.nvml.is_some()
-                && matches!(runner.engine, Engine::Embedded);
-            let why = match &runner.engine {
-                Engine::Remote(t) => format!("cannot use the DCGM host engine at {t}: {e}"),
-                Engine::Embedded => format!("cannot start the embedded DCGM host engine: {e}"),
-            };
-            match &runner.engine {
-                // The operator asked for dcgm-exporter's exit (the orchestrator restarts the
-                // pod), NVML or not.
-                Engine::Remote(_) if exit_if_unreachable => return Err(format!("{why} (is nv-hostengine running and reachable? IPv6 addresses go in brackets: [::1]:5555)").into()),
-                // DCGM itself refuses this pair of releases (the message names both): no
-                // retry helps until the library or the engine changes, so the start stops.
-                Engine::Remote(_) if dcgm_sys::is_version_skew(&e) => return Err(why.into()),
-                _ if nvml_serves => tracing::warn!(
-                    "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
-                ),
-                // In a sidecar set-up the exporter often starts before the engine: retried
-                // like an engine lost later, with /health 503 meanwhile.
-                Engine::Remote(_) if runner.nvml.is_some() => tracing::warn!(
-                    "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits \
-                     instead); NVML stands in for none of its GPUs until it has said which it has"
-                ),
-                Engine::Remote(_) => tracing::warn!(
-                    "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
-                ),
-                Engine::Embedded => return Err(why.into()),
-            }
-            runner.unreachable_at_start(&why);
-            Ok(None)
+        Err(app::StartupError::Config(msg)) => return Err(Started::Failed(Error::Node(msg))),
+        Err(e) => e,
+    };
+    // Nothing says yet which GPUs a remote engine has: NVML stands in once it did.
+    let nvml_serves = runner.library.is_some()
+        && runner.nvml.is_some()
+        && matches!(runner.engine, Engine::Embedded);
+    let skew = e.is_version_skew();
+    let why = match &runner.engine {
+        // The operator asked for dcgm-exporter's exit (the orchestrator restarts the pod),
+        // NVML or not.
+        Engine::Remote(t) if exit_if_unreachable => {
+            return Err(Started::Failed(Error::Unreachable {
+                target: t.clone(),
+                source: e,
+            }))
         }
+        Engine::Remote(t) => Error::Remote {
+            target: t.clone(),
+            source: e,
+        },
+        Engine::Embedded => Error::Embedded { source: e },
+    };
+    match &runner.engine {
+        // DCGM itself refuses this pair of releases (the message names both): no retry
+        // helps until the library or the engine changes, so the start stops.
+        Engine::Remote(_) if skew => return Err(Started::Failed(why)),
+        _ if nvml_serves => tracing::warn!(
+            "{why}; NVML serves the core GPU series while DCGM is retried with backoff (--backend auto)"
+        ),
+        // In a sidecar set-up the exporter often starts before the engine: retried like an
+        // engine lost later, with /health 503 meanwhile.
+        Engine::Remote(_) if runner.nvml.is_some() => tracing::warn!(
+            "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits \
+             instead); NVML stands in for none of its GPUs until it has said which it has"
+        ),
+        Engine::Remote(_) => tracing::warn!(
+            "{why}; retrying with backoff (--exit-if-hostengine-unreachable exits instead)"
+        ),
+        Engine::Embedded => return Err(Started::Failed(why)),
     }
+    runner.unreachable_at_start(&why.to_string());
+    Ok(None)
 }
 
 /// The process's signals, handled from the first moments of the start: SIGHUP reloads
@@ -675,7 +701,7 @@ async fn serve_http(
     shared: Arc<Shared>,
     signals: &Signals,
     ended_rx: tokio::sync::oneshot::Receiver<()>,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let serving = match server {
         Some(server) => {
@@ -689,15 +715,15 @@ async fn serve_http(
     };
     let result = tokio::select! {
         _ = signals.wait() => Ok(()),
-        _ = ended_rx => Err("the collection thread ended unexpectedly".to_string()),
+        _ = ended_rx => Err(Error::CollectionEnded),
     };
     tracing::info!("shutting down");
     let _ = tx.send(true);
     let served = match serving {
         Some(s) => s
             .await
-            .map_err(|e| format!("the HTTP server failed: {e}"))
-            .and_then(|r| r),
+            .map_err(Error::HttpTask)
+            .and_then(|r| r.map_err(Error::Http)),
         None => Ok(()),
     };
     result.and(served)
@@ -724,21 +750,21 @@ fn spawn_watched(
     Ok((handle, ended_rx))
 }
 
-fn thread_panic(panic: Box<dyn std::any::Any + Send>) -> String {
+fn thread_panic(panic: Box<dyn std::any::Any + Send>) -> Error {
     let what = panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_default();
-    format!("the collection thread panicked: {what}")
+    Error::CollectionPanicked(what)
 }
 
 /// A Kubernetes API client when a feature needs one; None when none is needed or no
 /// configuration exists (in-cluster or KUBECONFIG). A broken configuration is fatal only
 /// for `-m`: pod metadata and DRA are then off with a warning, as dcgm-exporter does.
-fn kube_api_for(wants: &settings::KubeWants) -> Result<Option<KubeApi>, String> {
+fn kube_api_for(wants: &settings::KubeWants) -> Result<Option<KubeApi>, Error> {
     if wants.configmap {
-        return KubeApi::connect();
+        return KubeApi::connect().map_err(Error::KubeApi);
     }
     if !wants.pod_metadata && !wants.dra {
         return Ok(None);
@@ -796,7 +822,7 @@ fn counters_source(
     interval: Duration,
     api: Option<&KubeApi>,
     control: &std::sync::mpsc::Sender<Control>,
-) -> Result<configmap::CountersSource, String> {
+) -> Result<configmap::CountersSource, Error> {
     let Some(configmap_data) = &counters.configmap else {
         return Ok(configmap::CountersSource::File {
             path: counters.path.clone(),
@@ -804,11 +830,9 @@ fn counters_source(
             emulate: counters.emulate,
         });
     };
-    let (namespace, name) = configmap::parse_ref(configmap_data)?;
-    let api = api.ok_or_else(|| {
-        format!(
-            "-m {configmap_data}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)"
-        )
+    let (namespace, name) = configmap::parse_ref(configmap_data).map_err(Error::CountersSource)?;
+    let api = api.ok_or_else(|| Error::NoKubeApi {
+        configmap: configmap_data.clone(),
     })?;
     let control = std::sync::Mutex::new(control.clone());
     watchers::counters_configmap::open(api, &namespace, &name, interval, move || {
@@ -817,6 +841,7 @@ fn counters_source(
             .unwrap_or_else(|p| p.into_inner())
             .send(Control::Reload);
     })
+    .map_err(Error::CountersSource)
 }
 
 /// The attribution stage with its sources and self-metrics; NVML is loaded only with `-k`
@@ -825,7 +850,7 @@ fn attribution_stage(
     stages: &settings::Stages,
     shared: &Shared,
     api: Option<&KubeApi>,
-) -> Result<Attribution, String> {
+) -> Result<Attribution, Error> {
     let s = &stages.attribution;
     for flag in &s.ignored_without_k {
         tracing::warn!("{flag} has no effect without -k/--kubernetes");
@@ -847,7 +872,8 @@ fn attribution_stage(
     }
     let mut stage = Attribution::new(s.options.clone(), nvml);
     if let Some((socket, label)) = &s.container {
-        stage = stage.with_source(Box::new(container_source(socket, label, interval)?));
+        let source = container_source(socket, label, interval).map_err(Error::Attribution)?;
+        stage = stage.with_source(Box::new(source));
     } else if s.socket_without_labels {
         tracing::warn!("--container-runtime-socket has no effect without --container-labels");
     }
@@ -902,8 +928,8 @@ async fn futures_select_all<F: std::future::Future + Unpin>(futs: impl Iterator<
 
 #[cfg(test)]
 mod tests {
-    use super::settings::millis;
-    use super::{dcgm_log_env, set_dcgm_log_env, spawn_watched, thread_panic};
+    use super::settings::{millis, Error as SettingsError};
+    use super::{dcgm_log_env, set_dcgm_log_env, spawn_watched, thread_panic, Error};
     use crate::config::cli;
 
     fn config(args: &[&str]) -> cli::Config {
@@ -923,7 +949,7 @@ mod tests {
         assert!(dcgm_log_env(&config(&["--enable-dcgm-log", "-r", "h:5555"])).is_empty());
         assert!(dcgm_log_env(&config(&[])).is_empty());
         // Nothing to set: fine whatever the threads.
-        assert_eq!(set_dcgm_log_env(&config(&[])), Ok(()));
+        assert!(matches!(set_dcgm_log_env(&config(&[])), Ok(())));
     }
 
     #[test]
@@ -932,7 +958,10 @@ mod tests {
         // when it sets DCGM's environment.
         let c = config(&["--enable-dcgm-log", "--dcgm-log-level", "WARN"]);
         let e = set_dcgm_log_env(&c).unwrap_err();
-        assert!(e.contains("before any thread starts"), "{e}");
+        assert!(
+            matches!(e, Error::LogEnvTooLate { threads } if threads > 1),
+            "{e}"
+        );
         assert_ne!(std::env::var("__DCGM_DBG_LVL").as_deref(), Ok("WARN"));
     }
 
@@ -950,26 +979,43 @@ mod tests {
                 .expect_err("by dropping the sender");
         });
         let e = handle.join().map_err(thread_panic).unwrap_err();
-        assert_eq!(e, "the collection thread panicked: frozen");
+        assert!(matches!(&e, Error::CollectionPanicked(what) if what == "frozen"));
+        assert_eq!(e.to_string(), "the collection thread panicked: frozen");
     }
 
     #[test]
     fn duration_flags_must_fit_dcgm_microseconds() {
-        assert_eq!(millis("-c", 30000, false), Ok(30000));
-        assert_eq!(millis("-x", 0, true), Ok(0));
+        assert_eq!(millis("-c", 30000, false).ok(), Some(30000));
+        assert_eq!(millis("-x", 0, true).ok(), Some(0));
         assert_eq!(
-            millis("-c", i64::MAX / 1000, false),
-            Ok((i64::MAX / 1000) as u64)
+            millis("-c", i64::MAX / 1000, false).ok(),
+            Some((i64::MAX / 1000) as u64)
         );
         let e = millis("-c", i64::MAX / 1000 + 1, false).unwrap_err();
         assert!(
-            e.starts_with("-c 9223372036854776:") && e.contains("too large"),
+            matches!(&e, SettingsError::TooLarge { flag, ms: 9223372036854776 } if flag == "-c"),
             "{e}"
         );
+        assert_eq!(
+            e.to_string(),
+            "-c 9223372036854776: too large (at most 9223372036854775 milliseconds)"
+        );
         let e = millis("--clock-events-count-window-size", i64::MAX, true).unwrap_err();
-        assert!(e.starts_with("--clock-events-count-window-size "), "{e}");
-        assert!(millis("-x", -1, true).unwrap_err().contains("negative"));
-        assert!(millis("-c", -5, false).unwrap_err().contains("positive"));
-        assert!(millis("-c", 0, false).unwrap_err().contains("positive"));
+        assert!(
+            matches!(&e, SettingsError::TooLarge { flag, .. } if flag == "--clock-events-count-window-size"),
+            "{e}"
+        );
+        assert!(matches!(
+            millis("-x", -1, true),
+            Err(SettingsError::Negative { ms: -1, .. })
+        ));
+        assert!(matches!(
+            millis("-c", -5, false),
+            Err(SettingsError::NotPositive { ms: -5, .. })
+        ));
+        assert!(matches!(
+            millis("-c", 0, false),
+            Err(SettingsError::NotPositive { ms: 0, .. })
+        ));
     }
 }

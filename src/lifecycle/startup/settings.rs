@@ -13,6 +13,58 @@ use crate::output::SinkSettings;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// Why the flags (and the config file they name) make no settings.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The config file.
+    #[error(transparent)]
+    File(#[from] crate::config::file::Error),
+    /// The OTLP push's flags and environment.
+    #[error(transparent)]
+    Otlp(#[from] crate::config::otlp::Error),
+    /// A flag whose own parser refused it (selectors, healing, aggregation, ID type...).
+    #[error("{0}")]
+    Flag(String),
+    /// A host engine address that does not parse (`whence`: the flag, element or key).
+    #[error("{whence}: {why}")]
+    EngineAddress { whence: String, why: String },
+    #[error("{whence}: the host engine {target} is listed twice")]
+    EngineTwice {
+        whence: String,
+        target: dcgm_sys::ConnectTarget,
+    },
+    #[error(
+        "-a \"\" turns the HTTP listener off; it needs --textfile-directory or an OTLP \
+         endpoint (--otlp-endpoint)"
+    )]
+    NoOutput,
+    #[error("{flag} {ms}: the collect interval must be a positive number of milliseconds")]
+    NotPositive { flag: String, ms: i64 },
+    #[error("{flag} {ms}: must not be negative")]
+    Negative { flag: String, ms: i64 },
+    #[error("{flag} {ms}: too large (at most {MAX_MS} milliseconds)")]
+    TooLarge { flag: String, ms: i64 },
+    /// A duration flag that is no duration.
+    #[error("{flag}: {why}")]
+    Duration { flag: &'static str, why: String },
+    #[error("--usage-idle-window {0}: must be longer than 0")]
+    ZeroIdleWindow(String),
+    #[error("--usage-max-consumers-per-gpu {0}: must be a positive number")]
+    MaxConsumers(i64),
+    #[error(
+        "--usage-accounting needs consumers to account for: -k (pods), --container-labels \
+         (containers) or --hpc-job-mapping-dir (HPC jobs)"
+    )]
+    NoConsumers,
+    #[error("--watch-max-keep-samples {0}: must be between 0 and {max}", max = i32::MAX)]
+    KeepSamples(i64),
+    #[error("--watch-max-keep-age 0s keeps samples forever: set --watch-max-keep-samples too")]
+    KeepForever,
+}
+
+/// The longest duration flag, in milliseconds: DCGM's microseconds as an i64.
+const MAX_MS: i64 = i64::MAX / 1000;
+
 /// Every stage's settings, made once at start.
 pub struct Stages {
     pub engine: Engine,
@@ -96,7 +148,7 @@ pub struct AttributionSettings {
 }
 
 /// Every stage's settings from the command line (and the config file it names).
-pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
+pub fn from_config(mut config: cli::Config) -> Result<Stages, Error> {
     let file_settings = crate::config::file::apply(&mut config)?;
     let listed = remote_engines(&config, &file_settings.host_engines)?;
     let engine = match listed.first() {
@@ -161,7 +213,7 @@ pub fn from_config(mut config: cli::Config) -> Result<Stages, String> {
 fn remote_engines(
     config: &cli::Config,
     file: &[crate::config::file::HostEngine],
-) -> Result<Vec<(Option<String>, dcgm_sys::ConnectTarget)>, String> {
+) -> Result<Vec<(Option<String>, dcgm_sys::ConnectTarget)>, Error> {
     const FLAG: &str = "-r/--remote-hostengine-info";
     let listed: Vec<(Option<String>, String, String)> = match config.remote_hostengine() {
         Some(list) if list.contains(',') => list
@@ -180,9 +232,12 @@ fn remote_engines(
     };
     let mut out: Vec<(Option<String>, dcgm_sys::ConnectTarget)> = Vec::new();
     for (name, address, whence) in listed {
-        let t = dcgm_sys::ConnectTarget::parse(&address).map_err(|e| format!("{whence}: {e}"))?;
+        let t = match dcgm_sys::ConnectTarget::parse(&address) {
+            Ok(t) => t,
+            Err(why) => return Err(Error::EngineAddress { whence, why }),
+        };
         if out.iter().any(|(_, o)| o.to_string() == t.to_string()) {
-            return Err(format!("{whence}: the host engine {t} is listed twice"));
+            return Err(Error::EngineTwice { whence, target: t });
         }
         out.push((name, t));
     }
@@ -235,16 +290,16 @@ fn collect_settings(
     config: &cli::Config,
     watch_groups: Vec<collect::WatchGroup>,
     engine: &Engine,
-) -> Result<collect::Settings, String> {
+) -> Result<collect::Settings, Error> {
     let (keep_age_s, keep_samples, keep_explicit) = keep_limits(config)?;
     let remote_host = match engine {
         Engine::Remote(t) => t.host(),
         Engine::Embedded => None,
     };
     Ok(collect::Settings {
-        gpus: selector::parse("-d", &config.devices)?,
-        switches: selector::parse("-s", &config.switch_devices)?,
-        cpus: selector::parse("-p", &config.cpu_devices)?,
+        gpus: selector::parse("-d", &config.devices).map_err(Error::Flag)?,
+        switches: selector::parse("-s", &config.switch_devices).map_err(Error::Flag)?,
+        cpus: selector::parse("-p", &config.cpu_devices).map_err(Error::Flag)?,
         compute_instances: config.compute_instances,
         use_old_namespace: config.use_old_namespace,
         replace_blanks_in_model_name: config.replace_blanks_in_model_name,
@@ -270,24 +325,23 @@ fn collect_settings(
         emulate: config.emulate_version,
         low_cardinality: config.low_cardinality,
         profiling: collect::heal::Options::from_flags(
-            config.profiling_healing()?,
-            config.dcgm_denylist()?,
+            config.profiling_healing().map_err(Error::Flag)?,
+            config.dcgm_denylist().map_err(Error::Flag)?,
         ),
         aggregate: collect::aggregate::Options::from_flags(
             &config.aggregate,
             &config.aggregate_period,
             millis("-c", config.collect_interval, false)?,
-        )?,
+        )
+        .map_err(Error::Flag)?,
     })
 }
 
 /// `-a ""` turns the listener off, which leaves the textfile or the OTLP push.
-fn http_settings(config: &cli::Config, otlp: bool) -> Result<Option<HttpSettings>, String> {
+fn http_settings(config: &cli::Config, otlp: bool) -> Result<Option<HttpSettings>, Error> {
     if config.address.is_empty() {
         if config.textfile_directory.is_empty() && !otlp {
-            return Err(
-                "-a \"\" turns the HTTP listener off; it needs --textfile-directory or an OTLP endpoint (--otlp-endpoint)".into(),
-            );
+            return Err(Error::NoOutput);
         }
         return Ok(None);
     }
@@ -309,8 +363,8 @@ fn http_settings(config: &cli::Config, otlp: bool) -> Result<Option<HttpSettings
 fn otlp_settings(
     config: &cli::Config,
     env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Option<crate::config::otlp::Settings>, String> {
-    crate::config::otlp::settings(
+) -> Result<Option<crate::config::otlp::Settings>, Error> {
+    Ok(crate::config::otlp::settings(
         &crate::config::otlp::Flags {
             endpoint: &config.otlp_endpoint,
             protocol: &config.otlp_protocol,
@@ -318,13 +372,13 @@ fn otlp_settings(
             queue_size: config.otlp_queue_size,
         },
         env,
-    )
+    )?)
 }
 
 fn attribution_settings(
     config: &cli::Config,
     interval: Duration,
-) -> Result<AttributionSettings, String> {
+) -> Result<AttributionSettings, Error> {
     let only_with_k = [
         (
             config.kubernetes_gpu_id_type != "uid",
@@ -345,7 +399,7 @@ fn attribution_settings(
     let options = attribution::Options {
         kubernetes: config.kubernetes,
         kubelet_socket: config.pod_resources_kubelet_socket.clone(),
-        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type).map_err(Error::Flag)?,
         resource_names: config.nvidia_resource_names.clone(),
         virtual_gpus: config.kubernetes_virtual_gpus,
         old_names: config.use_old_namespace,
@@ -390,33 +444,25 @@ fn attribution_settings(
 
 /// `--usage-accounting` and its flags (checked whether it is on or not: a bad value is an
 /// error either way). It needs consumers: pods, containers or HPC jobs.
-fn usage_settings(config: &cli::Config) -> Result<Option<attribution::usage::Settings>, String> {
-    let window = crate::config::duration::parse(&config.usage_idle_window)
-        .map_err(|e| format!("--usage-idle-window: {e}"))?;
+fn usage_settings(config: &cli::Config) -> Result<Option<attribution::usage::Settings>, Error> {
+    let window = crate::config::duration::parse(&config.usage_idle_window).map_err(|why| {
+        Error::Duration {
+            flag: "--usage-idle-window",
+            why,
+        }
+    })?;
     if window.is_zero() {
-        return Err(format!(
-            "--usage-idle-window {}: must be longer than 0",
-            config.usage_idle_window
-        ));
+        return Err(Error::ZeroIdleWindow(config.usage_idle_window.clone()));
     }
     let max = usize::try_from(config.usage_max_consumers_per_gpu)
         .ok()
         .filter(|n| *n > 0)
-        .ok_or_else(|| {
-            format!(
-                "--usage-max-consumers-per-gpu {}: must be a positive number",
-                config.usage_max_consumers_per_gpu
-            )
-        })?;
+        .ok_or(Error::MaxConsumers(config.usage_max_consumers_per_gpu))?;
     if !config.usage_accounting {
         return Ok(None);
     }
     if !config.kubernetes && !config.container_labels && config.hpc_job_mapping_dir.is_empty() {
-        return Err(
-            "--usage-accounting needs consumers to account for: -k (pods), \
-             --container-labels (containers) or --hpc-job-mapping-dir (HPC jobs)"
-                .into(),
-        );
+        return Err(Error::NoConsumers);
     }
     Ok(Some(attribution::usage::Settings {
         idle_window: window,
@@ -428,24 +474,19 @@ fn usage_settings(config: &cli::Config) -> Result<Option<attribution::usage::Set
 /// --watch-max-keep-samples, and whether either was given (flag or environment; then every
 /// watch keeps that, else each keeps what it reads). `0s` means no age limit, which DCGM
 /// accepts only together with a sample limit.
-fn keep_limits(config: &cli::Config) -> Result<(f64, i32, bool), String> {
-    let age = crate::config::duration::parse(&config.watch_max_keep_age)
-        .map_err(|e| format!("--watch-max-keep-age: {e}"))?;
+fn keep_limits(config: &cli::Config) -> Result<(f64, i32, bool), Error> {
+    let age = crate::config::duration::parse(&config.watch_max_keep_age).map_err(|why| {
+        Error::Duration {
+            flag: "--watch-max-keep-age",
+            why,
+        }
+    })?;
     let samples = i32::try_from(config.watch_max_keep_samples)
         .ok()
         .filter(|n| *n >= 0)
-        .ok_or_else(|| {
-            format!(
-                "--watch-max-keep-samples {}: must be between 0 and {}",
-                config.watch_max_keep_samples,
-                i32::MAX
-            )
-        })?;
+        .ok_or(Error::KeepSamples(config.watch_max_keep_samples))?;
     if age.is_zero() && samples == 0 {
-        return Err(
-            "--watch-max-keep-age 0s keeps samples forever: set --watch-max-keep-samples too"
-                .into(),
-        );
+        return Err(Error::KeepForever);
     }
     let explicit = config.is_set("watch-max-keep-age") || config.is_set("watch-max-keep-samples");
     Ok((age.as_secs_f64(), samples, explicit))
@@ -453,26 +494,22 @@ fn keep_limits(config: &cli::Config) -> Result<(f64, i32, bool), String> {
 
 /// A duration flag in milliseconds. DCGM takes durations in microseconds as an i64, so a
 /// value that overflows that is refused here rather than wrapped.
-pub(super) fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, String> {
-    const MAX_MS: i64 = i64::MAX / 1000;
+pub(super) fn millis(flag: &str, ms: i64, zero_ok: bool) -> Result<u64, Error> {
+    let flag = flag.to_string();
     match ms {
-        m if m <= 0 && !zero_ok => Err(format!(
-            "{flag} {ms}: the collect interval must be a positive number of milliseconds"
-        )),
-        m if m < 0 => Err(format!("{flag} {ms}: must not be negative")),
-        m if m > MAX_MS => Err(format!(
-            "{flag} {ms}: too large (at most {MAX_MS} milliseconds)"
-        )),
+        m if m <= 0 && !zero_ok => Err(Error::NotPositive { flag, ms }),
+        m if m < 0 => Err(Error::Negative { flag, ms }),
+        m if m > MAX_MS => Err(Error::TooLarge { flag, ms }),
         m => Ok(m as u64),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::from_config;
+    use super::{from_config, Error};
     use crate::config::cli;
 
-    fn stages(args: &[&str]) -> Result<super::Stages, String> {
+    fn stages(args: &[&str]) -> Result<super::Stages, Error> {
         // The cli tests set flags' environment variables meanwhile.
         let _env = cli::tests::lock();
         from_config(
@@ -518,7 +555,7 @@ mod tests {
     #[test]
     fn no_listener_needs_the_textfile() {
         let e = stages(&["-a", ""]).err().expect("refused");
-        assert!(e.contains("needs --textfile-directory"), "{e}");
+        assert!(matches!(e, Error::NoOutput), "{e}");
         let s = stages(&["-a", "", "--otlp-endpoint", "http://127.0.0.1:4318"]).unwrap();
         assert!(s.http.is_none() && s.otlp.is_some());
         let s = stages(&["-a", "", "--textfile-directory", "/tmp/tf"]).unwrap();
@@ -542,7 +579,7 @@ mod tests {
     fn usage_accounting_flags() {
         assert!(stages(&[]).unwrap().attribution.options.usage.is_none());
         let e = stages(&["--usage-accounting"]).err().expect("no consumers");
-        assert!(e.starts_with("--usage-accounting needs consumers"), "{e}");
+        assert!(matches!(e, Error::NoConsumers), "{e}");
         let s = stages(&[
             "-k",
             "--usage-accounting",
@@ -559,23 +596,42 @@ mod tests {
         assert_eq!(s.attribution.options.proc_root.to_str(), Some("/host/proc"));
         assert!(s.kube.pod_metadata && s.attribution.nvml);
         assert!(stages(&["--hpc-job-mapping-dir", "/x", "--usage-accounting"]).is_ok());
-        for (args, flag) in [
-            (&["--usage-idle-window", "0s"][..], "--usage-idle-window"),
-            (&["--usage-idle-window=-5m"][..], "--usage-idle-window"),
-            (&["--usage-idle-window", "soon"][..], "--usage-idle-window"),
+        type Is = fn(&Error) -> bool;
+        let bad: [(&[&str], Is); 5] = [
             (
-                &["--usage-max-consumers-per-gpu", "0"][..],
-                "--usage-max-consumers-per-gpu",
+                &["--usage-idle-window", "0s"],
+                |e| matches!(e, Error::ZeroIdleWindow(w) if w == "0s"),
             ),
-            (
-                &["--usage-max-consumers-per-gpu=-3"][..],
-                "--usage-max-consumers-per-gpu",
-            ),
-        ] {
+            (&["--usage-idle-window=-5m"], |e| {
+                matches!(
+                    e,
+                    Error::Duration {
+                        flag: "--usage-idle-window",
+                        ..
+                    }
+                )
+            }),
+            (&["--usage-idle-window", "soon"], |e| {
+                matches!(
+                    e,
+                    Error::Duration {
+                        flag: "--usage-idle-window",
+                        ..
+                    }
+                )
+            }),
+            (&["--usage-max-consumers-per-gpu", "0"], |e| {
+                matches!(e, Error::MaxConsumers(0))
+            }),
+            (&["--usage-max-consumers-per-gpu=-3"], |e| {
+                matches!(e, Error::MaxConsumers(-3))
+            }),
+        ];
+        for (args, is) in bad {
             let e = stages(args)
                 .err()
                 .unwrap_or_else(|| panic!("{args:?} accepted"));
-            assert!(e.starts_with(flag), "{args:?}: {e}");
+            assert!(is(&e), "{args:?}: {e}");
         }
     }
 
@@ -608,23 +664,27 @@ mod tests {
         let s = stages(&["-r", "h:1,h:2"]).unwrap();
         let labels: Vec<&str> = s.engines.iter().map(|e| e.label.as_str()).collect();
         assert_eq!(labels, ["h:1", "h:2"]);
-        for (list, wants) in [
-            (
-                "h:1,h:1",
-                "-r/--remote-hostengine-info (element 2): the host engine h:1 is listed twice",
-            ),
-            (
-                "h:1,",
-                "-r/--remote-hostengine-info (element 2): empty host engine address",
-            ),
-            (
-                "h:1,unix://",
-                "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path",
-            ),
+        const SECOND: &str = "-r/--remote-hostengine-info (element 2)";
+        let e = stages(&["-r", "h:1,h:1"]).err().expect("twice");
+        assert!(
+            matches!(&e, Error::EngineTwice { whence, target } if whence == SECOND && target.to_string() == "h:1"),
+            "{e}"
+        );
+        for (list, why_starts) in [
+            ("h:1,", "empty host engine address"),
+            ("h:1,unix://", "'unix://': unix:// needs a socket path"),
         ] {
             let e = stages(&["-r", list]).err().expect(list);
-            assert!(e.starts_with(wants), "{list}: {e}");
+            assert!(
+                matches!(&e, Error::EngineAddress { whence, why } if whence == SECOND && why.starts_with(why_starts)),
+                "{list}: {e}"
+            );
         }
+        // The words: the flag and the element, then what is wrong.
+        assert_eq!(
+            stages(&["-r", "h:1,unix://"]).err().unwrap().to_string(),
+            "-r/--remote-hostengine-info (element 2): 'unix://': unix:// needs a socket path"
+        );
     }
 
     /// `sources.dcgm.hostEngines`: the engines and their names, `-r` given wins, and a bad
@@ -653,14 +713,15 @@ mod tests {
         assert!(s.engines.is_empty(), "-r given wins");
         let bad = file("{name: a, address: \"h:1\"}, {name: b, address: \"unix://\"}");
         let e = stages(&["--config-file", &bad]).err().unwrap();
+        let key = format!("{bad}: sources.dcgm.hostEngines[1].address");
         assert!(
-            e.starts_with(&format!("{bad}: sources.dcgm.hostEngines[1].address: ")),
+            matches!(&e, Error::EngineAddress { whence, .. } if *whence == key),
             "{e}"
         );
         let twice = file("{name: a, address: \"h:1\"}, {name: b, address: \"h:1\"}");
         let e = stages(&["--config-file", &twice]).err().unwrap();
         assert!(
-            e.contains("hostEngines[1].address: the host engine h:1 is listed twice"),
+            matches!(&e, Error::EngineTwice { whence, target } if whence.ends_with("hostEngines[1].address") && target.to_string() == "h:1"),
             "{e}"
         );
     }
