@@ -197,7 +197,7 @@ fn the_4_8_4_config_and_timeout_values_render_as_in_nvidias_chart() {
     assert_eq!(volume["configMap"]["name"], "dcgm-exporter-config");
     // The file the chart writes is one our binary reads.
     let (_dir, file) = temp_file("config.yaml", cm["data"]["config.yaml"].as_str().unwrap());
-    let read = dcgm_exporter::config::file::load(&file).unwrap();
+    let read = dcgm_exporter::config::file::read(&file).unwrap();
     assert_eq!((read.schema, read.max_concurrent_scrapes), (2, Some(4)));
     // And the chart's default data too.
     let Some(objects) = render(&json!({"config": {"enabled": true}}), None) else {
@@ -208,7 +208,7 @@ fn the_4_8_4_config_and_timeout_values_render_as_in_nvidias_chart() {
         .find(|m| m["metadata"]["name"] == "dcgm-exporter-config")
         .expect("config ConfigMap");
     std::fs::write(&file, cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
-    let read = dcgm_exporter::config::file::load(&file).unwrap();
+    let read = dcgm_exporter::config::file::read(&file).unwrap();
     assert_eq!((read.schema, read.interval_ms), (1, Some(30_000)));
     // An existing ConfigMap: none created, the volume names it.
     let Some(objects) = render(

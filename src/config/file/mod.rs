@@ -116,11 +116,6 @@ pub fn read(path: &Path) -> Result<FileSettings, Error> {
     model.check(&name, path)
 }
 
-/// [`read`], its error as the message: the form the fuzz and deployment tests take.
-pub fn load(path: &Path) -> Result<FileSettings, String> {
-    read(path).map_err(|e| e.to_string())
-}
-
 /// The counters at `path`: a counters CSV, or a configuration file with inline
 /// `metrics.fields` (recognised by its `.yaml`/`.yml` extension).
 /// `given`: the path was named (flag, env or config file); else a missing default file
