@@ -10,6 +10,7 @@
 //! wake-ups, process identity, the Kubernetes API client) and `logging` (logrus-shaped
 //! lines).
 #![forbid(unsafe_code)]
+#![warn(unreachable_pub)]
 
 pub mod attribution;
 pub mod collect;

@@ -15,8 +15,8 @@
 //! [--seconds 20] [--iterations 200]`
 
 use crate::{arg, cpu_seconds, exporter, free_port, get, rss_kib, self_metric, Killed};
-use dcgm_exporter::model::naming::PromType;
 use dcgm_exporter::config::otlp::Naming;
+use dcgm_exporter::model::naming::PromType;
 use dcgm_exporter::model::Page;
 use dcgm_exporter::output::exposition::Exposition;
 use dcgm_exporter::output::otlp::PageConverter;

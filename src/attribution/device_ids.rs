@@ -2,13 +2,13 @@
 //! into the keys GPU series are looked up by, as dcgm-exporter understands them.
 
 /// dcgm-exporter's own resource name and the prefix of the mixed-strategy MIG resources.
-pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
-pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
-pub const MIG_UUID_PREFIX: &str = "MIG-";
+pub(crate) const GPU_RESOURCE: &str = "nvidia.com/gpu";
+pub(crate) const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+pub(crate) const MIG_UUID_PREFIX: &str = "MIG-";
 
 /// Whether a kubelet resource is a GPU: `nvidia.com/gpu`, one of `--nvidia-resource-names`
 /// (exact match), or a `nvidia.com/mig-*` resource.
-pub fn is_gpu_resource(resource: &str, extra: &[String]) -> bool {
+pub(crate) fn is_gpu_resource(resource: &str, extra: &[String]) -> bool {
     resource == GPU_RESOURCE
         || extra.iter().any(|r| r == resource)
         || resource.starts_with(MIG_RESOURCE_PREFIX)
@@ -16,7 +16,7 @@ pub fn is_gpu_resource(resource: &str, extra: &[String]) -> bool {
 
 /// The sharing replica of a device id: the text after `/vgpu` (GKE) or after `::` (NVIDIA's
 /// device plugin with time-slicing or MPS).
-pub fn shared_gpu(id: &str) -> Option<&str> {
+pub(crate) fn shared_gpu(id: &str) -> Option<&str> {
     if let Some((_, v)) = id.split_once("/vgpu") {
         return Some(v);
     }
@@ -24,7 +24,7 @@ pub fn shared_gpu(id: &str) -> Option<&str> {
 }
 
 /// A device id without its time-slicing replica suffix (`<id>::N` -> `<id>`).
-pub fn strip_vgpu_suffix(id: &str) -> &str {
+pub(crate) fn strip_vgpu_suffix(id: &str) -> &str {
     id.split_once("::").map_or(id, |(base, _)| base)
 }
 
@@ -58,7 +58,7 @@ pub struct MigLocation {
 /// - always the raw id.
 ///
 /// `mig` resolves a MIG UUID; `gpu_index` maps a GPU UUID to its DCGM index.
-pub fn keys(
+pub(crate) fn keys(
     id: &str,
     mig: &dyn Fn(&str) -> Option<MigLocation>,
     gpu_index: &dyn Fn(&str) -> Option<u32>,

@@ -21,15 +21,15 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 /// Most MIG devices remembered (placed, or failed): far above any node's (8 GPUs x 7).
-pub const MAX_CACHED: usize = 4096;
+pub(crate) const MAX_CACHED: usize = 4096;
 
 /// How long a device that could not be placed waits before it is asked again (a layout
 /// change asks again at once).
-pub const RETRY: Duration = Duration::from_secs(30);
+pub(crate) const RETRY: Duration = Duration::from_secs(30);
 
 /// A GPU's MIG layout as the page shows it: (GPU UUID, GPU-instance id, profile) of each
 /// MIG-instance series.
-pub type Layout = BTreeSet<(String, String, String)>;
+pub(crate) type Layout = BTreeSet<(String, String, String)>;
 
 /// One round of NVML work.
 struct Job {
@@ -49,7 +49,10 @@ struct Answer {
 
 /// Direct lookups first; one walk of every GPU's MIG devices for those they could not
 /// place. The walk's whole table comes back, so the next new UUID is usually a cache hit.
-pub fn locate(nvml: &dyn NvmlView, uuids: &[String]) -> (Vec<MigDevice>, Vec<(String, String)>) {
+pub(crate) fn locate(
+    nvml: &dyn NvmlView,
+    uuids: &[String],
+) -> (Vec<MigDevice>, Vec<(String, String)>) {
     let mut placed = Vec::new();
     let mut missed = Vec::new();
     for u in uuids {
@@ -176,7 +179,7 @@ impl NvmlThread {
 
 /// What one collection learnt from NVML.
 #[derive(Default)]
-pub struct Round {
+pub(crate) struct Round {
     /// Processes per GPU UUID, when NVML answered this collection.
     pub processes: Option<HashMap<String, Result<Vec<Process>, String>>>,
     /// NVML itself not answering (stuck, gone).
@@ -188,7 +191,7 @@ pub struct Round {
 }
 
 /// The MIG placement cache and the NVML thread. Owned by the attribution stage.
-pub struct Placer {
+pub(crate) struct Placer {
     thread: Option<NvmlThread>,
     /// Why there is no NVML (not loaded), for the unplaced devices' reason.
     absent: String,
@@ -204,7 +207,7 @@ pub struct Placer {
 impl Placer {
     /// `nvml`: the library, or why there is none. Starting the thread can fail (no
     /// threads left): then, as without NVML, nothing is placed, and the error says why.
-    pub fn new(nvml: Result<Box<dyn NvmlView>, String>) -> (Placer, Option<String>) {
+    pub(crate) fn new(nvml: Result<Box<dyn NvmlView>, String>) -> (Placer, Option<String>) {
         let (thread, absent) = match nvml.and_then(NvmlThread::start) {
             Ok(t) => (Some(t), String::new()),
             Err(e) => (None, e),
@@ -224,20 +227,15 @@ impl Placer {
         )
     }
 
-    /// Whether an NVML is there to ask.
-    pub fn has_nvml(&self) -> bool {
-        self.thread.is_some()
-    }
-
     /// The MIG layout changed (a re-partition): forget every placement.
-    pub fn layout_changed(&mut self) {
+    pub(crate) fn layout_changed(&mut self) {
         self.cache = HashMap::new();
         self.failed = HashMap::new();
         self.generation += 1;
     }
 
     /// The layout the page shows; a change from the last one empties the caches.
-    pub fn observe(&mut self, layout: Layout) {
+    pub(crate) fn observe(&mut self, layout: Layout) {
         if self.layout.as_ref() != Some(&layout) {
             if self.layout.is_some() {
                 self.layout_changed();
@@ -247,12 +245,12 @@ impl Placer {
     }
 
     /// Where a MIG device (`MIG-…`, a `::N` replica suffix allowed) is, if placed.
-    pub fn lookup(&self, uuid: &str) -> Option<MigLocation> {
+    pub(crate) fn lookup(&self, uuid: &str) -> Option<MigLocation> {
         self.cache.get(device_ids::strip_vgpu_suffix(uuid)).cloned()
     }
 
     /// Placed devices remembered (for tests of the bound and of re-partitions).
-    pub fn cached(&self) -> usize {
+    pub(crate) fn cached(&self) -> usize {
         self.cache.len()
     }
 
@@ -278,7 +276,7 @@ impl Placer {
 
     /// Places `wanted` (MIG UUIDs, replica suffixes already stripped) and fetches the
     /// processes of `process_gpus`, waiting for NVML `wait` at most.
-    pub fn refresh(
+    pub(crate) fn refresh(
         &mut self,
         wanted: &BTreeSet<String>,
         process_gpus: Vec<String>,

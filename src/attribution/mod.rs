@@ -6,19 +6,19 @@
 //! This file holds the stage's types.
 
 pub mod container;
-pub mod device_ids;
+pub(crate) mod device_ids;
 pub mod dra;
 pub mod hpc;
 pub mod kubelet;
 mod merge;
-pub mod metrics;
-pub mod mig;
+pub(crate) mod metrics;
+pub(crate) mod mig;
 pub mod nvml;
 mod outside;
 pub mod pids;
 pub mod podmeta;
 mod sources;
-pub mod usage;
+pub(crate) mod usage;
 
 pub use merge::{claim_map, merge, pod_map};
 pub use sources::Attribution;

@@ -10,7 +10,7 @@ use super::usage::{Consumer, EntityKey, Owner};
 use std::collections::HashMap;
 
 /// The label HPC jobs' series carry, as on every series of the GPU (`merge`).
-pub const HPC_JOB_LABEL: &str = "hpc_job";
+pub(super) const HPC_JOB_LABEL: &str = "hpc_job";
 
 /// Adds a consumer to an entity's list, once (a container named twice for one device, a
 /// job listed twice in its file).
@@ -24,7 +24,7 @@ fn add(into: &mut HashMap<EntityKey, Vec<Consumer>>, key: EntityKey, c: Consumer
 /// The device-label sources' consumers on their entities: a GPU UUID is the whole GPU; a
 /// MIG device its GPU instance, when `place` (NVML, through the MIG placer) knows where it
 /// is; one it cannot place is left out, as its labels are (the placer reports it).
-pub fn place_consumers(
+pub(super) fn place_consumers(
     held: Vec<(String, Consumer)>,
     place: impl Fn(&str) -> Option<MigLocation>,
     into: &mut HashMap<EntityKey, Vec<Consumer>>,
@@ -44,7 +44,7 @@ pub fn place_consumers(
 /// GPU instance; `gpus` (the page's GPU UUID -> index) names the GPU. A file for a GPU the
 /// page does not have holds nothing (its labels land nowhere either). Each job is owned by
 /// its id, which its processes' Slurm cgroups (`job_<id>`) carry.
-pub fn hpc_consumers(
+pub(super) fn hpc_consumers(
     jobs: &HashMap<String, Vec<String>>,
     gpus: &HashMap<String, u32>,
     into: &mut HashMap<EntityKey, Vec<Consumer>>,

@@ -22,9 +22,7 @@ use dcgm_sys::Entity;
 use std::collections::HashMap;
 
 /// The fastest sampling asked of DCGM for an aggregated field.
-pub const MIN_PERIOD_MS: u64 = 100;
-/// `--aggregate-period`'s default.
-pub const DEFAULT_PERIOD: &str = "1s";
+pub(crate) const MIN_PERIOD_MS: u64 = 100;
 
 /// Fields whose samples are read back in full, never aggregated: event-driven fields
 /// (DCGM_FI_DEV_XID_ERRORS, DCGM_FI_BIND_UNBIND_EVENT) have no periodic samples.
@@ -124,7 +122,7 @@ fn pattern_matches(pattern: &str, field: u16) -> bool {
 
 /// The samples of one (entity, field) in one window.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Acc {
+pub(crate) struct Acc {
     pub count: u64,
     pub sum: f64,
     pub min: f64,
@@ -144,7 +142,7 @@ impl Default for Acc {
 
 impl Acc {
     /// Counts one sample; a non-finite one (NaN, an infinity) is no measurement.
-    pub fn add(&mut self, v: f64) {
+    pub(crate) fn add(&mut self, v: f64) {
         if !v.is_finite() {
             return;
         }
@@ -154,7 +152,7 @@ impl Acc {
         self.max = self.max.max(v);
     }
 
-    pub fn mean(&self) -> f64 {
+    pub(crate) fn mean(&self) -> f64 {
         self.sum / self.count as f64
     }
 }
@@ -162,7 +160,7 @@ impl Acc {
 /// An aggregated CSV row: its index in `Counters::all`, its field, and its four families'
 /// names and help (made once, not per series).
 #[derive(Clone, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     pub index: usize,
     pub field: u16,
     names: [String; 4],
@@ -195,7 +193,7 @@ impl Row {
 
     /// Adds the row's four series for each target that has samples, in family order.
     /// `windows` gives a target's samples (already converted to the row's field).
-    pub fn add_to(
+    pub(crate) fn add_to(
         &self,
         c: &Counter,
         targets: &[(Entity, Vec<(&str, &str)>)],
@@ -230,7 +228,7 @@ impl Row {
 /// The rows of `rows` (indices into `Counters::all`) that are aggregated: gauge rows of a
 /// numeric DCGM field `options` matches; each other row of a matched field is named once
 /// at start with why it is not aggregated.
-pub fn rows(options: &Options, counters: &Counters, rows: &[usize]) -> Vec<Row> {
+pub(crate) fn rows(options: &Options, counters: &Counters, rows: &[usize]) -> Vec<Row> {
     let mut out = Vec::new();
     for &i in rows {
         let c = &counters.all[i];
@@ -253,7 +251,7 @@ pub fn rows(options: &Options, counters: &Counters, rows: &[usize]) -> Vec<Row> 
 }
 
 /// Says once at start which `--aggregate` patterns match no row collected here.
-pub fn warn_unmatched(options: &Options, counters: &Counters, aggregated: &[&Row]) {
+pub(crate) fn warn_unmatched(options: &Options, counters: &Counters, aggregated: &[&Row]) {
     for p in &options.fields {
         let hit = aggregated.iter().any(|r| pattern_matches(p, r.field));
         if !hit {
@@ -272,7 +270,7 @@ pub fn warn_unmatched(options: &Options, counters: &Counters, aggregated: &[&Row
 }
 
 /// The DCGM side: where each watch holding an aggregated field is read from next.
-pub struct Dcgm {
+pub(crate) struct Dcgm {
     /// Per watch set (in the collector's order), its aggregated rows.
     rows: Vec<Vec<Row>>,
     cursors: Vec<Cursor>,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// One host engine of several.
 #[derive(Clone, Debug)]
-pub struct RemoteEngine {
+pub(crate) struct RemoteEngine {
     /// The engine label's value: its configured name, else its host.
     pub label: String,
     pub target: ConnectTarget,
@@ -22,7 +22,7 @@ pub struct RemoteEngine {
 
 /// What one collection job hands back to the loop: the page as DCGM (or NVML) filled it
 /// (attribution and rendering happen on the loop's thread, outside the DCGM deadline).
-pub struct Collected {
+pub(crate) struct Collected {
     pub page: Page,
     /// The node the page describes, for the sinks (when any).
     pub topology: Option<Topology>,
@@ -38,7 +38,7 @@ pub struct Collected {
 /// One collection of this round's engine collections (each with its engine's label and how
 /// long it took), each series labelled with its engine; the longest collection stands for
 /// the round's duration. `notes`: the round's degraded notes so far.
-pub fn merge<'a>(
+pub(crate) fn merge<'a>(
     fresh: impl IntoIterator<Item = (&'a str, Collected, Duration)>,
     mut notes: Vec<String>,
 ) -> (Collected, Duration) {
@@ -79,7 +79,7 @@ pub fn merge<'a>(
 
 /// Removes the series of the `gone` engines from `page`; false when no engine's series is
 /// left.
-pub fn withdraw(page: &mut Page, gone: &[String]) -> bool {
+pub(crate) fn withdraw(page: &mut Page, gone: &[String]) -> bool {
     page.rewrite(|_, s| {
         let theirs = s
             .label(ENGINE_LABEL)

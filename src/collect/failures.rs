@@ -8,7 +8,7 @@ use dcgm_sys::{Error, Status};
 use std::collections::HashMap;
 
 /// The `reason` label of a failure: DCGM's status name (`ModuleNotLoaded`, `BadParam`...).
-pub fn reason(e: &Error) -> String {
+pub(crate) fn reason(e: &Error) -> String {
     match e {
         Error::Dcgm {
             status: Status::Other(code),
@@ -24,7 +24,7 @@ pub fn reason(e: &Error) -> String {
 }
 
 /// A copy of `e` (the error type is not `Clone`), for reporting one refusal per field.
-pub fn copy(e: &Error) -> Error {
+pub(crate) fn copy(e: &Error) -> Error {
     match e {
         Error::Dcgm {
             function,
@@ -40,12 +40,12 @@ pub fn copy(e: &Error) -> Error {
 }
 
 /// An error the whole collection must stop for: the session itself is gone.
-pub fn is_fatal(e: &Error) -> bool {
+pub(crate) fn is_fatal(e: &Error) -> bool {
     e.is_connection_lost()
 }
 
 #[derive(Default)]
-pub struct Failures {
+pub(crate) struct Failures {
     /// Source -> reason of the pieces failing at the last attempt.
     failing: HashMap<String, String>,
     /// Failures found while setting up the watches, counted on the next page.
@@ -54,13 +54,13 @@ pub struct Failures {
 
 impl Failures {
     /// A piece refused while setting up: logged now, counted once on the first page.
-    pub fn refused_at_start(&mut self, source: &str, e: &Error) {
+    pub(crate) fn refused_at_start(&mut self, source: &str, e: &Error) {
         tracing::warn!("not collecting {source}: {e}");
         self.at_start.push((source.to_string(), reason(e)));
     }
 
     /// Moves the set-up failures onto the first page.
-    pub fn flush_start(&mut self, page: &mut Page) {
+    pub(crate) fn flush_start(&mut self, page: &mut Page) {
         for (s, r) in self.at_start.drain(..) {
             page.piece_failed(&s, &r);
         }
@@ -68,7 +68,7 @@ impl Failures {
 
     /// One collection of `source` failed: counted on `page`, logged when it starts failing
     /// (or fails differently).
-    pub fn failed(&mut self, source: &str, e: &Error, page: &mut Page) {
+    pub(crate) fn failed(&mut self, source: &str, e: &Error, page: &mut Page) {
         let r = reason(e);
         page.piece_failed(source, &r);
         if self.failing.get(source) != Some(&r) {
@@ -78,7 +78,7 @@ impl Failures {
     }
 
     /// One collection of `source` worked.
-    pub fn ok(&mut self, source: &str) {
+    pub(crate) fn ok(&mut self, source: &str) {
         if self.failing.remove(source).is_some() {
             tracing::info!("{source}: collected again");
         }
@@ -93,7 +93,7 @@ impl Failures {
 /// Whether anything of one collection worked: a collection whose every piece failed is a
 /// failed collection (its error is the first piece's).
 #[derive(Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     any_ok: bool,
     first_error: Option<Error>,
 }
@@ -101,7 +101,7 @@ pub struct Outcome {
 impl Outcome {
     /// The result of one piece: its value, or `None` after counting and logging its
     /// failure. A lost session is returned as the error of the whole collection.
-    pub fn piece<T>(
+    pub(crate) fn piece<T>(
         &mut self,
         source: &str,
         r: dcgm_sys::Result<T>,
@@ -123,7 +123,7 @@ impl Outcome {
         }
     }
 
-    pub fn finish(self) -> dcgm_sys::Result<()> {
+    pub(crate) fn finish(self) -> dcgm_sys::Result<()> {
         match self.first_error {
             Some(e) if !self.any_ok => Err(e),
             _ => Ok(()),

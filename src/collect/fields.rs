@@ -1,26 +1,26 @@
 //! Field ids the exporter itself depends on (beyond those named in the counters CSV).
 
 /// `DCGM_FI_DEV_NAME`: model name of a GPU, MIG profile name of a GPU instance.
-pub const DEV_NAME: u16 = 50;
+pub(crate) const DEV_NAME: u16 = 50;
 /// `DCGM_FI_DEV_CLOCKS_EVENT_REASONS` (legacy `DCGM_FI_DEV_CLOCK_THROTTLE_REASONS`).
-pub const CLOCKS_EVENT_REASONS: u16 = 112;
+pub(crate) const CLOCKS_EVENT_REASONS: u16 = 112;
 /// `DCGM_FI_DEV_XID_ERRORS`: the last XID raised.
-pub const XID_ERRORS: u16 = 230;
+pub(crate) const XID_ERRORS: u16 = 230;
 /// `DCGM_FI_DEV_GPU_RECOVERY_ACTION` (`DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION` in older
 /// headers): the driver's `nvmlDeviceGpuRecoveryAction_t`.
-pub const GPU_RECOVERY_ACTION: u16 = 1523;
+pub(crate) const GPU_RECOVERY_ACTION: u16 = 1523;
 
 /// `dcgm_field_entity_group_t` values of field entity levels.
-pub mod level {
-    pub const NONE: u32 = 0;
-    pub const GPU: u32 = 1;
-    pub const VGPU: u32 = 2;
-    pub const SWITCH: u32 = 3;
-    pub const GPU_I: u32 = 4;
-    pub const GPU_CI: u32 = 5;
-    pub const LINK: u32 = 6;
-    pub const CPU: u32 = 7;
-    pub const CPU_CORE: u32 = 8;
+pub(crate) mod level {
+    pub(crate) const NONE: u32 = 0;
+    pub(crate) const GPU: u32 = 1;
+    pub(crate) const VGPU: u32 = 2;
+    pub(crate) const SWITCH: u32 = 3;
+    pub(crate) const GPU_I: u32 = 4;
+    pub(crate) const GPU_CI: u32 = 5;
+    pub(crate) const LINK: u32 = 6;
+    pub(crate) const CPU: u32 = 7;
+    pub(crate) const CPU_CORE: u32 = 8;
 }
 
 #[cfg(test)]

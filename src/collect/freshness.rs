@@ -31,12 +31,12 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// Fields DCGM updates on events rather than by polling.
-pub fn event_driven(field: u16) -> bool {
+pub(crate) fn event_driven(field: u16) -> bool {
     field == fields::XID_ERRORS
 }
 
 /// The oldest a sample may be when a collection reads it.
-pub fn max_read_age(interval: Duration) -> Duration {
+pub(crate) fn max_read_age(interval: Duration) -> Duration {
     interval + SLACK
 }
 
@@ -50,7 +50,7 @@ fn cutoff(now_us: i64, interval: Duration) -> i64 {
 
 /// Sample ages seen by one collection.
 #[derive(Clone, Debug)]
-pub struct Freshness {
+pub(crate) struct Freshness {
     now_us: i64,
     interval: Duration,
     /// The fields watched at another interval than the collect interval, with theirs.
@@ -69,7 +69,7 @@ impl Freshness {
     /// `now_us`: when the collection started (microseconds since the Unix epoch, DCGM's
     /// timestamp clock). Values that are not samples (XID and clock-event window counts,
     /// health, P2P) are as of this time.
-    pub fn new(now_us: i64, interval: Duration) -> Freshness {
+    pub(crate) fn new(now_us: i64, interval: Duration) -> Freshness {
         Freshness {
             now_us,
             interval,
@@ -83,7 +83,7 @@ impl Freshness {
     }
 
     /// The fields a watch group samples at its own interval (others: the collect interval).
-    pub fn with_field_intervals(mut self, own: HashMap<u16, Duration>) -> Freshness {
+    pub(crate) fn with_field_intervals(mut self, own: HashMap<u16, Duration>) -> Freshness {
         self.own = own;
         self
     }
@@ -100,7 +100,7 @@ impl Freshness {
     }
 
     /// Learns which entities are alive from one batch of readings (before `admit`).
-    pub fn observe(&mut self, readings: &[FieldReading]) {
+    pub(crate) fn observe(&mut self, readings: &[FieldReading]) {
         for r in readings.iter().filter(|r| !event_driven(r.field_id)) {
             self.polled.insert(r.entity);
             let recent = r.ts_us >= self.cutoff_of(r.field_id);
@@ -113,7 +113,7 @@ impl Freshness {
 
     /// True when a sample of `field` of `entity` taken at `ts_us` may go on the page;
     /// remembers the oldest one admitted.
-    pub fn admit(&mut self, entity: Entity, field: u16, ts_us: i64) -> bool {
+    pub(crate) fn admit(&mut self, entity: Entity, field: u16, ts_us: i64) -> bool {
         if event_driven(field) {
             return self.live.contains(&entity) || !self.polled.contains(&entity);
         }
@@ -131,14 +131,14 @@ impl Freshness {
     }
 
     /// The timestamp of the oldest value admitted (the collection's start if none was older).
-    pub fn oldest_us(&self) -> i64 {
+    pub(crate) fn oldest_us(&self) -> i64 {
         self.oldest_us
     }
 
     /// True when polled fields are watched yet none of their readings is recent: DCGM has
     /// stopped sampling them (e.g. their watches were removed), and every value is dropped
     /// as stale. `/health` turns this into an outage once it lasts (`output::published`).
-    pub fn stalled(&self) -> bool {
+    pub(crate) fn stalled(&self) -> bool {
         !self.polled.is_empty() && !self.sampled
     }
 }

@@ -23,9 +23,9 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// `DCGM_FI_DEV_GPU_UTIL` at or above this (%) is busy.
-pub const BUSY_UTIL: f64 = 50.0;
+pub(crate) const BUSY_UTIL: f64 = 50.0;
 /// Re-arms of a stuck GPU before the embedded engine is restarted.
-pub const MAX_REARMS: u32 = 3;
+pub(crate) const MAX_REARMS: u32 = 3;
 /// The longest wait between two re-arms, in multiples of N.
 const MAX_BACKOFF: u32 = 8;
 /// DCGM_FI_DEV_GPU_UTIL.
@@ -67,7 +67,7 @@ impl Options {
 /// Puts the denylist on the library, for every embedded engine started from it, and says
 /// so once; in remote mode the flag has nothing to act on (the engine is started by its
 /// own command line: `nv-hostengine --denylist-modules 8`).
-pub fn apply_denylist(library: &dcgm_sys::Library, opts: &Options, embedded: bool) {
+pub(crate) fn apply_denylist(library: &dcgm_sys::Library, opts: &Options, embedded: bool) {
     if opts.denylist.is_empty() {
         return;
     }
@@ -90,7 +90,7 @@ pub fn apply_denylist(library: &dcgm_sys::Library, opts: &Options, embedded: boo
 
 /// What to do about one GPU after a collection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     Rearm,
     RestartEngine,
 }
@@ -115,7 +115,7 @@ struct GpuState {
 }
 
 /// The judgement of every GPU of one collector.
-pub struct Healer {
+pub(crate) struct Healer {
     opts: Options,
     embedded: bool,
     gpus: BTreeMap<u32, GpuState>,
@@ -130,7 +130,11 @@ pub struct Healer {
 static LAST_RESTART: Mutex<Option<Instant>> = Mutex::new(None);
 
 impl Healer {
-    pub fn new(opts: Options, embedded: bool, labels: BTreeMap<u32, (String, String)>) -> Healer {
+    pub(crate) fn new(
+        opts: Options,
+        embedded: bool,
+        labels: BTreeMap<u32, (String, String)>,
+    ) -> Healer {
         // Every GPU's series from the start, at 0: an increase() over the counter sees its
         // first action.
         for (gpu, uuid) in labels.values() {
@@ -150,7 +154,7 @@ impl Healer {
 
     /// Judges GPU `gpu` (entity `entity`) from one collection's readings of its watched
     /// profiling fields `prof`; the action due, if any.
-    pub fn judge(
+    pub(crate) fn judge(
         &mut self,
         gpu: u32,
         entity: Entity,
@@ -258,7 +262,7 @@ impl Healer {
     }
 
     /// A restart of the embedded engine that was decided (once).
-    pub fn take_restart(&mut self) -> Option<String> {
+    pub(crate) fn take_restart(&mut self) -> Option<String> {
         self.restart.take()
     }
 
@@ -291,7 +295,7 @@ fn number(r: &Reading) -> Option<f64> {
 }
 
 /// The profiling fields of `fields` watched on `entity` (`unsupported` pairs left out).
-pub fn watched_profiling(
+pub(crate) fn watched_profiling(
     fields: &[u16],
     entity: Entity,
     unsupported: &HashSet<(Entity, u16)>,
@@ -305,7 +309,7 @@ pub fn watched_profiling(
 
 /// `dcgm_exporter_profiling_rearms_total{gpu,UUID,action}`, process-wide (registered by
 /// the self metrics).
-pub fn rearm_counter() -> &'static IntCounterVec {
+pub(crate) fn rearm_counter() -> &'static IntCounterVec {
     static C: OnceLock<IntCounterVec> = OnceLock::new();
     C.get_or_init(|| {
         IntCounterVec::new(
@@ -322,7 +326,7 @@ pub fn rearm_counter() -> &'static IntCounterVec {
 }
 
 /// `dcgm_exporter_profiling_stuck{gpu,UUID}`: 1 while the GPU is judged stuck.
-pub fn stuck_gauge() -> &'static IntGaugeVec {
+pub(crate) fn stuck_gauge() -> &'static IntGaugeVec {
     static G: OnceLock<IntGaugeVec> = OnceLock::new();
     G.get_or_init(|| {
         IntGaugeVec::new(

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 /// The bucket of a decision. The value of the series is the rank (`as u8`), so that
 /// `max` over a node or `>= 3` in an alert mean "at least this disruptive".
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Action {
+pub(crate) enum Action {
     None = 0,
     RestartWorkload = 1,
     Drain = 2,
@@ -35,7 +35,7 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 6] = [
+    pub(crate) const ALL: [Action; 6] = [
         Action::None,
         Action::RestartWorkload,
         Action::Drain,
@@ -44,7 +44,7 @@ impl Action {
         Action::Replace,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Action::None => "none",
             Action::RestartWorkload => "restart_workload",
@@ -87,14 +87,14 @@ fn xid_table() -> &'static HashMap<i64, Action> {
 
 /// What an XID asks for; an XID the catalog table does not list asks for nothing (it is
 /// still counted by the XID series).
-pub fn xid_action(xid: i64) -> Action {
+pub(crate) fn xid_action(xid: i64) -> Action {
     xid_table().get(&xid).copied().unwrap_or(Action::None)
 }
 
 /// `nvmlDeviceGpuRecoveryAction_t`: 0 none, 1 GPU reset, 2 node reboot, 3 drain P2P,
 /// 4 drain and reset; newer drivers add 5 recover the IMEX domain, 6 PCIe bus reset,
 /// 7 system reboot. An unknown value asks for a drain: the driver wants something done.
-pub fn recovery_action(v: i64) -> Action {
+pub(crate) fn recovery_action(v: i64) -> Action {
     match v {
         0 => Action::None,
         1 | 4 | 6 => Action::ResetGpu,
@@ -113,7 +113,7 @@ const FR_ROW_REMAP_FAILURE: u32 = 80;
 const FR_UNCONTAINED_ERROR: u32 = 81;
 
 /// The health watches, their `health_system` bits and the `reason` they give.
-pub const WATCH_REASONS: &[(u32, &str)] = &[
+pub(crate) const WATCH_REASONS: &[(u32, &str)] = &[
     (dcgm_sys::health_system::PCIE, "health_pcie"),
     (dcgm_sys::health_system::NVLINK, "health_nvlink"),
     (dcgm_sys::health_system::PMU, "health_pmu"),
@@ -128,7 +128,7 @@ pub const WATCH_REASONS: &[(u32, &str)] = &[
 
 /// What a health incident asks for: a warning asks for nothing (it stays visible in
 /// `DCGM_EXP_GPU_HEALTH_STATUS`); a failure by the system that failed.
-pub fn health_action(system: u32, health: u32, code: u32) -> Action {
+pub(crate) fn health_action(system: u32, health: u32, code: u32) -> Action {
     use dcgm_sys::health_system as hs;
     if health < 20 {
         return Action::None;
@@ -152,7 +152,7 @@ pub fn health_action(system: u32, health: u32, code: u32) -> Action {
 
 /// What one GPU showed this collection.
 #[derive(Debug, Default)]
-pub struct Evidence {
+pub(crate) struct Evidence {
     pub lost: bool,
     /// The latest `DCGM_FI_DEV_GPU_RECOVERY_ACTION`, when the driver reports one.
     pub recovery: Option<i64>,
@@ -165,11 +165,11 @@ pub struct Evidence {
 }
 
 /// The reason of an action asked for by a node-level health incident.
-pub const NODE_REASON: &str = "health_node";
+pub(crate) const NODE_REASON: &str = "health_node";
 
 /// What a node-level incident asks of each GPU: a GPU reset cannot mend the node (drain it
 /// instead); the rest as for a GPU's own incident.
-pub fn node_health_action(system: u32, health: u32, code: u32) -> Action {
+pub(crate) fn node_health_action(system: u32, health: u32, code: u32) -> Action {
     match health_action(system, health, code) {
         Action::ResetGpu | Action::Replace => Action::Drain,
         a => a,
@@ -178,7 +178,7 @@ pub fn node_health_action(system: u32, health: u32, code: u32) -> Action {
 
 /// The most disruptive action asked for and the first source (in the order of the
 /// module documentation) that asked for it.
-pub fn decide(e: &Evidence) -> (Action, &'static str) {
+pub(crate) fn decide(e: &Evidence) -> (Action, &'static str) {
     let mut best = (Action::None, "none");
     let mut offer = |a: Action, reason: &'static str| {
         if a > best.0 {
@@ -209,7 +209,7 @@ pub fn decide(e: &Evidence) -> (Action, &'static str) {
 
 /// `DCGM_EXP_GPU_COUNT`'s three states.
 #[derive(Debug, PartialEq, Eq)]
-pub struct GpuCount {
+pub(crate) struct GpuCount {
     pub expected: usize,
     pub present: usize,
     pub lost: usize,
@@ -217,7 +217,7 @@ pub struct GpuCount {
 
 /// `expected`: the GPUs the exporter started with (selected, lost ones included);
 /// `listed`: what DCGM lists now; `lost_now`: those DCGM reports lost.
-pub fn count(expected: &[u32], listed: &[u32], lost_now: &[u32]) -> GpuCount {
+pub(crate) fn count(expected: &[u32], listed: &[u32], lost_now: &[u32]) -> GpuCount {
     let lost = expected
         .iter()
         .filter(|g| !listed.contains(g) || lost_now.contains(g))

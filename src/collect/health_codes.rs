@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 const TABLE: &str = include_str!("../../dcgm-sys/fields/health-codes-4.6.0.csv");
 
-pub fn names() -> &'static HashMap<u32, String> {
+pub(crate) fn names() -> &'static HashMap<u32, String> {
     static T: OnceLock<HashMap<u32, String>> = OnceLock::new();
     T.get_or_init(|| {
         TABLE

@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 /// Identity labels that are attributes of the entity, not its id: dropped from data series.
 /// `gpu`, `GPU_I_ID`, `GPU_CI_ID`, `nvswitch`, `nvlink`, `cpu`, `cpucore` and the hostname
 /// stay: they are what the join matches on.
-pub const STATIC_LABELS: &[&str] = &[
+pub(crate) const STATIC_LABELS: &[&str] = &[
     "UUID",
     "uuid",
     "pci_bus_id",
@@ -29,13 +29,13 @@ pub const STATIC_LABELS: &[&str] = &[
     "cpu_serial",
 ];
 
-pub const GPU_INFO: &str = "DCGM_EXP_GPU_INFO";
-pub const MIG_INFO: &str = "DCGM_EXP_MIG_INFO";
-pub const NVSWITCH_INFO: &str = "DCGM_EXP_NVSWITCH_INFO";
-pub const CPU_INFO: &str = "DCGM_EXP_CPU_INFO";
+pub(crate) const GPU_INFO: &str = "DCGM_EXP_GPU_INFO";
+pub(crate) const MIG_INFO: &str = "DCGM_EXP_MIG_INFO";
+pub(crate) const NVSWITCH_INFO: &str = "DCGM_EXP_NVSWITCH_INFO";
+pub(crate) const CPU_INFO: &str = "DCGM_EXP_CPU_INFO";
 
 /// The info families: never stripped.
-pub const INFO_FAMILIES: &[&str] = &[GPU_INFO, MIG_INFO, NVSWITCH_INFO, CPU_INFO];
+pub(crate) const INFO_FAMILIES: &[&str] = &[GPU_INFO, MIG_INFO, NVSWITCH_INFO, CPU_INFO];
 
 /// What the info series and the stripping need for one set of watches.
 #[derive(Clone, Debug, Default)]
@@ -94,7 +94,7 @@ fn family(kind: Kind, entity: Entity) -> Option<(&'static str, &'static str)> {
 /// Adds one info series per target of `kind`, with its full identity labels and label
 /// fields (`csv`, read this collection). A GPU exported only through its MIG instances gets
 /// its `DCGM_EXP_GPU_INFO` too: its own series (health action, links) join on it.
-pub fn add_info(
+pub(crate) fn add_info(
     page: &mut Page,
     kind: Kind,
     targets: &[Target],

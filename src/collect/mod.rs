@@ -5,24 +5,24 @@
 //! of a page: NVML (`nvml`) and several engines merged (`engines`).
 
 mod active;
-pub mod aggregate;
-pub mod engines;
-pub mod exp;
-pub mod failures;
-pub mod fields;
-pub mod freshness;
-pub mod heal;
-pub mod health;
-pub mod health_codes;
-pub mod info;
-pub mod nvml;
+pub(crate) mod aggregate;
+pub(crate) mod engines;
+pub(crate) mod exp;
+pub(crate) mod failures;
+pub(crate) mod fields;
+pub(crate) mod freshness;
+pub(crate) mod heal;
+pub(crate) mod health;
+pub(crate) mod health_codes;
+pub(crate) mod info;
+pub(crate) mod nvml;
 mod profiling;
 mod settings;
-pub mod targets;
-pub mod topology;
-pub mod versions;
+pub(crate) mod targets;
+pub(crate) mod topology;
+pub(crate) mod versions;
 pub mod watch;
-pub mod xid;
+pub(crate) mod xid;
 
 pub use settings::{Settings, WatchGroup, LATEST_KEEP_SAMPLES, MAX_KEEP_AGE_S};
 

@@ -8,7 +8,7 @@ use dcgm_sys::{Entity, Module, ModuleStatus, Session};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 /// Profiling support of one GPU watch set.
-pub struct Profiling {
+pub(super) struct Profiling {
     /// Profiling fields no GPU of the set can serve, with why: left out of the watch.
     pub unwatched: Vec<(u16, String)>,
     /// (entity, field) pairs watched for other GPUs but not supported on this one.
@@ -24,7 +24,7 @@ impl Profiling {
     /// Says what is left out: with the module denied, one line naming every profiling row
     /// left out and on which GPUs; else a warning per row no GPU can serve (the rows some
     /// GPUs lack were named per field already).
-    pub fn report(&self, set: &WatchSet, counters: &Counters) {
+    pub(super) fn report(&self, set: &WatchSet, counters: &Counters) {
         if !self.denied {
             for (field, why) in &self.unwatched {
                 for name in super::targets::row_names(set, counters, *field) {
@@ -64,7 +64,7 @@ impl Profiling {
 /// groups list them; the rest are skipped with one warning per field, as dcgm-exporter does.
 /// A GPU whose query fails (the profiling module not loaded, profiling unsupported)
 /// supports none.
-pub fn unsupported_profiling(session: &Session, set: &WatchSet) -> Profiling {
+pub(super) fn unsupported_profiling(session: &Session, set: &WatchSet) -> Profiling {
     let prof: Vec<u16> = set
         .fields
         .iter()
@@ -135,7 +135,7 @@ pub fn unsupported_profiling(session: &Session, set: &WatchSet) -> Profiling {
 /// Whether the host engine has loaded its profiling module (one debug line per build):
 /// DCGM loads it on the first request a GPU without GPM needs it for, and it is most of an
 /// embedded engine's memory where it loads (docs/metrics.md, "The profiling module").
-pub fn log_module_status(session: &Session) {
+pub(super) fn log_module_status(session: &Session) {
     match session.module_status(Module::Profiling) {
         Ok(Some(s)) => tracing::debug!("DCGM's profiling module: {}", s.as_str()),
         Ok(None) => tracing::debug!("DCGM's profiling module: not listed by the host engine"),

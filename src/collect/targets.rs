@@ -11,7 +11,7 @@ use dcgm_sys::{Entity, EntityGroup, LinkState};
 
 /// The entity types dcgm-exporter has a collector for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
+pub(crate) enum Kind {
     Gpu,
     Switch,
     Link,
@@ -20,7 +20,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Kind::Gpu => "GPU",
             Kind::Switch => "NvSwitch",
@@ -32,7 +32,7 @@ impl Kind {
 
     /// Whether a field of entity level `lvl` is watched on this kind (as dcgm-exporter
     /// decides: global fields everywhere, MIG and vGPU fields on GPUs).
-    pub fn accepts(self, lvl: u32) -> bool {
+    pub(crate) fn accepts(self, lvl: u32) -> bool {
         lvl == level::NONE
             || match self {
                 Kind::Gpu => matches!(lvl, level::GPU | level::GPU_I | level::GPU_CI | level::VGPU),
@@ -46,7 +46,7 @@ impl Kind {
 
 /// One exported entity.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Target {
+pub(crate) struct Target {
     pub entity: Entity,
     /// Identity labels in exposition order, the hostname label included.
     pub labels: Vec<(&'static str, String)>,
@@ -56,7 +56,7 @@ pub struct Target {
 
 impl Target {
     /// Identity labels followed by the entity's CSV label fields, in exposition order.
-    pub fn labels_with<'a>(
+    pub(crate) fn labels_with<'a>(
         &'a self,
         csv: &'a std::collections::HashMap<Entity, Vec<(String, String)>>,
     ) -> Vec<(&'a str, &'a str)> {
@@ -70,7 +70,7 @@ impl Target {
 
 /// The targets of one kind and the CSV rows (indices into `Counters::all`) watched on them.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WatchSet {
+pub(crate) struct WatchSet {
     pub kind: Kind,
     pub targets: Vec<Target>,
     pub counters: Vec<usize>,
@@ -78,7 +78,7 @@ pub struct WatchSet {
     pub fields: Vec<u16>,
 }
 
-pub struct Options<'a> {
+pub(crate) struct Options<'a> {
     pub gpus: &'a Selector,
     pub switches: &'a Selector,
     pub cpus: &'a Selector,
@@ -101,7 +101,7 @@ impl Options<'_> {
 /// series such as `DCGM_EXP_GPU_COUNT` too): `hostname` from upstream 4.8.3 (d5e5f51,
 /// #655), `Hostname` before; links always had `hostname` (upstream's link template never
 /// used `Hostname`).
-pub fn hostname_label(emulate: UpstreamVersion) -> &'static str {
+pub(crate) fn hostname_label(emulate: UpstreamVersion) -> &'static str {
     if emulate.at_least_4_8_3() {
         "hostname"
     } else {
@@ -109,7 +109,11 @@ pub fn hostname_label(emulate: UpstreamVersion) -> &'static str {
     }
 }
 
-pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<WatchSet>, String> {
+pub(crate) fn plan(
+    topo: &Topology,
+    counters: &Counters,
+    opts: &Options,
+) -> Result<Vec<WatchSet>, String> {
     let (cpus, cores) = cpu_targets(topo, opts)?;
     let gpus = gpu_targets(topo, opts)?;
     let exported_gpus: Vec<u32> = gpus.iter().filter_map(|t| t.gpu).collect();
@@ -159,7 +163,7 @@ pub fn plan(topo: &Topology, counters: &Counters, opts: &Options) -> Result<Vec<
 /// The parts of `-d`, `-s` and `-p` given explicitly (anything but `f`) that select no
 /// entity on this node, as `/health` notes: `-d i` on a node without MIG exports no GPU at
 /// all, which must not pass silently.
-pub fn unmatched(topo: &Topology, opts: &Options) -> Result<Vec<String>, String> {
+pub(crate) fn unmatched(topo: &Topology, opts: &Options) -> Result<Vec<String>, String> {
     let mut notes = Vec::new();
     let mut note = |flag: &str, what: &str| {
         notes.push(format!(
@@ -275,7 +279,7 @@ fn selected(set: &IdSet, id: u32) -> bool {
     }
 }
 
-pub fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+pub(crate) fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
     let sel = opts.gpus;
     let gpu_ids: Vec<u32> = topo.gpus.iter().map(|g| g.id).collect();
     let gi_ids: Vec<u32> = topo

@@ -5,7 +5,7 @@
 use dcgm_sys::value::classify_str;
 use dcgm_sys::{DeviceAttributes, Entity, EntityGroup, LinkId, LinkState, MigEntity, Session};
 
-pub use crate::model::node::{Cpu, Gpu, Instance, Link, Topology};
+pub(crate) use crate::model::node::{Cpu, Gpu, Instance, Link, Topology};
 
 impl Topology {
     /// `fake_gpus`: a GPU whose attributes cannot be read becomes `fake<N>` with empty
@@ -145,7 +145,7 @@ fn usable_gpu(session: &Session, id: u32) -> dcgm_sys::Result<Option<DeviceAttri
 }
 
 /// The raw MIG hierarchy; empty where the node has no MIG support.
-pub fn mig_rows(session: &Session) -> dcgm_sys::Result<Vec<MigEntity>> {
+pub(crate) fn mig_rows(session: &Session) -> dcgm_sys::Result<Vec<MigEntity>> {
     match session.mig_hierarchy() {
         Err(e) if e.status() == Some(dcgm_sys::Status::NotSupported) => Ok(Vec::new()),
         r => r,

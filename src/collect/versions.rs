@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 /// Whether both sides of the session know field `id` (a side that names no release counts
 /// as knowing it: DCGM then refuses what it lacks, piece by piece).
-pub fn knows(session: &Session, id: u16) -> bool {
+pub(crate) fn knows(session: &Session, id: u16) -> bool {
     session
         .versions()
         .common()
@@ -25,7 +25,7 @@ pub fn knows(session: &Session, id: u16) -> bool {
 /// The counters without the rows whose field the older side of the session predates. What
 /// is left out (those rows, and the recovery-action source of DCGM_EXP_GPU_HEALTH_ACTION) is
 /// said in one line, once per pair of releases and what it leaves out.
-pub fn supported(session: &Session, counters: Arc<Counters>) -> Arc<Counters> {
+pub(crate) fn supported(session: &Session, counters: Arc<Counters>) -> Arc<Counters> {
     let Some(common) = session.versions().common() else {
         return counters;
     };
@@ -83,7 +83,7 @@ pub fn supported(session: &Session, counters: Arc<Counters>) -> Arc<Counters> {
 /// Whether the older side of the session predates field `id`, which `feature` (a flag
 /// outside the collector) needs. The feature is then named in [`supported`]'s line with the
 /// counters' rows, so that one line says everything a pair of releases leaves out.
-pub fn left_out(session: &Session, id: u16, feature: &'static str) -> bool {
+pub(crate) fn left_out(session: &Session, id: u16, feature: &'static str) -> bool {
     if knows(session, id) {
         return false;
     }
@@ -107,7 +107,7 @@ fn named(what: &str, id: u16) -> String {
 
 /// Logs `line` unless it was logged before: a rebuild (SIGHUP, a reconnect to the same
 /// engine) finds the same releases and says nothing new.
-pub fn say_once(line: String) {
+pub(crate) fn say_once(line: String) {
     static SAID: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
     if said.get_or_insert_with(HashSet::new).insert(line.clone()) {

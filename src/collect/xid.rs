@@ -21,7 +21,7 @@ fn table() -> &'static HashMap<i64, String> {
 }
 
 /// The description of an XID, or "Unknown Error" outside the table (as dcgm-exporter).
-pub fn describe(xid: i64) -> &'static str {
+pub(crate) fn describe(xid: i64) -> &'static str {
     table()
         .get(&xid)
         .map(String::as_str)
@@ -37,7 +37,7 @@ pub fn describe(xid: i64) -> &'static str {
 /// instance and GPU), and of the instances within it that have no series of their own
 /// (compute instances without `--compute-instances`; every instance when only the whole
 /// GPU is exported), each of those on its nearest exported ancestor only.
-pub fn sources(instances: &[Instance], targets: &[Entity]) -> HashMap<Entity, Vec<Entity>> {
+pub(crate) fn sources(instances: &[Instance], targets: &[Entity]) -> HashMap<Entity, Vec<Entity>> {
     let gi = |id: u32| Entity::new(EntityGroup::GpuInstance, id);
     // Each instance's ancestors, nearest first.
     let ancestors = |i: &Instance| -> Vec<Entity> {

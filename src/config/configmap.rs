@@ -12,16 +12,16 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// The variable that sets the poll period (a Go duration, at least 1s).
-pub const POLL_ENV: &str = "DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL";
+pub(crate) const POLL_ENV: &str = "DCGM_EXPORTER_CONFIGMAP_POLL_INTERVAL";
 /// The poll period without [`POLL_ENV`], unless the collection interval is longer.
-pub const POLL_DEFAULT: Duration = Duration::from_secs(60);
+pub(crate) const POLL_DEFAULT: Duration = Duration::from_secs(60);
 
 /// The ConfigMap key holding the CSV, as upstream.
-pub const KEY: &str = "metrics";
+pub(crate) const KEY: &str = "metrics";
 
 /// The counters' origin, re-read on every reload.
 #[derive(Clone, Debug)]
-pub enum CountersSource {
+pub(crate) enum CountersSource {
     /// A CSV (or `--config-file` YAML) on disk; `given`: named by a flag, env var or the
     /// config file, else a missing default path means the built-in default set.
     File {
@@ -38,7 +38,7 @@ pub enum CountersSource {
 }
 
 impl CountersSource {
-    pub fn load(&self) -> Result<Counters, crate::config::file::Error> {
+    pub(crate) fn load(&self) -> Result<Counters, crate::config::file::Error> {
         match self {
             CountersSource::File {
                 path,
@@ -55,7 +55,7 @@ impl CountersSource {
     /// [`CountersSource::load`] read for the emulated release: in 4.9.0 mode 4.8.x names
     /// become 4.9.0's (one warning per renamed row, see `config::rename`) and a missing
     /// default file means the built-in 4.9.0 set.
-    pub fn load_for(
+    pub(crate) fn load_for(
         &self,
         version: crate::config::emulate::UpstreamVersion,
     ) -> Result<Counters, crate::config::file::Error> {
@@ -82,14 +82,14 @@ impl CountersSource {
     }
 
     /// The file to watch for changes on disk (a ConfigMap is followed through the API).
-    pub fn path(&self) -> Option<&PathBuf> {
+    pub(crate) fn path(&self) -> Option<&PathBuf> {
         match self {
             CountersSource::File { path, .. } => Some(path),
             CountersSource::ConfigMap { .. } => None,
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             CountersSource::File { path, .. } => path.display().to_string(),
             CountersSource::ConfigMap { name, .. } => name.clone(),
@@ -98,7 +98,7 @@ impl CountersSource {
 }
 
 /// `-m` as dcgm-exporter splits it: exactly one `:` between namespace and name.
-pub fn parse_ref(value: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_ref(value: &str) -> Result<(String, String), String> {
     match value.split(':').collect::<Vec<_>>()[..] {
         [ns, name] if !ns.is_empty() && !name.is_empty() => Ok((ns.into(), name.into())),
         _ => Err(format!(
@@ -108,13 +108,13 @@ pub fn parse_ref(value: &str) -> Result<(String, String), String> {
 }
 
 /// The CSV text of the ConfigMap, `None` without the key.
-pub fn metrics_of(cm: &ConfigMap) -> Option<String> {
+pub(crate) fn metrics_of(cm: &ConfigMap) -> Option<String> {
     cm.data.as_ref()?.get(KEY).cloned()
 }
 
 /// How often the ConfigMap is read when it cannot be watched: [`POLL_ENV`] if set, else
 /// every 60 s or every collection interval, whichever is longer.
-pub fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, String> {
+pub(crate) fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, String> {
     let Some(value) = env else {
         return Ok(interval.max(POLL_DEFAULT));
     };

@@ -5,10 +5,10 @@ use std::time::Duration;
 
 /// The longest interval accepted, in milliseconds: DCGM takes a watch's frequency and
 /// every age in microseconds as an i64.
-pub const MAX_MS: u64 = (i64::MAX / 1000) as u64;
+pub(crate) const MAX_MS: u64 = (i64::MAX / 1000) as u64;
 
 /// Parses a non-negative Go duration.
-pub fn parse(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse(s: &str) -> Result<Duration, String> {
     let bad = || format!("'{s}' is not a duration (like 500ms, 10s, 1m30s)");
     let body = s.strip_prefix('+').unwrap_or(s);
     if body.starts_with('-') {

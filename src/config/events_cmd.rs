@@ -20,7 +20,7 @@ use std::time::Duration;
 /// reloads, ...) and print it as a table or as JSON.
 #[derive(Parser, Debug)]
 #[command(name = "dcgm-exporter events", bin_name = "dcgm-exporter events")]
-pub struct Args {
+pub(crate) struct Args {
     /// The exporter: host:port, :port, or an http:// or https:// URL (a path in it
     /// prefixes /events).
     #[arg(short = 'a', long, default_value = "localhost:9400")]
@@ -81,7 +81,7 @@ pub struct Args {
 
 /// TLS toward the exporter.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Tls {
+pub(crate) struct Tls {
     pub ca_file: Option<PathBuf>,
     pub client_cert: Option<(PathBuf, PathBuf)>,
     pub server_name: Option<String>,
@@ -90,7 +90,7 @@ pub struct Tls {
 
 /// One request, checked.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Request {
+pub(crate) struct Request {
     pub host: String,
     pub port: u16,
     /// Path and query: `/events?since=1h`.
@@ -133,7 +133,7 @@ struct FileTls {
 }
 
 /// Parses `events`' arguments (the first is the program's name, as `events`).
-pub fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
+pub(crate) fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -143,7 +143,7 @@ where
 
 impl Args {
     /// The request these flags ask for.
-    pub fn request(&self) -> Result<Request, String> {
+    pub(crate) fn request(&self) -> Result<Request, String> {
         let file = match &self.http_config_file {
             Some(p) => read_config(p)?,
             None => (FileConfig::default(), PathBuf::new()),

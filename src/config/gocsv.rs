@@ -12,13 +12,13 @@ use std::fmt;
 
 /// One record and the 1-based line it starts on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     pub line: usize,
     pub fields: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
+pub(crate) enum ErrorKind {
     /// A `"` inside a field that does not start with one (Go's `ErrBareQuote`).
     BareQuote,
     /// A quoted field not closed, or its closing quote followed by something other than a
@@ -30,7 +30,7 @@ pub enum ErrorKind {
 
 /// Where Go's reader stops, with Go's wording.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ParseError {
+pub(crate) struct ParseError {
     /// Line the record starts on.
     pub start_line: usize,
     /// Line and 1-based byte column of the error.
@@ -107,7 +107,7 @@ fn length_nl(b: &[u8]) -> usize {
 }
 
 /// Every record of `text`, or the first error Go's `ReadAll` would stop at.
-pub fn read_all(text: &str, fields: usize) -> Result<Vec<Record>, ParseError> {
+pub(crate) fn read_all(text: &str, fields: usize) -> Result<Vec<Record>, ParseError> {
     let mut lines = Lines {
         rest: text.as_bytes(),
         num_line: 0,

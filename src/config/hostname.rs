@@ -7,7 +7,7 @@ use crate::config::emulate::UpstreamVersion;
 /// `-r`, except that from 4.8.3 (#697) a loopback host (`localhost`, 127.0.0.0/8, `::1`)
 /// means this node: `$NODE_NAME`, else the OS hostname. Else `$NODE_NAME`, else the OS
 /// hostname. `None` with `--no-hostname`.
-pub fn resolve(
+pub(crate) fn resolve(
     no_hostname: bool,
     kubernetes: bool,
     remote_host: Option<&str>,
@@ -31,7 +31,7 @@ pub fn resolve(
 
 /// `localhost` in any case, an IPv4 address in 127.0.0.0/8 or `::1` (the host part of
 /// `-r`, brackets and port already removed). The unspecified address `::` is not loopback.
-pub fn is_loopback(host: &str) -> bool {
+pub(crate) fn is_loopback(host: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host
@@ -39,7 +39,7 @@ pub fn is_loopback(host: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-pub fn os_hostname() -> Option<String> {
+pub(crate) fn os_hostname() -> Option<String> {
     // The kernel's view, as gethostname(2) returns it, without unsafe code here.
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()

@@ -6,14 +6,14 @@
 //! `model::naming`'s: the configuration selects among those.
 
 pub mod cli;
-pub mod configmap;
+pub(crate) mod configmap;
 pub mod counters;
-pub mod duration;
-pub mod emulate;
-pub mod events_cmd;
+pub(crate) mod duration;
+pub(crate) mod emulate;
+pub(crate) mod events_cmd;
 pub mod file;
-pub mod gocsv;
-pub mod hostname;
+pub(crate) mod gocsv;
+pub(crate) mod hostname;
 pub mod otlp;
 pub mod rename;
 pub mod selector;

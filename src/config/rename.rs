@@ -17,9 +17,9 @@
 //! The tables are `model::naming::base_units`'s; this module applies them to counter sets.
 
 use super::counters::{Counter, CounterField, Counters};
-use crate::model::naming::base_units::*;
 /// For the integration tests that read them here.
 use crate::model::naming::base_units::Op;
+use crate::model::naming::base_units::*;
 use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 

@@ -2,7 +2,7 @@
 
 /// Messages to the collection thread.
 #[derive(Clone, Copy, Debug)]
-pub enum Control {
+pub(crate) enum Control {
     /// Remove the watches and return.
     Stop,
     /// SIGHUP: re-read the counters CSV and rebuild the watches, keeping the HTTP server

@@ -6,9 +6,9 @@
 //! a client of a running exporter's `/events`). Side threads run under
 //! `runtime::supervisor`.
 
-pub mod app;
-pub mod control;
+pub(crate) mod app;
+pub(crate) mod control;
 pub mod events_cmd;
 pub mod startup;
-pub mod watchers;
-pub mod worker;
+pub(crate) mod watchers;
+pub(crate) mod worker;

@@ -26,7 +26,7 @@ pub enum JobError {
 }
 
 /// A thread owning state `S` (the DCGM session and its watches), running one job at a time.
-pub struct Worker<S> {
+pub(crate) struct Worker<S> {
     jobs: Sender<Job<S>>,
     /// Alive while the thread runs (it holds the only strong reference).
     running: Weak<()>,
@@ -35,7 +35,7 @@ pub struct Worker<S> {
 }
 
 impl<S: Default + 'static> Worker<S> {
-    pub fn spawn(name: &str) -> std::io::Result<Worker<S>> {
+    pub(crate) fn spawn(name: &str) -> std::io::Result<Worker<S>> {
         let source = if name == "nvml" { "NVML" } else { "DCGM" };
         let (jobs, inbox) = mpsc::channel::<Job<S>>();
         let token = Arc::new(());
@@ -64,7 +64,7 @@ impl<S: Default + 'static> Worker<S> {
     /// is polled while waiting; when it returns true the wait ends with `Interrupted` (the
     /// job still runs to its end). A panic in `f` comes back as `Panicked`; the state may
     /// then be half-updated, so the caller should abandon the worker.
-    pub fn call<R: Send + 'static>(
+    pub(crate) fn call<R: Send + 'static>(
         &self,
         deadline: Instant,
         mut interrupt: impl FnMut() -> bool,
@@ -73,14 +73,9 @@ impl<S: Default + 'static> Worker<S> {
         call_on(&self.jobs, self.source, deadline, &mut interrupt, f)
     }
 
-    /// True while the thread has not ended (it may be stuck in a DCGM call).
-    pub fn is_running(&self) -> bool {
-        self.running.strong_count() > 0
-    }
-
     /// Lets the thread go: it ends after its current job. Returns a handle that tells
     /// whether it has ended yet.
-    pub fn abandon(self) -> Abandoned {
+    pub(crate) fn abandon(self) -> Abandoned {
         Abandoned(self.running)
     }
 }
@@ -90,7 +85,7 @@ impl<S: Default + 'static> Worker<S> {
 /// always reaches the session the loop uses, never a dead one. Only a call in progress
 /// holds the worker's queue open, so an abandoned worker still ends when its stuck call
 /// returns.
-pub struct Current<S>(Arc<Mutex<Option<Sender<Job<S>>>>>);
+pub(crate) struct Current<S>(Arc<Mutex<Option<Sender<Job<S>>>>>);
 
 impl<S> Clone for Current<S> {
     fn clone(&self) -> Self {
@@ -106,7 +101,7 @@ impl<S> Default for Current<S> {
 
 /// Why a job on the current worker gave no result.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CurrentError {
+pub(crate) enum CurrentError {
     #[error("no DCGM session (reconnecting)")]
     NoWorker,
     #[error(transparent)]
@@ -115,12 +110,12 @@ pub enum CurrentError {
 
 impl<S: 'static> Current<S> {
     /// Names `w` as the worker in use (`None`: there is none).
-    pub fn set(&self, w: Option<&Worker<S>>) {
+    pub(crate) fn set(&self, w: Option<&Worker<S>>) {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = w.map(|w| w.jobs.clone());
     }
 
     /// [`Worker::call`] on the worker in use.
-    pub fn call<R: Send + 'static>(
+    pub(crate) fn call<R: Send + 'static>(
         &self,
         deadline: Instant,
         f: impl FnOnce(&mut S) -> R + Send + 'static,
@@ -136,10 +131,10 @@ impl<S: 'static> Current<S> {
 }
 
 /// A worker let go, possibly still stuck in a call.
-pub struct Abandoned(Weak<()>);
+pub(crate) struct Abandoned(Weak<()>);
 
 impl Abandoned {
-    pub fn has_ended(&self) -> bool {
+    pub(crate) fn has_ended(&self) -> bool {
         self.0.strong_count() == 0
     }
 }

@@ -4,7 +4,7 @@
 //! fatal start-up errors included. Colour only when stderr is a terminal. `--debug` turns on
 //! our own debug lines; the HTTP stack (hyper, warp, h2, tonic, rustls) stays at info.
 
-pub mod utc;
+pub(crate) mod utc;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

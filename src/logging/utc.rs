@@ -5,7 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A moment split into UTC calendar fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Utc {
+pub(crate) struct Utc {
     pub year: i64,
     pub month: u32,
     pub day: u32,
@@ -15,11 +15,11 @@ pub struct Utc {
 }
 
 impl Utc {
-    pub fn now() -> Utc {
+    pub(crate) fn now() -> Utc {
         Utc::from_system(SystemTime::now())
     }
 
-    pub fn from_system(t: SystemTime) -> Utc {
+    pub(crate) fn from_system(t: SystemTime) -> Utc {
         let secs = match t.duration_since(UNIX_EPOCH) {
             Ok(d) => d.as_secs() as i64,
             Err(e) => -(e.duration().as_secs() as i64),
@@ -27,7 +27,7 @@ impl Utc {
         Utc::from_unix(secs)
     }
 
-    pub fn from_unix(secs: i64) -> Utc {
+    pub(crate) fn from_unix(secs: i64) -> Utc {
         let days = secs.div_euclid(86_400);
         let rem = secs.rem_euclid(86_400) as u32;
         // Howard Hinnant's civil_from_days.
@@ -51,7 +51,7 @@ impl Utc {
     }
 
     /// RFC 3339, as logrus writes it in UTC: `2024-01-01T00:00:00Z`.
-    pub fn rfc3339(&self) -> String {
+    pub(crate) fn rfc3339(&self) -> String {
         format!(
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
             self.year, self.month, self.day, self.hour, self.minute, self.second
@@ -59,7 +59,7 @@ impl Utc {
     }
 
     /// Go's `20060102-150405` layout (dcgm-exporter's dump file names).
-    pub fn compact(&self) -> String {
+    pub(crate) fn compact(&self) -> String {
         format!(
             "{:04}{:02}{:02}-{:02}{:02}{:02}",
             self.year, self.month, self.day, self.hour, self.minute, self.second

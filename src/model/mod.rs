@@ -16,10 +16,10 @@
 //! may be served (`clock`), the node it describes (`node`) and the history of events
 //! (`events`).
 
-pub mod clock;
+pub(crate) mod clock;
 pub mod events;
 pub mod naming;
-pub mod node;
+pub(crate) mod node;
 
 use naming::PromType;
 use std::collections::{BTreeMap, HashMap};

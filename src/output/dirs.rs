@@ -28,7 +28,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Who else may use a directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Ours alone (debug dumps).
     Private,
     /// Read by another program too (node-exporter's textfile directory).
@@ -70,7 +70,7 @@ fn components(dir: &Path) -> Result<Vec<&OsStr>, String> {
 /// anything another user planted, creating what is missing (see the module's rules). `flag`
 /// names the option in errors. Run at start (an error stops the exporter) and before each
 /// round of writes (a directory removed meanwhile is created again, under the same rules).
-pub fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> {
+pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> {
     let err = |m: String| format!("{flag} {}: {m}", dir.display());
     let uid = effective_uid().map_err(err)?;
     let names = components(dir).map_err(err)?;

@@ -21,10 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-const PREFIXES: [&str; 2] = ["metrics-", "deviceinfo-"];
-
 #[derive(Clone, Debug)]
-pub struct Dumper {
+pub(crate) struct Dumper {
     pub dir: PathBuf,
     pub retention_hours: u64,
     pub compress: bool,
@@ -75,7 +73,7 @@ impl Group {
 }
 
 impl Dumper {
-    pub fn new(dir: PathBuf, retention_hours: u64, compress: bool) -> Dumper {
+    pub(crate) fn new(dir: PathBuf, retention_hours: u64, compress: bool) -> Dumper {
         Dumper {
             dir,
             retention_hours,
@@ -87,7 +85,7 @@ impl Dumper {
 
     /// Creates the directory (or checks the existing one: `dirs`' rules for a private
     /// directory) and starts the hourly clean-up.
-    pub fn start(self) -> Result<Dumper, String> {
+    pub(crate) fn start(self) -> Result<Dumper, String> {
         self.prepare_dir()?;
         let d = self.clone();
         crate::runtime::supervisor::Supervisor::global()
@@ -109,7 +107,7 @@ impl Dumper {
     }
 
     /// Removes the dump files this process wrote more than the retention ago.
-    pub fn cleanup(&self) {
+    pub(crate) fn cleanup(&self) {
         self.cleanup_at(SystemTime::now());
     }
 
@@ -280,12 +278,6 @@ fn random_u32() -> u32 {
             .unwrap_or(0),
     );
     h.finish() as u32
-}
-
-/// Is `name` a dump file this exporter writes (for tests and the cleanup)?
-pub fn is_dump_name(name: &str) -> bool {
-    PREFIXES.iter().any(|p| name.starts_with(p))
-        && (name.ends_with(".json") || name.ends_with(".json.gz"))
 }
 
 #[cfg(test)]

@@ -5,17 +5,17 @@
 //! made safe by `dirs`, opened here; `otlp`, the OTLP push, started by `lifecycle` once the
 //! self-metrics exist).
 
-pub mod dirs;
-pub mod dump;
+pub(crate) mod dirs;
+pub(crate) mod dump;
 pub mod exposition;
 pub mod http;
 pub mod openmetrics;
 pub mod otlp;
-pub mod published;
+pub(crate) mod published;
 pub mod render;
-pub mod selfmetrics;
-pub mod sink;
-pub mod textfile;
+pub(crate) mod selfmetrics;
+pub(crate) mod sink;
+pub(crate) mod textfile;
 
 use dump::Dumper;
 use sink::Sink;

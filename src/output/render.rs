@@ -103,7 +103,7 @@ pub fn number(out: &mut Vec<u8>, v: f64) {
 /// with before, kept to prove the renderers write the same bytes (`tests/render_identity.rs`
 /// includes it too).
 #[cfg(test)]
-pub mod reference;
+pub(crate) mod reference;
 #[cfg(test)]
 use crate::output::openmetrics;
 

@@ -8,7 +8,7 @@ use prometheus::{
 };
 use std::collections::BTreeMap;
 
-pub use crate::model::naming::PREFIX;
+pub(crate) use crate::model::naming::PREFIX;
 
 /// How long collections take: the last one (gauge, as before) and their distribution
 /// (histogram), updated together by `set`.

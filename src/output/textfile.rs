@@ -17,9 +17,9 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub const FILE_NAME: &str = "dcgm.prom";
+pub(crate) const FILE_NAME: &str = "dcgm.prom";
 
-pub struct Textfile {
+pub(crate) struct Textfile {
     dir: PathBuf,
     /// Whether the last write failed (log once per failure streak, not every interval).
     failing: AtomicBool,
@@ -29,7 +29,7 @@ impl Textfile {
     /// Creates `dir` (0755) if it is missing, never through a link planted at a component
     /// it creates (`dirs`' rules for a shared directory), and checks that it is a writable
     /// directory now, so that a typo stops the start.
-    pub fn new(dir: &Path) -> Result<Textfile, String> {
+    pub(crate) fn new(dir: &Path) -> Result<Textfile, String> {
         let flag = |e: std::io::Error| format!("--textfile-directory {}: {e}", dir.display());
         dirs::prepare(dir, dirs::Kind::Shared, "--textfile-directory")?;
         let t = Textfile {
@@ -41,7 +41,7 @@ impl Textfile {
         Ok(t)
     }
 
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.dir.join(FILE_NAME)
     }
 
@@ -121,7 +121,7 @@ fn create_temporary(dir: &Path, name: &str) -> std::io::Result<(PathBuf, File)> 
 
 /// Replaces `dir/name` with `bytes` so that readers see the old or the new file, whole.
 /// rename replaces a link at `dir/name` itself, never what it points to.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let (tmp, mut f) = create_temporary(dir, name)?;
     let result = (|| {
         f.write_all(bytes)?;

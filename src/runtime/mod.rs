@@ -4,6 +4,6 @@
 //! the `-m` ConfigMap, the pod watch and the DRA watch share). Nothing here imports a stage.
 
 pub mod kubeapi;
-pub mod process;
-pub mod supervisor;
-pub mod wakeup;
+pub(crate) mod process;
+pub(crate) mod supervisor;
+pub(crate) mod wakeup;

@@ -17,7 +17,7 @@ fn status_field(name: &str) -> Result<String, String> {
 }
 
 /// This process's effective uid.
-pub fn effective_uid() -> Result<u32, String> {
+pub(crate) fn effective_uid() -> Result<u32, String> {
     status_field("Uid:")?
         .split_whitespace()
         .nth(1)
@@ -26,7 +26,7 @@ pub fn effective_uid() -> Result<u32, String> {
 }
 
 /// Whether `CAP_SYS_ADMIN` is in this process's effective set.
-pub fn has_cap_sys_admin() -> Result<bool, String> {
+pub(crate) fn has_cap_sys_admin() -> Result<bool, String> {
     let hex = status_field("CapEff:")?;
     let set = u64::from_str_radix(&hex, 16)
         .map_err(|e| format!("/proc/self/status CapEff {hex:?}: {e}"))?;

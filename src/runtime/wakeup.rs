@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 /// Directory events for one file, for as long as this value lives.
-pub struct DirEvents {
+pub(crate) struct DirEvents {
     // Dropping the watcher ends the watch; it only has to be kept alive.
     _watcher: RecommendedWatcher,
     rx: Receiver<()>,
@@ -19,7 +19,7 @@ pub struct DirEvents {
 
 /// What [`DirEvents::wait_timeout`] saw.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Wake {
+pub(crate) enum Wake {
     Event,
     Timeout,
     /// The watcher is gone (its thread ended): no further events will come.
@@ -47,13 +47,13 @@ fn dirs_of(file: &Path) -> Vec<PathBuf> {
 impl DirEvents {
     /// Starts watching `file`'s directory (an error when inotify cannot be used: no
     /// instances or watches left, or a file system without it; callers fall back to polling).
-    pub fn new(file: &Path) -> notify::Result<DirEvents> {
+    pub(crate) fn new(file: &Path) -> notify::Result<DirEvents> {
         DirEvents::for_files(std::slice::from_ref(&file.to_path_buf()))
     }
 
     /// As [`Self::new`], for several files (a web configuration and the certificates it
     /// names): the union of their directories.
-    pub fn for_files(files: &[PathBuf]) -> notify::Result<DirEvents> {
+    pub(crate) fn for_files(files: &[PathBuf]) -> notify::Result<DirEvents> {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut watcher = notify::recommended_watcher(move |_event: notify::Result<_>| {
             // Errors (e.g. a queue overflow) wake the caller too: it re-reads the file.
@@ -90,7 +90,7 @@ impl DirEvents {
     }
 
     /// Blocks until something changes in the watched directories.
-    pub fn wait(&self) -> Wake {
+    pub(crate) fn wait(&self) -> Wake {
         match self.rx.recv() {
             Ok(()) => Wake::Event,
             Err(_) => Wake::Gone,
@@ -98,7 +98,7 @@ impl DirEvents {
     }
 
     /// As [`Self::wait`], for at most `d`.
-    pub fn wait_timeout(&self, d: Duration) -> Wake {
+    pub(crate) fn wait_timeout(&self, d: Duration) -> Wake {
         match self.rx.recv_timeout(d) {
             Ok(()) => Wake::Event,
             Err(RecvTimeoutError::Timeout) => Wake::Timeout,

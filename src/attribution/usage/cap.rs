@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// Marks the consumers over the cap (`capped`) on every GPU; returns, per GPU (its `gpu`
 /// label), how many were newly left off, 0 for a GPU whose consumers all have series.
-pub fn apply(
+pub(super) fn apply(
     books: &mut HashMap<EntityKey, Book>,
     gpu_labels: &HashMap<EntityKey, String>,
     max: usize,

@@ -6,10 +6,10 @@ use crate::model::naming::PromType;
 use crate::model::Page;
 use std::time::{Duration, Instant};
 
-pub const ENERGY: &str = "DCGM_EXP_ENERGY_JOULES_TOTAL";
-pub const IDLE_ENERGY: &str = "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL";
-pub const UTIL_SHARE: &str = "DCGM_EXP_UTIL_SHARE";
-pub const ALLOCATED_IDLE: &str = "DCGM_EXP_ALLOCATED_IDLE";
+pub(crate) const ENERGY: &str = "DCGM_EXP_ENERGY_JOULES_TOTAL";
+pub(crate) const IDLE_ENERGY: &str = "DCGM_EXP_IDLE_ENERGY_JOULES_TOTAL";
+pub(crate) const UTIL_SHARE: &str = "DCGM_EXP_UTIL_SHARE";
+pub(crate) const ALLOCATED_IDLE: &str = "DCGM_EXP_ALLOCATED_IDLE";
 
 const ENERGY_HELP: &str = "Energy of the device attributed to the consumer by its share of the device's utilisation, since the consumer was first seen on it (in J).";
 const IDLE_ENERGY_HELP: &str =
@@ -20,7 +20,7 @@ const ALLOCATED_IDLE_HELP: &str = "1 when the consumer has held the device for l
 
 /// One device's series: idle energy, and per consumer with series its energy, share and
 /// allocated-but-idle gauge. Energy only once the device has reported energy.
-pub fn add(
+pub(crate) fn add(
     page: &mut Page,
     identity: &[(String, String)],
     book: &Book,

@@ -7,19 +7,19 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
 /// A consumer's labels: what tells it apart on its device.
-pub type ConsumerId = Vec<(String, String)>;
+pub(crate) type ConsumerId = Vec<(String, String)>;
 
 /// Intervals without an energy value whose shares are kept for the next one, at most. A
 /// device that never reports energy keeps none (nothing to wait for).
-pub const MAX_PENDING: usize = 256;
+pub(crate) const MAX_PENDING: usize = 256;
 
 /// Collections in a row without process data after which a device's energy is booked as
 /// idle rather than waiting longer for its shares.
-pub const MAX_UNKNOWN: usize = 10;
+pub(crate) const MAX_UNKNOWN: usize = 10;
 
 /// One consumer on one device.
 #[derive(Clone, Debug)]
-pub struct ConsumerBook {
+pub(crate) struct ConsumerBook {
     /// Joules attributed since it was first seen on this device.
     pub energy_j: f64,
     /// Its share of the device's utilisation over the last interval it was known for,
@@ -41,7 +41,7 @@ pub struct ConsumerBook {
 }
 
 impl ConsumerBook {
-    pub fn new(now: Instant, seq: u64, source: &'static str) -> ConsumerBook {
+    pub(crate) fn new(now: Instant, seq: u64, source: &'static str) -> ConsumerBook {
         ConsumerBook {
             energy_j: 0.0,
             share: None,
@@ -56,7 +56,7 @@ impl ConsumerBook {
     }
 
     /// Held for at least `window` with no utilisation and no memory in use.
-    pub fn idle(&self, now: Instant, window: std::time::Duration) -> bool {
+    pub(crate) fn idle(&self, now: Instant, window: std::time::Duration) -> bool {
         let since = self
             .last_active
             .map_or(self.first_seen, |a| a.max(self.first_seen));
@@ -66,7 +66,7 @@ impl ConsumerBook {
 
 /// One device.
 #[derive(Debug, Default)]
-pub struct Book {
+pub(crate) struct Book {
     /// The last energy reading, mJ.
     pub last_energy_mj: Option<f64>,
     /// Joules no consumer used, since the device was first seen with an energy value.
@@ -84,7 +84,7 @@ pub struct Book {
 /// The energy a counter went up by, in joules: `None` without two readings; after a reset
 /// (a driver reload: lower than before) the new reading itself, counted from 0 as
 /// Prometheus' `increase()` does.
-pub fn delta_j(prev_mj: Option<f64>, now_mj: Option<f64>) -> Option<f64> {
+pub(crate) fn delta_j(prev_mj: Option<f64>, now_mj: Option<f64>) -> Option<f64> {
     let (prev, now) = (prev_mj?, now_mj?);
     let mj = if now < prev { now } else { now - prev };
     Some(mj.max(0.0) / 1000.0)
@@ -99,7 +99,7 @@ impl Book {
     /// samples since its previous answer cover the gap), for `MAX_UNKNOWN` collections at
     /// most: then it is idle. Shares wait while the energy is lost; the next reading's
     /// increase is split by the mean of every interval's shares.
-    pub fn book(
+    pub(crate) fn book(
         &mut self,
         fractions: Option<Vec<(ConsumerId, f64)>>,
         energy_mj: Option<f64>,
@@ -158,7 +158,7 @@ impl Book {
 
     /// Intervals waiting for an energy value, and energy waiting for shares.
     #[cfg(test)]
-    pub fn waiting(&self) -> (usize, f64) {
+    pub(crate) fn waiting(&self) -> (usize, f64) {
         (self.pending.len(), self.waiting_j)
     }
 
@@ -167,7 +167,7 @@ impl Book {
     /// failed kubelet `List`, container-runtime answer or HPC file read says nothing about
     /// who left. Those are kept (their counters and order) for [`MAX_UNKNOWN`] collections
     /// in a row at most; returns how many were kept so.
-    pub fn keep_only(
+    pub(crate) fn keep_only(
         &mut self,
         present: &[ConsumerId],
         failed: &BTreeSet<&'static str>,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 /// A device consumers hold: a whole GPU (its UUID, `None`) or one of its MIG GPU instances
 /// (the parent GPU's UUID and the GPU-instance id of its series' `GPU_I_ID`).
-pub type EntityKey = (String, Option<u32>);
+pub(crate) type EntityKey = (String, Option<u32>);
 
 /// Who a process belongs to, from its cgroup (`<proc-root>/<pid>/cgroup`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -44,9 +44,9 @@ pub struct Consumer {
 }
 
 /// The sources consumers come from, named as on `/health`.
-pub const KUBELET: &str = "kubelet";
-pub const CONTAINERS: &str = "container-runtime";
-pub const HPC: &str = "hpc";
+pub(crate) const KUBELET: &str = "kubelet";
+pub(crate) const CONTAINERS: &str = "container-runtime";
+pub(crate) const HPC: &str = "hpc";
 
 /// `--usage-idle-window` and `--usage-max-consumers-per-gpu`.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,11 +56,11 @@ pub struct Settings {
 }
 
 mod cap;
-pub mod families;
-pub mod ledger;
-pub mod pods;
-pub mod readings;
-pub mod share;
+pub(crate) mod families;
+pub(crate) mod ledger;
+pub(crate) mod pods;
+pub(crate) mod readings;
+pub(crate) mod share;
 #[cfg(test)]
 mod tests;
 
@@ -72,7 +72,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 /// What one collection tells the accountant besides the page's readings.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     pub consumers: &'a HashMap<EntityKey, Vec<Consumer>>,
     /// Processes per GPU UUID.
     pub processes: &'a HashMap<String, Vec<Process>>,
@@ -95,7 +95,7 @@ struct Device {
 
 /// The books of every device on the node, kept between collections; only devices on the
 /// page and consumers holding them now are kept.
-pub struct Accountant {
+pub(crate) struct Accountant {
     settings: Settings,
     books: HashMap<EntityKey, Book>,
     devices: BTreeMap<EntityKey, Device>,
@@ -125,7 +125,7 @@ struct Parts<'a> {
 }
 
 impl Accountant {
-    pub fn new(settings: Settings) -> Accountant {
+    pub(crate) fn new(settings: Settings) -> Accountant {
         Accountant {
             settings,
             books: HashMap::new(),
@@ -135,13 +135,13 @@ impl Accountant {
     }
 
     /// The devices on a collected page, read before the merge copies its series.
-    pub fn read(&self, page: &Page, id_type: crate::attribution::IdType) -> Vec<Reading> {
+    pub(crate) fn read(&self, page: &Page, id_type: crate::attribution::IdType) -> Vec<Reading> {
         readings::read(page, id_type)
     }
 
     /// Books one collection at `now`. Returns, per GPU (`gpu` label) with consumers, how
     /// many of them the cap newly left without series.
-    pub fn account(
+    pub(crate) fn account(
         &mut self,
         readings: Vec<Reading>,
         inputs: &Inputs,
@@ -255,7 +255,7 @@ impl Accountant {
     }
 
     /// Adds the usage families to the page (after the merge, so that no pod copies them).
-    pub fn add_to(&self, page: &mut Page, now: Instant) {
+    pub(crate) fn add_to(&self, page: &mut Page, now: Instant) {
         for (key, dev) in &self.devices {
             if let Some(book) = self.books.get(key) {
                 families::add(page, &dev.labels, book, now, self.settings.idle_window);

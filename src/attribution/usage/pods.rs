@@ -9,7 +9,7 @@ use std::collections::HashMap;
 /// The pods holding each device on the page. A pod is one consumer per device even when
 /// several of its containers share it (labelled with the first, in kubelet order): its
 /// processes are told apart by pod UID only.
-pub fn consumers(
+pub(crate) fn consumers(
     readings: &[Reading],
     pods: &HashMap<String, Vec<PodRef>>,
     old_names: bool,

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 /// One device on the page.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Reading {
+pub(crate) struct Reading {
     pub key: EntityKey,
     /// The `gpu` label (the GPU's index), which the dropped-consumers counter is labelled by.
     pub gpu: String,
@@ -45,7 +45,7 @@ fn util_scale(field: u16) -> Option<f64> {
 }
 
 /// The devices with an energy or utilisation series on the page, sorted by key.
-pub fn read(page: &Page, id_type: IdType) -> Vec<Reading> {
+pub(crate) fn read(page: &Page, id_type: IdType) -> Vec<Reading> {
     let mut out: BTreeMap<EntityKey, Reading> = BTreeMap::new();
     for fam in page.families() {
         let energy = fam.field().and_then(energy_scale);

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 /// A process's mean SM utilisation (percent) over the interval: every NVML sample since the
 /// previous collection, or the newest (`sm_util`) where NVML gave no list; 0 without either.
-pub fn interval_mean(p: &Process) -> f64 {
+pub(crate) fn interval_mean(p: &Process) -> f64 {
     if p.samples.is_empty() {
         return f64::from(p.sm_util.unwrap_or(0));
     }
@@ -16,14 +16,17 @@ pub fn interval_mean(p: &Process) -> f64 {
 }
 
 /// Whether the process did anything this interval: a sample above 0 or memory in use.
-pub fn active(p: &Process) -> bool {
+pub(crate) fn active(p: &Process) -> bool {
     p.samples.iter().any(|s| s.sm_util > 0)
         || (p.samples.is_empty() && p.sm_util.unwrap_or(0) > 0)
         || p.memory_bytes.unwrap_or(0) > 0
 }
 
 /// The processes on a device: every one of a whole GPU, or those of one GPU instance.
-pub fn on_entity(procs: &[Process], gpu_instance: Option<u32>) -> impl Iterator<Item = &Process> {
+pub(crate) fn on_entity(
+    procs: &[Process],
+    gpu_instance: Option<u32>,
+) -> impl Iterator<Item = &Process> {
     procs
         .iter()
         .filter(move |p| gpu_instance.is_none() || p.gpu_instance == gpu_instance)
@@ -31,7 +34,7 @@ pub fn on_entity(procs: &[Process], gpu_instance: Option<u32>) -> impl Iterator<
 
 /// Scales the shares down proportionally when they add up to more than `ceiling` (the
 /// device's own utilisation), so that they add up to it; shares within it stay as they are.
-pub fn clamp(shares: &mut [f64], ceiling: f64) {
+pub(crate) fn clamp(shares: &mut [f64], ceiling: f64) {
     let ceiling = ceiling.max(0.0);
     let sum: f64 = shares.iter().sum();
     if sum > ceiling && sum > 0.0 {
@@ -43,7 +46,7 @@ pub fn clamp(shares: &mut [f64], ceiling: f64) {
 }
 
 /// Collections in a row a GPU's last samples stand in for asks that got none, at most.
-pub const MAX_CARRY: usize = 10;
+pub(crate) const MAX_CARRY: usize = 10;
 
 /// The last utilisation samples of each GPU's processes, for the asks that get none. NVML
 /// answers only the samples newer than the previous ask; a collection interval shorter
@@ -52,14 +55,14 @@ pub const MAX_CARRY: usize = 10;
 /// clamped to). So an ask without a single sample for any process of a GPU reuses the
 /// previous samples, for `MAX_CARRY` collections at most.
 #[derive(Debug, Default)]
-pub struct Carry {
+pub(crate) struct Carry {
     /// GPU UUID -> (pid -> its last samples, collections carried since).
     gpus: HashMap<String, (HashMap<u32, Vec<UtilSample>>, usize)>,
 }
 
 impl Carry {
     /// Fills in the previous samples of `gpu`'s processes when this ask got none.
-    pub fn fill(&mut self, gpu: &str, procs: &mut [Process]) {
+    pub(crate) fn fill(&mut self, gpu: &str, procs: &mut [Process]) {
         let sampled = procs
             .iter()
             .any(|p| !p.samples.is_empty() || p.sm_util.is_some());
@@ -88,7 +91,7 @@ impl Carry {
     }
 
     /// Forgets the GPUs not in `gpus` (gone from the node).
-    pub fn keep(&mut self, gpus: &HashSet<&str>) {
+    pub(crate) fn keep(&mut self, gpus: &HashSet<&str>) {
         self.gpus.retain(|g, _| gpus.contains(g.as_str()));
     }
 }

@@ -19,7 +19,7 @@ use std::any::Any;
 use std::collections::HashMap;
 
 /// The health action and GPU count, when the counters ask for either.
-pub fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let (action_row, count_row) = (
         start.row(ExpField::GpuHealthAction),
         start.row(ExpField::GpuCount),

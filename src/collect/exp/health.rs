@@ -27,7 +27,7 @@ const HEALTH_WATCHES: &[(&str, u32)] = &[
 ];
 
 /// DCGM's health watches on the whole GPUs, for the health status and the health action.
-pub fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let status_row = start.row(ExpField::GpuHealthStatus);
     let action_row = start.row(ExpField::GpuHealthAction);
     let whole_gpus = &start.whole_gpus;

@@ -24,10 +24,10 @@ use std::any::Any;
 use std::collections::HashMap;
 
 /// The CSV label fields of each entity, read by the collection before the derived metrics.
-pub type CsvLabels = HashMap<Entity, Vec<(String, String)>>;
+pub(crate) type CsvLabels = HashMap<Entity, Vec<(String, String)>>;
 
 /// What a derived collector's start function is given.
-pub struct Start<'a> {
+pub(crate) struct Start<'a> {
     pub session: &'a Session,
     pub counters: &'a Counters,
     pub settings: &'a Settings,
@@ -42,7 +42,7 @@ pub struct Start<'a> {
 
 impl Start<'_> {
     /// The counters row of a derived metric, when the CSV asks for it.
-    pub fn row(&self, f: ExpField) -> Option<Counter> {
+    pub(crate) fn row(&self, f: ExpField) -> Option<Counter> {
         self.counters
             .exp()
             .find(|c| matches!(&c.field, CounterField::Exp(e) if *e == f))
@@ -52,7 +52,7 @@ impl Start<'_> {
     /// The interval of a watch the `DCGM_EXP_*` metrics add to fields the counters may watch
     /// too: DCGM samples a pair at the interval its watcher last set, and these watches come
     /// last in a build, so they take a watch group's faster interval rather than slow it down.
-    pub fn fastest_interval_ms(&self, fields: &[u16]) -> u64 {
+    pub(crate) fn fastest_interval_ms(&self, fields: &[u16]) -> u64 {
         fields
             .iter()
             .map(|f| self.settings.watch_interval_ms(*f))
@@ -61,7 +61,7 @@ impl Start<'_> {
 }
 
 /// One collection's view for the derived collectors, in [`DERIVED`] order.
-pub struct Pass<'a> {
+pub(crate) struct Pass<'a> {
     pub session: &'a Session,
     pub csv_labels: &'a CsvLabels,
     /// This collection's health check, for the collectors after the one that made it (the
@@ -71,7 +71,7 @@ pub struct Pass<'a> {
 
 /// A derived collector. Each is one piece of the collection: a failure costs only its own
 /// series (counted under [`Derived::source`]).
-pub trait Derived: Any + Send {
+pub(crate) trait Derived: Any + Send {
     /// The name its failures are counted under.
     fn source(&self) -> &str;
 
@@ -97,11 +97,11 @@ pub trait Derived: Any + Send {
 
 /// Makes a derived collector, `None` when the counters do not ask for it (or DCGM refused
 /// it, counted in `failures`); an error only when the session is lost.
-pub type StartFn = fn(&mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>>;
+pub(crate) type StartFn = fn(&mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>>;
 
 /// Every derived collector, in start and collection order (the health status before the
 /// health action, which reads its check).
-pub const DERIVED: &[StartFn] = &[
+pub(crate) const DERIVED: &[StartFn] = &[
     windowed::xid,
     windowed::clock_events,
     health::start,
@@ -111,12 +111,12 @@ pub const DERIVED: &[StartFn] = &[
 
 /// The derived collectors of one collector.
 #[derive(Default)]
-pub struct ExpCollectors {
+pub(crate) struct ExpCollectors {
     parts: Vec<Box<dyn Derived>>,
 }
 
 impl ExpCollectors {
-    pub fn start(
+    pub(crate) fn start(
         session: &Session,
         counters: &Counters,
         settings: &Settings,
@@ -141,7 +141,7 @@ impl ExpCollectors {
     }
 
     /// Each derived metric is one piece: a failure costs only its own series.
-    pub fn collect(
+    pub(crate) fn collect(
         &mut self,
         session: &Session,
         csv_labels: &CsvLabels,
@@ -170,7 +170,7 @@ impl ExpCollectors {
         self.parts.iter().flat_map(|p| p.watches())
     }
 
-    pub fn stop(self, session: &Session) {
+    pub(crate) fn stop(self, session: &Session) {
         for w in self.watches() {
             let _ = w.remove(session);
         }
@@ -178,13 +178,13 @@ impl ExpCollectors {
 
     /// Makes every watch again, in the order they were first made (see
     /// `Collector::reassert`).
-    pub fn reassert(&self, session: &Session) -> dcgm_sys::Result<()> {
+    pub(crate) fn reassert(&self, session: &Session) -> dcgm_sys::Result<()> {
         self.watches().try_for_each(|w| w.assert(session))
     }
 
     /// Takes what must stay monotonic across a rebuild from the collectors this one
     /// replaces (see [`Derived::inherit`]).
-    pub fn inherit(&mut self, old: &mut ExpCollectors) {
+    pub(crate) fn inherit(&mut self, old: &mut ExpCollectors) {
         for p in &mut self.parts {
             p.inherit(&mut old.parts);
         }

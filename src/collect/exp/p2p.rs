@@ -8,7 +8,7 @@ use crate::model::Page;
 use std::any::Any;
 
 /// The P2P matrix of the whole GPUs, when the counters ask for it and there is a pair.
-pub fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let Some(row) = start.row(ExpField::P2PStatus) else {
         return Ok(None);
     };

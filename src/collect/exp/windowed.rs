@@ -42,7 +42,7 @@ struct Spec {
 }
 
 /// The XID window, when the counters ask for its count or total.
-pub fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+pub(super) fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let spec = Spec {
         field: fields::XID_ERRORS,
         label: "xid",
@@ -55,7 +55,7 @@ pub fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> 
 }
 
 /// The clock-event window, when the counters ask for its count or total.
-pub fn clock_events(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+pub(super) fn clock_events(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let spec = Spec {
         field: fields::CLOCKS_EVENT_REASONS,
         label: "clock_event",

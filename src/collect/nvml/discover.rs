@@ -10,7 +10,7 @@ use nvml_wrapper::Nvml;
 /// answers a nonsensical maximum.
 const MAX_MIG_SLOTS: u32 = 64;
 
-pub fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, String> {
+pub(super) fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, String> {
     let count = nvml
         .device_count()
         .map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
@@ -60,7 +60,7 @@ fn gpu(nvml: &Nvml, index: u32) -> Result<Gpu, NvmlError> {
 /// (`DcgmCacheManager::InitializeGpuInstances`): per GPU, `gpu * max MIG devices + index`,
 /// the index in DCGM's walk (by GPU-instance profile, then by NVML instance id within one).
 /// Ordered by entity id, as DCGM lists them.
-pub fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
+pub(super) fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
     let mut out: Vec<Instance> = Vec::new();
     for g in gpus {
         let Ok(d) = nvml.device_by_index(g.id) else {
@@ -108,7 +108,7 @@ pub fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
 
 /// Keeps the GPUs of `uuids` (and their instances) alone; GPUs lost at discovery, whose
 /// UUID is unknown, go too.
-pub fn keep_only(t: &mut Topology, uuids: &[String]) {
+pub(super) fn keep_only(t: &mut Topology, uuids: &[String]) {
     t.gpus.retain(|g| uuids.contains(&g.uuid));
     let kept: Vec<u32> = t.gpus.iter().map(|g| g.id).collect();
     t.instances.retain(|i| kept.contains(&i.gpu));
@@ -155,7 +155,7 @@ fn profile_rank(profile: &str, gpu_memory_mib: u64) -> u32 {
 }
 
 /// The MIG slot (index under its GPU) of the first MIG device of a GPU instance.
-pub fn slot_of(nvml: &Nvml, gpu: u32, gi: u32) -> Result<u32, NvmlError> {
+pub(super) fn slot_of(nvml: &Nvml, gpu: u32, gi: u32) -> Result<u32, NvmlError> {
     let d = nvml.device_by_index(gpu)?;
     for slot in 0..d.mig_device_count()?.min(MAX_MIG_SLOTS) {
         let Ok(mig) = d.mig_device_by_index(slot) else {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 /// hold a collection up; the rest are read by the next ones.
 const MAX_PER_COLLECTION: usize = 4096;
 
-pub struct Xids {
+pub(super) struct Xids {
     events: XidEvents,
     /// The latest XID of each GPU and GPU instance.
     last: HashMap<Entity, i64>,
@@ -32,7 +32,7 @@ pub struct Xids {
 impl Xids {
     /// Registers every GPU of the node; `Err` says why none raises XID events. A GPU that
     /// refuses is named and shows no XID, as DCGM logs it and goes on.
-    pub fn start(nvml: Arc<Nvml>, topology: &Topology) -> Result<Xids, String> {
+    pub(super) fn start(nvml: Arc<Nvml>, topology: &Topology) -> Result<Xids, String> {
         let events = XidEvents::new(nvml).map_err(|e| format!("nvmlEventSetCreate: {e}"))?;
         let mut registered = 0;
         let mut refused = None;
@@ -58,7 +58,7 @@ impl Xids {
     }
 
     /// Takes in the XIDs raised since the last call, without waiting.
-    pub fn read(&mut self, topology: &Topology) {
+    pub(super) fn read(&mut self, topology: &Topology) {
         for _ in 0..MAX_PER_COLLECTION {
             match self.events.next() {
                 Ok(Some(x)) => {
@@ -79,7 +79,7 @@ impl Xids {
     }
 
     /// The latest XID of an exported entity, if it has had one.
-    pub fn last(&self, e: Entity) -> Option<i64> {
+    pub(super) fn last(&self, e: Entity) -> Option<i64> {
         self.last.get(&e).copied()
     }
 
@@ -87,7 +87,7 @@ impl Xids {
     /// replaces this one: DCGM's cache keeps an entity's latest XID through a rebuild of
     /// the watches (a reload, a MIG change), while a new event set starts empty and would
     /// withdraw every XID series until the GPU raised another.
-    pub fn hand_over(mut self, topology: &Topology) -> HashMap<Entity, i64> {
+    pub(super) fn hand_over(mut self, topology: &Topology) -> HashMap<Entity, i64> {
         self.read(topology);
         self.last
     }
@@ -95,7 +95,7 @@ impl Xids {
     /// Takes over the XIDs a replaced collector saw ([`Xids::hand_over`]) for the
     /// entities `topology` still has; a GPU instance destroyed since loses its XID, as in
     /// DCGM. What this set has read already is newer and stays.
-    pub fn carry(&mut self, before: HashMap<Entity, i64>, topology: &Topology) {
+    pub(super) fn carry(&mut self, before: HashMap<Entity, i64>, topology: &Topology) {
         carry_into(&mut self.last, before, topology);
     }
 }

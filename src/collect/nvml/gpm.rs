@@ -16,14 +16,14 @@ use nvml_wrapper::Nvml;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-pub struct Gpm {
+pub(super) struct Gpm {
     sampler: GpmSampler,
     supported: HashSet<u32>,
 }
 
 impl Gpm {
     /// `Err` says why no GPU of the node can answer.
-    pub fn start(nvml: Arc<Nvml>, topology: &Topology) -> Result<Gpm, String> {
+    pub(super) fn start(nvml: Arc<Nvml>, topology: &Topology) -> Result<Gpm, String> {
         let sampler = GpmSampler::new(nvml);
         let mut supported = HashSet::new();
         let mut last = None;
@@ -44,7 +44,7 @@ impl Gpm {
 
     /// Takes one sample of every entity the GPM rows are read on and stores each row's
     /// metric among this collection's answers.
-    pub fn sample(&mut self, targets: &[Target], rows: &[&Row], answers: &mut Answers) {
+    pub(super) fn sample(&mut self, targets: &[Target], rows: &[&Row], answers: &mut Answers) {
         let mut wanted: BTreeMap<On, Vec<u32>> = BTreeMap::new();
         for t in targets {
             for r in rows.iter().filter(|r| answers_for(t, r)) {
@@ -85,7 +85,7 @@ impl Gpm {
 /// Whether a GPM row has a value on a target: not a device-level metric (PCIe, NVLink
 /// bytes) on a MIG instance, which DCGM's profiling answers per instance only for
 /// instance-level metrics.
-pub fn answers_for(t: &Target, r: &Row) -> bool {
+pub(super) fn answers_for(t: &Target, r: &Row) -> bool {
     use crate::collect::fields::level;
     if t.entity.group != dcgm_sys::EntityGroup::GpuInstance {
         return true;

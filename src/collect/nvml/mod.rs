@@ -16,7 +16,7 @@ mod events;
 mod gpm;
 mod nvlink;
 mod samples;
-pub mod table;
+pub(crate) mod table;
 
 use crate::collect::targets::{self, Kind, Target, WatchSet};
 use crate::collect::topology::Topology;
@@ -33,11 +33,11 @@ use std::sync::Arc;
 use table::{Call, Pick, Row};
 
 /// The library as the driver installs it.
-pub const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
+pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Loads and initialises NVML: `path` (`--nvml-library`), else the driver's library through
 /// the dynamic linker's search.
-pub fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
+pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
     let lib = path.map_or_else(
         || std::ffi::OsString::from(DEFAULT_LIBRARY),
         |p| p.as_os_str().to_owned(),
@@ -51,7 +51,7 @@ pub fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
 
 /// The UUIDs of the GPUs NVML lists (one whose UUID cannot be read is left out): this
 /// machine's GPUs, which `--backend auto` compares with a remote engine's.
-pub fn gpu_uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
+pub(crate) fn gpu_uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
     let count = nvml
         .device_count()
         .map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
@@ -69,7 +69,7 @@ struct ActiveSet {
     value_rows: Vec<(usize, &'static Row)>,
 }
 
-pub struct NvmlCollector {
+pub(crate) struct NvmlCollector {
     nvml: Arc<Nvml>,
     counters: Arc<Counters>,
     set: Option<ActiveSet>,
@@ -99,7 +99,7 @@ impl NvmlCollector {
     /// whether NVML can answer it. Selector errors come back as `Err`. `only`: the GPUs
     /// (UUIDs) NVML serves, where it stands in for a remote engine (its GPUs, never this
     /// machine's others); `None`: every GPU NVML lists.
-    pub fn start_on(
+    pub(crate) fn start_on(
         nvml: Arc<Nvml>,
         counters: Arc<Counters>,
         settings: &Settings,
@@ -175,45 +175,45 @@ impl NvmlCollector {
         })
     }
 
-    pub fn topology(&self) -> &Topology {
+    pub(crate) fn topology(&self) -> &Topology {
         &self.topology
     }
 
     /// Takes over the latest XIDs of `old`, the collector this one replaces (a reload, a
     /// MIG change): they stay the latest values, as DCGM's cache keeps them through a
     /// rebuild of its watches (`events::Xids::hand_over`).
-    pub fn replacing(&mut self, mut old: NvmlCollector) {
+    pub(crate) fn replacing(&mut self, mut old: NvmlCollector) {
         let (Some(new), Some(before)) = (self.xids.as_mut(), old.xids.take()) else {
             return;
         };
         new.carry(before.hand_over(&old.topology), &self.topology);
     }
 
-    pub fn unmatched(&self) -> &[String] {
+    pub(crate) fn unmatched(&self) -> &[String] {
         &self.unmatched
     }
 
     /// GPU entities (whole GPUs and MIG instances) being collected.
-    pub fn gpu_count(&self) -> usize {
+    pub(crate) fn gpu_count(&self) -> usize {
         self.set.as_ref().map_or(0, |s| s.set.targets.len())
     }
 
-    pub fn low_cardinality(&self) -> Option<&info::LowCardinality> {
+    pub(crate) fn low_cardinality(&self) -> Option<&info::LowCardinality> {
         self.low_cardinality.as_ref()
     }
 
-    pub fn take_info(&mut self) -> Option<Page> {
+    pub(crate) fn take_info(&mut self) -> Option<Page> {
         self.info.take()
     }
 
     /// True when the MIG layout differs from the one discovered at start.
-    pub fn mig_changed(&self) -> Result<bool, String> {
+    pub(crate) fn mig_changed(&self) -> Result<bool, String> {
         Ok(discover::instances(&self.nvml, &self.topology.gpus)? != self.topology.instances)
     }
 
     /// Reads every value and fills `page`. A value NVML refuses is left out and counted;
     /// the collection fails only when NVML answers for no GPU at all.
-    pub fn collect(&mut self, page: &mut Page) -> Result<(), String> {
+    pub(crate) fn collect(&mut self, page: &mut Page) -> Result<(), String> {
         let Some(active) = &self.set else {
             page.oldest_sample_us = Some(now_us());
             self.info = self.info_page(&HashMap::new());

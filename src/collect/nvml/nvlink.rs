@@ -9,18 +9,17 @@
 //! call or field gives no value and keeps the previous sample, as DCGM stores nothing then.
 
 use super::{Answer, Answers, On, Refused};
-use dcgm_sys::nvlink::{rate, DATA_RX, DATA_TX};
 use crate::collect::nvml::table::{Call, Direction, Row};
 use crate::collect::targets::Target;
+use dcgm_sys::nvlink::{rate, DATA_RX, DATA_TX};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use std::collections::HashMap;
 
-
 /// The previous sample (KiB sum, µs) of each (GPU, direction). A new collector (a rebuild,
 /// a failover to NVML) starts without: its first value is 0, as a new DCGM watch's.
 #[derive(Default)]
-pub struct Rates {
+pub(super) struct Rates {
     prev: HashMap<(u32, Direction), (i64, i64)>,
 }
 
@@ -28,7 +27,7 @@ impl Rates {
     /// Reads the counters of every GPU a throughput row is asked of and stores the rates
     /// among this collection's answers (one call per GPU and direction, whatever number of
     /// targets share it).
-    pub fn sample(
+    pub(super) fn sample(
         &mut self,
         nvml: &Nvml,
         targets: &[Target],

@@ -50,7 +50,7 @@ fn number(v: &SampleValue) -> f64 {
 
 /// The aggregated rows NVML keeps samples of, and each (GPU, field)'s read position.
 #[derive(Default)]
-pub struct Samples {
+pub(super) struct Samples {
     rows: Vec<Row>,
     /// (NVML GPU index, DCGM field) -> the newest sample's timestamp read (NVML's clock).
     last_seen: BTreeMap<(u32, u16), u64>,

@@ -7,7 +7,7 @@
 
 /// `nvmlClockType_t`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ClockKind {
+pub(crate) enum ClockKind {
     Sm,
     Memory,
     Video,
@@ -15,7 +15,7 @@ pub enum ClockKind {
 
 /// Which NVLink KiB counters a throughput field sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub(crate) enum Direction {
     /// RX + TX (DCGM_FI_DEV_NVLINK_THROUGHPUT_TOTAL).
     All,
     Tx,
@@ -25,7 +25,7 @@ pub enum Direction {
 /// One NVML call on one device (or on the system); a collection makes each at most once
 /// per device, whatever number of fields it answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Call {
+pub(crate) enum Call {
     /// `nvmlSystemGetDriverVersion` (text).
     DriverVersion,
     /// `nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)`, °C.
@@ -60,34 +60,11 @@ pub enum Call {
     NvLinkThroughput(Direction),
 }
 
-impl Call {
-    /// The NVML function, for logs and `docs/metrics.md`.
-    pub fn describe(self) -> String {
-        match self {
-            Call::DriverVersion => "nvmlSystemGetDriverVersion".into(),
-            Call::Temperature => "nvmlDeviceGetTemperature(GPU)".into(),
-            Call::Clock(k) => format!("nvmlDeviceGetClockInfo({k:?})"),
-            Call::MaxClock(k) => format!("nvmlDeviceGetMaxClockInfo({k:?})"),
-            Call::PowerUsage => "nvmlDeviceGetPowerUsage".into(),
-            Call::PcieReplay => "nvmlDeviceGetPcieReplayCounter".into(),
-            Call::Utilization => "nvmlDeviceGetUtilizationRates".into(),
-            Call::Encoder => "nvmlDeviceGetEncoderUtilization".into(),
-            Call::Decoder => "nvmlDeviceGetDecoderUtilization".into(),
-            Call::Memory => "nvmlDeviceGetMemoryInfo_v2".into(),
-            Call::ClocksEventReasons => "nvmlDeviceGetCurrentClocksEventReasons".into(),
-            Call::FieldValue(id) => format!("nvmlDeviceGetFieldValues({id})"),
-            Call::XidEvent => "nvmlEventSetWait_v2(nvmlEventTypeXidCriticalError)".into(),
-            Call::Gpm(m) => format!("nvmlGpmMetricsGet({m})"),
-            Call::NvLinkThroughput(d) => {
-                format!("nvmlDeviceGetFieldValues(NVLINK_THROUGHPUT_DATA {d:?}, all links)")
-            }
-        }
-    }
-}
+impl Call {}
 
 /// Which number of a call's answer a field is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pick {
+pub(crate) enum Pick {
     /// The n-th number (0 for calls answering one).
     At(usize),
     /// `used / (total - reserved)` of [`Call::Memory`] (DCGM's FB_USED_RATIO).
@@ -96,7 +73,7 @@ pub enum Pick {
 
 /// DCGM's conversion of the NVML answer into the field's unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Convert {
+pub(crate) enum Convert {
     Same,
     /// mW -> W (a double).
     MilliToUnit,
@@ -109,7 +86,7 @@ pub enum Convert {
 }
 
 impl Convert {
-    pub fn apply(self, v: f64) -> f64 {
+    pub(crate) fn apply(self, v: f64) -> f64 {
         match self {
             Convert::Same => v,
             Convert::MilliToUnit => v / 1000.0,
@@ -118,21 +95,11 @@ impl Convert {
             Convert::MibToBytes => (v * 1_048_576.0).trunc(),
         }
     }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Convert::Same => "as is",
-            Convert::MilliToUnit => "/ 1000 (mW -> W)",
-            Convert::BytesToMib => "/ 2^20, truncated (bytes -> MiB)",
-            Convert::PercentToRatio => "/ 100 (% -> ratio)",
-            Convert::MibToBytes => "x 2^20, truncated (MiB/s -> bytes/s)",
-        }
-    }
 }
 
 /// One DCGM field as NVML answers it.
 #[derive(Clone, Copy, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     pub field: u16,
     pub call: Call,
     pub pick: Pick,
@@ -176,7 +143,7 @@ const fn gpm_bytes(field: u16, metric: u32) -> Row {
 }
 
 /// DCGM field id -> NVML call -> conversion.
-pub const TABLE: &[Row] = &[
+pub(crate) const TABLE: &[Row] = &[
     row(1, Call::DriverVersion),
     row(100, Call::Clock(ClockKind::Sm)),
     row(101, Call::Clock(ClockKind::Memory)),
@@ -258,7 +225,7 @@ pub const TABLE: &[Row] = &[
 ];
 
 /// The row of a DCGM field, `None` when NVML cannot answer it.
-pub fn lookup(field: u16) -> Option<&'static Row> {
+pub(crate) fn lookup(field: u16) -> Option<&'static Row> {
     TABLE.iter().find(|r| r.field == field)
 }
 
@@ -276,7 +243,7 @@ const MAX_MEMORY_TEMP_C: u32 = 200;
 /// no timestamp, no latency and a double's type was never filled (NVML bug 2009232, ECC
 /// disabled): not supported. Every other value by its type, a double truncated for DCGM's
 /// integer fields (`NvmlFieldValueToInt64`).
-pub fn field_number(
+pub(crate) fn field_number(
     id: u32,
     sample: nvml_wrapper::struct_wrappers::device::FieldValueSample,
 ) -> Result<f64, nvml_wrapper::error::NvmlError> {

@@ -205,7 +205,7 @@ pub struct HostEngine {
 impl Model<'_> {
     /// Checks every value; `name` is the file as errors name it, `path` the file itself
     /// (a relative `metrics.file` is read next to it).
-    pub fn check(self, name: &str, path: &Path) -> Result<FileSettings, Error> {
+    pub(super) fn check(self, name: &str, path: &Path) -> Result<FileSettings, Error> {
         let mut out = FileSettings {
             schema: self.schema,
             v1_extension: self.v1_extension,

@@ -17,10 +17,10 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-pub use crate::model::ENGINE_LABEL;
+pub(crate) use crate::model::ENGINE_LABEL;
 
 /// Where an engine's loop hands its pages.
-pub struct HandOff {
+pub(crate) struct HandOff {
     pub combiner: Arc<Combiner>,
     pub index: usize,
 }
@@ -57,7 +57,7 @@ impl State {
 }
 
 /// The pages of every engine, joined into one per interval.
-pub struct Combiner {
+pub(crate) struct Combiner {
     engines: Vec<RemoteEngine>,
     /// The sinks need the node's topology with each page.
     pub wants_topology: bool,
@@ -75,7 +75,7 @@ pub struct Combiner {
 }
 
 impl Combiner {
-    pub fn new(
+    pub(crate) fn new(
         engines: Vec<RemoteEngine>,
         interval: Duration,
         metrics: &crate::output::selfmetrics::SelfMetrics,
@@ -135,7 +135,7 @@ impl Combiner {
         })
     }
 
-    pub fn engines(&self) -> &[RemoteEngine] {
+    pub(crate) fn engines(&self) -> &[RemoteEngine] {
         &self.engines
     }
 
@@ -244,7 +244,7 @@ impl Drop for EndsAllOnPanic {
 }
 
 /// Runs every engine's loop and the combiner until told to stop.
-pub fn run(
+pub(crate) fn run(
     main: &Runner,
     engines: impl Iterator<Item = (Arc<Runner>, Option<Worker<Dcgm>>)>,
     control: Receiver<Control>,

@@ -32,7 +32,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The GPUs (UUIDs) a DCGM engine's watches were last built on, recorded by the build job:
 /// what NVML may stand in for.
 #[derive(Clone, Default)]
-pub struct EngineGpus(Arc<Mutex<Option<Vec<String>>>>);
+pub(crate) struct EngineGpus(Arc<Mutex<Option<Vec<String>>>>);
 
 impl EngineGpus {
     pub(super) fn set(&self, uuids: Vec<String>) {
@@ -90,7 +90,7 @@ impl Covers {
 }
 
 #[derive(Default)]
-pub struct Fallback {
+pub(super) struct Fallback {
     /// The NVML source's worker, built on first use and kept while NVML answers.
     worker: Option<Worker<Dcgm>>,
     /// NVML workers let go while stuck in a call.
@@ -113,7 +113,12 @@ impl Fallback {
     /// DCGM failed (`why`): serve from NVML now. False when NVML cannot serve either (the
     /// caller then withdraws the page as without a fallback). `stop` is asked while NVML
     /// is waited for.
-    pub fn engage(&mut self, runner: &Runner, why: &str, stop: &mut dyn FnMut() -> bool) -> bool {
+    pub(super) fn engage(
+        &mut self,
+        runner: &Runner,
+        why: &str,
+        stop: &mut dyn FnMut() -> bool,
+    ) -> bool {
         self.observe(runner);
         if !self.covers.as_ref().is_some_and(Covers::serves) {
             return false;
@@ -142,13 +147,13 @@ impl Fallback {
     }
 
     /// Whether NVML is serving in DCGM's place.
-    pub fn engaged(&self) -> bool {
+    pub(super) fn engaged(&self) -> bool {
         self.serving.is_some()
     }
 
     /// While DCGM is away and a DCGM call is being waited for: a new NVML page when one is
     /// due.
-    pub fn keep_serving(&mut self, runner: &Runner, stop: &mut dyn FnMut() -> bool) {
+    pub(super) fn keep_serving(&mut self, runner: &Runner, stop: &mut dyn FnMut() -> bool) {
         if self.serving.is_some() && self.next_due.is_some_and(|t| Instant::now() >= t) {
             self.serve(runner, stop);
         }
@@ -156,7 +161,7 @@ impl Fallback {
 
     /// DCGM served a page again: the failover ends, and the next one starts afresh (the
     /// counters then in force, no GPM, NVLink or XID state of this one).
-    pub fn disengage(&mut self) {
+    pub(super) fn disengage(&mut self) {
         if let Some((_, since)) = self.serving.take() {
             tracing::info!(
                 "DCGM is back: serving from DCGM again (NVML served for {:.1}s)",
@@ -172,7 +177,7 @@ impl Fallback {
 
     /// The counters changed (a reload): the collector in use is rebuilt with them and
     /// serves at once; without one, the next is built with them anyway.
-    pub fn reload(&mut self, runner: &Runner, stop: &mut dyn FnMut() -> bool) {
+    pub(super) fn reload(&mut self, runner: &Runner, stop: &mut dyn FnMut() -> bool) {
         let Some(w) = self.worker.as_ref() else {
             return;
         };
@@ -196,7 +201,7 @@ impl Fallback {
 
     /// Looks at the GPUs the engine last reported: says once when what NVML may stand in
     /// for changes, and lets a collector built for other GPUs go.
-    pub fn observe(&mut self, runner: &Runner) {
+    pub(super) fn observe(&mut self, runner: &Runner) {
         let covers = Covers::of(runner);
         if self.covers.as_ref() == Some(&covers) {
             return;

@@ -14,10 +14,10 @@
 //! Scrapes never call DCGM; they read the last published page, which also stops being
 //! served once its oldest sample is too old (`collect::freshness`).
 
-pub mod engines;
-pub use engines::HandOff;
+pub(crate) mod engines;
+pub(crate) use engines::HandOff;
 mod fallback;
-pub use fallback::EngineGpus;
+pub(crate) use fallback::EngineGpus;
 mod run_loop;
 
 use crate::attribution::Attribution;
@@ -90,14 +90,14 @@ impl From<StartupError> for Failure {
 
 /// How the exporter reaches DCGM.
 #[derive(Clone, Debug)]
-pub enum Engine {
+pub(crate) enum Engine {
     Embedded,
     Remote(ConnectTarget),
 }
 
 impl Engine {
     /// The `mode` label of `dcgm_exporter_build_info`.
-    pub fn mode(&self) -> &'static str {
+    pub(crate) fn mode(&self) -> &'static str {
         match self {
             Engine::Embedded => "embedded",
             Engine::Remote(_) => "remote",
@@ -105,7 +105,7 @@ impl Engine {
     }
 
     /// Its name in events: the address, or `embedded`.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match self {
             Engine::Embedded => "embedded".into(),
             Engine::Remote(t) => t.to_string(),
@@ -115,7 +115,7 @@ impl Engine {
 
 /// What the worker thread owns: the session and the watches built on it.
 #[derive(Default)]
-pub struct Dcgm {
+pub(crate) struct Dcgm {
     pub(crate) session: Option<Session>,
     collector: Option<Collector>,
     /// The NVML source's collector, in place of the session and its watches
@@ -160,7 +160,7 @@ enum TickResult {
 }
 
 /// Everything needed to (re)build a collector.
-pub struct Runner {
+pub(crate) struct Runner {
     /// libdcgm; `None` when the NVML source serves instead.
     pub library: Option<Arc<Library>>,
     /// NVML, for the NVML source.
@@ -194,7 +194,7 @@ pub struct Runner {
 impl Runner {
     /// Connects and sets up watches once, at startup, where failure is fatal.
     /// `stop` is asked while waiting: a SIGTERM during a start that can take 30 s.
-    pub fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
+    pub(crate) fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn(self.backend())
             .map_err(|e| StartupError::Unavailable(format!("cannot start a thread: {e}")))?;
         self.try_open(&worker, &mut || stop())?;
@@ -208,7 +208,7 @@ impl Runner {
 
     /// Records a start without DCGM (a remote engine not reachable yet): /health answers
     /// 503 with `why` until the collection loop connects.
-    pub fn unreachable_at_start(&self, why: &str) {
+    pub(crate) fn unreachable_at_start(&self, why: &str) {
         crate::model::events::engine_down(&self.engine.name(), why);
         self.failed(why, false);
     }

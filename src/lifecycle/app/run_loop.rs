@@ -19,7 +19,7 @@ impl Runner {
     /// Runs until told to stop (or the channel closes), then removes the watches.
     /// Without a worker (a remote engine unreachable at start) the first tick connects,
     /// retried with backoff like a connection lost later.
-    pub fn run(&self, worker: Option<Worker<Dcgm>>, control: Receiver<Control>) {
+    pub(crate) fn run(&self, worker: Option<Worker<Dcgm>>, control: Receiver<Control>) {
         Loop {
             runner: self,
             built: worker.is_some(),

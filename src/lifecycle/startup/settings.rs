@@ -66,7 +66,7 @@ pub enum Error {
 const MAX_MS: i64 = i64::MAX / 1000;
 
 /// Every stage's settings, made once at start.
-pub struct Stages {
+pub(super) struct Stages {
     pub engine: Engine,
     /// Several host engines (`-r a,b`, `sources.dcgm.hostEngines`); empty with one, which
     /// is `engine` alone.
@@ -99,7 +99,7 @@ pub struct Stages {
 }
 
 /// Where the counters come from: `-f` (or the config file's), or the `-m` ConfigMap.
-pub struct CountersSettings {
+pub(super) struct CountersSettings {
     /// `-m namespace:name`; `None` for "none".
     pub configmap: Option<String>,
     pub path: PathBuf,
@@ -110,7 +110,7 @@ pub struct CountersSettings {
 }
 
 /// What needs the Kubernetes API.
-pub struct KubeWants {
+pub(super) struct KubeWants {
     pub configmap: bool,
     /// `-k` with pod labels or UIDs.
     pub pod_metadata: bool,
@@ -120,7 +120,7 @@ pub struct KubeWants {
 
 impl KubeWants {
     /// What the API server would have given, for the line saying it is off.
-    pub fn features(&self) -> String {
+    pub(super) fn features(&self) -> String {
         let mut off = Vec::new();
         if self.pod_metadata {
             off.push("pod UIDs and labels");
@@ -133,7 +133,7 @@ impl KubeWants {
 }
 
 /// The attribution stage's options and the sources start-up plugs into it.
-pub struct AttributionSettings {
+pub(super) struct AttributionSettings {
     pub options: attribution::Options,
     /// Load NVML (`-k` or `--container-labels`, as dcgm-exporter loads it only with `-k`).
     pub nvml: bool,
@@ -148,7 +148,7 @@ pub struct AttributionSettings {
 }
 
 /// Every stage's settings from the command line (and the config file it names).
-pub fn from_config(mut config: cli::Config) -> Result<Stages, Error> {
+pub(super) fn from_config(mut config: cli::Config) -> Result<Stages, Error> {
     let file_settings = crate::config::file::apply(&mut config)?;
     let listed = remote_engines(&config, &file_settings.host_engines)?;
     let engine = match listed.first() {

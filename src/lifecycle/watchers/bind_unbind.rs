@@ -21,14 +21,14 @@ use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 /// DCGM_FI_SYSTEM_GPU_BIND_EVENT (alias DCGM_FI_BIND_UNBIND_EVENT).
-pub const FIELD: u16 = 6;
+pub(crate) const FIELD: u16 = 6;
 const REINITIALIZING: i64 = 1;
 const REINITIALIZED: i64 = 2;
 /// Longest wait for one poll (or for setting the watch up) in the worker.
 const POLL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// Parses the poll interval; a bad value falls back to 1 s with a warning, as upstream.
-pub fn poll_interval(flag: &str) -> Duration {
+pub(crate) fn poll_interval(flag: &str) -> Duration {
     match crate::config::duration::parse(flag) {
         Ok(d) if !d.is_zero() => d,
         _ => {
@@ -41,7 +41,7 @@ pub fn poll_interval(flag: &str) -> Duration {
 }
 
 /// The watch on one session; kept in the worker's state.
-pub struct Watch {
+pub(crate) struct Watch {
     session: Session,
     gpu: Entity,
     interval: Duration,
@@ -75,7 +75,7 @@ impl Watch {
     /// counters file that listed it and no longer does), or a refused watch of a new build
     /// that held it, removed this watch too, and the field would then read its last sample
     /// forever.
-    pub fn reassert(&self) -> dcgm_sys::Result<()> {
+    pub(crate) fn reassert(&self) -> dcgm_sys::Result<()> {
         let (group, fg) = &self.handles;
         self.session
             .watch(group, fg, self.interval.as_micros() as i64, 0.0, 0)
@@ -105,7 +105,7 @@ impl Watch {
 
 /// The worker's state, which holds the session and this watch beside the collector's
 /// watches (`lifecycle::app::Dcgm`).
-pub trait WatchSlot: 'static {
+pub(crate) trait WatchSlot: 'static {
     fn session(&self) -> Option<Session>;
     fn watch(&mut self) -> &mut Option<Watch>;
 }
@@ -113,7 +113,10 @@ pub trait WatchSlot: 'static {
 /// One poll, run in the worker: sets the watch up on the worker's session when it has
 /// none (first poll, or after a reconnect), else reads it. A failed watch is dropped, so
 /// the next poll sets it up again.
-pub fn poll_in<D: WatchSlot>(d: &mut D, interval: Duration) -> Result<Option<(i64, i64)>, String> {
+pub(crate) fn poll_in<D: WatchSlot>(
+    d: &mut D,
+    interval: Duration,
+) -> Result<Option<(i64, i64)>, String> {
     let session = d.session();
     let slot = d.watch();
     let watch = match slot.as_mut() {
@@ -141,7 +144,7 @@ pub fn poll_in<D: WatchSlot>(d: &mut D, interval: Duration) -> Result<Option<(i6
 /// cannot watch the field), then polls it on a supervised thread of its own. Without an
 /// engine yet (a remote one not up, or one that does not answer) the polls set the watch
 /// up once the collection loop has connected, like everything else that needs the engine.
-pub fn spawn<D: WatchSlot>(
+pub(crate) fn spawn<D: WatchSlot>(
     current: Current<D>,
     interval: Duration,
     control: Sender<Control>,

@@ -26,7 +26,7 @@ const WATCH_TIMEOUT_S: u32 = 290;
 /// text is stored in the returned source and announced through `changed` (which triggers a
 /// reload). `interval`: the collection interval, which the poll period is never shorter than
 /// unless [`configmap::POLL_ENV`] says otherwise.
-pub fn open(
+pub(crate) fn open(
     api: &KubeApi,
     namespace: &str,
     name: &str,
@@ -64,7 +64,7 @@ pub fn open(
 }
 
 /// The ConfigMap followed and where what is read goes.
-pub struct Target {
+pub(crate) struct Target {
     pub api: kube::Api<ConfigMap>,
     pub name: String,
     /// `configmap NS/NAME key metrics`, for log lines.
@@ -111,7 +111,7 @@ impl Target {
 
 /// Watches from `rv` (None: read the object again first) for the life of the process, or
 /// polls once RBAC refuses a verb the watch needs.
-pub async fn follow(t: Target, mut rv: Option<String>) {
+pub(crate) async fn follow(t: Target, mut rv: Option<String>) {
     let mut pause = Pause::new(WATCH_RETRY.0, WATCH_RETRY.1);
     let mut streak = ErrorStreak::default();
     loop {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant, SystemTime};
 
-pub const DEBOUNCE: Duration = Duration::from_millis(200);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(200);
 const POLL: Duration = Duration::from_millis(50);
 
 fn mtime(path: &Path) -> Option<SystemTime> {
@@ -24,7 +24,7 @@ fn mtime(path: &Path) -> Option<SystemTime> {
 
 /// How the file is watched.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Woken by inotify; idle costs nothing.
     Events,
     /// Checked every [`POLL`] (inotify unavailable).
@@ -40,7 +40,7 @@ fn fall_back(path: &Path, why: &dyn std::fmt::Display) {
 }
 
 /// Watches `path` until the collection loop is gone.
-pub fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<Mode> {
+pub(crate) fn spawn(path: PathBuf, control: Sender<Control>) -> std::io::Result<Mode> {
     // Started before the thread so that no change made after this returns is missed.
     let events = match DirEvents::new(&path) {
         Ok(events) => Some(events),

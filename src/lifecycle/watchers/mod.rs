@@ -3,9 +3,9 @@
 //! events. Each sends [`crate::lifecycle::control::Control::Reload`], the same message
 //! as SIGHUP, so a rebuild re-reads the counters and rediscovers the node.
 
-pub mod bind_unbind;
-pub mod counters_configmap;
-pub mod counters_file;
+pub(crate) mod bind_unbind;
+pub(crate) mod counters_configmap;
+pub(crate) mod counters_file;
 
 use crate::config::configmap::CountersSource;
 use crate::lifecycle::app::Runner;
@@ -15,7 +15,7 @@ use std::sync::mpsc::Sender;
 /// Starts the counters file watch (always, as upstream). Called before the file is first
 /// read, so that an edit made while DCGM starts (which can take 30 s) is a reload the
 /// collection loop takes once it runs, not a change nobody saw.
-pub fn watch_counters_file(
+pub(crate) fn watch_counters_file(
     collectors: &CountersSource,
     control: &Sender<Control>,
 ) -> Result<(), String> {
@@ -29,7 +29,7 @@ pub fn watch_counters_file(
 
 /// Starts the GPU bind/unbind watch when enabled, polled through the worker that owns the
 /// session.
-pub fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
+pub(crate) fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
     if let Some(interval) = runner.bind_unbind {
         bind_unbind::spawn(runner.current.clone(), interval, control.clone())?;
     }

@@ -12,7 +12,7 @@
 //! the way for a log line's worth of work. Its bounds are set once at start
 //! ([`Recorder::set_bounds`]); the oldest events make room and are counted.
 
-pub mod record;
+pub(crate) mod record;
 mod track;
 
 pub use record::*;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 /// Where a GPU is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Presence {
+pub(super) enum Presence {
     Present,
     /// DCGM's status Lost (fallen off the bus).
     Lost,
@@ -19,11 +19,11 @@ pub enum Presence {
 }
 
 /// (entity, health system bit) -> (result, code, message).
-pub type HealthState = HashMap<(Entity, u32), (u32, u32, String)>;
+pub(super) type HealthState = HashMap<(Entity, u32), (u32, u32, String)>;
 
 /// One engine's node as last seen.
 #[derive(Default)]
-pub struct Node {
+pub(super) struct Node {
     pub gpus: BTreeMap<u32, Presence>,
     pub uuids: HashMap<u32, String>,
     /// MIG instance entity -> (GPU, NVML GPU-instance id, NVML compute-instance id).
@@ -41,19 +41,19 @@ pub struct Node {
 }
 
 #[derive(Default)]
-pub struct Tracker {
+pub(super) struct Tracker {
     nodes: HashMap<Option<Arc<str>>, Node>,
 }
 
 impl Tracker {
-    pub fn node(&mut self, engine: &Option<Arc<str>>) -> &mut Node {
+    pub(super) fn node(&mut self, engine: &Option<Arc<str>>) -> &mut Node {
         self.nodes.entry(engine.clone()).or_default()
     }
 }
 
 impl Node {
     /// The entity's name in events.
-    pub fn name(&self, e: Entity) -> String {
+    pub(super) fn name(&self, e: Entity) -> String {
         match e.group {
             EntityGroup::None => "node".into(),
             EntityGroup::Gpu => format!("gpu:{}", e.id),
@@ -82,7 +82,7 @@ impl Node {
     }
 
     /// The GPU an entity lies in, where it has one.
-    pub fn gpu_of(&self, e: Entity) -> Option<u32> {
+    pub(super) fn gpu_of(&self, e: Entity) -> Option<u32> {
         match e.group {
             EntityGroup::Gpu => Some(e.id),
             _ => self.instances.get(&e).map(|(g, _, _)| *g),
@@ -91,7 +91,7 @@ impl Node {
 
     /// Takes a new topology's names and MIG layout; answers the GPUs whose MIG layout
     /// changed, with (before, after).
-    pub fn take_topology(&mut self, t: &Topology) -> Vec<(u32, String, String)> {
+    pub(super) fn take_topology(&mut self, t: &Topology) -> Vec<(u32, String, String)> {
         self.instances = t
             .instances
             .iter()

@@ -31,7 +31,7 @@ const GATHER: Duration = Duration::from_millis(100);
 const IDLE: Duration = Duration::from_secs(30);
 
 /// The HTTP path of the logs signal for the metrics push's `path`.
-pub fn logs_path(metrics_path: &str) -> String {
+pub(crate) fn logs_path(metrics_path: &str) -> String {
     match metrics_path.strip_suffix("v1/metrics") {
         Some(base) => format!("{base}v1/logs"),
         None => "/v1/logs".to_string(),
@@ -39,14 +39,14 @@ pub fn logs_path(metrics_path: &str) -> String {
 }
 
 /// The logs push: its thread and what stops it.
-pub struct Logs {
+pub(crate) struct Logs {
     /// Holds no push: the [`Sender`]'s back-off sleeps and the exit's deadline live here.
     queue: Arc<Queue>,
     done: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
 }
 
 impl Logs {
-    pub fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Logs, String> {
+    pub(crate) fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Logs, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -92,13 +92,13 @@ impl Logs {
     }
 
     /// The exit has begun: what the history holds unsent is sent by `deadline`.
-    pub fn finish(&self, deadline: Instant) {
+    pub(crate) fn finish(&self, deadline: Instant) {
         self.queue.finish(deadline);
         events::global().wake();
     }
 
     /// Waits for the thread to end (at most `wait`), then stops it.
-    pub fn stop(&self, wait: Duration) {
+    pub(crate) fn stop(&self, wait: Duration) {
         let done = self.done.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(rx) = done {
             let _ = rx.recv_timeout(wait);
@@ -181,7 +181,7 @@ fn run(
 }
 
 /// One request of `events`, under `resource`.
-pub fn request(resource: &Resource, events: &[Arc<Event>]) -> ExportLogsServiceRequest {
+pub(crate) fn request(resource: &Resource, events: &[Arc<Event>]) -> ExportLogsServiceRequest {
     ExportLogsServiceRequest {
         resource_logs: vec![ResourceLogs {
             resource: Some(resource.clone()),

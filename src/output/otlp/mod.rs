@@ -9,10 +9,10 @@
 //! [`MAX_RETRY_AFTER`]. A clean exit sends what is queued within [`FLUSH_DEADLINE`].
 
 mod convert;
-pub mod logs;
+pub(crate) mod logs;
 pub mod proto;
 mod queue;
-pub mod semconv;
+pub(crate) mod semconv;
 mod tls;
 mod transport;
 

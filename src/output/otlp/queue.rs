@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// One encoded `ExportMetricsServiceRequest`.
 #[derive(Clone, Debug)]
-pub struct Batch {
+pub(super) struct Batch {
     pub body: Bytes,
     pub points: usize,
 }
@@ -24,7 +24,7 @@ struct State {
     flush_by: Option<Instant>,
 }
 
-pub struct Queue {
+pub(super) struct Queue {
     state: Mutex<State>,
     wake: Condvar,
     capacity: usize,
@@ -32,7 +32,7 @@ pub struct Queue {
 }
 
 impl Queue {
-    pub fn new(capacity: usize, max_bytes: usize) -> Queue {
+    pub(super) fn new(capacity: usize, max_bytes: usize) -> Queue {
         Queue {
             state: Mutex::new(State::default()),
             wake: Condvar::new(),
@@ -47,7 +47,7 @@ impl Queue {
 
     /// Adds `batch`, dropping the oldest until it fits (the newest is always kept); answers
     /// the dropped pushes.
-    pub fn push(&self, batch: Batch) -> Vec<Batch> {
+    pub(super) fn push(&self, batch: Batch) -> Vec<Batch> {
         let mut s = self.lock();
         let mut dropped = Vec::new();
         while !s.items.is_empty()
@@ -66,7 +66,7 @@ impl Queue {
     }
 
     /// The oldest push, waiting for one; `None` once closed, or once finished and empty.
-    pub fn pop(&self) -> Option<Batch> {
+    pub(super) fn pop(&self) -> Option<Batch> {
         let mut s = self.lock();
         loop {
             if s.closed {
@@ -85,7 +85,7 @@ impl Queue {
 
     /// Waits `d` (a back-off) unless the queue is closed or finished first (a flush does
     /// not wait out a back-off); `false` when closed.
-    pub fn sleep(&self, d: Duration) -> bool {
+    pub(super) fn sleep(&self, d: Duration) -> bool {
         let s = self.lock();
         let finished = s.flush_by.is_some();
         let (s, _) = self
@@ -96,30 +96,30 @@ impl Queue {
     }
 
     /// The exit has begun: what is queued is to be sent by `deadline`; wakes the sender.
-    pub fn finish(&self, deadline: Instant) {
+    pub(super) fn finish(&self, deadline: Instant) {
         self.lock().flush_by = Some(deadline);
         self.wake.notify_all();
     }
 
     /// The deadline set by [`Queue::finish`], once the exit has begun.
-    pub fn flush_by(&self) -> Option<Instant> {
+    pub(super) fn flush_by(&self) -> Option<Instant> {
         self.lock().flush_by
     }
 
     /// Takes every push still queued.
-    pub fn drain(&self) -> Vec<Batch> {
+    pub(super) fn drain(&self) -> Vec<Batch> {
         let mut s = self.lock();
         s.bytes = 0;
         s.items.drain(..).collect()
     }
 
     /// Pushes and bytes waiting.
-    pub fn len(&self) -> (usize, usize) {
+    pub(super) fn len(&self) -> (usize, usize) {
         let s = self.lock();
         (s.items.len(), s.bytes)
     }
 
-    pub fn close(&self) {
+    pub(super) fn close(&self) {
         self.lock().closed = true;
         self.wake.notify_all();
     }

@@ -7,7 +7,7 @@
 
 /// The instrument a semconv metric is (what OTLP type it is pushed as).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Instrument {
+pub(crate) enum Instrument {
     Gauge,
     /// A monotonic cumulative sum.
     Counter,
@@ -17,7 +17,7 @@ pub enum Instrument {
 
 /// One row: DCGM field -> semconv metric.
 #[derive(Debug)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     pub field: u16,
     pub metric: &'static str,
     pub unit: &'static str,
@@ -32,7 +32,7 @@ pub struct Mapping {
 /// A unit conversion, done as DCGM's base-unit fields are (a division by 100, not a
 /// multiplication by 0.01, so the results are the same floats).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scale {
+pub(crate) enum Scale {
     One,
     /// % -> ratio.
     Percent,
@@ -43,7 +43,7 @@ pub enum Scale {
 }
 
 impl Scale {
-    pub fn apply(self, v: f64) -> f64 {
+    pub(crate) fn apply(self, v: f64) -> f64 {
         match self {
             Scale::One => v,
             Scale::Percent => v / 100.0,
@@ -70,7 +70,7 @@ macro_rules! row {
 
 /// Every mapping. Ids below 1600 hold DCGM's legacy units (%, MiB, mJ); 1611-1627 are the
 /// base-unit fields of dcgm-exporter 4.9.0 (ratio, bytes, J), already in semconv's units.
-pub static MAPPINGS: &[Mapping] = &[
+pub(crate) static MAPPINGS: &[Mapping] = &[
     row!(
         203,
         "hw.gpu.utilization",
@@ -254,14 +254,14 @@ pub static MAPPINGS: &[Mapping] = &[
 ];
 
 /// The mapping of DCGM field `field`, if it has one.
-pub fn mapping(field: u16) -> Option<&'static Mapping> {
+pub(crate) fn mapping(field: u16) -> Option<&'static Mapping> {
     MAPPINGS.iter().find(|m| m.field == field)
 }
 
 /// The hardware attributes semconv asks of every GPU metric, from a series' labels: `hw.id`
 /// (the GPU's UUID, or its index under --low-cardinality, which strips UUIDs; a MIG
 /// instance is `<uuid>/gi<id>` with the GPU as `hw.parent`), `hw.vendor` and `hw.model`.
-pub fn hardware_attributes(labels: &[(&str, &str)], out: &mut Vec<(&'static str, String)>) {
+pub(crate) fn hardware_attributes(labels: &[(&str, &str)], out: &mut Vec<(&'static str, String)>) {
     let find = |names: &[&str]| {
         labels
             .iter()

@@ -8,7 +8,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
-pub fn client_config(s: &Settings, alpn: &[u8]) -> Result<Arc<ClientConfig>, String> {
+pub(super) fn client_config(s: &Settings, alpn: &[u8]) -> Result<Arc<ClientConfig>, String> {
     let roots = roots(s)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)

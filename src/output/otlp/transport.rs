@@ -23,7 +23,7 @@ const MAX_RESPONSE_BYTES: usize = 64 * 1024;
 /// Why a push failed, whether trying it again may help, and when the receiver asked to
 /// be tried again (HTTP `Retry-After`, gRPC `RetryInfo`), if it did.
 #[derive(Debug)]
-pub struct PushError {
+pub(super) struct PushError {
     pub why: String,
     pub retryable: bool,
     pub retry_after: Option<Duration>,
@@ -72,7 +72,7 @@ impl PushError {
 
 /// An HTTP `Retry-After` value (RFC 9110 10.2.3): delay-seconds, or an HTTP-date, whose
 /// wait is counted from `now` (a date already past: no wait). Anything else is no hint.
-pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+pub(super) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     let value = value.trim();
     if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
         // Too many digits for u64 is a very long wait all the same (capped by the sender).
@@ -154,12 +154,12 @@ impl Dialer {
 }
 
 /// The sender's connection to the receiver, kept between pushes.
-pub enum Transport {
+pub(super) enum Transport {
     Http(Http),
     Grpc(Grpc),
 }
 
-pub struct Http {
+pub(super) struct Http {
     dialer: Dialer,
     authority: String,
     path: String,
@@ -168,7 +168,7 @@ pub struct Http {
     conn: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
 }
 
-pub struct Grpc {
+pub(super) struct Grpc {
     client: tonic::client::Grpc<tonic::transport::Channel>,
     /// Makes a fresh channel (see [`Grpc::reset`]).
     channel: Box<dyn Fn() -> tonic::transport::Channel + Send>,
@@ -184,7 +184,7 @@ pub struct Grpc {
 impl Transport {
     /// Prepares the connection (TLS files are read now: a bad one stops the start); nothing
     /// is dialled until the first push. Must run inside the sender's runtime.
-    pub fn new(s: &Settings) -> Result<Transport, String> {
+    pub(super) fn new(s: &Settings) -> Result<Transport, String> {
         let alpn: &[u8] = match s.protocol {
             Protocol::Grpc => b"h2",
             Protocol::HttpProtobuf => b"http/1.1",
@@ -225,7 +225,7 @@ impl Transport {
 
     /// The same receiver's logs signal (the event history's log records): OTLP/HTTP posts
     /// to `http_path`, gRPC calls `LogsService/Export`.
-    pub fn for_logs(mut self, http_path: &str) -> Transport {
+    pub(super) fn for_logs(mut self, http_path: &str) -> Transport {
         match &mut self {
             Transport::Http(h) => h.path = http_path.to_string(),
             Transport::Grpc(g) => g.method = super::proto::LOGS_EXPORT_PATH,
@@ -234,7 +234,7 @@ impl Transport {
     }
 
     /// Sends one encoded request; within the timeout, connection included.
-    pub async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
+    pub(super) async fn push(&mut self, body: Bytes) -> Result<(), PushError> {
         let timeout = match self {
             Transport::Http(h) => h.timeout,
             Transport::Grpc(g) => g.timeout,

@@ -8,7 +8,7 @@ use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricT
 use prometheus::Encoder;
 
 /// The page's families as protobuf objects (what `Page` held before). None is empty.
-pub fn families(page: &Page) -> Vec<MetricFamily> {
+pub(crate) fn families(page: &Page) -> Vec<MetricFamily> {
     page.families()
         .map(|fam| {
             let mut proto = MetricFamily::default();
@@ -45,7 +45,7 @@ pub fn families(page: &Page) -> Vec<MetricFamily> {
 }
 
 /// The text page as the `prometheus` crate's encoder writes it.
-pub fn text(page: &Page) -> Vec<u8> {
+pub(crate) fn text(page: &Page) -> Vec<u8> {
     let mut out = Vec::new();
     prometheus::TextEncoder::new()
         .encode(&families(page), &mut out)
@@ -54,7 +54,7 @@ pub fn text(page: &Page) -> Vec<u8> {
 }
 
 /// The OpenMetrics page as `openmetrics::encode` writes it from the families.
-pub fn openmetrics(page: &Page) -> Vec<u8> {
+pub(crate) fn openmetrics(page: &Page) -> Vec<u8> {
     let mut out = Vec::new();
     openmetrics::encode(&families(page), &mut out);
     out
