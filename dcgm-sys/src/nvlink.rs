@@ -49,10 +49,13 @@ mod tests {
         assert_eq!(rate((5, 10), None), 0);
         assert_eq!(rate((0, 2_000_000), Some((7, 1_000_000))), 0);
         assert_eq!(rate((9, 1_000_000), Some((7, 1_000_000))), 0);
-        // Truncated toward zero both ways, as C's cast.
-        assert_eq!(rate((2_999, 2_000_000), Some((0, 1_000_000))), 2);
-        assert_eq!(rate((1, 2_000_000), Some((2_999, 1_000_000))), -2);
         // A counter reset: DCGM's signed difference, never a wrapped huge number.
         assert_eq!(rate((1_000, 2_000_000), Some((501_000, 1_000_000))), -500);
+    }
+
+    #[test]
+    fn the_rate_truncates_toward_zero_both_ways_as_cs_cast() {
+        assert_eq!(rate((2_999, 2_000_000), Some((0, 1_000_000))), 2);
+        assert_eq!(rate((1, 2_000_000), Some((2_999, 1_000_000))), -2);
     }
 }
