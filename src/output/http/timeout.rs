@@ -15,8 +15,8 @@
 //! * a write that cannot make progress for the write timeout fails, whatever is being
 //!   written (hyper's own replies, HTTP/2 control frames), and ends the connection.
 //!
-//! Only a write the socket refuses looks at the deadlines and arms a timer ([`Timed`]):
-//! a client that reads costs a lock per request and its response, no timer.
+//! A write the socket takes arms no timer: only a refused one looks at the deadlines and
+//! sleeps until the earliest ([`Timed`]).
 
 use std::future::Future;
 use std::io;
