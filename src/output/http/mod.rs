@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use stream::StreamExec;
-use timeout::{Activity, Ended, Timers, Told, WriteDeadline};
+use timeout::{InFlight, Requests, Timed};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -161,14 +161,11 @@ impl Server {
         self.web.watch_reporting(&shared)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
-        let timers =
-            Timers::start().map_err(|e| format!("cannot start the HTTP timers' thread: {e}"))?;
         let ctx = Arc::new(Ctx {
             routes: Routes::new(shared, self.options.clone(), self.web.clone()),
             web: self.web,
             opts: self.options,
             handshakes,
-            timers,
         });
         let mut loops = Vec::new();
         for l in self.listeners {
@@ -197,8 +194,6 @@ struct Ctx {
     web: Web,
     opts: Options,
     handshakes: Arc<HandshakeErrors>,
-    /// Where the connections' watches sleep.
-    timers: Timers,
 }
 
 /// Accepts until `stop`; returns the connections still open.
@@ -243,10 +238,11 @@ async fn connection(
     stop: watch::Receiver<bool>,
 ) {
     let state = ctx.web.current();
-    let activity = Arc::new(Activity::default());
+    let requests = Arc::new(Requests::default());
+    let write_timeout = ctx.opts.write_timeout;
     let Some(acceptor) = state.tls.clone() else {
-        let io = WriteDeadline::new(stream, activity.clone());
-        return serve(&ctx, io, false, activity, stop).await;
+        let io = Timed::new(stream, requests.clone(), write_timeout);
+        return serve(&ctx, io, false, requests, stop).await;
     };
     // As Go: the handshake has the shorter of the read and write timeouts.
     let limit = ctx.opts.read_timeout.min(ctx.opts.write_timeout);
@@ -274,17 +270,17 @@ async fn connection(
         Err(_) => return ctx.handshakes.record(peer, &Failure::Timeout(limit)),
     };
     let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-    let io = WriteDeadline::new(tls, activity.clone());
-    serve(&ctx, io, h2, activity, stop).await
+    let io = Timed::new(tls, requests.clone(), write_timeout);
+    serve(&ctx, io, h2, requests, stop).await
 }
 
-async fn serve<I>(ctx: &Ctx, io: I, h2: bool, activity: Arc<Activity>, stop: watch::Receiver<bool>)
+async fn serve<I>(ctx: &Ctx, io: I, h2: bool, requests: Arc<Requests>, stop: watch::Receiver<bool>)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = Svc {
         routes: ctx.routes.clone(),
-        activity: activity.clone(),
+        requests: requests.clone(),
         write_timeout: ctx.opts.write_timeout,
     };
     let io = TokioIo::new(io);
@@ -298,13 +294,16 @@ where
             .timer(TokioTimer::new())
             .keep_alive_interval(ctx.opts.read_timeout)
             .keep_alive_timeout(ctx.opts.write_timeout);
-        drive(ctx, builder.serve_connection(io, svc), h2, activity, stop).await
+        let idle = requests.idle(ctx.opts.read_timeout);
+        drive(ctx, builder.serve_connection(io, svc), idle, stop).await
     } else {
-        // No header_read_timeout: hyper would arm and drop a timer for every request head;
-        // the connection's watch closes it when no request has been in progress for the
-        // read timeout, which bounds a slow or missing head the same way (`timeout`).
-        let conn = http1::Builder::new().serve_connection(io, svc);
-        drive(ctx, conn, h2, activity, stop).await
+        // hyper's header read timeout bounds a request head and an idle keep-alive
+        // connection alike (`timeout`).
+        let conn = http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(ctx.opts.read_timeout)
+            .serve_connection(io, svc);
+        drive(ctx, conn, std::future::pending(), stop).await
     }
 }
 
@@ -331,114 +330,46 @@ where
     }
 }
 
-/// Runs a connection until it ends, is idle or overdue, or the server stops.
+/// Runs a connection until it ends. Once `idle` resolves or the server stops (or its stop
+/// signal is gone), it is told to close and gets the write timeout at most to do so (an
+/// HTTP/2 GOAWAY whose ping is never answered, a stream waiting for window).
 async fn drive<C: Graceful>(
     ctx: &Ctx,
     conn: C,
-    h2: bool,
-    activity: Arc<Activity>,
-    stop: watch::Receiver<bool>,
+    idle: impl Future<Output = ()>,
+    mut stop: watch::Receiver<bool>,
 ) {
     tokio::pin!(conn);
-    if *stop.borrow() {
-        conn.as_mut().graceful_shutdown();
-    }
-    let grace = ctx.opts.write_timeout;
-    let _watcher = watcher(ctx, activity.clone(), stop);
     let result = tokio::select! {
         biased;
-        r = conn.as_mut() => r.map_err(Into::into),
-        why = activity.told() => match why {
-            Told::Ended(Ended::Idle) => {
-                conn.as_mut().graceful_shutdown();
-                // With nothing left to write, what can hold an idle HTTP/1 connection open
-                // is a request head that never ends: the read timeout again at most.
-                let grace = if activity.writing() || h2 {
-                    grace
-                } else {
-                    grace.min(ctx.opts.read_timeout)
-                };
-                closing(conn, &activity, grace).await
-            }
-            Told::Ended(ended) => Err(ended.reason().into()),
-            // The server stops (or the runtime does, taking the watcher with it).
-            Told::Stop => {
-                conn.as_mut().graceful_shutdown();
-                closing(conn, &activity, grace).await
-            }
-        },
+        r = conn.as_mut() => r.map_err(|e| e.to_string()),
+        () = stopped(&mut stop) => closing(conn, ctx.opts.write_timeout).await,
+        () = idle => closing(conn, ctx.opts.write_timeout).await,
     };
     if let Err(e) = result {
         tracing::debug!("connection: {e}");
     }
 }
 
-/// The task of [`watcher`], ended with its connection.
-struct Watcher(tokio::task::AbortHandle);
+/// Resolves when the server stops, or its stop signal is gone.
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopping| *stopping).await;
+}
 
-impl Drop for Watcher {
-    fn drop(&mut self) {
-        self.0.abort();
+/// Tells a connection to close and waits `grace` at most for it.
+async fn closing<C: Graceful>(mut conn: Pin<&mut C>, grace: Duration) -> Result<(), String> {
+    conn.as_mut().graceful_shutdown();
+    match tokio::time::timeout(grace, conn).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err("the connection did not close within the write timeout".into()),
     }
 }
 
-/// Tells its connection to stop when dropped untold: the watch's runtime ended, taking
-/// the watch with it.
-struct StopUntold(Arc<Activity>);
-
-impl Drop for StopUntold {
-    fn drop(&mut self) {
-        self.0.tell(Told::Stop);
-    }
-}
-
-/// Watches a connection's idle and write deadlines and the server's stop on a task of its
-/// own, which wakes only for its timer or the stop, and tells the connection through its
-/// [`Activity`] ([`Activity::tell`]). Selected beside the connection, they would be polled
-/// at every wake-up of the connection, that is for every request:
-/// `watch::Receiver::changed` takes a lock that all connections share each time it is
-/// polled, and the deadlines read the clock and reset a timer. The connection looks at one
-/// word of its `Activity` instead. The task runs on the timers' thread, so that no timer
-/// of a watch is ever armed on the serving runtime (see [`timeout`]).
-fn watcher(ctx: &Ctx, activity: Arc<Activity>, mut stop: watch::Receiver<bool>) -> Watcher {
-    let (idle, overdue) = (ctx.opts.read_timeout, ctx.opts.write_timeout);
-    let task = ctx.timers.spawn(async move {
-        let untold = StopUntold(activity);
-        let why = tokio::select! {
-            biased;
-            _ = stop.changed() => Told::Stop,
-            ended = untold.0.watch(Some(idle), Some(overdue)) => Told::Ended(ended),
-        };
-        untold.0.tell(why);
-    });
-    Watcher(task.abort_handle())
-}
-
-/// The end of a connection told to close: what it still writes keeps its deadlines, and the
-/// close itself (an HTTP/2 GOAWAY whose ping is never answered, a stream waiting for window)
-/// gets `grace` at most.
-async fn closing<C, E>(
-    conn: Pin<&mut C>,
-    activity: &Activity,
-    grace: Duration,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-where
-    C: Future<Output = Result<(), E>>,
-    E: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    tokio::select! {
-        biased;
-        r = conn => r.map_err(Into::into),
-        ended = activity.watch(None, Some(grace)) => Err(ended.reason().into()),
-        _ = tokio::time::sleep(grace) => Err("the connection did not close within the write timeout".into()),
-    }
-}
-
-/// The endpoints as one connection's hyper service: each request counts as activity until
-/// its response is written, and its write deadline starts when its head is ready.
+/// The endpoints as one connection's hyper service: each request is in progress until its
+/// response body is dropped, and its write deadline starts when its head is ready.
 struct Svc {
     routes: Routes,
-    activity: Arc<Activity>,
+    requests: Arc<Requests>,
     write_timeout: Duration,
 }
 
@@ -467,7 +398,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
     >;
 
     fn call(&self, req: hyper::Request<Incoming>) -> Self::Future {
-        let request = self.activity.request();
+        let request = self.requests.start();
         let write_timeout = self.write_timeout;
         if let Some(resp) = self.routes.scrape(&req) {
             let resp = resp.map(http_body_util::Either::Left);
@@ -501,7 +432,7 @@ impl hyper::service::Service<hyper::Request<Incoming>> for Svc {
 /// A response that was ready when the service was called. Its deadline starts when hyper
 /// polls for it: under HTTP/2 that is in the stream's own task, where the stream's deadline
 /// lives ([`stream`]).
-struct Ready(Option<(hyper::Response<Out>, timeout::Request, Duration)>);
+struct Ready(Option<(hyper::Response<Out>, InFlight, Duration)>);
 
 impl Future for Ready {
     type Output = Result<Answered, Infallible>;
@@ -518,12 +449,8 @@ impl Future for Ready {
 }
 
 /// The response head is ready: its write deadline starts, and its body carries the
-/// request's activity until it is written.
-fn answer(
-    resp: hyper::Response<Out>,
-    mut request: timeout::Request,
-    write_timeout: Duration,
-) -> Answered {
+/// request until hyper drops it.
+fn answer(resp: hyper::Response<Out>, mut request: InFlight, write_timeout: Duration) -> Answered {
     // An HTTP/2 stream has a deadline of its own (a late one loses only its stream); an
     // HTTP/1 response's is the connection's.
     let at = tokio::time::Instant::now() + write_timeout;
@@ -533,17 +460,17 @@ fn answer(
     }
     resp.map(|inner| Tracked {
         inner,
-        request: Some(request),
+        request,
         tell_end: !h2,
         done: false,
     })
 }
 
-/// A response body that ends its request's activity when hyper drops it; its write deadline
-/// then lasts until the bytes are flushed if the body was done (see [`timeout`]).
+/// A response body that ends its request when hyper drops it; its write deadline then
+/// lasts until the bytes are flushed if the body was done (see [`timeout`]).
 pub struct Tracked<B> {
     inner: B,
-    request: Option<timeout::Request>,
+    request: InFlight,
     /// Whether hyper may be told the end with the last frame (HTTP/1; see
     /// [`Tracked::is_end_stream`]).
     tell_end: bool,
@@ -571,9 +498,7 @@ impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
         // control window): the deadline is left to the guard's drop.
         if done {
             self.done = true;
-            if let Some(r) = &mut self.request {
-                r.body_done();
-            }
+            self.request.written();
         }
         polled
     }
@@ -606,7 +531,6 @@ mod tests {
             web,
             opts: opts.clone(),
             handshakes: Arc::new(HandshakeErrors::new()),
-            timers: Timers::start().unwrap(),
         }
     }
 
@@ -640,11 +564,11 @@ mod tests {
 
     /// A scrape's body as `answer` wraps it, and whether hyper may be told its end.
     fn tracked(tell_end: bool, page: &'static [u8]) -> Tracked<Out> {
-        let activity = Arc::new(Activity::default());
+        let requests = Arc::new(Requests::default());
         let body = PageBody::new(bytes::Bytes::from_static(page), bytes::Bytes::new());
         Tracked {
             inner: http_body_util::Either::Left(body),
-            request: Some(activity.request()),
+            request: requests.start(),
             tell_end,
             done: false,
         }
@@ -695,32 +619,39 @@ mod tests {
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn requests_do_not_wake_the_connection_watch() {
-        let opts = minute_timeouts();
-        let ctx = ctx(&opts);
+    /// A plain HTTP/1 connection served with `opts` over an in-memory pipe: the client's end
+    /// and the connection's task.
+    fn served(
+        opts: &Options,
+        requests: &Arc<Requests>,
+        stop: watch::Receiver<bool>,
+    ) -> (tokio::io::DuplexStream, tokio::task::JoinHandle<()>) {
+        let ctx = ctx(opts);
         let (server, client) = tokio::io::duplex(1 << 20);
-        let activity = Arc::new(Activity::default());
+        let io = Timed::new(server, requests.clone(), opts.write_timeout);
+        let requests = requests.clone();
+        let conn = tokio::spawn(async move { serve(&ctx, io, false, requests, stop).await });
+        (client, conn)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn answered_requests_leave_no_request_in_progress_nor_a_deadline() {
+        let requests = Arc::new(Requests::default());
         let (_stop_tx, stop) = watch::channel(false);
-        let io = WriteDeadline::new(server, activity.clone());
-        let served = activity.clone();
-        let conn = tokio::spawn(async move { serve(&ctx, io, false, served, stop).await });
+        let (client, conn) = served(&minute_timeouts(), &requests, stop);
         let (r, mut w) = tokio::io::split(client);
         let mut r = BufReader::new(r);
-        let requests = 200;
-        for i in 0..requests {
+        for i in 0..200 {
             let path = if i % 2 == 0 { "/metrics" } else { "/health" };
             let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
             w.write_all(req.as_bytes()).await.unwrap();
             let status = response(&mut r).await;
             assert!(status.starts_with("HTTP/1.1 "), "{status:?}");
         }
-        // Polled when the connection began; next when a timeout (a minute) is due.
-        let polls = activity.watch_polls();
-        assert!(
-            polls <= 2,
-            "the watch was polled {polls} times for {requests} requests"
-        );
+        // A deadline left behind would cut the next response the client reads slowly.
+        assert_eq!(requests.write_deadline(), None);
+        let idle = tokio::time::timeout(Duration::from_millis(10), requests.idle(Duration::ZERO));
+        assert!(idle.await.is_ok(), "a request is still in progress");
         drop((r, w));
         conn.await.unwrap();
     }
@@ -744,13 +675,12 @@ mod tests {
             web: web.clone(),
             opts: opts.clone(),
             handshakes: Arc::new(HandshakeErrors::new()),
-            timers: Timers::start().unwrap(),
         };
         let (server, client) = tokio::io::duplex(1 << 20);
-        let activity = Arc::new(Activity::default());
+        let requests = Arc::new(Requests::default());
         let (_stop_tx, stop) = watch::channel(false);
-        let io = WriteDeadline::new(server, activity.clone());
-        let conn = tokio::spawn(async move { serve(&ctx, io, false, activity, stop).await });
+        let io = Timed::new(server, requests.clone(), opts.write_timeout);
+        let conn = tokio::spawn(async move { serve(&ctx, io, false, requests, stop).await });
         let (r, mut w) = tokio::io::split(client);
         let mut r = BufReader::new(r);
         let mut scrape = async move || {
@@ -822,64 +752,62 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_watch_tells_its_connection_the_servers_stop_or_its_own_end() {
-        let ctx = ctx(&minute_timeouts());
-        let told = |a: Arc<Activity>| async move {
-            tokio::time::timeout(Duration::from_secs(10), a.told())
+    async fn a_stop_or_a_lost_stop_signal_closes_a_kept_connection() {
+        for drop_sender in [false, true] {
+            let requests = Arc::new(Requests::default());
+            let (stop_tx, stop) = watch::channel(false);
+            let (mut client, conn) = served(&minute_timeouts(), &requests, stop);
+            client
+                .write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
                 .await
-                .ok()
-        };
-        // The server stops.
-        let activity = Arc::new(Activity::default());
-        let (stop_tx, stop) = watch::channel(false);
-        let _watcher = watcher(&ctx, activity.clone(), stop);
-        stop_tx.send(true).unwrap();
-        assert_eq!(told(activity).await, Some(Told::Stop));
-        // The timers' runtime ends, taking the watch with it.
-        let activity = Arc::new(Activity::default());
-        let (_stop_tx, stop) = watch::channel(false);
-        let _watcher = watcher(&ctx, activity.clone(), stop);
-        drop(ctx);
-        assert_eq!(told(activity).await, Some(Told::Stop));
+                .unwrap();
+            let mut r = BufReader::new(client);
+            assert!(response(&mut r).await.starts_with("HTTP/1.1 200"));
+            if drop_sender {
+                drop(stop_tx);
+            } else {
+                stop_tx.send(true).unwrap();
+            }
+            let mut rest = Vec::new();
+            let closed = tokio::time::timeout(Duration::from_secs(10), r.read_to_end(&mut rest));
+            assert!(
+                closed.await.is_ok(),
+                "still open (sender dropped: {drop_sender})"
+            );
+            assert!(rest.is_empty(), "{:?}", String::from_utf8_lossy(&rest));
+            tokio::time::timeout(Duration::from_secs(10), conn)
+                .await
+                .unwrap()
+                .unwrap();
+        }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_connections_watch_sleeps_off_the_serving_runtime() {
-        // A timer on the serving runtime, even one that never fires, costs every worker a
-        // clock read and a look through the wheel each time it parks.
-        let opts = minute_timeouts();
-        let ctx = Arc::new(ctx(&opts));
-        let serving = tokio::runtime::Handle::current().metrics();
-        let before = serving.num_alive_tasks();
-        let (server, client) = tokio::io::duplex(1 << 20);
-        let activity = Arc::new(Activity::default());
-        let (_stop_tx, stop) = watch::channel(false);
-        let io = WriteDeadline::new(server, activity.clone());
-        let conn = tokio::spawn({
-            let ctx = ctx.clone();
-            async move { serve(&ctx, io, false, activity, stop).await }
-        });
-        let (r, mut w) = tokio::io::split(client);
-        let mut r = BufReader::new(r);
-        w.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        assert!(response(&mut r).await.starts_with("HTTP/1.1 200"));
-        assert_eq!(ctx.timers.tasks(), 1, "the connection's watch");
-        assert_eq!(
-            serving.num_alive_tasks(),
-            before + 1,
-            "the serving runtime holds the connection alone"
-        );
-        drop((r, w));
-        conn.await.unwrap();
-        // The watch ends with its connection.
-        for _ in 0..100 {
-            if ctx.timers.tasks() == 0 {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    #[tokio::test(start_paused = true)]
+    async fn a_head_that_never_ends_and_an_idle_connection_close_at_the_read_timeout() {
+        let opts = Options {
+            read_timeout: Duration::from_secs(5),
+            ..minute_timeouts()
+        };
+        for (sent, answers) in [
+            (&b"GET /health HTTP/1.1\r\nHost: x\r\nAccept: */"[..], 0),
+            (b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n", 1),
+        ] {
+            let requests = Arc::new(Requests::default());
+            let (_stop_tx, stop) = watch::channel(false);
+            let (mut client, conn) = served(&opts, &requests, stop);
+            let t0 = tokio::time::Instant::now();
+            client.write_all(sent).await.unwrap();
+            let mut got = Vec::new();
+            client.read_to_end(&mut got).await.unwrap();
+            let got = String::from_utf8_lossy(&got);
+            assert_eq!(got.matches("HTTP/1.1 200").count(), answers, "{got}");
+            assert_eq!(got.matches("HTTP/1.1 ").count(), answers, "{got}");
+            let closed = t0.elapsed();
+            assert!(
+                closed >= opts.read_timeout && closed < opts.read_timeout * 2,
+                "closed after {closed:?}"
+            );
+            conn.await.unwrap();
         }
-        panic!("the watch outlived its connection");
     }
 }
