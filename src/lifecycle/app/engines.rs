@@ -1,12 +1,13 @@
 //! Several host engines in one exporter (`-r a:5555,b:5555`, `sources.dcgm.hostEngines`):
-//! the threads. Each engine keeps the one-engine loop (`Runner::run` on a thread of its own: its session,
-//! worker, reconnect back-off, abandoned stuck workers, rebuilds, freshness), but hands its
-//! collected page to the [`Combiner`] instead of publishing it. The combiner waits for
-//! every live engine's page of this interval (one and a half intervals at most), merges them into one
-//! page with the engine label on every series (`collect::engines::merge`), and attributes, renders and publishes that
-//! page once (`Runner::publish_collected` of the main runner, which owns the attribution
-//! stage, the served state and the sinks). An engine that fails contributes nothing: its
-//! series are withdrawn from the served page at once, the others keep serving.
+//! the threads. Each engine keeps the one-engine loop (`Runner::run` on a thread of its
+//! own: its session, worker, reconnect back-off, abandoned stuck workers, rebuilds,
+//! freshness), but hands its collected page to the [`Combiner`] instead of publishing it.
+//! The combiner waits for every live engine's page of this interval (one and a half
+//! intervals at most), merges them into one page with the engine label on every series
+//! (`collect::engines::merge`), and attributes, renders and publishes that page once
+//! (`Runner::publish_collected` of the main runner, which owns the attribution stage, the
+//! served state and the sinks). An engine that fails contributes nothing: its series are
+//! withdrawn from the served page at once, the others keep serving.
 
 use super::{Dcgm, Runner};
 use crate::collect::engines::{self, Collected, RemoteEngine};

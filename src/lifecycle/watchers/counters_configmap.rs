@@ -1,9 +1,10 @@
-//! The `-m` ConfigMap: read at start-up ([`open`]), then followed. First a watch of that one object
-//! from the resourceVersion the read returned (RBAC verbs `get` and `watch`; no `list`).
-//! When RBAC refuses the watch (NVIDIA's chart grants configmaps `get` only, the GPU
-//! operator `get` and `list`), one warning, then a `get` every poll period
-//! ([`configmap::poll_period`]), backing off while a `get` fails: never a request per second. A watch
-//! event and a poll alike go through [`Target::apply`], the one reload path.
+//! The `-m` ConfigMap: read at start-up ([`open`]), then followed. First a watch of that
+//! one object from the resourceVersion the read returned (RBAC verbs `get` and `watch`; no
+//! `list`). When RBAC refuses the watch (NVIDIA's chart grants configmaps `get` only, the
+//! GPU operator `get` and `list`), one warning, then a `get` every poll period
+//! ([`configmap::poll_period`]), backing off while a `get` fails: never a request per
+//! second. A watch event and a poll alike go through [`Target::apply`], the one reload
+//! path.
 
 use crate::config::configmap::{self, CountersSource, KEY};
 use crate::config::counters;

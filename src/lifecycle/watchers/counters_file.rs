@@ -1,12 +1,12 @@
 //! Reloads when the counters file changes on disk, as dcgm-exporter does: changes are
 //! debounced (200 ms without a further change) and a reload fires only when the file's
 //! modification time differs from the one last loaded. The thread sleeps until inotify
-//! reports a change in the file's directory (see [`crate::runtime::wakeup`]), which sees editors that
-//! write in place, tools that rename a new file into place and ConfigMap symlink swaps alike;
-//! only while a change settles is the file's metadata checked, every 50 ms. Where inotify
-//! cannot be used, the metadata is checked every 50 ms all the time (logged once).
-//! A broken new file is handled by the reload itself: the old counters stay, the error
-//! names file and line.
+//! reports a change in the file's directory (see [`crate::runtime::wakeup`]), which sees
+//! editors that write in place, tools that rename a new file into place and ConfigMap
+//! symlink swaps alike; only while a change settles is the file's metadata checked, every
+//! 50 ms. Where inotify cannot be used, the metadata is checked every 50 ms all the time
+//! (logged once). A broken new file is handled by the reload itself: the old counters stay,
+//! the error names file and line.
 
 use crate::lifecycle::control::Control;
 use crate::runtime::supervisor::{Beat, Supervisor};

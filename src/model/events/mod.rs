@@ -1,10 +1,10 @@
-//! The node's event history (issue 47): a bounded in-memory log of what happened on the
-//! node, each event with its time (DCGM's or NVML's timestamp where it has one, else the
-//! exporter's), the entity it happened to (`gpu:0`, `gpu:0/gi:1`, `gpu:0/link:3`,
-//! `switch:1`, `engine:embedded`, `node`, `exporter`) and its details. The producers call
-//! the functions of [`record`] at the place they log the happening; `/events`
-//! (`output/http/events.rs`) serves the history as JSON, `dcgm-exporter events` queries it
-//! and the OTLP push sends each event as a log record (`output/otlp/logs.rs`).
+//! The node's event history: a bounded in-memory log of what happened on the node, each
+//! event with its time (DCGM's or NVML's timestamp where it has one, else the exporter's),
+//! the entity it happened to (`gpu:0`, `gpu:0/gi:1`, `gpu:0/link:3`, `switch:1`,
+//! `engine:embedded`, `node`, `exporter`) and its details. The producers call the functions
+//! of [`record`] at the place they log the happening; `/events` (`output/http/events.rs`)
+//! serves the history as JSON, `dcgm-exporter events` queries it and the OTLP push sends
+//! each event as a log record (`output/otlp/logs.rs`).
 //!
 //! One history per process ([`global`]): the happenings are spread over collection, the
 //! lifecycle and the HTTP stage, on many threads (DCGM workers, one loop per host engine,
