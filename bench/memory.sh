@@ -19,7 +19,7 @@
 #
 # Usage: bench/memory.sh [GPUS] [SECONDS] [INTERVAL_MS]   (defaults 8, 40, 1000)
 # Needs: a release build (cargo build --release -p dcgm-exporter -p dcgm-sim -p nvml-sim),
-# the kit unpacked in target/real-dcgm/dcgm-4.6.0 (cargo test --test real_dcgm does it) and
+# the kit unpacked in target/real-dcgm/dcgm-4.6.0 (cargo test --test it -- real_dcgm:: does it) and
 # its runtime packages (../shared/dcgm-real/README.md). Prints one table row per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,5 +1,5 @@
 //! Which git files `build.rs` watches for the embedded commit. Shared with
-//! `tests/fresh_machine.rs` (included by path), so the rule is tested without running cargo.
+//! `tests/it/fresh_machine.rs` (included by path), so the rule is tested without running cargo.
 
 use std::path::Path;
 

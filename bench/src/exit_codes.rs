@@ -1,4 +1,4 @@
-//! `bench -- exit-codes`: the long version of `tests/exit_codes.rs`. Starts the exporter
+//! `bench -- exit-codes`: the long version of `tests/it/exit_codes.rs`. Starts the exporter
 //! many times in each mode (embedded, remote, `-r` to a closed port), several at once, stops
 //! each with SIGTERM after its first page (the closed-port ones give up by themselves), and
 //! prints the histogram of exit codes per mode. Asserts nothing.

@@ -1,4 +1,4 @@
-//! `bench -- faults`: the long version of `tests/faults.rs`. The exporter, in remote mode
+//! `bench -- faults`: the long version of `tests/it/faults.rs`. The exporter, in remote mode
 //! against `dcgm-sim-hostengine`, is scraped every 100 ms while the engine is killed and
 //! restarted N times and stopped/resumed with SIGSTOP/SIGCONT, then soaks with RSS sampled.
 //! Prints figures; asserts nothing.

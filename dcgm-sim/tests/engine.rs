@@ -1228,7 +1228,7 @@ fn a_failing_p2p_query_answers_bad_param_and_cpus_need_the_sysmon_module() {
 }
 
 /// Real DCGM 4.6's memory health check reads the GPU's row-remap failure counter
-/// (tests/real_dcgm.rs shows it on NVIDIA's library): non-zero fails MEM for that GPU only.
+/// (tests/it/real_dcgm.rs shows it on NVIDIA's library): non-zero fails MEM for that GPU only.
 #[test]
 fn a_row_remap_failure_fails_memory_health_of_its_gpu() {
     let (mut e, _) = engine_str(

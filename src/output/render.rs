@@ -100,7 +100,7 @@ pub fn number(out: &mut Vec<u8>, v: f64) {
 }
 
 /// The `prometheus` crate's encoder over its protobuf objects: what the page was rendered
-/// with before, kept to prove the renderers write the same bytes (`tests/render_identity.rs`
+/// with before, kept to prove the renderers write the same bytes (`tests/it/render_identity.rs`
 /// includes it too).
 #[cfg(test)]
 pub(crate) mod reference;

@@ -1,5 +1,5 @@
 /*
- * The differential client of tests/conformance.rs: the same DCGM calls against any
+ * The differential client of tests/it/conformance.rs: the same DCGM calls against any
  * libdcgm.so.4 (dcgm-sim's or NVIDIA's real one), printing what it observes as
  * "name: value" lines, so that the two libraries' answers can be compared line by line.
  *

@@ -10,7 +10,7 @@
 #     at once in kit mode to prove it loads. Commit that YAML under tests/gpu/recorded/ for CI.
 #   kit mode (no GPU, or --mode kit): DCGM on its NVML injection library over --yaml; the
 #     reference is `dcgmi discovery -l` and `dcgmi dmon` standing in for nvidia-smi. CI runs
-#     this (tests/gpu_tier.rs).
+#     this (tests/it/gpu_tier.rs).
 #
 # It never changes GPU settings: no MIG, clock, power, persistence or any other change.
 # nvidia-smi is only ever run with --query-gpu (see `smi` below), dcgmi only with

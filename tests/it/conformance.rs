@@ -193,7 +193,7 @@ fn check_lines(mode: &str, sim: &Lines, real: &Lines) {
 }
 
 /// What the simulator must show on its own (the real kit's answers, recorded in
-/// tests/real_dcgm.rs): the profiling rows skipped, P2P failing alone, nothing else.
+/// tests/it/real_dcgm.rs): the profiling rows skipped, P2P failing alone, nothing else.
 fn check_sim_alone(o: &Observations) {
     assert_eq!(
         o["skipped rows"],

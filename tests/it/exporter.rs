@@ -194,7 +194,7 @@ fn startup_errors_are_one_clear_line_and_a_non_zero_exit() {
             "/nonexistent.csv",
         ),
         (
-            // Without the flag an unreachable engine is retried (tests/remote.rs).
+            // Without the flag an unreachable engine is retried (tests/it/remote.rs).
             vec![
                 "-r".into(),
                 format!("127.0.0.1:{}", free_port()),

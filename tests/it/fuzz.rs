@@ -3,7 +3,7 @@
 //! input must give a value or an error that names its source, never a panic. 10 000
 //! cases per property (`PROPTEST_CASES` overrides), each run printing its count
 //! (`support/fuzzing.rs`); what a run finds becomes a named regression test. The other
-//! parsers of outside input are in `tests/fuzz_inputs.rs`.
+//! parsers of outside input are in `tests/it/fuzz_inputs.rs`.
 
 use crate::support::fuzzing::fuzz;
 use dcgm_exporter::config::{cli, counters, selector};

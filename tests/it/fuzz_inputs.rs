@@ -1,5 +1,5 @@
 //! Generated inputs for every parser of what reaches the exporter from outside (issue 30,
-//! item 8), beside `tests/fuzz.rs` (counters CSV, selectors, flags): the YAML configuration
+//! item 8), beside `tests/it/fuzz.rs` (counters CSV, selectors, flags): the YAML configuration
 //! file (versions 1 and 2), the web configuration, the kubelet's PodResources reply, the API
 //! server's pod and ResourceSlice objects, the container runtime's JSON and HTTP answers,
 //! cgroup files, HPC job files, and HTTP request heads sent to the running server. Each gives

@@ -1,6 +1,6 @@
 //! A piece of the collection that DCGM refuses (the profiling module absent, a failing P2P
 //! query, CPUs without DCGM's sysmon module) costs only its own series, against the
-//! simulator switches that reproduce what the real DCGM 4.6 answers (tests/real_dcgm.rs).
+//! simulator switches that reproduce what the real DCGM 4.6 answers (tests/it/real_dcgm.rs).
 
 use crate::support::*;
 

@@ -424,7 +424,7 @@ fn auto_serves_from_nvml_while_the_real_embedded_engine_cannot_start() {
 /// asked of a GPU instance from its "practical entity", the parent GPU (a GPU-level
 /// field), so each instance has a series with its GPU's value, as the NVML backend reads
 /// it (`On::of`; compared value for value on the simulated MIG node in
-/// tests/nvml_backend.rs: the injection NVML answers nvmlDeviceGetMigDeviceHandleByIndex
+/// tests/it/nvml_backend.rs: the injection NVML answers nvmlDeviceGetMigDeviceHandleByIndex
 /// with INVALID_ARGUMENT for this YAML, so the NVML backend sees no instance here).
 #[test]
 fn the_real_dcgm_serves_nvlink_throughput_on_gpu_instances_from_their_gpu() {

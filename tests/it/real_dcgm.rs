@@ -799,7 +799,7 @@ fn start_up_names_the_real_dcgm_version_and_waits_for_a_late_engine() {
 /// the NOT_FOUND sentinel (DCGM_INT64_NOT_FOUND, status OK; dcgmi dmon shows N/A), counted
 /// as `reason="not_found"`, and a value injected into the host engine's cache
 /// (`dcgmi test --inject`) is replaced by that sentinel at the next update, so this tier cannot
-/// show a recovery action; the simulator's tier does (tests/health_actions.rs). An injected
+/// show a recovery action; the simulator's tier does (tests/it/health_actions.rs). An injected
 /// XID 79 is kept, and DCGM's own health module fails every watch of that GPU with
 /// DCGM_FR_FALLEN_OFF_BUS: the action is reboot_node, decided by the XID's catalog class.
 #[test]

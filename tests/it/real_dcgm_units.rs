@@ -4,7 +4,7 @@
 //! so every one is derived from its legacy field, and the converted values equal the legacy
 //! ones exactly; the renamed fields that keep their id (DCGM 4.6's canonical names) are read
 //! directly. The direct read of a base-unit field a library knows is shown on the simulator
-//! (tests/units.rs), the only library here that has one.
+//! (tests/it/units.rs), the only library here that has one.
 
 use crate::support;
 use crate::support::nvml_yaml::Gpu;
@@ -158,7 +158,7 @@ fn observe(e: &Exporter) -> (String, String) {
 #[test]
 fn the_4_9_0_page_of_the_simulator_agrees_with_the_real_library() {
     // etc/sim/real-kit.toml is the simulated twin of four default injected GPUs
-    // (tests/conformance.rs compares the 4.8.x page the same way).
+    // (tests/it/conformance.rs compares the 4.8.x page the same way).
     let csv = repo("etc/default-counters-4.9.0.csv");
     let args = ["-f", csv.to_str().unwrap(), "--emulate-version=4.9.0"];
     let sim = exporter().profile("real-kit.toml").args(&args).start();

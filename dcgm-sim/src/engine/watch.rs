@@ -22,7 +22,7 @@
 //! DCGM_FI_DEV_XID_ERRORS is event-driven in DCGM (NVML events, DcgmCacheManager.cpp:7535
 //! `RecordXidForGpu`; the update loop skips it, DcgmCacheManager.cpp:13751): its watch has
 //! no sample (latest value: NO_DATA) until an XID, then one sample per XID at the XID's
-//! time, and nothing in between. Real DCGM 4.6 answers exactly so (tests/real_dcgm.rs).
+//! time, and nothing in between. Real DCGM 4.6 answers exactly so (tests/it/real_dcgm.rs).
 
 use super::values::{World, FI_BIND_UNBIND, FI_XID};
 use crate::proto::{Sample, Value};

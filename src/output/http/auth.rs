@@ -21,7 +21,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What a request's credentials get it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     Allowed,
     /// No, wrong or malformed credentials: 401.
     Denied,
@@ -37,7 +37,7 @@ const ALLOWED_CACHE: usize = 256;
 const DENIED_CACHE: usize = 1024;
 
 /// The process-wide bound on bcrypt checks and its self-metrics.
-pub struct Gate {
+pub(crate) struct Gate {
     /// One permit per check allowed to run.
     slots: Arc<Semaphore>,
     /// One permit per check running or waiting; none left means overloaded.
@@ -54,7 +54,7 @@ pub struct Gate {
 }
 
 impl Gate {
-    pub fn new(slots: usize, queue: usize) -> Gate {
+    pub(crate) fn new(slots: usize, queue: usize) -> Gate {
         let slots = slots.max(1);
         let gauge = |n: &str, help: &str| {
             IntGauge::with_opts(Opts::new(format!("dcgm_exporter_auth_{n}"), help))
@@ -96,7 +96,7 @@ impl Gate {
     }
 
     /// The process's gate: one check per core.
-    pub fn global() -> &'static Arc<Gate> {
+    pub(crate) fn global() -> &'static Arc<Gate> {
         static GATE: OnceLock<Arc<Gate>> = OnceLock::new();
         GATE.get_or_init(|| {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -104,7 +104,7 @@ impl Gate {
         })
     }
 
-    pub fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn prometheus::core::Collector>> {
         vec![
             Box::new(self.in_flight.clone()),
             Box::new(self.in_flight_max.clone()),
@@ -228,7 +228,7 @@ struct Cache {
     denied: Lru,
 }
 
-pub struct BasicAuth {
+pub(crate) struct BasicAuth {
     users: BTreeMap<String, String>,
     /// Checked for unknown users: the users' own cost (its password does not matter).
     dummy: String,
@@ -238,11 +238,11 @@ pub struct BasicAuth {
 }
 
 impl BasicAuth {
-    pub fn new(users: BTreeMap<String, String>) -> BasicAuth {
+    pub(crate) fn new(users: BTreeMap<String, String>) -> BasicAuth {
         Self::with_gate(users, Gate::global().clone())
     }
 
-    pub fn with_gate(users: BTreeMap<String, String>, gate: Arc<Gate>) -> BasicAuth {
+    pub(crate) fn with_gate(users: BTreeMap<String, String>, gate: Arc<Gate>) -> BasicAuth {
         BasicAuth {
             dummy: dummy_hash(usual_cost(users.values())),
             users,
@@ -256,12 +256,13 @@ impl BasicAuth {
     }
 
     /// The configured user names.
-    pub fn users(&self) -> Vec<&str> {
+    #[cfg(test)]
+    pub(crate) fn users(&self) -> Vec<&str> {
         self.users.keys().map(String::as_str).collect()
     }
 
     /// What the `Authorization` header's value (None when absent) gets a request.
-    pub async fn check_header(self: &Arc<Self>, value: Option<&[u8]>) -> Outcome {
+    pub(crate) async fn check_header(self: &Arc<Self>, value: Option<&[u8]>) -> Outcome {
         match value.and_then(credentials) {
             Some((user, password)) => self.check(&user, &password).await,
             None => Outcome::Denied,
@@ -269,7 +270,7 @@ impl BasicAuth {
     }
 
     /// Whether `user` with `password` may in: from the cache, or one bcrypt check.
-    pub async fn check(self: &Arc<Self>, user: &str, password: &str) -> Outcome {
+    pub(crate) async fn check(self: &Arc<Self>, user: &str, password: &str) -> Outcome {
         let (hash, known) = match self.users.get(user) {
             Some(h) => (h.clone(), true),
             None => (self.dummy.clone(), false),

@@ -15,7 +15,7 @@ use hyper::StatusCode;
 use warp::Reply;
 
 /// The longest query taken, in bytes.
-pub const MAX_QUERY: usize = 2048;
+pub(crate) const MAX_QUERY: usize = 2048;
 /// Entities or types one query may name.
 const MAX_ITEMS: usize = 64;
 /// The largest `limit`.
@@ -25,13 +25,13 @@ const FUTURE_SLACK_US: i64 = 60_000_000;
 
 /// Why a query is refused.
 #[derive(Debug, PartialEq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     TooLong,
     Bad(String),
 }
 
 /// The answer to `/events?<query>`.
-pub fn reply(query: &str) -> Response {
+pub(crate) fn reply(query: &str) -> Response {
     match parse(query, now_us()) {
         Ok(f) => json(&events::global().query(&f)),
         Err(Refusal::TooLong) => text(
@@ -64,7 +64,7 @@ fn json(found: &Found) -> Response {
 }
 
 /// The filter a query asks for, at `now_us`.
-pub fn parse(query: &str, now_us: i64) -> Result<Filter, Refusal> {
+pub(crate) fn parse(query: &str, now_us: i64) -> Result<Filter, Refusal> {
     if query.len() > MAX_QUERY {
         return Err(Refusal::TooLong);
     }
@@ -223,7 +223,7 @@ fn since(v: &str, now_us: i64) -> Result<i64, String> {
 
 /// `YYYY-MM-DDTHH:MM:SS[.frac](Z|±HH:MM)` in Unix µs; `None` when malformed. A space
 /// where the offset's `+` was is taken as `+` (a client that form-encoded it).
-pub fn parse_rfc3339(s: &str) -> Option<i64> {
+pub(crate) fn parse_rfc3339(s: &str) -> Option<i64> {
     let b = s.as_bytes();
     if b.len() < 20 || !matches!(b[10], b'T' | b't' | b' ') {
         return None;

@@ -13,14 +13,14 @@ use tokio_rustls::rustls;
 /// At most one warning per reason in this time.
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
-pub struct HandshakeErrors {
+pub(crate) struct HandshakeErrors {
     counter: IntCounterVec,
     /// reason -> (when it was last logged, how many were not logged since).
     logged: Mutex<HashMap<String, (Instant, u64)>>,
 }
 
 impl HandshakeErrors {
-    pub fn new() -> HandshakeErrors {
+    pub(crate) fn new() -> HandshakeErrors {
         HandshakeErrors {
             counter: IntCounterVec::new(
                 Opts::new(
@@ -35,16 +35,17 @@ impl HandshakeErrors {
         }
     }
 
-    pub fn collector(&self) -> Box<dyn prometheus::core::Collector> {
+    pub(crate) fn collector(&self) -> Box<dyn prometheus::core::Collector> {
         Box::new(self.counter.clone())
     }
 
-    pub fn count(&self, reason: &str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn count(&self, reason: &str) -> u64 {
         self.counter.with_label_values(&[reason]).get()
     }
 
     /// Counts a failed handshake and logs it unless its reason was logged in the last minute.
-    pub fn record(&self, peer: SocketAddr, error: &Failure) {
+    pub(crate) fn record(&self, peer: SocketAddr, error: &Failure) {
         let reason = error.reason();
         self.counter.with_label_values(&[&reason]).inc();
         let suppressed = {
@@ -82,7 +83,7 @@ impl Default for HandshakeErrors {
 
 /// Why a handshake did not complete.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     Io(std::io::Error),
     Timeout(Duration),
 }
@@ -99,7 +100,7 @@ impl std::fmt::Display for Failure {
 impl Failure {
     /// A short, bounded label: the innermost variant name of rustls' error, or the I/O
     /// error kind.
-    pub fn reason(&self) -> String {
+    pub(crate) fn reason(&self) -> String {
         match self {
             Failure::Timeout(_) => "Timeout".into(),
             Failure::Io(e) => match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {

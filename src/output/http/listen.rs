@@ -6,7 +6,7 @@
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 
 /// Resolves dcgm-exporter's `-a` value: `:9400` (all interfaces), `host:port`, `[v6]:port`.
-pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
+pub(crate) fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
     if let Some(port) = addr.strip_prefix(':') {
         let port: u16 = port
             .parse()
@@ -29,7 +29,7 @@ pub fn listen_addrs(addr: &str) -> Result<Vec<SocketAddr>, String> {
 
 /// Binds every address of `-a`. On a dual-stack host `[::]` already covers `0.0.0.0`, so
 /// only a total failure is an error; it is reported once, with each distinct reason.
-pub fn bind(address: &str) -> Result<Vec<TcpListener>, String> {
+pub(crate) fn bind(address: &str) -> Result<Vec<TcpListener>, String> {
     let mut bound = Vec::new();
     let mut reasons: Vec<String> = Vec::new();
     for mut addr in listen_addrs(address)? {
@@ -63,7 +63,7 @@ pub fn bind(address: &str) -> Result<Vec<TcpListener>, String> {
 }
 
 /// The TCP sockets systemd passed to this process.
-pub fn systemd() -> Result<Vec<TcpListener>, String> {
+pub(crate) fn systemd() -> Result<Vec<TcpListener>, String> {
     let mut fds = listenfd::ListenFd::from_env();
     if fds.len() == 0 {
         return Err("--web-systemd-socket: no socket was passed (LISTEN_FDS/LISTEN_PID are unset or name another process; start the exporter from a systemd .socket unit)".into());

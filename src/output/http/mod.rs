@@ -6,18 +6,18 @@
 //! streams or systemd's sockets, so that TLS, client certificates, certificate reload,
 //! handshake errors (`handshake`) and timeouts (`timeout`) stay under our control.
 
-pub mod auth;
-pub mod events;
-pub mod handshake;
-pub mod listen;
-pub mod negotiate;
-pub mod pprof;
-pub mod reply;
-pub mod routes;
-pub mod state;
-pub mod stream;
-pub mod timeout;
-pub mod tls;
+pub(crate) mod auth;
+pub(crate) mod events;
+pub(crate) mod handshake;
+pub(crate) mod listen;
+pub(crate) mod negotiate;
+pub(crate) mod pprof;
+pub(crate) mod reply;
+pub(crate) mod routes;
+pub(crate) mod state;
+pub(crate) mod stream;
+pub(crate) mod timeout;
+pub(crate) mod tls;
 pub mod webconfig;
 
 use crate::config::duration;

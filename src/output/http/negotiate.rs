@@ -30,7 +30,7 @@ fn param<'a>(params: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// The format the `Accept` header prefers; text when it says nothing we serve.
-pub fn format(accept: Option<&HeaderValue>) -> Format {
+pub(crate) fn format(accept: Option<&HeaderValue>) -> Format {
     let Some(h) = accept.and_then(|h| h.to_str().ok()) else {
         return Format::Text;
     };
@@ -57,7 +57,7 @@ pub fn format(accept: Option<&HeaderValue>) -> Format {
 }
 
 /// Whether `Accept-Encoding` allows gzip.
-pub fn gzip(accept_encoding: Option<&HeaderValue>) -> bool {
+pub(crate) fn gzip(accept_encoding: Option<&HeaderValue>) -> bool {
     // What Prometheus sends, on every scrape: nothing to parse.
     if accept_encoding.is_some_and(|h| h.as_bytes() == b"gzip") {
         return true;

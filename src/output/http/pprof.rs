@@ -15,7 +15,7 @@ const INDEX: &str =
 <a href=\"profile?seconds=30\">profile</a>: CPU profile (pprof protobuf); add ?seconds=N<br>\n\
 <a href=\"cmdline\">cmdline</a>: the command line<br>\n</body>\n</html>\n";
 
-pub async fn handle(path: &str, query: &str, write_timeout: Duration) -> Response {
+pub(crate) async fn handle(path: &str, query: &str, write_timeout: Duration) -> Response {
     match path {
         "/debug/pprof/" => html(INDEX),
         "/debug/pprof/cmdline" => text(

@@ -10,10 +10,10 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use warp::Reply;
 
-pub type Response = warp::reply::Response;
+pub(crate) type Response = warp::reply::Response;
 
 /// A plain-text response with Go's content type and `nosniff`, as upstream's handlers send.
-pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
+pub(crate) fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
     let mut r = hyper::Response::new(body.into()).into_response();
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -27,7 +27,7 @@ pub fn text(status: StatusCode, body: impl Into<Bytes>) -> Response {
     r
 }
 
-pub fn html(body: impl Into<Bytes>) -> Response {
+pub(crate) fn html(body: impl Into<Bytes>) -> Response {
     let mut r = text(StatusCode::OK, body);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -39,13 +39,13 @@ pub fn html(body: impl Into<Bytes>) -> Response {
 /// A scrape's body: the published page and this scrape's self-metrics tail, both shared
 /// buffers (a scrape copies no byte of the page), sent as they are.
 #[derive(Debug, Default)]
-pub struct PageBody {
+pub(crate) struct PageBody {
     parts: [Bytes; 2],
     next: usize,
 }
 
 impl PageBody {
-    pub fn new(page: Bytes, tail: Bytes) -> PageBody {
+    pub(crate) fn new(page: Bytes, tail: Bytes) -> PageBody {
         PageBody {
             parts: [page, tail],
             next: 0,
@@ -60,7 +60,7 @@ impl PageBody {
     }
 
     /// The same response for warp (the filter's replies have warp's boxed body).
-    pub fn into_warp(resp: hyper::Response<PageBody>) -> Response {
+    pub(crate) fn into_warp(resp: hyper::Response<PageBody>) -> Response {
         let (parts, body) = resp.into_parts();
         let len = body.left();
         let chunks = body.parts.map(Ok::<_, Infallible>);

@@ -95,7 +95,7 @@ fn handler_threads() -> usize {
 }
 
 /// The endpoints' state, shared by every connection.
-pub struct Endpoints {
+pub(crate) struct Endpoints {
     shared: Arc<Shared>,
     opts: Options,
     scrapes: Limit,
@@ -145,14 +145,14 @@ fn header(
 /// The endpoints: the warp filter that answers every request, and the scrape of the
 /// telemetry path without basic auth (what Prometheus asks for all day) answered without it.
 #[derive(Clone)]
-pub struct Routes {
+pub(crate) struct Routes {
     pub filter: BoxedFilter<(Response,)>,
     ep: Arc<Endpoints>,
     web: Web,
 }
 
 impl Routes {
-    pub fn new(shared: Arc<Shared>, opts: Options, web: Web) -> Routes {
+    pub(crate) fn new(shared: Arc<Shared>, opts: Options, web: Web) -> Routes {
         let ep = Arc::new(Endpoints::new(shared, opts.clone()));
         Routes {
             filter: filter(ep.clone(), opts, web.clone()),
@@ -165,7 +165,7 @@ impl Routes {
     /// auth is off (`None`: ask the filter): the same status, headers and bytes (the test
     /// `the_scrape_path_answers_as_the_filter`), without the filter's boxed futures, boxed
     /// bodies and reference-counted configuration per request.
-    pub fn scrape<B>(&self, req: &hyper::Request<B>) -> Option<hyper::Response<PageBody>> {
+    pub(crate) fn scrape<B>(&self, req: &hyper::Request<B>) -> Option<hyper::Response<PageBody>> {
         if req.uri().path() != self.ep.opts.telemetry_path {
             return None;
         }
@@ -291,7 +291,7 @@ fn refused(r: &Rejection) -> Response {
 }
 
 impl Endpoints {
-    pub fn new(shared: Arc<Shared>, opts: Options) -> Endpoints {
+    pub(crate) fn new(shared: Arc<Shared>, opts: Options) -> Endpoints {
         let pprof = if opts.pprof {
             "<h2>Profiling (pprof)</h2>\n<ul>\n<li><a href=\"./debug/pprof/\">Index</a></li>\n\
              <li><a href=\"./debug/pprof/profile?seconds=5\">CPU profile (5 s)</a></li>\n</ul>\n"

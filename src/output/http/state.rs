@@ -40,7 +40,7 @@ const SETTLE_AT_MOST: Duration = Duration::from_secs(2);
 
 /// How the watcher learns of changes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WatchMode {
+pub(crate) enum WatchMode {
     /// Directory events from the kernel (inotify).
     Events,
     /// A `stat` of each file every 500 ms (inotify unavailable).
@@ -82,9 +82,8 @@ fn events_for(files: &[PathBuf]) -> Option<DirEvents> {
 }
 
 /// What one connection is served with.
-pub struct WebState {
+pub(crate) struct WebState {
     pub tls: Option<TlsAcceptor>,
-    pub http2: bool,
     pub headers: Vec<(HeaderName, HeaderValue)>,
     pub auth: Option<Arc<BasicAuth>>,
     /// Every client is asked who it is: a verified client certificate is required, or basic
@@ -93,10 +92,9 @@ pub struct WebState {
 }
 
 impl WebState {
-    pub fn plain() -> WebState {
+    pub(crate) fn plain() -> WebState {
         WebState {
             tls: None,
-            http2: false,
             headers: Vec::new(),
             auth: None,
             identifies_clients: false,
@@ -126,7 +124,6 @@ impl WebState {
             .is_some_and(|t| t.client_auth == ClientAuth::RequireAndVerifyClientCert);
         Ok(WebState {
             tls,
-            http2: c.http2,
             headers,
             auth: (!c.users.is_empty()).then(|| Arc::new(BasicAuth::new(c.users.clone()))),
             identifies_clients: verified_certs || !c.users.is_empty(),
@@ -135,7 +132,7 @@ impl WebState {
 }
 
 /// Why `--enable-pprof` refuses a web configuration.
-pub const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
+pub(crate) const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
 
 /// (modified time, length, inode) of a file, or None when it cannot be read.
 type Stamp = Option<(std::time::SystemTime, u64, u64)>;
@@ -152,7 +149,7 @@ fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
 
 /// The current state; cheap to clone and to read from any thread.
 #[derive(Clone)]
-pub struct Web {
+pub(crate) struct Web {
     current: Arc<ArcSwap<WebState>>,
     source: Option<Source>,
     /// Changes the watcher acted on (a reload or a refused file), for tests to wait on.
@@ -229,7 +226,7 @@ impl Source {
 
 /// How reloads went: self-metrics, and the `/health` line while the file on disk is not
 /// the configuration in force.
-pub struct ReloadStatus {
+pub(crate) struct ReloadStatus {
     refused: IntCounterVec,
     last_successful: IntGauge,
     note: Mutex<Option<String>>,
@@ -280,7 +277,7 @@ impl ReloadStatus {
     }
 
     /// The `/health` line while a change is refused.
-    pub fn note(&self) -> Option<String> {
+    pub(crate) fn note(&self) -> Option<String> {
         self.note.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
@@ -301,7 +298,7 @@ impl ReloadStatus {
 impl Web {
     /// Loads the file once; errors here stop the exporter. With `pprof`, a configuration that
     /// does not identify clients is an error, now and on every reload.
-    pub fn load(path: Option<&Path>, pprof: bool) -> Result<Web, String> {
+    pub(crate) fn load(path: Option<&Path>, pprof: bool) -> Result<Web, String> {
         let reload = Arc::new(ReloadStatus::new());
         let Some(path) = path else {
             return Ok(Web {
@@ -335,24 +332,24 @@ impl Web {
         })
     }
 
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.current().tls.is_some()
     }
 
     /// The state in force now: one atomic load, no file access, no lock.
-    pub fn current(&self) -> Arc<WebState> {
+    pub(crate) fn current(&self) -> Arc<WebState> {
         self.current.load_full()
     }
 
     /// The configuration in force, for the time of one call: no reference count shared by
     /// every core changes (arc-swap's borrowed load), unlike [`Self::current`].
-    pub fn peek(&self) -> arc_swap::Guard<Arc<WebState>> {
+    pub(crate) fn peek(&self) -> arc_swap::Guard<Arc<WebState>> {
         self.current.load()
     }
 
     /// As [`Self::watch`], and the exporter sees how reloads go: their self-metrics in
     /// `shared`'s registry, a refused change as a degraded line of `/health`.
-    pub fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, String> {
+    pub(crate) fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, String> {
         let mode = self.watch()?;
         if mode.is_some() {
             for c in self.reload.collectors() {
@@ -366,7 +363,7 @@ impl Web {
 
     /// Starts the thread that re-reads the configuration when one of its files changes. It
     /// ends by itself once every `Web` handle is gone. `None` without a configuration file.
-    pub fn watch(&self) -> Result<Option<WatchMode>, String> {
+    pub(crate) fn watch(&self) -> Result<Option<WatchMode>, String> {
         self.watch_with(true)
     }
 

@@ -25,7 +25,7 @@ tokio::task_local! {
 /// The response head is ready and must be sent by `at`: true under [`StreamExec`] (an
 /// HTTP/2 stream; the first call wins), false elsewhere (HTTP/1, whose deadlines are the
 /// connection's).
-pub fn set_deadline(at: Instant) -> bool {
+pub(crate) fn set_deadline(at: Instant) -> bool {
     DEADLINE
         .try_with(|d| {
             let _ = d.set(at);
@@ -36,7 +36,7 @@ pub fn set_deadline(at: Instant) -> bool {
 /// The executor of HTTP/2 streams: each on a task of its own, as hyper's `TokioExecutor`
 /// does, with its send deadline.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct StreamExec;
+pub(crate) struct StreamExec;
 
 impl<F> hyper::rt::Executor<F> for StreamExec
 where

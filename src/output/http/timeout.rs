@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{sleep_until, Instant, Sleep};
 
 /// One connection's requests in progress and the write deadlines of its HTTP/1 responses.
-pub struct Requests(Mutex<State>);
+pub(crate) struct Requests(Mutex<State>);
 
 struct State {
     /// Requests received whose response body has not been dropped yet.
@@ -69,7 +69,7 @@ impl Requests {
 
     /// A request arrived; it is in progress until the returned guard (moved into its
     /// response body) is dropped.
-    pub fn start(self: &Arc<Self>) -> InFlight {
+    pub(crate) fn start(self: &Arc<Self>) -> InFlight {
         self.state().in_flight += 1;
         InFlight {
             requests: self.clone(),
@@ -79,7 +79,7 @@ impl Requests {
     }
 
     /// The earliest deadline of the responses being written.
-    pub fn write_deadline(&self) -> Option<Instant> {
+    pub(crate) fn write_deadline(&self) -> Option<Instant> {
         let s = self.state();
         earliest(s.open, s.unflushed)
     }
@@ -92,7 +92,7 @@ impl Requests {
     /// Resolves once no request has been in progress for `timeout`. It looks at the
     /// requests when that could first be true, and at least once per `timeout`: whatever
     /// ends after a look is a full timeout from being idle then.
-    pub async fn idle(&self, timeout: Duration) {
+    pub(crate) async fn idle(&self, timeout: Duration) {
         loop {
             let at = {
                 let s = self.state();
@@ -111,7 +111,7 @@ impl Requests {
 }
 
 /// A request in progress, from its head until its response body is dropped.
-pub struct InFlight {
+pub(crate) struct InFlight {
     requests: Arc<Requests>,
     /// Whether its HTTP/1 response's head is ready (the connection's open deadline is its).
     writing: bool,
@@ -121,7 +121,7 @@ pub struct InFlight {
 
 impl InFlight {
     /// The HTTP/1 response head is ready: its bytes must be out by `at`.
-    pub fn writing_until(&mut self, at: Instant) {
+    pub(crate) fn writing_until(&mut self, at: Instant) {
         self.writing = true;
         let mut s = self.requests.state();
         s.open = earliest(s.open, Some(at));
@@ -130,7 +130,7 @@ impl InFlight {
     /// The body gave its last frame: once hyper drops it, its deadline stays until the
     /// next completed flush. A body dropped without it was given up (a reset stream, a
     /// failed body): nothing of it is left to write.
-    pub fn written(&mut self) {
+    pub(crate) fn written(&mut self) {
         self.written = true;
     }
 }
@@ -154,7 +154,7 @@ impl Drop for InFlight {
 /// The connection's I/O: a write refused for the write timeout since the last one
 /// accepted, or past the deadline of an HTTP/1 response being written, fails with
 /// `TimedOut`, which ends the connection. Reads are never timed here.
-pub struct Timed<S> {
+pub(crate) struct Timed<S> {
     inner: S,
     requests: Arc<Requests>,
     write_timeout: Duration,
@@ -165,7 +165,7 @@ pub struct Timed<S> {
 }
 
 impl<S> Timed<S> {
-    pub fn new(inner: S, requests: Arc<Requests>, write_timeout: Duration) -> Timed<S> {
+    pub(crate) fn new(inner: S, requests: Arc<Requests>, write_timeout: Duration) -> Timed<S> {
         Timed {
             inner,
             requests,

@@ -92,7 +92,7 @@ fn root_store(t: &TlsSettings) -> Result<RootCertStore, String> {
 }
 
 /// Builds the server configuration, reading the certificate, key and CA now.
-pub fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerConfig>, String> {
+pub(crate) fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(provider(t)?);
     let versions: Vec<&'static tokio_rustls::rustls::SupportedProtocolVersion> = [
         (TlsVersion::Tls12, &version::TLS12),
