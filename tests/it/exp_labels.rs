@@ -26,9 +26,9 @@ fn exp_labels_follow_upstreams_order() {
          DCGM_EXP_P2P_STATUS, gauge, p2p\n",
     );
     let e = exporter()
+        .args(&["-f", csv.to_str().unwrap(), "-c", "250"])
         .profile("h100-8gpu-nvswitch.toml")
         .control(&control)
-        .args(&["-f", csv.to_str().unwrap(), "-c", "250"])
         .start();
     let mut f = std::fs::OpenOptions::new()
         .append(true)

@@ -119,7 +119,10 @@ fn yaml_configuration_gives_settings_or_an_error_naming_the_file() {
     fuzz("config_file_yaml", yaml_document(), |text| {
         std::fs::write(&path, &text).unwrap();
         if let Err(e) = config_file::read(&path) {
-            prop_assert!(e.to_string().contains("config.yaml"), "{e}\n--- input:\n{text}");
+            prop_assert!(
+                e.to_string().contains("config.yaml"),
+                "{e}\n--- input:\n{text}"
+            );
         }
         Ok(())
     });

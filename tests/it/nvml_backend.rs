@@ -827,19 +827,7 @@ fn mig_instances_are_the_same_entities_from_nvml() {
         let p = e.scrape_until(20, |p| !series(p, name).is_empty());
         let mut ids: Vec<String> = series(&p, name)
             .iter()
-            .map(|s| {
-                [
-                    "gpu",
-                    "UUID",
-                    "pci_bus_id",
-                    "device",
-                    "modelName",
-                    "GPU_I_PROFILE",
-                    "GPU_I_ID",
-                ]
-                .map(|l| s.label(l).unwrap_or("-"))
-                .join(",")
-            })
+            .map(|s| MIG_LABELS.map(|l| s.label(l).unwrap_or("-")).join(","))
             .collect();
         ids.sort();
         ids

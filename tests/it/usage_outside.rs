@@ -386,13 +386,7 @@ fn a_container_on_a_mig_device_holds_its_gpu_instance() {
     let n = dcgm_sim_model::node::Node::build(
         &dcgm_sim_model::profile::Profile::load(&profile).expect("profile"),
     );
-    let mig = n.gpus[0]
-        .instances()
-        .iter()
-        .find(|gi| gi.nvml_id == 7)
-        .expect("GPU 0 has GPU instance 7")
-        .uuid
-        .clone();
+    let mig = mig_uuid(&n, 0, 7);
     // Process 4101 of the profile runs on that instance.
     let node = Node::new(&[(4101, format!("0::/system.slice/docker-{}.scope\n", cid(7)))]);
     let socket = node.dir.path().join("docker.sock");

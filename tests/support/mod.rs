@@ -164,6 +164,19 @@ const HIDE_ETC: &str =
     "[ ! -d /etc/dcgm-exporter ] || mount -t tmpfs none /etc/dcgm-exporter || exit 97
 exec \"$@\"";
 
+/// The exporter on one simulated GPU with `--config-file cfg` alone (the builder's default
+/// `-f` and `-c` would win over the file), listening on the port it comes with.
+pub fn config_file_command(cfg: &Path) -> (Command, u16) {
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+    (cmd, port)
+}
+
 /// [`exporter_command`] where nothing is at the exporter's default paths under
 /// `/etc/dcgm-exporter`, whatever this machine has there: it runs in a mount namespace of
 /// its own (the process is the exporter's: unshare and the shell exec it).
@@ -280,6 +293,10 @@ impl ExporterBuilder {
             "--pod-resources-kubelet-socket",
             socket.to_str().expect("utf-8"),
         ])
+    }
+    /// A remote host engine on this machine's `port` (`-r`).
+    pub fn engine_at(self, port: u16) -> Self {
+        self.args(&["-r", &format!("127.0.0.1:{port}")])
     }
     /// `--backend auto`, failing over to the NVML library at `nvml`.
     pub fn nvml_fallback(self, nvml: &Path) -> Self {
@@ -988,4 +1005,34 @@ pub fn control_and_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf, 
     let (dir, ctl) = temp_file("control", "");
     let file = write_in(dir.path(), name, text);
     (dir, ctl, file)
+}
+
+/// The MIG UUID of GPU instance `gi` (NVML's id) of GPU `gpu` of a simulated node.
+pub fn mig_uuid(n: &dcgm_sim_model::node::Node, gpu: usize, gi: u32) -> String {
+    let instance = n.gpus[gpu].instances().iter().find(|i| i.nvml_id == gi);
+    let instance = instance.unwrap_or_else(|| panic!("GPU {gpu} has GPU instance {gi}"));
+    instance.uuid.clone()
+}
+
+/// The labels naming a MIG instance's series, in the order of the page.
+pub const MIG_LABELS: [&str; 7] = [
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+];
+
+/// Label `label` of the first series of `page` that `pick` accepts; fails the test, saying
+/// `what` was wanted, where there is none.
+pub fn label_where(
+    page: &[Sample],
+    label: &str,
+    what: &str,
+    pick: impl Fn(&Sample) -> bool,
+) -> String {
+    let found = page.iter().find(|s| pick(s)).and_then(|s| s.label(label));
+    found.unwrap_or_else(|| panic!("{what}")).to_string()
 }

@@ -368,3 +368,24 @@ pub fn real_engine(
     let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
     Some((kit, dir, yaml, port, engine))
 }
+
+/// The kit's host engine over two GPUs, GPU 0 35 % busy and GPU 1 idle, with an HPC job
+/// folder in the scratch folder naming `jobs[i]` the job on GPU `i`: (the kit, the folder,
+/// the job folder, the port, the engine); `None` after the skip line where the kit cannot
+/// run here.
+pub fn busy_and_idle_with_jobs(
+    name: &str,
+    jobs: &[&str],
+) -> Option<(&'static Kit, Scratch, PathBuf, u16, RealHostEngine)> {
+    let busy = super::nvml_yaml::Gpu {
+        gpu_util: 35,
+        ..Default::default()
+    };
+    let (kit, dir, _yaml, port, engine) = real_engine(name, &[busy, Default::default()])?;
+    let folder = dir.0.join("jobs");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (gpu, job) in jobs.iter().enumerate() {
+        std::fs::write(folder.join(gpu.to_string()), format!("{job}\n")).unwrap();
+    }
+    Some((kit, dir, folder, port, engine))
+}
