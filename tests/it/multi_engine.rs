@@ -93,19 +93,8 @@ fn terminate(e: &mut Exporter) {
     );
     // Generous: the abandoned sessions of the stopped engine may still be ending, and
     // DCGM's shutdown has a deadline of its own (a timed-out one is not a clean exit).
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        if let Ok(Some(st)) = e.child.try_wait() {
-            assert!(st.success(), "{st}: {}", e.stderr());
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no exit after SIGTERM:\n{}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st = e.exit_within(40, "no exit after SIGTERM");
+    assert!(st.success(), "{st}: {}", e.stderr());
 }
 
 #[test]
@@ -294,18 +283,8 @@ fn a_selector_one_engine_cannot_meet_stops_the_start_naming_it() {
     let mut e = exporter()
         .args(&["-r", &addr.join(","), "-d", "g:5", "-c", "300"])
         .spawn();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let code = loop {
-        if let Ok(Some(st)) = e.child.try_wait() {
-            break st.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running with a selector an engine cannot meet:\n{}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let why = "still running with a selector an engine cannot meet";
+    let code = e.exit_within(30, why).code();
     let log = e.stderr();
     assert_eq!(code, Some(1), "{log}");
     let fatal = log

@@ -473,10 +473,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
         "{log}"
     );
     assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
-    assert!(
-        log.contains("started the embedded DCGM host engine"),
-        "{log}"
-    );
+    e.assert_logged("started the embedded DCGM host engine");
 }
 
 #[test]

@@ -627,13 +627,8 @@ fn debug_dumps_are_written_per_entity_group_and_files_not_ours_kept() {
     );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .args(&[
-            "-f",
-            csv.to_str().unwrap(),
-            "--dump-enabled",
-            "--dump-directory",
-            dump_dir.to_str().unwrap(),
-        ])
+        .args(&["-f", csv.to_str().unwrap(), "--dump-enabled"])
+        .args(&["--dump-directory", dump_dir.to_str().unwrap()])
         .start();
     let name_of = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
     wait_until(20, "GPU and Switch dumps", || {

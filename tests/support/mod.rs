@@ -1036,3 +1036,8 @@ pub fn label_where(
     let found = page.iter().find(|s| pick(s)).and_then(|s| s.label(label));
     found.unwrap_or_else(|| panic!("{what}")).to_string()
 }
+
+/// The exporter started on the simulator profile `profile` with `args`.
+pub fn started(profile: &str, args: &[&str]) -> Exporter {
+    exporter().profile(profile).args(args).start()
+}

@@ -258,6 +258,13 @@ impl Scratch {
         Scratch(dir)
     }
 
+    /// A new scratch folder `name` holding the NVML injection YAML for `gpus`, and the YAML.
+    pub fn with_yaml(name: &str, gpus: &[super::nvml_yaml::Gpu]) -> (Scratch, PathBuf) {
+        let dir = Scratch::new(name);
+        let yaml = dir.yaml(gpus);
+        (dir, yaml)
+    }
+
     /// Writes the NVML injection YAML for `gpus`.
     pub fn yaml(&self, gpus: &[super::nvml_yaml::Gpu]) -> PathBuf {
         let p = self.0.join("nvml.yaml");
