@@ -288,12 +288,7 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
             }
         }
     }
-    println!(
-        "crossing matrix: {pairs} pairs ({} releases x {} features)",
-        VERSIONS.len(),
-        FEATURES.len()
-    );
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    report("crossing matrix", pairs, FEATURES.len(), &failed);
 }
 
 /// The pairs that touch DCGM, on the real kit's host engine (two injected GPUs, no MIG).
@@ -348,10 +343,17 @@ fn real_kit_pairs_keep_the_pages_invariants() {
             }
         }
     }
-    println!(
-        "crossing matrix on the real kit: {pairs} pairs ({} releases x {} features)",
-        VERSIONS.len(),
-        features.len()
+    report(
+        "crossing matrix on the real kit",
+        pairs,
+        features.len(),
+        &failed,
     );
+}
+
+/// Says how many pairs ran; fails the test with every problem found.
+fn report(what: &str, pairs: usize, features: usize, failed: &[String]) {
+    let releases = VERSIONS.len();
+    println!("{what}: {pairs} pairs ({releases} releases x {features} features)");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

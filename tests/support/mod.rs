@@ -17,7 +17,10 @@ pub mod spikes;
 
 pub(crate) use alone::alone;
 pub use real_dcgm::real_engine;
-pub use run::{child_output_within, output_within, read_lines_within, status_within, BUILD, QUICK};
+pub use run::{
+    child_output_within, output_within, read_lines_within, status_within, succeed_within, BUILD,
+    QUICK,
+};
 pub use skip::{have_tool, require_tool, skip};
 
 use std::collections::BTreeMap;

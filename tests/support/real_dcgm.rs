@@ -234,13 +234,7 @@ impl Kit {
             &value.to_string(),
         ])
         .env("LD_LIBRARY_PATH", self.lib_dir());
-        let out = super::output_within(&mut out, super::QUICK);
-        assert!(
-            out.status.success(),
-            "dcgmi test --inject: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::run::succeed_within(&mut out, super::QUICK, "dcgmi test --inject");
     }
 }
 
