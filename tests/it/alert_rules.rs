@@ -49,13 +49,17 @@ fn promtool_passes(rules: &str, tests: &str) {
     if !promtool() {
         return;
     }
-    let dir = repo("etc/prometheus");
     let n = alerts_in(rules).len();
     let name = |p: &str| p.rsplit('/').next().unwrap().to_string();
-    let out = prom::promtool_in(&dir, &["check", "rules", &name(rules)]);
-    assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
-    let out = prom::promtool_in(&dir, &["test", "rules", &name(tests)]);
-    assert!(out.contains("SUCCESS"), "{out}");
+    prom::check_and_test_rules(&name(rules), n, &name(tests));
+}
+
+/// Whether the real Prometheus is installed (else the skip line, or a failure under CI).
+fn prometheus_here() -> bool {
+    require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    )
 }
 
 #[test]
@@ -209,10 +213,7 @@ fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, pro
 
 #[test]
 fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
-    if !require_tool(
-        "prometheus",
-        "apt-get install prometheus; .ci/run does this",
-    ) {
+    if !prometheus_here() {
         return;
     }
     let (dir, _e, p) = scraped_with(RULES, "");
@@ -257,10 +258,7 @@ fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
 /// DcgmGpuProfilingStuck stays silent (healed long before its 15 minutes).
 #[test]
 fn a_stuck_profiling_episode_fires_the_rearm_alert_in_a_real_prometheus() {
-    if !require_tool(
-        "prometheus",
-        "apt-get install prometheus; .ci/run does this",
-    ) {
+    if !prometheus_here() {
         return;
     }
     // GPU 0 busy (DCGM_FI_DEV_GPU_UTIL 100).

@@ -551,19 +551,16 @@ impl Exporter {
 
     /// Scrapes until `pred` holds for the parsed page (or `secs` pass).
     pub fn scrape_until(&self, secs: u64, pred: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
+        poll(secs, Duration::from_millis(200), || {
             let s = self.scrape();
-            if pred(&s) {
-                return s;
+            match pred(&s) {
+                true => Ok(s),
+                false => Err(format!(
+                    "condition not met within {secs}s; last page:\n{}",
+                    dump(&s)
+                )),
             }
-            assert!(
-                Instant::now() < deadline,
-                "condition not met within {secs}s; last page:\n{}",
-                dump(&s)
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        })
     }
 
     /// Sends a signal and waits for the exit code.
