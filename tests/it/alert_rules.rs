@@ -234,8 +234,9 @@ fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, pro
 #[test]
 fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
     // Healthy: the exporter is scraped, its GPUs counted, and nothing fires.
-    let ready = "DCGM_EXP_GPU_COUNT{state=\"present\"} == 8";
-    let Some((_dir, _e, p, ctl)) = healthy(RULES, "", ready, 30) else {
+    let Some((_dir, _e, p, ctl)) =
+        healthy(RULES, "", "DCGM_EXP_GPU_COUNT{state=\"present\"} == 8", 30)
+    else {
         return;
     };
 
