@@ -7,16 +7,16 @@ use crate::support::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 const STATIC: &[&str] = &[
-    "UUID",
-    "uuid",
-    "pci_bus_id",
-    "device",
-    "modelName",
-    "GPU_I_PROFILE",
-    "gpu_uuid",
-    "model_name",
-    "cpu_serial",
     "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_PROFILE",
+    "UUID",
+    "cpu_serial",
+    "device",
+    "gpu_uuid",
+    "modelName",
+    "model_name",
+    "pci_bus_id",
+    "uuid",
 ];
 
 const INFO: &[(&str, &[&str])] = &[

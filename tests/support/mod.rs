@@ -216,29 +216,29 @@ pub fn free_port() -> u16 {
 /// DCGM_FI_DEV_XID_ERRORS, which has no sample (so no series) until an XID happens, as in
 /// real DCGM.
 pub const DEFAULT_METRICS: &[&str] = &[
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_ENC_UTIL",
-    "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
 ];
 
 /// A running exporter, killed on drop.
@@ -670,18 +670,7 @@ pub fn parse(text: &str) -> Vec<Sample> {
                     _ => break,
                 }
                 chars.next(); // opening quote
-                let mut v = String::new();
-                while let Some((_, c)) = chars.next() {
-                    match c {
-                        '\\' => match chars.next() {
-                            Some((_, 'n')) => v.push('\n'),
-                            Some((_, o)) => v.push(o),
-                            None => break,
-                        },
-                        '"' => break,
-                        o => v.push(o),
-                    }
-                }
+                let v = quoted(&mut chars);
                 order.push(k.clone());
                 labels.insert(k, v);
             }
@@ -706,6 +695,24 @@ pub fn parse(text: &str) -> Vec<Sample> {
         });
     }
     out
+}
+
+/// A label value up to its closing quote, unescaped (`\n` is a newline, `\x` is `x`).
+fn quoted(chars: &mut impl Iterator<Item = (usize, char)>) -> String {
+    let mut v = String::new();
+    let mut escaped = false;
+    for (_, c) in chars {
+        match c {
+            _ if escaped => {
+                v.push(if c == 'n' { '\n' } else { c });
+                escaped = false;
+            }
+            '\\' => escaped = true,
+            '"' => break,
+            _ => v.push(c),
+        }
+    }
+    v
 }
 
 pub fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
