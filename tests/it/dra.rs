@@ -5,7 +5,7 @@
 //! that speaks list/watch and discovery.
 
 use crate::support;
-use crate::support::fake_apiserver::{pod as api_pod, resource_slice, FakeApiServer};
+use crate::support::fake_apiserver::{gpu_slice, pod as api_pod, resource_slice, FakeApiServer};
 use crate::support::kubelet::{claim, dra_pod, FakeKubelet};
 use crate::support::{exporter, label_where, series, with_sim_nvml, Sample};
 use serde_json::json;
@@ -247,19 +247,10 @@ fn a_forbidden_resource_slice_watch_shows_on_health_until_rbac_allows_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The ClusterRole is fixed: the watch's retry gets the slices, and the claim its labels.
-    server.apply(resource_slice(
-        "resource.k8s.io/v1",
-        "node-c-gpu.nvidia.com-q",
-        "node-c",
-        json!([{"name": "gpu-0", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": uuid}}}]),
-    ));
-    kubelet.set_pods(vec![dra_pod(
-        "jobs",
-        "bench-2",
-        "cuda",
-        vec![claim("c", "jobs", &[("node-c", "gpu-0")])],
-    )]);
+    let slice = gpu_slice("node-c-gpu.nvidia.com-q", "node-c", "gpu-0", &uuid);
+    server.apply(slice);
+    let on_gpu_0 = claim("c", "jobs", &[("node-c", "gpu-0")]);
+    kubelet.set_pods(vec![dra_pod("jobs", "bench-2", "cuda", vec![on_gpu_0])]);
     server.forbid("resourceslices", false);
     e.scrape_until(30, |s| !claimed(s, "bench-2").is_empty());
     let (_, health) = e.get("/health");

@@ -620,7 +620,7 @@ fn a_row_remap_failure_fails_the_memory_health_of_its_gpu_only() {
 /// that GPU's series with the claim's labels.
 #[test]
 fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
-    use crate::support::fake_apiserver::{resource_slice, FakeApiServer};
+    use crate::support::fake_apiserver::{gpu_slice, FakeApiServer};
     use crate::support::kubelet::{claim, dra_pod, FakeKubelet};
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("dra");
@@ -645,13 +645,8 @@ fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
         .and_then(|s| s.label("UUID"))
         .expect("GPU 1's UUID")
         .to_string();
-    server.apply(resource_slice(
-        "resource.k8s.io/v1",
-        "node-r-gpu.nvidia.com-1",
-        "node-r",
-        serde_json::json!([{"name": "gpu-1", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": uuid}}}]),
-    ));
+    let slice = gpu_slice("node-r-gpu.nvidia.com-1", "node-r", "gpu-1", &uuid);
+    server.apply(slice);
     kubelet.set_pods(vec![dra_pod(
         "ml",
         "train-0",

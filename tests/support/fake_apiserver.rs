@@ -222,6 +222,13 @@ pub fn resource_slice(api_version: &str, name: &str, node: &str, devices: Value)
     })
 }
 
+/// A v1 [`resource_slice`] `name` of `node` with one GPU, `device`, whose UUID is `uuid`.
+pub fn gpu_slice(name: &str, node: &str, device: &str, uuid: &str) -> Value {
+    let gpu = json!({"name": device, "attributes": {
+        "type": {"string": "gpu"}, "uuid": {"string": uuid}}});
+    resource_slice("resource.k8s.io/v1", name, node, json!([gpu]))
+}
+
 struct Request {
     line: String,
     path: String,
