@@ -560,11 +560,12 @@ fn an_unlistable_hpc_directory_keeps_every_job_for_a_grace() {
             .get(&("1".into(), "200".into()))
             .copied()
     };
-    let unlistable = |on: bool| {
-        if on {
+    let unlistable = |on: bool| match on {
+        true => {
             std::fs::rename(&jobs, &aside).unwrap();
             std::fs::write(&jobs, "not a directory").unwrap();
-        } else {
+        }
+        false => {
             std::fs::remove_file(&jobs).unwrap();
             std::fs::rename(&aside, &jobs).unwrap();
         }

@@ -931,10 +931,11 @@ pub fn request_head(stream: &mut impl Read) -> Vec<u8> {
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => req.extend_from_slice(&buf[..n]),
-        }
+        // The end of the stream (0) or an error ends the head too.
+        let Ok(n @ 1..) = stream.read(&mut buf) else {
+            break;
+        };
+        req.extend_from_slice(&buf[..n]);
     }
     req
 }
