@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dcgm_subset.h"
+#include "open_dcgm.h"
 
 #define MAKE_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((unsigned long)(ver) << 24U)))
 
@@ -58,12 +59,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s HOST:PORT remove|restore GPU-UUID | add-instance GPU-ID\n", argv[0]);
         return 2;
     }
-    lib = dlopen("libdcgm.so.4", RTLD_LAZY | RTLD_GLOBAL);
-    if (!lib)
-    {
-        fprintf(stderr, "libdcgm.so.4 not found: %s\n", dlerror());
-        return 2;
-    }
+    lib = open_dcgm();
     dcgmReturn_t (*init)(void)                                                     = sym("dcgmInit");
     dcgmReturn_t (*shutdown)(void)                                                 = sym("dcgmShutdown");
     dcgmReturn_t (*connect)(const char *, dcgmConnectV2Params_v2 *, dcgmHandle_t *) = sym("dcgmConnect_v2");

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "dcgm_subset.h"
+#include "open_dcgm.h"
 
 #define MAKE_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((unsigned long)(ver) << 24U)))
 #define FREQ_US 100000LL
@@ -376,12 +377,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s embedded|HOST:PORT [unbind]\n", argv[0]);
         return 2;
     }
-    lib = dlopen("libdcgm.so.4", RTLD_LAZY | RTLD_GLOBAL);
-    if (!lib)
-    {
-        fprintf(stderr, "libdcgm.so.4 not found: %s\n", dlerror());
-        return 2;
-    }
+    lib = open_dcgm();
     dcgmReturn_t (*init)(void)                                                     = sym("dcgmInit");
     dcgmReturn_t (*shutdown)(void)                                                 = sym("dcgmShutdown");
     dcgmReturn_t (*start)(dcgmOperationMode_t, dcgmHandle_t *)                     = sym("dcgmStartEmbedded");

@@ -10,7 +10,7 @@
 use crate::support::*;
 use serde_norway::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 const RULES: &str = "etc/prometheus/dcgm-alerts.rules.yml";
@@ -49,13 +49,17 @@ fn promtool_passes(rules: &str, tests: &str) {
     if !promtool() {
         return;
     }
-    let dir = repo("etc/prometheus");
     let n = alerts_in(rules).len();
     let name = |p: &str| p.rsplit('/').next().unwrap().to_string();
-    let out = prom::promtool_in(&dir, &["check", "rules", &name(rules)]);
-    assert!(out.contains(&format!("SUCCESS: {n} rules found")), "{out}");
-    let out = prom::promtool_in(&dir, &["test", "rules", &name(tests)]);
-    assert!(out.contains("SUCCESS"), "{out}");
+    prom::check_and_test_rules(&name(rules), n, &name(tests));
+}
+
+/// Whether the real Prometheus is installed (else the skip line, or a failure under CI).
+fn prometheus_here() -> bool {
+    require_tool(
+        "prometheus",
+        "apt-get install prometheus; .ci/run does this",
+    )
 }
 
 #[test]
@@ -183,6 +187,26 @@ fn wait_firing(
     })
 }
 
+/// Where Prometheus is installed, [`scraped_with`] once `ready` holds and the rules have
+/// been evaluated again (within `settle_secs`) with nothing firing; and the simulator's
+/// control file.
+fn healthy(
+    rules: &str,
+    control: &str,
+    ready: &str,
+    settle_secs: u64,
+) -> Option<(tempfile::TempDir, Exporter, prom::Prometheus, PathBuf)> {
+    if !prometheus_here() {
+        return None;
+    }
+    let (dir, e, p) = scraped_with(rules, control);
+    let ctl = dir.path().join("control");
+    p.wait_for(ready, 60);
+    p.wait_rule_evaluations(settle_secs);
+    assert_eq!(firing(&p), BTreeMap::new(), "a healthy node fires nothing");
+    Some((dir, e, p, ctl))
+}
+
 /// The simulated 8-GPU node at `-c 500` with a control file starting as `control`, scraped
 /// by a real Prometheus that loads `rules`: (the control file's directory, the exporter, it).
 fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, prom::Prometheus) {
@@ -209,18 +233,12 @@ fn scraped_with(rules: &str, control: &str) -> (tempfile::TempDir, Exporter, pro
 
 #[test]
 fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
-    if !require_tool(
-        "prometheus",
-        "apt-get install prometheus; .ci/run does this",
-    ) {
-        return;
-    }
-    let (dir, _e, p) = scraped_with(RULES, "");
-    let ctl = dir.path().join("control");
     // Healthy: the exporter is scraped, its GPUs counted, and nothing fires.
-    p.wait_for("DCGM_EXP_GPU_COUNT{state=\"present\"} == 8", 60);
-    p.wait_rule_evaluations(30);
-    assert_eq!(firing(&p), BTreeMap::new(), "a healthy node fires nothing");
+    let Some((_dir, _e, p, ctl)) =
+        healthy(RULES, "", "DCGM_EXP_GPU_COUNT{state=\"present\"} == 8", 30)
+    else {
+        return;
+    };
 
     control(&ctl, "xid 1 79");
     control(&ctl, "gpu_lost 3");
@@ -257,18 +275,11 @@ fn an_xid_79_and_a_lost_gpu_fire_their_alerts_in_a_real_prometheus() {
 /// DcgmGpuProfilingStuck stays silent (healed long before its 15 minutes).
 #[test]
 fn a_stuck_profiling_episode_fires_the_rearm_alert_in_a_real_prometheus() {
-    if !require_tool(
-        "prometheus",
-        "apt-get install prometheus; .ci/run does this",
-    ) {
-        return;
-    }
     // GPU 0 busy (DCGM_FI_DEV_GPU_UTIL 100).
-    let (dir, _e, p) = scraped_with(PROFILING_RULES, "set 0 203 100\n");
-    let ctl = dir.path().join("control");
-    p.wait_for("dcgm_exporter_profiling_stuck{gpu=\"0\"} == 0", 60);
-    p.wait_rule_evaluations(5);
-    assert_eq!(firing(&p), BTreeMap::new(), "a healthy node fires nothing");
+    let ready = "dcgm_exporter_profiling_stuck{gpu=\"0\"} == 0";
+    let Some((_dir, _e, p, ctl)) = healthy(PROFILING_RULES, "set 0 203 100\n", ready, 5) else {
+        return;
+    };
     control(&ctl, "xid 0 31");
     control(&ctl, "prof_stuck 0");
     let f = wait_firing(&p, 60, &[("DcgmGpuProfilingRearmed", "0")]);

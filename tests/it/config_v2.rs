@@ -29,14 +29,8 @@ fn version_2_sets_cadence_retention_and_fields() {
     let (dir, cfg) = temp_file("config.yaml", V2);
     let log = dir.path().join("w.log");
     // -f and -c given by the test helper would win over the file: run without them.
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
-        .env("DCGM_SIM_WATCH_LOG", &log)
+    let (mut cmd, port) = config_file_command(&cfg);
+    cmd.env("DCGM_SIM_WATCH_LOG", &log)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     sim_built();
@@ -131,14 +125,8 @@ fn a_slower_collection_is_served_on_every_scrape() {
          \x20 - {name: scrape, every: 1s, metrics: {include: [\"*\"]}}\n\
          \x20 - {name: slow-power, every: 5s, metrics: {include: [DCGM_FI_DEV_POWER_USAGE]}}\n",
     );
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"))
-        .stdout(std::process::Stdio::null())
+    let (mut cmd, port) = config_file_command(&cfg);
+    cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     sim_built();
     let mut child = cmd.spawn().unwrap();

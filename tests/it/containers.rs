@@ -222,6 +222,12 @@ fn node(profile: &str) -> Node {
     Node::build(&Profile::load(&repo(&format!("etc/sim/{profile}"))).expect("profile"))
 }
 
+/// A runtime with one container, `/job` (id 1, no environment), asking for the GPUs `ids`.
+fn one_job(ids: Value, pace: Pace) -> FakeRuntime {
+    let job = inspect(&id(1), "/job", "runc", &[], gpu_request(ids, 0));
+    FakeRuntime::start(vec![job], pace)
+}
+
 fn id(n: u8) -> String {
     format!("{n:02x}").repeat(32)
 }
@@ -258,13 +264,7 @@ fn gpus_assigned_to_containers_carry_their_names() {
     let n = node("a100-mixed-mig.toml");
     let uuid = |g: usize| n.gpus[g].uuid.clone();
     // GPU instance 7 (1g.10gb) of GPU 0, by the MIG UUID NVML and DCGM both report.
-    let mig = n.gpus[0]
-        .instances()
-        .iter()
-        .find(|gi| gi.nvml_id == 7)
-        .expect("GPU 0 has GPU instance 7")
-        .uuid
-        .clone();
+    let mig = mig_uuid(&n, 0, 7);
     let cuda_env = [
         "PATH=/usr/local/cuda/bin:/usr/bin",
         "NVIDIA_VISIBLE_DEVICES=all",
@@ -350,16 +350,7 @@ fn gpus_assigned_to_containers_carry_their_names() {
 fn old_label_names_with_o() {
     sim_built();
     let uuid = node("a100-mixed-mig.toml").gpus[4].uuid.clone();
-    let fake = FakeRuntime::start(
-        vec![inspect(
-            &id(1),
-            "/job",
-            "runc",
-            &[],
-            gpu_request(json!([uuid]), 0),
-        )],
-        Pace::Prompt,
-    );
+    let fake = one_job(json!([uuid]), Pace::Prompt);
     let e = with_runtime(&fake.socket).arg("-o").start();
     e.scrape_until(20, |s| {
         s.iter()
@@ -370,16 +361,7 @@ fn old_label_names_with_o() {
 #[test]
 fn a_runtime_that_never_answers_delays_nothing() {
     sim_built();
-    let fake = FakeRuntime::start(
-        vec![inspect(
-            &id(1),
-            "/job",
-            "runc",
-            &[],
-            gpu_request(json!(["4"]), 0),
-        )],
-        Pace::Hang,
-    );
+    let fake = one_job(json!(["4"]), Pace::Hang);
     // Each request to the fake hangs for two minutes; the exporter's HTTP client gives up
     // after 10 s, so a scrape that waited on the runtime would fail here.
     let e = with_runtime(&fake.socket).start();

@@ -3,6 +3,13 @@
 
 use crate::support::*;
 
+/// Each of `names` has a series for each GPU of the default 8-GPU profile.
+fn one_series_per_gpu(page: &[Sample], names: &[&str]) {
+    for name in names {
+        assert_eq!(series(page, name).len(), 8, "{name}: one series per GPU");
+    }
+}
+
 #[test]
 fn upstreams_1x_csv_starts_with_a_warning_per_repeated_metric_and_no_duplicate_series() {
     let csv = repo("tests/fixtures/upstream-1x-compatibility.csv");
@@ -10,13 +17,14 @@ fn upstreams_1x_csv_starts_with_a_warning_per_repeated_metric_and_no_duplicate_s
         .args(&["-f", csv.to_str().unwrap(), "-o"])
         .start();
     let page = e.scrape();
-    for name in [
-        "dcgm_fi_prof_pcie_tx_bytes",
-        "dcgm_fi_prof_pcie_rx_bytes",
-        "dcgm_gpu_temp",
-    ] {
-        assert_eq!(series(&page, name).len(), 8, "{name}: one series per GPU");
-    }
+    one_series_per_gpu(
+        &page,
+        &[
+            "dcgm_fi_prof_pcie_tx_bytes",
+            "dcgm_fi_prof_pcie_rx_bytes",
+            "dcgm_gpu_temp",
+        ],
+    );
     let text = e.get("/metrics").1;
     assert_eq!(
         text.matches("# TYPE dcgm_fi_prof_pcie_tx_bytes counter\n")
@@ -36,13 +44,14 @@ fn the_helm_charts_default_configmap_serves_its_counters() {
     let csv = repo("tests/fixtures/helm-default-configmap.csv");
     let e = exporter().args(&["-f", csv.to_str().unwrap()]).start();
     let page = e.scrape();
-    for name in [
-        "DCGM_FI_DEV_DEC_UTIL",
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        "DCGM_FI_DEV_GPU_TEMP",
-    ] {
-        assert_eq!(series(&page, name).len(), 8, "{name}");
-    }
+    one_series_per_gpu(
+        &page,
+        &[
+            "DCGM_FI_DEV_DEC_UTIL",
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            "DCGM_FI_DEV_GPU_TEMP",
+        ],
+    );
     // No driver-version label in the chart's set.
     assert!(series(&page, "DCGM_FI_DEV_GPU_TEMP")[0]
         .label("DCGM_FI_DRIVER_VERSION")

@@ -16,8 +16,7 @@
 //! reload) run again on NVIDIA's real DCGM 4.6 kit (`real_kit_pairs_keep_the_pages_invariants`).
 
 use crate::support::kubelet::{pod, FakeKubelet};
-use crate::support::nvml_yaml::Gpu;
-use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
+use crate::support::real_dcgm::busy_and_idle_with_jobs;
 use crate::support::*;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -131,12 +130,8 @@ fn exercise(feature: &str, e: &Exporter, s: &Setup) -> Vec<Sample> {
     let any = |p: &[Sample], label: &str| p.iter().any(|x| x.label(label).is_some());
     match feature {
         "virtual-gpus" => {
-            let uuid = e
-                .scrape()
-                .into_iter()
-                .find(|x| x.label("gpu") == Some("4") && x.label("GPU_I_ID").is_none())
-                .and_then(|x| x.label("UUID").map(str::to_string))
-                .expect("GPU 4");
+            let whole = |x: &Sample| x.label("gpu") == Some("4") && x.label("GPU_I_ID").is_none();
+            let uuid = label_where(&e.scrape(), "UUID", "GPU 4", whole);
             let r = "nvidia.com/gpu";
             s.kubelet.as_ref().unwrap().set_pods(vec![
                 pod("a", "p0", "c", &[(r, &[&format!("{uuid}::0")])]),
@@ -293,32 +288,17 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
             }
         }
     }
-    println!(
-        "crossing matrix: {pairs} pairs ({} releases x {} features)",
-        VERSIONS.len(),
-        FEATURES.len()
-    );
-    assert!(failed.is_empty(), "{}", failed.join("\n"));
+    report("crossing matrix", pairs, FEATURES.len(), &failed);
 }
 
 /// The pairs that touch DCGM, on the real kit's host engine (two injected GPUs, no MIG).
 #[test]
 fn real_kit_pairs_keep_the_pages_invariants() {
-    let Some(kit) = kit() else { return };
+    let Some((kit, _dir, jobs, port, _engine)) = busy_and_idle_with_jobs("crossing", &["job-a"])
+    else {
+        return;
+    };
     let features = ["low-cardinality", "hpc-jobs", "usage-accounting", "reload"];
-    let dir = Scratch::new("crossing");
-    let yaml = dir.yaml(&[
-        Gpu {
-            gpu_util: 35,
-            ..Gpu::default()
-        },
-        Gpu::default(),
-    ]);
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
-    let jobs = dir.0.join("jobs");
-    std::fs::create_dir_all(&jobs).unwrap();
-    std::fs::write(jobs.join("0"), "job-a\n").unwrap();
     let mut pairs = 0;
     let mut failed = Vec::new();
     for version in VERSIONS {
@@ -363,10 +343,17 @@ fn real_kit_pairs_keep_the_pages_invariants() {
             }
         }
     }
-    println!(
-        "crossing matrix on the real kit: {pairs} pairs ({} releases x {} features)",
-        VERSIONS.len(),
-        features.len()
+    report(
+        "crossing matrix on the real kit",
+        pairs,
+        features.len(),
+        &failed,
     );
+}
+
+/// Says how many pairs ran; fails the test with every problem found.
+fn report(what: &str, pairs: usize, features: usize, failed: &[String]) {
+    let releases = VERSIONS.len();
+    println!("{what}: {pairs} pairs ({releases} releases x {features} features)");
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

@@ -442,7 +442,7 @@ fn check_inventory(title: &str, result: &[Value], targets: &[String], q: &str) {
 /// resolved from the data, returns those pods.
 #[test]
 fn every_pod_query_returns_the_pods_holding_gpus() {
-    use crate::support::kubelet::{pod, FakeKubelet};
+    use crate::support::kubelet::{trainer_and_mig_server, FakeKubelet};
     if !require_tool(
         "prometheus",
         "apt-get install prometheus; .ci/run does this",
@@ -473,15 +473,7 @@ fn every_pod_query_returns_the_pods_holding_gpus() {
         .and_then(|s| s.label("GPU_I_ID"))
         .expect("GPU 3 has instances")
         .to_string();
-    kubelet.set_pods(vec![
-        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[&whole])]),
-        pod(
-            "inference",
-            "llm-0",
-            "server",
-            &[("nvidia.com/mig-4g.40gb", &[&format!("nvidia3/gi{gi}")])],
-        ),
-    ]);
+    kubelet.set_pods(trainer_and_mig_server(&whole, &gi));
     e.scrape_until(15, |s| {
         s.iter()
             .filter(|x| x.label("pod").is_some())

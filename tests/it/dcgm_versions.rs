@@ -443,13 +443,7 @@ fn inject(kit: &Kit, port: u16, what: &str, arg: &str) {
     hermetic(&mut cmd);
     // The engine's own library: the one that knows its requests.
     cmd.env("LD_LIBRARY_PATH", kit.lib_dir());
-    let out = output_within(&mut cmd, QUICK);
-    assert!(
-        out.status.success(),
-        "inject_gpu {what} {arg}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed_within(&mut cmd, QUICK, &format!("inject_gpu {what} {arg}"));
 }
 
 /// The remote lifecycle on an engine of `engine` with each library of `libraries`: start,

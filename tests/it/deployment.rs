@@ -447,14 +447,14 @@ fn every_value_people_set_in_nvidias_chart_takes_effect() {
     // API access for pod labels/UIDs and DRA ResourceSlices, bound to the pod's account.
     let role = one(&objects, "ClusterRole");
     let rules = role["rules"].to_string();
-    for r in [
+    let wanted = [
         "\"pods\"",
         "\"resourceslices\"",
         "\"watch\"",
         "resource.k8s.io",
-    ] {
-        assert!(rules.contains(r), "{r} missing from {rules}");
-    }
+    ];
+    let missing: Vec<&str> = wanted.into_iter().filter(|r| !rules.contains(r)).collect();
+    assert!(missing.is_empty(), "{missing:?} missing from {rules}");
     let binding = one(&objects, "ClusterRoleBinding");
     assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
     assert_eq!(

@@ -5,9 +5,9 @@
 //! that speaks list/watch and discovery.
 
 use crate::support;
-use crate::support::fake_apiserver::{pod as api_pod, resource_slice, FakeApiServer};
+use crate::support::fake_apiserver::{gpu_slice, pod as api_pod, resource_slice, FakeApiServer};
 use crate::support::kubelet::{claim, dra_pod, FakeKubelet};
-use crate::support::{exporter, series, with_sim_nvml, Sample};
+use crate::support::{exporter, label_where, series, with_sim_nvml, Sample};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -182,26 +182,25 @@ fn one_gpu_with_dra(server: &FakeApiServer) -> (FakeKubelet, support::Exporter, 
     let kubelet = FakeKubelet::start();
     let e = exporter()
         .profile("one-gpu.toml")
-        .args(&[
-            "-k",
-            "--kubernetes-enable-dra",
-            "--pod-resources-kubelet-socket",
-            kubelet.socket().to_str().unwrap(),
-        ])
+        .kubelet(&kubelet)
+        .arg("--kubernetes-enable-dra")
         .env("KUBECONFIG", server.kubeconfig().to_str().unwrap())
         .start();
-    let uuid = e
-        .scrape()
-        .iter()
-        .find_map(|s| s.label("UUID").map(str::to_string))
-        .expect("a GPU UUID");
+    let has_uuid = |s: &Sample| s.label("UUID").is_some();
+    let uuid = label_where(&e.scrape(), "UUID", "a GPU UUID", has_uuid);
     (kubelet, e, uuid)
+}
+
+/// A fake API server serving the `resource.k8s.io` group at `versions`.
+fn dra_server(versions: &[&str]) -> FakeApiServer {
+    let server = FakeApiServer::start();
+    server.serve_group("resource.k8s.io", versions);
+    server
 }
 
 #[test]
 fn a_v1beta1_only_server_is_read_in_its_own_shape() {
-    let server = FakeApiServer::start();
-    server.serve_group("resource.k8s.io", &["v1beta1"]);
+    let server = dra_server(&["v1beta1"]);
     let (kubelet, e, uuid) = one_gpu_with_dra(&server);
     // The slice appears after the exporter started: the watch brings it.
     server.wait_for_request(
@@ -234,8 +233,7 @@ fn a_v1beta1_only_server_is_read_in_its_own_shape() {
 
 #[test]
 fn a_forbidden_resource_slice_watch_shows_on_health_until_rbac_allows_it() {
-    let server = FakeApiServer::start();
-    server.serve_group("resource.k8s.io", &["v1"]);
+    let server = dra_server(&["v1"]);
     server.forbid("resourceslices", true);
     let (kubelet, e, uuid) = one_gpu_with_dra(&server);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -249,19 +247,10 @@ fn a_forbidden_resource_slice_watch_shows_on_health_until_rbac_allows_it() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The ClusterRole is fixed: the watch's retry gets the slices, and the claim its labels.
-    server.apply(resource_slice(
-        "resource.k8s.io/v1",
-        "node-c-gpu.nvidia.com-q",
-        "node-c",
-        json!([{"name": "gpu-0", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": uuid}}}]),
-    ));
-    kubelet.set_pods(vec![dra_pod(
-        "jobs",
-        "bench-2",
-        "cuda",
-        vec![claim("c", "jobs", &[("node-c", "gpu-0")])],
-    )]);
+    let slice = gpu_slice("node-c-gpu.nvidia.com-q", "node-c", "gpu-0", &uuid);
+    server.apply(slice);
+    let on_gpu_0 = claim("c", "jobs", &[("node-c", "gpu-0")]);
+    kubelet.set_pods(vec![dra_pod("jobs", "bench-2", "cuda", vec![on_gpu_0])]);
     server.forbid("resourceslices", false);
     e.scrape_until(30, |s| !claimed(s, "bench-2").is_empty());
     let (_, health) = e.get("/health");
@@ -322,8 +311,7 @@ fn claimed_profile(page: &[Sample], pod: &str) -> Option<Option<String>> {
 /// it is withdrawn, whichever of the two comes first (dcgm-exporter 4.10.0's fix).
 #[test]
 fn a_complete_slice_set_replaced_with_the_same_generation_refreshes_the_dra_labels() {
-    let server = FakeApiServer::start();
-    server.serve_group("resource.k8s.io", &["v1"]);
+    let server = dra_server(&["v1"]);
     let (kubelet, e, uuid) = one_gpu_with_dra(&server);
     server.wait_for_request(
         &["/apis/resource.k8s.io/v1/resourceslices?", "watch=true"],

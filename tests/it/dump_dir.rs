@@ -30,8 +30,7 @@ fn names(dir: &Path) -> Vec<String> {
 
 #[test]
 fn a_link_as_the_dump_directory_stops_the_start_and_nothing_is_written() {
-    let base = tempfile::tempdir().unwrap();
-    let target = tempfile::tempdir().unwrap();
+    let (base, target) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let link = base.path().join("dcgm-exporter-debug");
     std::os::unix::fs::symlink(target.path(), &link).unwrap();
     let (code, stderr) =

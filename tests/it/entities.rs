@@ -58,19 +58,7 @@ fn mixed_mig_node_exports_gpu_instances_and_whole_gpus() {
     );
     for s in &mig {
         let order: Vec<&str> = s.label_order.iter().map(String::as_str).collect();
-        assert_eq!(
-            &order[..8],
-            &[
-                "gpu",
-                "UUID",
-                "pci_bus_id",
-                "device",
-                "modelName",
-                "GPU_I_PROFILE",
-                "GPU_I_ID",
-                "hostname"
-            ]
-        );
+        assert_eq!(&order[..8], [&MIG_LABELS[..], &["hostname"]].concat());
         let profile = s.label("GPU_I_PROFILE").unwrap();
         assert!(
             profile.contains('g') && profile.contains("gb"),

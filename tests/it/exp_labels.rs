@@ -4,6 +4,15 @@
 
 use crate::support::*;
 
+/// The fields of the test: a label field among them, and every kind of `DCGM_EXP_*` label.
+const CSV: &str = "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
+                   DCGM_FI_DRIVER_VERSION, label, driver\n\
+                   DCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n\
+                   DCGM_EXP_XID_ERRORS_TOTAL, counter, xids since start\n\
+                   DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, clock events in window\n\
+                   DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n\
+                   DCGM_EXP_P2P_STATUS, gauge, p2p\n";
+
 fn after_hostname(s: &Sample) -> Vec<&str> {
     let at = s
         .label_order
@@ -15,16 +24,7 @@ fn after_hostname(s: &Sample) -> Vec<&str> {
 
 #[test]
 fn exp_labels_follow_upstreams_order() {
-    let (_dir, control, csv) = control_and_file(
-        "exp.csv",
-        "DCGM_FI_DEV_GPU_TEMP, gauge, t\n\
-         DCGM_FI_DRIVER_VERSION, label, driver\n\
-         DCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n\
-         DCGM_EXP_XID_ERRORS_TOTAL, counter, xids since start\n\
-         DCGM_EXP_CLOCK_EVENTS_COUNT, gauge, clock events in window\n\
-         DCGM_EXP_GPU_HEALTH_STATUS, gauge, health\n\
-         DCGM_EXP_P2P_STATUS, gauge, p2p\n",
-    );
+    let (_dir, control, csv) = control_and_file("exp.csv", CSV);
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
         .control(&control)

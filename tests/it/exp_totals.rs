@@ -15,6 +15,19 @@ fn totals(page: &[Sample]) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// Clears GPU 0's clock-event reasons for a few collections, then sets hw_slowdown again:
+/// its total reaches `total`, and hw_thermal's stays at 1.
+fn reactivate_hw_slowdown(e: &Exporter, control: &std::path::Path, total: f64) {
+    support::control(control, "set 0 112 0");
+    let n = successes(&e.scrape());
+    e.scrape_until(20, |p| successes(p) >= n + 5.0);
+    support::control(control, "set 0 112 8");
+    let page = e.scrape_until(20, |p| {
+        totals(p).contains(&("hw_slowdown".to_string(), total))
+    });
+    assert!(totals(&page).contains(&("hw_thermal".to_string(), 1.0)));
+}
+
 #[test]
 fn clock_event_totals_count_activations_and_carry_across_a_reload() {
     let (_dir, control, csv) = control_and_file(
@@ -46,14 +59,7 @@ fn clock_event_totals_count_activations_and_carry_across_a_reload() {
     );
 
     // Inactive, then active again: a second activation.
-    support::control(&control, "set 0 112 0");
-    let n = successes(&e.scrape());
-    e.scrape_until(20, |p| successes(p) >= n + 5.0);
-    support::control(&control, "set 0 112 8");
-    let page = e.scrape_until(20, |p| {
-        totals(p).contains(&("hw_slowdown".to_string(), 2.0))
-    });
-    assert!(totals(&page).contains(&("hw_thermal".to_string(), 1.0)));
+    reactivate_hw_slowdown(&e, &control, 2.0);
 
     // A reload keeps the totals and the last reasons: hw_slowdown, active across it, is no
     // new activation.
@@ -67,13 +73,6 @@ fn clock_event_totals_count_activations_and_carry_across_a_reload() {
     ];
     assert_eq!(totals(&page), kept, "{}", dump(&page));
     // And the counting goes on from there.
-    support::control(&control, "set 0 112 0");
-    let n = successes(&e.scrape());
-    e.scrape_until(20, |p| successes(p) >= n + 5.0);
-    support::control(&control, "set 0 112 8");
-    let page = e.scrape_until(20, |p| {
-        totals(p).contains(&("hw_slowdown".to_string(), 3.0))
-    });
-    assert!(totals(&page).contains(&("hw_thermal".to_string(), 1.0)));
+    reactivate_hw_slowdown(&e, &control, 3.0);
     assert!(e.signal_and_wait("TERM").success());
 }

@@ -71,10 +71,7 @@ fn every_default_counter_appears_for_every_gpu_with_dcgm_exporter_labels() {
 
 #[test]
 fn values_move_over_time_at_the_collect_interval() {
-    let e = exporter()
-        .profile("h100-8gpu-nvswitch.toml")
-        .args(&["-c", "300"])
-        .start();
+    let e = started("h100-8gpu-nvswitch.toml", &["-c", "300"]);
     let energy = |p: &[Sample]| {
         series(p, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION")
             .iter()

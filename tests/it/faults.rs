@@ -357,13 +357,9 @@ fn a_selected_gpu_lost_at_start_is_skipped_not_a_selector_error() {
 
 #[test]
 fn a_rebuild_that_fails_after_a_mig_change_withdraws_the_page() {
-    let (_dir, ctl) = temp_file("control", "");
+    let (_dir, ctl, e) = controlled("a100-mixed-mig.toml");
     // Selects GPU instance 0 (on GPU 0) by id; it goes when GPU 0 leaves MIG mode.
-    let e = exporter()
-        .profile("a100-mixed-mig.toml")
-        .control(&ctl)
-        .args(&["-d", "i:0", "-c", "200"])
-        .start();
+    let e = e.args(&["-d", "i:0", "-c", "200"]).start();
     assert!(dcgm_series(&e.scrape()) > 0);
     control(&ctl, "mig 0 none");
     wait_for(&e, 10, "the page withdrawn", |p| dcgm_series(p) == 0);

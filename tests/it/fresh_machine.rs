@@ -145,6 +145,11 @@ fn repo_with_one_commit() -> Option<PathBuf> {
     Some(dir)
 }
 
+/// Whether one of `paths` ends with `end`.
+fn names(paths: &[String], end: &str) -> bool {
+    paths.iter().any(|p| p.ends_with(end))
+}
+
 fn watched(dir: &Path) -> Vec<String> {
     let paths = commit::watched_git_paths(&|args: &[&str]| git(dir, args), dir);
     // Relative to the directory git ran in, as cargo reads them from the package root.
@@ -161,15 +166,9 @@ fn without_packed_refs_the_build_script_names_only_head_and_the_loose_branch() {
     };
     assert!(!dir.join(".git/packed-refs").exists());
     let paths = watched(&dir);
-    assert!(paths.iter().any(|p| p.ends_with("HEAD")), "{paths:?}");
-    assert!(
-        paths.iter().any(|p| p.ends_with("refs/heads/main")),
-        "{paths:?}"
-    );
-    assert!(
-        !paths.iter().any(|p| p.ends_with("packed-refs")),
-        "{paths:?}"
-    );
+    assert!(names(&paths, "HEAD"), "{paths:?}");
+    assert!(names(&paths, "refs/heads/main"), "{paths:?}");
+    assert!(!names(&paths, "packed-refs"), "{paths:?}");
 }
 
 #[test]
@@ -180,14 +179,11 @@ fn with_packed_refs_and_no_loose_branch_the_build_script_names_packed_refs() {
     git(&dir, &["pack-refs", "--all", "--prune"]);
     assert!(!dir.join(".git/refs/heads/main").exists());
     let paths = watched(&dir);
-    assert!(
-        paths.iter().any(|p| p.ends_with("packed-refs")),
-        "{paths:?}"
+    let packed_not_loose = (
+        names(&paths, "packed-refs"),
+        names(&paths, "refs/heads/main"),
     );
-    assert!(
-        !paths.iter().any(|p| p.ends_with("refs/heads/main")),
-        "{paths:?}"
-    );
+    assert_eq!(packed_not_loose, (true, false), "{paths:?}");
 }
 
 #[test]

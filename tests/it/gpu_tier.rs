@@ -92,8 +92,7 @@ fn doctored(reference: &str, change: impl Fn(usize, &str, f64) -> f64) -> String
 #[test]
 fn the_gpu_tier_matches_every_value_and_fails_on_a_value_out_of_tolerance() {
     let Some(kit) = kit() else { return };
-    let scratch = Scratch::new("gpu-tier");
-    let yaml = scratch.yaml(&gpus());
+    let (scratch, yaml) = Scratch::with_yaml("gpu-tier", &gpus());
 
     let out = scratch.0.join("ok");
     let o = run_script(&kit.root, &yaml, &out, None);

@@ -13,39 +13,16 @@ use std::path::{Path, PathBuf};
 
 /// What each top-level module of `src/` may import besides itself. A stage sees the stages
 /// before it, never one after; a new top-level module must be placed here.
+#[rustfmt::skip]
 const MAY_IMPORT: &[(&str, &[&str])] = &[
     ("logging", &[]),
     ("model", &["logging"]),
     ("runtime", &["model", "logging"]),
     ("config", &["model", "logging"]),
     ("collect", &["config", "runtime", "model", "logging"]),
-    (
-        "attribution",
-        &["collect", "config", "runtime", "model", "logging"],
-    ),
-    (
-        "output",
-        &[
-            "attribution",
-            "collect",
-            "config",
-            "runtime",
-            "model",
-            "logging",
-        ],
-    ),
-    (
-        "lifecycle",
-        &[
-            "output",
-            "attribution",
-            "collect",
-            "config",
-            "runtime",
-            "model",
-            "logging",
-        ],
-    ),
+    ("attribution", &["collect", "config", "runtime", "model", "logging"]),
+    ("output", &["attribution", "collect", "config", "runtime", "model", "logging"]),
+    ("lifecycle", &["output", "attribution", "collect", "config", "runtime", "model", "logging"]),
 ];
 
 /// The only places that may read `config::cli` (the whole command-line configuration):

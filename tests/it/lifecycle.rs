@@ -83,9 +83,8 @@ fn a_counters_file_edited_while_starting_is_reloaded() {
 fn the_bind_unbind_watch_waits_for_a_late_engine() {
     let port = free_port();
     let e = exporter()
+        .engine_at(port)
         .args(&[
-            "-r",
-            &format!("127.0.0.1:{port}"),
             "-c",
             "300",
             "--enable-gpu-bind-unbind-watch",
@@ -201,13 +200,7 @@ fn with_config_file(
 ) -> Exporter {
     let cfg = dir.join("config.yaml");
     std::fs::write(&cfg, yaml).unwrap();
-    let port = free_port();
-    let mut cmd = exporter_command();
-    cmd.args(["--config-file", cfg.to_str().unwrap()])
-        .args(["-a", &format!("127.0.0.1:{port}")])
-        .arg("--dcgm-library")
-        .arg(sim_library())
-        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+    let (mut cmd, port) = config_file_command(&cfg);
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -7,16 +7,16 @@ use crate::support::*;
 use std::collections::{BTreeMap, BTreeSet};
 
 const STATIC: &[&str] = &[
-    "UUID",
-    "uuid",
-    "pci_bus_id",
-    "device",
-    "modelName",
-    "GPU_I_PROFILE",
-    "gpu_uuid",
-    "model_name",
-    "cpu_serial",
     "DCGM_FI_DRIVER_VERSION",
+    "GPU_I_PROFILE",
+    "UUID",
+    "cpu_serial",
+    "device",
+    "gpu_uuid",
+    "modelName",
+    "model_name",
+    "pci_bus_id",
+    "uuid",
 ];
 
 const INFO: &[(&str, &[&str])] = &[
@@ -284,7 +284,7 @@ fn the_documented_promql_join_gives_back_the_labels_in_prometheus() {
 /// many-to-many), and a MIG instance's pod lands on that instance only.
 #[test]
 fn pod_labels_stay_on_data_series_and_info_series_stay_single() {
-    use crate::support::kubelet::{pod, FakeKubelet};
+    use crate::support::kubelet::{trainer_and_mig_server, FakeKubelet};
     let kubelet = FakeKubelet::start();
     let e = exporter()
         .profile("a100-mixed-mig.toml")
@@ -310,15 +310,7 @@ fn pod_labels_stay_on_data_series_and_info_series_stay_single() {
         .label("GPU_I_ID")
         .unwrap()
         .to_string();
-    kubelet.set_pods(vec![
-        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[&whole])]),
-        pod(
-            "inference",
-            "llm-0",
-            "server",
-            &[("nvidia.com/mig-4g.40gb", &[&format!("nvidia3/gi{gi}")])],
-        ),
-    ]);
+    kubelet.set_pods(trainer_and_mig_server(&whole, &gi));
     let pods_of = |p: &[Sample], gpu: &str, gi: Option<&str>| -> BTreeSet<String> {
         series(p, "DCGM_FI_DEV_GPU_TEMP")
             .iter()

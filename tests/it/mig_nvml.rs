@@ -7,7 +7,7 @@ use crate::support::kubelet::{pod, FakeKubelet};
 use crate::support::nvml_yaml::{self, Gpu, MigInstance};
 use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
 use crate::support::{
-    dump, exporter, free_port, series, successes, with_sim_nvml, Exporter, Sample,
+    dump, exporter, free_port, label_where, series, successes, with_sim_nvml, Exporter, Sample,
 };
 use std::path::{Path, PathBuf};
 
@@ -237,12 +237,7 @@ fn a_hung_nvml_mig_lookup_holds_no_collection() {
         .kubelet(&kubelet)
         .start();
     let page = e.scrape();
-    let gpu4 = page
-        .iter()
-        .find(|s| s.label("gpu") == Some("4"))
-        .and_then(|s| s.label("UUID"))
-        .expect("GPU 4")
-        .to_string();
+    let gpu4 = label_where(&page, "UUID", "GPU 4", |s| s.label("gpu") == Some("4"));
     kubelet.set_pods(vec![
         mig(),
         pod("ml", "trainer", "main", &[("nvidia.com/gpu", &[&gpu4])]),

@@ -74,6 +74,17 @@ fn advancing(e: &Exporter, engine: &str, intervals: usize) {
     }
 }
 
+/// A simulated host engine on a free port for each of `profiles`: (the ports, the engines,
+/// their addresses).
+fn engines(profiles: &[&str]) -> (Vec<u16>, Vec<HostEngine>, Vec<String>) {
+    let ports: Vec<u16> = profiles.iter().map(|_| free_port()).collect();
+    let engines = (ports.iter().zip(profiles))
+        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
+        .collect();
+    let addr = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    (ports, engines, addr)
+}
+
 /// SIGTERM: a clean exit, else the exporter's log.
 fn terminate(e: &mut Exporter) {
     let _ = status_within(
@@ -82,35 +93,18 @@ fn terminate(e: &mut Exporter) {
     );
     // Generous: the abandoned sessions of the stopped engine may still be ending, and
     // DCGM's shutdown has a deadline of its own (a timed-out one is not a clean exit).
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        if let Ok(Some(st)) = e.child.try_wait() {
-            assert!(st.success(), "{st}: {}", e.stderr());
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no exit after SIGTERM:\n{}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let st = e.exit_within(40, "no exit after SIGTERM");
+    assert!(st.success(), "{st}: {}", e.stderr());
 }
 
 #[test]
 fn three_engines_apart_one_killed_one_stopped_the_killed_one_returning() {
-    let ports = [free_port(), free_port(), free_port()];
     let profiles = [
         "h100-8gpu-nvswitch.toml",
         "units-fixed.toml",
         "one-gpu.toml",
     ];
-    let mut engines: Vec<HostEngine> = ports
-        .iter()
-        .zip(profiles)
-        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
-        .collect();
-    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let (ports, mut engines, addr) = engines(&profiles);
     // Three loopback engines all name this node: each is labelled by its address instead.
     let names: Vec<&str> = addr.iter().map(String::as_str).collect();
     let mut e = exporter()
@@ -285,28 +279,12 @@ fn kubernetes_and_low_cardinality_per_engine() {
 /// main that engine's loop retried the selector every tick and the exporter served on).
 #[test]
 fn a_selector_one_engine_cannot_meet_stops_the_start_naming_it() {
-    let ports = [free_port(), free_port()];
-    let _engines: Vec<HostEngine> = ports
-        .iter()
-        .zip(["h100-8gpu-nvswitch.toml", "one-gpu.toml"])
-        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
-        .collect();
-    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let (_, _engines, addr) = engines(&["h100-8gpu-nvswitch.toml", "one-gpu.toml"]);
     let mut e = exporter()
         .args(&["-r", &addr.join(","), "-d", "g:5", "-c", "300"])
         .spawn();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let code = loop {
-        if let Ok(Some(st)) = e.child.try_wait() {
-            break st.code();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running with a selector an engine cannot meet:\n{}",
-            e.stderr()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let why = "still running with a selector an engine cannot meet";
+    let code = e.exit_within(30, why).code();
     let log = e.stderr();
     assert_eq!(code, Some(1), "{log}");
     let fatal = log
@@ -329,12 +307,7 @@ fn a_selector_one_engine_cannot_meet_stops_the_start_naming_it() {
 /// combiner's down/back lines said which engine. One engine: no engine field.
 #[test]
 fn each_engines_lines_name_it() {
-    let ports = [free_port(), free_port()];
-    let mut engines: Vec<HostEngine> = ports
-        .iter()
-        .map(|p| HostEngine::start(*p, Some("one-gpu.toml")))
-        .collect();
-    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let (ports, mut engines, addr) = engines(&["one-gpu.toml"; 2]);
     let mut e = exporter()
         .args(&["-r", &addr.join(","), "-c", "300", "--log-format", "json"])
         .start();
@@ -384,12 +357,7 @@ fn each_engines_lines_name_it() {
 /// On main the stop's 5 s and the shutdown's 10 s added up: 15 s.
 #[test]
 fn sigterm_with_one_of_three_engines_stopped_exits_within_the_bound() {
-    let ports = [free_port(), free_port(), free_port()];
-    let engines: Vec<HostEngine> = ports
-        .iter()
-        .map(|p| HostEngine::start(*p, Some("one-gpu.toml")))
-        .collect();
-    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let (_, engines, addr) = engines(&["one-gpu.toml"; 3]);
     let mut e = exporter()
         .args(&["-r", &addr.join(","), "-c", "300"])
         .start();
@@ -451,14 +419,8 @@ fn dumped_gpus(dir: &std::path::Path) -> Vec<Vec<String>> {
 /// of the engines' reconnects (main: 0 with `engine_reconnects_total` 1).
 #[test]
 fn several_engines_say_no_failover_dump_every_engines_gpus_and_count_reconnects() {
-    let ports = [free_port(), free_port()];
     let profiles = ["h100-8gpu-nvswitch.toml", "one-gpu.toml"];
-    let mut engines: Vec<HostEngine> = ports
-        .iter()
-        .zip(profiles)
-        .map(|(p, prof)| HostEngine::start(*p, Some(prof)))
-        .collect();
-    let addr: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let (ports, mut engines, addr) = engines(&profiles);
     let dir = tempfile::tempdir().unwrap();
     let dumps = dir.path().join("dumps");
     let nvml = nvml_library();

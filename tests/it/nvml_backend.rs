@@ -473,10 +473,7 @@ fn auto_serves_from_nvml_while_the_embedded_engine_cannot_start_then_returns_to_
         "{log}"
     );
     assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
-    assert!(
-        log.contains("started the embedded DCGM host engine"),
-        "{log}"
-    );
+    e.assert_logged("started the embedded DCGM host engine");
 }
 
 #[test]
@@ -827,19 +824,7 @@ fn mig_instances_are_the_same_entities_from_nvml() {
         let p = e.scrape_until(20, |p| !series(p, name).is_empty());
         let mut ids: Vec<String> = series(&p, name)
             .iter()
-            .map(|s| {
-                [
-                    "gpu",
-                    "UUID",
-                    "pci_bus_id",
-                    "device",
-                    "modelName",
-                    "GPU_I_PROFILE",
-                    "GPU_I_ID",
-                ]
-                .map(|l| s.label(l).unwrap_or("-"))
-                .join(",")
-            })
+            .map(|s| MIG_LABELS.map(|l| s.label(l).unwrap_or("-")).join(","))
             .collect();
         ids.sort();
         ids

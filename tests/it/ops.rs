@@ -310,15 +310,21 @@ fn debug_shows_our_lines_not_the_http_stacks() {
     e.wait_for_log(10, "binding client connection");
 }
 
+/// Starts the exporter on one simulated GPU with `args` and `env`, the simulator logging
+/// the watches it is asked for to `log`.
+fn start_logging_watches(log: &Path, args: &[&str], env: &[(&str, &str)]) {
+    let mut b = exporter().profile("one-gpu.toml").args(args);
+    for (k, v) in env {
+        b = b.env(k, v);
+    }
+    let _e = b.env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap()).start();
+}
+
 #[test]
 fn watch_retention_flags_reach_dcgm_watch_fields() {
     let (dir, csv) = temp_file("c.csv", "DCGM_FI_DEV_GPU_TEMP, gauge, t\n");
     let log = dir.path().join("default.log");
-    let _e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-f", csv.to_str().unwrap()])
-        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
-        .start();
+    start_logging_watches(&log, &["-f", csv.to_str().unwrap()], &[]);
     let temp = watch_log(&log).into_iter().find(|w| w.3 == [150]).unwrap();
     assert_eq!(
         (temp.0, temp.1, temp.2),
@@ -334,11 +340,7 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
         "DCGM_FI_DEV_GPU_TEMP, gauge, t\nDCGM_EXP_XID_ERRORS_COUNT, gauge, xids in window\n",
     );
     let log = dir.path().join("xid.log");
-    let _e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-f", xid_csv.to_str().unwrap(), "-x", "60000"])
-        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
-        .start();
+    start_logging_watches(&log, &["-f", xid_csv.to_str().unwrap(), "-x", "60000"], &[]);
     let watches = watch_log(&log);
     let xid = watches.iter().find(|w| w.3 == [230]).unwrap();
     assert_eq!((xid.1, xid.2), (60.5, 0), "{watches:?}");
@@ -347,11 +349,11 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
 
     // Upstream's 600 s given explicitly is kept, on every watch.
     let log = dir.path().join("explicit.log");
-    let _e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-f", xid_csv.to_str().unwrap(), "--watch-max-keep-age=600s"])
-        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
-        .start();
+    start_logging_watches(
+        &log,
+        &["-f", xid_csv.to_str().unwrap(), "--watch-max-keep-age=600s"],
+        &[],
+    );
     let watches = watch_log(&log);
     let temp = watches.iter().find(|w| w.3 == [150]).unwrap();
     assert_eq!((temp.1, temp.2), (600.0, 0), "{watches:?}");
@@ -359,26 +361,25 @@ fn watch_retention_flags_reach_dcgm_watch_fields() {
     assert_eq!((xid.1, xid.2), (600.0, 0), "{watches:?}");
 
     let log = dir.path().join("samples.log");
-    let _e = exporter()
-        .profile("one-gpu.toml")
-        .args(&[
+    start_logging_watches(
+        &log,
+        &[
             "-f",
             csv.to_str().unwrap(),
             "--watch-max-keep-age=0s",
             "--watch-max-keep-samples=5",
-        ])
-        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
-        .start();
+        ],
+        &[],
+    );
     let temp = watch_log(&log).into_iter().find(|w| w.3 == [150]).unwrap();
     assert_eq!((temp.1, temp.2), (0.0, 5));
 
     let log = dir.path().join("env.log");
-    let _e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-f", csv.to_str().unwrap()])
-        .env("DCGM_EXPORTER_WATCH_MAX_KEEP_AGE", "90s")
-        .env("DCGM_SIM_WATCH_LOG", log.to_str().unwrap())
-        .start();
+    start_logging_watches(
+        &log,
+        &["-f", csv.to_str().unwrap()],
+        &[("DCGM_EXPORTER_WATCH_MAX_KEEP_AGE", "90s")],
+    );
     let temp = watch_log(&log).into_iter().find(|w| w.3 == [150]).unwrap();
     assert_eq!((temp.1, temp.2), (90.0, 0));
 
@@ -627,13 +628,8 @@ fn debug_dumps_are_written_per_entity_group_and_files_not_ours_kept() {
     );
     let e = exporter()
         .profile("h100-8gpu-nvswitch.toml")
-        .args(&[
-            "-f",
-            csv.to_str().unwrap(),
-            "--dump-enabled",
-            "--dump-directory",
-            dump_dir.to_str().unwrap(),
-        ])
+        .args(&["-f", csv.to_str().unwrap(), "--dump-enabled"])
+        .args(&["--dump-directory", dump_dir.to_str().unwrap()])
         .start();
     let name_of = |p: &PathBuf| p.file_name().unwrap().to_str().unwrap().to_string();
     wait_until(20, "GPU and Switch dumps", || {

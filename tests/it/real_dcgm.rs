@@ -5,7 +5,7 @@
 
 use crate::support;
 use crate::support::nvml_yaml::{self, Gpu};
-use crate::support::real_dcgm::{kit, RealHostEngine, Scratch};
+use crate::support::real_dcgm::{busy_and_idle_with_jobs, kit, RealHostEngine, Scratch};
 use crate::support::*;
 
 /// Four GPUs that differ in every value the default counters read.
@@ -620,7 +620,7 @@ fn a_row_remap_failure_fails_the_memory_health_of_its_gpu_only() {
 /// that GPU's series with the claim's labels.
 #[test]
 fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
-    use crate::support::fake_apiserver::{resource_slice, FakeApiServer};
+    use crate::support::fake_apiserver::{gpu_slice, FakeApiServer};
     use crate::support::kubelet::{claim, dra_pod, FakeKubelet};
     let Some(kit) = kit() else { return };
     let dir = Scratch::new("dra");
@@ -645,13 +645,8 @@ fn a_dra_claim_lands_on_the_gpu_the_real_dcgm_names() {
         .and_then(|s| s.label("UUID"))
         .expect("GPU 1's UUID")
         .to_string();
-    server.apply(resource_slice(
-        "resource.k8s.io/v1",
-        "node-r-gpu.nvidia.com-1",
-        "node-r",
-        serde_json::json!([{"name": "gpu-1", "attributes": {
-            "type": {"string": "gpu"}, "uuid": {"string": uuid}}}]),
-    ));
+    let slice = gpu_slice("node-r-gpu.nvidia.com-1", "node-r", "gpu-1", &uuid);
+    server.apply(slice);
     kubelet.set_pods(vec![dra_pod(
         "ml",
         "train-0",
@@ -936,21 +931,11 @@ fn the_real_library_answers_the_health_action_sources() {
 /// turns allocated-but-idle after the window while the busy one does not.
 #[test]
 fn usage_accounting_reads_the_real_library_s_energy_and_utilisation() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("usage");
-    let yaml = dir.yaml(&[
-        Gpu {
-            gpu_util: 35,
-            ..Gpu::default()
-        },
-        Gpu::default(),
-    ]);
-    let port = free_port();
-    let _engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
-    let jobs = dir.0.join("jobs");
-    std::fs::create_dir(&jobs).unwrap();
-    std::fs::write(jobs.join("0"), "job-busy\n").unwrap();
-    std::fs::write(jobs.join("1"), "job-unused\n").unwrap();
+    let Some((kit, dir, jobs, port, _engine)) =
+        busy_and_idle_with_jobs("usage", &["job-busy", "job-unused"])
+    else {
+        return;
+    };
     let csv = dir.0.join("usage.csv");
     std::fs::write(
         &csv,

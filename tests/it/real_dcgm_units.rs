@@ -26,16 +26,20 @@ fn gpus() -> Vec<Gpu> {
         .collect()
 }
 
+/// The exporter with `args` on the kit's embedded engine over [`gpus`], and the scratch
+/// folder of its YAML; `None` where the kit cannot run here.
+fn on_gpus(name: &str, args: &[&str]) -> Option<(Scratch, Exporter)> {
+    let kit = kit()?;
+    let (dir, yaml) = Scratch::with_yaml(name, &gpus());
+    Some((dir, kit.embedded(&yaml).args(args).start()))
+}
+
 #[test]
 fn converted_values_equal_the_legacy_ones_on_the_real_library() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("units");
-    let yaml = dir.yaml(&gpus());
     let csv = repo("tests/fixtures/units-both-generations.csv");
-    let e = kit
-        .embedded(&yaml)
-        .args(&["-f", csv.to_str().unwrap()])
-        .start();
+    let Some((_dir, e)) = on_gpus("units", &["-f", csv.to_str().unwrap()]) else {
+        return;
+    };
     let page = e.scrape_until(60, |p| {
         series(p, "DCGM_FI_DEV_GPU_ENERGY_JOULES_TOTAL").len() == 2
             && series(p, "DCGM_FI_DEV_SM_CLOCK_HERTZ").len() == 2
@@ -98,14 +102,11 @@ fn converted_values_equal_the_legacy_ones_on_the_real_library() {
 
 #[test]
 fn the_4_9_0_default_set_on_the_real_library() {
-    let Some(kit) = kit() else { return };
-    let dir = Scratch::new("units-49");
-    let yaml = dir.yaml(&gpus());
     let csv = repo("etc/default-counters-4.9.0.csv");
-    let e = kit
-        .embedded(&yaml)
-        .args(&["-f", csv.to_str().unwrap(), "--emulate-version=4.9.0"])
-        .start();
+    let args = ["-f", csv.to_str().unwrap(), "--emulate-version=4.9.0"];
+    let Some((_dir, e)) = on_gpus("units-49", &args) else {
+        return;
+    };
     let page = e.scrape_until(60, |p| {
         series(p, "DCGM_FI_DEV_GPU_UTIL_RATIO").len() == 2
             && series(p, "DCGM_FI_DEV_SM_CLOCK_HERTZ").len() == 2

@@ -33,11 +33,8 @@ fn the_rename_rules_pass_promtool_check_and_unit_tests() {
     if !support::promtool() {
         return;
     }
+    support::prom::check_and_test_rules("dcgm-rename.rules.yml", 52, "dcgm-rename.rules.test.yml");
     let dir = support::repo("etc/prometheus");
-    let out = support::prom::promtool_in(&dir, &["check", "rules", "dcgm-rename.rules.yml"]);
-    assert!(out.contains("SUCCESS: 52 rules found"), "{out}");
-    let out = support::prom::promtool_in(&dir, &["test", "rules", "dcgm-rename.rules.test.yml"]);
-    assert!(out.contains("SUCCESS"), "{out}");
     // Rules in 4.8.x names (the HPA recipe) over a 4.8.4 node and a 4.9.0 node.
     let out =
         support::prom::promtool_in(&dir, &["test", "rules", "dcgm-rename-hpa.rules.test.yml"]);

@@ -145,20 +145,10 @@ fn every_profiles_page_renders_byte_identical_to_the_prometheus_encoder() {
 #[test]
 fn reading_back_is_exact_for_the_hostile_cases() {
     let mut page = Page::default();
-    page.add(
-        "X",
-        "a \\ help\nwith \"quotes\"",
-        PromType::Counter,
-        &[("b", "a \"q\" \\ z\n"), ("a", "é")],
-        f64::INFINITY,
-    );
-    page.add(
-        "X",
-        "a \\ help\nwith \"quotes\"",
-        PromType::Counter,
-        &[],
-        -0.0,
-    );
+    let help = "a \\ help\nwith \"quotes\"";
+    let hostile = [("b", "a \"q\" \\ z\n"), ("a", "é")];
+    page.add("X", help, PromType::Counter, &hostile, f64::INFINITY);
+    page.add("X", help, PromType::Counter, &[], -0.0);
     page.add("Y", "", PromType::Gauge, &[("gpu", "0")], 1e-300);
     page.add("Y", "", PromType::Gauge, &[("gpu", "1")], f64::NAN);
     page.add("Y", "", PromType::Gauge, &[("gpu", "2")], f64::NEG_INFINITY);

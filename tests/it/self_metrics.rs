@@ -51,10 +51,7 @@ fn check(e: &Exporter, mode: &str) {
 
 #[test]
 fn build_info_and_the_collection_histogram_in_embedded_mode() {
-    let e = exporter()
-        .profile("one-gpu.toml")
-        .args(&["-c", "200"])
-        .start();
+    let e = started("one-gpu.toml", &["-c", "200"]);
     check(&e, "embedded");
 }
 

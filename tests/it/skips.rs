@@ -31,10 +31,8 @@ fn a_skip_prints_a_countable_line_and_fails_under_ci() {
     let out = probe(None);
     let text = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
-    let lines: Vec<&str> = text
-        .lines()
-        .filter(|l| l.starts_with("SKIPPED: "))
-        .collect();
+    let skipped = |l: &&str| l.starts_with("SKIPPED: ");
+    let lines: Vec<&str> = text.lines().filter(skipped).collect();
     assert_eq!(
         lines,
         ["SKIPPED: skips::skip_probe: probe reason"],

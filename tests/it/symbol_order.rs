@@ -87,6 +87,14 @@ const VARIABLES: [&str; 9] = [
     "RUSTFLAGS",
 ];
 
+/// Runs the build script's link step; the last rustc command line the fake rustc in `dir`
+/// was asked.
+fn last_link_args(dir: &Path) -> String {
+    build_script::link_args().unwrap();
+    let asked = std::fs::read_to_string(dir.join("rustc-lld.args")).unwrap();
+    asked.lines().last().unwrap().to_string()
+}
+
 /// A release build's environment on x86_64 Linux with `rustc` and nothing configured.
 fn plain_build(out: &Path, rustc: &Path) {
     for k in VARIABLES {
@@ -192,9 +200,7 @@ fn ordering_is_asked_only_where_rustc_links_with_lld() {
     plain_build(dir.path(), &lld);
     set("RUSTC_LINKER", "/opt/cc-wrapper");
     set("CARGO_ENCODED_RUSTFLAGS", "-C\x1ftarget-cpu=native");
-    build_script::link_args().unwrap();
-    let asked = std::fs::read_to_string(dir.path().join("rustc-lld.args")).unwrap();
-    let last = asked.lines().last().unwrap();
+    let last = &last_link_args(dir.path());
     let list = root().join(build_script::LIST);
     for want in [
         "--print=link-args".to_string(),
@@ -208,9 +214,7 @@ fn ordering_is_asked_only_where_rustc_links_with_lld() {
     plain_build(dir.path(), &lld);
     set("CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_LINKER", "clang");
     set("RUSTFLAGS", "-C link-arg=-fuse-ld=lld");
-    build_script::link_args().unwrap();
-    let asked = std::fs::read_to_string(dir.path().join("rustc-lld.args")).unwrap();
-    let last = asked.lines().last().unwrap();
+    let last = &last_link_args(dir.path());
     assert!(
         last.contains("-Clinker=clang -C link-arg=-fuse-ld=lld"),
         "{last}"

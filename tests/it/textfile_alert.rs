@@ -8,9 +8,9 @@ fn the_textfile_staleness_alert_passes_promtool_check_and_unit_tests() {
     if !support::promtool() {
         return;
     }
-    let dir = support::repo("etc/prometheus");
-    let out = support::prom::promtool_in(&dir, &["check", "rules", "dcgm-textfile.rules.yml"]);
-    assert!(out.contains("SUCCESS: 1 rules found"), "{out}");
-    let out = support::prom::promtool_in(&dir, &["test", "rules", "dcgm-textfile.rules.test.yml"]);
-    assert!(out.contains("SUCCESS"), "{out}");
+    support::prom::check_and_test_rules(
+        "dcgm-textfile.rules.yml",
+        1,
+        "dcgm-textfile.rules.test.yml",
+    );
 }

@@ -78,13 +78,9 @@ fn the_4_9_0_page_on_a_dcgm_4_6_simulator_matches_the_fixture() {
     );
     assert!(temp[0].label("DCGM_FI_DRIVER_VERSION").is_none());
     // The start-up log says which metrics are derived and from what.
-    let log = e.stderr();
-    assert!(
-        log.contains(
-            "DCGM_FI_DEV_SM_CLOCK_HERTZ: the library has no field 1603; derived from field 100 \
-             (MHz x 10^6)"
-        ),
-        "{log}"
+    e.assert_logged(
+        "DCGM_FI_DEV_SM_CLOCK_HERTZ: the library has no field 1603; derived from field 100 \
+         (MHz x 10^6)",
     );
 }
 

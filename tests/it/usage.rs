@@ -10,7 +10,8 @@ use crate::support;
 use crate::support::fake_apiserver::{pod as api_pod, FakeApiServer};
 use crate::support::kubelet::{pod, FakeKubelet};
 use crate::support::{
-    exporter, prom, repo, require_tool, series, temp_file, with_sim_nvml, write_in, Sample,
+    exporter, label_where, prom, repo, require_tool, series, temp_file, with_sim_nvml, write_in,
+    Sample,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -469,12 +470,8 @@ fn a_mig_instance_held_by_one_pod_gets_its_whole_energy() {
             kubelet.socket().to_str().unwrap(),
         ])
         .start();
-    let gi = e
-        .scrape()
-        .iter()
-        .find(|s| s.label("gpu") == Some("3") && s.label("GPU_I_ID").is_some())
-        .and_then(|s| s.label("GPU_I_ID").map(str::to_string))
-        .expect("a GPU instance on GPU 3");
+    let on_3 = |s: &Sample| s.label("gpu") == Some("3") && s.label("GPU_I_ID").is_some();
+    let gi = label_where(&e.scrape(), "GPU_I_ID", "a GPU instance on GPU 3", on_3);
     kubelet.set_pods(vec![pod(
         "infer",
         "mig-pod",

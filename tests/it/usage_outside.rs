@@ -386,13 +386,7 @@ fn a_container_on_a_mig_device_holds_its_gpu_instance() {
     let n = dcgm_sim_model::node::Node::build(
         &dcgm_sim_model::profile::Profile::load(&profile).expect("profile"),
     );
-    let mig = n.gpus[0]
-        .instances()
-        .iter()
-        .find(|gi| gi.nvml_id == 7)
-        .expect("GPU 0 has GPU instance 7")
-        .uuid
-        .clone();
+    let mig = mig_uuid(&n, 0, 7);
     // Process 4101 of the profile runs on that instance.
     let node = Node::new(&[(4101, format!("0::/system.slice/docker-{}.scope\n", cid(7)))]);
     let socket = node.dir.path().join("docker.sock");
@@ -566,11 +560,12 @@ fn an_unlistable_hpc_directory_keeps_every_job_for_a_grace() {
             .get(&("1".into(), "200".into()))
             .copied()
     };
-    let unlistable = |on: bool| {
-        if on {
+    let unlistable = |on: bool| match on {
+        true => {
             std::fs::rename(&jobs, &aside).unwrap();
             std::fs::write(&jobs, "not a directory").unwrap();
-        } else {
+        }
+        false => {
             std::fs::remove_file(&jobs).unwrap();
             std::fs::rename(&aside, &jobs).unwrap();
         }

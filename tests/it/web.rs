@@ -330,9 +330,8 @@ fn a_broken_web_config_is_a_clear_startup_error() {
         ("basic_auth_users:\n  alice: password\n", "basic_auth_users.alice: not a bcrypt hash"),
     ] {
         std::fs::write(&cfg, text).unwrap();
-        let (code, stderr) = exporter()
-            .args(&["--web-config-file", cfg.to_str().unwrap()])
-            .run_to_exit();
+        let args = ["--web-config-file", cfg.to_str().unwrap()];
+        let (code, stderr) = exporter().args(&args).run_to_exit();
         assert_eq!(code, 1, "{stderr}");
         assert!(stderr.contains(expect) && stderr.contains("web.yml"), "{stderr}");
         assert_eq!(stderr.matches("level=fatal").count(), 1, "{stderr}");

@@ -183,12 +183,15 @@ fn resource_of(kind: &str) -> String {
     }
 }
 
+/// A JSON object of string values.
+fn string_map(pairs: &[(&str, &str)]) -> serde_json::Map<String, Value> {
+    let pairs = pairs.iter().map(|(k, v)| (k.to_string(), json!(v)));
+    pairs.collect()
+}
+
 /// A pod object as the API server returns it.
 pub fn pod(ns: &str, name: &str, uid: &str, node: &str, labels: &[(&str, &str)]) -> Value {
-    let labels: serde_json::Map<String, Value> = labels
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
+    let labels = string_map(labels);
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"namespace": ns, "name": name, "uid": uid, "labels": labels},
@@ -198,10 +201,7 @@ pub fn pod(ns: &str, name: &str, uid: &str, node: &str, labels: &[(&str, &str)])
 }
 
 pub fn configmap(ns: &str, name: &str, data: &[(&str, &str)]) -> Value {
-    let data: serde_json::Map<String, Value> = data
-        .iter()
-        .map(|(k, v)| (k.to_string(), json!(v)))
-        .collect();
+    let data = string_map(data);
     json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"namespace": ns, "name": name, "uid": format!("cm-{ns}-{name}")},
@@ -220,6 +220,13 @@ pub fn resource_slice(api_version: &str, name: &str, node: &str, devices: Value)
                  "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
                  "devices": devices}
     })
+}
+
+/// A v1 [`resource_slice`] `name` of `node` with one GPU, `device`, whose UUID is `uuid`.
+pub fn gpu_slice(name: &str, node: &str, device: &str, uuid: &str) -> Value {
+    let gpu = json!({"name": device, "attributes": {
+        "type": {"string": "gpu"}, "uuid": {"string": uuid}}});
+    resource_slice("resource.k8s.io/v1", name, node, json!([gpu]))
 }
 
 struct Request {

@@ -65,6 +65,21 @@ pub fn pod(
     }
 }
 
+/// A training pod on the whole GPU `whole` (`ml/trainer-0`) and a serving pod on GPU 3's
+/// instance `gi` (`inference/llm-0`, a `mig-4g.40gb`).
+pub fn trainer_and_mig_server(whole: &str, gi: &str) -> Vec<proto::PodResources> {
+    let instance = format!("nvidia3/gi{gi}");
+    vec![
+        pod("ml", "trainer-0", "main", &[("nvidia.com/gpu", &[whole])]),
+        pod(
+            "inference",
+            "llm-0",
+            "server",
+            &[("nvidia.com/mig-4g.40gb", &[&instance])],
+        ),
+    ]
+}
+
 /// A DRA claim's devices on NVIDIA's GPU driver: (pool, device name) each.
 pub fn claim(name: &str, namespace: &str, devices: &[(&str, &str)]) -> proto::DynamicResource {
     proto::DynamicResource {

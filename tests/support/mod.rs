@@ -17,7 +17,10 @@ pub mod spikes;
 
 pub(crate) use alone::alone;
 pub use real_dcgm::real_engine;
-pub use run::{child_output_within, output_within, read_lines_within, status_within, BUILD, QUICK};
+pub use run::{
+    child_output_within, output_within, read_lines_within, status_within, succeed_within, BUILD,
+    QUICK,
+};
 pub use skip::{have_tool, require_tool, skip};
 
 use std::collections::BTreeMap;
@@ -164,6 +167,19 @@ const HIDE_ETC: &str =
     "[ ! -d /etc/dcgm-exporter ] || mount -t tmpfs none /etc/dcgm-exporter || exit 97
 exec \"$@\"";
 
+/// The exporter on one simulated GPU with `--config-file cfg` alone (the builder's default
+/// `-f` and `-c` would win over the file), listening on the port it comes with.
+pub fn config_file_command(cfg: &Path) -> (Command, u16) {
+    let port = free_port();
+    let mut cmd = exporter_command();
+    cmd.args(["--config-file", cfg.to_str().unwrap()])
+        .args(["-a", &format!("127.0.0.1:{port}")])
+        .arg("--dcgm-library")
+        .arg(sim_library())
+        .env("DCGM_SIM_PROFILE", repo("etc/sim/one-gpu.toml"));
+    (cmd, port)
+}
+
 /// [`exporter_command`] where nothing is at the exporter's default paths under
 /// `/etc/dcgm-exporter`, whatever this machine has there: it runs in a mount namespace of
 /// its own (the process is the exporter's: unshare and the shell exec it).
@@ -200,29 +216,29 @@ pub fn free_port() -> u16 {
 /// DCGM_FI_DEV_XID_ERRORS, which has no sample (so no series) until an XID happens, as in
 /// real DCGM.
 pub const DEFAULT_METRICS: &[&str] = &[
-    "DCGM_FI_DEV_SM_CLOCK",
-    "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_GPU_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_GPU_UTIL",
-    "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "DCGM_FI_DEV_ENC_UTIL",
-    "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_USED",
-    "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_POWER_USAGE",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_PROF_DRAM_ACTIVE",
-    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
     "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
 ];
 
 /// A running exporter, killed on drop.
@@ -280,6 +296,10 @@ impl ExporterBuilder {
             "--pod-resources-kubelet-socket",
             socket.to_str().expect("utf-8"),
         ])
+    }
+    /// A remote host engine on this machine's `port` (`-r`).
+    pub fn engine_at(self, port: u16) -> Self {
+        self.args(&["-r", &format!("127.0.0.1:{port}")])
     }
     /// `--backend auto`, failing over to the NVML library at `nvml`.
     pub fn nvml_fallback(self, nvml: &Path) -> Self {
@@ -531,19 +551,16 @@ impl Exporter {
 
     /// Scrapes until `pred` holds for the parsed page (or `secs` pass).
     pub fn scrape_until(&self, secs: u64, pred: impl Fn(&[Sample]) -> bool) -> Vec<Sample> {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
+        poll(secs, Duration::from_millis(200), || {
             let s = self.scrape();
-            if pred(&s) {
-                return s;
+            match pred(&s) {
+                true => Ok(s),
+                false => Err(format!(
+                    "condition not met within {secs}s; last page:\n{}",
+                    dump(&s)
+                )),
             }
-            assert!(
-                Instant::now() < deadline,
-                "condition not met within {secs}s; last page:\n{}",
-                dump(&s)
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        })
     }
 
     /// Sends a signal and waits for the exit code.
@@ -653,18 +670,7 @@ pub fn parse(text: &str) -> Vec<Sample> {
                     _ => break,
                 }
                 chars.next(); // opening quote
-                let mut v = String::new();
-                while let Some((_, c)) = chars.next() {
-                    match c {
-                        '\\' => match chars.next() {
-                            Some((_, 'n')) => v.push('\n'),
-                            Some((_, o)) => v.push(o),
-                            None => break,
-                        },
-                        '"' => break,
-                        o => v.push(o),
-                    }
-                }
+                let v = quoted(&mut chars);
                 order.push(k.clone());
                 labels.insert(k, v);
             }
@@ -689,6 +695,24 @@ pub fn parse(text: &str) -> Vec<Sample> {
         });
     }
     out
+}
+
+/// A label value up to its closing quote, unescaped (`\n` is a newline, `\x` is `x`).
+fn quoted(chars: &mut impl Iterator<Item = (usize, char)>) -> String {
+    let mut v = String::new();
+    let mut escaped = false;
+    for (_, c) in chars {
+        match c {
+            _ if escaped => {
+                v.push(if c == 'n' { '\n' } else { c });
+                escaped = false;
+            }
+            '\\' => escaped = true,
+            '"' => break,
+            _ => v.push(c),
+        }
+    }
+    v
 }
 
 pub fn series<'a>(samples: &'a [Sample], name: &str) -> Vec<&'a Sample> {
@@ -907,10 +931,11 @@ pub fn request_head(stream: &mut impl Read) -> Vec<u8> {
     let mut req = Vec::new();
     let mut buf = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => req.extend_from_slice(&buf[..n]),
-        }
+        // The end of the stream (0) or an error ends the head too.
+        let Ok(n @ 1..) = stream.read(&mut buf) else {
+            break;
+        };
+        req.extend_from_slice(&buf[..n]);
     }
     req
 }
@@ -988,4 +1013,39 @@ pub fn control_and_file(name: &str, text: &str) -> (tempfile::TempDir, PathBuf, 
     let (dir, ctl) = temp_file("control", "");
     let file = write_in(dir.path(), name, text);
     (dir, ctl, file)
+}
+
+/// The MIG UUID of GPU instance `gi` (NVML's id) of GPU `gpu` of a simulated node.
+pub fn mig_uuid(n: &dcgm_sim_model::node::Node, gpu: usize, gi: u32) -> String {
+    let instance = n.gpus[gpu].instances().iter().find(|i| i.nvml_id == gi);
+    let instance = instance.unwrap_or_else(|| panic!("GPU {gpu} has GPU instance {gi}"));
+    instance.uuid.clone()
+}
+
+/// The labels naming a MIG instance's series, in the order of the page.
+pub const MIG_LABELS: [&str; 7] = [
+    "gpu",
+    "UUID",
+    "pci_bus_id",
+    "device",
+    "modelName",
+    "GPU_I_PROFILE",
+    "GPU_I_ID",
+];
+
+/// Label `label` of the first series of `page` that `pick` accepts; fails the test, saying
+/// `what` was wanted, where there is none.
+pub fn label_where(
+    page: &[Sample],
+    label: &str,
+    what: &str,
+    pick: impl Fn(&Sample) -> bool,
+) -> String {
+    let found = page.iter().find(|s| pick(s)).and_then(|s| s.label(label));
+    found.unwrap_or_else(|| panic!("{what}")).to_string()
+}
+
+/// The exporter started on the simulator profile `profile` with `args`.
+pub fn started(profile: &str, args: &[&str]) -> Exporter {
+    exporter().profile(profile).args(args).start()
 }

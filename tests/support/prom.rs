@@ -21,6 +21,19 @@ pub fn tool(name: &str) -> String {
     name.to_string()
 }
 
+/// `promtool check rules` on `rules` in etc/prometheus, which must hold `count` rules, and
+/// `promtool test rules` on its tests, `tests`.
+pub fn check_and_test_rules(rules: &str, count: usize, tests: &str) {
+    let dir = super::repo("etc/prometheus");
+    let out = promtool_in(&dir, &["check", "rules", rules]);
+    assert!(
+        out.contains(&format!("SUCCESS: {count} rules found")),
+        "{out}"
+    );
+    let out = promtool_in(&dir, &["test", "rules", tests]);
+    assert!(out.contains("SUCCESS"), "{out}");
+}
+
 /// Runs `promtool ARGS` in `dir` and returns what it printed; fails the test when promtool
 /// does (rules that do not load, a rule test that does not pass).
 pub fn promtool_in(dir: &std::path::Path, args: &[&str]) -> String {

@@ -234,13 +234,7 @@ impl Kit {
             &value.to_string(),
         ])
         .env("LD_LIBRARY_PATH", self.lib_dir());
-        let out = super::output_within(&mut out, super::QUICK);
-        assert!(
-            out.status.success(),
-            "dcgmi test --inject: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        super::run::succeed_within(&mut out, super::QUICK, "dcgmi test --inject");
     }
 }
 
@@ -256,6 +250,13 @@ impl Scratch {
         ));
         std::fs::create_dir_all(&dir).expect("create scratch dir");
         Scratch(dir)
+    }
+
+    /// A new scratch folder `name` holding the NVML injection YAML for `gpus`, and the YAML.
+    pub fn with_yaml(name: &str, gpus: &[super::nvml_yaml::Gpu]) -> (Scratch, PathBuf) {
+        let dir = Scratch::new(name);
+        let yaml = dir.yaml(gpus);
+        (dir, yaml)
     }
 
     /// Writes the NVML injection YAML for `gpus`.
@@ -367,4 +368,25 @@ pub fn real_engine(
     let port = super::free_port();
     let engine = RealHostEngine::start(kit, &yaml, &dir.0, port);
     Some((kit, dir, yaml, port, engine))
+}
+
+/// The kit's host engine over two GPUs, GPU 0 35 % busy and GPU 1 idle, with an HPC job
+/// folder in the scratch folder naming `jobs[i]` the job on GPU `i`: (the kit, the folder,
+/// the job folder, the port, the engine); `None` after the skip line where the kit cannot
+/// run here.
+pub fn busy_and_idle_with_jobs(
+    name: &str,
+    jobs: &[&str],
+) -> Option<(&'static Kit, Scratch, PathBuf, u16, RealHostEngine)> {
+    let busy = super::nvml_yaml::Gpu {
+        gpu_util: 35,
+        ..Default::default()
+    };
+    let (kit, dir, _yaml, port, engine) = real_engine(name, &[busy, Default::default()])?;
+    let folder = dir.0.join("jobs");
+    std::fs::create_dir_all(&folder).unwrap();
+    for (gpu, job) in jobs.iter().enumerate() {
+        std::fs::write(folder.join(gpu.to_string()), format!("{job}\n")).unwrap();
+    }
+    Some((kit, dir, folder, port, engine))
 }

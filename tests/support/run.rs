@@ -25,6 +25,19 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Output {
     child_output_within(child, limit, &what)
 }
 
+/// [`output_within`] that fails the test, naming `what` and showing what the command
+/// printed, unless the command succeeds.
+pub fn succeed_within(cmd: &mut Command, limit: Duration, what: &str) -> Output {
+    let out = output_within(cmd, limit);
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `cmd.status()` (its stdio as configured, inherited by default) within `limit`.
 pub fn status_within(cmd: &mut Command, limit: Duration) -> ExitStatus {
     let what = format!("{cmd:?}");

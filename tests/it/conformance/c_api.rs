@@ -104,13 +104,7 @@ fn inject_real(kit: &Kit, yaml: &Path, port: u16, args: &[&str]) {
     for (k, v) in kit.env(yaml) {
         cmd.env(k, v);
     }
-    let out = output_within(&mut cmd, QUICK);
-    assert!(
-        out.status.success(),
-        "inject_gpu {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed_within(&mut cmd, QUICK, &format!("inject_gpu {args:?}"));
 }
 
 /// Makes the real host engine at `port` lose GPU `uuid` (or find it again) through DCGM's

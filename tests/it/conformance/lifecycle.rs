@@ -44,6 +44,24 @@ struct Run {
     _dir: Scratch,
 }
 
+type Events = (Box<dyn Fn(bool)>, Box<dyn Fn(bool)>, Box<dyn Fn()>);
+
+impl Run {
+    /// `events`: how to unbind, lose and partition GPU 1.
+    fn new(exporter: Exporter, engine: Engine, csv: PathBuf, events: Events, _dir: Scratch) -> Run {
+        let (unbind, lose, partition) = events;
+        Run {
+            exporter,
+            engine,
+            csv,
+            unbind,
+            lose,
+            partition,
+            _dir,
+        }
+    }
+}
+
 const INTERVAL_MS: u64 = 1000;
 
 fn exporter_args(csv: &Path) -> Vec<String> {
@@ -105,15 +123,7 @@ fn sim(remote: bool) -> Run {
             },
         )
     });
-    Run {
-        exporter,
-        engine,
-        csv,
-        unbind,
-        lose,
-        partition,
-        _dir: dir,
-    }
+    Run::new(exporter, engine, csv, (unbind, lose, partition), dir)
 }
 
 fn real(kit: &'static Kit, remote: bool) -> Run {
@@ -152,15 +162,7 @@ fn real(kit: &'static Kit, remote: bool) -> Run {
             unbind_real(&own);
         }
     });
-    Run {
-        exporter,
-        engine,
-        csv,
-        unbind,
-        lose,
-        partition,
-        _dir: dir,
-    }
+    Run::new(exporter, engine, csv, (unbind, lose, partition), dir)
 }
 
 /// Applies one event.
