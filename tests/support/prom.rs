@@ -169,27 +169,36 @@ impl Prometheus {
         }
     }
 
+    /// Starts Prometheus on a free port and returns once that port answers as this very
+    /// Prometheus (its storage path is ours): a port found free can be taken by another
+    /// test's Prometheus before ours binds it, and then ours exits and is started again on
+    /// another port, never queried in place of the other.
     fn launch(config: &str) -> Prometheus {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
         let cfg = dir.path().join("prometheus.yml");
         std::fs::write(&cfg, config).expect("write prometheus.yml");
-        let child = Command::new("prometheus")
-            .arg(format!("--config.file={}", cfg.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start prometheus");
-        Prometheus {
-            child,
-            port,
-            _dir: dir,
+        let data = dir.path().join("data").display().to_string();
+        for _ in 0..3 {
+            let port = free_port();
+            let mut child = Command::new("prometheus")
+                .arg(format!("--config.file={}", cfg.display()))
+                .arg(format!("--storage.tsdb.path={data}"))
+                .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start prometheus");
+            if answers_as(&mut child, port, &data) {
+                return Prometheus {
+                    child,
+                    port,
+                    _dir: dir,
+                };
+            }
+            let _ = child.kill();
+            let _ = child.wait();
         }
+        panic!("prometheus did not start on a port of its own in 3 tries");
     }
 
     fn api(&self, path: &str, params: &[(&str, &str)]) -> Result<serde_json::Value, String> {
@@ -267,4 +276,26 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Polls (30 s) until the Prometheus `child` answers on `port`; false when it exited first
+/// (its port was taken) or another Prometheus answers there.
+fn answers_as(child: &mut std::process::Child, port: u16, data: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return false;
+        }
+        let flags = ureq::get(&format!("http://127.0.0.1:{port}/api/v1/status/flags"))
+            .timeout(Duration::from_secs(5))
+            .call()
+            .ok()
+            .and_then(|r| r.into_string().ok())
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok());
+        if let Some(v) = flags {
+            return v["data"]["storage.tsdb.path"].as_str() == Some(data);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("prometheus did not answer on 127.0.0.1:{port} within 30s");
 }
