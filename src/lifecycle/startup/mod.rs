@@ -360,7 +360,8 @@ fn shared_state(
     }
     source.describe(&shared, stages);
     if let Some(o) = &stages.otlp {
-        let otlp = output::otlp::Otlp::start(o, &shared.metrics).map_err(Error::Output)?;
+        let otlp = output::otlp::Otlp::start(o, &shared.metrics)
+            .map_err(|e| Error::Output(output::Error::Otlp(e)))?;
         sinks.push(Box::new(otlp));
     }
     Ok(shared)
