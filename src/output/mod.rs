@@ -18,7 +18,7 @@ pub(crate) mod selfmetrics;
 pub(crate) mod sink;
 pub(crate) mod textfile;
 
-pub use error::Error;
+pub use error::{DirError, DirWhy, Error};
 
 use dump::Dumper;
 use sink::Sink;
@@ -41,7 +41,7 @@ pub struct SinkSettings {
 pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, Error> {
     let mut out: Vec<Box<dyn Sink>> = Vec::new();
     if !config.textfile_directory.is_empty() {
-        let t = Textfile::new(Path::new(&config.textfile_directory)).map_err(Error::Textfile)?;
+        let t = Textfile::new(Path::new(&config.textfile_directory))?;
         tracing::info!(
             file = %t.path().display(),
             "writing the textfile after every collection"
@@ -56,8 +56,7 @@ pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, Error> {
             retention_hours,
             config.dump_compression,
         )
-        .start()
-        .map_err(Error::Dump)?;
+        .start()?;
         tracing::info!("writing debug dumps to {}", d.dir.display());
         out.push(Box::new(d));
     }

@@ -64,8 +64,8 @@ pub enum Error {
     #[error("{0}")]
     Engines(String),
     /// An attribution source (container labels).
-    #[error("{0}")]
-    Attribution(String),
+    #[error(transparent)]
+    Attribution(crate::attribution::Error),
     /// A background watch (GPU bind/unbind).
     #[error("{0}")]
     Watch(String),

@@ -898,7 +898,7 @@ fn container_source(
     socket: &str,
     label: &'static str,
     interval: Duration,
-) -> Result<attribution::container::ContainerSource, String> {
+) -> Result<attribution::container::ContainerSource, attribution::Error> {
     let socket = attribution::container::socket_path(socket);
     tracing::info!("container labels from {}", socket.display());
     attribution::container::ContainerSource::start(
