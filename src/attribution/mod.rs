@@ -8,6 +8,7 @@
 pub mod container;
 pub(crate) mod device_ids;
 pub mod dra;
+mod error;
 pub mod hpc;
 pub mod kubelet;
 mod merge;
@@ -20,6 +21,7 @@ pub mod podmeta;
 mod sources;
 pub(crate) mod usage;
 
+pub use error::Error;
 pub use merge::{claim_map, merge, pod_map};
 pub use sources::Attribution;
 

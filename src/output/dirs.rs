@@ -21,6 +21,7 @@
 //!
 //! Errors name the flag and the path at fault.
 
+use crate::output::{DirError, DirWhy};
 use crate::runtime::process::effective_uid;
 use std::ffi::OsStr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
@@ -49,19 +50,17 @@ const STICKY: u32 = 0o1000;
 const WRITABLE_BY_OTHERS: u32 = 0o022;
 
 /// The path's components below the root, absolute (relative to the working directory).
-fn components(dir: &Path) -> Result<Vec<&OsStr>, String> {
+fn components(dir: &Path) -> Result<Vec<&OsStr>, DirWhy> {
     let mut out = Vec::new();
     for c in dir.components() {
         match c {
             Component::Normal(n) => out.push(n),
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => {
-                return Err("must not contain \"..\" (give the directory's own path)".into())
-            }
+            Component::ParentDir => return Err(DirWhy::ParentComponent),
         }
     }
     if out.is_empty() {
-        return Err("is not a directory the exporter may write into".into());
+        return Err(DirWhy::NoComponent);
     }
     Ok(out)
 }
@@ -70,14 +69,18 @@ fn components(dir: &Path) -> Result<Vec<&OsStr>, String> {
 /// anything another user planted, creating what is missing (see the module's rules). `flag`
 /// names the option in errors. Run at start (an error stops the exporter) and before each
 /// round of writes (a directory removed meanwhile is created again, under the same rules).
-pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> {
-    let err = |m: String| format!("{flag} {}: {m}", dir.display());
-    let uid = effective_uid().map_err(err)?;
+pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &'static str) -> Result<(), DirError> {
+    let err = |why: DirWhy| DirError {
+        flag,
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let uid = effective_uid().map_err(|e| err(DirWhy::Uid(e)))?;
     let names = components(dir).map_err(err)?;
     let start = if dir.is_absolute() {
         PathBuf::from("/")
     } else {
-        std::env::current_dir().map_err(|e| err(format!("no working directory: {e}")))?
+        std::env::current_dir().map_err(|e| err(DirWhy::NoWorkingDirectory(e)))?
     };
     let mut cur = start;
     for (i, name) in names.iter().enumerate() {
@@ -87,17 +90,13 @@ pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> 
         let ft = meta.file_type();
         if ft.is_symlink() {
             if created {
-                return Err(err(format!(
-                    "{} became a symbolic link while it was being created: someone else is \
-                     writing here; refusing to write through it",
-                    next.display()
-                )));
+                return Err(err(DirWhy::BecameLink(next)));
             }
             cur = follow(&next, &meta, last, kind, uid).map_err(err)?;
             continue;
         }
         if !ft.is_dir() {
-            return Err(err(format!("{} is not a directory", next.display())));
+            return Err(err(DirWhy::NotDirectory(next)));
         }
         if kind == Kind::Private {
             closed(&next, &meta, last, uid).map_err(err)?;
@@ -108,25 +107,30 @@ pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &str) -> Result<(), String> 
 }
 
 /// `lstat` of `path`, creating it (mode of `kind`) when it is missing; whether we created it.
-fn look_or_create(path: &Path, kind: Kind) -> Result<(std::fs::Metadata, bool), String> {
+fn look_or_create(path: &Path, kind: Kind) -> Result<(std::fs::Metadata, bool), DirWhy> {
+    let stat = |source| DirWhy::Stat {
+        path: path.to_path_buf(),
+        source,
+    };
     match std::fs::symlink_metadata(path) {
         Ok(m) => return Ok((m, false)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(stat(e)),
     }
     let created = match std::fs::DirBuilder::new().mode(kind.mode()).create(path) {
         Ok(()) => true,
         // Something appeared meanwhile: judged as what it is now, below.
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-        Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
+        Err(source) => {
+            return Err(DirWhy::Create {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
-    let m = std::fs::symlink_metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let m = std::fs::symlink_metadata(path).map_err(stat)?;
     if !created && m.file_type().is_symlink() {
-        return Err(format!(
-            "{} appeared as a symbolic link while the directory was being created; refusing \
-             to write through it",
-            path.display()
-        ));
+        return Err(DirWhy::AppearedAsLink(path.to_path_buf()));
     }
     Ok((m, created))
 }
@@ -138,7 +142,7 @@ fn follow(
     last: bool,
     kind: Kind,
     uid: u32,
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, DirWhy> {
     if kind == Kind::Shared {
         // The operator's layout (a hostPath, a link to node-exporter's directory): followed.
         return Ok(link.to_path_buf());
@@ -147,52 +151,55 @@ fn follow(
         .map(|t| t.display().to_string())
         .unwrap_or_default();
     if last {
-        return Err(format!(
-            "{} is a symbolic link (to {target}); dumps are written only into a real \
-             directory: give its own path",
-            link.display()
-        ));
+        return Err(DirWhy::IsLink {
+            link: link.to_path_buf(),
+            target,
+        });
     }
     if meta.uid() != 0 && meta.uid() != uid {
-        return Err(format!(
-            "{} is a symbolic link (to {target}) owned by uid {}, who could point it anywhere",
-            link.display(),
-            meta.uid()
-        ));
+        return Err(DirWhy::ForeignLink {
+            link: link.to_path_buf(),
+            target,
+            owner: meta.uid(),
+        });
     }
-    let real = std::fs::canonicalize(link).map_err(|e| format!("{}: {e}", link.display()))?;
-    let m = std::fs::metadata(&real).map_err(|e| format!("{}: {e}", real.display()))?;
+    let real = std::fs::canonicalize(link).map_err(|source| DirWhy::Stat {
+        path: link.to_path_buf(),
+        source,
+    })?;
+    let m = std::fs::metadata(&real).map_err(|source| DirWhy::Stat {
+        path: real.clone(),
+        source,
+    })?;
     if !m.is_dir() {
-        return Err(format!("{} is not a directory", link.display()));
+        return Err(DirWhy::NotDirectory(link.to_path_buf()));
     }
     closed(&real, &m, false, uid)?;
     Ok(real)
 }
 
 /// The ownership and mode rules of a private directory (`last`) or one above it.
-fn closed(path: &Path, meta: &std::fs::Metadata, last: bool, uid: u32) -> Result<(), String> {
+fn closed(path: &Path, meta: &std::fs::Metadata, last: bool, uid: u32) -> Result<(), DirWhy> {
     let owner = meta.uid();
     if last && owner != uid {
-        return Err(format!(
-            "{} is owned by uid {owner}, not by this process (uid {uid}): another user's \
-             directory is refused",
-            path.display()
-        ));
+        return Err(DirWhy::NotOurs {
+            path: path.to_path_buf(),
+            owner,
+            uid,
+        });
     }
     if !last && owner != 0 && owner != uid {
-        return Err(format!(
-            "{} (above the directory) is owned by uid {owner}, who could replace what is \
-             below it",
-            path.display()
-        ));
+        return Err(DirWhy::ForeignAbove {
+            path: path.to_path_buf(),
+            owner,
+        });
     }
     let mode = meta.mode();
     if mode & WRITABLE_BY_OTHERS != 0 && mode & STICKY == 0 {
-        return Err(format!(
-            "{} is writable by group or others (mode {:o}) without the sticky bit",
-            path.display(),
-            mode & 0o7777
-        ));
+        return Err(DirWhy::OpenToOthers {
+            path: path.to_path_buf(),
+            mode: mode & 0o7777,
+        });
     }
     Ok(())
 }
@@ -234,8 +241,12 @@ mod tests {
         let link = base.path().join("dumps");
         std::os::unix::fs::symlink(target.path(), &link).unwrap();
         let e = prepare(&link, Kind::Private, "--dump-directory").unwrap_err();
+        assert_eq!(
+            (e.flag, e.dir.as_path()),
+            ("--dump-directory", link.as_path())
+        );
         assert!(
-            e.starts_with("--dump-directory ") && e.contains("is a symbolic link"),
+            matches!(&e.why, DirWhy::IsLink { link: l, .. } if l == &link),
             "{e}"
         );
         // Below a link: the link is followed only when root or we own it (we do here), and
@@ -254,10 +265,18 @@ mod tests {
         std::fs::create_dir(&open).unwrap();
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = prepare(&open, Kind::Private, "--dump-directory").unwrap_err();
-        assert!(e.contains("writable by group or others (mode 777)"), "{e}");
+        assert!(
+            matches!(&e.why, DirWhy::OpenToOthers { path, mode: 0o777 } if path == &open),
+            "{e}"
+        );
+        // The operator reads the mode as `ls` shows it.
+        assert!(e.to_string().contains("(mode 777)"), "{e}");
         // As the directory above: someone could swap what we create under it.
         let e = prepare(&open.join("d"), Kind::Private, "--dump-directory").unwrap_err();
-        assert!(e.contains("writable by group or others"), "{e}");
+        assert!(
+            matches!(&e.why, DirWhy::OpenToOthers { path, .. } if path == &open),
+            "{e}"
+        );
         assert!(!open.join("d").exists(), "created under an open directory");
         // With the sticky bit (as /tmp), others cannot touch what is ours in it.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
@@ -265,10 +284,16 @@ mod tests {
         // The shared kind leaves an existing directory's mode alone.
         std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
         prepare(&open, Kind::Shared, "--textfile-directory").unwrap();
-        assert!(components(Path::new("/a/../b")).is_err());
+        assert!(matches!(
+            components(Path::new("/a/../b")),
+            Err(DirWhy::ParentComponent)
+        ));
         let file = base.path().join("file");
         std::fs::write(&file, "").unwrap();
         let e = prepare(&file, Kind::Shared, "--textfile-directory").unwrap_err();
-        assert!(e.contains("is not a directory"), "{e}");
+        assert!(
+            matches!(&e.why, DirWhy::NotDirectory(p) if p == &file),
+            "{e}"
+        );
     }
 }

@@ -85,7 +85,7 @@ impl Dumper {
 
     /// Creates the directory (or checks the existing one: `dirs`' rules for a private
     /// directory) and starts the hourly clean-up.
-    pub(crate) fn start(self) -> Result<Dumper, String> {
+    pub(crate) fn start(self) -> Result<Dumper, crate::output::Error> {
         self.prepare_dir()?;
         let d = self.clone();
         crate::runtime::supervisor::Supervisor::global()
@@ -98,11 +98,11 @@ impl Dumper {
                     beat.alive();
                 },
             )
-            .map_err(|e| format!("cannot start the dump cleanup thread: {e}"))?;
+            .map_err(crate::output::Error::DumpThread)?;
         Ok(self)
     }
 
-    fn prepare_dir(&self) -> Result<(), String> {
+    fn prepare_dir(&self) -> Result<(), crate::output::DirError> {
         dirs::prepare(&self.dir, dirs::Kind::Private, "--dump-directory")
     }
 

@@ -7,6 +7,7 @@
 
 pub(crate) mod dirs;
 pub(crate) mod dump;
+mod error;
 pub mod exposition;
 pub mod http;
 pub mod openmetrics;
@@ -16,6 +17,8 @@ pub mod render;
 pub(crate) mod selfmetrics;
 pub(crate) mod sink;
 pub(crate) mod textfile;
+
+pub use error::{DirError, DirWhy, Error};
 
 use dump::Dumper;
 use sink::Sink;
@@ -35,7 +38,7 @@ pub struct SinkSettings {
 }
 
 /// The sinks the options ask for; their directories are checked now.
-pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, String> {
+pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, Error> {
     let mut out: Vec<Box<dyn Sink>> = Vec::new();
     if !config.textfile_directory.is_empty() {
         let t = Textfile::new(Path::new(&config.textfile_directory))?;
@@ -46,12 +49,8 @@ pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, String> {
         out.push(Box::new(t));
     }
     if config.dump_enabled {
-        let retention_hours = u64::try_from(config.dump_retention).map_err(|_| {
-            format!(
-                "--dump-retention {}: must not be negative",
-                config.dump_retention
-            )
-        })?;
+        let retention_hours = u64::try_from(config.dump_retention)
+            .map_err(|_| Error::NegativeDumpRetention(config.dump_retention))?;
         let d = Dumper::new(
             config.dump_directory.clone(),
             retention_hours,

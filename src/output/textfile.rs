@@ -29,8 +29,11 @@ impl Textfile {
     /// Creates `dir` (0755) if it is missing, never through a link planted at a component
     /// it creates (`dirs`' rules for a shared directory), and checks that it is a writable
     /// directory now, so that a typo stops the start.
-    pub(crate) fn new(dir: &Path) -> Result<Textfile, String> {
-        let flag = |e: std::io::Error| format!("--textfile-directory {}: {e}", dir.display());
+    pub(crate) fn new(dir: &Path) -> Result<Textfile, crate::output::Error> {
+        let flag = |source| crate::output::Error::Textfile {
+            dir: dir.to_path_buf(),
+            source,
+        };
         dirs::prepare(dir, dirs::Kind::Shared, "--textfile-directory")?;
         let t = Textfile {
             dir: dir.to_path_buf(),
@@ -139,6 +142,7 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::{DirError, DirWhy, Error};
 
     #[test]
     fn replaces_the_file_and_leaves_no_temporary() {
@@ -168,13 +172,18 @@ mod tests {
         assert_eq!(std::fs::read_to_string(t.path()).unwrap(), "a 1\n");
         let file = dir.path().join("f");
         std::fs::write(&file, "").unwrap();
-        assert!(Textfile::new(&file)
-            .err()
-            .unwrap()
-            .contains("not a directory"));
-        let e = Textfile::new(&file.join("under")).err().unwrap();
+        assert!(matches!(
+            Textfile::new(&file).err().unwrap(),
+            Error::Directory(DirError {
+                flag: "--textfile-directory",
+                why: DirWhy::NotDirectory(p),
+                ..
+            }) if p == file
+        ));
+        let under = file.join("under");
+        let e = Textfile::new(&under).err().unwrap();
         assert!(
-            e.starts_with("--textfile-directory ") && e.contains("under"),
+            matches!(&e, Error::Directory(d) if d.flag == "--textfile-directory" && d.dir == under),
             "{e}"
         );
     }

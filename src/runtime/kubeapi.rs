@@ -7,6 +7,7 @@
 //! Without either the API features are off (see `connect`).
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the first answer of the API server may take at startup (`-m`).
@@ -20,46 +21,66 @@ pub struct KubeApi {
     pub source: String,
 }
 
+/// Why no client could be made from the configuration that exists.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start the Kubernetes API runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("in-cluster Kubernetes configuration: {0}")]
+    InCluster(#[source] kube::config::InClusterError),
+    /// The kubeconfig file does not read, parse or resolve.
+    #[error("KUBECONFIG {}: {source}", .path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        source: kube::config::KubeconfigError,
+    },
+    /// The configuration read, but no client fits it.
+    #[error("Kubernetes client from {from}: {source}")]
+    Client { from: String, source: kube::Error },
+}
+
 /// Which configuration applies: Some((description, config)), or None when there is none.
-async fn configuration() -> Result<Option<(String, kube::Config)>, String> {
+async fn configuration() -> Result<Option<(String, kube::Config)>, Error> {
     if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() {
-        let config = kube::Config::incluster()
-            .map_err(|e| format!("in-cluster Kubernetes configuration: {e}"))?;
+        let config = kube::Config::incluster().map_err(Error::InCluster)?;
         return Ok(Some(("the in-cluster service account".into(), config)));
     }
     let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) else {
         return Ok(None);
     };
-    kubeconfig(std::path::Path::new(&path)).await.map(Some)
+    kubeconfig(Path::new(&path)).await.map(Some)
 }
 
-async fn kubeconfig(path: &std::path::Path) -> Result<(String, kube::Config), String> {
-    let file = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
+async fn kubeconfig(path: &Path) -> Result<(String, kube::Config), Error> {
+    let broken = |source| Error::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = kube::config::Kubeconfig::read_from(path).map_err(broken)?;
     let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
-        .map_err(|e| format!("KUBECONFIG {}: {e}", path.display()))?;
+        .map_err(broken)?;
     Ok((format!("KUBECONFIG {}", path.display()), config))
 }
 
 impl KubeApi {
     /// Ok(None) when neither an in-cluster configuration nor KUBECONFIG exists.
-    pub fn connect() -> Result<Option<KubeApi>, String> {
+    pub fn connect() -> Result<Option<KubeApi>, Error> {
         KubeApi::with(None)
     }
 
     /// The client for one kubeconfig file, whatever the environment says.
-    pub fn from_kubeconfig(path: &std::path::Path) -> Result<KubeApi, String> {
+    pub fn from_kubeconfig(path: &Path) -> Result<KubeApi, Error> {
         KubeApi::with(Some(path)).map(|api| api.expect("a kubeconfig was given"))
     }
 
-    fn with(path: Option<&std::path::Path>) -> Result<Option<KubeApi>, String> {
+    fn with(path: Option<&Path>) -> Result<Option<KubeApi>, Error> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("kube-api")
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the Kubernetes API runtime: {e}"))?;
+            .map_err(Error::Runtime)?;
         let found = rt.block_on(async {
             let found = match path {
                 Some(p) => Some(kubeconfig(p).await?),
@@ -68,9 +89,16 @@ impl KubeApi {
             let Some((source, config)) = found else {
                 return Ok(None);
             };
-            let client = kube::Client::try_from(config)
-                .map_err(|e| format!("Kubernetes client from {source}: {e}"))?;
-            Ok::<_, String>(Some((source, client)))
+            let client = match kube::Client::try_from(config) {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(Error::Client {
+                        from: source,
+                        source: e,
+                    })
+                }
+            };
+            Ok(Some((source, client)))
         })?;
         Ok(found.map(|(source, client)| KubeApi { rt, client, source }))
     }

@@ -60,6 +60,9 @@ struct Held {
 type Assignments = Vec<Held>;
 
 /// The last refresh: `None` until the first one ends.
+/// The refreshing thread's name, in the supervisor's lines and start-up's error.
+const THREAD: &str = "container-labels";
+
 type Latest = Arc<Mutex<Option<Result<Assignments, String>>>>;
 
 pub struct ContainerSource {
@@ -79,7 +82,7 @@ impl ContainerSource {
         interval: Duration,
         deadline: Duration,
         label: &'static str,
-    ) -> Result<ContainerSource, String> {
+    ) -> Result<ContainerSource, crate::attribution::Error> {
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         let own = own_container_id(&read("/proc/self/cgroup"), &read("/proc/self/mountinfo"));
         if let Some(id) = &own {
@@ -92,7 +95,7 @@ impl ContainerSource {
         // means a stuck thread.
         let stall_after = (interval + deadline) * 2 + Duration::from_secs(5);
         Supervisor::global()
-            .spawn("container-labels", Some(stall_after), move |beat| {
+            .spawn(THREAD, Some(stall_after), move |beat| {
                 // Labels from before a failure are not served while the thread is down.
                 let _withdraw = WithdrawOnPanic(sink.clone());
                 let mut seen = Inspected::new();
@@ -113,7 +116,10 @@ impl ContainerSource {
                     }
                 }
             })
-            .map_err(|e| format!("cannot start the container-labels thread: {e}"))?;
+            .map_err(|source| crate::attribution::Error::Thread {
+                name: THREAD,
+                source,
+            })?;
         Ok(ContainerSource {
             latest,
             gpus: HashMap::new(),

@@ -21,8 +21,8 @@ pub enum Error {
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     /// The Kubernetes API configuration `-m` needs.
-    #[error("{0}")]
-    KubeApi(String),
+    #[error(transparent)]
+    KubeApi(crate::runtime::kubeapi::Error),
     /// `-m` without any Kubernetes API configuration.
     #[error(
         "-m {configmap}: no Kubernetes API configuration (not in a pod, and KUBECONFIG is not set)"
@@ -41,14 +41,14 @@ pub enum Error {
     #[error("-r/--remote-hostengine-info {target}: {why}")]
     NoVsock { target: ConnectTarget, why: String },
     /// The HTTP listener (its address, systemd socket or web config), or the server's end.
-    #[error("{0}")]
-    Http(String),
+    #[error(transparent)]
+    Http(crate::output::Error),
     /// The HTTP server's task itself failed.
     #[error("the HTTP server failed: {0}")]
     HttpTask(tokio::task::JoinError),
     /// The textfile, dump or OTLP outputs.
-    #[error("{0}")]
-    Output(String),
+    #[error(transparent)]
+    Output(crate::output::Error),
     /// libdcgm did not load (`--backend dcgm`).
     #[error(transparent)]
     LoadDcgm(dcgm_sys::Error),
@@ -64,8 +64,8 @@ pub enum Error {
     #[error("{0}")]
     Engines(String),
     /// An attribution source (container labels).
-    #[error("{0}")]
-    Attribution(String),
+    #[error(transparent)]
+    Attribution(crate::attribution::Error),
     /// A background watch (GPU bind/unbind).
     #[error("{0}")]
     Watch(String),

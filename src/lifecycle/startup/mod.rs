@@ -360,7 +360,8 @@ fn shared_state(
     }
     source.describe(&shared, stages);
     if let Some(o) = &stages.otlp {
-        let otlp = output::otlp::Otlp::start(o, &shared.metrics).map_err(Error::Output)?;
+        let otlp = output::otlp::Otlp::start(o, &shared.metrics)
+            .map_err(|e| Error::Output(output::Error::Otlp(e)))?;
         sinks.push(Box::new(otlp));
     }
     Ok(shared)
@@ -897,7 +898,7 @@ fn container_source(
     socket: &str,
     label: &'static str,
     interval: Duration,
-) -> Result<attribution::container::ContainerSource, String> {
+) -> Result<attribution::container::ContainerSource, attribution::Error> {
     let socket = attribution::container::socket_path(socket);
     tracing::info!("container labels from {}", socket.display());
     attribution::container::ContainerSource::start(

@@ -22,6 +22,7 @@ pub mod webconfig;
 
 use crate::config::duration;
 use crate::output::published::Shared;
+use crate::output::Error;
 use handshake::{Failure, HandshakeErrors};
 use hyper::body::Incoming;
 use hyper::server::conn::{http1, http2};
@@ -124,10 +125,10 @@ pub struct Server {
 
 impl Server {
     /// Validates the options, reads the web config and binds (or takes systemd's sockets).
-    pub fn bind(c: &HttpSettings) -> Result<Server, String> {
-        let options = Options::from_settings(c)?;
+    pub fn bind(c: &HttpSettings) -> Result<Server, Error> {
+        let options = Options::from_settings(c).map_err(Error::WebConfig)?;
         let web_config = (!c.web_config_file.is_empty()).then(|| PathBuf::from(&c.web_config_file));
-        let web = Web::load(web_config.as_deref(), options.pprof)?;
+        let web = Web::load(web_config.as_deref(), options.pprof).map_err(Error::WebConfig)?;
         let listeners = if c.systemd_socket {
             listen::systemd()?
         } else {
@@ -157,8 +158,10 @@ impl Server {
         self,
         shared: Arc<Shared>,
         shutdown: watch::Receiver<bool>,
-    ) -> Result<(), String> {
-        self.web.watch_reporting(&shared)?;
+    ) -> Result<(), Error> {
+        self.web
+            .watch_reporting(&shared)
+            .map_err(Error::WebConfig)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
         let ctx = Arc::new(Ctx {
@@ -169,10 +172,8 @@ impl Server {
         });
         let mut loops = Vec::new();
         for l in self.listeners {
-            l.set_nonblocking(true)
-                .map_err(|e| format!("cannot use the listening socket: {e}"))?;
-            let l = tokio::net::TcpListener::from_std(l)
-                .map_err(|e| format!("cannot use the listening socket: {e}"))?;
+            l.set_nonblocking(true).map_err(Error::ListeningSocket)?;
+            let l = tokio::net::TcpListener::from_std(l).map_err(Error::ListeningSocket)?;
             loops.push(tokio::spawn(accept_loop(l, ctx.clone(), shutdown.clone())));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
