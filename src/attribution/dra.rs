@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// The only DRA driver whose devices are GPUs this exporter reads.
-pub const GPU_DRIVER: &str = "gpu.nvidia.com";
+pub(crate) const GPU_DRIVER: &str = "gpu.nvidia.com";
 pub const GROUP: &str = "resource.k8s.io";
 /// Versions of the group that serve ResourceSlices, preferred first.
 pub const VERSIONS: [&str; 4] = ["v1", "v1beta2", "v1beta1", "v1alpha3"];
@@ -66,7 +66,7 @@ pub trait DraDevices: Send + Sync {
 /// One ResourceSlice of the GPU driver: its pool, the pool's generation it was published
 /// for, and its devices by name.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Slice {
+pub(crate) struct Slice {
     pub pool: String,
     pub generation: i64,
     pub devices: HashMap<String, SliceDevice>,

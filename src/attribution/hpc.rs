@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Reads in a row a file may fail while its last jobs are kept: usage accounting's bound
 /// for a failing source's consumers, so that labels and usage series go together.
-pub const GRACE: usize = super::usage::ledger::MAX_UNKNOWN;
+pub(crate) const GRACE: usize = super::usage::ledger::MAX_UNKNOWN;
 
 /// One read of the directory.
 #[derive(Debug, Default, PartialEq)]

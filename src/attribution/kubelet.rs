@@ -13,7 +13,7 @@ pub mod proto {
 use proto::pod_resources_lister_client::PodResourcesListerClient;
 
 /// Replies on big nodes pass gRPC's 4 MiB default (dcgm-exporter issue #509): accept far more.
-pub const MAX_REPLY_BYTES: usize = 256 * 1024 * 1024;
+pub(crate) const MAX_REPLY_BYTES: usize = 256 * 1024 * 1024;
 
 /// One device the kubelet reports allocated to a container.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub struct Listing {
     pub claims: Vec<ClaimDevice>,
 }
 
-pub struct Kubelet {
+pub(crate) struct Kubelet {
     socket: PathBuf,
     runtime: tokio::runtime::Runtime,
     client: PodResourcesListerClient<tonic::transport::Channel>,
@@ -54,7 +54,7 @@ pub struct Kubelet {
 
 impl Kubelet {
     /// Prepares the channel; nothing is dialled until the first `list`.
-    pub fn new(socket: &Path) -> Result<Kubelet, String> {
+    pub(crate) fn new(socket: &Path) -> Result<Kubelet, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -84,12 +84,8 @@ impl Kubelet {
         })
     }
 
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// Every device allocation the kubelet knows, or why not, within `deadline`.
-    pub fn list(&mut self, deadline: Duration) -> Result<Listing, String> {
+    pub(crate) fn list(&mut self, deadline: Duration) -> Result<Listing, String> {
         let socket = self.socket.display().to_string();
         reachable(&self.socket)?;
         let call = self.client.list(proto::ListPodResourcesRequest {});
@@ -177,7 +173,7 @@ struct Latest {
 /// reading DCGM and picks the answer up afterwards, waiting at most a bounded time. A slow
 /// kubelet (a huge node, a busy API) never holds the collection longer than that: its
 /// answer is used by the next collection instead.
-pub struct Refresher {
+pub(crate) struct Refresher {
     trigger: Option<std::sync::mpsc::Sender<()>>,
     latest: std::sync::Arc<(std::sync::Mutex<Latest>, std::sync::Condvar)>,
     requested: u64,
@@ -188,7 +184,7 @@ pub struct Refresher {
 
 impl Refresher {
     /// `deadline` bounds each `List` call.
-    pub fn start(mut kubelet: Kubelet, deadline: Duration) -> Result<Refresher, String> {
+    pub(crate) fn start(mut kubelet: Kubelet, deadline: Duration) -> Result<Refresher, String> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let latest = std::sync::Arc::new((
             std::sync::Mutex::new(Latest {
@@ -229,7 +225,7 @@ impl Refresher {
     }
 
     /// Asks for a fresh `List`.
-    pub fn trigger(&mut self) {
+    pub(crate) fn trigger(&mut self) {
         if let Some(tx) = &self.trigger {
             if tx.send(()).is_ok() {
                 self.requested += 1;
@@ -240,7 +236,7 @@ impl Refresher {
     /// The answer to the last trigger, waiting up to `wait` for it; failing that, an answer
     /// that arrived since the last call (to an earlier trigger); `None` when nothing new
     /// came (the previous answer stays in use).
-    pub fn answer(&mut self, wait: Duration) -> Option<Result<Listing, String>> {
+    pub(crate) fn answer(&mut self, wait: Duration) -> Option<Result<Listing, String>> {
         let (lock, cv) = &*self.latest;
         let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
         let (guard, _) = cv

@@ -5,7 +5,7 @@ use prometheus::core::Collector;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 #[derive(Clone)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     up: IntGaugeVec,
     errors: IntCounterVec,
     unplaced: IntGauge,
@@ -20,7 +20,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
+    pub(crate) fn new() -> Metrics {
         let up = IntGaugeVec::new(
             Opts::new(
                 format!("{PREFIX}attribution_source_up"),
@@ -65,7 +65,7 @@ impl Metrics {
     }
 
     /// What a registry serves (the exporter's self-metrics: `SelfMetrics::register`).
-    pub fn collectors(&self) -> Vec<Box<dyn Collector>> {
+    pub(crate) fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
             Box::new(self.up.clone()),
             Box::new(self.errors.clone()),
@@ -77,23 +77,23 @@ impl Metrics {
 
     /// `now`: the devices unplaced on this collection; `new`: how many of them were placed
     /// (or not asked for) on the previous one.
-    pub fn unplaced(&self, now: usize, new: usize) {
+    pub(crate) fn unplaced(&self, now: usize, new: usize) {
         self.unplaced.set(now as i64);
         self.unplaced_total.inc_by(new as u64);
     }
 
-    pub fn set(&self, source: &str, up: bool) {
+    pub(crate) fn set(&self, source: &str, up: bool) {
         self.up.with_label_values(&[source]).set(i64::from(up));
         self.errors.with_label_values(&[source]);
     }
 
     /// `n` more consumers on GPU `gpu` left without usage series (0: the GPU's series is
     /// shown from its first consumer on).
-    pub fn usage_dropped(&self, gpu: &str, n: u64) {
+    pub(crate) fn usage_dropped(&self, gpu: &str, n: u64) {
         self.usage_dropped.with_label_values(&[gpu]).inc_by(n);
     }
 
-    pub fn error(&self, source: &str) {
+    pub(crate) fn error(&self, source: &str) {
         self.errors.with_label_values(&[source]).inc();
     }
 }

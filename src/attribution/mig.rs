@@ -250,6 +250,7 @@ impl Placer {
     }
 
     /// Placed devices remembered (for tests of the bound and of re-partitions).
+    #[cfg(test)]
     pub(crate) fn cached(&self) -> usize {
         self.cache.len()
     }

@@ -100,7 +100,7 @@ pub trait PodMetadata: Send + Sync {
 /// Labels a source attaches to one device: a GPU UUID (its series and its MIG instances'
 /// series) or a MIG device UUID (`MIG-…`, resolved through NVML to its instance's series).
 #[derive(Clone, Debug, PartialEq)]
-pub struct DeviceLabels {
+pub(crate) struct DeviceLabels {
     pub device_uuid: String,
     pub labels: Vec<(String, String)>,
 }
@@ -108,7 +108,7 @@ pub struct DeviceLabels {
 /// The extension point for more attribution sources (e.g. a container runtime outside
 /// Kubernetes). `device_labels` is called once per collection on the collection thread: a
 /// source that talks to something slow refreshes on its own thread and returns its cache.
-pub trait DeviceLabelSource: Send {
+pub(crate) trait DeviceLabelSource: Send {
     fn name(&self) -> &'static str;
     /// The GPUs on this collection's page (UUID -> GPU index), just before
     /// `device_labels`: for sources that name GPUs by index or as "all".

@@ -61,7 +61,7 @@ pub struct MigWalk {
 
 /// More MIG slots than any GPU has (7 on an A100/H100): a bound on a walk when an NVML
 /// answers a nonsensical maximum.
-pub const MAX_MIG_SLOTS: u32 = 64;
+pub(crate) const MAX_MIG_SLOTS: u32 = 64;
 
 /// The NVML queries attribution needs; a test double stands in for the library in tests.
 pub trait NvmlView: Send {

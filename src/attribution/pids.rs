@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// The pod UID in one cgroup path, or `None`. Like dcgm-exporter's regex
 /// `pod([a-f0-9_-]+)`, the first match decides; one shorter than a UUID is rejected.
-pub fn pod_uid_of_path(path: &str) -> Option<String> {
+pub(crate) fn pod_uid_of_path(path: &str) -> Option<String> {
     let mut rest = path;
     while let Some(at) = rest.find("pod") {
         let after = &rest[at + 3..];
@@ -56,7 +56,8 @@ fn first_in_cgroup_file<T>(text: &str, of_path: impl Fn(&str) -> Option<T>) -> O
 }
 
 /// The pod UID of a running process, read under `proc_root` (normally `/proc`).
-pub fn pod_uid_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
+#[cfg(test)]
+pub(crate) fn pod_uid_of_pid(proc_root: &Path, pid: u32) -> Option<String> {
     pod_uid_of_cgroup_file(&read_cgroup_file(proc_root, pid)?)
 }
 
@@ -66,7 +67,8 @@ fn read_cgroup_file(proc_root: &Path, pid: u32) -> Option<String> {
 
 /// The owner of a running process, read under `proc_root` (normally `/proc`); `None` for a
 /// process gone, unreadable, or in no cgroup we recognise (a host process).
-pub fn owner_of_pid(proc_root: &Path, pid: u32) -> Option<Owner> {
+#[cfg(test)]
+pub(crate) fn owner_of_pid(proc_root: &Path, pid: u32) -> Option<Owner> {
     owner_of_cgroup_file(&read_cgroup_file(proc_root, pid)?)
 }
 
@@ -74,7 +76,7 @@ pub fn owner_of_pid(proc_root: &Path, pid: u32) -> Option<Owner> {
 /// (`pod_uid_of_pid`, for the per-pod series of `-k`) and its usage owner (`owner_of_pid`;
 /// a pod UID found outside a `kubepods` hierarchy still makes a pod owner, as it makes
 /// per-pod series, unless the path names a container or job).
-pub fn pod_and_owner_of_pid(proc_root: &Path, pid: u32) -> (Option<String>, Option<Owner>) {
+pub(crate) fn pod_and_owner_of_pid(proc_root: &Path, pid: u32) -> (Option<String>, Option<Owner>) {
     let Some(text) = read_cgroup_file(proc_root, pid) else {
         return (None, None);
     };
@@ -101,7 +103,7 @@ pub fn owner_of_cgroup_file(text: &str) -> Option<Owner> {
 ///   Docker) the outermost counts: it is the one the host's runtime knows.
 ///
 /// `..` components (a reader in another cgroup namespace) are skipped.
-pub fn owner_of_path(path: &str) -> Option<Owner> {
+pub(crate) fn owner_of_path(path: &str) -> Option<Owner> {
     let components = || path.split('/').filter(|c| !c.is_empty() && *c != "..");
     if components().any(|c| c.contains("kubepods")) {
         if let Some(uid) = pod_uid_of_path(path).filter(|u| !u.starts_with('-')) {

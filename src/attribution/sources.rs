@@ -91,7 +91,7 @@ impl Attribution {
     }
 
     /// Self-metrics for the sources' health, registered with the exporter's own metrics.
-    pub fn with_metrics(mut self, m: metrics::Metrics) -> Attribution {
+    pub(crate) fn with_metrics(mut self, m: metrics::Metrics) -> Attribution {
         for (name, st) in &self.states {
             m.set(name, st.error.is_none());
         }
@@ -100,19 +100,19 @@ impl Attribution {
     }
 
     /// Plugs in a Kubernetes API pod watch (UIDs and labels).
-    pub fn with_metadata(mut self, md: Arc<dyn PodMetadata>) -> Attribution {
+    pub(crate) fn with_metadata(mut self, md: Arc<dyn PodMetadata>) -> Attribution {
         self.metadata = Some(md);
         self
     }
 
     /// Plugs in the DRA driver's ResourceSlices (`--kubernetes-enable-dra`).
-    pub fn with_dra(mut self, devices: Arc<dyn dra::DraDevices>) -> Attribution {
+    pub(crate) fn with_dra(mut self, devices: Arc<dyn dra::DraDevices>) -> Attribution {
         self.dra = Some(devices);
         self
     }
 
     /// Adds a device-label source (see `DeviceLabelSource`).
-    pub fn with_source(mut self, s: Box<dyn DeviceLabelSource>) -> Attribution {
+    pub(crate) fn with_source(mut self, s: Box<dyn DeviceLabelSource>) -> Attribution {
         self.sources.push(s);
         self
     }
@@ -162,18 +162,19 @@ impl Attribution {
 
     /// The MIG configuration changed (the collection rebuilt its watches): every MIG
     /// placement is forgotten and asked again.
-    pub fn mig_changed(&mut self) {
+    pub(crate) fn mig_changed(&mut self) {
         self.placer.layout_changed();
     }
 
     /// Placed MIG devices remembered (tests of the bound and of re-partitions).
-    pub fn mig_cached(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn mig_cached(&self) -> usize {
         self.placer.cached()
     }
 
     /// Starts refreshing the slow sources; called before DCGM is read, so that they work
     /// while it is.
-    pub fn begin(&mut self) {
+    pub(crate) fn begin(&mut self) {
         if let Some(k) = self.kubelet.as_mut() {
             k.trigger();
         }

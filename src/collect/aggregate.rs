@@ -41,7 +41,11 @@ impl Options {
     /// From `--aggregate` (comma-separated) and `--aggregate-period` (a Go duration), for a
     /// collection every `interval_ms`. Each pattern must name a DCGM field; the period is
     /// at least [`MIN_PERIOD_MS`] and below the interval.
-    pub fn from_flags(fields: &str, period: &str, interval_ms: u64) -> Result<Options, String> {
+    pub(crate) fn from_flags(
+        fields: &str,
+        period: &str,
+        interval_ms: u64,
+    ) -> Result<Options, String> {
         let fields: Vec<String> = fields
             .split(',')
             .map(str::trim)
@@ -81,7 +85,7 @@ impl Options {
     }
 
     /// Whether any field is aggregated.
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         !self.fields.is_empty()
     }
 

@@ -55,7 +55,7 @@ impl Default for Options {
 impl Options {
     /// From the flags: (`--profiling-rearm-after`, `--profiling-restart-period`) and
     /// `--dcgm-denylist-modules`.
-    pub fn from_flags(healing: (u32, Duration), denylist: Vec<dcgm_sys::Module>) -> Options {
+    pub(crate) fn from_flags(healing: (u32, Duration), denylist: Vec<dcgm_sys::Module>) -> Options {
         Options {
             rearm_after: healing.0,
             restart_period: healing.1,

@@ -39,13 +39,13 @@ pub(crate) const INFO_FAMILIES: &[&str] = &[GPU_INFO, MIG_INFO, NVSWITCH_INFO, C
 
 /// What the info series and the stripping need for one set of watches.
 #[derive(Clone, Debug, Default)]
-pub struct LowCardinality {
+pub(crate) struct LowCardinality {
     /// [`STATIC_LABELS`] and the names of the CSV's label rows.
     strip: HashSet<String>,
 }
 
 impl LowCardinality {
-    pub fn new(counters: &Counters) -> LowCardinality {
+    pub(crate) fn new(counters: &Counters) -> LowCardinality {
         let mut strip: HashSet<String> = STATIC_LABELS.iter().map(|s| s.to_string()).collect();
         strip.extend(
             counters
@@ -59,7 +59,7 @@ impl LowCardinality {
 
     /// Removes the static labels from every series but the info series. Runs after
     /// attribution, which finds a GPU's pods by its UUID and device name.
-    pub fn strip(&self, page: &mut Page) {
+    pub(crate) fn strip(&self, page: &mut Page) {
         page.rewrite(|family, series| {
             if INFO_FAMILIES.contains(&family) {
                 return vec![series];

@@ -38,7 +38,7 @@ use std::sync::Arc;
 use targets::Kind;
 use topology::Topology;
 
-pub struct Collector {
+pub(crate) struct Collector {
     session: Session,
     counters: Arc<Counters>,
     sets: Vec<ActiveSet>,
@@ -68,7 +68,7 @@ pub struct Collector {
 impl Collector {
     /// Discovers the node, applies the selectors and sets up every watch.
     /// Selector errors (a requested id that does not exist) come back as `Err(String)`.
-    pub fn start(
+    pub(crate) fn start(
         session: Session,
         counters: Arc<Counters>,
         settings: Settings,
@@ -151,14 +151,14 @@ impl Collector {
 
     /// With `--low-cardinality`, what strips the static labels from a page once attribution
     /// has read them.
-    pub fn low_cardinality(&self) -> Option<&info::LowCardinality> {
+    pub(crate) fn low_cardinality(&self) -> Option<&info::LowCardinality> {
         self.low_cardinality.as_ref()
     }
 
     /// With `--low-cardinality`, the info series of the entities last collected: a page of
     /// their own, added after attribution so that pod labels never copy them (the PromQL
     /// join needs one info series per entity).
-    pub fn take_info(&mut self) -> Option<Page> {
+    pub(crate) fn take_info(&mut self) -> Option<Page> {
         self.info.take()
     }
 
@@ -173,26 +173,22 @@ impl Collector {
 
     /// Whether the last collection found DCGM sampling none of the polled fields watched
     /// (see `freshness::Freshness::stalled`).
-    pub fn stalled(&self) -> bool {
+    pub(crate) fn stalled(&self) -> bool {
         self.stalled
     }
 
     /// Explicit `-d`/`-s`/`-p` selections that match no entity on this node.
-    pub fn unmatched(&self) -> &[String] {
+    pub(crate) fn unmatched(&self) -> &[String] {
         &self.unmatched
     }
 
-    pub fn session(&self) -> &Session {
-        &self.session
-    }
-
     /// The node as discovered when the watches were built.
-    pub fn topology(&self) -> &Topology {
+    pub(crate) fn topology(&self) -> &Topology {
         &self.topology
     }
 
     /// GPU entities (whole GPUs and MIG instances) being collected.
-    pub fn gpu_count(&self) -> usize {
+    pub(crate) fn gpu_count(&self) -> usize {
         self.sets
             .iter()
             .filter(|s| s.set.kind == Kind::Gpu)
@@ -201,7 +197,7 @@ impl Collector {
     }
 
     /// True when the MIG layout differs from the one the watches were built for.
-    pub fn mig_changed(&self) -> dcgm_sys::Result<bool> {
+    pub(crate) fn mig_changed(&self) -> dcgm_sys::Result<bool> {
         Ok(topology::mig_rows(&self.session)? != self.mig_layout)
     }
 
@@ -210,7 +206,7 @@ impl Collector {
     /// once it is redetected, but a build while it was lost (at start, after a reconnect, a
     /// reload or a failed collection) made none. A status DCGM will not tell counts as
     /// still lost; a lost session shows in the collection that follows.
-    pub fn lost_gpu_returned(&self) -> bool {
+    pub(crate) fn lost_gpu_returned(&self) -> bool {
         self.topology
             .lost_gpus
             .iter()
@@ -220,7 +216,7 @@ impl Collector {
     /// Reads every watched value and fills `page`. A piece DCGM refuses (one watch set's
     /// values, one derived metric) is left out and counted on the page; the collection fails
     /// only when the session is lost or when every piece failed.
-    pub fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
+    pub(crate) fn collect(&mut self, page: &mut Page) -> dcgm_sys::Result<()> {
         self.failures.flush_start(page);
         let mut outcome = Outcome::default();
         let mut fresh = freshness::Freshness::new(now_us(), self.interval)
@@ -310,7 +306,7 @@ impl Collector {
 
     /// A restart of the embedded host engine the healing decided on (once): the caller ends
     /// the session, and the next connection starts the engine anew.
-    pub fn take_engine_restart(&mut self) -> Option<String> {
+    pub(crate) fn take_engine_restart(&mut self) -> Option<String> {
         self.healer.take_restart()
     }
 
@@ -392,7 +388,7 @@ impl Collector {
 
     /// Removes every watch (on shutdown, or of a collector replaced by a rebuild: the new
     /// one then calls [`Collector::reassert`]); errors are logged, not fatal.
-    pub fn stop(self) {
+    pub(crate) fn stop(self) {
         for active in &self.sets {
             for w in &active.watches {
                 if let Err(e) = w.remove(&self.session) {
@@ -409,7 +405,7 @@ impl Collector {
     /// on the same connection that removed every pair the two share, and DCGM then answers
     /// their last sample forever. Health watches need nothing: DCGM keeps them per
     /// (connection, health watcher), untouched by field unwatches and by destroying a group.
-    pub fn reassert(&self) -> dcgm_sys::Result<()> {
+    pub(crate) fn reassert(&self) -> dcgm_sys::Result<()> {
         for w in self.sets.iter().flat_map(|a| &a.watches) {
             w.assert(&self.session)?;
         }
@@ -419,7 +415,7 @@ impl Collector {
 
     /// Takes over what must stay monotonic from the collector this one replaces (the XID
     /// and clock-event totals and how far they have read).
-    pub fn inherit(&mut self, old: &mut Collector) {
+    pub(crate) fn inherit(&mut self, old: &mut Collector) {
         self.exp.inherit(&mut old.exp);
     }
 }
@@ -558,7 +554,7 @@ fn label_text(v: &Value) -> Option<String> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error("{0}")]
     Dcgm(#[from] dcgm_sys::Error),
     #[error("{0}")]

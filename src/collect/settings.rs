@@ -53,7 +53,7 @@ pub const LATEST_KEEP_SAMPLES: i32 = 4;
 
 impl Settings {
     /// (maxKeepAge s, maxKeepSamples) for a watch of which only the latest value is read.
-    pub fn latest_retention(&self) -> (f64, i32) {
+    pub(crate) fn latest_retention(&self) -> (f64, i32) {
         if self.keep_explicit {
             (self.keep_age_s, self.keep_samples)
         } else {
@@ -64,7 +64,7 @@ impl Settings {
     /// (maxKeepAge s, maxKeepSamples) for a field read back over `window_ms` (the XID and
     /// clock-event counts): the whole window, plus one collection interval for the read that
     /// starts a little after the window's newest sample was taken.
-    pub fn window_retention(&self, window_ms: u64) -> (f64, i32) {
+    pub(crate) fn window_retention(&self, window_ms: u64) -> (f64, i32) {
         if self.keep_explicit {
             (self.keep_age_s.max(window_ms as f64 / 1000.0), 0)
         } else {
@@ -81,7 +81,7 @@ impl Settings {
     }
 
     /// The watch frequency of a field: the first watch group matching its name, else -c.
-    pub fn watch_interval_ms(&self, field: u16) -> u64 {
+    pub(crate) fn watch_interval_ms(&self, field: u16) -> u64 {
         let own = self
             .watch_group(field)
             .map_or(self.interval_ms, |g| g.interval_ms);
@@ -90,7 +90,7 @@ impl Settings {
 
     /// The retention of a field whose latest value is read: its watch group's own, each
     /// property over the default retention, else [`Settings::latest_retention`].
-    pub fn field_retention(&self, field: u16) -> (f64, i32) {
+    pub(crate) fn field_retention(&self, field: u16) -> (f64, i32) {
         let own = match self.watch_group(field) {
             Some(g) if g.keep_age_s.is_some() || g.keep_samples.is_some() => (
                 g.keep_age_s.unwrap_or(self.keep_age_s),

@@ -10,7 +10,7 @@ pub(crate) use crate::model::node::{Cpu, Gpu, Instance, Link, Topology};
 impl Topology {
     /// `fake_gpus`: a GPU whose attributes cannot be read becomes `fake<N>` with empty
     /// PCI bus id and model (dcgm-exporter's --fake-gpus) instead of failing the start.
-    pub fn discover(session: &Session, fake_gpus: bool) -> dcgm_sys::Result<Topology> {
+    pub(crate) fn discover(session: &Session, fake_gpus: bool) -> dcgm_sys::Result<Topology> {
         let mut t = Topology::default();
         for (index, id) in session.gpus(false)?.into_iter().enumerate() {
             // Listed, yet refused in any group: one such GPU would fail every GPU's watch.
@@ -79,18 +79,18 @@ impl Topology {
         Ok(t)
     }
 
-    pub fn gpu(&self, id: u32) -> Option<&Gpu> {
+    pub(crate) fn gpu(&self, id: u32) -> Option<&Gpu> {
         self.gpus.iter().find(|g| g.id == id)
     }
 
     /// GPU instances of a GPU (not compute instances).
-    pub fn gpu_instances_of(&self, gpu: u32) -> impl Iterator<Item = &Instance> {
+    pub(crate) fn gpu_instances_of(&self, gpu: u32) -> impl Iterator<Item = &Instance> {
         self.instances
             .iter()
             .filter(move |i| i.gpu == gpu && i.compute_instance.is_none())
     }
 
-    pub fn mig_enabled(&self, gpu: u32) -> bool {
+    pub(crate) fn mig_enabled(&self, gpu: u32) -> bool {
         self.gpu_instances_of(gpu).next().is_some()
     }
 }

@@ -63,7 +63,7 @@ pub struct Watched {
 /// A group of `entities`. When DCGM refuses one (BADPARAM for a GPU detached from its
 /// driver since the node was discovered), each is tried alone and the refused ones are left
 /// out with their error, so that one entity never costs the others their watches.
-pub fn group_of_accepted(
+pub(crate) fn group_of_accepted(
     session: &Session,
     name: &str,
     entities: &[Entity],

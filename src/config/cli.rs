@@ -773,7 +773,7 @@ where
 
 impl Config {
     /// `--dcgm-denylist-modules`: the modules, each once.
-    pub fn dcgm_denylist(&self) -> Result<Vec<dcgm_sys::Module>, String> {
+    pub(crate) fn dcgm_denylist(&self) -> Result<Vec<dcgm_sys::Module>, String> {
         let mut out = Vec::new();
         for word in self.dcgm_denylist_modules.split(',').map(str::trim) {
             if word.is_empty() {
@@ -792,7 +792,7 @@ impl Config {
     }
 
     /// `--events-max-count` and `--events-max-bytes`, checked: (events, bytes).
-    pub fn events_bounds(&self) -> Result<(usize, usize), String> {
+    pub(crate) fn events_bounds(&self) -> Result<(usize, usize), String> {
         let count = usize::try_from(self.events_max_count)
             .ok()
             .filter(|n| *n <= 10_000_000)
@@ -815,7 +815,7 @@ impl Config {
     }
 
     /// `--profiling-rearm-after` and `--profiling-restart-period`.
-    pub fn profiling_healing(&self) -> Result<(u32, std::time::Duration), String> {
+    pub(crate) fn profiling_healing(&self) -> Result<(u32, std::time::Duration), String> {
         let n = u32::try_from(self.profiling_rearm_after)
             .ok()
             .filter(|n| *n <= 1000)
@@ -832,23 +832,23 @@ impl Config {
 
     /// The remote host engine, when -r or DCGM_REMOTE_HOSTENGINE_INFO selects remote mode.
     /// Whether `--<long>` was given on the command line or through its env var.
-    pub fn is_explicit(&self, long: &str) -> bool {
+    pub(crate) fn is_explicit(&self, long: &str) -> bool {
         self.explicit.iter().any(|l| l == long)
     }
 
     /// Records that --config-file set `--<long>` (it applies only where `is_explicit` is
     /// false).
-    pub fn set_by_file(&mut self, long: &str) {
+    pub(crate) fn set_by_file(&mut self, long: &str) {
         self.from_file.push(long.to_string());
     }
 
     /// Whether `--<long>` was set by the user: flag, env var or configuration file.
-    pub fn is_set(&self, long: &str) -> bool {
+    pub(crate) fn is_set(&self, long: &str) -> bool {
         self.is_explicit(long) || self.from_file.iter().any(|l| l == long)
     }
 
     /// The write timeout's default: 30 s from upstream 4.8.3, the fixed 10 s of 4.8.2.
-    pub fn default_web_write_timeout(&self) -> std::time::Duration {
+    pub(crate) fn default_web_write_timeout(&self) -> std::time::Duration {
         if self.emulate_version.at_least_4_8_3() {
             std::time::Duration::from_secs(30)
         } else {
@@ -857,7 +857,7 @@ impl Config {
     }
 
     /// `--web-write-timeout` as given, else the emulated release's default.
-    pub fn web_write_timeout(&self) -> &str {
+    pub(crate) fn web_write_timeout(&self) -> &str {
         if self.is_explicit("web-write-timeout") || self.emulate_version.at_least_4_8_3() {
             &self.web_write_timeout
         } else {
@@ -865,7 +865,7 @@ impl Config {
         }
     }
 
-    pub fn remote_hostengine(&self) -> Option<&str> {
+    pub(crate) fn remote_hostengine(&self) -> Option<&str> {
         self.remote_set
             .then_some(self.remote_hostengine_info.as_str())
     }

@@ -35,7 +35,7 @@ impl Counter {
     /// Whether a row `name` of type `ty` is this row listed again. A `label` row and a
     /// metric row of one name are a label and a metric, both kept (the XID field as a label
     /// beside its gauge: dcgm-exporter 4.10.0 keeps both).
-    pub fn is_listed_again(&self, name: &str, ty: PromType) -> bool {
+    pub(crate) fn is_listed_again(&self, name: &str, ty: PromType) -> bool {
         self.name == name && (self.prom_type == PromType::Label) == (ty == PromType::Label)
     }
 }
@@ -95,16 +95,17 @@ const BUILTIN_CSV_4_8_2: &str = include_str!("../../etc/default-counters-4.8.2.c
 /// 4.10.0's set, for `--emulate-version=4.10.0` (its names are 4.10.0's already).
 const BUILTIN_CSV_4_10_0: &str = include_str!("../../etc/default-counters-4.10.0.csv");
 /// How errors and warnings name the built-in set.
-pub const BUILTIN_SOURCE: &str = "built-in default-counters.csv";
+pub(crate) const BUILTIN_SOURCE: &str = "built-in default-counters.csv";
 
 /// The built-in default counter set of the default release (4.8.4).
-pub fn builtin_default() -> Result<Counters, CountersError> {
+#[cfg(test)]
+pub(crate) fn builtin_default() -> Result<Counters, CountersError> {
     builtin_default_for(UpstreamVersion::default())
 }
 
 /// The built-in default counter set of an emulated release: upstream changed types and help
 /// texts of its `default-counters.csv` in 4.8.3 and 4.8.4.
-pub fn builtin_default_for(version: UpstreamVersion) -> Result<Counters, CountersError> {
+pub(crate) fn builtin_default_for(version: UpstreamVersion) -> Result<Counters, CountersError> {
     let text = match version {
         UpstreamVersion::V4_8_2 => BUILTIN_CSV_4_8_2,
         UpstreamVersion::V4_8_4 | UpstreamVersion::V4_9_0 => BUILTIN_CSV,
@@ -116,7 +117,7 @@ pub fn builtin_default_for(version: UpstreamVersion) -> Result<Counters, Counter
 /// Like [`load`], except that when `path` was not given (it is `-f`'s default) and does not
 /// exist, the built-in default set is used, with one log line saying so. A path that was
 /// given must exist.
-pub fn load_or_builtin(
+pub(crate) fn load_or_builtin(
     path: &Path,
     given: bool,
     version: UpstreamVersion,

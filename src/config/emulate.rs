@@ -38,7 +38,7 @@ impl UpstreamVersion {
     }
 
     /// Upstream 4.8.3 and later: `hostname`, the loopback hostname rule, the new types.
-    pub fn at_least_4_8_3(self) -> bool {
+    pub(crate) fn at_least_4_8_3(self) -> bool {
         self >= Self::V4_8_4
     }
 }

@@ -56,7 +56,7 @@ pub enum Names {
 }
 
 /// The names an emulated release reads counters with.
-pub fn names_of(version: super::emulate::UpstreamVersion) -> Names {
+pub(crate) fn names_of(version: super::emulate::UpstreamVersion) -> Names {
     use super::emulate::UpstreamVersion;
     if version >= UpstreamVersion::V4_10_0 {
         Names::V4_10_0
@@ -73,7 +73,7 @@ pub fn names_of(version: super::emulate::UpstreamVersion) -> Names {
 /// stays DCGM 4.6's field 203 in percent, with a warning. The four fields 4.10.0 renamed
 /// take the name of the generation, either way, with a warning. Warnings are logged and
 /// kept. A `label` row and a metric row of one name are a label and a metric, both kept.
-pub fn for_generation(mut counters: Counters, source: &str, names: Names) -> Counters {
+pub(crate) fn for_generation(mut counters: Counters, source: &str, names: Names) -> Counters {
     let mut out = Counters {
         all: Vec::with_capacity(counters.all.len()),
         warnings: std::mem::take(&mut counters.warnings),
@@ -202,23 +202,24 @@ fn help_4_9(name: &str) -> Option<&'static str> {
 }
 
 /// dcgm-exporter 4.9.0's default counter set, as far as its release notes describe it.
-pub const DEFAULT_4_9_0: &str = include_str!("../../etc/default-counters-4.9.0.csv");
+pub(crate) const DEFAULT_4_9_0: &str = include_str!("../../etc/default-counters-4.9.0.csv");
 /// How errors and warnings name the built-in 4.9.0 set.
-pub const BUILTIN_4_9_0_SOURCE: &str = "built-in default-counters-4.9.0.csv";
+pub(crate) const BUILTIN_4_9_0_SOURCE: &str = "built-in default-counters-4.9.0.csv";
 
 /// The built-in 4.9.0 default counter set.
-pub fn builtin_default_4_9_0() -> Result<Counters, super::counters::CountersError> {
+pub(crate) fn builtin_default_4_9_0() -> Result<Counters, super::counters::CountersError> {
     super::counters::parse_str(BUILTIN_4_9_0_SOURCE, DEFAULT_4_9_0)
         .map(|c| for_generation(c, BUILTIN_4_9_0_SOURCE, Names::V4_9_0))
 }
 
 /// dcgm-exporter 4.10.0's default counter set, as far as its release notes describe it
 /// (the built-in set of 4.10.0 mode: `counters::builtin_default_for`).
-pub const DEFAULT_4_10_0: &str = include_str!("../../etc/default-counters-4.10.0.csv");
+#[cfg(test)]
+pub(crate) const DEFAULT_4_10_0: &str = include_str!("../../etc/default-counters-4.10.0.csv");
 
 /// Where a base-unit row's values come from on the loaded library.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Source {
+pub(crate) enum Source {
     /// The library has the base-unit field with the expected type and unit.
     Direct,
     /// Derived from the legacy field; the reason the base-unit field is not used.
@@ -226,10 +227,10 @@ pub enum Source {
 }
 
 /// What a library's field table tells of one field: `(type, unit)`.
-pub type Lookup<'a> = dyn FnMut(u16) -> Option<(u8, String)> + 'a;
+pub(crate) type Lookup<'a> = dyn FnMut(u16) -> Option<(u8, String)> + 'a;
 
 /// Decides, for one base-unit metric, from the library's field table.
-pub fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
+pub(crate) fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
     match lookup(b.id) {
         None => Source::Derived(format!("the library has no field {}", b.id)),
         Some((ty, _)) if !b.conv.base_type.contains(&ty) => Source::Derived(format!(
@@ -249,7 +250,7 @@ pub fn source_of(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Source {
 }
 
 /// Checks that the legacy field still holds what the conversion expects.
-pub fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
+pub(crate) fn legacy_ok(b: &BaseUnit, lookup: &mut Lookup<'_>) -> Result<(), String> {
     let expected: &[u8] = if b.conv.op == Op::Percent { INT } else { NUM };
     match lookup(b.legacy_id) {
         None => Err(format!(
@@ -296,7 +297,7 @@ fn type_names(types: &[u8]) -> &'static str {
 /// engine may be older than the client library), else the legacy field, whose values the
 /// collector converts. A row whose legacy field does not hold what the conversion expects either is
 /// left out, with a warning (returned, for the log). Returns the bound counters.
-pub fn choose_sources(
+pub(crate) fn choose_sources(
     counters: &Counters,
     lookup: &mut Lookup<'_>,
     engine_has: &mut dyn FnMut(u16) -> bool,
@@ -349,7 +350,7 @@ pub fn choose_sources(
 
 /// The value to export for a row read from field `field`: converted when the row is a
 /// base-unit metric read from its legacy field.
-pub fn value_of(c: &Counter, field: u16, raw: f64) -> f64 {
+pub(crate) fn value_of(c: &Counter, field: u16, raw: f64) -> f64 {
     match c.unit {
         Some(b) if field == b.legacy_id => b.convert(raw),
         _ => raw,

@@ -164,7 +164,7 @@ fn plural(what: &str) -> String {
 
 /// Every explicitly requested id must exist on the node. `flag` leads the message, so
 /// callers may pass the value too (`"-d g:9"`); `what` is singular (`"GPU"`).
-pub fn check_exists(
+pub(crate) fn check_exists(
     flag: &str,
     what: &str,
     requested: &IdSet,

@@ -40,12 +40,12 @@ thread_local! {
 }
 
 /// Names the engine of the lines this thread logs from now on (`None`: no engine field).
-pub fn set_thread_engine(engine: Option<std::sync::Arc<str>>) {
+pub(crate) fn set_thread_engine(engine: Option<std::sync::Arc<str>>) {
     ENGINE.with(|e| *e.borrow_mut() = engine);
 }
 
 /// The engine this thread's lines name; a thread it starts for that engine names it too.
-pub fn thread_engine() -> Option<std::sync::Arc<str>> {
+pub(crate) fn thread_engine() -> Option<std::sync::Arc<str>> {
     ENGINE.with(|e| e.borrow().clone())
 }
 
@@ -78,7 +78,7 @@ fn level_name(l: &Level) -> &'static str {
 
 /// The filter `--debug` selects: ours at debug, the HTTP stack at info. `RUST_LOG`, when
 /// set, replaces it.
-pub fn filter_directives(debug: bool) -> String {
+pub(crate) fn filter_directives(debug: bool) -> String {
     let mut d = String::from(if debug { "debug" } else { "info" });
     for t in QUIET_TARGETS {
         let _ = write!(d, ",{t}=info");
@@ -104,7 +104,11 @@ pub fn init(format: Format, debug: bool) {
 
 /// Colour only for text on a terminal, and never when `NO_COLOR` is set to anything but
 /// the empty string (https://no-color.org).
-pub fn wants_color(format: Format, terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+pub(crate) fn wants_color(
+    format: Format,
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+) -> bool {
     format == Format::Text && terminal && !matches!(no_color, Some(v) if !v.is_empty())
 }
 

@@ -63,11 +63,11 @@ impl DropReason {
 /// The label naming the host engine of a series when one exporter serves several
 /// (`lifecycle::app::engines`); attribution keys GPUs by it where an index alone would
 /// name one GPU of every engine.
-pub const ENGINE_LABEL: &str = "engine";
+pub(crate) const ENGINE_LABEL: &str = "engine";
 
 /// Whether Prometheus accepts `name` as a label name: `[a-zA-Z_][a-zA-Z0-9_]*`, and not
 /// `__`-prefixed (reserved for Prometheus' own labels).
-pub fn is_valid_label_name(name: &str) -> bool {
+pub(crate) fn is_valid_label_name(name: &str) -> bool {
     let b = name.as_bytes();
     match b.first() {
         Some(c) if c.is_ascii_alphabetic() || *c == b'_' => {}
@@ -124,7 +124,7 @@ impl Label {
         &self.value
     }
 
-    pub fn set_value(&mut self, value: &str) {
+    pub(crate) fn set_value(&mut self, value: &str) {
         value.clone_into(&mut self.value);
     }
 }
@@ -148,7 +148,7 @@ impl Series {
         &self.labels
     }
 
-    pub fn labels_mut(&mut self) -> &mut [Label] {
+    pub(crate) fn labels_mut(&mut self) -> &mut [Label] {
         &mut self.labels
     }
 
@@ -161,7 +161,7 @@ impl Series {
     }
 
     /// Appends a label (after the others; nothing checks that the name is new).
-    pub fn push_label(&mut self, name: &str, value: &str) {
+    pub(crate) fn push_label(&mut self, name: &str, value: &str) {
         self.labels.push(Label::new(name, value));
     }
 }
@@ -411,20 +411,25 @@ pub struct Page {
 }
 
 impl Page {
-    pub fn drop_value(&mut self, reason: DropReason) {
+    pub(crate) fn drop_value(&mut self, reason: DropReason) {
         *self.dropped.entry(reason).or_default() += 1;
     }
 
     /// A value of field `field` left out: counted under `reason` and, per field, under
     /// `detail` (bounded: the CSV's fields times a fixed set of details).
-    pub fn drop_field_value(&mut self, field: &str, reason: DropReason, detail: &'static str) {
+    pub(crate) fn drop_field_value(
+        &mut self,
+        field: &str,
+        reason: DropReason,
+        detail: &'static str,
+    ) {
         self.drop_value(reason);
         self.count_field_drop(field, detail);
     }
 
     /// Counts a value of `field` left out per field only (one never asked of DCGM, as a
     /// profiling field the GPU does not support).
-    pub fn count_field_drop(&mut self, field: &str, detail: &'static str) {
+    pub(crate) fn count_field_drop(&mut self, field: &str, detail: &'static str) {
         *self
             .field_drops
             .entry((field.to_string(), detail))
@@ -433,7 +438,7 @@ impl Page {
 
     /// A piece of the collection (a derived metric, a watch set, a field) failed; the rest
     /// of the page is still served.
-    pub fn piece_failed(&mut self, source: &str, reason: &str) {
+    pub(crate) fn piece_failed(&mut self, source: &str, reason: &str) {
         *self
             .failures
             .entry((source.to_string(), reason.to_string()))
@@ -443,12 +448,12 @@ impl Page {
     /// An empty page on the storage of the last one [`Page::recycle`]d (its buffers and
     /// families), or a new page. The collection loop takes one per collection and gives it
     /// back once rendered, so that a steady page allocates nothing.
-    pub fn reuse() -> Page {
+    pub(crate) fn reuse() -> Page {
         Page::reuse_from(&SPARE)
     }
 
     /// Keeps this page's storage for the next [`Page::reuse`].
-    pub fn recycle(self) {
+    pub(crate) fn recycle(self) {
         self.recycle_into(&SPARE);
     }
 
@@ -544,7 +549,7 @@ impl Page {
 
     /// Says which DCGM field family `name` holds (see `Family::field`); nothing when the
     /// page has no such family.
-    pub fn set_field(&mut self, name: &str, field: u16) {
+    pub(crate) fn set_field(&mut self, name: &str, field: u16) {
         if let Some(&i) = self.index.get(name) {
             self.families[i].field = Some(field);
         }
@@ -552,7 +557,7 @@ impl Page {
 
     /// Says which statistic of a field's samples family `name` holds (see `Family::stat`);
     /// nothing when the page has no such family.
-    pub fn set_stat(&mut self, name: &str, stat: Stat) {
+    pub(crate) fn set_stat(&mut self, name: &str, stat: Stat) {
         if let Some(&i) = self.index.get(name) {
             self.families[i].stat = Some(stat);
         }
@@ -589,7 +594,7 @@ impl Page {
 
     /// [`Page::append`] with one more label, last, on every series of `other`: the pages
     /// of several host engines kept apart in one (`extra` = the engine label).
-    pub fn append_labelled(&mut self, other: Page, name: &str, value: &str) {
+    pub(crate) fn append_labelled(&mut self, other: Page, name: &str, value: &str) {
         self.append_with(other, Some((name, value)));
     }
 
@@ -751,10 +756,6 @@ pub struct SeriesRef<'a> {
 impl<'a> SeriesRef<'a> {
     pub fn value(&self) -> f64 {
         self.row.value
-    }
-
-    pub fn has_labels(&self) -> bool {
-        self.row.end > self.row.first
     }
 
     /// (name, value) of each label, in order.

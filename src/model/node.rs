@@ -6,7 +6,7 @@ use dcgm_sys::{Entity, LinkId, LinkState, MigEntity};
 
 /// Identity of one GPU, used for its labels.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Gpu {
+pub(crate) struct Gpu {
     pub id: u32,
     pub uuid: String,
     pub pci_bus_id: String,
@@ -15,7 +15,7 @@ pub struct Gpu {
 
 /// A MIG GPU instance (or compute instance, when `compute_instance` is set).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Instance {
+pub(crate) struct Instance {
     pub entity: Entity,
     pub gpu: u32,
     /// The GPU-instance entity this belongs to (itself for a GPU instance).
@@ -29,13 +29,13 @@ pub struct Instance {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Link {
+pub(crate) struct Link {
     pub id: LinkId,
     pub state: LinkState,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-pub struct Cpu {
+pub(crate) struct Cpu {
     pub id: u32,
     pub cores: Vec<u32>,
     /// DCGM's serial number of the CPU; empty where it reports none.
@@ -43,7 +43,7 @@ pub struct Cpu {
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Topology {
+pub(crate) struct Topology {
     pub gpus: Vec<Gpu>,
     /// GPUs DCGM lists but reports lost (fallen off the bus): not watched.
     pub lost_gpus: Vec<u32>,

@@ -19,7 +19,7 @@ use flate2::{Compress, Compression, FlushCompress};
 use prometheus::proto::MetricFamily;
 use prometheus::Encoder;
 
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The formats a scrape can be answered in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Format::Text => TEXT_CONTENT_TYPE,
             Format::OpenMetrics => openmetrics::CONTENT_TYPE,
@@ -175,7 +175,7 @@ impl Exposition {
 
     /// Like [`Exposition::render`], with the previous collection's page to size the buffers:
     /// each is allocated once, at about the size it will have.
-    pub fn render_after(
+    pub(crate) fn render_after(
         page: &Page,
         openmetrics: bool,
         previous: Option<&Exposition>,
@@ -198,11 +198,6 @@ impl Exposition {
     /// The page in Prometheus text format, without self-metrics.
     pub fn text(&self) -> &[u8] {
         &self.text.plain
-    }
-
-    /// Whether OpenMetrics was rendered (it is when the server may negotiate it).
-    pub fn has_openmetrics(&self) -> bool {
-        self.openmetrics.is_some()
     }
 
     /// The response body: the cached page followed by `tail` (families encoded per scrape),

@@ -27,7 +27,7 @@ use textfile::Textfile;
 
 /// Where pages go besides HTTP, from the flags (start-up fills it in).
 #[derive(Clone, Debug, Default)]
-pub struct SinkSettings {
+pub(crate) struct SinkSettings {
     /// `--textfile-directory`; empty: no textfile.
     pub textfile_directory: String,
     pub dump_enabled: bool,
@@ -38,7 +38,7 @@ pub struct SinkSettings {
 }
 
 /// The sinks the options ask for; their directories are checked now.
-pub fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, Error> {
+pub(crate) fn open_sinks(config: &SinkSettings) -> Result<Vec<Box<dyn Sink>>, Error> {
     let mut out: Vec<Box<dyn Sink>> = Vec::new();
     if !config.textfile_directory.is_empty() {
         let t = Textfile::new(Path::new(&config.textfile_directory))?;

@@ -10,7 +10,7 @@ use crate::output::render::escape;
 use prometheus::proto::{MetricFamily, MetricType};
 use std::io::Write;
 
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const EOF: &[u8] = b"# EOF\n";
 
 /// The family name and the sample name of a counter: `_total` only on samples.

@@ -59,7 +59,7 @@ impl Shared {
         Shared::with_openmetrics(interval, false)
     }
 
-    pub fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
+    pub(crate) fn with_openmetrics(interval: Duration, openmetrics: bool) -> Shared {
         let empty = Arc::new(Exposition::empty(openmetrics));
         let threads = Supervisor::global().clone();
         let metrics = SelfMetrics::new();
@@ -96,7 +96,7 @@ impl Shared {
 
     /// The source that serves the pages from now on: "dcgm" or "nvml" (build_info, the
     /// backend gauge and /health say it).
-    pub fn set_backend(&self, backend: &'static str) {
+    pub(crate) fn set_backend(&self, backend: &'static str) {
         *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend;
         self.metrics.set_backend(backend);
     }
@@ -118,7 +118,7 @@ impl Shared {
 
     /// [`Shared::page`] lent to `f` with the time it was looked at (Unix µs), without a
     /// reference count changed: a scrape reads it on every core at once.
-    pub fn with_page<R>(&self, f: impl FnOnce(&Arc<Exposition>, i64) -> R) -> R {
+    pub(crate) fn with_page<R>(&self, f: impl FnOnce(&Arc<Exposition>, i64) -> R) -> R {
         let p = self.page.load();
         let now = now_us();
         if now > p.expires_us {
@@ -142,19 +142,19 @@ impl Shared {
     }
 
     /// Stops serving DCGM series (self metrics stay).
-    pub fn withdraw(&self) {
+    pub(crate) fn withdraw(&self) {
         self.page.store(Arc::new(Published {
             page: self.empty.clone(),
             expires_us: 0,
         }));
     }
 
-    pub fn set_connected(&self, up: bool) {
+    pub(crate) fn set_connected(&self, up: bool) {
         self.connected.store(up, Ordering::SeqCst);
         self.metrics.connected.set(i64::from(up));
     }
 
-    pub fn set_error(&self, e: Option<String>) {
+    pub(crate) fn set_error(&self, e: Option<String>) {
         *self.last_error.lock().unwrap_or_else(|p| p.into_inner()) = e;
     }
 
@@ -169,24 +169,27 @@ impl Shared {
     }
 
     /// Adds a degraded line that `source` keeps: shown while it answers `Some`.
-    pub fn add_note_source(&self, source: impl Fn() -> Option<String> + Send + Sync + 'static) {
+    pub(crate) fn add_note_source(
+        &self,
+        source: impl Fn() -> Option<String> + Send + Sync + 'static,
+    ) {
         self.note_sources
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Box::new(source));
     }
 
-    pub fn set_notes(&self, notes: Vec<String>) {
+    pub(crate) fn set_notes(&self, notes: Vec<String>) {
         *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
     }
 
     /// How many GPU entities (GPUs or MIG instances) the current watches collect.
-    pub fn set_gpus(&self, n: usize) {
+    pub(crate) fn set_gpus(&self, n: usize) {
         self.gpus.store(n, Ordering::SeqCst);
     }
 
     /// What a collection found: `stalled` when DCGM sampled none of the watched fields.
-    pub fn observe_sampling(&self, stalled: bool) {
+    pub(crate) fn observe_sampling(&self, stalled: bool) {
         let mut since = self.stalled_since.lock().unwrap_or_else(|p| p.into_inner());
         if !stalled {
             *since = None;
@@ -207,7 +210,7 @@ impl Shared {
     }
 
     /// A collection succeeded just now.
-    pub fn set_last_success(&self, at: Instant) {
+    pub(crate) fn set_last_success(&self, at: Instant) {
         *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) = Some(at);
     }
 

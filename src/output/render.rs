@@ -53,7 +53,7 @@ pub fn text(page: &Page, out: &mut Vec<u8>) {
 }
 
 /// Backslash and newline escaped, and `"` with `quote` (label values; help text leaves it).
-pub fn escape(out: &mut Vec<u8>, v: &str, quote: bool) {
+pub(crate) fn escape(out: &mut Vec<u8>, v: &str, quote: bool) {
     let bytes = v.as_bytes();
     let mut from = 0;
     for (i, &b) in bytes.iter().enumerate() {

@@ -189,7 +189,7 @@ impl SelfMetrics {
     /// `process_open_fds`, `process_start_time_seconds`, ...) and promhttp's
     /// `promhttp_metric_handler_requests_total{code}` / `..._requests_in_flight`. The
     /// `go_*` runtime metrics have no Rust counterpart and are not invented.
-    pub fn enable_exporter_metrics(&self) {
+    pub(crate) fn enable_exporter_metrics(&self) {
         self.live.store(true, std::sync::atomic::Ordering::Relaxed);
         #[cfg(target_os = "linux")]
         {
@@ -213,7 +213,7 @@ impl SelfMetrics {
 
     /// Sets `build_info`: one series, the exporter's version and commit with the loaded DCGM
     /// library's version, the mode and the dcgm-exporter release emulated.
-    pub fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
+    pub(crate) fn set_build_info(&self, dcgm_version: &str, mode: &str, emulated: &str) {
         let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
         info.0 = [dcgm_version, mode, emulated].map(str::to_string);
         self.write_build_info(&info);
@@ -221,7 +221,7 @@ impl SelfMetrics {
 
     /// Which source served the published page ("dcgm" or "nvml"): `build_info`'s `backend`
     /// label and `dcgm_exporter_backend{backend}` 1.
-    pub fn set_backend(&self, backend: &'static str) {
+    pub(crate) fn set_backend(&self, backend: &'static str) {
         let mut info = self.source.info.lock().unwrap_or_else(|p| p.into_inner());
         if info.1 == backend {
             return;
@@ -252,7 +252,7 @@ impl SelfMetrics {
 
     /// What the published page holds and lacks: the values each field lost and why, and its
     /// series by entity type (an empty or partial page says where it is short).
-    pub fn observe_page(&self, page: &Page) {
+    pub(crate) fn observe_page(&self, page: &Page) {
         for ((field, reason), n) in &page.field_drops {
             self.field_drops
                 .with_label_values(&[field.as_str(), reason])
@@ -283,7 +283,7 @@ impl SelfMetrics {
     }
 
     /// Adds a later stage's own metrics (e.g. the attribution sources') to this registry.
-    pub fn register(&self, c: Box<dyn prometheus::core::Collector>) {
+    pub(crate) fn register(&self, c: Box<dyn prometheus::core::Collector>) {
         if let Err(e) = self.registry.register(c) {
             tracing::warn!("self metric not registered: {e}");
         }
@@ -295,7 +295,7 @@ impl SelfMetrics {
         self.live.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
+    pub(crate) fn gather(&self) -> Vec<prometheus::proto::MetricFamily> {
         self.registry.gather()
     }
 

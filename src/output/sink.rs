@@ -4,7 +4,7 @@
 use crate::model::node::Topology;
 use crate::model::Page;
 
-pub trait Sink: Send + Sync {
+pub(crate) trait Sink: Send + Sync {
     /// A collection succeeded; `bytes` is the page as just published.
     fn published(&self, topology: &Topology, page: &Page, bytes: &[u8]);
     /// DCGM is unreachable and the published page is empty until it is back.

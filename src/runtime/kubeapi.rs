@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How long the first answer of the API server may take at startup (`-m`).
-pub const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
+pub(crate) const STARTUP_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A client and the runtime its requests and watches run on; lives as long as the process.
 pub struct KubeApi {
@@ -129,7 +129,7 @@ impl KubeApi {
 /// A failed API request, by what the caller can do about it: told by the HTTP status the
 /// server answered, never by its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 403: RBAC refuses this verb on this resource; asking again soon cannot help.
     Forbidden(String),
     /// 404: no such object.
@@ -142,7 +142,7 @@ pub enum ApiError {
 
 impl ApiError {
     /// From the Status the server answered (a failed request or a watch's ERROR event).
-    pub fn of_status(status: &kube::core::Status) -> ApiError {
+    pub(crate) fn of_status(status: &kube::core::Status) -> ApiError {
         let text = if status.message.is_empty() {
             format!("HTTP {} {}", status.code, status.reason)
         } else {
@@ -180,19 +180,19 @@ impl std::fmt::Display for ApiError {
 /// Logs a watch error once per streak of errors, so a long API outage is one line (and
 /// one when it ends), not one per retry.
 #[derive(Default)]
-pub struct ErrorStreak {
+pub(crate) struct ErrorStreak {
     failing: bool,
 }
 
 impl ErrorStreak {
-    pub fn error(&mut self, what: &str, e: &dyn std::fmt::Display) {
+    pub(crate) fn error(&mut self, what: &str, e: &dyn std::fmt::Display) {
         if !self.failing {
             tracing::warn!("{what}: {e}; retrying with backoff");
             self.failing = true;
         }
     }
 
-    pub fn ok(&mut self, what: &str) {
+    pub(crate) fn ok(&mut self, what: &str) {
         if self.failing {
             tracing::info!("{what}: working again");
             self.failing = false;

@@ -28,7 +28,7 @@ const DEFAULT_SOCKETS: [&str; 2] = ["/var/run/docker.sock", "/run/podman/podman.
 
 /// The socket to use: the flag's path (`unix://` allowed), or the first default that
 /// exists (else Docker's, so the error names the usual place).
-pub fn socket_path(flag: &str) -> PathBuf {
+pub(crate) fn socket_path(flag: &str) -> PathBuf {
     let flag = flag.trim();
     let flag = flag.strip_prefix("unix://").unwrap_or(flag);
     if !flag.is_empty() {
@@ -65,7 +65,7 @@ const THREAD: &str = "container-labels";
 
 type Latest = Arc<Mutex<Option<Result<Assignments, String>>>>;
 
-pub struct ContainerSource {
+pub(crate) struct ContainerSource {
     latest: Latest,
     /// GPU UUID -> index, from the page (for `NVIDIA_VISIBLE_DEVICES=0`, `all`).
     gpus: HashMap<String, u32>,
@@ -77,7 +77,7 @@ pub struct ContainerSource {
 
 impl ContainerSource {
     /// Starts refreshing from `socket` every `interval`, each refresh given `deadline`.
-    pub fn start(
+    pub(crate) fn start(
         socket: PathBuf,
         interval: Duration,
         deadline: Duration,

@@ -58,7 +58,7 @@ pub enum StartupError {
 
 impl StartupError {
     /// DCGM itself refuses this library and this remote engine together: no retry helps.
-    pub fn is_version_skew(&self) -> bool {
+    pub(crate) fn is_version_skew(&self) -> bool {
         matches!(
             self,
             StartupError::Connect(dcgm_sys::Error::VersionSkew { .. })

@@ -67,7 +67,7 @@ fn shut_down_dcgm(library: &dcgm_sys::Library, stopped_at: Instant) -> dcgm_sys:
 
 /// The environment DCGM's embedded engine reads its own log settings from at start
 /// (`--enable-dcgm-log`), empty when they are not asked for.
-pub fn dcgm_log_env(config: &cli::Config) -> Vec<(&'static str, String)> {
+pub(crate) fn dcgm_log_env(config: &cli::Config) -> Vec<(&'static str, String)> {
     if config.enable_dcgm_log && config.remote_hostengine().is_none() {
         vec![
             ("__DCGM_DBG_FILE", "-".to_string()),

@@ -23,11 +23,12 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 /// Events kept by default (`--events-max-count`).
-pub const DEFAULT_MAX_EVENTS: usize = 10_000;
+pub(crate) const DEFAULT_MAX_EVENTS: usize = 10_000;
 /// Bytes the kept events may take by default (`--events-max-bytes`): 4 MiB.
-pub const DEFAULT_MAX_BYTES: usize = 4 << 20;
+pub(crate) const DEFAULT_MAX_BYTES: usize = 4 << 20;
 /// The smallest byte bound: the largest single event (its strings are cut) always fits.
-pub const MIN_MAX_BYTES: usize = 16 << 10;
+#[cfg(test)]
+pub(crate) const MIN_MAX_BYTES: usize = 16 << 10;
 /// A message or detail value longer than this is cut (at a character boundary).
 const MAX_TEXT: usize = 1024;
 
@@ -208,12 +209,13 @@ impl Event {
     }
 
     /// A detail by name.
-    pub fn detail(&self, key: &str) -> Option<&Detail> {
+    #[cfg(test)]
+    pub(crate) fn detail(&self, key: &str) -> Option<&Detail> {
         self.details.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// The event as `/events` serves it.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         let details: serde_json::Map<String, serde_json::Value> = self
             .details
             .iter()
@@ -361,7 +363,7 @@ impl Recorder {
     }
 
     /// Sets the bounds, dropping the oldest events that no longer fit.
-    pub fn set_bounds(&self, bounds: Bounds) {
+    pub(crate) fn set_bounds(&self, bounds: Bounds) {
         let mut r = self.lock();
         r.bounds = bounds;
         self.trim(&mut r, 0);
@@ -438,7 +440,7 @@ impl Recorder {
 
     /// Waits until an event after `seq` is recorded, [`Recorder::wake`] is called or
     /// `timeout` passes.
-    pub fn wait_after(&self, seq: u64, timeout: Duration) {
+    pub(crate) fn wait_after(&self, seq: u64, timeout: Duration) {
         let r = self.lock();
         if r.next_seq > seq + 1 {
             return;
@@ -447,7 +449,7 @@ impl Recorder {
     }
 
     /// Wakes every [`Recorder::wait_after`].
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         let _r = self.lock();
         self.changed.notify_all();
     }

@@ -109,7 +109,7 @@ impl Recorder {
 
     /// An XID sample DCGM stored on `entity` at `ts_us` (its own timestamp); one read
     /// again is not a new event.
-    pub fn dcgm_xid(&self, entity: Entity, xid: i64, ts_us: i64, description: &str) {
+    pub(crate) fn dcgm_xid(&self, entity: Entity, xid: i64, ts_us: i64, description: &str) {
         self.on_node(|node| {
             let newest = node.xid_ts.entry(entity).or_insert(i64::MIN);
             if ts_us <= *newest {
@@ -127,7 +127,7 @@ impl Recorder {
     }
 
     /// An XID event NVML raised (NVML's XID events carry no time: ours).
-    pub fn nvml_xid(
+    pub(crate) fn nvml_xid(
         &self,
         gpu: u32,
         instance: (Option<u32>, Option<u32>),
@@ -144,7 +144,7 @@ impl Recorder {
 
     /// GPU `gpu`'s health action (`DCGM_EXP_GPU_HEALTH_ACTION`) this collection; recorded
     /// when it changes (first seen: unless it is `none`).
-    pub fn health_action(&self, gpu: u32, action: &str, reason: &str) {
+    pub(crate) fn health_action(&self, gpu: u32, action: &str, reason: &str) {
         self.on_node(|node| {
             let now = (action.to_string(), reason.to_string());
             let before = node.actions.insert(gpu, now.clone());
@@ -216,7 +216,7 @@ impl Recorder {
 
     /// The node as a build of the watches discovered it: its names, MIG changes, and GPUs
     /// lost, back, unbound or bound since the last build.
-    pub fn topology(&self, t: &Topology) {
+    pub(crate) fn topology(&self, t: &Topology) {
         self.on_node(|node| {
             let mut out: Vec<Draft> = node
                 .take_topology(t)
@@ -273,7 +273,7 @@ impl Recorder {
     }
 
     /// NVML serves the core GPU series while DCGM (`engine`) cannot (`--backend auto`).
-    pub fn failover_engaged(&self, engine: &str, why: &str) {
+    pub(crate) fn failover_engaged(&self, engine: &str, why: &str) {
         self.on_node(|node| {
             node.failover = Some(engine.to_string());
             let n = Draft::new(
@@ -287,7 +287,7 @@ impl Recorder {
     }
 
     /// DCGM serves again after NVML served for `served_s` seconds.
-    pub fn failover_released(&self, served_s: f64) {
+    pub(crate) fn failover_released(&self, served_s: f64) {
         self.on_node(|node| {
             let engine = node.failover.take().unwrap_or_else(|| "dcgm".into());
             let n = Draft::new(
@@ -325,7 +325,7 @@ impl Recorder {
 
     /// Profiling of GPU `gpu` was re-armed, or the embedded engine restarted for it
     /// (`action`: `rearm`, `restart_engine`; NVIDIA/DCGM#303).
-    pub fn profiling_rearm(&self, gpu: u32, uuid: &str, action: &str, why: &str) {
+    pub(crate) fn profiling_rearm(&self, gpu: u32, uuid: &str, action: &str, why: &str) {
         self.add(
             Draft::new(
                 Kind::ProfilingRearm,
@@ -432,17 +432,22 @@ fn presence(node: &mut Node, gpu: u32, p: Presence) -> Option<Draft> {
 }
 
 /// [`Recorder::dcgm_xid`] into the process's history.
-pub fn dcgm_xid(entity: Entity, xid: i64, ts_us: i64, description: &str) {
+pub(crate) fn dcgm_xid(entity: Entity, xid: i64, ts_us: i64, description: &str) {
     super::global().dcgm_xid(entity, xid, ts_us, description);
 }
 
 /// [`Recorder::nvml_xid`] into the process's history.
-pub fn nvml_xid(gpu: u32, instance: (Option<u32>, Option<u32>), xid: i64, description: &str) {
+pub(crate) fn nvml_xid(
+    gpu: u32,
+    instance: (Option<u32>, Option<u32>),
+    xid: i64,
+    description: &str,
+) {
     super::global().nvml_xid(gpu, instance, xid, description);
 }
 
 /// [`Recorder::health_action`] into the process's history.
-pub fn health_action(gpu: u32, action: &str, reason: &str) {
+pub(crate) fn health_action(gpu: u32, action: &str, reason: &str) {
     super::global().health_action(gpu, action, reason);
 }
 
@@ -457,7 +462,7 @@ pub fn gpus(expected: &[u32], listed: &[u32], lost: &[u32]) {
 }
 
 /// [`Recorder::topology`] into the process's history.
-pub fn topology(t: &Topology) {
+pub(crate) fn topology(t: &Topology) {
     super::global().topology(t);
 }
 
@@ -472,12 +477,12 @@ pub fn engine_up(engine: &str) {
 }
 
 /// [`Recorder::failover_engaged`] into the process's history.
-pub fn failover_engaged(engine: &str, why: &str) {
+pub(crate) fn failover_engaged(engine: &str, why: &str) {
     super::global().failover_engaged(engine, why);
 }
 
 /// [`Recorder::failover_released`] into the process's history.
-pub fn failover_released(served_s: f64) {
+pub(crate) fn failover_released(served_s: f64) {
     super::global().failover_released(served_s);
 }
 
@@ -488,7 +493,7 @@ pub fn reload(what: &str, outcome: Result<&str, &str>) {
 
 /// [`Recorder::profiling_rearm`] into the process's history: the hook for profiling
 /// re-arms and engine restarts (`collect/heal.rs` calls it where it logs them).
-pub fn profiling_rearm(gpu: u32, uuid: &str, action: &str, why: &str) {
+pub(crate) fn profiling_rearm(gpu: u32, uuid: &str, action: &str, why: &str) {
     super::global().profiling_rearm(gpu, uuid, action, why);
 }
 

@@ -305,7 +305,7 @@ impl BaseUnit {
     }
 
     /// DCGM 4.6's metadata of the legacy field.
-    pub fn legacy_meta(&self) -> &'static FieldMeta {
+    pub(crate) fn legacy_meta(&self) -> &'static FieldMeta {
         fields::by_id(self.legacy_id).expect("every legacy field is in the DCGM 4.6 table")
     }
 
@@ -321,12 +321,12 @@ pub fn by_name(name: &str) -> Option<&'static BaseUnit> {
 }
 
 /// The base-unit metric of field `id`.
-pub fn by_id(id: u16) -> Option<&'static BaseUnit> {
+pub(crate) fn by_id(id: u16) -> Option<&'static BaseUnit> {
     BASE_UNITS.iter().find(|b| b.id == id)
 }
 
 /// The base-unit metric 4.9.0 exports instead of dcgm-exporter 4.8.x's `legacy_name`.
-pub fn by_legacy_name(legacy_name: &str) -> Option<&'static BaseUnit> {
+pub(crate) fn by_legacy_name(legacy_name: &str) -> Option<&'static BaseUnit> {
     BASE_UNITS.iter().find(|b| b.legacy_name == legacy_name)
 }
 
@@ -389,11 +389,11 @@ impl Renamed {
 }
 
 /// The 4.10.0 rename whose new name is `name`.
-pub fn by_4_10_name(name: &str) -> Option<&'static Renamed> {
+pub(crate) fn by_4_10_name(name: &str) -> Option<&'static Renamed> {
     RENAMED_4_10.iter().find(|r| r.name == name)
 }
 
 /// The 4.10.0 rename of DCGM 4.6's `legacy_name`.
-pub fn by_4_10_legacy_name(legacy_name: &str) -> Option<&'static Renamed> {
+pub(crate) fn by_4_10_legacy_name(legacy_name: &str) -> Option<&'static Renamed> {
     RENAMED_4_10.iter().find(|r| r.legacy_name == legacy_name)
 }

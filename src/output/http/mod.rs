@@ -82,7 +82,7 @@ fn timeout(flag: &str, v: &str, default: Duration) -> Result<Duration, String> {
 }
 
 impl Options {
-    pub fn from_settings(c: &HttpSettings) -> Result<Options, String> {
+    pub(crate) fn from_settings(c: &HttpSettings) -> Result<Options, String> {
         let path = &c.telemetry_path;
         if !path.starts_with('/') || path == "/health" || path.starts_with("/debug/pprof/") {
             return Err(format!(
@@ -469,7 +469,7 @@ fn answer(resp: hyper::Response<Out>, mut request: InFlight, write_timeout: Dura
 
 /// A response body that ends its request when hyper drops it; its write deadline then
 /// lasts until the bytes are flushed if the body was done (see [`timeout`]).
-pub struct Tracked<B> {
+pub(crate) struct Tracked<B> {
     inner: B,
     request: InFlight,
     /// Whether hyper may be told the end with the last frame (HTTP/1; see

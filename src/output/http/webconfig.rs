@@ -134,7 +134,7 @@ impl WebConfig {
 
 /// What a web configuration asks of clients, for telling whether a new version lowers it.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Protection {
+pub(crate) struct Protection {
     pub tls: bool,
     /// A client certificate is required (RequireAnyClientCert, RequireAndVerifyClientCert).
     pub requires_cert: bool,
@@ -198,7 +198,7 @@ fn header_weakened(name: &str, old: &str, new: &str) -> bool {
 impl Protection {
     /// What `new` would take away from `self`, in words for the log (empty: nothing).
     /// Adding protection or changing users while some remain is not a loss.
-    pub fn removed_by(&self, new: &Protection) -> Vec<String> {
+    pub(crate) fn removed_by(&self, new: &Protection) -> Vec<String> {
         let mut lost = Vec::new();
         if self.tls && !new.tls {
             lost.push("TLS (the port would answer plain HTTP)".to_string());
@@ -283,7 +283,7 @@ fn tls12_suites(names: &Option<Vec<String>>) -> Option<Vec<String>> {
 }
 
 impl WebConfig {
-    pub fn protection(&self) -> Protection {
+    pub(crate) fn protection(&self) -> Protection {
         let auth = self.tls.as_ref().map(|t| t.client_auth);
         Protection {
             tls: self.tls.is_some(),

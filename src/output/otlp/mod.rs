@@ -42,7 +42,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const MAX_ATTEMPTS: u32 = 5;
 /// The longest wait a receiver's back-off hint is followed for: a hint of hours would park
 /// the sender while the queue drops the oldest pushes anyway, so a longer one is cut to it.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 /// How long a clean exit waits for the queued pushes to be sent. A receiver that hangs
 /// then costs this much, not a process that never ends.
 const FLUSH_DEADLINE: Duration = Duration::from_secs(5);
@@ -127,7 +127,7 @@ impl Metrics {
 }
 
 /// The OTLP sink: converts and enqueues on the collection thread, sends on its own.
-pub struct Otlp {
+pub(crate) struct Otlp {
     converter: Mutex<Converter>,
     queue: Arc<Queue>,
     metrics: Arc<Metrics>,
@@ -140,7 +140,7 @@ pub struct Otlp {
 
 impl Otlp {
     /// Reads the TLS files and starts the sender thread; nothing is dialled yet.
-    pub fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Otlp, String> {
+    pub(crate) fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Otlp, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -220,7 +220,7 @@ impl Otlp {
     }
 
     /// Converts and enqueues `page` (the work a collection pays for the push).
-    pub fn enqueue(&self, page: &Page) {
+    pub(crate) fn enqueue(&self, page: &Page) {
         let req = self
             .converter
             .lock()
