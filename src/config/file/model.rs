@@ -118,6 +118,23 @@ pub(super) struct RetentionText<'a> {
     pub samples: (&'static str, Option<i64>),
 }
 
+impl<'a> RetentionText<'a> {
+    /// A retention at `path` whose age and sample-count keys are named `keys`.
+    pub(super) fn new(
+        path: String,
+        keys: [&'static str; 2],
+        age: Option<&'a str>,
+        samples: Option<i64>,
+    ) -> Self {
+        let [age_key, samples_key] = keys;
+        Self {
+            path,
+            age: (age_key, age),
+            samples: (samples_key, samples),
+        }
+    }
+}
+
 /// A watch group (`collection.watchGroups[]`, `collections[]`) as written.
 pub(super) struct Group<'a> {
     /// `collection.watchGroups[i]`, `collections[i]`.

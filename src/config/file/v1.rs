@@ -85,13 +85,12 @@ struct WatchGroup {
     retention: Option<Retention>,
 }
 
+/// Version 1's retention keys: age, sample count.
+const KEYS: [&str; 2] = ["maxAge", "maxSamples"];
+
 impl Retention {
     fn text(&self, path: String) -> RetentionText<'_> {
-        RetentionText {
-            path,
-            age: ("maxAge", self.max_age.as_deref()),
-            samples: ("maxSamples", self.max_samples),
-        }
+        RetentionText::new(path, KEYS, self.max_age.as_deref(), self.max_samples)
     }
 }
 

@@ -97,13 +97,13 @@ struct Watch {
     max_keep_samples: Option<i64>,
 }
 
+/// Version 2's retention keys: age, sample count.
+const KEYS: [&str; 2] = ["maxKeepAge", "maxKeepSamples"];
+
 impl Watch {
     fn text(&self, path: String) -> RetentionText<'_> {
-        RetentionText {
-            path,
-            age: ("maxKeepAge", self.max_keep_age.as_deref()),
-            samples: ("maxKeepSamples", self.max_keep_samples),
-        }
+        let age = self.max_keep_age.as_deref();
+        RetentionText::new(path, KEYS, age, self.max_keep_samples)
     }
 }
 
