@@ -727,6 +727,7 @@ fn the_event_history_lists_an_xid_a_lost_gpu_an_engine_restart_and_a_reload_in_o
     );
     assert!(xid["time"].as_str() <= xid["recorded"].as_str(), "{xid}");
     assert_eq!(all[order[6]]["details"]["outcome"], "ok");
+    assert_eq!(all[order[6]]["details"]["trigger"], "sighup", "{all:#?}");
     assert_eq!(all[order[2]]["severity"], "error");
     // Filters: one entity (and what lies within it), one type.
     let gpu1 = events(&e, "entity=gpu:1");

@@ -835,6 +835,24 @@ fn a_changed_counters_file_reloads_without_a_signal_and_a_broken_one_keeps_the_o
     e.wait_for_log(10, &format!("{}:2:", csv.display()));
     assert!(e.stderr().contains("keeping the previous counters"));
     assert_eq!(series(&e.scrape(), "DCGM_FI_DEV_POWER_USAGE").len(), 1);
+    // The history names the file as what asked for both reloads, and each outcome.
+    let reloads = crate::support::events::wait_for_events(&e, 10, "type=reload", |ev| {
+        ev.iter().any(|r| r["details"]["outcome"] == "refused")
+    });
+    let told: Vec<(&str, &str)> = reloads
+        .iter()
+        .map(|r| {
+            let d = &r["details"];
+            (
+                d["trigger"].as_str().unwrap(),
+                d["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // (An in-place write may be seen part-written first: how many refusals is the
+    // machine's scheduling; the rename's reload comes first and was loaded.)
+    assert_eq!(told.first(), Some(&("counters-file", "ok")), "{reloads:#?}");
+    assert!(told.iter().all(|t| t.0 == "counters-file"), "{reloads:#?}");
     // Several quick writes end with the last content loaded. How many reloads they make
     // here depends on this machine's scheduling; that writes inside the debounce make one
     // is tested on a made-up clock (src/lifecycle/watchers/counters_file.rs).

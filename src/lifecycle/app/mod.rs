@@ -25,6 +25,7 @@ use crate::collect::engines::Collected;
 use crate::collect::nvml::NvmlCollector;
 use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
+use crate::lifecycle::control::Trigger;
 use crate::lifecycle::worker::{Current, JobError, Worker};
 use crate::model::clock::{now_secs_f64, now_us};
 use crate::model::Page;
@@ -424,18 +425,24 @@ impl Runner {
         done.unwrap_or_else(|e| Err(job_failure(e)))
     }
 
-    /// Re-reads the CSV and rebuilds the watches; on any error the old set stays in use.
-    /// `Ok(true)` when the watches were built anew.
+    /// Re-reads the CSV and rebuilds the watches, as `triggers` asked; on any error the old
+    /// set stays in use. `Ok(true)` when the watches were built anew.
     fn reload(
         &self,
         worker: Option<&Worker<Dcgm>>,
+        triggers: &[Trigger],
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<bool, Failure> {
+        let trigger: Vec<&str> = triggers.iter().map(|t| t.as_str()).collect();
+        let trigger = trigger.join(",");
+        let event = |outcome: Result<&str, &str>| {
+            crate::model::events::reload("counters", &trigger, outcome);
+        };
         let new = match self.collectors.load_for(self.settings.emulate) {
             Ok(c) => Arc::new(c),
             Err(e) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                crate::model::events::reload("counters", Err(&e.to_string()));
+                event(Err(&e.to_string()));
                 return Ok(false);
             }
         };
@@ -446,19 +453,19 @@ impl Runner {
                 "reloaded {} (DCGM's watches are made with it once DCGM answers)",
                 self.collectors.describe()
             );
-            crate::model::events::reload("counters", Ok(&self.collectors.describe()));
+            event(Ok(&self.collectors.describe()));
             return Ok(false);
         };
         match self.build(worker, new.clone(), stop) {
             Ok(()) => {
                 *self.counters.write().unwrap_or_else(|p| p.into_inner()) = new;
                 tracing::info!("reloaded {}", self.collectors.describe());
-                crate::model::events::reload("counters", Ok(&self.collectors.describe()));
+                event(Ok(&self.collectors.describe()));
                 Ok(true)
             }
             Err(Failure::Watches(e) | Failure::Config(e)) => {
                 tracing::error!("reload: {e}; keeping the previous counters");
-                crate::model::events::reload("counters", Err(&e));
+                event(Err(&e));
                 Ok(false)
             }
             Err(f) => Err(f),

@@ -4,7 +4,7 @@
 
 use super::fallback::Fallback;
 use super::{Dcgm, Engine, Failure, Runner, TickResult};
-use crate::lifecycle::control::Control;
+use crate::lifecycle::control::{Control, Trigger};
 use crate::lifecycle::worker::{Abandoned, Worker};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ impl Runner {
                 control,
                 stopping: false,
                 stop_seen: None,
-                reload: false,
+                reload: Vec::new(),
             },
             backoff: self.first_backoff(),
             fallback: self.has_fallback().then(Fallback::default),
@@ -49,14 +49,18 @@ struct Inbox {
     /// When the stop arrived: the watches' removal is timed from it, not from the end of
     /// the step this loop was in (every engine's loop then ends by the same time).
     stop_seen: Option<Instant>,
-    /// A SIGHUP arrived and is not handled yet.
-    reload: bool,
+    /// What asked for a reload not handled yet, each once, in order of arrival.
+    reload: Vec<Trigger>,
 }
 
 impl Inbox {
     fn take(&mut self, m: Result<Control, ()>) {
         match m {
-            Ok(Control::Reload) => self.reload = true,
+            Ok(Control::Reload(t)) => {
+                if !self.reload.contains(&t) {
+                    self.reload.push(t);
+                }
+            }
             Ok(Control::Stop) | Err(()) => {
                 self.stopping = true;
                 self.stop_seen.get_or_insert_with(Instant::now);
@@ -77,7 +81,7 @@ impl Inbox {
 
     /// Waits until `until`, or less if a message arrives.
     fn wait_until(&mut self, until: Instant) {
-        while !self.stopping && !self.reload {
+        while !self.stopping && self.reload.is_empty() {
             let Some(left) = until.checked_duration_since(Instant::now()) else {
                 // A step that took the whole wait (a hung NVML) must not hide a stop.
                 self.poll();
@@ -160,10 +164,11 @@ impl Loop<'_> {
                 if self.inbox.stopping {
                     return self.stop_watches();
                 }
-                if !std::mem::take(&mut self.inbox.reload) {
+                let triggers = std::mem::take(&mut self.inbox.reload);
+                if triggers.is_empty() {
                     break;
                 }
-                self.reload();
+                self.reload(&triggers);
             }
         }
         self.stop_watches();
@@ -314,7 +319,7 @@ impl Loop<'_> {
         self.built = false;
     }
 
-    fn reload(&mut self) {
+    fn reload(&mut self, triggers: &[Trigger]) {
         let Loop {
             runner,
             worker,
@@ -323,7 +328,7 @@ impl Loop<'_> {
             ..
         } = self;
         let before = runner.counters();
-        let reloaded = runner.reload(worker.as_ref(), &mut || inbox.poll());
+        let reloaded = runner.reload(worker.as_ref(), triggers, &mut || inbox.poll());
         if let Some(f) = fallback.as_mut() {
             if !std::sync::Arc::ptr_eq(&before, &runner.counters()) {
                 f.reload(runner, &mut || inbox.poll());
@@ -379,7 +384,7 @@ mod tests {
             control,
             stopping: false,
             stop_seen: None,
-            reload: false,
+            reload: Vec::new(),
         };
         (tx, inbox)
     }
@@ -390,9 +395,12 @@ mod tests {
         let past = Instant::now();
         std::thread::sleep(Duration::from_millis(5));
         let (tx, mut i) = inbox();
-        tx.send(Control::Reload).unwrap();
+        tx.send(Control::Reload(Trigger::Sighup)).unwrap();
+        tx.send(Control::Reload(Trigger::CountersFile)).unwrap();
+        tx.send(Control::Reload(Trigger::Sighup)).unwrap();
         i.wait_until(past);
-        assert!(i.reload && !i.stopping);
+        assert_eq!(i.reload, [Trigger::Sighup, Trigger::CountersFile]);
+        assert!(!i.stopping);
         let (tx, mut i) = inbox();
         tx.send(Control::Stop).unwrap();
         i.wait_until(past);

@@ -11,7 +11,7 @@ use crate::attribution::{self, Attribution};
 use crate::config::counters::Counters;
 use crate::config::{cli, configmap};
 use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
-use crate::lifecycle::control::Control;
+use crate::lifecycle::control::{Control, Trigger};
 use crate::lifecycle::watchers;
 use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
@@ -654,7 +654,7 @@ impl Signals {
                 rt.spawn(async move {
                     while hup.recv().await.is_some() {
                         tracing::info!("SIGHUP: reloading the counters");
-                        let _ = control.send(Control::Reload);
+                        let _ = control.send(Control::Reload(Trigger::Sighup));
                     }
                 });
             }
@@ -840,7 +840,7 @@ fn counters_source(
         let _ = control
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .send(Control::Reload);
+            .send(Control::Reload(Trigger::ConfigMap));
     })
     .map_err(Error::CountersSource)
 }

@@ -13,7 +13,7 @@
 //! seen by the watch; a poll that finds no watch (its set-up failed) sets it up. A failing
 //! poll is a warning and a /health line until a poll works again.
 
-use crate::lifecycle::control::Control;
+use crate::lifecycle::control::{Control, Trigger};
 use crate::lifecycle::worker::Current;
 use crate::runtime::supervisor::{Beat, Supervisor};
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
@@ -200,7 +200,7 @@ fn poll_once<D: WatchSlot>(
                 timestamp = ts,
                 "GPU bind/unbind: reinitialization completed; rediscovering GPUs and rebuilding watches"
             );
-            if control.send(Control::Reload).is_err() {
+            if control.send(Control::Reload(Trigger::BindUnbind)).is_err() {
                 return false;
             }
         }

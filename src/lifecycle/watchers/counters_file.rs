@@ -8,7 +8,7 @@
 //! (logged once). A broken new file is handled by the reload itself: the old counters stay,
 //! the error names file and line.
 
-use crate::lifecycle::control::Control;
+use crate::lifecycle::control::{Control, Trigger};
 use crate::runtime::supervisor::{Beat, Supervisor};
 use crate::runtime::wakeup::{DirEvents, Wake};
 use std::path::{Path, PathBuf};
@@ -97,7 +97,10 @@ fn run(
                 file = %path.display(),
                 "counters file changed on disk: reloading"
             );
-            if control.send(Control::Reload).is_err() {
+            if control
+                .send(Control::Reload(Trigger::CountersFile))
+                .is_err()
+            {
                 return;
             }
         }
@@ -159,7 +162,7 @@ mod tests {
     fn reloaded(rx: &Receiver<Control>) -> bool {
         matches!(
             rx.recv_timeout(Duration::from_secs(20)),
-            Ok(Control::Reload)
+            Ok(Control::Reload(Trigger::CountersFile))
         )
     }
 

@@ -1,7 +1,8 @@
 //! What asks the collection loop to rebuild: a change of the counters source (the file on
 //! disk, `counters_file`, or the `-m` ConfigMap, `counters_configmap`), and GPU bind/unbind
-//! events. Each sends [`crate::lifecycle::control::Control::Reload`], the same message
-//! as SIGHUP, so a rebuild re-reads the counters and rediscovers the node.
+//! events. Each sends [`crate::lifecycle::control::Control::Reload`], the message SIGHUP
+//! sends, naming itself as the trigger; a rebuild re-reads the counters and rediscovers
+//! the node.
 
 pub(crate) mod bind_unbind;
 pub(crate) mod counters_configmap;

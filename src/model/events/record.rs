@@ -300,9 +300,11 @@ impl Recorder {
         });
     }
 
-    /// A reload of `what` (`counters`, ...): `Ok(what was loaded)` or `Err(why it was
-    /// refused)`, the previous set staying in force.
-    pub fn reload(&self, what: &str, outcome: Result<&str, &str>) {
+    /// A reload of `what` (`counters`, ...) that `trigger` asked for (`sighup`,
+    /// `counters-file`, `configmap`, `bind-unbind`; several comma-separated when they came
+    /// together): `Ok(what was loaded)` or `Err(why it was refused)`, the previous set
+    /// staying in force.
+    pub fn reload(&self, what: &str, trigger: &str, outcome: Result<&str, &str>) {
         let n = match outcome {
             Ok(loaded) => Draft::new(
                 Kind::Reload,
@@ -320,7 +322,7 @@ impl Recorder {
             .with("outcome", "refused")
             .with("reason", why),
         };
-        self.add(n.with("what", what));
+        self.add(n.with("what", what).with("trigger", trigger));
     }
 
     /// Profiling of GPU `gpu` was re-armed, or the embedded engine restarted for it
@@ -487,8 +489,8 @@ pub(crate) fn failover_released(served_s: f64) {
 }
 
 /// [`Recorder::reload`] into the process's history.
-pub fn reload(what: &str, outcome: Result<&str, &str>) {
-    super::global().reload(what, outcome);
+pub fn reload(what: &str, trigger: &str, outcome: Result<&str, &str>) {
+    super::global().reload(what, trigger, outcome);
 }
 
 /// [`Recorder::profiling_rearm`] into the process's history: the hook for profiling
