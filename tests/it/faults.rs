@@ -887,3 +887,28 @@ fn a_gpu_lost_mid_interval_keeps_only_its_samples_before_the_loss() {
     assert!(of(&page, "2").is_some_and(|n| n >= 10.0));
     assert_no_panic(&e);
 }
+
+/// An XID is an event whatever the counters: the GPU operator's profiling list
+/// (etc/dcp-metrics-included.csv) has no `DCGM_EXP_XID_ERRORS_*` or health row, and its
+/// XIDs still reach the history at DCGM's time, without adding a series to the page.
+#[test]
+fn an_xid_is_an_event_with_counters_that_have_no_xid_window() {
+    use crate::support::events::wait_for_events;
+    let (_dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let dcp = repo("etc/dcp-metrics-included.csv");
+    let e = b.args(&["-c", "200", "-f", dcp.to_str().unwrap()]).start();
+    let before = e.scrape();
+    control(&ctl, "xid 2 79");
+    let xids = wait_for_events(&e, 10, "type=xid", |ev| {
+        ev.iter().any(|v| v["entity"] == "gpu:2")
+    });
+    let xid = &xids[0];
+    assert_eq!(xid["details"]["xid"], 79, "{xid}");
+    assert_eq!(xid["time_source"], "dcgm", "{xid}");
+    assert_eq!(xids.len(), 1, "{xids:#?}");
+    // No series of an XID window, before or after.
+    for p in [before, e.scrape()] {
+        assert!(p.iter().all(|s| !s.name.starts_with("DCGM_EXP_XID")));
+    }
+    assert_no_panic(&e);
+}

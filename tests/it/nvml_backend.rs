@@ -399,6 +399,46 @@ fn auto_fails_over_to_nvml_while_a_remote_engine_is_killed_and_comes_back() {
         "{log}"
     );
     assert_eq!(log.matches("DCGM is back").count(), 1, "{log}");
+    failover_events(&e, port);
+}
+
+/// The history of one outage of the engine at `port`, in order: the session at start, its
+/// loss, NVML engaged (with why), the session back, NVML released (with how long it served).
+fn failover_events(e: &Exporter, port: u16) {
+    use crate::support::events::{position, wait_for_events};
+    let at = format!("engine:127.0.0.1:{port}");
+    let all = wait_for_events(e, 10, "since=10m", |ev| {
+        ev.iter().any(|v| v["type"] == "failover_released")
+    });
+    let mut from = 0;
+    let mut found = Vec::new();
+    for kind in [
+        "engine_up",
+        "engine_down",
+        "failover_engaged",
+        "engine_up",
+        "failover_released",
+    ] {
+        let i = position(&all[from..], kind, &at).unwrap_or_else(|| panic!("{kind}: {all:#?}"));
+        found.push(&all[from + i]);
+        from += i + 1;
+    }
+    let engaged = found[2];
+    assert_eq!(engaged["severity"], "warning", "{engaged}");
+    assert!(
+        !engaged["details"]["reason"].as_str().unwrap().is_empty(),
+        "{engaged}"
+    );
+    let released = found[4];
+    assert!(
+        released["details"]["served_ms"].as_i64().unwrap() > 0,
+        "{released}"
+    );
+    // One outage, one failover each way.
+    for kind in ["failover_engaged", "failover_released"] {
+        let n = all.iter().filter(|v| v["type"] == kind).count();
+        assert_eq!(n, 1, "{kind}: {all:#?}");
+    }
 }
 
 #[test]
@@ -418,6 +458,7 @@ fn auto_fails_over_to_nvml_while_a_remote_engine_is_stopped() {
         1,
         "{log}"
     );
+    failover_events(&e, port);
 }
 
 #[test]

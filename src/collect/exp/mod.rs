@@ -84,6 +84,12 @@ pub(crate) trait Derived: Any + Send {
     /// failure leaves the page as it was (the piece's series left out whole).
     fn collect(&mut self, pass: &mut Pass<'_>, page: &mut Page) -> dcgm_sys::Result<()>;
 
+    /// Whether it adds series. One that only records events (the XID watch kept for the
+    /// history) neither keeps a collection whose other pieces failed alive nor fails it.
+    fn serves_series(&self) -> bool {
+        true
+    }
+
     /// Its field watches, in the order they were made.
     fn watches(&self) -> Vec<&Watch> {
         Vec::new()
@@ -161,7 +167,12 @@ impl ExpCollectors {
         };
         for p in &mut self.parts {
             let r = p.collect(&mut pass, page);
-            outcome.piece(p.source(), r, failures, page)?;
+            if p.serves_series() {
+                outcome.piece(p.source(), r, failures, page)?;
+            } else {
+                // Still counted and logged; a lost session is still the collection's.
+                Outcome::default().piece(p.source(), r, failures, page)?;
+            }
         }
         Ok(())
     }

@@ -15,6 +15,9 @@ use dcgm_sys::{Entity, Reading, Session, Value};
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
 
+/// What a failure of the XID watch kept for the event history alone is counted under.
+const EVENTS_SOURCE: &str = "xid events";
+
 /// Clock-event reason bits and their `clock_event` label (dcgm_fields.h
 /// `DCGM_CLOCKS_EVENT_REASON_*`).
 const CLOCK_EVENTS: &[(i64, &str)] = &[
@@ -41,7 +44,10 @@ struct Spec {
     name: &'static str,
 }
 
-/// The XID window, when the counters ask for its count or total.
+/// The XID window, when the counters ask for its count or total; otherwise a watch of the
+/// XIDs for the event history alone (no series), so that every XID DCGM reports is an
+/// event whichever counters are collected (the GPU operator's profiling list has no XID
+/// row).
 pub(super) fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let spec = Spec {
         field: fields::XID_ERRORS,
@@ -68,22 +74,30 @@ pub(super) fn clock_events(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box
 }
 
 /// A window watching its source field (even when the CSV lacks it) with samples kept for
-/// the whole window.
+/// the whole window. XIDs are watched without a row too, for their events: the window is
+/// then empty (each read starts after the last) and no series is added.
 fn windowed(start: &mut Start<'_>, spec: Spec) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let targets: Vec<Entity> = start.gpu_targets.iter().map(|t| t.entity).collect();
     let (count_row, total_row) = (start.row(spec.count), start.row(spec.total));
-    if (count_row.is_none() && total_row.is_none()) || targets.is_empty() {
+    let events_only = count_row.is_none() && total_row.is_none();
+    if (events_only && spec.field != fields::XID_ERRORS) || targets.is_empty() {
         return Ok(None);
     }
+    let window_ms = if events_only { 0 } else { spec.window_ms };
     let (sources, entities) = read_entities(spec.field, start.topology, &targets);
     // The hidden dependency: watch the source field even when the CSV lacks it, keeping
-    // samples for at least the whole window.
-    let (keep_age_s, keep_samples) = start.settings.window_retention(spec.window_ms);
+    // samples for at least the whole window (for events alone, a late read's worth).
+    let kept_ms = if events_only {
+        start.settings.interval_ms
+    } else {
+        window_ms
+    };
+    let (keep_age_s, keep_samples) = start.settings.window_retention(kept_ms);
     let source = count_row
         .as_ref()
         .or(total_row.as_ref())
-        .map(|r| r.name.clone());
-    let source = source.unwrap_or_default();
+        .map_or(EVENTS_SOURCE, |r| r.name.as_str())
+        .to_string();
     let watched = match watch_all(
         start.session,
         &format!("dcgm-exporter-{}", spec.name),
@@ -106,7 +120,7 @@ fn windowed(start: &mut Start<'_>, spec: Spec) -> dcgm_sys::Result<Option<Box<dy
     }
     Ok(Some(Box::new(Windowed {
         field: spec.field,
-        window_ms: spec.window_ms,
+        window_ms,
         label: spec.label,
         count_row,
         total_row,
@@ -168,11 +182,17 @@ impl Derived for Windowed {
         self.count_row
             .as_ref()
             .or(self.total_row.as_ref())
-            .map_or("windowed counts", |r| r.name.as_str())
+            .map_or(EVENTS_SOURCE, |r| r.name.as_str())
     }
 
+    /// A window samples first so that it ends now; the XID watch kept for events alone
+    /// reads what DCGM already has (no extra sampling for counters without a window).
     fn reads_window(&self) -> bool {
-        true
+        self.has_rows()
+    }
+
+    fn serves_series(&self) -> bool {
+        self.has_rows()
     }
 
     fn collect(&mut self, pass: &mut Pass<'_>, page: &mut Page) -> dcgm_sys::Result<()> {
@@ -216,6 +236,11 @@ impl Derived for Windowed {
 }
 
 impl Windowed {
+    /// Whether the counters ask for its count or total (else it is kept for XID events).
+    fn has_rows(&self) -> bool {
+        self.count_row.is_some() || self.total_row.is_some()
+    }
+
     /// The values a sample stands for: the XID itself, or each clock-event bit set.
     fn keys(&self, v: i64) -> Vec<String> {
         if self.field == fields::XID_ERRORS {
