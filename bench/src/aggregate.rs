@@ -8,11 +8,17 @@
 //! DCGM 4.6 kit) embedded over N injected H100s instead: DCGM's own 100 ms sampling is then
 //! the real library's.
 //!
+//! Beside the process's CPU, each is split by thread: `collection` (the worker that calls
+//! DCGM or NVML and builds the page; dcgm-sim samples lazily, inside those calls),
+//! `publishing` (the loop that renders and compresses the page each collection), and
+//! `engine+other` (the rest: a real libdcgm's own sampling threads, the HTTP runtime), so
+//! that what the engine's faster sampling costs is told apart from the exporter's share.
+//!
 //! `cargo run --release -p bench -- aggregate [--build debug] [--profile etc/sim/h100-8gpu-nvswitch.toml]
 //! [--collectors etc/default-counters.csv] [--interval-ms 1000] [--period 100ms]
 //! [--collections 60] [--rounds 2] [--real DIR --gpus 8]`
 
-use crate::{arg, cpu_us_per_collection, exporter, free_port, get, real_kit, Killed};
+use crate::{arg, exporter, free_port, get, real_kit, self_metric, Killed};
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
@@ -20,14 +26,60 @@ use std::time::{Duration, Instant};
 /// The fields issue 47's target names.
 const FIELDS: &str = "DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK";
 
-/// One run: CPU µs per collection and the page's DCGM series.
+/// The thread groups CPU is split into (see the module's doc).
+const GROUPS: [&str; 3] = ["collection", "publishing", "engine+other"];
+
+fn group_of(thread: &str) -> usize {
+    match thread {
+        "dcgm" | "nvml" => 0,
+        "collector" => 1,
+        _ => 2,
+    }
+}
+
+/// CPU ns so far of each thread group of process `pid`.
+fn cpu_by_group(pid: u32) -> Result<[u64; 3], String> {
+    let dir = format!("/proc/{pid}/task");
+    let mut ns = [0u64; 3];
+    for t in std::fs::read_dir(&dir).map_err(|e| format!("{dir}: {e}"))? {
+        let Ok(t) = t else { continue };
+        let name = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        ns[group_of(name.trim())] += crate::scale::schedstat_ns(&t.path());
+    }
+    Ok(ns)
+}
+
+/// CPU µs per collection of each thread group over `n` collections, after five to warm up.
+fn cpu_us_by_group(url: &str, pid: u32, interval_ms: u64, n: u64) -> Result<[f64; 3], String> {
+    let collections =
+        || get(url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"));
+    let warm = collections()? + 5.0;
+    let t = Instant::now();
+    while collections()? < warm {
+        if t.elapsed() > Duration::from_secs(60) {
+            return Err("collections do not advance".into());
+        }
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
+    let (c0, cpu0) = (collections()?, cpu_by_group(pid)?);
+    std::thread::sleep(Duration::from_millis(n * interval_ms));
+    let (c1, cpu1) = (collections()?, cpu_by_group(pid)?);
+    if c1 <= c0 {
+        return Err("no collection during the measurement".into());
+    }
+    Ok(std::array::from_fn(|i| {
+        cpu1[i].saturating_sub(cpu0[i]) as f64 / 1e3 / (c1 - c0)
+    }))
+}
+
+/// One run: CPU µs per collection of each thread group and the page's DCGM series.
 fn measure(
     dir: &Path,
     profile: &Path,
     csv: &Path,
     nvml: bool,
     on: bool,
-) -> Result<(f64, usize), String> {
+) -> Result<([f64; 3], usize), String> {
     let interval_ms: u64 = crate::number("--interval-ms", "1000")?;
     let n: u64 = crate::number("--collections", "60")?;
     let port = free_port()?;
@@ -62,7 +114,7 @@ fn measure(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let cpu_us = cpu_us_per_collection(&url, child.0.id(), interval_ms, n)?;
+    let cpu_us = cpu_us_by_group(&url, child.0.id(), interval_ms, n)?;
     let page = get(&url)?;
     let series = page.lines().filter(|l| l.starts_with("DCGM_")).count();
     if on && !page.contains("DCGM_FI_DEV_POWER_USAGE_interval_max{") {
@@ -83,8 +135,8 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
         arg("--period", "100ms")
     );
     println!(
-        "{:<6} {:>4} {:>9} {:>9} {:>16}",
-        "source", "agg", "series", "round", "CPU/collection"
+        "{:<6} {:>4} {:>7} {:>6} {:>12} {:>12} {:>14} {:>12}",
+        "source", "agg", "series", "round", "collection", "publishing", "engine+other", "process"
     );
     let real = std::env::args().any(|a| a == "--real");
     let sources: &[(&str, bool)] = if real {
@@ -93,18 +145,35 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
         &[("dcgm", false), ("nvml", true)]
     };
     for &(name, nvml) in sources {
-        let mut sums = [0.0f64; 2];
+        let mut sums = [[0.0f64; 3]; 2];
         for round in 0..rounds {
             for (i, on) in [false, true].into_iter().enumerate() {
                 let (cpu_us, series) = measure(dir, &profile, &csv, nvml, on)?;
-                sums[i] += cpu_us;
+                for (sum, us) in sums[i].iter_mut().zip(cpu_us) {
+                    *sum += us;
+                }
                 let agg = if on { "on" } else { "off" };
-                println!("{name:<6} {agg:>4} {series:>9} {round:>9} {cpu_us:>13.0} µs");
+                let total: f64 = cpu_us.iter().sum();
+                println!(
+                    "{name:<6} {agg:>4} {series:>7} {round:>6} {:>9.0} µs {:>9.0} µs {:>11.0} µs {:>9.0} µs",
+                    cpu_us[0], cpu_us[1], cpu_us[2], total
+                );
             }
         }
-        let (off, on) = (sums[0] / rounds as f64, sums[1] / rounds as f64);
+        let per = |i: usize, g: usize| sums[i][g] / rounds as f64;
+        for (g, group) in GROUPS.iter().enumerate() {
+            println!(
+                "{name}: {group:<12} {:>7.0} µs off, {:>7.0} µs on: with / without {:.3}",
+                per(0, g),
+                per(1, g),
+                per(1, g) / per(0, g).max(1.0)
+            );
+        }
+        let (off, on): (f64, f64) = (sums[0].iter().sum(), sums[1].iter().sum());
         println!(
-            "{name}: {off:.0} µs off, {on:.0} µs on: CPU per collection with / without {:.3} (target <= 1.10)",
+            "{name}: process {:.0} µs off, {:.0} µs on: CPU per collection with / without {:.3} (target <= 1.10)",
+            off / rounds as f64,
+            on / rounds as f64,
             on / off
         );
     }

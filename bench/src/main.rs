@@ -646,7 +646,7 @@ fn cpu_us_per_collection(url: &str, pid: u32, interval_ms: u64, n: u64) -> Resul
     Ok((cpu1 - cpu0) * 1e6 / (c1 - c0))
 }
 
-fn self_metric(page: &str, key: &str) -> f64 {
+pub(crate) fn self_metric(page: &str, key: &str) -> f64 {
     page.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)
