@@ -12,3 +12,10 @@ pub mod events_cmd;
 pub mod startup;
 pub(crate) mod watchers;
 pub(crate) mod worker;
+
+/// Hands collection's `DCGM_EXP_*` names to the counters reader, which configuration owns
+/// and which, coming before collection, cannot ask for them: once, before any counters are
+/// read (start-up's first step; a test reading counters through the library calls it too).
+pub fn know_derived_metrics() {
+    crate::config::counters::know_exp_names(crate::collect::exp::names());
+}

@@ -39,6 +39,7 @@ const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 /// the collection loop stops its engine or disconnects, then `dcgmShutdown` ends DCGM's
 /// own threads, within [`SHUTDOWN_DEADLINE`].
 pub fn run(config: cli::Config) -> Outcome {
+    super::know_derived_metrics();
     let mut library = None;
     let mut stopped_at = None;
     let result = serve(config, &mut library, &mut stopped_at);
