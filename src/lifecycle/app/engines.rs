@@ -12,8 +12,8 @@
 use super::{Dcgm, Runner};
 use crate::collect::engines::{self, Collected, RemoteEngine};
 use crate::lifecycle::control::Control;
-use crate::lifecycle::worker::Worker;
 use crate::model::Page;
+use crate::runtime::worker::Worker;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};

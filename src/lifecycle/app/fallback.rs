@@ -16,7 +16,7 @@
 
 use super::{Dcgm, Engine, Failure, Runner, TickResult};
 use crate::collect::engines::Collected;
-use crate::lifecycle::worker::{Abandoned, Worker};
+use crate::runtime::worker::{Abandoned, Worker};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 use super::fallback::Fallback;
 use super::{Dcgm, Engine, Failure, Runner, TickResult};
 use crate::lifecycle::control::{Control, Trigger};
-use crate::lifecycle::worker::{Abandoned, Worker};
+use crate::runtime::worker::{Abandoned, Worker};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 

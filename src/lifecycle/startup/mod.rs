@@ -13,10 +13,10 @@ use crate::config::{cli, configmap};
 use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
 use crate::lifecycle::control::{Control, Trigger};
 use crate::lifecycle::watchers;
-use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
 use crate::output::{self, http};
 use crate::runtime::kubeapi::KubeApi;
+use crate::runtime::worker::Worker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
