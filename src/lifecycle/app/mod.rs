@@ -17,11 +17,11 @@
 pub(crate) mod engines;
 pub(crate) use engines::HandOff;
 mod fallback;
-pub(crate) use fallback::EngineGpus;
 mod run_loop;
 
 use crate::attribution::Attribution;
 use crate::collect::engines::Collected;
+use crate::collect::failover::EngineGpus;
 use crate::collect::nvml::NvmlCollector;
 use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
