@@ -15,7 +15,7 @@ type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 /// Why a job gave no result. The first field of `Stuck` and `Panicked` names what the
 /// worker calls into ("DCGM", "NVML"): a warning must name what hung.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum JobError {
+pub enum JobError {
     #[error("no answer from {0} within {1:.1?}")]
     Stuck(&'static str, Duration),
     #[error("the {0} worker thread panicked: {1}")]

@@ -7,7 +7,7 @@
 //! page ends the failover. Each direction is logged once. What NVML may stand in for and
 //! how its failures are retried is `collect::failover`'s.
 
-use super::{Dcgm, Engine, Failure, Runner, TickResult};
+use super::{Cause, Dcgm, Engine, Failure, Runner, TickResult};
 use crate::collect::engines::Collected;
 use crate::collect::failover::{stuck_limit, Coverage, Retry, MIN_DEADLINE};
 use crate::runtime::worker::{Abandoned, Worker};
@@ -107,10 +107,10 @@ impl Fallback {
                 }
             }
             Err(Failure::Stopping) => {}
-            Err(Failure::Session(e)) => self.failed(runner, e, true),
+            Err(Failure::Session(e)) => self.failed(runner, e.to_string(), true),
             // The collector in place stays in use.
-            Err(Failure::Watches(e) | Failure::Config(e)) => {
-                tracing::error!("reload (NVML failover): {e}; keeping the previous counters")
+            Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
+                tracing::error!("reload (NVML failover): {f}; keeping the previous counters")
             }
         }
     }
@@ -147,11 +147,11 @@ impl Fallback {
             }
             Err(Failure::Stopping) => false,
             Err(Failure::Session(e)) => {
-                self.failed(runner, e, true);
+                self.failed(runner, e.to_string(), true);
                 false
             }
-            Err(Failure::Watches(e) | Failure::Config(e)) => {
-                self.failed(runner, e, false);
+            Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
+                self.failed(runner, f.to_string(), false);
                 false
             }
         }
@@ -180,9 +180,8 @@ impl Fallback {
             Some(w) => self.worker.insert(w),
             None => {
                 self.abandoned.retain(|a| !a.has_ended());
-                stuck_limit(self.abandoned.len()).map_err(Failure::Session)?;
-                let w = Worker::spawn("nvml")
-                    .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
+                stuck_limit(self.abandoned.len()).map_err(|e| Failure::Session(Cause::Other(e)))?;
+                let w = Worker::spawn("nvml").map_err(|e| Failure::Session(Cause::Thread(e)))?;
                 // Kept before its build, so that a stuck build is let go as stuck.
                 let w = self.worker.insert(w);
                 runner.build_nvml_within(w, runner.counters(), interval, only.clone(), stop)?;
@@ -202,6 +201,8 @@ impl Fallback {
                 }
             }
         }
-        Err(Failure::Watches("the node's GPUs changed again".into()))
+        Err(Failure::Watches(Cause::Other(
+            "the node's GPUs changed again".into(),
+        )))
     }
 }
