@@ -8,6 +8,7 @@ mod active;
 pub(crate) mod aggregate;
 pub(crate) mod engines;
 pub(crate) mod exp;
+pub(crate) mod failover;
 pub(crate) mod failures;
 pub(crate) mod fields;
 pub(crate) mod freshness;

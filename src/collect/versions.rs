@@ -7,7 +7,6 @@
 
 use super::fields;
 use crate::config::counters::{Counter, CounterField, Counters};
-use crate::model::naming::ExpField;
 use dcgm_sys::releases::{field_since, knows_field};
 use dcgm_sys::Session;
 use std::collections::HashSet;
@@ -45,7 +44,7 @@ pub(crate) fn supported(session: &Session, counters: Arc<Counters>) -> Arc<Count
     let action = counters
         .all
         .iter()
-        .any(|c| matches!(c.field, CounterField::Exp(ExpField::GpuHealthAction)));
+        .any(|c| c.field == CounterField::Exp(crate::collect::exp::HEALTH_ACTION));
     for &(id, feature) in NEEDS.lock().unwrap_or_else(PoisonError::into_inner).iter() {
         if !knows_field(common, id) {
             missing.push(named(feature, id));

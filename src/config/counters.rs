@@ -2,16 +2,32 @@
 //! as Go's encoding/csv reads it ([`super::gocsv`]), columns trimmed of spaces only.
 
 use crate::config::emulate::UpstreamVersion;
-use crate::model::naming::ExpField;
 /// For the integration tests and the bench that read it here.
 use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 use std::path::Path;
+use std::sync::OnceLock;
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum CounterField {
     Dcgm(&'static FieldMeta),
-    Exp(ExpField),
+    /// A derived metric, by its `DCGM_EXP_*` name (one of those given to [`know_exp_names`]).
+    Exp(&'static str),
+}
+
+/// The `DCGM_EXP_*` names a row may ask for: those the derived collectors serve. Collection
+/// owns them and comes after configuration, so start-up, which wires the stages, hands
+/// them over before any counters are read (`lifecycle::know_derived_metrics`).
+static EXP_NAMES: OnceLock<Vec<&'static str>> = OnceLock::new();
+
+/// Sets the `DCGM_EXP_*` names rows may ask for; the first call wins (every caller passes
+/// collection's one list).
+pub fn know_exp_names(names: impl IntoIterator<Item = &'static str>) {
+    let _ = EXP_NAMES.set(names.into_iter().collect());
+}
+
+fn exp_names() -> &'static [&'static str] {
+    EXP_NAMES.get().map_or_else(unregistered, Vec::as_slice)
 }
 
 /// One CSV record.
@@ -141,6 +157,15 @@ const TYPES: &str = "gauge, counter, histogram, summary or label";
 
 /// Parses CSV text; `source_name` prefixes every error (`<source_name>:<line>: ...`).
 pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersError> {
+    parse_with(source_name, text, exp_names())
+}
+
+/// [`parse_str`] accepting the `DCGM_EXP_*` names in `exp_names`.
+pub(crate) fn parse_with(
+    source_name: &str,
+    text: &str,
+    exp_names: &[&'static str],
+) -> Result<Counters, CountersError> {
     let err = |line: usize, message: String| CountersError::Line {
         file: source_name.to_string(),
         line,
@@ -166,7 +191,7 @@ pub fn parse_str(source_name: &str, text: &str) -> Result<Counters, CountersErro
                 (CounterField::Dcgm(b.legacy_meta()), n, Some(b))
             }
             _ => {
-                let (f, n) = resolve(name).map_err(|m| err(line, m))?;
+                let (f, n) = resolve(name, exp_names).map_err(|m| err(line, m))?;
                 (f, n, None)
             }
         };
@@ -251,11 +276,11 @@ fn malformed(e: &super::gocsv::ParseError) -> (usize, String) {
 /// Column 1: a DCGM name (4.6, deprecated alias or 1.x), a `DCGM_EXP_*` name, or a
 /// decimal field id (our extension, exported under the 4.6 name). Base-unit names and ids
 /// (dcgm-exporter 4.9.0's) are resolved before, by [`crate::model::naming::base_units::resolve`].
-fn resolve(name: &str) -> Result<(CounterField, String), String> {
+fn resolve(name: &str, exp_names: &[&'static str]) -> Result<(CounterField, String), String> {
     if let Some(m) = fields::by_name(name) {
         return Ok((CounterField::Dcgm(m), name.to_string()));
     }
-    if let Some(x) = ExpField::by_name(name) {
+    if let Some(x) = exp_names.iter().find(|x| **x == name) {
         return Ok((CounterField::Exp(x), name.to_string()));
     }
     // dcgm-exporter 4.10.0's names of DCGM 4.6 fields (the generation's name: rename.rs).
@@ -282,6 +307,18 @@ fn resolve(name: &str) -> Result<(CounterField, String), String> {
             hint.join(", ")
         )
     })
+}
+
+/// Counters read before start-up handed the names over: a wiring mistake, not an input's.
+#[cfg(not(test))]
+fn unregistered() -> &'static [&'static str] {
+    panic!("counters read before lifecycle::know_derived_metrics")
+}
+
+/// Unit tests read counters without start-up: collection's names, as start-up passes them.
+#[cfg(test)]
+fn unregistered() -> &'static [&'static str] {
+    EXP_NAMES.get_or_init(|| crate::collect::exp::names().collect())
 }
 
 #[cfg(test)]
@@ -659,13 +696,30 @@ mod tests {
         assert_eq!(
             c.exp().map(|c| c.field.clone()).collect::<Vec<_>>(),
             [
-                CounterField::Exp(ExpField::XidErrorsCount),
-                CounterField::Exp(ExpField::ClockEventsTotal)
+                CounterField::Exp("DCGM_EXP_XID_ERRORS_COUNT"),
+                CounterField::Exp("DCGM_EXP_CLOCK_EVENTS_TOTAL")
             ]
         );
-        for x in ExpField::ALL {
-            assert_eq!(ExpField::by_name(&x.to_string()), Some(x));
-        }
+    }
+
+    /// A `DCGM_EXP_*` row is accepted when its name is one of those given, and is an unknown
+    /// field otherwise, as any other unknown name.
+    #[test]
+    fn exp_names_are_the_callers() {
+        let text = "DCGM_EXP_A, gauge, h\n";
+        let c = parse_with("t.csv", text, &["DCGM_EXP_B", "DCGM_EXP_A"]).unwrap();
+        assert_eq!(c.all[0].field, CounterField::Exp("DCGM_EXP_A"));
+        let e = parse_with("t.csv", text, &["DCGM_EXP_B"]).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("t.csv:1: unknown DCGM field 'DCGM_EXP_A'"),
+            "{e}"
+        );
+        let e = parse("DCGM_EXP_XID_ERRORS_COUNTS, gauge, h\n").unwrap_err();
+        assert!(
+            e.starts_with("t.csv:1: unknown DCGM field 'DCGM_EXP_XID_ERRORS_COUNTS'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -79,6 +79,7 @@ fn csv_text() -> impl Strategy<Value = String> {
 
 #[test]
 fn csv_reader_gives_counters_or_an_error_naming_file_and_line() {
+    dcgm_exporter::lifecycle::know_derived_metrics();
     fuzz("counters_csv", csv_text(), |text| {
         let lines = text.split('\n').count();
         match counters::parse_str("f.csv", &text) {
@@ -121,6 +122,7 @@ fn csv_reader_gives_counters_or_an_error_naming_file_and_line() {
 
 #[test]
 fn well_formed_rows_round_trip() {
+    dcgm_exporter::lifecycle::know_derived_metrics();
     fuzz(
         "counters_csv_rows",
         prop::collection::vec(

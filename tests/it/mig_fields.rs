@@ -11,6 +11,7 @@ const GPU_LEVEL: u32 = 1;
 /// except profiling fields of GPU level (N/A on MIG), vGPU fields (none on bare metal) and
 /// the XID field, which has no sample before an XID (DCGM 4.6, event-driven).
 fn expected_on_instances(csv: &str) -> BTreeSet<String> {
+    dcgm_exporter::lifecycle::know_derived_metrics();
     let c = dcgm_exporter::config::counters::load(&repo(csv)).unwrap();
     c.all
         .iter()

@@ -2,7 +2,7 @@
 //! driver's recovery action, its health incidents and whether it is lost) and
 //! `DCGM_EXP_GPU_COUNT` (per node: the GPUs expected, present and lost).
 
-use super::{exp_labels, CsvLabels, Derived, Pass, Start};
+use super::{exp_labels, CsvLabels, Derived, Pass, Registration, Start};
 use crate::collect::failures;
 use crate::collect::fields;
 use crate::collect::health;
@@ -12,18 +12,24 @@ use crate::collect::Settings;
 use crate::config::counters::Counter;
 use crate::config::selector::IdSet;
 use crate::model::clock::now_us;
-use crate::model::naming::ExpField;
 use crate::model::Page;
 use dcgm_sys::{Entity, EntityGroup, Reading, Session, Value};
 use std::any::Any;
 use std::collections::HashMap;
 
+/// Ours: what each GPU needs now (`collect::health`).
+pub(crate) const HEALTH_ACTION: &str = "DCGM_EXP_GPU_HEALTH_ACTION";
+/// Ours: expected, present and lost GPUs of the node.
+const GPU_COUNT: &str = "DCGM_EXP_GPU_COUNT";
+
+pub(super) const REGISTRATION: Registration = Registration {
+    names: &[HEALTH_ACTION, GPU_COUNT],
+    start,
+};
+
 /// The health action and GPU count, when the counters ask for either.
-pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
-    let (action_row, count_row) = (
-        start.row(ExpField::GpuHealthAction),
-        start.row(ExpField::GpuCount),
-    );
+fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+    let (action_row, count_row) = (start.row(HEALTH_ACTION), start.row(GPU_COUNT));
     if action_row.is_none() && count_row.is_none() {
         return Ok(None);
     }

@@ -1,11 +1,10 @@
 //! `DCGM_EXP_GPU_HEALTH_STATUS`: DCGM's health watches on the whole GPUs, per watch and
 //! GPU. Its check is also the health action's (`actions`), so it runs when either is asked.
 
-use super::{accepted, exp_labels, CsvLabels, Derived, Pass, Start};
+use super::{accepted, exp_labels, CsvLabels, Derived, Pass, Registration, Start, HEALTH_ACTION};
 use crate::collect::failures;
 use crate::collect::targets::Target;
 use crate::config::counters::Counter;
-use crate::model::naming::ExpField;
 use crate::model::Page;
 use dcgm_sys::{health_system, Entity, EntityGroup, Group};
 use std::any::Any;
@@ -26,10 +25,18 @@ const HEALTH_WATCHES: &[(&str, u32)] = &[
     ("ALL", health_system::ALL),
 ];
 
+const HEALTH_STATUS: &str = "DCGM_EXP_GPU_HEALTH_STATUS";
+
+/// Serves the health status; the health action is `actions`' (which reads this check).
+pub(super) const REGISTRATION: Registration = Registration {
+    names: &[HEALTH_STATUS],
+    start,
+};
+
 /// DCGM's health watches on the whole GPUs, for the health status and the health action.
-pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
-    let status_row = start.row(ExpField::GpuHealthStatus);
-    let action_row = start.row(ExpField::GpuHealthAction);
+fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+    let status_row = start.row(HEALTH_STATUS);
+    let action_row = start.row(HEALTH_ACTION);
     let whole_gpus = &start.whole_gpus;
     if (status_row.is_none() && action_row.is_none()) || whole_gpus.is_empty() {
         return Ok(None);
@@ -74,9 +81,7 @@ struct Health {
 impl Derived for Health {
     /// The name failures of the health check are counted under.
     fn source(&self) -> &str {
-        self.row
-            .as_ref()
-            .map_or(ExpField::GpuHealthAction.name(), |r| r.name.as_str())
+        self.row.as_ref().map_or(HEALTH_ACTION, |r| r.name.as_str())
     }
 
     fn collect(&mut self, pass: &mut Pass<'_>, page: &mut Page) -> dcgm_sys::Result<()> {

@@ -2,9 +2,10 @@
 //! windowed and cumulative XID and clock-event counts (`windowed`), GPU health (`health`),
 //! the health action and GPU count (`actions`) and NVLink P2P status (`p2p`).
 //!
-//! Each is a [`Derived`] made by a start function in [`DERIVED`]; adding a metric is a file
-//! with its collector and one line there (and its name in `model::naming::ExpField`, which
-//! the counters CSV is read against).
+//! Each is a [`Derived`] made by the start function of its [`Registration`] in [`DERIVED`],
+//! which also names the `DCGM_EXP_*` metrics it serves: adding a metric is a file with its
+//! name, its collector and its registration, and one line there. Start-up hands the names
+//! ([`names`]) to the counters reader, which accepts a row asking for one of them.
 
 mod actions;
 mod health;
@@ -17,7 +18,6 @@ use crate::collect::topology::Topology;
 use crate::collect::watch::Watch;
 use crate::collect::Settings;
 use crate::config::counters::{Counter, CounterField, Counters};
-use crate::model::naming::ExpField;
 use crate::model::Page;
 use dcgm_sys::{Entity, HealthResponse, Session};
 use std::any::Any;
@@ -42,10 +42,10 @@ pub(crate) struct Start<'a> {
 
 impl Start<'_> {
     /// The counters row of a derived metric, when the CSV asks for it.
-    pub(crate) fn row(&self, f: ExpField) -> Option<Counter> {
+    pub(crate) fn row(&self, name: &str) -> Option<Counter> {
         self.counters
             .exp()
-            .find(|c| matches!(&c.field, CounterField::Exp(e) if *e == f))
+            .find(|c| matches!(c.field, CounterField::Exp(n) if n == name))
             .cloned()
     }
 
@@ -105,15 +105,29 @@ pub(crate) trait Derived: Any + Send {
 /// it, counted in `failures`); an error only when the session is lost.
 pub(crate) type StartFn = fn(&mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>>;
 
+/// A derived collector as its file registers it.
+pub(crate) struct Registration {
+    /// The `DCGM_EXP_*` metrics it serves, each a name a counters row may ask for.
+    pub names: &'static [&'static str],
+    pub start: StartFn,
+}
+
 /// Every derived collector, in start and collection order (the health status before the
 /// health action, which reads its check).
-pub(crate) const DERIVED: &[StartFn] = &[
-    windowed::xid,
-    windowed::clock_events,
-    health::start,
-    actions::start,
-    p2p::start,
+pub(crate) const DERIVED: &[Registration] = &[
+    windowed::XID_REGISTRATION,
+    windowed::CLOCK_EVENTS_REGISTRATION,
+    health::REGISTRATION,
+    actions::REGISTRATION,
+    p2p::REGISTRATION,
 ];
+
+pub(crate) use actions::HEALTH_ACTION;
+
+/// Every `DCGM_EXP_*` name a counters row may ask for: the names of [`DERIVED`].
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
+    DERIVED.iter().flat_map(|r| r.names.iter().copied())
+}
 
 /// The derived collectors of one collector.
 #[derive(Default)]
@@ -140,8 +154,8 @@ impl ExpCollectors {
             failures,
         };
         let mut parts = Vec::new();
-        for make in DERIVED {
-            parts.extend(make(&mut start)?);
+        for r in DERIVED {
+            parts.extend((r.start)(&mut start)?);
         }
         Ok(ExpCollectors { parts })
     }

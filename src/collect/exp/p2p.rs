@@ -1,15 +1,21 @@
 //! `DCGM_EXP_P2P_STATUS`: the NVLink P2P status of each pair of GPUs.
 
-use super::{exp_labels, CsvLabels, Derived, Pass, Start};
+use super::{exp_labels, CsvLabels, Derived, Pass, Registration, Start};
 use crate::collect::targets::Target;
 use crate::config::counters::Counter;
-use crate::model::naming::ExpField;
 use crate::model::Page;
 use std::any::Any;
 
+const P2P_STATUS: &str = "DCGM_EXP_P2P_STATUS";
+
+pub(super) const REGISTRATION: Registration = Registration {
+    names: &[P2P_STATUS],
+    start,
+};
+
 /// The P2P matrix of the whole GPUs, when the counters ask for it and there is a pair.
-pub(super) fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
-    let Some(row) = start.row(ExpField::P2PStatus) else {
+fn start(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+    let Some(row) = start.row(P2P_STATUS) else {
         return Ok(None);
     };
     if start.topology.gpus.len() < 2 {

@@ -1,7 +1,7 @@
 //! `DCGM_EXP_XID_ERRORS_COUNT`/`_TOTAL` and `DCGM_EXP_CLOCK_EVENTS_COUNT`/`_TOTAL`: counts of
 //! one field's sample values over a sliding window, plus since-start totals.
 
-use super::{accepted, exp_labels, CsvLabels, Derived, Pass, Start};
+use super::{accepted, exp_labels, CsvLabels, Derived, Pass, Registration, Start};
 use crate::collect::failures;
 use crate::collect::fields;
 use crate::collect::targets::Target;
@@ -9,7 +9,6 @@ use crate::collect::topology::Topology;
 use crate::collect::watch::{watch_all, Watch};
 use crate::config::counters::Counter;
 use crate::model::clock::now_us;
-use crate::model::naming::ExpField;
 use crate::model::Page;
 use dcgm_sys::{Entity, Reading, Session, Value};
 use std::any::Any;
@@ -37,23 +36,38 @@ struct Spec {
     field: u16,
     /// The label of a sample's value (`xid`, `clock_event`).
     label: &'static str,
-    count: ExpField,
-    total: ExpField,
+    count: &'static str,
+    total: &'static str,
     window_ms: u64,
     /// The watch's name.
     name: &'static str,
 }
 
+const XID_ERRORS_COUNT: &str = "DCGM_EXP_XID_ERRORS_COUNT";
+const XID_ERRORS_TOTAL: &str = "DCGM_EXP_XID_ERRORS_TOTAL";
+const CLOCK_EVENTS_COUNT: &str = "DCGM_EXP_CLOCK_EVENTS_COUNT";
+const CLOCK_EVENTS_TOTAL: &str = "DCGM_EXP_CLOCK_EVENTS_TOTAL";
+
+pub(super) const XID_REGISTRATION: Registration = Registration {
+    names: &[XID_ERRORS_COUNT, XID_ERRORS_TOTAL],
+    start: xid,
+};
+
+pub(super) const CLOCK_EVENTS_REGISTRATION: Registration = Registration {
+    names: &[CLOCK_EVENTS_COUNT, CLOCK_EVENTS_TOTAL],
+    start: clock_events,
+};
+
 /// The XID window, when the counters ask for its count or total; otherwise a watch of the
 /// XIDs for the event history alone (no series), so that every XID DCGM reports is an
 /// event whichever counters are collected (the GPU operator's profiling list has no XID
 /// row).
-pub(super) fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let spec = Spec {
         field: fields::XID_ERRORS,
         label: "xid",
-        count: ExpField::XidErrorsCount,
-        total: ExpField::XidErrorsTotal,
+        count: XID_ERRORS_COUNT,
+        total: XID_ERRORS_TOTAL,
         window_ms: start.settings.xid_window_ms,
         name: "xid",
     };
@@ -61,12 +75,12 @@ pub(super) fn xid(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Deri
 }
 
 /// The clock-event window, when the counters ask for its count or total.
-pub(super) fn clock_events(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
+fn clock_events(start: &mut Start<'_>) -> dcgm_sys::Result<Option<Box<dyn Derived>>> {
     let spec = Spec {
         field: fields::CLOCKS_EVENT_REASONS,
         label: "clock_event",
-        count: ExpField::ClockEventsCount,
-        total: ExpField::ClockEventsTotal,
+        count: CLOCK_EVENTS_COUNT,
+        total: CLOCK_EVENTS_TOTAL,
         window_ms: start.settings.clock_events_window_ms,
         name: "clock-events",
     };

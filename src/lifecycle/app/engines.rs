@@ -3,17 +3,18 @@
 //! own: its session, worker, reconnect back-off, abandoned stuck workers, rebuilds,
 //! freshness), but hands its collected page to the [`Combiner`] instead of publishing it.
 //! The combiner waits for every live engine's page of this interval (one and a half
-//! intervals at most), merges them into one page with the engine label on every series
-//! (`collect::engines::merge`), and attributes, renders and publishes that page once
+//! intervals at most: `collect::engines::Rounds` says when a round is complete), merges
+//! them into one page with the engine label on every series (`collect::engines::merge`),
+//! and attributes, renders and publishes that page once
 //! (`Runner::publish_collected` of the main runner, which owns the attribution stage, the
 //! served state and the sinks). An engine that fails contributes nothing: its series are
 //! withdrawn from the served page at once, the others keep serving.
 
 use super::{Dcgm, Runner};
-use crate::collect::engines::{self, Collected, RemoteEngine};
+use crate::collect::engines::{self, Collected, RemoteEngine, Round, Rounds};
 use crate::lifecycle::control::Control;
-use crate::lifecycle::worker::Worker;
 use crate::model::Page;
+use crate::runtime::worker::Worker;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -26,35 +27,9 @@ pub(crate) struct HandOff {
     pub index: usize,
 }
 
-#[derive(Default)]
-struct Slot {
-    /// The page collected since the last publish, and how long it took.
-    fresh: Option<(Box<Collected>, Duration)>,
-    up: bool,
-    /// Why the engine is down (`None` while up, or before its first try ended).
-    down: Option<String>,
-    /// Its series are on the served page and must go.
-    withdraw: bool,
-    /// Its series are on the served page.
-    published: bool,
-    /// A session to it was opened before (the next one is a reconnect).
-    connected_before: bool,
-}
-
-#[derive(Default)]
 struct State {
-    slots: Vec<Slot>,
+    rounds: Rounds,
     stopping: bool,
-}
-
-impl State {
-    fn any_fresh(&self) -> bool {
-        self.slots.iter().any(|s| s.fresh.is_some())
-    }
-
-    fn all_up_fresh(&self) -> bool {
-        self.slots.iter().all(|s| !s.up || s.fresh.is_some())
-    }
 }
 
 /// The pages of every engine, joined into one per interval.
@@ -119,15 +94,14 @@ impl Combiner {
         metrics.register(Box::new(up.clone()));
         metrics.register(Box::new(reconnects.clone()));
         metrics.register(Box::new(collections.clone()));
-        let slots = engines.iter().map(|_| Slot::default()).collect();
         Ok(Combiner {
+            state: Mutex::new(State {
+                rounds: Rounds::new(engines.len()),
+                stopping: false,
+            }),
             engines,
             wants_topology,
             interval,
-            state: Mutex::new(State {
-                slots,
-                stopping: false,
-            }),
             changed: Condvar::new(),
             up,
             reconnects,
@@ -152,12 +126,7 @@ impl Combiner {
             .with_label_values(&[label, "success"])
             .inc();
         let mut st = self.lock();
-        let slot = &mut st.slots[i];
-        if let Some((old, _)) = slot.fresh.replace((Box::new(c), took)) {
-            old.page.recycle();
-        }
-        slot.up = true;
-        if slot.down.take().is_some() {
+        if st.rounds.offer(i, c, took) {
             // The engine loops' own lines do not say which engine they are.
             let e = &self.engines[i];
             tracing::info!("host engine {} ({}) serves again", e.label, e.target);
@@ -172,10 +141,7 @@ impl Combiner {
         self.up.with_label_values(&[label]).set(0);
         self.collections.with_label_values(&[label, "error"]).inc();
         let mut st = self.lock();
-        let slot = &mut st.slots[i];
-        slot.fresh = None;
-        slot.up = false;
-        if slot.down.replace(why.to_string()).is_none() {
+        if st.rounds.down(i, why) {
             let e = &self.engines[i];
             tracing::warn!(
                 "host engine {} ({}) is down: {why}; its series are withdrawn, the other engines' served",
@@ -183,14 +149,13 @@ impl Combiner {
                 e.target
             );
         }
-        slot.withdraw = slot.published;
         drop(st);
         self.changed.notify_all();
     }
 
     /// Engine `i` opened a session (counted from the second on).
     pub(super) fn connected(&self, i: usize) {
-        if !std::mem::replace(&mut self.lock().slots[i].connected_before, true) {
+        if !self.lock().rounds.connected(i) {
             return;
         }
         self.reconnects
@@ -210,14 +175,10 @@ impl Combiner {
         let st = self.lock();
         let mut st = self
             .changed
-            .wait_while(st, |s| {
-                !s.stopping && !s.any_fresh() && !s.slots.iter().any(|s| s.withdraw)
-            })
+            .wait_while(st, |s| !s.stopping && !s.rounds.anything())
             .unwrap_or_else(|p| p.into_inner());
-        // Half an interval more than one: a loop late by some jitter (a busy machine)
-        // still makes this round instead of leaving a gap in its series.
-        let deadline = Instant::now() + self.interval * 3 / 2;
-        while !st.stopping && st.any_fresh() && !st.all_up_fresh() {
+        let deadline = Instant::now() + engines::round_wait(self.interval);
+        while !st.stopping && st.rounds.any_fresh() && !st.rounds.all_up_fresh() {
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
@@ -322,40 +283,15 @@ fn publish_round(
     mut st: MutexGuard<'_, State>,
     last: Option<Page>,
 ) -> Option<Page> {
-    let mut fresh = Vec::new();
-    let mut withdrawn = Vec::new();
-    let mut down = Vec::new();
-    for (i, slot) in st.slots.iter_mut().enumerate() {
-        let engine = &combiner.engines[i];
-        if std::mem::take(&mut slot.withdraw) {
-            withdrawn.push(engine.label.clone());
-        }
-        if let Some(why) = &slot.down {
-            down.push(format!(
-                "host engine {} ({}) is down: {why}",
-                engine.label, engine.target
-            ));
-        }
-        if let Some(f) = slot.fresh.take() {
-            fresh.push((i, f));
-        }
-    }
-    if !fresh.is_empty() {
-        for (i, slot) in st.slots.iter_mut().enumerate() {
-            slot.published = fresh.iter().any(|(j, _)| *j == i);
-        }
-    }
+    let round: Round = st.rounds.take(&combiner.engines);
     drop(st);
-    if fresh.is_empty() {
-        return withdraw(main, last, &withdrawn, down);
+    if round.is_empty() {
+        return withdraw(main, last, &round.withdrawn, round.down);
     }
     if let Some(l) = last {
         l.recycle();
     }
-    let fresh = fresh
-        .into_iter()
-        .map(|(i, (c, t))| (combiner.engines[i].label.as_str(), *c, t));
-    let (merged, took) = engines::merge(fresh, down);
+    let (merged, took) = round.merge(&combiner.engines);
     Some(main.publish_collected(merged, took, "dcgm"))
 }
 

@@ -17,20 +17,20 @@
 pub(crate) mod engines;
 pub(crate) use engines::HandOff;
 mod fallback;
-pub(crate) use fallback::EngineGpus;
 mod run_loop;
 
 use crate::attribution::Attribution;
 use crate::collect::engines::Collected;
+use crate::collect::failover::EngineGpus;
 use crate::collect::nvml::NvmlCollector;
 use crate::collect::{Collector, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::control::Trigger;
-use crate::lifecycle::worker::{Current, JobError, Worker};
 use crate::model::clock::{now_secs_f64, now_us};
 use crate::model::Page;
 use crate::output::published::Shared;
 use crate::output::sink::Sink;
+use crate::runtime::worker::{Current, JobError, Worker};
 use dcgm_sys::{ConnectTarget, Library, Session, Status};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -50,8 +50,8 @@ pub enum StartupError {
     Dcgm(#[from] dcgm_sys::Error),
     /// The source could not be used for another reason: no answer in time, no thread, no
     /// session, NVML missing.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error(transparent)]
+    Unavailable(Cause),
     /// A signal asked the process to stop before the start was done.
     #[error("stopped")]
     Stopped,
@@ -72,7 +72,7 @@ impl From<JobError> for StartupError {
     fn from(e: JobError) -> StartupError {
         match e {
             JobError::Interrupted => StartupError::Stopped,
-            e => StartupError::Unavailable(e.to_string()),
+            e => StartupError::Unavailable(Cause::Job(e)),
         }
     }
 }
@@ -81,8 +81,8 @@ impl From<StartupError> for Failure {
     fn from(e: StartupError) -> Failure {
         match e {
             StartupError::Config(e) => Failure::Config(e),
-            StartupError::Connect(e) => Failure::Session(e.to_string()),
-            StartupError::Dcgm(e) => classify(&e),
+            StartupError::Connect(e) => Failure::Session(Cause::Dcgm(e)),
+            StartupError::Dcgm(e) => classify(e),
             StartupError::Unavailable(e) => Failure::Session(e),
             StartupError::Stopped => Failure::Stopping,
         }
@@ -140,17 +140,47 @@ impl crate::lifecycle::watchers::bind_unbind::WatchSlot for Dcgm {
 const SETUP_DEADLINE: Duration = Duration::from_secs(30);
 /// The shortest deadline of a collection, for very small intervals.
 const MIN_COLLECT_DEADLINE: Duration = Duration::from_secs(1);
-/// How one tick failed.
+/// How one tick failed; its text is the cause's.
+#[derive(Debug, thiserror::Error)]
 enum Failure {
     /// The session is unusable: abandon the worker and reconnect.
-    Session(String),
+    #[error(transparent)]
+    Session(Cause),
     /// Rebuild the watches on the same session next tick.
-    Watches(String),
-    /// The configuration does not fit the node (a selector naming a missing GPU): like
-    /// `Watches`, but at start-up it is the flag's error, not DCGM's.
+    #[error(transparent)]
+    Watches(Cause),
+    /// The configuration does not fit the node (a selector naming a missing GPU,
+    /// `collect::StartError::Config`): like `Watches`, but at start-up it is the flag's
+    /// error, not DCGM's.
+    #[error("{0}")]
     Config(String),
     /// Told to stop while waiting.
+    #[error("stopped")]
     Stopping,
+}
+
+/// What a step of the loop ran into, as it came; its text is what the log lines, `/health`
+/// and the events show.
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    /// DCGM's answer (connecting, discovering, watching, reading).
+    #[error(transparent)]
+    Dcgm(dcgm_sys::Error),
+    /// No answer from the worker in time, or its thread panicked.
+    #[error(transparent)]
+    Job(JobError),
+    #[error("cannot start a thread: {0}")]
+    Thread(std::io::Error),
+    /// The NVML source's collector failed (its own text).
+    #[error("{0}")]
+    Nvml(String),
+    /// The configuration does not fit the node, where it costs the watches only.
+    #[error("{0}")]
+    Config(String),
+    /// The loop's own reasons: no session, workers stuck, GPUs changing while rebuilt,
+    /// profiling stuck.
+    #[error("{0}")]
+    Other(String),
 }
 
 enum TickResult {
@@ -197,7 +227,7 @@ impl Runner {
     /// `stop` is asked while waiting: a SIGTERM during a start that can take 30 s.
     pub(crate) fn start(&self, stop: &dyn Fn() -> bool) -> Result<Worker<Dcgm>, StartupError> {
         let worker = Worker::spawn(self.backend())
-            .map_err(|e| StartupError::Unavailable(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| StartupError::Unavailable(Cause::Thread(e)))?;
         self.try_open(&worker, &mut || stop())?;
         self.shared.set_connected(true);
         if let Some(h) = &self.hand_off {
@@ -296,7 +326,9 @@ impl Runner {
             stop,
             move |d: &mut Dcgm| {
                 let Some(session) = d.session.clone() else {
-                    return Err(StartupError::Unavailable("no DCGM session".into()));
+                    return Err(StartupError::Unavailable(Cause::Other(
+                        "no DCGM session".into(),
+                    )));
                 };
                 let started = Collector::start(session, counters, settings);
                 match started {
@@ -351,7 +383,9 @@ impl Runner {
         stop: &mut dyn FnMut() -> bool,
     ) -> Result<(), StartupError> {
         let Some(nvml) = self.nvml.clone() else {
-            return Err(StartupError::Unavailable("NVML is not loaded".into()));
+            return Err(StartupError::Unavailable(Cause::Other(
+                "NVML is not loaded".into(),
+            )));
         };
         let settings = self.settings.clone();
         let built = worker.call(Instant::now() + within, stop, move |d: &mut Dcgm| {
@@ -383,16 +417,16 @@ impl Runner {
                 return collect_nvml(n, with_sinks);
             }
             let Some(c) = d.collector.as_mut() else {
-                return Err(Failure::Watches("no watches".into()));
+                return Err(Failure::Watches(Cause::Other("no watches".into())));
             };
             if let Some(why) = c.take_engine_restart() {
                 // Profiling stuck (collect::heal): a new session starts the engine anew.
-                return Err(Failure::Session(why));
+                return Err(Failure::Session(Cause::Other(why)));
             }
             let failed = |d: &mut Dcgm, e: dcgm_sys::Error| {
                 // The watches are rebuilt next tick from a fresh discovery. Removing them
                 // first is only worth it while the session still answers.
-                let failure = classify(&e);
+                let failure = classify(e);
                 match d.collector.take() {
                     Some(c) if matches!(failure, Failure::Watches(_) | Failure::Config(_)) => {
                         c.stop()
@@ -463,9 +497,9 @@ impl Runner {
                 event(Ok(&self.collectors.describe()));
                 Ok(true)
             }
-            Err(Failure::Watches(e) | Failure::Config(e)) => {
-                tracing::error!("reload: {e}; keeping the previous counters");
-                event(Err(&e));
+            Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
+                tracing::error!("reload: {f}; keeping the previous counters");
+                event(Err(&f.to_string()));
                 Ok(false)
             }
             Err(f) => Err(f),
@@ -577,10 +611,11 @@ fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, F
     match n.mig_changed() {
         Ok(true) => return Ok(TickResult::MigChanged),
         Ok(false) => {}
-        Err(e) => return Err(Failure::Watches(e)),
+        Err(e) => return Err(Failure::Watches(Cause::Nvml(e))),
     }
     let mut page = Page::reuse();
-    n.collect(&mut page).map_err(Failure::Watches)?;
+    n.collect(&mut page)
+        .map_err(|e| Failure::Watches(Cause::Nvml(e)))?;
     Ok(TickResult::Collected(Box::new(Collected {
         page,
         topology: with_sinks.then(|| n.topology().clone()),
@@ -625,21 +660,21 @@ fn reassert_bind_watch(d: &Dcgm) {
 }
 
 /// Which failures leave the session unusable.
-fn classify(e: &dcgm_sys::Error) -> Failure {
+fn classify(e: dcgm_sys::Error) -> Failure {
     match e.status() {
         // A remote engine that stopped answering is as gone as a closed one; a library
         // that was shut down answers nothing but UNINITIALIZED.
         Some(Status::ConnectionNotValid | Status::Timeout | Status::Uninitialized) => {
-            Failure::Session(e.to_string())
+            Failure::Session(Cause::Dcgm(e))
         }
-        _ if e.is_connection_lost() => Failure::Session(e.to_string()),
-        _ => Failure::Watches(e.to_string()),
+        _ if e.is_connection_lost() => Failure::Session(Cause::Dcgm(e)),
+        _ => Failure::Watches(Cause::Dcgm(e)),
     }
 }
 
 fn job_failure(e: JobError) -> Failure {
     match e {
         JobError::Interrupted => Failure::Stopping,
-        e => Failure::Session(e.to_string()),
+        e => Failure::Session(Cause::Job(e)),
     }
 }

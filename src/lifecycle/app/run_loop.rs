@@ -3,9 +3,9 @@
 //! reload) taken as they arrive, also while a job runs.
 
 use super::fallback::Fallback;
-use super::{Dcgm, Engine, Failure, Runner, TickResult};
+use super::{Cause, Dcgm, Engine, Failure, Runner, TickResult};
 use crate::lifecycle::control::{Control, Trigger};
-use crate::lifecycle::worker::{Abandoned, Worker};
+use crate::runtime::worker::{Abandoned, Worker};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
@@ -138,13 +138,14 @@ impl Loop<'_> {
                     interval
                 }
                 Err(Failure::Stopping) => break,
-                Err(Failure::Watches(why) | Failure::Config(why)) => {
-                    tracing::warn!("collection failed: {why}; rebuilding the watches");
+                Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
+                    tracing::warn!("collection failed: {f}; rebuilding the watches");
                     self.built = false;
-                    self.runner.failed(&why, true);
+                    self.runner.failed(&f.to_string(), true);
                     interval
                 }
                 Err(Failure::Session(why)) if self.worker.is_some() => {
+                    let why = why.to_string();
                     tracing::error!("lost the DCGM session: {why}; reconnecting");
                     crate::model::events::engine_down(&self.runner.engine.name(), &why);
                     self.abandon();
@@ -152,6 +153,7 @@ impl Loop<'_> {
                     Duration::ZERO
                 }
                 Err(Failure::Session(why)) => {
+                    let why = why.to_string();
                     tracing::warn!("reconnect failed: {why}; retrying in {:?}", self.backoff);
                     self.without_dcgm(&why);
                     let b = self.backoff;
@@ -211,7 +213,7 @@ impl Loop<'_> {
             ..
         } = self;
         let Some(worker) = worker.as_ref() else {
-            return Err(Failure::Session("no DCGM session".into()));
+            return Err(Failure::Session(Cause::Other("no DCGM session".into())));
         };
         let mut stop = || waiting(inbox, fallback, runner);
         let t0 = Instant::now();
@@ -244,9 +246,9 @@ impl Loop<'_> {
                 match runner.collect(worker, &mut stop)? {
                     TickResult::Collected(c) => c,
                     TickResult::MigChanged | TickResult::LostGpuReturned => {
-                        return Err(Failure::Watches(
+                        return Err(Failure::Watches(Cause::Other(
                             "the node's GPUs changed again while rebuilding".into(),
-                        ))
+                        )))
                     }
                 }
             }
@@ -264,14 +266,14 @@ impl Loop<'_> {
             Engine::Remote(_) => MAX_STUCK - 1,
         };
         if self.abandoned.len() > limit {
-            return Err(Failure::Session(format!(
+            return Err(Failure::Session(Cause::Other(format!(
                 "waiting for {} abandoned {} session(s) stuck in a call to return",
                 self.abandoned.len(),
                 self.runner.backend().to_uppercase()
-            )));
+            ))));
         }
-        let worker = Worker::spawn(self.runner.backend())
-            .map_err(|e| Failure::Session(format!("cannot start a thread: {e}")))?;
+        let worker =
+            Worker::spawn(self.runner.backend()).map_err(|e| Failure::Session(Cause::Thread(e)))?;
         let Loop {
             runner,
             inbox,
@@ -296,11 +298,14 @@ impl Loop<'_> {
                 Ok(())
             }
             // The session is up; the watches are rebuilt next tick.
-            Err(Failure::Watches(e) | Failure::Config(e)) => {
+            Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
                 self.runner.current.set(Some(&worker));
                 self.worker = Some(worker);
                 self.built = false;
-                Err(Failure::Watches(e))
+                Err(match f {
+                    Failure::Config(e) => Failure::Watches(Cause::Config(e)),
+                    f => f,
+                })
             }
             Err(f) => {
                 self.abandoned.push(worker.abandon());
@@ -339,11 +344,12 @@ impl Loop<'_> {
             Ok(true) => self.built = true,
             Ok(false) => {}
             Err(Failure::Stopping) => {}
-            Err(Failure::Watches(why) | Failure::Config(why)) => {
+            Err(f @ (Failure::Watches(_) | Failure::Config(_))) => {
                 self.built = false;
-                self.runner.failed(&why, true);
+                self.runner.failed(&f.to_string(), true);
             }
             Err(Failure::Session(why)) => {
+                let why = why.to_string();
                 tracing::error!("lost the DCGM session during reload: {why}; reconnecting");
                 crate::model::events::engine_down(&self.runner.engine.name(), &why);
                 self.abandon();

@@ -13,10 +13,10 @@ use crate::config::{cli, configmap};
 use crate::lifecycle::app::{self, Dcgm, Engine, Runner};
 use crate::lifecycle::control::{Control, Trigger};
 use crate::lifecycle::watchers;
-use crate::lifecycle::worker::Worker;
 use crate::output::published::Shared;
 use crate::output::{self, http};
 use crate::runtime::kubeapi::KubeApi;
+use crate::runtime::worker::Worker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,7 @@ const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 /// the collection loop stops its engine or disconnects, then `dcgmShutdown` ends DCGM's
 /// own threads, within [`SHUTDOWN_DEADLINE`].
 pub fn run(config: cli::Config) -> Outcome {
+    super::know_derived_metrics();
     let mut library = None;
     let mut stopped_at = None;
     let result = serve(config, &mut library, &mut stopped_at);

@@ -14,8 +14,8 @@
 //! poll is a warning and a /health line until a poll works again.
 
 use crate::lifecycle::control::{Control, Trigger};
-use crate::lifecycle::worker::Current;
 use crate::runtime::supervisor::{Beat, Supervisor};
+use crate::runtime::worker::Current;
 use dcgm_sys::{Entity, FieldGroup, Group, Reading, Session, Value};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};

@@ -1,7 +1,8 @@
-//! What a metric is, whichever stage names it: its type ([`PromType`]), the exporter's
-//! derived `DCGM_EXP_*` metrics ([`ExpField`]), the prefix of the exporter's own metrics
-//! ([`PREFIX`]), and dcgm-exporter's base-unit and renamed DCGM fields (`base_units`). The
-//! configuration selects among these; collection and output produce and render them.
+//! What a metric is, whichever stage names it: its type ([`PromType`]), the prefix of the
+//! exporter's own metrics ([`PREFIX`]), and dcgm-exporter's base-unit and renamed DCGM
+//! fields (`base_units`). The configuration selects among these; collection and output
+//! produce and render them. The derived `DCGM_EXP_*` names are their collectors' own
+//! (`collect::exp`), handed to the counters reader at start-up.
 
 pub mod base_units;
 
@@ -51,56 +52,5 @@ impl PromType {
 impl fmt::Display for PromType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
-    }
-}
-
-/// Metrics the exporter synthesises (dcgm-exporter's `DCGM_EXP_*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ExpField {
-    XidErrorsCount,
-    ClockEventsCount,
-    GpuHealthStatus,
-    P2PStatus,
-    XidErrorsTotal,
-    ClockEventsTotal,
-    /// Ours: what each GPU needs now (`collect::health`).
-    GpuHealthAction,
-    /// Ours: expected, present and lost GPUs of the node.
-    GpuCount,
-}
-
-impl ExpField {
-    pub const ALL: [ExpField; 8] = [
-        ExpField::XidErrorsCount,
-        ExpField::ClockEventsCount,
-        ExpField::GpuHealthStatus,
-        ExpField::P2PStatus,
-        ExpField::XidErrorsTotal,
-        ExpField::ClockEventsTotal,
-        ExpField::GpuHealthAction,
-        ExpField::GpuCount,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ExpField::XidErrorsCount => "DCGM_EXP_XID_ERRORS_COUNT",
-            ExpField::ClockEventsCount => "DCGM_EXP_CLOCK_EVENTS_COUNT",
-            ExpField::GpuHealthStatus => "DCGM_EXP_GPU_HEALTH_STATUS",
-            ExpField::P2PStatus => "DCGM_EXP_P2P_STATUS",
-            ExpField::XidErrorsTotal => "DCGM_EXP_XID_ERRORS_TOTAL",
-            ExpField::ClockEventsTotal => "DCGM_EXP_CLOCK_EVENTS_TOTAL",
-            ExpField::GpuHealthAction => "DCGM_EXP_GPU_HEALTH_ACTION",
-            ExpField::GpuCount => "DCGM_EXP_GPU_COUNT",
-        }
-    }
-
-    pub fn by_name(name: &str) -> Option<ExpField> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
-
-impl fmt::Display for ExpField {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }

@@ -1,9 +1,9 @@
-//! A thread that owns the DCGM session. DCGM calls can block for a long time (a host engine
+//! A thread that owns state whose calls may never return: the DCGM session (a host engine
 //! stopped with SIGSTOP answers nothing until its 60 s request timeout; a hung driver holds
-//! an embedded engine), so the collection loop never makes them itself: it hands a job to
-//! the worker and waits with a deadline. Past the deadline the loop abandons the worker,
-//! and with it the session; the thread ends (dropping the session) whenever the stuck call
-//! returns.
+//! an embedded engine) or an NVML collector. The collection loop never makes such calls
+//! itself: it hands a job to the worker and waits with a deadline. Past the deadline the
+//! loop abandons the worker, and with it the state; the thread ends (dropping the state)
+//! whenever the stuck call returns. Any stage may run jobs on one; it knows no stage.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
@@ -15,7 +15,7 @@ type Job<S> = Box<dyn FnOnce(&mut S) + Send>;
 /// Why a job gave no result. The first field of `Stuck` and `Panicked` names what the
 /// worker calls into ("DCGM", "NVML"): a warning must name what hung.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum JobError {
+pub enum JobError {
     #[error("no answer from {0} within {1:.1?}")]
     Stuck(&'static str, Duration),
     #[error("the {0} worker thread panicked: {1}")]
