@@ -46,7 +46,10 @@ pub enum Error {
     TooLarge { flag: String, ms: i64 },
     /// A duration flag that is no duration.
     #[error("{flag}: {why}")]
-    Duration { flag: &'static str, why: String },
+    Duration {
+        flag: &'static str,
+        why: crate::config::duration::Error,
+    },
     #[error("--usage-idle-window {0}: must be longer than 0")]
     ZeroIdleWindow(String),
     #[error("--usage-max-consumers-per-gpu {0}: must be a positive number")]
