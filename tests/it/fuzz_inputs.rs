@@ -187,7 +187,8 @@ fn web_configuration_gives_settings_or_an_error_naming_the_file() {
     fuzz("web_config", web_document(), |text| {
         if let Err(e) = webconfig::parse(&text, &path) {
             prop_assert!(
-                e.starts_with(&format!("--web-config-file {}: ", path.display())),
+                e.to_string()
+                    .starts_with(&format!("--web-config-file {}: ", path.display())),
                 "{e}\n--- input:\n{text}"
             );
         }

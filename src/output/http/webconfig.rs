@@ -50,12 +50,21 @@ pub enum Pem {
     Inline(String),
 }
 
+/// A PEM file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", .path.display())]
+pub struct PemReadError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
 impl Pem {
-    pub fn read(&self) -> Result<Vec<u8>, String> {
+    pub fn read(&self) -> Result<Vec<u8>, PemReadError> {
         match self {
-            Pem::File(p) => {
-                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-            }
+            Pem::File(p) => std::fs::read(p).map_err(|source| PemReadError {
+                path: p.clone(),
+                source,
+            }),
             Pem::Inline(s) => Ok(s.as_bytes().to_vec()),
         }
     }
@@ -317,53 +326,143 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Content-Security-Policy", None),
 ];
 
+/// Why `--enable-pprof` refuses a web configuration.
+pub(crate) const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
+
+/// Why a web configuration is refused; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The web config file cannot be read.
+    #[error("--web-config-file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file's text is refused ([`Problem`] names the key).
+    #[error("--web-config-file {}: {problem}", .path.display())]
+    Invalid { path: PathBuf, problem: Problem },
+    /// The TLS settings do not make a server configuration (a file they name, rustls).
+    #[error("--web-config-file {}: {source}", .path.display())]
+    Tls {
+        path: PathBuf,
+        source: super::tls::Error,
+    },
+    /// `--enable-pprof` with a configuration that identifies no client.
+    #[error("{} (--web-config-file {})", PPROF_NEEDS_IDENTITY, .path.display())]
+    PprofNeedsIdentity { path: PathBuf },
+    #[error("cannot start the web configuration watcher: {0}")]
+    WatcherThread(#[source] std::io::Error),
+}
+
+/// What is wrong in a web config file's text, by key.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// Not YAML, or a key exporter-toolkit does not know (strict).
+    #[error("{0}")]
+    Yaml(#[from] serde_norway::Error),
+    /// `{key}_file` and inline `{key}` both set (`key`: cert, key, client_ca).
+    #[error("tls_server_config.{key}_file: cannot set both {key} and {key}_file")]
+    BothPem { key: &'static str },
+    #[error("tls_server_config.cert_file: missing (required with any TLS setting)")]
+    NoCert,
+    #[error("tls_server_config.key_file: missing (required with any TLS setting)")]
+    NoKey,
+    #[error(
+        "tls_server_config.client_auth_type: invalid value {0:?} (NoClientCert, \
+         RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, \
+         RequireAndVerifyClientCert)"
+    )]
+    ClientAuthType(String),
+    #[error("tls_server_config.client_ca_file: missing (required by client_auth_type {0:?})")]
+    NoClientCa(ClientAuth),
+    #[error("tls_server_config.client_ca_file: set without a client_auth_type that uses it")]
+    UnusedClientCa,
+    #[error("tls_server_config.client_allowed_sans: not supported by this exporter")]
+    ClientAllowedSans,
+    /// TLS 1.0 or 1.1 (`key`: min_version, max_version).
+    #[error(
+        "tls_server_config.{key}: {version} is not supported (this exporter's TLS library, \
+         rustls, speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13)"
+    )]
+    OldTlsVersion { key: &'static str, version: String },
+    #[error("tls_server_config.{key}: unknown TLS version {version:?} (use TLS12 or TLS13)")]
+    UnknownTlsVersion { key: &'static str, version: String },
+    #[error("tls_server_config.min_version: greater than max_version")]
+    MinAboveMax,
+    #[error(
+        "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
+        HEADERS.map(|h| h.0).join(", ")
+    )]
+    HeaderNotAllowed { name: String },
+    #[error(
+        "http_server_config.headers: invalid value {value:?} for {header} (allowed: {})",
+        .allowed.join(", ")
+    )]
+    HeaderValueNotAllowed {
+        header: &'static str,
+        value: String,
+        allowed: &'static [&'static str],
+    },
+    #[error("http_server_config.headers.{header}: {value:?} is not a valid header value")]
+    HeaderValueInvalid { header: &'static str, value: String },
+    #[error(
+        "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd -nBC 10 {user}`)"
+    )]
+    NotBcrypt { user: String },
+}
+
 /// Validates the file's text (read by `state`, which also needs to know whether it was
 /// empty); every error names the file and the key.
-pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
-    let err = |m: String| format!("--web-config-file {}: {m}", path.display());
+pub fn parse(text: &str, path: &Path) -> Result<WebConfig, Error> {
+    parse_text(text, path).map_err(|problem| Error::Invalid {
+        path: path.to_path_buf(),
+        problem,
+    })
+}
+
+fn parse_text(text: &str, path: &Path) -> Result<WebConfig, Problem> {
     let file: File = if text.trim().is_empty() {
         File::default()
     } else {
-        serde_norway::from_str(text).map_err(|e| err(e.to_string()))?
+        serde_norway::from_str(text)?
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let tls = match file.tls_server_config {
-        Some(t) => tls_settings(t, dir).map_err(|m| err(format!("tls_server_config.{m}")))?,
+        Some(t) => tls_settings(t, dir)?,
         None => None,
     };
     let http = file.http_server_config.unwrap_or_default();
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default() {
-        let Some((canonical, allowed)) =
+        let Some(&(canonical, allowed)) =
             HEADERS.iter().find(|(h, _)| h.eq_ignore_ascii_case(&name))
         else {
-            return Err(err(format!(
-                "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
-                HEADERS.map(|h| h.0).join(", ")
-            )));
+            return Err(Problem::HeaderNotAllowed { name });
         };
         if let Some(values) = allowed {
             if !values.iter().any(|v| v.eq_ignore_ascii_case(&value)) {
-                return Err(err(format!(
-                    "http_server_config.headers: invalid value {value:?} for {canonical} (allowed: {})",
-                    values.join(", ")
-                )));
+                return Err(Problem::HeaderValueNotAllowed {
+                    header: canonical,
+                    value,
+                    allowed: values,
+                });
             }
         }
         if hyper::header::HeaderValue::from_str(&value).is_err() {
-            return Err(err(format!(
-                "http_server_config.headers.{canonical}: {value:?} is not a valid header value"
-            )));
+            return Err(Problem::HeaderValueInvalid {
+                header: canonical,
+                value,
+            });
         }
         headers.push((canonical.to_string(), value));
     }
     let users = file.basic_auth_users.unwrap_or_default();
-    for (user, hash) in &users {
-        if hash.parse::<bcrypt::HashParts>().is_err() {
-            return Err(err(format!(
-                "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd -nBC 10 {user}`)"
-            )));
-        }
+    if let Some(user) = users
+        .iter()
+        .find(|(_, hash)| hash.parse::<bcrypt::HashParts>().is_err())
+        .map(|(user, _)| user.clone())
+    {
+        return Err(Problem::NotBcrypt { user });
     }
     Ok(WebConfig {
         tls,
@@ -377,33 +476,41 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
 fn pem(
     file: Option<String>,
     inline: Option<String>,
-    key: &str,
+    key: &'static str,
     dir: &Path,
-) -> Result<Option<Pem>, String> {
+) -> Result<Option<Pem>, Problem> {
     match (
         file.filter(|f| !f.is_empty()),
         inline.filter(|s| !s.is_empty()),
     ) {
-        (Some(_), Some(_)) => Err(format!("{key}_file: cannot set both {key} and {key}_file")),
+        (Some(_), Some(_)) => Err(Problem::BothPem { key }),
         (Some(f), None) => Ok(Some(Pem::File(dir.join(f)))),
         (None, Some(s)) => Ok(Some(Pem::Inline(s))),
         (None, None) => Ok(None),
     }
 }
 
-fn version(key: &str, v: Option<String>, default: TlsVersion) -> Result<TlsVersion, String> {
+fn version(
+    key: &'static str,
+    v: Option<String>,
+    default: TlsVersion,
+) -> Result<TlsVersion, Problem> {
     match v.as_deref() {
         None | Some("") => Ok(default),
         Some("TLS12") => Ok(TlsVersion::Tls12),
         Some("TLS13") => Ok(TlsVersion::Tls13),
-        Some(o @ ("TLS10" | "TLS11")) => Err(format!(
-            "{key}: {o} is not supported (this exporter's TLS library, rustls, speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13)"
-        )),
-        Some(o) => Err(format!("{key}: unknown TLS version {o:?} (use TLS12 or TLS13)")),
+        Some(o @ ("TLS10" | "TLS11")) => Err(Problem::OldTlsVersion {
+            key,
+            version: o.to_string(),
+        }),
+        Some(o) => Err(Problem::UnknownTlsVersion {
+            key,
+            version: o.to_string(),
+        }),
     }
 }
 
-fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
+fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, Problem> {
     let cert = pem(t.cert_file, t.cert, "cert", dir)?;
     let key = pem(t.key_file, t.key, "key", dir)?;
     let client_ca = pem(t.client_ca_file, t.client_ca, "client_ca", dir)?;
@@ -412,39 +519,33 @@ fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
         // exporter-toolkit: no TLS settings at all means plain HTTP.
         return Ok(None);
     }
-    let cert = cert.ok_or("cert_file: missing (required with any TLS setting)")?;
-    let key = key.ok_or("key_file: missing (required with any TLS setting)")?;
+    let cert = cert.ok_or(Problem::NoCert)?;
+    let key = key.ok_or(Problem::NoKey)?;
     let client_auth = match auth.as_deref() {
         None | Some("NoClientCert") => ClientAuth::NoClientCert,
         Some("RequestClientCert") => ClientAuth::RequestClientCert,
         Some("RequireAnyClientCert") => ClientAuth::RequireAnyClientCert,
         Some("VerifyClientCertIfGiven") => ClientAuth::VerifyClientCertIfGiven,
         Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerifyClientCert,
-        Some(o) => {
-            return Err(format!(
-                "client_auth_type: invalid value {o:?} (NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert)"
-            ))
-        }
+        Some(o) => return Err(Problem::ClientAuthType(o.to_string())),
     };
     let verifies = matches!(
         client_auth,
         ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
     );
     if verifies && client_ca.is_none() {
-        return Err(format!(
-            "client_ca_file: missing (required by client_auth_type {client_auth:?})"
-        ));
+        return Err(Problem::NoClientCa(client_auth));
     }
     if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
-        return Err("client_ca_file: set without a client_auth_type that uses it".into());
+        return Err(Problem::UnusedClientCa);
     }
     if t.client_allowed_sans.is_some_and(|s| !s.is_empty()) {
-        return Err("client_allowed_sans: not supported by this exporter".into());
+        return Err(Problem::ClientAllowedSans);
     }
     let min_version = version("min_version", t.min_version, TlsVersion::Tls12)?;
     let max_version = version("max_version", t.max_version, TlsVersion::Tls13)?;
     if min_version > max_version {
-        return Err("min_version: greater than max_version".into());
+        return Err(Problem::MinAboveMax);
     }
     Ok(Some(TlsSettings {
         cert,
@@ -463,7 +564,7 @@ fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
 mod tests {
     use super::*;
 
-    fn p(yaml: &str) -> Result<WebConfig, String> {
+    fn p(yaml: &str) -> Result<WebConfig, Error> {
         parse(yaml, Path::new("/etc/dcgm-exporter/web-config.yaml"))
     }
 
@@ -500,26 +601,78 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_and_key() {
-        for (yaml, expect) in [
-            ("tls_server_config:\n  cert_file: a\n", "tls_server_config.key_file: missing"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n", "tls_server_config.min_version: TLS10"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  max_version: TLS11\n", "tls_server_config.max_version"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "client_auth_type: invalid value \"Sometimes\""),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file: missing"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n", "client_ca_file: set without"),
-            ("tls_server_config:\n  cert_file: a\n  cert: inline\n  key_file: b\n", "cannot set both cert and cert_file"),
-            ("tls_server_config:\n  certfile: a\n", "unknown field `certfile`"),
-            ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice: not a bcrypt hash"),
-            ("http_server_config:\n  headers:\n    Server: x\n", "header \"Server\" can not be configured"),
-            ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value \"allow\" for X-Frame-Options"),
-            ("nonsense: 1\n", "unknown field `nonsense`"),
-            ("tls_server_config: [1\n", "web-config.yaml"),
-        ] {
-            let e = p(yaml).unwrap_err();
-            assert!(e.contains("/etc/dcgm-exporter/web-config.yaml"), "{e}");
-            assert!(e.contains(expect), "{yaml}: {e}");
+        use Problem as P;
+        type Is = fn(&Problem) -> bool;
+        let cases: [(&str, Is); 14] = [
+            ("tls_server_config:\n  cert_file: a\n", |e| matches!(e, P::NoKey)),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
+                |e| {
+                    matches!(e, P::OldTlsVersion { key: "min_version", version } if version == "TLS10")
+                },
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  max_version: TLS11\n",
+                |e| matches!(e, P::OldTlsVersion { key: "max_version", .. }),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n",
+                |e| matches!(e, P::MinAboveMax),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n",
+                |e| matches!(e, P::ClientAuthType(v) if v == "Sometimes"),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n",
+                |e| matches!(e, P::NoClientCa(ClientAuth::VerifyClientCertIfGiven)),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n",
+                |e| matches!(e, P::UnusedClientCa),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  cert: inline\n  key_file: b\n",
+                |e| matches!(e, P::BothPem { key: "cert" }),
+            ),
+            // serde names an unknown key only in its message: that text is all there is.
+            ("tls_server_config:\n  certfile: a\n", |e| {
+                matches!(e, P::Yaml(y) if y.to_string().contains("unknown field `certfile`"))
+            }),
+            ("basic_auth_users:\n  alice: plaintext\n", |e| {
+                matches!(e, P::NotBcrypt { user } if user == "alice")
+            }),
+            ("http_server_config:\n  headers:\n    Server: x\n", |e| {
+                matches!(e, P::HeaderNotAllowed { name } if name == "Server")
+            }),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+                |e| {
+                    matches!(e, P::HeaderValueNotAllowed { header: "X-Frame-Options", value, .. } if value == "allow")
+                },
+            ),
+            // As above: serde's message is the only place that names the key.
+            ("nonsense: 1\n", |e| {
+                matches!(e, P::Yaml(y) if y.to_string().contains("unknown field `nonsense`"))
+            }),
+            ("tls_server_config: [1\n", |e| matches!(e, P::Yaml(_))),
+        ];
+        for (yaml, is) in cases {
+            match p(yaml).unwrap_err() {
+                Error::Invalid { path, problem } => {
+                    assert_eq!(path, Path::new("/etc/dcgm-exporter/web-config.yaml"));
+                    assert!(is(&problem), "{yaml}: {problem:?}");
+                }
+                e => panic!("{yaml}: {e:?}"),
+            }
         }
+        // Pins the text an operator reads: the file first, then the key.
+        let e = p("tls_server_config:\n  cert_file: a\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--web-config-file /etc/dcgm-exporter/web-config.yaml: tls_server_config.key_file: \
+             missing (required with any TLS setting)"
+        );
     }
 
     #[test]
