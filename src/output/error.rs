@@ -70,8 +70,8 @@ pub enum Error {
     #[error("cannot start the dump cleanup thread: {0}")]
     DumpThread(#[source] std::io::Error),
     /// The OTLP exporter's settings (endpoint, TLS).
-    #[error("{0}")]
-    Otlp(String),
+    #[error(transparent)]
+    Otlp(#[from] crate::output::otlp::Error),
 }
 
 /// The bind failures' texts, each once, in order.
