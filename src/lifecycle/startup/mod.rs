@@ -831,7 +831,7 @@ fn counters_source(
             emulate: counters.emulate,
         });
     };
-    let (namespace, name) = configmap::parse_ref(configmap_data).map_err(Error::CountersSource)?;
+    let (namespace, name) = configmap::parse_ref(configmap_data).map_err(Error::ConfigMap)?;
     let api = api.ok_or_else(|| Error::NoKubeApi {
         configmap: configmap_data.clone(),
     })?;
