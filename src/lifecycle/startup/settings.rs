@@ -22,9 +22,12 @@ pub enum Error {
     /// The OTLP push's flags and environment.
     #[error(transparent)]
     Otlp(#[from] crate::config::otlp::Error),
-    /// A flag whose own parser refused it (selectors, healing, aggregation, ID type...).
+    /// A flag whose own parser refused it (healing, aggregation, ID type...).
     #[error("{0}")]
     Flag(String),
+    /// `-d`, `-s` or `-p`.
+    #[error(transparent)]
+    Selector(#[from] crate::config::selector::Error),
     /// A host engine address that does not parse (`whence`: the flag, element or key).
     #[error("{whence}: {why}")]
     EngineAddress { whence: String, why: String },
@@ -300,9 +303,9 @@ fn collect_settings(
         Engine::Embedded => None,
     };
     Ok(collect::Settings {
-        gpus: selector::parse("-d", &config.devices).map_err(Error::Flag)?,
-        switches: selector::parse("-s", &config.switch_devices).map_err(Error::Flag)?,
-        cpus: selector::parse("-p", &config.cpu_devices).map_err(Error::Flag)?,
+        gpus: selector::parse("-d", &config.devices)?,
+        switches: selector::parse("-s", &config.switch_devices)?,
+        cpus: selector::parse("-p", &config.cpu_devices)?,
         compute_instances: config.compute_instances,
         use_old_namespace: config.use_old_namespace,
         replace_blanks_in_model_name: config.replace_blanks_in_model_name,
