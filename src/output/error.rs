@@ -100,8 +100,8 @@ pub struct DirError {
 #[derive(Debug, thiserror::Error)]
 pub enum DirWhy {
     /// This process's uid could not be told.
-    #[error("{0}")]
-    Uid(String),
+    #[error(transparent)]
+    Uid(crate::runtime::process::Error),
     #[error("must not contain \"..\" (give the directory's own path)")]
     ParentComponent,
     #[error("is not a directory the exporter may write into")]

@@ -659,6 +659,7 @@ mod tests {
                 assert_eq!(refused(reason), n, "{inotify} {text:?}");
                 assert_eq!(web.reload.last_successful.get(), 0);
                 let note = web.reload.note().expect("a /health line");
+                // Pins the /health line an operator reads: it names the file and the loss.
                 assert!(note.contains("web.yml"), "{note}");
                 if reason == "lowers_security" {
                     assert!(note.contains("every basic-auth user (alice, bob"), "{note}");
