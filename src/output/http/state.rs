@@ -214,6 +214,7 @@ impl Source {
         }
         let lost = self.protection.removed_by(&new.protection);
         if !lost.is_empty() {
+            let lost: Vec<String> = lost.iter().map(ToString::to_string).collect();
             why.push(format!("it would remove {}", lost.join(", ")));
         }
         if let Some(pprof) = self.pprof_refuses(&new.state) {

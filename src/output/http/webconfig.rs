@@ -162,18 +162,105 @@ pub(crate) struct Protection {
     pub http2: bool,
 }
 
+/// What a new version would take away from the configuration in force; its `Display` is
+/// the words of the refusal's log line and `/health` note.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Loss {
+    Tls,
+    CertRequirement,
+    CertVerification,
+    /// Every basic-auth user (those in force).
+    Users(Vec<String>),
+    MinVersion {
+        old: TlsVersion,
+        new: TlsVersion,
+    },
+    MaxVersion {
+        old: TlsVersion,
+        new: TlsVersion,
+    },
+    /// The limit of `cipher_suites`, and what the new version would allow besides.
+    Suites(Widened),
+    Curves(Widened),
+    HeaderDropped {
+        name: String,
+        old: String,
+    },
+    HeaderWeakened {
+        name: String,
+        old: String,
+        new: String,
+    },
+    /// `http2: false` turned back on.
+    Http2,
+}
+
+/// What a widened list would allow: the library's whole set, or the names added.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Widened {
+    Everything,
+    Names(Vec<String>),
+}
+
+impl std::fmt::Display for Widened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Widened::Everything => f.write_str("the library's whole set"),
+            Widened::Names(n) => f.write_str(&n.join(", ")),
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Tls => f.write_str("TLS (the port would answer plain HTTP)"),
+            Loss::CertRequirement => f.write_str("the client-certificate requirement"),
+            Loss::CertVerification => f.write_str("client-certificate verification"),
+            Loss::Users(users) => write!(
+                f,
+                "every basic-auth user ({}: anyone would be let in)",
+                users.join(", ")
+            ),
+            Loss::MinVersion { old, new } => write!(
+                f,
+                "tls_server_config.min_version {} (it would accept {})",
+                old.name(),
+                new.name()
+            ),
+            Loss::MaxVersion { old, new } => write!(
+                f,
+                "tls_server_config.max_version {} (connections would use {})",
+                old.name(),
+                new.name()
+            ),
+            Loss::Suites(w) => write!(
+                f,
+                "the limit of tls_server_config.cipher_suites (it would allow {w})"
+            ),
+            Loss::Curves(w) => write!(
+                f,
+                "the limit of tls_server_config.curve_preferences (it would allow {w})"
+            ),
+            Loss::HeaderDropped { name, old } => write!(f, "the {name} header ({old:?})"),
+            Loss::HeaderWeakened { name, old, new } => {
+                write!(f, "the {name} header {old:?} (it would be {new:?})")
+            }
+            Loss::Http2 => {
+                f.write_str("http_server_config.http2: false (HTTP/2 would be spoken again)")
+            }
+        }
+    }
+}
+
 /// Names in `new` that `old` did not allow (`None`: everything the library has).
-fn widened(old: &Option<Vec<String>>, new: &Option<Vec<String>>) -> Option<String> {
+fn widened(old: &Option<Vec<String>>, new: &Option<Vec<String>>) -> Option<Widened> {
     let old = old.as_ref()?;
     match new {
-        None => Some("the library's whole set".to_string()),
+        None => Some(Widened::Everything),
         Some(new) => {
-            let added: Vec<&str> = new
-                .iter()
-                .filter(|n| !old.contains(n))
-                .map(String::as_str)
-                .collect();
-            (!added.is_empty()).then(|| added.join(", "))
+            let added: Vec<String> = new.iter().filter(|n| !old.contains(n)).cloned().collect();
+            (!added.is_empty()).then_some(Widened::Names(added))
         }
     }
 }
@@ -205,78 +292,70 @@ fn header_weakened(name: &str, old: &str, new: &str) -> bool {
 }
 
 impl Protection {
-    /// What `new` would take away from `self`, in words for the log (empty: nothing).
-    /// Adding protection or changing users while some remain is not a loss.
-    pub(crate) fn removed_by(&self, new: &Protection) -> Vec<String> {
+    /// What `new` would take away from `self` (empty: nothing). Adding protection or
+    /// changing users while some remain is not a loss.
+    pub(crate) fn removed_by(&self, new: &Protection) -> Vec<Loss> {
         let mut lost = Vec::new();
         if self.tls && !new.tls {
-            lost.push("TLS (the port would answer plain HTTP)".to_string());
+            lost.push(Loss::Tls);
         }
         if self.requires_cert && !new.requires_cert {
-            lost.push("the client-certificate requirement".to_string());
+            lost.push(Loss::CertRequirement);
         }
         if self.verifies_cert && !new.verifies_cert {
-            lost.push("client-certificate verification".to_string());
+            lost.push(Loss::CertVerification);
         }
         if !self.users.is_empty() && new.users.is_empty() {
-            lost.push(format!(
-                "every basic-auth user ({}: anyone would be let in)",
-                self.users.join(", ")
-            ));
+            lost.push(Loss::Users(self.users.clone()));
         }
         if self.tls && new.tls {
             lost.extend(self.tls_lowered_by(new));
         }
         lost.extend(self.headers_lowered_by(new));
         if self.tls && new.tls && !self.http2 && new.http2 {
-            lost.push("http_server_config.http2: false (HTTP/2 would be spoken again)".into());
+            lost.push(Loss::Http2);
         }
         lost
     }
 
     /// TLS versions, suites and curves that `new` would allow and `self` does not.
-    fn tls_lowered_by(&self, new: &Protection) -> Vec<String> {
+    fn tls_lowered_by(&self, new: &Protection) -> Vec<Loss> {
         let mut lost = Vec::new();
         if let (Some((old_min, old_max)), Some((new_min, new_max))) = (self.versions, new.versions)
         {
             if new_min < old_min {
-                lost.push(format!(
-                    "tls_server_config.min_version {} (it would accept {})",
-                    old_min.name(),
-                    new_min.name()
-                ));
+                lost.push(Loss::MinVersion {
+                    old: old_min,
+                    new: new_min,
+                });
             }
             if new_max < old_max {
-                lost.push(format!(
-                    "tls_server_config.max_version {} (connections would use {})",
-                    old_max.name(),
-                    new_max.name()
-                ));
+                lost.push(Loss::MaxVersion {
+                    old: old_max,
+                    new: new_max,
+                });
             }
         }
-        if let Some(added) = widened(&self.suites, &new.suites) {
-            lost.push(format!(
-                "the limit of tls_server_config.cipher_suites (it would allow {added})"
-            ));
-        }
-        if let Some(added) = widened(&self.curves, &new.curves) {
-            lost.push(format!(
-                "the limit of tls_server_config.curve_preferences (it would allow {added})"
-            ));
-        }
+        lost.extend(widened(&self.suites, &new.suites).map(Loss::Suites));
+        lost.extend(widened(&self.curves, &new.curves).map(Loss::Curves));
         lost
     }
 
     /// Headers `new` would drop or weaken.
-    fn headers_lowered_by(&self, new: &Protection) -> Vec<String> {
+    fn headers_lowered_by(&self, new: &Protection) -> Vec<Loss> {
         self.headers
             .iter()
             .filter_map(
                 |(name, old)| match new.headers.iter().find(|(n, _)| n == name) {
-                    None => Some(format!("the {name} header ({old:?})")),
-                    Some((_, v)) if header_weakened(name, old, v) => {
-                        Some(format!("the {name} header {old:?} (it would be {v:?})"))
-                    }
+                    None => Some(Loss::HeaderDropped {
+                        name: name.clone(),
+                        old: old.clone(),
+                    }),
+                    Some((_, v)) if header_weakened(name, old, v) => Some(Loss::HeaderWeakened {
+                        name: name.clone(),
+                        old: old.clone(),
+                        new: v.clone(),
+                    }),
                     Some(_) => None,
                 },
             )
@@ -717,26 +796,31 @@ mod tests {
             users(&["bob"])
         ));
         assert!(full.removed_by(&fewer).is_empty());
-        let lost = full.removed_by(&prot(""));
-        assert_eq!(lost.len(), 4, "{lost:?}");
-        assert!(
-            lost[0].starts_with("TLS") && lost[3].contains("alice, bob"),
-            "{lost:?}"
+        assert_eq!(
+            full.removed_by(&prot("")),
+            [
+                Loss::Tls,
+                Loss::CertRequirement,
+                Loss::CertVerification,
+                Loss::Users(vec!["alice".into(), "bob".into()])
+            ]
         );
         // Each weaker client_auth_type loses what it no longer does.
         for (auth, expect) in [
-            ("VerifyClientCertIfGiven", vec!["requirement"]),
-            ("RequireAnyClientCert", vec!["verification"]),
+            ("VerifyClientCertIfGiven", Loss::CertRequirement),
+            ("RequireAnyClientCert", Loss::CertVerification),
         ] {
             let lost = full.removed_by(&prot(&format!("{}{}", tls(auth), users(&["bob"]))));
-            assert_eq!(lost.len(), expect.len(), "{auth}: {lost:?}");
-            assert!(lost[0].contains(expect[0]), "{auth}: {lost:?}");
+            assert_eq!(lost, [expect], "{auth}");
         }
         let no_ca = prot(&format!(
             "tls_server_config:\n  cert_file: a\n  key_file: b\n{}",
             users(&["bob"])
         ));
-        assert_eq!(full.removed_by(&no_ca).len(), 2);
+        assert_eq!(
+            full.removed_by(&no_ca),
+            [Loss::CertRequirement, Loss::CertVerification]
+        );
         // Adding TLS, a certificate check or the first user removes nothing.
         assert!(prot("").removed_by(&full).is_empty());
         assert!(no_ca.removed_by(&full).is_empty());
@@ -760,20 +844,29 @@ mod tests {
              X-Frame-Options: deny\n    Content-Security-Policy: default-src 'self'\n",
         );
         assert!(strict.removed_by(&strict).is_empty());
-        let lost = strict.removed_by(&tls(""));
-        let all = lost.join(" | ");
-        for expect in [
-            "min_version TLS13 (it would accept TLS12)",
-            "cipher_suites (it would allow the library's whole set)",
-            "curve_preferences (it would allow the library's whole set)",
-            "the Strict-Transport-Security header",
-            "the X-Frame-Options header",
-            "the Content-Security-Policy header",
-            "http2: false",
-        ] {
-            assert!(all.contains(expect), "{expect}: {all}");
-        }
-        assert_eq!(lost.len(), 7, "{all}");
+        // In the headers' order (sorted by name).
+        let dropped = |name: &str, old: &str| Loss::HeaderDropped {
+            name: name.into(),
+            old: old.into(),
+        };
+        assert_eq!(
+            strict.removed_by(&tls("")),
+            [
+                Loss::MinVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12
+                },
+                Loss::Suites(Widened::Everything),
+                Loss::Curves(Widened::Everything),
+                dropped("Content-Security-Policy", "default-src 'self'"),
+                dropped(
+                    "Strict-Transport-Security",
+                    "max-age=31536000; includeSubDomains"
+                ),
+                dropped("X-Frame-Options", "deny"),
+                Loss::Http2,
+            ]
+        );
         let one = |extra: &str| strict.removed_by(&tls(extra));
         let base = "  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]\n  \
                     curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    \
@@ -793,9 +886,13 @@ mod tests {
             "{}    Strict-Transport-Security: max-age=31536000; includeSubDomains\n",
             base.replace("X-Frame-Options: deny", "X-Frame-Options: sameorigin")
         ));
-        assert!(
-            lost.len() == 1 && lost[0].contains("\"sameorigin\""),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::HeaderWeakened {
+                name: "X-Frame-Options".into(),
+                old: "deny".into(),
+                new: "sameorigin".into()
+            }]
         );
         // A suite or curve added to the list widens it; a TLS 1.3 name does not (always on).
         let hsts = "    Strict-Transport-Security: max-age=31536000; includeSubDomains\n";
@@ -806,22 +903,27 @@ mod tests {
                 "cipher_suites: [TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, "
             )
         ));
-        assert!(
-            lost.len() == 1 && lost[0].ends_with("allow TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::Suites(Widened::Names(vec![
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()
+            ]))]
         );
         let lost = one(&format!(
             "{}{hsts}",
             base.replace("[X25519]", "[X25519, CurveP256]")
         ));
-        assert!(
-            lost.len() == 1 && lost[0].contains("allow CurveP256"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::Curves(Widened::Names(vec!["CurveP256".into()]))]
         );
         let lost = tls("").removed_by(&tls("  max_version: TLS12\n"));
-        assert!(
-            lost.len() == 1 && lost[0].contains("max_version TLS13 (connections would use TLS12)"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::MaxVersion {
+                old: TlsVersion::Tls13,
+                new: TlsVersion::Tls12
+            }]
         );
         // Raising: from the defaults to strict loses nothing; so does switching HTTP/2 off.
         assert!(tls("").removed_by(&strict).is_empty());
@@ -832,5 +934,63 @@ mod tests {
                 .protection()
         };
         assert!(plain(false).removed_by(&plain(true)).is_empty());
+    }
+
+    /// Pins the words of the refusal's log line and `/health` note, which operators read.
+    #[test]
+    fn each_loss_in_words() {
+        let names = |n: &[&str]| Widened::Names(n.iter().map(|s| s.to_string()).collect());
+        for (loss, words) in [
+            (Loss::Tls, "TLS (the port would answer plain HTTP)"),
+            (Loss::CertRequirement, "the client-certificate requirement"),
+            (Loss::CertVerification, "client-certificate verification"),
+            (
+                Loss::Users(vec!["alice".into(), "bob".into()]),
+                "every basic-auth user (alice, bob: anyone would be let in)",
+            ),
+            (
+                Loss::MinVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12,
+                },
+                "tls_server_config.min_version TLS13 (it would accept TLS12)",
+            ),
+            (
+                Loss::MaxVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12,
+                },
+                "tls_server_config.max_version TLS13 (connections would use TLS12)",
+            ),
+            (
+                Loss::Suites(Widened::Everything),
+                "the limit of tls_server_config.cipher_suites (it would allow the library's whole set)",
+            ),
+            (
+                Loss::Curves(names(&["X25519", "CurveP256"])),
+                "the limit of tls_server_config.curve_preferences (it would allow X25519, CurveP256)",
+            ),
+            (
+                Loss::HeaderDropped {
+                    name: "X-Frame-Options".into(),
+                    old: "deny".into(),
+                },
+                "the X-Frame-Options header (\"deny\")",
+            ),
+            (
+                Loss::HeaderWeakened {
+                    name: "X-Frame-Options".into(),
+                    old: "deny".into(),
+                    new: "sameorigin".into(),
+                },
+                "the X-Frame-Options header \"deny\" (it would be \"sameorigin\")",
+            ),
+            (
+                Loss::Http2,
+                "http_server_config.http2: false (HTTP/2 would be spoken again)",
+            ),
+        ] {
+            assert_eq!(loss.to_string(), words);
+        }
     }
 }
