@@ -198,7 +198,7 @@ fn load_counters(
 
 /// The event history's bounds, set before anything can happen on the node.
 fn event_history_bounds(config: &cli::Config) -> Result<(), Error> {
-    let (max_events, max_bytes) = config.events_bounds().map_err(settings::Error::Flag)?;
+    let (max_events, max_bytes) = config.events_bounds().map_err(settings::Error::from)?;
     crate::model::events::global().set_bounds(crate::model::events::Bounds {
         max_events,
         max_bytes,

@@ -28,6 +28,11 @@ pub enum Error {
     /// `-d`, `-s` or `-p`.
     #[error(transparent)]
     Selector(#[from] crate::config::selector::Error),
+    /// The event history's bounds, profiling healing, the DCGM module denylist.
+    #[error(transparent)]
+    CliFlag(#[from] crate::config::cli::FlagError),
+    #[error(transparent)]
+    IdType(#[from] crate::attribution::UnknownIdType),
     /// A host engine address that does not parse (`whence`: the flag, element or key).
     #[error("{whence}: {why}")]
     EngineAddress { whence: String, why: String },
@@ -331,8 +336,8 @@ fn collect_settings(
         emulate: config.emulate_version,
         low_cardinality: config.low_cardinality,
         profiling: collect::heal::Options::from_flags(
-            config.profiling_healing().map_err(Error::Flag)?,
-            config.dcgm_denylist().map_err(Error::Flag)?,
+            config.profiling_healing()?,
+            config.dcgm_denylist()?,
         ),
         aggregate: collect::aggregate::Options::from_flags(
             &config.aggregate,
@@ -405,7 +410,7 @@ fn attribution_settings(
     let options = attribution::Options {
         kubernetes: config.kubernetes,
         kubelet_socket: config.pod_resources_kubelet_socket.clone(),
-        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type).map_err(Error::Flag)?,
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
         resource_names: config.nvidia_resource_names.clone(),
         virtual_gpus: config.kubernetes_virtual_gpus,
         old_names: config.use_old_namespace,
