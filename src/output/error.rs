@@ -55,7 +55,7 @@ pub enum Error {
     PprofNeedsWebConfig,
     /// The web config file (read at start or watched).
     #[error(transparent)]
-    WebConfig(#[from] crate::output::http::webconfig::Error),
+    WebConfig(#[from] crate::output::http::state::Error),
     #[error("--dump-retention {0}: must not be negative")]
     NegativeDumpRetention(i64),
     /// `--textfile-directory` or `--dump-directory`, refused by `dirs`' rules.

@@ -405,32 +405,12 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Content-Security-Policy", None),
 ];
 
-/// Why `--enable-pprof` refuses a web configuration.
-pub(crate) const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
-
-/// Why a web configuration is refused; each names the file.
+/// A web config file's text that is refused: the file, and what is wrong by key.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The web config file cannot be read.
-    #[error("--web-config-file {}: {source}", .path.display())]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The file's text is refused ([`Problem`] names the key).
-    #[error("--web-config-file {}: {problem}", .path.display())]
-    Invalid { path: PathBuf, problem: Problem },
-    /// The TLS settings do not make a server configuration (a file they name, rustls).
-    #[error("--web-config-file {}: {source}", .path.display())]
-    Tls {
-        path: PathBuf,
-        source: super::tls::Error,
-    },
-    /// `--enable-pprof` with a configuration that identifies no client.
-    #[error("{} (--web-config-file {})", PPROF_NEEDS_IDENTITY, .path.display())]
-    PprofNeedsIdentity { path: PathBuf },
-    #[error("cannot start the web configuration watcher: {0}")]
-    WatcherThread(#[source] std::io::Error),
+#[error("--web-config-file {}: {problem}", .path.display())]
+pub struct Error {
+    pub path: PathBuf,
+    pub problem: Problem,
 }
 
 /// What is wrong in a web config file's text, by key.
@@ -493,7 +473,7 @@ pub enum Problem {
 /// Validates the file's text (read by `state`, which also needs to know whether it was
 /// empty); every error names the file and the key.
 pub fn parse(text: &str, path: &Path) -> Result<WebConfig, Error> {
-    parse_text(text, path).map_err(|problem| Error::Invalid {
+    parse_text(text, path).map_err(|problem| Error {
         path: path.to_path_buf(),
         problem,
     })
@@ -737,13 +717,9 @@ mod tests {
             ("tls_server_config: [1\n", |e| matches!(e, P::Yaml(_))),
         ];
         for (yaml, is) in cases {
-            match p(yaml).unwrap_err() {
-                Error::Invalid { path, problem } => {
-                    assert_eq!(path, Path::new("/etc/dcgm-exporter/web-config.yaml"));
-                    assert!(is(&problem), "{yaml}: {problem:?}");
-                }
-                e => panic!("{yaml}: {e:?}"),
-            }
+            let Error { path, problem } = p(yaml).unwrap_err();
+            assert_eq!(path, Path::new("/etc/dcgm-exporter/web-config.yaml"));
+            assert!(is(&problem), "{yaml}: {problem:?}");
         }
         // Pins the text an operator reads: the file first, then the key.
         let e = p("tls_server_config:\n  cert_file: a\n").unwrap_err();
