@@ -40,16 +40,19 @@ pub enum IdType {
 }
 
 impl IdType {
-    pub fn parse(s: &str) -> Result<IdType, String> {
+    pub fn parse(s: &str) -> Result<IdType, UnknownIdType> {
         match s {
             "uid" => Ok(IdType::Uid),
             "device-name" => Ok(IdType::DeviceName),
-            other => Err(format!(
-                "--kubernetes-gpu-id-type {other}: expected uid or device-name"
-            )),
+            other => Err(UnknownIdType(other.to_string())),
         }
     }
 }
+
+/// `--kubernetes-gpu-id-type` that is neither `uid` nor `device-name` (the value given).
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("--kubernetes-gpu-id-type {0}: expected uid or device-name")]
+pub struct UnknownIdType(pub String);
 
 #[derive(Clone, Debug)]
 pub struct Options {

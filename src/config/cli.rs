@@ -771,18 +771,35 @@ where
     Ok(config)
 }
 
+/// A flag whose value is refused once parsed: the flag and why.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagError {
+    /// dcgm-sys's words for a module name or id it does not know.
+    #[error("--dcgm-denylist-modules: {0}")]
+    DenylistModule(String),
+    #[error("--dcgm-denylist-modules: the core module cannot be denied")]
+    DenyCore,
+    #[error("--events-max-count: {0} is not 0 to 10000000 events")]
+    EventsMaxCount(i64),
+    #[error("--events-max-bytes: {0} is not 16384 to 1073741824 bytes")]
+    EventsMaxBytes(i64),
+    #[error("--profiling-rearm-after: {0} is not 0 to 1000 collections")]
+    RearmAfter(i64),
+    #[error("--profiling-restart-period: {0}")]
+    RestartPeriod(#[source] crate::config::duration::Error),
+}
+
 impl Config {
     /// `--dcgm-denylist-modules`: the modules, each once.
-    pub(crate) fn dcgm_denylist(&self) -> Result<Vec<dcgm_sys::Module>, String> {
+    pub(crate) fn dcgm_denylist(&self) -> Result<Vec<dcgm_sys::Module>, FlagError> {
         let mut out = Vec::new();
         for word in self.dcgm_denylist_modules.split(',').map(str::trim) {
             if word.is_empty() {
                 continue;
             }
-            let m = dcgm_sys::Module::parse(word)
-                .map_err(|e| format!("--dcgm-denylist-modules: {e}"))?;
+            let m = dcgm_sys::Module::parse(word).map_err(FlagError::DenylistModule)?;
             if m == dcgm_sys::Module::Core {
-                return Err("--dcgm-denylist-modules: the core module cannot be denied".into());
+                return Err(FlagError::DenyCore);
             }
             if !out.contains(&m) {
                 out.push(m);
@@ -792,41 +809,26 @@ impl Config {
     }
 
     /// `--events-max-count` and `--events-max-bytes`, checked: (events, bytes).
-    pub(crate) fn events_bounds(&self) -> Result<(usize, usize), String> {
+    pub(crate) fn events_bounds(&self) -> Result<(usize, usize), FlagError> {
         let count = usize::try_from(self.events_max_count)
             .ok()
             .filter(|n| *n <= 10_000_000)
-            .ok_or_else(|| {
-                format!(
-                    "--events-max-count: {} is not 0 to 10000000 events",
-                    self.events_max_count
-                )
-            })?;
+            .ok_or(FlagError::EventsMaxCount(self.events_max_count))?;
         let bytes = usize::try_from(self.events_max_bytes)
             .ok()
             .filter(|n| (16 << 10..=1 << 30).contains(n))
-            .ok_or_else(|| {
-                format!(
-                    "--events-max-bytes: {} is not 16384 to 1073741824 bytes",
-                    self.events_max_bytes
-                )
-            })?;
+            .ok_or(FlagError::EventsMaxBytes(self.events_max_bytes))?;
         Ok((count, bytes))
     }
 
     /// `--profiling-rearm-after` and `--profiling-restart-period`.
-    pub(crate) fn profiling_healing(&self) -> Result<(u32, std::time::Duration), String> {
+    pub(crate) fn profiling_healing(&self) -> Result<(u32, std::time::Duration), FlagError> {
         let n = u32::try_from(self.profiling_rearm_after)
             .ok()
             .filter(|n| *n <= 1000)
-            .ok_or_else(|| {
-                format!(
-                    "--profiling-rearm-after: {} is not 0 to 1000 collections",
-                    self.profiling_rearm_after
-                )
-            })?;
+            .ok_or(FlagError::RearmAfter(self.profiling_rearm_after))?;
         let period = crate::config::duration::parse(&self.profiling_restart_period)
-            .map_err(|e| format!("--profiling-restart-period: {e}"))?;
+            .map_err(FlagError::RestartPeriod)?;
         Ok((n, period))
     }
 
@@ -1460,5 +1462,40 @@ pub(crate) mod tests {
         assert!(parse_go_int("9223372036854775808")
             .unwrap_err()
             .contains("out of range"));
+    }
+
+    #[test]
+    fn checked_flag_values_are_typed_errors() {
+        let c = |args: &[&str]| parse(args).unwrap();
+        assert!(matches!(
+            c(&["--events-max-count=-1"]).events_bounds(),
+            Err(FlagError::EventsMaxCount(-1))
+        ));
+        assert!(matches!(
+            c(&["--events-max-bytes", "100"]).events_bounds(),
+            Err(FlagError::EventsMaxBytes(100))
+        ));
+        assert!(matches!(
+            c(&["--profiling-rearm-after", "1001"]).profiling_healing(),
+            Err(FlagError::RearmAfter(1001))
+        ));
+        assert!(matches!(
+            c(&["--profiling-restart-period", "soon"]).profiling_healing(),
+            Err(FlagError::RestartPeriod(
+                crate::config::duration::Error::NotADuration(_)
+            ))
+        ));
+        assert!(matches!(
+            c(&["--dcgm-denylist-modules", "core"]).dcgm_denylist(),
+            Err(FlagError::DenyCore)
+        ));
+        assert!(matches!(
+            c(&["--dcgm-denylist-modules", "nope"]).dcgm_denylist(),
+            Err(FlagError::DenylistModule(_))
+        ));
+        assert_eq!(
+            crate::attribution::IdType::parse("gpu"),
+            Err(crate::attribution::UnknownIdType("gpu".into()))
+        );
     }
 }

@@ -97,13 +97,30 @@ impl CountersSource {
     }
 }
 
+/// `-m`'s reference or [`POLL_ENV`] refused.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// `-m` that is not `<namespace>:<name>`.
+    #[error("-m/--configmap-data {0:?}: expected <namespace>:<name>")]
+    Ref(String),
+    #[error("{env}: {0}", env = POLL_ENV)]
+    PollPeriod(#[source] crate::config::duration::Error),
+    #[error("{env} {0:?}: at least 1s", env = POLL_ENV)]
+    PollTooShort(String),
+}
+
+/// For the ConfigMap watcher, whose own errors are still text.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
 /// `-m` as dcgm-exporter splits it: exactly one `:` between namespace and name.
-pub(crate) fn parse_ref(value: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_ref(value: &str) -> Result<(String, String), Error> {
     match value.split(':').collect::<Vec<_>>()[..] {
         [ns, name] if !ns.is_empty() && !name.is_empty() => Ok((ns.into(), name.into())),
-        _ => Err(format!(
-            "-m/--configmap-data {value:?}: expected <namespace>:<name>"
-        )),
+        _ => Err(Error::Ref(value.to_string())),
     }
 }
 
@@ -114,13 +131,13 @@ pub(crate) fn metrics_of(cm: &ConfigMap) -> Option<String> {
 
 /// How often the ConfigMap is read when it cannot be watched: [`POLL_ENV`] if set, else
 /// every 60 s or every collection interval, whichever is longer.
-pub(crate) fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, String> {
+pub(crate) fn poll_period(interval: Duration, env: Option<&str>) -> Result<Duration, Error> {
     let Some(value) = env else {
         return Ok(interval.max(POLL_DEFAULT));
     };
-    let period = crate::config::duration::parse(value).map_err(|e| format!("{POLL_ENV}: {e}"))?;
+    let period = crate::config::duration::parse(value).map_err(Error::PollPeriod)?;
     if period < Duration::from_secs(1) {
-        return Err(format!("{POLL_ENV} {value:?}: at least 1s"));
+        return Err(Error::PollTooShort(value.to_string()));
     }
     Ok(period)
 }
@@ -136,10 +153,19 @@ mod tests {
         assert_eq!(poll_period(s(300), None), Ok(s(300)));
         assert_eq!(poll_period(s(30), Some("5s")), Ok(s(5)));
         assert_eq!(poll_period(s(300), Some("1m30s")), Ok(s(90)));
-        for bad in ["500ms", "0", "soon", "-1s"] {
-            let e = poll_period(s(30), Some(bad)).unwrap_err();
-            assert!(e.starts_with(POLL_ENV), "{bad}: {e}");
+        for short in ["500ms", "0"] {
+            let e = poll_period(s(30), Some(short));
+            assert_eq!(e, Err(Error::PollTooShort(short.into())), "{short}");
         }
+        use crate::config::duration::Error as D;
+        assert_eq!(
+            poll_period(s(30), Some("soon")),
+            Err(Error::PollPeriod(D::NotADuration("soon".into())))
+        );
+        assert_eq!(
+            poll_period(s(30), Some("-1s")),
+            Err(Error::PollPeriod(D::Negative("-1s".into())))
+        );
     }
 
     #[test]
@@ -205,8 +231,7 @@ mod tests {
             ("gpu".to_string(), "exporter-metrics-config-map".to_string())
         );
         for bad in ["gpu", "gpu:a:b", ":name", "ns:", ""] {
-            let e = parse_ref(bad).unwrap_err();
-            assert!(e.contains("-m/--configmap-data"), "{bad}: {e}");
+            assert_eq!(parse_ref(bad), Err(Error::Ref(bad.into())), "{bad}");
         }
     }
 

@@ -7,12 +7,23 @@ use std::time::Duration;
 /// every age in microseconds as an i64.
 pub(crate) const MAX_MS: u64 = (i64::MAX / 1000) as u64;
 
+/// Why a text is no duration (the text as given).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Error {
+    #[error("'{0}' is not a duration (like 500ms, 10s, 1m30s)")]
+    NotADuration(String),
+    #[error("'{0}' is negative")]
+    Negative(String),
+    #[error("'{0}' is out of range")]
+    OutOfRange(String),
+}
+
 /// Parses a non-negative Go duration.
-pub(crate) fn parse(s: &str) -> Result<Duration, String> {
-    let bad = || format!("'{s}' is not a duration (like 500ms, 10s, 1m30s)");
+pub(crate) fn parse(s: &str) -> Result<Duration, Error> {
+    let bad = || Error::NotADuration(s.to_string());
     let body = s.strip_prefix('+').unwrap_or(s);
     if body.starts_with('-') {
-        return Err(format!("'{s}' is negative"));
+        return Err(Error::Negative(s.to_string()));
     }
     if body == "0" {
         return Ok(Duration::ZERO);
@@ -48,14 +59,14 @@ pub(crate) fn parse(s: &str) -> Result<Duration, String> {
         rest = tail;
     }
     if !total_ns.is_finite() || total_ns > u64::MAX as f64 {
-        return Err(format!("'{s}' is out of range"));
+        return Err(Error::OutOfRange(s.to_string()));
     }
     Ok(Duration::from_nanos(total_ns.round() as u64))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, Error};
     use std::time::Duration;
 
     #[test]
@@ -75,8 +86,12 @@ mod tests {
             assert_eq!(parse(s), Ok(Duration::from_millis(ms)), "{s}");
         }
         assert_eq!(parse("1500ns"), Ok(Duration::from_nanos(1500)));
-        for s in ["", "1", "s", "1x", "-1s", "1.2.3s", "ms", " 1s", "1s "] {
-            assert!(parse(s).is_err(), "{s}");
+        for s in ["", "1", "s", "1x", "1.2.3s", "ms", " 1s", "1s "] {
+            assert_eq!(parse(s), Err(Error::NotADuration(s.into())), "{s}");
         }
+        assert_eq!(parse("-1s"), Err(Error::Negative("-1s".into())));
+        assert_eq!(parse("1e300h"), Err(Error::NotADuration("1e300h".into())));
+        let huge = format!("{}h", "9".repeat(20));
+        assert_eq!(parse(&huge), Err(Error::OutOfRange(huge.clone())));
     }
 }

@@ -132,6 +132,44 @@ struct FileTls {
     insecure_skip_verify: bool,
 }
 
+/// Why `events`' flags or client file ask for no request.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The client file or a password file cannot be read.
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The client file is no valid YAML for it (strict: unknown keys are refused).
+    #[error("{}: {source}", .path.display())]
+    ClientFile {
+        path: PathBuf,
+        source: serde_norway::Error,
+    },
+    #[error("--address {address}: {why}")]
+    Address { address: String, why: AddressWhy },
+    #[error("--timeout {0}: not a positive duration")]
+    Timeout(String),
+    #[error("a client certificate needs both --cert-file and --key-file")]
+    HalfClientCert,
+    #[error("{0}: an http:// address with TLS settings (use https://)")]
+    TlsOverHttp(String),
+    #[error("a password needs a user (--user)")]
+    PasswordWithoutUser,
+}
+
+/// What is wrong with `--address`.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum AddressWhy {
+    #[error("unknown scheme {0} (http or https)")]
+    UnknownScheme(String),
+    #[error("not a port")]
+    NotAPort,
+    #[error("no port (host:port)")]
+    NoPort,
+}
+
 /// Parses `events`' arguments (the first is the program's name, as `events`).
 pub(crate) fn parse_from<I, T>(args: I) -> Result<Args, clap::Error>
 where
@@ -143,7 +181,7 @@ where
 
 impl Args {
     /// The request these flags ask for.
-    pub(crate) fn request(&self) -> Result<Request, String> {
+    pub(crate) fn request(&self) -> Result<Request, Error> {
         let file = match &self.http_config_file {
             Some(p) => read_config(p)?,
             None => (FileConfig::default(), PathBuf::new()),
@@ -154,7 +192,7 @@ impl Args {
         let timeout = crate::config::duration::parse(&self.timeout)
             .ok()
             .filter(|d| !d.is_zero())
-            .ok_or_else(|| format!("--timeout {}: not a positive duration", self.timeout))?;
+            .ok_or_else(|| Error::Timeout(self.timeout.clone()))?;
         Ok(Request {
             host,
             port,
@@ -185,7 +223,7 @@ impl Args {
         file: &FileConfig,
         dir: &Path,
         scheme: Option<bool>,
-    ) -> Result<Option<Tls>, String> {
+    ) -> Result<Option<Tls>, Error> {
         let f = file.tls_config.as_ref();
         let rel = |p: &Option<PathBuf>| p.as_ref().map(|p| dir.join(p));
         let ca_file = self
@@ -203,7 +241,7 @@ impl Args {
         let client_cert = match (cert, key) {
             (Some(c), Some(k)) => Some((c, k)),
             (None, None) => None,
-            _ => return Err("a client certificate needs both --cert-file and --key-file".into()),
+            _ => return Err(Error::HalfClientCert),
         };
         let tls = Tls {
             ca_file,
@@ -216,21 +254,18 @@ impl Args {
         };
         let asked = self.tls || f.is_some() || tls != Tls::default();
         match scheme {
-            Some(false) if asked => Err(format!(
-                "{}: an http:// address with TLS settings (use https://)",
-                self.address
-            )),
+            Some(false) if asked => Err(Error::TlsOverHttp(self.address.clone())),
             Some(true) => Ok(Some(tls)),
             _ if asked => Ok(Some(tls)),
             _ => Ok(None),
         }
     }
 
-    fn auth(&self, file: &FileConfig, dir: &Path) -> Result<Option<(String, String)>, String> {
+    fn auth(&self, file: &FileConfig, dir: &Path) -> Result<Option<(String, String)>, Error> {
         let f = file.basic_auth.as_ref();
         let Some(user) = self.user.clone().or_else(|| f.map(|f| f.username.clone())) else {
             if self.password.is_some() || self.password_file.is_some() {
-                return Err("a password needs a user (--user)".into());
+                return Err(Error::PasswordWithoutUser);
             }
             return Ok(None);
         };
@@ -252,18 +287,27 @@ impl Args {
     }
 }
 
-fn first_line(p: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    Ok(text.lines().next().unwrap_or_default().to_string())
+fn read(p: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(p).map_err(|source| Error::Read {
+        path: p.to_path_buf(),
+        source,
+    })
+}
+
+fn first_line(p: &Path) -> Result<String, Error> {
+    Ok(read(p)?.lines().next().unwrap_or_default().to_string())
 }
 
 /// The client configuration file and its directory.
-fn read_config(p: &Path) -> Result<(FileConfig, PathBuf), String> {
-    let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+fn read_config(p: &Path) -> Result<(FileConfig, PathBuf), Error> {
+    let text = read(p)?;
     let c: FileConfig = if text.trim().is_empty() {
         FileConfig::default()
     } else {
-        serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        serde_norway::from_str(&text).map_err(|source| Error::ClientFile {
+            path: p.to_path_buf(),
+            source,
+        })?
     };
     let dir = p.parent().map(Path::to_path_buf).unwrap_or_default();
     Ok((c, dir))
@@ -271,12 +315,15 @@ fn read_config(p: &Path) -> Result<(FileConfig, PathBuf), String> {
 
 /// (`Some(true)` for https, `Some(false)` for http, `None` without a scheme), host, port
 /// and the path prefix of an address.
-fn address(a: &str) -> Result<(Option<bool>, String, u16, String), String> {
-    let bad = |why: &str| format!("--address {a}: {why}");
+fn address(a: &str) -> Result<(Option<bool>, String, u16, String), Error> {
+    let bad = |why| Error::Address {
+        address: a.to_string(),
+        why,
+    };
     let (scheme, rest) = match a.split_once("://") {
         Some(("http", r)) => (Some(false), r),
         Some(("https", r)) => (Some(true), r),
-        Some((s, _)) => return Err(bad(&format!("unknown scheme {s} (http or https)"))),
+        Some((s, _)) => return Err(bad(AddressWhy::UnknownScheme(s.to_string()))),
         None => (None, a),
     };
     let (authority, prefix) = match rest.find('/') {
@@ -288,10 +335,10 @@ fn address(a: &str) -> Result<(Option<bool>, String, u16, String), String> {
         _ => (authority, None),
     };
     let port = match port {
-        Some(p) => p.parse::<u16>().map_err(|_| bad("not a port"))?,
+        Some(p) => p.parse::<u16>().map_err(|_| bad(AddressWhy::NotAPort))?,
         None if scheme == Some(true) => 443,
         None if scheme == Some(false) => 80,
-        None => return Err(bad("no port (host:port)")),
+        None => return Err(bad(AddressWhy::NoPort)),
     };
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let host = if host.is_empty() { "localhost" } else { host };
@@ -321,9 +368,9 @@ fn encode(v: &str) -> String {
 mod tests {
     use super::*;
 
-    fn req(args: &[&str]) -> Result<Request, String> {
+    fn req(args: &[&str]) -> Result<Request, Error> {
         parse_from(std::iter::once("events").chain(args.iter().copied()))
-            .map_err(|e| e.to_string())?
+            .unwrap()
             .request()
     }
 
@@ -357,18 +404,32 @@ mod tests {
         assert_eq!((r.host.as_str(), r.port), ("::1", 9400));
         assert_eq!(r.target, "/gpu/events?since=1h");
         assert!(r.tls.unwrap().insecure);
-        assert!(req(&["-a", "localhost"]).unwrap_err().contains("no port"));
-        assert!(req(&["-a", "ftp://h:1"])
-            .unwrap_err()
-            .contains("unknown scheme"));
-        assert!(req(&["-a", "http://h:1", "--ca-file", "x"])
-            .unwrap_err()
-            .contains("https"));
-        assert!(req(&["--timeout", "0s"]).unwrap_err().contains("--timeout"));
-        assert!(req(&["--cert-file", "c"])
-            .unwrap_err()
-            .contains("--key-file"));
-        assert!(req(&["--password", "p"]).unwrap_err().contains("--user"));
+        let address = |a: &str| match req(&["-a", a]) {
+            Err(Error::Address { address, why }) if address == a => Some(why),
+            _ => None,
+        };
+        assert_eq!(address("localhost"), Some(AddressWhy::NoPort));
+        assert_eq!(address("h:port"), Some(AddressWhy::NotAPort));
+        assert_eq!(
+            address("ftp://h:1"),
+            Some(AddressWhy::UnknownScheme("ftp".into()))
+        );
+        assert!(matches!(
+            req(&["-a", "http://h:1", "--ca-file", "x"]),
+            Err(Error::TlsOverHttp(a)) if a == "http://h:1"
+        ));
+        assert!(matches!(
+            req(&["--timeout", "0s"]),
+            Err(Error::Timeout(t)) if t == "0s"
+        ));
+        assert!(matches!(
+            req(&["--cert-file", "c"]),
+            Err(Error::HalfClientCert)
+        ));
+        assert!(matches!(
+            req(&["--password", "p"]),
+            Err(Error::PasswordWithoutUser)
+        ));
     }
 
     #[test]
@@ -392,8 +453,17 @@ mod tests {
         let r = req(&["--http-config-file", f, "-u", "bob", "--password", "pw2"]).unwrap();
         assert_eq!(r.auth, Some(("bob".into(), "pw2".into())));
         std::fs::write(&file, "basic_auth: {username: a, pasword: x}\n").unwrap();
-        assert!(req(&["--http-config-file", f])
-            .unwrap_err()
-            .contains("unknown field"));
+        match req(&["--http-config-file", f]) {
+            // serde names an unknown key only in its message: that text is all there is.
+            Err(Error::ClientFile { path, source }) => {
+                assert_eq!(path, file);
+                assert!(source.to_string().contains("unknown field `pasword`"));
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        assert!(matches!(
+            req(&["--http-config-file", "/nonexistent/client.yml"]),
+            Err(Error::Read { path, .. }) if path == Path::new("/nonexistent/client.yml")
+        ));
     }
 }

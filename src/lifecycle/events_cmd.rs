@@ -14,6 +14,71 @@ use tokio_rustls::rustls::{self, pki_types};
 /// The largest answer read (the history's bound is 1 GiB at most; its JSON some more).
 const MAX_BODY: usize = 2 << 30;
 
+/// Why the events were not printed (after `dcgm-exporter events: `, exit 1). `at` is the
+/// exporter's `host:port`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The flags or the client file.
+    #[error(transparent)]
+    Request(#[from] events_cmd::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("no answer within {0:?}")]
+    NoAnswer(std::time::Duration),
+    /// Another status than 200, with the answer's first 1024 bytes.
+    #[error("{at} answered {status}: {text}")]
+    Status {
+        at: String,
+        status: u16,
+        text: String,
+    },
+    #[error("cannot connect to {at}: {source}")]
+    Connect { at: String, source: std::io::Error },
+    #[error("server name {name}: {source}")]
+    ServerName {
+        name: String,
+        source: pki_types::InvalidDnsNameError,
+    },
+    #[error("TLS with {at}: {source}")]
+    Handshake { at: String, source: std::io::Error },
+    #[error("{at}: {source}")]
+    Http { at: String, source: hyper::Error },
+    #[error("request: {0}")]
+    BadRequest(#[source] hyper::http::Error),
+    #[error("{at}: reading the answer: {source}")]
+    Body {
+        at: String,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// rustls refused its own safe protocol versions.
+    #[error("TLS: {0}")]
+    TlsVersions(#[source] rustls::Error),
+    /// The client certificate or key file.
+    #[error("{}: {source}", .path.display())]
+    ClientFile {
+        path: std::path::PathBuf,
+        source: pki_types::pem::Error,
+    },
+    #[error("client certificate and key: {0}")]
+    ClientCertAndKey(#[source] rustls::Error),
+    #[error("--ca-file {}: {source}", .path.display())]
+    CaFile {
+        path: std::path::PathBuf,
+        source: pki_types::pem::Error,
+    },
+    #[error("--ca-file {}: {source}", .path.display())]
+    CaRefused {
+        path: std::path::PathBuf,
+        source: rustls::Error,
+    },
+    #[error("--ca-file {}: no certificate in it", .path.display())]
+    NoCaCert { path: std::path::PathBuf },
+    #[error("the answer is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("stdout: {0}")]
+    Stdout(#[source] std::io::Error),
+}
+
 /// Runs the subcommand; `args` start with `events`. The process's exit code: 0 when the
 /// exporter answered with the events, 1 when it could not be asked or refused, 2 for bad
 /// flags.
@@ -25,7 +90,7 @@ pub fn main(args: impl Iterator<Item = std::ffi::OsString>) -> u8 {
             return if e.exit_code() == 0 { 0 } else { 2 };
         }
     };
-    let outcome = parsed.request().and_then(|r| {
+    let outcome = parsed.request().map_err(Error::from).and_then(|r| {
         let body = fetch(&r)?;
         print(&r, &body)
     });
@@ -39,21 +104,25 @@ pub fn main(args: impl Iterator<Item = std::ffi::OsString>) -> u8 {
 }
 
 /// The answer's body, when it is a 200.
-fn fetch(r: &Request) -> Result<Bytes, String> {
+fn fetch(r: &Request) -> Result<Bytes, Error> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        .map_err(Error::Runtime)?;
     let (status, body) = rt.block_on(async {
         tokio::time::timeout(r.timeout, get(r))
             .await
-            .map_err(|_| format!("no answer within {:?}", r.timeout))?
+            .map_err(|_| Error::NoAnswer(r.timeout))?
     })?;
     if status != 200 {
         let text = String::from_utf8_lossy(&body[..body.len().min(1024)])
             .trim()
             .to_string();
-        return Err(format!("{}:{} answered {status}: {text}", r.host, r.port));
+        return Err(Error::Status {
+            at: format!("{}:{}", r.host, r.port),
+            status,
+            text,
+        });
     }
     Ok(body)
 }
@@ -61,29 +130,43 @@ fn fetch(r: &Request) -> Result<Bytes, String> {
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
-async fn get(r: &Request) -> Result<(u16, Bytes), String> {
+async fn get(r: &Request) -> Result<(u16, Bytes), Error> {
     let at = format!("{}:{}", r.host, r.port);
     let tcp = tokio::net::TcpStream::connect((r.host.as_str(), r.port))
         .await
-        .map_err(|e| format!("cannot connect to {at}: {e}"))?;
+        .map_err(|source| Error::Connect {
+            at: at.clone(),
+            source,
+        })?;
     let io: Box<dyn Io> = match &r.tls {
         None => Box::new(tcp),
         Some(t) => {
             let name = t.server_name.as_deref().unwrap_or(&r.host);
-            let name = pki_types::ServerName::try_from(name.to_string())
-                .map_err(|e| format!("server name {name}: {e}"))?;
+            let name = pki_types::ServerName::try_from(name.to_string()).map_err(|source| {
+                Error::ServerName {
+                    name: name.to_string(),
+                    source,
+                }
+            })?;
             let connector = tokio_rustls::TlsConnector::from(client_config(t)?);
             Box::new(
                 connector
                     .connect(name, tcp)
                     .await
-                    .map_err(|e| format!("TLS with {at}: {e}"))?,
+                    .map_err(|source| Error::Handshake {
+                        at: at.clone(),
+                        source,
+                    })?,
             )
         }
     };
+    let http = |source| Error::Http {
+        at: at.clone(),
+        source,
+    };
     let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io))
         .await
-        .map_err(|e| format!("{at}: {e}"))?;
+        .map_err(http)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -104,29 +187,27 @@ async fn get(r: &Request) -> Result<(u16, Bytes), String> {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
         req = req.header(hyper::header::AUTHORIZATION, format!("Basic {token}"));
     }
-    let req = req
-        .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("request: {e}"))?;
-    let resp = send
-        .send_request(req)
-        .await
-        .map_err(|e| format!("{at}: {e}"))?;
+    let req = req.body(Empty::<Bytes>::new()).map_err(Error::BadRequest)?;
+    let resp = send.send_request(req).await.map_err(http)?;
     let status = resp.status().as_u16();
     let body = Limited::new(resp.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| format!("{at}: reading the answer: {e}"))?
+        .map_err(|source| Error::Body {
+            at: at.clone(),
+            source,
+        })?
         .to_bytes();
     Ok((status, body))
 }
 
-fn client_config(t: &Tls) -> Result<Arc<rustls::ClientConfig>, String> {
+fn client_config(t: &Tls) -> Result<Arc<rustls::ClientConfig>, Error> {
     use pki_types::pem::PemObject;
     use pki_types::{CertificateDer, PrivateKeyDer};
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?;
+        .map_err(Error::TlsVersions)?;
     let builder = if t.insecure {
         builder
             .dangerous()
@@ -137,33 +218,44 @@ fn client_config(t: &Tls) -> Result<Arc<rustls::ClientConfig>, String> {
     let mut config = match &t.client_cert {
         None => builder.with_no_client_auth(),
         Some((cert, key)) => {
-            let what =
-                |p: &std::path::Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
+            let what = |p: &std::path::Path| {
+                let path = p.to_path_buf();
+                move |source| Error::ClientFile { path, source }
+            };
             let certs = CertificateDer::pem_file_iter(cert)
-                .map_err(|e| what(cert, &e))?
+                .map_err(what(cert))?
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| what(cert, &e))?;
-            let private = PrivateKeyDer::from_pem_file(key).map_err(|e| what(key, &e))?;
+                .map_err(what(cert))?;
+            let private = PrivateKeyDer::from_pem_file(key).map_err(what(key))?;
             builder
                 .with_client_auth_cert(certs, private)
-                .map_err(|e| format!("client certificate and key: {e}"))?
+                .map_err(Error::ClientCertAndKey)?
         }
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
-fn roots(t: &Tls) -> Result<rustls::RootCertStore, String> {
+fn roots(t: &Tls) -> Result<rustls::RootCertStore, Error> {
     use pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     match &t.ca_file {
         Some(p) => {
-            let what = |e: &dyn std::fmt::Display| format!("--ca-file {}: {e}", p.display());
-            for c in pki_types::CertificateDer::pem_file_iter(p).map_err(|e| what(&e))? {
-                roots.add(c.map_err(|e| what(&e))?).map_err(|e| what(&e))?;
+            let path = || p.clone();
+            let pem = |source| Error::CaFile {
+                path: path(),
+                source,
+            };
+            for c in pki_types::CertificateDer::pem_file_iter(p).map_err(pem)? {
+                roots
+                    .add(c.map_err(pem)?)
+                    .map_err(|source| Error::CaRefused {
+                        path: path(),
+                        source,
+                    })?;
             }
             if roots.is_empty() {
-                return Err(what(&"no certificate in it"));
+                return Err(Error::NoCaCert { path: path() });
             }
         }
         None => {
@@ -224,18 +316,17 @@ impl rustls::client::danger::ServerCertVerifier for Unchecked {
 }
 
 /// Writes the answer: as it came with `--json`, else a table.
-fn print(r: &Request, body: &[u8]) -> Result<(), String> {
+fn print(r: &Request, body: &[u8]) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     let written = if r.json {
         out.write_all(body).and_then(|()| out.write_all(b"\n"))
     } else {
-        let v: serde_json::Value =
-            serde_json::from_slice(body).map_err(|e| format!("the answer is not JSON: {e}"))?;
+        let v: serde_json::Value = serde_json::from_slice(body).map_err(Error::NotJson)?;
         out.write_all(table(&v).as_bytes())
     };
     match written.and_then(|()| out.flush()) {
         // `events | head`: the reader has what it wanted.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Stdout(e)),
         _ => Ok(()),
     }
 }

@@ -35,9 +35,27 @@ pub enum Error {
     /// A bound socket that tokio cannot take over.
     #[error("cannot use the listening socket: {0}")]
     ListeningSocket(#[source] std::io::Error),
-    /// The HTTP flags or the web config file (read at start or watched).
-    #[error("{0}")]
-    WebConfig(String),
+    #[error(
+        "--web-telemetry-path {0:?}: must start with '/' and not be /health or under \
+         /debug/pprof/"
+    )]
+    TelemetryPath(String),
+    #[error("--max-concurrent-scrapes {0}: must be at least 1")]
+    MaxConcurrentScrapes(i64),
+    /// `--web-read-timeout` or `--web-write-timeout` (`flag`, without its dashes).
+    #[error("--{flag} {source}")]
+    Timeout {
+        flag: &'static str,
+        source: crate::config::duration::Error,
+    },
+    #[error(
+        "--enable-pprof requires --web-config-file (profiles are served only to clients the \
+         web configuration identifies: verified client certificates or basic auth)"
+    )]
+    PprofNeedsWebConfig,
+    /// The web config file (read at start or watched).
+    #[error(transparent)]
+    WebConfig(#[from] crate::output::http::state::Error),
     #[error("--dump-retention {0}: must not be negative")]
     NegativeDumpRetention(i64),
     /// `--textfile-directory` or `--dump-directory`, refused by `dirs`' rules.
@@ -52,8 +70,8 @@ pub enum Error {
     #[error("cannot start the dump cleanup thread: {0}")]
     DumpThread(#[source] std::io::Error),
     /// The OTLP exporter's settings (endpoint, TLS).
-    #[error("{0}")]
-    Otlp(String),
+    #[error(transparent)]
+    Otlp(#[from] crate::output::otlp::Error),
 }
 
 /// The bind failures' texts, each once, in order.
@@ -82,8 +100,8 @@ pub struct DirError {
 #[derive(Debug, thiserror::Error)]
 pub enum DirWhy {
     /// This process's uid could not be told.
-    #[error("{0}")]
-    Uid(String),
+    #[error(transparent)]
+    Uid(crate::runtime::process::Error),
     #[error("must not contain \"..\" (give the directory's own path)")]
     ParentComponent,
     #[error("is not a directory the exporter may write into")]

@@ -216,52 +216,69 @@ impl Shared {
 
     /// What fails even the liveness probe: only what the user asked for
     /// (`--health-require-gpus`, upstream's opt-in: no GPU collected).
-    pub fn liveness(&self) -> Result<(), String> {
+    pub fn liveness(&self) -> Result<(), Unhealthy> {
         if self.require_gpus.load(Ordering::SeqCst) && self.gpus.load(Ordering::SeqCst) == 0 {
-            return Err("no GPU is being collected (--health-require-gpus)".into());
+            return Err(Unhealthy::NoGpus);
         }
         Ok(())
     }
 
     /// `Ok(())` while DCGM is connected and the page holds fresh values; else why not.
-    pub fn health(&self) -> Result<(), String> {
+    pub fn health(&self) -> Result<(), Unhealthy> {
         let why = self
             .last_error
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if !self.connected.load(Ordering::SeqCst) {
-            return Err(format!(
-                "DCGM host engine not connected: {}",
-                why.unwrap_or_else(|| "unknown".into())
-            ));
+            return Err(Unhealthy::NotConnected(why));
         }
         if let Some(why) = why {
-            return Err(format!("the last collection failed: {why}"));
+            return Err(Unhealthy::CollectionFailed(why));
         }
         self.liveness()?;
         if let Some(d) = self.stalled_for() {
-            return Err(format!(
-                "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): \
-                 the page holds no DCGM value",
-                d.as_secs_f64()
-            ));
+            return Err(Unhealthy::Stalled(d));
         }
         let expired = now_us() > self.page.load().expires_us;
         match *self.last_success.lock().unwrap_or_else(|p| p.into_inner()) {
-            None => Err("no successful collection yet".into()),
-            Some(t) if expired => Err(format!(
-                "no fresh values: the last successful collection was {:.1}s ago",
-                t.elapsed().as_secs_f64()
-            )),
+            None => Err(Unhealthy::NoCollectionYet),
+            Some(t) if expired => Err(Unhealthy::Stale(t.elapsed())),
             Some(_) => Ok(()),
         }
     }
 }
 
+/// Why `/ready` fails (and `/health` says `OK - not ready`), or with
+/// `--health-require-gpus` why `/health` fails.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unhealthy {
+    /// The session is down; the collection loop's last error, if it said one.
+    #[error("DCGM host engine not connected: {}", .0.as_deref().unwrap_or("unknown"))]
+    NotConnected(Option<String>),
+    /// The loop's words for the last collection's failure.
+    #[error("the last collection failed: {0}")]
+    CollectionFailed(String),
+    #[error("no GPU is being collected (--health-require-gpus)")]
+    NoGpus,
+    /// DCGM sampled none of the watched fields for this long.
+    #[error(
+        "DCGM has sampled none of the watched fields for {:.1}s (over two intervals): the \
+         page holds no DCGM value", .0.as_secs_f64()
+    )]
+    Stalled(Duration),
+    #[error("no successful collection yet")]
+    NoCollectionYet,
+    /// The page expired; the last success was this long ago.
+    #[error(
+        "no fresh values: the last successful collection was {:.1}s ago", .0.as_secs_f64()
+    )]
+    Stale(Duration),
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Shared;
+    use super::{Shared, Unhealthy};
     use crate::runtime::supervisor::Supervisor;
     use std::sync::mpsc;
     use std::time::{Duration, Instant};
@@ -302,7 +319,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(250));
         collected(true);
         let e = shared.health().unwrap_err();
-        assert!(e.contains("sampled none of the watched fields"), "{e}");
+        assert!(
+            matches!(e, Unhealthy::Stalled(d) if d >= Duration::from_millis(200)),
+            "{e:?}"
+        );
         assert!(gauge(&shared));
         collected(false);
         assert_eq!(shared.health(), Ok(()));
@@ -337,6 +357,7 @@ mod tests {
             "{metrics}"
         );
         assert!(
+            // Pins the /health line an operator reads after `degraded: `.
             shared
                 .notes()
                 .iter()

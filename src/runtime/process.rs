@@ -6,30 +6,48 @@
 /// `CAP_SYS_ADMIN`'s bit in the capability sets (`linux/capability.h`).
 const CAP_SYS_ADMIN: u32 = 21;
 
-fn status_field(name: &str) -> Result<String, String> {
+/// Why `/proc/self/status` did not say (`field`: its name with the colon, `Uid:`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read /proc/self/status for {field}: {source}")]
+    Read {
+        field: &'static str,
+        source: std::io::Error,
+    },
+    #[error("/proc/self/status has no {0}")]
+    NoField(&'static str),
+    #[error("/proc/self/status has no effective uid")]
+    NoEffectiveUid,
+    #[error("/proc/self/status CapEff {hex:?}: {source}")]
+    CapEff {
+        hex: String,
+        source: std::num::ParseIntError,
+    },
+}
+
+fn status_field(field: &'static str) -> Result<String, Error> {
     let status = std::fs::read_to_string("/proc/self/status")
-        .map_err(|e| format!("cannot read /proc/self/status for {name}: {e}"))?;
+        .map_err(|source| Error::Read { field, source })?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix(name))
+        .find_map(|l| l.strip_prefix(field))
         .map(|v| v.trim().to_string())
-        .ok_or_else(|| format!("/proc/self/status has no {name}"))
+        .ok_or(Error::NoField(field))
 }
 
 /// This process's effective uid.
-pub(crate) fn effective_uid() -> Result<u32, String> {
+pub(crate) fn effective_uid() -> Result<u32, Error> {
     status_field("Uid:")?
         .split_whitespace()
         .nth(1)
         .and_then(|id| id.parse().ok())
-        .ok_or_else(|| "/proc/self/status has no effective uid".to_string())
+        .ok_or(Error::NoEffectiveUid)
 }
 
 /// Whether `CAP_SYS_ADMIN` is in this process's effective set.
-pub(crate) fn has_cap_sys_admin() -> Result<bool, String> {
+pub(crate) fn has_cap_sys_admin() -> Result<bool, Error> {
     let hex = status_field("CapEff:")?;
-    let set = u64::from_str_radix(&hex, 16)
-        .map_err(|e| format!("/proc/self/status CapEff {hex:?}: {e}"))?;
+    let set = u64::from_str_radix(&hex, 16).map_err(|source| Error::CapEff { hex, source })?;
     Ok(set & (1 << CAP_SYS_ADMIN) != 0)
 }
 

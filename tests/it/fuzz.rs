@@ -210,7 +210,11 @@ fn selectors_give_a_selection_or_an_error_naming_flag_and_value() {
         |(flag, value)| {
             match selector::parse(flag, &value) {
                 Ok(s) => prop_assert!(s.flex || s.major.is_some() || s.minor.is_some()),
-                Err(e) => prop_assert!(e.starts_with(&format!("{flag} {value}: ")), "{}", e),
+                Err(e) => prop_assert!(
+                    e.to_string().starts_with(&format!("{flag} {value}: ")),
+                    "{}",
+                    e
+                ),
             }
             Ok(())
         },
@@ -239,7 +243,8 @@ fn generated_selectors_select_exactly_their_ids() {
                 .into_iter()
                 .flatten()
                 .collect();
-            let s = selector::parse("-d", &text.join("+")).map_err(TestCaseError::fail)?;
+            let s = selector::parse("-d", &text.join("+"))
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
             let expect = |ids: &Option<(String, BTreeSet<u32>)>, all: bool| match ids {
                 Some((_, set)) => Some(selector::IdSet::Ids(set.clone())),
                 None if all => Some(selector::IdSet::All),

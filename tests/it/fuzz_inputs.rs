@@ -187,7 +187,8 @@ fn web_configuration_gives_settings_or_an_error_naming_the_file() {
     fuzz("web_config", web_document(), |text| {
         if let Err(e) = webconfig::parse(&text, &path) {
             prop_assert!(
-                e.starts_with(&format!("--web-config-file {}: ", path.display())),
+                e.to_string()
+                    .starts_with(&format!("--web-config-file {}: ", path.display())),
                 "{e}\n--- input:\n{text}"
             );
         }
@@ -542,7 +543,7 @@ fn runtime_http_answers_give_a_body_or_an_error_before_the_deadline() {
         let asked = Instant::now();
         match runtime_http::get(&socket, "/containers/json", asked + Duration::from_secs(10)) {
             Ok((_, body)) => prop_assert!(body.len() <= 64 << 20),
-            Err(e) => prop_assert!(e.starts_with("GET /containers/json on "), "{e}"),
+            Err(e) => prop_assert!(e.to_string().starts_with("GET /containers/json on "), "{e}"),
         }
         prop_assert!(
             asked.elapsed() < Duration::from_secs(5),

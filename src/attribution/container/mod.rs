@@ -248,7 +248,7 @@ fn get_json_status(
     path: &str,
     deadline: Instant,
 ) -> Result<Result<Option<Vec<u8>>, String>, String> {
-    let (status, body) = http::get(socket, path, deadline)?;
+    let (status, body) = http::get(socket, path, deadline).map_err(|e| e.to_string())?;
     Ok(match status {
         200 => Ok(Some(body)),
         // Gone between the listing and the inspection.
@@ -542,6 +542,7 @@ mod tests {
         ] {
             mode.store(hostile, Ordering::SeqCst);
             let e = until(&mut src, "the error", &|r| r.is_err()).unwrap_err();
+            // A source's failure reaches /health as text (DeviceLabelSource); hyper's words.
             assert!(
                 e.contains(says) && e.contains("GET /containers/json"),
                 "{e}"

@@ -31,7 +31,11 @@ pub enum Error {
     /// The counters (`-f`, the config file's, the `-m` ConfigMap's) do not load.
     #[error(transparent)]
     Counters(crate::config::file::Error),
-    /// The counters' source: `-m`'s reference or watch, or the counters file's watch.
+    /// `-m`'s reference, or the ConfigMap's poll period.
+    #[error(transparent)]
+    ConfigMap(crate::config::configmap::Error),
+    /// The counters' source: the `-m` ConfigMap's read or the counters file's watch (their
+    /// watchers report text).
     #[error("{0}")]
     CountersSource(String),
     /// The config file's watch groups do not fit the counters.

@@ -199,7 +199,7 @@ fn load_counters(
 
 /// The event history's bounds, set before anything can happen on the node.
 fn event_history_bounds(config: &cli::Config) -> Result<(), Error> {
-    let (max_events, max_bytes) = config.events_bounds().map_err(settings::Error::Flag)?;
+    let (max_events, max_bytes) = config.events_bounds().map_err(settings::Error::from)?;
     crate::model::events::global().set_bounds(crate::model::events::Bounds {
         max_events,
         max_bytes,
@@ -832,7 +832,7 @@ fn counters_source(
             emulate: counters.emulate,
         });
     };
-    let (namespace, name) = configmap::parse_ref(configmap_data).map_err(Error::CountersSource)?;
+    let (namespace, name) = configmap::parse_ref(configmap_data).map_err(Error::ConfigMap)?;
     let api = api.ok_or_else(|| Error::NoKubeApi {
         configmap: configmap_data.clone(),
     })?;

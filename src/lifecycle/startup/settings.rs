@@ -22,9 +22,17 @@ pub enum Error {
     /// The OTLP push's flags and environment.
     #[error(transparent)]
     Otlp(#[from] crate::config::otlp::Error),
-    /// A flag whose own parser refused it (selectors, healing, aggregation, ID type...).
+    /// A flag whose own parser refused it (healing, aggregation, ID type...).
     #[error("{0}")]
     Flag(String),
+    /// `-d`, `-s` or `-p`.
+    #[error(transparent)]
+    Selector(#[from] crate::config::selector::Error),
+    /// The event history's bounds, profiling healing, the DCGM module denylist.
+    #[error(transparent)]
+    CliFlag(#[from] crate::config::cli::FlagError),
+    #[error(transparent)]
+    IdType(#[from] crate::attribution::UnknownIdType),
     /// A host engine address that does not parse (`whence`: the flag, element or key).
     #[error("{whence}: {why}")]
     EngineAddress { whence: String, why: String },
@@ -46,7 +54,10 @@ pub enum Error {
     TooLarge { flag: String, ms: i64 },
     /// A duration flag that is no duration.
     #[error("{flag}: {why}")]
-    Duration { flag: &'static str, why: String },
+    Duration {
+        flag: &'static str,
+        why: crate::config::duration::Error,
+    },
     #[error("--usage-idle-window {0}: must be longer than 0")]
     ZeroIdleWindow(String),
     #[error("--usage-max-consumers-per-gpu {0}: must be a positive number")]
@@ -297,9 +308,9 @@ fn collect_settings(
         Engine::Embedded => None,
     };
     Ok(collect::Settings {
-        gpus: selector::parse("-d", &config.devices).map_err(Error::Flag)?,
-        switches: selector::parse("-s", &config.switch_devices).map_err(Error::Flag)?,
-        cpus: selector::parse("-p", &config.cpu_devices).map_err(Error::Flag)?,
+        gpus: selector::parse("-d", &config.devices)?,
+        switches: selector::parse("-s", &config.switch_devices)?,
+        cpus: selector::parse("-p", &config.cpu_devices)?,
         compute_instances: config.compute_instances,
         use_old_namespace: config.use_old_namespace,
         replace_blanks_in_model_name: config.replace_blanks_in_model_name,
@@ -325,8 +336,8 @@ fn collect_settings(
         emulate: config.emulate_version,
         low_cardinality: config.low_cardinality,
         profiling: collect::heal::Options::from_flags(
-            config.profiling_healing().map_err(Error::Flag)?,
-            config.dcgm_denylist().map_err(Error::Flag)?,
+            config.profiling_healing()?,
+            config.dcgm_denylist()?,
         ),
         aggregate: collect::aggregate::Options::from_flags(
             &config.aggregate,
@@ -399,7 +410,7 @@ fn attribution_settings(
     let options = attribution::Options {
         kubernetes: config.kubernetes,
         kubelet_socket: config.pod_resources_kubelet_socket.clone(),
-        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type).map_err(Error::Flag)?,
+        id_type: attribution::IdType::parse(&config.kubernetes_gpu_id_type)?,
         resource_names: config.nvidia_resource_names.clone(),
         virtual_gpus: config.kubernetes_virtual_gpus,
         old_names: config.use_old_namespace,

@@ -75,31 +75,24 @@ pub struct Options {
     pub openmetrics: bool,
 }
 
-fn timeout(flag: &str, v: &str, default: Duration) -> Result<Duration, String> {
-    let d = duration::parse(v).map_err(|e| format!("--{flag} {e}"))?;
+fn timeout(flag: &'static str, v: &str, default: Duration) -> Result<Duration, Error> {
+    let d = duration::parse(v).map_err(|source| Error::Timeout { flag, source })?;
     // As upstream: zero means the default.
     Ok(if d.is_zero() { default } else { d })
 }
 
 impl Options {
-    pub(crate) fn from_settings(c: &HttpSettings) -> Result<Options, String> {
+    pub(crate) fn from_settings(c: &HttpSettings) -> Result<Options, Error> {
         let path = &c.telemetry_path;
         if !path.starts_with('/') || path == "/health" || path.starts_with("/debug/pprof/") {
-            return Err(format!(
-                "--web-telemetry-path {path:?}: must start with '/' and not be /health or under /debug/pprof/"
-            ));
+            return Err(Error::TelemetryPath(path.clone()));
         }
         let max = usize::try_from(c.max_concurrent_scrapes)
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                format!(
-                    "--max-concurrent-scrapes {}: must be at least 1",
-                    c.max_concurrent_scrapes
-                )
-            })?;
+            .ok_or(Error::MaxConcurrentScrapes(c.max_concurrent_scrapes))?;
         if c.pprof && c.web_config_file.is_empty() {
-            return Err("--enable-pprof requires --web-config-file (profiles are served only to clients the web configuration identifies: verified client certificates or basic auth)".into());
+            return Err(Error::PprofNeedsWebConfig);
         }
         Ok(Options {
             telemetry_path: path.clone(),
@@ -126,9 +119,9 @@ pub struct Server {
 impl Server {
     /// Validates the options, reads the web config and binds (or takes systemd's sockets).
     pub fn bind(c: &HttpSettings) -> Result<Server, Error> {
-        let options = Options::from_settings(c).map_err(Error::WebConfig)?;
+        let options = Options::from_settings(c)?;
         let web_config = (!c.web_config_file.is_empty()).then(|| PathBuf::from(&c.web_config_file));
-        let web = Web::load(web_config.as_deref(), options.pprof).map_err(Error::WebConfig)?;
+        let web = Web::load(web_config.as_deref(), options.pprof)?;
         let listeners = if c.systemd_socket {
             listen::systemd()?
         } else {
@@ -159,9 +152,7 @@ impl Server {
         shared: Arc<Shared>,
         shutdown: watch::Receiver<bool>,
     ) -> Result<(), Error> {
-        self.web
-            .watch_reporting(&shared)
-            .map_err(Error::WebConfig)?;
+        self.web.watch_reporting(&shared)?;
         let handshakes = Arc::new(HandshakeErrors::new());
         shared.metrics.register(handshakes.collector());
         let ctx = Arc::new(Ctx {

@@ -456,7 +456,7 @@ impl Endpoints {
     /// Whether the page is fresh, and the healthy body: `OK`, the backend when it is not
     /// DCGM, and one `degraded:` line per failing attribution source (those do not make the
     /// exporter unready: GPU metrics are still served).
-    fn state(&self) -> (Result<(), String>, String) {
+    fn state(&self) -> (Result<(), crate::output::published::Unhealthy>, String) {
         let backend = self.shared.backend();
         let body = std::iter::once("OK".to_string())
             .chain((backend != "dcgm").then(|| format!("backend: {backend}")))

@@ -81,6 +81,31 @@ fn events_for(files: &[PathBuf]) -> Option<DirEvents> {
     }
 }
 
+/// Why `--enable-pprof` refuses a web configuration.
+pub(crate) const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
+
+/// Why a web configuration is refused, at start or on a reload; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The web config file cannot be read.
+    #[error("--web-config-file {}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file's text is refused (by key).
+    #[error(transparent)]
+    Invalid(#[from] webconfig::Error),
+    /// The TLS settings do not make a server configuration (a file they name, rustls).
+    #[error("--web-config-file {}: {source}", .path.display())]
+    Tls { path: PathBuf, source: tls::Error },
+    /// `--enable-pprof` with a configuration that identifies no client.
+    #[error("{} (--web-config-file {})", PPROF_NEEDS_IDENTITY, .path.display())]
+    PprofNeedsIdentity { path: PathBuf },
+    #[error("cannot start the web configuration watcher: {0}")]
+    WatcherThread(#[source] std::io::Error),
+}
+
 /// What one connection is served with.
 pub(crate) struct WebState {
     pub tls: Option<TlsAcceptor>,
@@ -101,7 +126,7 @@ impl WebState {
         }
     }
 
-    fn build(c: &WebConfig) -> Result<WebState, String> {
+    fn build(c: &WebConfig) -> Result<WebState, tls::Error> {
         let tls = match &c.tls {
             Some(t) => Some(TlsAcceptor::from(tls::server_config(t, c.http2)?)),
             None => None,
@@ -130,9 +155,6 @@ impl WebState {
         })
     }
 }
-
-/// Why `--enable-pprof` refuses a web configuration.
-pub(crate) const PPROF_NEEDS_IDENTITY: &str = "--enable-pprof: profiles are served only to clients that are asked who they are, and this web configuration asks no one: set tls_server_config.client_auth_type: RequireAndVerifyClientCert (with client_ca_file), or list at least one user under basic_auth_users";
 
 /// (modified time, length, inode) of a file, or None when it cannot be read.
 type Stamp = Option<(std::time::SystemTime, u64, u64)>;
@@ -180,14 +202,18 @@ struct Loaded {
 }
 
 impl Source {
-    fn read(&self) -> Result<Loaded, String> {
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| format!("--web-config-file {}: {e}", self.path.display()))?;
+    fn read(&self) -> Result<Loaded, Error> {
+        let text = std::fs::read_to_string(&self.path).map_err(|source| Error::Read {
+            path: self.path.clone(),
+            source,
+        })?;
         let c = webconfig::parse(&text, &self.path)?;
         let mut files = vec![self.path.clone()];
         files.extend(c.files());
-        let state = WebState::build(&c)
-            .map_err(|e| format!("--web-config-file {}: {e}", self.path.display()))?;
+        let state = WebState::build(&c).map_err(|source| Error::Tls {
+            path: self.path.clone(),
+            source,
+        })?;
         Ok(Loaded {
             state,
             files,
@@ -196,12 +222,9 @@ impl Source {
         })
     }
 
-    fn pprof_refuses(&self, state: &WebState) -> Option<String> {
-        (self.pprof && !state.identifies_clients).then(|| {
-            format!(
-                "{PPROF_NEEDS_IDENTITY} (--web-config-file {})",
-                self.path.display()
-            )
+    fn pprof_refuses(&self, state: &WebState) -> Option<Error> {
+        (self.pprof && !state.identifies_clients).then(|| Error::PprofNeedsIdentity {
+            path: self.path.clone(),
         })
     }
 
@@ -215,10 +238,11 @@ impl Source {
         }
         let lost = self.protection.removed_by(&new.protection);
         if !lost.is_empty() {
+            let lost: Vec<String> = lost.iter().map(ToString::to_string).collect();
             why.push(format!("it would remove {}", lost.join(", ")));
         }
         if let Some(pprof) = self.pprof_refuses(&new.state) {
-            why.push(pprof);
+            why.push(pprof.to_string());
         }
         why
     }
@@ -298,7 +322,7 @@ impl ReloadStatus {
 impl Web {
     /// Loads the file once; errors here stop the exporter. With `pprof`, a configuration that
     /// does not identify clients is an error, now and on every reload.
-    pub(crate) fn load(path: Option<&Path>, pprof: bool) -> Result<Web, String> {
+    pub(crate) fn load(path: Option<&Path>, pprof: bool) -> Result<Web, Error> {
         let reload = Arc::new(ReloadStatus::new());
         let Some(path) = path else {
             return Ok(Web {
@@ -349,7 +373,7 @@ impl Web {
 
     /// As [`Self::watch`], and the exporter sees how reloads go: their self-metrics in
     /// `shared`'s registry, a refused change as a degraded line of `/health`.
-    pub(crate) fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, String> {
+    pub(crate) fn watch_reporting(&self, shared: &Shared) -> Result<Option<WatchMode>, Error> {
         let mode = self.watch()?;
         if mode.is_some() {
             for c in self.reload.collectors() {
@@ -363,12 +387,12 @@ impl Web {
 
     /// Starts the thread that re-reads the configuration when one of its files changes. It
     /// ends by itself once every `Web` handle is gone. `None` without a configuration file.
-    pub(crate) fn watch(&self) -> Result<Option<WatchMode>, String> {
+    pub(crate) fn watch(&self) -> Result<Option<WatchMode>, Error> {
         self.watch_with(true)
     }
 
     /// As [`Self::watch`]; `inotify: false` polls (the fallback, for its test).
-    fn watch_with(&self, inotify: bool) -> Result<Option<WatchMode>, String> {
+    fn watch_with(&self, inotify: bool) -> Result<Option<WatchMode>, Error> {
         let Some(source) = self.source.clone() else {
             return Ok(None);
         };
@@ -396,7 +420,7 @@ impl Web {
                 w.run(&current, &reloads);
             })
             .map(|_| Some(mode))
-            .map_err(|e| format!("cannot start the web configuration watcher: {e}"))
+            .map_err(Error::WatcherThread)
     }
 }
 
@@ -456,7 +480,7 @@ impl Watcher {
     /// the new configuration when it was put in force.
     fn decide(
         &mut self,
-        reading: Result<Loaded, String>,
+        reading: Result<Loaded, Error>,
         current: &ArcSwap<WebState>,
     ) -> Option<Vec<PathBuf>> {
         let path = self.source.path.display();
@@ -610,7 +634,10 @@ mod tests {
         ] {
             std::fs::write(&path, yaml).unwrap();
             let e = Web::load(Some(&path), true).err().expect(yaml);
-            assert!(e.contains("--enable-pprof") && e.contains("web.yml"), "{e}");
+            assert!(
+                matches!(&e, Error::PprofNeedsIdentity { path: p } if *p == path),
+                "{e:?}"
+            );
             assert!(Web::load(Some(&path), false).is_ok(), "{yaml}");
         }
         std::fs::write(&path, format!("basic_auth_users:\n  alice: {ALICE}\n")).unwrap();
@@ -654,6 +681,7 @@ mod tests {
                 assert_eq!(refused(reason), n, "{inotify} {text:?}");
                 assert_eq!(web.reload.last_successful.get(), 0);
                 let note = web.reload.note().expect("a /health line");
+                // Pins the /health line an operator reads: it names the file and the loss.
                 assert!(note.contains("web.yml"), "{note}");
                 if reason == "lowers_security" {
                     assert!(note.contains("every basic-auth user (alice, bob"), "{note}");

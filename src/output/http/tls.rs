@@ -1,17 +1,53 @@
 //! A rustls server configuration from the web config's `tls_server_config`, honouring what
 //! rustls can honour and refusing, by key, what it cannot (TLS 1.0/1.1, CBC suites, P-521).
 
-use super::webconfig::{ClientAuth, TlsSettings, TlsVersion};
+use super::webconfig::{ClientAuth, PemReadError, TlsSettings, TlsVersion};
 use std::sync::Arc;
 use tokio_rustls::rustls::client::danger::HandshakeSignatureValid;
 use tokio_rustls::rustls::crypto::{self, ring, CryptoProvider, WebPkiSupportedAlgorithms};
-use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::pem::{Error as PemError, PemObject};
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use tokio_rustls::rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{
     version, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
 };
+
+/// Why the TLS settings make no server configuration, by key.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "tls_server_config.cipher_suites: {0} is not supported (rustls supports the ECDHE \
+         AES-GCM and CHACHA20-POLY1305 suites only)"
+    )]
+    CipherSuite(String),
+    #[error(
+        "tls_server_config.curve_preferences: {0} is not supported (use X25519, CurveP256 or \
+         CurveP384)"
+    )]
+    Curve(String),
+    /// The certificate, key or client CA file.
+    #[error(transparent)]
+    Read(#[from] PemReadError),
+    #[error("tls_server_config.client_ca_file: {0}")]
+    ClientCaPem(#[source] PemError),
+    #[error("tls_server_config.client_ca_file: {0}")]
+    ClientCaRefused(#[source] tokio_rustls::rustls::Error),
+    #[error("tls_server_config.client_ca_file: no certificate in it")]
+    NoClientCaCert,
+    #[error("tls_server_config.client_ca_file: {0}")]
+    ClientVerifier(#[source] tokio_rustls::rustls::server::VerifierBuilderError),
+    #[error("tls_server_config: {0}")]
+    Versions(#[source] tokio_rustls::rustls::Error),
+    #[error("tls_server_config.cert_file: {0}")]
+    CertPem(#[source] PemError),
+    #[error("tls_server_config.cert_file: no certificate in it")]
+    NoCert,
+    #[error("tls_server_config.key_file: {0}")]
+    KeyPem(#[source] PemError),
+    #[error("tls_server_config: certificate and key: {0}")]
+    CertAndKey(#[source] tokio_rustls::rustls::Error),
+}
 
 /// Go's curve names and the rustls groups they mean.
 fn kx_group(name: &str) -> Option<&'static dyn crypto::SupportedKxGroup> {
@@ -25,7 +61,7 @@ fn kx_group(name: &str) -> Option<&'static dyn crypto::SupportedKxGroup> {
 
 /// The provider restricted to the configured TLS 1.2 suites and curves. Go ignores
 /// `cipher_suites` for TLS 1.3, so every TLS 1.3 suite stays.
-fn provider(t: &TlsSettings) -> Result<CryptoProvider, String> {
+fn provider(t: &TlsSettings) -> Result<CryptoProvider, Error> {
     let mut p = ring::default_provider();
     if let Some(names) = &t.cipher_suites {
         let mut suites: Vec<_> = p
@@ -50,11 +86,7 @@ fn provider(t: &TlsSettings) -> Result<CryptoProvider, String> {
             {
                 Some(s) if s.tls13().is_none() => suites.push(*s),
                 Some(_) => {} // a TLS 1.3 suite: always enabled, as in Go
-                None => {
-                    return Err(format!(
-                        "tls_server_config.cipher_suites: {name} is not supported (rustls supports the ECDHE AES-GCM and CHACHA20-POLY1305 suites only)"
-                    ))
-                }
+                None => return Err(Error::CipherSuite(name.clone())),
             }
         }
         p.cipher_suites = suites;
@@ -62,37 +94,29 @@ fn provider(t: &TlsSettings) -> Result<CryptoProvider, String> {
     if let Some(names) = &t.curves {
         p.kx_groups = names
             .iter()
-            .map(|n| {
-                kx_group(n).ok_or_else(|| {
-                    format!(
-                        "tls_server_config.curve_preferences: {n} is not supported (use X25519, CurveP256 or CurveP384)"
-                    )
-                })
-            })
+            .map(|n| kx_group(n).ok_or_else(|| Error::Curve(n.clone())))
             .collect::<Result<_, _>>()?;
     }
     Ok(p)
 }
 
-fn root_store(t: &TlsSettings) -> Result<RootCertStore, String> {
+fn root_store(t: &TlsSettings) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
     if let Some(ca) = &t.client_ca {
         let pem = ca.read()?;
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("tls_server_config.client_ca_file: {e}"))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("tls_server_config.client_ca_file: {e}"))?;
+            let cert = cert.map_err(Error::ClientCaPem)?;
+            roots.add(cert).map_err(Error::ClientCaRefused)?;
         }
         if roots.is_empty() {
-            return Err("tls_server_config.client_ca_file: no certificate in it".into());
+            return Err(Error::NoClientCaCert);
         }
     }
     Ok(roots)
 }
 
 /// Builds the server configuration, reading the certificate, key and CA now.
-pub(crate) fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerConfig>, String> {
+pub(crate) fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerConfig>, Error> {
     let provider = Arc::new(provider(t)?);
     let versions: Vec<&'static tokio_rustls::rustls::SupportedProtocolVersion> = [
         (TlsVersion::Tls12, &version::TLS12),
@@ -104,7 +128,7 @@ pub(crate) fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerCo
     .collect();
     let builder = ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&versions)
-        .map_err(|e| format!("tls_server_config: {e}"))?;
+        .map_err(Error::Versions)?;
     let verifier: Arc<dyn ClientCertVerifier> = match t.client_auth {
         ClientAuth::NoClientCert => WebPkiClientVerifier::no_client_auth(),
         ClientAuth::RequestClientCert | ClientAuth::RequireAnyClientCert => Arc::new(AnyCert {
@@ -121,23 +145,21 @@ pub(crate) fn server_config(t: &TlsSettings, http2: bool) -> Result<Arc<ServerCo
             } else {
                 b
             };
-            b.build()
-                .map_err(|e| format!("tls_server_config.client_ca_file: {e}"))?
+            b.build().map_err(Error::ClientVerifier)?
         }
     };
     let cert_pem = t.cert.read()?;
     let certs = CertificateDer::pem_slice_iter(&cert_pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("tls_server_config.cert_file: {e}"))?;
+        .map_err(Error::CertPem)?;
     if certs.is_empty() {
-        return Err("tls_server_config.cert_file: no certificate in it".into());
+        return Err(Error::NoCert);
     }
-    let key = PrivateKeyDer::from_pem_slice(&t.key.read()?)
-        .map_err(|e| format!("tls_server_config.key_file: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(&t.key.read()?).map_err(Error::KeyPem)?;
     let mut config = builder
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| format!("tls_server_config: certificate and key: {e}"))?;
+        .map_err(Error::CertAndKey)?;
     config.ignore_client_order = t.prefer_server_cipher_suites;
     config.alpn_protocols = if http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -255,15 +277,12 @@ mod tests {
         t.cipher_suites = Some(vec!["TLS_RSA_WITH_AES_128_CBC_SHA".into()]);
         let e = provider(&t).unwrap_err();
         assert!(
-            e.contains("tls_server_config.cipher_suites: TLS_RSA_WITH_AES_128_CBC_SHA"),
-            "{e}"
+            matches!(&e, Error::CipherSuite(s) if s == "TLS_RSA_WITH_AES_128_CBC_SHA"),
+            "{e:?}"
         );
         let mut t = settings();
         t.curves = Some(vec!["CurveP521".into()]);
         let e = provider(&t).unwrap_err();
-        assert!(
-            e.contains("tls_server_config.curve_preferences: CurveP521"),
-            "{e}"
-        );
+        assert!(matches!(&e, Error::Curve(c) if c == "CurveP521"), "{e:?}");
     }
 }

@@ -50,12 +50,21 @@ pub enum Pem {
     Inline(String),
 }
 
+/// A PEM file that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {source}", .path.display())]
+pub struct PemReadError {
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
 impl Pem {
-    pub fn read(&self) -> Result<Vec<u8>, String> {
+    pub fn read(&self) -> Result<Vec<u8>, PemReadError> {
         match self {
-            Pem::File(p) => {
-                std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-            }
+            Pem::File(p) => std::fs::read(p).map_err(|source| PemReadError {
+                path: p.clone(),
+                source,
+            }),
             Pem::Inline(s) => Ok(s.as_bytes().to_vec()),
         }
     }
@@ -153,18 +162,105 @@ pub(crate) struct Protection {
     pub http2: bool,
 }
 
+/// What a new version would take away from the configuration in force; its `Display` is
+/// the words of the refusal's log line and `/health` note.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Loss {
+    Tls,
+    CertRequirement,
+    CertVerification,
+    /// Every basic-auth user (those in force).
+    Users(Vec<String>),
+    MinVersion {
+        old: TlsVersion,
+        new: TlsVersion,
+    },
+    MaxVersion {
+        old: TlsVersion,
+        new: TlsVersion,
+    },
+    /// The limit of `cipher_suites`, and what the new version would allow besides.
+    Suites(Widened),
+    Curves(Widened),
+    HeaderDropped {
+        name: String,
+        old: String,
+    },
+    HeaderWeakened {
+        name: String,
+        old: String,
+        new: String,
+    },
+    /// `http2: false` turned back on.
+    Http2,
+}
+
+/// What a widened list would allow: the library's whole set, or the names added.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Widened {
+    Everything,
+    Names(Vec<String>),
+}
+
+impl std::fmt::Display for Widened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Widened::Everything => f.write_str("the library's whole set"),
+            Widened::Names(n) => f.write_str(&n.join(", ")),
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Loss::Tls => f.write_str("TLS (the port would answer plain HTTP)"),
+            Loss::CertRequirement => f.write_str("the client-certificate requirement"),
+            Loss::CertVerification => f.write_str("client-certificate verification"),
+            Loss::Users(users) => write!(
+                f,
+                "every basic-auth user ({}: anyone would be let in)",
+                users.join(", ")
+            ),
+            Loss::MinVersion { old, new } => write!(
+                f,
+                "tls_server_config.min_version {} (it would accept {})",
+                old.name(),
+                new.name()
+            ),
+            Loss::MaxVersion { old, new } => write!(
+                f,
+                "tls_server_config.max_version {} (connections would use {})",
+                old.name(),
+                new.name()
+            ),
+            Loss::Suites(w) => write!(
+                f,
+                "the limit of tls_server_config.cipher_suites (it would allow {w})"
+            ),
+            Loss::Curves(w) => write!(
+                f,
+                "the limit of tls_server_config.curve_preferences (it would allow {w})"
+            ),
+            Loss::HeaderDropped { name, old } => write!(f, "the {name} header ({old:?})"),
+            Loss::HeaderWeakened { name, old, new } => {
+                write!(f, "the {name} header {old:?} (it would be {new:?})")
+            }
+            Loss::Http2 => {
+                f.write_str("http_server_config.http2: false (HTTP/2 would be spoken again)")
+            }
+        }
+    }
+}
+
 /// Names in `new` that `old` did not allow (`None`: everything the library has).
-fn widened(old: &Option<Vec<String>>, new: &Option<Vec<String>>) -> Option<String> {
+fn widened(old: &Option<Vec<String>>, new: &Option<Vec<String>>) -> Option<Widened> {
     let old = old.as_ref()?;
     match new {
-        None => Some("the library's whole set".to_string()),
+        None => Some(Widened::Everything),
         Some(new) => {
-            let added: Vec<&str> = new
-                .iter()
-                .filter(|n| !old.contains(n))
-                .map(String::as_str)
-                .collect();
-            (!added.is_empty()).then(|| added.join(", "))
+            let added: Vec<String> = new.iter().filter(|n| !old.contains(n)).cloned().collect();
+            (!added.is_empty()).then_some(Widened::Names(added))
         }
     }
 }
@@ -196,78 +292,70 @@ fn header_weakened(name: &str, old: &str, new: &str) -> bool {
 }
 
 impl Protection {
-    /// What `new` would take away from `self`, in words for the log (empty: nothing).
-    /// Adding protection or changing users while some remain is not a loss.
-    pub(crate) fn removed_by(&self, new: &Protection) -> Vec<String> {
+    /// What `new` would take away from `self` (empty: nothing). Adding protection or
+    /// changing users while some remain is not a loss.
+    pub(crate) fn removed_by(&self, new: &Protection) -> Vec<Loss> {
         let mut lost = Vec::new();
         if self.tls && !new.tls {
-            lost.push("TLS (the port would answer plain HTTP)".to_string());
+            lost.push(Loss::Tls);
         }
         if self.requires_cert && !new.requires_cert {
-            lost.push("the client-certificate requirement".to_string());
+            lost.push(Loss::CertRequirement);
         }
         if self.verifies_cert && !new.verifies_cert {
-            lost.push("client-certificate verification".to_string());
+            lost.push(Loss::CertVerification);
         }
         if !self.users.is_empty() && new.users.is_empty() {
-            lost.push(format!(
-                "every basic-auth user ({}: anyone would be let in)",
-                self.users.join(", ")
-            ));
+            lost.push(Loss::Users(self.users.clone()));
         }
         if self.tls && new.tls {
             lost.extend(self.tls_lowered_by(new));
         }
         lost.extend(self.headers_lowered_by(new));
         if self.tls && new.tls && !self.http2 && new.http2 {
-            lost.push("http_server_config.http2: false (HTTP/2 would be spoken again)".into());
+            lost.push(Loss::Http2);
         }
         lost
     }
 
     /// TLS versions, suites and curves that `new` would allow and `self` does not.
-    fn tls_lowered_by(&self, new: &Protection) -> Vec<String> {
+    fn tls_lowered_by(&self, new: &Protection) -> Vec<Loss> {
         let mut lost = Vec::new();
         if let (Some((old_min, old_max)), Some((new_min, new_max))) = (self.versions, new.versions)
         {
             if new_min < old_min {
-                lost.push(format!(
-                    "tls_server_config.min_version {} (it would accept {})",
-                    old_min.name(),
-                    new_min.name()
-                ));
+                lost.push(Loss::MinVersion {
+                    old: old_min,
+                    new: new_min,
+                });
             }
             if new_max < old_max {
-                lost.push(format!(
-                    "tls_server_config.max_version {} (connections would use {})",
-                    old_max.name(),
-                    new_max.name()
-                ));
+                lost.push(Loss::MaxVersion {
+                    old: old_max,
+                    new: new_max,
+                });
             }
         }
-        if let Some(added) = widened(&self.suites, &new.suites) {
-            lost.push(format!(
-                "the limit of tls_server_config.cipher_suites (it would allow {added})"
-            ));
-        }
-        if let Some(added) = widened(&self.curves, &new.curves) {
-            lost.push(format!(
-                "the limit of tls_server_config.curve_preferences (it would allow {added})"
-            ));
-        }
+        lost.extend(widened(&self.suites, &new.suites).map(Loss::Suites));
+        lost.extend(widened(&self.curves, &new.curves).map(Loss::Curves));
         lost
     }
 
     /// Headers `new` would drop or weaken.
-    fn headers_lowered_by(&self, new: &Protection) -> Vec<String> {
+    fn headers_lowered_by(&self, new: &Protection) -> Vec<Loss> {
         self.headers
             .iter()
             .filter_map(
                 |(name, old)| match new.headers.iter().find(|(n, _)| n == name) {
-                    None => Some(format!("the {name} header ({old:?})")),
-                    Some((_, v)) if header_weakened(name, old, v) => {
-                        Some(format!("the {name} header {old:?} (it would be {v:?})"))
-                    }
+                    None => Some(Loss::HeaderDropped {
+                        name: name.clone(),
+                        old: old.clone(),
+                    }),
+                    Some((_, v)) if header_weakened(name, old, v) => Some(Loss::HeaderWeakened {
+                        name: name.clone(),
+                        old: old.clone(),
+                        new: v.clone(),
+                    }),
                     Some(_) => None,
                 },
             )
@@ -317,53 +405,123 @@ const HEADERS: [(&str, Option<&[&str]>); 5] = [
     ("Content-Security-Policy", None),
 ];
 
+/// A web config file's text that is refused: the file, and what is wrong by key.
+#[derive(Debug, thiserror::Error)]
+#[error("--web-config-file {}: {problem}", .path.display())]
+pub struct Error {
+    pub path: PathBuf,
+    pub problem: Problem,
+}
+
+/// What is wrong in a web config file's text, by key.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// Not YAML, or a key exporter-toolkit does not know (strict).
+    #[error("{0}")]
+    Yaml(#[from] serde_norway::Error),
+    /// `{key}_file` and inline `{key}` both set (`key`: cert, key, client_ca).
+    #[error("tls_server_config.{key}_file: cannot set both {key} and {key}_file")]
+    BothPem { key: &'static str },
+    #[error("tls_server_config.cert_file: missing (required with any TLS setting)")]
+    NoCert,
+    #[error("tls_server_config.key_file: missing (required with any TLS setting)")]
+    NoKey,
+    #[error(
+        "tls_server_config.client_auth_type: invalid value {0:?} (NoClientCert, \
+         RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, \
+         RequireAndVerifyClientCert)"
+    )]
+    ClientAuthType(String),
+    #[error("tls_server_config.client_ca_file: missing (required by client_auth_type {0:?})")]
+    NoClientCa(ClientAuth),
+    #[error("tls_server_config.client_ca_file: set without a client_auth_type that uses it")]
+    UnusedClientCa,
+    #[error("tls_server_config.client_allowed_sans: not supported by this exporter")]
+    ClientAllowedSans,
+    /// TLS 1.0 or 1.1 (`key`: min_version, max_version).
+    #[error(
+        "tls_server_config.{key}: {version} is not supported (this exporter's TLS library, \
+         rustls, speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13)"
+    )]
+    OldTlsVersion { key: &'static str, version: String },
+    #[error("tls_server_config.{key}: unknown TLS version {version:?} (use TLS12 or TLS13)")]
+    UnknownTlsVersion { key: &'static str, version: String },
+    #[error("tls_server_config.min_version: greater than max_version")]
+    MinAboveMax,
+    #[error(
+        "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
+        HEADERS.map(|h| h.0).join(", ")
+    )]
+    HeaderNotAllowed { name: String },
+    #[error(
+        "http_server_config.headers: invalid value {value:?} for {header} (allowed: {})",
+        .allowed.join(", ")
+    )]
+    HeaderValueNotAllowed {
+        header: &'static str,
+        value: String,
+        allowed: &'static [&'static str],
+    },
+    #[error("http_server_config.headers.{header}: {value:?} is not a valid header value")]
+    HeaderValueInvalid { header: &'static str, value: String },
+    #[error(
+        "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd -nBC 10 {user}`)"
+    )]
+    NotBcrypt { user: String },
+}
+
 /// Validates the file's text (read by `state`, which also needs to know whether it was
 /// empty); every error names the file and the key.
-pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
-    let err = |m: String| format!("--web-config-file {}: {m}", path.display());
+pub fn parse(text: &str, path: &Path) -> Result<WebConfig, Error> {
+    parse_text(text, path).map_err(|problem| Error {
+        path: path.to_path_buf(),
+        problem,
+    })
+}
+
+fn parse_text(text: &str, path: &Path) -> Result<WebConfig, Problem> {
     let file: File = if text.trim().is_empty() {
         File::default()
     } else {
-        serde_norway::from_str(text).map_err(|e| err(e.to_string()))?
+        serde_norway::from_str(text)?
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let tls = match file.tls_server_config {
-        Some(t) => tls_settings(t, dir).map_err(|m| err(format!("tls_server_config.{m}")))?,
+        Some(t) => tls_settings(t, dir)?,
         None => None,
     };
     let http = file.http_server_config.unwrap_or_default();
     let mut headers = Vec::new();
     for (name, value) in http.headers.unwrap_or_default() {
-        let Some((canonical, allowed)) =
+        let Some(&(canonical, allowed)) =
             HEADERS.iter().find(|(h, _)| h.eq_ignore_ascii_case(&name))
         else {
-            return Err(err(format!(
-                "http_server_config.headers: header {name:?} can not be configured (allowed: {})",
-                HEADERS.map(|h| h.0).join(", ")
-            )));
+            return Err(Problem::HeaderNotAllowed { name });
         };
         if let Some(values) = allowed {
             if !values.iter().any(|v| v.eq_ignore_ascii_case(&value)) {
-                return Err(err(format!(
-                    "http_server_config.headers: invalid value {value:?} for {canonical} (allowed: {})",
-                    values.join(", ")
-                )));
+                return Err(Problem::HeaderValueNotAllowed {
+                    header: canonical,
+                    value,
+                    allowed: values,
+                });
             }
         }
         if hyper::header::HeaderValue::from_str(&value).is_err() {
-            return Err(err(format!(
-                "http_server_config.headers.{canonical}: {value:?} is not a valid header value"
-            )));
+            return Err(Problem::HeaderValueInvalid {
+                header: canonical,
+                value,
+            });
         }
         headers.push((canonical.to_string(), value));
     }
     let users = file.basic_auth_users.unwrap_or_default();
-    for (user, hash) in &users {
-        if hash.parse::<bcrypt::HashParts>().is_err() {
-            return Err(err(format!(
-                "basic_auth_users.{user}: not a bcrypt hash (make one with `htpasswd -nBC 10 {user}`)"
-            )));
-        }
+    if let Some(user) = users
+        .iter()
+        .find(|(_, hash)| hash.parse::<bcrypt::HashParts>().is_err())
+        .map(|(user, _)| user.clone())
+    {
+        return Err(Problem::NotBcrypt { user });
     }
     Ok(WebConfig {
         tls,
@@ -377,33 +535,41 @@ pub fn parse(text: &str, path: &Path) -> Result<WebConfig, String> {
 fn pem(
     file: Option<String>,
     inline: Option<String>,
-    key: &str,
+    key: &'static str,
     dir: &Path,
-) -> Result<Option<Pem>, String> {
+) -> Result<Option<Pem>, Problem> {
     match (
         file.filter(|f| !f.is_empty()),
         inline.filter(|s| !s.is_empty()),
     ) {
-        (Some(_), Some(_)) => Err(format!("{key}_file: cannot set both {key} and {key}_file")),
+        (Some(_), Some(_)) => Err(Problem::BothPem { key }),
         (Some(f), None) => Ok(Some(Pem::File(dir.join(f)))),
         (None, Some(s)) => Ok(Some(Pem::Inline(s))),
         (None, None) => Ok(None),
     }
 }
 
-fn version(key: &str, v: Option<String>, default: TlsVersion) -> Result<TlsVersion, String> {
+fn version(
+    key: &'static str,
+    v: Option<String>,
+    default: TlsVersion,
+) -> Result<TlsVersion, Problem> {
     match v.as_deref() {
         None | Some("") => Ok(default),
         Some("TLS12") => Ok(TlsVersion::Tls12),
         Some("TLS13") => Ok(TlsVersion::Tls13),
-        Some(o @ ("TLS10" | "TLS11")) => Err(format!(
-            "{key}: {o} is not supported (this exporter's TLS library, rustls, speaks TLS 1.2 and 1.3 only; use TLS12 or TLS13)"
-        )),
-        Some(o) => Err(format!("{key}: unknown TLS version {o:?} (use TLS12 or TLS13)")),
+        Some(o @ ("TLS10" | "TLS11")) => Err(Problem::OldTlsVersion {
+            key,
+            version: o.to_string(),
+        }),
+        Some(o) => Err(Problem::UnknownTlsVersion {
+            key,
+            version: o.to_string(),
+        }),
     }
 }
 
-fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
+fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, Problem> {
     let cert = pem(t.cert_file, t.cert, "cert", dir)?;
     let key = pem(t.key_file, t.key, "key", dir)?;
     let client_ca = pem(t.client_ca_file, t.client_ca, "client_ca", dir)?;
@@ -412,39 +578,33 @@ fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
         // exporter-toolkit: no TLS settings at all means plain HTTP.
         return Ok(None);
     }
-    let cert = cert.ok_or("cert_file: missing (required with any TLS setting)")?;
-    let key = key.ok_or("key_file: missing (required with any TLS setting)")?;
+    let cert = cert.ok_or(Problem::NoCert)?;
+    let key = key.ok_or(Problem::NoKey)?;
     let client_auth = match auth.as_deref() {
         None | Some("NoClientCert") => ClientAuth::NoClientCert,
         Some("RequestClientCert") => ClientAuth::RequestClientCert,
         Some("RequireAnyClientCert") => ClientAuth::RequireAnyClientCert,
         Some("VerifyClientCertIfGiven") => ClientAuth::VerifyClientCertIfGiven,
         Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerifyClientCert,
-        Some(o) => {
-            return Err(format!(
-                "client_auth_type: invalid value {o:?} (NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert)"
-            ))
-        }
+        Some(o) => return Err(Problem::ClientAuthType(o.to_string())),
     };
     let verifies = matches!(
         client_auth,
         ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
     );
     if verifies && client_ca.is_none() {
-        return Err(format!(
-            "client_ca_file: missing (required by client_auth_type {client_auth:?})"
-        ));
+        return Err(Problem::NoClientCa(client_auth));
     }
     if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
-        return Err("client_ca_file: set without a client_auth_type that uses it".into());
+        return Err(Problem::UnusedClientCa);
     }
     if t.client_allowed_sans.is_some_and(|s| !s.is_empty()) {
-        return Err("client_allowed_sans: not supported by this exporter".into());
+        return Err(Problem::ClientAllowedSans);
     }
     let min_version = version("min_version", t.min_version, TlsVersion::Tls12)?;
     let max_version = version("max_version", t.max_version, TlsVersion::Tls13)?;
     if min_version > max_version {
-        return Err("min_version: greater than max_version".into());
+        return Err(Problem::MinAboveMax);
     }
     Ok(Some(TlsSettings {
         cert,
@@ -463,7 +623,7 @@ fn tls_settings(t: TlsFile, dir: &Path) -> Result<Option<TlsSettings>, String> {
 mod tests {
     use super::*;
 
-    fn p(yaml: &str) -> Result<WebConfig, String> {
+    fn p(yaml: &str) -> Result<WebConfig, Error> {
         parse(yaml, Path::new("/etc/dcgm-exporter/web-config.yaml"))
     }
 
@@ -500,26 +660,74 @@ mod tests {
 
     #[test]
     fn errors_name_the_file_and_key() {
-        for (yaml, expect) in [
-            ("tls_server_config:\n  cert_file: a\n", "tls_server_config.key_file: missing"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n", "tls_server_config.min_version: TLS10"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  max_version: TLS11\n", "tls_server_config.max_version"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n", "min_version"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n", "client_auth_type: invalid value \"Sometimes\""),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n", "client_ca_file: missing"),
-            ("tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n", "client_ca_file: set without"),
-            ("tls_server_config:\n  cert_file: a\n  cert: inline\n  key_file: b\n", "cannot set both cert and cert_file"),
-            ("tls_server_config:\n  certfile: a\n", "unknown field `certfile`"),
-            ("basic_auth_users:\n  alice: plaintext\n", "basic_auth_users.alice: not a bcrypt hash"),
-            ("http_server_config:\n  headers:\n    Server: x\n", "header \"Server\" can not be configured"),
-            ("http_server_config:\n  headers:\n    X-Frame-Options: allow\n", "invalid value \"allow\" for X-Frame-Options"),
-            ("nonsense: 1\n", "unknown field `nonsense`"),
-            ("tls_server_config: [1\n", "web-config.yaml"),
-        ] {
-            let e = p(yaml).unwrap_err();
-            assert!(e.contains("/etc/dcgm-exporter/web-config.yaml"), "{e}");
-            assert!(e.contains(expect), "{yaml}: {e}");
+        use Problem as P;
+        type Is = fn(&Problem) -> bool;
+        let cases: [(&str, Is); 14] = [
+            ("tls_server_config:\n  cert_file: a\n", |e| matches!(e, P::NoKey)),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n",
+                |e| {
+                    matches!(e, P::OldTlsVersion { key: "min_version", version } if version == "TLS10")
+                },
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  max_version: TLS11\n",
+                |e| matches!(e, P::OldTlsVersion { key: "max_version", .. }),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS13\n  max_version: TLS12\n",
+                |e| matches!(e, P::MinAboveMax),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: Sometimes\n",
+                |e| matches!(e, P::ClientAuthType(v) if v == "Sometimes"),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: VerifyClientCertIfGiven\n",
+                |e| matches!(e, P::NoClientCa(ClientAuth::VerifyClientCertIfGiven)),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_ca_file: c\n",
+                |e| matches!(e, P::UnusedClientCa),
+            ),
+            (
+                "tls_server_config:\n  cert_file: a\n  cert: inline\n  key_file: b\n",
+                |e| matches!(e, P::BothPem { key: "cert" }),
+            ),
+            // serde names an unknown key only in its message: that text is all there is.
+            ("tls_server_config:\n  certfile: a\n", |e| {
+                matches!(e, P::Yaml(y) if y.to_string().contains("unknown field `certfile`"))
+            }),
+            ("basic_auth_users:\n  alice: plaintext\n", |e| {
+                matches!(e, P::NotBcrypt { user } if user == "alice")
+            }),
+            ("http_server_config:\n  headers:\n    Server: x\n", |e| {
+                matches!(e, P::HeaderNotAllowed { name } if name == "Server")
+            }),
+            (
+                "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
+                |e| {
+                    matches!(e, P::HeaderValueNotAllowed { header: "X-Frame-Options", value, .. } if value == "allow")
+                },
+            ),
+            // As above: serde's message is the only place that names the key.
+            ("nonsense: 1\n", |e| {
+                matches!(e, P::Yaml(y) if y.to_string().contains("unknown field `nonsense`"))
+            }),
+            ("tls_server_config: [1\n", |e| matches!(e, P::Yaml(_))),
+        ];
+        for (yaml, is) in cases {
+            let Error { path, problem } = p(yaml).unwrap_err();
+            assert_eq!(path, Path::new("/etc/dcgm-exporter/web-config.yaml"));
+            assert!(is(&problem), "{yaml}: {problem:?}");
         }
+        // Pins the text an operator reads: the file first, then the key.
+        let e = p("tls_server_config:\n  cert_file: a\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--web-config-file /etc/dcgm-exporter/web-config.yaml: tls_server_config.key_file: \
+             missing (required with any TLS setting)"
+        );
     }
 
     #[test]
@@ -564,26 +772,31 @@ mod tests {
             users(&["bob"])
         ));
         assert!(full.removed_by(&fewer).is_empty());
-        let lost = full.removed_by(&prot(""));
-        assert_eq!(lost.len(), 4, "{lost:?}");
-        assert!(
-            lost[0].starts_with("TLS") && lost[3].contains("alice, bob"),
-            "{lost:?}"
+        assert_eq!(
+            full.removed_by(&prot("")),
+            [
+                Loss::Tls,
+                Loss::CertRequirement,
+                Loss::CertVerification,
+                Loss::Users(vec!["alice".into(), "bob".into()])
+            ]
         );
         // Each weaker client_auth_type loses what it no longer does.
         for (auth, expect) in [
-            ("VerifyClientCertIfGiven", vec!["requirement"]),
-            ("RequireAnyClientCert", vec!["verification"]),
+            ("VerifyClientCertIfGiven", Loss::CertRequirement),
+            ("RequireAnyClientCert", Loss::CertVerification),
         ] {
             let lost = full.removed_by(&prot(&format!("{}{}", tls(auth), users(&["bob"]))));
-            assert_eq!(lost.len(), expect.len(), "{auth}: {lost:?}");
-            assert!(lost[0].contains(expect[0]), "{auth}: {lost:?}");
+            assert_eq!(lost, [expect], "{auth}");
         }
         let no_ca = prot(&format!(
             "tls_server_config:\n  cert_file: a\n  key_file: b\n{}",
             users(&["bob"])
         ));
-        assert_eq!(full.removed_by(&no_ca).len(), 2);
+        assert_eq!(
+            full.removed_by(&no_ca),
+            [Loss::CertRequirement, Loss::CertVerification]
+        );
         // Adding TLS, a certificate check or the first user removes nothing.
         assert!(prot("").removed_by(&full).is_empty());
         assert!(no_ca.removed_by(&full).is_empty());
@@ -607,20 +820,29 @@ mod tests {
              X-Frame-Options: deny\n    Content-Security-Policy: default-src 'self'\n",
         );
         assert!(strict.removed_by(&strict).is_empty());
-        let lost = strict.removed_by(&tls(""));
-        let all = lost.join(" | ");
-        for expect in [
-            "min_version TLS13 (it would accept TLS12)",
-            "cipher_suites (it would allow the library's whole set)",
-            "curve_preferences (it would allow the library's whole set)",
-            "the Strict-Transport-Security header",
-            "the X-Frame-Options header",
-            "the Content-Security-Policy header",
-            "http2: false",
-        ] {
-            assert!(all.contains(expect), "{expect}: {all}");
-        }
-        assert_eq!(lost.len(), 7, "{all}");
+        // In the headers' order (sorted by name).
+        let dropped = |name: &str, old: &str| Loss::HeaderDropped {
+            name: name.into(),
+            old: old.into(),
+        };
+        assert_eq!(
+            strict.removed_by(&tls("")),
+            [
+                Loss::MinVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12
+                },
+                Loss::Suites(Widened::Everything),
+                Loss::Curves(Widened::Everything),
+                dropped("Content-Security-Policy", "default-src 'self'"),
+                dropped(
+                    "Strict-Transport-Security",
+                    "max-age=31536000; includeSubDomains"
+                ),
+                dropped("X-Frame-Options", "deny"),
+                Loss::Http2,
+            ]
+        );
         let one = |extra: &str| strict.removed_by(&tls(extra));
         let base = "  min_version: TLS13\n  cipher_suites: [TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]\n  \
                     curve_preferences: [X25519]\nhttp_server_config:\n  http2: false\n  headers:\n    \
@@ -640,9 +862,13 @@ mod tests {
             "{}    Strict-Transport-Security: max-age=31536000; includeSubDomains\n",
             base.replace("X-Frame-Options: deny", "X-Frame-Options: sameorigin")
         ));
-        assert!(
-            lost.len() == 1 && lost[0].contains("\"sameorigin\""),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::HeaderWeakened {
+                name: "X-Frame-Options".into(),
+                old: "deny".into(),
+                new: "sameorigin".into()
+            }]
         );
         // A suite or curve added to the list widens it; a TLS 1.3 name does not (always on).
         let hsts = "    Strict-Transport-Security: max-age=31536000; includeSubDomains\n";
@@ -653,22 +879,27 @@ mod tests {
                 "cipher_suites: [TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, "
             )
         ));
-        assert!(
-            lost.len() == 1 && lost[0].ends_with("allow TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::Suites(Widened::Names(vec![
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()
+            ]))]
         );
         let lost = one(&format!(
             "{}{hsts}",
             base.replace("[X25519]", "[X25519, CurveP256]")
         ));
-        assert!(
-            lost.len() == 1 && lost[0].contains("allow CurveP256"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::Curves(Widened::Names(vec!["CurveP256".into()]))]
         );
         let lost = tls("").removed_by(&tls("  max_version: TLS12\n"));
-        assert!(
-            lost.len() == 1 && lost[0].contains("max_version TLS13 (connections would use TLS12)"),
-            "{lost:?}"
+        assert_eq!(
+            lost,
+            [Loss::MaxVersion {
+                old: TlsVersion::Tls13,
+                new: TlsVersion::Tls12
+            }]
         );
         // Raising: from the defaults to strict loses nothing; so does switching HTTP/2 off.
         assert!(tls("").removed_by(&strict).is_empty());
@@ -679,5 +910,63 @@ mod tests {
                 .protection()
         };
         assert!(plain(false).removed_by(&plain(true)).is_empty());
+    }
+
+    /// Pins the words of the refusal's log line and `/health` note, which operators read.
+    #[test]
+    fn each_loss_in_words() {
+        let names = |n: &[&str]| Widened::Names(n.iter().map(|s| s.to_string()).collect());
+        for (loss, words) in [
+            (Loss::Tls, "TLS (the port would answer plain HTTP)"),
+            (Loss::CertRequirement, "the client-certificate requirement"),
+            (Loss::CertVerification, "client-certificate verification"),
+            (
+                Loss::Users(vec!["alice".into(), "bob".into()]),
+                "every basic-auth user (alice, bob: anyone would be let in)",
+            ),
+            (
+                Loss::MinVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12,
+                },
+                "tls_server_config.min_version TLS13 (it would accept TLS12)",
+            ),
+            (
+                Loss::MaxVersion {
+                    old: TlsVersion::Tls13,
+                    new: TlsVersion::Tls12,
+                },
+                "tls_server_config.max_version TLS13 (connections would use TLS12)",
+            ),
+            (
+                Loss::Suites(Widened::Everything),
+                "the limit of tls_server_config.cipher_suites (it would allow the library's whole set)",
+            ),
+            (
+                Loss::Curves(names(&["X25519", "CurveP256"])),
+                "the limit of tls_server_config.curve_preferences (it would allow X25519, CurveP256)",
+            ),
+            (
+                Loss::HeaderDropped {
+                    name: "X-Frame-Options".into(),
+                    old: "deny".into(),
+                },
+                "the X-Frame-Options header (\"deny\")",
+            ),
+            (
+                Loss::HeaderWeakened {
+                    name: "X-Frame-Options".into(),
+                    old: "deny".into(),
+                    new: "sameorigin".into(),
+                },
+                "the X-Frame-Options header \"deny\" (it would be \"sameorigin\")",
+            ),
+            (
+                Loss::Http2,
+                "http_server_config.http2: false (HTTP/2 would be spoken again)",
+            ),
+        ] {
+            assert_eq!(loss.to_string(), words);
+        }
     }
 }

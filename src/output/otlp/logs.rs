@@ -46,11 +46,14 @@ pub(crate) struct Logs {
 }
 
 impl Logs {
-    pub(crate) fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Logs, String> {
+    pub(crate) fn start(
+        settings: &Settings,
+        self_metrics: &SelfMetrics,
+    ) -> Result<Logs, super::Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the OTLP logs runtime: {e}"))?;
+            .map_err(super::Error::LogsRuntime)?;
         let path = logs_path(&settings.path);
         let transport = {
             let _guard = runtime.enter();
@@ -84,7 +87,7 @@ impl Logs {
                 let _done = done_tx;
                 run(sender, runtime, transport, resource)
             })
-            .map_err(|e| format!("cannot start the OTLP logs thread: {e}"))?;
+            .map_err(super::Error::LogsThread)?;
         Ok(Logs {
             queue,
             done: Mutex::new(Some(done_rx)),

@@ -9,6 +9,7 @@
 //! [`MAX_RETRY_AFTER`]. A clean exit sends what is queued within [`FLUSH_DEADLINE`].
 
 mod convert;
+mod error;
 pub(crate) mod logs;
 pub mod proto;
 mod queue;
@@ -24,6 +25,7 @@ use crate::output::selfmetrics::{SelfMetrics, PREFIX};
 use crate::output::sink::Sink;
 use bytes::Bytes;
 use convert::Converter;
+pub use error::Error;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
 use queue::{Batch, Queue};
 use std::sync::{Arc, Mutex};
@@ -140,11 +142,11 @@ pub(crate) struct Otlp {
 
 impl Otlp {
     /// Reads the TLS files and starts the sender thread; nothing is dialled yet.
-    pub(crate) fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Otlp, String> {
+    pub(crate) fn start(settings: &Settings, self_metrics: &SelfMetrics) -> Result<Otlp, Error> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the OTLP runtime: {e}"))?;
+            .map_err(Error::Runtime)?;
         let transport = {
             let _guard = runtime.enter();
             Transport::new(settings)?
@@ -164,7 +166,7 @@ impl Otlp {
                 let _done = done_tx;
                 sender.run(runtime, transport)
             })
-            .map_err(|e| format!("cannot start the OTLP thread: {e}"))?;
+            .map_err(Error::Thread)?;
         tracing::info!(
             endpoint = %settings.url,
             protocol = settings.protocol.as_str(),

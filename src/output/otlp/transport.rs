@@ -184,15 +184,21 @@ pub(super) struct Grpc {
 impl Transport {
     /// Prepares the connection (TLS files are read now: a bad one stops the start); nothing
     /// is dialled until the first push. Must run inside the sender's runtime.
-    pub(super) fn new(s: &Settings) -> Result<Transport, String> {
+    pub(super) fn new(s: &Settings) -> Result<Transport, super::Error> {
         let alpn: &[u8] = match s.protocol {
             Protocol::Grpc => b"h2",
             Protocol::HttpProtobuf => b"http/1.1",
         };
         let tls = if s.tls {
             let config = super::tls::client_config(s, alpn)?;
-            let name = rustls::pki_types::ServerName::try_from(s.host.clone())
-                .map_err(|e| format!("OTLP endpoint {}: host {}: {e}", s.url, s.host))?;
+            let name =
+                rustls::pki_types::ServerName::try_from(s.host.clone()).map_err(|source| {
+                    super::Error::ServerName {
+                        url: s.url.clone(),
+                        host: s.host.clone(),
+                        source,
+                    }
+                })?;
             Some((tokio_rustls::TlsConnector::from(config), name))
         } else {
             None
@@ -203,11 +209,19 @@ impl Transport {
             tls,
         };
         let header = |(k, v): &(String, String)| {
-            Ok::<_, String>((
-                hyper::header::HeaderName::from_bytes(k.as_bytes())
-                    .map_err(|e| format!("OTLP header {k}: {e}"))?,
-                hyper::header::HeaderValue::from_str(v)
-                    .map_err(|e| format!("OTLP header {k}: {e}"))?,
+            Ok::<_, super::Error>((
+                hyper::header::HeaderName::from_bytes(k.as_bytes()).map_err(|source| {
+                    super::Error::HeaderName {
+                        name: k.clone(),
+                        source,
+                    }
+                })?,
+                hyper::header::HeaderValue::from_str(v).map_err(|source| {
+                    super::Error::HeaderValue {
+                        name: k.clone(),
+                        source,
+                    }
+                })?,
             ))
         };
         Ok(match s.protocol {
@@ -334,18 +348,22 @@ impl Http {
     }
 }
 
-fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
+fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, super::Error> {
+    let endpoint_error = |source| super::Error::GrpcEndpoint {
+        url: s.url.clone(),
+        source,
+    };
     let scheme = if s.tls { "https" } else { "http" };
     // Dialled by our connector (TLS included); tonic speaks HTTP/2 over it.
     let endpoint = tonic::transport::Endpoint::from_shared(format!(
         "{scheme}://{}",
         authority(&s.host, s.port)
     ))
-    .map_err(|e| format!("OTLP endpoint {}: {e}", s.url))?
+    .map_err(endpoint_error)?
     .connect_timeout(s.timeout)
     .timeout(s.timeout)
     .user_agent(user_agent())
-    .map_err(|e| format!("OTLP endpoint {}: {e}", s.url))?;
+    .map_err(endpoint_error)?;
     let channel = move || {
         let dialer = dialer.clone();
         endpoint.connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
@@ -357,12 +375,12 @@ fn grpc(s: &Settings, dialer: Dialer) -> Result<Grpc, String> {
         .headers
         .iter()
         .map(|(k, v)| {
-            Ok::<_, String>((
+            Ok::<_, super::Error>((
                 k.to_ascii_lowercase()
                     .parse()
-                    .map_err(|_| format!("OTLP header {k}: not a valid gRPC metadata key"))?,
+                    .map_err(|_| super::Error::GrpcMetadataKey(k.clone()))?,
                 v.parse()
-                    .map_err(|_| format!("OTLP header {k}: not a valid gRPC metadata value"))?,
+                    .map_err(|_| super::Error::GrpcMetadataValue(k.clone()))?,
             ))
         })
         .collect::<Result<_, _>>()?;
