@@ -70,6 +70,74 @@ fn components(dir: &Path) -> Result<Vec<&OsStr>, DirWhy> {
 /// names the option in errors. Run at start (an error stops the exporter) and before each
 /// round of writes (a directory removed meanwhile is created again, under the same rules).
 pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &'static str) -> Result<(), DirError> {
+    walk(dir, kind, flag).map(|_| ())
+}
+
+/// [`prepare`] of a private directory, then a handle on the very directory that was
+/// checked: files are made in it relative to the handle (`openat`), so a path swapped for a
+/// link, or for another directory, after the check is never written through. The
+/// directory is opened without following a link and must be the one checked (same device
+/// and inode).
+pub(crate) fn open_private(dir: &Path, flag: &'static str) -> Result<Handle, DirError> {
+    use rustix::fs::{Mode, OFlags};
+    let err = |why: DirWhy| DirError {
+        flag,
+        dir: dir.to_path_buf(),
+        why,
+    };
+    let (path, checked) = walk(dir, Kind::Private, flag)?;
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(&path, flags, Mode::empty()).map_err(|e| {
+        err(DirWhy::Open {
+            path: path.clone(),
+            source: e.into(),
+        })
+    })?;
+    let now = rustix::fs::fstat(&fd).map_err(|e| {
+        err(DirWhy::Open {
+            path: path.clone(),
+            source: e.into(),
+        })
+    })?;
+    if (now.st_dev, now.st_ino) != (checked.dev(), checked.ino()) {
+        return Err(err(DirWhy::Replaced(path)));
+    }
+    Ok(Handle { fd })
+}
+
+/// An open directory checked by [`open`].
+pub(crate) struct Handle {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Handle {
+    /// Creates `name` in the directory, new only (never through a link planted under the
+    /// name), with `mode`.
+    pub(crate) fn create_new(&self, name: &str, mode: u32) -> std::io::Result<std::fs::File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::from_raw_mode(mode))?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Removes the file `name` from the directory.
+    pub(crate) fn remove(&self, name: &str) -> std::io::Result<()> {
+        Ok(rustix::fs::unlinkat(
+            &self.fd,
+            name,
+            rustix::fs::AtFlags::empty(),
+        )?)
+    }
+}
+
+/// The walk of [`prepare`]: the directory's path with the links on the way resolved (a
+/// shared directory's are kept as given), and what was checked of it.
+fn walk(
+    dir: &Path,
+    kind: Kind,
+    flag: &'static str,
+) -> Result<(PathBuf, std::fs::Metadata), DirError> {
     let err = |why: DirWhy| DirError {
         flag,
         dir: dir.to_path_buf(),
@@ -83,6 +151,7 @@ pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &'static str) -> Result<(), 
         std::env::current_dir().map_err(|e| err(DirWhy::NoWorkingDirectory(e)))?
     };
     let mut cur = start;
+    let mut checked = None;
     for (i, name) in names.iter().enumerate() {
         let last = i + 1 == names.len();
         let next = cur.join(name);
@@ -92,7 +161,9 @@ pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &'static str) -> Result<(), 
             if created {
                 return Err(err(DirWhy::BecameLink(next)));
             }
-            cur = follow(&next, &meta, last, kind, uid).map_err(err)?;
+            let (real, m) = follow(&next, &meta, last, kind, uid).map_err(err)?;
+            cur = real;
+            checked = Some(m);
             continue;
         }
         if !ft.is_dir() {
@@ -102,8 +173,11 @@ pub(crate) fn prepare(dir: &Path, kind: Kind, flag: &'static str) -> Result<(), 
             closed(&next, &meta, last, uid).map_err(err)?;
         }
         cur = next;
+        checked = Some(meta);
     }
-    Ok(())
+    // `components` refuses a path without one, so the loop ran.
+    let checked = checked.ok_or_else(|| err(DirWhy::NoComponent))?;
+    Ok((cur, checked))
 }
 
 /// `lstat` of `path`, creating it (mode of `kind`) when it is missing; whether we created it.
@@ -135,17 +209,17 @@ fn look_or_create(path: &Path, kind: Kind) -> Result<(std::fs::Metadata, bool), 
     Ok((m, created))
 }
 
-/// Where an existing link on the way leads, if it may be followed.
+/// Where an existing link on the way leads, if it may be followed, and what is there.
 fn follow(
     link: &Path,
     meta: &std::fs::Metadata,
     last: bool,
     kind: Kind,
     uid: u32,
-) -> Result<PathBuf, DirWhy> {
+) -> Result<(PathBuf, std::fs::Metadata), DirWhy> {
     if kind == Kind::Shared {
         // The operator's layout (a hostPath, a link to node-exporter's directory): followed.
-        return Ok(link.to_path_buf());
+        return Ok((link.to_path_buf(), meta.clone()));
     }
     let target = std::fs::read_link(link)
         .map(|t| t.display().to_string())
@@ -175,7 +249,7 @@ fn follow(
         return Err(DirWhy::NotDirectory(link.to_path_buf()));
     }
     closed(&real, &m, false, uid)?;
-    Ok(real)
+    Ok((real, m))
 }
 
 /// The ownership and mode rules of a private directory (`last`) or one above it.

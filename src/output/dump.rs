@@ -15,7 +15,6 @@ use crate::output::sink::Sink;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -103,7 +102,12 @@ impl Dumper {
     }
 
     fn prepare_dir(&self) -> Result<(), crate::output::DirError> {
-        dirs::prepare(&self.dir, dirs::Kind::Private, "--dump-directory")
+        self.open_dir().map(|_| ())
+    }
+
+    /// The dump directory checked and opened: every file is made and removed through it.
+    fn open_dir(&self) -> Result<dirs::Handle, crate::output::DirError> {
+        dirs::open_private(&self.dir, "--dump-directory")
     }
 
     /// Removes the dump files this process wrote more than the retention ago.
@@ -125,10 +129,20 @@ impl Dumper {
             let keep = written.partition_point(|(t, _)| *t < cutoff);
             written.drain(..keep).map(|(_, name)| name).collect()
         };
+        if expired.is_empty() {
+            return;
+        }
+        let dir = match self.open_dir() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("dump cleanup: {e}");
+                return;
+            }
+        };
         let mut removed = 0;
         for name in expired {
             let path = self.dir.join(&name);
-            match std::fs::remove_file(&path) {
+            match dir.remove(&name) {
                 Ok(()) => removed += 1,
                 // Removed by someone else meanwhile: nothing to do.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -143,7 +157,13 @@ impl Dumper {
         }
     }
 
-    fn write(&self, prefix: &str, group: Group, data: &Value) -> std::io::Result<PathBuf> {
+    fn write(
+        &self,
+        dir: &dirs::Handle,
+        prefix: &str,
+        group: Group,
+        data: &Value,
+    ) -> std::io::Result<PathBuf> {
         let mut name = format!(
             "{prefix}-{}-{}-{:08x}",
             group.name(),
@@ -151,16 +171,12 @@ impl Dumper {
             random_u32()
         );
         name.push_str(if self.compress { ".json.gz" } else { ".json" });
-        let path = self.dir.join(name);
+        let path = self.dir.join(&name);
         let mut text = serde_json::to_vec_pretty(data).map_err(std::io::Error::other)?;
         text.push(b'\n');
-        // A new file only, never through a link planted under the name.
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .mode(0o644)
-            .open(&path)?;
+        // A new file only, in the directory checked, never through a link planted under the
+        // name or in place of the directory.
+        let file = dir.create_new(&name, 0o644)?;
         if self.retention_hours > 0 {
             let name = path
                 .file_name()
@@ -187,12 +203,15 @@ impl Sink for Dumper {
     fn published(&self, topology: &Topology, page: &Page, _bytes: &[u8]) {
         // As upstream, a directory removed while running is created again; under the rules
         // of the start, so nothing planted meanwhile is written through.
-        if let Err(e) = self.prepare_dir() {
-            if !self.failing.swap(true, Ordering::Relaxed) {
-                tracing::error!("cannot write dumps: {e}");
+        let dir = match self.open_dir() {
+            Ok(d) => d,
+            Err(e) => {
+                if !self.failing.swap(true, Ordering::Relaxed) {
+                    tracing::error!("cannot write dumps: {e}");
+                }
+                return;
             }
-            return;
-        }
+        };
         if self.failing.swap(false, Ordering::Relaxed) {
             tracing::info!("writing dumps to {} works again", self.dir.display());
         }
@@ -216,8 +235,8 @@ impl Sink for Dumper {
             }
         }
         for (group, series) in by_group {
-            let metrics = self.write("metrics", group, &Value::Array(series));
-            let devices = self.write("deviceinfo", group, &device_info(topology, group));
+            let metrics = self.write(&dir, "metrics", group, &Value::Array(series));
+            let devices = self.write(&dir, "deviceinfo", group, &device_info(topology, group));
             match (metrics, devices) {
                 (Ok(m), Ok(d)) => tracing::debug!(
                     "dumped {} to {} and {}",
@@ -319,7 +338,9 @@ mod tests {
                 .set_modified(old)
                 .unwrap();
         }
-        let ours = d.write("metrics", Group::Gpu, &json!([])).unwrap();
+        let ours = d
+            .write(&d.open_dir().unwrap(), "metrics", Group::Gpu, &json!([]))
+            .unwrap();
         let names = |d: &Path| {
             let mut left: Vec<_> = std::fs::read_dir(d)
                 .unwrap()
@@ -349,9 +370,33 @@ mod tests {
     fn with_retention_0_nothing_is_tracked_or_removed() {
         let dir = tempfile::tempdir().unwrap();
         let d = Dumper::new(dir.path().to_path_buf(), 0, true);
-        let ours = d.write("metrics", Group::Gpu, &json!([])).unwrap();
+        let ours = d
+            .write(&d.open_dir().unwrap(), "metrics", Group::Gpu, &json!([]))
+            .unwrap();
         d.cleanup_at(SystemTime::now() + Duration::from_secs(1000 * 3600));
         assert!(ours.exists());
         assert!(d.written.lock().unwrap().is_empty());
+    }
+
+    /// The directory checked is the one written into: swapped for a link to another
+    /// directory after the check, the dump still lands in the directory that was checked
+    /// (moved aside here), and nothing is written where the link points.
+    #[test]
+    fn a_dump_is_written_into_the_directory_checked_not_through_a_link_swapped_in_after() {
+        let base = tempfile::tempdir().unwrap();
+        let dumps = base.path().join("dumps");
+        let elsewhere = tempfile::tempdir().unwrap();
+        let d = Dumper::new(dumps.clone(), 0, false);
+        let dir = d.open_dir().unwrap();
+        let aside = base.path().join("aside");
+        std::fs::rename(&dumps, &aside).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), &dumps).unwrap();
+        let written = d.write(&dir, "metrics", Group::Gpu, &json!([])).unwrap();
+        let name = written.file_name().unwrap();
+        assert!(aside.join(name).is_file());
+        assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
+        // Checked again for the next round: the link is refused.
+        let e = d.open_dir().err().unwrap();
+        assert!(matches!(e.why, crate::output::DirWhy::IsLink { .. }), "{e}");
     }
 }

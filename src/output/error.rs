@@ -160,4 +160,14 @@ pub enum DirWhy {
         .path.display()
     )]
     OpenToOthers { path: PathBuf, mode: u32 },
+    #[error(
+        "{} was replaced while it was being checked: someone else is writing here; refusing \
+         to write into it", .0.display()
+    )]
+    Replaced(PathBuf),
+    #[error("cannot open {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
