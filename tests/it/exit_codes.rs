@@ -262,3 +262,18 @@ fn real_sigterm_with_a_stopped_host_engine_exits_0_after_the_shutdown_deadline()
     let mut e = kit.remote(port).args(&["-c", "300"]).start();
     sigterm_with_a_stopped_engine(&mut e, engine.child.id());
 }
+
+/// The harness tells how an exporter ended: its own exit status (a counters file that is
+/// not there: 1), not a made-up success.
+#[test]
+fn an_exporter_that_ended_is_reported_with_its_own_exit_status() {
+    let e = exporter()
+        .args(&["-f", "/nonexistent/counters.csv"])
+        .spawn();
+    let st = poll(20, Duration::from_millis(50), || {
+        e.child_status()
+            .map_err(|err| err.to_string())?
+            .ok_or_else(|| "still running".to_string())
+    });
+    assert_eq!(st.code(), Some(1), "{st}: {}", e.stderr());
+}

@@ -456,7 +456,13 @@ impl Exporter {
     fn poll_until(&self, secs: u64, ready: impl Fn(&Exporter) -> bool) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            if let Ok(Some(st)) = self.child_status() {
+            let ended = match self.child_status() {
+                Ok(None) => None,
+                Ok(Some(st)) => Some(st.to_string()),
+                // Gone from /proc: reaped, its status unknown.
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(st) = ended {
                 // The reader thread may still hold the last lines.
                 std::thread::sleep(Duration::from_millis(200));
                 return Err(format!(
@@ -491,16 +497,22 @@ impl Exporter {
         }
     }
 
+    /// The exporter's exit status once it has ended, read from /proc (try_wait needs
+    /// `&mut`): an ended child not yet reaped is a zombie whose stat holds its wait status
+    /// (field 52, `exit_code`).
     pub fn child_status(&self) -> std::io::Result<Option<std::process::ExitStatus>> {
-        // try_wait needs &mut; poll /proc instead to keep &self.
-        let alive = Path::new(&format!("/proc/{}", self.child.id())).exists();
-        let zombie = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
-            .map(|s| s.split(") ").nth(1).is_some_and(|r| r.starts_with('Z')))
-            .unwrap_or(true);
-        if !alive || zombie {
-            return Ok(Some(std::process::ExitStatus::default()));
+        use std::os::unix::process::ExitStatusExt;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))?;
+        // The fields after the command name, from the state (field 3) on.
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+        if fields.first() != Some(&"Z") {
+            return Ok(None);
         }
-        Ok(None)
+        let raw = fields.get(52 - 3).and_then(|f| f.parse::<i32>().ok());
+        let raw = raw.ok_or_else(|| std::io::Error::other(format!("unreadable stat: {stat}")))?;
+        Ok(Some(std::process::ExitStatus::from_raw(raw)))
     }
 
     pub fn stderr(&self) -> String {
