@@ -18,7 +18,7 @@
 //! [--collectors etc/default-counters.csv] [--interval-ms 1000] [--period 100ms]
 //! [--collections 60] [--rounds 2] [--real DIR --gpus 8]`
 
-use crate::{arg, exporter, free_port, get, real_kit, self_metric, Killed};
+use crate::{arg, exporter, free_port, get, real_kit, Killed};
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
@@ -51,24 +51,10 @@ fn cpu_by_group(pid: u32) -> Result<[u64; 3], String> {
 
 /// CPU µs per collection of each thread group over `n` collections, after five to warm up.
 fn cpu_us_by_group(url: &str, pid: u32, interval_ms: u64, n: u64) -> Result<[f64; 3], String> {
-    let collections =
-        || get(url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"));
-    let warm = collections()? + 5.0;
-    let t = Instant::now();
-    while collections()? < warm {
-        if t.elapsed() > Duration::from_secs(60) {
-            return Err("collections do not advance".into());
-        }
-        std::thread::sleep(Duration::from_millis(interval_ms));
-    }
-    let (c0, cpu0) = (collections()?, cpu_by_group(pid)?);
-    std::thread::sleep(Duration::from_millis(n * interval_ms));
-    let (c1, cpu1) = (collections()?, cpu_by_group(pid)?);
-    if c1 <= c0 {
-        return Err("no collection during the measurement".into());
-    }
+    let (cpu0, cpu1, collections) =
+        crate::over_collections(url, interval_ms, n, || cpu_by_group(pid))?;
     Ok(std::array::from_fn(|i| {
-        cpu1[i].saturating_sub(cpu0[i]) as f64 / 1e3 / (c1 - c0)
+        cpu1[i].saturating_sub(cpu0[i]) as f64 / 1e3 / collections
     }))
 }
 

@@ -627,6 +627,18 @@ fn cpu_seconds(pid: u32) -> Result<f64, String> {
 /// The exporter's CPU per successful collection over `n` intervals, after 5 collections to
 /// warm up, read from its `/metrics` at `url` and `/proc/<pid>/stat`.
 fn cpu_us_per_collection(url: &str, pid: u32, interval_ms: u64, n: u64) -> Result<f64, String> {
+    let (cpu0, cpu1, collections) = over_collections(url, interval_ms, n, || scale::cpu_s(pid))?;
+    Ok((cpu1 - cpu0) * 1e6 / collections)
+}
+
+/// `read` before and after `n` intervals of the exporter at `url`, and how many successful
+/// collections lay between, after 5 collections to warm up.
+pub(crate) fn over_collections<T>(
+    url: &str,
+    interval_ms: u64,
+    n: u64,
+    read: impl Fn() -> Result<T, String>,
+) -> Result<(T, T, f64), String> {
     let collections =
         || get(url).map(|p| self_metric(&p, "dcgm_exporter_collections_total{result=\"success\"}"));
     let warm = collections()? + 5.0;
@@ -637,16 +649,16 @@ fn cpu_us_per_collection(url: &str, pid: u32, interval_ms: u64, n: u64) -> Resul
         }
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
-    let (c0, cpu0) = (collections()?, scale::cpu_s(pid)?);
+    let (c0, before) = (collections()?, read()?);
     std::thread::sleep(Duration::from_millis(n * interval_ms));
-    let (c1, cpu1) = (collections()?, scale::cpu_s(pid)?);
+    let (c1, after) = (collections()?, read()?);
     if c1 <= c0 {
         return Err("no collection during the measurement".into());
     }
-    Ok((cpu1 - cpu0) * 1e6 / (c1 - c0))
+    Ok((before, after, c1 - c0))
 }
 
-pub(crate) fn self_metric(page: &str, key: &str) -> f64 {
+fn self_metric(page: &str, key: &str) -> f64 {
     page.lines()
         .find_map(|l| l.strip_prefix(key).and_then(|v| v.trim().parse().ok()))
         .unwrap_or(0.0)

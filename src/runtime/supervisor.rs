@@ -224,7 +224,8 @@ impl Supervisor {
     }
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+/// What a caught panic said.
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     p.downcast_ref::<&str>()
         .map(|s| s.to_string())
         .or_else(|| p.downcast_ref::<String>().cloned())

@@ -5,6 +5,7 @@
 //! loop abandons the worker, and with it the state; the thread ends (dropping the state)
 //! whenever the stuck call returns. Any stage may run jobs on one; it knows no stage.
 
+use super::supervisor::panic_text;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -149,7 +150,7 @@ fn call_on<S, R: Send + 'static>(
     let started = Instant::now();
     let (tx, rx) = mpsc::sync_channel::<Result<R, String>>(1);
     let job: Job<S> = Box::new(move |state| {
-        let r = catch_unwind(AssertUnwindSafe(|| f(state))).map_err(panic_text);
+        let r = catch_unwind(AssertUnwindSafe(|| f(state))).map_err(|p| panic_text(&*p));
         // The waiter may have given up; then nobody wants the result.
         let _ = tx.send(r);
     });
@@ -199,13 +200,6 @@ fn wait<R>(
             }
         }
     }
-}
-
-fn panic_text(p: Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".into())
 }
 
 #[cfg(test)]
