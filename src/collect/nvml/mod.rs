@@ -37,7 +37,7 @@ pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Loads and initialises NVML: `path` (`--nvml-library`), else the driver's library through
 /// the dynamic linker's search.
-pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
+pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, LoadError> {
     let lib = path.map_or_else(
         || std::ffi::OsString::from(DEFAULT_LIBRARY),
         |p| p.as_os_str().to_owned(),
@@ -46,7 +46,20 @@ pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> 
         .lib_path(&lib)
         .init()
         .map(Arc::new)
-        .map_err(|e| format!("cannot load NVML ({}): {e}", lib.to_string_lossy()))
+        .map_err(|source| LoadError {
+            library: lib.to_string_lossy().into_owned(),
+            source: Box::new(source),
+        })
+}
+
+/// NVML did not load or initialise ([`load`]).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot load NVML ({library}): {source}")]
+pub struct LoadError {
+    /// `--nvml-library`, else [`DEFAULT_LIBRARY`].
+    pub library: String,
+    /// Boxed: `NvmlError` is large, and start-up's error holds this one.
+    pub source: Box<NvmlError>,
 }
 
 /// The UUIDs of the GPUs NVML lists (one whose UUID cannot be read is left out): this

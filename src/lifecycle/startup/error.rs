@@ -57,11 +57,14 @@ pub enum Error {
     #[error(transparent)]
     LoadDcgm(dcgm_sys::Error),
     /// NVML did not load (`--backend nvml`).
-    #[error("{0}")]
-    LoadNvml(String),
+    #[error(transparent)]
+    LoadNvml(crate::collect::nvml::LoadError),
     /// Neither libdcgm nor NVML loaded (`--backend auto`).
     #[error("{dcgm}; and NVML, which --backend auto uses without DCGM: {nvml}")]
-    NoSource { dcgm: dcgm_sys::Error, nvml: String },
+    NoSource {
+        dcgm: dcgm_sys::Error,
+        nvml: crate::collect::nvml::LoadError,
+    },
     #[error("several host engines (-r a,b) need libdcgm (--backend dcgm)")]
     EnginesNeedDcgm,
     /// The engines' combined self-metrics.
