@@ -18,6 +18,8 @@ mod nvlink;
 mod samples;
 pub(crate) mod table;
 
+pub(crate) use discover::DiscoverError;
+
 use crate::collect::targets::{self, Kind, Target, WatchSet};
 use crate::collect::topology::Topology;
 use crate::collect::{info, Settings};
@@ -117,7 +119,7 @@ impl NvmlCollector {
         counters: Arc<Counters>,
         settings: &Settings,
         only: Option<&[String]>,
-    ) -> Result<NvmlCollector, String> {
+    ) -> Result<NvmlCollector, crate::collect::NodeError> {
         let counters = Arc::new(legacy_units(&counters));
         let mut topology = discover::topology(&nvml, settings.fake_gpus)?;
         if let Some(only) = only {
@@ -220,7 +222,7 @@ impl NvmlCollector {
     }
 
     /// True when the MIG layout differs from the one discovered at start.
-    pub(crate) fn mig_changed(&self) -> Result<bool, String> {
+    pub(crate) fn mig_changed(&self) -> Result<bool, DiscoverError> {
         Ok(discover::instances(&self.nvml, &self.topology.gpus)? != self.topology.instances)
     }
 

@@ -77,8 +77,8 @@ pub enum Error {
     #[error("{0}")]
     Watch(String),
     /// A flag does not fit the node (a selector naming a GPU it lacks).
-    #[error("{0}")]
-    Node(String),
+    #[error(transparent)]
+    Node(crate::collect::NodeError),
     /// A remote host engine refused or did not answer (`source` says which).
     #[error("cannot use the DCGM host engine at {target}: {source}")]
     Remote {
