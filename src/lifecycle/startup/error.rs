@@ -68,14 +68,14 @@ pub enum Error {
     #[error("several host engines (-r a,b) need libdcgm (--backend dcgm)")]
     EnginesNeedDcgm,
     /// The engines' combined self-metrics.
-    #[error("{0}")]
-    Engines(String),
+    #[error(transparent)]
+    Engines(crate::lifecycle::app::engines::MetricsError),
     /// An attribution source (container labels).
     #[error(transparent)]
     Attribution(crate::attribution::Error),
     /// A background watch (GPU bind/unbind).
-    #[error("{0}")]
-    Watch(String),
+    #[error(transparent)]
+    Watch(crate::lifecycle::watchers::bind_unbind::Error),
     /// A flag does not fit the node (a selector naming a GPU it lacks).
     #[error(transparent)]
     Node(crate::collect::NodeError),

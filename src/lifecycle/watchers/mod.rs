@@ -30,7 +30,7 @@ pub(crate) fn watch_counters_file(
 
 /// Starts the GPU bind/unbind watch when enabled, polled through the worker that owns the
 /// session.
-pub(crate) fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), String> {
+pub(crate) fn start(runner: &Runner, control: &Sender<Control>) -> Result<(), bind_unbind::Error> {
     if let Some(interval) = runner.bind_unbind {
         bind_unbind::spawn(runner.current.clone(), interval, control.clone())?;
     }
