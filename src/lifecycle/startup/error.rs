@@ -34,10 +34,9 @@ pub enum Error {
     /// `-m`'s reference, or the ConfigMap's poll period.
     #[error(transparent)]
     ConfigMap(crate::config::configmap::Error),
-    /// The counters' source: the `-m` ConfigMap's read or the counters file's watch (their
-    /// watchers report text).
-    #[error("{0}")]
-    CountersSource(String),
+    /// The counters' source: the `-m` ConfigMap's read or the counters file's watch.
+    #[error(transparent)]
+    CountersSource(crate::lifecycle::watchers::SourceError),
     /// The config file's watch groups do not fit the counters.
     #[error(transparent)]
     WatchGroups(crate::config::file::Error),
