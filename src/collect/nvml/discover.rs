@@ -203,6 +203,30 @@ fn profile_of(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use nvml_wrapper::error::NvmlError;
+
+    /// The start-up lines keep the words they had as text, NVML's own last.
+    #[test]
+    fn nvml_failures_name_the_call_and_the_library() {
+        let why = NvmlError::NotSupported.to_string();
+        let slots = super::DiscoverError::MigSlots {
+            gpu: 3,
+            source: Box::new(NvmlError::NotSupported),
+        };
+        assert_eq!(
+            slots.to_string(),
+            format!("GPU 3: nvmlDeviceGetMaxMigDeviceCount: {why}")
+        );
+        let load = super::super::LoadError {
+            library: super::super::DEFAULT_LIBRARY.into(),
+            source: Box::new(NvmlError::NotSupported),
+        };
+        assert_eq!(
+            load.to_string(),
+            format!("cannot load NVML (libnvidia-ml.so.1): {why}")
+        );
+    }
+
     #[test]
     fn profiles_rank_in_nvmls_profile_order() {
         let rank = |p: &str| super::profile_rank(p, 81920);

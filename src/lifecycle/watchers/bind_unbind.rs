@@ -240,8 +240,23 @@ fn poll_once<D: WatchSlot>(
 
 #[cfg(test)]
 mod tests {
-    use super::poll_interval;
+    use super::{poll_interval, Error, PollError};
     use std::time::Duration;
+
+    #[test]
+    fn a_watch_that_cannot_start_names_the_flag_or_the_thread() {
+        let refused = Error::Refused(PollError::NoSession);
+        assert!(matches!(refused, Error::Refused(PollError::NoSession)));
+        // The fatal line keeps the words it had as text.
+        assert_eq!(
+            refused.to_string(),
+            "--enable-gpu-bind-unbind-watch: no DCGM session"
+        );
+        assert_eq!(
+            Error::Thread(std::io::Error::other("no memory")).to_string(),
+            "cannot start the bind/unbind watch thread: no memory"
+        );
+    }
 
     #[test]
     fn a_bad_poll_interval_falls_back_to_one_second() {

@@ -360,4 +360,22 @@ mod tests {
         pause.reset();
         assert_eq!(pause.next(), s(1));
     }
+
+    /// The start-up lines an operator reads when `-m` cannot be used (tests/it/kubeapi.rs
+    /// finds them in the fatal line): their words are the contract.
+    #[test]
+    fn a_configmap_that_cannot_be_read_says_which_and_why() {
+        let no_key = Error::NoKey {
+            namespace: "gpu".into(),
+            name: "cm".into(),
+        };
+        assert_eq!(
+            no_key.to_string(),
+            "-m gpu:cm: the ConfigMap has no key \"metrics\""
+        );
+        assert_eq!(
+            Error::NoAnswer(STARTUP_DEADLINE).to_string(),
+            "no answer from the Kubernetes API within 30s"
+        );
+    }
 }
