@@ -28,6 +28,7 @@ pub(crate) mod xid;
 pub use settings::{Settings, WatchGroup, LATEST_KEEP_SAMPLES, MAX_KEEP_AGE_S};
 
 use crate::config::counters::{Counter, CounterField, Counters};
+use crate::config::selector::NotOnNode;
 use crate::model::clock::now_us;
 use crate::model::{DropReason, Page};
 use active::{activate, log_watched, own_intervals, ActiveSet};
@@ -68,7 +69,7 @@ pub(crate) struct Collector {
 
 impl Collector {
     /// Discovers the node, applies the selectors and sets up every watch.
-    /// Selector errors (a requested id that does not exist) come back as `Err(String)`.
+    /// Selector errors (a requested id that does not exist) come back as [`StartError::Config`].
     pub(crate) fn start(
         session: Session,
         counters: Arc<Counters>,
@@ -89,12 +90,12 @@ impl Collector {
             hostname: settings.hostname.as_deref(),
             emulate: settings.emulate,
         };
-        let plan = targets::plan(&topology, &counters, &opts).map_err(StartError::Config)?;
+        let plan = targets::plan(&topology, &counters, &opts)?;
         // The DCGM_EXP_* metrics need the GPU targets also when no DCGM field is exported
         // for GPUs (a CSV of derived metrics only, or every field refused).
         let gpu_targets = match plan.iter().find(|s| s.kind == Kind::Gpu) {
             Some(s) => s.targets.clone(),
-            None => targets::gpu_targets(&topology, &opts).map_err(StartError::Config)?,
+            None => targets::gpu_targets(&topology, &opts)?,
         };
         let mut sets = Vec::new();
         let mut failures = Failures::default();
@@ -103,7 +104,7 @@ impl Collector {
                 sets.push(active);
             }
         }
-        let unmatched = targets::unmatched(&topology, &opts).map_err(StartError::Config)?;
+        let unmatched = targets::unmatched(&topology, &opts)?;
         for n in &unmatched {
             tracing::warn!("{n}");
         }
@@ -558,8 +559,27 @@ fn label_text(v: &Value) -> Option<String> {
 pub(crate) enum StartError {
     #[error("{0}")]
     Dcgm(#[from] dcgm_sys::Error),
-    #[error("{0}")]
-    Config(String),
+    /// A selector names an entity the node lacks.
+    #[error(transparent)]
+    Config(#[from] NotOnNode),
+}
+
+/// The flags do not fit the node as a source found it: a selector naming an entity it
+/// lacks, or (the NVML source) the node not discovered. At start-up the flag's error, not
+/// the source's; later it costs the watches only.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Boxed: start-up's errors hold this one, and stay small.
+    #[error(transparent)]
+    NotOnNode(Box<NotOnNode>),
+    #[error(transparent)]
+    Nvml(#[from] nvml::DiscoverError),
+}
+
+impl From<NotOnNode> for NodeError {
+    fn from(e: NotOnNode) -> NodeError {
+        NodeError::NotOnNode(Box::new(e))
+    }
 }
 
 /// The readings of one collection by (entity, field): small integer keys from DCGM, hashed

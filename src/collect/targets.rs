@@ -5,7 +5,7 @@ use crate::collect::fields::level;
 use crate::collect::topology::{Instance, Topology};
 use crate::config::counters::{Counter, CounterField, Counters};
 use crate::config::emulate::UpstreamVersion;
-use crate::config::selector::{check_exists, IdSet, Selector};
+use crate::config::selector::{check_exists, IdSet, NotOnNode, Selector};
 use crate::model::naming::PromType;
 use dcgm_sys::{Entity, EntityGroup, LinkState};
 
@@ -113,7 +113,7 @@ pub(crate) fn plan(
     topo: &Topology,
     counters: &Counters,
     opts: &Options,
-) -> Result<Vec<WatchSet>, String> {
+) -> Result<Vec<WatchSet>, NotOnNode> {
     let (cpus, cores) = cpu_targets(topo, opts)?;
     let gpus = gpu_targets(topo, opts)?;
     let exported_gpus: Vec<u32> = gpus.iter().filter_map(|t| t.gpu).collect();
@@ -163,7 +163,7 @@ pub(crate) fn plan(
 /// The parts of `-d`, `-s` and `-p` given explicitly (anything but `f`) that select no
 /// entity on this node, as `/health` notes: `-d i` on a node without MIG exports no GPU at
 /// all, which must not pass silently.
-pub(crate) fn unmatched(topo: &Topology, opts: &Options) -> Result<Vec<String>, String> {
+pub(crate) fn unmatched(topo: &Topology, opts: &Options) -> Result<Vec<String>, NotOnNode> {
     let mut notes = Vec::new();
     let mut note = |flag: &str, what: &str| {
         notes.push(format!(
@@ -279,7 +279,7 @@ fn selected(set: &IdSet, id: u32) -> bool {
     }
 }
 
-pub(crate) fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+pub(crate) fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, NotOnNode> {
     let sel = opts.gpus;
     let gpu_ids: Vec<u32> = topo.gpus.iter().map(|g| g.id).collect();
     let gi_ids: Vec<u32> = topo
@@ -348,7 +348,7 @@ pub(crate) fn gpu_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>
     Ok(out)
 }
 
-fn switch_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, String> {
+fn switch_targets(topo: &Topology, opts: &Options) -> Result<Vec<Target>, NotOnNode> {
     let sel = opts.switches;
     if let Some(m) = &sel.major {
         check_exists("-s", "NvSwitch", m, &topo.switches)?;
@@ -371,7 +371,7 @@ fn link_targets(
     topo: &Topology,
     opts: &Options,
     exported_gpus: &[u32],
-) -> Result<Vec<Target>, String> {
+) -> Result<Vec<Target>, NotOnNode> {
     let sel = opts.switches;
     let switch_link_ids: Vec<u32> = {
         let mut v: Vec<u32> = topo
@@ -439,7 +439,7 @@ fn link_targets(
     Ok(out)
 }
 
-fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Target>), String> {
+fn cpu_targets(topo: &Topology, opts: &Options) -> Result<(Vec<Target>, Vec<Target>), NotOnNode> {
     let sel = opts.cpus;
     let cpu_ids: Vec<u32> = topo.cpus.iter().map(|c| c.id).collect();
     let core_ids: Vec<u32> = topo

@@ -109,13 +109,6 @@ pub enum Error {
     PollTooShort(String),
 }
 
-/// For the ConfigMap watcher, whose own errors are still text.
-impl From<Error> for String {
-    fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
-
 /// `-m` as dcgm-exporter splits it: exactly one `:` between namespace and name.
 pub(crate) fn parse_ref(value: &str) -> Result<(String, String), Error> {
     match value.split(':').collect::<Vec<_>>()[..] {

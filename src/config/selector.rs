@@ -228,13 +228,6 @@ impl std::fmt::Display for NotOnNode {
 
 impl std::error::Error for NotOnNode {}
 
-/// For the target planning in `collect`, whose errors are still text.
-impl From<NotOnNode> for String {
-    fn from(e: NotOnNode) -> String {
-        e.to_string()
-    }
-}
-
 /// Every explicitly requested id must exist on the node. `flag` leads the message, so
 /// callers may pass the value too (`"-d g:9"`); `what` is singular (`"GPU"`).
 pub(crate) fn check_exists(

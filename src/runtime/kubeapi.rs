@@ -107,17 +107,12 @@ impl KubeApi {
         self.client.clone()
     }
 
-    /// Runs a request to completion from a plain thread, bounded by `deadline`.
-    pub fn block_on<T>(
-        &self,
-        deadline: Duration,
-        fut: impl Future<Output = Result<T, String>>,
-    ) -> Result<T, String> {
-        self.rt.block_on(async {
-            tokio::time::timeout(deadline, fut)
-                .await
-                .map_err(|_| format!("no answer from the Kubernetes API within {deadline:?}"))?
-        })
+    /// Runs a request to completion from a plain thread, bounded by `deadline`: `None`
+    /// when it had not ended by then.
+    pub fn block_on<T>(&self, deadline: Duration, fut: impl Future<Output = T>) -> Option<T> {
+        self.rt
+            .block_on(async { tokio::time::timeout(deadline, fut).await })
+            .ok()
     }
 
     /// Starts a task (a watch) that runs for the life of the process.

@@ -10,10 +10,22 @@ use nvml_wrapper::Nvml;
 /// answers a nonsensical maximum.
 const MAX_MIG_SLOTS: u32 = 64;
 
-pub(super) fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, String> {
+/// NVML refused a call the node's discovery cannot do without.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoverError {
+    #[error("nvmlDeviceGetCount: {0}")]
+    Count(#[source] Box<NvmlError>),
+    /// A GPU's identity (without `--fake-gpus`).
+    #[error("NVML GPU {index}: {source}")]
+    Gpu { index: u32, source: Box<NvmlError> },
+    #[error("GPU {gpu}: nvmlDeviceGetMaxMigDeviceCount: {source}")]
+    MigSlots { gpu: u32, source: Box<NvmlError> },
+}
+
+pub(super) fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, DiscoverError> {
     let count = nvml
         .device_count()
-        .map_err(|e| format!("nvmlDeviceGetCount: {e}"))?;
+        .map_err(|e| DiscoverError::Count(Box::new(e)))?;
     let mut t = Topology::default();
     for index in 0..count {
         match gpu(nvml, index) {
@@ -33,7 +45,12 @@ pub(super) fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, String>
                     model: String::new(),
                 });
             }
-            Err(e) => return Err(format!("NVML GPU {index}: {e}")),
+            Err(e) => {
+                return Err(DiscoverError::Gpu {
+                    index,
+                    source: Box::new(e),
+                })
+            }
         }
     }
     t.instances = instances(nvml, &t.gpus)?;
@@ -60,7 +77,7 @@ fn gpu(nvml: &Nvml, index: u32) -> Result<Gpu, NvmlError> {
 /// (`DcgmCacheManager::InitializeGpuInstances`): per GPU, `gpu * max MIG devices + index`,
 /// the index in DCGM's walk (by GPU-instance profile, then by NVML instance id within one).
 /// Ordered by entity id, as DCGM lists them.
-pub(super) fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, String> {
+pub(super) fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, DiscoverError> {
     let mut out: Vec<Instance> = Vec::new();
     for g in gpus {
         let Ok(d) = nvml.device_by_index(g.id) else {
@@ -69,9 +86,10 @@ pub(super) fn instances(nvml: &Nvml, gpus: &[Gpu]) -> Result<Vec<Instance>, Stri
         if !d.mig_mode().is_ok_and(|m| m.current == 1) {
             continue;
         }
-        let slots = d
-            .mig_device_count()
-            .map_err(|e| format!("GPU {}: nvmlDeviceGetMaxMigDeviceCount: {e}", g.id))?;
+        let slots = d.mig_device_count().map_err(|e| DiscoverError::MigSlots {
+            gpu: g.id,
+            source: Box::new(e),
+        })?;
         let mut found: Vec<(u32, String)> = Vec::new();
         for slot in 0..slots.min(MAX_MIG_SLOTS) {
             let Ok(mig) = d.mig_device_by_index(slot) else {
@@ -185,6 +203,30 @@ fn profile_of(name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use nvml_wrapper::error::NvmlError;
+
+    /// The start-up lines keep the words they had as text, NVML's own last.
+    #[test]
+    fn nvml_failures_name_the_call_and_the_library() {
+        let why = NvmlError::NotSupported.to_string();
+        let slots = super::DiscoverError::MigSlots {
+            gpu: 3,
+            source: Box::new(NvmlError::NotSupported),
+        };
+        assert_eq!(
+            slots.to_string(),
+            format!("GPU 3: nvmlDeviceGetMaxMigDeviceCount: {why}")
+        );
+        let load = super::super::LoadError {
+            library: super::super::DEFAULT_LIBRARY.into(),
+            source: Box::new(NvmlError::NotSupported),
+        };
+        assert_eq!(
+            load.to_string(),
+            format!("cannot load NVML (libnvidia-ml.so.1): {why}")
+        );
+    }
+
     #[test]
     fn profiles_rank_in_nvmls_profile_order() {
         let rank = |p: &str| super::profile_rank(p, 81920);

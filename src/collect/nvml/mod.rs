@@ -18,6 +18,8 @@ mod nvlink;
 mod samples;
 pub(crate) mod table;
 
+pub(crate) use discover::DiscoverError;
+
 use crate::collect::targets::{self, Kind, Target, WatchSet};
 use crate::collect::topology::Topology;
 use crate::collect::{info, Settings};
@@ -37,7 +39,7 @@ pub(crate) const DEFAULT_LIBRARY: &str = "libnvidia-ml.so.1";
 
 /// Loads and initialises NVML: `path` (`--nvml-library`), else the driver's library through
 /// the dynamic linker's search.
-pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> {
+pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, LoadError> {
     let lib = path.map_or_else(
         || std::ffi::OsString::from(DEFAULT_LIBRARY),
         |p| p.as_os_str().to_owned(),
@@ -46,7 +48,20 @@ pub(crate) fn load(path: Option<&std::path::Path>) -> Result<Arc<Nvml>, String> 
         .lib_path(&lib)
         .init()
         .map(Arc::new)
-        .map_err(|e| format!("cannot load NVML ({}): {e}", lib.to_string_lossy()))
+        .map_err(|source| LoadError {
+            library: lib.to_string_lossy().into_owned(),
+            source: Box::new(source),
+        })
+}
+
+/// NVML did not load or initialise ([`load`]).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot load NVML ({library}): {source}")]
+pub struct LoadError {
+    /// `--nvml-library`, else [`DEFAULT_LIBRARY`].
+    pub library: String,
+    /// Boxed: `NvmlError` is large, and start-up's error holds this one.
+    pub source: Box<NvmlError>,
 }
 
 /// The UUIDs of the GPUs NVML lists (one whose UUID cannot be read is left out): this
@@ -104,7 +119,7 @@ impl NvmlCollector {
         counters: Arc<Counters>,
         settings: &Settings,
         only: Option<&[String]>,
-    ) -> Result<NvmlCollector, String> {
+    ) -> Result<NvmlCollector, crate::collect::NodeError> {
         let counters = Arc::new(legacy_units(&counters));
         let mut topology = discover::topology(&nvml, settings.fake_gpus)?;
         if let Some(only) = only {
@@ -207,7 +222,7 @@ impl NvmlCollector {
     }
 
     /// True when the MIG layout differs from the one discovered at start.
-    pub(crate) fn mig_changed(&self) -> Result<bool, String> {
+    pub(crate) fn mig_changed(&self) -> Result<bool, DiscoverError> {
         Ok(discover::instances(&self.nvml, &self.topology.gpus)? != self.topology.instances)
     }
 

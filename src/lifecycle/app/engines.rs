@@ -32,6 +32,11 @@ struct State {
     stopping: bool,
 }
 
+/// The engines' self-metrics were refused (their names and labels are fixed: a bug).
+#[derive(Debug, thiserror::Error)]
+#[error("engine self-metrics: {0}")]
+pub struct MetricsError(#[source] prometheus::Error);
+
 /// The pages of every engine, joined into one per interval.
 pub(crate) struct Combiner {
     engines: Vec<RemoteEngine>,
@@ -56,10 +61,9 @@ impl Combiner {
         interval: Duration,
         metrics: &crate::output::selfmetrics::SelfMetrics,
         wants_topology: bool,
-    ) -> Result<Combiner, String> {
+    ) -> Result<Combiner, MetricsError> {
         let prefix = crate::model::naming::PREFIX;
         let opts = |n: &str, h: &str| prometheus::Opts::new(format!("{prefix}{n}"), h);
-        let bad = |e: prometheus::Error| format!("engine self-metrics: {e}");
         let up = prometheus::IntGaugeVec::new(
             opts(
                 "engine_up",
@@ -67,7 +71,7 @@ impl Combiner {
             ),
             &[ENGINE_LABEL],
         )
-        .map_err(bad)?;
+        .map_err(MetricsError)?;
         let reconnects = prometheus::IntCounterVec::new(
             opts(
                 "engine_reconnects_total",
@@ -75,7 +79,7 @@ impl Combiner {
             ),
             &[ENGINE_LABEL],
         )
-        .map_err(bad)?;
+        .map_err(MetricsError)?;
         let collections = prometheus::IntCounterVec::new(
             opts(
                 "engine_collections_total",
@@ -83,7 +87,7 @@ impl Combiner {
             ),
             &[ENGINE_LABEL, "status"],
         )
-        .map_err(bad)?;
+        .map_err(MetricsError)?;
         for e in &engines {
             up.with_label_values(&[&e.label]).set(0);
             reconnects.with_label_values(&[&e.label]);

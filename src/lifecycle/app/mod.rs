@@ -23,7 +23,7 @@ use crate::attribution::Attribution;
 use crate::collect::engines::Collected;
 use crate::collect::failover::EngineGpus;
 use crate::collect::nvml::NvmlCollector;
-use crate::collect::{Collector, Settings, StartError};
+use crate::collect::{Collector, NodeError, Settings, StartError};
 use crate::config::counters::Counters;
 use crate::lifecycle::control::Trigger;
 use crate::model::clock::{now_secs_f64, now_us};
@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
     /// The flags do not fit the node (a selector naming a GPU it lacks).
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(NodeError),
     /// DCGM did not start the embedded engine or connect to the remote one.
     #[error(transparent)]
     Connect(dcgm_sys::Error),
@@ -152,8 +152,8 @@ enum Failure {
     /// The configuration does not fit the node (a selector naming a missing GPU,
     /// `collect::StartError::Config`): like `Watches`, but at start-up it is the flag's
     /// error, not DCGM's.
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(NodeError),
     /// Told to stop while waiting.
     #[error("stopped")]
     Stopping,
@@ -175,8 +175,8 @@ pub enum Cause {
     #[error("{0}")]
     Nvml(String),
     /// The configuration does not fit the node, where it costs the watches only.
-    #[error("{0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(NodeError),
     /// The loop's own reasons: no session, workers stuck, GPUs changing while rebuilt,
     /// profiling stuck.
     #[error("{0}")]
@@ -351,7 +351,7 @@ impl Runner {
                         reassert_bind_watch(d);
                         match e {
                             StartError::Dcgm(e) => Err(StartupError::Dcgm(e)),
-                            StartError::Config(e) => Err(StartupError::Config(e)),
+                            StartError::Config(e) => Err(StartupError::Config(e.into())),
                         }
                     }
                 }
@@ -611,7 +611,7 @@ fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, F
     match n.mig_changed() {
         Ok(true) => return Ok(TickResult::MigChanged),
         Ok(false) => {}
-        Err(e) => return Err(Failure::Watches(Cause::Nvml(e))),
+        Err(e) => return Err(Failure::Watches(Cause::Nvml(e.to_string()))),
     }
     let mut page = Page::reuse();
     n.collect(&mut page)

@@ -34,10 +34,9 @@ pub enum Error {
     /// `-m`'s reference, or the ConfigMap's poll period.
     #[error(transparent)]
     ConfigMap(crate::config::configmap::Error),
-    /// The counters' source: the `-m` ConfigMap's read or the counters file's watch (their
-    /// watchers report text).
-    #[error("{0}")]
-    CountersSource(String),
+    /// The counters' source: the `-m` ConfigMap's read or the counters file's watch.
+    #[error(transparent)]
+    CountersSource(crate::lifecycle::watchers::SourceError),
     /// The config file's watch groups do not fit the counters.
     #[error(transparent)]
     WatchGroups(crate::config::file::Error),
@@ -57,25 +56,28 @@ pub enum Error {
     #[error(transparent)]
     LoadDcgm(dcgm_sys::Error),
     /// NVML did not load (`--backend nvml`).
-    #[error("{0}")]
-    LoadNvml(String),
+    #[error(transparent)]
+    LoadNvml(crate::collect::nvml::LoadError),
     /// Neither libdcgm nor NVML loaded (`--backend auto`).
     #[error("{dcgm}; and NVML, which --backend auto uses without DCGM: {nvml}")]
-    NoSource { dcgm: dcgm_sys::Error, nvml: String },
+    NoSource {
+        dcgm: dcgm_sys::Error,
+        nvml: crate::collect::nvml::LoadError,
+    },
     #[error("several host engines (-r a,b) need libdcgm (--backend dcgm)")]
     EnginesNeedDcgm,
     /// The engines' combined self-metrics.
-    #[error("{0}")]
-    Engines(String),
+    #[error(transparent)]
+    Engines(crate::lifecycle::app::engines::MetricsError),
     /// An attribution source (container labels).
     #[error(transparent)]
     Attribution(crate::attribution::Error),
     /// A background watch (GPU bind/unbind).
-    #[error("{0}")]
-    Watch(String),
+    #[error(transparent)]
+    Watch(crate::lifecycle::watchers::bind_unbind::Error),
     /// A flag does not fit the node (a selector naming a GPU it lacks).
-    #[error("{0}")]
-    Node(String),
+    #[error(transparent)]
+    Node(crate::collect::NodeError),
     /// A remote host engine refused or did not answer (`source` says which).
     #[error("cannot use the DCGM host engine at {target}: {source}")]
     Remote {

@@ -843,7 +843,7 @@ fn counters_source(
             .unwrap_or_else(|p| p.into_inner())
             .send(Control::Reload(Trigger::ConfigMap));
     })
-    .map_err(Error::CountersSource)
+    .map_err(|e| Error::CountersSource(e.into()))
 }
 
 /// The attribution stage with its sources and self-metrics; NVML is loaded only with `-k`

@@ -103,6 +103,27 @@ impl Watch {
     }
 }
 
+/// Why a poll (or setting the watch up) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PollError {
+    #[error("no DCGM session")]
+    NoSession,
+    #[error("cannot watch field {field}: {0}", field = FIELD)]
+    Watch(#[source] dcgm_sys::Error),
+    #[error("polling field {field}: {0}", field = FIELD)]
+    Poll(#[source] dcgm_sys::Error),
+}
+
+/// Why the watch did not start ([`spawn`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The library cannot watch the field: the flag's error.
+    #[error("--enable-gpu-bind-unbind-watch: {0}")]
+    Refused(#[source] PollError),
+    #[error("cannot start the bind/unbind watch thread: {0}")]
+    Thread(#[source] std::io::Error),
+}
+
 /// The worker's state, which holds the session and this watch beside the collector's
 /// watches (`lifecycle::app::Dcgm`).
 pub(crate) trait WatchSlot: 'static {
@@ -116,27 +137,26 @@ pub(crate) trait WatchSlot: 'static {
 pub(crate) fn poll_in<D: WatchSlot>(
     d: &mut D,
     interval: Duration,
-) -> Result<Option<(i64, i64)>, String> {
+) -> Result<Option<(i64, i64)>, PollError> {
     let session = d.session();
     let slot = d.watch();
     let watch = match slot.as_mut() {
         Some(w) => w,
         None => {
-            let session = session.ok_or("no DCGM session")?;
+            let session = session.ok_or(PollError::NoSession)?;
             // A DCGM before 4.5.0 on either side has no such field: the flag is left out.
             if crate::collect::versions::left_out(&session, FIELD, "--enable-gpu-bind-unbind-watch")
             {
                 return Ok(None);
             }
-            let w = Watch::start(session, interval)
-                .map_err(|e| format!("cannot watch field {FIELD}: {e}"))?;
+            let w = Watch::start(session, interval).map_err(PollError::Watch)?;
             *slot = Some(w);
             return Ok(None);
         }
     };
     watch.poll().map_err(|e| {
         *slot = None;
-        format!("polling field {FIELD}: {e}")
+        PollError::Poll(e)
     })
 }
 
@@ -148,14 +168,13 @@ pub(crate) fn spawn<D: WatchSlot>(
     current: Current<D>,
     interval: Duration,
     control: Sender<Control>,
-) -> Result<(), String> {
-    let fail = |e: String| format!("--enable-gpu-bind-unbind-watch: {e}");
+) -> Result<(), Error> {
     let first = current.call(Instant::now() + POLL_DEADLINE, move |d: &mut D| {
         poll_in(d, interval)
     });
     match first {
         Ok(r) => {
-            r.map_err(fail)?;
+            r.map_err(Error::Refused)?;
         }
         Err(e) => tracing::warn!(
             "--enable-gpu-bind-unbind-watch: {e}; watching once DCGM answers (retried every {interval:?})"
@@ -172,7 +191,7 @@ pub(crate) fn spawn<D: WatchSlot>(
             }
         })
         .map(|_| ())
-        .map_err(|e| format!("cannot start the bind/unbind watch thread: {e}"))
+        .map_err(Error::Thread)
 }
 
 /// One poll through the worker; false once the collection loop is gone.
@@ -187,7 +206,7 @@ fn poll_once<D: WatchSlot>(
             poll_in(d, interval)
         })
         .map_err(|e| e.to_string())
-        .and_then(|r| r);
+        .and_then(|r| r.map_err(|e| e.to_string()));
     match polled {
         Ok(Some((ts, REINITIALIZING))) => tracing::info!(
             event_state = REINITIALIZING,
@@ -221,8 +240,23 @@ fn poll_once<D: WatchSlot>(
 
 #[cfg(test)]
 mod tests {
-    use super::poll_interval;
+    use super::{poll_interval, Error, PollError};
     use std::time::Duration;
+
+    #[test]
+    fn a_watch_that_cannot_start_names_the_flag_or_the_thread() {
+        let refused = Error::Refused(PollError::NoSession);
+        assert!(matches!(refused, Error::Refused(PollError::NoSession)));
+        // The fatal line keeps the words it had as text.
+        assert_eq!(
+            refused.to_string(),
+            "--enable-gpu-bind-unbind-watch: no DCGM session"
+        );
+        assert_eq!(
+            Error::Thread(std::io::Error::other("no memory")).to_string(),
+            "cannot start the bind/unbind watch thread: no memory"
+        );
+    }
 
     #[test]
     fn a_bad_poll_interval_falls_back_to_one_second() {

@@ -23,6 +23,28 @@ const WATCH_RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::fro
 /// How long the server may keep one watch open before we open the next.
 const WATCH_TIMEOUT_S: u32 = 290;
 
+/// Why the `-m` ConfigMap could not be read at start-up ([`open`]).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// [`configmap::POLL_ENV`] refused.
+    #[error(transparent)]
+    PollPeriod(#[from] configmap::Error),
+    #[error("no answer from the Kubernetes API within {0:?}")]
+    NoAnswer(Duration),
+    /// Boxed: `kube::Error` is large, and start-up's error holds this one.
+    #[error("-m {namespace}:{name}: cannot read the ConfigMap: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        source: Box<kube::Error>,
+    },
+    #[error("-m {namespace}:{name}: the ConfigMap has no key {key:?}", key = KEY)]
+    NoKey { namespace: String, name: String },
+    /// Its `metrics` text is not a counters list.
+    #[error(transparent)]
+    Counters(#[from] counters::CountersError),
+}
+
 /// Reads the ConfigMap now, then follows it (see `follow`): each change of its `metrics`
 /// text is stored in the returned source and announced through `changed` (which triggers a
 /// reload). `interval`: the collection interval, which the poll period is never shorter than
@@ -33,21 +55,25 @@ pub(crate) fn open(
     name: &str,
     interval: Duration,
     changed: impl Fn() + Send + Sync + 'static,
-) -> Result<CountersSource, String> {
+) -> Result<CountersSource, Error> {
     let poll =
         configmap::poll_period(interval, std::env::var(configmap::POLL_ENV).ok().as_deref())?;
     let label = format!("configmap {namespace}/{name} key {KEY}");
     let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(api.client(), namespace);
-    let cm = api.block_on(STARTUP_DEADLINE, async {
-        configmaps
-            .get(name)
-            .await
-            .map_err(|e| format!("-m {namespace}:{name}: cannot read the ConfigMap: {e}"))
+    let cm = api
+        .block_on(STARTUP_DEADLINE, configmaps.get(name))
+        .ok_or(Error::NoAnswer(STARTUP_DEADLINE))?
+        .map_err(|e| Error::Read {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            source: Box::new(e),
+        })?;
+    let text = configmap::metrics_of(&cm).ok_or_else(|| Error::NoKey {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
     })?;
-    let text = configmap::metrics_of(&cm)
-        .ok_or_else(|| format!("-m {namespace}:{name}: the ConfigMap has no key {KEY:?}"))?;
     // Validated now so that a bad list stops the start, as a bad -f file does.
-    counters::parse_str(&label, &text).map_err(|e| e.to_string())?;
+    counters::parse_str(&label, &text)?;
     let shared = Arc::new(RwLock::new(text));
     let target = Target {
         api: configmaps,
@@ -333,5 +359,23 @@ mod tests {
         assert_eq!(first, [s(1), s(2), s(4), s(8), s(16), s(30), s(30)]);
         pause.reset();
         assert_eq!(pause.next(), s(1));
+    }
+
+    /// The start-up lines an operator reads when `-m` cannot be used (tests/it/kubeapi.rs
+    /// finds them in the fatal line): their words are the contract.
+    #[test]
+    fn a_configmap_that_cannot_be_read_says_which_and_why() {
+        let no_key = Error::NoKey {
+            namespace: "gpu".into(),
+            name: "cm".into(),
+        };
+        assert_eq!(
+            no_key.to_string(),
+            "-m gpu:cm: the ConfigMap has no key \"metrics\""
+        );
+        assert_eq!(
+            Error::NoAnswer(STARTUP_DEADLINE).to_string(),
+            "no answer from the Kubernetes API within 30s"
+        );
     }
 }
