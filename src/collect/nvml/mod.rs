@@ -64,6 +64,17 @@ pub struct LoadError {
     pub source: Box<NvmlError>,
 }
 
+/// Why a collection from NVML failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    /// The MIG layout could not be read back.
+    #[error(transparent)]
+    Discover(#[from] DiscoverError),
+    /// No GPU's handle could be had (the last refusal).
+    #[error("NVML answers for no GPU: {0}")]
+    NoGpu(#[source] Box<NvmlError>),
+}
+
 /// The UUIDs of the GPUs NVML lists (one whose UUID cannot be read is left out): this
 /// machine's GPUs, which `--backend auto` compares with a remote engine's.
 pub(crate) fn gpu_uuids(nvml: &Nvml) -> Result<Vec<String>, String> {
@@ -228,7 +239,7 @@ impl NvmlCollector {
 
     /// Reads every value and fills `page`. A value NVML refuses is left out and counted;
     /// the collection fails only when NVML answers for no GPU at all.
-    pub(crate) fn collect(&mut self, page: &mut Page) -> Result<(), String> {
+    pub(crate) fn collect(&mut self, page: &mut Page) -> Result<(), CollectError> {
         let Some(active) = &self.set else {
             page.oldest_sample_us = Some(now_us());
             self.info = self.info_page(&HashMap::new());
@@ -261,7 +272,7 @@ impl NvmlCollector {
         }
         if reached == 0 {
             if let Some(e) = last_error {
-                return Err(format!("NVML answers for no GPU: {e}"));
+                return Err(CollectError::NoGpu(Box::new(e)));
             }
         }
         if let Some(x) = &mut self.xids {

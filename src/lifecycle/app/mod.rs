@@ -171,9 +171,9 @@ pub enum Cause {
     Job(JobError),
     #[error("cannot start a thread: {0}")]
     Thread(std::io::Error),
-    /// The NVML source's collector failed (its own text).
-    #[error("{0}")]
-    Nvml(String),
+    /// The NVML source's collector failed.
+    #[error(transparent)]
+    Nvml(crate::collect::nvml::CollectError),
     /// The configuration does not fit the node, where it costs the watches only.
     #[error(transparent)]
     Config(NodeError),
@@ -611,7 +611,7 @@ fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, F
     match n.mig_changed() {
         Ok(true) => return Ok(TickResult::MigChanged),
         Ok(false) => {}
-        Err(e) => return Err(Failure::Watches(Cause::Nvml(e.to_string()))),
+        Err(e) => return Err(Failure::Watches(Cause::Nvml(e.into()))),
     }
     let mut page = Page::reuse();
     n.collect(&mut page)
