@@ -2,7 +2,6 @@
 //! as Go's encoding/csv reads it ([`super::gocsv`]), columns trimmed of spaces only.
 
 use crate::config::emulate::UpstreamVersion;
-/// For the integration tests and the bench that read it here.
 use crate::model::naming::PromType;
 use dcgm_sys::fields::{self, FieldMeta};
 use std::path::Path;
