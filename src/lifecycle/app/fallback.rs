@@ -99,7 +99,8 @@ impl Fallback {
         };
         let within = runner.interval().max(MIN_DEADLINE);
         let only = self.coverage.only();
-        match runner.build_nvml_within(w, runner.counters(), within, only, stop) {
+        let built = runner.build_nvml_within(w, runner.counters(), within, only, stop);
+        match built.map_err(Failure::from) {
             Ok(()) => {
                 tracing::info!("reloaded the counters of NVML's failover page");
                 if self.serving.is_some() {

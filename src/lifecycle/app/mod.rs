@@ -318,7 +318,7 @@ impl Runner {
         let settings = self.settings.clone();
         if self.library.is_none() {
             let within = self.setup_deadline();
-            return self.try_build_nvml_within(worker, counters, within, None, stop);
+            return self.build_nvml_within(worker, counters, within, None, stop);
         }
         let engine_gpus = self.engine_gpus.clone();
         let built = worker.call(
@@ -363,18 +363,6 @@ impl Runner {
     /// Starts the NVML source's collector in the worker, in place of the one in use,
     /// waiting `within` at most; `only`: on these GPUs (UUIDs) alone.
     fn build_nvml_within(
-        &self,
-        worker: &Worker<Dcgm>,
-        counters: Arc<Counters>,
-        within: Duration,
-        only: Option<Vec<String>>,
-        stop: &mut dyn FnMut() -> bool,
-    ) -> Result<(), Failure> {
-        Ok(self.try_build_nvml_within(worker, counters, within, only, stop)?)
-    }
-
-    /// [`Runner::build_nvml_within`], with the error as it came.
-    fn try_build_nvml_within(
         &self,
         worker: &Worker<Dcgm>,
         counters: Arc<Counters>,
