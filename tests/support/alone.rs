@@ -29,9 +29,10 @@ pub fn run_alone(module: &str, test: &str) -> bool {
     if std::env::var_os(CHILD).is_some_and(|v| v == name.as_str()) {
         return true;
     }
-    let exe = std::env::current_exe().expect("this test binary");
+    // This very binary, even where a build has since replaced the file it was run from
+    // (the path `current_exe` gives then names a deleted file).
     let out = super::run::output_within(
-        Command::new(exe)
+        Command::new("/proc/self/exe")
             .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
             .env(CHILD, &name),
         super::BUILD,

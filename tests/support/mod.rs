@@ -72,8 +72,25 @@ pub fn sim_built() -> &'static Path {
         }
         let status = run::status_within(cmd.current_dir(env!("CARGO_MANIFEST_DIR")), run::BUILD);
         assert!(status.success(), "building dcgm-sim failed");
+        mark_fresh(&dir);
         dir
     })
+}
+
+/// Cargo leaves an artifact that was up to date untouched, so one older than a change that
+/// did not concern it (a new dependency in `Cargo.lock`) would look stale to every later
+/// test run, each then building again: once cargo has built or confirmed them, they are
+/// dated now.
+fn mark_fresh(dir: &Path) {
+    let now = std::time::SystemTime::now();
+    for a in SIM_ARTIFACTS {
+        // Read-only: a host engine may be running from it (writing would be ETXTBSY); the
+        // owner may set its times through any descriptor.
+        let file = std::fs::File::open(dir.join(a));
+        if let Err(e) = file.and_then(|f| f.set_modified(now)) {
+            eprintln!("cannot date {a} in {}: {e}", dir.display());
+        }
+    }
 }
 
 /// Whether every simulator artifact in `dir` is newer than every file of [`SIM_SOURCES`].
