@@ -44,14 +44,27 @@ struct Ring {
 #[derive(Default)]
 pub struct DeviceSamples {
     rings: BTreeMap<(u32, c_uint), Ring>,
+    /// When the next sample of any buffer falls due (µs): before it, bringing the buffers
+    /// up to date has nothing to do. Every NVML call does it, so it must cost nothing then,
+    /// as a driver's own sampling costs its clients nothing.
+    next_due_us: u64,
 }
 
 impl DeviceSamples {
     /// Takes every started buffer's samples due by `now_us`, with the world as it is.
     pub fn catch_up(&mut self, world: &World, now_us: u64) {
+        if now_us < self.next_due_us {
+            return;
+        }
         for (&(gpu, _), ring) in self.rings.iter_mut() {
             ring.catch_up(world, gpu, now_us);
         }
+        self.next_due_us = self
+            .rings
+            .values()
+            .map(Ring::next_due_us)
+            .min()
+            .unwrap_or(0);
     }
 
     /// The samples of GPU `gpu`'s buffer `kind` newer than `last_seen`, oldest first, at
@@ -77,12 +90,19 @@ impl DeviceSamples {
             }
         });
         ring.catch_up(world, gpu, now_us);
+        self.next_due_us = self.next_due_us.min(ring.next_due_us());
         let first = ring.samples.partition_point(|s| s.time_stamp <= last_seen);
         Some(ring.samples.range(first..).copied().collect())
     }
 }
 
 impl Ring {
+    /// The grid time of the sample after the newest taken.
+    fn next_due_us(&self) -> u64 {
+        let period = KINDS[self.kind].3;
+        (self.through_us / period + 1) * period
+    }
+
     fn catch_up(&mut self, world: &World, gpu: u32, now_us: u64) {
         let (_, _, scale, period) = KINDS[self.kind];
         let last = now_us / period;

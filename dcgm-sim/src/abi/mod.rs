@@ -234,54 +234,60 @@ pub(crate) unsafe fn read_str(p: *const c_char) -> Result<String, dcgmReturn_t> 
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
-/// Writes a sample payload into the 4096-byte value union of a field value.
-fn put_value(dst: &mut [u8; DCGM_MAX_BLOB_LENGTH as usize], v: &Value) {
-    match v {
-        Value::Int64(i) => dst[..8].copy_from_slice(&i.to_ne_bytes()),
-        Value::Double(d) => dst[..8].copy_from_slice(&d.to_ne_bytes()),
+/// Writes a sample payload into the 4096-byte value union of a field value: only the
+/// bytes of the value (a string truncated to `DCGM_MAX_STR_LENGTH` with its NUL).
+///
+/// # Safety
+/// `dst` is valid for writes of `DCGM_MAX_BLOB_LENGTH` bytes.
+unsafe fn put_value(dst: *mut u8, v: &Value) {
+    let bytes: &[u8] = match v {
+        Value::Int64(i) => &i.to_ne_bytes(),
+        Value::Double(d) => &d.to_ne_bytes(),
         Value::Str(s) => {
             // `value.str` is char[DCGM_MAX_STR_LENGTH]: truncate there, NUL-terminated.
             let n = s.len().min(DCGM_MAX_STR_LENGTH as usize - 1);
-            dst[..n].copy_from_slice(&s.as_bytes()[..n]);
-            dst[n] = 0;
+            // SAFETY: `n` < DCGM_MAX_STR_LENGTH <= the union's size, per the contract.
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.as_ptr(), dst, n);
+                dst.add(n).write(0);
+            }
+            return;
         }
-        Value::Blob(b) => {
-            let n = b.len().min(dst.len());
-            dst[..n].copy_from_slice(&b[..n]);
-        }
-    }
+        Value::Blob(b) => &b[..b.len().min(DCGM_MAX_BLOB_LENGTH as usize)],
+    };
+    // SAFETY: at most DCGM_MAX_BLOB_LENGTH bytes, valid for writes per the contract; a
+    // sample's own buffer never overlaps the caller's.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) }
 }
 
-/// Zeroes a `dcgmFieldValue_v1`/`_v2` and writes the members both versions share from a
-/// sample. Expands inside the caller's `unsafe` block: `$dst` is valid for writes of one
-/// struct and aligned.
+/// Writes the members `dcgmFieldValue_v1`/`_v2` share from a sample, and of the value only
+/// the bytes it has (a string with its NUL), as the real library does
+/// (`DcgmFvBuffer::ConvertBufferedFvToFv1`): the rest of the 4 KB union is left as the
+/// caller's buffer had it, never cleared per value. Expands inside the caller's `unsafe`
+/// block: `$dst` is valid for writes of one struct and aligned.
 macro_rules! put_sample {
     ($dst:expr, $version:expr, $s:expr) => {{
         let (dst, s) = ($dst, $s);
-        std::ptr::write_bytes(dst, 0, 1);
         (*dst).version = $version;
         (*dst).fieldId = s.field_id;
         (*dst).fieldType = u16::from(s.field_type);
         (*dst).status = s.status;
         (*dst).ts = s.ts_us;
-        put_value(
-            &mut *std::ptr::addr_of_mut!((*dst).value).cast::<[u8; 4096]>(),
-            &s.value,
-        );
+        put_value(std::ptr::addr_of_mut!((*dst).value).cast::<u8>(), &s.value);
     }};
 }
 
-/// Fills a `dcgmFieldValue_v1` from a sample (zeroing it first).
+/// Fills a `dcgmFieldValue_v1` from a sample.
 ///
 /// # Safety
 /// `dst` is valid for writes of one `dcgmFieldValue_v1` and properly aligned.
 pub(crate) unsafe fn write_fv1(dst: *mut dcgmFieldValue_v1, s: &Sample) {
-    // SAFETY: `dst` is valid and aligned per the contract; all-zero is a valid value of this
-    // plain-data struct, and the union is then addressed as the 4096 raw bytes it is.
+    // SAFETY: `dst` is valid for writes and aligned per the contract; members are written
+    // through the raw pointer, and the union as the 4096 raw bytes it is.
     unsafe { put_sample!(dst, dcgm_sys::versions::FIELD_VALUE_V1, s) }
 }
 
-/// Fills a `dcgmFieldValue_v2` from a sample (zeroing it first).
+/// Fills a `dcgmFieldValue_v2` from a sample.
 ///
 /// # Safety
 /// `dst` is valid for writes of one `dcgmFieldValue_v2` and properly aligned.
@@ -378,12 +384,17 @@ mod tests {
     #[test]
     fn values_land_in_the_union() {
         let mut u = [0xffu8; 4096];
-        put_value(&mut u, &Value::Int64(-2));
+        // SAFETY: `u` is 4096 writable bytes.
+        let put = |u: &mut [u8; 4096], v: &Value| unsafe { put_value(u.as_mut_ptr(), v) };
+        put(&mut u, &Value::Int64(-2));
         assert_eq!(i64::from_ne_bytes(u[..8].try_into().unwrap()), -2);
-        put_value(&mut u, &Value::Str("x".repeat(300)));
+        // Only the value's own bytes are written: what lies beyond is the caller's.
+        assert_eq!(u[8], 0xff);
+        put(&mut u, &Value::Str("x".repeat(300)));
         assert_eq!(u[254], b'x');
         assert_eq!(u[255], 0);
-        put_value(&mut u, &Value::Blob(vec![7; 5000]));
+        assert_eq!(u[256], 0xff);
+        put(&mut u, &Value::Blob(vec![7; 5000]));
         assert!(u.iter().all(|&b| b == 7));
     }
 

@@ -240,8 +240,9 @@ enum Callback {
 /// # Safety
 /// The callback and `user_data` are what the caller passed to the export.
 unsafe fn enumerate(samples: &[Sample], cb: Callback, user_data: *mut c_void) -> bool {
-    // 4 KB: keep it off small foreign thread stacks.
-    let mut fv = Box::new(std::mem::MaybeUninit::<dcgmFieldValue_v1>::uninit());
+    // 4 KB: keep it off small foreign thread stacks. Zeroed once, then reused for every
+    // sample as the real library reuses its own (each written over only as far as its value).
+    let mut fv = Box::<dcgmFieldValue_v1>::new_zeroed();
     for s in samples {
         if matches!(cb, Callback::V1(_))
             && s.entity_group != DCGM_FE_GPU
@@ -250,8 +251,8 @@ unsafe fn enumerate(samples: &[Sample], cb: Callback, user_data: *mut c_void) ->
             continue;
         }
         let p = fv.as_mut_ptr();
-        // SAFETY: `p` points to our own heap allocation of one value; `write_fv1`
-        // initialises it completely. The callback gets it for the duration of the call,
+        // SAFETY: `p` points to our own zeroed heap allocation of one value, which
+        // `write_fv1` fills from the sample. The callback gets it for the duration of the call,
         // as the API promises, together with the caller's own `user_data`.
         let stop = unsafe {
             write_fv1(p, s);
