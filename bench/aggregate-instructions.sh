@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Instructions per collection with and without sub-interval aggregation (issue 47's cost
+# target): power, GPU temperature and SM clock aggregated every 100 ms on the simulated
+# 8-GPU node, counted by callgrind over the whole exporter process (the simulators run
+# inside it, as an embedded engine or the driver would) over COLLECTIONS collections, for
+# the DCGM and the NVML backend. `bench aggregate` measures CPU time, which a busy 2-core
+# machine moves by more than the difference; this count does not move with the load (it
+# does not see the kernel, cache misses or cores contending). Needs valgrind and curl.
+#
+#   bench/aggregate-instructions.sh [COLLECTIONS]    # default 20
+#   SOURCES=nvml bench/aggregate-instructions.sh      # one backend (dcgm, nvml)
+#   KEEP=DIR bench/aggregate-instructions.sh          # keep callgrind's files in DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-20}
+fields=DCGM_FI_DEV_POWER_USAGE,DCGM_FI_DEV_GPU_TEMP,DCGM_FI_DEV_SM_CLOCK
+for tool in valgrind callgrind_control curl; do
+    command -v "$tool" >/dev/null || { echo "aggregate-instructions.sh: $tool is not installed" >&2; exit 1; }
+done
+cargo build -q --release -p dcgm-exporter
+cargo build -q --release -p dcgm-sim -p nvml-sim
+dir=$PWD/target/release
+work=${KEEP:-$(mktemp -d)}; mkdir -p "$work"
+trap 'kill $(jobs -p) 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+
+# Successful collections so far (0 while the exporter does not answer).
+collections() {
+    curl -sf -m 30 "http://$1/metrics" 2>/dev/null |
+        awk '/^dcgm_exporter_collections_total\{result="success"\}/ {n = $2} END {print n + 0}'
+}
+
+# Waits until the exporter at $1 has made $2 collections, for at most three minutes.
+wait_for() {
+    local t=0
+    while [ "$(collections "$1")" -lt "$2" ]; do
+        t=$((t + 1))
+        [ "$t" -le 900 ] || { echo "aggregate-instructions.sh: $1 made no $2 collections in 3 minutes" >&2; exit 1; }
+        sleep 0.2
+    done
+}
+
+# Runs the exporter under callgrind with "$@", waits for its page and three collections,
+# then counts $n collections; prints instructions per collection.
+count() {
+    local tag=$1; shift
+    local port=$((19900 + RANDOM % 300))
+    local addr=127.0.0.1:$port
+    DCGM_SIM_PROFILE=etc/sim/h100-8gpu-nvswitch.toml \
+        valgrind --tool=callgrind --callgrind-out-file="$work/$tag.out" \
+        "$dir/dcgm-exporter" -f etc/default-counters.csv -a "$addr" -c 1000 "$@" \
+        >"$work/$tag.stdout" 2>"$work/$tag.log" &
+    local pid=$!
+    wait_for "$addr" 1
+    curl -sf -m 30 "http://$addr/metrics" | grep -q '^DCGM_FI_DEV_GPU_TEMP{' ||
+        { echo "aggregate-instructions.sh: $tag: no GPU series on the page" >&2; exit 1; }
+    local c0
+    c0=$(collections "$addr")
+    wait_for "$addr" $((c0 + 3))
+    callgrind_control -z "$pid" >/dev/null 2>&1
+    c0=$(collections "$addr")
+    wait_for "$addr" $((c0 + n))
+    local c1
+    c1=$(collections "$addr")
+    callgrind_control -d "$pid" >/dev/null 2>&1
+    kill "$pid"; wait "$pid" 2>/dev/null || true
+    local total
+    total=$(awk '/^summary:/ {s += $2} END {print s}' "$work/$tag.out".*)
+    echo $((total / (c1 - c0)))
+}
+
+printf '%-6s %16s %16s %8s\n' source "off instr/coll" "on instr/coll" "on/off"
+for source in ${SOURCES:-dcgm nvml}; do
+    if [ "$source" = dcgm ]; then
+        lib=(--backend dcgm --dcgm-library "$dir/libdcgm.so.4")
+    else
+        lib=(--backend nvml --nvml-library "$dir/libnvidia-ml.so.1")
+    fi
+    off=$(count "$source-off" "${lib[@]}")
+    on=$(count "$source-on" "${lib[@]}" --aggregate "$fields" --aggregate-period 100ms)
+    printf '%-6s %16s %16s %8s\n' "$source" "$off" "$on" \
+        "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.3f", a / b}')"
+done
