@@ -912,3 +912,55 @@ fn an_xid_is_an_event_with_counters_that_have_no_xid_window() {
     }
     assert_no_panic(&e);
 }
+
+/// Where the event history and a reload cross: counters without an XID window (XIDs watched
+/// for the history alone) reloaded into counters with one. The window's new watch reads
+/// back the XID recorded before the reload, and it is still one event; an XID after the
+/// reload is one event too, and counted in the new window.
+#[test]
+fn an_xid_before_a_reload_that_adds_an_xid_window_stays_one_event() {
+    use crate::support::events::{has, wait_for_events};
+    let (dir, ctl, b) = controlled("h100-8gpu-nvswitch.toml");
+    let csv = dir.path().join("counters.csv");
+    let dcp = std::fs::read_to_string(repo("etc/dcp-metrics-included.csv")).unwrap();
+    std::fs::write(&csv, &dcp).unwrap();
+    let e = b.args(&["-c", "200", "-f", csv.to_str().unwrap()]).start();
+    control(&ctl, "xid 2 79");
+    wait_for_events(&e, 10, "type=xid", |ev| has(ev, "xid", "gpu:2"));
+    let window = "DCGM_EXP_XID_ERRORS_COUNT, gauge, XID errors seen in the last window by XID.\n";
+    std::fs::write(&csv, format!("{dcp}{window}")).unwrap();
+    signal(e.child.id(), "HUP");
+    wait_for_events(&e, 10, "type=reload", |ev| {
+        ev.iter().any(|v| v["details"]["outcome"] == "ok")
+    });
+    e.scrape_until(10, |p| !series(p, "DCGM_EXP_XID_ERRORS_COUNT").is_empty());
+    control(&ctl, "xid 3 13");
+    wait_for_events(&e, 10, "type=xid", |ev| has(ev, "xid", "gpu:3"));
+    let counted = |p: &[Sample], gpu: &str, xid: &str| {
+        series(p, "DCGM_EXP_XID_ERRORS_COUNT")
+            .iter()
+            .find(|s| s.label("gpu") == Some(gpu) && s.label("xid") == Some(xid))
+            .map(|s| s.value)
+    };
+    let page = e.scrape_until(10, |p| counted(p, "3", "13").is_some());
+    assert_eq!(counted(&page, "3", "13"), Some(1.0));
+    assert_eq!(
+        counted(&page, "2", "79"),
+        Some(1.0),
+        "the window reaches back before the reload"
+    );
+    // Three more collections read the same samples again: still one event each.
+    std::thread::sleep(Duration::from_millis(600));
+    let xids = crate::support::events::events(&e, "type=xid");
+    let seen: Vec<(&str, i64)> = xids
+        .iter()
+        .map(|v| {
+            (
+                v["entity"].as_str().unwrap_or(""),
+                v["details"]["xid"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    assert_eq!(seen, [("gpu:2", 79), ("gpu:3", 13)], "{xids:#?}");
+    assert_no_panic(&e);
+}
