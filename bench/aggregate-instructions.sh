@@ -50,9 +50,12 @@ count() {
         "$dir/dcgm-exporter" -f etc/default-counters.csv -a "$addr" -c 1000 "$@" \
         >"$work/$tag.stdout" 2>"$work/$tag.log" &
     local pid=$!
-    wait_for "$addr" 1
-    curl -sf -m 30 "http://$addr/metrics" | grep -q '^DCGM_FI_DEV_GPU_TEMP{' ||
-        { echo "aggregate-instructions.sh: $tag: no GPU series on the page" >&2; exit 1; }
+    local t=0
+    until curl -sf -m 30 "http://$addr/metrics" 2>/dev/null | grep -q '^DCGM_FI_DEV_GPU_TEMP{'; do
+        t=$((t + 1))
+        [ "$t" -le 180 ] || { echo "aggregate-instructions.sh: $tag: no GPU series on $addr in 3 minutes" >&2; exit 1; }
+        sleep 1
+    done
     local c0
     c0=$(collections "$addr")
     wait_for "$addr" $((c0 + 3))

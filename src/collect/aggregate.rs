@@ -204,9 +204,14 @@ impl Row {
         windows: &HashMap<(Entity, u16), Acc>,
         page: &mut Page,
     ) {
+        // Looked up once, not once per statistic.
+        let accs: Vec<Option<&Acc>> = targets
+            .iter()
+            .map(|(entity, _)| windows.get(&(*entity, self.field)).filter(|a| a.count > 0))
+            .collect();
         for (i, stat) in Stat::ALL.into_iter().enumerate() {
-            for (entity, labels) in targets {
-                let Some(acc) = windows.get(&(*entity, self.field)).filter(|a| a.count > 0) else {
+            for ((_, labels), acc) in targets.iter().zip(&accs) {
+                let Some(acc) = acc else {
                     continue;
                 };
                 let convert = |v: f64| crate::config::rename::value_of(c, self.field, v);
@@ -309,30 +314,39 @@ impl Cursor {
         oldest.max(newest - self.span_us).max(self.start_us) + 1
     }
 
-    /// Counts each new numeric sample of an aggregated field into its window.
+    /// Counts each new numeric sample of an aggregated field into its window. DCGM answers
+    /// pair by pair ((entity, field), oldest first), so each run of one pair's samples is
+    /// looked up once: a lookup per sample cost more than aggregating the sample.
     fn take(
         &mut self,
         samples: &[dcgm_sys::FieldReading],
         windows: &mut HashMap<(Entity, u16), Acc>,
     ) {
         use dcgm_sys::{Reading, Value};
-        for s in samples {
-            if !self.fields.contains(&s.field_id) {
+        let pair = |s: &dcgm_sys::FieldReading| (s.entity, s.field_id);
+        for run in samples.chunk_by(|a, b| pair(a) == pair(b)) {
+            let key = pair(&run[0]);
+            if !self.fields.contains(&key.1) {
                 continue;
             }
-            let key = (s.entity, s.field_id);
-            let last = self.last.get(&key).copied().unwrap_or(self.start_us);
-            if s.ts_us <= last {
-                continue;
+            let before = self.last.get(&key).copied().unwrap_or(self.start_us);
+            let mut last = before;
+            let acc = windows.entry(key).or_default();
+            for s in run {
+                if s.ts_us <= last {
+                    continue;
+                }
+                last = s.ts_us;
+                match &s.reading {
+                    Reading::Value(Value::Int64(i)) => acc.add(*i as f64),
+                    Reading::Value(Value::Double(d)) => acc.add(*d),
+                    // Sentinels, a non-OK status, text: no measurement.
+                    _ => {}
+                }
             }
-            self.last.insert(key, s.ts_us);
-            let v = match &s.reading {
-                Reading::Value(Value::Int64(i)) => *i as f64,
-                Reading::Value(Value::Double(d)) => *d,
-                // Sentinels, a non-OK status, text: no measurement.
-                _ => continue,
-            };
-            windows.entry(key).or_default().add(v);
+            if last != before {
+                self.last.insert(key, last);
+            }
         }
     }
 }
@@ -523,7 +537,22 @@ mod tests {
         assert_eq!(c.since(2), 1201);
         let mut again = HashMap::new();
         c.take(&samples, &mut again);
-        assert!(again.is_empty());
+        assert!(again.values().all(|w| w.count == 0), "{again:?}");
+        // Pairs interleaved, and a sample no newer than one before it in its run: each new
+        // sample counts once, in its own pair's window.
+        let later = [
+            s(a, 1300, Reading::Value(Value::Double(5.0))),
+            s(a, 1250, Reading::Value(Value::Double(555.0))),
+            s(b, 1300, Reading::Value(Value::Int64(9))),
+            s(a, 1400, Reading::Value(Value::Double(6.0))),
+            s(a, 1400, Reading::Value(Value::Double(666.0))),
+        ];
+        let mut w = HashMap::new();
+        c.take(&later, &mut w);
+        let a_w = w[&(a, 155)];
+        assert_eq!((a_w.count, a_w.min, a_w.max), (2, 5.0, 6.0));
+        assert_eq!((w[&(b, 155)].count, w[&(b, 155)].max), (1, 9.0));
+        assert_eq!(c.last[&(a, 155)], 1400);
         // A pair gone quiet holds the read back two intervals at most.
         c.last.insert((a, 155), 50_000);
         assert_eq!(c.since(2), 40_001);
