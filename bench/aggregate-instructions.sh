@@ -64,6 +64,7 @@ count() {
     wait_for "$addr" $((c0 + n))
     local c1
     c1=$(collections "$addr")
+    curl -sf -m 30 "http://$addr/metrics" >"$work/$tag.page"
     callgrind_control -d "$pid" >/dev/null 2>&1
     kill "$pid"; wait "$pid" 2>/dev/null || true
     local total
@@ -71,7 +72,7 @@ count() {
     echo $((total / (c1 - c0)))
 }
 
-printf '%-6s %16s %16s %8s\n' source "off instr/coll" "on instr/coll" "on/off"
+printf '%-6s %16s %16s %8s %16s\n' source "off instr/coll" "on instr/coll" "on/off" "per field"
 for source in ${SOURCES:-dcgm nvml}; do
     if [ "$source" = dcgm ]; then
         lib=(--backend dcgm --dcgm-library "$dir/libdcgm.so.4")
@@ -80,6 +81,9 @@ for source in ${SOURCES:-dcgm nvml}; do
     fi
     off=$(count "$source-off" "${lib[@]}")
     on=$(count "$source-on" "${lib[@]}" --aggregate "$fields" --aggregate-period 100ms)
-    printf '%-6s %16s %16s %8s\n' "$source" "$off" "$on" \
-        "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.3f", a / b}')"
+    # The fields aggregated on this backend (NVML keeps no samples of the temperature).
+    nfields=$(grep -c '^# TYPE .*_interval_max gauge' "$work/$source-on.page")
+    printf '%-6s %16s %16s %8s %16s\n' "$source" "$off" "$on" \
+        "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.3f", a / b}')" \
+        "$(awk -v a="$on" -v b="$off" -v n="$nfields" 'BEGIN {printf "%d (%+.1f %%)", (a - b) / n, (a / b - 1) * 100 / n}')"
 done

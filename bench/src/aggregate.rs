@@ -58,14 +58,15 @@ fn cpu_us_by_group(url: &str, pid: u32, interval_ms: u64, n: u64) -> Result<[f64
     }))
 }
 
-/// One run: CPU µs per collection of each thread group and the page's DCGM series.
+/// One run: CPU µs per collection of each thread group, the page's DCGM series and how many
+/// fields it aggregates (NVML keeps no samples of some).
 fn measure(
     dir: &Path,
     profile: &Path,
     csv: &Path,
     nvml: bool,
     on: bool,
-) -> Result<([f64; 3], usize), String> {
+) -> Result<([f64; 3], usize, usize), String> {
     let interval_ms: u64 = crate::number("--interval-ms", "1000")?;
     let n: u64 = crate::number("--collections", "60")?;
     let port = free_port()?;
@@ -106,7 +107,11 @@ fn measure(
     if on && !page.contains("DCGM_FI_DEV_POWER_USAGE_interval_max{") {
         return Err("no aggregate on the page".into());
     }
-    Ok((cpu_us, series))
+    let fields = page
+        .lines()
+        .filter(|l| l.starts_with("# TYPE ") && l.ends_with("_interval_max gauge"))
+        .count();
+    Ok((cpu_us, series, fields))
 }
 
 pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
@@ -132,9 +137,11 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
     };
     for &(name, nvml) in sources {
         let mut sums = [[0.0f64; 3]; 2];
+        let mut fields = 0;
         for round in 0..rounds {
             for (i, on) in [false, true].into_iter().enumerate() {
-                let (cpu_us, series) = measure(dir, &profile, &csv, nvml, on)?;
+                let (cpu_us, series, aggregated) = measure(dir, &profile, &csv, nvml, on)?;
+                fields = fields.max(aggregated);
                 for (sum, us) in sums[i].iter_mut().zip(cpu_us) {
                     *sum += us;
                 }
@@ -156,11 +163,14 @@ pub fn run(root: &Path, dir: &Path) -> Result<(), String> {
             );
         }
         let (off, on): (f64, f64) = (sums[0].iter().sum(), sums[1].iter().sum());
+        let fields = fields.max(1) as f64;
         println!(
-            "{name}: process {:.0} µs off, {:.0} µs on: CPU per collection with / without {:.3} (target <= 1.10)",
+            "{name}: process {:.0} µs off, {:.0} µs on: CPU per collection with / without {:.3} (target <= 1.10); per aggregated field ({fields}) {:.0} µs ({:+.1} %)",
             off / rounds as f64,
             on / rounds as f64,
-            on / off
+            on / off,
+            (on - off) / rounds as f64 / fields,
+            (on / off - 1.0) * 100.0 / fields
         );
     }
     Ok(())
