@@ -5,7 +5,9 @@
 # inside it, as an embedded engine or the driver would) over COLLECTIONS collections, for
 # the DCGM and the NVML backend. `bench aggregate` measures CPU time, which a busy 2-core
 # machine moves by more than the difference; this count does not move with the load (it
-# does not see the kernel, cache misses or cores contending). Needs valgrind and curl.
+# does not see the kernel, cache misses or cores contending). "Exporter alone" leaves out
+# the simulator's share (its calls, and the callbacks it makes back, inclusive): the work a
+# real engine or driver does in its own threads or the kernel. Needs valgrind and curl.
 #
 #   bench/aggregate-instructions.sh [COLLECTIONS]    # default 20
 #   SOURCES=nvml bench/aggregate-instructions.sh      # one backend (dcgm, nvml)
@@ -29,14 +31,40 @@ collections() {
         awk '/^dcgm_exporter_collections_total\{result="success"\}/ {n = $2} END {print n + 0}'
 }
 
-# Waits until the exporter at $1 has made $2 collections, for at most three minutes.
+# Waits until the exporter at $1 has made $2 collections, for at most three minutes,
+# asking every $3 seconds (default 0.2): each question is a scrape, which callgrind counts.
 wait_for() {
-    local t=0
+    local t=0 step=${3:-0.2}
     while [ "$(collections "$1")" -lt "$2" ]; do
-        t=$((t + 1))
-        [ "$t" -le 900 ] || { echo "aggregate-instructions.sh: $1 made no $2 collections in 3 minutes" >&2; exit 1; }
-        sleep 0.2
+        t=$(awk -v t="$t" -v s="$step" 'BEGIN {print t + s}')
+        awk -v t="$t" 'BEGIN {exit !(t <= 180)}' ||
+            { echo "aggregate-instructions.sh: $1 made no $2 collections in 3 minutes" >&2; exit 1; }
+        sleep "$step"
     done
+}
+
+# Instructions of calls from the exporter's own code into the simulator library (the
+# engine or driver it stands for, with the callbacks it makes back), from callgrind file $1.
+engine() {
+    awk '
+        function obj(line,   id, rest) {
+            id = line; sub(/^c?ob=\(/, "", id); sub(/\).*/, "", id)
+            rest = line; if (sub(/^c?ob=\([0-9]+\) /, "", rest)) names[id] = rest
+            return names[id]
+        }
+        /^ob=/ { ob = obj($0); next }
+        /^fn=/ { fob = ob; cob = ""; next }
+        /^cob=/ { cob = obj($0); next }
+        /^calls=/ { pending = 1; next }
+        /^[0-9+*-]/ {
+            if (pending) {
+                callee = cob != "" ? cob : fob
+                if (fob ~ /dcgm-exporter$/ && callee ~ /_sim\.so$/) sum += $2
+                pending = 0; cob = ""
+            }
+        }
+        END { print sum + 0 }
+    ' "$1"
 }
 
 # Runs the exporter under callgrind with "$@", waits for its page and three collections,
@@ -61,29 +89,33 @@ count() {
     wait_for "$addr" $((c0 + 3))
     callgrind_control -z "$pid" >/dev/null 2>&1
     c0=$(collections "$addr")
-    wait_for "$addr" $((c0 + n))
+    # Asked rarely: a scrape every 0.2 s would add a tenth to what is counted.
+    wait_for "$addr" $((c0 + n)) 5
     local c1
     c1=$(collections "$addr")
-    curl -sf -m 30 "http://$addr/metrics" >"$work/$tag.page"
     callgrind_control -d "$pid" >/dev/null 2>&1
+    curl -sf -m 30 "http://$addr/metrics" >"$work/$tag.page"
     kill "$pid"; wait "$pid" 2>/dev/null || true
-    local total
+    local total sim
     total=$(awk '/^summary:/ {s += $2} END {print s}' "$work/$tag.out".*)
-    echo $((total / (c1 - c0)))
+    sim=$(engine "$work/$tag.out".1)
+    echo "$((total / (c1 - c0))) $((sim / (c1 - c0)))"
 }
 
-printf '%-6s %16s %16s %8s %16s\n' source "off instr/coll" "on instr/coll" "on/off" "per field"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+printf '%-6s %14s %14s %7s %18s   %s\n' source "off instr/coll" "on instr/coll" "on/off" "per field" \
+    "exporter alone: off -> on (on/off)"
 for source in ${SOURCES:-dcgm nvml}; do
     if [ "$source" = dcgm ]; then
         lib=(--backend dcgm --dcgm-library "$dir/libdcgm.so.4")
     else
         lib=(--backend nvml --nvml-library "$dir/libnvidia-ml.so.1")
     fi
-    off=$(count "$source-off" "${lib[@]}")
-    on=$(count "$source-on" "${lib[@]}" --aggregate "$fields" --aggregate-period 100ms)
+    read -r off off_sim < <(count "$source-off" "${lib[@]}")
+    read -r on on_sim < <(count "$source-on" "${lib[@]}" --aggregate "$fields" --aggregate-period 100ms)
     # The fields aggregated on this backend (NVML keeps no samples of the temperature).
     nfields=$(grep -c '^# TYPE .*_interval_max gauge' "$work/$source-on.page")
-    printf '%-6s %16s %16s %8s %16s\n' "$source" "$off" "$on" \
-        "$(awk -v a="$on" -v b="$off" 'BEGIN {printf "%.3f", a / b}')" \
-        "$(awk -v a="$on" -v b="$off" -v n="$nfields" 'BEGIN {printf "%d (%+.1f %%)", (a - b) / n, (a / b - 1) * 100 / n}')"
+    printf '%-6s %14s %14s %7s %18s   %s -> %s (%s)\n' "$source" "$off" "$on" "$(ratio "$on" "$off")" \
+        "$(awk -v a="$on" -v b="$off" -v n="$nfields" 'BEGIN {printf "%d (%+.1f %%)", (a - b) / n, (a / b - 1) * 100 / n}')" \
+        $((off - off_sim)) $((on - on_sim)) "$(ratio $((on - on_sim)) $((off - off_sim)))"
 done

@@ -152,7 +152,7 @@ fn watch_by_interval(
 pub(super) fn own_intervals(
     sets: &[ActiveSet],
     settings: &Settings,
-) -> HashMap<u16, std::time::Duration> {
+) -> HashMap<u16, std::time::Duration, super::ReadingHash> {
     sets.iter()
         .flat_map(|a| &a.set.fields)
         .map(|&f| (f, settings.watch_interval_ms(f)))

@@ -124,6 +124,9 @@ fn pattern_matches(pattern: &str, field: u16) -> bool {
     }
 }
 
+/// Each (entity, field)'s samples in one window.
+pub(crate) type Windows = HashMap<(Entity, u16), Acc, super::ReadingHash>;
+
 /// The samples of one (entity, field) in one window.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Acc {
@@ -196,40 +199,40 @@ impl Row {
     }
 
     /// Adds the row's four series for each target that has samples, in family order.
-    /// `windows` gives a target's samples (already converted to the row's field).
+    /// `windows` gives a target's samples (already converted to the row's field). The four
+    /// series of a target share its labels (`Page::add_alike`): stored, hashed and rendered
+    /// once, where four series of their own cost more than aggregating their samples.
     pub(crate) fn add_to(
         &self,
         c: &Counter,
         targets: &[(Entity, Vec<(&str, &str)>)],
-        windows: &HashMap<(Entity, u16), Acc>,
+        windows: &Windows,
         page: &mut Page,
     ) {
-        // Looked up once, not once per statistic.
-        let accs: Vec<Option<&Acc>> = targets
-            .iter()
-            .map(|(entity, _)| windows.get(&(*entity, self.field)).filter(|a| a.count > 0))
-            .collect();
-        for (i, stat) in Stat::ALL.into_iter().enumerate() {
-            for ((_, labels), acc) in targets.iter().zip(&accs) {
-                let Some(acc) = acc else {
-                    continue;
-                };
-                let convert = |v: f64| crate::config::rename::value_of(c, self.field, v);
-                let value = match stat {
-                    Stat::Min => convert(acc.min),
-                    Stat::Max => convert(acc.max),
-                    Stat::Mean => convert(acc.mean()),
-                    Stat::Samples => acc.count as f64,
-                };
-                page.add(
-                    &self.names[i],
-                    &self.helps[i],
-                    PromType::Gauge,
-                    labels,
-                    value,
-                );
+        let mut families = [None; 4];
+        let mut any = false;
+        let convert = |v: f64| crate::config::rename::value_of(c, self.field, v);
+        for (entity, labels) in targets {
+            let Some(acc) = windows.get(&(*entity, self.field)).filter(|a| a.count > 0) else {
+                continue;
+            };
+            if !any {
+                // Made on the first series, as `Page::add` makes a family.
+                for (i, f) in families.iter_mut().enumerate() {
+                    *f = page.family_id(&self.names[i], &self.helps[i], PromType::Gauge);
+                }
+                any = true;
             }
-            page.set_stat(&self.names[i], stat);
+            let values = Stat::ALL.map(|stat| match stat {
+                Stat::Min => convert(acc.min),
+                Stat::Max => convert(acc.max),
+                Stat::Mean => convert(acc.mean()),
+                Stat::Samples => acc.count as f64,
+            });
+            page.add_alike(&families, labels, &values);
+        }
+        for (name, stat) in self.names.iter().zip(Stat::ALL) {
+            page.set_stat(name, stat);
         }
     }
 }
@@ -292,7 +295,7 @@ struct Cursor {
     watch: usize,
     /// Its aggregated fields.
     fields: Vec<u16>,
-    last: HashMap<(Entity, u16), i64>,
+    last: HashMap<(Entity, u16), i64, super::ReadingHash>,
     /// Before the first read: the collector's build (DCGM's clock, µs); samples before it
     /// are another collector's.
     start_us: i64,
@@ -317,11 +320,7 @@ impl Cursor {
     /// Counts each new numeric sample of an aggregated field into its window. DCGM answers
     /// pair by pair ((entity, field), oldest first), so each run of one pair's samples is
     /// looked up once: a lookup per sample cost more than aggregating the sample.
-    fn take(
-        &mut self,
-        samples: &[dcgm_sys::FieldReading],
-        windows: &mut HashMap<(Entity, u16), Acc>,
-    ) {
+    fn take(&mut self, samples: &[dcgm_sys::FieldReading], windows: &mut Windows) {
         use dcgm_sys::{Reading, Value};
         let pair = |s: &dcgm_sys::FieldReading| (s.entity, s.field_id);
         for run in samples.chunk_by(|a, b| pair(a) == pair(b)) {
@@ -386,7 +385,7 @@ impl Dcgm {
                         set,
                         watch,
                         fields,
-                        last: HashMap::new(),
+                        last: HashMap::default(),
                         start_us,
                         span_us: 2 * 1000 * interval_ms as i64,
                     });
@@ -416,7 +415,7 @@ impl Dcgm {
             return Ok(());
         }
         let source = "sub-interval samples";
-        let mut windows: HashMap<(Entity, u16), Acc> = HashMap::new();
+        let mut windows = Windows::default();
         let mut failed = false;
         for c in &mut self.cursors {
             let w = &sets[c.set].watches[c.watch];
@@ -515,7 +514,7 @@ mod tests {
             set: 0,
             watch: 0,
             fields: vec![155],
-            last: HashMap::new(),
+            last: HashMap::default(),
             start_us: 1000,
             span_us: 10_000,
         };
@@ -528,14 +527,14 @@ mod tests {
             s(b, 1100, Reading::Value(Value::Int64(7))),
             s(b, 1200, Reading::Error(dcgm_sys::Status::NoData)),
         ];
-        let mut w = HashMap::new();
+        let mut w = Windows::default();
         c.take(&samples, &mut w);
         assert_eq!(w[&(a, 155)].count, 1);
         assert_eq!(w[&(a, 155)].max, 100.0);
         assert_eq!(w[&(b, 155)].max, 7.0);
         // Read again from after the oldest pair's newest sample: nothing counts twice.
         assert_eq!(c.since(2), 1201);
-        let mut again = HashMap::new();
+        let mut again = Windows::default();
         c.take(&samples, &mut again);
         assert!(again.values().all(|w| w.count == 0), "{again:?}");
         // Pairs interleaved, and a sample no newer than one before it in its run: each new
@@ -547,7 +546,7 @@ mod tests {
             s(a, 1400, Reading::Value(Value::Double(6.0))),
             s(a, 1400, Reading::Value(Value::Double(666.0))),
         ];
-        let mut w = HashMap::new();
+        let mut w = Windows::default();
         c.take(&later, &mut w);
         let a_w = w[&(a, 155)];
         assert_eq!((a_w.count, a_w.min, a_w.max), (2, 5.0, 6.0));

@@ -25,6 +25,7 @@
 //! (or with no polled field watched at all).
 
 use super::fields;
+use super::ReadingHash;
 use crate::model::clock::SLACK;
 use dcgm_sys::{Entity, FieldReading, Reading};
 use std::collections::{HashMap, HashSet};
@@ -54,13 +55,13 @@ pub(crate) struct Freshness {
     now_us: i64,
     interval: Duration,
     /// The fields watched at another interval than the collect interval, with theirs.
-    own: HashMap<u16, Duration>,
+    own: HashMap<u16, Duration, ReadingHash>,
     cutoff_us: i64,
     oldest_us: i64,
     /// Entities with a fresh polled value in the readings seen so far.
-    live: HashSet<Entity>,
+    live: HashSet<Entity, ReadingHash>,
     /// Entities with a polled field watched.
-    polled: HashSet<Entity>,
+    polled: HashSet<Entity, ReadingHash>,
     /// Whether any polled reading (a value or a blank) was taken recently.
     sampled: bool,
 }
@@ -73,17 +74,20 @@ impl Freshness {
         Freshness {
             now_us,
             interval,
-            own: HashMap::new(),
+            own: HashMap::default(),
             cutoff_us: cutoff(now_us, interval),
             oldest_us: now_us,
-            live: HashSet::new(),
-            polled: HashSet::new(),
+            live: HashSet::default(),
+            polled: HashSet::default(),
             sampled: false,
         }
     }
 
     /// The fields a watch group samples at its own interval (others: the collect interval).
-    pub(crate) fn with_field_intervals(mut self, own: HashMap<u16, Duration>) -> Freshness {
+    pub(crate) fn with_field_intervals(
+        mut self,
+        own: HashMap<u16, Duration, ReadingHash>,
+    ) -> Freshness {
         self.own = own;
         self
     }
@@ -209,7 +213,7 @@ mod tests {
         const POWER: u16 = 155;
         let f = || {
             Freshness::new(NOW, Duration::from_secs(1))
-                .with_field_intervals(HashMap::from([(POWER, Duration::from_secs(5))]))
+                .with_field_intervals([(POWER, Duration::from_secs(5))].into_iter().collect())
         };
         let mut a = f();
         assert!(a.admit(gpu(0), POWER, NOW - 5 * S));

@@ -51,7 +51,7 @@ pub(crate) struct Collector {
     interval: std::time::Duration,
     /// Fields a watch group samples at another interval than `interval`, with theirs: each
     /// sample's freshness is judged by its own.
-    field_intervals: HashMap<u16, std::time::Duration>,
+    field_intervals: HashMap<u16, std::time::Duration, ReadingHash>,
     failures: Failures,
     /// Explicit selections that match no entity here (see `targets::unmatched`).
     unmatched: Vec<String>,
@@ -582,12 +582,13 @@ impl From<NotOnNode> for NodeError {
     }
 }
 
-/// The readings of one collection by (entity, field): small integer keys from DCGM, hashed
-/// with a multiply instead of SipHash (one insert and one lookup per series).
-type ReadingHash = std::hash::BuildHasherDefault<IntHasher>;
+/// Maps keyed by DCGM's small integers (entities, field ids, (entity, field) pairs), looked
+/// up once or more per reading: hashed with a multiply instead of SipHash, which cost more
+/// than the rest of handling a reading.
+pub(crate) type ReadingHash = std::hash::BuildHasherDefault<IntHasher>;
 
 #[derive(Default)]
-struct IntHasher(u64);
+pub(crate) struct IntHasher(u64);
 
 impl std::hash::Hasher for IntHasher {
     fn finish(&self) -> u64 {

@@ -399,6 +399,9 @@ pub struct Page {
     store: Store,
     /// The second store a rewrite writes into.
     scratch: Store,
+    /// Where each label set stored once for several series ([`Page::add_alike`]) starts in
+    /// the store, ascending.
+    shared: Vec<u32>,
     pub dropped: BTreeMap<DropReason, u64>,
     /// DCGM timestamp (µs) of the oldest value on the page; it must not be served once
     /// that is too old (`collect::freshness`).
@@ -481,6 +484,7 @@ impl Page {
         }
         self.index.clear();
         self.store.clear();
+        self.shared.clear();
         self.dropped.clear();
         self.failures.clear();
         self.field_drops.clear();
@@ -547,6 +551,66 @@ impl Page {
         }
     }
 
+    /// The family `name` for [`Page::add_alike`], created (after the others) if the page
+    /// has none yet; `None` when the page has it with another type or help (each series
+    /// for it is then dropped as a conflict, as [`Page::add`] drops it).
+    pub(crate) fn family_id(&mut self, name: &str, help: &str, ty: PromType) -> Option<FamilyId> {
+        let idx = self.family(name, help, ty);
+        let fam = &self.families[idx];
+        (fam.ty == ty && fam.help == help).then_some(FamilyId(idx))
+    }
+
+    /// Adds one series with the same labels to each family of `families`, with the value
+    /// of the same position (the statistics of one window): the labels are stored and
+    /// hashed once and the series share them, which also lets a renderer write them once.
+    /// Label order is kept as given; a family that holds these labels already drops its
+    /// series as a duplicate, a `None` family as a conflict.
+    pub(crate) fn add_alike(
+        &mut self,
+        families: &[Option<FamilyId>],
+        labels: &[(&str, &str)],
+        values: &[f64],
+    ) {
+        debug_assert_eq!(families.len(), values.len());
+        let conflicts = families.iter().filter(|f| f.is_none()).count() as u64;
+        if conflicts > 0 {
+            *self.dropped.entry(DropReason::Conflict).or_default() += conflicts;
+        }
+        let keys = &mut self.keys;
+        let labels = labels
+            .iter()
+            .enumerate()
+            .map(|(pos, &(k, v))| (keys.id(pos, k), v));
+        let shared = self.store.push(labels, 0.0);
+        let n = families.len() as u64 - conflicts;
+        if !self.keys.all_valid(self.store.pairs(&shared)) {
+            self.store.truncate(&shared);
+            *self
+                .dropped
+                .entry(DropReason::InvalidLabelName)
+                .or_default() += n;
+            return;
+        }
+        let hash = label_set_hash(&self.store, self.store.pairs(&shared));
+        let mut kept = 0;
+        for (fam, &value) in families.iter().zip(values) {
+            let Some(FamilyId(idx)) = *fam else {
+                continue;
+            };
+            let row = Row { value, ..shared };
+            if Self::admit_hashed(&mut self.families[idx], &self.store, row, hash) {
+                kept += 1;
+            } else {
+                self.drop_value(DropReason::Duplicate);
+            }
+        }
+        if kept == 0 {
+            self.store.truncate(&shared);
+        } else if kept > 1 && shared.end > shared.first {
+            self.shared.push(shared.first);
+        }
+    }
+
     /// Says which DCGM field family `name` holds (see `Family::field`); nothing when the
     /// page has no such family.
     pub(crate) fn set_field(&mut self, name: &str, field: u16) {
@@ -566,8 +630,13 @@ impl Page {
     /// Keeps `row` (already in `store`) in the family unless a series with the same labels
     /// is there already.
     fn admit(fam: &mut Family, store: &Store, row: Row) -> bool {
+        let hash = label_set_hash(store, store.pairs(&row));
+        Self::admit_hashed(fam, store, row, hash)
+    }
+
+    /// [`Page::admit`] with the hash of the row's labels already made.
+    fn admit_hashed(fam: &mut Family, store: &Store, row: Row, hash: u64) -> bool {
         let pairs = store.pairs(&row);
-        let hash = label_set_hash(store, pairs);
         let next = fam.rows.len() as u32;
         match fam.seen.get(&hash) {
             None => {
@@ -670,6 +739,8 @@ impl Page {
         }
         std::mem::swap(&mut self.store, &mut self.scratch);
         self.scratch.clear();
+        // Each series was stored anew.
+        self.shared.clear();
         if dups > 0 {
             *self.dropped.entry(DropReason::Duplicate).or_default() += dups;
         }
@@ -679,6 +750,11 @@ impl Page {
                 .entry(DropReason::InvalidLabelName)
                 .or_default() += invalid;
         }
+    }
+
+    /// How many label sets several series share ([`SeriesRef::shared_labels`]).
+    pub fn shared_label_sets(&self) -> usize {
+        self.shared.len()
     }
 
     pub fn series_count(&self) -> usize {
@@ -746,6 +822,10 @@ impl<'a> FamilyRef<'a> {
     }
 }
 
+/// A family of a page, for [`Page::add_alike`]: valid until the page is cleared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FamilyId(usize);
+
 /// A series of a page, for the renderers.
 #[derive(Clone, Copy)]
 pub struct SeriesRef<'a> {
@@ -756,6 +836,16 @@ pub struct SeriesRef<'a> {
 impl<'a> SeriesRef<'a> {
     pub fn value(&self) -> f64 {
         self.row.value
+    }
+
+    /// When the series shares its stored labels with other series of the page
+    /// ([`Page::add_alike`]): which of the page's shared label sets it is, below
+    /// [`Page::shared_label_sets`]. A renderer may then copy what it wrote for the first.
+    pub fn shared_labels(&self) -> Option<usize> {
+        if self.page.shared.is_empty() {
+            return None;
+        }
+        self.page.shared.binary_search(&self.row.first).ok()
     }
 
     /// (name, value) of each label, in order.

@@ -262,3 +262,70 @@ fn appended_pages_kept_apart_by_a_label() {
     plain.append(engine_page(2.0));
     assert_eq!(series(&plain).len(), 1);
 }
+
+/// A window's statistics share one stored label set; each family still checks its own
+/// duplicates and conflicts, and the page reads as if each series were added alone.
+#[test]
+fn series_added_alike_read_as_series_added_alone() {
+    let labels = |g| [("gpu", g), ("UUID", "GPU-x")];
+    let build = |alike: bool| {
+        let mut p = Page::default();
+        // `MAX` holds gpu 1 already, and `OTHER` was made with another help.
+        p.add("MAX", "max", PromType::Gauge, &labels("1"), 9.0);
+        p.add("OTHER", "not s", PromType::Gauge, &[("x", "1")], 0.0);
+        let fams = [("MIN", "min"), ("MAX", "max"), ("OTHER", "s")];
+        for (g, v) in [("0", 1.0), ("1", 2.0)] {
+            let values = [v, v + 10.0, v + 20.0];
+            if alike {
+                let ids = fams.map(|(n, h)| p.family_id(n, h, PromType::Gauge));
+                p.add_alike(&ids, &labels(g), &values);
+            } else {
+                for ((n, h), v) in fams.iter().zip(values) {
+                    p.add(n, h, PromType::Gauge, &labels(g), v);
+                }
+            }
+        }
+        p
+    };
+    let (alike, alone) = (build(true), build(false));
+    assert_eq!(series(&alike), series(&alone));
+    assert_eq!(alike.dropped, alone.dropped);
+    assert_eq!(alike.dropped[&DropReason::Duplicate], 1);
+    assert_eq!(alike.dropped[&DropReason::Conflict], 2);
+    assert_eq!(
+        crate::output::render::encode(&alike),
+        crate::output::render::encode(&alone)
+    );
+    // Shared: MIN and MAX of gpu 0 name one label set; gpu 1's is MIN's alone (MAX had
+    // it, OTHER refused it), so not shared; series added alone share nothing.
+    let sets = |p: &Page, name: &str| -> Vec<Option<usize>> {
+        let f = p.families().find(|f| f.name() == name).unwrap();
+        f.series().map(|s| s.shared_labels()).collect()
+    };
+    assert_eq!(sets(&alike, "MIN"), [Some(0), None]);
+    assert_eq!(sets(&alike, "MAX"), [None, Some(0)]);
+    assert_eq!(alike.shared_label_sets(), 1);
+    assert_eq!(sets(&alone, "MIN"), [None, None]);
+    // A label name Prometheus refuses drops every series of the set, as alone.
+    let mut p = Page::default();
+    let ids = [p.family_id("MIN", "min", PromType::Gauge)];
+    p.add_alike(&ids, &[("bad-name", "1")], &[1.0]);
+    assert_eq!(p.series_count(), 0);
+    assert_eq!(p.dropped[&DropReason::InvalidLabelName], 1);
+    // Rewritten (attribution), shared series become series of their own, labels and all.
+    let mut r = build(true);
+    r.rewrite(|_, mut s| {
+        s.push_label("pod", "p");
+        vec![s]
+    });
+    assert_eq!(r.shared_label_sets(), 0);
+    let t = String::from_utf8(crate::output::render::encode(&r)).unwrap();
+    assert!(
+        t.contains("MIN{gpu=\"0\",UUID=\"GPU-x\",pod=\"p\"} 1\n"),
+        "{t}"
+    );
+    assert!(
+        t.contains("MAX{gpu=\"0\",UUID=\"GPU-x\",pod=\"p\"} 11\n"),
+        "{t}"
+    );
+}

@@ -15,6 +15,9 @@ pub fn encode(page: &Page) -> Vec<u8> {
 
 /// Appends the page in Prometheus text format (0.0.4).
 pub fn text(page: &Page, out: &mut Vec<u8>) {
+    // Where each label set several series share (a window's statistics) was written: the
+    // series after the first copy those bytes.
+    let mut written: Vec<Option<(usize, usize)>> = vec![None; page.shared_label_sets()];
     for fam in page.families() {
         let name = fam.name().as_bytes();
         if !fam.help().is_empty() {
@@ -33,17 +36,27 @@ pub fn text(page: &Page, out: &mut Vec<u8>) {
         });
         for s in fam.series() {
             out.extend_from_slice(name);
-            let mut sep = b'{';
-            for (k, v) in s.labels() {
-                out.push(sep);
-                out.extend_from_slice(k.as_bytes());
-                out.extend_from_slice(b"=\"");
-                escape(out, v, true);
-                out.push(b'"');
-                sep = b',';
-            }
-            if sep == b',' {
-                out.push(b'}');
+            let shared = s.shared_labels();
+            match shared.and_then(|i| written[i]) {
+                Some((from, to)) => out.extend_from_within(from..to),
+                None => {
+                    let from = out.len();
+                    let mut sep = b'{';
+                    for (k, v) in s.labels() {
+                        out.push(sep);
+                        out.extend_from_slice(k.as_bytes());
+                        out.extend_from_slice(b"=\"");
+                        escape(out, v, true);
+                        out.push(b'"');
+                        sep = b',';
+                    }
+                    if sep == b',' {
+                        out.push(b'}');
+                    }
+                    if let Some(i) = shared {
+                        written[i] = Some((from, out.len()));
+                    }
+                }
             }
             out.push(b' ');
             number(out, s.value());

@@ -141,7 +141,7 @@ impl Samples {
                 }
             }
         }
-        let mut windows: HashMap<(Entity, u16), Acc> = HashMap::new();
+        let mut windows = aggregate::Windows::default();
         let mut targets = Vec::new();
         for t in set
             .set
