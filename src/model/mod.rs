@@ -842,7 +842,8 @@ impl<'a> SeriesRef<'a> {
     /// ([`Page::add_alike`]): which of the page's shared label sets it is, below
     /// [`Page::shared_label_sets`]. A renderer may then copy what it wrote for the first.
     pub fn shared_labels(&self) -> Option<usize> {
-        if self.page.shared.is_empty() {
+        // An empty label set is never shared, and one may start where a shared one does.
+        if self.page.shared.is_empty() || self.row.end == self.row.first {
             return None;
         }
         self.page.shared.binary_search(&self.row.first).ok()

@@ -306,6 +306,16 @@ fn series_added_alike_read_as_series_added_alone() {
     assert_eq!(sets(&alike, "MAX"), [None, Some(0)]);
     assert_eq!(alike.shared_label_sets(), 1);
     assert_eq!(sets(&alone, "MIN"), [None, None]);
+    // A series without labels stored just before a shared set is not taken for it.
+    let mut e = Page::default();
+    e.add("EMPTY", "e", PromType::Gauge, &[], 5.0);
+    let ids = ["MIN", "MAX"].map(|n| e.family_id(n, n, PromType::Gauge));
+    e.add_alike(&ids, &labels("0"), &[1.0, 2.0]);
+    let t = String::from_utf8(crate::output::render::encode(&e)).unwrap();
+    assert!(
+        t.contains("EMPTY 5\n") && t.contains("MAX{gpu=\"0\",UUID=\"GPU-x\"} 2\n"),
+        "{t}"
+    );
     // A label name Prometheus refuses drops every series of the set, as alone.
     let mut p = Page::default();
     let ids = [p.family_id("MIN", "min", PromType::Gauge)];
