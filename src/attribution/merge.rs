@@ -179,11 +179,40 @@ fn per_process_field(field: u16) -> Option<(PerProcess, Option<Op>)> {
     }
 }
 
-/// The per-process families of a page, by name.
-fn per_process_families(page: &Page) -> HashMap<String, (PerProcess, Option<Op>)> {
-    page.families()
-        .filter_map(|f| Some((f.name().to_string(), per_process_field(f.field()?)?)))
-        .collect()
+/// How a family's series are shared among the pods on one GPU in virtual-GPU mode, where
+/// it is not copied to each pod as it is.
+#[derive(Clone, Copy, PartialEq)]
+enum Split {
+    /// Each pod gets its processes' share, beside the device's own value.
+    Share(PerProcess, Option<Op>),
+    /// A statistic of a `Share` family's samples between collections (`--aggregate`): it
+    /// is the device's, no pod's, so it stays with the device's own series alone, where the
+    /// row's pods get shares; a pod's copy would set the GPU's peak beside the pod's share.
+    DeviceStat,
+}
+
+/// The per-process families of a page and the statistics of their samples, by name.
+fn per_process_families(page: &Page) -> HashMap<String, Split> {
+    let mut out: HashMap<String, Split> = page
+        .families()
+        .filter_map(|f| {
+            let (kind, op) = per_process_field(f.field()?)?;
+            Some((f.name().to_string(), Split::Share(kind, op)))
+        })
+        .collect();
+    let stats: Vec<String> = page
+        .families()
+        .filter(|f| {
+            f.stat().is_some_and(|s| {
+                f.name()
+                    .strip_suffix(s.suffix())
+                    .is_some_and(|row| out.contains_key(row))
+            })
+        })
+        .map(|f| f.name().to_string())
+        .collect();
+    out.extend(stats.into_iter().map(|name| (name, Split::DeviceStat)));
+    out
 }
 
 struct LabelNames {
@@ -306,9 +335,10 @@ fn metadata_labels(m: &mut Series, p: &PodRef, opts: &Options) {
 }
 
 /// The series with its pod's labels: the last pod on it, or in virtual-GPU mode one copy
-/// per pod (per-process fields then get each pod's share, beside the device's own value).
+/// per pod (per-process fields then get each pod's share, beside the device's own value,
+/// and the statistics of their samples stay the device's alone).
 fn pod_copies(
-    per_process: Option<(PerProcess, Option<Op>)>,
+    per_process: Option<Split>,
     m: Series,
     subject: &Subject,
     snap: &Snapshot,
@@ -334,7 +364,8 @@ fn pod_copies(
         match (per_process, procs) {
             // The device's own value stays; each pod gets its processes' share, in the
             // family's unit.
-            (Some((kind, op)), Some(procs)) => {
+            (Some(Split::DeviceStat), Some(_)) => series.push(m),
+            (Some(Split::Share(kind, op)), Some(procs)) => {
                 let gi = subject
                     .instance
                     .as_deref()
@@ -492,7 +523,9 @@ fn pod_share(
             }
             PerProcess::MemoryMib => (p.memory_bytes.unwrap_or(0) / (1024 * 1024)) as f64,
         })
-        .sum()
+        // From +0: `Sum` for f64 starts at -0.0, and a pod without processes would read
+        // `-0` on the page.
+        .fold(0.0, |sum, v| sum + v)
 }
 
 /// GPU UUID -> DCGM GPU index, from the identity labels of the page's GPU series, and the

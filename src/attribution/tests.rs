@@ -1053,6 +1053,87 @@ fn per_pod_utilisation_is_the_interval_mean_clamped_to_the_gpu() {
     assert!((pods["gpu-pod-1"] - 40.0).abs() < 1e-9, "{pods:?}");
 }
 
+/// Issue 47: a window of a per-process field (`--aggregate`) holds the GPU's statistics, not
+/// a pod's. Where the pods sharing a GPU get their processes' shares of its utilisation, the
+/// utilisation's windows stay the device's own series alone (a pod's copy would set the
+/// GPU's peak beside the pod's share); where NVML names no process and the utilisation is
+/// copied to each pod as it is, so are its windows, and a power's windows always are.
+#[test]
+fn windows_of_a_shared_utilisation_stay_the_devices() {
+    use crate::model::Stat;
+    let mut o = opts();
+    o.virtual_gpus = true;
+    let allocs = mock_kubelet("nvidia.com/gpu", &["GPU-1::0", "GPU-1::1"]);
+    for with_processes in [true, false] {
+        let processes = Vec::from([Process {
+            pid: 10,
+            gpu_instance: None,
+            sm_util: Some(30),
+            samples: Vec::new(),
+            memory_bytes: None,
+        }]);
+        let snap = Snapshot {
+            pods: pod_map(&allocs, &o, &mock_mig, &mock_index, Some(&PodUids)),
+            processes: HashMap::from_iter(with_processes.then(|| ("GPU-1".to_string(), processes))),
+            pid_pods: HashMap::from([(10, "uid-gpu-pod-0".to_string())]),
+            ..Snapshot::default()
+        };
+        let mut page = Page::default();
+        let l = [("gpu", "1"), ("UUID", "GPU-1"), ("device", "nvidia1")];
+        page.add("DCGM_FI_DEV_GPU_UTIL", "h", PromType::Gauge, &l, 88.0);
+        page.set_field("DCGM_FI_DEV_GPU_UTIL", 203);
+        for (row, max) in [
+            ("DCGM_FI_DEV_GPU_UTIL", 97.0),
+            ("DCGM_FI_DEV_POWER_USAGE", 400.0),
+        ] {
+            let name = format!("{row}_interval_max");
+            page.add(&name, "h", PromType::Gauge, &l, max);
+            page.set_stat(&name, Stat::Max);
+        }
+        merge(&mut page, &snap, &o);
+        let text = String::from_utf8(crate::output::render::encode(&page)).unwrap();
+        let mut seen: Vec<(String, String, String)> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let name = l.split('{').next().unwrap().to_string();
+                let pod = l
+                    .split("pod=\"")
+                    .nth(1)
+                    .map_or("", |r| r.split('"').next().unwrap())
+                    .to_string();
+                (name, pod, l.rsplit(' ').next().unwrap().to_string())
+            })
+            .collect();
+        seen.sort();
+        let want: &[(&str, &str, &str)] = if with_processes {
+            &[
+                ("DCGM_FI_DEV_GPU_UTIL", "", "88"),
+                ("DCGM_FI_DEV_GPU_UTIL", "gpu-pod-0", "30"),
+                // A pod without processes: 0, not `-0`.
+                ("DCGM_FI_DEV_GPU_UTIL", "gpu-pod-1", "0"),
+                ("DCGM_FI_DEV_GPU_UTIL_interval_max", "", "97"),
+                ("DCGM_FI_DEV_POWER_USAGE_interval_max", "gpu-pod-0", "400"),
+                ("DCGM_FI_DEV_POWER_USAGE_interval_max", "gpu-pod-1", "400"),
+            ]
+        } else {
+            &[
+                ("DCGM_FI_DEV_GPU_UTIL", "gpu-pod-0", "88"),
+                ("DCGM_FI_DEV_GPU_UTIL", "gpu-pod-1", "88"),
+                ("DCGM_FI_DEV_GPU_UTIL_interval_max", "gpu-pod-0", "97"),
+                ("DCGM_FI_DEV_GPU_UTIL_interval_max", "gpu-pod-1", "97"),
+                ("DCGM_FI_DEV_POWER_USAGE_interval_max", "gpu-pod-0", "400"),
+                ("DCGM_FI_DEV_POWER_USAGE_interval_max", "gpu-pod-1", "400"),
+            ]
+        };
+        let want: Vec<(String, String, String)> = want
+            .iter()
+            .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+            .collect();
+        assert_eq!(seen, want, "with processes: {with_processes}\n{text}");
+    }
+}
+
 /// Two host engines each have a gpu 0 with GPU instance 3 and a device `nvidia0`: a MIG
 /// device the kubelet names by MIG UUID (on `PARENT`'s instance 3) labels the instance of
 /// the engine whose GPU is `PARENT` only, and `nvidia0`, which cannot say which engine it

@@ -9,7 +9,10 @@
 //! * per-pod shares never above the device: per GPU (or GPU instance), the pods' copies of the
 //!   utilisation add up to no more than the device's own value, and the usage shares to no
 //!   more than 100 %;
-//! * `promtool check metrics` clean (but the naming lints inherent to dcgm-exporter's names).
+//! * `promtool check metrics` clean (but the naming lints inherent to dcgm-exporter's names);
+//! * sub-interval aggregation (`--aggregate`, on in every pair): each aggregated row has its
+//!   windows, each window min <= mean <= max over at least one sample, in the row's unit,
+//!   under the very labels of a series of the row (a feature's labels on both or neither).
 //!
 //! The test prints the number of pairs it ran. The pairs that touch DCGM and need no
 //! simulated NVML or MIG (low cardinality, HPC jobs, usage accounting over HPC jobs, a
@@ -24,6 +27,15 @@ use std::path::Path;
 use std::time::Duration;
 
 const VERSIONS: [&str; 4] = ["4.8.2", "4.8.4", "4.9.0", "4.10.0"];
+
+/// Aggregated every 100 ms in every pair: a utilisation (shared among pods, a ratio from
+/// 4.9.0) and a power.
+const AGGREGATE: [&str; 4] = [
+    "--aggregate",
+    "DCGM_FI_DEV_GPU_UTIL,DCGM_FI_DEV_POWER_USAGE",
+    "--aggregate-period",
+    "100ms",
+];
 
 /// 4.9.0 and later export base units (4.10.0 is 4.9.0 with four profiling metrics renamed).
 fn base_units(version: &str) -> bool {
@@ -150,7 +162,7 @@ fn exercise(feature: &str, e: &Exporter, s: &Setup) -> Vec<Sample> {
         "mig-compute-instances" => e.scrape_until(15, |p| any(p, "GPU_CI_ID")),
         "container-labels" => e.scrape_until(15, |p| any(p, "container")),
         "reload" => {
-            let before = e.scrape().len();
+            let before = e.scrape_until(15, has_windows).len();
             signal(e.child.id(), "HUP");
             std::thread::sleep(Duration::from_millis(1500));
             e.scrape_until(15, |p| p.len() == before)
@@ -205,6 +217,71 @@ fn problems(version: &str, page: &[Sample]) -> Vec<String> {
     }
     out.extend(shares_within(page, util, "pod", None));
     out.extend(shares_within(page, "DCGM_EXP_UTIL_SHARE", "", Some(100.0)));
+    let power = if base_units(version) {
+        "DCGM_FI_DEV_BOARD_POWER_WATTS"
+    } else {
+        "DCGM_FI_DEV_POWER_USAGE"
+    };
+    out.extend(windows(page, &[(util, scale), (power, f64::MAX)]));
+    // A window is the GPU's: where the pods get shares of the utilisation (the device's own
+    // series beside them), no pod has a copy of its windows.
+    let window = format!("{util}_interval_max");
+    for w in series(page, &window)
+        .into_iter()
+        .filter(|w| w.label("pod").is_some())
+    {
+        let shared = series(page, util)
+            .iter()
+            .any(|x| device(x) == device(w) && x.label("pod").is_none());
+        if shared {
+            out.push(format!(
+                "{window}: a pod's copy beside its share: {:?}",
+                w.labels
+            ));
+        }
+    }
+    out
+}
+
+fn has_windows(page: &[Sample]) -> bool {
+    page.iter().any(|x| x.name.ends_with("_interval_samples"))
+}
+
+/// The windows of the aggregated `rows` (each with the most its values can be): there, each
+/// min <= mean <= max <= the most over one sample or more, and under the labels of a series
+/// of the row itself.
+fn windows(page: &[Sample], rows: &[(&str, f64)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &(row, most) in rows {
+        let stat = |x: &Sample, s: &str| {
+            series(page, &format!("{row}_interval_{s}"))
+                .into_iter()
+                .find(|w| w.labels == x.labels)
+                .map(|w| w.value)
+        };
+        let counts = series(page, &format!("{row}_interval_samples"));
+        if counts.is_empty() {
+            out.push(format!("{row}: no windows"));
+        }
+        for n in counts {
+            if !series(page, row).iter().any(|x| x.labels == n.labels) {
+                out.push(format!(
+                    "{row}: a window under labels of no series of it: {n:?}"
+                ));
+            }
+            let (min, mean, max) = (stat(n, "min"), stat(n, "mean"), stat(n, "max"));
+            let ordered = match (min, mean, max) {
+                (Some(a), Some(m), Some(b)) => a <= m + 1e-9 && m <= b + 1e-9 && b <= most,
+                _ => false,
+            };
+            if n.value < 1.0 || !ordered {
+                out.push(format!(
+                    "{row}: window of {} samples min {min:?} mean {mean:?} max {max:?} (at most {most}): {:?}",
+                    n.value, n.labels
+                ));
+            }
+        }
+    }
     out
 }
 
@@ -272,8 +349,11 @@ fn every_release_crossed_with_every_feature_keeps_the_pages_invariants() {
             let e = with_sim_nvml(exporter())
                 .profile("a100-mixed-mig.toml")
                 .args(&["-c", "500", "--emulate-version", version])
+                .args(&AGGREGATE)
                 .args(&args)
                 .start();
+            // The windows come with the second collection (the first has no samples yet).
+            e.scrape_until(15, has_windows);
             let page = exercise(feature, &e, &s);
             let mut p = problems(version, &page);
             if feature == "usage-accounting" {
@@ -312,11 +392,13 @@ fn real_kit_pairs_keep_the_pages_invariants() {
             let mut b = kit
                 .remote(port)
                 .args(&["-c", "1000", "--emulate-version", version])
+                .args(&AGGREGATE)
                 .args(args);
             if feature.contains('-') && feature != "low-cardinality" {
                 b = b.arg(jobs.to_str().unwrap());
             }
             let e = b.start();
+            e.scrape_until(20, has_windows);
             let page = match feature {
                 "low-cardinality" => {
                     e.scrape_until(20, |p| !series(p, "DCGM_EXP_GPU_INFO").is_empty())
