@@ -582,9 +582,9 @@ impl From<NotOnNode> for NodeError {
     }
 }
 
-/// Maps keyed by DCGM's small integers (entities, field ids, (entity, field) pairs), looked
-/// up once or more per reading: hashed with a multiply instead of SipHash, which cost more
-/// than the rest of handling a reading.
+/// Maps keyed by DCGM's small integers (entities, field ids, (entity, field) pairs) or
+/// NVML's (device, call) pairs, looked up once or more per reading: hashed with a multiply
+/// instead of SipHash, which cost more than the rest of handling a reading.
 pub(crate) type ReadingHash = std::hash::BuildHasherDefault<IntHasher>;
 
 #[derive(Default)]
