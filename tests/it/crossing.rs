@@ -248,8 +248,8 @@ fn has_windows(page: &[Sample]) -> bool {
 }
 
 /// The windows of the aggregated `rows` (each with the most its values can be): there, each
-/// min <= mean <= max <= the most over one sample or more, and under the labels of a series
-/// of the row itself.
+/// 0 <= min <= mean <= max <= the most over one sample or more, and under the labels of a
+/// series of the row itself.
 fn windows(page: &[Sample], rows: &[(&str, f64)]) -> Vec<String> {
     let mut out = Vec::new();
     for &(row, most) in rows {
@@ -271,7 +271,9 @@ fn windows(page: &[Sample], rows: &[(&str, f64)]) -> Vec<String> {
             }
             let (min, mean, max) = (stat(n, "min"), stat(n, "mean"), stat(n, "max"));
             let ordered = match (min, mean, max) {
-                (Some(a), Some(m), Some(b)) => a <= m + 1e-9 && m <= b + 1e-9 && b <= most,
+                (Some(a), Some(m), Some(b)) => {
+                    0.0 <= a && a <= m + 1e-9 && m <= b + 1e-9 && b <= most
+                }
                 _ => false,
             };
             if n.value < 1.0 || !ordered {
