@@ -6,7 +6,7 @@
 //! the caller, once, after every part of the page).
 
 use crate::model::Page;
-use crate::output::render::escape;
+use crate::output::render::{self, escape};
 use prometheus::proto::{MetricFamily, MetricType};
 use std::io::Write;
 
@@ -45,18 +45,7 @@ fn sample<'a>(
 ) {
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(suffix.as_bytes());
-    let mut sep = b'{';
-    for (k, v) in labels {
-        out.push(sep);
-        out.extend_from_slice(k.as_bytes());
-        out.extend_from_slice(b"=\"");
-        escape(out, v, true);
-        out.push(b'"');
-        sep = b',';
-    }
-    if sep == b',' {
-        out.push(b'}');
-    }
+    render::labels(out, labels);
     out.push(b' ');
     number(out, v);
     out.push(b'\n');

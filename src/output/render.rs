@@ -41,18 +41,7 @@ pub fn text(page: &Page, out: &mut Vec<u8>) {
                 Some((from, to)) => out.extend_from_within(from..to),
                 None => {
                     let from = out.len();
-                    let mut sep = b'{';
-                    for (k, v) in s.labels() {
-                        out.push(sep);
-                        out.extend_from_slice(k.as_bytes());
-                        out.extend_from_slice(b"=\"");
-                        escape(out, v, true);
-                        out.push(b'"');
-                        sep = b',';
-                    }
-                    if sep == b',' {
-                        out.push(b'}');
-                    }
+                    labels(out, s.labels());
                     if let Some(i) = shared {
                         written[i] = Some((from, out.len()));
                     }
@@ -81,6 +70,22 @@ pub(crate) fn escape(out: &mut Vec<u8>, v: &str, quote: bool) {
         from = i + 1;
     }
     out.extend_from_slice(&bytes[from..]);
+}
+
+/// A label set as both formats write it: `{k="v",...}`, nothing when empty.
+pub(crate) fn labels<'a>(out: &mut Vec<u8>, labels: impl Iterator<Item = (&'a str, &'a str)>) {
+    let mut sep = b'{';
+    for (k, v) in labels {
+        out.push(sep);
+        out.extend_from_slice(k.as_bytes());
+        out.extend_from_slice(b"=\"");
+        escape(out, v, true);
+        out.push(b'"');
+        sep = b',';
+    }
+    if sep == b',' {
+        out.push(b'}');
+    }
 }
 
 /// A value as Rust's `Display` writes it (`NaN`, `inf`, `-inf`, all digits, no exponent),
