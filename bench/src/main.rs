@@ -38,9 +38,10 @@
 //! page and RSS of `--backend nvml` beside `--backend dcgm` on the same simulated node
 //! (`backend.rs`).
 //!
-//! `cargo run --release -p bench -- aggregate [--build debug]` prints CPU per collection
-//! with power, GPU temperature and SM clock aggregated at 100 ms (`--aggregate`) against
-//! the same 8-GPU node without, on the DCGM and the NVML backend (`aggregate.rs`).
+//! `cargo run --release -p bench -- aggregate [--build debug] [--fields F1,F2 --period 100ms]`
+//! prints CPU per collection with power, GPU temperature and SM clock (or `--fields`)
+//! aggregated at 100 ms (`--aggregate`) against the same 8-GPU node without, on the DCGM and
+//! the NVML backend (`aggregate.rs`).
 //!
 //! `cargo run --release -p bench -- engines [--build debug]` prints CPU per collection and
 //! RSS of one exporter serving 1, 2 and 3 simulated host engines of one profile
@@ -102,6 +103,16 @@ impl Drop for Killed {
 }
 
 fn main() {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        // The usage is this file's own doc, so it cannot drift from what the modes take.
+        for line in include_str!("main.rs").lines() {
+            let Some(text) = line.strip_prefix("//!") else {
+                break;
+            };
+            println!("{}", text.strip_prefix(' ').unwrap_or(text));
+        }
+        return;
+    }
     let r = match std::env::args().nth(1).as_deref() {
         Some("faults") => run_faults(),
         Some("exit-codes") => run_exit_codes(),
