@@ -1183,6 +1183,68 @@ fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
     }
 }
 
+/// A GPU lost when the node is discovered (here at start) is left out of the watches and
+/// targets; once it answers again both backends rebuild and serve it with its own values,
+/// its sub-interval windows included (the NVML backend once kept it out until a reload).
+#[test]
+fn a_gpu_lost_at_start_is_served_once_it_answers_again_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "gpu_lost 1\n").unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+            .control(&ctl)
+            .args(&["-c", "1000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+            .args(&["--aggregate-period", "100ms"]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    let on_gpu_1 = |p: &[Sample], name: &str| {
+        series(p, name)
+            .iter()
+            .find(|s| s.label("gpu") == Some("1"))
+            .map(|s| s.value)
+    };
+    for e in [&dcgm, &nvml] {
+        let p = e.scrape_until(30, |p| {
+            on_gpu_1(p, "DCGM_FI_DEV_GPU_TEMP").is_none()
+                && series(p, "DCGM_FI_DEV_GPU_TEMP").len() == 1
+        });
+        assert_eq!(on_gpu_1(&p, "DCGM_FI_DEV_GPU_TEMP"), None, "{}", dump(&p));
+        assert!(e.stderr().contains("GPU 1 is lost"), "{}", e.stderr());
+    }
+    control(&ctl, "gpu_recovered 1");
+    for e in [&dcgm, &nvml] {
+        let back = |p: &[Sample]| on_gpu_1(p, "DCGM_FI_DEV_POWER_USAGE_interval_max").is_some();
+        let p = e.scrape_until(30, back);
+        assert!(back(&p), "never served again: {}\n{}", dump(&p), e.stderr());
+        // GPU 1's own values (two_gpu_profile), not GPU 0's.
+        assert_eq!(
+            on_gpu_1(&p, "DCGM_FI_DEV_GPU_TEMP"),
+            Some(61.0),
+            "{}",
+            dump(&p)
+        );
+        assert_eq!(
+            on_gpu_1(&p, "DCGM_FI_DEV_POWER_USAGE_interval_max"),
+            Some(312.25),
+            "{}",
+            dump(&p)
+        );
+        assert!(
+            e.stderr()
+                .contains("a lost GPU answers again; rebuilding watches"),
+            "{}",
+            e.stderr()
+        );
+    }
+}
+
 /// NVLink throughput rows: all links, TX and RX.
 const NVLINK_CSV: &str = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink all\n\
 DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL, gauge, NVLink TX\n\

@@ -57,6 +57,12 @@ pub(super) fn topology(nvml: &Nvml, fake_gpus: bool) -> Result<Topology, Discove
     Ok(t)
 }
 
+/// Whether GPU `index`, lost at discovery, answers again (anything but a full identity
+/// counts as still lost).
+pub(super) fn answers_again(nvml: &Nvml, index: u32) -> bool {
+    gpu(nvml, index).is_ok()
+}
+
 /// A GPU's identity; GPU_IS_LOST for one that has fallen off the bus (NVML still answers
 /// its identity then, not its state).
 fn gpu(nvml: &Nvml, index: u32) -> Result<Gpu, NvmlError> {

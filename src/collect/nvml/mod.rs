@@ -237,6 +237,16 @@ impl NvmlCollector {
         Ok(discover::instances(&self.nvml, &self.topology.gpus)? != self.topology.instances)
     }
 
+    /// True when a GPU that was lost at discovery answers again. It was left out of the
+    /// targets, and nothing else brings it back: a GPU lost later keeps its targets and
+    /// its series return by themselves (as `Collector::lost_gpu_returned` on DCGM).
+    pub(crate) fn lost_gpu_returned(&self) -> bool {
+        self.topology
+            .lost_gpus
+            .iter()
+            .any(|&id| discover::answers_again(&self.nvml, id))
+    }
+
     /// Reads every value and fills `page`. A value NVML refuses is left out and counted;
     /// the collection fails only when NVML answers for no GPU at all.
     pub(crate) fn collect(&mut self, page: &mut Page) -> Result<(), CollectError> {

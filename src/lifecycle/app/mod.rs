@@ -601,6 +601,9 @@ fn collect_nvml(n: &mut NvmlCollector, with_sinks: bool) -> Result<TickResult, F
         Ok(false) => {}
         Err(e) => return Err(Failure::Watches(Cause::Nvml(e.into()))),
     }
+    if n.lost_gpu_returned() {
+        return Ok(TickResult::LostGpuReturned);
+    }
     let mut page = Page::reuse();
     n.collect(&mut page)
         .map_err(|e| Failure::Watches(Cause::Nvml(e)))?;
