@@ -314,7 +314,10 @@ impl Cursor {
         } else {
             self.last.values().copied().min().unwrap_or(self.start_us)
         };
-        oldest.max(newest - self.span_us).max(self.start_us) + 1
+        oldest
+            .max(newest.saturating_sub(self.span_us))
+            .max(self.start_us)
+            .saturating_add(1)
     }
 
     /// Counts each new numeric sample of an aggregated field into its window. DCGM answers
@@ -387,7 +390,10 @@ impl Dcgm {
                         fields,
                         last: HashMap::default(),
                         start_us,
-                        span_us: 2 * 1000 * interval_ms as i64,
+                        // Saturating: `-c` may be as long as i64 µs allow.
+                        span_us: i64::try_from(interval_ms)
+                            .unwrap_or(i64::MAX)
+                            .saturating_mul(2000),
                     });
                 }
             }

@@ -334,7 +334,14 @@ fn print(r: &Request, body: &[u8]) -> Result<(), Error> {
 /// The events as aligned columns: time, type, entity (and engine, with several), message.
 pub fn table(v: &serde_json::Value) -> String {
     let events = v["events"].as_array().cloned().unwrap_or_default();
-    let field = |e: &serde_json::Value, k: &str| e[k].as_str().unwrap_or_default().to_string();
+    // Every control character (a line break, an escape sequence from a message the exporter
+    // passed on) prints as a space: a cell stays on its line and cannot drive the terminal.
+    let field = |e: &serde_json::Value, k: &str| {
+        let text = e[k].as_str().unwrap_or_default();
+        text.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect::<String>()
+    };
     let engines = events.iter().any(|e| e.get("engine").is_some());
     let mut rows = vec![vec!["TIME".to_string(), "TYPE".into(), "ENTITY".into()]];
     if engines {
@@ -346,7 +353,7 @@ pub fn table(v: &serde_json::Value) -> String {
         if engines {
             row.push(field(e, "engine"));
         }
-        row.push(field(e, "message").replace(['\n', '\r', '\t'], " "));
+        row.push(field(e, "message"));
         rows.push(row);
     }
     let cols = rows[0].len();
@@ -395,5 +402,20 @@ mod tests {
             "2026-11-28T10:00:00.000001Z  xid          gpu:0            XID 79 on gpu:0"
         );
         assert!(lines[3].starts_with("(2 older event(s)"));
+    }
+
+    #[test]
+    fn control_characters_never_reach_the_terminal() {
+        let v = serde_json::json!({
+            "events": [{"time": "t\u{1b}[2J", "type": "xid\u{7}", "entity": "gpu:0\u{1b}]0;owned\u{7}",
+                        "engine": "e\u{9b}1m", "message": "a\u{1b}[31mred\r\nb\u{7f}"}],
+        });
+        let t = super::table(&v);
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        assert_eq!(t.lines().count(), 2, "{t:?}");
+        assert!(
+            t.lines().nth(1).unwrap().ends_with("a [31mred  b "),
+            "{t:?}"
+        );
     }
 }

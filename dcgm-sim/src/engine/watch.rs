@@ -211,15 +211,20 @@ impl Watch {
         // An instance gone with a MIG re-partition keeps its last samples and takes no more.
         // So does every watch of an engine told to stop sampling (`sampling_stop`).
         let exists = world.node.resolve(ent).is_some() && !world.faults.sampling_stopped;
+        let mut newest = t;
         while t <= now {
             let prev = first.take().unwrap_or(t - freq);
             if exists {
                 let (value, status) = world.read(ent, meta, t, prev);
                 self.push(t, status, value);
             }
-            t += freq;
+            newest = t;
+            // An interval near i64's µs (`-c` of millennia) has no next sample.
+            let Some(next) = t.checked_add(freq) else {
+                break;
+            };
+            t = next;
         }
-        let newest = t - freq;
         self.last_ts = Some(newest);
         if exists {
             self.trim(newest);

@@ -7,8 +7,9 @@
 //! start and not aggregated.
 //!
 //! Each GPU's read position is its own and starts, when the collector is built, after the
-//! newest sample the driver holds then (NVML's timestamps are its own clock: nothing is
-//! compared with ours): a collector built anew (a reload, a failover to NVML) never counts
+//! newest sample the driver holds then (or, where that read failed, at its first read that
+//! succeeds; NVML's timestamps are its own clock: nothing is compared with ours): a
+//! collector built anew (a reload, a failover to NVML) never counts
 //! samples of the windows before it. A MIG instance shows its GPU's aggregates, as it shows
 //! its GPU's gauge. A refused read (the GPU lost, NVML failing) costs that GPU's aggregates.
 
@@ -86,10 +87,12 @@ impl Samples {
             last_seen: BTreeMap::new(),
         };
         for key in out.pairs(set) {
-            // Only the position: the samples before the collector are not its own.
-            let newest = read(&mut Devices::new(nvml), key, 0).map(|s| s.iter().map(|x| x.0).max());
-            out.last_seen
-                .insert(key, newest.ok().flatten().unwrap_or(0));
+            // Only the position: the samples before the collector are not its own. A buffer
+            // that cannot be read now gets its position at its first read (`advance`).
+            if let Ok(samples) = read(&mut Devices::new(nvml), key, 0) {
+                out.last_seen
+                    .insert(key, advance(None, &samples, &mut Acc::default()));
+            }
         }
         out
     }
@@ -124,16 +127,11 @@ impl Samples {
         let mut per_gpu: HashMap<(u32, u16), Acc> = HashMap::new();
         let mut devices = Devices::new(nvml);
         for key in self.pairs(set) {
-            let since = self.last_seen.get(&key).copied().unwrap_or(0);
-            match read(&mut devices, key, since) {
+            let since = self.last_seen.get(&key).copied();
+            match read(&mut devices, key, since.unwrap_or(0)) {
                 Ok(samples) => {
                     let acc = per_gpu.entry(key).or_default();
-                    let mut newest = since;
-                    for &(ts, v) in samples.iter().filter(|s| s.0 > since) {
-                        acc.add(v);
-                        newest = newest.max(ts);
-                    }
-                    self.last_seen.insert(key, newest);
+                    self.last_seen.insert(key, advance(since, &samples, acc));
                 }
                 Err(e) => {
                     tracing::debug!("nvmlDeviceGetSamples of GPU {} field {}: {e}", key.0, key.1);
@@ -161,6 +159,21 @@ impl Samples {
             r.add_to(&counters.all[r.index], &targets, &windows, page);
         }
     }
+}
+
+/// Counts the samples newer than the read position `since` into `acc` and returns the new
+/// position. Without a position (the collector's build could not read the buffer) nothing
+/// is counted, since the buffer may hold samples older than the collector: its newest
+/// sample becomes the position, and the next window counts from there.
+fn advance(since: Option<u64>, samples: &[(u64, f64)], acc: &mut Acc) -> u64 {
+    let newest = samples.iter().map(|s| s.0).max();
+    let Some(since) = since else {
+        return newest.unwrap_or(0);
+    };
+    for &(_, v) in samples.iter().filter(|s| s.0 > since) {
+        acc.add(v);
+    }
+    newest.map_or(since, |n| n.max(since))
 }
 
 /// The GPUs' handles, each asked of NVML once per collection.
@@ -233,5 +246,25 @@ mod tests {
         // No NVML buffer of temperatures.
         assert_eq!(sampling(150), None);
         assert_eq!(number(&SampleValue::U32(250_000)) * 0.001, 250.0);
+    }
+
+    #[test]
+    fn a_buffer_the_build_could_not_read_counts_only_samples_after_its_first_read() {
+        let buffer = [(10, 900.0), (20, 300.0), (30, 310.0)];
+        // Read at the build: only the position.
+        let mut acc = Acc::default();
+        assert_eq!(advance(None, &buffer, &mut acc), 30);
+        assert_eq!(acc.count, 0);
+        // Not read at the build: the first read also only sets it (the 900 W sample may
+        // be the previous collector's), and the next counts what is newer.
+        assert_eq!(advance(None, &buffer, &mut acc), 30);
+        assert_eq!(acc.count, 0);
+        let later = [(20, 300.0), (30, 310.0), (40, 320.0), (50, 330.0)];
+        assert_eq!(advance(Some(30), &later, &mut acc), 50);
+        assert_eq!((acc.count, acc.min, acc.max), (2, 320.0, 330.0));
+        // Nothing newer: the position stays; an empty buffer has none to set.
+        assert_eq!(advance(Some(50), &[], &mut acc), 50);
+        assert_eq!(advance(None, &[], &mut acc), 0);
+        assert_eq!(acc.count, 2);
     }
 }

@@ -211,6 +211,9 @@ fn since(v: &str, now_us: i64) -> Result<i64, String> {
         if t > now_us.saturating_add(FUTURE_SLACK_US) {
             return Err(format!("since {shown:?}: in the future"));
         }
+        if t < 0 {
+            return Err(format!("since {shown:?}: before 1970"));
+        }
         return Ok(t);
     }
     let d = crate::config::duration::parse(v).map_err(|e| format!("since: {e}"))?;
@@ -349,6 +352,9 @@ mod tests {
             bad("since=99999999999999h")
         );
         assert!(bad("since=1000000h").contains("before 1970"));
+        assert!(bad("since=1969-12-31T23:59:59Z").contains("before 1970"));
+        assert!(bad("since=1970-01-01T00:59:59%2B01:00").contains("before 1970"));
+        assert!(parse("since=1970-01-01T00:00:00Z", NOW).is_ok());
         assert!(bad("since=9999-12-31T23:59:59Z").contains("in the future"));
         assert!(bad("since=2026-02-30T00:00:00Z").contains("not an RFC 3339 time"));
         assert!(bad("since=yesterday").contains("not a duration"));
