@@ -439,10 +439,12 @@ impl Recorder {
     }
 
     /// Waits until an event after `seq` is recorded, [`Recorder::wake`] is called or
-    /// `timeout` passes.
-    pub(crate) fn wait_after(&self, seq: u64, timeout: Duration) {
+    /// `timeout` passes; not at all when `done` holds. `done` is asked under the lock that
+    /// `wake` takes, so a waker that changes what `done` reads before waking is never
+    /// missed between the caller's own check and the wait.
+    pub(crate) fn wait_after(&self, seq: u64, timeout: Duration, done: impl Fn() -> bool) {
         let r = self.lock();
-        if r.next_seq > seq + 1 {
+        if r.next_seq > seq + 1 || done() {
             return;
         }
         let _ = self.changed.wait_timeout(r, timeout);

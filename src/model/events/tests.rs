@@ -251,8 +251,13 @@ fn after_reads_in_order_and_counts_what_it_missed() {
     assert_eq!((seqs, missed), (vec![3, 4], 1));
     assert_eq!(r.after(4, 10), (vec![], 0));
     let t0 = std::time::Instant::now();
-    r.wait_after(4, Duration::from_millis(20));
+    r.wait_after(4, Duration::from_millis(20), || false);
     assert!(t0.elapsed() >= Duration::from_millis(15));
+    // A waiter whose stop was asked before it waited (a wake it could have missed) does
+    // not wait at all.
+    let t0 = std::time::Instant::now();
+    r.wait_after(4, Duration::from_secs(30), || true);
+    assert!(t0.elapsed() < Duration::from_secs(5));
 }
 
 #[test]

@@ -165,7 +165,10 @@ fn run(
             if sender.queue.flush_by().is_some() {
                 return;
             }
-            history.wait_after(cursor, IDLE);
+            // Finishing or closed: `finish` and `stop` change the queue, then wake.
+            let stopping =
+                || sender.queue.flush_by().is_some() || !sender.queue.sleep(Duration::ZERO);
+            history.wait_after(cursor, IDLE, stopping);
             if sender.queue.flush_by().is_none() && history.after(cursor, 1).0.len() == 1 {
                 sender.queue.sleep(GATHER);
             }
