@@ -10,8 +10,8 @@
 //! (`collect::nvml::samples`) the driver's own sample buffer (`nvmlDeviceGetSamples`) is read
 //! where NVML keeps one for the field. Samples are kept apart per (entity, field) and per
 //! collector: a rebuild (reload, MIG change, reconnect) or a failover starts a new collector
-//! whose first window begins when it was built, so a window never holds samples of two
-//! entities or two sources. Blank samples (DCGM's sentinels, a non-OK status, NVML's
+//! whose first window begins when it was built (on the engine's clock: after the newest
+//! sample it holds then), so a window never holds samples of two entities or two sources. Blank samples (DCGM's sentinels, a non-OK status, NVML's
 //! refusals) and non-finite numbers never count; a window without a sample adds no series.
 
 use crate::config::counters::{Counter, CounterField, Counters};
@@ -296,8 +296,9 @@ struct Cursor {
     /// Its aggregated fields.
     fields: Vec<u16>,
     last: HashMap<(Entity, u16), i64, super::ReadingHash>,
-    /// Before the first read: the collector's build (DCGM's clock, µs); samples before it
-    /// are another collector's.
+    /// Before the first read: the collector's build on DCGM's clock (µs): the newest
+    /// sample DCGM held then (`Cursor::start_after`); samples before it are another
+    /// collector's.
     start_us: i64,
     /// Two collection intervals (µs): how far behind its newest pair a pair that has gone
     /// quiet (a lost GPU) may hold a read back.
@@ -318,6 +319,23 @@ impl Cursor {
             .max(newest.saturating_sub(self.span_us))
             .max(self.start_us)
             .saturating_add(1)
+    }
+
+    /// Starts each pair after the newest sample DCGM holds of it at the build (`latest`,
+    /// as `dcgmEntitiesGetLatestValues` answers), and pairs with none (and the first read)
+    /// after the oldest of those: positions on DCGM's clock, which a remote engine's may
+    /// not share with ours. Without any (none sampled yet, or the read refused) the
+    /// exporter's clock stands in.
+    fn start_after(&mut self, latest: &[dcgm_sys::FieldReading]) {
+        for r in latest {
+            if r.ts_us > 0 && self.fields.contains(&r.field_id) {
+                let at = self.last.entry((r.entity, r.field_id)).or_insert(r.ts_us);
+                *at = (*at).max(r.ts_us);
+            }
+        }
+        if let Some(&oldest) = self.last.values().min() {
+            self.start_us = oldest;
+        }
     }
 
     /// Counts each new numeric sample of an aggregated field into its window. DCGM answers
@@ -354,8 +372,10 @@ impl Cursor {
 }
 
 impl Dcgm {
-    /// The aggregated rows of each watch set, and the watches holding their fields.
+    /// The aggregated rows of each watch set, and the watches holding their fields, each
+    /// pair read from after the newest sample DCGM holds of it now.
     pub(super) fn new(
+        session: &dcgm_sys::Session,
         options: &Options,
         sets: &[super::ActiveSet],
         counters: &Counters,
@@ -383,19 +403,28 @@ impl Dcgm {
                     .filter(|f| rows.iter().any(|r| r.field == *f))
                     .collect();
                 fields.dedup();
-                if !fields.is_empty() {
-                    cursors.push(Cursor {
-                        set,
-                        watch,
-                        fields,
-                        last: HashMap::default(),
-                        start_us,
-                        // Saturating: `-c` may be as long as i64 µs allow.
-                        span_us: i64::try_from(interval_ms)
-                            .unwrap_or(i64::MAX)
-                            .saturating_mul(2000),
-                    });
+                if fields.is_empty() {
+                    continue;
                 }
+                let latest = session.latest_values(w.group.entities(), &fields, false);
+                let mut cursor = Cursor {
+                    set,
+                    watch,
+                    fields,
+                    last: HashMap::default(),
+                    start_us,
+                    // Saturating: `-c` may be as long as i64 µs allow.
+                    span_us: i64::try_from(interval_ms)
+                        .unwrap_or(i64::MAX)
+                        .saturating_mul(2000),
+                };
+                match latest {
+                    Ok(latest) => cursor.start_after(&latest),
+                    Err(e) => tracing::debug!(
+                        "aggregation: no latest values at the build ({e}): windows start on the exporter's clock"
+                    ),
+                }
+                cursors.push(cursor);
             }
         }
         if options.is_on() {
@@ -561,5 +590,54 @@ mod tests {
         // A pair gone quiet holds the read back two intervals at most.
         c.last.insert((a, 155), 50_000);
         assert_eq!(c.since(2), 40_001);
+    }
+
+    /// A remote engine's clock is its own: the build's positions come from DCGM's newest
+    /// samples, not from the exporter's clock, ahead or behind.
+    #[test]
+    fn windows_start_on_dcgms_clock_whatever_the_exporters() {
+        let (a, b) = (Entity::gpu(0), Entity::gpu(1));
+        let s = |e: Entity, ts: i64, v: f64| FieldReading {
+            entity: e,
+            field_id: 155,
+            ts_us: ts,
+            reading: Reading::Value(Value::Double(v)),
+        };
+        let cursor = |exporter_now: i64| Cursor {
+            set: 0,
+            watch: 0,
+            fields: vec![155],
+            last: HashMap::default(),
+            start_us: exporter_now,
+            span_us: 10_000,
+        };
+        // The engine 4 s ahead: its samples just before the build (a 950 W spike the
+        // collector replaced counted) must not count again.
+        let mut ahead = cursor(1_000_000);
+        ahead.start_after(&[s(a, 5_000_000, 300.0)]);
+        assert_eq!(ahead.start_us, 5_000_000);
+        let mut w = Windows::default();
+        ahead.take(
+            &[
+                s(a, 4_900_000, 950.0),
+                s(a, 5_100_000, 310.0),
+                s(b, 4_950_000, 950.0),
+                s(b, 5_050_000, 320.0),
+            ],
+            &mut w,
+        );
+        assert_eq!((w[&(a, 155)].count, w[&(a, 155)].max), (1, 310.0));
+        assert_eq!((w[&(b, 155)].count, w[&(b, 155)].max), (1, 320.0));
+        // The engine 8 s behind: its samples after the build count, none is lost.
+        let mut behind = cursor(10_000_000);
+        behind.start_after(&[s(a, 2_000_000, 300.0), s(b, 1_990_000, 300.0)]);
+        assert_eq!(behind.since(2), 1_990_001);
+        let mut w = Windows::default();
+        behind.take(&[s(a, 2_100_000, 330.0), s(b, 2_100_000, 340.0)], &mut w);
+        assert_eq!(w[&(a, 155)].count + w[&(b, 155)].count, 2);
+        // Nothing sampled yet (or a blank timestamp): the exporter's clock stands in.
+        let mut none = cursor(10_000_000);
+        none.start_after(&[s(a, 0, 300.0)]);
+        assert_eq!((none.start_us, none.last.len()), (10_000_000, 0));
     }
 }

@@ -122,8 +122,13 @@ impl Collector {
         profiling::log_module_status(&session);
         let mig_layout = topology.mig_rows.clone();
         let field_intervals = own_intervals(&sets, &settings);
-        let aggregate =
-            aggregate::Dcgm::new(&settings.aggregate, &sets, &counters, settings.interval_ms);
+        let aggregate = aggregate::Dcgm::new(
+            &session,
+            &settings.aggregate,
+            &sets,
+            &counters,
+            settings.interval_ms,
+        );
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));

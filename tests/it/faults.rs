@@ -798,6 +798,52 @@ fn the_event_history_drops_its_oldest_events_and_counts_them() {
     assert_no_panic(&e);
 }
 
+/// When the page was last collected (the exporter's own gauge).
+fn last_collection(p: &[Sample]) -> f64 {
+    p.iter()
+        .find(|s| s.name == "dcgm_exporter_last_successful_collection_timestamp_seconds")
+        .map_or(0.0, |s| s.value)
+}
+
+/// A 950 W spike on GPU 0 that a collection reads in, then a SIGHUP mid-interval: the
+/// first two windows of the collector the reload builds never show the spike, and the
+/// first holds less than a whole interval of samples (`-c 4000` at 100 ms: 40).
+fn spike_then_reload(e: &Exporter, ctl: &std::path::Path) {
+    let (max, samples) = (
+        "DCGM_FI_DEV_POWER_USAGE_interval_max",
+        "DCGM_FI_DEV_POWER_USAGE_interval_samples",
+    );
+    let first = e.scrape_until(30, |p| !series(p, samples).is_empty());
+    // Read in by the next collection, the spike is over 300 ms later; the reload comes after.
+    control(ctl, "spike 0 155 950 300");
+    let t = last_collection(&first);
+    let spiked = e.scrape_until(10, |p| last_collection(p) > t);
+    std::thread::sleep(Duration::from_millis(800));
+    let reloads = e.stderr().matches("reloaded").count();
+    signal(e.child.id(), "HUP");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while e.stderr().matches("reloaded").count() == reloads {
+        assert!(Instant::now() < deadline, "no reload: {}", e.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut t = last_collection(&spiked);
+    for n in 0..2 {
+        let p = e.scrape_until(15, |p| last_collection(p) > t);
+        t = last_collection(&p);
+        for s in series(&p, max) {
+            assert_ne!(
+                s.value, 950.0,
+                "the old collector's spike after the reload: {s:?}"
+            );
+        }
+        if n == 0 {
+            for s in series(&p, samples) {
+                assert!(s.value < 38.0, "{s:?}");
+            }
+        }
+    }
+}
+
 /// Sub-interval aggregation across a reload (issue 47): the collector a SIGHUP builds
 /// mid-interval starts its windows when it is built, so a spike the collector it replaced
 /// saw, before the rebuild, reaches no window of the new one, and the new collector's first
@@ -811,46 +857,89 @@ fn a_reload_mid_interval_starts_the_windows_afresh() {
         .args(&["--aggregate-period", "100ms"])
         .control(&ctl)
         .start();
-    let (max, samples) = (
-        "DCGM_FI_DEV_POWER_USAGE_interval_max",
-        "DCGM_FI_DEV_POWER_USAGE_interval_samples",
-    );
-    let collected = |p: &[Sample]| {
-        p.iter()
-            .find(|s| s.name == "dcgm_exporter_last_successful_collection_timestamp_seconds")
-            .map_or(0.0, |s| s.value)
-    };
-    let first = e.scrape_until(30, |p| !series(p, samples).is_empty());
-    // Read in by the next collection, the spike is over 300 ms later; the reload comes after.
-    control(&ctl, "spike 0 155 950 300");
-    let t = collected(&first);
-    let spiked = e.scrape_until(10, |p| collected(p) > t);
-    std::thread::sleep(Duration::from_millis(800));
-    let reloads = e.stderr().matches("reloaded").count();
-    signal(e.child.id(), "HUP");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while e.stderr().matches("reloaded").count() == reloads {
-        assert!(Instant::now() < deadline, "no reload: {}", e.stderr());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut t = collected(&spiked);
-    for n in 0..2 {
-        let p = e.scrape_until(15, |p| collected(p) > t);
-        t = collected(&p);
-        for s in series(&p, max) {
-            assert_ne!(
-                s.value, 950.0,
-                "the old collector's spike after the reload: {s:?}"
-            );
-        }
-        if n == 0 {
-            // A whole interval is 40 samples.
-            for s in series(&p, samples) {
-                assert!(s.value < 38.0, "{s:?}");
-            }
-        }
-    }
+    spike_then_reload(&e, &ctl);
     assert_no_panic(&e);
+}
+
+/// A simulated remote host engine on the 8-GPU node whose clock runs `offset_ms` ahead of
+/// this machine's (negative: behind), as an engine on another machine may.
+fn engine_with_clock(dir: &std::path::Path, offset_ms: i64, ctl: &std::path::Path) -> HostEngine {
+    let base = std::fs::read_to_string(repo("etc/sim/h100-8gpu-nvswitch.toml")).unwrap();
+    let p = base.replacen(
+        "[node]\n",
+        &format!("[node]\nclock_offset_ms = {offset_ms}\n"),
+        1,
+    );
+    assert_ne!(p, base, "the profile has a [node] table");
+    let path = dir.join("clock.toml");
+    std::fs::write(&path, p).unwrap();
+    HostEngine::start_with(free_port(), Some(path.to_str().unwrap()), Some(ctl))
+}
+
+fn remote_aggregating(engine: &HostEngine, interval_ms: &str) -> Exporter {
+    exporter()
+        .args(&[
+            "-r",
+            &format!("127.0.0.1:{}", engine.port),
+            "-c",
+            interval_ms,
+        ])
+        .args(&[
+            "--aggregate",
+            "DCGM_FI_DEV_POWER_USAGE",
+            "--aggregate-period",
+            "100ms",
+        ])
+        .start()
+}
+
+/// The windows' positions are on DCGM's clock: with a remote engine 10 s ahead of this
+/// machine, the collector a reload builds still counts none of the samples its
+/// predecessor saw (the spike before the reload).
+#[test]
+fn a_remote_engine_ahead_of_this_clock_never_counts_a_replaced_collectors_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let engine = engine_with_clock(dir.path(), 10_000, &ctl);
+    let e = remote_aggregating(&engine, "4000");
+    spike_then_reload(&e, &ctl);
+    assert_no_panic(&e);
+}
+
+/// With a remote engine 10 s behind this machine, windows still come with the second
+/// collection after start (the first has no samples since the build), not once the
+/// engine's clock has caught up with the exporter's start.
+#[test]
+fn a_remote_engine_behind_this_clock_has_windows_from_the_second_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let engine = engine_with_clock(dir.path(), -10_000, &ctl);
+    let e = remote_aggregating(&engine, "1000");
+    let samples = "DCGM_FI_DEV_POWER_USAGE_interval_samples";
+    let mut t = last_collection(&e.scrape());
+    let mut pages = Vec::new();
+    for _ in 0..3 {
+        let p = e.scrape_until(10, |p| last_collection(p) > t);
+        t = last_collection(&p);
+        let found = series(&p, samples).len();
+        pages.push(found);
+        if found > 0 {
+            assert_eq!(found, 8, "{}", dump(&p));
+            assert!(
+                series(&p, samples).iter().all(|s| s.value >= 5.0),
+                "{}",
+                dump(&p)
+            );
+            assert_no_panic(&e);
+            return;
+        }
+    }
+    panic!(
+        "no window in 3 collections (windows per page: {pages:?}): {}",
+        e.stderr()
+    );
 }
 
 /// Sub-interval aggregation and a GPU lost mid-interval (issue 47): its window holds the

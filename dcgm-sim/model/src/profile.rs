@@ -138,6 +138,11 @@ pub struct NodeSpec {
     /// reads it from its own `DCGM_SIM_PROFILE`, `dcgm-sim-hostengine` from its profile.
     #[serde(default = "d_dcgm_version")]
     pub dcgm_version: String,
+    /// How far the engine's clock runs ahead of the machine's (ms; negative: behind), as a
+    /// remote host engine on a machine whose clock differs: every timestamp it gives
+    /// (samples, `dcgmGetValuesSince_v2`'s next-since) is on its own clock.
+    #[serde(default)]
+    pub clock_offset_ms: i64,
 }
 
 impl NodeSpec {
@@ -166,6 +171,7 @@ impl Default for NodeSpec {
             lost_gpu_attributes: LostAttributes::Error,
             base_unit_fields: false,
             dcgm_version: d_dcgm_version(),
+            clock_offset_ms: 0,
         }
     }
 }

@@ -8,7 +8,11 @@ pub trait Clock: Send {
     fn now_us(&self) -> i64;
 }
 
-pub struct WallClock;
+/// The machine's clock, `offset_us` ahead (a profile's `clock_offset_ms`).
+#[derive(Default)]
+pub struct WallClock {
+    pub offset_us: i64,
+}
 
 impl Clock for WallClock {
     fn now_us(&self) -> i64 {
@@ -16,6 +20,7 @@ impl Clock for WallClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
             .unwrap_or(0)
+            .saturating_add(self.offset_us)
     }
 }
 

@@ -164,7 +164,8 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(profile: Profile) -> Engine {
-        Self::with_clock(profile, Box::new(WallClock))
+        let offset_us = profile.node.clock_offset_ms.saturating_mul(1000);
+        Self::with_clock(profile, Box::new(WallClock { offset_us }))
     }
 
     /// `DCGM_SIM_PROFILE` (a TOML file) or the built-in 8-GPU H100 node; `DCGM_SIM_CONTROL`
