@@ -11,8 +11,9 @@
 //! where NVML keeps one for the field. Samples are kept apart per (entity, field) and per
 //! collector: a rebuild (reload, MIG change, reconnect) or a failover starts a new collector
 //! whose first window begins when it was built (on the engine's clock: after the newest
-//! sample it holds then), so a window never holds samples of two entities or two sources. Blank samples (DCGM's sentinels, a non-OK status, NVML's
-//! refusals) and non-finite numbers never count; a window without a sample adds no series.
+//! sample it holds then), so a window never holds samples of two entities or two sources.
+//! Blank samples (DCGM's sentinels, a non-OK status, NVML's refusals) and non-finite
+//! numbers never count; a window without a sample adds no series.
 
 use crate::config::counters::{Counter, CounterField, Counters};
 use crate::config::file::field_matches;

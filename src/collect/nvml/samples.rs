@@ -9,9 +9,9 @@
 //! Each GPU's read position is its own and starts, when the collector is built, after the
 //! newest sample the driver holds then (or, where that read failed, at its first read that
 //! succeeds; NVML's timestamps are its own clock: nothing is compared with ours): a
-//! collector built anew (a reload, a failover to NVML) never counts
-//! samples of the windows before it. A MIG instance shows its GPU's aggregates, as it shows
-//! its GPU's gauge. A refused read (the GPU lost, NVML failing) costs that GPU's aggregates.
+//! collector built anew (a reload, a failover to NVML) never counts samples of the windows
+//! before it. A MIG instance shows its GPU's aggregates, as it shows its GPU's gauge. A
+//! refused read (the GPU lost, NVML failing) costs that GPU's aggregates.
 
 use super::ActiveSet;
 use crate::collect::aggregate::{self, Acc, Row};
