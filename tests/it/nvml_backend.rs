@@ -1245,6 +1245,34 @@ fn a_gpu_lost_at_start_is_served_once_it_answers_again_on_both_backends() {
     }
 }
 
+/// The same during an `auto` failover: NVML stands in while the embedded engine cannot
+/// start, and a GPU lost when NVML's collector was built comes back once it answers.
+#[test]
+fn a_gpu_lost_when_the_failover_began_is_served_once_it_answers_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = two_gpu_profile(dir.path());
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "embedded_start_fail\ngpu_lost 1\n").unwrap();
+    let e = exporter()
+        .env("DCGM_SIM_PROFILE", profile.to_str().unwrap())
+        .control(&ctl)
+        .args(&["-c", "500"])
+        .nvml_fallback(&nvml_library())
+        .start();
+    let page = e.scrape_until(10, |p| backend(p) == Some("nvml") && temps(p).len() == 1);
+    assert_eq!(temps(&page), [45.0], "{}", dump(&page));
+    control(&ctl, "gpu_recovered 1");
+    let page = e.scrape_until(10, |p| temps(p).len() == 2);
+    assert_eq!(backend(&page), Some("nvml"));
+    assert_eq!(temps(&page), [45.0, 61.0], "{}", dump(&page));
+    assert!(
+        e.stderr()
+            .contains("a lost GPU answers again; rebuilding the NVML collector"),
+        "{}",
+        e.stderr()
+    );
+}
+
 /// NVLink throughput rows: all links, TX and RX.
 const NVLINK_CSV: &str = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, gauge, NVLink all\n\
 DCGM_FI_DEV_NVLINK_TX_THROUGHPUT_TOTAL, gauge, NVLink TX\n\

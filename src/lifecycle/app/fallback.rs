@@ -192,7 +192,12 @@ impl Fallback {
         for _ in 0..2 {
             match runner.collect(w, stop)? {
                 TickResult::Collected(c) => return Ok(*c),
-                TickResult::MigChanged | TickResult::LostGpuReturned => {
+                changed @ (TickResult::MigChanged | TickResult::LostGpuReturned) => {
+                    if matches!(changed, TickResult::MigChanged) {
+                        tracing::info!("MIG configuration changed; rebuilding the NVML collector");
+                    } else {
+                        tracing::info!("a lost GPU answers again; rebuilding the NVML collector");
+                    }
                     runner
                         .attribution
                         .lock()
