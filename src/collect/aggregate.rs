@@ -377,11 +377,11 @@ impl Dcgm {
     /// pair read from after the newest sample DCGM holds of it now.
     pub(super) fn new(
         session: &dcgm_sys::Session,
-        options: &Options,
+        settings: &super::Settings,
         sets: &[super::ActiveSet],
         counters: &Counters,
-        interval_ms: u64,
     ) -> Dcgm {
+        let (options, interval_ms) = (&settings.aggregate, settings.interval_ms);
         let start_us = crate::model::clock::now_us();
         let rows: Vec<Vec<Row>> = sets
             .iter()

@@ -122,13 +122,7 @@ impl Collector {
         profiling::log_module_status(&session);
         let mig_layout = topology.mig_rows.clone();
         let field_intervals = own_intervals(&sets, &settings);
-        let aggregate = aggregate::Dcgm::new(
-            &session,
-            &settings.aggregate,
-            &sets,
-            &counters,
-            settings.interval_ms,
-        );
+        let aggregate = aggregate::Dcgm::new(&session, &settings, &sets, &counters);
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
