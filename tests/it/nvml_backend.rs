@@ -1185,7 +1185,7 @@ fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
 
 /// A GPU lost when the node is discovered (here at start) is left out of the watches and
 /// targets; once it answers again both backends rebuild and serve it with its own values,
-/// its sub-interval windows included (the NVML backend once kept it out until a reload).
+/// its sub-interval windows included, without waiting for a reload.
 #[test]
 fn a_gpu_lost_at_start_is_served_once_it_answers_again_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
