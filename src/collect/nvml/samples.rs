@@ -90,8 +90,7 @@ impl Samples {
             // Only the position: the samples before the collector are not its own. A buffer
             // that cannot be read now gets its position at its first read (`advance`).
             if let Ok(samples) = read(&mut Devices::new(nvml), key, 0) {
-                out.last_seen
-                    .insert(key, advance(None, &samples, &mut Acc::default()));
+                out.last_seen.insert(key, newest(&samples).unwrap_or(0));
             }
         }
         out
@@ -166,14 +165,18 @@ impl Samples {
 /// is counted, since the buffer may hold samples older than the collector: its newest
 /// sample becomes the position, and the next window counts from there.
 fn advance(since: Option<u64>, samples: &[(u64, f64)], acc: &mut Acc) -> u64 {
-    let newest = samples.iter().map(|s| s.0).max();
     let Some(since) = since else {
-        return newest.unwrap_or(0);
+        return newest(samples).unwrap_or(0);
     };
     for &(_, v) in samples.iter().filter(|s| s.0 > since) {
         acc.add(v);
     }
-    newest.map_or(since, |n| n.max(since))
+    newest(samples).map_or(since, |n| n.max(since))
+}
+
+/// The newest timestamp of `samples`.
+fn newest(samples: &[(u64, f64)]) -> Option<u64> {
+    samples.iter().map(|s| s.0).max()
 }
 
 /// The GPUs' handles, each asked of NVML once per collection.

@@ -193,11 +193,7 @@ impl Fallback {
             match runner.collect(w, stop)? {
                 TickResult::Collected(c) => return Ok(*c),
                 changed @ (TickResult::MigChanged | TickResult::LostGpuReturned) => {
-                    if matches!(changed, TickResult::MigChanged) {
-                        tracing::info!("MIG configuration changed; rebuilding the NVML collector");
-                    } else {
-                        tracing::info!("a lost GPU answers again; rebuilding the NVML collector");
-                    }
+                    tracing::info!("{}; rebuilding the NVML collector", changed.change());
                     runner
                         .attribution
                         .lock()

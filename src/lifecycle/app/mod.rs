@@ -190,6 +190,17 @@ enum TickResult {
     LostGpuReturned,
 }
 
+impl TickResult {
+    /// Why the node's collector is rebuilt, as the log says it.
+    fn change(&self) -> &'static str {
+        match self {
+            TickResult::MigChanged => "MIG configuration changed",
+            TickResult::LostGpuReturned => "a lost GPU answers again",
+            TickResult::Collected(_) => "collected",
+        }
+    }
+}
+
 /// Everything needed to (re)build a collector.
 pub(crate) struct Runner {
     /// libdcgm; `None` when the NVML source serves instead.

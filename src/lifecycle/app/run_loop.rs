@@ -230,11 +230,7 @@ impl Loop<'_> {
         let collected = match runner.collect(worker, &mut stop)? {
             TickResult::Collected(c) => c,
             changed @ (TickResult::MigChanged | TickResult::LostGpuReturned) => {
-                if matches!(changed, TickResult::MigChanged) {
-                    tracing::info!("MIG configuration changed; rebuilding watches");
-                } else {
-                    tracing::info!("a lost GPU answers again; rebuilding watches");
-                }
+                tracing::info!("{}; rebuilding watches", changed.change());
                 runner
                     .attribution
                     .lock()
