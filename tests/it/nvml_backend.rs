@@ -898,6 +898,46 @@ fn mig_instances_are_the_same_entities_from_nvml() {
     );
 }
 
+/// A MIG re-partition is one `mig_change` event on the GPU, with the same layout before and
+/// after on both backends (NVML's instances are named and numbered as DCGM's).
+#[test]
+fn a_mig_repartition_is_the_same_event_on_both_backends() {
+    use crate::support::events::wait_for_events;
+    let dir = tempfile::tempdir().unwrap();
+    let ctl = dir.path().join("control");
+    std::fs::write(&ctl, "").unwrap();
+    let start = |nvml: bool| {
+        let mut b = exporter()
+            .profile("a100-mixed-mig.toml")
+            .control(&ctl)
+            .args(&["-c", "300"]);
+        if nvml {
+            b = b.args(&nvml_args().iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        b.start()
+    };
+    let (dcgm, nvml) = (start(false), start(true));
+    for e in [&dcgm, &nvml] {
+        e.scrape_until(30, |p| !series(p, "DCGM_FI_DEV_GPU_TEMP").is_empty());
+    }
+    control(&ctl, "mig 1 7g.80gb");
+    let changes: Vec<Vec<serde_json::Value>> = [&dcgm, &nvml]
+        .map(|e| {
+            wait_for_events(e, 20, "since=10m&type=mig_change", |ev| !ev.is_empty());
+            // A few more collections: still one.
+            std::thread::sleep(std::time::Duration::from_millis(1000));
+            crate::support::events::events(e, "since=10m&type=mig_change")
+        })
+        .into();
+    for ev in &changes {
+        assert_eq!(ev.len(), 1, "{ev:#?}");
+        assert_eq!(ev[0]["entity"], "gpu:1", "{ev:#?}");
+        assert_eq!(ev[0]["details"]["after"], "7g.80gb(gi 0)", "{ev:#?}");
+    }
+    assert_eq!(changes[0][0]["details"], changes[1][0]["details"]);
+    assert_eq!(changes[0][0]["message"], changes[1][0]["message"]);
+}
+
 /// The same XIDs on a MIG node give the same DCGM_FI_DEV_XID_ERRORS series from NVML as
 /// from DCGM: an XID NVML attributes to a GPU instance shows on that instance's series,
 /// one on a whole GPU on the GPU's, one on a compute instance on none (neither backend
@@ -1163,7 +1203,7 @@ fn gpu_1_xid(p: &[Sample]) -> Option<f64> {
 
 /// An XID stays the latest value for good, but not on a GPU that fell off the bus: both
 /// backends stop serving it while the GPU's polled values fail, and serve it again once
-/// the GPU answers.
+/// the GPU answers. Both record the loss and the return in the event history, once each.
 #[test]
 fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
@@ -1180,12 +1220,40 @@ fn the_xid_of_a_lost_gpu_is_withdrawn_on_both_backends() {
     for e in [&dcgm, &nvml] {
         let p = e.scrape_until(30, |p| xid(p) == Some(48.0));
         assert_eq!(xid(&p), Some(48.0), "{}", dump(&p));
+        let (lost, found) = lost_then_found_on_gpu_1(e);
+        for ev in [lost, found] {
+            assert!(
+                ev["details"]["uuid"]
+                    .as_str()
+                    .is_some_and(|u| !u.is_empty()),
+                "{ev}"
+            );
+        }
     }
+}
+
+/// GPU 1's `gpu_lost` and, after it, its `gpu_found`, once each, and no other GPU's.
+fn lost_then_found_on_gpu_1(e: &Exporter) -> (serde_json::Value, serde_json::Value) {
+    use crate::support::events::{position, wait_for_events};
+    let all = wait_for_events(e, 10, "since=10m&type=gpu_lost,gpu_found", |ev| {
+        position(ev, "gpu_found", "gpu:1").is_some()
+    });
+    let lost = position(&all, "gpu_lost", "gpu:1").unwrap_or_else(|| panic!("{all:#?}"));
+    let found = position(&all, "gpu_found", "gpu:1").unwrap();
+    assert!(lost < found, "{all:#?}");
+    assert_eq!(
+        all.len(),
+        2,
+        "one loss, one return, of GPU 1 alone: {all:#?}"
+    );
+    assert_eq!(all[lost]["severity"], "error", "{all:#?}");
+    (all[lost].clone(), all[found].clone())
 }
 
 /// A GPU lost when the node is discovered (here at start) is left out of the watches and
 /// targets; once it answers again both backends rebuild and serve it with its own values,
-/// its sub-interval windows included, without waiting for a reload.
+/// its sub-interval windows included, without waiting for a reload; the event history has
+/// the loss (at start) and the return on both.
 #[test]
 fn a_gpu_lost_at_start_is_served_once_it_answers_again_on_both_backends() {
     let dir = tempfile::tempdir().unwrap();
@@ -1242,11 +1310,13 @@ fn a_gpu_lost_at_start_is_served_once_it_answers_again_on_both_backends() {
             "{}",
             e.stderr()
         );
+        lost_then_found_on_gpu_1(e);
     }
 }
 
 /// The same during an `auto` failover: NVML stands in while the embedded engine cannot
-/// start, and a GPU lost when NVML's collector was built comes back once it answers.
+/// start, and a GPU lost when NVML's collector was built comes back once it answers (and
+/// the history has both).
 #[test]
 fn a_gpu_lost_when_the_failover_began_is_served_once_it_answers_again() {
     let dir = tempfile::tempdir().unwrap();
@@ -1271,6 +1341,7 @@ fn a_gpu_lost_when_the_failover_began_is_served_once_it_answers_again() {
         "{}",
         e.stderr()
     );
+    lost_then_found_on_gpu_1(&e);
 }
 
 /// NVLink throughput rows: all links, TX and RX.

@@ -6,7 +6,7 @@
 //! the first collection has no value yet. A GPU where `nvmlGpmQueryDeviceSupport` says no
 //! has none; where no GPU supports GPM the rows are named at start and left out.
 
-use super::{Answer, Answers, On, Refused};
+use super::{refused, Answer, Answers, On};
 use crate::collect::nvml::table::{Call, Row};
 use crate::collect::targets::Target;
 use crate::collect::topology::Topology;
@@ -92,11 +92,4 @@ pub(super) fn answers_for(t: &Target, r: &Row) -> bool {
     }
     dcgm_sys::fields::by_id(r.field)
         .is_some_and(|m| matches!(m.entity_level, level::GPU_I | level::GPU_CI))
-}
-
-fn refused(e: &NvmlError) -> Refused {
-    match e {
-        NvmlError::NotSupported => Refused::NotSupported,
-        _ => Refused::Failed,
-    }
 }

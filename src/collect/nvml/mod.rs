@@ -30,7 +30,7 @@ use crate::model::{DropReason, Page};
 use dcgm_sys::Entity;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use table::{Call, Pick, Row};
 
@@ -133,8 +133,12 @@ impl NvmlCollector {
     ) -> Result<NvmlCollector, crate::collect::NodeError> {
         let counters = Arc::new(legacy_units(&counters));
         let mut topology = discover::topology(&nvml, settings.fake_gpus)?;
-        if let Some(only) = only {
-            discover::keep_only(&mut topology, only);
+        match only {
+            Some(only) => discover::keep_only(&mut topology, only),
+            // The event history's names, MIG changes and GPUs lost or back at discovery,
+            // as the DCGM collector records them at each build. Not for a remote engine's
+            // GPUs: its GPUs NVML cannot see are not unbound, and its lost ones are unknown.
+            None => crate::model::events::topology(&topology),
         }
         for w in &topology.warnings {
             tracing::warn!("{w}");
@@ -301,6 +305,8 @@ impl NvmlCollector {
             xids: self.xids.as_ref(),
         };
         fill(&self.counters, active, ask, &csv_labels, page);
+        let (asked, lost) = answers.presence();
+        crate::model::events::gpus(&asked, &asked, &lost);
         self.samples
             .collect(&self.nvml, active, &self.counters, &csv_labels, page);
         page.oldest_sample_us = Some(now_us());
@@ -372,7 +378,7 @@ fn fill(
                     page.drop_field_value(&c.name, DropReason::Sentinel, "not_supported");
                     continue;
                 }
-                Err(Refused::Failed) => {
+                Err(Refused::Failed | Refused::Lost) => {
                     page.drop_field_value(&c.name, DropReason::Status, "status");
                     continue;
                 }
@@ -488,11 +494,12 @@ struct Answers {
     gis: HashMap<u32, u32>,
 }
 
-/// Why NVML gave no answer: unsupported (DCGM stores its NOT_SUPPORTED sentinel) or any
-/// other error.
+/// Why NVML gave no answer: unsupported (DCGM stores its NOT_SUPPORTED sentinel), the GPU
+/// fallen off the bus, or any other error.
 #[derive(Clone, Debug, PartialEq)]
 enum Refused {
     NotSupported,
+    Lost,
     Failed,
 }
 
@@ -521,13 +528,31 @@ impl Answers {
         let on = On::of(t, row, &self.gis);
         self.answers
             .entry((on, row.call))
-            .or_insert_with(|| {
-                ask(nvml, on, row.call).map_err(|e| match e {
-                    NvmlError::NotSupported => Refused::NotSupported,
-                    _ => Refused::Failed,
-                })
-            })
+            .or_insert_with(|| ask(nvml, on, row.call).map_err(|e| refused(&e)))
             .clone()
+    }
+
+    /// The GPUs asked anything this collection, and those of them that answered
+    /// GPU_IS_LOST to a call: what the event history's `gpu_lost` and `gpu_found` follow,
+    /// as the DCGM collector's follow dcgmGetGpuStatus. A GPU asked nothing is not judged.
+    fn presence(&self) -> (Vec<u32>, Vec<u32>) {
+        let mut asked: BTreeMap<u32, bool> = BTreeMap::new();
+        for ((on, _), answer) in &self.answers {
+            let (On::Gpu(g) | On::Mig(g, _)) = *on else {
+                continue;
+            };
+            *asked.entry(g).or_default() |= matches!(answer, Err(Refused::Lost));
+        }
+        let lost = asked.iter().filter(|(_, l)| **l).map(|(g, _)| *g).collect();
+        (asked.into_keys().collect(), lost)
+    }
+}
+
+fn refused(e: &NvmlError) -> Refused {
+    match e {
+        NvmlError::NotSupported => Refused::NotSupported,
+        NvmlError::GpuLost => Refused::Lost,
+        _ => Refused::Failed,
     }
 }
 

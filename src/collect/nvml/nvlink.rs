@@ -8,11 +8,10 @@
 //! truncated, signed (a counter that went back gives DCGM's negative value). A refused
 //! call or field gives no value and keeps the previous sample, as DCGM stores nothing then.
 
-use super::{Answer, Answers, On, Refused};
+use super::{refused, Answer, Answers, On, Refused};
 use crate::collect::nvml::table::{Call, Direction, Row};
 use crate::collect::targets::Target;
 use dcgm_sys::nvlink::{rate, DATA_RX, DATA_TX};
-use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::Nvml;
 use std::collections::HashMap;
 
@@ -58,12 +57,13 @@ impl Rates {
             Direction::Tx => &[DATA_TX],
             Direction::Rx => &[DATA_RX],
         };
-        let device = nvml.device_by_index(gpu).map_err(refused)?;
-        let got = dcgm_sys::nvml_ext::all_links_field_values(&device, ids).map_err(refused)?;
+        let device = nvml.device_by_index(gpu).map_err(|e| refused(&e))?;
+        let got =
+            dcgm_sys::nvml_ext::all_links_field_values(&device, ids).map_err(|e| refused(&e))?;
         let mut sum = 0i64;
         let mut ts = 0i64;
         for v in got {
-            let (kib, at) = v.map_err(refused)?;
+            let (kib, at) = v.map_err(|e| refused(&e))?;
             // DCGM's `long long` sum of the unsigned counters.
             sum = sum.wrapping_add(kib as i64);
             ts = ts.max(at);
@@ -73,12 +73,5 @@ impl Rates {
         }
         let prev = self.prev.insert((gpu, dir), (sum, ts));
         Ok(rate((sum, ts), prev))
-    }
-}
-
-fn refused(e: NvmlError) -> Refused {
-    match e {
-        NvmlError::NotSupported => Refused::NotSupported,
-        _ => Refused::Failed,
     }
 }

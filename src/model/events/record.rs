@@ -195,7 +195,8 @@ impl Recorder {
     }
 
     /// The GPUs the node started with (`expected`), those DCGM lists and those it says
-    /// are lost, at one collection.
+    /// are lost, at one collection (on NVML: the GPUs asked, and those that answered
+    /// GPU_IS_LOST).
     pub fn gpus(&self, expected: &[u32], listed: &[u32], lost: &[u32]) {
         self.on_node(|node| {
             expected
