@@ -422,7 +422,7 @@ fn presence(node: &mut Node, gpu: u32, p: Presence) -> Option<Draft> {
         (_, Presence::Gone) => (
             Kind::GpuUnbound,
             Severity::Warning,
-            "left DCGM's GPUs (its driver was unbound)",
+            "is no longer listed (its driver was unbound)",
         ),
     };
     let n = Draft::new(

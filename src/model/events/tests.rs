@@ -250,6 +250,14 @@ fn after_reads_in_order_and_counts_what_it_missed() {
     let seqs: Vec<u64> = got.iter().map(|e| e.seq).collect();
     assert_eq!((seqs, missed), (vec![3, 4], 1));
     assert_eq!(r.after(4, 10), (vec![], 0));
+    // From the middle of the ring, at most `max`; a position past the newest finds none.
+    let seqs = |(got, missed): (Vec<Arc<Event>>, u64)| {
+        (got.iter().map(|e| e.seq).collect::<Vec<_>>(), missed)
+    };
+    assert_eq!(seqs(r.after(3, 10)), (vec![4], 0));
+    assert_eq!(seqs(r.after(2, 1)), (vec![3], 0));
+    assert_eq!(seqs(r.after(0, 1)), (vec![3], 2));
+    assert_eq!(seqs(r.after(u64::MAX, 10)), (vec![], 0));
     let t0 = std::time::Instant::now();
     r.wait_after(4, Duration::from_millis(20), || false);
     assert!(t0.elapsed() >= Duration::from_millis(15));
