@@ -990,6 +990,68 @@ fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
     );
 }
 
+/// A collection whose read of the samples fails (the session up, the rest of the page
+/// served) pushes no window for them; the next window holds both intervals' samples and
+/// starts where the last window pushed ended, so that its time spans what it counts.
+#[test]
+fn a_window_after_a_failed_read_of_the_samples_spans_both_intervals() {
+    use crate::support::otlp_receiver::{histograms, HistogramPoint};
+    let r = Receiver::start(Protocol::Http, Mode::Accept);
+    let (_dir, ctl) = temp_file("control", "");
+    let e = exporter()
+        .control(&ctl)
+        .args(&[
+            "--otlp-endpoint",
+            &r.endpoint(),
+            "--otlp-protocol",
+            "http/protobuf",
+        ])
+        .args(&["-c", "1000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
+        .args(&["--aggregate-period", "100ms"])
+        .start();
+    let gpu_0 = |p: &Push| -> Option<HistogramPoint> {
+        histograms(&p.request)
+            .into_iter()
+            .find(|h| h.attributes.get("gpu").map(String::as_str) == Some("0"))
+    };
+    r.wait_for(3, 20);
+    crate::support::poll(20, Duration::from_millis(100), || {
+        match r.pushes().iter().rev().take(2).all(|p| gpu_0(p).is_some()) {
+            true => Ok(()),
+            false => Err(format!("no two windows in a row: {}", e.stderr())),
+        }
+    });
+    control(&ctl, "fail_values_since 1 155");
+    // The window before the failed read, the push without one, the window after.
+    let (before, after) = crate::support::poll(20, Duration::from_millis(100), || {
+        let pushes = r.pushes();
+        let windows: Vec<Option<HistogramPoint>> = pushes.iter().map(|p| gpu_0(p)).collect();
+        windows
+            .windows(3)
+            .rev()
+            .find_map(|w| match w {
+                [Some(b), None, Some(a)] => Some((b.clone(), a.clone())),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                format!(
+                    "no push without the window between two with one: {}",
+                    e.stderr()
+                )
+            })
+    });
+    assert_eq!(after.start_ns, before.time_ns, "{before:?} {after:?}");
+    assert!(
+        after.time_ns - after.start_ns > 3 * (before.time_ns - before.start_ns) / 2,
+        "{before:?} {after:?}"
+    );
+    // Both intervals' samples (100 ms apart), not one's.
+    assert!(
+        after.count as f64 > 1.5 * before.count as f64,
+        "{before:?} {after:?}"
+    );
+}
+
 /// The event history as OTLP log records (issue 47), over both protocols: an XID, a GPU
 /// lost, the host engine killed and back arrive at the receiver (`/v1/logs`,
 /// `LogsService/Export`, decoded with the official messages) in that order, each as

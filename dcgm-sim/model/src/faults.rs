@@ -22,6 +22,7 @@
 //! | `unwatch_fails F STATUS` | every later unwatch of a field group holding field F answers STATUS (a negative `DCGM_ST_*`) after removing all its pairs, as DcgmHostEngineHandler::UnwatchFieldGroup keeps going past a failing pair and reports the error at the end (real DCGM 4.6 answers NOT_WATCHED (-16) for profiling fields on GPUs it samples through GPM); `unwatch_fails F 0` undoes it |
 //! | `prof_stuck G [STATUS] [restart]` | DCGM#303 (profiling stuck after an XID 31): every DCGM_FI_PROF_* field of GPU G (and of its MIG instances) reads 0, or fails with STATUS (a negative `DCGM_ST_*`, e.g. -37 PROFILING_LIBRARY_ERROR), while every other field, DCGM_FI_DEV_GPU_UTIL included, reads on, until the GPU's profiling watches are re-armed (a `dcgmUnwatchFields` then a `dcgmWatchFields` of a profiling field on the GPU); with `restart` only a new engine heals it. An engine that starts with the line already in the file comes up healthy (the state is the running engine's). The simulated NVML's GPM is not affected |
 //! | `fail_reads N` | the next N reads of latest values (`dcgmEntitiesGetLatestValues`) fail with DCGM_ST_GENERIC_ERROR while the session stays up: a collection that fails without losing the engine |
+//! | `fail_values_since N F` | the next N `dcgmGetValuesSince_v2` calls on a field group holding field F fail with DCGM_ST_GENERIC_ERROR, no sample read, while the session and every other read stay up: sub-interval aggregation's read of one collection fails alone |
 //! | `sampling_stop` / `sampling_resume` | the engine stops taking samples of polled fields (each keeps its last, which grows old, as when DCGM stops sampling) / takes them again from now on |
 //! | `health node SYSTEM RESULT CODE [MESSAGE]` | a node-level health incident (entity NONE, as DCGM reports the IMEX daemon not ready on GB200/GB300), in every health check |
 //! | `health_clear node` | forgets the node-level incidents |
@@ -89,6 +90,12 @@ pub enum Fault {
     /// The next `count` reads of latest values fail (the session stays up).
     FailReads {
         count: u32,
+    },
+    /// The next `count` dcgmGetValuesSince calls on a field group holding `field` fail
+    /// (the session stays up).
+    FailValuesSince {
+        count: u32,
+        field: u16,
     },
     /// The engine stops (or resumes) sampling polled fields.
     Sampling {
@@ -425,6 +432,10 @@ pub fn parse_line(line: &str) -> Result<Fault, String> {
         "fail_reads" => Fault::FailReads {
             count: num(w.next(), "count")?,
         },
+        "fail_values_since" => Fault::FailValuesSince {
+            count: num(w.next(), "count")?,
+            field: num(w.next(), "field")?,
+        },
         "sampling_stop" => Fault::Sampling { stopped: true },
         "sampling_resume" => Fault::Sampling { stopped: false },
         "health_clear" => match w.next() {
@@ -656,6 +667,15 @@ mod tests {
             Ok(Fault::FailReads { count: 2 })
         );
         assert!(parse_line("fail_reads").is_err());
+        assert_eq!(
+            parse_line("fail_values_since 1 155"),
+            Ok(Fault::FailValuesSince {
+                count: 1,
+                field: 155
+            })
+        );
+        assert!(parse_line("fail_values_since 1").is_err());
+        assert!(parse_line("fail_values_since x 155").is_err());
         assert_eq!(
             parse_line("prof_stuck 1"),
             Ok(Fault::ProfStuck {

@@ -41,6 +41,8 @@ pub struct FaultState {
     pub unwatch_fails: HashMap<u16, i32>,
     /// `fail_reads N`: reads of latest values still to fail.
     pub fail_reads: u32,
+    /// `fail_values_since N F`: dcgmGetValuesSince calls on field F still to fail.
+    pub fail_values_since: Option<(u32, u16)>,
     /// (time, state) of DCGM_FI_BIND_UNBIND_EVENT, append-only like `xids`.
     pub bind_events: Vec<(i64, i64)>,
     /// `prof_stuck`: GPU -> the status its profiling fields' samples get (0: they read 0).

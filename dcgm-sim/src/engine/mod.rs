@@ -454,6 +454,9 @@ impl Engine {
             }
             Fault::Sampling { stopped } => self.world.faults.sampling_stopped = *stopped,
             Fault::FailReads { count } => self.world.faults.fail_reads = *count,
+            Fault::FailValuesSince { count, field } => {
+                self.world.faults.fail_values_since = Some((*count, *field))
+            }
             Fault::UnwatchFails { field, status: 0 } => {
                 self.world.faults.unwatch_fails.remove(field);
             }

@@ -112,6 +112,12 @@ impl Engine {
             } => {
                 let (_, entities) = self.group(*group_id).ok_or(ST_NOT_CONFIGURED)?;
                 let fg = self.field_group_fields(*field_group_id)?;
+                if let Some((n, field)) = &mut self.world.faults.fail_values_since {
+                    if *n > 0 && fg.contains(field) {
+                        *n -= 1;
+                        return Err(ST_GENERIC_ERROR);
+                    }
+                }
                 let mut out = Vec::new();
                 for e in &entities {
                     for f in &fg {

@@ -3,7 +3,9 @@
 //! a push has one metric `<row>_interval`, a Histogram with DELTA temporality and no
 //! buckets: one point per series of the row, with its labels as attributes, `count` the
 //! samples, `sum` their sum (mean x count), `min` and `max`, over the window from the
-//! previous push (the exporter's start for the first) to this collection. That is the OTLP
+//! previous push that carried the series (the previous push, or the exporter's start, for
+//! a series not carried lately) to this collection: a read that failed leaves its samples
+//! to the next window, which then spans both intervals. That is the OTLP
 //! data model's own form for "these measurements were taken over this interval" (a
 //! histogram point's `min`/`max` are those of its window when the temporality is delta);
 //! a backend gets count, sum, min and max of one stream, not four gauges to join.
@@ -13,11 +15,21 @@ use crate::output::otlp::proto::common::{any_value, AnyValue, KeyValue};
 use crate::output::otlp::proto::metrics::{
     metric, AggregationTemporality, Histogram, HistogramDataPoint, Metric,
 };
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{DefaultHasher, Hash, Hasher};
 
-/// The start of the next window: the previous push.
+/// A series left out of this many pushes in a row is forgotten: its next window starts at
+/// the previous push. Reads failing a few collections in a row keep their windows' starts;
+/// a series gone longer (a GPU lost, a row reloaded away) starts afresh.
+const REMEMBERED_PUSHES: usize = 8;
+
+/// Where each series' next window starts.
 pub(super) struct Deltas {
     previous_ns: u64,
+    /// The times of the last pushes, newest last (at most [`REMEMBERED_PUSHES`]).
+    pushes: VecDeque<u64>,
+    /// Per series (metric name and labels, hashed): the last push that carried it.
+    carried: HashMap<u64, u64>,
 }
 
 /// One point's four numbers as they are gathered from the four families.
@@ -36,6 +48,8 @@ impl Deltas {
     pub(super) fn new(exporter_start_ns: u64) -> Deltas {
         Deltas {
             previous_ns: exporter_start_ns,
+            pushes: VecDeque::new(),
+            carried: HashMap::new(),
         }
     }
 
@@ -74,7 +88,12 @@ impl Deltas {
             if let Some((description, points)) = rows.remove(&name) {
                 let data_points = points
                     .into_iter()
-                    .filter_map(|(labels, g)| self.point(labels, &g, now_ns))
+                    .filter_map(|(labels, g)| {
+                        let key = series_key(&name, &labels);
+                        let p = self.point(labels, &g, self.start_of(key), now_ns)?;
+                        self.carried.insert(key, now_ns);
+                        Some(p)
+                    })
                     .collect();
                 metrics.push(Metric {
                     name,
@@ -88,6 +107,18 @@ impl Deltas {
             }
         }
         self.previous_ns = now_ns;
+        if self.pushes.len() == REMEMBERED_PUSHES {
+            self.pushes.pop_front();
+        }
+        self.pushes.push_back(now_ns);
+        let oldest = self.pushes.front().copied().unwrap_or(now_ns);
+        self.carried.retain(|_, at| *at >= oldest);
+    }
+
+    /// Where a series' window starts: the last push that carried it, if it is remembered;
+    /// the previous push otherwise.
+    fn start_of(&self, key: u64) -> u64 {
+        self.carried.get(&key).copied().unwrap_or(self.previous_ns)
     }
 
     /// A series' point, when all four of its numbers are on the page.
@@ -95,6 +126,7 @@ impl Deltas {
         &self,
         labels: Vec<(String, String)>,
         g: &Gathered,
+        start_ns: u64,
         now_ns: u64,
     ) -> Option<HistogramDataPoint> {
         let (min, max, mean, count) = (g.min?, g.max?, g.mean?, g.count?);
@@ -109,7 +141,7 @@ impl Deltas {
                     ..Default::default()
                 })
                 .collect(),
-            start_time_unix_nano: self.previous_ns.min(now_ns),
+            start_time_unix_nano: start_ns.min(now_ns),
             time_unix_nano: now_ns,
             count: count as u64,
             sum: Some(mean * count),
@@ -118,6 +150,12 @@ impl Deltas {
             ..Default::default()
         })
     }
+}
+
+fn series_key(name: &str, labels: &[(String, String)]) -> u64 {
+    let mut h = DefaultHasher::new();
+    (name, labels).hash(&mut h);
+    h.finish()
 }
 
 /// The row's help without the family's own words about which statistic it holds.
@@ -187,5 +225,92 @@ mod tests {
             panic!()
         };
         assert_eq!(h.data_points[0].start_time_unix_nano, 5_000);
+    }
+
+    /// A page holding `gpus`' windows of the power row (and always its gauge).
+    fn power_windows(gpus: &[&str]) -> Page {
+        let mut page = Page::default();
+        page.add(
+            "DCGM_FI_DEV_POWER_USAGE",
+            "Power.",
+            PromType::Gauge,
+            &[("gpu", "0")],
+            1.0,
+        );
+        for stat in Stat::ALL {
+            let name = format!("DCGM_FI_DEV_POWER_USAGE{}", stat.suffix());
+            for g in gpus {
+                page.add(
+                    &name,
+                    "Power. (sub-interval aggregation: x)",
+                    PromType::Gauge,
+                    &[("gpu", g)],
+                    2.0,
+                );
+            }
+            page.set_stat(&name, stat);
+        }
+        page
+    }
+
+    /// Each point's (gpu, start) in one push.
+    fn starts(d: &mut Deltas, page: &Page, now_ns: u64) -> Vec<(String, u64)> {
+        let mut metrics = Vec::new();
+        d.add(page, now_ns, &mut metrics);
+        let Some(metric::Data::Histogram(h)) = metrics.first().and_then(|m| m.data.clone()) else {
+            return Vec::new();
+        };
+        h.data_points
+            .iter()
+            .map(|p| {
+                let gpu = match &p.attributes[0].value.as_ref().unwrap().value {
+                    Some(any_value::Value::StringValue(v)) => v.clone(),
+                    other => panic!("{other:?}"),
+                };
+                (gpu, p.start_time_unix_nano)
+            })
+            .collect()
+    }
+
+    /// A series missing from a push (its read failed: its samples wait for the next read)
+    /// has its next window start at the last push that carried it, so the window's time
+    /// spans the samples it counts; one missing longer starts at the previous push.
+    #[test]
+    fn a_window_after_a_failed_read_starts_at_the_last_push_that_carried_it() {
+        let mut d = Deltas::new(1_000);
+        let both = power_windows(&["0", "1"]);
+        assert_eq!(
+            starts(&mut d, &both, 2_000),
+            [("0".into(), 1_000), ("1".into(), 1_000)]
+        );
+        // GPU 1's read fails at 3000.
+        assert_eq!(
+            starts(&mut d, &power_windows(&["0"]), 3_000),
+            [("0".into(), 2_000)]
+        );
+        assert_eq!(
+            starts(&mut d, &both, 4_000),
+            [("0".into(), 3_000), ("1".into(), 2_000)]
+        );
+        // GPU 1 away for as many pushes as are remembered: afresh at the previous push.
+        let mut t = 4_000;
+        for _ in 0..REMEMBERED_PUSHES {
+            t += 1_000;
+            starts(&mut d, &power_windows(&["0"]), t);
+        }
+        assert_eq!(
+            starts(&mut d, &both, t + 1_000),
+            [("0".into(), t), ("1".into(), t)]
+        );
+        // One pushed again after fewer: its last push.
+        let last = t + 1_000;
+        for _ in 0..REMEMBERED_PUSHES - 1 {
+            t += 1_000;
+            starts(&mut d, &power_windows(&["0"]), t + 1_000);
+        }
+        assert_eq!(
+            starts(&mut d, &both, t + 2_000),
+            [("0".into(), t + 1_000), ("1".into(), last)]
+        );
     }
 }
