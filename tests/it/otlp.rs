@@ -897,15 +897,10 @@ mod real {
     }
 }
 
-/// Sub-interval aggregation (issue 47) in OTLP: a row's four `_interval_*` families of the
-/// page are one DELTA histogram `<row>_interval` per push (count, sum, min, max, no
-/// buckets), each point equal to the page's series of the same collection, its window
-/// starting at the push before; every other series is pushed as without aggregation.
-#[test]
-fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
-    use crate::support::otlp_receiver::histograms;
-    let r = Receiver::start(Protocol::Http, Mode::Accept);
-    let e = exporter()
+/// An exporter pushing to `r` over HTTP, collecting every second, with the power row
+/// aggregated at 100 ms.
+fn power_aggregated_to(r: &Receiver) -> ExporterBuilder {
+    exporter()
         .args(&[
             "--otlp-endpoint",
             &r.endpoint(),
@@ -914,7 +909,17 @@ fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
         ])
         .args(&["-c", "1000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
         .args(&["--aggregate-period", "100ms"])
-        .start();
+}
+
+/// Sub-interval aggregation (issue 47) in OTLP: a row's four `_interval_*` families of the
+/// page are one DELTA histogram `<row>_interval` per push (count, sum, min, max, no
+/// buckets), each point equal to the page's series of the same collection, its window
+/// starting at the push before; every other series is pushed as without aggregation.
+#[test]
+fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
+    use crate::support::otlp_receiver::histograms;
+    let r = Receiver::start(Protocol::Http, Mode::Accept);
+    let e = power_aggregated_to(&r).start();
     let stat = |s: &str| format!("DCGM_FI_DEV_POWER_USAGE_interval_{s}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let (page, push) = loop {
@@ -998,17 +1003,7 @@ fn a_window_after_a_failed_read_of_the_samples_spans_both_intervals() {
     use crate::support::otlp_receiver::{histograms, HistogramPoint};
     let r = Receiver::start(Protocol::Http, Mode::Accept);
     let (_dir, ctl) = temp_file("control", "");
-    let e = exporter()
-        .control(&ctl)
-        .args(&[
-            "--otlp-endpoint",
-            &r.endpoint(),
-            "--otlp-protocol",
-            "http/protobuf",
-        ])
-        .args(&["-c", "1000", "--aggregate", "DCGM_FI_DEV_POWER_USAGE"])
-        .args(&["--aggregate-period", "100ms"])
-        .start();
+    let e = power_aggregated_to(&r).control(&ctl).start();
     let gpu_0 = |p: &Push| -> Option<HistogramPoint> {
         histograms(&p.request)
             .into_iter()
