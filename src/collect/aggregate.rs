@@ -304,6 +304,10 @@ struct Cursor {
     /// Two collection intervals (µs): how far behind its newest pair a pair that has gone
     /// quiet (a lost GPU) may hold a read back.
     span_us: i64,
+    /// Collections in a row whose samples were not counted (a read that failed, or left
+    /// for the next window): one is made up for by the next window, which DCGM's retention
+    /// of two intervals still holds; after more the next window is its last interval alone.
+    missed: u32,
 }
 
 impl Cursor {
@@ -341,9 +345,20 @@ impl Cursor {
 
     /// Counts each new numeric sample of an aggregated field into its window. DCGM answers
     /// pair by pair ((entity, field), oldest first), so each run of one pair's samples is
-    /// looked up once: a lookup per sample cost more than aggregating the sample.
+    /// looked up once: a lookup per sample cost more than aggregating the sample. After
+    /// more than one missed collection only the last interval's samples (on DCGM's clock,
+    /// before the newest read) count: the window says it began at the previous collection.
     fn take(&mut self, samples: &[dcgm_sys::FieldReading], windows: &mut Windows) {
         use dcgm_sys::{Reading, Value};
+        let floor = match self.missed {
+            0 | 1 => i64::MIN,
+            _ => samples
+                .iter()
+                .map(|s| s.ts_us)
+                .max()
+                .map_or(i64::MIN, |newest| newest.saturating_sub(self.span_us / 2)),
+        };
+        self.missed = 0;
         let pair = |s: &dcgm_sys::FieldReading| (s.entity, s.field_id);
         for run in samples.chunk_by(|a, b| pair(a) == pair(b)) {
             let key = pair(&run[0]);
@@ -358,6 +373,9 @@ impl Cursor {
                     continue;
                 }
                 last = s.ts_us;
+                if s.ts_us <= floor {
+                    continue;
+                }
                 match &s.reading {
                     Reading::Value(Value::Int64(i)) => acc.add(*i as f64),
                     Reading::Value(Value::Double(d)) => acc.add(*d),
@@ -418,6 +436,7 @@ impl Dcgm {
                     span_us: i64::try_from(interval_ms)
                         .unwrap_or(i64::MAX)
                         .saturating_mul(2000),
+                    missed: 0,
                 };
                 match latest {
                     Ok(latest) => cursor.start_after(&latest),
@@ -437,7 +456,8 @@ impl Dcgm {
 
     /// Reads every aggregated watch's samples since the last read and adds the rows'
     /// series. A watch DCGM refuses to read back costs only its own aggregates (counted
-    /// under `source`); a lost session is the collection's error.
+    /// under `source`), and a watch of a set whose values were not read is not read either:
+    /// their samples go to the next window. A lost session is the collection's error.
     pub(super) fn collect(
         &mut self,
         session: &dcgm_sys::Session,
@@ -454,12 +474,23 @@ impl Dcgm {
         let mut windows = Windows::default();
         let mut failed = false;
         for c in &mut self.cursors {
+            // The set's own read failed: its targets get no series this time, so their
+            // samples are left to the next window rather than read and dropped (once: a
+            // second time they are read and dropped, so that no window holds more than
+            // DCGM's retention of two intervals holds).
+            let targets = &sets[c.set].set.targets;
+            let served = targets.iter().any(|t| csv_labels.contains_key(&t.entity));
+            if !served && c.missed == 0 {
+                c.missed = 1;
+                continue;
+            }
             let w = &sets[c.set].watches[c.watch];
             let pairs = w.group.entities().len() * c.fields.len();
             match session.values_since(&w.group, &w.fields, c.since(pairs)) {
                 Ok((samples, _)) => c.take(&samples, &mut windows),
                 Err(e) if super::failures::is_fatal(&e) => return Err(e),
                 Err(e) => {
+                    c.missed += 1;
                     failures.failed(source, &e, page);
                     failed = true;
                 }
@@ -553,6 +584,7 @@ mod tests {
             last: HashMap::default(),
             start_us: 1000,
             span_us: 10_000,
+            missed: 0,
         };
         assert_eq!(c.since(2), 1001);
         let samples = [
@@ -611,6 +643,7 @@ mod tests {
             last: HashMap::default(),
             start_us: exporter_now,
             span_us: 10_000,
+            missed: 0,
         };
         // The engine 4 s ahead: its samples just before the build (a 950 W spike the
         // collector replaced counted) must not count again.
@@ -640,5 +673,57 @@ mod tests {
         let mut none = cursor(10_000_000);
         none.start_after(&[s(a, 0, 300.0)]);
         assert_eq!((none.start_us, none.last.len()), (10_000_000, 0));
+    }
+
+    /// One collection missed (a read that failed, or left for later): the next window
+    /// counts both intervals' samples. More: only the last interval before the newest
+    /// sample, so that no window holds more than it says it spans.
+    #[test]
+    fn a_window_makes_up_for_one_missed_collection_not_more() {
+        let a = Entity::gpu(0);
+        let s = |ts: i64| FieldReading {
+            entity: a,
+            field_id: 155,
+            ts_us: ts,
+            reading: Reading::Value(Value::Double(ts as f64)),
+        };
+        // Two intervals of 5 ms (span 10 ms), a sample every millisecond.
+        let samples: Vec<FieldReading> = (1..=20).map(|i| s(1_000_000 + i * 1000)).collect();
+        let counted = |missed: u32| {
+            let mut c = Cursor {
+                set: 0,
+                watch: 0,
+                fields: vec![155],
+                last: HashMap::default(),
+                start_us: 1_000_000,
+                span_us: 10_000,
+                missed,
+            };
+            let mut w = Windows::default();
+            c.take(&samples, &mut w);
+            assert_eq!(c.missed, 0);
+            let acc = w[&(a, 155)];
+            (acc.count, acc.min)
+        };
+        assert_eq!(counted(0), (20, 1_001_000.0));
+        assert_eq!(counted(1), (20, 1_001_000.0));
+        // The newest at 1,020,000: after 1,015,000.
+        assert_eq!(counted(2), (5, 1_016_000.0));
+        assert_eq!(counted(7), (5, 1_016_000.0));
+        // Nothing read after missed collections: nothing counted, no overflow.
+        let mut c = Cursor {
+            set: 0,
+            watch: 0,
+            fields: vec![155],
+            last: HashMap::default(),
+            start_us: 0,
+            span_us: i64::MAX,
+            missed: 3,
+        };
+        c.take(&[], &mut Windows::default());
+        c.missed = 2;
+        let mut w = Windows::default();
+        c.take(&samples[..1], &mut w);
+        assert_eq!(w[&(a, 155)].count, 1);
     }
 }

@@ -4,7 +4,7 @@
 //! a receiver that hangs, refuses or resets costs the queue's bound, collection goes on and
 //! the drops are counted. On the simulator and on NVIDIA's real DCGM kit.
 
-use crate::support::otlp_receiver::{self, Kind, Mode, Protocol, Push, Receiver};
+use crate::support::otlp_receiver::{self, HistogramPoint, Kind, Mode, Protocol, Push, Receiver};
 use crate::support::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -1000,7 +1000,50 @@ fn aggregated_rows_are_pushed_as_delta_histograms_equal_to_the_page() {
 /// starts where the last window pushed ended, so that its time spans what it counts.
 #[test]
 fn a_window_after_a_failed_read_of_the_samples_spans_both_intervals() {
-    use crate::support::otlp_receiver::{histograms, HistogramPoint};
+    let (before, after) = windows_around("fail_values_since 1 155", 1);
+    spans_both(&before, &after);
+}
+
+/// The same when the read of the GPUs' values fails (`dcgmEntitiesGetLatestValues` of their
+/// watch set): the GPUs get no series that collection, their samples are not read then,
+/// and the next window holds both intervals'.
+#[test]
+fn a_window_after_a_failed_read_of_the_gpus_values_spans_both_intervals() {
+    let (before, after) = windows_around("fail_reads 1", 1);
+    spans_both(&before, &after);
+}
+
+/// Two failed reads in a row: DCGM keeps two intervals of samples, so the next window does
+/// not make up for both; it holds its own interval and says so.
+#[test]
+fn a_window_after_two_failed_reads_is_its_own_interval() {
+    let (before, after) = windows_around("fail_values_since 2 155", 2);
+    let span = |h: &HistogramPoint| h.time_ns - h.start_ns;
+    assert!(after.start_ns > before.time_ns, "{before:?} {after:?}");
+    assert!(span(&after) < 3 * span(&before) / 2, "{before:?} {after:?}");
+    assert!(
+        (after.count as f64) < 1.5 * before.count as f64,
+        "{before:?} {after:?}"
+    );
+}
+
+fn spans_both(before: &HistogramPoint, after: &HistogramPoint) {
+    assert_eq!(after.start_ns, before.time_ns, "{before:?} {after:?}");
+    assert!(
+        after.time_ns - after.start_ns > 3 * (before.time_ns - before.start_ns) / 2,
+        "{before:?} {after:?}"
+    );
+    assert!(
+        after.count as f64 > 1.5 * before.count as f64,
+        "{before:?} {after:?}"
+    );
+}
+
+/// Injects `fault` once the power row's windows are pushed; answers GPU 0's windows on
+/// either side of the first pushes without one after it, which must be `gap` pushes (the
+/// failed collections, the rest of their page pushed).
+fn windows_around(fault: &str, gap: usize) -> (HistogramPoint, HistogramPoint) {
+    use crate::support::otlp_receiver::histograms;
     let r = Receiver::start(Protocol::Http, Mode::Accept);
     let (_dir, ctl) = temp_file("control", "");
     let e = power_aggregated_to(&r).control(&ctl).start();
@@ -1016,35 +1059,26 @@ fn a_window_after_a_failed_read_of_the_samples_spans_both_intervals() {
             false => Err(format!("no two windows in a row: {}", e.stderr())),
         }
     });
-    control(&ctl, "fail_values_since 1 155");
-    // The window before the failed read, the push without one, the window after.
-    let (before, after) = crate::support::poll(20, Duration::from_millis(100), || {
-        let pushes = r.pushes();
-        let windows: Vec<Option<HistogramPoint>> = pushes.iter().map(|p| gpu_0(p)).collect();
+    let pushed = r.pushes().len();
+    control(&ctl, fault);
+    let (before, after, between) = crate::support::poll(20, Duration::from_millis(100), || {
+        let windows: Vec<(usize, HistogramPoint)> = r
+            .pushes()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, gpu_0(p)?)))
+            .collect();
         windows
-            .windows(3)
-            .rev()
-            .find_map(|w| match w {
-                [Some(b), None, Some(a)] => Some((b.clone(), a.clone())),
-                _ => None,
-            })
-            .ok_or_else(|| {
-                format!(
-                    "no push without the window between two with one: {}",
-                    e.stderr()
-                )
-            })
+            .windows(2)
+            .find(|w| w[1].0 >= pushed && w[1].0 > w[0].0 + 1)
+            .map(|w| (w[0].1.clone(), w[1].1.clone(), w[1].0 - w[0].0 - 1))
+            .ok_or_else(|| format!("no push without the window: {windows:?}\n{}", e.stderr()))
     });
-    assert_eq!(after.start_ns, before.time_ns, "{before:?} {after:?}");
-    assert!(
-        after.time_ns - after.start_ns > 3 * (before.time_ns - before.start_ns) / 2,
-        "{before:?} {after:?}"
+    assert_eq!(
+        between, gap,
+        "pushes without the window: {before:?} {after:?}"
     );
-    // Both intervals' samples (100 ms apart), not one's.
-    assert!(
-        after.count as f64 > 1.5 * before.count as f64,
-        "{before:?} {after:?}"
-    );
+    (before, after)
 }
 
 /// The event history as OTLP log records (issue 47), over both protocols: an XID, a GPU

@@ -189,7 +189,7 @@ impl NvmlCollector {
         let low_cardinality = settings
             .low_cardinality
             .then(|| info::LowCardinality::new(&counters));
-        let samples = samples::Samples::start(&nvml, &settings.aggregate, &counters, set.as_ref());
+        let samples = samples::Samples::start(&nvml, settings, &counters, set.as_ref());
         Ok(NvmlCollector {
             nvml,
             counters,

@@ -55,6 +55,11 @@ pub(super) struct Samples {
     rows: Vec<Row>,
     /// (NVML GPU index, DCGM field) -> the newest sample's timestamp read (NVML's clock).
     last_seen: BTreeMap<(u32, u16), u64>,
+    /// Reads that failed in a row, per pair (as `aggregate::Cursor::missed`).
+    missed: BTreeMap<(u32, u16), u32>,
+    /// The collection interval (µs): after more than one failed read, the next window
+    /// counts this much before the newest sample.
+    interval_us: u64,
 }
 
 impl Samples {
@@ -62,10 +67,11 @@ impl Samples {
     /// NVML holds now.
     pub(super) fn start(
         nvml: &Nvml,
-        options: &aggregate::Options,
+        settings: &crate::collect::Settings,
         counters: &Counters,
         set: Option<&ActiveSet>,
     ) -> Samples {
+        let (options, interval_ms) = (&settings.aggregate, settings.interval_ms);
         let (Some(set), true) = (set, options.is_on()) else {
             return Samples::default();
         };
@@ -85,6 +91,8 @@ impl Samples {
         let mut out = Samples {
             rows,
             last_seen: BTreeMap::new(),
+            missed: BTreeMap::new(),
+            interval_us: interval_ms.saturating_mul(1000),
         };
         for key in out.pairs(set) {
             // Only the position: the samples before the collector are not its own. A buffer
@@ -129,10 +137,13 @@ impl Samples {
             let since = self.last_seen.get(&key).copied();
             match read(&mut devices, key, since.unwrap_or(0)) {
                 Ok(samples) => {
+                    let missed = self.missed.remove(&key).unwrap_or(0);
+                    let from = window_start(since, missed, &samples, self.interval_us);
                     let acc = per_gpu.entry(key).or_default();
-                    self.last_seen.insert(key, advance(since, &samples, acc));
+                    self.last_seen.insert(key, advance(from, &samples, acc));
                 }
                 Err(e) => {
+                    *self.missed.entry(key).or_default() += 1;
                     tracing::debug!("nvmlDeviceGetSamples of GPU {} field {}: {e}", key.0, key.1);
                     page.piece_failed("sub-interval samples", &format!("{e:?}"));
                 }
@@ -172,6 +183,21 @@ fn advance(since: Option<u64>, samples: &[(u64, f64)], acc: &mut Acc) -> u64 {
         acc.add(v);
     }
     newest(samples).map_or(since, |n| n.max(since))
+}
+
+/// Where a window's samples start: the read position, or after more than one read that
+/// failed in a row, one interval before the newest sample (the window then says it began
+/// at the previous collection; one failed read is made up for by the next window whole).
+fn window_start(
+    since: Option<u64>,
+    missed: u32,
+    samples: &[(u64, f64)],
+    interval_us: u64,
+) -> Option<u64> {
+    match (since, missed) {
+        (Some(s), 2..) => Some(s.max(newest(samples).unwrap_or(0).saturating_sub(interval_us))),
+        _ => since,
+    }
 }
 
 /// The newest timestamp of `samples`.
@@ -268,6 +294,24 @@ mod tests {
         // Nothing newer: the position stays; an empty buffer has none to set.
         assert_eq!(advance(Some(50), &[], &mut acc), 50);
         assert_eq!(advance(None, &[], &mut acc), 0);
+    }
+
+    #[test]
+    fn after_reads_that_failed_twice_a_window_counts_its_last_interval() {
+        let buffer = [(100, 1.0), (200, 2.0), (300, 3.0), (400, 4.0)];
+        // One failed read: the next window holds everything since the position.
+        assert_eq!(window_start(Some(100), 1, &buffer, 150), Some(100));
+        // Two or more: the last interval before the newest sample.
+        assert_eq!(window_start(Some(100), 2, &buffer, 150), Some(250));
+        let mut acc = Acc::default();
+        assert_eq!(
+            advance(window_start(Some(100), 3, &buffer, 150), &buffer, &mut acc),
+            400
+        );
+        assert_eq!((acc.count, acc.min, acc.max), (2, 3.0, 4.0));
+        // Never before the position, never a position where there was none.
+        assert_eq!(window_start(Some(350), 2, &buffer, 150), Some(350));
+        assert_eq!(window_start(None, 5, &buffer, 150), None);
         assert_eq!(acc.count, 2);
     }
 }

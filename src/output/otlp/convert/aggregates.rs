@@ -4,8 +4,8 @@
 //! buckets: one point per series of the row, with its labels as attributes, `count` the
 //! samples, `sum` their sum (mean x count), `min` and `max`, over the window from the
 //! previous push that carried the series (the previous push, or the exporter's start, for
-//! a series not carried lately) to this collection: a read that failed leaves its samples
-//! to the next window, which then spans both intervals. That is the OTLP
+//! a series not carried lately) to this collection: a read that failed once leaves its
+//! samples to the next window, which then spans both intervals. That is the OTLP
 //! data model's own form for "these measurements were taken over this interval" (a
 //! histogram point's `min`/`max` are those of its window when the temporality is delta);
 //! a backend gets count, sum, min and max of one stream, not four gauges to join.
@@ -19,9 +19,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// A series left out of this many pushes in a row is forgotten: its next window starts at
-/// the previous push. Reads failing a few collections in a row keep their windows' starts;
-/// a series gone longer (a GPU lost, a row reloaded away) starts afresh.
-const REMEMBERED_PUSHES: usize = 8;
+/// the previous push. The collection makes up for one missed read (DCGM's retention holds
+/// two intervals; `collect::aggregate`'s `Cursor::missed`) and no more: after two, the next
+/// window holds its own interval alone.
+const REMEMBERED_PUSHES: usize = 2;
 
 /// Where each series' next window starts.
 pub(super) struct Deltas {
