@@ -559,6 +559,19 @@ mod tests {
         assert!(!x.matches(230));
     }
 
+    /// A cursor over DCGM_FI_DEV_POWER_USAGE alone, nothing read yet.
+    fn power_cursor(start_us: i64, span_us: i64, missed: u32) -> Cursor {
+        Cursor {
+            set: 0,
+            watch: 0,
+            fields: vec![155],
+            last: HashMap::default(),
+            start_us,
+            span_us,
+            missed,
+        }
+    }
+
     #[test]
     fn windows_skip_blanks_and_keep_entities_apart() {
         let mut acc = Acc::default();
@@ -577,15 +590,7 @@ mod tests {
             ts_us: ts,
             reading: r,
         };
-        let mut c = Cursor {
-            set: 0,
-            watch: 0,
-            fields: vec![155],
-            last: HashMap::default(),
-            start_us: 1000,
-            span_us: 10_000,
-            missed: 0,
-        };
+        let mut c = power_cursor(1000, 10_000, 0);
         assert_eq!(c.since(2), 1001);
         let samples = [
             // Before the collector was built: another collector's.
@@ -636,15 +641,7 @@ mod tests {
             ts_us: ts,
             reading: Reading::Value(Value::Double(v)),
         };
-        let cursor = |exporter_now: i64| Cursor {
-            set: 0,
-            watch: 0,
-            fields: vec![155],
-            last: HashMap::default(),
-            start_us: exporter_now,
-            span_us: 10_000,
-            missed: 0,
-        };
+        let cursor = |exporter_now: i64| power_cursor(exporter_now, 10_000, 0);
         // The engine 4 s ahead: its samples just before the build (a 950 W spike the
         // collector replaced counted) must not count again.
         let mut ahead = cursor(1_000_000);
@@ -690,15 +687,7 @@ mod tests {
         // Two intervals of 5 ms (span 10 ms), a sample every millisecond.
         let samples: Vec<FieldReading> = (1..=20).map(|i| s(1_000_000 + i * 1000)).collect();
         let counted = |missed: u32| {
-            let mut c = Cursor {
-                set: 0,
-                watch: 0,
-                fields: vec![155],
-                last: HashMap::default(),
-                start_us: 1_000_000,
-                span_us: 10_000,
-                missed,
-            };
+            let mut c = power_cursor(1_000_000, 10_000, missed);
             let mut w = Windows::default();
             c.take(&samples, &mut w);
             assert_eq!(c.missed, 0);
@@ -711,15 +700,7 @@ mod tests {
         assert_eq!(counted(2), (5, 1_016_000.0));
         assert_eq!(counted(7), (5, 1_016_000.0));
         // Nothing read after missed collections: nothing counted, no overflow.
-        let mut c = Cursor {
-            set: 0,
-            watch: 0,
-            fields: vec![155],
-            last: HashMap::default(),
-            start_us: 0,
-            span_us: i64::MAX,
-            missed: 3,
-        };
+        let mut c = power_cursor(0, i64::MAX, 3);
         c.take(&[], &mut Windows::default());
         c.missed = 2;
         let mut w = Windows::default();
