@@ -282,6 +282,12 @@ pub(crate) fn warn_unmatched(options: &Options, counters: &Counters, aggregated:
     }
 }
 
+/// Missed collections (a read that failed, or left for later) a window makes up for by
+/// holding their samples too: one, as two intervals is the least retention asked of DCGM
+/// for an aggregated field. After more, a window holds its own interval alone. The NVML
+/// side and the OTLP push's window starts follow the same number.
+pub(crate) const MADE_UP_FOR: u32 = 1;
+
 /// The DCGM side: where each watch holding an aggregated field is read from next.
 pub(crate) struct Dcgm {
     /// Per watch set (in the collector's order), its aggregated rows.
@@ -351,7 +357,7 @@ impl Cursor {
     fn take(&mut self, samples: &[dcgm_sys::FieldReading], windows: &mut Windows) {
         use dcgm_sys::{Reading, Value};
         let floor = match self.missed {
-            0 | 1 => i64::MIN,
+            0..=MADE_UP_FOR => i64::MIN,
             _ => samples
                 .iter()
                 .map(|s| s.ts_us)
@@ -475,13 +481,13 @@ impl Dcgm {
         let mut failed = false;
         for c in &mut self.cursors {
             // The set's own read failed: its targets get no series this time, so their
-            // samples are left to the next window rather than read and dropped (once: a
-            // second time they are read and dropped, so that no window holds more than
-            // DCGM's retention of two intervals holds).
+            // samples are left to the next window rather than read and dropped (as often
+            // as a window makes up for; then they are read and dropped, so that no window
+            // holds more than DCGM's retention holds).
             let targets = &sets[c.set].set.targets;
             let served = targets.iter().any(|t| csv_labels.contains_key(&t.entity));
-            if !served && c.missed == 0 {
-                c.missed = 1;
+            if !served && c.missed < MADE_UP_FOR {
+                c.missed += 1;
                 continue;
             }
             let w = &sets[c.set].watches[c.watch];

@@ -185,17 +185,19 @@ fn advance(since: Option<u64>, samples: &[(u64, f64)], acc: &mut Acc) -> u64 {
     newest(samples).map_or(since, |n| n.max(since))
 }
 
-/// Where a window's samples start: the read position, or after more than one read that
-/// failed in a row, one interval before the newest sample (the window then says it began
-/// at the previous collection; one failed read is made up for by the next window whole).
+/// Where a window's samples start: the read position, or after more failed reads in a row
+/// than a window makes up for (`aggregate::MADE_UP_FOR`), one interval before the newest
+/// sample (the window then says it began at the previous collection).
 fn window_start(
     since: Option<u64>,
     missed: u32,
     samples: &[(u64, f64)],
     interval_us: u64,
 ) -> Option<u64> {
-    match (since, missed) {
-        (Some(s), 2..) => Some(s.max(newest(samples).unwrap_or(0).saturating_sub(interval_us))),
+    match since {
+        Some(s) if missed > aggregate::MADE_UP_FOR => {
+            Some(s.max(newest(samples).unwrap_or(0).saturating_sub(interval_us)))
+        }
         _ => since,
     }
 }

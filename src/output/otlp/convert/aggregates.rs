@@ -19,10 +19,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 /// A series left out of this many pushes in a row is forgotten: its next window starts at
-/// the previous push. The collection makes up for one missed read (DCGM's retention holds
-/// two intervals; `collect::aggregate`'s `Cursor::missed`) and no more: after two, the next
-/// window holds its own interval alone.
-const REMEMBERED_PUSHES: usize = 2;
+/// the previous push. A window makes up for as many missed collections as
+/// `collect::aggregate::MADE_UP_FOR` and no more; after more it holds its own interval.
+const REMEMBERED_PUSHES: usize = crate::collect::aggregate::MADE_UP_FOR as usize + 1;
 
 /// Where each series' next window starts.
 pub(super) struct Deltas {
